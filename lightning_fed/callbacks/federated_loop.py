@@ -213,13 +213,12 @@ class FederatedLoop(Callback):
         cid = turn.client_id
         self._turn, self._client_failed, self._steps, self._losses = turn, False, 0, []
         entry = self.store.get(cid)
-        start = self.strategy.client_model(cid, self.global_state)
+        start, downlink = self.client_start(cid)
         pl_module.load_state(start)
         pl_module.load_state(entry["personal"] or self._initial_personal)
         for opt in trainer.optimizers:  # optimizer state never leaks between clients
             opt.state.clear()
         torch.manual_seed(derive_seed(self.seed, trainer.current_epoch, cid))
-        downlink = self.strategy.downlink(cid)
         self._correction: LocalCorrection = self.strategy.local_correction(start, downlink, entry["memory"])
         self._memory = entry["memory"]
         self._shared_params = pl_module.shared_parameters()
@@ -227,6 +226,13 @@ class FederatedLoop(Callback):
         self._down += state_nbytes(start) + state_nbytes(downlink)
         for hook in self.hooks:
             hook.on_client_start(self, trainer, pl_module, cid)
+
+    def client_start(self, client_id: int) -> tuple[StateDict, StateDict]:
+        """What the server sends ``client_id`` this round: its start state and the downlink extras.
+
+        A remote client (:class:`~lightning_fed.deploy.ClientLoop`) returns what it received.
+        """
+        return self.strategy.client_model(client_id, self.global_state), self.strategy.downlink(client_id)
 
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer) -> None:

@@ -126,12 +126,20 @@ class RoundReport:
             self.initial_eval = result
         else:
             for k, v in summary.items():
-                pl_module.log(f"val/{k}", v, prog_bar=k in ("pref_acc", "loss"))
+                if pl_module is not None:  # None on a Flower server: no Lightning module logs there
+                    pl_module.log(f"val/{k}", v, prog_bar=k in ("pref_acc", "loss"))
             if self.history and self.history[-1]["round"] == round_number:
                 self.history[-1].update(result)
         _log(trainer, scalars, step=round_number)
 
     # ---------------------------------------------------------------------------- outputs
+    def add_client_eval(self, client_id: int, means: dict[str, float], count: int) -> None:
+        """Accumulate a client's already averaged metrics over ``count`` examples (Flower replies)."""
+        if count > 0:
+            self._counts[client_id] += count
+            for k, v in means.items():
+                self._sums[client_id][k] += float(v) * count
+
     def write_summary(self, trainer: pl.Trainer, extra: dict[str, Any]) -> Path:
         """Write ``summary.json``: config, per-round records, final metrics, bytes and times."""
         last_eval = next((r for r in reversed(self.history) if "val" in r), None)

@@ -1,0 +1,117 @@
+"""The Flower ``ClientApp`` and ``ServerApp`` of any lightning-fed method.
+
+Both read the same YAML config as ``lightning-fed fit`` (run-config key ``config``, plus
+optional ``overrides``: CLI arguments such as ``"--federation.rounds=2"``), so a method that
+runs in-process runs under Flower unchanged. Run-config keys:
+
+- ``config``: path of the run's YAML config (readable on every machine).
+- ``overrides``: extra ``lightning-fed`` arguments, space separated.
+- ``output-dir``: where the server writes ``summary.json``, TensorBoard events and the
+  adapter (default: the config's ``trainer.default_root_dir``).
+- ``timeout``: seconds the server waits for a round's replies (default 3600).
+
+A SuperNode says which client it is with its node config ``partition-id`` (Flower's
+simulation engine sets it for each virtual node). What a node keeps between rounds (personal
+parameters, algorithm memory such as SCAFFOLD's ``c_i``) lives in its ``context.state``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from functools import lru_cache
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from lightning_fed.deploy.client import ClientRunner
+from lightning_fed.deploy.records import CONFIG, DOWNLINK, METRICS, STATE, from_arrays, to_arrays, update_to_record
+from lightning_fed.deploy.server import FederatedServer
+
+
+def load_run(config: str, overrides: str = "") -> tuple[Any, Any, Any, dict[str, Any]]:
+    """``(module, datamodule, loop, trainer_config)`` of a ``lightning-fed`` config, not run."""
+    from lightning_fed.callbacks import FederatedLoop
+    from lightning_fed.cli import main
+
+    cli = main(["--config", config, *shlex.split(overrides)], run=False)
+    loop = next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop))
+    return cli.model, cli.datamodule, loop, dict(cli.config.get("trainer") or {})
+
+
+@lru_cache(maxsize=4)
+def _runner(config: str, overrides: str) -> ClientRunner:
+    # One per process: the backbone is loaded once and serves every round of the run.
+    module, datamodule, loop, trainer_config = load_run(config, overrides)
+    return ClientRunner(module, datamodule, loop, trainer_config)
+
+
+def _run_config(context: Context) -> tuple[str, str]:
+    cfg = context.run_config
+    if "config" not in cfg:
+        raise ValueError("run config: missing 'config' (path of the lightning-fed YAML config)")
+    return str(cfg["config"]), str(cfg.get("overrides", ""))
+
+
+def _entry(context: Context) -> dict[str, Any]:
+    state = context.state
+    return {k: from_arrays(state.array_records[k]) if k in state.array_records else {} for k in ("personal", "memory")}
+
+
+# ------------------------------------------------------------------------------ ClientApp
+client_app = ClientApp()
+
+
+@client_app.query("partition")
+def partition(msg: Message, context: Context) -> Message:
+    """Tell the server which client (data partition) this node holds."""
+    pid = context.node_config.get("partition-id")
+    if pid is None:
+        raise ValueError("node config: missing 'partition-id' (start the SuperNode with --node-config 'partition-id=<k>')")
+    return Message(RecordDict({"partition": ConfigRecord({"partition-id": int(pid)})}), reply_to=msg)
+
+
+@client_app.train()
+def train(msg: Message, context: Context) -> Message:
+    """Local training of this node's client from the state the server sent."""
+    runner = _runner(*_run_config(context))
+    content = msg.content
+    cfg = content.config_records[CONFIG]
+    client_id = int(cfg["client-id"])
+    if client_id != int(context.node_config.get("partition-id", client_id)):
+        raise ValueError(f"this node holds partition-id={context.node_config['partition-id']}, asked to train client {client_id}")
+    update, entry = runner.train(
+        int(cfg["round"]), client_id, from_arrays(content.array_records[STATE]),
+        from_arrays(content.array_records.get(DOWNLINK)), _entry(context),
+    )  # fmt: skip
+    for key in ("personal", "memory"):
+        context.state[key] = ArrayRecord(dict(entry[key])) if entry[key] else ArrayRecord()
+    return Message(update_to_record(update), reply_to=msg)
+
+
+@client_app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    """This node's client evaluates the global state (with its personal state) on its val split."""
+    runner = _runner(*_run_config(context))
+    content = msg.content
+    client_id = int(content.config_records[CONFIG]["client-id"])
+    means, count = runner.evaluate(client_id, from_arrays(content.array_records[STATE]), _entry(context))
+    metrics = MetricRecord({"num-examples": count, "client-id": client_id, **{k: float(v) for k, v in means.items()}})
+    return Message(RecordDict({METRICS: metrics}), reply_to=msg)
+
+
+# ------------------------------------------------------------------------------ ServerApp
+server_app = ServerApp()
+
+
+@server_app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run the config's rounds over the connected SuperNodes."""
+    config, overrides = _run_config(context)
+    module, datamodule, loop, trainer_config = load_run(config, overrides)
+    # The server never loads the clients' data: it knows their number, sizes come with updates.
+    out = str(context.run_config.get("output-dir") or trainer_config.get("default_root_dir") or "runs/flower")
+    server = FederatedServer(loop, module, datamodule.num_clients, out, timeout=float(context.run_config.get("timeout", 3600)))
+    min_nodes = int(context.run_config.get("min-nodes", loop.clients_per_round))
+    server.start(grid, eval_clients=datamodule.eval_clients or datamodule.num_clients, min_nodes=min_nodes)

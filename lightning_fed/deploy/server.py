@@ -1,0 +1,232 @@
+"""Our server strategy inside a Flower strategy, for real multi-machine runs.
+
+:class:`FederatedServer` is a ``flwr.serverapp.strategy.Strategy``. Its rounds follow the
+in-process :class:`~lightning_fed.callbacks.FederatedLoop` exactly: the same clients are
+sampled (a pure function of seed and round), each gets ``strategy.client_model`` and
+``strategy.downlink``, replies are checked with
+:func:`~lightning_fed.strategies.check_update`, a client whose node fails or times out is
+left out, the round fails below ``min_clients``, and the strategy aggregates. Server round
+hooks run here (with a :class:`ServerContext` in place of the Trainer). The run's record is
+the same ``summary.json`` and TensorBoard scalars, plus the final adapter folder.
+
+A client is a partition of the data (``partition-id`` in the SuperNode's node config); the
+server asks every node which partition it holds before the first round.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy as FlowerStrategy
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+from lightning_fed.callbacks.federated_loop import FederatedLoop
+from lightning_fed.deploy.records import METRICS, from_arrays, record_to_update, to_arrays, train_instruction
+from lightning_fed.federation.sampling import sample_clients
+from lightning_fed.modules.base import FederatedModule
+from lightning_fed.strategies.base import AggregationError, ClientUpdate, StateDict, check_update, clone_state, state_nbytes
+
+PARTITION_QUERY = "query.partition"
+
+
+@dataclass
+class ServerContext:
+    """What server hooks get instead of a ``Trainer`` under Flower: where to write and log."""
+
+    default_root_dir: str
+    loggers: list[Any] = field(default_factory=list)
+    is_global_zero: bool = True
+
+    @property
+    def log_dir(self) -> str:
+        return self.default_root_dir
+
+
+class FederatedServer(FlowerStrategy):
+    """Runs a :class:`FederatedLoop`'s rounds over a Flower ``Grid``.
+
+    Args:
+        loop: The run's loop (rounds, clients per round, strategy, hooks, seed, min_clients).
+        module: The server's copy of the model: its shared parameters are the initial global
+            state, round hooks work on it, and the final adapter is saved from it.
+        num_clients: Number of data partitions (clients) in the federation.
+        output_dir: Where ``summary.json``, TensorBoard events and the adapter go.
+        timeout: Seconds to wait for a round's replies; a node that has not answered by then
+            counts as a failed client.
+    """
+
+    def __init__(self, loop: FederatedLoop, module: FederatedModule, num_clients: int, output_dir: str | Path, timeout: float = 3600.0) -> None:
+        if loop.clients_per_round > num_clients:
+            raise ValueError(f"federation.clients_per_round={loop.clients_per_round} exceeds data.num_clients={num_clients}")
+        self.loop, self.module, self.num_clients, self.timeout = loop, module, num_clients, timeout
+        self.context = ServerContext(str(output_dir), [TensorBoardLogger(str(output_dir), name="", version="")])
+        self.nodes: dict[int, int] = {}  # client (partition) -> node id
+        self._sent: dict[int, StateDict] = {}
+
+    # --------------------------------------------------------------- Flower's strategy API
+    def summary(self) -> None:
+        lp = self.loop
+        rank_zero_info(
+            f"FederatedServer: {type(lp.strategy).__name__}, {lp.rounds} rounds, {lp.clients_per_round} of"
+            f" {self.num_clients} clients per round, min_clients={lp.min_clients}, seed={lp.seed}"
+        )
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """One train message per sampled client, to the node holding its partition."""
+        round_idx, lp = server_round - 1, self.loop
+        clients = sample_clients(self.num_clients, lp.clients_per_round, lp.seed, round_idx)
+        for hook in lp.hooks:
+            hook.on_round_start(lp, self.context, self.module, round_idx, clients)
+        self._round_clients, self._missing, self._sent = list(clients), [], {}
+        self._down = 0
+        messages = []
+        for cid in clients:
+            if cid not in self.nodes:
+                self._missing.append(cid)
+                continue
+            start, downlink = lp.client_start(cid)
+            self._sent[cid] = start
+            self._down += state_nbytes(start) + state_nbytes(downlink)
+            content = train_instruction(round_idx, cid, start, downlink)
+            messages.append(Message(content=content, message_type=MessageType.TRAIN, dst_node_id=self.nodes[cid]))
+        return messages
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Check every reply, aggregate the valid ones, run the after-aggregate hooks."""
+        round_idx, lp = server_round - 1, self.loop
+        failed, rejected, valid, answered = list(self._missing), {}, [], set()
+        up = 0
+        for msg in replies:
+            if msg.has_error():
+                cid = self._client_of(msg.metadata.src_node_id)
+                failed.append(cid)
+                answered.add(cid)
+                rank_zero_warn(f"round {server_round}: client {cid} failed and is left out: {msg.error.reason}")
+                continue
+            try:
+                update = record_to_update(msg.content)
+                if update.client_id not in self._sent or update.client_id in answered:
+                    raise AggregationError(f"client {update.client_id} was not asked to train in this round")
+                answered.add(update.client_id)
+                up += state_nbytes(update.state) + state_nbytes(update.extras)
+                check_update(self._sent[update.client_id], update)
+                valid.append(update)
+            except (AggregationError, ValueError) as err:
+                cid = self._client_of(msg.metadata.src_node_id)
+                rejected[cid] = str(err)
+                rank_zero_warn(f"round {server_round}: update of client {cid} rejected: {err}")
+        failed += [c for c in self._sent if c not in answered and c not in rejected]  # no reply: timed out
+        lp.failed_clients += len(failed)
+        lp.rejected_updates += len(rejected)
+        if len(valid) < lp.min_clients:
+            raise RuntimeError(
+                f"round {server_round}: only {len(valid)} of {len(self._round_clients)} clients returned a valid update,"
+                f" fewer than federation.min_clients={lp.min_clients} (failed: {sorted(failed)}, rejected: {sorted(rejected)})"
+            )
+        lp.global_state = clone_state(lp.strategy.aggregate(lp.global_state, valid))
+        self.module.load_state(lp.global_state)
+        for hook in lp.hooks:
+            hook.after_aggregate(lp, self.context, self.module, round_idx)
+        extra_up, extra_down = lp._extra_bytes
+        lp._extra_bytes = [0, 0]
+        lp.report.end_round(
+            self.context, round_idx, clients=self._round_clients, updates=sorted(valid, key=lambda u: u.client_id),
+            failed=sorted(failed), rejected=rejected, up_bytes=up + extra_up, down_bytes=self._down + extra_down,
+            seconds=time.perf_counter() - self._t0,
+        )  # fmt: skip
+        return to_arrays(lp.global_state), MetricRecord({"aggregated": len(valid), "failed": len(failed), "rejected": len(rejected)})
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """Every evaluated client (``data.eval_clients``) evaluates the new global state."""
+        return [
+            Message(content=train_instruction(server_round - 1, cid, self.loop.client_start(cid)[0], {}),
+                    message_type=MessageType.EVALUATE, dst_node_id=node)  # fmt: skip
+            for cid, node in sorted(self.nodes.items())
+            if cid < self.eval_clients
+        ]
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        report = self.loop.report
+        report.start_eval()
+        for msg in replies:
+            if msg.has_error() or METRICS not in msg.content.metric_records:
+                continue
+            metrics = dict(msg.content.metric_records[METRICS])
+            count, cid = int(metrics.pop("num-examples", 0)), int(metrics.pop("client-id", -1))
+            report.add_client_eval(cid, {k: float(v) for k, v in metrics.items()}, count)
+        report.end_eval(self.context, None, round_number=server_round)
+        last = report.history[-1].get("val") if report.history else None
+        return MetricRecord({k: float(v) for k, v in last.items()}) if last else None
+
+    # ------------------------------------------------------------------------- the run
+    def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None, timeout: float | None = None,
+              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None, evaluate_fn: Any = None,
+              eval_clients: int | None = None, min_nodes: int | None = None) -> Result:  # fmt: skip
+        """Run every round; returns Flower's ``Result`` and writes the run's record."""
+        lp = self.loop
+        if initial_arrays is not None:
+            lp.global_state = from_arrays(initial_arrays)
+        if not lp.global_state:
+            lp.global_state = clone_state(self.module.shared_parameters())
+        lp.strategy.setup(lp.global_state, self.num_clients)
+        self.eval_clients = eval_clients or self.num_clients
+        timeout = self.timeout if timeout is None else timeout
+        self.summary()
+        self.nodes = discover_partitions(grid, min_nodes or 1, timeout)
+        result = Result()
+        for server_round in range(1, (num_rounds or lp.rounds) + 1):
+            self._t0 = time.perf_counter()
+            replies = grid.send_and_receive(self.configure_train(server_round, to_arrays(lp.global_state), ConfigRecord(), grid), timeout=timeout)
+            arrays, metrics = self.aggregate_train(server_round, replies)
+            result.arrays, result.train_metrics_clientapp[server_round] = arrays, metrics
+            replies = grid.send_and_receive(self.configure_evaluate(server_round, arrays, ConfigRecord(), grid), timeout=timeout)
+            evaluated = self.aggregate_evaluate(server_round, replies)
+            if evaluated is not None:
+                result.evaluate_metrics_clientapp[server_round] = evaluated
+        self.finish()
+        return result
+
+    def finish(self) -> None:
+        """Write the final adapter, the global state and ``summary.json``."""
+        out = Path(self.context.default_root_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.module.load_state(self.loop.global_state)
+        if self.loop.save_adapter:
+            self.module.save_adapter(out / "adapter")
+        torch.save(self.loop.global_state, out / "global_state.pt")
+        extra = {"failed_clients": self.loop.failed_clients, "rejected_updates": self.loop.rejected_updates, "engine": "flower"}
+        self.loop.report.write_summary(self.context, extra=extra)
+        for logger in self.context.loggers:
+            logger.finalize("success")
+
+    def _client_of(self, node_id: int) -> int:
+        return next((c for c, n in self.nodes.items() if n == node_id), -1)
+
+
+def discover_partitions(grid: Grid, min_nodes: int, timeout: float) -> dict[int, int]:
+    """Ask every connected node which partition (client) it holds: ``{client: node}``."""
+    deadline = time.monotonic() + timeout
+    while len(nodes := list(grid.get_node_ids())) < min_nodes:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(nodes)} SuperNodes connected within {timeout:.0f} s, need at least {min_nodes}")
+        time.sleep(0.5)
+    queries = [Message(content=RecordDict(), message_type=f"{MessageType.QUERY}.partition", dst_node_id=n) for n in nodes]
+    out: dict[int, int] = {}
+    for reply in grid.send_and_receive(queries, timeout=timeout):
+        if reply.has_error():
+            rank_zero_warn(f"node {reply.metadata.src_node_id} did not say which partition it holds: {reply.error.reason}")
+            continue
+        cid = int(reply.content.config_records["partition"]["partition-id"])
+        if cid in out:
+            raise RuntimeError(f"partition-id={cid} is held by two SuperNodes ({out[cid]} and {reply.metadata.src_node_id})")
+        out[cid] = reply.metadata.src_node_id
+    rank_zero_info(f"FederatedServer: {len(out)} SuperNodes hold partitions {sorted(out)}")
+    return out
