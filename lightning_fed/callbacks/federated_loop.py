@@ -84,8 +84,9 @@ class FederatedLoop(Callback):
             problems.append(
                 f"set exactly one of federation.local_steps and federation.local_epochs, got {local_steps} and {local_epochs}"
             )
-        elif (local_steps or local_epochs or 0) < 1:
-            problems.append(f"federation.local_steps/local_epochs must be >= 1, got {local_steps or local_epochs}")
+        elif (steps := local_steps if local_steps is not None else local_epochs) < 1:
+            name = "local_steps" if local_steps is not None else "local_epochs"
+            problems.append(f"federation.{name} must be >= 1, got {steps}")
         if not 1 <= min_clients <= clients_per_round:
             problems.append(f"federation.min_clients must be in [1, clients_per_round={clients_per_round}], got {min_clients}")
         if problems:

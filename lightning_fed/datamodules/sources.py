@@ -21,6 +21,8 @@ from lightning_fed.datamodules.synthetic import SYNTHETIC
 FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "instruction": (("instruction", "output"), ("input",)),
     "preference": (("prompt", "chosen", "rejected"), ()),
+    # Unlabeled prompts, e.g. the server's instructions for FedBis' RLFT (Sec. 4).
+    "prompt": (("prompt",), ()),
 }
 
 SYNTHETIC_PREFIX = "synthetic:"
@@ -65,8 +67,7 @@ def load_records(
             raise ValueError(f"data.dataset {dataset!r}: unknown synthetic set; valid: {valid}")
         ds = SYNTHETIC[name](**dict(synthetic_args or {}))
     elif (files := local_files(dataset)) is not None:
-        builder, data_files = files
-        ds = datasets.load_dataset(builder, data_files=data_files, split="train")
+        ds = load_local(dataset, *files)
     else:
         ds = datasets.load_dataset(dataset, split=split)
     ds = apply_field_map(ds, kind, dataset, field_map)
@@ -102,6 +103,58 @@ def local_files(dataset: str) -> tuple[str, list[str]] | None:
             raise FileNotFoundError(f"data.dataset {dataset!r}: no such file")
         return LOCAL_FORMATS[suffix], [str(path)]
     return None
+
+
+def load_local(dataset: str, builder: str, data_files: list[str]) -> datasets.Dataset:
+    """Read local files with the ``datasets`` builder; a file it cannot read is a one-line error.
+
+    ``datasets`` reports a malformed line as a multi-line ``DatasetGenerationError`` (or a
+    bare ``StopIteration`` for an empty file); the root cause is what the user needs.
+
+    Args:
+        dataset: ``data.dataset`` as given, for error messages.
+        builder: The ``datasets`` builder (:data:`LOCAL_FORMATS`).
+        data_files: The files to read.
+
+    Raises:
+        ValueError: Naming the file and, where it can be found, the line: an empty file, a
+            line that is not UTF-8, or the root cause the reader gave.
+    """
+    for file in data_files:
+        _check_text(dataset, file, text=builder in ("json", "csv"))
+    try:
+        return datasets.load_dataset(builder, data_files=data_files, split="train")
+    except Exception as err:  # noqa: BLE001 - any reader failure becomes one line naming the file
+        cause = err
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        reason = " ".join(str(cause).split()) or type(cause).__name__
+        where = data_files[0] if len(data_files) == 1 else f"one of {len(data_files)} files"
+        raise ValueError(f"data.dataset {dataset!r}: cannot read {where!r} as {builder}: {reason}") from None
+
+
+def _check_text(dataset: str, file: str, text: bool) -> None:
+    """Raise if ``file`` is empty or, for a text format, has a line that is not UTF-8.
+
+    pyarrow's JSON reader accepts invalid UTF-8 and fails later without a line number.
+    """
+    if not text:
+        if Path(file).stat().st_size == 0:
+            raise ValueError(f"data.dataset {dataset!r}: file {file!r} is empty")
+        return
+    blank = True
+    with open(file, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"data.dataset {dataset!r}: line {number} of {file!r} is not UTF-8"
+                    f" (byte {line[err.start]:#04x} at column {err.start + 1})"
+                ) from None
+            blank = blank and not line.strip()
+    if blank:
+        raise ValueError(f"data.dataset {dataset!r}: file {file!r} is empty")
 
 
 def apply_field_map(
@@ -182,9 +235,11 @@ def validate_records(ds: datasets.Dataset, kind: str, source: str) -> None:
         column = table.column(field)
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
                 or (pa.types.is_null(column.type) and field in optional)):
-            raise ValueError(
-                f"data.dataset {source!r}: field {field!r} must be text, got {column.type}"
-            )
+            # name the first row whose value is not text (mixed JSON columns decode per row)
+            values = ds[field]
+            row = next((i for i, v in enumerate(values) if not (isinstance(v, str) or (v is None and field in optional))), None)
+            found = f"row {row} has {values[row]!r}" if row is not None else f"got {column.type}"
+            raise ValueError(f"data.dataset {source!r}: field {field!r} must be text; {found}")
         if field in optional:
             continue
         blank = pc.or_kleene(

@@ -88,8 +88,9 @@ class BinarySelectorModule(FederatedModule):
         optimizer: str = "adamw",
         num_selectors: int = 1,
     ) -> None:
-        if num_selectors < 1:
-            raise ValueError(f"model.num_selectors must be >= 1, got {num_selectors}")
+        if num_selectors < 1 or num_selectors % 2 == 0:
+            # FedBiscuit labels pairs by majority vote of the U selectors: an even U can tie.
+            raise ValueError(f"model.num_selectors must be a positive odd number, got {num_selectors}")
         super().__init__(backbone, lora=lora, lr=lr, weight_decay=weight_decay, optimizer=optimizer)
         self.num_selectors = num_selectors
         for u in range(1, num_selectors):

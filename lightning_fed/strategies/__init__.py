@@ -24,7 +24,9 @@ from lightning_fed.strategies.fedavgm import FedAvgM
 from lightning_fed.strategies.fedopt import FedOpt
 from lightning_fed.strategies.fedprox import FedProx, ProximalCorrection, proximal_term
 from lightning_fed.strategies.fedyogi import FedYogi
+from lightning_fed.strategies.median import CoordinateMedian
 from lightning_fed.strategies.scaffold import ControlVariateCorrection, Scaffold
+from lightning_fed.strategies.trimmed_mean import TrimmedMean
 
 STRATEGIES: dict[str, type[Strategy]] = {
     "fedavg": FedAvg,
@@ -35,6 +37,8 @@ STRATEGIES: dict[str, type[Strategy]] = {
     "fedyogi": FedYogi,
     "fedadam": FedAdam,
     "fedamp": FedAMP,
+    "median": CoordinateMedian,
+    "trimmed_mean": TrimmedMean,
 }
 
 __all__ = [
@@ -42,6 +46,7 @@ __all__ = [
     "AggregationError",
     "ClientUpdate",
     "ControlVariateCorrection",
+    "CoordinateMedian",
     "FedAdagrad",
     "FedAMP",
     "FedAdam",
@@ -55,6 +60,7 @@ __all__ = [
     "Scaffold",
     "StateDict",
     "Strategy",
+    "TrimmedMean",
     "check_update",
     "clone_state",
     "compute_dtype",

@@ -111,7 +111,7 @@ def test_default_local_correction_is_a_no_op():
 
 
 def test_registry_names_every_strategy():
-    assert set(STRATEGIES) == {"fedavg", "fedprox", "scaffold", "fedavgm", "fedadagrad", "fedyogi", "fedadam", "fedamp", "fedbiscuit"}
+    assert set(STRATEGIES) == {"fedavg", "fedprox", "scaffold", "fedavgm", "fedadagrad", "fedyogi", "fedadam", "fedamp", "fedbiscuit", "median", "trimmed_mean"}
     for cls in STRATEGIES.values():
         assert issubclass(cls, Strategy)
         strategy = cls()
