@@ -1,0 +1,72 @@
+"""kill -9 at random points, checkpoint saves included, then resume: same result as no kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = ROOT / "tests" / "helpers" / "kill_driver.py"
+ROUNDS, CLIENTS_PER_ROUND, LOCAL_STEPS = 3, 2, 3
+BATCHES = ROUNDS * CLIENTS_PER_ROUND * LOCAL_STEPS
+
+
+def _run(root: Path, mode: str = "none", at: int = 0, resume: bool = False) -> subprocess.CompletedProcess:
+    args = [
+        "fit", "--config", str(ROOT / "configs/tiny.yaml"), f"--trainer.default_root_dir={root}", "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false", f"--federation.rounds={ROUNDS}", f"--federation.local_steps={LOCAL_STEPS}",
+    ]  # fmt: skip
+    last = root / "checkpoints" / "last.ckpt"
+    if resume and last.exists():
+        args.append(f"--ckpt_path={last}")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(DRIVER), mode, str(at), "--", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _result(root: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    adapter = load_file(str(root / "adapter" / "adapter_model.safetensors"))
+    rounds = json.loads((root / "summary.json").read_text())["rounds"]
+    for r in rounds:
+        r.pop("seconds")
+    return adapter, rounds
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("straight")
+    proc = _run(root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return _result(root)
+
+
+# Five kill points drawn once (seeded): three after a random training batch, two halfway
+# through writing a checkpoint file (the 1st and a random later one).
+_rng = random.Random(20261122)
+KILLS = [("batch", _rng.randint(1, BATCHES - 1)) for _ in range(3)] + [("save", 1), ("save", _rng.randint(2, ROUNDS))]
+
+
+@pytest.mark.parametrize(("mode", "at"), KILLS, ids=[f"{m}{a}" for m, a in KILLS])
+def test_kill_9_then_resume_equals_uninterrupted(tmp_path, uninterrupted, mode, at):
+    killed = _run(tmp_path, mode, at)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    for ckpt in (tmp_path / "checkpoints").glob("*.ckpt"):  # whatever survived is a whole checkpoint
+        torch.load(ckpt, weights_only=False, map_location="cpu")
+    resumed = _run(tmp_path, resume=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    adapter, rounds = _result(tmp_path)
+    ref_adapter, ref_rounds = uninterrupted
+    assert adapter.keys() == ref_adapter.keys()
+    for k, v in ref_adapter.items():
+        torch.testing.assert_close(adapter[k], v, rtol=1e-5, atol=1e-7)
+    assert [r["clients"] for r in rounds] == [r["clients"] for r in ref_rounds]
+    for r, ref in zip(rounds, ref_rounds, strict=True):
+        assert r["val"] == pytest.approx(ref["val"], rel=1e-4)
+    assert not list((tmp_path / "checkpoints").glob("*.tmp"))  # no half-written file left visible as a checkpoint
