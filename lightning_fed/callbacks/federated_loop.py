@@ -25,6 +25,7 @@ from lightning_fed.callbacks.failures import guard_training_step, unguard_traini
 from lightning_fed.callbacks.hooks import RoundHook
 from lightning_fed.callbacks.reporting import RoundReport
 from lightning_fed.federation.sampling import ClientTurn, derive_seed, sample_clients
+from lightning_fed.federation.screening import UpdateScreen, update_norm
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.strategies.base import (
     AggregationError,
@@ -58,6 +59,10 @@ class FederatedLoop(Callback):
             the rest goes to ``state_offload_dir``.
         state_offload_dir: Folder for per-client state past the memory budget.
         save_adapter: Write the final global adapter as a PEFT folder at the end of fit.
+        max_update_norm: Bound on the L2 norm of a client's change ``w_k - w``; a larger (e.g.
+            poisoned, scaled) update is handled per ``on_large_update``. ``None``: no bound.
+        on_large_update: ``reject`` such an update (counted as rejected) or ``clip`` its change
+            to ``max_update_norm`` (counted as clipped).
     """
 
     def __init__(
@@ -74,6 +79,8 @@ class FederatedLoop(Callback):
         max_state_memory_bytes: int | None = None,
         state_offload_dir: str | None = None,
         save_adapter: bool = True,
+        max_update_norm: float | None = None,
+        on_large_update: str = "reject",
     ) -> None:
         problems = []
         if rounds < 1:
@@ -98,6 +105,8 @@ class FederatedLoop(Callback):
         self.hooks = list(hooks or [])
         self._seed = seed
         self.save_adapter = save_adapter
+        self.screen = UpdateScreen(max_update_norm, on_large_update)
+        self.clipped_updates = 0
         self.store = ClientStateStore(max_state_memory_bytes, state_offload_dir)
         self.report = RoundReport()
         self.global_state: StateDict = {}
@@ -281,6 +290,10 @@ class FederatedLoop(Callback):
         for update in self._updates:
             try:
                 check_update(self._received[update.client_id], update)
+                # Logged per client (client_k/update_norm): what to base max_update_norm on.
+                update.metrics["update_norm"] = update_norm(self._received[update.client_id], update.state)
+                update, clipped = self.screen(self._received[update.client_id], update)
+                self.clipped_updates += clipped
                 valid.append(update)
             except AggregationError as err:
                 self.rejected_updates += 1
@@ -345,21 +358,26 @@ class FederatedLoop(Callback):
             personal = self.store.state_dict()
             if self._initial_personal and personal:
                 torch.save({cid: e["personal"] for cid, e in personal.items()}, out / "personal_states.pt")
-        self.report.write_summary(trainer, extra={"failed_clients": self.failed_clients, "rejected_updates": self.rejected_updates})
+        self.report.write_summary(trainer, extra=self.fault_counts())
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         unguard_training_step(self, pl_module)
 
+    def fault_counts(self) -> dict[str, int]:
+        """Clients that failed, updates rejected and updates clipped so far (for summary.json)."""
+        return {"failed_clients": self.failed_clients, "rejected_updates": self.rejected_updates, "clipped_updates": self.clipped_updates}
+
     # ============================================================================= resume
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"failed_clients": self.failed_clients, "rejected_updates": self.rejected_updates, "seed": self.seed}
+        return {**self.fault_counts(), "seed": self.seed}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.failed_clients = state_dict.get("failed_clients", 0)
         self.rejected_updates = state_dict.get("rejected_updates", 0)
+        self.clipped_updates = state_dict.get("clipped_updates", 0)
         self._seed = state_dict.get("seed", self._seed)
 
     @override

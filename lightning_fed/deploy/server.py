@@ -31,6 +31,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning_fed.callbacks.federated_loop import FederatedLoop
 from lightning_fed.deploy.records import METRICS, from_arrays, record_to_update, to_arrays, train_instruction
 from lightning_fed.federation.sampling import sample_clients
+from lightning_fed.federation.screening import update_norm
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, StateDict, check_update, clone_state, state_nbytes
 
@@ -118,6 +119,9 @@ class FederatedServer(FlowerStrategy):
                 answered.add(update.client_id)
                 up += state_nbytes(update.state) + state_nbytes(update.extras)
                 check_update(self._sent[update.client_id], update)
+                update.metrics["update_norm"] = update_norm(self._sent[update.client_id], update.state)
+                update, clipped = lp.screen(self._sent[update.client_id], update)
+                lp.clipped_updates += clipped
                 valid.append(update)
             except (AggregationError, ValueError) as err:
                 cid = self._client_of(msg.metadata.src_node_id)
@@ -202,7 +206,7 @@ class FederatedServer(FlowerStrategy):
         if self.loop.save_adapter:
             self.module.save_adapter(out / "adapter")
         torch.save(self.loop.global_state, out / "global_state.pt")
-        extra = {"failed_clients": self.loop.failed_clients, "rejected_updates": self.loop.rejected_updates, "engine": "flower"}
+        extra = {**self.loop.fault_counts(), "engine": "flower"}
         self.loop.report.write_summary(self.context, extra=extra)
         for logger in self.context.loggers:
             logger.finalize("success")

@@ -80,6 +80,12 @@ class Poison(RoundHook):
                 update.state[key] = torch.zeros(3)
             elif kind == "keys":
                 update.state["unexpected.lora_A.weight"] = update.state.pop(key)
+            elif kind == "inf":
+                update.state[key][0] = float("inf")
+            elif kind == "scale":  # a finite update whose change is blown up 1e6 times
+                start = loop._received[update.client_id]
+                for k, v in update.state.items():
+                    update.state[k] = start[k] + (v - start[k]) * 1e6
 
 
 def test_poisoned_updates_are_rejected_and_counted(tmp_path):
@@ -92,6 +98,31 @@ def test_poisoned_updates_are_rejected_and_counted(tmp_path):
         assert all(torch.isfinite(v).all() for v in loop.global_state.values())
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["rejected_updates"] == loop.rejected_updates
+
+
+def test_inf_update_is_rejected(tmp_path):
+    loop = run(tmp_path, rounds=2, hooks=[Poison({c: "inf" for c in (0, 1)})], clients_per_round=4)
+    assert loop.rejected_updates == 4 and all(sorted(r["rejected"]) == [0, 1] for r in loop.report.history)
+
+
+@pytest.mark.parametrize("mode", ["reject", "clip"])
+def test_scaled_update_is_rejected_or_clipped_per_config(tmp_path, mode):
+    from lightning_fed.federation.screening import update_norm
+
+    clean = run(tmp_path, name="clean", rounds=1, clients_per_round=4)
+    honest = [m["update_norm"] for m in clean.report.history[0]["train"].values()]
+    max_norm = 2 * max(honest)  # honest changes pass, a 1e6-scaled one does not
+    start = tiny_dpo().shared_parameters()
+    loop = run(tmp_path, name=mode, rounds=1, clients_per_round=4, hooks=[Poison({0: "scale"})], max_update_norm=max_norm, on_large_update=mode)
+    summary = json.loads((tmp_path / mode / "summary.json").read_text())
+    if mode == "reject":
+        assert loop.rejected_updates == summary["rejected_updates"] == 1 and summary["clipped_updates"] == 0
+        assert loop.report.history[0]["aggregated"] == [1, 2, 3]
+    else:
+        assert loop.clipped_updates == summary["clipped_updates"] == 1 and summary["rejected_updates"] == 0
+        assert loop.report.history[0]["aggregated"] == [0, 1, 2, 3]
+    # FedAvg of changes each at most max_norm moves the global state by at most max_norm.
+    assert update_norm(start, loop.global_state) <= max_norm + 1e-6
 
 
 def test_failing_client_is_dropped_and_counted(tmp_path):
