@@ -31,3 +31,7 @@ __all__ = [
 from lightning_fed.modules.selector import BinarySelectorModule  # noqa: E402
 
 __all__ += ["BinarySelectorModule"]
+
+from lightning_fed.modules.selector_source import SelectorSource, load_selector  # noqa: E402
+
+__all__ += ["SelectorSource", "load_selector"]

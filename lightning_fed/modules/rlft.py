@@ -48,7 +48,7 @@ def sample_completions(model: torch.nn.Module, tokenizer: Any, prompts: Sequence
 
 
 @torch.no_grad()
-def label_pairs(selector: Any, prompts: Sequence[str], completions: Sequence[Sequence[str]], template: str = "shp", max_length: int = 512) -> list[dict[str, str]]:
+def label_pairs(selector: Any, prompts: Sequence[str], completions: Sequence[Sequence[str]], template: str = "shp", max_length: int = 512, batch_size: int | None = None) -> list[dict[str, str]]:
     """Preference records from all ``C(n, 2)`` pairs of each prompt's completions.
 
     Each selector votes for the response it prefers (probability averaged over both orders,
@@ -60,24 +60,29 @@ def label_pairs(selector: Any, prompts: Sequence[str], completions: Sequence[Seq
         completions: ``n`` completions per prompt.
         template: Selector prompt template (see ``SELECTOR_TEMPLATES``).
         max_length: Longest selector prompt in tokens.
+        batch_size: Pairs per selector forward (default: all at once).
     """
     pairs = [(p, a, b) for p, outs in zip(prompts, completions) for a, b in itertools.combinations(outs, 2)]
     if not pairs:
         return []
     collate = PadCollator(selector.tokenizer.pad_token_id)
-    batch = collate([encode_choice_pair(template, p, a, b, selector.tokenizer, max_length) for p, a, b in pairs])
-    batch = {k: v.to(selector.device) for k, v in batch.items()}
+    items = [encode_choice_pair(template, p, a, b, selector.tokenizer, max_length) for p, a, b in pairs]
+    step = batch_size or len(items)
     was_training, active = selector.training, selector.active_selector
     selector.eval()
-    votes = []
+    votes = []  # per chunk: (U, chunk) votes for the first response
     try:
-        for u in range(selector.num_selectors):
-            selector.use_selector(u)
-            votes.append((selector.preference_probs(batch) > 0.5).long())
+        for start in range(0, len(items), step):
+            batch = {k: v.to(selector.device) for k, v in collate(items[start : start + step]).items()}
+            chunk = []
+            for u in range(selector.num_selectors):
+                selector.use_selector(u)
+                chunk.append((selector.preference_probs(batch) > 0.5).long())
+            votes.append(torch.stack(chunk))
     finally:
         selector.use_selector(active)
         selector.train(was_training)
-    first_wins = majority_vote(torch.stack(votes)).tolist()
+    first_wins = majority_vote(torch.cat(votes, dim=1)).tolist()
     return [{"prompt": p, "chosen": a if w else b, "rejected": b if w else a} for (p, a, b), w in zip(pairs, first_wins)]
 
 

@@ -1,0 +1,182 @@
+"""Where a trained binary selector comes from: a saved run, or a run of its own config.
+
+FedBis / FedBiscuit (Wu et al., 2024, arXiv:2407.03038) train the selector(s) federatedly and
+then use them on the server, to label RLFT pairs (Sec. 4) and to judge win rates (Table 1).
+:class:`SelectorSource` names the selector either by path, so the two stages run as two CLI
+calls, or by the config that trains it, so one config runs both stages:
+
+* a PEFT folder written by a selector run (``<run dir>/adapter``): PEFT's ``default`` adapter
+  at the top and FedBiscuit's ``selector_1 .. selector_{U-1}`` in sub-folders;
+* a Lightning checkpoint (``.ckpt``) of a selector run: the federation's global state when the
+  checkpoint has one, else the module's trainable state;
+* ``train_config``: ``lightning-fed fit --config <train_config> <train_args...>`` runs first
+  and its final global selector is used.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from lightning_fed.modules.backbone import BackboneConfig
+from lightning_fed.modules.lora import LoraSettings
+from lightning_fed.modules.selector import BinarySelectorModule, selector_name
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+@dataclass
+class SelectorSource:
+    """A trained binary selector (FedBis) or ensemble of U selectors (FedBiscuit)."""
+
+    path: str | None = None
+    """A selector run's PEFT adapter folder (``<run dir>/adapter``) or Lightning ``.ckpt``.
+    When set, it is used and ``train_config`` is ignored."""
+
+    backbone: BackboneConfig | None = None
+    """The selector's backbone. Default: from the checkpoint's hyper-parameters, or from the
+    ``config.yaml`` the CLI saved next to the adapter folder."""
+
+    train_config: str | None = None
+    """Train the selector first with this config (``lightning-fed fit --config``), so one
+    RLFT config runs both stages. Used when ``path`` is not set."""
+
+    train_args: list[str] | None = None
+    """Extra command-line arguments of that training run, e.g. ``["--federation.rounds=5"]``."""
+
+    seed: int | None = None
+    """Seed of a backbone built from ``backbone.config`` (random weights, not saved with the
+    adapters): it must be the training run's. Default: that run's ``seed_everything`` (from
+    its ``config.yaml``) or the checkpoint's federation seed."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.backbone, dict):
+            self.backbone = BackboneConfig(**self.backbone)
+        if self.path is None and self.train_config is None:
+            raise ValueError("selector: set selector.path (a trained selector) or selector.train_config (train one first), got neither")
+        if self.train_args and self.train_config is None:
+            raise ValueError(f"selector.train_args needs selector.train_config, got train_args={self.train_args}")
+
+
+def load_selector(source: SelectorSource | str, backbone: BackboneConfig | None = None) -> BinarySelectorModule:
+    """The trained selector(s) of ``source``, in eval mode.
+
+    Args:
+        source: A :class:`SelectorSource`, or just a path.
+        backbone: Overrides ``source.backbone``.
+
+    Raises:
+        FileNotFoundError: If the path does not exist.
+        ValueError: If the folder is not a selector adapter, or the backbone cannot be found.
+    """
+    if isinstance(source, str):
+        source = SelectorSource(path=source)
+    backbone = backbone or source.backbone
+    if source.path is None:
+        selector = train_selector(source.train_config, source.train_args or [])
+    else:
+        path = Path(source.path).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"selector.path {source.path!r}: no such file or folder")
+        load = _from_checkpoint if path.is_file() else _from_adapter_folder
+        selector = load(path, backbone, source.seed)
+    selector.eval()
+    return selector
+
+
+def train_selector(config: str, args: list[str]) -> BinarySelectorModule:
+    """Run ``lightning-fed fit --config config *args`` and return its final global selector."""
+    from lightning_fed.cli import main  # the CLI imports the modules: import it late
+
+    if not Path(config).is_file():
+        raise FileNotFoundError(f"selector.train_config {config!r}: no such file")
+    cli = main(["fit", "--config", config, *args])
+    if not isinstance(cli.model, BinarySelectorModule):
+        raise ValueError(f"selector.train_config {config!r} trains a {type(cli.model).__name__}, not a BinarySelectorModule")
+    return cli.model  # the FederatedLoop loads the global state at the end of fit
+
+
+def _build(backbone: BackboneConfig | dict, seed: int | None, **kwargs: Any) -> BinarySelectorModule:
+    """The selector module; a backbone built from a config gets the training run's random weights.
+
+    The CLI seeds the run and then builds the model first, so seeding just before building
+    reproduces the backbone. The global RNG is left as it was.
+    """
+    backbone = BackboneConfig(**backbone) if isinstance(backbone, dict) else backbone
+    if backbone.config is None:
+        return BinarySelectorModule(backbone, **kwargs)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0 if seed is None else seed)
+        return BinarySelectorModule(backbone, **kwargs)
+
+
+def _from_checkpoint(path: Path, backbone: BackboneConfig | None, seed: int | None) -> BinarySelectorModule:
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    hp = ckpt.get("hyper_parameters") or {}
+    if backbone is None and hp.get("backbone") is None:
+        raise ValueError(f"selector.path {str(path)!r}: the checkpoint has no backbone hyper-parameter; set selector.backbone")
+    if seed is None:  # the FederatedLoop's callback state records the run's seed
+        seed = next((s["seed"] for s in (ckpt.get("callbacks") or {}).values() if isinstance(s, dict) and "seed" in s), None)
+    selector = _build(backbone or hp["backbone"], seed, lora=hp.get("lora"), num_selectors=int(hp.get("num_selectors", 1)))
+    state = (ckpt.get("federation") or {}).get("global_state") or ckpt.get("state_dict") or {}
+    _load(selector, state, path)
+    return selector
+
+
+def _from_adapter_folder(path: Path, backbone: BackboneConfig | None, seed: int | None) -> BinarySelectorModule:
+    if not (path / ADAPTER_CONFIG).is_file():
+        raise ValueError(f"selector.path {str(path)!r}: not a PEFT adapter folder (no {ADAPTER_CONFIG})")
+    num_selectors = 1
+    while (path / selector_name(num_selectors) / ADAPTER_CONFIG).is_file():
+        num_selectors += 1
+    peft_cfg = json.loads((path / ADAPTER_CONFIG).read_text())
+    targets = peft_cfg.get("target_modules")
+    lora = LoraSettings(
+        r=int(peft_cfg["r"]), alpha=float(peft_cfg["lora_alpha"]), dropout=float(peft_cfg.get("lora_dropout", 0.0)),
+        target_modules=sorted(targets) if targets else None,
+    )  # fmt: skip
+    run_backbone, run_seed = _run_config(path, need_backbone=backbone is None)
+    selector = _build(backbone or run_backbone, run_seed if seed is None else seed, lora=lora, num_selectors=num_selectors)
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    for u in range(num_selectors):
+        folder = path if u == 0 else path / selector_name(u)
+        weights = load_file(str(folder / ADAPTER_WEIGHTS))
+        result = set_peft_model_state_dict(selector.model, weights, adapter_name="default" if u == 0 else selector_name(u))
+        unexpected = list(getattr(result, "unexpected_keys", []) or [])
+        if unexpected:
+            raise ValueError(f"selector.path {str(folder)!r}: weights do not fit the backbone, e.g. {unexpected[0]!r}")
+    return selector
+
+
+def _run_config(adapter: Path, need_backbone: bool) -> tuple[BackboneConfig | None, int | None]:
+    """Backbone and seed of the run that wrote ``adapter``, from the ``config.yaml`` the CLI saved beside it."""
+    config = adapter.parent / "config.yaml"
+    if not config.is_file():
+        if need_backbone:
+            raise ValueError(f"selector.path {str(adapter)!r}: no config.yaml beside it to read the backbone from; set selector.backbone")
+        return None, None
+    run = yaml.safe_load(config.read_text()) or {}
+    model = run.get("model") or {}
+    backbone = (model.get("init_args") or model).get("backbone")
+    if need_backbone and not backbone:
+        raise ValueError(f"selector: {str(config)!r} has no model.init_args.backbone; set selector.backbone")
+    seed = run.get("seed_everything")
+    return (BackboneConfig(**backbone) if backbone else None), (int(seed) if isinstance(seed, int) and not isinstance(seed, bool) else None)
+
+
+def _load(selector: BinarySelectorModule, state: dict[str, Any], path: Path) -> None:
+    params = dict(selector.named_parameters())
+    adapter_state = {k: v for k, v in state.items() if "lora_" in k}
+    unknown = [k for k in adapter_state if k not in params]
+    if not adapter_state or unknown:
+        detail = f"e.g. {unknown[0]!r}" if unknown else "none found"
+        raise ValueError(f"selector.path {str(path)!r}: adapter weights do not fit the selector ({detail})")
+    selector.load_state(adapter_state)
