@@ -145,6 +145,9 @@ class FederatedLoop(Callback):
         dm.round_plan = self.plan_round
         trainer.fit_loop.max_epochs = self.rounds
         trainer.reload_dataloaders_every_n_epochs = 1  # each round lays out its own batches
+        # The round loader is rank-aware itself (RoundBatchSampler splits each global batch over
+        # the DDP processes); a DistributedSampler injected by Lightning would break the layout.
+        trainer._accelerator_connector.use_distributed_sampler = False
         self.global_state = clone_state(pl_module.shared_parameters())
         if not self.global_state:
             raise ValueError(f"{type(pl_module).__name__} has no shared parameters: nothing to federate")

@@ -199,7 +199,8 @@ class FederatedDataModule(pl.LightningDataModule):
         round_idx = self.trainer.current_epoch if self.trainer is not None else 0
         turns = self.round_plan(round_idx)  # first: round-start hooks may select client data
         sizes = self.client_sizes
-        sampler = RoundBatchSampler(turns, self._offsets(sizes), sizes, self.batch_size, self.seed, round_idx)
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
+        sampler = RoundBatchSampler(turns, self._offsets(sizes), sizes, self.batch_size, self.seed, round_idx, rank, world)
         # Rebuilt every round: a round hook may have selected a subset of a client's data.
         train = ConcatDataset([c.train_set for c in self.clients])
         return DataLoader(train, batch_sampler=sampler, collate_fn=self._collate)

@@ -21,13 +21,25 @@ class RoundBatchSampler(Sampler[list[int]]):
     A client's examples are visited in a fresh permutation per pass, seeded by
     ``(seed, round, client)``; passes continue across batch boundaries, so every batch is full
     unless the client holds fewer than ``batch_size`` examples.
+
+    Under data parallelism (DDP, ``num_replicas`` processes) one local step of a client uses
+    ``num_replicas * batch_size`` examples: the same stream is cut into global batches of that
+    size and process ``rank`` takes every ``num_replicas``-th example of each. The gradient
+    DDP averages is then the gradient of the single-process run with the global batch size.
     """
 
     def __init__(
-        self, turns: Sequence[ClientTurn], offsets: Sequence[int], sizes: Sequence[int], batch_size: int, seed: int, round_idx: int
-    ) -> None:
+        self, turns: Sequence[ClientTurn], offsets: Sequence[int], sizes: Sequence[int], batch_size: int, seed: int, round_idx: int,
+        rank: int = 0, num_replicas: int = 1,
+    ) -> None:  # fmt: skip
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
+        small = [t.client_id for t in turns if min(sizes[t.client_id], batch_size * num_replicas) < num_replicas]
+        if small:
+            raise ValueError(f"clients {small} hold fewer examples than the {num_replicas} data-parallel processes")
         self.turns, self.offsets, self.sizes = list(turns), offsets, sizes
         self.batch_size, self.seed, self.round_idx = batch_size, seed, round_idx
+        self.rank, self.num_replicas = rank, num_replicas
 
     def __len__(self) -> int:
         return sum(t.num_batches for t in self.turns)
@@ -37,11 +49,11 @@ class RoundBatchSampler(Sampler[list[int]]):
             n, base = self.sizes[turn.client_id], self.offsets[turn.client_id]
             g = torch.Generator().manual_seed(derive_seed(self.seed, self.round_idx, turn.client_id))
             stream: list[int] = []
-            bs = min(self.batch_size, n)
+            bs = min(self.batch_size * self.num_replicas, n)
             for _ in range(turn.num_batches):
                 while len(stream) < bs:
                     stream.extend((torch.randperm(n, generator=g) + base).tolist())
-                yield stream[:bs]
+                yield stream[:bs][self.rank :: self.num_replicas]
                 stream = stream[bs:]
 
 
