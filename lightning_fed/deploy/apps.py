@@ -17,8 +17,10 @@ parameters, algorithm memory such as SCAFFOLD's ``c_i``) lives in its ``context.
 
 from __future__ import annotations
 
+import os
 import shlex
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -49,8 +51,10 @@ def _runner(config: str, overrides: str) -> ClientRunner:
 
 def _run_config(context: Context) -> tuple[str, str]:
     cfg = context.run_config
-    if "config" not in cfg:
+    if not cfg.get("config"):
         raise ValueError("run config: missing 'config' (path of the lightning-fed YAML config)")
+    if not Path(str(cfg["config"])).is_file():
+        raise FileNotFoundError(f"run config: config={cfg['config']!r} is not a file on this machine (cwd {os.getcwd()})")
     return str(cfg["config"]), str(cfg.get("overrides", ""))
 
 
@@ -113,5 +117,5 @@ def main(grid: Grid, context: Context) -> None:
     # The server never loads the clients' data: it knows their number, sizes come with updates.
     out = str(context.run_config.get("output-dir") or trainer_config.get("default_root_dir") or "runs/flower")
     server = FederatedServer(loop, module, datamodule.num_clients, out, timeout=float(context.run_config.get("timeout", 3600)))
-    min_nodes = int(context.run_config.get("min-nodes", loop.clients_per_round))
+    min_nodes = int(context.run_config.get("min-nodes", 0)) or loop.clients_per_round
     server.start(grid, eval_clients=datamodule.eval_clients or datamodule.num_clients, min_nodes=min_nodes)
