@@ -14,7 +14,7 @@ the public batches are drawn from a generator seeded by (run seed, round), so a 
 run aligns exactly as an uninterrupted one. The hook also counts what each client
 receives (adapter + emulator whenever it changed + the frozen embeddings/head on first
 contact) and writes it with the full model's size into ``summary.json`` under
-``clients.offsite``.
+``hooks.EmulatorAlignment``.
 """
 
 from __future__ import annotations
@@ -233,6 +233,9 @@ class EmulatorAlignment(RoundHook):
             module.load_state(self._pending)
             self._pending = None
 
+    def setup(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        self._bind(module)  # a resumed run's emulator is in the module before any evaluation
+
     def on_round_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]) -> None:
         """Distil (once), align for E steps with the global adapter, then count the broadcast."""
         self._bind(module)
@@ -260,15 +263,17 @@ class EmulatorAlignment(RoundHook):
             loop.add_round_bytes(down=extra)
             per_client[str(cid)] = adapter + extra
         self.received.append({"round": round_idx + 1, "bytes": per_client})
-        loop.report.clients["offsite"] = {
+        self._sizes = {
             "full_model_bytes": module.full_model_nbytes(),
             "client_model_bytes": state_nbytes(module.client_state()),
             "adapter_bytes": adapter,
             "emulator_bytes": emulator,
             "frozen_bytes": frozen,
-            "received_per_round": self.received,
-            "alignment": self.history,
         }
+
+    def summary(self) -> dict[str, Any]:
+        """Model sizes, the bytes each sampled client received per round, and the alignment record."""
+        return {**getattr(self, "_sizes", {}), "received_per_round": self.received, "alignment": self.history}
 
     # ----------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:

@@ -156,6 +156,11 @@ class FederatedLoop(Callback):
         self.report.set_clients(dm.client_sizes, [len(c.val_set) for c in dm.clients])
         guard_training_step(self, pl_module)  # a raising client is left out; undone in teardown
 
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for hook in self.hooks:
+            hook.setup(self, trainer, pl_module)
+
     def plan_round(self, round_idx: int) -> list[ClientTurn]:
         """Prepare round ``round_idx`` (sample clients, run round-start hooks) and lay out its turns.
 
@@ -347,7 +352,8 @@ class FederatedLoop(Callback):
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
-            self.report.end_eval(trainer, pl_module, round_number=0, initial=True)
+            if not self.report.history:  # a resumed run keeps the initial evaluation it restored
+                self.report.end_eval(trainer, pl_module, round_number=0, initial=True)
         else:
             self.report.end_eval(trainer, pl_module, round_number=trainer.current_epoch + 1)
 
@@ -361,11 +367,15 @@ class FederatedLoop(Callback):
             personal = self.store.state_dict()
             if self._initial_personal and personal:
                 torch.save({cid: e["personal"] for cid, e in personal.items()}, out / "personal_states.pt")
-        self.report.write_summary(trainer, extra=self.fault_counts())
+        self.report.write_summary(trainer, extra={**self.fault_counts(), "hooks": self.hook_summaries()})
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         unguard_training_step(self, pl_module)
+
+    def hook_summaries(self) -> dict[str, Any]:
+        """Each hook's :meth:`~RoundHook.summary`, keyed by its class name (empty ones left out)."""
+        return {type(h).__name__: out for h in self.hooks if (out := h.summary())}
 
     def fault_counts(self) -> dict[str, int]:
         """Clients that failed, updates rejected and updates clipped so far (for summary.json)."""

@@ -50,7 +50,7 @@ class ClientGrouping(RoundHook):
     """Drives a :class:`~lightning_fed.strategies.FedBiscuit` run: schedule, grouping, selectors.
 
     Each grouping is recorded (round, assignment, loss matrix, broadcast bytes) in
-    ``summary.json`` under ``clients.fedbiscuit_groupings`` and as a TensorBoard image
+    ``summary.json`` under ``hooks.ClientGrouping.groupings`` and as a TensorBoard image
     (clients x selectors) when the logger is TensorBoard's.
     """
 
@@ -79,7 +79,9 @@ class ClientGrouping(RoundHook):
             )
             self._log_image(trainer, strategy, round_idx)
         module.client_selectors = {c: strategy.selector_of(c) for c in range(loop.datamodule.num_clients)}
-        loop.report.clients["fedbiscuit_groupings"] = self.groupings
+
+    def summary(self) -> dict[str, Any]:
+        return {"groupings": self.groupings}
 
     def on_client_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int) -> None:
         module.use_selector(self._strategy(loop).selector_of(client_id))

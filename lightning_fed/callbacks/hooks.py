@@ -25,6 +25,12 @@ class RoundHook:
     :meth:`state_dict` (tensors allowed).
     """
 
+    def setup(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        """Once per fit, after a resumed run's state is loaded, before any evaluation or round.
+
+        Put state restored by :meth:`load_state_dict` back into the module here.
+        """
+
     def on_round_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]) -> None:
         """Before the round's data is laid out.
 
@@ -40,6 +46,10 @@ class RoundHook:
 
     def after_aggregate(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int) -> None:
         """After the new global state is loaded into the module, before evaluation."""
+
+    def summary(self) -> dict[str, Any]:
+        """What this hook adds to ``summary.json`` (under ``hooks.<ClassName>``); JSON-serialisable."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         return {}

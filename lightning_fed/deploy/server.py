@@ -184,6 +184,8 @@ class FederatedServer(FlowerStrategy):
         self.eval_clients = eval_clients or self.num_clients
         timeout = self.timeout if timeout is None else timeout
         self.summary()
+        for hook in lp.hooks:
+            hook.setup(lp, self.context, self.module)
         self.nodes = discover_partitions(grid, min_nodes or 1, timeout)
         result = Result()
         for server_round in range(1, (num_rounds or lp.rounds) + 1):
@@ -206,7 +208,7 @@ class FederatedServer(FlowerStrategy):
         if self.loop.save_adapter:
             self.module.save_adapter(out / "adapter")
         torch.save(self.loop.global_state, out / "global_state.pt")
-        extra = {**self.loop.fault_counts(), "engine": "flower"}
+        extra = {**self.loop.fault_counts(), "hooks": self.loop.hook_summaries(), "engine": "flower"}
         self.loop.report.write_summary(self.context, extra=extra)
         for logger in self.context.loggers:
             logger.finalize("success")

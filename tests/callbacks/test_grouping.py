@@ -36,7 +36,7 @@ def test_fedbiscuit_recovers_groups_and_beats_fedbis(planted, tmp_path):
     module, data, loop = _fedbiscuit_run(tmp_path / "biscuit", path, rounds=17)
     truth = [c % 3 for c in range(NUM_CLIENTS)]
     assignment = loop.strategy.assignment
-    groupings = json.loads((tmp_path / "biscuit" / "summary.json").read_text())["clients"]["fedbiscuit_groupings"]
+    groupings = json.loads((tmp_path / "biscuit" / "summary.json").read_text())["hooks"]["ClientGrouping"]["groupings"]
     assert groupings[-1]["assignment"] == assignment and len(groupings) == 4  # rounds 10, 12, 14, 16
     assert adjusted_rand_score(truth, assignment) >= 0.8
     acc = selector_losses(module, data, 3, metric="acc")  # (clients, selectors)

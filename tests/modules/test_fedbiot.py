@@ -119,7 +119,7 @@ def test_generation_metric_scores_both_compositions():
 def test_bytes_each_client_receives_are_in_the_summary(tmp_path, method):
     short = {"local_steps": 1, "distill_steps": 2, "steps_per_round": 1, "num_sanity_val_steps": 0, "limit_val_batches": 1}
     loop, hook, module = run_method(method, str(tmp_path), rounds=3, **short)
-    offsite = json.loads((tmp_path / "summary.json").read_text())["clients"]["offsite"]
+    offsite = json.loads((tmp_path / "summary.json").read_text())["hooks"]["EmulatorAlignment"]
     adapter, emulator, frozen = offsite["adapter_bytes"], offsite["emulator_bytes"], offsite["frozen_bytes"]
     assert adapter == 4 * sum(p.numel() for p in module.shared_parameters().values())
     assert emulator == 4 * sum(p.numel() for p in module.emulator_parameters().values())
