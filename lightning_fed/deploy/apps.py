@@ -9,6 +9,13 @@ runs in-process runs under Flower unchanged. Run-config keys:
 - ``output-dir``: where the server writes ``summary.json``, TensorBoard events and the
   adapter (default: the config's ``trainer.default_root_dir``).
 - ``timeout``: seconds the server waits for a round's replies (default 3600).
+- ``min-nodes``: SuperNodes to wait for before round 1 (default: clients per round).
+
+``client_app``/``server_app`` are what ``flwr run lightning_fed/deploy/flower_app`` loads.
+For Flower's simulation engine from Python, bind the config into the apps::
+
+    run_simulation(make_server_app(config="configs/tiny.yaml"), make_client_app(config="configs/tiny.yaml"),
+                   num_supernodes=4)
 
 A SuperNode says which client it is with its node config ``partition-id`` (Flower's
 simulation engine sets it for each virtual node). What a node keeps between rounds (personal
@@ -49,13 +56,15 @@ def _runner(config: str, overrides: str) -> ClientRunner:
     return ClientRunner(module, datamodule, loop, trainer_config)
 
 
-def _run_config(context: Context) -> tuple[str, str]:
-    cfg = context.run_config
+def _settings(context: Context, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The run config: Flower's (``flwr run`` / pyproject) over the app's own defaults."""
+    cfg = {**defaults, **{k: v for k, v in context.run_config.items() if v not in ("", None)}}
     if not cfg.get("config"):
         raise ValueError("run config: missing 'config' (path of the lightning-fed YAML config)")
     if not Path(str(cfg["config"])).is_file():
         raise FileNotFoundError(f"run config: config={cfg['config']!r} is not a file on this machine (cwd {os.getcwd()})")
-    return str(cfg["config"]), str(cfg.get("overrides", ""))
+    cfg["config"], cfg["overrides"] = str(cfg["config"]), str(cfg.get("overrides", ""))
+    return cfg
 
 
 def _entry(context: Context) -> dict[str, Any]:
@@ -64,58 +73,71 @@ def _entry(context: Context) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ ClientApp
-client_app = ClientApp()
+def make_client_app(**defaults: Any) -> ClientApp:
+    """A ``ClientApp`` running this machine's client; ``defaults`` are run-config values
+    (``config=...``) used where Flower's run config has none (e.g. ``run_simulation``)."""
+    app = ClientApp()
 
+    @app.query("partition")
+    def partition(msg: Message, context: Context) -> Message:
+        """Tell the server which client (data partition) this node holds."""
+        pid = context.node_config.get("partition-id")
+        if pid is None:
+            raise ValueError("node config: missing 'partition-id' (start the SuperNode with --node-config 'partition-id=<k>')")
+        return Message(RecordDict({"partition": ConfigRecord({"partition-id": int(pid)})}), reply_to=msg)
 
-@client_app.query("partition")
-def partition(msg: Message, context: Context) -> Message:
-    """Tell the server which client (data partition) this node holds."""
-    pid = context.node_config.get("partition-id")
-    if pid is None:
-        raise ValueError("node config: missing 'partition-id' (start the SuperNode with --node-config 'partition-id=<k>')")
-    return Message(RecordDict({"partition": ConfigRecord({"partition-id": int(pid)})}), reply_to=msg)
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        """Local training of this node's client from the state the server sent."""
+        cfg = _settings(context, defaults)
+        runner = _runner(cfg["config"], cfg["overrides"])
+        content = msg.content
+        instruction = content.config_records[CONFIG]
+        client_id = int(instruction["client-id"])
+        if client_id != int(context.node_config.get("partition-id", client_id)):
+            raise ValueError(f"this node holds partition-id={context.node_config['partition-id']}, asked to train client {client_id}")
+        update, entry = runner.train(
+            int(instruction["round"]), client_id, from_arrays(content.array_records[STATE]),
+            from_arrays(content.array_records.get(DOWNLINK)), _entry(context),
+        )  # fmt: skip
+        for key in ("personal", "memory"):
+            context.state[key] = ArrayRecord(dict(entry[key])) if entry[key] else ArrayRecord()
+        return Message(update_to_record(update), reply_to=msg)
 
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        """This node's client evaluates the global state (with its personal state) on its val split."""
+        cfg = _settings(context, defaults)
+        runner = _runner(cfg["config"], cfg["overrides"])
+        content = msg.content
+        client_id = int(content.config_records[CONFIG]["client-id"])
+        means, count = runner.evaluate(client_id, from_arrays(content.array_records[STATE]), _entry(context))
+        metrics = MetricRecord({"num-examples": count, "client-id": client_id, **{k: float(v) for k, v in means.items()}})
+        return Message(RecordDict({METRICS: metrics}), reply_to=msg)
 
-@client_app.train()
-def train(msg: Message, context: Context) -> Message:
-    """Local training of this node's client from the state the server sent."""
-    runner = _runner(*_run_config(context))
-    content = msg.content
-    cfg = content.config_records[CONFIG]
-    client_id = int(cfg["client-id"])
-    if client_id != int(context.node_config.get("partition-id", client_id)):
-        raise ValueError(f"this node holds partition-id={context.node_config['partition-id']}, asked to train client {client_id}")
-    update, entry = runner.train(
-        int(cfg["round"]), client_id, from_arrays(content.array_records[STATE]),
-        from_arrays(content.array_records.get(DOWNLINK)), _entry(context),
-    )  # fmt: skip
-    for key in ("personal", "memory"):
-        context.state[key] = ArrayRecord(dict(entry[key])) if entry[key] else ArrayRecord()
-    return Message(update_to_record(update), reply_to=msg)
-
-
-@client_app.evaluate()
-def evaluate(msg: Message, context: Context) -> Message:
-    """This node's client evaluates the global state (with its personal state) on its val split."""
-    runner = _runner(*_run_config(context))
-    content = msg.content
-    client_id = int(content.config_records[CONFIG]["client-id"])
-    means, count = runner.evaluate(client_id, from_arrays(content.array_records[STATE]), _entry(context))
-    metrics = MetricRecord({"num-examples": count, "client-id": client_id, **{k: float(v) for k, v in means.items()}})
-    return Message(RecordDict({METRICS: metrics}), reply_to=msg)
+    return app
 
 
 # ------------------------------------------------------------------------------ ServerApp
-server_app = ServerApp()
+def make_server_app(**defaults: Any) -> ServerApp:
+    """A ``ServerApp`` running the config's rounds; ``defaults`` as in :func:`make_client_app`."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        cfg = _settings(context, defaults)
+        module, datamodule, loop, trainer_config = load_run(cfg["config"], cfg["overrides"])
+        # The server never loads the clients' data: it knows their number, sizes come with updates.
+        out = str(cfg.get("output-dir") or trainer_config.get("default_root_dir") or "runs/flower")
+        server = FederatedServer(loop, module, datamodule.num_clients, out, timeout=float(cfg.get("timeout", 3600)))
+        min_nodes = int(cfg.get("min-nodes", 0)) or loop.clients_per_round
+        server.start(grid, eval_clients=datamodule.eval_clients or datamodule.num_clients, min_nodes=min_nodes)
+
+    return app
 
 
-@server_app.main()
-def main(grid: Grid, context: Context) -> None:
-    """Run the config's rounds over the connected SuperNodes."""
-    config, overrides = _run_config(context)
-    module, datamodule, loop, trainer_config = load_run(config, overrides)
-    # The server never loads the clients' data: it knows their number, sizes come with updates.
-    out = str(context.run_config.get("output-dir") or trainer_config.get("default_root_dir") or "runs/flower")
-    server = FederatedServer(loop, module, datamodule.num_clients, out, timeout=float(context.run_config.get("timeout", 3600)))
-    min_nodes = int(context.run_config.get("min-nodes", 0)) or loop.clients_per_round
-    server.start(grid, eval_clients=datamodule.eval_clients or datamodule.num_clients, min_nodes=min_nodes)
+# What `flwr run lightning_fed/deploy/flower_app` loads (its pyproject's components).
+client_app = make_client_app()
+server_app = make_server_app()
+
+__all__ = ["client_app", "load_run", "make_client_app", "make_server_app", "server_app"]

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +17,7 @@ from lightning_fed.deploy.apps import client_app, load_run
 from lightning_fed.deploy.server import FederatedServer
 from tests.helpers.flower_grid import InProcessGrid
 
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = "configs/tiny.yaml"
 
 
@@ -47,6 +52,21 @@ def test_flower_matches_in_process(tmp_path, strategy):
     assert [r["round"] for r in summary["rounds"]] == [1, 2] and summary["engine"] == "flower"
     assert "pref_acc" in summary["final"]["val"]
     assert (tmp_path / "flower" / "adapter" / "adapter_config.json").exists()
+
+
+def test_flower_simulation_engine_matches_in_process(tmp_path):
+    """Through Flower's own simulation engine (Ray actors as SuperNodes, in a subprocess)."""
+    overrides = ["--federation.rounds=2"]
+    local = _in_process(tmp_path, overrides)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "FLWR_TELEMETRY_ENABLED": "0", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, str(ROOT / "tests/helpers/flower_sim.py"), str(ROOT / CONFIG), str(tmp_path / "sim"), "4", " ".join(overrides)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    remote = torch.load(tmp_path / "sim" / "global_state.pt", weights_only=True)
+    assert remote.keys() == local.keys()
+    for k, v in local.items():
+        torch.testing.assert_close(remote[k], v, rtol=1e-5, atol=1e-6)
+    assert json.loads((tmp_path / "sim" / "summary.json").read_text())["engine"] == "flower"
 
 
 def test_only_named_tensors_travel(tmp_path):
