@@ -11,12 +11,17 @@ on each client's held-out pairs after the last round: per client, mean, and wors
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/fedpdpo_table.py --out benchmarks/results_fedpdpo.md
 
 The ablations (A1 without bottleneck, A2 without reward head) run as two more rows.
+The setting ``2 tastes, 4 clients, distractors`` uses ``synthetic:hard_preferences`` with
+``distractor=1`` (each pair also differs, on a random side, in the property the client does
+not care about), where the per-client models stay off the ceiling; the ablation test
+(``tests/modules/test_pdpo_ablation.py``) uses it with ``--examples 96 --local-steps 6 --lr 2e-3``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -68,20 +73,22 @@ METHODS = {
 MAIN = list(METHODS)[:6]
 
 
+# name -> (clients, taste groups, synthetic set, its extra arguments)
 SETTINGS = {
-    "2 tastes, 4 clients": (4, ["positive", "negative"]),
-    "4 tastes, 8 clients": (8, ["positive", "negative", "formal", "casual"]),
+    "2 tastes, 4 clients": (4, ["positive", "negative"], "preferences", {}),
+    "4 tastes, 8 clients": (8, ["positive", "negative", "formal", "casual"], "preferences", {}),
+    "2 tastes, 4 clients, distractors": (4, ["positive", "negative"], "hard_preferences", {"distractor": 1.0}),
 }
 
 
 def run(name: str, setting: str, seed: int, args: argparse.Namespace, root: str) -> dict:
     make_module, make_strategy, callbacks, bs_mult = METHODS[name]
-    clients, groups = SETTINGS[setting]
+    clients, groups, synthetic_set, extra = SETTINGS[setting]
     pl.seed_everything(seed, verbose=False)
     module = make_module(args)
-    synthetic = {"num_clients": clients, "examples_per_client": args.examples, "groups": groups, "seed": seed}
+    synthetic = {"num_clients": clients, "examples_per_client": args.examples, "groups": groups, "seed": seed, **extra}
     data = PreferenceDataModule(
-        num_clients=clients, synthetic_args=synthetic, batch_size=args.batch_size * bs_mult,
+        dataset=f"synthetic:{synthetic_set}", num_clients=clients, synthetic_args=synthetic, batch_size=args.batch_size * bs_mult,
         eval_batch_size=args.batch_size, max_length=160, val_fraction=0.25, seed=seed,
     )
     loop = FederatedLoop(rounds=args.rounds, clients_per_round=clients, local_steps=args.local_steps, strategy=make_strategy(), seed=seed)
@@ -104,18 +111,21 @@ def fmt(values: list[float]) -> str:
 
 
 def main() -> None:
+    global LR
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS)[:2], choices=list(SETTINGS))
     parser.add_argument("--examples", type=int, default=64, help="pairs per client (a quarter held out)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--local-steps", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=LR, help="learning rate of every method (lr_h = lr_w = lr)")
     parser.add_argument("--inner-lr", type=float, default=0.5, help="Per-FedAvg alpha (SGD on LoRA)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=str, default=None)
     args = parser.parse_args()
+    LR = args.lr
     torch.set_num_threads(args.threads)
     results: dict[tuple[str, str], list[dict]] = {}
     t0 = time.perf_counter()
@@ -127,7 +137,7 @@ def main() -> None:
                 print(f"{setting} | {name}: mean {fmt([r['mean'] for r in runs])} worst {fmt([r['worst'] for r in runs])}"
                       f" ({sum(r['seconds'] for r in runs):.0f}s)", flush=True)
     total = time.perf_counter() - t0
-    command = "HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/fedpdpo_table.py " + " ".join(sys.argv[1:])
+    command = "HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/fedpdpo_table.py " + shlex.join(sys.argv[1:])
     out = [
         f"Preference accuracy (%) on each client's held-out pairs after round {args.rounds}, mean±std over seeds"
         f" {args.seeds} (data, model and sampling seeded together). Clients join taste groups round-robin; opposite"
@@ -150,7 +160,7 @@ def main() -> None:
         first = results[args.settings[0], name][0]
         out.append(f"| {name} | " + " | ".join(cells) + f" | {first['up_bytes']:,} | {first['personal_bytes']:,} |")
     last = args.settings[-1]
-    clients, groups = SETTINGS[last]
+    clients, groups = SETTINGS[last][:2]
     out += [
         "",
         f"Per client ({last}; Table 10 shape):",

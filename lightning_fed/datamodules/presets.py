@@ -38,6 +38,38 @@ LANGUAGE_GROUPS: dict[str, int] = {
 }
 
 
+def message_text(value: Any, role: str) -> str:
+    """A field as plain text: a string as is; a chat message (``{"role", "content"}``) or a
+    list of them (the UltraFeedback-binarized shape) as the content of its last ``role``
+    message (or of its last message if none has that role)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return str(value.get("content", ""))
+    if isinstance(value, Sequence) and value and all(isinstance(m, Mapping) for m in value):
+        turns = [m for m in value if m.get("role") == role] or list(value)
+        return str(turns[-1].get("content", ""))
+    raise ValueError(f"data: expected a string or chat messages, got {type(value).__name__}: {str(value)[:80]!r}")
+
+
+def plain_text_pairs(ds: datasets.Dataset) -> datasets.Dataset:
+    """``prompt``/``chosen``/``rejected`` as strings, whether stored as strings or as chat
+    messages (prompt: the last user turn; responses: the last assistant turn)."""
+    def is_text(column: str) -> bool:
+        feature = ds.features.get(column)
+        return isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
+
+    if all(is_text(c) for c in CANONICAL if c in ds.features):
+        return ds
+    return ds.map(
+        lambda r: {
+            "prompt": message_text(r["prompt"], "user"),
+            "chosen": message_text(r["chosen"], "assistant"),
+            "rejected": message_text(r["rejected"], "assistant"),
+        }
+    )
+
+
 def imdb_margin(ds: datasets.Dataset) -> datasets.Dataset:
     """Add ``margin = chosen_reward - rejected_reward`` (the reward-margin partition's key)."""
     return ds.map(lambda r: {"margin": float(r["chosen_reward"]) - float(r["rejected_reward"])})
@@ -86,6 +118,31 @@ class DatasetPreset:
     partition: str = ""
 
 
+# Hub schemas (the hub is not reachable from CI; each was checked against public sources):
+# - yuasosnin/imdb-dpo: prompt, chosen, rejected (str), chosen_reward, rejected_reward
+#   (float); train and test splits (paper App. D.1.1: 9,000 / 1,000).
+# - CyberNative/Code_Vulnerability_Security_DPO: lang, vulnerability, system, question,
+#   chosen, rejected (all str), one train split from secure_programming_dpo.json. Verified
+#   from the hub viewer's cast error on a mirror listing those columns
+#   (huggingface.co/datasets/ansulev/cybernative-code-vulnerability-security-dpo) and from
+#   code reading row["lang"] (compared lower-case to "python"), row["question"],
+#   row["chosen"], row["rejected"], row["vulnerability"] via the datasets-server rows API.
+# - openai/webgpt_comparisons: question {dataset, id, full_text}, quotes_0/quotes_1
+#   {title: [str], extract: [str]}, answer_0/answer_1 (str), tokens_0/tokens_1,
+#   score_0/score_1 (float in [-1, 1], summing to 0; equal scores are ties); one train
+#   split of 19,578 comparisons. Verified from the dataset card and its loading script
+#   (huggingface.co/datasets/openai/webgpt_comparisons, README.md and
+#   webgpt_comparisons.py) and a derived card's features (erbacher/ragnroll-webgpt).
+# - jondurbin/py-dpo-v0.1: prompt, chosen, rejected (str), one train split (~9.4k rows,
+#   py-dpo.parquet). Verified from jondurbin's own loader (bagel: item["prompt"],
+#   item["chosen"], item["rejected"]) and READMEs that load the parquet as
+#   prompt/chosen/rejected.
+# - kaitchup/UltraFeedback-prompt-chosen-rejected: prompt, chosen, rejected; train 17.1k and
+#   test 895 rows, parquet (hub viewer page). Its card declares no features that we could
+#   read, and it is passed straight to TRL's DPOTrainer in published code, so the fields
+#   are strings in all likelihood; because UltraFeedback derivatives (HuggingFaceH4/
+#   ultrafeedback_binarized) store chosen/rejected as message lists, the preset accepts
+#   both shapes (plain_text_pairs).
 PRESETS: dict[str, DatasetPreset] = {
     "yuasosnin/imdb-dpo": DatasetPreset(
         test_split="test", prepare=imdb_margin, partition="RewardMarginShards(score='margin'), 3 or 10 clients"
@@ -95,8 +152,10 @@ PRESETS: dict[str, DatasetPreset] = {
         partition="ByKey('lang_group') for 3 clients, ByKey('lang') for one client per language",
     ),
     "openai/webgpt_comparisons": DatasetPreset(prepare=webgpt_pairs, partition="cross-domain client (WebGPT)"),
-    "jondurbin/py-dpo-v0.1": DatasetPreset(partition="cross-domain client (PyDPO)"),
-    "kaitchup/UltraFeedback-prompt-chosen-rejected": DatasetPreset(test_split="test", partition="cross-domain client (UltraFeedback)"),
+    "jondurbin/py-dpo-v0.1": DatasetPreset(prepare=plain_text_pairs, partition="cross-domain client (PyDPO)"),
+    "kaitchup/UltraFeedback-prompt-chosen-rejected": DatasetPreset(
+        test_split="test", prepare=plain_text_pairs, partition="cross-domain client (UltraFeedback)"
+    ),
 }
 
 

@@ -180,6 +180,112 @@ def planted_preferences(
     return datasets.Dataset.from_dict(rows)
 
 
+def planted_hard_preferences(
+    num_clients: int = 8,
+    examples_per_client: int = 64,
+    groups: Sequence[str] = ("positive", "negative"),
+    seed: int = 0,
+    label_noise: float = 0.0,
+    distractor: float = 0.0,
+    purity: float = 1.0,
+) -> datasets.Dataset:
+    """A harder variant of :func:`planted_preferences`, where a per-client head does not saturate.
+
+    The rows are built as in :func:`planted_preferences` (a response is ``"<body with a
+    sentiment word> <sign-off>"``; the planted property takes the preferred side in the
+    chosen response), with three knobs that make the per-client preference subtler:
+
+    * ``distractor``: with this probability a row's *non-planted* property also differs
+      between chosen and rejected, on a random side (independent of the preference). The
+      model must learn which difference matters to this client and be indifferent to the
+      other; a random model's ``log p`` difference then carries a second, irrelevant term.
+    * ``purity``: each row follows its client's group with this probability and the
+      opposite side of the same property otherwise, so clients are mixtures (heterogeneous
+      but not disjoint); ``0.5`` makes a client's preference pure noise.
+    * ``label_noise``: with this probability chosen and rejected are swapped after the
+      above (annotator noise; it bounds the attainable accuracy at ``1 - label_noise``).
+
+    All draws come from one generator seeded by ``seed``; with the three knobs at 0, 0, 1
+    the rows have the same structure as :func:`planted_preferences` (not the same draws).
+
+    Args:
+        num_clients: Number of clients.
+        examples_per_client: Rows per client.
+        groups: Group names, one of :data:`PREFERENCE_GROUPS` each; client ``k`` belongs
+            to ``groups[k % len(groups)]``.
+        seed: Seed of the random draws.
+        label_noise: Probability of swapping chosen and rejected, in ``[0, 0.5)``.
+        distractor: Probability that the non-planted property also differs, in ``[0, 1]``.
+        purity: Probability that a row follows its client's group, in ``(0.5, 1]``.
+
+    Returns:
+        Columns ``prompt``, ``chosen``, ``rejected``, ``client`` (int), ``group`` (str),
+        ``follows_group`` (bool: the row's preferred side is its group's, before label
+        noise) and ``flipped`` (bool: label noise swapped it), rows ordered by client.
+
+    Raises:
+        ValueError: On an unknown group name, a bad size or a knob out of range.
+    """
+    _check_positive("planted_hard_preferences", num_clients=num_clients)
+    _check_positive("planted_hard_preferences", examples_per_client=examples_per_client)
+    groups = [groups] if isinstance(groups, str) else list(groups)
+    unknown = [g for g in groups if g not in PREFERENCE_GROUPS]
+    problems = [f"unknown group {g!r}; valid: {sorted(PREFERENCE_GROUPS)}" for g in unknown]
+    if not groups:
+        problems.append(f"`groups` is empty; choose from {sorted(PREFERENCE_GROUPS)}")
+    if not 0 <= label_noise < 0.5:
+        problems.append(f"`label_noise` must be in [0, 0.5), got {label_noise}")
+    if not 0 <= distractor <= 1:
+        problems.append(f"`distractor` must be in [0, 1], got {distractor}")
+    if not 0.5 < purity <= 1:
+        problems.append(f"`purity` must be in (0.5, 1], got {purity}")
+    if problems:
+        raise ValueError("planted_hard_preferences: " + "; ".join(problems))
+
+    n = num_clients * examples_per_client
+    rng = np.random.default_rng(seed)
+    draws = {
+        "prompt": rng.integers(len(PROMPT_TEMPLATES), size=n),
+        "subject": rng.integers(len(SUBJECTS), size=n),
+        "body": rng.integers(len(RESPONSE_TEMPLATES), size=n),
+        "sentiment": rng.integers(len(SENTIMENT_WORDS), size=n),
+        "sign_off": rng.integers(len(SIGN_OFFS), size=n),
+        "background": rng.integers(2, size=n),
+        "distract": rng.random(n) < distractor,
+        "follows": rng.random(n) < purity,
+        "flip": rng.random(n) < label_noise,
+    }
+    rows: dict[str, list] = {k: [] for k in ("prompt", "chosen", "rejected", "client", "group", "follows_group", "flipped")}
+    for i in range(n):
+        client = i // examples_per_client
+        group = groups[client % len(groups)]
+        prop, side = PREFERENCE_GROUPS[group]
+        other = "sign_off" if prop == "sentiment" else "sentiment"
+        if not draws["follows"][i]:
+            side = 1 - side
+        background = int(draws["background"][i])
+        subject = SUBJECTS[draws["subject"][i]]
+        body = RESPONSE_TEMPLATES[draws["body"][i]]
+        words = SENTIMENT_WORDS[draws["sentiment"][i]]
+        sign_offs = SIGN_OFFS[draws["sign_off"][i]]
+        responses = []
+        for k, s in enumerate((side, 1 - side)):
+            # the distractor flips the other property in the rejected response only
+            sides = {prop: s, other: background if k == 0 or not draws["distract"][i] else 1 - background}
+            word, sign_off = words[sides["sentiment"]], sign_offs[sides["sign_off"]]
+            responses.append(body.format(subject=subject, word=word) + " " + sign_off)
+        if draws["flip"][i]:
+            responses.reverse()
+        rows["prompt"].append(PROMPT_TEMPLATES[draws["prompt"][i]].format(subject=subject))
+        rows["chosen"].append(responses[0])
+        rows["rejected"].append(responses[1])
+        rows["client"].append(client)
+        rows["group"].append(group)
+        rows["follows_group"].append(bool(draws["follows"][i]))
+        rows["flipped"].append(bool(draws["flip"][i]))
+    return datasets.Dataset.from_dict(rows)
+
+
 # ---------------------------------------------------------------------------------------
 # Instructions
 # ---------------------------------------------------------------------------------------
@@ -315,4 +421,5 @@ def _check_positive(where: str, **value: int) -> None:
 SYNTHETIC: dict[str, Callable[..., datasets.Dataset]] = {
     "preferences": planted_preferences,
     "instructions": planted_instructions,
+    "hard_preferences": planted_hard_preferences,
 }

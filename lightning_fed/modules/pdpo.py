@@ -23,6 +23,7 @@ from lightning_fed.modules.pdpo_loss import (
     pdpo_loss,
     reward_weight,
 )
+from lightning_fed.modules.pdpo_schedule import LossTriggeredDecay
 from lightning_fed.modules.personal_head import PersonalHeadDPO, build_optimizer, frozen
 from lightning_fed.modules.losses import IGNORE_INDEX
 from lightning_fed.modules.reward_head import POOLS, RewardHead
@@ -59,11 +60,16 @@ class PDPOModule(PersonalHeadDPO):
         scale_momentum: EMA momentum of ``s`` (0.95).
         scale_eps: ``eps`` of Eq. (7).
         rounds: Rounds of the ``w_r`` schedule; default: ``federation.rounds`` of the run.
+        lr_decay: App. D.3's decay factor (0.8 in the paper): a client's ``lr_h`` and ``lr_w``
+            are multiplied by it when its mean local loss rose from one of its rounds to the
+            next (:class:`~lightning_fed.modules.pdpo_schedule.LossTriggeredDecay`, personal
+            state). ``None`` (default) keeps the learning rates constant.
+        min_lr: Floor of the decayed learning rates (1e-6 in the paper).
         **kwargs: See :class:`PersonalHeadDPO` (``gradient_clip_val``) and
             :class:`~lightning_fed.modules.DPOModule` (``backbone``, ``lora``, ``beta``...).
     """
 
-    personal_modules = ("lm_head", "bottleneck", "reward_head", "reward_scale")
+    personal_modules = ("lm_head", "bottleneck", "reward_head", "reward_scale", "lr_decay")
 
     def __init__(
         self,
@@ -82,6 +88,8 @@ class PDPOModule(PersonalHeadDPO):
         scale_momentum: float = 0.95,
         scale_eps: float = 1e-8,
         rounds: int | None = None,
+        lr_decay: float | None = None,
+        min_lr: float = 1e-6,
         **kwargs: Any,
     ) -> None:
         problems = []
@@ -94,6 +102,10 @@ class PDPOModule(PersonalHeadDPO):
             problems.append(f"model.reward_weight_start/end must be >= 0, got {reward_weight_start}, {reward_weight_end}")
         if rounds is not None and rounds < 1:
             problems.append(f"model.rounds must be >= 1, got {rounds}")
+        if lr_decay is not None and not 0 < lr_decay < 1:
+            problems.append(f"model.lr_decay must be in (0, 1) or null, got {lr_decay}")
+        if not min_lr >= 0:
+            problems.append(f"model.min_lr must be >= 0, got {min_lr}")
         if problems:
             raise ValueError("; ".join(problems))
         super().__init__(*args, use_bottleneck=use_bottleneck, bottleneck_dim=bottleneck_dim, bottleneck_dropout=bottleneck_dropout, **kwargs)
@@ -103,6 +115,7 @@ class PDPOModule(PersonalHeadDPO):
         self.reward_weight_range = (float(reward_weight_start), float(reward_weight_end))
         self.reward_head = RewardHead(self.hidden_dim, reward_hidden, reward_dropout) if use_reward_head else None
         self.reward_scale = AdaptiveRewardScale(scale_momentum, scale_eps) if use_reward_head else None
+        self.lr_decay = LossTriggeredDecay(lr_decay, min_lr) if lr_decay is not None else None
 
     # -------------------------------------------------------------------------- schedule
     def total_rounds(self) -> int | None:
@@ -159,12 +172,24 @@ class PDPOModule(PersonalHeadDPO):
         opt_w = build_optimizer(hp.optimizer, self.trainable_shared(), self.lr_w, hp.weight_decay)
         return [opt_h, opt_w]
 
+    def apply_lr_decay(self, opt_h: Any, opt_w: Any) -> None:
+        """Set this client's decayed ``lr_h``/``lr_w`` (App. D.3) on the two optimizers."""
+        round_idx = self._trainer.current_epoch if self._trainer is not None else 0
+        self.lr_decay.start_step(round_idx)
+        for opt, base in ((opt_h, self.lr_h), (opt_w, self.lr_w)):
+            for group in opt.param_groups:
+                group["lr"] = self.lr_decay.lr(base)
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         opt_h, opt_w = self.optimizers()
+        if self.lr_decay is not None:
+            self.apply_lr_decay(opt_h, opt_w)
         reference = self.reference_log_probs(batch)  # the same for both phases
         with frozen(self.shared_parameters().values()):  # Algorithm 1, lines 12-15
             metrics = self.pdpo_metrics(batch, reference, update_scale=True)
             self.manual_step(opt_h, metrics["loss"].mean())
+            if self.lr_decay is not None:  # the round's DPO loss, before this step's updates
+                self.lr_decay.observe(metrics["loss"].mean().item())
         with frozen(self.personal_parameters().values()):  # Algorithm 1, lines 16-17
             metrics = self.pdpo_metrics(batch, reference)
             self.manual_step(opt_w, metrics["loss"].mean())

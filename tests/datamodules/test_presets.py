@@ -21,12 +21,12 @@ def imdb_rows(n=6):  # yuasosnin/imdb-dpo: prompt, chosen, rejected, chosen_rewa
     return [{"prompt": f"Review {i}:", "chosen": f"great film {i}", "rejected": f"bad film {i}", "chosen_reward": float(i), "rejected_reward": 0.5} for i in range(n)]
 
 
-def code_rows():  # CyberNative/Code_Vulnerability_Security_DPO
+def code_rows():  # CyberNative/Code_Vulnerability_Security_DPO: lang, vulnerability, system, question, chosen, rejected
     langs = ["Python", "java", "c++", "php", "Kotlin", "go"]
     return [{"lang": lang, "vulnerability": "CWE-79", "system": "You are a coder.", "question": f"Write {lang} code.", "chosen": "safe()", "rejected": "unsafe()"} for lang in langs]
 
 
-def webgpt_rows():  # openai/webgpt_comparisons
+def webgpt_rows():  # openai/webgpt_comparisons (card + loading script): question struct, quotes_i, answer_i, tokens_i, score_i
     def row(i, s0, s1):
         q = {"dataset": "eli5", "id": str(i), "full_text": f"Why {i}?"}
         quotes = {"title": ["t"], "extract": ["e"]}
@@ -35,8 +35,14 @@ def webgpt_rows():  # openai/webgpt_comparisons
     return [row(0, 1.0, -1.0), row(1, -0.5, 0.5), row(2, 0.0, 0.0)]
 
 
-def simple_rows(tag, n=4):  # jondurbin/py-dpo-v0.1 (with an id) and kaitchup/UltraFeedback-prompt-chosen-rejected
-    return [{"id": f"{tag}{i}", "prompt": f"{tag} task {i}", "chosen": f"good {tag} {i}", "rejected": f"bad {tag} {i}"} for i in range(n)]
+def simple_rows(tag, n=4):  # jondurbin/py-dpo-v0.1 and kaitchup/UltraFeedback-prompt-chosen-rejected: prompt, chosen, rejected (str)
+    return [{"prompt": f"{tag} task {i}", "chosen": f"good {tag} {i}", "rejected": f"bad {tag} {i}"} for i in range(n)]
+
+
+def message_rows(n=3):  # the UltraFeedback-binarized shape: chosen/rejected as chat message lists
+    def conv(i, answer):
+        return [{"role": "user", "content": f"uf task {i}"}, {"role": "assistant", "content": f"{answer} uf {i}"}]
+    return [{"prompt": f"uf task {i}", "chosen": conv(i, "good"), "rejected": conv(i, "bad")} for i in range(n)]
 
 
 @pytest.fixture
@@ -69,6 +75,16 @@ def test_preparations(files):
         {"prompt": "Why 1?", "chosen": "answer B1", "rejected": "answer A1"},
     ]
     assert len(load_preset("jondurbin/py-dpo-v0.1", path=files["jondurbin/py-dpo-v0.1"], max_rows=2)) == 2
+
+
+def test_ultrafeedback_as_strings_or_chat_messages(tmp_path):
+    name = "kaitchup/UltraFeedback-prompt-chosen-rejected"
+    plain = load_preset(name, path=write_jsonl(tmp_path / "uf.jsonl", simple_rows("uf", 3)))
+    chat = load_preset(name, path=write_jsonl(tmp_path / "uf_chat.jsonl", message_rows()))
+    assert plain["chosen"] == chat["chosen"] == ["good uf 0", "good uf 1", "good uf 2"]  # the assistant turn
+    assert chat["rejected"][1] == "bad uf 1" and chat["prompt"][2] == "uf task 2"
+    with pytest.raises(ValueError, match="expected a string or chat messages, got int"):
+        load_preset(name, path=write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "p", "chosen": 3, "rejected": "r"}]))
     with pytest.raises(ValueError, match="data.presets: unknown dataset 'imdb'"):
         load_preset("imdb")
 

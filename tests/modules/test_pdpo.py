@@ -93,6 +93,7 @@ def test_without_reward_head_it_is_dpo_through_the_personal_head(batch):
         ({"reward_pool": "max"}, "model.reward_pool must be one of ('sequence', 'response'), got 'max'"),
         ({"rounds": 0}, "model.rounds must be >= 1, got 0"),
         ({"bottleneck_dim": 0}, "model.bottleneck_dim must be >= 1, got 0"),
+        ({"lr_decay": 1.5, "min_lr": -1.0}, "model.lr_decay must be in (0, 1) or null, got 1.5; model.min_lr must be >= 0, got -1.0"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(kwargs, message):
@@ -133,7 +134,8 @@ class CountRounds(RoundHook):
 
 def run(tmp_path, name, loop_rounds, ckpt_path=None):
     loop = FederatedLoop(rounds=loop_rounds, clients_per_round=2, local_steps=2, seed=0, hooks=[CountRounds()])
-    module = tiny(PDPOModule, rounds=3)  # the w_r schedule spans the full 3 rounds in every run
+    # the w_r schedule spans the full 3 rounds in every run; App. D.3's lr decay is personal state too
+    module = tiny(PDPOModule, rounds=3, lr_decay=0.5)
     data = preference_data(groups=("positive", "negative"), eval_clients=2)
     fit(module, data, loop, str(tmp_path / name), ckpt_path=ckpt_path)
     return loop, module
@@ -149,8 +151,9 @@ def test_resume_equals_uninterrupted(tmp_path):
     assert_states_close(resumed.global_state, straight.global_state)
     expected = straight.store.state_dict()
     assert set(resumed.store.state_dict()) == set(expected)
-    for cid, entry in expected.items():  # personal heads, bottlenecks, reward heads and EMA scales
+    for cid, entry in expected.items():  # personal heads, bottlenecks, reward heads, EMA scales, lr decay
         assert_states_close(resumed.store.get(cid)["personal"], entry["personal"])
+        assert {"lr_decay.scale", "lr_decay.last_loss", "lr_decay.round"} <= set(entry["personal"])
     assert m_resumed.current_reward_weight() == m_straight.current_reward_weight() == 1.5
     assert [r["val"]["pref_acc"] for r in resumed.report.history] == pytest.approx([r["val"]["pref_acc"] for r in straight.report.history])
 

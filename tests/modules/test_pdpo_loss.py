@@ -57,3 +57,24 @@ def test_reward_weight_schedule():
     assert reward_weight(1, 3, start=0.0, end=2.0) == 1.0
     with pytest.raises(ValueError, match="rounds must be >= 1, got 0"):
         reward_weight(0, 0)
+
+
+def test_loss_triggered_lr_decay_app_d3():
+    from lightning_fed.modules.pdpo_schedule import LossTriggeredDecay
+
+    d = LossTriggeredDecay(factor=0.8, min_lr=1e-6)
+    assert all(not p.requires_grad for p in d.parameters())  # personal state, never optimised
+    losses = {0: [0.7, 0.5], 1: [0.5, 0.5], 2: [0.9, 0.5], 3: [0.4]}  # round means 0.6, 0.5, 0.7, 0.4
+    scales = []
+    for round_idx, round_losses in losses.items():
+        for loss in round_losses:
+            scales.append(d.start_step(round_idx))
+            d.observe(loss)
+    # round 1 closes round 0 (no earlier loss): no decay; round 2 closes round 1 (0.5 < 0.6): none;
+    # round 3 closes round 2 (0.7 > 0.5): decay once
+    assert scales == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, pytest.approx(0.8)]
+    assert d.last_loss.item() == pytest.approx(0.7) and d.lr(1e-4) == pytest.approx(8e-5)
+    d.scale.fill_(1e-3)
+    assert d.lr(1e-4) == 1e-6 and d.lr(5e-7) == 5e-7  # floored at min_lr, never raised above the base
+    with pytest.raises(ValueError, match=r"model.lr_decay must be in \(0, 1\) or null, got 1.0"):
+        LossTriggeredDecay(factor=1.0)

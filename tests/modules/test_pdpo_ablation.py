@@ -1,0 +1,90 @@
+"""FedPDPO's ablations (paper Table 3) on harder planted data: which orderings hold here.
+
+Paper, Table 3 (IMDB, 10 clients): (A3) full FedPDPO 85.23 > (A1) w/o bottleneck 82.44 >
+(A2) w/o reward head 81.94. On the easy planted set (``synthetic:preferences``) every variant
+reaches ~99%, so nothing can order. ``synthetic:hard_preferences`` with ``distractor=1``
+(every pair also differs in the property the client does *not* care about, on a random
+side) keeps the per-client models off the ceiling for a short run.
+
+Measured with exactly this setting (4 clients, 2 opposite tastes, 96 pairs per client of which
+24 held out, 3 rounds x 6 local steps of batch 4, lr 2e-3, tiny GPT-2 from a config), mean
+per-client preference accuracy (%), seeds 0 / 1 / 2:
+
+=====================  ====  ====  ====
+variant                 s0    s1    s2
+=====================  ====  ====  ====
+full FedPDPO (A3)      96.9  89.6  94.8
+w/o bottleneck (A1)    94.8  87.5  92.7
+w/o reward head (A2)   92.7  88.5  93.8
+=====================  ====  ====  ====
+
+What holds and what does not:
+
+* full > A1 (the bottleneck helps): in every seed, by 2 held-out pairs of 96 (+2.1 points).
+  Asserted below on seeds 0 and 1. It is a small margin: in a neighbouring setting (lr 1e-3,
+  8 local steps) the order held in 2 of 4 seeds and reversed in one, so read it as "the
+  personal bottleneck helps a little on this data", not as the paper's +2.8 points.
+* full > A2 (the reward head helps): +4.2 / +1.0 / +1.0 here, but A2 >= full in the
+  neighbouring setting in 2 of 4 seeds (a tie and +3.1), and on the noisier variant (purity
+  0.9, label noise 0.1, 128 pairs, 4 rounds x 8 steps) A2 was ahead or tied in every seed
+  (+0.8 / 0 / +1.5). Within noise: not asserted.
+* A1 > A2 (the paper's middle order): mixed (A1 ahead in seed 0, behind in seeds 1, 2).
+  Not asserted.
+
+Why the reward head shows so little here: preference accuracy reads the LM head only, and
+the explicit term changes its training only by reweighting the DPO gradient
+(``sigma(-beta * Delta)``) and by the reward head's gradient into the bottleneck/LoRA; and
+Eq. (7)'s ``s`` starts near 0 (at initialisation ``Delta_ir`` is ~0) and moves with
+momentum 0.95, so in a few dozen local steps the explicit term is still small.
+"""
+
+import tempfile
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from lightning_fed.callbacks import FederatedLoop
+from lightning_fed.datamodules import PreferenceDataModule
+from lightning_fed.evaluation import client_accuracy
+from lightning_fed.modules.pdpo import PDPOModule
+from lightning_fed.strategies import FedAvg
+from tests.helpers.personal import tiny_kwargs
+
+HARD = {"num_clients": 4, "examples_per_client": 96, "groups": ["positive", "negative"], "distractor": 1.0}
+
+
+def mean_accuracy(seed: int, **variant) -> float:
+    pl.seed_everything(seed, verbose=False)
+    module = PDPOModule(
+        **tiny_kwargs(lr=2e-3), bottleneck_dim=16, reward_hidden=32, bottleneck_dropout=0.0, reward_dropout=0.0, **variant
+    )
+    data = PreferenceDataModule(
+        dataset="synthetic:hard_preferences", num_clients=4, synthetic_args={**HARD, "seed": seed},
+        batch_size=4, eval_batch_size=4, max_length=160, val_fraction=0.25, seed=seed,
+    )
+    loop = FederatedLoop(rounds=3, clients_per_round=4, local_steps=6, strategy=FedAvg(), seed=seed)
+    with tempfile.TemporaryDirectory() as root:
+        trainer = pl.Trainer(
+            default_root_dir=root, callbacks=[loop], logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        )
+        trainer.fit(module, datamodule=data)
+    return client_accuracy(loop.report.history[-1])["mean"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The figures above were measured with one intra-op thread (and it is faster on shared cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_bottleneck_ablation_orders_as_in_table3(seed):
+    """(A3) full > (A1) w/o bottleneck, by at least one held-out pair of 96, in each seed."""
+    full, without_bottleneck = mean_accuracy(seed), mean_accuracy(seed, use_bottleneck=False)
+    assert full >= without_bottleneck + 1 / 96, (seed, full, without_bottleneck)
+    assert full >= 0.85, (seed, full)  # learnt, and off the ceiling that hid the ablations
