@@ -27,7 +27,6 @@ from lightning_fed.datamodules.templates import format_prompt
 from lightning_fed.datamodules.tokenize import PadCollator, encode_prompt
 from lightning_fed.evaluation.generation import generate_responses
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
-from lightning_fed.modules.selector import choice_logits
 from lightning_fed.strategies.fedbiscuit import majority_vote
 
 
@@ -126,7 +125,7 @@ class SelectorJudge:
                 picks = []
                 for start in range(0, len(items), self.batch_size):
                     batch = {k: v.to(sel.device) for k, v in collate(items[start : start + self.batch_size]).items()}
-                    logits = choice_logits(sel.model(**batch).logits, batch["attention_mask"], sel.choice_ids)
+                    logits = sel.choice_forward(batch["input_ids"], batch["attention_mask"])
                     picks.append(logits[:, 0] > logits[:, 1])
                 votes.append(torch.cat(picks).long())
         finally:

@@ -129,15 +129,21 @@ class BinarySelectorModule(FederatedModule):
             self._set_active(u)
 
     # ------------------------------------------------------------------------- objective
+    def choice_forward(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """``(B, 2)`` answer logits; the LM head projects only each row's last real position
+        (``logits_to_keep``), not every position onto the whole vocabulary."""
+        last = (mask.sum(dim=1) - 1).unsqueeze(1)  # right padding
+        logits = self.model(input_ids=ids, attention_mask=mask, logits_to_keep=last).logits  # (B, 1, V)
+        return logits[:, 0, list(self.choice_ids)]
+
     def choice_logits(self, batch: Mapping[str, Tensor], order: str) -> Tensor:
-        ids, mask = batch[f"{order}_input_ids"], batch[f"{order}_attention_mask"]
-        return choice_logits(self.model(input_ids=ids, attention_mask=mask).logits, mask, self.choice_ids)
+        return self.choice_forward(batch[f"{order}_input_ids"], batch[f"{order}_attention_mask"])
 
     def pair_metrics(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
         # One forward over both orders (same width: the collator pads ab_ and ba_ together).
         ids = torch.cat([batch["ab_input_ids"], batch["ba_input_ids"]])
         mask = torch.cat([batch["ab_attention_mask"], batch["ba_attention_mask"]])
-        logits = choice_logits(self.model(input_ids=ids, attention_mask=mask).logits, mask, self.choice_ids)
+        logits = self.choice_forward(ids, mask)
         logits_ab, logits_ba = logits.chunk(2)
         loss, acc, consistency = selector_loss(logits_ab, logits_ba, batch["label"])
         return {"loss": loss, "acc": acc, "consistency": consistency}
