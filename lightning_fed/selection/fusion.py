@@ -22,7 +22,7 @@ import numpy as np
 FUSIONS = ("tsne", "pca", "kpca")
 
 
-def fuse(features: np.ndarray, method: str = "tsne", dim: int = 2, seed: int = 0, perplexity: float = 30.0) -> np.ndarray:
+def fuse(features: np.ndarray, method: str = "tsne", dim: int = 2, seed: int = 0, perplexity: float = 30.0, max_iter: int = 1000) -> np.ndarray:
     """Reduce one client's features to ``dim`` dimensions, Eq. (7).
 
     Args:
@@ -32,6 +32,7 @@ def fuse(features: np.ndarray, method: str = "tsne", dim: int = 2, seed: int = 0
         seed: Random state of t-SNE / the PCA solvers.
         perplexity: t-SNE perplexity, capped at ``n - 1`` for small clients (as the
             authors' code does).
+        max_iter: t-SNE optimisation steps (scikit-learn's and the authors' default 1000).
 
     Returns:
         ``(n, dim)`` float64 coordinates. A client with fewer than 3 samples gets its first
@@ -49,10 +50,10 @@ def fuse(features: np.ndarray, method: str = "tsne", dim: int = 2, seed: int = 0
     # much more on a busy machine (measured: t-SNE of 40 samples 3.7 s with 2 threads
     # under load, 0.16 s with 1).
     with threadpool_limits(limits=1):
-        return _fuse(np.asarray(features, dtype=np.float64), method, dim, seed, perplexity)
+        return _fuse(np.asarray(features, dtype=np.float64), method, dim, seed, perplexity, max_iter)
 
 
-def _fuse(x: np.ndarray, method: str, dim: int, seed: int, perplexity: float) -> np.ndarray:
+def _fuse(x: np.ndarray, method: str, dim: int, seed: int, perplexity: float, max_iter: int = 1000) -> np.ndarray:
     n = len(x)
     if n < 3 or method == "pca":
         return _pca(x, dim, seed)
@@ -63,7 +64,7 @@ def _fuse(x: np.ndarray, method: str, dim: int, seed: int, perplexity: float) ->
         return _pad(KernelPCA(n_components=k, kernel="rbf", random_state=seed).fit_transform(x), dim)
     from sklearn.manifold import TSNE
 
-    tsne = TSNE(n_components=dim, perplexity=min(perplexity, n - 1), method="barnes_hut", init="pca", random_state=seed)
+    tsne = TSNE(n_components=dim, perplexity=min(perplexity, n - 1), method="barnes_hut", init="pca", random_state=seed, max_iter=max_iter)
     return tsne.fit_transform(x)
 
 

@@ -16,19 +16,34 @@ client's coreset is the sample nearest the centroid of each of its selected grou
 (Eq. (10)). Local training then runs on the coreset only (Eq. (11)) and FedAvg weighs
 clients by ``|D~_i|`` (Eq. (12)).
 
-Frames. t-SNE coordinates fitted on one client are in a frame of their own, so with
-``frame="local"`` (the paper's and its code's way) the server compares centroids across
-unrelated frames and its groups need not gather the same kind of data. With
-``frame="anchored"`` (this package's option) the server fits a 2-D PCA map on the features
-of a few public anchor samples and sends it to the clients (``SharedFrame``); clients
-still cluster their t-SNE coordinates, but describe each group to the server by its
-members' mean under that shared map, so equal kinds of data from different clients land
-together and the server's groups really are cross-client duplicates.
+Frames (this package's one deviation from the paper, on by default when ``anchors`` is set).
+The paper runs t-SNE separately on every client and sends the groups' 2-D t-SNE centroids.
+t-SNE coordinates are defined only up to rotation, reflection, translation and scale (its
+loss depends on pairwise distances only, and the layout depends on the client's other
+samples), so two clients' centroids of the *same* kind of data generally land in different
+places and the server's HDBSCAN groups centroids that are near by accident. Measured on 6
+clients that all hold the same 3 planted families (FedHDS-Turbo features, seeds 0-2):
+``frame="local"`` selected one sample of every family in 1 of 3 draws (the others kept a
+family twice and dropped one); with clients holding 2 of the 3 families, in none of 3.
+``frame="anchored"`` selected exactly one sample of each family in 6 of 6 draws.
+
+``frame="anchored"``: the server fits a 2-D PCA map on the features of a few *public*
+anchor samples and sends it to the clients (:class:`SharedFrame`, ``4 (D + 2 D)`` bytes,
+once per round, or once for a fixed proxy). Clients still fuse with t-SNE and cluster with
+HDBSCAN exactly as in the paper (intra-client selection and the coreset choice, Eq. (10),
+are unchanged), but describe each group to the server by its members' weighted mean under
+the shared linear map instead of its t-SNE centroid. A linear map is the same function on
+every client, so equal kinds of data land together whichever client holds them, and the
+server's groups (Eq. (8)-(9)) really are cross-client duplicates. What travels is still one
+2-D point per group (and DP applies to it the same way). The cost: the server needs a
+public sample resembling the clients' data (``anchors``). Without ``anchors`` the hook
+falls back to the paper's ``local`` frame and warns once.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +90,9 @@ class HierarchicalDataSelection(CoresetSelection):
         fusion: ``tsne`` (paper), ``pca`` or ``kpca`` (its ablation).
         dim: Fused dimension ``k`` (paper: 2).
         perplexity: t-SNE perplexity (capped at ``n - 1``).
+        tsne_iters: t-SNE optimisation steps (scikit-learn's ``max_iter``; its and the
+            authors' default 1000; at least 250). t-SNE is most of FedHDS-Turbo's client-side
+            selection time and scales linearly with it (see benchmarks/RESULTS.md).
         min_cluster_size: Intra-client HDBSCAN ``min_cluster_size`` (paper: 5 on Natural
             Instructions, 2 on Dolly-15K).
         min_samples: Intra-client HDBSCAN ``min_samples`` (default: ``min_cluster_size``).
@@ -84,7 +102,9 @@ class HierarchicalDataSelection(CoresetSelection):
         server_noise: ``drop`` or ``keep`` noise centroids on the server (see clustering.py).
         inter_client: ``False`` skips the server step and selects every client group
             (the paper's FedHDS-dagger ablation).
-        frame: ``local`` (paper) or ``anchored`` (shared PCA frame from public anchors).
+        frame: ``local`` (paper: per-client t-SNE centroids) or ``anchored`` (centroids in a
+            shared PCA frame of public anchors, see the module docstring). Default:
+            ``anchored`` when ``anchors`` is given, else ``local`` (with a warning).
         anchors: Data set of public anchor samples for ``frame="anchored"`` (same forms as
             ``data.dataset``: ``synthetic:instructions``, a local file, a hub name).
         anchor_args: ``synthetic_args`` of the anchor set.
@@ -107,13 +127,14 @@ class HierarchicalDataSelection(CoresetSelection):
         fusion: str = "tsne",
         dim: int = 2,
         perplexity: float = 30.0,
+        tsne_iters: int = 1000,
         min_cluster_size: int = 5,
         min_samples: int | None = None,
         server_min_cluster_size: int = 2,
         server_min_samples: int | None = None,
         server_noise: str = "drop",
         inter_client: bool = True,
-        frame: str = "local",
+        frame: str | None = None,
         anchors: str | None = None,
         anchor_args: dict[str, Any] | None = None,
         anchor_field_map: dict[str, str] | None = None,
@@ -126,11 +147,19 @@ class HierarchicalDataSelection(CoresetSelection):
         figures: bool = True,
     ) -> None:
         super().__init__(seed=seed, figures=figures)
+        if frame is None:
+            frame = "anchored" if anchors else "local"
+            if frame == "local":
+                warnings.warn("HierarchicalDataSelection: no `anchors`, so centroids are sent in each client's own t-SNE frame "
+                              "(the paper's way) and the server cannot reliably match equal data across clients; "
+                              "set `anchors` to a public sample of similar data (see lightning_fed/selection/hds.py)", stacklevel=2)
         problems = []
         for name, value, choices in (("proxy_pooling", proxy_pooling, POOLINGS), ("text", text, TEXTS), ("fusion", fusion, FUSIONS),
                                      ("server_noise", server_noise, SERVER_NOISE), ("frame", frame, FRAMES)):
             if value not in choices:
                 problems.append(f"`{name}` must be one of {choices}, got {value!r}")
+        if tsne_iters < 250:
+            problems.append(f"`tsne_iters` must be >= 250 (scikit-learn's minimum), got {tsne_iters}")
         if min_cluster_size < 2:
             problems.append(f"`min_cluster_size` must be >= 2, got {min_cluster_size}")
         if server_min_cluster_size < 2:
@@ -145,7 +174,7 @@ class HierarchicalDataSelection(CoresetSelection):
         if self.sigma is not None and self.sigma < 0:
             raise ValueError(f"`dp_sigma` must be >= 0, got {dp_sigma}")
         self.proxy, self.proxy_pooling, self.text, self.include_embeddings = proxy, proxy_pooling, text, include_embeddings
-        self.fusion, self.dim, self.perplexity = fusion, dim, perplexity
+        self.fusion, self.dim, self.perplexity, self.tsne_iters = fusion, dim, perplexity, tsne_iters
         self.min_cluster_size, self.min_samples = min_cluster_size, min_samples
         self.server_min_cluster_size, self.server_min_samples = server_min_cluster_size, server_min_samples
         self.server_noise, self.inter_client = server_noise, inter_client
@@ -189,7 +218,7 @@ class HierarchicalDataSelection(CoresetSelection):
         feats = self.features(module, items, client)
         t1 = time.perf_counter()
         seed = self.round_seed(loop, round_idx, client)
-        fused = fuse(feats, self.fusion, self.dim, seed=seed, perplexity=self.perplexity)
+        fused = fuse(feats, self.fusion, self.dim, seed=seed, perplexity=self.perplexity, max_iter=self.tsne_iters)
         t2 = time.perf_counter()
         groups = intra_client_groups(fused, self.min_cluster_size, self.min_samples)
         centroids = groups.centroids(fused)
