@@ -25,7 +25,8 @@ from lightning_fed.callbacks.failures import guard_training_step, unguard_traini
 from lightning_fed.callbacks.hooks import RoundHook
 from lightning_fed.callbacks.reporting import RoundReport
 from lightning_fed.federation.sampling import ClientTurn, derive_seed, sample_clients
-from lightning_fed.federation.screening import UpdateScreen, update_norm
+from lightning_fed.federation.screening import UpdateScreen
+from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.strategies.base import (
     AggregationError,
@@ -33,14 +34,13 @@ from lightning_fed.strategies.base import (
     LocalCorrection,
     Strategy,
     StateDict,
-    check_update,
     clone_state,
     state_nbytes,
 )
 from lightning_fed.strategies.fedavg import FedAvg
 
 
-class FederatedLoop(Callback):
+class FederatedLoop(ServerRound, Callback):
     """Orchestrates federated rounds over a :class:`~lightning_fed.datamodules.FederatedDataModule`.
 
     Args:
@@ -176,15 +176,6 @@ class FederatedLoop(Callback):
             self._plans = {round_idx: [ClientTurn(c, self._num_batches(c)) for c in clients]}
         return self._plans[round_idx]
 
-    def add_round_bytes(self, up: int = 0, down: int = 0) -> None:
-        """Count extra traffic of the current round (e.g. a hook's broadcast or uploads).
-
-        Callable from any hook, ``on_round_start`` included; it lands in this round's
-        ``comm/up_bytes``/``comm/down_bytes`` and summary record.
-        """
-        self._extra_bytes[0] += int(up)
-        self._extra_bytes[1] += int(down)
-
     def _num_batches(self, client_id: int) -> int:
         accumulate = self.trainer.accumulate_grad_batches
         if self.local_steps is not None:
@@ -245,13 +236,6 @@ class FederatedLoop(Callback):
         for hook in self.hooks:
             hook.on_client_start(self, trainer, pl_module, cid)
 
-    def client_start(self, client_id: int) -> tuple[StateDict, StateDict]:
-        """What the server sends ``client_id`` this round: its start state and the downlink extras.
-
-        A remote client (:class:`~lightning_fed.deploy.ClientLoop`) returns what it received.
-        """
-        return self.strategy.client_model(client_id, self.global_state), self.strategy.downlink(client_id)
-
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer) -> None:
         if self._turn is None or self._client_failed:
@@ -297,27 +281,14 @@ class FederatedLoop(Callback):
         valid = []
         for update in self._updates:
             try:
-                check_update(self._received[update.client_id], update)
-                # Logged per client (client_k/update_norm): what to base max_update_norm on.
-                update.metrics["update_norm"] = update_norm(self._received[update.client_id], update.state)
-                update, clipped = self.screen(self._received[update.client_id], update)
-                self.clipped_updates += clipped
-                valid.append(update)
+                valid.append(self.admit(self._received[update.client_id], update))
             except AggregationError as err:
                 self.rejected_updates += 1
                 self._round_rejected[update.client_id] = str(err)
                 rank_zero_warn(f"round {round_idx + 1}: update rejected: {err}")
-        if len(valid) < self.min_clients:
-            raise RuntimeError(
-                f"round {round_idx + 1}: only {len(valid)} of {len(self._turns)} clients returned a valid update,"
-                f" fewer than federation.min_clients={self.min_clients}"
-                f" (failed: {self._round_failed}, rejected: {sorted(self._round_rejected)})"
-            )
-        self.global_state = clone_state(self.strategy.aggregate(self.global_state, valid))
         self._updates, self._received = [], {}  # not kept alive through evaluation
-        pl_module.load_state(self.global_state)
-        for hook in self.hooks:
-            hook.after_aggregate(self, trainer, pl_module, round_idx)
+        self.advance(trainer, pl_module, round_idx, valid, len(self._turns), self._round_failed, self._round_rejected)
+        extra_up, extra_down = self.take_extra_bytes()
         self.report.end_round(
             trainer,
             round_idx,
@@ -325,11 +296,10 @@ class FederatedLoop(Callback):
             updates=valid,
             failed=self._round_failed,
             rejected=self._round_rejected,
-            up_bytes=self._up + self._extra_bytes[0],
-            down_bytes=self._down + self._extra_bytes[1],
+            up_bytes=self._up + extra_up,
+            down_bytes=self._down + extra_down,
             seconds=time.perf_counter() - self._round_t0,
         )
-        self._extra_bytes = [0, 0]
 
     # ========================================================================= evaluation
     @override
@@ -372,14 +342,6 @@ class FederatedLoop(Callback):
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         unguard_training_step(self, pl_module)
-
-    def hook_summaries(self) -> dict[str, Any]:
-        """Each hook's :meth:`~RoundHook.summary`, keyed by its class name (empty ones left out)."""
-        return {type(h).__name__: out for h in self.hooks if (out := h.summary())}
-
-    def fault_counts(self) -> dict[str, int]:
-        """Clients that failed, updates rejected and updates clipped so far (for summary.json)."""
-        return {"failed_clients": self.failed_clients, "rejected_updates": self.rejected_updates, "clipped_updates": self.clipped_updates}
 
     # ============================================================================= resume
     @override

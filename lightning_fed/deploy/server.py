@@ -31,9 +31,8 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning_fed.callbacks.federated_loop import FederatedLoop
 from lightning_fed.deploy.records import METRICS, from_arrays, record_to_update, to_arrays, train_instruction
 from lightning_fed.federation.sampling import sample_clients
-from lightning_fed.federation.screening import update_norm
 from lightning_fed.modules.base import FederatedModule
-from lightning_fed.strategies.base import AggregationError, ClientUpdate, StateDict, check_update, clone_state, state_nbytes
+from lightning_fed.strategies.base import AggregationError, StateDict, clone_state, state_nbytes
 
 PARTITION_QUERY = "query.partition"
 
@@ -118,11 +117,7 @@ class FederatedServer(FlowerStrategy):
                     raise AggregationError(f"client {update.client_id} was not asked to train in this round")
                 answered.add(update.client_id)
                 up += state_nbytes(update.state) + state_nbytes(update.extras)
-                check_update(self._sent[update.client_id], update)
-                update.metrics["update_norm"] = update_norm(self._sent[update.client_id], update.state)
-                update, clipped = lp.screen(self._sent[update.client_id], update)
-                lp.clipped_updates += clipped
-                valid.append(update)
+                valid.append(lp.admit(self._sent[update.client_id], update))
             except (AggregationError, ValueError) as err:
                 cid = self._client_of(msg.metadata.src_node_id)
                 rejected[cid] = str(err)
@@ -130,17 +125,8 @@ class FederatedServer(FlowerStrategy):
         failed += [c for c in self._sent if c not in answered and c not in rejected]  # no reply: timed out
         lp.failed_clients += len(failed)
         lp.rejected_updates += len(rejected)
-        if len(valid) < lp.min_clients:
-            raise RuntimeError(
-                f"round {server_round}: only {len(valid)} of {len(self._round_clients)} clients returned a valid update,"
-                f" fewer than federation.min_clients={lp.min_clients} (failed: {sorted(failed)}, rejected: {sorted(rejected)})"
-            )
-        lp.global_state = clone_state(lp.strategy.aggregate(lp.global_state, valid))
-        self.module.load_state(lp.global_state)
-        for hook in lp.hooks:
-            hook.after_aggregate(lp, self.context, self.module, round_idx)
-        extra_up, extra_down = lp._extra_bytes
-        lp._extra_bytes = [0, 0]
+        lp.advance(self.context, self.module, round_idx, valid, len(self._round_clients), failed, rejected)
+        extra_up, extra_down = lp.take_extra_bytes()
         lp.report.end_round(
             self.context, round_idx, clients=self._round_clients, updates=sorted(valid, key=lambda u: u.client_id),
             failed=sorted(failed), rejected=rejected, up_bytes=up + extra_up, down_bytes=self._down + extra_down,
