@@ -173,6 +173,10 @@ class EmulatorAlignment(RoundHook):
         Only the emulator is trained; all modules run in eval mode (no dropout), and the
         previous train/eval modes and ``requires_grad`` flags are restored afterwards.
         Returns the mean loss of the first and of the last step.
+
+        Raises:
+            FloatingPointError: If the loss is not finite (the learning rate is too high for
+                the scale of Eq. (2)'s L2 term); the flags and modes are restored first.
         """
         examples = self.public_examples(module.tokenizer)
         g = torch.Generator().manual_seed(seed)
@@ -189,10 +193,17 @@ class EmulatorAlignment(RoundHook):
         losses = []
         try:
             with torch.enable_grad():
-                for _ in range(steps):
+                for step in range(steps):
                     rows = torch.randint(len(examples), (self.batch_size,), generator=g).tolist()
                     batch = self._batch(examples, rows, module.tokenizer.pad_token_id, module.device)
-                    loss, _, _ = alignment_loss(module, batch, self.lam, self.kl_direction)
+                    loss, l2, kl = alignment_loss(module, batch, self.lam, self.kl_direction)
+                    if not torch.isfinite(loss):
+                        # A NaN emulator would otherwise be sent to every client and train
+                        # nothing; on real models ||E(x) - E*(x)||^2 can be ~1e7 per token.
+                        raise FloatingPointError(
+                            f"EmulatorAlignment: Eq. (2) loss is {loss.item()} (l2={l2.item()}, kl={kl.item()}) at step"
+                            f" {step + 1} of {steps}; lower alignment.lr (got {self.lr}) or use alignment.optimizer=adamw"
+                        )
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()

@@ -31,6 +31,17 @@ def test_alignment_lowers_kl_to_the_full_model():
     assert all(p.grad is None for p in module.parameters())
 
 
+def test_non_finite_alignment_loss_is_an_error_not_a_nan_emulator():
+    module = offsite_module("fedbiot", beta=0.5, adapter_layers=2)
+    flags = {n: p.requires_grad for n, p in module.named_parameters()}
+    with torch.no_grad():
+        next(iter(module.emulator_parameters().values())).fill_(float("nan"))  # what a diverged step leaves
+    with pytest.raises(FloatingPointError, match="at step 1 of 3; lower alignment.lr") as err:
+        public_alignment().align(module, steps=3, seed=0)
+    assert "\n" not in str(err.value)
+    assert {n: p.requires_grad for n, p in module.named_parameters()} == flags and module.training
+
+
 def test_no_drop_means_no_divergence():
     """With beta = 0 the emulator is a copy of E*: both terms of Eq. (2) are zero."""
     module = offsite_module("fedbiot", beta=0.0, adapter_layers=2)

@@ -5,7 +5,7 @@ write a held-out family's answers within CI time (its greedy answers score ROUGE
 FedIT and FedHDS alike, measured), so this test compares the next best thing: the
 response negative log-likelihood on a held-out planted family (``capitalize``, never
 trained on), averaged over the last rounds. ROUGE-L with a pretrained model is in
-``benchmarks/fedhds_bench.py``.
+``benchmarks/fedhds_bench.py`` and ``tests/selection/test_rouge_quality.py`` (slow).
 
 ROUGE-L was also tried on *held-out prompts* of planted families with fixed answers (6
 clients x 40 rows of 3 families whose answer depends only on the instruction, tiny GPT-2
