@@ -37,7 +37,7 @@ from lightning_fed.datamodules.instruction import InstructionDataModule
 from lightning_fed.datamodules.partition import ByKey, Partitioner
 from lightning_fed.datamodules.preference import PreferenceDataModule
 from lightning_fed.datamodules.selector import SelectorDataModule
-from lightning_fed.datamodules.sources import local_files, validate_records
+from lightning_fed.datamodules.sources import load_hub_or_local, validate_records
 
 CANONICAL = ["prompt", "chosen", "rejected"]
 
@@ -123,13 +123,7 @@ def load_feedback(name: str, path: str | None = None, split: str | None = None, 
     if name not in FEEDBACK_PRESETS:
         raise ValueError(f"data.preset: unknown dataset {name!r}; known: {sorted(FEEDBACK_PRESETS)}")
     preset = FEEDBACK_PRESETS[name]
-    files = local_files(path) if path is not None else None
-    if files is not None:
-        ds = datasets.load_dataset(files[0], data_files=files[1], split="train")
-    else:
-        ds = datasets.load_dataset(name, preset.config, split=split or preset.split)
-    if max_rows is not None and max_rows < len(ds):
-        ds = ds.shuffle(seed=seed).select(range(max_rows))
+    ds = load_hub_or_local(name, preset.config, split or preset.split, path, max_rows, seed)
     ds = preset.prepare(ds)
     validate_records(ds, "preference", name)
     return ds

@@ -26,7 +26,7 @@ from typing import Any
 import datasets
 
 from lightning_fed.datamodules.preference import PreferenceDataModule
-from lightning_fed.datamodules.sources import apply_field_map, local_files, validate_records
+from lightning_fed.datamodules.sources import apply_field_map, load_hub_or_local, validate_records
 
 CANONICAL = ["prompt", "chosen", "rejected"]
 
@@ -173,13 +173,7 @@ def load_preset(name: str, path: str | None = None, split: str | None = None, ma
     if name not in PRESETS:
         raise ValueError(f"data.presets: unknown dataset {name!r}; known: {sorted(PRESETS)}")
     preset = PRESETS[name]
-    files = local_files(path) if path is not None else None
-    if files is not None:
-        ds = datasets.load_dataset(files[0], data_files=files[1], split="train")
-    else:
-        ds = datasets.load_dataset(name, split=split or preset.split)
-    if max_rows is not None and max_rows < len(ds):
-        ds = ds.shuffle(seed=seed).select(range(max_rows))
+    ds = load_hub_or_local(name, None, split or preset.split, path, max_rows, seed)
     if preset.prepare is not None:
         ds = preset.prepare(ds)
     ds = apply_field_map(ds, "preference", name, preset.field_map)

@@ -254,3 +254,15 @@ def _check_kind(kind: str) -> None:
     if kind not in FIELDS:
         raise ValueError(f"`kind` must be one of {list(FIELDS)}, got {kind!r}")
 
+
+def load_hub_or_local(name: str, config: str | None = None, split: str = "train", path: str | None = None, max_rows: int | None = None, seed: int = 0) -> datasets.Dataset:
+    """The hub dataset ``name`` (``config``, ``split``), or the same columns from a local file
+    or folder ``path``; optionally a seeded random subset of ``max_rows`` rows."""
+    files = local_files(path) if path is not None else None
+    if files is not None:
+        ds = datasets.load_dataset(files[0], data_files=files[1], split="train")
+    else:
+        ds = datasets.load_dataset(name, config, split=split)
+    if max_rows is not None and max_rows < len(ds):
+        ds = ds.shuffle(seed=seed).select(range(max_rows))
+    return ds

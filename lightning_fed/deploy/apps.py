@@ -35,7 +35,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from lightning_fed.deploy.client import ClientRunner
-from lightning_fed.deploy.records import CONFIG, DOWNLINK, METRICS, STATE, from_arrays, to_arrays, update_to_record
+from lightning_fed.deploy.records import CONFIG, DOWNLINK, METRICS, STATE, from_arrays, update_to_record
 from lightning_fed.deploy.server import FederatedServer
 
 

@@ -14,7 +14,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 
-import torch
 from torch import Tensor
 
 from lightning_fed.strategies.base import AggregationError, ClientUpdate
