@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from lightning_fed.callbacks.hooks import RoundHook

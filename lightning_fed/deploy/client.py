@@ -26,7 +26,7 @@ from lightning_fed.callbacks.reporting import RoundReport
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.federation.sampling import ClientTurn
 from lightning_fed.modules.base import FederatedModule
-from lightning_fed.strategies.base import ClientUpdate, StateDict, clone_state
+from lightning_fed.strategies.base import ClientUpdate, StateDict
 
 # Trainer settings a client takes from the run's config; the rest (loggers, checkpoints,
 # progress bars, validation) is the server's business.
@@ -166,12 +166,3 @@ class ClientRunner:
     def _check_client(self, client_id: int) -> None:
         if not 0 <= client_id < self.datamodule.num_clients:
             raise ValueError(f"client-id must be in [0, {self.datamodule.num_clients}), got {client_id}")
-
-
-def initial_entry() -> dict[str, StateDict]:
-    """What a client holds before its first round: nothing."""
-    return {"personal": {}, "memory": {}}
-
-
-def copy_entry(entry: dict[str, StateDict]) -> dict[str, StateDict]:
-    return {"personal": clone_state(entry.get("personal", {})), "memory": clone_state(entry.get("memory", {}))}

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from lightning_fed.strategies.base import StateDict, clone_state, state_nbytes
 
