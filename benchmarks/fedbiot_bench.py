@@ -10,6 +10,9 @@ The paper's setting, scaled to 2 CPU cores:
 * FedOT: adapter = first 2 + last 2 layers, emulator 26 -> 20 layers, the same one-time
   distillation, no per-round alignment, FedAvg;
 * offsite-tuning (``--methods offsite``): FedOT's layout with one client holding all the data;
+* ``fedbiot_mean`` / ``fedbiot_rms`` / ``fedbiot_off``: FedBiOT with Eq. (2)'s L2 term per hidden
+  dimension, normalised by E*(x)'s mean square (the authors' code), or dropped (KL only), see
+  ``EmulatorAlignment.l2_term`` (issue 15); plain ``fedbiot`` is Eq. (2) as printed (``sum``);
 * ``fedbiot_noalign`` (an ablation): FedBiOT's s = 2 layout with FedOT's server and clients (one
   distillation, no per-round alignment, no proximal term): what the alignment adds;
 * clients: planted instruction families, one family per client (non-IID), plain template,
@@ -71,12 +74,15 @@ def client_data(args: argparse.Namespace, pooled: bool) -> InstructionDataModule
     return InstructionDataModule(num_clients=n, synthetic_args=synthetic, template="plain", max_length=64, val_fraction=args.val_fraction, batch_size=args.batch_size, eval_batch_size=8)
 
 
-def alignment(args: argparse.Namespace, per_round: bool) -> EmulatorAlignment:
+L2_VARIANTS = {"fedbiot": "sum", "fedbiot_mean": "mean", "fedbiot_rms": "rms", "fedbiot_off": "off"}
+
+
+def alignment(args: argparse.Namespace, per_round: bool, l2_term: str = "sum") -> EmulatorAlignment:
     synthetic = {"num_clients": 1, "examples_per_client": 128, "families": PUBLIC_FAMILIES, "families_per_client": len(PUBLIC_FAMILIES), "seed": 1}
     return EmulatorAlignment(
         dataset="synthetic:instructions", synthetic_args=synthetic, template="plain", max_length=64, batch_size=4,
         distill_steps=args.distill_steps, steps_per_round=args.align_steps if per_round else 0,
-        lam=args.lam, lr=args.align_lr, optimizer=args.align_optimizer,
+        lam=args.lam, lr=args.align_lr, optimizer=args.align_optimizer, l2_term=l2_term,
     )
 
 
@@ -99,11 +105,11 @@ def evaluate(module: OffsiteModule, data: InstructionDataModule) -> dict[str, fl
 def run(method: str, lr: float, seed: int, args: argparse.Namespace, root: str) -> dict:
     """One federated fit; returns final metrics, seconds and the hook's summary."""
     pl.seed_everything(seed, verbose=False)
-    fedbiot = method == "fedbiot"
-    last_s = method in ("fedbiot", "fedbiot_noalign")  # the ablation: FedBiOT's layout, FedOT's server and clients
+    fedbiot = method in L2_VARIANTS
+    last_s = fedbiot or method == "fedbiot_noalign"  # the ablation: FedBiOT's layout, FedOT's server and clients
     module = OffsiteModule(SMOLLM2, layout="fedbiot" if last_s else "offsite", adapter_layers=args.adapter_layers, beta=args.beta, lr=lr, optimizer="sgd", generation_metric="exact_match" if args.exact_match else None, max_new_tokens=8)
     data = client_data(args, pooled=method == "offsite")
-    hook = alignment(args, per_round=fedbiot)
+    hook = alignment(args, per_round=fedbiot, l2_term=L2_VARIANTS.get(method, "sum"))
     strategy = FedProx(mu=args.epsilon) if fedbiot else FedAvg()
     per_round = 1 if method == "offsite" else args.clients_per_round
     # offsite-tuning: one client, the same number of local steps in total as the federated runs
@@ -140,7 +146,7 @@ def fmt(values: list[float], digits: int = 3) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--methods", nargs="+", default=["fedbiot", "fedot"], choices=["fedbiot", "fedot", "offsite", "fedbiot_noalign"],
+    p.add_argument("--methods", nargs="+", default=["fedbiot", "fedot"], choices=[*L2_VARIANTS, "fedot", "offsite", "fedbiot_noalign"],
                    help="fedbiot_noalign: the s=2 layout with one-time distillation only, eps=0 (an ablation)")
     p.add_argument("--method-lrs", nargs="*", default=[], metavar="METHOD=LR,LR", help="per-method lr grid instead of --lrs")
     p.add_argument("--full-grid", action="store_true", help="run every seed at every lr; pick the lr by the seed mean")

@@ -36,18 +36,51 @@ if TYPE_CHECKING:
     from lightning_fed.modules.fedbiot import OffsiteModule
 
 KL_DIRECTIONS = ("eq2", "teacher_first")
+L2_TERMS = ("sum", "mean", "rms", "off")
 OPTIMIZERS = ("sgd", "adamw")
 _TAG = 20240625  # separates the alignment's random draws from the loop's
 
 
-def alignment_loss(module: OffsiteModule, batch: Mapping[str, Tensor], lam: float, kl_direction: str = "eq2") -> tuple[Tensor, Tensor, Tensor]:
+def emulator_l2(h_emu: Tensor, h_full: Tensor, real: Tensor, l2_term: str = "sum") -> Tensor:
+    """The first term of Eq. (2), ``||E(x) - E*(x)||^2``, reduced over the real tokens.
+
+    Args:
+        h_emu: ``E(x)``, shape ``(batch, seq, d)``.
+        h_full: ``E*(x)``, same shape.
+        real: Boolean mask ``(batch, seq)`` of the real (non-padding) tokens.
+        l2_term: ``sum``: the squared Euclidean norm over the ``d`` hidden dimensions, mean
+            over tokens (Eq. (2) as printed); ``mean``: the same divided by ``d`` (a
+            per-dimension mean); ``rms``: the squared difference divided by the mean square of
+            ``E*(x)`` (the authors' FederatedScope ``l2_norm``, from offsite-tuning, there over
+            padding too); ``off``: zero, the KL term alone.
+
+    Returns:
+        A scalar in float32.
+    """
+    if l2_term not in L2_TERMS:
+        raise ValueError(f"`l2_term` must be one of {L2_TERMS}, got {l2_term!r}")
+    diff2 = (h_emu.float() - h_full.float()).pow(2)[real]  # (tokens, d)
+    if l2_term == "off":
+        return diff2.sum() * 0.0  # keeps the graph and the dtype; contributes nothing
+    if l2_term == "sum":
+        return diff2.sum(-1).mean()
+    if l2_term == "mean":
+        return diff2.mean()
+    # rms: mean((E - E*)^2) / mean(E*^2) = mean(((E - E*) / std)^2), std = sqrt(mean(E*^2))
+    return diff2.mean() / h_full.float().pow(2)[real].mean()
+
+
+def alignment_loss(
+    module: OffsiteModule, batch: Mapping[str, Tensor], lam: float, kl_direction: str = "eq2", l2_term: str = "sum"
+) -> tuple[Tensor, Tensor, Tensor]:
     """Eq. (2) on one batch: ``(loss, l2, kl)``, each a mean over the batch's real tokens.
 
-    ``l2`` is the squared Euclidean norm ``||E(x) - E*(x)||^2`` of the emulator's output
-    minus the non-compressed emulator's, per token; ``kl`` the per-token KL divergence of
-    the next-token distributions, ``KL(M(x;A,E) || M(x;A,E*))`` as printed in Eq. (2)
-    (``eq2``) or ``KL(M(x;A,E*) || M(x;A,E))`` (``teacher_first``, the usual distillation
-    order). Gradients flow into the emulator only through whatever requires grad.
+    ``l2`` is the emulator's output minus the non-compressed emulator's, reduced by
+    :func:`emulator_l2` (``l2_term``); ``kl`` the per-token KL divergence of the next-token
+    distributions, ``KL(M(x;A,E) || M(x;A,E*))`` as printed in Eq. (2) (``eq2``) or
+    ``KL(M(x;A,E*) || M(x;A,E))`` (``teacher_first``, the usual distillation order).
+    With ``l2_term="off"`` the returned ``l2`` is still the ``sum`` value, for monitoring, but
+    ``loss = lam * kl``. Gradients flow into the emulator only through whatever requires grad.
     """
     ids, mask = batch["input_ids"], batch["attention_mask"]
     real = mask.bool()
@@ -56,7 +89,7 @@ def alignment_loss(module: OffsiteModule, batch: Mapping[str, Tensor], lam: floa
     with module.emulator_output("emulator") as h_emu:
         logits_emu = module.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
     h_emu, h_full = h_emu[0], h_full[0]
-    l2 = (h_emu.float() - h_full.float()).pow(2).sum(-1)[real].mean()
+    l2 = emulator_l2(h_emu, h_full, real, l2_term)
     logp_emu = logits_emu.float().log_softmax(-1)
     logp_full = logits_full.float().log_softmax(-1)
     if kl_direction == "eq2":
@@ -64,7 +97,11 @@ def alignment_loss(module: OffsiteModule, batch: Mapping[str, Tensor], lam: floa
     else:
         kl = (logp_full.exp() * (logp_full - logp_emu)).sum(-1)
     kl = kl[real].mean()
-    return l2 + lam * kl, l2, kl
+    loss = l2 + lam * kl
+    if l2_term == "off":
+        with torch.no_grad():
+            l2 = emulator_l2(h_emu, h_full, real, "sum")
+    return loss, l2, kl
 
 
 class EmulatorAlignment(RoundHook):
@@ -90,6 +127,14 @@ class EmulatorAlignment(RoundHook):
             steps that can raise the KL after a round's adapter change (measured on the tiny
             test model: 0.018 -> 0.040 in 5 steps, where SGD goes 0.072 -> 0.066).
         kl_direction: ``eq2`` (as printed) or ``teacher_first``.
+        l2_term: How Eq. (2)'s first term is reduced, see :func:`emulator_l2`: ``sum`` (as
+            printed, the default), ``mean`` (per hidden dimension), ``rms`` (normalised by
+            ``E*(x)``'s mean square, the authors' code) or ``off`` (KL only). On SmolLM2 the
+            ``sum`` term is ~1e7 per token against a KL of ~3 (massive activations), so the
+            KL has no say; ``mean``/``rms`` bring the two to comparable scales. Note that the
+            paper's ablation "without layerwise alignment" (Tables 5-6) is, in the authors' code
+            (``layerwise_distill=False``), matching only the emulator's *output* (what every
+            value here does), as opposed to matching each student layer with its teacher layer.
     """
 
     def __init__(
@@ -109,6 +154,7 @@ class EmulatorAlignment(RoundHook):
         lr: float = 0.01,
         optimizer: str = "sgd",
         kl_direction: str = "eq2",
+        l2_term: str = "sum",
     ) -> None:
         problems = []
         for name, value, low in (("steps_per_round", steps_per_round, 0), ("distill_steps", distill_steps, 0), ("batch_size", batch_size, 1), ("max_length", max_length, 2)):
@@ -124,8 +170,11 @@ class EmulatorAlignment(RoundHook):
             problems.append(f"alignment.optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
         if kl_direction not in KL_DIRECTIONS:
             problems.append(f"alignment.kl_direction must be one of {KL_DIRECTIONS}, got {kl_direction!r}")
+        if l2_term not in L2_TERMS:
+            problems.append(f"alignment.l2_term must be one of {L2_TERMS}, got {l2_term!r}")
         if problems:
             raise ValueError("; ".join(problems))
+        self.l2_term = l2_term
         self.dataset, self.kind, self.field_map, self.split = dataset, kind, field_map, split
         self.synthetic_args, self.template, self.max_length = synthetic_args, template, max_length
         self.max_examples, self.batch_size = max_examples, batch_size
@@ -195,13 +244,14 @@ class EmulatorAlignment(RoundHook):
                 for step in range(steps):
                     rows = torch.randint(len(examples), (self.batch_size,), generator=g).tolist()
                     batch = self._batch(examples, rows, module.tokenizer.pad_token_id, module.device)
-                    loss, l2, kl = alignment_loss(module, batch, self.lam, self.kl_direction)
+                    loss, l2, kl = alignment_loss(module, batch, self.lam, self.kl_direction, self.l2_term)
                     if not torch.isfinite(loss):
                         # A NaN emulator would otherwise be sent to every client and train
                         # nothing; on real models ||E(x) - E*(x)||^2 can be ~1e7 per token.
                         raise FloatingPointError(
                             f"EmulatorAlignment: Eq. (2) loss is {loss.item()} (l2={l2.item()}, kl={kl.item()}) at step"
-                            f" {step + 1} of {steps}; lower alignment.lr (got {self.lr}) or use alignment.optimizer=adamw"
+                            f" {step + 1} of {steps}; lower alignment.lr (got {self.lr}), use alignment.optimizer=adamw or"
+                            f" alignment.l2_term=mean (got {self.l2_term})"
                         )
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
@@ -229,7 +279,7 @@ class EmulatorAlignment(RoundHook):
             chunks = [rows[i : i + self.batch_size] for i in range(0, len(rows), self.batch_size)]
             for chunk in chunks:
                 batch = self._batch(examples, chunk, module.tokenizer.pad_token_id, module.device)
-                _, l2, kl = alignment_loss(module, batch, self.lam, self.kl_direction)
+                _, l2, kl = alignment_loss(module, batch, self.lam, self.kl_direction, self.l2_term)
                 totals["l2"] += float(l2) * len(chunk)
                 totals["kl"] += float(kl) * len(chunk)
         finally:
