@@ -242,9 +242,17 @@ class FederatedLoop(ServerRound, Callback):
             return
         self._correction.correct_gradients(self._shared_params)
         self._steps += 1
+        self._step_lr = optimizer.param_groups[0]["lr"]  # for the correction after the step
+
+    def _after_optimizer_step(self) -> None:
+        """A correction applied to the weights after an optimizer step (SCAFFOLD ``parameter``)."""
+        lr, self._step_lr = getattr(self, "_step_lr", None), None
+        if lr is not None and self._turn is not None and not self._client_failed:
+            self._correction.after_optimizer_step(self._shared_params, lr)
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._after_optimizer_step()
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None:
             self._losses.append(float(loss))

@@ -52,12 +52,16 @@ class LocalCorrection:
     """Client-side part of a server algorithm, applied to gradients during local steps.
 
     The default does nothing. Subclasses override :meth:`correct_gradients` (called once per
-    optimizer step, after the backward pass and before clipping) and :meth:`finish`
-    (called once when the client's local training ends, returns extras to upload).
+    optimizer step, after the backward pass and before clipping), :meth:`after_optimizer_step`
+    (called once per optimizer step, after it) and :meth:`finish` (called once when the
+    client's local training ends, returns extras to upload).
     """
 
     def correct_gradients(self, params: Mapping[str, torch.nn.Parameter]) -> None:
         """Modify ``p.grad`` in place for the shared parameters ``params``."""
+
+    def after_optimizer_step(self, params: Mapping[str, torch.nn.Parameter], lr: float) -> None:
+        """Modify the shared parameters in place after an optimizer step taken with ``lr``."""
 
     def finish(self, params: Mapping[str, Tensor], num_steps: int, lr: float) -> StateDict:
         """Return the extras to upload with the update (empty by default)."""

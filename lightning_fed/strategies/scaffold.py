@@ -17,6 +17,23 @@ the sampled clients ``S`` (line 16) and steps (line 17):
     x <- x + eta_g * mean_{i in S}(y_i - x)
     c <- c + |S|/N * mean_{i in S}(c_i+ - c_i)
 
+Where the correction goes (``correction``):
+
+* ``gradient`` (the default, Algorithm 1 line 10): ``c - c_i`` is added to every local gradient
+  before the optimizer steps. This is the paper's update when the local optimizer is SGD; an
+  adaptive optimizer (AdamW) rescales the corrected gradient, so the correction is normalised
+  with it.
+* ``parameter`` (OpenFedLLM's ``SCAFFOLD_Callback``, Ye et al., 2024, arXiv:2402.06954): the
+  optimizer steps on the plain gradient, then ``w <- w - lr * (c - c_i)`` is applied to the
+  parameters after every optimizer step, so the correction moves the weights by exactly
+  ``lr * (c - c_i)`` whatever the optimizer. Option II then divides by the sum of the learning
+  rates the correction was applied with, ``sum_k lr_k`` (``K * lr`` for a constant lr, which is
+  OpenFedLLM's ``max_steps * learning_rate``), so that with SGD ``c_i+`` is again the mean of
+  the local gradients.
+
+OpenFedLLM also weights the model average by ``|D_k|`` (``weighting="num_examples"``); the
+paper's line 16 is uniform (the default).
+
 Controls travel as named tensors, ``"control/<param name>"``, in :meth:`Scaffold.downlink`,
 in the client's memory and in :attr:`ClientUpdate.extras`, never packed by position.
 """
@@ -40,8 +57,10 @@ from lightning_fed.strategies.base import (
     weighted_average,
     zeros_like_state,
 )
+from lightning_fed.strategies.fedavg import WEIGHTINGS
 
 PREFIX = "control/"
+CORRECTIONS = ("gradient", "parameter")
 
 
 class ControlVariateCorrection(LocalCorrection):
@@ -52,6 +71,8 @@ class ControlVariateCorrection(LocalCorrection):
         control: The server control ``c`` (keyed by parameter name).
         client_memory: The client's persistent memory; ``c_i`` lives under
             ``"control/<name>"`` and is replaced by ``c_i+`` in :meth:`finish`.
+        correction: ``gradient`` (on the gradients, before each step) or ``parameter`` (on the
+            weights, after each step), see the module docstring.
     """
 
     def __init__(
@@ -59,7 +80,12 @@ class ControlVariateCorrection(LocalCorrection):
         global_state: Mapping[str, Tensor],
         control: Mapping[str, Tensor],
         client_memory: dict[str, Tensor],
+        correction: str = "gradient",
     ) -> None:
+        if correction not in CORRECTIONS:
+            raise ValueError(f"`correction` must be one of {CORRECTIONS}, got {correction!r}")
+        self.correction = correction
+        self.lr_sum = 0.0  # sum of the lrs the parameter correction was applied with
         # Copies: the model may be loaded from (and then alias) the global state.
         self.x = {k: v.detach().to("cpu", compute_dtype(v.dtype), copy=True) for k, v in global_state.items()}
         self.c = {k: control[k].to("cpu", self.x[k].dtype) for k in self.x}
@@ -69,21 +95,42 @@ class ControlVariateCorrection(LocalCorrection):
         self.client_memory = client_memory
         self._correction: dict[str, Tensor] = {}
 
+    def _corr(self, name: str, like: Tensor) -> Tensor:
+        """``c - c_i`` for ``name`` on ``like``'s device and dtype (cached)."""
+        corr = self._correction.get(name)
+        if corr is None or corr.device != like.device or corr.dtype != like.dtype:
+            corr = (self.c[name] - self.c_i[name]).to(device=like.device, dtype=like.dtype)
+            self._correction[name] = corr
+        return corr
+
     @torch.no_grad()
     def correct_gradients(self, params: Mapping[str, torch.nn.Parameter]) -> None:
-        """``p.grad += c - c_i`` for every shared parameter with a gradient (line 10)."""
+        """``correction="gradient"``: ``p.grad += c - c_i`` for every shared parameter with a gradient (line 10)."""
+        if self.correction != "gradient":
+            return
         for name, p in params.items():
             if p.grad is None or name not in self.c:
                 continue
-            corr = self._correction.get(name)
-            if corr is None or corr.device != p.grad.device or corr.dtype != p.grad.dtype:
-                corr = (self.c[name] - self.c_i[name]).to(device=p.grad.device, dtype=p.grad.dtype)
-                self._correction[name] = corr
-            p.grad.add_(corr)
+            p.grad.add_(self._corr(name, p.grad))
+
+    @torch.no_grad()
+    def after_optimizer_step(self, params: Mapping[str, torch.nn.Parameter], lr: float) -> None:
+        """``correction="parameter"``: ``w <- w - lr * (c - c_i)`` after the step (OpenFedLLM)."""
+        if self.correction != "parameter":
+            return
+        for name, p in params.items():
+            if name in self.c:
+                p.sub_(self._corr(name, p), alpha=float(lr))
+        self.lr_sum += float(lr)
 
     @torch.no_grad()
     def finish(self, params: Mapping[str, Tensor], num_steps: int, lr: float) -> StateDict:
         """Option II control update; stores ``c_i+`` in the client memory.
+
+        ``correction="gradient"`` divides ``x - y_i`` by ``num_steps * lr``;
+        ``correction="parameter"`` by the sum of the lrs :meth:`after_optimizer_step` applied
+        the correction with (``K * lr`` for a constant lr), falling back to ``num_steps * lr``
+        if it was never called.
 
         Args:
             params: The client's parameters ``y_i`` after local training.
@@ -103,11 +150,12 @@ class ControlVariateCorrection(LocalCorrection):
         missing = sorted(set(self.x) - set(params))
         if missing:
             raise ValueError(f"SCAFFOLD: params lack shared parameters {missing[:5]}")
+        scale = self.lr_sum if self.correction == "parameter" and self.lr_sum > 0 else num_steps * lr
         extras: StateDict = {}
         for name, x in self.x.items():
             y = params[name].detach().to("cpu", x.dtype)
             # c_i+ = c_i - c + (x - y_i) / (K * eta_l), Algorithm 1 line 12 (option II)
-            c_plus = self.c_i[name] - self.c[name] + (x - y) / (num_steps * lr)
+            c_plus = self.c_i[name] - self.c[name] + (x - y) / scale
             extras[PREFIX + name] = c_plus - self.c_i[name]
             self.client_memory[PREFIX + name] = c_plus
         return extras
@@ -118,12 +166,25 @@ class Scaffold(Strategy):
 
     Args:
         server_lr: Global step size ``eta_g`` (``1.0`` in most of the paper's experiments).
+        correction: ``gradient`` (the paper's Algorithm 1, line 10, the default) or
+            ``parameter`` (OpenFedLLM: ``w -= lr * (c - c_i)`` after each optimizer step).
+        weighting: How the clients' models are averaged: ``uniform`` (line 16, the default) or
+            ``num_examples`` (by ``|D_k|``, as OpenFedLLM). The controls are always uniform.
     """
 
-    def __init__(self, server_lr: float = 1.0) -> None:
+    def __init__(self, server_lr: float = 1.0, correction: str = "gradient", weighting: str = "uniform") -> None:
+        problems = []
         if not server_lr > 0:
-            raise ValueError(f"`server_lr` must be > 0, got {server_lr!r}")
+            problems.append(f"`server_lr` must be > 0, got {server_lr!r}")
+        if correction not in CORRECTIONS:
+            problems.append(f"`correction` must be one of {CORRECTIONS}, got {correction!r}")
+        if weighting not in WEIGHTINGS:
+            problems.append(f"`weighting` must be one of {WEIGHTINGS}, got {weighting!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
         self.server_lr = float(server_lr)
+        self.correction = correction
+        self.weighting = weighting
         self.num_clients = 0
         self.control: StateDict | None = None
 
@@ -154,10 +215,10 @@ class Scaffold(Strategy):
         if missing:
             raise ValueError(f"SCAFFOLD: downlink lacks server controls {missing[:5]}")
         control = {k: downlink[PREFIX + k] for k in global_state}
-        return ControlVariateCorrection(global_state, control, client_memory)
+        return ControlVariateCorrection(global_state, control, client_memory, self.correction)
 
     def aggregate(self, global_state: Mapping[str, Tensor], updates: Sequence[ClientUpdate]) -> StateDict:
-        """Lines 16-17: uniform mean of the model deltas, ``|S|/N``-scaled mean of the control deltas."""
+        """Lines 16-17: (``weighting``) mean of the model deltas, ``|S|/N``-scaled mean of the control deltas."""
         control = self._require_setup()
         if len(updates) == 0:
             raise AggregationError("Scaffold: cannot aggregate zero updates")
@@ -166,7 +227,8 @@ class Scaffold(Strategy):
             if missing:
                 raise AggregationError(f"client {u.client_id}: extras lack control deltas {missing[:5]}")
         uniform = [1.0] * len(updates)
-        avg_y = weighted_average([u.state for u in updates], uniform, cast_back=False)
+        model_w = uniform if self.weighting == "uniform" else [float(u.num_examples) for u in updates]
+        avg_y = weighted_average([u.state for u in updates], model_w, cast_back=False)
         avg_dc = weighted_average(
             [{k: u.extras[PREFIX + k] for k in global_state} for u in updates], uniform, cast_back=False
         )

@@ -134,3 +134,106 @@ def test_state_dict_round_trip():
     out_a, out_b = run_round(a, x, memories, plan[2]), run_round(b, x, memories_b, plan[2])
     torch.testing.assert_close(out_a["w"], out_b["w"], rtol=0, atol=0)
     torch.testing.assert_close(a.control["w"], b.control["w"], rtol=0, atol=0)
+
+
+def test_parameter_correction_hand_values_and_sgd_equivalence():
+    """``correction="parameter"`` (OpenFedLLM): ``w -= lr (c - c_i)`` after each SGD step;
+    option II divides by the sum of the lrs used. With SGD the weights end where the
+    gradient correction puts them."""
+    control = {"w": torch.tensor([0.5, -1.0])}  # c
+    grads = [torch.tensor([1.0, 1.0]), torch.tensor([2.0, 0.0])]
+    lrs = [0.1, 0.2]  # a schedule: the lr changes between the two steps
+    ends = {}
+    for mode in ("parameter", "gradient"):
+        strategy = Scaffold(correction=mode)
+        strategy.setup(X0, num_clients=2)
+        strategy.load_state_dict({"control": control})
+        memory = {"control/w": torch.tensor([1.0, 0.0])}  # c_i; c - c_i = [-0.5, -1]
+        corr = strategy.local_correction(X0, strategy.downlink(0), memory)
+        p = torch.nn.Parameter(X0["w"].clone())
+        opt = torch.optim.SGD([p], lr=lrs[0])
+        for g, lr in zip(grads, lrs):
+            opt.param_groups[0]["lr"] = lr
+            p.grad = g.clone()
+            corr.correct_gradients({"w": p})
+            opt.step()
+            corr.after_optimizer_step({"w": p}, lr)
+        ends[mode] = p.detach().clone()
+        extras = corr.finish({"w": p}, num_steps=2, lr=lrs[-1])
+        if mode == "parameter":
+            # step 1: [1, 2] - 0.1 * [1, 1] = [0.9, 1.9]; then - 0.1 * [-0.5, -1] -> [0.95, 2.0]
+            # step 2: [0.95, 2.0] - 0.2 * [2, 0] = [0.55, 2.0]; then - 0.2 * [-0.5, -1] -> [0.65, 2.2]
+            torch.testing.assert_close(p.detach(), torch.tensor([0.65, 2.2]))
+            # x - y = [0.35, -0.2]; divided by 0.1 + 0.2 = 0.3: [7/6, -2/3]
+            # c_i+ = [1, 0] - [0.5, -1] + [7/6, -2/3] = [5/3, 1/3]
+            #      = the lr-weighted mean gradient (0.1 [1, 1] + 0.2 [2, 0]) / 0.3 = [5/3, 1/3]
+            torch.testing.assert_close(memory["control/w"], torch.tensor([5 / 3, 1 / 3]))
+            torch.testing.assert_close(extras["control/w"], torch.tensor([2 / 3, 1 / 3]))
+        else:
+            # gradient mode divides by K * lr = 2 * 0.2 = 0.4: [0.35, -0.2] / 0.4 = [0.875, -0.5]
+            # c_i+ = [1, 0] - [0.5, -1] + [0.875, -0.5] = [1.375, 0.5]
+            torch.testing.assert_close(memory["control/w"], torch.tensor([1.375, 0.5]))
+    # SGD: y - lr (g + c - c_i) == (y - lr g) - lr (c - c_i): same weights either way
+    torch.testing.assert_close(ends["parameter"], ends["gradient"])
+
+
+def test_parameter_correction_is_not_normalised_by_adam():
+    """With Adam the gradient correction is rescaled away; the parameter correction moves the
+    weights by exactly ``lr * (c - c_i)`` on top of Adam's step."""
+    x = {"w": torch.tensor([0.0])}
+    moved = {}
+    for mode in ("parameter", "gradient"):
+        strategy = Scaffold(correction=mode)
+        strategy.setup(x, num_clients=1)
+        strategy.load_state_dict({"control": {"w": torch.tensor([10.0])}})  # c - c_i = 10
+        corr = strategy.local_correction(x, strategy.downlink(0), {})
+        p = torch.nn.Parameter(x["w"].clone())
+        opt = torch.optim.Adam([p], lr=0.01)
+        p.grad = torch.tensor([1.0])
+        corr.correct_gradients({"w": p})
+        opt.step()
+        corr.after_optimizer_step({"w": p}, 0.01)
+        moved[mode] = p.item()
+    # Adam's first step is lr * g / (|g| + eps) ~ lr * sign(g) = 0.01 whatever g:
+    # gradient: g + 10 = 11 -> w = -0.01 (the correction only survives as a sign)
+    # parameter: w = -0.01 (Adam on g = 1) - 0.01 * 10 = -0.11
+    assert moved["gradient"] == pytest.approx(-0.01, abs=1e-6)
+    assert moved["parameter"] == pytest.approx(-0.11, abs=1e-6)
+
+
+def test_server_weighting_option():
+    """``weighting="num_examples"`` (OpenFedLLM) weights the models by |D_k|; controls stay uniform."""
+    strategy = Scaffold(weighting="num_examples")
+    strategy.setup(X0, num_clients=2)
+    ups = [
+        ClientUpdate(0, 1, {"w": torch.tensor([0.0, 0.0])}, {"control/w": torch.tensor([4.0, 0.0])}),
+        ClientUpdate(1, 3, {"w": torch.tensor([4.0, 4.0])}, {"control/w": torch.tensor([0.0, 8.0])}),
+    ]
+    # x = (1 * [0, 0] + 3 * [4, 4]) / 4 = [3, 3];  c = 0 + 2/2 * ([4, 0] + [0, 8]) / 2 = [2, 4]
+    torch.testing.assert_close(strategy.aggregate(X0, ups)["w"], torch.tensor([3.0, 3.0]))
+    torch.testing.assert_close(strategy.control["w"], torch.tensor([2.0, 4.0]))
+    with pytest.raises(ValueError, match=r"`correction` must be one of \('gradient', 'parameter'\).*`weighting` must be one of"):
+        Scaffold(correction="weights", weighting="size")
+
+
+def test_federated_loop_applies_the_parameter_correction_after_each_step(tmp_path):
+    """The loop calls ``after_optimizer_step`` once per optimizer step with the step's lr."""
+    from tests.helpers.runs import fit, preference_data, tiny_dpo
+
+    from lightning_fed.callbacks import FederatedLoop
+
+    seen = []
+
+    class Spy(Scaffold):
+        def local_correction(self, global_state, downlink, client_memory):
+            corr = super().local_correction(global_state, downlink, client_memory)
+            seen.append(corr)
+            return corr
+
+    loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=3, strategy=Spy(correction="parameter"), seed=0)
+    module = tiny_dpo()
+    fit(module, preference_data(), loop, str(tmp_path))
+    lr = module.trainer.optimizers[0].param_groups[0]["lr"]
+    assert len(seen) == 2
+    for corr in seen:  # K = 3 steps at a constant lr: sum of lrs = 3 * lr
+        assert corr.lr_sum == pytest.approx(3 * lr)
