@@ -2,8 +2,13 @@
 
 Path of the data: ``dataset`` (hub name, local file, or ``synthetic:<name>``) -> records
 with canonical fields -> :mod:`~lightning_fed.datamodules.partition` -> one
-:class:`ClientData` per client (its own train/val split, a DataModule of its own) -> the
+:class:`ClientData` per client (its own train/val/test sets, a DataModule of its own) -> the
 round loader, which lays the sampled clients' local batches out as one Lightning epoch.
+
+Validation rows are a ``val_fraction`` of each client's rows, or a separate
+``val_dataset``; test rows come from ``test_dataset``. Separate sets are assigned to the
+training clients by :func:`~lightning_fed.datamodules.eval_partition.evaluation_clients`
+(the same key value goes to the same client).
 """
 
 from __future__ import annotations
@@ -15,10 +20,14 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
+from lightning.pytorch.utilities import rank_zero_warn
+
+from lightning_fed.datamodules.eval_partition import evaluation_clients
 from lightning_fed.datamodules.partition import ByColumn, IID, Partitioner, check_partition
 from lightning_fed.datamodules.round_sampler import ClientBatchSampler, RoundBatchSampler
-from lightning_fed.datamodules.sources import load_records
-from lightning_fed.datamodules.tokenize import OVERFLOW_CHOICES, Overflow, PadCollator
+from lightning_fed.datamodules.sources import SYNTHETIC_PREFIX, load_records
+from lightning_fed.datamodules.templates import CHAT, TEMPLATE_CHOICES, require_chat_template
+from lightning_fed.datamodules.tokenize import OVERFLOW_CHOICES, TRUNCATION_CHOICES, Overflow, PadCollator
 from lightning_fed.federation.sampling import derive_seed
 
 
@@ -36,10 +45,18 @@ class _ListDataset(Dataset):
 class ClientData(pl.LightningDataModule):
     """One client's local data: what a real client on its own machine would hold."""
 
-    def __init__(self, client_id: int, train: list[dict[str, Any]], val: list[dict[str, Any]], batch_size: int, collate: PadCollator) -> None:
+    def __init__(
+        self,
+        client_id: int,
+        train: list[dict[str, Any]],
+        val: list[dict[str, Any]],
+        batch_size: int,
+        collate: PadCollator,
+        test: list[dict[str, Any]] | None = None,
+    ) -> None:
         super().__init__()
         self.client_id, self.batch_size, self.collate = client_id, batch_size, collate
-        self.full_train, self.val_set = train, _ListDataset(val)
+        self.full_train, self.val_set, self.test_set = train, _ListDataset(val), _ListDataset(test or [])
         self.train_set = _ListDataset(train)
 
     def select(self, indices: list[int] | None) -> None:
@@ -53,6 +70,9 @@ class ClientData(pl.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=self.batch_size, collate_fn=self.collate)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.test_set, batch_size=self.batch_size, collate_fn=self.collate)
 
 
 class FederatedDataModule(pl.LightningDataModule):
@@ -74,11 +94,26 @@ class FederatedDataModule(pl.LightningDataModule):
         eval_batch_size: Batch size of evaluation (default: ``batch_size``).
         max_length: Maximum tokens of prompt plus response.
         on_overflow: What to do with longer examples: ``error``, ``truncate`` or ``drop``.
-        val_fraction: Fraction of each client's rows held out for its evaluation.
+        val_fraction: Fraction of each client's rows held out for its evaluation, when no
+            ``val_dataset`` is given.
         eval_clients: Evaluate on the first this-many clients only (default: all).
-        template: Prompt template (see :mod:`~lightning_fed.datamodules.templates`); default
-            is the subclass's :attr:`default_template`.
+        template: Prompt template (see :mod:`~lightning_fed.datamodules.templates`):
+            ``alpaca``, ``plain`` or ``chat`` (the tokenizer's own chat template); default is
+            the subclass's :attr:`default_template`.
         seed: Seed of the partition and of the train/val split.
+        system_prompt: System turn of ``template: chat`` (``None``: the chat template's own
+            default, if it has one).
+        truncation: With ``on_overflow: truncate``, what to keep: ``prompt_left`` (cut the
+            prompt's start), ``prompt_middle`` (keep the prompt's head and tail) or
+            ``response`` (keep the prompt, cut the response); see
+            :mod:`~lightning_fed.datamodules.tokenize`.
+        val_dataset: A separate validation set, in the forms of ``dataset``; its rows go to
+            the training clients (same key, same client) and ``val_fraction`` is not used.
+        test_dataset: A separate test set for ``lightning-fed test``, assigned the same way.
+        val_split: Split of ``val_dataset`` when it is a hub data set.
+        test_split: Split of ``test_dataset`` when it is a hub data set.
+        group_key: Column whose values are reported separately by ``validate``/``test`` (e.g.
+            a preference group). Default: ``group`` when the data has that column.
     """
 
     kind: ClassVar[str]
@@ -100,6 +135,13 @@ class FederatedDataModule(pl.LightningDataModule):
         eval_clients: int | None = None,
         template: str | None = None,
         seed: int = 0,
+        system_prompt: str | None = None,
+        truncation: str = "prompt_left",
+        val_dataset: str | None = None,
+        test_dataset: str | None = None,
+        val_split: str = "validation",
+        test_split: str = "test",
+        group_key: str | None = None,
     ) -> None:
         super().__init__()
         problems = []
@@ -115,16 +157,34 @@ class FederatedDataModule(pl.LightningDataModule):
             problems.append(f"data.val_fraction must be in [0, 1), got {val_fraction}")
         if eval_clients is not None and not 1 <= eval_clients <= num_clients:
             problems.append(f"data.eval_clients must be in [1, {num_clients}], got {eval_clients}")
+        template = template or self.default_template
+        if template not in self.template_choices():
+            problems.append(f"data.template must be one of {list(self.template_choices())}, got {template!r}")
+        if system_prompt is not None and not template.startswith(CHAT):
+            problems.append(f"data.system_prompt is used by data.template=chat only, got data.template={template!r}")
+        if truncation not in TRUNCATION_CHOICES:
+            problems.append(f"data.truncation must be one of {TRUNCATION_CHOICES}, got {truncation!r}")
         if problems:
             raise ValueError("; ".join(problems))
         self.dataset, self.num_clients, self.partition = dataset, num_clients, partition
         self.field_map, self.split, self.synthetic_args = field_map, split, synthetic_args
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.max_length, self.on_overflow, self.val_fraction = max_length, on_overflow, val_fraction
-        self.eval_clients, self.template, self.seed = eval_clients, template or self.default_template, seed
+        self.eval_clients, self.template, self.seed = eval_clients, template, seed
+        self.system_prompt, self.truncation = system_prompt, truncation
+        self.val_dataset, self.test_dataset = val_dataset, test_dataset
+        self.val_split, self.test_split, self.group_key = val_split, test_split, group_key
         self.tokenizer: Any = None
         self.clients: list[ClientData] = []
         self.round_plan: Any = None  # set by FederatedLoop: round -> list[ClientTurn]
+        self.group_names: list[str] = []  # group_id -> value of `group_key` (val/test items)
+        self.truncated: dict[str, list[int]] = {}  # set -> examples truncated per client
+        self.dropped: dict[str, list[int]] = {}  # set -> examples dropped per client
+
+    @classmethod
+    def template_choices(cls) -> tuple[str, ...]:
+        """Valid values of ``data.template`` for this kind of data."""
+        return TEMPLATE_CHOICES
 
     # ----------------------------------------------------------------------------- building
     def encode(self, record: dict[str, Any]) -> dict[str, list[int]]:
@@ -132,39 +192,111 @@ class FederatedDataModule(pl.LightningDataModule):
         raise NotImplementedError  # abstract: implemented by InstructionDataModule / PreferenceDataModule
 
     def setup(self, stage: str | None = None) -> None:
+        if stage == "test" and self.test_dataset is None:
+            raise ValueError("data.test_dataset is not set: `test` scores a separate test set; pass --data.init_args.test_dataset=<file>")
         if self.clients:
             return
         if self.tokenizer is None:
             if self.trainer is None or not hasattr(self.trainer.lightning_module, "tokenizer"):
                 raise ValueError("data: no tokenizer; attach the data module to a Trainer with a lightning_fed module or set `.tokenizer`")
             self.tokenizer = self.trainer.lightning_module.tokenizer
-        synthetic_args = dict(self.synthetic_args or {})
-        if self.dataset.startswith("synthetic:"):
-            synthetic_args.setdefault("num_clients", self.num_clients)
-        records = load_records(self.dataset, self.kind, split=self.split, field_map=self.field_map, synthetic_args=synthetic_args)
+        if self.template.startswith(CHAT):
+            require_chat_template(self.tokenizer)
+        records = self._load(self.dataset, self.split, "data.dataset", 0)
         partition = self.partition or (ByColumn("client") if "client" in records.column_names else IID())
         parts = partition(records, self.num_clients, self.seed)
         check_partition(parts, self.num_clients, f"{type(partition).__name__} of data.dataset {self.dataset!r}")
-        collate = PadCollator(self.tokenizer.pad_token_id)
+        self._collate = collate = PadCollator(self.tokenizer.pad_token_id)
+        train = self._encode_set("train", records, parts, self.dataset)
+        for cid, items in enumerate(train):
+            if not items:
+                raise ValueError(f"data: client {cid} has no examples left after data.on_overflow={self.on_overflow!r}")
+        if self.val_dataset is not None:
+            val = self._evaluation_set("val", self.val_dataset, self.val_split, records, 1)
+        else:
+            train, val = zip(*(self._split(items, cid) for cid, items in enumerate(train)))
+        test = [[] for _ in range(self.num_clients)]
+        if self.test_dataset is not None:
+            test = self._evaluation_set("test", self.test_dataset, self.test_split, records, 2)
+        for cid in range(self.num_clients):
+            self.clients.append(ClientData(cid, train[cid], val[cid], self.batch_size, collate, test[cid]))
+        self._warn_truncated()
+
+    def _load(self, dataset: str, split: str, field: str, salt: int) -> Any:
+        synthetic_args = dict(self.synthetic_args or {})
+        if dataset.startswith(SYNTHETIC_PREFIX):
+            synthetic_args.setdefault("num_clients", self.num_clients)
+            if salt:  # a separate synthetic val/test set is a fresh draw of the same generator
+                synthetic_args["seed"] = synthetic_args.get("seed", 0) + 1000 * salt
+        try:
+            return load_records(dataset, self.kind, split=split, field_map=self.field_map, synthetic_args=synthetic_args)
+        except ValueError as err:
+            raise ValueError(str(err).replace("data.dataset", field, 1)) from None
+
+    def _group_of(self, records: Any) -> list[int] | None:
+        key = self.group_key or ("group" if "group" in records.column_names else None)
+        if key is None:
+            return None
+        if key not in records.column_names:
+            raise ValueError(f"data.group_key: no column {key!r} (columns: {', '.join(records.column_names)})")
+        ids = []
+        for value in records[key]:
+            name = str(value)
+            if name not in self.group_names:
+                self.group_names.append(name)
+            ids.append(self.group_names.index(name))
+        return ids
+
+    def _encode_set(self, name: str, records: Any, parts: list[list[int]], source: str, groups: list[int] | None = None) -> list[list[dict[str, Any]]]:
+        """Encode each client's rows; count truncated and dropped examples under ``name``."""
         rows = records.to_list()
+        self.truncated[name], self.dropped[name] = [0] * self.num_clients, [0] * self.num_clients
+        out = []
         for cid, indices in enumerate(parts):
             encoded = []
             for i in indices:
+                self._cut = False
                 try:
                     item = self.encode(rows[i])
                 except Overflow as err:
                     if self.on_overflow == "drop":
+                        self.dropped[name][cid] += 1
                         continue
                     raise ValueError(
-                        f"data.max_length: row {i} of {self.dataset!r} (client {cid}) has {err};"
+                        f"data.max_length: row {i} of {source!r} (client {cid}) has {err};"
                         " raise data.max_length or set data.on_overflow=truncate|drop"
                     ) from None
-                encoded.append({**item, "client_id": cid})
-            if not encoded:
-                raise ValueError(f"data: client {cid} has no examples left after data.on_overflow={self.on_overflow!r}")
-            train, val = self._split(encoded, cid)
-            self.clients.append(ClientData(cid, train, val, self.batch_size, collate))
-        self._collate = collate
+                self.truncated[name][cid] += self._cut
+                item = {**item, "client_id": cid}
+                if groups is not None:
+                    item["group_id"] = groups[i]
+                encoded.append(item)
+            out.append(encoded)
+        return out
+
+    def _note_truncation(self) -> None:
+        """``on_truncate`` callback of the tokenizers: the current example was cut."""
+        self._cut = True
+
+    def _evaluation_set(self, name: str, dataset: str, split: str, train: Any, salt: int) -> list[list[dict[str, Any]]]:
+        field = f"data.{name}_dataset"
+        records = self._load(dataset, split, field, salt)
+        parts = evaluation_clients(self.partition, train, records, self.num_clients, self.seed + salt, field)
+        return self._encode_set(name, records, parts, dataset, self._group_of(records))
+
+    def _warn_truncated(self) -> None:
+        for name, counts in (*(("truncated", c) for c in self.truncated.items()), *(("dropped", c) for c in self.dropped.items())):
+            what, per_client = counts
+            if sum(per_client):
+                how = f"data.truncation={self.truncation!r}" if name == "truncated" else "data.on_overflow='drop'"
+                rank_zero_warn(
+                    f"data: {sum(per_client)} {what} examples {name} to fit data.max_length={self.max_length} ({how});"
+                    f" per client: {per_client}"
+                )
+
+    def data_report(self) -> dict[str, Any]:
+        """Examples truncated and dropped per set and client (written to ``summary.json``)."""
+        return {"truncation": self.truncation, "truncated": self.truncated, "dropped": self.dropped, "groups": self.group_names}
 
     def _split(self, items: list[dict[str, Any]], cid: int) -> tuple[list, list]:
         n_val = int(round(self.val_fraction * len(items)))
@@ -205,9 +337,17 @@ class FederatedDataModule(pl.LightningDataModule):
         train = ConcatDataset([c.train_set for c in self.clients])
         return DataLoader(train, batch_sampler=sampler, collate_fn=self._collate)
 
-    def val_dataloader(self) -> DataLoader:
-        sizes = [len(c.val_set) for c in self.clients]
+    def _eval_loader(self, sets: list[Dataset]) -> DataLoader:
+        sizes = [len(s) for s in sets]
         clients = [c for c in range(self.eval_clients or self.num_clients) if sizes[c] > 0]
         sampler = ClientBatchSampler(clients, self._offsets(sizes), sizes, self.eval_batch_size)
-        val = ConcatDataset([c.val_set for c in self.clients])
-        return DataLoader(val, batch_sampler=sampler, collate_fn=self._collate)
+        return DataLoader(ConcatDataset(sets), batch_sampler=sampler, collate_fn=self._collate)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader([c.val_set for c in self.clients])
+
+    def test_dataloader(self) -> DataLoader:
+        """Each client's rows of ``test_dataset``, one client after another (as validation)."""
+        if self.test_dataset is None:
+            raise ValueError("data.test_dataset is not set: `test` scores a separate test set; pass --data.init_args.test_dataset=<file>")
+        return self._eval_loader([c.test_set for c in self.clients])

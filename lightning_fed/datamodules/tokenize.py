@@ -2,13 +2,26 @@
 
 Responses are scored, prompts are not: prompt positions carry ``IGNORE_INDEX`` labels.
 Examples longer than ``max_length`` are handled per ``on_overflow`` (``error`` names the
-row and client; ``truncate`` cuts the prompt from the left first, then the response;
-``drop`` leaves them out).
+row and client; ``truncate`` cuts them as ``truncation`` says; ``drop`` leaves them out).
+
+Truncation policies (:data:`TRUNCATION_CHOICES`), each keeping at least one prompt token:
+
+* ``prompt_left``: drop the prompt's first tokens, keeping its end next to the response
+  (the end of the input and the template's response header). Loses a long instruction's
+  task definition.
+* ``prompt_middle``: drop tokens from the middle of the prompt, keeping its head (system
+  prompt, chat header, the instruction's task definition) and its tail (the end of the
+  input and the response header), half of the prompt's budget each.
+* ``response``: keep the whole prompt and cut the response's end (when the prompt alone
+  leaves no room for a response token, cut the prompt as ``prompt_middle`` first).
+
+With ``prompt_left`` and ``prompt_middle`` the response keeps priority: the prompt is cut
+first and the response only if the prompt's budget would fall under one token.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,20 +30,43 @@ import torch
 from lightning_fed.modules.losses import IGNORE_INDEX
 
 OVERFLOW_CHOICES = ("error", "truncate", "drop")
+TRUNCATION_CHOICES = ("prompt_left", "prompt_middle", "response")
 
 
 class Overflow(ValueError):
     """An example does not fit ``max_length``."""
 
 
-def _fit(prompt: list[int], response: list[int], max_length: int, on_overflow: str) -> tuple[list[int], list[int]]:
+def _cut_prompt(prompt: list[int], keep: int, truncation: str) -> list[int]:
+    if keep >= len(prompt):
+        return prompt
+    if truncation == "prompt_left":
+        return prompt[len(prompt) - keep:]
+    head = (keep + 1) // 2  # prompt_middle (and response's fallback)
+    return prompt[:head] + prompt[len(prompt) - (keep - head):]
+
+
+def _fit(
+    prompt: list[int],
+    response: list[int],
+    max_length: int,
+    on_overflow: str,
+    truncation: str = "prompt_left",
+    on_truncate: Callable[[], None] | None = None,
+) -> tuple[list[int], list[int]]:
     total = len(prompt) + len(response)
     if total <= max_length:
         return prompt, response
     if on_overflow != "truncate":
         raise Overflow(f"{total} tokens (prompt {len(prompt)} + response {len(response)}) > max_length={max_length}")
-    keep_prompt = max(1, max_length - len(response))
-    prompt = prompt[-keep_prompt:]  # keep the end of the prompt, next to the response
+    if truncation not in TRUNCATION_CHOICES:
+        raise ValueError(f"`data.truncation` must be one of {TRUNCATION_CHOICES}, got {truncation!r}")
+    if on_truncate is not None:
+        on_truncate()
+    if truncation == "response":
+        prompt = _cut_prompt(prompt, max(1, max_length - 1), "prompt_middle")
+        return prompt, response[: max_length - len(prompt)]
+    prompt = _cut_prompt(prompt, max(1, max_length - len(response)), truncation)
     return prompt, response[: max_length - len(prompt)]
 
 
@@ -39,31 +75,67 @@ def _pair(prompt: list[int], response: list[int]) -> tuple[list[int], list[int]]
 
 
 def encode_response(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of a response followed by the end-of-sequence token."""
-    return tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    """Token ids of a response followed by the end-of-sequence token.
+
+    The eos token is not appended twice when the text already ends with it (a chat
+    template whose end-of-turn marker is the eos token, as SmolLM2's ``<|im_end|>``).
+    """
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids if ids and ids[-1] == tokenizer.eos_token_id else ids + [tokenizer.eos_token_id]
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of a prompt, with the tokenizer's own leading special tokens (e.g. BOS)."""
-    return tokenizer(text)["input_ids"]
+    """Token ids of a prompt, with the tokenizer's own leading special tokens (e.g. BOS).
+
+    A prompt that already starts with the BOS text (rendered by a chat template) gets no
+    second one.
+    """
+    bos = getattr(tokenizer, "bos_token", None)
+    return tokenizer(text, add_special_tokens=not (bos and text.startswith(bos)))["input_ids"]
 
 
-def tokenize_sft(prompt: str, response: str, tokenizer: Any, max_length: int, on_overflow: str) -> dict[str, list[int]]:
-    """``input_ids`` and ``labels`` (prompt masked) of one instruction example."""
-    p, r = _fit(encode_prompt(tokenizer, prompt), encode_response(tokenizer, response), max_length, on_overflow)
+def tokenize_sft(
+    prompt: str,
+    response: str,
+    tokenizer: Any,
+    max_length: int,
+    on_overflow: str,
+    truncation: str = "prompt_left",
+    on_truncate: Callable[[], None] | None = None,
+) -> dict[str, list[int]]:
+    """``input_ids`` and ``labels`` (prompt masked) of one instruction example.
+
+    ``response`` is the text that follows the prompt (see
+    :func:`~lightning_fed.datamodules.templates.format_response`); ``on_truncate`` is called
+    once if the example had to be truncated.
+    """
+    p, r = _fit(encode_prompt(tokenizer, prompt), encode_response(tokenizer, response), max_length, on_overflow, truncation, on_truncate)
     ids, labels = _pair(p, r)
     return {"input_ids": ids, "labels": labels}
 
 
 def tokenize_preference(
-    prompt: str, chosen: str, rejected: str, tokenizer: Any, max_length: int, on_overflow: str
+    prompt: str,
+    chosen: str,
+    rejected: str,
+    tokenizer: Any,
+    max_length: int,
+    on_overflow: str,
+    truncation: str = "prompt_left",
+    on_truncate: Callable[[], None] | None = None,
 ) -> dict[str, list[int]]:
-    """Chosen and rejected sequences of one preference pair, sharing the same prompt tokens."""
+    """Chosen and rejected sequences of one preference pair, sharing the same prompt tokens.
+
+    ``on_truncate`` is called once if either sequence had to be truncated.
+    """
     p = encode_prompt(tokenizer, prompt)
     out: dict[str, list[int]] = {}
+    cut = []
     for name, text in (("chosen", chosen), ("rejected", rejected)):
-        pp, r = _fit(p, encode_response(tokenizer, text), max_length, on_overflow)
+        pp, r = _fit(p, encode_response(tokenizer, text), max_length, on_overflow, truncation, lambda: cut.append(name))
         out[f"{name}_input_ids"], out[f"{name}_labels"] = _pair(pp, r)
+    if cut and on_truncate is not None:
+        on_truncate()
     return out
 
 

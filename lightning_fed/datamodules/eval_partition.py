@@ -1,0 +1,106 @@
+"""Assign the rows of a separate validation or test set to the training clients.
+
+A client's test rows must come from the same client as its training rows: with
+:class:`~lightning_fed.datamodules.ByKey` the same key value goes to the same client (the
+training data fixes which client holds which value); with
+:class:`~lightning_fed.datamodules.ByColumn` the column names the client. Partitioners
+without a notion of identity (IID, Dirichlet, sorted shards) split the evaluation rows by
+themselves, with the same settings and seed. Unlike training, a client may get no
+evaluation rows (it is then not evaluated), but not every client may be empty.
+"""
+
+from __future__ import annotations
+
+import datasets
+import numpy as np
+
+from lightning_fed.datamodules.partition import IID, ByColumn, ByKey, Partitioner
+
+
+def _values(ds: datasets.Dataset, column: str, field: str) -> np.ndarray:
+    if column not in ds.column_names:
+        raise ValueError(f"{field}: no column {column!r} to assign rows to clients by (columns: {', '.join(ds.column_names)})")
+    values = np.asarray(ds[column], dtype=object)
+    missing = [i for i, v in enumerate(values) if v is None]
+    if missing:
+        raise ValueError(f"{field}: row {missing[0]} has no {column!r} value")
+    return values
+
+
+def by_key_clients(train: datasets.Dataset, evaluation: datasets.Dataset, key: str, num_clients: int, field: str) -> list[list[int]]:
+    """Rows of ``evaluation`` per client, each row going where its ``key`` value went in training.
+
+    Mirrors :class:`~lightning_fed.datamodules.ByKey`: training value ``i`` (sorted) is client
+    ``i % num_clients``.
+
+    Raises:
+        ValueError: If an evaluation row has a value no training row has, naming it.
+    """
+    train_values = sorted(set(_values(train, key, field).tolist()))
+    client_of = {v: i % num_clients for i, v in enumerate(train_values)}
+    parts: list[list[int]] = [[] for _ in range(num_clients)]
+    for row, value in enumerate(_values(evaluation, key, field).tolist()):
+        if value not in client_of:
+            shown = ", ".join(repr(v) for v in train_values[:8]) + (", ..." if len(train_values) > 8 else "")
+            raise ValueError(f"{field}: row {row} has {key} {value!r}, which no training client holds (training values: {shown})")
+        parts[client_of[value]].append(row)
+    return parts
+
+
+def by_column_clients(evaluation: datasets.Dataset, column: str, num_clients: int, field: str) -> list[list[int]]:
+    """Rows of ``evaluation`` per client, read from an integer client ``column``."""
+    parts: list[list[int]] = [[] for _ in range(num_clients)]
+    for row, value in enumerate(_values(evaluation, column, field).tolist()):
+        if not isinstance(value, (int, np.integer)) or not 0 <= value < num_clients:
+            raise ValueError(f"{field}: row {row} has {column} {value!r}, not a client in 0..{num_clients - 1}")
+        parts[int(value)].append(row)
+    return parts
+
+
+def iid_clients(evaluation: datasets.Dataset, num_clients: int, seed: int) -> list[list[int]]:
+    """A seeded shuffle dealt round-robin (clients may be left empty when rows are few)."""
+    order = np.random.default_rng(seed).permutation(len(evaluation))
+    return [sorted(order[k::num_clients].tolist()) for k in range(num_clients)]
+
+
+def evaluation_clients(
+    partition: Partitioner | None,
+    train: datasets.Dataset,
+    evaluation: datasets.Dataset,
+    num_clients: int,
+    seed: int,
+    field: str,
+) -> list[list[int]]:
+    """Each client's rows of a separate evaluation set (see the module docstring).
+
+    Args:
+        partition: ``data.partition`` (``None``: the ``client`` column if the evaluation set
+            has one, else IID, as for training).
+        train: The training records (they fix ByKey's value -> client map).
+        evaluation: The validation or test records.
+        num_clients: Number of clients.
+        seed: Seed of partitioners that draw.
+        field: The config field of the evaluation set, for error messages.
+
+    Raises:
+        ValueError: If a row cannot be assigned, or no client gets a row.
+    """
+    if isinstance(partition, ByKey):
+        parts = by_key_clients(train, evaluation, partition.key, num_clients, field)
+    elif isinstance(partition, ByColumn):
+        parts = by_column_clients(evaluation, partition.column, num_clients, field)
+    elif partition is None:
+        if "client" in evaluation.column_names:
+            parts = by_column_clients(evaluation, "client", num_clients, field)
+        else:
+            parts = iid_clients(evaluation, num_clients, seed)
+    elif isinstance(partition, IID):
+        parts = iid_clients(evaluation, num_clients, seed)
+    else:
+        try:
+            parts = partition(evaluation, num_clients, seed)
+        except ValueError as err:
+            raise ValueError(f"{field}: {err}") from None
+    if not any(parts):
+        raise ValueError(f"{field}: no rows for any client")
+    return parts
