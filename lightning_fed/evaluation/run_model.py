@@ -1,0 +1,218 @@
+"""The model a finished run trained, rebuilt for evaluation: backbone + its global adapter.
+
+``lightning-fed evaluate`` takes either a run or a base model:
+
+* a run's version folder (``runs/.../version_N``, with the ``config.yaml`` the CLI saved and the
+  ``adapter/`` folder the :class:`~lightning_fed.callbacks.FederatedLoop` wrote at the end of
+  fit; a run stopped before its end has no adapter and its ``checkpoints/last.ckpt`` is used);
+* a run's adapter folder, or a Lightning checkpoint (``.ckpt``) of a run: the federation's
+  global state when it has one, else the module's trainable state;
+* a base model by name (``model``: hub id, local folder, ``gguf:<package>/<file.gguf>``), with
+  an optional PEFT adapter folder (``adapter``).
+
+A backbone built from ``backbone.config`` has random weights that are not saved with the
+adapters; it is rebuilt by :func:`~lightning_fed.modules.backbone.load_backbone` right after
+seeding the torch RNG with the run's ``seed_everything``, as the CLI did before building the
+module, so the evaluated backbone is the trained one. Checkpoints are read with
+``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from lightning_fed.modules.backbone import DTYPES, BackboneConfig, load_backbone
+from lightning_fed.modules.lora import LoraSettings, apply_lora
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+@dataclass
+class ModelSource:
+    """Which model to evaluate: a finished run, or a base model with an optional PEFT adapter."""
+
+    run: str | None = None
+    """A finished run: its version folder (``config.yaml`` + ``adapter/`` or
+    ``checkpoints/last.ckpt``), its ``adapter/`` folder, or a ``.ckpt`` file. Exclusive with
+    ``model``."""
+
+    model: str | None = None
+    """A base model instead of a run: hub id, local folder or ``gguf:<package>/<file.gguf>``."""
+
+    adapter: str | None = None
+    """A PEFT adapter folder applied on ``model``."""
+
+    tokenizer: str | None = None
+    """Tokenizer of ``model`` (default: the model's own)."""
+
+    seed: int | None = None
+    """Seed a backbone built from ``backbone.config`` was built with. Default: the run's
+    ``seed_everything`` (its ``config.yaml``) or the checkpoint's federation seed, else 0."""
+
+    dtype: str = "float32"
+    """Dtype of a model loaded by ``model``, one of float32, bfloat16, float16."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if (self.run is None) == (self.model is None):
+            given = "both" if self.run is not None else "neither"
+            problems.append(f"exactly one of --run and --model must be set, got {given}")
+        if self.adapter is not None and self.run is not None:
+            problems.append(f"--adapter goes with --model, not --run (got --adapter={self.adapter!r})")
+        if self.dtype not in DTYPES:
+            problems.append(f"--dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        for flag, value in (("--run", self.run), ("--adapter", self.adapter)):
+            if value is not None and not Path(value).expanduser().exists():
+                problems.append(f"{flag} {value!r}: no such file or folder")
+        if self.adapter is not None and Path(self.adapter).expanduser().is_dir():
+            if not (Path(self.adapter).expanduser() / ADAPTER_CONFIG).is_file():
+                problems.append(f"--adapter {self.adapter!r}: not a PEFT adapter folder (no {ADAPTER_CONFIG})")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@dataclass
+class LoadedModel:
+    """The model to evaluate and where its results go."""
+
+    model: torch.nn.Module
+    """The causal LM, PEFT-wrapped when an adapter was applied, in eval mode."""
+
+    tokenizer: Any
+    """Its tokenizer."""
+
+    output_dir: Path | None
+    """The run folder (results are written next to the run), or ``None`` for a bare model."""
+
+    description: dict[str, Any] = field(default_factory=dict)
+    """What was loaded (paths, backbone, seed), written into the results."""
+
+    run_config: dict[str, Any] = field(default_factory=dict)
+    """The run's ``config.yaml`` (empty for a bare model)."""
+
+
+def load_model(source: ModelSource) -> LoadedModel:
+    """Build the model ``source`` names.
+
+    Raises:
+        ValueError: One line naming the option, if the run, checkpoint or adapter does not fit.
+    """
+    if source.model is not None:
+        backbone = BackboneConfig(name_or_path=source.model, tokenizer=source.tokenizer, dtype=source.dtype)
+        model, tokenizer = load_backbone(backbone)
+        description = {"model": source.model}
+        if source.adapter is not None:
+            model = _apply_adapter_folder(model, Path(source.adapter).expanduser(), "--adapter")
+            description["adapter"] = str(Path(source.adapter).expanduser().resolve())
+        model.eval()
+        return LoadedModel(model, tokenizer, None, description)
+    path = Path(source.run).expanduser().resolve()
+    if path.is_file():
+        return _from_checkpoint(path, path.parent.parent if path.parent.name == "checkpoints" else path.parent, source.seed)
+    if (path / ADAPTER_CONFIG).is_file():
+        return _from_adapter(path, path.parent, source.seed)
+    if (path / "adapter" / ADAPTER_CONFIG).is_file():
+        return _from_adapter(path / "adapter", path, source.seed)
+    if (path / "checkpoints" / "last.ckpt").is_file():
+        return _from_checkpoint(path / "checkpoints" / "last.ckpt", path, source.seed)
+    raise ValueError(f"--run {source.run!r}: neither a run folder (with adapter/ or checkpoints/last.ckpt), an adapter folder nor a .ckpt")
+
+
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """The ``config.yaml`` the CLI saved in ``run_dir`` (empty when there is none)."""
+    config = run_dir / "config.yaml"
+    return (yaml.safe_load(config.read_text()) or {}) if config.is_file() else {}
+
+
+def build_backbone(backbone: BackboneConfig | dict, seed: int | None) -> tuple[torch.nn.Module, Any]:
+    """:func:`load_backbone`, seeded as the CLI seeds a run before building its module.
+
+    The global RNG is left as it was.
+    """
+    backbone = BackboneConfig(**backbone) if isinstance(backbone, dict) else backbone
+    if backbone.config is None:
+        return load_backbone(backbone)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0 if seed is None else seed)
+        return load_backbone(backbone)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _config_backbone(config: dict[str, Any]) -> dict[str, Any] | None:
+    model = config.get("model") or {}
+    return (model.get("init_args") or model).get("backbone")
+
+
+def _from_adapter(adapter: Path, run_dir: Path, seed: int | None) -> LoadedModel:
+    config = run_config(run_dir)
+    backbone = _config_backbone(config)
+    if not backbone:
+        raise ValueError(f"--run {str(adapter)!r}: no config.yaml with model.init_args.backbone beside it; use --model and --adapter")
+    seed = seed if seed is not None else _int_or_none(config.get("seed_everything"))
+    model, tokenizer = build_backbone(backbone, seed)
+    model = _apply_adapter_folder(model, adapter, "--run")
+    model.eval()
+    description = {"run": str(run_dir), "adapter": str(adapter), "backbone": backbone, "seed": seed}
+    return LoadedModel(model, tokenizer, run_dir, description, config)
+
+
+def _apply_adapter_folder(model: torch.nn.Module, adapter: Path, flag: str) -> torch.nn.Module:
+    from peft import PeftModel
+
+    try:
+        return PeftModel.from_pretrained(model, str(adapter))
+    except (ValueError, RuntimeError, KeyError) as err:
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise ValueError(f"{flag} {str(adapter)!r}: the adapter does not fit the model: {first}") from None
+
+
+def _read_checkpoint(path: Path) -> dict[str, Any]:
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, TypeError, AttributeError) as err:
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise ValueError(f"--run {str(path)!r}: not a safe, complete checkpoint (loaded with weights_only=True): {first}") from None
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"--run {str(path)!r}: not a Lightning checkpoint (got a {type(ckpt).__name__})")
+    return ckpt
+
+
+def _from_checkpoint(path: Path, run_dir: Path, seed: int | None) -> LoadedModel:
+    ckpt = _read_checkpoint(path)
+    hp = ckpt.get("hyper_parameters") or {}
+    config = run_config(run_dir)
+    backbone = hp.get("backbone") or _config_backbone(config)
+    if not backbone:
+        raise ValueError(f"--run {str(path)!r}: the checkpoint has no backbone hyper-parameter and no config.yaml beside the run")
+    if isinstance(backbone, BackboneConfig):
+        backbone = {k: getattr(backbone, k) for k in ("name_or_path", "config", "tokenizer", "dtype", "cache_dir")}
+    if seed is None:  # the FederatedLoop's callback state records the run's seed
+        callbacks = (ckpt.get("callbacks") or {}).values()
+        seed = next((s["seed"] for s in callbacks if isinstance(s, dict) and "seed" in s), None)
+        seed = seed if seed is not None else _int_or_none(config.get("seed_everything"))
+    lora = hp.get("lora")
+    lora = LoraSettings(**lora) if isinstance(lora, dict) else (lora or LoraSettings())
+    model, tokenizer = build_backbone(backbone, seed)
+    model = apply_lora(model, lora)
+    state = (ckpt.get("federation") or {}).get("global_state") or ckpt.get("state_dict") or {}
+    adapter_state = {k.removeprefix("model."): v for k, v in state.items() if "lora_" in k}
+    params = dict(model.named_parameters())
+    unknown = [k for k in adapter_state if k not in params]
+    if not adapter_state or unknown:
+        detail = f"e.g. {unknown[0]!r}" if unknown else "none found"
+        raise ValueError(f"--run {str(path)!r}: LoRA weights do not fit a causal LM with LoRA ({detail})")
+    with torch.no_grad():
+        for name, value in adapter_state.items():
+            params[name].copy_(value)
+    model.eval()
+    description = {"run": str(run_dir), "checkpoint": str(path), "backbone": backbone, "seed": seed}
+    return LoadedModel(model, tokenizer, run_dir, description, config)
