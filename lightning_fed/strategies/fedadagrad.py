@@ -22,7 +22,11 @@ class FedAdagrad(FedOpt):
             variant accepts the same arguments).
         tau: Adaptivity ``tau`` (> 0); ``v`` starts at ``tau**2``.
         weighting: How the clients' models are averaged, see :class:`FedAvg`.
+        reference: ``reddi`` or ``openfedllm`` (which uses no first moment, ``m = Delta``),
+            see :mod:`lightning_fed.strategies.fedopt`.
     """
+
+    openfedllm_momentum = False  # "In paper 'adaptive federated optimization', momentum is not used"
 
     def _update_v(self, v: Tensor, delta: Tensor) -> Tensor:
         return v + delta.square()  # Algorithm 2, line 12

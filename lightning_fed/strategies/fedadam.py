@@ -21,6 +21,8 @@ class FedAdam(FedOpt):
         beta_2: Second-moment decay in ``[0, 1)``.
         tau: Adaptivity ``tau`` (> 0); ``v`` starts at ``tau**2``.
         weighting: How the clients' models are averaged, see :class:`FedAvg`.
+        reference: ``reddi`` (Algorithm 2) or ``openfedllm`` (``m_0 = Delta_0``, ``v`` updated
+            with ``m``), see :mod:`lightning_fed.strategies.fedopt`.
     """
 
     def _update_v(self, v: Tensor, delta: Tensor) -> Tensor:

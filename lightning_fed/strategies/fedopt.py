@@ -16,6 +16,17 @@ in early rounds.
 
 The paper averages the clients' deltas uniformly (line 10); ``weighting="uniform"`` does the
 same, the default weights them by ``|D_k|`` like :class:`FedAvg`.
+
+``reference="openfedllm"`` reproduces OpenFedLLM's ``global_aggregate`` (Ye et al., 2024,
+arXiv:2402.06954) instead, so its tables can be matched:
+
+* the first round's first moment is the delta itself, ``m_0 = Delta_0`` (no ``(1 - beta_1)``),
+  later rounds ``m <- beta_1 m + (1 - beta_1) Delta``; FedAdagrad has no momentum, ``m = Delta``;
+* the second moment is updated with ``m`` where Reddi et al. use ``Delta``
+  (``v <- v + m^2``, Yogi's and Adam's rules likewise on ``m^2``);
+* the deltas are averaged uniformly and ``eta = 1e-3`` (its ``fedopt_eta``) unless given.
+
+``reddi`` (the default) is Algorithm 2 as published: the method's own paper.
 """
 
 from __future__ import annotations
@@ -30,27 +41,45 @@ from torch import Tensor
 from lightning_fed.strategies.base import ClientUpdate, StateDict, clone_state, compute_dtype
 from lightning_fed.strategies.fedavg import FedAvg
 
+REFERENCES = ("reddi", "openfedllm")
+_DEFAULTS = {"reddi": (1e-2, "num_examples"), "openfedllm": (1e-3, "uniform")}  # (server_lr, weighting)
+
 
 class FedOpt(FedAvg):
     """Base of the adaptive server optimizers; subclasses define :meth:`_update_v`.
 
     Args:
-        server_lr: Server learning rate ``eta`` (> 0).
+        server_lr: Server learning rate ``eta`` (> 0); default ``1e-2`` (``reddi``) or
+            ``1e-3`` (``openfedllm``).
         beta_1: First-moment decay in ``[0, 1)``.
         beta_2: Second-moment decay in ``[0, 1)``.
         tau: Adaptivity ``tau`` (> 0); also sets ``v_{-1} = tau**2``.
-        weighting: How the clients' models are averaged, see :class:`FedAvg`.
+        weighting: How the clients' models are averaged, see :class:`FedAvg`; default
+            ``num_examples`` (``reddi``) or ``uniform`` (``openfedllm``).
+        reference: ``reddi`` (Algorithm 2 as published, the default) or ``openfedllm``
+            (OpenFedLLM's code, see the module docstring).
     """
+
+    #: OpenFedLLM keeps a first moment for this variant (not for FedAdagrad).
+    openfedllm_momentum = True
 
     def __init__(
         self,
-        server_lr: float = 1e-2,
+        server_lr: float | None = None,
         beta_1: float = 0.9,
         beta_2: float = 0.99,
         tau: float = 1e-3,
-        weighting: str = "num_examples",
+        weighting: str | None = None,
+        reference: str = "reddi",
     ) -> None:
-        super().__init__(weighting=weighting, server_lr=server_lr)
+        if reference not in REFERENCES:
+            raise ValueError(f"`reference` must be one of {REFERENCES}, got {reference!r}")
+        default_lr, default_weighting = _DEFAULTS[reference]
+        self.reference = reference
+        super().__init__(
+            weighting=default_weighting if weighting is None else weighting,
+            server_lr=default_lr if server_lr is None else server_lr,
+        )
         for name, beta in (("beta_1", beta_1), ("beta_2", beta_2)):
             if not 0.0 <= beta < 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1), got {beta!r}")
@@ -89,8 +118,13 @@ class FedOpt(FedAvg):
             m = torch.zeros_like(x32) if m is None else m.to(x32.dtype)
             v = self.v.get(name)
             v = torch.full_like(x32, self.tau**2) if v is None else v.to(x32.dtype)
-            m = self.beta_1 * m + (1.0 - self.beta_1) * delta  # line 11
-            v = self._update_v(v, delta)  # lines 12-14 (the variant's rule)
+            if self.reference == "reddi":
+                m = self.beta_1 * m + (1.0 - self.beta_1) * delta  # line 11
+                v = self._update_v(v, delta)  # lines 12-14 (the variant's rule)
+            else:  # OpenFedLLM: m_0 = Delta_0, no momentum for Adagrad, v updated with m
+                first = self.step == 0 or not self.openfedllm_momentum
+                m = delta if first else self.beta_1 * m + (1.0 - self.beta_1) * delta
+                v = self._update_v(v, m)
             new_m[name], new_v[name] = m, v
             # x_{t+1} = x_t + eta * m_t / (sqrt(v_t) + tau), line 15
             out[name] = (x32 + self.server_lr * m / (v.sqrt() + self.tau)).to(device="cpu", dtype=x.dtype)

@@ -76,3 +76,36 @@ def test_state_dict_round_trip():
     b.load_state_dict(torch.load(buffer, weights_only=True))
     torch.testing.assert_close(a.aggregate(x, rounds[2])["w"], b.aggregate(x, rounds[2])["w"], rtol=0, atol=0)
     torch.testing.assert_close(a.velocity["w"], b.velocity["w"], rtol=0, atol=0)
+
+
+def test_openfedllm_reference_hand_values():
+    """``reference="openfedllm"``: first v = d, then v <- beta v + (1 - beta) d."""
+    strategy = FedAvgM(server_lr=0.5, momentum=0.5, reference="openfedllm")
+    strategy.setup(X0, num_clients=2)
+    # Round 1 as Hsu: d = [-1, -1], v = d, x = [1, 2] - 0.5 * [-1, -1] = [1.5, 2.5]
+    x1 = strategy.aggregate(X0, _round([3.0, 4.0], [1.0, 2.0]))
+    torch.testing.assert_close(x1["w"], torch.tensor([1.5, 2.5]))
+    # Round 2: d = [-1.5, 0.5]; v = 0.5 * [-1, -1] + (1 - 0.5) * [-1.5, 0.5] = [-1.25, -0.25]
+    #          x = [1.5, 2.5] - 0.5 * [-1.25, -0.25] = [2.125, 2.625]   (Hsu: [2.5, 2.5])
+    x2 = strategy.aggregate(x1, _round([4.0, 2.0], [2.0, 2.0]))
+    torch.testing.assert_close(strategy.velocity["w"], torch.tensor([-1.25, -0.25]))
+    torch.testing.assert_close(x2["w"], torch.tensor([2.125, 2.625]))
+    assert strategy.state_dict()["step"] == 2
+
+
+def test_references_differ_by_one_over_one_minus_beta_at_steady_state():
+    """A constant pseudo-gradient d = 1 at beta = 0.9: Hsu's v = 1, 1.9, 2.71 (-> 10);
+    OpenFedLLM's v = 1, 0.9 + 0.1 = 1, 1 (stays d)."""
+    velocities = {}
+    for reference in ("hsu", "openfedllm"):
+        strategy = FedAvgM(momentum=0.9, reference=reference)
+        x = {"w": torch.tensor([0.0], dtype=torch.float64)}
+        strategy.setup(x, num_clients=1)
+        velocities[reference] = []
+        for _ in range(3):
+            x = strategy.aggregate(x, [ClientUpdate(0, 1, {"w": x["w"] - 1.0})])  # avg = x - 1: d = 1
+            velocities[reference].append(strategy.velocity["w"].item())
+    assert velocities["hsu"] == pytest.approx([1.0, 1.9, 2.71])
+    assert velocities["openfedllm"] == pytest.approx([1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match=r"`reference` must be one of \('hsu', 'openfedllm'\)"):
+        FedAvgM(reference="flower")

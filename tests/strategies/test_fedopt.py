@@ -75,3 +75,67 @@ def test_load_state_dict_tolerates_missing_keys(cls):
     strategy.load_state_dict({})
     assert set(strategy.state_dict()) == {"m", "v", "step"}
     torch.testing.assert_close(strategy.v["w"], torch.full((2,), 1e-6))
+
+
+def test_openfedllm_reference_defaults():
+    """OpenFedLLM's ``fedopt_eta = 1e-3`` and uniform deltas; explicit values still win."""
+    for cls in VARIANTS:
+        strategy = cls(reference="openfedllm")
+        assert (strategy.server_lr, strategy.weighting, strategy.tau) == (1e-3, "uniform", 1e-3)
+        assert cls(reference="openfedllm", server_lr=0.5, weighting="num_examples").weighting == "num_examples"
+        assert (cls().server_lr, cls().weighting) == (1e-2, "num_examples")
+    with pytest.raises(ValueError, match=r"`reference` must be one of \('reddi', 'openfedllm'\)"):
+        FedAdam(reference="flower")
+
+
+def test_openfedllm_fedadam_two_rounds_hand_values():
+    x0 = {"w": torch.tensor([1.0, 2.0], dtype=torch.float64)}
+    ups1 = [ClientUpdate(0, 1, {"w": torch.tensor([3.0, 2.0], dtype=torch.float64)}),
+            ClientUpdate(1, 3, {"w": torch.tensor([1.0, 4.0], dtype=torch.float64)})]
+    ofl = FedAdam(server_lr=1.0, beta_1=0.5, beta_2=0.5, tau=1.0, reference="openfedllm")
+    ofl.setup(x0, num_clients=2)  # v_{-1} = tau^2 = 1
+    # Round 1: uniform mean (1 vs 3 examples ignored) = [2, 3]; Delta = [1, 1]
+    #   m_0 = Delta = [1, 1]  (Reddi: 0.5 * 0 + 0.5 * [1, 1] = [0.5, 0.5])
+    #   v = 0.5 * 1 + 0.5 * m^2 = [1, 1];  sqrt(v) + tau = [2, 2];  x = [1, 2] + [1, 1] / 2 = [1.5, 2.5]
+    x1 = ofl.aggregate(x0, ups1)
+    torch.testing.assert_close(x1["w"], torch.tensor([1.5, 2.5], dtype=torch.float64))
+    # Round 2: both clients at [14.5, 3.5]: Delta = [13, 1]
+    #   m = 0.5 * [1, 1] + 0.5 * [13, 1] = [7, 1]
+    #   v = 0.5 * [1, 1] + 0.5 * [49, 1] = [25, 1] (updated with m^2, not Delta^2 = [169, 1])
+    #   x = [1.5, 2.5] + [7 / (5 + 1), 1 / (1 + 1)] = [1.5 + 7/6, 3]
+    same = {"w": torch.tensor([14.5, 3.5], dtype=torch.float64)}
+    x2 = ofl.aggregate(x1, [ClientUpdate(0, 1, same), ClientUpdate(1, 3, same)])
+    torch.testing.assert_close(ofl.m["w"], torch.tensor([7.0, 1.0], dtype=torch.float64))
+    torch.testing.assert_close(ofl.v["w"], torch.tensor([25.0, 1.0], dtype=torch.float64))
+    torch.testing.assert_close(x2["w"], torch.tensor([1.5 + 7 / 6, 3.0], dtype=torch.float64))
+    # The same first round under Reddi (uniform weighting for a like-for-like m):
+    #   m = [0.5, 0.5], v = 0.5 + 0.5 * 1 = 1, x = [1, 2] + [0.5, 0.5] / 2 = [1.25, 2.25]
+    reddi = FedAdam(server_lr=1.0, beta_1=0.5, beta_2=0.5, tau=1.0, weighting="uniform")
+    reddi.setup(x0, num_clients=2)
+    torch.testing.assert_close(reddi.aggregate(x0, ups1)["w"], torch.tensor([1.25, 2.25], dtype=torch.float64))
+
+
+def test_openfedllm_fedadagrad_has_no_momentum():
+    x0 = {"w": torch.tensor([1.0, 2.0])}
+    strategy = FedAdagrad(server_lr=1.0, beta_1=0.5, tau=0.75, reference="openfedllm")
+    strategy.setup(x0, num_clients=1)  # v_{-1} = 0.5625
+    # Round 1: Delta = [1, 0] = m;  v = 0.5625 + [1, 0] = [1.5625, 0.5625];  sqrt + tau = [2, 1.5]
+    #   x = [1, 2] + [1 / 2, 0] = [1.5, 2]
+    x1 = strategy.aggregate(x0, [ClientUpdate(0, 1, {"w": torch.tensor([2.0, 2.0])})])
+    torch.testing.assert_close(x1["w"], torch.tensor([1.5, 2.0]))
+    # Round 2: Delta = [3, -1] = m (no 0.5 * m_prev);  v = [10.5625, 1.5625];  sqrt + tau = [4, 2]
+    #   x = [1.5, 2] + [3 / 4, -1 / 2] = [2.25, 1.5]   (Reddi's FedAdagrad test: m = [1.75, -0.5])
+    x2 = strategy.aggregate(x1, [ClientUpdate(0, 1, {"w": torch.tensor([4.5, 1.0])})])
+    torch.testing.assert_close(strategy.m["w"], torch.tensor([3.0, -1.0]))
+    torch.testing.assert_close(x2["w"], torch.tensor([2.25, 1.5]))
+
+
+def test_openfedllm_fedyogi_first_round():
+    x0 = {"w": torch.tensor([1.0, 2.0])}
+    strategy = FedYogi(server_lr=1.0, beta_2=0.5, tau=1.0, reference="openfedllm")
+    strategy.setup(x0, num_clients=1)  # v_{-1} = 1
+    # Delta = [4, 0] = m_0;  m^2 = [16, 0];  sign(v - m^2) = [-1, +1]
+    #   v = [1 + 0.5 * 16, 1 - 0] = [9, 1];  x = [1, 2] + [4 / (3 + 1), 0] = [2, 2]
+    x1 = strategy.aggregate(x0, [ClientUpdate(0, 1, {"w": torch.tensor([5.0, 2.0])})])
+    torch.testing.assert_close(strategy.v["w"], torch.tensor([9.0, 1.0]))
+    torch.testing.assert_close(x1["w"], torch.tensor([2.0, 2.0]))
