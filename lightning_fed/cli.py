@@ -5,37 +5,165 @@
 :class:`~lightning_fed.datamodules.FederatedDataModule` subclass) and the
 :class:`~lightning_fed.callbacks.FederatedLoop` (the ``federation:`` section), then fits.
 Every option is listed by ``lightning-fed fit --help``.
+
+Two entry points: :func:`console_main` is the process (``lightning-fed``, ``python -m
+lightning_fed.cli``): exit status per :mod:`lightning_fed.errors`, one-line errors, signals.
+:func:`main` runs the same CLI in-process and returns it (or raises), for tests and code that
+wants the trained objects.
 """
 
 from __future__ import annotations
 
+import importlib
+import math
 import os
+import re
+import sys
+import traceback
+from pathlib import Path
 from typing import Any, NoReturn
 
 import fsspec
 import yaml
+from jsonargparse import Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_info
 
 import lightning_fed.strategies  # noqa: F401  (registers strategy names for class_path shorthands)
 from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
+from lightning_fed.callbacks.signals import ProcessSignals, handle_termination
 from lightning_fed.datamodules import FederatedDataModule
+from lightning_fed.errors import (
+    DEBUG_ENV,
+    DEBUG_FLAG,
+    EXIT_OK,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    EXIT_USER_ERROR,
+    HINT,
+    UserError,
+    config_shape_error,
+    debug_requested,
+    exit_code,
+    one_line,
+    simplify_parse_error,
+)
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO
+from lightning_fed.federation.resume_check import check_resume
 from lightning_fed.modules import FederatedModule
+
+PROG = "lightning-fed"
+ELSEWHERE = {"evaluate": "lightning_fed.evaluation.cli", "plan": "lightning_fed.planning.cli"}
+"""Subcommands with their own parser: ``lightning-fed <name> ...`` calls ``<module>.main(argv) -> int``."""
+
+INTRO = f"""usage: {PROG} [--debug] {{fit,validate,test,predict,evaluate,plan}} ...
+
+{PROG}: federated fine-tuning and alignment of language models (SFT, DPO, FedBis/FedBiscuit,
+FedPDPO, FedBiOT, FedHDS) on PyTorch Lightning, simulated in one process or run over Flower.
+
+subcommands:
+  fit        train a federation: {PROG} fit --config configs/demo.yaml
+  validate   evaluate a model on the clients' validation data
+  test       evaluate a model on the clients' test data
+  predict    run the model's predict step
+  evaluate   score a finished run (preference accuracy, ROUGE-L, win rate...)
+  plan       plan a run before starting it
+  Each lists its options with --help, e.g. {PROG} fit --help.
+
+options:
+  -h, --help  show this message
+  --debug     show the full traceback of an error (also: {DEBUG_ENV}=1)
+
+exit status: 0 success, 1 failure during training, 2 bad arguments, config, data or
+checkpoint, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); after 130/143 resume with
+--ckpt_path <run>/checkpoints/last.ckpt.
+"""
 
 
 class FederatedArgumentParser(LightningArgumentParser):
-    """Parse errors on one line (jsonargparse folds nested reasons over several)."""
+    """Parse errors in one line, saying which key is missing or which class_path is unknown."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        super().error(" ".join(line.strip() for line in str(message).splitlines() if line.strip()), ex)
+        message = simplify_parse_error(str(message))
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
+            super().error(message, ex)  # nested parsers raise; the outer parser reports
+        prog = self.prog.replace(" [options]", "")
+        sys.stderr.write(f"error: {message}\ntip: {prog} --help lists every option\n")
+        sys.exit(EXIT_USER_ERROR)
+
+
+def _non_finite(value: Any, key: str = "") -> list[tuple[str, float]]:
+    """(key, value) of every NaN or infinite float in a parsed config, keys as on the command line."""
+    if isinstance(value, Namespace):
+        value = vars(value)
+    if isinstance(value, dict):
+        found = []
+        for k, v in value.items():
+            name = key if k == "init_args" else (f"{key}.{k}" if key else str(k))
+            found += _non_finite(v, name)
+        return found
+    if isinstance(value, (list, tuple)):
+        return [hit for i, v in enumerate(value) for hit in _non_finite(v, f"{key}[{i}]")]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [(key, value)]
+    return []
+
+
+def _check_config_files(args: list[str]) -> None:
+    """An empty or list-shaped YAML given with ``--config``: say so (jsonargparse says "Unexpected config:")."""
+    for i, arg in enumerate(args):
+        path = arg.split("=", 1)[1] if arg.startswith("--config=") else (args[i + 1] if arg == "--config" and i + 1 < len(args) else None)
+        if path is None or not Path(path).is_file():
+            continue
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError):
+            continue  # the parser reports where the YAML is broken
+        if problem := config_shape_error(path, loaded):
+            raise UserError(problem)
+
+
+_VERSION = re.compile(r"version_(\d+)")
+
+
+def _resumed_version(ckpt_path: Any) -> Path | None:
+    """The ``.../version_N`` folder a checkpoint at ``.../version_N/checkpoints/*.ckpt`` belongs to."""
+    if not ckpt_path or str(ckpt_path) in ("last", "best", "hpc", "registry") or "://" in str(ckpt_path):
+        return None
+    path = Path(ckpt_path).absolute()
+    if path.parent.name == "checkpoints" and _VERSION.fullmatch(path.parent.parent.name):
+        return path.parent.parent
+    return None
+
+
+def _next_version(folder: Path) -> Path:
+    taken = [int(m.group(1)) for p in folder.glob("version_*") if (m := _VERSION.fullmatch(p.name))] if folder.is_dir() else []
+    return folder / f"version_{max(taken, default=-1) + 1}"
 
 
 class FederatedCLI(LightningCLI):
-    """LightningCLI with a ``federation:`` section for the :class:`FederatedLoop`."""
+    """LightningCLI with a ``federation:`` section for the :class:`FederatedLoop`.
+
+    Args:
+        signals: Records what the process exit status needs (see :class:`ProcessSignals`).
+    """
+
+    def __init__(self, *args: Any, signals: ProcessSignals | None = None, **kwargs: Any) -> None:
+        self.signals = signals or ProcessSignals()
+        super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(FederatedLoop, "federation")
+
+    def before_instantiate_classes(self) -> None:
+        # One check for every float option (lr, beta, mu, alpha, max_update_norm...): NaN passes
+        # `lr <= 0` and inf passes most bounds.
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        if bad := _non_finite(config):
+            key, value = bad[0]
+            raise UserError(f"{key} must be a finite number, got {value}")
 
     def instantiate_classes(self) -> None:
         # jsonargparse wraps a constructor's ValueError ("model.lr must be > 0, got -0.1") in a
@@ -50,6 +178,9 @@ class FederatedCLI(LightningCLI):
                 raise
             raise cause from None
 
+    def _ckpt_path(self) -> Any:
+        return (self.config_init.get(self.subcommand) or {}).get("ckpt_path") if self.subcommand else None
+
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
         # Defaults a federated run needs, unless the config opts out or brings its own: a
         # per-round progress bar, and a `last.ckpt` after every round for `--ckpt_path`.
@@ -60,14 +191,32 @@ class FederatedCLI(LightningCLI):
             callbacks.append(ModelCheckpoint(save_last=True, save_on_train_epoch_end=True))
         if not config.get("plugins"):  # a kill during a save never leaves half a checkpoint
             config["plugins"] = [AtomicCheckpointIO()]
-        return super()._instantiate_trainer(config, callbacks)
+        callbacks.append(self.signals)
+        loop = next((c for c in callbacks if isinstance(c, FederatedLoop)), None)
+        if loop is not None and config.get("max_epochs") is None:
+            config["max_epochs"] = loop.rounds  # federation.rounds decides; no "Setting it to 1000" notice
+        resumed = _resumed_version(self._ckpt_path())
+        if config.get("logger") is False:
+            # Without a logger Lightning writes everything into default_root_dir itself, so two
+            # runs would overwrite each other's summary, config and adapter: give each its own
+            # version folder, laid out as with the default logger.
+            runs = Path(config.get("default_root_dir") or os.getcwd()) / "lightning_logs"
+            same = resumed is not None and resumed.parent.resolve() == runs.resolve()
+            config["default_root_dir"] = str(resumed if same else _next_version(runs))
+        trainer = super()._instantiate_trainer(config, callbacks)
+        if resumed is not None:  # a resumed run continues in its own version folder
+            for logger in trainer.loggers:
+                if isinstance(logger, (TensorBoardLogger, CSVLogger)) and logger._version is None:
+                    if Path(logger.root_dir).resolve() == resumed.parent.resolve():
+                        logger._version = int(_VERSION.fullmatch(resumed.name).group(1))
+        return trainer
 
     def before_fit(self) -> None:
         # Load, validate and partition the data now, before the Trainer creates log folders:
         # a data error then leaves nothing behind.
         if getattr(self.datamodule, "tokenizer", None) is None and hasattr(self.model, "tokenizer"):
             self.datamodule.tokenizer = self.model.tokenizer
-        ckpt = self.config_init[self.subcommand].get("ckpt_path")
+        ckpt = self._ckpt_path()
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
             fs, path = fsspec.core.url_to_fs(str(ckpt))
             if not fs.isfile(path):
@@ -78,11 +227,15 @@ class FederatedCLI(LightningCLI):
             raise ValueError(f"federation.clients_per_round={loop.clients_per_round} exceeds data.num_clients={self.datamodule.num_clients}")
         dumped = self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False, skip_validation=True)
         loop.report.config = yaml.safe_load(dumped)
+        if ckpt and ckpt not in ("last", "best", "hpc", "registry") and "://" not in str(ckpt):
+            for change in check_resume(ckpt, loop.report.config):
+                rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
 
 
-def main(args: list[str] | None = None, run: bool = True) -> FederatedCLI:
-    """Console entry point (``lightning-fed``)."""
+def main(args: list[str] | None = None, run: bool = True, signals: ProcessSignals | None = None) -> FederatedCLI:
+    """Run the CLI in-process and return it; errors are raised (see :func:`console_main` for the process)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _check_config_files(list(sys.argv[1:] if args is None else args))
     return FederatedCLI(
         FederatedModule,
         FederatedDataModule,
@@ -95,8 +248,67 @@ def main(args: list[str] | None = None, run: bool = True) -> FederatedCLI:
         save_config_kwargs={"overwrite": True},
         args=args,
         run=run,
+        signals=signals,
     )
 
 
+def _dispatch(name: str, argv: list[str]) -> int:
+    """``lightning-fed evaluate|plan ...``: the subcommand's own ``main(argv) -> int``, imported late."""
+    module_name = ELSEWHERE[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name is None or not module_name.startswith(err.name):
+            raise
+        raise UserError(f"`{PROG} {name}` is not available in this installation (no module {module_name}); subcommands: fit, validate, test, predict") from None
+    code = module.main(argv)
+    return EXIT_OK if code is None else int(code)
+
+
+def _report(err: BaseException, code: int, debug: bool, signals: ProcessSignals) -> None:
+    if code in (EXIT_SIGINT, EXIT_SIGTERM):
+        name = "SIGTERM" if code == EXIT_SIGTERM else "SIGINT (Ctrl-C)"
+        if signals.last_checkpoint is not None:
+            where = f"the last complete round is in {signals.last_checkpoint}; resume with --ckpt_path {signals.last_checkpoint}"
+        else:
+            where = "no round had completed, nothing to resume"
+        sys.stderr.write(f"{PROG}: stopped by {name}; {where}\n")
+        return
+    if debug:
+        traceback.print_exception(err)
+    sys.stderr.write(f"error: {one_line(err)}\n")
+    if not debug:
+        sys.stderr.write(f"{HINT}\n")
+
+
+def console_main(argv: list[str] | None = None) -> int:
+    """The ``lightning-fed`` process: run a subcommand, return the exit status (see :mod:`lightning_fed.errors`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_requested(argv)
+    argv = [a for a in argv if a != DEBUG_FLAG]
+    if debug:
+        os.environ["JSONARGPARSE_DEBUG"] = "1"  # jsonargparse raises with its traceback instead of exiting
+    if not argv or argv[0] in ("-h", "--help"):
+        (sys.stdout if argv else sys.stderr).write(INTRO)
+        return EXIT_OK if argv else EXIT_USER_ERROR
+    signals = ProcessSignals()
+    with handle_termination(signals):
+        try:
+            if argv[0] in ELSEWHERE:
+                return _dispatch(argv[0], argv[1:])
+            main(argv, signals=signals)
+            return EXIT_OK
+        except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
+            code = exit_code(err, signals.training_started)
+            if signals.stopped_by == "SIGINT":
+                code = EXIT_SIGINT  # Lightning turns Ctrl-C into sys.exit(1)
+            elif signals.stopped_by == "SIGTERM":
+                code = EXIT_SIGTERM
+            if isinstance(err, SystemExit) and code in (EXIT_OK, EXIT_USER_ERROR, 1) and signals.stopped_by is None:
+                return code  # --help, --print_config, or a parse error the parser already printed
+            _report(err, code, debug, signals)
+            return code
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(console_main())

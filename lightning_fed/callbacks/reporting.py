@@ -162,7 +162,9 @@ class RoundReport:
         return path
 
     def state_dict(self) -> dict[str, Any]:
-        return {"history": self.history, "initial_eval": self.initial_eval}
+        # The config rides along so that a resume can be checked against the run's own
+        # (lightning_fed.federation.resume_check); loading keeps the new run's config.
+        return {"history": self.history, "initial_eval": self.initial_eval, "config": self.config}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.history = list(state.get("history", []))

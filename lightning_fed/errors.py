@@ -1,0 +1,144 @@
+"""What a failure means to the process running ``lightning-fed``: its exit code and message.
+
+A script or scheduler can rely on the exit status:
+
+=====  =======================================================================
+code   meaning
+=====  =======================================================================
+0      success
+1      a failure during training (a bug, a diverging run, too few valid updates)
+2      something the user must fix: arguments, config, data, checkpoint
+130    interrupted by Ctrl-C (SIGINT); ``last.ckpt`` holds the last complete round
+143    terminated by SIGTERM (SLURM, Kubernetes...); same checkpoint as above
+=====  =======================================================================
+
+Code anywhere in the package (and the ``evaluate``/``plan`` subcommands) raises
+:class:`UserError` (a ``ValueError``) for input the user must fix. Before training starts,
+the usual exceptions of bad input (``ValueError``, ``FileNotFoundError``, YAML errors...)
+count as user errors too; once training runs, only :class:`UserError` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USER_ERROR = 2
+EXIT_SIGINT = 128 + signal.SIGINT  # 130
+EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
+
+DEBUG_FLAG = "--debug"
+DEBUG_ENV = "LIGHTNING_FED_DEBUG"
+HINT = f"(run with {DEBUG_FLAG} or {DEBUG_ENV}=1 for the traceback)"
+
+
+class UserError(ValueError):
+    """Input the user must fix (arguments, config, data, checkpoint): exit status 2, one line."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint that cannot be used: missing, truncated, corrupt or from another config."""
+
+
+class Terminated(BaseException):
+    """Raised in the main thread by the SIGTERM handler outside a fit (like ``KeyboardInterrupt``)."""
+
+
+# Raised by bad input before training starts: exit 2 then, exit 1 once training runs.
+_INPUT_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,  # includes UnicodeDecodeError and json.JSONDecodeError
+    TypeError,
+    KeyError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    ImportError,
+    argparse.ArgumentError,  # jsonargparse's parse errors under --debug
+)
+
+
+def _is_yaml_error(err: BaseException) -> bool:
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - yaml is a dependency of jsonargparse
+        return False
+    return isinstance(err, yaml.YAMLError)
+
+
+def exit_code(err: BaseException, training_started: bool) -> int:
+    """The process exit status for ``err`` (see the module table)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    if isinstance(err, (Terminated, SIGTERMException)):
+        return EXIT_SIGTERM
+    if isinstance(err, KeyboardInterrupt):
+        return EXIT_SIGINT
+    if isinstance(err, SystemExit):
+        code = err.code
+        return code if isinstance(code, int) else (EXIT_OK if code is None else EXIT_FAILURE)
+    if isinstance(err, UserError):
+        return EXIT_USER_ERROR
+    if not training_started and (isinstance(err, _INPUT_ERRORS) or _is_yaml_error(err)):
+        return EXIT_USER_ERROR
+    return EXIT_FAILURE
+
+
+def one_line(err: BaseException) -> str:
+    """``err``'s message on one line (``KeyError`` without its quotes, the type when empty)."""
+    text = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+    text = " ".join(str(text).split())
+    if not text:
+        return type(err).__name__
+    if isinstance(err, (UserError, FileNotFoundError)) or type(err) is ValueError:
+        return text
+    return f"{type(err).__name__}: {text}"
+
+
+def debug_requested(argv: list[str]) -> bool:
+    """``--debug`` among the arguments or ``LIGHTNING_FED_DEBUG`` set to a true value."""
+    return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# ---------------------------------------------------------------- jsonargparse messages
+_CLASS_PATH = re.compile(r"Problem with given class_path '([^']+)': (.*?)(?= - |$)")
+_REQUIRED = re.compile(r'Key "([^"]+)" is required but not included in config object or its value is None')
+_PARSER_KEY = re.compile(r'^Parser key "([^"]+)":')
+
+
+def simplify_parse_error(message: str) -> str:
+    """Say which class_path is unknown or which key is missing instead of jsonargparse's union dump.
+
+    jsonargparse reports a bad ``class_path`` or a missing ``init_args`` key as "Does not
+    validate against any of the Union subtypes ..." with every subtype's reason in one line
+    of 1,000+ characters; the reason that matters is buried in it.
+    """
+    message = " ".join(message.split())
+    key = m.group(1) if (m := _PARSER_KEY.match(message)) else None
+    prefix = f"{key}: " if key else ""
+    if m := _REQUIRED.search(message):
+        missing = m.group(1).removeprefix("init_args.")
+        full = f"{key}.{missing}" if key else missing
+        return f"{full}: required but missing from the config"
+    if m := _CLASS_PATH.search(message):
+        return f"{prefix}unknown class_path {m.group(1)!r} ({m.group(2).strip()})"
+    if "Unexpected config" in message:
+        return message
+    return message
+
+
+def config_shape_error(path: str, loaded: Any) -> str | None:
+    """Why a loaded YAML config file cannot be a ``lightning-fed`` config, or ``None`` if it can."""
+    if loaded is None:
+        return f"config {path!r} is empty: expected a mapping with model:, data:, federation:, trainer: sections"
+    if not isinstance(loaded, dict):
+        return (
+            f"config {path!r} holds a {type(loaded).__name__}, expected a mapping with model:, data:,"
+            " federation:, trainer: sections"
+        )
+    return None

@@ -1,0 +1,137 @@
+"""Resuming with ``--ckpt_path``: the checkpoint must be readable and come from the same run.
+
+Lightning resumes from whatever checkpoint it is given and keeps the new config's values for
+everything the checkpoint does not hold, so a resumed run with another ``num_clients``,
+partition or seed silently trains a different federation. :func:`check_resume` compares the
+config the run was started with (``summary.json``'s ``config``, also stored in the checkpoint
+by :class:`~lightning_fed.callbacks.reporting.RoundReport`) with the new one:
+
+* a change to anything that decides the result (model, LoRA, data, partition, federation,
+  strategy, optimizer, seeds, precision, gradient accumulation) is a
+  :class:`~lightning_fed.errors.CheckpointError` naming the key, the old and the new value;
+* a change to what only decides how long or how visibly the run goes on (``federation.rounds``,
+  logging, devices, progress bar, ``trainer.max_epochs``...) is allowed and returned, for the
+  CLI to report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lightning_fed.errors import CheckpointError
+
+RESULT_SECTIONS = ("model", "data", "federation", "seed_everything", "optimizer", "lr_scheduler")
+"""Top-level config sections whose every key decides the result, unless in :data:`MAY_CHANGE`."""
+
+RESULT_TRAINER_KEYS = frozenset(
+    {
+        "trainer.accumulate_grad_batches",
+        "trainer.precision",
+        "trainer.gradient_clip_val",
+        "trainer.gradient_clip_algorithm",
+        "trainer.deterministic",
+    }
+)
+"""``trainer`` options that change the numbers (the rest of ``trainer`` may change)."""
+
+MAY_CHANGE = frozenset(
+    {
+        "federation.rounds",
+        "federation.save_adapter",
+        "federation.max_state_memory_bytes",
+        "federation.state_offload_dir",
+        "data.num_workers",
+    }
+)
+"""Keys inside :data:`RESULT_SECTIONS` that do not change the result."""
+
+NOT_COMPARED = frozenset({"ckpt_path", "config", "weights_only"})
+"""The resume itself: always differs, never reported."""
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint as Lightning will on resume (``weights_only=True``), naming the file on failure."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - every way a read can fail is reported as such
+        first = " ".join(str(err).split())[:200]
+        raise CheckpointError(
+            f"ckpt_path {str(path)!r}: the file is incomplete or corrupt, or not a safe checkpoint"
+            f" ({type(err).__name__}: {first})"
+        ) from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise CheckpointError(f"ckpt_path {str(path)!r}: not a Lightning checkpoint (no 'state_dict')")
+    return ckpt
+
+
+def saved_config(ckpt: dict[str, Any]) -> dict[str, Any] | None:
+    """The resolved config stored in a lightning-fed checkpoint (``None`` for older checkpoints)."""
+    report = (ckpt.get("federation") or {}).get("report") or {}
+    config = report.get("config")
+    return config if isinstance(config, dict) else None
+
+
+def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"class_path": C, "init_args": {"lr": x}}}`` -> ``{"model": C, "model.lr": x}``.
+
+    Keys are named as the user writes them on the command line, without ``init_args``.
+    """
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            if "class_path" in value:
+                flat[name] = value["class_path"]
+                flat.update(flatten_config(value.get("init_args") or {}, name))
+                flat.update(flatten_config({k: v for k, v in value.items() if k not in ("class_path", "init_args")}, name))
+            else:
+                flat.update(flatten_config(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def decides_result(key: str) -> bool:
+    """Whether changing ``key`` (a flattened config key) on resume would change the run's result."""
+    if key in MAY_CHANGE:
+        return False
+    if key.startswith("trainer."):
+        return key in RESULT_TRAINER_KEYS
+    return key.split(".", 1)[0] in RESULT_SECTIONS
+
+
+def compare_configs(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(forbidden changes, allowed changes), each ``"key: old -> new"``, over keys both configs hold."""
+    before, after = flatten_config(old), flatten_config(new)
+    forbidden, allowed = [], []
+    for key in sorted(before.keys() & after.keys()):
+        if key in NOT_COMPARED or before[key] == after[key]:
+            continue
+        change = f"{key}: {before[key]!r} -> {after[key]!r}"
+        (forbidden if decides_result(key) else allowed).append(change)
+    return forbidden, allowed
+
+
+def check_resume(path: str | Path, config: dict[str, Any]) -> list[str]:
+    """Check that the checkpoint at ``path`` can resume a run of ``config``.
+
+    Returns:
+        The allowed changes (``"key: old -> new"``), for the caller to report.
+
+    Raises:
+        CheckpointError: the file is unreadable, or a key that decides the result changed.
+    """
+    old = saved_config(load_checkpoint(path))
+    if old is None:
+        return []
+    forbidden, allowed = compare_configs(old, config)
+    if forbidden:
+        more = f" (and {len(forbidden) - 1} more: {', '.join(c.split(':')[0] for c in forbidden[1:])})" if len(forbidden) > 1 else ""
+        raise CheckpointError(
+            f"ckpt_path {str(path)!r} was written by a run with another config: {forbidden[0]}{more};"
+            " resume with the run's own config, or start a new run without --ckpt_path"
+        )
+    return allowed
