@@ -18,7 +18,8 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_fed.callbacks.failures import guard_training_step, unguard_training_step
@@ -140,8 +141,10 @@ class FederatedLoop(ServerRound, Callback):
             raise ValueError(
                 f"federation.clients_per_round={self.clients_per_round} exceeds data.num_clients={dm.num_clients}"
             )
+        # Personal parameters as initialised: what a client without personal state yet uses.
+        self._initial_personal = clone_state(pl_module.personal_parameters())
         if stage != "fit":
-            return
+            return  # `validate`/`test`: the federation state comes from the checkpoint (on_load_checkpoint)
         dm.round_plan = self.plan_round
         trainer.fit_loop.max_epochs = self.rounds
         trainer.reload_dataloaders_every_n_epochs = 1  # each round lays out its own batches
@@ -151,13 +154,13 @@ class FederatedLoop(ServerRound, Callback):
         self.global_state = clone_state(pl_module.shared_parameters())
         if not self.global_state:
             raise ValueError(f"{type(pl_module).__name__} has no shared parameters: nothing to federate")
-        self._initial_personal = clone_state(pl_module.personal_parameters())
         self.strategy.setup(self.global_state, dm.num_clients)
         self.report.set_clients(dm.client_sizes, [len(c.val_set) for c in dm.clients])
         guard_training_step(self, pl_module)  # a raising client is left out; undone in teardown
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._fit_started = True
         for hook in self.hooks:
             hook.setup(self, trainer, pl_module)
 
@@ -310,30 +313,106 @@ class FederatedLoop(ServerRound, Callback):
         )
 
     # ========================================================================= evaluation
-    @override
-    def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    @staticmethod
+    def _standalone(trainer: pl.Trainer) -> bool:
+        """Whether this is a ``validate``/``test`` run (not the validation inside ``fit``)."""
+        return trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
+
+    def _load_client(self, pl_module: pl.LightningModule, batch: Any) -> None:
+        """Swap in the personal state of the batch's client (all of a batch is one client's)."""
         if self._initial_personal and "client_id" in batch:
             cid = int(batch["client_id"][0])
             pl_module.load_state(self.store.get(cid)["personal"] or self._initial_personal)
 
     @override
+    def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._load_client(pl_module, batch)
+
+    @override
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.report.start_eval()
+        if self._standalone(trainer):
+            self._start_stage(pl_module)
+        else:
+            self.report.start_eval()
 
     @override
     def on_validation_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        if isinstance(outputs, dict) and "client_id" in batch:
+        if self._standalone(trainer):
+            from lightning_fed.evaluation.test_step import extra_metrics
+
+            self._add_stage(batch, {**(outputs if isinstance(outputs, dict) else {}), **extra_metrics(pl_module, batch)})
+        elif isinstance(outputs, dict) and "client_id" in batch:
             self.report.add_eval(batch["client_id"], outputs)
 
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
+        if self._standalone(trainer):
+            self._end_stage(trainer, pl_module, "validate")
+        elif trainer.sanity_checking:
             if not self.report.history:  # a resumed run keeps the initial evaluation it restored
                 self.report.end_eval(trainer, pl_module, round_number=0, initial=True)
         else:
             self.report.end_eval(trainer, pl_module, round_number=trainer.current_epoch + 1)
+
+    # ----------------------------------------------- `validate` and `test` after `fit`
+    @override
+    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._start_stage(pl_module)
+
+    @override
+    def on_test_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._load_client(pl_module, batch)
+
+    @override
+    def on_test_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._add_stage(batch, outputs if isinstance(outputs, dict) else {})
+
+    @override
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._end_stage(trainer, pl_module, "test")
+
+    def _start_stage(self, pl_module: pl.LightningModule) -> None:
+        from lightning_fed.evaluation.stage_results import StageResults
+
+        if self.global_state:  # restored from the checkpoint, or left by a fit in this process
+            pl_module.load_state(self.global_state)
+        self._stage = StageResults()
+
+    def _add_stage(self, batch: Any, outputs: dict[str, Any]) -> None:
+        if "client_id" in batch:
+            self._stage.add(batch["client_id"], outputs, batch.get("group_id"))
+
+    def _end_stage(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Write ``<run>/<stage>_results.json`` and log the metrics (TensorBoard, the results table)."""
+        from lightning_fed.evaluation.stage_results import results_dir, write_results
+
+        dm = self.datamodule
+        results = self._stage.summary(getattr(dm, "group_names", None))
+        dataset = dm.test_dataset if stage == "test" else (dm.val_dataset or f"{dm.dataset} (data.val_fraction={dm.val_fraction})")
+        round_number = len(self.report.history)
+        results = {"stage": stage, "checkpoint": trainer.ckpt_path, "round": round_number, "dataset": dataset, **results}
+        if hasattr(dm, "data_report"):
+            results["data"] = dm.data_report()
+        if self.global_state:
+            pl_module.load_state(self.global_state)
+        if not results["num_examples"]:
+            rank_zero_warn(f"{stage}: no examples were evaluated; nothing written")
+            return
+        for name, value in results["metrics"].items():
+            if "_client_" not in name or name.endswith("_client_min"):  # the table: overall and worst client
+                pl_module.log(f"{stage}/{name}", value)
+        if trainer.is_global_zero:
+            scalars = {f"{stage}/{k}": v for k, v in results["metrics"].items()}
+            scalars.update({f"{stage}_client_{c}/{k}": v for c, m in results["clients"].items() for k, v in m.items()})
+            scalars.update({f"{stage}_group_{g}/{k}": v for g, m in results["groups"].items() for k, v in m.items()})
+            for logger in trainer.loggers:
+                logger.log_metrics(scalars, step=round_number)
+            path = write_results(results_dir(trainer.ckpt_path, self.report.output_dir(trainer)) / f"{stage}_results.json", results)
+            rank_zero_info(f"{stage}: {results['num_examples']} examples of {results['dataset']}; results in {path}")
 
     # ============================================================================ the end
     @override
@@ -345,7 +424,23 @@ class FederatedLoop(ServerRound, Callback):
             personal = self.store.state_dict()
             if self._initial_personal and personal:
                 torch.save({cid: e["personal"] for cid, e in personal.items()}, out / "personal_states.pt")
-        self.report.write_summary(trainer, extra={**self.fault_counts(), "hooks": self.hook_summaries()})
+        data = self.datamodule.data_report() if hasattr(self.datamodule, "data_report") else {}
+        self.report.write_summary(trainer, extra={**self.fault_counts(), "hooks": self.hook_summaries(), "data": data})
+
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        # A run that stops (every update rejected, a crash, SIGTERM) still leaves summary.json of
+        # what happened: rounds done, rejections, the round it stopped in. Bad input, raised
+        # before fit started, writes nothing.
+        if not getattr(self, "_fit_started", False):
+            return
+        stopped = {
+            "error": " ".join(f"{type(exception).__name__}: {exception}".split()),
+            "round": trainer.current_epoch + 1,
+            "failed": list(self._round_failed),
+            "rejected": dict(self._round_rejected),
+        }
+        self.report.write_summary(trainer, extra={**self.fault_counts(), "hooks": self.hook_summaries(), "stopped": stopped})
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -55,11 +55,16 @@ def held_out_examples(
     return [{"instruction": records[int(i)]["instruction"], "input": records[int(i)].get("input") or "", "output": records[int(i)]["output"]} for i in order]
 
 
-def evaluate_rouge(module: Any, examples: list[dict[str, str]], template: str, max_new_tokens: int = 64, batch_size: int = 16) -> tuple[dict[str, float], list[str]]:
-    """Mean ROUGE F-measures of ``module.model``'s greedy answers, and the answers."""
+def evaluate_rouge(
+    module: Any, examples: list[dict[str, str]], template: str, max_new_tokens: int = 64, batch_size: int = 16, system_prompt: str | None = None
+) -> tuple[dict[str, float], list[str]]:
+    """Mean ROUGE F-measures of ``module.model``'s greedy answers, and the answers.
+
+    ``template`` may be ``chat`` (the tokenizer's chat template, with ``system_prompt``).
+    """
     from lightning_fed.datamodules.templates import format_prompt
 
-    prompts = [format_prompt(template, e["instruction"], e["input"]) for e in examples]
+    prompts = [format_prompt(template, e["instruction"], e["input"], module.tokenizer, system_prompt) for e in examples]
     answers = generate_responses(module.model, module.tokenizer, prompts, max_new_tokens, batch_size)
     return rouge_scores(answers, [e["output"] for e in examples], ROUGE_TYPES), answers
 
@@ -112,7 +117,8 @@ class HeldOutRouge(RoundHook):
         if self._examples is None:
             self._examples = held_out_examples(self.dataset, self.synthetic_args, self.field_map, self.split, self.max_examples, self.seed, self.where)
         template = self.template or loop.datamodule.template
-        scores, answers = evaluate_rouge(module, self._examples, template, self.max_new_tokens, self.batch_size)
+        system_prompt = getattr(loop.datamodule, "system_prompt", None)
+        scores, answers = evaluate_rouge(module, self._examples, template, self.max_new_tokens, self.batch_size, system_prompt)
         self.history.append({"round": number, **scores, "examples": [{"reference": e["output"], "answer": a} for e, a in zip(self._examples[:5], answers[:5])]})
         if trainer is not None and trainer.is_global_zero:
             for logger in trainer.loggers:

@@ -5,8 +5,8 @@ each client's personal parameters swapped in. That covers methods whose personal
 a set of personal parameters (FedPDPO, FedPer, FedRep). Two baselines personalize
 differently: FedAMP gives each client its own aggregate of the shared state
 (``Strategy.client_model``), and Per-FedAvg adapts the meta-model with a few steps on the
-client's own data before using it. This callback does both, per client, for evaluation only,
-and puts the global state back afterwards.
+client's own data before using it. This callback does both, per client, for evaluation only
+(fit's validation, ``validate`` and ``test``), and puts the global state back afterwards.
 """
 
 from __future__ import annotations
@@ -73,3 +73,18 @@ class PersonalizedEvaluation(Callback):
         if self._client is not None and loop.global_state:
             pl_module.load_state(loop.global_state)
         self._client = None
+
+    # `lightning-fed test`: the same personalization, per client, on the test set.
+    @override
+    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.on_validation_epoch_start(trainer, pl_module)
+
+    @override
+    def on_test_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self.on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
+
+    @override
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.on_validation_epoch_end(trainer, pl_module)

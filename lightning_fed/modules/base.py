@@ -112,6 +112,14 @@ class FederatedModule(pl.LightningModule):
             return torch.optim.SGD(params, lr=hp.lr, weight_decay=hp.weight_decay)
         return torch.optim.AdamW(params, lr=hp.lr, weight_decay=hp.weight_decay)
 
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
+        """``validation_step``'s per-example metrics plus preference accuracy on summed and
+        length-normalised log-probs, or ROUGE of greedy answers (see
+        :mod:`lightning_fed.evaluation.test_step`)."""
+        from lightning_fed.evaluation.test_step import evaluation_metrics
+
+        return evaluation_metrics(self, batch, batch_idx)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # The frozen backbone is rebuilt from the config; saving it would make every
         # checkpoint the size of the model.
