@@ -107,8 +107,14 @@ def debug_requested(argv: list[str]) -> bool:
 
 # ---------------------------------------------------------------- jsonargparse messages
 _CLASS_PATH = re.compile(r"Problem with given class_path '([^']+)': (.*?)(?= - |$)")
-_REQUIRED = re.compile(r'Key "([^"]+)" is required but not included in config object or its value is None')
-_PARSER_KEY = re.compile(r'^Parser key "([^"]+)":')
+_REQUIRED = re.compile(r"the following arguments are required: (.*?)(?= - |$)")
+_PARSER_KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$')
+_NOT_FOUND = ("has no attribute", "No module named", "Unable to import", "not a subclass", "import")
+
+
+def _join(key: str | None, sub: str) -> str:
+    sub = sub.replace("init_args.", "")
+    return f"{key}.{sub}" if key else sub
 
 
 def simplify_parse_error(message: str) -> str:
@@ -120,15 +126,16 @@ def simplify_parse_error(message: str) -> str:
     """
     message = " ".join(message.split())
     key = m.group(1) if (m := _PARSER_KEY.match(message)) else None
-    prefix = f"{key}: " if key else ""
     if m := _REQUIRED.search(message):
-        missing = m.group(1).removeprefix("init_args.")
-        full = f"{key}.{missing}" if key else missing
-        return f"{full}: required but missing from the config"
+        missing = [_join(key, k.strip()) for k in m.group(1).split(",") if k.strip()]
+        return f"{', '.join(missing)}: required but missing from the config"
     if m := _CLASS_PATH.search(message):
-        return f"{prefix}unknown class_path {m.group(1)!r} ({m.group(2).strip()})"
-    if "Unexpected config" in message:
-        return message
+        class_path, reason = m.group(1), m.group(2).strip()
+        if nested := _PARSER_KEY.match(reason):  # the class is fine, one of its arguments is not
+            return f"{_join(key, nested.group(1))}: {nested.group(2)}"
+        if any(s in reason for s in _NOT_FOUND):
+            return f"{key + ': ' if key else ''}unknown class_path {class_path!r} ({reason})"
+        return f"{key + ' ' if key else ''}({class_path}): {reason}"
     return message
 
 

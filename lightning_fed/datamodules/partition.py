@@ -163,9 +163,14 @@ class ByColumn(Partitioner):
         _check_num_clients(num_clients, self)
         values = _column(ds, self.column, self)
         if values.dtype == object or not np.issubdtype(values.dtype, np.number):
-            bad = next((v for v in values if not isinstance(v, (int, np.integer))), values[0])
+            # JSON readers turn a column mixing 0 and "zero" into text: name the row whose value
+            # is not an integer even as text (else the first row, whose "0" is text, is blamed).
+            def integral(v: object) -> bool:
+                return isinstance(v, (int, np.integer)) or (isinstance(v, str) and v.strip().lstrip("-").isdigit())
+
+            row = next((i for i, v in enumerate(values) if not integral(v)), 0)
             raise ValueError(
-                f"partition {self!r}: column {self.column!r} must hold client integers, got {bad!r}"
+                f"partition {self!r}: column {self.column!r} must hold client integers; row {row} has {values[row]!r}"
             )
         invalid = (values < 0) | (values >= num_clients) | (values != np.floor(values))
         if invalid.any():

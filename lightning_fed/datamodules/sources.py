@@ -8,6 +8,7 @@ one-line error naming the field, value or row.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -29,6 +30,11 @@ SYNTHETIC_PREFIX = "synthetic:"
 
 # file suffix -> `datasets` builder name
 LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+
+# Suffixes of files, never of hub data set names: such a name is a path, never sent to the hub.
+FILE_LIKE_SUFFIXES = frozenset(LOCAL_FORMATS) | {
+    ".txt", ".tsv", ".yaml", ".yml", ".xml", ".arrow", ".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".xlsx", ".pkl", ".pt"
+}
 
 
 def load_records(
@@ -69,7 +75,7 @@ def load_records(
     elif (files := local_files(dataset)) is not None:
         ds = load_local(dataset, *files)
     else:
-        ds = datasets.load_dataset(dataset, split=split)
+        ds = _load_hub(dataset, split)
     ds = apply_field_map(ds, kind, dataset, field_map)
     validate_records(ds, kind, dataset)
     return ds
@@ -88,6 +94,11 @@ def local_files(dataset: str) -> tuple[str, list[str]] | None:
     """
     path = Path(dataset).expanduser()
     suffix = path.suffix.lower()
+    supported = f"supported: {', '.join(LOCAL_FORMATS)} files or a folder of them"
+    if path.is_file() and suffix not in LOCAL_FORMATS:
+        raise ValueError(f"data.dataset {dataset!r}: unsupported file type {suffix or '(no suffix)'!r}; {supported}")
+    if not path.exists() and looks_like_path(dataset):
+        raise FileNotFoundError(f"data.dataset {dataset!r}: no such file or folder ({supported}; a hub name is owner/name)")
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in LOCAL_FORMATS)
         builders = sorted({LOCAL_FORMATS[p.suffix.lower()] for p in files})
@@ -102,6 +113,59 @@ def local_files(dataset: str) -> tuple[str, list[str]] | None:
         if not path.is_file():
             raise FileNotFoundError(f"data.dataset {dataset!r}: no such file")
         return LOCAL_FORMATS[suffix], [str(path)]
+    return None
+
+
+def looks_like_path(dataset: str) -> bool:
+    """Whether ``dataset`` names a local file or folder rather than a hub data set (``owner/name``).
+
+    Absolute, ``./``/``../``/``~`` relative, more than one ``/``, a file suffix, or a parent
+    folder that exists here: a hub name is none of these.
+    """
+    path = Path(dataset).expanduser()
+    return (
+        path.is_absolute()
+        or dataset.startswith((".", "~"))
+        or "\\" in dataset
+        or dataset.count("/") >= 2
+        or path.suffix.lower() in FILE_LIKE_SUFFIXES
+        or (len(path.parts) > 1 and path.parent.is_dir())
+    )
+
+
+def _load_hub(dataset: str, split: str) -> datasets.Dataset:
+    """A hub data set; a failure (unknown name, offline, no such split) is one line naming it."""
+    try:
+        return datasets.load_dataset(dataset, split=split)
+    except Exception as err:  # noqa: BLE001 - the user must fix the name, the split or the network
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise ValueError(
+            f"data.dataset {dataset!r}: not a local file or folder, and the hub could not provide it"
+            f" (split {split!r}): {type(err).__name__}: {reason[:300]}"
+        ) from None
+
+
+def _first_bad_json_record(file: str) -> str | None:
+    """Where a JSON Lines file (or a JSON array) holds something other than a JSON object."""
+    text = Path(file).read_text(encoding="utf-8")
+    if Path(file).suffix.lower() == ".json" and text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as err:
+            return f"not valid JSON at line {err.lineno}: {err.msg}"
+        bad = next((i for i, item in enumerate(items) if not isinstance(item, dict)), None)
+        return None if bad is None else f"item {bad} (row {bad}) is a {type(items[bad]).__name__}, expected a JSON object"
+    row = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as err:
+            return f"line {number} is not valid JSON: {err.msg}"
+        if not isinstance(item, dict):
+            return f"line {number} (row {row}) is a {type(item).__name__}, expected a JSON object"
+        row += 1
     return None
 
 
@@ -130,6 +194,10 @@ def load_local(dataset: str, builder: str, data_files: list[str]) -> datasets.Da
             cause = cause.__cause__
         reason = " ".join(str(cause).split()) or type(cause).__name__
         where = data_files[0] if len(data_files) == 1 else f"one of {len(data_files)} files"
+        if builder == "json":  # pyarrow names the row of its block, not of the file: find it
+            for file in data_files:
+                if (bad := _first_bad_json_record(file)) is not None:
+                    raise ValueError(f"data.dataset {dataset!r}: {file!r}: {bad}") from None
         raise ValueError(f"data.dataset {dataset!r}: cannot read {where!r} as {builder}: {reason}") from None
 
 

@@ -48,10 +48,11 @@ def test_ddp_two_processes_match_one(tmp_path):
     ddp = _fit(tmp_path / "ddp", "--data.init_args.batch_size=2", "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp")
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     assert "MEMBER: 2/2" in ddp.stderr  # the second rank really ran
-    a = load_file(str(tmp_path / "one" / "adapter" / "adapter_model.safetensors"))
-    b = load_file(str(tmp_path / "ddp" / "adapter" / "adapter_model.safetensors"))
+    run = {d: tmp_path / d / "lightning_logs" / "version_0" for d in ("one", "ddp")}  # logger=false: own run folder
+    a = load_file(str(run["one"] / "adapter" / "adapter_model.safetensors"))
+    b = load_file(str(run["ddp"] / "adapter" / "adapter_model.safetensors"))
     assert a.keys() == b.keys()
     for k in a:  # gloo's all-reduce sums in another order: float32 rounding only
         torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-6)
-    rounds = [json.loads((tmp_path / d / "summary.json").read_text())["rounds"] for d in ("one", "ddp")]
+    rounds = [json.loads((run[d] / "summary.json").read_text())["rounds"] for d in ("one", "ddp")]
     assert [r["clients"] for r in rounds[0]] == [r["clients"] for r in rounds[1]]

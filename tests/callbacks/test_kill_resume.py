@@ -24,14 +24,21 @@ def _run(root: Path, mode: str = "none", at: int = 0, resume: bool = False) -> s
         "fit", "--config", str(ROOT / "configs/tiny.yaml"), f"--trainer.default_root_dir={root}", "--trainer.logger=false",
         "--trainer.enable_progress_bar=false", f"--federation.rounds={ROUNDS}", f"--federation.local_steps={LOCAL_STEPS}",
     ]  # fmt: skip
-    last = root / "checkpoints" / "last.ckpt"
+    last = _run_dir(root) / "checkpoints" / "last.ckpt"
     if resume and last.exists():
         args.append(f"--ckpt_path={last}")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, str(DRIVER), mode, str(at), "--", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+def _run_dir(root: Path) -> Path:
+    """The newest run folder (logger=false still gives every run its own lightning_logs/version_N)."""
+    runs = sorted(root.glob("lightning_logs/version_*"), key=lambda p: int(p.name.split("_")[1]))
+    return runs[-1] if runs else root / "lightning_logs" / "version_0"
+
+
 def _result(root: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    root = _run_dir(root)
     adapter = load_file(str(root / "adapter" / "adapter_model.safetensors"))
     rounds = json.loads((root / "summary.json").read_text())["rounds"]
     for r in rounds:
@@ -57,7 +64,7 @@ KILLS = [("batch", _rng.randint(1, BATCHES - 1)) for _ in range(3)] + [("save", 
 def test_kill_9_then_resume_equals_uninterrupted(tmp_path, uninterrupted, mode, at):
     killed = _run(tmp_path, mode, at)
     assert killed.returncode == -9, killed.stderr[-3000:]
-    for ckpt in (tmp_path / "checkpoints").glob("*.ckpt"):  # whatever survived is a whole checkpoint
+    for ckpt in (_run_dir(tmp_path) / "checkpoints").glob("*.ckpt"):  # whatever survived is a whole checkpoint
         torch.load(ckpt, weights_only=False, map_location="cpu")
     resumed = _run(tmp_path, resume=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -69,4 +76,4 @@ def test_kill_9_then_resume_equals_uninterrupted(tmp_path, uninterrupted, mode, 
     assert [r["clients"] for r in rounds] == [r["clients"] for r in ref_rounds]
     for r, ref in zip(rounds, ref_rounds, strict=True):
         assert r["val"] == pytest.approx(ref["val"], rel=1e-4)
-    assert not list((tmp_path / "checkpoints").glob("*.tmp"))  # no half-written file left visible as a checkpoint
+    assert not list(tmp_path.glob("lightning_logs/version_*/checkpoints/*.tmp"))  # no half-written file left visible as a checkpoint
