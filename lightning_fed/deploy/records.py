@@ -4,11 +4,19 @@ A :class:`~lightning_fed.strategies.ClientUpdate` becomes a ``RecordDict`` of tw
 ``ArrayRecord`` (``state``: the shared parameters, ``extras``: e.g. SCAFFOLD's control delta)
 and one ``MetricRecord`` (``num-examples``, ``client-id`` and the training metrics). Nothing is
 pickled: a client can only send arrays and numbers, which the server checks like any update.
+
+A reply is untrusted input. :func:`record_to_update` and :func:`record_to_evaluation` turn every
+way a reply can be malformed into a ``ValueError`` (one line, naming the field and value), never
+a crash of the ServerApp: arrays must be NumPy-serialised floating-point tensors, metrics finite
+scalars, ``num-examples`` an integer within :attr:`ReplyLimits.max_examples` (FedAvg weights by
+it) and the metric keys at most :attr:`ReplyLimits.max_metric_keys`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
@@ -16,6 +24,28 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from lightning_fed.strategies.base import ClientUpdate, StateDict
 
 STATE, EXTRAS, DOWNLINK, METRICS, CONFIG = "state", "extras", "downlink", "metrics", "config"
+
+
+@dataclass(frozen=True)
+class ReplyLimits:
+    """What the server accepts in a client's reply (run-config ``max-examples``, ``max-metric-keys``)."""
+
+    max_examples: int = 1_000_000
+    """Largest ``num-examples`` a client may claim. FedAvg weights an update by it, so an
+    unbounded claim lets one client outweigh the federation."""
+
+    max_metric_keys: int = 64
+    """Most metric entries in one reply (``num-examples`` and ``client-id`` included); each
+    one becomes a logged scalar and a ``summary.json`` entry every round."""
+
+    max_key_length: int = 128
+    """Longest metric name, in characters."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_examples", "max_metric_keys", "max_key_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
 
 
 def to_arrays(state: Mapping[str, torch.Tensor]) -> ArrayRecord:
@@ -48,18 +78,76 @@ def update_to_record(update: ClientUpdate) -> RecordDict:
     return RecordDict({STATE: to_arrays(update.state), EXTRAS: to_arrays(update.extras), METRICS: MetricRecord(metrics)})
 
 
-def record_to_update(record: RecordDict) -> ClientUpdate:
-    """Rebuild a :class:`ClientUpdate` from a reply; a malformed reply raises ``ValueError``."""
+def record_to_update(record: RecordDict, limits: ReplyLimits | None = None) -> ClientUpdate:
+    """Rebuild a :class:`ClientUpdate` from a train reply; a malformed reply raises ``ValueError``."""
+    limits = limits or ReplyLimits()
     if STATE not in record.array_records or METRICS not in record.metric_records:
         raise ValueError(f"a client reply needs the ArrayRecord {STATE!r} and the MetricRecord {METRICS!r}, got {list(record.keys())}")
-    metrics = dict(record.metric_records[METRICS])
+    metrics = _scalar_metrics(record.metric_records[METRICS], limits)
     num_examples, client_id = metrics.pop("num-examples", None), metrics.pop("client-id", None)
-    if not isinstance(num_examples, int) or num_examples < 1 or not isinstance(client_id, int):
-        raise ValueError(f"a client reply needs integer 'num-examples' >= 1 and 'client-id', got {num_examples!r} and {client_id!r}")
+    _check_count("num-examples", num_examples, 1, limits.max_examples)
+    _check_count("client-id", client_id, 0, None)
     return ClientUpdate(
         client_id=client_id,
         num_examples=num_examples,
-        state=from_arrays(record.array_records[STATE]),
-        extras=from_arrays(record.array_records.get(EXTRAS)),
-        metrics={k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
+        state=_float_arrays(record.array_records[STATE], STATE),
+        extras=_float_arrays(record.array_records.get(EXTRAS), EXTRAS),
+        metrics={k: float(v) for k, v in metrics.items()},
     )
+
+
+def record_to_evaluation(record: RecordDict, limits: ReplyLimits | None = None) -> tuple[int, int, dict[str, float]]:
+    """``(client_id, num_examples, metric means)`` of an evaluate reply; ``ValueError`` if malformed.
+
+    ``num-examples`` may be 0 (a client without validation data sends no metrics).
+    """
+    limits = limits or ReplyLimits()
+    if METRICS not in record.metric_records:
+        raise ValueError(f"an evaluate reply needs the MetricRecord {METRICS!r}, got {list(record.keys())}")
+    metrics = _scalar_metrics(record.metric_records[METRICS], limits)
+    num_examples, client_id = metrics.pop("num-examples", None), metrics.pop("client-id", None)
+    _check_count("num-examples", num_examples, 0, limits.max_examples)
+    _check_count("client-id", client_id, 0, None)
+    return client_id, num_examples, {k: float(v) for k, v in metrics.items()}
+
+
+def _check_count(name: str, value: object, low: int, high: int | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"reply metric {name!r} must be an integer {bound}, got {value!r}")
+
+
+def _scalar_metrics(record: MetricRecord, limits: ReplyLimits) -> dict[str, int | float]:
+    """The reply's metrics, each a finite int or float under a short name, at most ``max_metric_keys``."""
+    if len(record) > limits.max_metric_keys:
+        raise ValueError(f"reply has {len(record)} metric keys, more than max-metric-keys={limits.max_metric_keys}")
+    out: dict[str, int | float] = {}
+    for key, value in record.items():
+        if len(key) > limits.max_key_length:
+            raise ValueError(f"reply metric name of {len(key)} characters is longer than {limits.max_key_length}: {key[:40]!r}...")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"reply metric {key!r} must be a number, got {type(value).__name__} {str(value)[:60]}")
+        if not math.isfinite(value):
+            raise ValueError(f"reply metric {key!r} must be finite, got {value!r}")
+        out[key] = value
+    return out
+
+
+def _float_arrays(record: ArrayRecord | None, name: str) -> StateDict:
+    """The named floating-point tensors of a reply's ``ArrayRecord`` (``{}`` for ``None``).
+
+    Arrays are decoded by NumPy without pickle (Flower's ``Array.numpy``); one that is not a
+    NumPy array, cannot be decoded or is not floating-point raises ``ValueError``.
+    """
+    if record is None:
+        return {}
+    out: StateDict = {}
+    for key in record.keys():
+        try:
+            tensor = torch.from_numpy(record[key].numpy())
+        except (TypeError, ValueError, OSError, EOFError) as err:
+            raise ValueError(f"reply array {name}/{key!r} cannot be decoded: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+        if not tensor.is_floating_point():
+            raise ValueError(f"reply array {name}/{key!r} must be floating-point, got {tensor.dtype}")
+        out[key] = tensor
+    return out
