@@ -10,6 +10,8 @@ runs in-process runs under Flower unchanged. Run-config keys:
   adapter (default: the config's ``trainer.default_root_dir``).
 - ``timeout``: seconds the server waits for a round's replies (default 3600).
 - ``min-nodes``: SuperNodes to wait for before round 1 (default: clients per round).
+- ``max-examples``, ``max-metric-keys``: what a client's reply may claim (see
+  :class:`~lightning_fed.deploy.records.ReplyLimits`); a reply beyond them is rejected.
 
 ``client_app``/``server_app`` are what ``flwr run lightning_fed/deploy/flower_app`` loads.
 For Flower's simulation engine from Python, bind the config into the apps::
@@ -35,7 +37,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from lightning_fed.deploy.client import ClientRunner
-from lightning_fed.deploy.records import CONFIG, DOWNLINK, METRICS, STATE, from_arrays, update_to_record
+from lightning_fed.deploy.records import CONFIG, DOWNLINK, METRICS, STATE, ReplyLimits, from_arrays, update_to_record
 from lightning_fed.deploy.server import FederatedServer
 
 
@@ -129,7 +131,8 @@ def make_server_app(**defaults: Any) -> ServerApp:
         module, datamodule, loop, trainer_config = load_run(cfg["config"], cfg["overrides"])
         # The server never loads the clients' data: it knows their number, sizes come with updates.
         out = str(cfg.get("output-dir") or trainer_config.get("default_root_dir") or "runs/flower")
-        server = FederatedServer(loop, module, datamodule.num_clients, out, timeout=float(cfg.get("timeout", 3600)))
+        limits = ReplyLimits(**{k: int(cfg[key]) for k, key in (("max_examples", "max-examples"), ("max_metric_keys", "max-metric-keys")) if key in cfg})
+        server = FederatedServer(loop, module, datamodule.num_clients, out, timeout=float(cfg.get("timeout", 3600)), limits=limits)
         min_nodes = int(cfg.get("min-nodes", 0)) or loop.clients_per_round
         server.start(grid, eval_clients=datamodule.eval_clients or datamodule.num_clients, min_nodes=min_nodes)
 
