@@ -35,6 +35,13 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from lightning_fed.modules.quantization import (
+    QUANTIZATIONS,
+    load_quantized,
+    prepare_for_training,
+    quantize_built,
+)
+
 GGUF_PREFIX = "gguf:"
 BYTES_TOKENIZER = "bytes"
 GPT2_BPE_TOKENIZER = "gpt2-bpe"
@@ -78,6 +85,17 @@ class BackboneConfig:
     """Where dequantized GGUF models are cached. Default: ``$LIGHTNING_FED_CACHE`` or
     ``~/.cache/lightning_fed``."""
 
+    quantization: str = "none"
+    """Weights of the frozen linear layers: ``none``, ``nf4`` (QLoRA's 4-bit NormalFloat with
+    double quantization) or ``int8`` (LLM.int8()), through bitsandbytes and PEFT's k-bit
+    preparation (see :mod:`lightning_fed.modules.quantization`). ``dtype`` is then the
+    compute dtype; embeddings, norms and the LM head are kept in float32."""
+
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass (non-reentrant
+    gradient checkpointing) instead of keeping them: activation memory drops from one set
+    per layer to about one layer's, for roughly one extra forward pass of compute."""
+
     def __post_init__(self) -> None:
         problems = []
         if (self.name_or_path is None) == (self.config is None):
@@ -91,6 +109,10 @@ class BackboneConfig:
             )
         if self.dtype not in DTYPES:
             problems.append(f"backbone.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.quantization not in QUANTIZATIONS:
+            problems.append(
+                f"backbone.quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}"
+            )
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -109,8 +131,9 @@ def load_backbone(cfg: BackboneConfig) -> tuple[PreTrainedModel, PreTrainedToken
         cfg: The backbone configuration.
 
     Returns:
-        The causal LM (in eval mode, ``config.pad_token_id`` set from the tokenizer) and
-        the tokenizer (with pad and eos tokens, padding on the right).
+        The causal LM (in eval mode, ``config.pad_token_id`` set from the tokenizer; quantized
+        and/or with activation checkpointing when ``cfg`` says so) and the tokenizer (with pad
+        and eos tokens, padding on the right).
 
     Raises:
         ValueError: If a GGUF package or file, or a local path, does not exist.
@@ -118,11 +141,18 @@ def load_backbone(cfg: BackboneConfig) -> tuple[PreTrainedModel, PreTrainedToken
     """
     tokenizer = load_tokenizer(cfg.tokenizer_spec, cache_dir=cfg.cache_dir)
     dtype = DTYPES[cfg.dtype]
+    quantized = cfg.quantization != "none"
     if cfg.config is not None:
         model = _build_from_config(cfg.config, tokenizer, dtype)
+        if quantized:
+            model = quantize_built(model, cfg.quantization, dtype)
     else:
         path = _resolve_model_path(cfg.name_or_path, "backbone.name_or_path", cfg.cache_dir)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        if quantized:
+            model = load_quantized(path, cfg.quantization, dtype)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model = prepare_for_training(model, cfg.quantization, cfg.activation_checkpointing)
     model.config.pad_token_id = tokenizer.pad_token_id
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
