@@ -8,10 +8,22 @@ trained alone by FedBis for ``warmup_rounds`` rounds, ``u = 0 .. U-1`` in turn. 
 :class:`~lightning_fed.callbacks.grouping.ClientGrouping` from each client's validation
 losses) and each client trains only its cluster's selector. The warm-up aggregates by FedBis'
 Eq. (8); afterwards each selector is aggregated by Eq. (6), which keeps a selector stable
-when few of its clients are sampled. In Eq. (6), ``p_m`` is client ``m``'s share of its
-cluster's data, ``n_m / sum_{j in M_u} n_j`` (the paper defines ``p_m`` over all M clients,
-which would shrink every selector's step by about U; within the cluster, a fully sampled
-cluster gets the plain weighted mean).
+when few of its clients are sampled.
+
+Client weights ``w_m`` (``weighting``): ``uniform`` (the default: the authors' FederatedScope
+configs set ``federate.ignore_weight: True`` for FedBis and FedBiscuit alike) or
+``num_examples`` (``n_m``, the paper's ``p_m = n_m / n``). FedBis is :class:`FedAvg` with the
+same ``weighting`` option, so the two are configured alike.
+
+* Warm-up, Eq. (8), ``phi = (M / A) sum_{m in A} p_m phi^m``: as printed, the coefficients sum
+  to ``(M / A) sum_{m in A} n_m / n``, which is 1 only in expectation, so the LoRA would be
+  rescaled by a random factor each round. Here they are normalised over the sampled clients,
+  ``phi = sum_A w_m phi^m / sum_A w_m`` (with uniform weights this *is* Eq. (8)).
+* Eq. (6), ``phi_u <- (1 - sum_{A_u} p_m) phi_u + sum_{A_u} p_m phi_u^m``, ``eq6_scope``:
+  ``cluster`` (the default) takes ``p_m = w_m / sum_{j in M_u} w_j``, the client's share of its
+  *cluster* ``M_u``, so a fully sampled cluster gets the plain (weighted) mean; ``all`` takes
+  the paper's literal ``p_m = w_m / sum_{j in [M]} w_j`` over all M clients, which shrinks every
+  selector's step by about U (each cluster holds ~M/U clients).
 
 The strategy is pure tensor code: which round it is and the losses come from the hook.
 """
@@ -25,6 +37,9 @@ import torch
 from torch import Tensor
 
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, StateDict, Strategy, compute_dtype
+from lightning_fed.strategies.fedavg import WEIGHTINGS
+
+EQ6_SCOPES = ("cluster", "all")
 
 
 def balanced_assignment(losses: Tensor) -> list[int]:
@@ -87,20 +102,24 @@ def eq6_update(current: Mapping[str, Tensor], states: Sequence[Mapping[str, Tens
     return out
 
 
-def eq8_update(states: Sequence[Mapping[str, Tensor]], p: Sequence[float], num_clients: int) -> StateDict:
-    """FedBis' aggregation ``phi_{r+1} = (M / A) sum_{m in A} p_m phi^m_{r,K}`` (Eq. (8)).
+def eq8_update(states: Sequence[Mapping[str, Tensor]], p: Sequence[float]) -> StateDict:
+    """FedBis' aggregation, Eq. (8), normalised: ``phi_{r+1} = sum_{m in A} p_m phi^m / sum_{m in A} p_m``.
 
-    With ``p_m = n_m / n`` this is an unbiased estimate of the full weighted mean under
-    uniform sampling; with equal ``p_m = 1 / M`` it is the plain mean of the A updates.
+    Eq. (8) as printed, ``(M / A) sum_{m in A} p_m phi^m`` with ``p_m = n_m / n``, has
+    coefficients summing to 1 only in expectation over the sampled set ``A``; normalising
+    makes every round a convex combination. With equal ``p_m = 1 / M`` both are the plain
+    mean of the A updates.
     """
     if not states:
         raise AggregationError("Eq. (8) needs at least one update")
-    scale = num_clients / len(states)
+    total = float(sum(p))
+    if not total > 0:
+        raise AggregationError(f"Eq. (8) needs a positive sum of p_m, got {total}")
     out: StateDict = {}
     for key, ref in states[0].items():
         acc = torch.zeros_like(ref, dtype=compute_dtype(ref.dtype))
         for state, w in zip(states, p):
-            acc.add_(state[key].to(acc.dtype), alpha=scale * float(w))
+            acc.add_(state[key].to(acc.dtype), alpha=float(w) / total)
         out[key] = acc.to(ref.dtype)
     return out
 
@@ -119,10 +138,25 @@ class FedBiscuit(Strategy):
         num_selectors: U; odd, so that majority voting never ties.
         warmup_rounds: T, rounds of FedBis per selector before the first grouping.
         regroup_every: tau, rounds between two client groupings after the warm-up.
+        weighting: Client weights ``w_m`` in Eqs. (6) and (8): ``uniform`` (the authors'
+            ``ignore_weight: True``, the default) or ``num_examples`` (``n_m``).
+        eq6_scope: Whose data ``p_m`` of Eq. (6) is a share of: ``cluster`` (``M_u``, the
+            default) or ``all`` (all M clients, the paper's literal definition).
     """
 
-    def __init__(self, num_selectors: int = 3, warmup_rounds: int = 2, regroup_every: int = 5) -> None:
+    def __init__(
+        self,
+        num_selectors: int = 3,
+        warmup_rounds: int = 2,
+        regroup_every: int = 5,
+        weighting: str = "uniform",
+        eq6_scope: str = "cluster",
+    ) -> None:
         problems = []
+        if weighting not in WEIGHTINGS:
+            problems.append(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+        if eq6_scope not in EQ6_SCOPES:
+            problems.append(f"eq6_scope must be one of {EQ6_SCOPES}, got {eq6_scope!r}")
         if num_selectors < 1 or num_selectors % 2 == 0:
             problems.append(f"num_selectors (U) must be a positive odd number, got {num_selectors}")
         if warmup_rounds < 0:
@@ -132,6 +166,7 @@ class FedBiscuit(Strategy):
         if problems:
             raise ValueError("; ".join(problems))
         self.num_selectors, self.warmup_rounds, self.regroup_every = num_selectors, warmup_rounds, regroup_every
+        self.weighting, self.eq6_scope = weighting, eq6_scope
         self.round_idx = 0
         self.assignment: list[int] | None = None
         self.client_sizes: list[int] | None = None
@@ -178,19 +213,19 @@ class FedBiscuit(Strategy):
         return {k: global_state[k] for k in self.selector_keys[self.selector_of(client_id)]}
 
     def weight(self, client_id: int, members: Sequence[int]) -> float:
-        """``p_m``: the client's share of the data of ``members`` (uniform without client sizes)."""
-        if self.client_sizes is None:
+        """``p_m = w_m / sum_{j in members} w_j`` (``weighting``; uniform without client sizes)."""
+        if self.weighting == "uniform" or self.client_sizes is None:
             return 1.0 / len(members)
         return self.client_sizes[client_id] / sum(self.client_sizes[c] for c in members)
 
     def aggregate(self, global_state: Mapping[str, Tensor], updates: Sequence[ClientUpdate]) -> StateDict:
         out: StateDict = {k: v.detach().clone() for k, v in global_state.items()}
         if self.is_warmup(self.round_idx) or self.assignment is None:
-            # Warm-up trains one selector by FedBis, aggregated by Eq. (8) with p_m = n_m / n.
+            # Warm-up trains one selector by FedBis, aggregated by Eq. (8) (normalised).
             u = self.selector_of(updates[0].client_id) if updates else 0
             keys, everyone = self.selector_keys[u], range(self.num_clients)
             p = [self.weight(up.client_id, everyone) for up in updates]
-            out.update(eq8_update([{k: up.state[k] for k in keys} for up in updates], p, self.num_clients))
+            out.update(eq8_update([{k: up.state[k] for k in keys} for up in updates], p))
             return out
         for u in range(self.num_selectors):
             ups = [up for up in updates if self.selector_of(up.client_id) == u]
@@ -198,8 +233,11 @@ class FedBiscuit(Strategy):
                 continue
             keys = self.selector_keys[u]
             current = {k: global_state[k] for k in keys}
-            members = [c for c in range(self.num_clients) if self.assignment[c] == u]
-            p = [self.weight(up.client_id, members) for up in ups]  # p_m within the cluster M_u
+            if self.eq6_scope == "cluster":
+                members = [c for c in range(self.num_clients) if self.assignment[c] == u]  # M_u
+            else:
+                members = list(range(self.num_clients))  # [M], the paper's literal p_m
+            p = [self.weight(up.client_id, members) for up in ups]
             out.update(eq6_update(current, [{k: up.state[k] for k in keys} for up in ups], p))  # Eq. (6)
         return out
 

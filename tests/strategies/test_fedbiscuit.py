@@ -48,10 +48,72 @@ def test_eq6_by_hand():
 
 def test_eq8_by_hand():
     states = [{"w": torch.tensor([2.0])}, {"w": torch.tensor([6.0])}]
-    # M = 4 clients, A = 2 sampled, p = (0.1, 0.3): (4 / 2) * (0.1 * 2 + 0.3 * 6) = 4.0
-    torch.testing.assert_close(eq8_update(states, [0.1, 0.3], 4)["w"], torch.tensor([4.0]))
-    # equal p_m = 1 / M: the plain mean
-    torch.testing.assert_close(eq8_update(states, [0.25, 0.25], 4)["w"], torch.tensor([4.0]))
+    # p = (0.1, 0.3) (n_m / n of 2 sampled clients out of M = 4): as printed, Eq. (8) gives
+    # (4 / 2) * (0.1 * 2 + 0.3 * 6) = 4.0 with coefficients 0.2 + 0.6 = 0.8 (a rescaled LoRA);
+    # normalised: (0.1 * 2 + 0.3 * 6) / 0.4 = 2.0 / 0.4 = 5.0
+    torch.testing.assert_close(eq8_update(states, [0.1, 0.3])["w"], torch.tensor([5.0]))
+    # equal p_m = 1 / M: the plain mean (2 + 6) / 2, identical to Eq. (8) as printed
+    torch.testing.assert_close(eq8_update(states, [0.25, 0.25])["w"], torch.tensor([4.0]))
+    with pytest.raises(AggregationError, match="positive sum of p_m"):
+        eq8_update(states, [0.0, 0.0])
+
+
+def _six_clients(**kwargs):
+    """U = 3, M = 6, sizes [1, 3, 2, 2, 4, 4] (n = 16); selector u's state is all u."""
+    s = FedBiscuit(num_selectors=3, warmup_rounds=2, regroup_every=3, **kwargs)
+    state = {_keys(u): torch.full((1,), float(u)) for u in range(3)}
+    s.setup(state, num_clients=6)
+    s.client_sizes = [1, 3, 2, 2, 4, 4]
+    return s, state
+
+
+@pytest.mark.parametrize(
+    ("weighting", "expected"),
+    [
+        ("uniform", 4.5),  # (2 + 7) / 2
+        ("num_examples", 6.0),  # (1 * 2 + 4 * 7) / (1 + 4); Eq. (8) as printed: 3 * (2 + 28) / 16 = 5.625
+    ],
+)
+def test_warmup_weighting_is_normalised(weighting, expected):
+    s, state = _six_clients(weighting=weighting)
+    s.start_round(0)  # warm-up of selector 0
+    ups = [ClientUpdate(0, 1, {_keys(0): torch.tensor([2.0])}), ClientUpdate(4, 4, {_keys(0): torch.tensor([7.0])})]
+    torch.testing.assert_close(s.aggregate(state, ups)[_keys(0)], torch.tensor([expected]))
+
+
+@pytest.mark.parametrize(
+    ("weighting", "eq6_scope", "sel0", "sel1"),
+    [
+        # cluster, uniform: sel 0 = {0, 1}: p_0 = 1/2 -> 0.5 * 0 + 0.5 * 4 = 2
+        #                   sel 1 = {2, 3}, both sampled: p = 1/2 each -> (5 + 9) / 2 = 7
+        ("uniform", "cluster", 2.0, 7.0),
+        # all, uniform: p_m = 1/6 -> sel 0: (5/6) * 0 + 4/6 = 2/3;  sel 1: (4/6) * 1 + (5 + 9)/6 = 3
+        ("uniform", "all", 2 / 3, 3.0),
+        # cluster, sizes: sel 0: p_0 = 1 / (1 + 3) -> 0.75 * 0 + 0.25 * 4 = 1;  sel 1: 2/4 each -> 7
+        ("num_examples", "cluster", 1.0, 7.0),
+        # all, sizes: p_0 = 1/16 -> 4/16 = 0.25;  sel 1: p = 2/16 each -> 0.75 * 1 + (10 + 18)/16 = 2.5
+        ("num_examples", "all", 0.25, 2.5),
+    ],
+)
+def test_eq6_scope_and_weighting_by_hand(weighting, eq6_scope, sel0, sel1):
+    """The paper's literal p_m (over all M) takes ~U times smaller steps than within the cluster."""
+    s, state = _six_clients(weighting=weighting, eq6_scope=eq6_scope)
+    s.start_round(6)
+    s.set_assignment([0, 0, 1, 1, 2, 2])
+    ups = [
+        ClientUpdate(0, 1, {_keys(0): torch.tensor([4.0])}),
+        ClientUpdate(2, 2, {_keys(1): torch.tensor([5.0])}),
+        ClientUpdate(3, 2, {_keys(1): torch.tensor([9.0])}),
+    ]
+    out = s.aggregate(state, ups)
+    torch.testing.assert_close(out[_keys(0)], torch.tensor([sel0]))
+    torch.testing.assert_close(out[_keys(1)], torch.tensor([sel1]))
+    torch.testing.assert_close(out[_keys(2)], state[_keys(2)])  # no client of selector 2 sampled
+
+
+def test_bad_weighting_and_scope_are_one_error():
+    with pytest.raises(ValueError, match=r"weighting must be one of .*eq6_scope must be one of \('cluster', 'all'\)"):
+        FedBiscuit(weighting="size", eq6_scope="global")
 
 
 def test_majority_vote_by_hand():
