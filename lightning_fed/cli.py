@@ -87,7 +87,7 @@ class FederatedArgumentParser(LightningArgumentParser):
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         message = simplify_parse_error(str(message))
-        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG", "").lower() in ("true", "1", "yes", "on"):
             super().error(message, ex)  # nested parsers raise; the outer parser reports
         prog = self.prog.replace(" [options]", "")
         sys.stderr.write(f"error: {message}\ntip: {prog} --help lists every option\n")
@@ -216,20 +216,20 @@ class FederatedCLI(LightningCLI):
         # a data error then leaves nothing behind.
         if getattr(self.datamodule, "tokenizer", None) is None and hasattr(self.model, "tokenizer"):
             self.datamodule.tokenizer = self.model.tokenizer
+        loop = next(c for c in self.trainer.callbacks if isinstance(c, FederatedLoop))
+        dumped = self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False, skip_validation=True)
+        loop.report.config = yaml.safe_load(dumped)
         ckpt = self._ckpt_path()
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
             fs, path = fsspec.core.url_to_fs(str(ckpt))
             if not fs.isfile(path):
                 raise FileNotFoundError(f"ckpt_path {ckpt!r}: no such checkpoint file")
+            if "://" not in str(ckpt):  # readable, and written by a run of this config
+                for change in check_resume(ckpt, loop.report.config):
+                    rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
         self.datamodule.setup("fit")
-        loop = next(c for c in self.trainer.callbacks if isinstance(c, FederatedLoop))
         if loop.clients_per_round > self.datamodule.num_clients:
             raise ValueError(f"federation.clients_per_round={loop.clients_per_round} exceeds data.num_clients={self.datamodule.num_clients}")
-        dumped = self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False, skip_validation=True)
-        loop.report.config = yaml.safe_load(dumped)
-        if ckpt and ckpt not in ("last", "best", "hpc", "registry") and "://" not in str(ckpt):
-            for change in check_resume(ckpt, loop.report.config):
-                rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
 
 
 def main(args: list[str] | None = None, run: bool = True, signals: ProcessSignals | None = None) -> FederatedCLI:
@@ -287,7 +287,7 @@ def console_main(argv: list[str] | None = None) -> int:
     debug = debug_requested(argv)
     argv = [a for a in argv if a != DEBUG_FLAG]
     if debug:
-        os.environ["JSONARGPARSE_DEBUG"] = "1"  # jsonargparse raises with its traceback instead of exiting
+        os.environ["JSONARGPARSE_DEBUG"] = "true"  # jsonargparse raises with its traceback instead of exiting
     if not argv or argv[0] in ("-h", "--help"):
         (sys.stdout if argv else sys.stderr).write(INTRO)
         return EXIT_OK if argv else EXIT_USER_ERROR

@@ -1,11 +1,13 @@
 """Malformed CLI arguments, config values and data files: each fails early, in one line, losing nothing.
 
-Every case runs ``lightning-fed fit --config configs/tiny.yaml`` in-process with overrides,
+Every case runs ``lightning-fed fit --config configs/tiny.yaml`` in-process (``console_main``, the
+process entry point, so exit status and printed lines are the process's) with overrides,
 inside a run folder that already holds an earlier run (``version_0`` with its checkpoint,
 ``summary.json`` and adapter), and asserts that:
 
 1. the error is raised before any training step (no batch of the training loop ran);
-2. the message is one line naming the field (or client, or file line) and the offending value;
+2. the exit status is 2 and the message is one ``error:`` line (plus at most a hint line) naming
+   the field (or client, or file line) and the offending value, without a traceback;
 3. the run folder and the data files are byte for byte what they were before.
 """
 
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
-from lightning_fed.cli import main
+from lightning_fed.cli import console_main, main
 from tests.helpers.files import assert_unchanged, snapshot
 
 BASE = ["fit", "--config", "configs/tiny.yaml", "--trainer.enable_progress_bar=false"]
@@ -99,7 +101,7 @@ CASES = {
         _data("d.jsonl"),
         ["line 2", "d.jsonl", "not UTF-8", "0xe9"],
     ),
-    "jsonl_malformed_line": ({"d.jsonl": _jsonl(_good(2)) + b'{"prompt": "x", "chosen": \n'}, _data("d.jsonl"), ["d.jsonl", "JSON parse error"]),
+    "jsonl_malformed_line": ({"d.jsonl": _jsonl(_good(2)) + b'{"prompt": "x", "chosen": \n'}, _data("d.jsonl"), ["d.jsonl", "line 3 is not valid JSON"]),
     "jsonl_wrong_type": ({"d.jsonl": _jsonl([{"prompt": "p", "chosen": 3, "rejected": "r"}] * 4)}, _data("d.jsonl"), ["'chosen'", "row 0 has 3"]),
     "jsonl_mixed_types": (
         {"d.jsonl": _jsonl(_good(2) + [{"prompt": "p", "chosen": ["a"], "rejected": "r"}])}, _data("d.jsonl"), ["'chosen'", "row 2 has ['a']"]
@@ -116,7 +118,32 @@ CASES = {
     ),
     "client_partition_empty": ({"d.jsonl": _jsonl(_good(4, client=0))}, _data("d.jsonl"), ["client 1", "got no examples"]),
     "fewer_rows_than_clients": ({"d.jsonl": _jsonl(_good(3))}, _data("d.jsonl", num_clients=4), ["client 3", "got no examples"]),
+    # ------------------------------------------------------------------- issue #11's messages
+    "nan_lr": ({}, ["--model.init_args.lr=.nan"], ["model.lr", "finite", "got nan"]),
+    "inf_nested_float": ({}, ["--federation.strategy=FedProx", "--federation.strategy.mu=.inf"], ["federation.strategy.mu", "got inf"]),
+    "config_file_empty": ({"empty.yaml": b""}, ["--config", "{data}/empty.yaml"], ["empty.yaml", "is empty"]),
+    "config_file_a_list": ({"list.yaml": b"- a\n- b\n"}, ["--config", "{data}/list.yaml"], ["list.yaml", "holds a list"]),
+    "clients_per_round_zero": ({}, ["--federation.clients_per_round=0"], ["federation.clients_per_round", "got 0"]),
+    "dataset_dir_missing": ({}, _data("no_such_dir"), ["data.dataset", "no_such_dir", "no such file"]),
+    "dataset_unsupported_suffix": ({"d.txt": b"hello\n"}, _data("d.txt"), ["d.txt", "unsupported file type '.txt'", ".jsonl"]),
+    "jsonl_row_is_a_list": (
+        {"d.jsonl": _jsonl(_good(3)) + b'["a", "b"]\n' + _jsonl(_good(2))}, _data("d.jsonl"), ["d.jsonl", "line 4 (row 3)", "is a list"]
+    ),
+    "client_value_not_an_integer": (
+        {"d.jsonl": _jsonl(_good(2, client=0) + _good(1, client="zero") + _good(2, client=1))},
+        _data("d.jsonl"),
+        ["row 2 has 'zero'"],
+    ),
+    "resume_with_another_config": (
+        {},
+        ["--federation.rounds=1", "--federation.local_steps=1", "--model.init_args.beta=0.1",
+         "--ckpt_path={run}/lightning_logs/version_0/checkpoints/last.ckpt"],
+        ["model.beta: 0.5 -> 0.1", "last.ckpt"],
+    ),
 }
+
+# Substrings the message must not hold (a spurious second complaint).
+ABSENT = {"clients_per_round_zero": ["min_clients"]}
 
 
 @pytest.fixture(scope="module")
@@ -144,23 +171,19 @@ def training_steps(monkeypatch) -> list[int]:
 
 
 def _error_line(args: list[str], capsys) -> str:
-    """Run the CLI and return its error message (a raised exception's, or the parser's ``error:`` line)."""
-    try:
-        main(args)
-    except SystemExit as exit_info:
-        assert exit_info.code == 2
-        lines = capsys.readouterr().err.strip().splitlines()
-        # the parser prints its usage, then the error; nothing may follow the `error:` line
-        assert lines and lines[-1].startswith("error: "), lines[-3:]
-        assert sum(line.startswith("error: ") for line in lines) == 1
-        return lines[-1][len("error: "):]
-    except Exception as err:  # noqa: BLE001 - the message is what is checked
-        return str(err)
-    pytest.fail(f"no error for {args}")
+    """Run the CLI as the process does (exit status 2 expected) and return its one ``error:`` line."""
+    code = console_main(args)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2, lines[-5:]
+    errors = [i for i, line in enumerate(lines) if line.startswith("error: ")]
+    assert len(errors) == 1, lines[-5:]
+    assert len(lines) - errors[0] - 1 <= 1, lines[errors[0]:]  # at most a hint line follows
+    assert not any(line.startswith("Traceback") for line in lines)
+    return lines[errors[0]][len("error: "):]
 
 
-@pytest.mark.parametrize(("files", "overrides", "expected"), list(CASES.values()), ids=list(CASES))
-def test_bad_input_fails_early_in_one_line_and_keeps_earlier_files(files, overrides, expected, earlier_run, training_steps, tmp_path, capsys):
+@pytest.mark.parametrize(("case", "files", "overrides", "expected"), [(k, *v) for k, v in CASES.items()], ids=list(CASES))
+def test_bad_input_fails_early_in_one_line_and_keeps_earlier_files(case, files, overrides, expected, earlier_run, training_steps, tmp_path, capsys):
     run, data = tmp_path / "run", tmp_path / "data"
     shutil.copytree(earlier_run, run)
     data.mkdir()
@@ -169,13 +192,15 @@ def test_bad_input_fails_early_in_one_line_and_keeps_earlier_files(files, overri
     before = snapshot(tmp_path)
     capsys.readouterr()
 
-    args = [a.replace("{data}", str(data)) for a in overrides]
+    args = [a.replace("{data}", str(data)).replace("{run}", str(run)) for a in overrides]
     message = _error_line(BASE + [f"--trainer.default_root_dir={run}"] + args, capsys)
 
     assert training_steps == []
     assert "\n" not in message.strip(), message
     for part in expected:
         assert part in message, f"{part!r} not in {message!r}"
+    for part in ABSENT.get(case, []):
+        assert part not in message, f"{part!r} in {message!r}"
     assert_unchanged(before, tmp_path)
 
 

@@ -69,3 +69,44 @@ def test_bad_input_fails_before_training_and_keeps_earlier_runs(tmp_path):
     assert "data.max_length" in str(err.value) and "\n" not in str(err.value)
     after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before  # nothing written earlier was touched, nothing half-written added
+
+
+def test_evaluate_and_plan_dispatch_to_their_own_main_with_the_exit_status_mapping(tmp_path, monkeypatch, capsys):
+    from lightning_fed import cli
+
+    (tmp_path / "fake_subcommand.py").write_text(
+        "def main(argv):\n"
+        "    if argv == ['bad']:\n"
+        "        raise FileNotFoundError('--run /x: no such run folder')\n"
+        "    if argv == ['crash']:\n"
+        "        raise RuntimeError('boom')\n"
+        "    print('got', argv)\n"
+        "    return 0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cli.ELSEWHERE, "plan", "fake_subcommand")
+    assert cli.console_main(["plan", "--x", "1"]) == 0
+    assert capsys.readouterr().out == "got ['--x', '1']\n"
+    assert cli.console_main(["plan", "bad"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "error: --run /x: no such run folder" and len(err) == 2 and "--debug" in err[1]
+    assert cli.console_main(["plan", "crash"]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == "error: RuntimeError: boom"
+    monkeypatch.setitem(cli.ELSEWHERE, "evaluate", "lightning_fed.no_such_package.cli")
+    assert cli.console_main(["evaluate", "--help"]) == 2
+    (line, _hint) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: `lightning-fed evaluate` is not available") and "fit" in line
+
+
+def test_parse_errors_name_the_missing_key_or_the_unknown_class_path():
+    from lightning_fed.errors import simplify_parse_error
+
+    union = 'Parser key "{key}": Does not validate against any of the Union subtypes Subtypes: [A, B] Errors: - {reason} - Expected a <class \'NoneType\'> Given value: x'
+    unknown = "Problem with given class_path 'lightning_fed.modules.Nope': module 'lightning_fed.modules' has no attribute 'Nope'"
+    assert simplify_parse_error(union.format(key="model", reason=unknown)) == (
+        "model: unknown class_path 'lightning_fed.modules.Nope' (module 'lightning_fed.modules' has no attribute 'Nope')"
+    )
+    missing = "Problem with given class_path 'lightning_fed.strategies.FedProx': the following arguments are required: init_args.mu"
+    assert simplify_parse_error(union.format(key="federation.strategy", reason=missing)) == "federation.strategy.mu: required but missing from the config"
+    nested = "Problem with given class_path 'lightning_fed.modules.DPOModule': Parser key \"beta\": Expected a <class 'float'>. Got value: big"
+    assert simplify_parse_error(union.format(key="model", reason=nested)) == "model.beta: Expected a <class 'float'>. Got value: big"

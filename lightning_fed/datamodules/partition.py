@@ -10,6 +10,8 @@ synthetic sets carry.
 
 from __future__ import annotations
 
+import json
+
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -163,15 +165,17 @@ class ByColumn(Partitioner):
         _check_num_clients(num_clients, self)
         values = _column(ds, self.column, self)
         if values.dtype == object or not np.issubdtype(values.dtype, np.number):
-            # JSON readers turn a column mixing 0 and "zero" into text: name the row whose value
-            # is not an integer even as text (else the first row, whose "0" is text, is blamed).
-            def integral(v: object) -> bool:
-                return isinstance(v, (int, np.integer)) or (isinstance(v, str) and v.strip().lstrip("-").isdigit())
+            # A JSON column mixing 0 and "zero" comes back as JSON text ('0', '"zero"'): name the
+            # row whose value is not an integer even once decoded (else row 0's '0' is blamed).
+            def decoded(v: object) -> object:
+                try:
+                    return json.loads(v) if isinstance(v, str) else v
+                except ValueError:
+                    return v
 
-            row = next((i for i, v in enumerate(values) if not integral(v)), 0)
-            raise ValueError(
-                f"partition {self!r}: column {self.column!r} must hold client integers; row {row} has {values[row]!r}"
-            )
+            row = next((i for i, v in enumerate(values) if not isinstance(decoded(v), (int, np.integer)) or isinstance(decoded(v), bool)), None)
+            found = f"row {row} has {decoded(values[row])!r}" if row is not None else f"got text such as {values[0]!r}"
+            raise ValueError(f"partition {self!r}: column {self.column!r} must hold client integers; {found}")
         invalid = (values < 0) | (values >= num_clients) | (values != np.floor(values))
         if invalid.any():
             row = int(np.flatnonzero(invalid)[0])
