@@ -95,7 +95,7 @@ class FederatedLoop(ServerRound, Callback):
         elif (steps := local_steps if local_steps is not None else local_epochs) < 1:
             name = "local_steps" if local_steps is not None else "local_epochs"
             problems.append(f"federation.{name} must be >= 1, got {steps}")
-        if not 1 <= min_clients <= clients_per_round:
+        if clients_per_round >= 1 and not 1 <= min_clients <= clients_per_round:  # else already reported
             problems.append(f"federation.min_clients must be in [1, clients_per_round={clients_per_round}], got {min_clients}")
         if problems:
             raise ValueError("; ".join(problems))
