@@ -37,9 +37,6 @@ class LmEvalOptions:
     """Documents per task: a count (>= 1) or a fraction (< 1). Default: all. For testing only:
     lm-eval marks limited results as not comparable."""
 
-    batch_size: int = 8
-    """Requests per forward / ``generate`` call."""
-
     max_length: int | None = None
     """Longest context in tokens (default: the model's own)."""
 
@@ -58,8 +55,6 @@ class LmEvalOptions:
             problems.append(f"--lm_eval.limit must be a count >= 1 or a fraction in (0, 1), got {self.limit}")
         if self.num_fewshot is not None and self.num_fewshot < 0:
             problems.append(f"--lm_eval.num_fewshot must be >= 0, got {self.num_fewshot}")
-        if self.batch_size < 1:
-            problems.append(f"--lm_eval.batch_size must be >= 1, got {self.batch_size}")
         if self.max_length is not None and self.max_length < 2:
             problems.append(f"--lm_eval.max_length must be >= 2, got {self.max_length}")
         for path in self.include_path:

