@@ -51,7 +51,7 @@ from lightning_fed.errors import (
     simplify_parse_error,
 )
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO
-from lightning_fed.federation.resume_check import check_resume
+from lightning_fed.federation.resume_check import check_resume, load_checkpoint, saved_config
 from lightning_fed.modules import FederatedModule
 
 PROG = "lightning-fed"
@@ -178,6 +178,17 @@ class FederatedCLI(LightningCLI):
                 raise
             raise cause from None
 
+    def _parse_ckpt_path(self) -> None:
+        # Lightning's version loads the checkpoint's model hyper-parameters over the config given,
+        # so a changed value (LoRA r, lr, beta) is silently replaced by the old one. Here the
+        # config given stands, and before_fit compares it with the run's own (an error if the
+        # change would alter the result). A file that cannot be read is named here, first.
+        self._saved_config = None
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and "://" not in str(ckpt_path) and Path(ckpt_path).is_file():
+            self._saved_config = saved_config(load_checkpoint(ckpt_path))
+
     def _ckpt_path(self) -> Any:
         return (self.config_init.get(self.subcommand) or {}).get("ckpt_path") if self.subcommand else None
 
@@ -225,7 +236,7 @@ class FederatedCLI(LightningCLI):
             if not fs.isfile(path):
                 raise FileNotFoundError(f"ckpt_path {ckpt!r}: no such checkpoint file")
             if "://" not in str(ckpt):  # readable, and written by a run of this config
-                for change in check_resume(ckpt, loop.report.config):
+                for change in check_resume(ckpt, loop.report.config, getattr(self, "_saved_config", None)):
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
         self.datamodule.setup("fit")
         if loop.clients_per_round > self.datamodule.num_clients:
@@ -283,9 +294,12 @@ def _report(err: BaseException, code: int, debug: bool, signals: ProcessSignals)
 
 def console_main(argv: list[str] | None = None) -> int:
     """The ``lightning-fed`` process: run a subcommand, return the exit status (see :mod:`lightning_fed.errors`)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    from_sys = argv is None
+    argv = list(sys.argv[1:] if from_sys else argv)
     debug = debug_requested(argv)
     argv = [a for a in argv if a != DEBUG_FLAG]
+    if from_sys:  # LightningCLI warns when given args while sys.argv holds arguments too
+        sys.argv[1:] = argv
     if debug:
         os.environ["JSONARGPARSE_DEBUG"] = "true"  # jsonargparse raises with its traceback instead of exiting
     if not argv or argv[0] in ("-h", "--help"):
@@ -296,7 +310,7 @@ def console_main(argv: list[str] | None = None) -> int:
         try:
             if argv[0] in ELSEWHERE:
                 return _dispatch(argv[0], argv[1:])
-            main(argv, signals=signals)
+            main(None if from_sys else argv, signals=signals)
             return EXIT_OK
         except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
             code = exit_code(err, signals.training_started)

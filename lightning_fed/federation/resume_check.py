@@ -115,8 +115,13 @@ def compare_configs(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str]
     return forbidden, allowed
 
 
-def check_resume(path: str | Path, config: dict[str, Any]) -> list[str]:
+def check_resume(path: str | Path, config: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
     """Check that the checkpoint at ``path`` can resume a run of ``config``.
+
+    Args:
+        path: The checkpoint (read unless ``old`` is given).
+        config: The resolved config of the run about to resume.
+        old: The checkpoint's stored config, when already read (:func:`saved_config`).
 
     Returns:
         The allowed changes (``"key: old -> new"``), for the caller to report.
@@ -124,7 +129,8 @@ def check_resume(path: str | Path, config: dict[str, Any]) -> list[str]:
     Raises:
         CheckpointError: the file is unreadable, or a key that decides the result changed.
     """
-    old = saved_config(load_checkpoint(path))
+    if old is None:
+        old = saved_config(load_checkpoint(path))
     if old is None:
         return []
     forbidden, allowed = compare_configs(old, config)
