@@ -43,6 +43,9 @@ class ClientLoop(FederatedLoop):
             rounds=1, clients_per_round=1, local_steps=like.local_steps, local_epochs=like.local_epochs,
             strategy=like.strategy, hooks=like.hooks, seed=like.seed, isolate_failures=False, save_adapter=False,
         )  # fmt: skip
+        # The run's length, for round schedules (FedPDPO's w_r, RoundLRSchedule's cosine); the
+        # Trainer is stopped after this one round by `setup` (max_epochs = round + 1).
+        self.rounds = like.rounds
         self.round_idx, self.client_id = 0, 0
         self.received: StateDict = {}
         self.downlink: StateDict = {}

@@ -1,0 +1,127 @@
+"""Per-round learning-rate schedules of the clients' local optimizers.
+
+OpenFedLLM (Ye et al., 2024, arXiv:2402.06954) decays the client learning rate over
+communication rounds with a cosine, ``lr_r = min_lr + (lr - min_lr) * (1 + cos(pi r / R)) / 2``
+for the 0-based round ``r`` of ``R``; inside a round every local step uses ``lr_r``. Here
+that is a :class:`RoundHook` (``federation.hooks``), so it runs the same in the simulation
+and in a Flower client, and its state (the base learning rates) is part of the federation
+checkpoint: a resumed run continues the schedule instead of scaling an already scaled rate.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from lightning_fed.callbacks.hooks import RoundHook
+from lightning_fed.callbacks.reporting import _log
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    from lightning_fed.callbacks.federated_loop import FederatedLoop
+
+SCHEDULES = ("constant", "cosine", "step")
+
+
+def round_lr(
+    base_lr: float,
+    round_idx: int,
+    rounds: int,
+    schedule: str = "cosine",
+    min_lr: float = 0.0,
+    step_size: int = 1,
+    gamma: float = 0.5,
+) -> float:
+    """The learning rate of 0-based round ``round_idx`` of ``rounds``.
+
+    Args:
+        base_lr: The optimizer's configured learning rate (round 0's).
+        round_idx: The current round, ``0 <= round_idx < rounds``.
+        rounds: Total rounds ``R``.
+        schedule: ``constant``; ``cosine`` (OpenFedLLM:
+            ``min_lr + (base_lr - min_lr) * (1 + cos(pi r / R)) / 2``); ``step``
+            (``base_lr * gamma ** (r // step_size)``).
+        min_lr: Floor of the cosine.
+        step_size: Rounds between two decays of ``step``.
+        gamma: Decay factor of ``step``.
+    """
+    if schedule == "constant":
+        return base_lr
+    if schedule == "cosine":
+        return min_lr + (base_lr - min_lr) * (1 + math.cos(math.pi * round_idx / rounds)) / 2
+    if schedule == "step":
+        return base_lr * gamma ** (round_idx // step_size)
+    raise ValueError(f"lr_schedule.schedule must be one of {SCHEDULES}, got {schedule!r}")
+
+
+class RoundLRSchedule(RoundHook):
+    """Sets every local optimizer's learning rate to its round's value at each client start.
+
+    Each param group keeps its own base rate (e.g. FedPDPO's ``lr_h`` and ``lr_w``), recorded
+    from the optimizers when the first fit starts and saved with the federation state. The
+    round's rate is logged as ``round/lr`` (the first optimizer's first group; one value
+    per group in ``summary.json``).
+
+    Args:
+        schedule: ``constant``, ``cosine`` or ``step`` (see :func:`round_lr`).
+        min_lr: Floor of the cosine (OpenFedLLM's ``min_lr``; 0 by default).
+        step_size: Rounds between two decays of ``step``.
+        gamma: Decay factor of ``step``.
+        rounds: ``R`` of the cosine; default ``federation.rounds``.
+    """
+
+    def __init__(
+        self, schedule: str = "cosine", min_lr: float = 0.0, step_size: int = 1, gamma: float = 0.5, rounds: int | None = None
+    ) -> None:
+        problems = []
+        if schedule not in SCHEDULES:
+            problems.append(f"lr_schedule.schedule must be one of {SCHEDULES}, got {schedule!r}")
+        if not min_lr >= 0:
+            problems.append(f"lr_schedule.min_lr must be >= 0, got {min_lr}")
+        if step_size < 1:
+            problems.append(f"lr_schedule.step_size must be >= 1, got {step_size}")
+        if not 0 < gamma <= 1:
+            problems.append(f"lr_schedule.gamma must be in (0, 1], got {gamma}")
+        if rounds is not None and rounds < 1:
+            problems.append(f"lr_schedule.rounds must be >= 1, got {rounds}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.schedule, self.min_lr, self.step_size, self.gamma, self.rounds = schedule, min_lr, step_size, gamma, rounds
+        self.base_lrs: list[list[float]] | None = None
+        self.current: list[list[float]] = []
+        self._logged_round = -1
+
+    def lr(self, base_lr: float, round_idx: int, rounds: int) -> float:
+        """This schedule's rate for ``base_lr`` in ``round_idx``."""
+        return round_lr(base_lr, round_idx, self.rounds or rounds, self.schedule, self.min_lr, self.step_size, self.gamma)
+
+    def setup(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        # After a resume the optimizers hold the last round's (scaled) rate: keep the restored base.
+        if self.base_lrs is None:
+            self.base_lrs = [[float(g["lr"]) for g in opt.param_groups] for opt in trainer.optimizers]
+        shape = [len(opt.param_groups) for opt in trainer.optimizers]
+        if [len(groups) for groups in self.base_lrs] != shape:
+            raise ValueError(
+                f"lr_schedule: the checkpoint's base learning rates have {len(self.base_lrs)} optimizers "
+                f"with {[len(g) for g in self.base_lrs]} param groups, the module has {shape}"
+            )
+
+    def on_client_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int) -> None:
+        round_idx = trainer.current_epoch
+        self.current = [[self.lr(b, round_idx, loop.rounds) for b in groups] for groups in self.base_lrs or []]
+        for opt, lrs in zip(trainer.optimizers, self.current):
+            for group, lr in zip(opt.param_groups, lrs):
+                group["lr"] = lr
+        if self.current and round_idx != self._logged_round:
+            self._logged_round = round_idx
+            _log(trainer, {"round/lr": self.current[0][0]}, step=round_idx + 1)
+
+    def summary(self) -> dict[str, Any]:
+        return {"schedule": self.schedule, "base_lrs": self.base_lrs, "last_lrs": self.current}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"base_lrs": self.base_lrs}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.base_lrs = state.get("base_lrs", self.base_lrs)
