@@ -53,7 +53,7 @@ from lightning_fed.selection.clustering import SERVER_NOISE, Groups, inter_clien
 from lightning_fed.selection.coreset import CoresetSelection, Selection
 from lightning_fed.selection.features import POOLINGS, TEXTS, ProxyEncoder, decode_items, layer_features
 from lightning_fed.selection.fusion import FUSIONS, SharedFrame, fuse
-from lightning_fed.selection.privacy import gaussian_sigma, privatize_centroids
+from lightning_fed.selection.privacy import ACCOUNTANTS, SENSITIVITIES, CentroidAccountant, centroid_sensitivity, gaussian_sigma, privatize_centroids
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -110,9 +110,15 @@ class HierarchicalDataSelection(CoresetSelection):
         anchor_args: ``synthetic_args`` of the anchor set.
         anchor_field_map: ``field_map`` of the anchor set.
         num_anchors: Anchor samples used.
-        dp_epsilon: Make the centroids ``(dp_epsilon, dp_delta)``-DP (Theorem 1).
-        dp_delta: See ``dp_epsilon``.
+        dp_epsilon: Make each centroid release ``(dp_epsilon, dp_delta)``-DP (Theorem 1).
+        dp_delta: See ``dp_epsilon``; also the ``delta`` at which the composed ``epsilon`` is
+            reported.
         dp_sigma: Or give the noise standard deviation directly (``0``: tanh scaling only).
+        dp_sensitivity: ``l2`` (``2 * sqrt(dim)``, the L2 diameter of ``[-1, 1]^dim``: what the
+            Gaussian mechanism needs, the default) or ``paper`` (Theorem 1's 2, per element).
+        dp_accountant: ``rdp`` or ``prv`` (opacus): composes every noised centroid a client
+            sends over all rounds into its ``(epsilon, dp_delta)``, written to ``summary.json``
+            under ``hooks.HierarchicalDataSelection.privacy`` (see selection/privacy.py).
         batch_size: Samples per forward pass of feature extraction.
         seed: Seed of t-SNE, DP noise (default: the loop's seed).
         figures: Draw the per-round figure.
@@ -142,6 +148,8 @@ class HierarchicalDataSelection(CoresetSelection):
         dp_epsilon: float | None = None,
         dp_delta: float = 1e-5,
         dp_sigma: float | None = None,
+        dp_sensitivity: str = "l2",
+        dp_accountant: str = "rdp",
         batch_size: int = 16,
         seed: int | None = None,
         figures: bool = True,
@@ -155,7 +163,8 @@ class HierarchicalDataSelection(CoresetSelection):
                               "set `anchors` to a public sample of similar data (see lightning_fed/selection/hds.py)", stacklevel=2)
         problems = []
         for name, value, choices in (("proxy_pooling", proxy_pooling, POOLINGS), ("text", text, TEXTS), ("fusion", fusion, FUSIONS),
-                                     ("server_noise", server_noise, SERVER_NOISE), ("frame", frame, FRAMES)):
+                                     ("server_noise", server_noise, SERVER_NOISE), ("frame", frame, FRAMES),
+                                     ("dp_sensitivity", dp_sensitivity, SENSITIVITIES), ("dp_accountant", dp_accountant, ACCOUNTANTS)):
             if value not in choices:
                 problems.append(f"`{name}` must be one of {choices}, got {value!r}")
         if tsne_iters < 250:
@@ -170,9 +179,11 @@ class HierarchicalDataSelection(CoresetSelection):
             problems.append(f"set at most one of `dp_epsilon` and `dp_sigma`, got {dp_epsilon} and {dp_sigma}")
         if problems:
             raise ValueError("; ".join(problems))
-        self.sigma = gaussian_sigma(dp_epsilon, dp_delta) if dp_epsilon is not None else dp_sigma
+        self.dp_sensitivity = centroid_sensitivity(dim, dp_sensitivity)
+        self.sigma = gaussian_sigma(dp_epsilon, dp_delta, self.dp_sensitivity) if dp_epsilon is not None else dp_sigma
         if self.sigma is not None and self.sigma < 0:
             raise ValueError(f"`dp_sigma` must be >= 0, got {dp_sigma}")
+        self.accountant = CentroidAccountant(self.sigma, self.dp_sensitivity, dp_delta, dp_accountant) if self.sigma else None
         self.proxy, self.proxy_pooling, self.text, self.include_embeddings = proxy, proxy_pooling, text, include_embeddings
         self.fusion, self.dim, self.perplexity, self.tsne_iters = fusion, dim, perplexity, tsne_iters
         self.min_cluster_size, self.min_samples = min_cluster_size, min_samples
@@ -243,6 +254,9 @@ class HierarchicalDataSelection(CoresetSelection):
         views = {c: self.intra_client(loop, module, round_idx, c, frame) for c in clients}
         owners = [(c, g) for c in clients for g in range(views[c].groups.count)]
         t1 = time.perf_counter()
+        if self.inter_client and self.accountant is not None:
+            for c in clients:  # every noised centroid that leaves the client is a release
+                self.accountant.record(c, len(views[c].sent))
         if self.inter_client:
             sent = np.concatenate([views[c].sent for c in clients]) if owners else np.zeros((0, self.dim))
             server = inter_client_selection(sent, self.server_min_cluster_size, self.server_noise, self.server_min_samples)
@@ -262,6 +276,25 @@ class HierarchicalDataSelection(CoresetSelection):
             points={c: views[c].shared for c in clients},
             info={"client_groups": len(owners), "server_groups": int(server_groups), "selected_groups": len(chosen)},
         )
+
+
+    # ------------------------------------------------------- privacy accounting
+    def summary(self) -> dict[str, Any]:
+        out = super().summary()
+        if self.accountant is not None:
+            out["privacy"] = self.accountant.report()
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        out = super().state_dict()
+        if self.accountant is not None:
+            out["privacy"] = self.accountant.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.accountant is not None:
+            self.accountant.load_state_dict(state.get("privacy", {}))
 
 
 def load_anchor_items(dm: Any, dataset: str, synthetic_args: dict | None, field_map: dict | None, count: int, seed: int) -> list[dict[str, Any]]:
