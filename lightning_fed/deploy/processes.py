@@ -1,15 +1,20 @@
 """Process helpers of :class:`~lightning_fed.deploy.local_deployment.LocalDeployment`.
 
-Finding every descendant of a process through ``/proc`` (no psutil dependency), signalling
-a PID only if it is still the process that was seen (its start time), and free ports.
-Linux only.
+Every process started for a deployment (:class:`ProcessGroup`), each with its log
+(:class:`ManagedProcess`); finding every descendant of a process through ``/proc`` (no psutil dependency), signalling a PID only if it is still the
+process that was seen (its start time), and free ports. Linux only.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import time
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -100,3 +105,139 @@ def _port_open(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+@dataclass
+class ManagedProcess:
+    """A process started by :class:`~lightning_fed.deploy.local_deployment.LocalDeployment`, with its log."""
+
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+    flwr_home: Path
+    port: int | None = None
+    node_id: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return "<no log>"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class ProcessGroup:
+    """Every process started for one deployment, and every descendant it spawns, stopped by PID.
+
+    Each process gets its own session (so a signal to its group reaches what it forks) and an
+    environment variable carrying :attr:`marker`, which all descendants inherit: that finds
+    orphans re-parented to init and children started in a new session (the SuperLink's
+    SuperExec). A PID is only signalled while it is still the process that was seen (its
+    start time), never a recycled one.
+
+    Args:
+        logs_dir: Where each process's combined stdout/stderr goes (``<name>.log``).
+        grace_period: Seconds between SIGTERM and SIGKILL in :meth:`stop`.
+    """
+
+    def __init__(self, logs_dir: Path, grace_period: float = 5.0) -> None:
+        self.logs_dir, self.grace_period = logs_dir, grace_period
+        self.marker = uuid.uuid4().hex
+        self.started: list[ManagedProcess] = []  # everything started, incl. flwr CLI calls
+        self.seen: dict[int, int] = {}  # pid -> starttime of every process seen
+
+    def spawn(self, name: str, cmd: list[str], env: dict[str, str], cwd: Path, flwr_home: Path, port: int | None = None) -> ManagedProcess:
+        """Start ``cmd`` in its own session, logging to ``logs_dir/<name>.log``."""
+        flwr_home.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.logs_dir / f"{name}.log"
+        with open(log_path, "ab") as log_file:
+            log_file.write(f"$ {' '.join(cmd)}\n".encode())
+            log_file.flush()
+            popen = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                env={**env, MARKER_ENV: self.marker}, cwd=str(cwd), start_new_session=True,
+            )  # fmt: skip
+        proc = ManagedProcess(name, popen, log_path, flwr_home, port=port)
+        self.started.append(proc)
+        self.remember([proc.pid])
+        return proc
+
+    def remember(self, pids: Sequence[int] = ()) -> None:
+        """Record ``pids`` and every live descendant of the processes started."""
+        for pid in pids:
+            stat = _proc_stat(pid)
+            if stat is not None:
+                self.seen.setdefault(pid, stat[2])
+        roots = [p.pid for p in self.started if p.alive()]
+        for pid, start in _descendants(roots).items():
+            self.seen.setdefault(pid, start)
+
+    def kill_tree(self, proc: ManagedProcess, sig: int) -> None:
+        """Send ``sig`` to ``proc``, its process group and all its descendants."""
+        descendants = _descendants([proc.pid])
+        self.seen.update({p: s for p, s in descendants.items() if p not in self.seen})
+        if proc.alive():
+            try:
+                os.killpg(proc.pid, sig)  # its own process group (start_new_session)
+            except (ProcessLookupError, PermissionError):
+                _signal_pid(proc.pid, sig)
+        for pid, start in descendants.items():
+            _signal_pid(pid, sig, start)
+
+    def leftover_pids(self) -> list[int]:
+        """PIDs started (directly or as descendants) that are still alive."""
+        alive = {p.pid for p in self.started if p.alive()}
+        alive |= {pid for pid, start in self.seen.items() if _pid_alive(pid, start)}
+        alive |= set(_marked_pids(self.marker))
+        alive.discard(os.getpid())
+        return sorted(alive)
+
+    def stop(self, last: ManagedProcess | None = None) -> None:
+        """SIGTERM every process (``last`` after the others), SIGKILL what survives the grace period."""
+        self.remember()
+        targets = dict(self.seen)
+        targets.update(_marked_pids(self.marker))
+        targets.pop(os.getpid(), None)
+        own = [p for p in self.started if p.alive()]
+        own.sort(key=lambda p: p is last)
+        for p in own:
+            _signal_pid(p.pid, signal.SIGTERM)
+        for pid, start in targets.items():
+            _signal_pid(pid, signal.SIGTERM, start)
+
+        deadline = time.monotonic() + self.grace_period
+        while time.monotonic() < deadline:
+            for p in own:
+                p.popen.poll()  # reap our direct children
+            if not self.leftover_pids():
+                break
+            time.sleep(0.1)
+
+        # Anything new (e.g. spawned while shutting down) or still alive: SIGKILL.
+        targets.update(_marked_pids(self.marker))
+        targets.update(_descendants([p.pid for p in own if p.alive()]))
+        for p in own:
+            if p.alive():
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    _signal_pid(p.pid, signal.SIGKILL)
+        for pid, start in targets.items():
+            _signal_pid(pid, signal.SIGKILL, start)
+        for p in own:
+            try:
+                p.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        # Children of killed processes are reparented to init, which reaps them.
+        deadline = time.monotonic() + 5
+        while self.leftover_pids() and time.monotonic() < deadline:
+            time.sleep(0.1)

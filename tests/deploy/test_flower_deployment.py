@@ -1,6 +1,10 @@
 """A real Flower deployment on this machine: a SuperLink and three SuperNodes as separate
-processes on 127.0.0.1, running FedDPO on a tiny model through ``lightning_fed.deploy``.
+processes on 127.0.0.1, running FedDPO on a tiny model through ``lightning_fed.deploy``,
+over TLS (a CA made at test time) with SuperNode authentication (registered keys only).
 
+0. TLS and authentication are enforced: the SuperLink completes a TLS handshake verified
+   against the test CA and drops plain HTTP; a SuperNode whose key was not registered is
+   refused (the SuperLink logs "No SuperNode found with the given public key") and exits.
 1. Two rounds with every node alive give the global state of the in-process run of the
    same config (the ClientApp runs the simulation's own client turn).
 2. A SuperNode killed (SIGKILL) while it trains in round 1 is left out of that round, the
@@ -13,9 +17,12 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
+import ssl
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,6 +32,8 @@ import yaml
 from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.cli import main
 from lightning_fed.deploy.local_deployment import LocalDeployment, _descendants
+from lightning_fed.deploy.processes import ManagedProcess, free_port
+from lightning_fed.deploy.tls import make_supernode_key
 from lightning_fed.federation.sampling import sample_clients
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LocalDeployment uses /proc")
@@ -55,15 +64,38 @@ def _kill_when_training(dep: LocalDeployment, index: int, stop: threading.Event)
         time.sleep(0.05)
 
 
+def _start_unregistered_supernode(dep: LocalDeployment, folder: Path) -> ManagedProcess:
+    """A SuperNode with the CA and a key pair of its own that was never registered."""
+    key = make_supernode_key(folder, "rogue")
+    cmd = [dep._exe("flower-supernode"), "--root-certificates", str(dep.tls.ca_cert), "--superlink", dep.superlink_address,
+           "--auth-supernode-private-key", str(key.private_key), "--port", str(free_port()), "--max-retries", "1"]  # fmt: skip
+    return dep._spawn("rogue-supernode", cmd, folder / "flwr_home")
+
+
+def _assert_tls(dep: LocalDeployment) -> None:
+    context = ssl.create_default_context(cafile=str(dep.tls.ca_cert))  # verifies chain and host name
+    with socket.create_connection((dep.host, dep.superlink.port), timeout=10) as sock, context.wrap_socket(sock, server_hostname=dep.host) as tls:
+        assert tls.version() in ("TLSv1.2", "TLSv1.3")
+    with pytest.raises(OSError):  # the same port does not speak plain HTTP
+        urllib.request.urlopen(f"http://{dep.superlink_address}/", timeout=10)
+
+
 def test_feddpo_over_a_real_deployment(tmp_path):
     config = _config(tmp_path)
     cli = main(["fit", "--config", str(config)])
     local = next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).global_state
 
     victim = sample_clients(NUM_CLIENTS, 2, 0, 0)[0]  # trains in round 1
-    with LocalDeployment(APP, num_supernodes=NUM_CLIENTS, workdir=tmp_path / "dep", extra_env={"PYTHONPATH": str(ROOT)}) as dep:
+    deployment = LocalDeployment(APP, num_supernodes=NUM_CLIENTS, workdir=tmp_path / "dep", extra_env={"PYTHONPATH": str(ROOT)}, tls=True, supernode_auth=True)
+    with deployment as dep:
+        _assert_tls(dep)
+        assert len(dep.supernode_keys) == NUM_CLIENTS and all(dep.node_ids)
+        rogue = _start_unregistered_supernode(dep, tmp_path / "rogue")  # refused while the run goes on
         result = dep.run({"config": str(config), "output-dir": str(tmp_path / "flower"), "timeout": 120.0}, timeout=600)
         assert result.ok, result.output[-4000:]
+        assert rogue.popen.wait(timeout=120) != 0, rogue.log_tail()
+        assert "No SuperNode found with the given public key" in dep.superlink.log_tail(400)
+        assert len(dep.list_nodes()) == NUM_CLIENTS
         remote = torch.load(tmp_path / "flower" / "global_state.pt", weights_only=True)
         assert remote.keys() == local.keys()
         for k, v in local.items():
