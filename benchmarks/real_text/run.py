@@ -46,7 +46,7 @@ def command(setting: str, method: str, seed: int, initial: bool, extra: list[str
     return [
         "nice", "-n", "5", ".venv/bin/lightning-fed", "fit", "--config", f"configs/real_text_{method}.yaml",
         f"--seed_everything={seed}", f"--federation.seed={seed}",
-        f"--data.init_args.dataset={DATA}/{train}", f"--data.init_args.test_file={DATA}/{test}",
+        f"--data.init_args.dataset={DATA}/{train}", f"--data.init_args.val_dataset={DATA}/{test}", f"--data.init_args.test_dataset={DATA}/{test}",
         f"--trainer.logger.init_args.name={name}", f"--trainer.logger.init_args.version=s{seed}",
         f"--trainer.num_sanity_val_steps={-1 if initial else 0}", "--trainer.enable_progress_bar=false",
         *extra,
@@ -56,7 +56,7 @@ def command(setting: str, method: str, seed: int, initial: bool, extra: list[str
 def run_job(setting: str, method: str, seed: int, initial: bool, extra: list[str], tag: str, log_dir: Path) -> dict:
     cmd = command(setting, method, seed, initial, extra, tag)
     out = ROOT / "runs/real_text" / f"{setting}_{method}{tag}" / f"s{seed}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks/real_text"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     t0 = time.perf_counter()
     log = log_dir / f"{setting}_{method}{tag}_s{seed}.log"
