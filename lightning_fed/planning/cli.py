@@ -1,0 +1,153 @@
+"""``lightning-fed plan --config X``: a client's memory and a round's traffic, before running.
+
+Reads the run's YAML config as plain data (nothing is instantiated, no weight is loaded) and
+prints :func:`~lightning_fed.planning.estimate.estimate`'s items::
+
+    lightning-fed plan --config configs/fedpdpo.yaml
+    python -m lightning_fed.planning.cli --config configs/demo.yaml --quantization nf4 --activation-checkpointing
+    python -m lightning_fed.planning.cli --config my7b.yaml --batch-size 2 --max-length 1024 --dtype bfloat16
+
+Exit codes: 0 printed, 2 for a config problem (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from lightning_fed.planning.estimate import PlanInputs, estimate, model_shape
+
+PRECISION_DTYPES = {"bf16-true": "bfloat16", "16-true": "float16", "bf16": "bfloat16", "bf16-mixed": "bfloat16"}
+
+
+def _args(section: Any) -> dict[str, Any]:
+    if not isinstance(section, dict):
+        return {}
+    return dict(section.get("init_args") or {k: v for k, v in section.items() if k != "class_path"})
+
+
+def _objective(class_path: str) -> str:
+    name = class_path.rsplit(".", 1)[-1]
+    if name == "PDPOModule":
+        return "pdpo"
+    if name in ("FedPerModule", "FedRepModule", "PersonalHeadDPO"):
+        return "personal_head"
+    if "DPO" in name or name in ("PerFedAvgModule", "FedAMPModule"):
+        return "dpo"
+    return "sft"  # SFT, the binary selector and the offsite modules: one forward per example
+
+
+def inputs_from_config(config: dict[str, Any]) -> tuple[dict[str, Any], PlanInputs]:
+    """``(backbone section, PlanInputs)`` read from a parsed ``lightning-fed`` YAML config."""
+    model = config.get("model") or {}
+    margs = _args(model)
+    backbone = margs.get("backbone")
+    if not isinstance(backbone, dict):
+        raise ValueError("model.init_args.backbone: missing; the planner needs the backbone section")
+    data = _args(config.get("data"))
+    fed = config.get("federation") or {}
+    trainer = config.get("trainer") or {}
+    strategy = fed.get("strategy") or {}
+    strategy_name = strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy)
+    lora = margs.get("lora") or {}
+    dtype = backbone.get("dtype") or PRECISION_DTYPES.get(str(trainer.get("precision")), "float32")
+    return backbone, PlanInputs(
+        batch_size=int(data.get("batch_size", 4)),
+        max_length=int(data.get("max_length", 512)),
+        lora_r=int(lora.get("r", 8)),
+        lora_targets=lora.get("target_modules"),
+        objective=_objective(str(model.get("class_path", ""))),
+        dtype=dtype,
+        quantization=backbone.get("quantization", "none"),
+        activation_checkpointing=bool(backbone.get("activation_checkpointing", False)),
+        optimizer=margs.get("optimizer", "adamw"),
+        personal_dtype=margs.get("personal_dtype", "float32"),
+        bottleneck_dim=int(margs.get("bottleneck_dim", 256)),
+        reward_hidden=int(margs.get("reward_hidden", 256)),
+        clients_per_round=int(fed.get("clients_per_round", 2)),
+        scaffold="scaffold" in strategy_name.lower(),
+    )
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n < 2**30 else f"{n / 2**30:,.2f} GiB"
+
+
+def report(backbone: dict[str, Any], p: PlanInputs) -> str:
+    """The planner's printout for ``backbone`` and ``p``."""
+    shape = model_shape(backbone)
+    plan = estimate(shape, p)
+    other = PlanInputs(**{**p.__dict__, "activation_checkpointing": not p.activation_checkpointing})
+    alt = estimate(shape, other).items["activations"]
+    q = f", {p.quantization}" if p.quantization != "none" else ""
+    lines = [
+        f"model: {shape.model_type}, {shape.total_params / 1e6:,.1f}M parameters ({shape.layers} layers, hidden {shape.hidden},"
+        f" vocab {shape.vocab}), {p.dtype}{q}",
+        f"local step: {p.objective}, batch {p.batch_size} x {p.max_length} tokens, LoRA r={p.lora_r}, {p.optimizer},"
+        f" activation checkpointing {'on' if p.activation_checkpointing else 'off'}",
+        "",
+        "memory of one client (peak of a local step)",
+    ]
+    for name, value in plan.items.items():
+        lines.append(f"  {name:<15} {_mb(value):>14}")
+    lines.append(f"  {'total':<15} {_mb(plan.total):>14}")
+    state = "on" if not p.activation_checkpointing else "off"
+    lines.append(f"  (activations with checkpointing {state}: {_mb(alt)}; total {_mb(plan.total - plan.items['activations'] + alt)})")
+    lines += [
+        "",
+        "per client, kept between rounds",
+        f"  personal state  {_mb(plan.personal_bytes):>14} ({p.personal_dtype})",
+        "",
+        f"traffic per round ({p.clients_per_round} clients)",
+        f"  up per client   {_mb(plan.up_bytes_per_client):>14}",
+        f"  down per client {_mb(plan.down_bytes_per_client):>14}",
+        f"  round total     {_mb(plan.round_bytes):>14}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """Print the plan of ``--config``; options override what the config says.
+
+    Returns:
+        0 on success, 2 for a problem with the arguments or the config.
+    """
+    parser = argparse.ArgumentParser(prog="lightning-fed plan", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="a lightning-fed YAML config")
+    parser.add_argument("--batch-size", type=int, help="sequences (pairs) per local step")
+    parser.add_argument("--max-length", type=int, help="tokens per sequence")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--quantization", choices=["none", "nf4", "int8"])
+    parser.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--personal-dtype", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--runtime-mb", type=float, help="allowance for the process itself (default 512)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) and 2
+    try:
+        import yaml
+
+        path = Path(args.config)
+        if not path.is_file():
+            raise ValueError(f"--config: no file {args.config!r}")
+        backbone, p = inputs_from_config(yaml.safe_load(path.read_text()) or {})
+        for opt, field_name in (
+            ("batch_size", "batch_size"), ("max_length", "max_length"), ("dtype", "dtype"), ("quantization", "quantization"),
+            ("activation_checkpointing", "activation_checkpointing"), ("personal_dtype", "personal_dtype"),
+        ):  # fmt: skip
+            if getattr(args, opt) is not None:
+                setattr(p, field_name, getattr(args, opt))
+        if args.runtime_mb is not None:
+            p.runtime_bytes = int(args.runtime_mb * 2**20)
+        print(report(backbone, p))
+    except (ValueError, OSError) as err:
+        print(f"lightning-fed plan: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
