@@ -8,7 +8,9 @@ calls, or by the config that trains it, so one config runs both stages:
 * a PEFT folder written by a selector run (``<run dir>/adapter``): PEFT's ``default`` adapter
   at the top and FedBiscuit's ``selector_1 .. selector_{U-1}`` in sub-folders;
 * a Lightning checkpoint (``.ckpt``) of a selector run: the federation's global state when the
-  checkpoint has one, else the module's trainable state;
+  checkpoint has one, else the module's trainable state. It is read with ``weights_only=True``
+  (tensors, containers, numbers, the allow-listed config classes): a crafted file is refused
+  and nothing in it runs;
 * ``train_config``: ``lightning-fed fit --config <train_config> <train_args...>`` runs first
   and its final global selector is used.
 """
