@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from lightning_fed.strategies.base import ClientUpdate
 
 PHASES = ("extract", "fusion", "cluster")
+SMALL_SELECTION = ("warn", "error", "ignore")
 
 
 @dataclass
@@ -73,10 +74,16 @@ class CoresetSelection(RoundHook):
         seed: Seed of the selection's randomness (default: the loop's seed); every draw is
             a function of ``(seed, round, client)``.
         figures: Draw the per-round figure of the fused features (needs matplotlib).
+        on_small_selection: When a client's coreset has fewer examples than one local batch
+            (``data.batch_size``), ``warn`` (one line naming the clients and sizes), ``error``
+            (stop the run), or ``ignore``. Such a client repeats the same few examples for all
+            its local steps.
     """
 
-    def __init__(self, seed: int | None = None, figures: bool = True) -> None:
-        self.seed, self.figures = seed, figures
+    def __init__(self, seed: int | None = None, figures: bool = True, on_small_selection: str = "warn") -> None:
+        if on_small_selection not in SMALL_SELECTION:
+            raise ValueError(f"`on_small_selection` must be one of {SMALL_SELECTION}, got {on_small_selection!r}")
+        self.seed, self.figures, self.on_small_selection = seed, figures, on_small_selection
         self.history: list[dict[str, Any]] = []
         self._record: dict[str, Any] | None = None
         self._t0: dict[int, float] = {}
@@ -103,6 +110,7 @@ class CoresetSelection(RoundHook):
         for c in skipped[: max(0, loop.min_clients - len(keep))]:  # train on the fallback sample
             sel.indices[c] = [sel.fallback.get(c, 0)]
             keep.append(c)
+        self._check_sizes(round_idx, {c: len(sel.indices[c]) for c in keep}, {c: full[c] for c in keep}, dm.batch_size)
         for c in clients:
             if c in keep:
                 dm.client(c).select(sorted(sel.indices[c]))
@@ -132,6 +140,22 @@ class CoresetSelection(RoundHook):
             from lightning_fed.selection.figures import log_selection_figure
 
             log_selection_figure(trainer, round_idx, sel.points, {c: sel.indices.get(c, []) for c in sel.points}, type(self).__name__)
+
+    def _check_sizes(self, round_idx: int, selected: dict[int, int], full: dict[int, int], batch_size: int) -> None:
+        """Warn or stop (``on_small_selection``) if a coreset is smaller than one local batch."""
+        small = {c: n for c, n in selected.items() if n < min(batch_size, full[c])}
+        if not small or self.on_small_selection == "ignore":
+            return
+        sizes = ", ".join(f"client {c}: {n} of {full[c]}" for c, n in small.items())
+        message = (
+            f"round {round_idx + 1}: {type(self).__name__} left {len(small)} client(s) fewer examples than one batch"
+            f" (data.batch_size={batch_size}): {sizes}; they train on these few examples only"
+        )
+        if self.on_small_selection == "error":
+            raise ValueError(message + " (on_small_selection='error'; set it to 'warn' to go on)")
+        from lightning.pytorch.utilities import rank_zero_warn
+
+        rank_zero_warn(message)
 
     def on_client_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int) -> None:
         self._t0[client_id] = time.perf_counter()

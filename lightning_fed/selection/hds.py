@@ -122,6 +122,8 @@ class HierarchicalDataSelection(CoresetSelection):
         batch_size: Samples per forward pass of feature extraction.
         seed: Seed of t-SNE, DP noise (default: the loop's seed).
         figures: Draw the per-round figure.
+        on_small_selection: ``warn``, ``error`` or ``ignore`` when a client's coreset is
+            smaller than one batch (see :class:`~lightning_fed.selection.coreset.CoresetSelection`).
     """
 
     def __init__(
@@ -153,8 +155,9 @@ class HierarchicalDataSelection(CoresetSelection):
         batch_size: int = 16,
         seed: int | None = None,
         figures: bool = True,
+        on_small_selection: str = "warn",
     ) -> None:
-        super().__init__(seed=seed, figures=figures)
+        super().__init__(seed=seed, figures=figures, on_small_selection=on_small_selection)
         if frame is None:
             frame = "anchored" if anchors else "local"
             if frame == "local":
