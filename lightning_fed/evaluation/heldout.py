@@ -1,7 +1,10 @@
 """ROUGE on held-out tasks, as a round hook: FedHDS's metric (Sec. 5.1).
 
 After aggregation (every ``every_n_rounds`` rounds and after the last one) the global
-model answers the held-out prompts greedily; ROUGE-1/2/L against the references are logged
+model answers the held-out prompts greedily. The periodic evaluations use a seeded subset of
+``max_examples`` prompts (cheap monitoring); the one after the last round uses the *whole*
+held-out set by default (``final_full``), as the paper reports ROUGE-L on all held-out
+samples after the final round (FedHDS, Sec. 5.1); ROUGE-1/2/L against the references are logged
 as ``round/rouge1``, ``round/rouge2``, ``round/rougeL`` (step = round), kept in
 :attr:`HeldOutRouge.history` (checkpointed) and written to ``rouge.json`` in the run folder.
 """
@@ -84,6 +87,8 @@ class HeldOutRouge(RoundHook):
         template: Prompt template (default: the data module's).
         seed: Seed of the subset.
         where: Keep rows whose columns have these values (e.g. a held-out category).
+        final_full: After the last round, evaluate on the full held-out set, not the
+            ``max_examples`` subset (the paper's protocol; ``False`` keeps the subset).
     """
 
     def __init__(
@@ -99,6 +104,7 @@ class HeldOutRouge(RoundHook):
         template: str | None = None,
         seed: int = 0,
         where: dict[str, str] | None = None,
+        final_full: bool = True,
     ) -> None:
         if every_n_rounds < 1:
             raise ValueError(f"`every_n_rounds` must be >= 1, got {every_n_rounds}")
@@ -107,6 +113,7 @@ class HeldOutRouge(RoundHook):
         self.dataset, self.synthetic_args, self.field_map, self.split = dataset, synthetic_args, field_map, split
         self.max_examples, self.max_new_tokens, self.batch_size = max_examples, max_new_tokens, batch_size
         self.every_n_rounds, self.template, self.seed, self.where = every_n_rounds, template, seed, where
+        self.final_full = final_full
         self.history: list[dict[str, Any]] = []
         self._examples: list[dict[str, str]] | None = None
 
@@ -114,12 +121,20 @@ class HeldOutRouge(RoundHook):
         number = round_idx + 1
         if number % self.every_n_rounds and number != loop.rounds:
             return
-        if self._examples is None:
-            self._examples = held_out_examples(self.dataset, self.synthetic_args, self.field_map, self.split, self.max_examples, self.seed, self.where)
+        final = number == loop.rounds and self.final_full
+        if final:
+            examples = held_out_examples(self.dataset, self.synthetic_args, self.field_map, self.split, None, self.seed, self.where)
+        else:
+            if self._examples is None:
+                self._examples = held_out_examples(self.dataset, self.synthetic_args, self.field_map, self.split, self.max_examples, self.seed, self.where)
+            examples = self._examples
         template = self.template or loop.datamodule.template
         system_prompt = getattr(loop.datamodule, "system_prompt", None)
-        scores, answers = evaluate_rouge(module, self._examples, template, self.max_new_tokens, self.batch_size, system_prompt)
-        self.history.append({"round": number, **scores, "examples": [{"reference": e["output"], "answer": a} for e, a in zip(self._examples[:5], answers[:5])]})
+        scores, answers = evaluate_rouge(module, examples, template, self.max_new_tokens, self.batch_size, system_prompt)
+        self.history.append(
+            {"round": number, **scores, "num_examples": len(examples),
+             "examples": [{"reference": e["output"], "answer": a} for e, a in zip(examples[:5], answers[:5])]}
+        )
         if trainer is not None and trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_metrics({f"round/{k}": v for k, v in scores.items()}, step=number)
