@@ -282,7 +282,7 @@ def _report(err: BaseException, code: int, debug: bool, signals: ProcessSignals)
         if signals.last_checkpoint is not None:
             where = f"the last complete round is in {signals.last_checkpoint}; resume with --ckpt_path {signals.last_checkpoint}"
         else:
-            where = "no round had completed, nothing to resume"
+            where = "no round completed in this run, so no checkpoint was written by it"
         sys.stderr.write(f"{PROG}: stopped by {name}; {where}\n")
         return
     if debug:
