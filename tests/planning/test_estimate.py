@@ -1,0 +1,94 @@
+"""The planner's arithmetic by hand, a 7B config offline, the CLI, and (slow) a measured peak."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_fed.planning.cli import main
+from lightning_fed.planning.estimate import NF4_BYTES_PER_WEIGHT, PlanInputs, estimate, model_shape
+
+ROOT = Path(__file__).resolve().parents[2]
+# Llama-2-7B's config.json (meta-llama/Llama-2-7b-hf), the fields that fix its shape.
+LLAMA2_7B = {
+    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+}  # fmt: skip
+TINY = {"model_type": "llama", "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 10, "tie_word_embeddings": False}  # fmt: skip
+
+
+def test_tiny_config_by_hand():
+    shape = model_shape({"config": TINY})
+    # Per layer: q 8x8, k 8x4, v 8x4, o 8x8, gate/up 8x16, down 16x8 (head_dim 4, 1 kv head).
+    per_layer = 64 + 32 + 32 + 64 + 128 + 128 + 128
+    assert shape.linear_params == 2 * per_layer == 1152
+    assert shape.embedding_params == 80 and shape.lm_head_params == 80
+    assert shape.other_params == 2 * 2 * 8 + 8  # two RMSNorms per layer, the final norm
+    p = PlanInputs(batch_size=3, max_length=5, lora_r=2, objective="dpo", runtime_bytes=0)
+    plan = estimate(shape, p)
+    # LoRA r (in + out) with r = 2: q 2*16, k 2*12, v 2*12, o 2*16, gate/up/down 2*24, two layers
+    lora = 2 * (2 * 16 + 2 * 12 + 2 * 12 + 2 * 16 + 3 * 2 * 24)
+    assert plan.items["weights"] == 4 * (1152 + 80 + 80 + 40)
+    assert plan.items["lora"] == plan.items["lora_grads"] == 4 * lora
+    assert plan.items["optimizer"] == 2 * 4 * lora  # AdamW's two float32 moments
+    tokens = 2 * 3 * 5  # chosen and rejected
+    assert plan.items["activations"] == int(tokens * 4 * 2 * (1.8 * 8 + 1.0 * 16))
+    assert plan.items["logits"] == 3 * tokens * 10 * 4
+    assert plan.up_bytes_per_client == plan.down_bytes_per_client == 4 * lora
+    assert plan.round_bytes == 2 * 2 * 4 * lora
+    ckpt = estimate(shape, PlanInputs(**{**p.__dict__, "activation_checkpointing": True}))
+    assert ckpt.items["activations"] == int(tokens * 4 * (2 * 8 + 1.8 * 8 + 16))
+    nf4 = estimate(shape, PlanInputs(**{**p.__dict__, "quantization": "nf4", "dtype": "bfloat16"}))
+    import math
+
+    assert nf4.items["weights"] == math.ceil(1152 * NF4_BYTES_PER_WEIGHT) + 4 * 200
+    pdpo = estimate(shape, PlanInputs(**{**p.__dict__, "objective": "pdpo", "bottleneck_dim": 4, "reward_hidden": 3,
+                                         "personal_dtype": "bfloat16"}))  # fmt: skip
+    personal = 10 * 8 + (8 * 4 + 4) + (4 * 8 + 8) + 16 + (8 * 3 + 3) + (3 + 1)
+    assert pdpo.personal_bytes == pdpo.items["personal"] == 2 * personal
+    assert pdpo.items["optimizer"] == 2 * (4 * lora + 2 * personal)
+
+
+def test_llama2_7b_offline():
+    shape = model_shape({"config": LLAMA2_7B})
+    assert shape.total_params == 6_738_415_616  # Llama-2-7B's published count
+    qlora = estimate(shape, PlanInputs(batch_size=1, max_length=512, lora_r=16, dtype="bfloat16", quantization="nf4",
+                                       activation_checkpointing=True))  # fmt: skip
+    bf16 = estimate(shape, PlanInputs(batch_size=1, max_length=512, lora_r=16, dtype="bfloat16"))
+    assert 3.0e9 < qlora.items["weights"] < 5.0e9  # 4-bit decoder + float32 embeddings and head
+    assert bf16.items["weights"] == 2 * 6_738_415_616
+    assert qlora.items["lora"] == 4 * 16 * 32 * (4 * 2 * 4096 + 3 * (4096 + 11008))
+    assert qlora.total < 8e9 < 13.4e9 < bf16.total  # bf16 weights alone are 13.5 GB
+
+
+def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
+    cfg = {"model": {"class_path": "lightning_fed.modules.PDPOModule",
+                     "init_args": {"backbone": {"config": TINY}, "lora": {"r": 2}, "personal_dtype": "bfloat16"}},
+           "data": {"init_args": {"batch_size": 3, "max_length": 5}}, "federation": {"clients_per_round": 4}}  # fmt: skip
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["--config", str(path), "--activation-checkpointing"]) == 0
+    out = capsys.readouterr().out
+    assert "local step: pdpo, batch 3 x 5 tokens, LoRA r=2" in out and "activation checkpointing on" in out
+    assert "personal state" in out and "(bfloat16)" in out and "traffic per round (4 clients)" in out
+    assert main(["--config", str(tmp_path / "nope.yaml")]) == 2
+    assert "--config: no file" in capsys.readouterr().err
+    path.write_text(yaml.safe_dump({"model": {"init_args": {}}}))
+    assert main(["--config", str(path)]) == 2
+
+
+@pytest.mark.slow
+def test_estimate_within_25_percent_of_smollm2_peak():
+    """Measured in a child process (benchmarks/peak_memory.py): DPO step, batch 4 x 128."""
+    for variant in ("plain", "ckpt"):
+        out = subprocess.run(
+            [sys.executable, "benchmarks/peak_memory.py", "--variants", variant, "--batch", "4", "--length", "128"],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        row = json.loads(out.strip().splitlines()[0])
+        assert abs(row["estimate_total"] / row["peak_rss"] - 1) < 0.25, row
