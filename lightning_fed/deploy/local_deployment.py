@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.deploy.flower_cli import FlwrCommands, RunResult, format_config_string, write_cli_config
+from lightning_fed.deploy.flower_cli import FlwrCommands, RunResult, format_config_string, write_cli_config, write_toml
 from lightning_fed.deploy.processes import (  # noqa: F401  (_descendants, _pid_alive: used by the tests)
     ManagedProcess,
     ProcessGroup,

@@ -82,3 +82,10 @@ def test_cli_connection_uses_the_ca_or_is_insecure(tmp_path):
 def test_supernode_auth_needs_tls(tmp_path):
     with pytest.raises(ValueError, match="supernode_auth=True needs tls"):
         LocalDeployment(APP, num_supernodes=1, workdir=tmp_path, supernode_auth=True)
+
+
+def test_node_config_inline_or_as_a_toml_file(tmp_path):
+    dep = LocalDeployment(APP, num_supernodes=2, workdir=tmp_path, node_configs=[{"partition-id": 0}, {"partition-id": 1, "name": "a b"}])
+    assert dep._node_config_arg(0) == "partition-id=0"
+    path = Path(dep._node_config_arg(1))  # a value with a space cannot go inline
+    assert tomllib.loads(path.read_text()) == {"partition-id": 1, "name": "a b"}
