@@ -4,8 +4,10 @@ The policy is ``head_i(M_i(z'))``: the frozen backbone with the shared LoRA give
 hidden state ``z'``; an optional personal :class:`BottleneckAdapter` ``M_i`` fuses it
 (FedPDPO); a personal, *untied* copy of the backbone's output embeddings maps it to the
 vocabulary. The DPO reference stays the backbone alone: adapters disabled, its own head,
-no bottleneck. Personal modules are float32 whatever the backbone's dtype (they are
-optimised directly); their size is reported by :meth:`personal_state_nbytes`.
+no bottleneck. Personal modules are kept in ``personal_dtype`` whatever the backbone's dtype
+(float32 by default; bfloat16 halves them, their gradients and their AdamW moments, which
+PyTorch keeps in the parameters' dtype, and so what every client stores between rounds and
+what a checkpoint holds per client). Their size is reported by :meth:`personal_state_nbytes`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from lightning_fed.modules.backbone import DTYPES
 from lightning_fed.modules.bottleneck import BottleneckAdapter
 from lightning_fed.modules.dpo import DPOModule
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
@@ -51,6 +54,9 @@ class PersonalHeadDPO(DPOModule):
         use_bottleneck: Put a personal :class:`BottleneckAdapter` before the head.
         bottleneck_dim: Its hidden width.
         bottleneck_dropout: Its dropout.
+        personal_dtype: dtype of the personal modules and of their optimizer state: float32,
+            bfloat16 or float16. In bfloat16 an update smaller than about 1/256 of a weight
+            rounds away, so keep the personal learning rate large enough (or float32).
         gradient_clip_val: Max gradient norm of each manual optimisation step (subclasses
             that optimise manually; Lightning's ``trainer.gradient_clip_val`` does not apply
             to manual optimisation). ``None`` disables clipping.
@@ -66,13 +72,17 @@ class PersonalHeadDPO(DPOModule):
         use_bottleneck: bool = False,
         bottleneck_dim: int = 256,
         bottleneck_dropout: float = 0.1,
+        personal_dtype: str = "float32",
         gradient_clip_val: float | None = None,
         **kwargs: Any,
     ) -> None:
+        if personal_dtype not in DTYPES:
+            raise ValueError(f"model.personal_dtype must be one of {sorted(DTYPES)}, got {personal_dtype!r}")
         super().__init__(*args, **kwargs)
         if gradient_clip_val is not None and not gradient_clip_val > 0:
             raise ValueError(f"model.gradient_clip_val must be > 0 or null, got {gradient_clip_val}")
         self.gradient_clip_val = gradient_clip_val
+        self.personal_dtype = DTYPES[personal_dtype]
         base = self.model.get_base_model()
         out = base.get_output_embeddings()
         if out is None or not hasattr(base, base.base_model_prefix):
@@ -80,16 +90,30 @@ class PersonalHeadDPO(DPOModule):
         vocab, dim = out.weight.shape
         self.hidden_dim = dim
         # Initialised from the backbone's head, then untied: each client moves its own copy.
-        self.lm_head = nn.Linear(dim, vocab, bias=getattr(out, "bias", None) is not None)
+        self.lm_head = nn.Linear(dim, vocab, bias=getattr(out, "bias", None) is not None, dtype=self.personal_dtype)
         with torch.no_grad():
-            self.lm_head.weight.copy_(out.weight.float())
+            self.lm_head.weight.copy_(out.weight)
             if self.lm_head.bias is not None:
-                self.lm_head.bias.copy_(out.bias.float())
-        self.bottleneck = BottleneckAdapter(dim, bottleneck_dim, bottleneck_dropout) if use_bottleneck else None
+                self.lm_head.bias.copy_(out.bias)
+        self.bottleneck = (
+            BottleneckAdapter(dim, bottleneck_dim, bottleneck_dropout).to(self.personal_dtype) if use_bottleneck else None
+        )
 
     # ------------------------------------------------------------------ state partition
     def is_personal(self, name: str) -> bool:
         return name.split(".", 1)[0] in self.personal_modules
+
+    def setup(self, stage: str) -> None:
+        # Subclasses add personal modules after this __init__ (FedPDPO's reward head); put every
+        # trainable personal parameter in personal_dtype before the optimizers are built. Frozen
+        # personal statistics (the EMA scale s, its count, the lr-decay state) stay float32.
+        for name in self.personal_modules:
+            module = getattr(self, name, None)
+            if isinstance(module, nn.Module):
+                for p in module.parameters():
+                    if p.requires_grad and p.is_floating_point() and p.dtype != self.personal_dtype:
+                        p.data = p.data.to(self.personal_dtype)
+        self._parameters_by_name(refresh=True)
 
     def personal_state_nbytes(self) -> int:
         """Bytes of one client's personal state (what the store keeps per client)."""
@@ -104,7 +128,7 @@ class PersonalHeadDPO(DPOModule):
 
     # --------------------------------------------------------------------------- forward
     def features(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        """``z = M_i(z')`` (or ``z'`` without bottleneck): ``(B, T, d)`` float32 features."""
+        """``z = M_i(z')`` (or ``z'`` without bottleneck): ``(B, T, d)`` features in ``personal_dtype``."""
         base = self.model.get_base_model()
         body = getattr(base, base.base_model_prefix)  # LoRA layers are injected in place
         z = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
