@@ -21,8 +21,9 @@ the taste:
 - ``iid``: every user prefers the positive sentence; training pairs dealt round-robin to the
   users (16 each); test pairs dealt the same way (8 each).
 - ``groups``: users u0, u1 prefer positive, u2, u3 negative (chosen and rejected swapped).
-  Training pairs dealt round-robin (16 each, oriented by the user's group); every test pair
-  goes to one positive user and one negative user in their orientations (16 each), so one
+  Training pairs dealt round-robin (16 each, oriented by the user's group); each of the 16
+  aligned test pairs goes to one positive user and one negative user in their orientations
+  (8 per user), so one
   global model scores exactly 0.5 on average unless it ties: only personalization can win.
 
 FedIT on code: HumanEval prompt (signature + docstring) -> canonical solution. Problems whose
@@ -124,7 +125,8 @@ def build_polarity(out: Path, cache: Path, tokenizer=None, max_tokens: int | Non
     # (b) groups: u0, u1 positive; u2, u3 negative
     taste = {"u0": "positive", "u1": "positive", "u2": "negative", "u3": "negative"}
     _write(out / "polarity_groups_train.jsonl", [row(USERS[i % 4], taste[USERS[i % 4]], p, n) for i, (p, n) in enumerate(train_pairs)])
-    _write(out / "polarity_groups_test.jsonl", [row(u, taste[u], p, n) for i, (p, n) in enumerate(test_pairs) for u in (USERS[i % 2], USERS[2 + i % 2])])
+    aligned = test_pairs[:n_test]  # CPU budget: the groups test uses the aligned pairs only (16 x 2 orientations)
+    _write(out / "polarity_groups_test.jsonl", [row(u, taste[u], p, n) for i, (p, n) in enumerate(aligned) for u in (USERS[i % 2], USERS[2 + i % 2])])
     counts.update(pos=len(sents["pos"]), neg=len(sents["neg"]), train_pairs=len(train_pairs), test_pairs=len(test_pairs))
     return counts
 

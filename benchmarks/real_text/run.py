@@ -53,19 +53,23 @@ def command(setting: str, method: str, seed: int, initial: bool, extra: list[str
     ]
 
 
-def run_job(setting: str, method: str, seed: int, initial: bool, extra: list[str], tag: str, log_dir: Path) -> dict:
+def run_job(setting: str, method: str, seed: int, initial: bool, extra: list[str], tag: str, log_dir: Path, reuse: bool = False) -> dict:
     cmd = command(setting, method, seed, initial, extra, tag)
     out = ROOT / "runs/real_text" / f"{setting}_{method}{tag}" / f"s{seed}"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     t0 = time.perf_counter()
     log = log_dir / f"{setting}_{method}{tag}_s{seed}.log"
-    with open(log, "w") as fh:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
-    seconds = time.perf_counter() - t0
-    if rc != 0:
-        raise SystemExit(f"{shlex.join(cmd)} exited {rc}; see {log}")
-    summary = json.loads((out / "summary.json").read_text())
+    done = out / "summary.json"
+    if reuse and done.exists() and json.loads(done.read_text()).get("final") and "stopped" not in json.loads(done.read_text()):
+        seconds = float("nan")  # a finished run of the same name: read, not re-run
+    else:
+        with open(log, "w") as fh:
+            rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+        seconds = time.perf_counter() - t0
+        if rc != 0:
+            raise SystemExit(f"{shlex.join(cmd)} exited {rc}; see {log}")
+    summary = json.loads(done.read_text())
     metric = SETTINGS[setting][2]
     pick = lambda ev: None if not ev else {"all": ev["val"][metric], "clients": {c: m[metric] for c, m in ev["val_clients"].items()}}  # noqa: E731
     return {"setting": setting, "method": method + tag, "seed": seed, "seconds": seconds, "command": shlex.join(cmd[3:]),
@@ -110,6 +114,7 @@ def main() -> None:
     parser.add_argument("--tag", default="", help="suffix of the run names (ablations)")
     parser.add_argument("--results", default="runs/real_text/results.jsonl", help="append every finished job here")
     parser.add_argument("--skip-build", action="store_true")
+    parser.add_argument("--reuse", action="store_true", help="read finished runs of the same name instead of re-running them")
     args, extra = parser.parse_known_args()  # anything else goes to `lightning-fed fit`
     os.chdir(ROOT)
     if not args.skip_build or not Path(DATA).exists():
@@ -120,7 +125,7 @@ def main() -> None:
     for job in args.jobs:
         setting, method = job.split(":")
         for seed in args.seeds:
-            r = run_job(setting, method, seed, seed in args.initial_seeds, extra, args.tag, log_dir)
+            r = run_job(setting, method, seed, seed in args.initial_seeds, extra, args.tag, log_dir, args.reuse)
             results.append(r)
             with open(args.results, "a") as fh:
                 fh.write(json.dumps(r) + "\n")
