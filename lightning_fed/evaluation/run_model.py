@@ -15,6 +15,11 @@ adapters; it is rebuilt by :func:`~lightning_fed.modules.backbone.load_backbone`
 seeding the torch RNG with the run's ``seed_everything``, as the CLI did before building the
 module, so the evaluated backbone is the trained one. Checkpoints are read with
 ``weights_only=True``.
+
+What is evaluated is the causal LM with the run's global LoRA adapter (FedIT, FedDPO, the
+server algorithms, a FedBis policy). Parts that are not a LoRA of the LM (FedPDPO's personal
+heads and bottleneck, FedBiOT's emulator layout) are not part of it: ``lightning-fed test``
+scores those methods client by client.
 """
 
 from __future__ import annotations
