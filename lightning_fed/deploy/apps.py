@@ -53,7 +53,12 @@ def load_run(config: str, overrides: str = "") -> tuple[Any, Any, Any, dict[str,
 
 @lru_cache(maxsize=4)
 def _runner(config: str, overrides: str) -> ClientRunner:
-    # One per process: the backbone is loaded once and serves every round of the run.
+    # One per process: the backbone is loaded once and serves every later round handled by the
+    # same process. That is every round under Flower's simulation engine (a Ray actor runs a
+    # node's ClientApp for the whole run) and in-process grids. A Flower 1.41 *deployment*
+    # runs each task in a fresh `flwr-clientapp` process in both isolation modes (it pulls one
+    # task and exits, flwr/supernode/runtime/run_clientapp.py), so there each round reloads;
+    # a backbone from a folder is then read back through the page cache (safetensors mmap).
     module, datamodule, loop, trainer_config = load_run(config, overrides)
     return ClientRunner(module, datamodule, loop, trainer_config)
 
