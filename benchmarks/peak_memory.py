@@ -3,7 +3,13 @@
 Each variant runs in a fresh child process (``ru_maxrss`` of that child): load the backbone
 with LoRA (r=8 on every linear of attention and MLP), then ``--steps`` DPO steps (AdamW) on
 ``--batch`` random preference pairs padded to ``--length`` tokens (every token real, the
-second half scored), so the activations are those of a full ``batch x length`` batch. Also
+second half scored), so the activations are those of a full ``batch x length`` batch.
+
+``ru_maxrss`` also counts memory that glibc keeps after ``free`` (arenas, a dynamic mmap
+threshold): with ``--live`` the child runs with ``MALLOC_MMAP_THRESHOLD_=65536`` so that every
+block of 64 KiB or more is its own mapping, returned to the OS when freed, and the peak is
+close to the peak of live memory, which is what the planner estimates (and what a GPU's
+caching allocator would hold). Also
 reported: the RSS of the child before the backbone is loaded (Python, torch, transformers,
 Lightning) and the planner's estimate for the same settings (``lightning_fed.planning``).
 
@@ -96,6 +102,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4, help="preference pairs per step")
     parser.add_argument("--length", type=int, default=128, help="tokens per sequence")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--live", action="store_true", help="MALLOC_MMAP_THRESHOLD_=65536 in the child (see above)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -104,13 +111,14 @@ def main() -> None:
     rows = []
     for variant in args.variants:
         cmd = [sys.executable, __file__, "--child", variant, "--batch", str(args.batch), "--length", str(args.length), "--steps", str(args.steps)]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        env = {**os.environ, **({"MALLOC_MMAP_THRESHOLD_": "65536"} if args.live else {})}
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip().splitlines()[-1]
         row = json.loads(out)
         row.update(planner_estimate(variant, args.batch, args.length))
         rows.append(row)
         print(json.dumps(row), flush=True)
     base = rows[0]["peak_rss"]
-    print(f"\nbatch {args.batch} pairs x {args.length} tokens, {args.steps} DPO steps, SmolLM2-135M, LoRA r=8")
+    print(f"\n{'live (MALLOC_MMAP_THRESHOLD_=65536), ' if args.live else ''}batch {args.batch} pairs x {args.length} tokens, {args.steps} DPO steps, SmolLM2-135M, LoRA r=8")
     print(f"{'variant':10} {'peak RSS MB':>12} {'ratio':>7} {'step MB':>9} {'planner MB':>11} {'planner/peak':>13}")
     for r in rows:
         print(
