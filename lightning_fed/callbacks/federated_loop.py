@@ -180,11 +180,22 @@ class FederatedLoop(ServerRound, Callback):
         return self._plans[round_idx]
 
     def _num_batches(self, client_id: int) -> int:
-        accumulate = self.trainer.accumulate_grad_batches
+        # Lightning's accumulate_grad_batches, or a manual-optimization module's own (which
+        # Lightning forbids on the Trainer), e.g. PDPOModule.accumulate_grad_batches.
+        accumulate = self.trainer.accumulate_grad_batches * int(getattr(self.module, "accumulate_grad_batches", 1))
         if self.local_steps is not None:
             return self.local_steps * accumulate
         n, b = self.datamodule.client_sizes[client_id], self.datamodule.batch_size
-        return self.local_epochs * math.ceil(n / b)
+        # Whole accumulation windows: Lightning counts them over the round's batch stream, so
+        # a window must never span two clients (their gradients would be summed).
+        return accumulate * math.ceil(self.local_epochs * math.ceil(n / b) / accumulate)
+
+    def turn_progress(self, batch_idx: int) -> tuple[int, int]:
+        """(position of ``batch_idx`` within its client's turn, number of batches of the turn),
+        for a module whose local schedule depends on it (e.g. FedPDPO's phased epochs)."""
+        i, _, _ = self._turn_at(batch_idx)
+        end = self._turn_ends[i]
+        return batch_idx - (end - self._turns[i].num_batches), self._turns[i].num_batches
 
     # ============================================================ client turns (training)
     def _reset_round_buffers(self) -> None:

@@ -11,6 +11,7 @@ frozen (``lr_w``). Only LoRA is uploaded; FedAvg weights it by ``|D_i|``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -19,6 +20,7 @@ from torch import Tensor
 from lightning_fed.modules.pdpo_loss import (
     AdaptiveRewardScale,
     combined_margin,
+    exclusion_mask,
     implicit_margin,
     pdpo_loss,
     reward_weight,
@@ -28,15 +30,40 @@ from lightning_fed.modules.personal_head import PersonalHeadDPO, build_optimizer
 from lightning_fed.modules.losses import IGNORE_INDEX
 from lightning_fed.modules.reward_head import POOLS, RewardHead
 
+LOCAL_SCHEDULES = ("alternate", "phased")
+
 
 class PDPOModule(PersonalHeadDPO):
     """Personalized DPO with dual personal heads and a bottleneck adapter.
 
-    Local step on one batch (Algorithm 1, one step of each phase per batch, so that one
-    local epoch trains the personal modules for one epoch and LoRA for one epoch, as in
-    App. D.3): (1) a step of the personal modules with ``lr_h`` while LoRA is frozen, which
-    also folds the batch into the EMA ``s``; (2) a step of LoRA with ``lr_w`` while the
-    personal modules are frozen, on a fresh forward through the updated personal modules.
+    Local schedule (``local_schedule``):
+
+    * ``alternate`` (the default): on every batch (Algorithm 1, one step of each phase per
+      batch, so one local epoch trains the personal modules for one epoch and LoRA for one
+      epoch, App. D.3's intra-domain 1:1): (1) a step of the personal modules with ``lr_h``
+      while LoRA is frozen, which also folds the batch into the EMA ``s``; (2) a step of LoRA
+      with ``lr_w`` while the personal modules are frozen, on a fresh forward through the
+      updated personal modules.
+    * ``phased``: Algorithm 1's two phases as whole blocks of the client's turn: the first
+      ``personal_epochs / (personal_epochs + lora_epochs)`` of the turn's batches train only the
+      personal modules, the rest only LoRA. App. D.3's cross-domain setting (3 epochs of LoRA,
+      1 of the personal modules) is ``personal_epochs=1, lora_epochs=3`` with
+      ``federation.local_epochs=4``.
+
+    Gradient accumulation (``accumulate_grad_batches``, App. D.3: batch 8 x 2): this module
+    optimises manually (two optimizers), for which Lightning forbids
+    ``Trainer(accumulate_grad_batches)``; the module accumulates itself. Each optimizer steps
+    once per window of that many batches (and on the last batch of the client's turn, so a
+    window never spans two clients), on the mean loss of the window; the
+    :class:`~lightning_fed.callbacks.FederatedLoop` reads the same attribute to lay out
+    ``local_steps * accumulate_grad_batches`` batches. Under ``alternate`` the LoRA gradients
+    of a window are taken before the window's personal step (the exact per-batch order of
+    Algorithm 1 holds only without accumulation); under ``phased`` the phases stay exact.
+
+    Sample exclusion (``exclusion_k``, App. D.3's "k=2, maximum exclusion ratio 0.5"): pairs
+    whose loss is more than ``k`` standard deviations above the batch mean are left out of the
+    training step, at most ``exclusion_max_ratio`` of the batch (see
+    :func:`~lightning_fed.modules.pdpo_loss.exclusion_mask`). Validation never excludes.
 
     Validation reports, per pair, ``loss`` (Eq. 8), ``margin`` (``beta * Delta``),
     ``reward_margin``/``reward_acc`` (implicit, ``beta * Delta_ir``), ``explicit_acc``
@@ -65,6 +92,14 @@ class PDPOModule(PersonalHeadDPO):
             next (:class:`~lightning_fed.modules.pdpo_schedule.LossTriggeredDecay`, personal
             state). ``None`` (default) keeps the learning rates constant.
         min_lr: Floor of the decayed learning rates (1e-6 in the paper).
+        local_schedule: ``alternate`` (per batch, the default) or ``phased`` (whole blocks).
+        personal_epochs: Share of the turn for the personal modules under ``phased`` (1).
+        lora_epochs: Share of the turn for LoRA under ``phased`` (1 intra-domain, 3 cross-domain).
+        accumulate_grad_batches: Batches per optimizer step (2 in App. D.3; 1 = none).
+        exclusion_k: Sample-exclusion threshold in standard deviations (2 in the paper);
+            ``None`` (default) excludes nothing: the paper states only the two numbers, so
+            the rule (a k-sigma cut on the batch's losses) is this package's reading.
+        exclusion_max_ratio: Most of a batch that may be excluded (0.5 in the paper).
         **kwargs: See :class:`PersonalHeadDPO` (``gradient_clip_val``) and
             :class:`~lightning_fed.modules.DPOModule` (``backbone``, ``lora``, ``beta``...).
     """
@@ -90,9 +125,24 @@ class PDPOModule(PersonalHeadDPO):
         rounds: int | None = None,
         lr_decay: float | None = None,
         min_lr: float = 1e-6,
+        local_schedule: str = "alternate",
+        personal_epochs: int = 1,
+        lora_epochs: int = 1,
+        accumulate_grad_batches: int = 1,
+        exclusion_k: float | None = None,
+        exclusion_max_ratio: float = 0.5,
         **kwargs: Any,
     ) -> None:
         problems = []
+        if local_schedule not in LOCAL_SCHEDULES:
+            problems.append(f"model.local_schedule must be one of {LOCAL_SCHEDULES}, got {local_schedule!r}")
+        for name, value in (("personal_epochs", personal_epochs), ("lora_epochs", lora_epochs), ("accumulate_grad_batches", accumulate_grad_batches)):
+            if not isinstance(value, int) or value < 1:
+                problems.append(f"model.{name} must be an integer >= 1, got {value!r}")
+        if exclusion_k is not None and not exclusion_k >= 0:
+            problems.append(f"model.exclusion_k must be >= 0 or null, got {exclusion_k}")
+        if not 0 <= exclusion_max_ratio < 1:
+            problems.append(f"model.exclusion_max_ratio must be in [0, 1), got {exclusion_max_ratio}")
         for name, value in (("lr_h", lr_h), ("lr_w", lr_w)):
             if value is not None and not value > 0:
                 problems.append(f"model.{name} must be > 0, got {value}")
@@ -113,20 +163,65 @@ class PDPOModule(PersonalHeadDPO):
         self.lr_h, self.lr_w = lr_h or self.hparams.lr, lr_w or self.hparams.lr
         self.use_reward_head, self.reward_pool, self.rounds = use_reward_head, reward_pool, rounds
         self.reward_weight_range = (float(reward_weight_start), float(reward_weight_end))
-        self.reward_head = RewardHead(self.hidden_dim, reward_hidden, reward_dropout) if use_reward_head else None
+        self.reward_head = RewardHead(self.hidden_dim, reward_hidden, reward_dropout).to(self.personal_dtype) if use_reward_head else None
         self.reward_scale = AdaptiveRewardScale(scale_momentum, scale_eps) if use_reward_head else None
         self.lr_decay = LossTriggeredDecay(lr_decay, min_lr) if lr_decay is not None else None
+        self.local_schedule, self.personal_epochs, self.lora_epochs = local_schedule, personal_epochs, lora_epochs
+        self.accumulate_grad_batches = accumulate_grad_batches
+        self.exclusion_k, self.exclusion_max_ratio = exclusion_k, exclusion_max_ratio
 
     # -------------------------------------------------------------------------- schedule
+    def _federated_loop(self) -> Any:
+        from lightning_fed.callbacks import FederatedLoop
+
+        trainer = self._trainer
+        return next((c for c in trainer.callbacks if isinstance(c, FederatedLoop)), None) if trainer else None
+
     def total_rounds(self) -> int | None:
         """``model.rounds``, else the ``federation.rounds`` of the FederatedLoop on the trainer."""
         if self.rounds is not None:
             return self.rounds
-        from lightning_fed.callbacks import FederatedLoop
-
-        trainer = self._trainer
-        loop = next((c for c in trainer.callbacks if isinstance(c, FederatedLoop)), None) if trainer else None
+        loop = self._federated_loop()
         return loop.rounds if loop is not None else None
+
+    def turn_position(self, batch_idx: int) -> tuple[int, int]:
+        """(position in the client's turn, turn length) from the FederatedLoop; outside a
+        federation the whole epoch is one turn."""
+        loop = self._federated_loop()
+        if loop is not None:
+            return loop.turn_progress(batch_idx)
+        return batch_idx, int(self._trainer.num_training_batches)
+
+    def local_phases(self, position: int, length: int) -> tuple[bool, bool]:
+        """(train the personal modules, train LoRA) on the batch at ``position`` of a turn of
+        ``length`` batches. ``phased`` splits the turn's accumulation windows in the ratio
+        ``personal_epochs : lora_epochs`` (rounded; each phase gets at least one window when
+        there are two)."""
+        if self.local_schedule == "alternate":
+            return True, True
+        windows = math.ceil(length / self.accumulate_grad_batches)
+        personal = round(windows * self.personal_epochs / (self.personal_epochs + self.lora_epochs))
+        if windows >= 2:
+            personal = min(max(personal, 1), windows - 1)
+        first = position // self.accumulate_grad_batches < personal
+        return first, not first
+
+    def objective(self, losses: Tensor) -> Tensor:
+        """The batch objective: the mean loss over the pairs kept by sample exclusion."""
+        if self.exclusion_k is None:
+            return losses.mean()
+        keep = exclusion_mask(losses, self.exclusion_k, self.exclusion_max_ratio)
+        self.log("train/excluded", 1.0 - keep.float().mean(), batch_size=losses.shape[0])
+        return losses[keep].mean()
+
+    def accumulate(self, optimizer: Any, loss: Tensor, window: int, step: bool) -> None:
+        """Backward ``loss / window`` into the gradients; on ``step``: clip, step, zero."""
+        self.manual_backward(loss / window)
+        if step:
+            if self.gradient_clip_val is not None:
+                self.clip_gradients(optimizer, gradient_clip_val=self.gradient_clip_val, gradient_clip_algorithm="norm")
+            optimizer.step()
+            optimizer.zero_grad()
 
     def current_reward_weight(self) -> float:
         """``w_r`` of the current round; the current round is ``trainer.current_epoch``, which
@@ -182,17 +277,31 @@ class PDPOModule(PersonalHeadDPO):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         opt_h, opt_w = self.optimizers()
+        position, length = self.turn_position(batch_idx)
+        a = self.accumulate_grad_batches
+        if position == 0:  # a client's turn starts with no gradient (a failed turn may leave some)
+            opt_h.zero_grad()
+            opt_w.zero_grad()
+        window = min(a, length - (position // a) * a)  # the last window of a turn may be shorter
+        step = (position + 1) % a == 0 or position == length - 1
+        train_h, train_w = self.local_phases(position, length)
         if self.lr_decay is not None:
             self.apply_lr_decay(opt_h, opt_w)
         reference = self.reference_log_probs(batch)  # the same for both phases
-        with frozen(self.shared_parameters().values()):  # Algorithm 1, lines 12-15
-            metrics = self.pdpo_metrics(batch, reference, update_scale=True)
-            self.manual_step(opt_h, metrics["loss"].mean())
-            if self.lr_decay is not None:  # the round's DPO loss, before this step's updates
+        observed = False
+        if train_h:
+            with frozen(self.shared_parameters().values()):  # Algorithm 1, lines 12-15
+                metrics = self.pdpo_metrics(batch, reference, update_scale=True)
+                self.accumulate(opt_h, self.objective(metrics["loss"]), window, step)
+        if self.lr_decay is not None and train_h:  # the round's DPO loss, before this step's updates
+            self.lr_decay.observe(metrics["loss"].mean().item())
+            observed = True
+        if train_w:
+            with frozen(self.personal_parameters().values()):  # Algorithm 1, lines 16-17
+                metrics = self.pdpo_metrics(batch, reference)
+                self.accumulate(opt_w, self.objective(metrics["loss"]), window, step)
+            if self.lr_decay is not None and not observed:
                 self.lr_decay.observe(metrics["loss"].mean().item())
-        with frozen(self.personal_parameters().values()):  # Algorithm 1, lines 16-17
-            metrics = self.pdpo_metrics(batch, reference)
-            self.manual_step(opt_w, metrics["loss"].mean())
         self.log_metrics({k: v.detach() for k, v in metrics.items()})
         if self.reward_scale is not None:
             self.log("train/reward_scale", self.reward_scale.value.detach(), batch_size=metrics["loss"].shape[0])

@@ -79,3 +79,32 @@ class AdaptiveRewardScale(nn.Module):
             self.value.mul_(self.momentum).add_((1 - self.momentum) * ratio)
         self.count.add_(1)
         return self.value.detach().clone()
+
+
+def exclusion_mask(losses: Tensor, k: float, max_ratio: float = 0.5) -> Tensor:
+    """Which pairs of a batch to keep under FedPDPO's sample exclusion (App. D.3).
+
+    The paper gives only "sample exclusion threshold (k=2, maximum exclusion ratio 0.5)".
+    Read as the usual k-sigma rule: a pair whose loss lies more than ``k`` standard deviations
+    above the batch mean (``loss > mean + k * std``, population std) is treated as a likely
+    mislabelled or outlying preference and left out of the step; at most
+    ``floor(max_ratio * B)`` pairs are left out, the highest losses first.
+
+    Args:
+        losses: ``(B,)`` per-pair losses (Eq. 8), detached or not.
+        k: Threshold in standard deviations (2 in the paper).
+        max_ratio: Largest fraction of the batch that may be left out (0.5 in the paper).
+
+    Returns:
+        ``(B,)`` boolean mask, ``True`` for the pairs kept.
+    """
+    losses = losses.detach().float()
+    keep = torch.ones_like(losses, dtype=torch.bool)
+    cap = int(max_ratio * losses.numel())
+    if losses.numel() < 2 or cap < 1:
+        return keep
+    threshold = losses.mean() + k * losses.std(unbiased=False)
+    order = torch.argsort(losses, descending=True)[:cap]  # the candidates, highest loss first
+    drop = order[losses[order] > threshold]
+    keep[drop] = False
+    return keep

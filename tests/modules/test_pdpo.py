@@ -102,12 +102,17 @@ def test_bad_arguments_are_one_line_errors(kwargs, message):
 
 
 class RecordingPDPO(PDPOModule):
-    """Records which kind of parameter is trainable at every optimizer step."""
+    """Records which kind of parameter is trainable at every optimizer step, and the batches."""
 
-    def manual_step(self, optimizer, loss):
-        kinds = {"personal" if self.is_personal(n) else "shared" for n, p in self.named_parameters() if p.requires_grad}
-        self.steps_seen = [*getattr(self, "steps_seen", []), kinds]
-        super().manual_step(optimizer, loss)
+    def training_step(self, batch, batch_idx):
+        self.batches = getattr(self, "batches", 0) + 1
+        return super().training_step(batch, batch_idx)
+
+    def accumulate(self, optimizer, loss, window, step):
+        if step:
+            kinds = {"personal" if self.is_personal(n) else "shared" for n, p in self.named_parameters() if p.requires_grad}
+            self.steps_seen = [*getattr(self, "steps_seen", []), kinds]
+        super().accumulate(optimizer, loss, window, step)
 
 
 def test_alternating_steps_and_only_lora_is_uploaded(tmp_path):
@@ -168,3 +173,67 @@ def test_beats_fedavg_dpo_when_clients_prefer_opposite_things(tmp_path):
     pdpo, dpo = results["fedpdpo"], results["fedavg_dpo"]
     assert pdpo["pref_acc_client_mean"] >= dpo["pref_acc_client_mean"] + 0.25, (pdpo, dpo)
     assert pdpo["pref_acc_client_min"] >= 0.8 > dpo["pref_acc_client_min"], (pdpo, dpo)
+
+
+def test_exclusion_mask_by_hand():
+    from lightning_fed.modules.pdpo_loss import exclusion_mask
+
+    # losses [1] * 7 + [9]: mean 2, population var (7 * 1 + 49) / 8 = 7, std 2.6458
+    # threshold 2 + 2 * 2.6458 = 7.29: the 9 is left out (1 of 8 <= cap floor(0.5 * 8) = 4)
+    losses = torch.tensor([1.0] * 7 + [9.0])
+    assert exclusion_mask(losses, k=2.0).tolist() == [True] * 7 + [False]
+    # losses [4, 3, 2, 1], k = 0: above the mean 2.5 are 4 and 3; cap floor(0.25 * 4) = 1 keeps only 4 out
+    assert exclusion_mask(torch.tensor([4.0, 3.0, 2.0, 1.0]), k=0.0, max_ratio=0.25).tolist() == [False, True, True, True]
+    assert exclusion_mask(torch.tensor([4.0, 3.0, 2.0, 1.0]), k=0.0, max_ratio=0.5).tolist() == [False, False, True, True]
+    assert exclusion_mask(torch.tensor([5.0, 5.0, 5.0]), k=2.0).all()  # std 0: nothing is above the mean
+    m = tiny(PDPOModule, exclusion_k=2.0)
+    assert m.objective(losses).item() == pytest.approx(1.0)  # the mean of the 7 kept pairs
+    assert tiny(PDPOModule).objective(losses).item() == pytest.approx(2.0)  # off by default: the plain mean
+
+
+def test_phased_schedule_splits_the_turn_by_hand():
+    m = tiny(PDPOModule, local_schedule="phased", personal_epochs=1, lora_epochs=3)
+    # 8 batches, no accumulation: 8 windows, round(8 * 1/4) = 2 personal windows, then 6 LoRA
+    assert [m.local_phases(i, 8) for i in range(8)] == [(True, False)] * 2 + [(False, True)] * 6
+    m.accumulate_grad_batches = 2  # 8 batches = 4 windows of 2: round(4 / 4) = 1 personal window
+    assert [m.local_phases(i, 8) for i in range(8)] == [(True, False)] * 2 + [(False, True)] * 6
+    m.accumulate_grad_batches = 1  # 2 batches, 1:3: round(2 / 4) = 0 -> raised to 1: one of each
+    assert [m.local_phases(i, 2) for i in range(2)] == [(True, False), (False, True)]
+    assert tiny(PDPOModule).local_phases(5, 8) == (True, True)  # alternate: both on every batch
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "local_steps", "batches", "steps"),
+    [
+        # K = 2 steps x 2 accumulated batches = 4 batches; a personal and a LoRA step per window
+        ({"accumulate_grad_batches": 2}, 2, 4, [{"personal"}, {"shared"}] * 2),
+        # phased 1 : 3 over K = 4 steps: 1 personal step, then 3 LoRA steps (Algorithm 1 as blocks)
+        ({"local_schedule": "phased", "personal_epochs": 1, "lora_epochs": 3}, 4, 4, [{"personal"}] + [{"shared"}] * 3),
+    ],
+)
+def test_accumulation_and_phased_schedule_inside_a_turn(tmp_path, kwargs, local_steps, batches, steps):
+    m = tiny(RecordingPDPO, **kwargs)
+    loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=local_steps, seed=0)
+    fit(m, preference_data(groups=("positive", "negative")), loop, str(tmp_path))
+    assert [t.num_batches for t in loop._turns] == [batches, batches]  # the loop reads the module's accumulation
+    assert m.batches == 2 * batches
+    assert m.steps_seen == steps * 2  # per client, and nothing carried from one client to the next
+    assert loop._steps == len(steps)  # the loop's per-client optimizer step count
+
+
+def test_local_epochs_turns_are_whole_accumulation_windows(tmp_path):
+    """local_epochs: ceil(n / b) batches per epoch, rounded up to whole windows of 2."""
+    m = tiny(RecordingPDPO, accumulate_grad_batches=2)
+    loop = FederatedLoop(rounds=1, clients_per_round=1, local_steps=None, local_epochs=1, seed=0)
+    data = preference_data(groups=("positive", "negative"))
+    fit(m, data, loop, str(tmp_path))
+    sizes, b = loop.datamodule.client_sizes, loop.datamodule.batch_size
+    for turn in loop._turns:
+        per_epoch = -(-sizes[turn.client_id] // b)
+        assert turn.num_batches == 2 * -(-per_epoch // 2) and turn.num_batches % 2 == 0
+
+
+def test_schedule_and_exclusion_settings_are_validated():
+    with pytest.raises(ValueError, match=r"model.local_schedule must be one of \('alternate', 'phased'\), got 'epochs'.*"
+                                         r"model.accumulate_grad_batches must be an integer >= 1, got 0.*model.exclusion_k must be >= 0"):
+        tiny(PDPOModule, local_schedule="epochs", accumulate_grad_batches=0, exclusion_k=-1.0)
