@@ -131,12 +131,19 @@ def simplify_parse_error(message: str) -> str:
         return f"{', '.join(missing)}: required but missing from the config"
     if m := _CLASS_PATH.search(message):
         class_path, reason = m.group(1), m.group(2).strip()
-        if nested := _PARSER_KEY.match(reason):  # the class is fine, one of its arguments is not
-            return f"{_join(key, nested.group(1))}: {nested.group(2)}"
+        if _PARSER_KEY.match(reason):  # the class is fine, one of its arguments is not
+            return _join(key, simplify_parse_error(message[m.start(2):]))
         if any(s in reason for s in _NOT_FOUND):
             return f"{key + ': ' if key else ''}unknown class_path {class_path!r} ({reason})"
         return f"{key + ' ' if key else ''}({class_path}): {reason}"
-    return message
+    if key and "Errors:" in message:  # a union none of whose types fits: the first real reason
+        reasons = [r.strip() for r in message.split("Errors:", 1)[1].split(" - ") if r.strip()]
+        reasons = [r for r in reasons if not r.startswith("Expected a <class 'NoneType'>")]
+        if reasons:
+            return f"{key}: {reasons[0]}"
+    if key and (rest := _PARSER_KEY.match(message).group(2).lstrip(" -")):
+        return f"{key}: {rest.split(' - ')[0][:300]}"
+    return message[:500]
 
 
 def config_shape_error(path: str, loaded: Any) -> str | None:
