@@ -17,7 +17,7 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZ
 
 def evaluate(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "lightning_fed.evaluation.cli", *args],
+        [sys.executable, "-m", "lightning_fed.cli", "evaluate", *args],  # what `lightning-fed evaluate` runs
         cwd=ROOT, env=env or ENV, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 
