@@ -76,4 +76,4 @@ def test_kill_9_then_resume_equals_uninterrupted(tmp_path, uninterrupted, mode, 
     assert [r["clients"] for r in rounds] == [r["clients"] for r in ref_rounds]
     for r, ref in zip(rounds, ref_rounds, strict=True):
         assert r["val"] == pytest.approx(ref["val"], rel=1e-4)
-    assert not list(tmp_path.glob("lightning_logs/version_*/checkpoints/*.tmp"))  # no half-written file left visible as a checkpoint
+    assert not list((_run_dir(tmp_path) / "checkpoints").glob("*.tmp"))  # no half-written file left visible as a checkpoint
