@@ -115,8 +115,13 @@ def main() -> None:
     parser.add_argument("--results", default="runs/real_text/results.jsonl", help="append every finished job here")
     parser.add_argument("--skip-build", action="store_true")
     parser.add_argument("--reuse", action="store_true", help="read finished runs of the same name instead of re-running them")
+    parser.add_argument("--table", action="store_true", help="only print the table of every job in --results (last run of each name)")
     args, extra = parser.parse_known_args()  # anything else goes to `lightning-fed fit`
     os.chdir(ROOT)
+    if args.table:
+        last = {(r["setting"], r["method"], r["seed"]): r for r in map(json.loads, Path(args.results).read_text().splitlines())}
+        print(table(list(last.values())))
+        return
     if not args.skip_build or not Path(DATA).exists():
         subprocess.run([sys.executable, "benchmarks/real_text/build_data.py", "--out", DATA], check=True)
     log_dir = ROOT / "runs/real_text/logs"
