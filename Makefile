@@ -23,10 +23,10 @@ demo: setup
 	$(VENV)/bin/lightning-fed fit --config configs/demo.yaml
 
 test: setup
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow" -n 2 --dist loadfile
 
 test-all: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 clean:
 	rm -rf $(VENV) lightning_logs runs .pytest_cache

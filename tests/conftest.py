@@ -5,6 +5,11 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two xdist workers on a 2-core machine: one intra-op thread each (set before
+    # torch is imported, and inherited by the CLI subprocesses) instead of 2 x 2 threads fighting.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 

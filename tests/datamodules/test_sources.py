@@ -139,17 +139,6 @@ def test_field_map_swap_and_shadow():
     out = apply_field_map(ds, "preference", "mem", {"prompt": "question", "chosen": "rejected", "rejected": "chosen"})
     assert out[0] == {"prompt": "q", "chosen": "a", "rejected": "b"}
 
-
-def test_validate_is_fast_on_100k_rows():
-    import time
-
-    n = 100_000
-    ds = datasets.Dataset.from_dict({"prompt": ["p"] * n, "chosen": ["c"] * n, "rejected": ["r"] * n}).shuffle(seed=0)
-    start = time.perf_counter()
-    validate_records(ds, "preference", "big")
-    assert time.perf_counter() - start < 5
-
-
 def test_hub_name_goes_to_load_dataset(monkeypatch):
     calls = []
 
