@@ -28,11 +28,24 @@ def generate_responses(model: torch.nn.Module, tokenizer: Any, prompts: Sequence
 
     if max_new_tokens < 1:
         raise ValueError(f"`max_new_tokens` must be >= 1, got {max_new_tokens}")
-    encoded = [encode_prompt(tokenizer, p) for p in prompts]
+    return generate_from_ids(model, tokenizer, [encode_prompt(tokenizer, p) for p in prompts], max_new_tokens, batch_size)
+
+
+@torch.no_grad()
+def generate_from_ids(model: torch.nn.Module, tokenizer: Any, encoded: Sequence[Sequence[int]], max_new_tokens: int, batch_size: int = 16) -> list[str]:
+    """Greedy continuations of already tokenized prompts, batched by equal length (no padding).
+
+    Args:
+        model: A causal LM (PEFT-wrapped or not); its train/eval mode is restored afterwards.
+        tokenizer: Its tokenizer (eos and pad token ids, decoding).
+        encoded: Token ids of each prompt.
+        max_new_tokens: Most tokens generated per prompt.
+        batch_size: Prompts per ``generate`` call.
+    """
     by_length: dict[int, list[int]] = {}
     for i, ids in enumerate(encoded):
         by_length.setdefault(len(ids), []).append(i)
-    out = [""] * len(prompts)
+    out = [""] * len(encoded)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -40,7 +53,7 @@ def generate_responses(model: torch.nn.Module, tokenizer: Any, prompts: Sequence
         for length, rows in sorted(by_length.items()):
             for start in range(0, len(rows), batch_size):
                 chunk = rows[start : start + batch_size]
-                ids = torch.tensor([encoded[i] for i in chunk], device=device)
+                ids = torch.tensor([list(encoded[i]) for i in chunk], device=device)
                 gen = model.generate(
                     input_ids=ids,
                     attention_mask=torch.ones_like(ids),

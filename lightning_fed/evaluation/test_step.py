@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.evaluation.generation import generate_from_ids
 from lightning_fed.evaluation.rouge import ROUGE_TYPES, rouge_per_example
 from lightning_fed.modules.losses import IGNORE_INDEX
 
@@ -38,30 +39,6 @@ def preference_metrics(chosen: Tensor, rejected: Tensor, chosen_len: Tensor, rej
     }
 
 
-@torch.no_grad()
-def greedy_answers(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_tokens: int) -> list[str]:
-    """Greedy continuations of tokenized prompts, batched by equal length (no padding enters)."""
-    by_length: dict[int, list[int]] = {}
-    for i, ids in enumerate(prompts):
-        by_length.setdefault(len(ids), []).append(i)
-    device = next(model.parameters()).device
-    out = [""] * len(prompts)
-    for length, rows in by_length.items():
-        ids = torch.tensor([prompts[i] for i in rows], device=device)
-        gen = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            num_beams=1,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        for row, i in enumerate(rows):
-            out[i] = tokenizer.decode(gen[row, length:].tolist(), skip_special_tokens=True)
-    return out
-
-
 def instruction_rouge(module: Any, batch: dict[str, Tensor]) -> dict[str, Tensor]:
     """ROUGE-1/2/L of the module's greedy answers against the batch's reference responses."""
     tok = module.tokenizer
@@ -75,7 +52,7 @@ def instruction_rouge(module: Any, batch: dict[str, Tensor]) -> dict[str, Tensor
     was_training = module.model.training
     module.model.eval()
     try:
-        answers = greedy_answers(module.model, tok, prompts, max(1, longest))
+        answers = generate_from_ids(module.model, tok, prompts, max(1, longest), batch_size=len(prompts))
     finally:
         module.model.train(was_training)
     refs = [tok.decode(r, skip_special_tokens=True) for r in references]
