@@ -50,8 +50,8 @@ from lightning_fed.errors import (
     one_line,
     simplify_parse_error,
 )
-from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO
-from lightning_fed.federation.resume_check import check_resume, load_checkpoint, saved_config
+from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
+from lightning_fed.federation.resume_check import check_resume, saved_config
 from lightning_fed.modules import FederatedModule
 
 PROG = "lightning-fed"
@@ -187,7 +187,7 @@ class FederatedCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if ckpt_path and "://" not in str(ckpt_path) and Path(ckpt_path).is_file():
-            self._saved_config = saved_config(load_checkpoint(ckpt_path))
+            self._saved_config = saved_config(read_checkpoint(ckpt_path))
 
     def _ckpt_path(self) -> Any:
         return (self.config_init.get(self.subcommand) or {}).get("ckpt_path") if self.subcommand else None

@@ -24,7 +24,6 @@ scores those methods client by client.
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 import torch
 import yaml
 
+from lightning_fed.federation.checkpoint_io import read_checkpoint
 from lightning_fed.modules.backbone import DTYPES, BackboneConfig, load_backbone
 from lightning_fed.modules.lora import LoraSettings, apply_lora
 
@@ -180,19 +180,8 @@ def _apply_adapter_folder(model: torch.nn.Module, adapter: Path, flag: str) -> t
         raise ValueError(f"{flag} {str(adapter)!r}: the adapter does not fit the model: {first}") from None
 
 
-def _read_checkpoint(path: Path) -> dict[str, Any]:
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, TypeError, AttributeError) as err:
-        first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
-        raise ValueError(f"--run {str(path)!r}: not a safe, complete checkpoint (loaded with weights_only=True): {first}") from None
-    if not isinstance(ckpt, dict):
-        raise ValueError(f"--run {str(path)!r}: not a Lightning checkpoint (got a {type(ckpt).__name__})")
-    return ckpt
-
-
 def _from_checkpoint(path: Path, run_dir: Path, seed: int | None) -> LoadedModel:
-    ckpt = _read_checkpoint(path)
+    ckpt = read_checkpoint(path, "--run")
     hp = ckpt.get("hyper_parameters") or {}
     config = run_config(run_dir)
     backbone = hp.get("backbone") or _config_backbone(config)

@@ -19,7 +19,34 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from typing_extensions import override
 
+from lightning_fed.errors import CheckpointError
+
 TMP_SUFFIX = ".tmp"
+
+
+def read_checkpoint(path: str | Path, field: str = "ckpt_path") -> dict[str, Any]:
+    """A Lightning checkpoint read as Lightning reads it on resume: ``weights_only=True`` (tensors,
+    containers, numbers and the allow-listed config classes only), so a crafted file cannot run code.
+
+    Args:
+        path: The checkpoint file.
+        field: The option that named it, for the message (``ckpt_path``, ``selector.path``, ``--run``).
+
+    Raises:
+        CheckpointError: One line naming ``field`` and the file, if it is refused, truncated,
+            corrupt or not a Lightning checkpoint.
+    """
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - every way a read can fail is reported as such
+        first = " ".join(str(err).split())[:200]
+        raise CheckpointError(
+            f"{field} {str(path)!r}: not a safe, complete checkpoint: the file is incomplete or corrupt,"
+            f" or holds objects that weights_only=True refuses ({type(err).__name__}: {first})"
+        ) from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise CheckpointError(f"{field} {str(path)!r}: not a Lightning checkpoint (no 'state_dict')")
+    return ckpt
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -19,9 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from lightning_fed.errors import CheckpointError
+from lightning_fed.federation.checkpoint_io import read_checkpoint
 
 RESULT_SECTIONS = ("model", "data", "federation", "seed_everything", "optimizer", "lr_scheduler")
 """Top-level config sections whose every key decides the result, unless in :data:`MAY_CHANGE`."""
@@ -50,21 +49,6 @@ MAY_CHANGE = frozenset(
 
 NOT_COMPARED = frozenset({"ckpt_path", "config", "weights_only"})
 """The resume itself: always differs, never reported."""
-
-
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint as Lightning will on resume (``weights_only=True``), naming the file on failure."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - every way a read can fail is reported as such
-        first = " ".join(str(err).split())[:200]
-        raise CheckpointError(
-            f"ckpt_path {str(path)!r}: the file is incomplete or corrupt, or not a safe checkpoint"
-            f" ({type(err).__name__}: {first})"
-        ) from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise CheckpointError(f"ckpt_path {str(path)!r}: not a Lightning checkpoint (no 'state_dict')")
-    return ckpt
 
 
 def saved_config(ckpt: dict[str, Any]) -> dict[str, Any] | None:
@@ -130,7 +114,7 @@ def check_resume(path: str | Path, config: dict[str, Any], old: dict[str, Any] |
         CheckpointError: the file is unreadable, or a key that decides the result changed.
     """
     if old is None:
-        old = saved_config(load_checkpoint(path))
+        old = saved_config(read_checkpoint(path))
     if old is None:
         return []
     forbidden, allowed = compare_configs(old, config)

@@ -18,7 +18,6 @@ calls, or by the config that trains it, so one config runs both stages:
 from __future__ import annotations
 
 import json
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import torch
 import yaml
 
+from lightning_fed.federation.checkpoint_io import read_checkpoint
 from lightning_fed.modules.backbone import BackboneConfig
 from lightning_fed.modules.lora import LoraSettings
 from lightning_fed.modules.selector import BinarySelectorModule, selector_name
@@ -119,25 +119,8 @@ def _build(backbone: BackboneConfig | dict, seed: int | None, **kwargs: Any) -> 
         return BinarySelectorModule(backbone, **kwargs)
 
 
-def _read_checkpoint(path: Path) -> dict[str, Any]:
-    """The checkpoint at ``path``, unpickled with ``weights_only=True`` (tensors, containers,
-    numbers and the allow-listed config classes only), so a crafted file cannot run code.
-
-    Raises:
-        ValueError: One line naming the file, if it is refused, truncated or not a checkpoint.
-    """
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, TypeError, AttributeError) as err:
-        first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
-        raise ValueError(f"selector.path {str(path)!r}: not a safe, complete checkpoint (loaded with weights_only=True): {first}") from None
-    if not isinstance(ckpt, dict):
-        raise ValueError(f"selector.path {str(path)!r}: not a Lightning checkpoint (got a {type(ckpt).__name__})")
-    return ckpt
-
-
 def _from_checkpoint(path: Path, backbone: BackboneConfig | None, seed: int | None) -> BinarySelectorModule:
-    ckpt = _read_checkpoint(path)
+    ckpt = read_checkpoint(path, "selector.path")
     hp = ckpt.get("hyper_parameters") or {}
     if backbone is None and hp.get("backbone") is None:
         raise ValueError(f"selector.path {str(path)!r}: the checkpoint has no backbone hyper-parameter; set selector.backbone")
