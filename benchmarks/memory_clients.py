@@ -83,13 +83,15 @@ def child(num_clients: int, rounds: int, threads: int) -> dict:
     from lightning_fed.callbacks import FederatedLoop
     from lightning_fed.datamodules import PreferenceDataModule
     from lightning_fed.modules import BackboneConfig, DPOModule, LoraSettings
+    from lightning_fed.state import state_nbytes
     from lightning_fed.strategies import Scaffold
-    from lightning_fed.strategies.base import state_nbytes
 
     torch.set_num_threads(threads)
     out: dict = {"clients": num_clients, "rounds": rounds, "rss_imports": current_rss()}
     pl.seed_everything(SEED, verbose=False)
-    module = DPOModule(BackboneConfig(config=dict(BIG_GPT2), tokenizer="bytes"), lora=LoraSettings(r=8, alpha=16, dropout=0.0), lr=1e-3)
+    module = DPOModule(
+        BackboneConfig(config=dict(BIG_GPT2), tokenizer="bytes"), lora=LoraSettings(r=8, alpha=16, dropout=0.0), lr=1e-3
+    )
     out["backbone_bytes"] = sum(p.numel() * p.element_size() for p in module.parameters() if not p.requires_grad)
     out["lora_bytes"] = state_nbytes(module.shared_parameters())
     out["rss_model"] = current_rss()
@@ -106,7 +108,9 @@ def child(num_clients: int, rounds: int, threads: int) -> dict:
     out["rss_data"] = current_rss()
     out["peak_before_fit"] = peak_rss()
     per_round = min(num_clients, MAX_PER_ROUND)
-    loop = FederatedLoop(rounds=rounds, clients_per_round=per_round, local_steps=1, strategy=Scaffold(), seed=SEED, save_adapter=False)
+    loop = FederatedLoop(
+        rounds=rounds, clients_per_round=per_round, local_steps=1, strategy=Scaffold(), seed=SEED, save_adapter=False
+    )
     with tempfile.TemporaryDirectory(prefix="lf_mem_") as root:
         trainer = pl.Trainer(
             accelerator="cpu",
@@ -142,7 +146,9 @@ def child(num_clients: int, rounds: int, threads: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 50, 200], help="numbers of simulated clients (first is the base)")
+    parser.add_argument(
+        "--clients", type=int, nargs="+", default=[1, 50, 200], help="numbers of simulated clients (first is the base)"
+    )
     parser.add_argument("--rounds", type=int, help="rounds of every run (default: full coverage of the largest N)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads in each run (default 1)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
@@ -153,8 +159,11 @@ def main() -> None:
 
     largest = max(args.clients)
     rounds = args.rounds or coverage_rounds(largest, min(largest, MAX_PER_ROUND))
-    print(f"# memory_clients: N={args.clients}, clients_per_round=min(N, {MAX_PER_ROUND}), local_steps=1, rounds={rounds} for every N,"
-          f" SCAFFOLD, GPT-2 {BIG_GPT2['n_layer']}x{BIG_GPT2['n_embd']}, LoRA r=8", flush=True)
+    print(
+        f"# memory_clients: N={args.clients}, clients_per_round=min(N, {MAX_PER_ROUND}), local_steps=1, rounds={rounds} for every N,"
+        f" SCAFFOLD, GPT-2 {BIG_GPT2['n_layer']}x{BIG_GPT2['n_embd']}, LoRA r=8",
+        flush=True,
+    )
     runs = []
     for n in args.clients:
         cmd = [sys.executable, __file__, "--child", str(n), "--rounds", str(rounds), "--threads", str(args.threads)]
@@ -163,37 +172,52 @@ def main() -> None:
             sys.stderr.write(proc.stderr)
             raise SystemExit(f"child N={n} failed with exit code {proc.returncode}")
         r = json.loads(proc.stdout.strip().splitlines()[-1])
-        assert r["clients_with_control"] == n, f"N={n}: only {r['clients_with_control']} clients trained; raise --rounds"
+        assert r["clients_with_control"] == n, (
+            f"N={n}: only {r['clients_with_control']} clients trained; raise --rounds"
+        )
         runs.append(r)
-        print(f"# N={n}: {r['steps']} steps in {r['fit_seconds']:.1f}s, peak RSS {r['peak'] / MB:.1f} MiB,"
-              f" store {r['store_bytes'] / MB:.1f} MiB for {r['clients_with_control']} clients", flush=True)
+        print(
+            f"# N={n}: {r['steps']} steps in {r['fit_seconds']:.1f}s, peak RSS {r['peak'] / MB:.1f} MiB,"
+            f" store {r['store_bytes'] / MB:.1f} MiB for {r['clients_with_control']} clients",
+            flush=True,
+        )
 
     base = runs[0]
     lora, backbone = base["lora_bytes"], base["backbone_bytes"]
     print()
-    print(f"Date {datetime.date.today()}, host {platform.node()}, {os.cpu_count()} CPU cores, torch threads {args.threads};"
-          f" rounds={rounds} for every N; backbone (frozen) {backbone / MB:.2f} MiB;"
-          f" per-client trainable (LoRA) state {lora / MB:.3f} MiB ({lora:,} B)")
+    print(
+        f"Date {datetime.date.today()}, host {platform.node()}, {os.cpu_count()} CPU cores, torch threads {args.threads};"
+        f" rounds={rounds} for every N; backbone (frozen) {backbone / MB:.2f} MiB;"
+        f" per-client trainable (LoRA) state {lora / MB:.3f} MiB ({lora:,} B)"
+    )
     print()
-    print("| N clients | clients/round | steps | RSS after model MiB | RSS after data MiB | peak RSS (ru_maxrss) MiB"
-          " | RSS after fit MiB | after fit + malloc_trim MiB | store MiB (clients) | store B per client |")
+    print(
+        "| N clients | clients/round | steps | RSS after model MiB | RSS after data MiB | peak RSS (ru_maxrss) MiB"
+        " | RSS after fit MiB | after fit + malloc_trim MiB | store MiB (clients) | store B per client |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in runs:
-        print(f"| {r['clients']} | {min(r['clients'], MAX_PER_ROUND)} | {r['steps']} | {r['rss_model'] / MB:.1f} | {r['rss_data'] / MB:.1f}"
-              f" | {r['peak'] / MB:.1f} | {r['rss_after_fit'] / MB:.1f} | {r['rss_trimmed'] / MB:.1f} | {r['store_bytes'] / MB:.1f} ({r['clients_with_control']})"
-              f" | {r['per_client_store_bytes']:,.0f} |")
+        print(
+            f"| {r['clients']} | {min(r['clients'], MAX_PER_ROUND)} | {r['steps']} | {r['rss_model'] / MB:.1f} | {r['rss_data'] / MB:.1f}"
+            f" | {r['peak'] / MB:.1f} | {r['rss_after_fit'] / MB:.1f} | {r['rss_trimmed'] / MB:.1f} | {r['store_bytes'] / MB:.1f} ({r['clients_with_control']})"
+            f" | {r['per_client_store_bytes']:,.0f} |"
+        )
     print()
-    print("| growth | ΔN | peak RSS growth MiB | growth / ΔN KiB | / LoRA state | / backbone | data-setup RSS growth MiB"
-          " | trimmed RSS growth / ΔN KiB | / LoRA state |")
+    print(
+        "| growth | ΔN | peak RSS growth MiB | growth / ΔN KiB | / LoRA state | / backbone | data-setup RSS growth MiB"
+        " | trimmed RSS growth / ΔN KiB | / LoRA state |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     pairs = [(base, r) for r in runs[1:]] + [(runs[i], runs[i + 1]) for i in range(1, len(runs) - 1)]
     for a, b in pairs:
         dn = b["clients"] - a["clients"]
         growth = b["peak"] - a["peak"]
         per = growth / dn
-        print(f"| {a['clients']} -> {b['clients']} | {dn} | {growth / MB:.1f} | {per / 1024:.1f} | {per / lora:.2f} | {per / backbone:.3f}"
-              f" | {(b['rss_data'] - a['rss_data']) / MB:.1f} | {(b['rss_trimmed'] - a['rss_trimmed']) / dn / 1024:.1f}"
-              f" | {(b['rss_trimmed'] - a['rss_trimmed']) / dn / lora:.2f} |")
+        print(
+            f"| {a['clients']} -> {b['clients']} | {dn} | {growth / MB:.1f} | {per / 1024:.1f} | {per / lora:.2f} | {per / backbone:.3f}"
+            f" | {(b['rss_data'] - a['rss_data']) / MB:.1f} | {(b['rss_trimmed'] - a['rss_trimmed']) / dn / 1024:.1f}"
+            f" | {(b['rss_trimmed'] - a['rss_trimmed']) / dn / lora:.2f} |"
+        )
 
 
 if __name__ == "__main__":

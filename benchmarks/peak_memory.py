@@ -56,7 +56,9 @@ def child(variant: str, batch: int, length: int, steps: int) -> dict:
     torch.manual_seed(0)
     before = rss_now()
     module = DPOModule(
-        BackboneConfig(name_or_path=SMOLLM2, **VARIANTS[variant]), lora=LoraSettings(r=8, alpha=16, dropout=0.0), lr=1e-4
+        BackboneConfig(name_or_path=SMOLLM2, **VARIANTS[variant]),
+        lora=LoraSettings(r=8, alpha=16, dropout=0.0),
+        lr=1e-4,
     )
     loaded = rss_now()
     vocab = module.model.get_base_model().config.vocab_size
@@ -65,9 +67,13 @@ def child(variant: str, batch: int, length: int, steps: int) -> dict:
     labels[:, : length // 2] = -100
     mask = torch.ones_like(ids)
     pairs = {
-        "chosen_input_ids": ids, "rejected_input_ids": ids.roll(1, 0), "chosen_attention_mask": mask,
-        "rejected_attention_mask": mask, "chosen_labels": labels, "rejected_labels": labels.roll(1, 0),
-    }  # fmt: skip
+        "chosen_input_ids": ids,
+        "rejected_input_ids": ids.roll(1, 0),
+        "chosen_attention_mask": mask,
+        "rejected_attention_mask": mask,
+        "chosen_labels": labels,
+        "rejected_labels": labels.roll(1, 0),
+    }
     optimizer = module.configure_optimizers()
     module.train()
     losses = []
@@ -89,10 +95,15 @@ def planner_estimate(variant: str, batch: int, length: int) -> dict:
     plan = estimate(
         shape,
         PlanInputs(
-            batch_size=batch, max_length=length, lora_r=8, objective="dpo", dtype="float32",
-            quantization=opts.get("quantization", "none"), activation_checkpointing=opts.get("activation_checkpointing", False),
+            batch_size=batch,
+            max_length=length,
+            lora_r=8,
+            objective="dpo",
+            dtype="float32",
+            quantization=opts.get("quantization", "none"),
+            activation_checkpointing=opts.get("activation_checkpointing", False),
         ),
-    )  # fmt: skip
+    )
     return {"estimate_total": plan.total, "estimate_without_runtime": plan.total - plan.items["runtime"]}
 
 
@@ -110,7 +121,18 @@ def main() -> None:
         return
     rows = []
     for variant in args.variants:
-        cmd = [sys.executable, __file__, "--child", variant, "--batch", str(args.batch), "--length", str(args.length), "--steps", str(args.steps)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            variant,
+            "--batch",
+            str(args.batch),
+            "--length",
+            str(args.length),
+            "--steps",
+            str(args.steps),
+        ]
         env = {**os.environ, **({"MALLOC_MMAP_THRESHOLD_": "65536"} if args.live else {})}
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip().splitlines()[-1]
         row = json.loads(out)
@@ -118,7 +140,9 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     base = rows[0]["peak_rss"]
-    print(f"\n{'live (MALLOC_MMAP_THRESHOLD_=65536), ' if args.live else ''}batch {args.batch} pairs x {args.length} tokens, {args.steps} DPO steps, SmolLM2-135M, LoRA r=8")
+    print(
+        f"\n{'live (MALLOC_MMAP_THRESHOLD_=65536), ' if args.live else ''}batch {args.batch} pairs x {args.length} tokens, {args.steps} DPO steps, SmolLM2-135M, LoRA r=8"
+    )
     print(f"{'variant':10} {'peak RSS MB':>12} {'ratio':>7} {'step MB':>9} {'planner MB':>11} {'planner/peak':>13}")
     for r in rows:
         print(

@@ -31,7 +31,9 @@ def measure(personal_dtype: str) -> dict:
 
     from lightning_fed.modules import BackboneConfig, LoraSettings, PDPOModule
 
-    module = PDPOModule(BackboneConfig(name_or_path=SMOLLM2), lora=LoraSettings(r=8, alpha=16), personal_dtype=personal_dtype)
+    module = PDPOModule(
+        BackboneConfig(name_or_path=SMOLLM2), lora=LoraSettings(r=8, alpha=16), personal_dtype=personal_dtype
+    )
     module.setup("fit")
     personal = {k: v.detach().clone() for k, v in module.personal_parameters().items()}
     buffer = io.BytesIO()
@@ -52,7 +54,9 @@ def main() -> None:
         print(json.dumps(row))
     f32, bf16 = rows
     for key in ("personal_state_nbytes", "serialized_bytes", "adamw_moment_bytes"):
-        print(f"{key:24} float32 {f32[key] / 2**20:8.1f} MiB   bfloat16 {bf16[key] / 2**20:8.1f} MiB   ratio {bf16[key] / f32[key]:.3f}")
+        print(
+            f"{key:24} float32 {f32[key] / 2**20:8.1f} MiB   bfloat16 {bf16[key] / 2**20:8.1f} MiB   ratio {bf16[key] / f32[key]:.3f}"
+        )
 
 
 if __name__ == "__main__":

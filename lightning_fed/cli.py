@@ -114,7 +114,11 @@ def _non_finite(value: Any, key: str = "") -> list[tuple[str, float]]:
 def _check_config_files(args: list[str]) -> None:
     """An empty or list-shaped YAML given with ``--config``: say so (jsonargparse says "Unexpected config:")."""
     for i, arg in enumerate(args):
-        path = arg.split("=", 1)[1] if arg.startswith("--config=") else (args[i + 1] if arg == "--config" and i + 1 < len(args) else None)
+        path = (
+            arg.split("=", 1)[1]
+            if arg.startswith("--config=")
+            else (args[i + 1] if arg == "--config" and i + 1 < len(args) else None)
+        )
         if path is None or not Path(path).is_file():
             continue
         try:
@@ -139,7 +143,11 @@ def _resumed_version(ckpt_path: Any) -> Path | None:
 
 
 def _next_version(folder: Path) -> Path:
-    taken = [int(m.group(1)) for p in folder.glob("version_*") if (m := _VERSION.fullmatch(p.name))] if folder.is_dir() else []
+    taken = (
+        [int(m.group(1)) for p in folder.glob("version_*") if (m := _VERSION.fullmatch(p.name))]
+        if folder.is_dir()
+        else []
+    )
     return folder / f"version_{max(taken, default=-1) + 1}"
 
 
@@ -240,7 +248,9 @@ class FederatedCLI(LightningCLI):
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
         self.datamodule.setup("fit")
         if loop.clients_per_round > self.datamodule.num_clients:
-            raise ValueError(f"federation.clients_per_round={loop.clients_per_round} exceeds data.num_clients={self.datamodule.num_clients}")
+            raise ValueError(
+                f"federation.clients_per_round={loop.clients_per_round} exceeds data.num_clients={self.datamodule.num_clients}"
+            )
 
 
 def main(args: list[str] | None = None, run: bool = True, signals: ProcessSignals | None = None) -> FederatedCLI:
@@ -271,7 +281,9 @@ def _dispatch(name: str, argv: list[str]) -> int:
     except ModuleNotFoundError as err:
         if err.name is None or not module_name.startswith(err.name):
             raise
-        raise UserError(f"`{PROG} {name}` is not available in this installation (no module {module_name}); subcommands: fit, validate, test, predict") from None
+        raise UserError(
+            f"`{PROG} {name}` is not available in this installation (no module {module_name}); subcommands: fit, validate, test, predict"
+        ) from None
     code = module.main(argv)
     return EXIT_OK if code is None else int(code)
 

@@ -132,7 +132,7 @@ def simplify_parse_error(message: str) -> str:
     if m := _CLASS_PATH.search(message):
         class_path, reason = m.group(1), m.group(2).strip()
         if _PARSER_KEY.match(reason):  # the class is fine, one of its arguments is not
-            return _join(key, simplify_parse_error(message[m.start(2):]))
+            return _join(key, simplify_parse_error(message[m.start(2) :]))
         if any(s in reason for s in _NOT_FOUND):
             return f"{key + ': ' if key else ''}unknown class_path {class_path!r} ({reason})"
         return f"{key + ' ' if key else ''}({class_path}): {reason}"

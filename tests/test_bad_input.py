@@ -27,7 +27,10 @@ BASE = ["fit", "--config", "configs/tiny.yaml", "--trainer.enable_progress_bar=f
 
 
 def _good(n: int, **extra) -> list[dict]:
-    return [{"prompt": f"Say something {i}", "chosen": "a kind answer", "rejected": "a rude answer", **extra} for i in range(n)]
+    return [
+        {"prompt": f"Say something {i}", "chosen": "a kind answer", "rejected": "a rude answer", **extra}
+        for i in range(n)
+    ]
 
 
 def _jsonl(rows: list[dict]) -> bytes:
@@ -49,11 +52,15 @@ CASES = {
     # ------------------------------------------------------------ CLI arguments and config values
     "rounds_zero": ({}, ["--federation.rounds=0"], ["federation.rounds", "got 0"]),
     "local_steps_zero": (
-        {}, ["--federation.local_steps=0"], ["federation.local_steps", "got 0"],
+        {},
+        ["--federation.local_steps=0"],
+        ["federation.local_steps", "got 0"],
     ),
     "min_clients_above_clients_per_round": ({}, ["--federation.min_clients=3"], ["federation.min_clients", "got 3"]),
     "clients_per_round_above_num_clients": (
-        {}, ["--federation.clients_per_round=5"], ["federation.clients_per_round=5", "data.num_clients=4"],
+        {},
+        ["--federation.clients_per_round=5"],
+        ["federation.clients_per_round=5", "data.num_clients=4"],
     ),
     "unknown_option": ({}, ["--federation.roundz=3"], ["federation.roundz"]),
     "rounds_not_an_integer": ({}, ["--federation.rounds=abc"], ["federation.rounds", "abc"]),
@@ -61,26 +68,49 @@ CASES = {
     "unknown_partition_scheme": ({}, ["--data.init_args.partition=Foo"], ["partition", "Foo"]),
     "config_file_missing": ({}, ["--config", "{data}/none.yaml"], ["config", "none.yaml"]),
     "config_file_invalid_yaml": (
-        {"bad.yaml": b"federation: [rounds: 1\n"}, ["--config", "{data}/bad.yaml"], ["config", "line 1"]),
+        {"bad.yaml": b"federation: [rounds: 1\n"},
+        ["--config", "{data}/bad.yaml"],
+        ["config", "line 1"],
+    ),
     "checkpoint_missing_for_resume": (
-        {}, ["--ckpt_path={data}/nope.ckpt"], ["nope.ckpt"],
+        {},
+        ["--ckpt_path={data}/nope.ckpt"],
+        ["nope.ckpt"],
     ),
     "negative_lr": ({}, ["--model.init_args.lr=-0.1"], ["model.lr", "got -0.1"]),
     "unknown_model_type": ({}, ["--model.init_args.backbone.config={model_type: foo}"], ["model_type", "'foo'"]),
     "lora_targets_absent": (
-        {}, ["--model.init_args.lora.target_modules=[q_proj]"], ["lora.target_modules", "'q_proj'"]),
+        {},
+        ["--model.init_args.lora.target_modules=[q_proj]"],
+        ["lora.target_modules", "'q_proj'"],
+    ),
     "even_fedbiscuit_strategy_selectors": (
-        {}, ["--federation.strategy=FedBiscuit", "--federation.strategy.num_selectors=2"], ["num_selectors", "got 2"]),
+        {},
+        ["--federation.strategy=FedBiscuit", "--federation.strategy.num_selectors=2"],
+        ["num_selectors", "got 2"],
+    ),
     "even_selector_module_selectors": (
         {},
-        ["--model=BinarySelectorModule", "--model.init_args.num_selectors=2", "--data=SelectorDataModule", "--data.init_args.template=short"],
+        [
+            "--model=BinarySelectorModule",
+            "--model.init_args.num_selectors=2",
+            "--data=SelectorDataModule",
+            "--data.init_args.template=short",
+        ],
         ["model.num_selectors", "got 2"],
     ),
     "trimmed_mean_trim_too_large": (
-        {}, ["--federation.strategy=TrimmedMean", "--federation.strategy.trim=0.5"], ["trim", "got 0.5"]),
+        {},
+        ["--federation.strategy=TrimmedMean", "--federation.strategy.trim=0.5"],
+        ["trim", "got 0.5"],
+    ),
     "dirichlet_alpha_zero": (
         {},
-        ["--data.init_args.partition=Dirichlet", "--data.init_args.partition.alpha=0", "--data.init_args.partition.key=group"],
+        [
+            "--data.init_args.partition=Dirichlet",
+            "--data.init_args.partition.alpha=0",
+            "--data.init_args.partition.key=group",
+        ],
         ["alpha", "got 0"],
     ),
     "batch_size_zero": ({}, ["--data.init_args.batch_size=0"], ["data.batch_size", "got 0"]),
@@ -88,46 +118,98 @@ CASES = {
     "unknown_on_overflow": ({}, ["--data.init_args.on_overflow=bogus"], ["data.on_overflow", "'bogus'"]),
     "eval_clients_above_num_clients": ({}, ["--data.init_args.eval_clients=9"], ["data.eval_clients", "got 9"]),
     "unknown_synthetic_set": ({}, ["--data.init_args.dataset=synthetic:foo"], ["data.dataset", "synthetic:foo"]),
-    "responses_longer_than_max_length": ({}, ["--data.init_args.max_length=8"], ["data.max_length", "max_length=8", "client 0"]),
+    "responses_longer_than_max_length": (
+        {},
+        ["--data.init_args.max_length=8"],
+        ["data.max_length", "max_length=8", "client 0"],
+    ),
     # -------------------------------------------------------------------------------- data files
     "data_file_missing": ({}, _data("nope.jsonl"), ["data.dataset", "nope.jsonl", "no such file"]),
-    "jsonl_missing_field": ({"d.jsonl": _jsonl([{"prompt": "p", "chosen": "c"}] * 4)}, _data("d.jsonl"), ["missing field 'rejected'", "d.jsonl"]),
-    "csv_missing_field": ({"d.csv": b"prompt,chosen\np,c\nq,d\n"}, _data("d.csv"), ["missing field 'rejected'", "d.csv"]),
+    "jsonl_missing_field": (
+        {"d.jsonl": _jsonl([{"prompt": "p", "chosen": "c"}] * 4)},
+        _data("d.jsonl"),
+        ["missing field 'rejected'", "d.jsonl"],
+    ),
+    "csv_missing_field": (
+        {"d.csv": b"prompt,chosen\np,c\nq,d\n"},
+        _data("d.csv"),
+        ["missing field 'rejected'", "d.csv"],
+    ),
     "jsonl_empty_prompt": (
-        {"d.jsonl": _jsonl(_good(3) + [{"prompt": "  ", "chosen": "a", "rejected": "b"}])}, _data("d.jsonl"), ["row 3", "empty 'prompt'"]
+        {"d.jsonl": _jsonl(_good(3) + [{"prompt": "  ", "chosen": "a", "rejected": "b"}])},
+        _data("d.jsonl"),
+        ["row 3", "empty 'prompt'"],
     ),
     "jsonl_not_utf8": (
         {"d.jsonl": _jsonl(_good(1)) + b'{"prompt": "caf\xe9", "chosen": "a", "rejected": "b"}\n'},
         _data("d.jsonl"),
         ["line 2", "d.jsonl", "not UTF-8", "0xe9"],
     ),
-    "jsonl_malformed_line": ({"d.jsonl": _jsonl(_good(2)) + b'{"prompt": "x", "chosen": \n'}, _data("d.jsonl"), ["d.jsonl", "line 3 is not valid JSON"]),
-    "jsonl_wrong_type": ({"d.jsonl": _jsonl([{"prompt": "p", "chosen": 3, "rejected": "r"}] * 4)}, _data("d.jsonl"), ["'chosen'", "row 0 has 3"]),
+    "jsonl_malformed_line": (
+        {"d.jsonl": _jsonl(_good(2)) + b'{"prompt": "x", "chosen": \n'},
+        _data("d.jsonl"),
+        ["d.jsonl", "line 3 is not valid JSON"],
+    ),
+    "jsonl_wrong_type": (
+        {"d.jsonl": _jsonl([{"prompt": "p", "chosen": 3, "rejected": "r"}] * 4)},
+        _data("d.jsonl"),
+        ["'chosen'", "row 0 has 3"],
+    ),
     "jsonl_mixed_types": (
-        {"d.jsonl": _jsonl(_good(2) + [{"prompt": "p", "chosen": ["a"], "rejected": "r"}])}, _data("d.jsonl"), ["'chosen'", "row 2 has ['a']"]
+        {"d.jsonl": _jsonl(_good(2) + [{"prompt": "p", "chosen": ["a"], "rejected": "r"}])},
+        _data("d.jsonl"),
+        ["'chosen'", "row 2 has ['a']"],
     ),
     "json_array_wrong_type": (
-        {"d.json": json.dumps([{"prompt": "p", "chosen": "c", "rejected": 4.5}] * 4).encode()}, _data("d.json"), ["'rejected'", "row 0 has 4.5"]
+        {"d.json": json.dumps([{"prompt": "p", "chosen": "c", "rejected": 4.5}] * 4).encode()},
+        _data("d.json"),
+        ["'rejected'", "row 0 has 4.5"],
     ),
     "jsonl_empty_file": ({"d.jsonl": b""}, _data("d.jsonl"), ["d.jsonl", "is empty"]),
     "field_map_names_absent_column": (
-        {"d.jsonl": _jsonl(_good(4))}, _data("d.jsonl") + ["--data.init_args.field_map={prompt: question}"], ["data.field_map", "'question'"]
+        {"d.jsonl": _jsonl(_good(4))},
+        _data("d.jsonl") + ["--data.init_args.field_map={prompt: question}"],
+        ["data.field_map", "'question'"],
     ),
     "field_map_unknown_field": (
-        {"d.jsonl": _jsonl(_good(4))}, _data("d.jsonl") + ["--data.init_args.field_map={answer: chosen}"], ["data.field_map", "'answer'"]
+        {"d.jsonl": _jsonl(_good(4))},
+        _data("d.jsonl") + ["--data.init_args.field_map={answer: chosen}"],
+        ["data.field_map", "'answer'"],
     ),
-    "client_partition_empty": ({"d.jsonl": _jsonl(_good(4, client=0))}, _data("d.jsonl"), ["client 1", "got no examples"]),
-    "fewer_rows_than_clients": ({"d.jsonl": _jsonl(_good(3))}, _data("d.jsonl", num_clients=4), ["client 3", "got no examples"]),
+    "client_partition_empty": (
+        {"d.jsonl": _jsonl(_good(4, client=0))},
+        _data("d.jsonl"),
+        ["client 1", "got no examples"],
+    ),
+    "fewer_rows_than_clients": (
+        {"d.jsonl": _jsonl(_good(3))},
+        _data("d.jsonl", num_clients=4),
+        ["client 3", "got no examples"],
+    ),
     # ------------------------------------------------------------------- issue #11's messages
     "nan_lr": ({}, ["--model.init_args.lr=.nan"], ["model.lr", "finite", "got nan"]),
-    "inf_nested_float": ({}, ["--federation.strategy=FedProx", "--federation.strategy.mu=.inf"], ["federation.strategy.mu", "got inf"]),
+    "inf_nested_float": (
+        {},
+        ["--federation.strategy=FedProx", "--federation.strategy.mu=.inf"],
+        ["federation.strategy.mu", "got inf"],
+    ),
     "config_file_empty": ({"empty.yaml": b""}, ["--config", "{data}/empty.yaml"], ["empty.yaml", "is empty"]),
-    "config_file_a_list": ({"list.yaml": b"- a\n- b\n"}, ["--config", "{data}/list.yaml"], ["list.yaml", "holds a list"]),
+    "config_file_a_list": (
+        {"list.yaml": b"- a\n- b\n"},
+        ["--config", "{data}/list.yaml"],
+        ["list.yaml", "holds a list"],
+    ),
     "clients_per_round_zero": ({}, ["--federation.clients_per_round=0"], ["federation.clients_per_round", "got 0"]),
     "dataset_dir_missing": ({}, _data("no_such_dir"), ["data.dataset", "no_such_dir", "no such file"]),
-    "dataset_unsupported_suffix": ({"d.txt": b"hello\n"}, _data("d.txt"), ["d.txt", "unsupported file type '.txt'", ".jsonl"]),
+    "dataset_unsupported_suffix": (
+        {"d.txt": b"hello\n"},
+        _data("d.txt"),
+        ["d.txt", "unsupported file type '.txt'", ".jsonl"],
+    ),
     "jsonl_row_is_a_list": (
-        {"d.jsonl": _jsonl(_good(3)) + b'["a", "b"]\n' + _jsonl(_good(2))}, _data("d.jsonl"), ["d.jsonl", "line 4 (row 3)", "is a list"]
+        {"d.jsonl": _jsonl(_good(3)) + b'["a", "b"]\n' + _jsonl(_good(2))},
+        _data("d.jsonl"),
+        ["d.jsonl", "line 4 (row 3)", "is a list"],
     ),
     "client_value_not_an_integer": (
         {"d.jsonl": _jsonl(_good(2, client=0) + _good(1, client="zero") + _good(2, client=1))},
@@ -136,8 +218,12 @@ CASES = {
     ),
     "resume_with_another_config": (
         {},
-        ["--federation.rounds=1", "--federation.local_steps=1", "--model.init_args.beta=0.1",
-         "--ckpt_path={run}/lightning_logs/version_0/checkpoints/last.ckpt"],
+        [
+            "--federation.rounds=1",
+            "--federation.local_steps=1",
+            "--model.init_args.beta=0.1",
+            "--ckpt_path={run}/lightning_logs/version_0/checkpoints/last.ckpt",
+        ],
         ["model.beta: 0.5 -> 0.1", "last.ckpt"],
     ),
 }
@@ -177,13 +263,17 @@ def _error_line(args: list[str], capsys) -> str:
     assert code == 2, lines[-5:]
     errors = [i for i, line in enumerate(lines) if line.startswith("error: ")]
     assert len(errors) == 1, lines[-5:]
-    assert len(lines) - errors[0] - 1 <= 1, lines[errors[0]:]  # at most a hint line follows
+    assert len(lines) - errors[0] - 1 <= 1, lines[errors[0] :]  # at most a hint line follows
     assert not any(line.startswith("Traceback") for line in lines)
-    return lines[errors[0]][len("error: "):]
+    return lines[errors[0]][len("error: ") :]
 
 
-@pytest.mark.parametrize(("case", "files", "overrides", "expected"), [(k, *v) for k, v in CASES.items()], ids=list(CASES))
-def test_bad_input_fails_early_in_one_line_and_keeps_earlier_files(case, files, overrides, expected, earlier_run, training_steps, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("case", "files", "overrides", "expected"), [(k, *v) for k, v in CASES.items()], ids=list(CASES)
+)
+def test_bad_input_fails_early_in_one_line_and_keeps_earlier_files(
+    case, files, overrides, expected, earlier_run, training_steps, tmp_path, capsys
+):
     run, data = tmp_path / "run", tmp_path / "data"
     shutil.copytree(earlier_run, run)
     data.mkdir()

@@ -28,7 +28,12 @@ def test_help_documents_federation_options(capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--help"])
     out = capsys.readouterr().out
-    for option in ("--federation.rounds", "--federation.clients_per_round", "--federation.strategy", "--federation.local_steps"):
+    for option in (
+        "--federation.rounds",
+        "--federation.clients_per_round",
+        "--federation.strategy",
+        "--federation.local_steps",
+    ):
         assert option in out
     assert "Clients sampled uniformly without replacement" in out
 
@@ -43,7 +48,15 @@ def test_every_server_algorithm_is_selectable_by_name(strategy, capsys):
 def test_tiny_config_runs_and_writes_outputs(tmp_path):
     from peft import PeftModel
 
-    main(["fit", "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_progress_bar=false"])
+    main(
+        [
+            "fit",
+            "--config",
+            "configs/tiny.yaml",
+            f"--trainer.default_root_dir={tmp_path}",
+            "--trainer.enable_progress_bar=false",
+        ]
+    )
     (run_dir,) = (tmp_path / "lightning_logs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["config"]["federation"]["rounds"] == 3
@@ -55,13 +68,24 @@ def test_tiny_config_runs_and_writes_outputs(tmp_path):
     assert (run_dir / "checkpoints" / "last.ckpt").exists()
     from lightning_fed.modules import BackboneConfig, load_backbone
 
-    base, _ = load_backbone(BackboneConfig(config={"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 256}, tokenizer="bytes"))
+    base, _ = load_backbone(
+        BackboneConfig(
+            config={"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 256},
+            tokenizer="bytes",
+        )
+    )
     peft_model = PeftModel.from_pretrained(base, str(run_dir / "adapter"))
     assert any("lora_A" in n for n, _ in peft_model.named_parameters())
 
 
 def test_bad_input_fails_before_training_and_keeps_earlier_runs(tmp_path):
-    args = ["fit", "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_progress_bar=false"]
+    args = [
+        "fit",
+        "--config",
+        "configs/tiny.yaml",
+        f"--trainer.default_root_dir={tmp_path}",
+        "--trainer.enable_progress_bar=false",
+    ]
     main(args + ["--federation.rounds=1"])
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     with pytest.raises(ValueError) as err:
@@ -101,12 +125,18 @@ def test_evaluate_and_plan_dispatch_to_their_own_main_with_the_exit_status_mappi
 def test_parse_errors_name_the_missing_key_or_the_unknown_class_path():
     from lightning_fed.errors import simplify_parse_error
 
-    union = 'Parser key "{key}": Does not validate against any of the Union subtypes Subtypes: [A, B] Errors: - {reason} - Expected a <class \'NoneType\'> Given value: x'
+    union = "Parser key \"{key}\": Does not validate against any of the Union subtypes Subtypes: [A, B] Errors: - {reason} - Expected a <class 'NoneType'> Given value: x"
     unknown = "Problem with given class_path 'lightning_fed.modules.Nope': module 'lightning_fed.modules' has no attribute 'Nope'"
     assert simplify_parse_error(union.format(key="model", reason=unknown)) == (
         "model: unknown class_path 'lightning_fed.modules.Nope' (module 'lightning_fed.modules' has no attribute 'Nope')"
     )
     missing = "Problem with given class_path 'lightning_fed.strategies.FedProx': the following arguments are required: init_args.mu"
-    assert simplify_parse_error(union.format(key="federation.strategy", reason=missing)) == "federation.strategy.mu: required but missing from the config"
+    assert (
+        simplify_parse_error(union.format(key="federation.strategy", reason=missing))
+        == "federation.strategy.mu: required but missing from the config"
+    )
     nested = "Problem with given class_path 'lightning_fed.modules.DPOModule': Parser key \"beta\": Expected a <class 'float'>. Got value: big"
-    assert simplify_parse_error(union.format(key="model", reason=nested)) == "model.beta: Expected a <class 'float'>. Got value: big"
+    assert (
+        simplify_parse_error(union.format(key="model", reason=nested))
+        == "model.beta: Expected a <class 'float'>. Got value: big"
+    )

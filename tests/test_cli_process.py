@@ -32,9 +32,14 @@ def _popen(args: list[str], **env: str) -> subprocess.Popen:
     # SIGINT restored to its default: a shell that starts pytest in the background ignores it,
     # and a child would inherit that.
     return subprocess.Popen(
-        [sys.executable, "-m", "lightning_fed.cli", *args], cwd=ROOT, env={**ENV, **env}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
+        [sys.executable, "-m", "lightning_fed.cli", *args],
+        cwd=ROOT,
+        env={**ENV, **env},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def _run(args: list[str], **env: str) -> subprocess.CompletedProcess:
@@ -73,7 +78,11 @@ def test_success_exits_0_prints_nothing_extra_and_runs_without_logger_keep_their
     second = _run(args)  # same default_root_dir, no logger: must not overwrite the first run
     assert second.returncode == 0, second.stderr[-3000:]
     run1 = tmp_path / "lightning_logs" / "version_1"
-    assert (run1 / "summary.json").is_file() and (run1 / "adapter").is_dir() and (run1 / "checkpoints" / "last.ckpt").is_file()
+    assert (
+        (run1 / "summary.json").is_file()
+        and (run1 / "adapter").is_dir()
+        and (run1 / "checkpoints" / "last.ckpt").is_file()
+    )
     assert {p: p.read_bytes() for p in run0.rglob("*") if p.is_file()} == kept
 
     # A truncated last.ckpt: the error names the file and says it is incomplete or corrupt.
@@ -89,7 +98,10 @@ def test_success_exits_0_prints_nothing_extra_and_runs_without_logger_keep_their
 
 
 USER_ERRORS = {  # more cases, in-process, in tests/test_bad_input.py
-    "unknown_class_path": (["--model=lightning_fed.modules.NoSuchModule"], ["model", "unknown class_path", "NoSuchModule"]),
+    "unknown_class_path": (
+        ["--model=lightning_fed.modules.NoSuchModule"],
+        ["model", "unknown class_path", "NoSuchModule"],
+    ),
     "missing_local_dataset": (["--data.init_args.dataset=./no_such_dir/train"], ["data.dataset", "no such file"]),
 }
 

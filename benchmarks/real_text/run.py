@@ -44,24 +44,48 @@ def command(setting: str, method: str, seed: int, initial: bool, extra: list[str
     train, test, _ = SETTINGS[setting]
     name = f"{setting}_{method}{tag}"
     return [
-        "nice", "-n", "5", ".venv/bin/lightning-fed", "fit", "--config", f"configs/real_text_{method}.yaml",
-        f"--seed_everything={seed}", f"--federation.seed={seed}",
-        f"--data.init_args.dataset={DATA}/{train}", f"--data.init_args.val_dataset={DATA}/{test}", f"--data.init_args.test_dataset={DATA}/{test}",
-        f"--trainer.logger.init_args.name={name}", f"--trainer.logger.init_args.version=s{seed}",
-        f"--trainer.num_sanity_val_steps={-1 if initial else 0}", "--trainer.enable_progress_bar=false",
+        "nice",
+        "-n",
+        "5",
+        ".venv/bin/lightning-fed",
+        "fit",
+        "--config",
+        f"configs/real_text_{method}.yaml",
+        f"--seed_everything={seed}",
+        f"--federation.seed={seed}",
+        f"--data.init_args.dataset={DATA}/{train}",
+        f"--data.init_args.val_dataset={DATA}/{test}",
+        f"--data.init_args.test_dataset={DATA}/{test}",
+        f"--trainer.logger.init_args.name={name}",
+        f"--trainer.logger.init_args.version=s{seed}",
+        f"--trainer.num_sanity_val_steps={-1 if initial else 0}",
+        "--trainer.enable_progress_bar=false",
         *extra,
     ]
 
 
-def run_job(setting: str, method: str, seed: int, initial: bool, extra: list[str], tag: str, log_dir: Path, reuse: bool = False) -> dict:
+def run_job(
+    setting: str, method: str, seed: int, initial: bool, extra: list[str], tag: str, log_dir: Path, reuse: bool = False
+) -> dict:
     cmd = command(setting, method, seed, initial, extra, tag)
     out = ROOT / "runs/real_text" / f"{setting}_{method}{tag}" / f"s{seed}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     t0 = time.perf_counter()
     log = log_dir / f"{setting}_{method}{tag}_s{seed}.log"
     done = out / "summary.json"
-    if reuse and done.exists() and json.loads(done.read_text()).get("final") and "stopped" not in json.loads(done.read_text()):
+    if (
+        reuse
+        and done.exists()
+        and json.loads(done.read_text()).get("final")
+        and "stopped" not in json.loads(done.read_text())
+    ):
         seconds = float("nan")  # a finished run of the same name: read, not re-run
     else:
         with open(log, "w") as fh:
@@ -71,20 +95,36 @@ def run_job(setting: str, method: str, seed: int, initial: bool, extra: list[str
             raise SystemExit(f"{shlex.join(cmd)} exited {rc}; see {log}")
     summary = json.loads(done.read_text())
     metric = SETTINGS[setting][2]
-    pick = lambda ev: None if not ev else {"all": ev["val"][metric], "clients": {c: m[metric] for c, m in ev["val_clients"].items()}}  # noqa: E731
-    return {"setting": setting, "method": method + tag, "seed": seed, "seconds": seconds, "command": shlex.join(cmd[3:]),
-            "initial": pick(summary.get("initial")), "final": pick(summary.get("final")), "metric": metric}
+    pick = lambda ev: (
+        None if not ev else {"all": ev["val"][metric], "clients": {c: m[metric] for c, m in ev["val_clients"].items()}}
+    )  # noqa: E731
+    return {
+        "setting": setting,
+        "method": method + tag,
+        "seed": seed,
+        "seconds": seconds,
+        "command": shlex.join(cmd[3:]),
+        "initial": pick(summary.get("initial")),
+        "final": pick(summary.get("final")),
+        "metric": metric,
+    }
 
 
 def fmt(values: list[float]) -> str:
     if not values:
         return "-"
-    return f"{statistics.mean(values):.3f}" if len(values) == 1 else f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+    return (
+        f"{statistics.mean(values):.3f}"
+        if len(values) == 1
+        else f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+    )
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| setting | method | metric | seeds | before (base model) | after, mean ± sd | gain | gain > 2 sd? | per client after (mean over seeds) | initial with fresh personal parts |",
-             "|---|---|---|---|---:|---:|---:|---|---|---:|"]
+    lines = [
+        "| setting | method | metric | seeds | before (base model) | after, mean ± sd | gain | gain > 2 sd? | per client after (mean over seeds) | initial with fresh personal parts |",
+        "|---|---|---|---|---:|---:|---:|---|---|---:|",
+    ]
     base = {}
     for r in results:
         if r["initial"] is not None and not r["method"].startswith("fedpdpo"):
@@ -101,25 +141,41 @@ def table(results: list[dict]) -> str:
         clients = sorted(runs[0]["final"]["clients"])
         per_client = ", ".join(f"c{c} {statistics.mean(r['final']['clients'][c] for r in runs):.2f}" for c in clients)
         fresh = [r["initial"]["all"] for r in runs if r["initial"] is not None and method.startswith("fedpdpo")]
-        lines.append(f"| {setting} | {method} | {runs[0]['metric']} | {len(runs)} | {'-' if b is None else f'{b:.3f}'} | {fmt(after)} |"
-                     f" {'-' if gain is None else f'{gain:+.3f}'} | {verdict} | {per_client} | {fmt(fresh)} |")
+        lines.append(
+            f"| {setting} | {method} | {runs[0]['metric']} | {len(runs)} | {'-' if b is None else f'{b:.3f}'} | {fmt(after)} |"
+            f" {'-' if gain is None else f'{gain:+.3f}'} | {verdict} | {per_client} | {fmt(fresh)} |"
+        )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", nargs="+", default=["iid:feddpo", "iid:fedpdpo", "groups:feddpo", "groups:fedpdpo"], help="setting:method")
+    parser.add_argument(
+        "--jobs",
+        nargs="+",
+        default=["iid:feddpo", "iid:fedpdpo", "groups:feddpo", "groups:fedpdpo"],
+        help="setting:method",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--initial-seeds", type=int, nargs="*", default=[0], help="seeds that also evaluate before round 1")
+    parser.add_argument(
+        "--initial-seeds", type=int, nargs="*", default=[0], help="seeds that also evaluate before round 1"
+    )
     parser.add_argument("--tag", default="", help="suffix of the run names (ablations)")
     parser.add_argument("--results", default="runs/real_text/results.jsonl", help="append every finished job here")
     parser.add_argument("--skip-build", action="store_true")
-    parser.add_argument("--reuse", action="store_true", help="read finished runs of the same name instead of re-running them")
-    parser.add_argument("--table", action="store_true", help="only print the table of every job in --results (last run of each name)")
+    parser.add_argument(
+        "--reuse", action="store_true", help="read finished runs of the same name instead of re-running them"
+    )
+    parser.add_argument(
+        "--table", action="store_true", help="only print the table of every job in --results (last run of each name)"
+    )
     args, extra = parser.parse_known_args()  # anything else goes to `lightning-fed fit`
     os.chdir(ROOT)
     if args.table:
-        last = {(r["setting"], r["method"], r["seed"]): r for r in map(json.loads, Path(args.results).read_text().splitlines())}
+        last = {
+            (r["setting"], r["method"], r["seed"]): r
+            for r in map(json.loads, Path(args.results).read_text().splitlines())
+        }
         print(table(list(last.values())))
         return
     if not args.skip_build or not Path(DATA).exists():
@@ -135,7 +191,10 @@ def main() -> None:
             with open(args.results, "a") as fh:
                 fh.write(json.dumps(r) + "\n")
             init = "" if r["initial"] is None else f" initial {r['initial']['all']:.3f}"
-            print(f"{setting} {method}{args.tag} seed {seed}:{init} final {r['final']['all']:.3f} {r['final']['clients']} ({r['seconds']:.0f}s)", flush=True)
+            print(
+                f"{setting} {method}{args.tag} seed {seed}:{init} final {r['final']['all']:.3f} {r['final']['clients']} ({r['seconds']:.0f}s)",
+                flush=True,
+            )
     print(table(results))
 
 

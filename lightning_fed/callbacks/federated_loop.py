@@ -23,21 +23,14 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_fed.callbacks.failures import guard_training_step, unguard_training_step
-from lightning_fed.callbacks.hooks import RoundHook
 from lightning_fed.callbacks.reporting import RoundReport
+from lightning_fed.federation.hooks import RoundHook
 from lightning_fed.federation.sampling import ClientTurn, derive_seed, sample_clients
 from lightning_fed.federation.screening import UpdateScreen
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
-from lightning_fed.strategies.base import (
-    AggregationError,
-    ClientUpdate,
-    LocalCorrection,
-    Strategy,
-    StateDict,
-    clone_state,
-    state_nbytes,
-)
+from lightning_fed.state import StateDict, clone_state, state_nbytes
+from lightning_fed.strategies.base import AggregationError, ClientUpdate, LocalCorrection, Strategy
 from lightning_fed.strategies.fedavg import FedAvg
 
 
@@ -96,7 +89,9 @@ class FederatedLoop(ServerRound, Callback):
             name = "local_steps" if local_steps is not None else "local_epochs"
             problems.append(f"federation.{name} must be >= 1, got {steps}")
         if clients_per_round >= 1 and not 1 <= min_clients <= clients_per_round:  # else already reported
-            problems.append(f"federation.min_clients must be in [1, clients_per_round={clients_per_round}], got {min_clients}")
+            problems.append(
+                f"federation.min_clients must be in [1, clients_per_round={clients_per_round}], got {min_clients}"
+            )
         if problems:
             raise ValueError("; ".join(problems))
         self.rounds, self.clients_per_round = rounds, clients_per_round
@@ -227,7 +222,9 @@ class FederatedLoop(ServerRound, Callback):
         raise RuntimeError(f"batch {batch_idx} is past the round's planned {self._turn_ends[-1]} batches")
 
     @override
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         i, first, _ = self._turn_at(batch_idx)
         if first:
             self._start_client(trainer, pl_module, self._turns[i])
@@ -251,7 +248,9 @@ class FederatedLoop(ServerRound, Callback):
             hook.on_client_start(self, trainer, pl_module, cid)
 
     @override
-    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer) -> None:
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
         if self._turn is None or self._client_failed:
             return
         self._correction.correct_gradients(self._shared_params)
@@ -265,7 +264,9 @@ class FederatedLoop(ServerRound, Callback):
             self._correction.after_optimizer_step(self._shared_params, lr)
 
     @override
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._after_optimizer_step()
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None:
@@ -336,7 +337,9 @@ class FederatedLoop(ServerRound, Callback):
             pl_module.load_state(self.store.get(cid)["personal"] or self._initial_personal)
 
     @override
-    def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._load_client(pl_module, batch)
 
     @override
@@ -348,12 +351,20 @@ class FederatedLoop(ServerRound, Callback):
 
     @override
     def on_validation_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         if self._standalone(trainer):
             from lightning_fed.evaluation.test_step import extra_metrics
 
-            self._add_stage(batch, {**(outputs if isinstance(outputs, dict) else {}), **extra_metrics(pl_module, batch)})
+            self._add_stage(
+                batch, {**(outputs if isinstance(outputs, dict) else {}), **extra_metrics(pl_module, batch)}
+            )
         elif isinstance(outputs, dict) and "client_id" in batch:
             self.report.add_eval(batch["client_id"], outputs)
 
@@ -373,12 +384,20 @@ class FederatedLoop(ServerRound, Callback):
         self._start_stage(pl_module)
 
     @override
-    def on_test_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_test_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._load_client(pl_module, batch)
 
     @override
     def on_test_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         self._add_stage(batch, outputs if isinstance(outputs, dict) else {})
 
@@ -403,9 +422,19 @@ class FederatedLoop(ServerRound, Callback):
 
         dm = self.datamodule
         results = self._stage.summary(getattr(dm, "group_names", None))
-        dataset = dm.test_dataset if stage == "test" else (dm.val_dataset or f"{dm.dataset} (data.val_fraction={dm.val_fraction})")
+        dataset = (
+            dm.test_dataset
+            if stage == "test"
+            else (dm.val_dataset or f"{dm.dataset} (data.val_fraction={dm.val_fraction})")
+        )
         round_number = len(self.report.history)
-        results = {"stage": stage, "checkpoint": trainer.ckpt_path, "round": round_number, "dataset": dataset, **results}
+        results = {
+            "stage": stage,
+            "checkpoint": trainer.ckpt_path,
+            "round": round_number,
+            "dataset": dataset,
+            **results,
+        }
         if hasattr(dm, "data_report"):
             results["data"] = dm.data_report()
         if self.global_state:
@@ -422,7 +451,9 @@ class FederatedLoop(ServerRound, Callback):
             scalars.update({f"{stage}_group_{g}/{k}": v for g, m in results["groups"].items() for k, v in m.items()})
             for logger in trainer.loggers:
                 logger.log_metrics(scalars, step=round_number)
-            path = write_results(results_dir(trainer.ckpt_path, self.report.output_dir(trainer)) / f"{stage}_results.json", results)
+            path = write_results(
+                results_dir(trainer.ckpt_path, self.report.output_dir(trainer)) / f"{stage}_results.json", results
+            )
             rank_zero_info(f"{stage}: {results['num_examples']} examples of {results['dataset']}; results in {path}")
 
     # ============================================================================ the end
@@ -451,7 +482,9 @@ class FederatedLoop(ServerRound, Callback):
             "failed": list(self._round_failed),
             "rejected": dict(self._round_rejected),
         }
-        self.report.write_summary(trainer, extra={**self.fault_counts(), "hooks": self.hook_summaries(), "stopped": stopped})
+        self.report.write_summary(
+            trainer, extra={**self.fault_counts(), "hooks": self.hook_summaries(), "stopped": stopped}
+        )
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -470,7 +503,9 @@ class FederatedLoop(ServerRound, Callback):
         self._seed = state_dict.get("seed", self._seed)
 
     @override
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         checkpoint["federation"] = {
             "global_state": self.global_state,
             "clients": self.store.state_dict(),
@@ -480,7 +515,9 @@ class FederatedLoop(ServerRound, Callback):
         }
 
     @override
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         fed = checkpoint.get("federation")
         if fed is None:
             rank_zero_warn("checkpoint has no federation state; starting the federation afresh")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from lightning_fed.callbacks.hooks import RoundHook
 from lightning_fed.callbacks.reporting import _log
+from lightning_fed.federation.hooks import RoundHook
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -72,7 +72,12 @@ class RoundLRSchedule(RoundHook):
     """
 
     def __init__(
-        self, schedule: str = "cosine", min_lr: float = 0.0, step_size: int = 1, gamma: float = 0.5, rounds: int | None = None
+        self,
+        schedule: str = "cosine",
+        min_lr: float = 0.0,
+        step_size: int = 1,
+        gamma: float = 0.5,
+        rounds: int | None = None,
     ) -> None:
         problems = []
         if schedule not in SCHEDULES:
@@ -94,7 +99,9 @@ class RoundLRSchedule(RoundHook):
 
     def lr(self, base_lr: float, round_idx: int, rounds: int) -> float:
         """This schedule's rate for ``base_lr`` in ``round_idx``."""
-        return round_lr(base_lr, round_idx, self.rounds or rounds, self.schedule, self.min_lr, self.step_size, self.gamma)
+        return round_lr(
+            base_lr, round_idx, self.rounds or rounds, self.schedule, self.min_lr, self.step_size, self.gamma
+        )
 
     def setup(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         # After a resume the optimizers hold the last round's (scaled) rate: keep the restored base.
@@ -107,7 +114,9 @@ class RoundLRSchedule(RoundHook):
                 f"with {[len(g) for g in self.base_lrs]} param groups, the module has {shape}"
             )
 
-    def on_client_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int) -> None:
+    def on_client_start(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
+    ) -> None:
         round_idx = trainer.current_epoch
         self.current = [[self.lr(b, round_idx, loop.rounds) for b in groups] for groups in self.base_lrs or []]
         for opt, lrs in zip(trainer.optimizers, self.current):

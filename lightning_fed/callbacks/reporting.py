@@ -98,13 +98,17 @@ class RoundReport:
     def add_eval(self, client_ids: Tensor, outputs: dict[str, Tensor]) -> None:
         """Accumulate per-example metrics (each a ``(B,)`` tensor) under their clients."""
         ids = client_ids.tolist()
-        values = {k: v.detach().float().cpu().tolist() for k, v in outputs.items() if torch.is_tensor(v) and v.dim() == 1}
+        values = {
+            k: v.detach().float().cpu().tolist() for k, v in outputs.items() if torch.is_tensor(v) and v.dim() == 1
+        }
         for j, cid in enumerate(ids):
             self._counts[cid] += 1
             for k, v in values.items():
                 self._sums[cid][k] += v[j]
 
-    def end_eval(self, trainer: pl.Trainer, pl_module: pl.LightningModule, round_number: int, initial: bool = False) -> None:
+    def end_eval(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, round_number: int, initial: bool = False
+    ) -> None:
         """Per-client means, their mean/min/max, and the example-weighted mean of every metric."""
         if not self._counts:
             return
@@ -118,7 +122,11 @@ class RoundReport:
             summary[f"{k}_client_mean"] = sum(vals) / len(vals)
             summary[f"{k}_client_min"] = min(vals)
             summary[f"{k}_client_max"] = max(vals)
-        result = {"round": round_number, "val": summary, "val_clients": {str(c): m for c, m in sorted(per_client.items())}}
+        result = {
+            "round": round_number,
+            "val": summary,
+            "val_clients": {str(c): m for c, m in sorted(per_client.items())},
+        }
         scalars = {f"round/val_{k}": v for k, v in summary.items()}
         for cid, m in per_client.items():
             scalars.update({f"client_{cid}/val_{k}": v for k, v in m.items()})

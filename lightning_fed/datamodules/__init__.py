@@ -2,7 +2,11 @@
 
 from lightning_fed.datamodules.federated import ClientData, FederatedDataModule
 from lightning_fed.datamodules.grouped_partition import GroupedDirichlet
-from lightning_fed.datamodules.human_feedback import FeedbackPreferenceDataModule, FeedbackSelectorDataModule, FeedbackSFTDataModule
+from lightning_fed.datamodules.human_feedback import (
+    FeedbackPreferenceDataModule,
+    FeedbackSelectorDataModule,
+    FeedbackSFTDataModule,
+)
 from lightning_fed.datamodules.instruction import InstructionDataModule
 from lightning_fed.datamodules.partition import IID, ByColumn, ByKey, Dirichlet, Partitioner, SortedShards
 from lightning_fed.datamodules.preference import PreferenceDataModule

@@ -19,7 +19,9 @@ from lightning_fed.datamodules.partition import IID, ByColumn, ByKey, Partitione
 
 def _values(ds: datasets.Dataset, column: str, field: str) -> np.ndarray:
     if column not in ds.column_names:
-        raise ValueError(f"{field}: no column {column!r} to assign rows to clients by (columns: {', '.join(ds.column_names)})")
+        raise ValueError(
+            f"{field}: no column {column!r} to assign rows to clients by (columns: {', '.join(ds.column_names)})"
+        )
     values = np.asarray(ds[column], dtype=object)
     missing = [i for i, v in enumerate(values) if v is None]
     if missing:
@@ -27,7 +29,9 @@ def _values(ds: datasets.Dataset, column: str, field: str) -> np.ndarray:
     return values
 
 
-def by_key_clients(train: datasets.Dataset, evaluation: datasets.Dataset, key: str, num_clients: int, field: str) -> list[list[int]]:
+def by_key_clients(
+    train: datasets.Dataset, evaluation: datasets.Dataset, key: str, num_clients: int, field: str
+) -> list[list[int]]:
     """Rows of ``evaluation`` per client, each row going where its ``key`` value went in training.
 
     Mirrors :class:`~lightning_fed.datamodules.ByKey`: training value ``i`` (sorted) is client
@@ -42,7 +46,9 @@ def by_key_clients(train: datasets.Dataset, evaluation: datasets.Dataset, key: s
     for row, value in enumerate(_values(evaluation, key, field).tolist()):
         if value not in client_of:
             shown = ", ".join(repr(v) for v in train_values[:8]) + (", ..." if len(train_values) > 8 else "")
-            raise ValueError(f"{field}: row {row} has {key} {value!r}, which no training client holds (training values: {shown})")
+            raise ValueError(
+                f"{field}: row {row} has {key} {value!r}, which no training client holds (training values: {shown})"
+            )
         parts[client_of[value]].append(row)
     return parts
 

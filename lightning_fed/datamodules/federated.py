@@ -18,12 +18,11 @@ from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
-from lightning.pytorch.utilities import rank_zero_warn
-
 from lightning_fed.datamodules.eval_partition import evaluation_clients
-from lightning_fed.datamodules.partition import ByColumn, IID, Partitioner, check_partition
+from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, check_partition
 from lightning_fed.datamodules.round_sampler import ClientBatchSampler, RoundBatchSampler
 from lightning_fed.datamodules.sources import SYNTHETIC_PREFIX, load_records
 from lightning_fed.datamodules.templates import CHAT, TEMPLATE_CHOICES, require_chat_template
@@ -193,12 +192,16 @@ class FederatedDataModule(pl.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if stage == "test" and self.test_dataset is None:
-            raise ValueError("data.test_dataset is not set: `test` scores a separate test set; pass --data.init_args.test_dataset=<file>")
+            raise ValueError(
+                "data.test_dataset is not set: `test` scores a separate test set; pass --data.init_args.test_dataset=<file>"
+            )
         if self.clients:
             return
         if self.tokenizer is None:
             if self.trainer is None or not hasattr(self.trainer.lightning_module, "tokenizer"):
-                raise ValueError("data: no tokenizer; attach the data module to a Trainer with a lightning_fed module or set `.tokenizer`")
+                raise ValueError(
+                    "data: no tokenizer; attach the data module to a Trainer with a lightning_fed module or set `.tokenizer`"
+                )
             self.tokenizer = self.trainer.lightning_module.tokenizer
         if self.template.startswith(CHAT):
             require_chat_template(self.tokenizer)
@@ -229,7 +232,9 @@ class FederatedDataModule(pl.LightningDataModule):
             if salt:  # a separate synthetic val/test set is a fresh draw of the same generator
                 synthetic_args["seed"] = synthetic_args.get("seed", 0) + 1000 * salt
         try:
-            return load_records(dataset, self.kind, split=split, field_map=self.field_map, synthetic_args=synthetic_args)
+            return load_records(
+                dataset, self.kind, split=split, field_map=self.field_map, synthetic_args=synthetic_args
+            )
         except ValueError as err:
             raise ValueError(str(err).replace("data.dataset", field, 1)) from None
 
@@ -247,7 +252,9 @@ class FederatedDataModule(pl.LightningDataModule):
             ids.append(self.group_names.index(name))
         return ids
 
-    def _encode_set(self, name: str, records: Any, parts: list[list[int]], source: str, groups: list[int] | None = None) -> list[list[dict[str, Any]]]:
+    def _encode_set(
+        self, name: str, records: Any, parts: list[list[int]], source: str, groups: list[int] | None = None
+    ) -> list[list[dict[str, Any]]]:
         """Encode each client's rows; count truncated and dropped examples under ``name``."""
         rows = records.to_list()
         self.truncated[name], self.dropped[name] = [0] * self.num_clients, [0] * self.num_clients
@@ -285,7 +292,10 @@ class FederatedDataModule(pl.LightningDataModule):
         return self._encode_set(name, records, parts, dataset, self._group_of(records))
 
     def _warn_truncated(self) -> None:
-        for name, counts in (*(("truncated", c) for c in self.truncated.items()), *(("dropped", c) for c in self.dropped.items())):
+        for name, counts in (
+            *(("truncated", c) for c in self.truncated.items()),
+            *(("dropped", c) for c in self.dropped.items()),
+        ):
             what, per_client = counts
             if sum(per_client):
                 how = f"data.truncation={self.truncation!r}" if name == "truncated" else "data.on_overflow='drop'"
@@ -296,7 +306,12 @@ class FederatedDataModule(pl.LightningDataModule):
 
     def data_report(self) -> dict[str, Any]:
         """Examples truncated and dropped per set and client (written to ``summary.json``)."""
-        return {"truncation": self.truncation, "truncated": self.truncated, "dropped": self.dropped, "groups": self.group_names}
+        return {
+            "truncation": self.truncation,
+            "truncated": self.truncated,
+            "dropped": self.dropped,
+            "groups": self.group_names,
+        }
 
     def _split(self, items: list[dict[str, Any]], cid: int) -> tuple[list, list]:
         n_val = int(round(self.val_fraction * len(items)))
@@ -332,7 +347,9 @@ class FederatedDataModule(pl.LightningDataModule):
         turns = self.round_plan(round_idx)  # first: round-start hooks may select client data
         sizes = self.client_sizes
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
-        sampler = RoundBatchSampler(turns, self._offsets(sizes), sizes, self.batch_size, self.seed, round_idx, rank, world)
+        sampler = RoundBatchSampler(
+            turns, self._offsets(sizes), sizes, self.batch_size, self.seed, round_idx, rank, world
+        )
         # Rebuilt every round: a round hook may have selected a subset of a client's data.
         train = ConcatDataset([c.train_set for c in self.clients])
         return DataLoader(train, batch_sampler=sampler, collate_fn=self._collate)
@@ -349,5 +366,7 @@ class FederatedDataModule(pl.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         """Each client's rows of ``test_dataset``, one client after another (as validation)."""
         if self.test_dataset is None:
-            raise ValueError("data.test_dataset is not set: `test` scores a separate test set; pass --data.init_args.test_dataset=<file>")
+            raise ValueError(
+                "data.test_dataset is not set: `test` scores a separate test set; pass --data.init_args.test_dataset=<file>"
+            )
         return self._eval_loader([c.test_set for c in self.clients])

@@ -36,11 +36,15 @@ class GroupedDirichlet(Dirichlet):
         mixed = labels[first][codes] != labels
         if mixed.any():
             row = int(np.flatnonzero(mixed)[0])
-            raise ValueError(f"partition {self!r}: {self.group} {ds[row][self.group]!r} has more than one {self.key!r} value")
+            raise ValueError(
+                f"partition {self!r}: {self.group} {ds[row][self.group]!r} has more than one {self.key!r} value"
+            )
         groups = datasets.Dataset.from_dict({self.key: labels[first].tolist()})
         parts = super().__call__(groups, num_clients, seed)
         client_of_group = np.empty(len(first), dtype=np.int64)
         for client, members in enumerate(parts):
             client_of_group[members] = client
         rows = client_of_group[codes]
-        return check_partition([np.flatnonzero(rows == k).tolist() for k in range(num_clients)], num_clients, repr(self))
+        return check_partition(
+            [np.flatnonzero(rows == k).tolist() for k in range(num_clients)], num_clients, repr(self)
+        )

@@ -58,8 +58,14 @@ def tldr_pairs(ds: datasets.Dataset) -> datasets.Dataset:
         if len(texts) != 2:
             raise ValueError(f"data summaries: must hold 2 summaries, got {len(texts)} (post {info.get('id')!r})")
         c = _choice(row["choice"], "choice", info.get("id"))
-        return {"prompt": info["post"], "chosen": texts[c], "rejected": texts[1 - c], "worker": str(row["worker"]),
-                "title": info.get("title") or "", "subreddit": info.get("subreddit") or ""}  # fmt: skip
+        return {
+            "prompt": info["post"],
+            "chosen": texts[c],
+            "rejected": texts[1 - c],
+            "worker": str(row["worker"]),
+            "title": info.get("title") or "",
+            "subreddit": info.get("subreddit") or "",
+        }
 
     return ds.map(pair, remove_columns=[c for c in ds.column_names if c in CANONICAL + ["info", "summaries"]])
 
@@ -100,17 +106,26 @@ class FeedbackPreset:
 
 FEEDBACK_PRESETS: dict[str, FeedbackPreset] = {
     "openai/summarize_from_feedback": FeedbackPreset(
-        prepare=tldr_pairs, partition=lambda: ByKey("worker"), num_clients=53, config="comparisons",
-        test_split="validation", selector_template="tldr",
+        prepare=tldr_pairs,
+        partition=lambda: ByKey("worker"),
+        num_clients=53,
+        config="comparisons",
+        test_split="validation",
+        selector_template="tldr",
     ),
     "stanfordnlp/SHP": FeedbackPreset(
-        prepare=shp_pairs, partition=lambda: GroupedDirichlet(alpha=0.3, key="domain", group="post_id"),
-        num_clients=200, test_split="test", selector_template="shp",
+        prepare=shp_pairs,
+        partition=lambda: GroupedDirichlet(alpha=0.3, key="domain", group="post_id"),
+        num_clients=200,
+        test_split="test",
+        selector_template="shp",
     ),
-}  # fmt: skip
+}
 
 
-def load_feedback(name: str, path: str | None = None, split: str | None = None, max_rows: int | None = None, seed: int = 0) -> datasets.Dataset:
+def load_feedback(
+    name: str, path: str | None = None, split: str | None = None, max_rows: int | None = None, seed: int = 0
+) -> datasets.Dataset:
     """Load, prepare and validate one of :data:`FEEDBACK_PRESETS`.
 
     Args:
@@ -165,7 +180,9 @@ class FeedbackSelectorDataModule(_FeedbackRecords, SelectorDataModule):
     """
 
     def __init__(self, preset: str, preset_path: str | None = None, max_rows: int | None = None, **kwargs: Any) -> None:
-        kwargs.setdefault("template", FEEDBACK_PRESETS.get(preset, FEEDBACK_PRESETS["stanfordnlp/SHP"]).selector_template)
+        kwargs.setdefault(
+            "template", FEEDBACK_PRESETS.get(preset, FEEDBACK_PRESETS["stanfordnlp/SHP"]).selector_template
+        )
         super().__init__(dataset=f"preset:{preset}", **kwargs)
         self._init_feedback(preset, preset_path, max_rows)
 

@@ -24,5 +24,9 @@ class InstructionDataModule(FederatedDataModule):
     def encode(self, record: dict[str, Any]) -> dict[str, list[int]]:
         instruction, context = record["instruction"], record.get("input") or ""
         prompt = format_prompt(self.template, instruction, context, self.tokenizer, self.system_prompt)
-        response = format_response(self.template, instruction, record["output"], context, self.tokenizer, self.system_prompt, prompt)
-        return tokenize_sft(prompt, response, self.tokenizer, self.max_length, self.on_overflow, self.truncation, self._note_truncation)
+        response = format_response(
+            self.template, instruction, record["output"], context, self.tokenizer, self.system_prompt, prompt
+        )
+        return tokenize_sft(
+            prompt, response, self.tokenizer, self.max_length, self.on_overflow, self.truncation, self._note_truncation
+        )

@@ -70,7 +70,9 @@ class HeldOutDirichlet(Partitioner):
             return [values[-1].item() if hasattr(values[-1], "item") else values[-1]]
         missing = [v for v in self.held_out if v not in set(values.tolist())]
         if missing:
-            raise ValueError(f"partition {self!r}: held_out values {missing} are not values of {self.key!r} ({values.tolist()})")
+            raise ValueError(
+                f"partition {self!r}: held_out values {missing} are not values of {self.key!r} ({values.tolist()})"
+            )
         return list(self.held_out)
 
     def __call__(self, ds: datasets.Dataset, num_clients: int, seed: int) -> list[list[int]]:
@@ -97,7 +99,11 @@ def _task_rows(root: Path, name: str, max_input_chars: int | None) -> tuple[str,
     definition = task.get("Definition")
     if not definition or not isinstance(definition, list) or not str(definition[0]).strip():
         raise ValueError(f"natural instructions: task {name!r} has no `Definition`")
-    rows = [i for i in task.get("Instances", []) if i.get("output") and str(i["output"][0]).strip() and str(i.get("input", "")).strip()]
+    rows = [
+        i
+        for i in task.get("Instances", [])
+        if i.get("output") and str(i["output"][0]).strip() and str(i.get("input", "")).strip()
+    ]
     if max_input_chars is not None:
         rows = [i for i in rows if len(i["input"]) < max_input_chars]
     return str(definition[0]), rows
@@ -148,7 +154,16 @@ def prepare_natural_instructions(
                     continue
                 k = min(len(rows), max(min_test_instances, math.ceil(len(rows) * test_fraction)))
             for i in sorted(rng.choice(len(rows), k, replace=False).tolist()):
-                lines.append(json.dumps({"instruction": definition, "input": rows[i]["input"], "output": rows[i]["output"][0], "task": name}))
+                lines.append(
+                    json.dumps(
+                        {
+                            "instruction": definition,
+                            "input": rows[i]["input"],
+                            "output": rows[i]["output"][0],
+                            "task": name,
+                        }
+                    )
+                )
             counts[f"{split}_tasks"] += 1
             counts[f"{split}_rows"] += k
         if not lines:
@@ -167,7 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--min-instances", type=int, default=20)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
-    counts = prepare_natural_instructions(args.root, args.out_dir, args.train_fraction, args.test_fraction, args.min_instances, seed=args.seed)
+    counts = prepare_natural_instructions(
+        args.root, args.out_dir, args.train_fraction, args.test_fraction, args.min_instances, seed=args.seed
+    )
     print(json.dumps(counts))
 
 

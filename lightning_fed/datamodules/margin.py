@@ -58,7 +58,11 @@ class RewardMarginShards(Partitioner):
     descending: bool = True
 
     def __post_init__(self) -> None:
-        sources = [self.score is not None, self.chosen_score is not None or self.rejected_score is not None, self.scorer is not None]
+        sources = [
+            self.score is not None,
+            self.chosen_score is not None or self.rejected_score is not None,
+            self.scorer is not None,
+        ]
         if sum(sources) != 1:
             raise ValueError(
                 f"partition reward_margin: give exactly one of `score`, `chosen_score`+`rejected_score`, `scorer`, got {self!r}"
@@ -75,7 +79,9 @@ class RewardMarginShards(Partitioner):
         else:
             fn = resolve_scorer(self.scorer)
             rows = ds.select_columns(["prompt", "chosen", "rejected"]).to_list()
-            values = np.array([float(fn(r["prompt"], r["chosen"])) - float(fn(r["prompt"], r["rejected"])) for r in rows])
+            values = np.array(
+                [float(fn(r["prompt"], r["chosen"])) - float(fn(r["prompt"], r["rejected"])) for r in rows]
+            )
         values = np.asarray(values, dtype=np.float64)
         if np.isnan(values).any():
             raise ValueError(f"partition {self!r}: row {int(np.flatnonzero(np.isnan(values))[0])} has no margin")

@@ -11,7 +11,6 @@ synthetic sets carry.
 from __future__ import annotations
 
 import json
-
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -74,16 +73,13 @@ class Dirichlet(Partitioner):
         if not isinstance(self.min_size, int) or self.min_size < 1:
             raise ValueError(f"partition dirichlet: `min_size` must be an integer >= 1, got {self.min_size!r}")
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise ValueError(
-                f"partition dirichlet: `max_attempts` must be an integer >= 1, got {self.max_attempts!r}"
-            )
+            raise ValueError(f"partition dirichlet: `max_attempts` must be an integer >= 1, got {self.max_attempts!r}")
 
     def __call__(self, ds: datasets.Dataset, num_clients: int, seed: int) -> list[list[int]]:
         _check_num_clients(num_clients, self)
         if len(ds) < num_clients * self.min_size:
             raise ValueError(
-                f"partition {self!r}: {len(ds)} rows cannot give {num_clients} clients "
-                f"{self.min_size} each"
+                f"partition {self!r}: {len(ds)} rows cannot give {num_clients} clients {self.min_size} each"
             )
         _, codes = _unique(_column(ds, self.key, self), self.key, self)
         rng = np.random.default_rng(seed)
@@ -173,7 +169,14 @@ class ByColumn(Partitioner):
                 except ValueError:
                     return v
 
-            row = next((i for i, v in enumerate(values) if not isinstance(decoded(v), (int, np.integer)) or isinstance(decoded(v), bool)), None)
+            row = next(
+                (
+                    i
+                    for i, v in enumerate(values)
+                    if not isinstance(decoded(v), (int, np.integer)) or isinstance(decoded(v), bool)
+                ),
+                None,
+            )
             found = f"row {row} has {decoded(values[row])!r}" if row is not None else f"got text such as {values[0]!r}"
             raise ValueError(f"partition {self!r}: column {self.column!r} must hold client integers; {found}")
         invalid = (values < 0) | (values >= num_clients) | (values != np.floor(values))
@@ -227,9 +230,7 @@ def _check_num_clients(num_clients: int, partitioner: Partitioner) -> None:
 def _column(ds: datasets.Dataset, name: str, partitioner: Partitioner) -> np.ndarray:
     """One column as a NumPy array, through Arrow (fast even on shuffled/selected sets)."""
     if name not in ds.column_names:
-        raise ValueError(
-            f"partition {partitioner!r}: no column {name!r} (columns: {', '.join(ds.column_names)})"
-        )
+        raise ValueError(f"partition {partitioner!r}: no column {name!r} (columns: {', '.join(ds.column_names)})")
     column = ds.with_format("arrow")[name]
     if isinstance(column, pa.Table):
         column = column.column(0)

@@ -25,5 +25,10 @@ class PreferenceDataModule(FederatedDataModule):
     def encode(self, record: dict[str, Any]) -> dict[str, list[int]]:
         tok, system = self.tokenizer, self.system_prompt
         prompt = format_prompt(self.template, record["prompt"], "", tok, system)
-        chosen, rejected = (format_response(self.template, record["prompt"], record[k], "", tok, system, prompt) for k in ("chosen", "rejected"))
-        return tokenize_preference(prompt, chosen, rejected, tok, self.max_length, self.on_overflow, self.truncation, self._note_truncation)
+        chosen, rejected = (
+            format_response(self.template, record["prompt"], record[k], "", tok, system, prompt)
+            for k in ("chosen", "rejected")
+        )
+        return tokenize_preference(
+            prompt, chosen, rejected, tok, self.max_length, self.on_overflow, self.truncation, self._note_truncation
+        )

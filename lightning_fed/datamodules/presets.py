@@ -55,6 +55,7 @@ def message_text(value: Any, role: str) -> str:
 def plain_text_pairs(ds: datasets.Dataset) -> datasets.Dataset:
     """``prompt``/``chosen``/``rejected`` as strings, whether stored as strings or as chat
     messages (prompt: the last user turn; responses: the last assistant turn)."""
+
     def is_text(column: str) -> bool:
         feature = ds.features.get(column)
         return isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
@@ -89,12 +90,18 @@ def code_language_groups(ds: datasets.Dataset) -> datasets.Dataset:
 
 def webgpt_pairs(ds: datasets.Dataset) -> datasets.Dataset:
     """WebGPT comparisons -> pairs: the answer with the higher score is chosen; ties dropped."""
-    ds = ds.filter(lambda r: float(r["score_0"]) != float(r["score_1"]) and r["answer_0"].strip() and r["answer_1"].strip())
+    ds = ds.filter(
+        lambda r: float(r["score_0"]) != float(r["score_1"]) and r["answer_0"].strip() and r["answer_1"].strip()
+    )
 
     def pair(row: dict[str, Any]) -> dict[str, str]:
         question = row["question"]["full_text"] if isinstance(row["question"], Mapping) else str(row["question"])
         first = float(row["score_0"]) > float(row["score_1"])
-        return {"prompt": question, "chosen": row["answer_0" if first else "answer_1"], "rejected": row["answer_1" if first else "answer_0"]}
+        return {
+            "prompt": question,
+            "chosen": row["answer_0" if first else "answer_1"],
+            "rejected": row["answer_1" if first else "answer_0"],
+        }
 
     return ds.map(pair, remove_columns=[c for c in ds.column_names if c in CANONICAL])
 
@@ -148,7 +155,8 @@ PRESETS: dict[str, DatasetPreset] = {
         test_split="test", prepare=imdb_margin, partition="RewardMarginShards(score='margin'), 3 or 10 clients"
     ),
     "CyberNative/Code_Vulnerability_Security_DPO": DatasetPreset(
-        field_map={"prompt": "question"}, prepare=code_language_groups,
+        field_map={"prompt": "question"},
+        prepare=code_language_groups,
         partition="ByKey('lang_group') for 3 clients, ByKey('lang') for one client per language",
     ),
     "openai/webgpt_comparisons": DatasetPreset(prepare=webgpt_pairs, partition="cross-domain client (WebGPT)"),
@@ -159,7 +167,9 @@ PRESETS: dict[str, DatasetPreset] = {
 }
 
 
-def load_preset(name: str, path: str | None = None, split: str | None = None, max_rows: int | None = None, seed: int = 0) -> datasets.Dataset:
+def load_preset(
+    name: str, path: str | None = None, split: str | None = None, max_rows: int | None = None, seed: int = 0
+) -> datasets.Dataset:
     """Load, prepare and validate one of :data:`PRESETS`.
 
     Args:
@@ -207,19 +217,28 @@ class PresetPreferenceDataModule(PreferenceDataModule):
             and ``field_map`` are set from the presets).
     """
 
-    def __init__(self, presets: list[str], preset_files: dict[str, str] | None = None, max_rows: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, presets: list[str], preset_files: dict[str, str] | None = None, max_rows: int | None = None, **kwargs: Any
+    ) -> None:
         unknown = [p for p in presets if p not in PRESETS]
         if not presets or unknown:
             raise ValueError(f"data.presets must be names from {sorted(PRESETS)}, got {presets!r}")
         if len(presets) > 1 and kwargs.get("num_clients", 8) != len(presets):
-            raise ValueError(f"data.num_clients must be {len(presets)} (one per preset) in the cross-domain setting, got {kwargs.get('num_clients', 8)}")
+            raise ValueError(
+                f"data.num_clients must be {len(presets)} (one per preset) in the cross-domain setting, got {kwargs.get('num_clients', 8)}"
+            )
         kwargs.pop("dataset", None)
         super().__init__(dataset="preset:" + "+".join(presets), **kwargs)
         self.presets, self.preset_files, self.max_rows = list(presets), dict(preset_files or {}), max_rows
 
     def build_records(self) -> datasets.Dataset:
         """The prepared records of the presets (cross-domain with a ``client`` column if several)."""
-        loaded = [load_preset(p, self.preset_files.get(p), self.split if len(self.presets) == 1 else None, self.max_rows, self.seed) for p in self.presets]
+        loaded = [
+            load_preset(
+                p, self.preset_files.get(p), self.split if len(self.presets) == 1 else None, self.max_rows, self.seed
+            )
+            for p in self.presets
+        ]
         return loaded[0] if len(loaded) == 1 else cross_domain(loaded, self.presets)
 
     def setup(self, stage: str | None = None) -> None:

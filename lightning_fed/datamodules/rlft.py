@@ -79,7 +79,9 @@ class RLFTDataModule(PreferenceDataModule):
         super().__init__(dataset, num_clients=num_clients, **kwargs)
         problems = []
         if selector is None and not (records_path and Path(records_path).is_file()):
-            problems.append("data.selector is required (a selector path or train_config) unless data.records_path exists")
+            problems.append(
+                "data.selector is required (a selector path or train_config) unless data.records_path exists"
+            )
         if num_completions < 2:
             problems.append(f"data.num_completions must be >= 2 to form pairs, got {num_completions}")
         if max_new_tokens < 1:
@@ -93,7 +95,11 @@ class RLFTDataModule(PreferenceDataModule):
         self.selector_source, self.num_completions = selector, num_completions
         self.max_new_tokens, self.temperature, self.max_prompts = max_new_tokens, temperature, max_prompts
         self.selector_template, self.selector_max_length = selector_template, selector_max_length
-        self.selector_batch_size, self.generation_seed, self.records_path = selector_batch_size, generation_seed, records_path
+        self.selector_batch_size, self.generation_seed, self.records_path = (
+            selector_batch_size,
+            generation_seed,
+            records_path,
+        )
         self.policy: Any = None  # the generating LightningModule; default: the Trainer's
         self.prompts: list[str] | None = None
         self.selector: Any = None
@@ -105,7 +111,9 @@ class RLFTDataModule(PreferenceDataModule):
         synthetic_args = dict(self.synthetic_args or {})
         if self.dataset.startswith("synthetic:"):
             synthetic_args.setdefault("num_clients", self.num_clients)
-        ds = load_records(self.dataset, "prompt", split=self.split, field_map=self.field_map, synthetic_args=synthetic_args)
+        ds = load_records(
+            self.dataset, "prompt", split=self.split, field_map=self.field_map, synthetic_args=synthetic_args
+        )
         prompts = list(dict.fromkeys(ds["prompt"]))
         return prompts[: self.max_prompts] if self.max_prompts else prompts
 
@@ -119,16 +127,31 @@ class RLFTDataModule(PreferenceDataModule):
         formatted = [format_prompt(self.template, p) for p in self.prompts]
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             completions = sample_completions(
-                policy.model, policy.tokenizer, formatted, self.num_completions, self.max_new_tokens, self.temperature, self.generation_seed
-            )  # fmt: skip
-        records = label_pairs(self.selector, self.prompts, completions, self.selector_template, self.selector_max_length, self.selector_batch_size)
+                policy.model,
+                policy.tokenizer,
+                formatted,
+                self.num_completions,
+                self.max_new_tokens,
+                self.temperature,
+                self.generation_seed,
+            )
+        records = label_pairs(
+            self.selector,
+            self.prompts,
+            completions,
+            self.selector_template,
+            self.selector_max_length,
+            self.selector_batch_size,
+        )
         kept = usable_pairs(records)
         rank_zero_info(
             f"RLFT: {len(self.prompts)} prompts x C({self.num_completions}, 2) = {len(records)} pairs labelled by "
             f"{self.selector.num_selectors} selector(s); {len(kept)} kept (blank or equal completions dropped)"
         )
         if not kept:
-            raise ValueError(f"RLFT: all {len(records)} generated pairs were blank or equal; raise data.max_new_tokens or data.temperature")
+            raise ValueError(
+                f"RLFT: all {len(records)} generated pairs were blank or equal; raise data.max_new_tokens or data.temperature"
+            )
         return kept
 
     def setup(self, stage: str | None = None) -> None:
@@ -136,7 +159,9 @@ class RLFTDataModule(PreferenceDataModule):
             return
         reuse = self.records_path is not None and Path(self.records_path).is_file()
         if self.generated is None and reuse:
-            self.generated = [json.loads(line) for line in Path(self.records_path).read_text().splitlines() if line.strip()]
+            self.generated = [
+                json.loads(line) for line in Path(self.records_path).read_text().splitlines() if line.strip()
+            ]
         if self.generated is None:
             if self.prompts is None:  # cheap checks first, so bad input fails before training
                 self.prompts = self.load_prompts()

@@ -29,9 +29,16 @@ class RoundBatchSampler(Sampler[list[int]]):
     """
 
     def __init__(
-        self, turns: Sequence[ClientTurn], offsets: Sequence[int], sizes: Sequence[int], batch_size: int, seed: int, round_idx: int,
-        rank: int = 0, num_replicas: int = 1,
-    ) -> None:  # fmt: skip
+        self,
+        turns: Sequence[ClientTurn],
+        offsets: Sequence[int],
+        sizes: Sequence[int],
+        batch_size: int,
+        seed: int,
+        round_idx: int,
+        rank: int = 0,
+        num_replicas: int = 1,
+    ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
         small = [t.client_id for t in turns if min(sizes[t.client_id], batch_size * num_replicas) < num_replicas]

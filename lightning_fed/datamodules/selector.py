@@ -23,15 +23,15 @@ from lightning_fed.datamodules.tokenize import Overflow, encode_prompt
 SELECTOR_TEMPLATES = {
     "shp": (
         "Below is a query followed by two responses. Pick a helpful response that is precise, "
-        "concise, and casual. State your choice with a single capital letter, i.e., \"A\" if "
-        "RESPONSE A is better, \"B\" if RESPONSE B is better.\n\n"
+        'concise, and casual. State your choice with a single capital letter, i.e., "A" if '
+        'RESPONSE A is better, "B" if RESPONSE B is better.\n\n'
         "### QUERY: {query}\n### RESPONSE A: {a}\n### RESPONSE B: {b}\n### YOUR CHOICE:"
     ),
     "tldr": (
         "Below is a forum post followed by two summaries. Pick a more precise and concise one "
         "that summarizes the most important points in the given forum post, without including "
         "unimportant or irrelevant details. State your choice with a single capital letter, "
-        "i.e., \"A\" if SUMMARY A is better, \"B\" if SUMMARY B is better.\n\n"
+        'i.e., "A" if SUMMARY A is better, "B" if SUMMARY B is better.\n\n'
         "### POST: {query}\n### SUMMARY A: {a}\n### SUMMARY B: {b}\n### YOUR CHOICE:"
     ),
     "short": "Q: {query}\nA: {a}\nB: {b}\nYOUR CHOICE:",
@@ -41,7 +41,9 @@ SELECTOR_TEMPLATES = {
 SELECTOR_TEMPLATE_CHOICES = (*SELECTOR_TEMPLATES, CHAT, *(f"{CHAT}:{name}" for name in SELECTOR_TEMPLATES))
 
 
-def selector_prompt(template: str, query: str, a: str, b: str, tokenizer: Any = None, system_prompt: str | None = None) -> str:
+def selector_prompt(
+    template: str, query: str, a: str, b: str, tokenizer: Any = None, system_prompt: str | None = None
+) -> str:
     """The selector prompt for ``query`` with responses ``a`` and ``b``.
 
     ``chat`` and ``chat:<wording>`` need the ``tokenizer`` (its chat template).
@@ -49,14 +51,20 @@ def selector_prompt(template: str, query: str, a: str, b: str, tokenizer: Any = 
     if template not in SELECTOR_TEMPLATE_CHOICES:
         raise ValueError(f"data.template must be one of {list(SELECTOR_TEMPLATE_CHOICES)}, got {template!r}")
     if template.startswith(CHAT):
-        wording = template[len(CHAT) + 1:] or "shp"
+        wording = template[len(CHAT) + 1 :] or "shp"
         text = SELECTOR_TEMPLATES[wording].format(query=query, a=a, b=b)
         return format_prompt(CHAT, text, "", tokenizer, system_prompt)
     return SELECTOR_TEMPLATES[template].format(query=query, a=a, b=b)
 
 
 def encode_choice_pair(
-    template: str, query: str, first: str, second: str, tokenizer: Any, max_length: int, system_prompt: str | None = None
+    template: str,
+    query: str,
+    first: str,
+    second: str,
+    tokenizer: Any,
+    max_length: int,
+    system_prompt: str | None = None,
 ) -> dict[str, list[int]]:
     """``ab_input_ids`` (``first`` as A) and ``ba_input_ids`` (``first`` as B)."""
     out = {}

@@ -33,7 +33,21 @@ LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "
 
 # Suffixes of files, never of hub data set names: such a name is a path, never sent to the hub.
 FILE_LIKE_SUFFIXES = frozenset(LOCAL_FORMATS) | {
-    ".txt", ".tsv", ".yaml", ".yml", ".xml", ".arrow", ".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".xlsx", ".pkl", ".pt"
+    ".txt",
+    ".tsv",
+    ".yaml",
+    ".yml",
+    ".xml",
+    ".arrow",
+    ".gz",
+    ".bz2",
+    ".xz",
+    ".zst",
+    ".zip",
+    ".tar",
+    ".xlsx",
+    ".pkl",
+    ".pt",
 }
 
 
@@ -67,7 +81,7 @@ def load_records(
     """
     _check_kind(kind)
     if dataset.startswith(SYNTHETIC_PREFIX):
-        name = dataset[len(SYNTHETIC_PREFIX):]
+        name = dataset[len(SYNTHETIC_PREFIX) :]
         if name not in SYNTHETIC:
             valid = [SYNTHETIC_PREFIX + key for key in SYNTHETIC]
             raise ValueError(f"data.dataset {dataset!r}: unknown synthetic set; valid: {valid}")
@@ -98,14 +112,14 @@ def local_files(dataset: str) -> tuple[str, list[str]] | None:
     if path.is_file() and suffix not in LOCAL_FORMATS:
         raise ValueError(f"data.dataset {dataset!r}: unsupported file type {suffix or '(no suffix)'!r}; {supported}")
     if not path.exists() and looks_like_path(dataset):
-        raise FileNotFoundError(f"data.dataset {dataset!r}: no such file or folder ({supported}; a hub name is owner/name)")
+        raise FileNotFoundError(
+            f"data.dataset {dataset!r}: no such file or folder ({supported}; a hub name is owner/name)"
+        )
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in LOCAL_FORMATS)
         builders = sorted({LOCAL_FORMATS[p.suffix.lower()] for p in files})
         if not builders:
-            raise ValueError(
-                f"data.dataset {dataset!r}: folder has no {'/'.join(LOCAL_FORMATS)} files"
-            )
+            raise ValueError(f"data.dataset {dataset!r}: folder has no {'/'.join(LOCAL_FORMATS)} files")
         if len(builders) > 1:
             raise ValueError(f"data.dataset {dataset!r}: folder mixes formats {builders}; keep one")
         return builders[0], [str(p) for p in files]
@@ -154,7 +168,9 @@ def _first_bad_json_record(file: str) -> str | None:
         except json.JSONDecodeError as err:
             return f"not valid JSON at line {err.lineno}: {err.msg}"
         bad = next((i for i, item in enumerate(items) if not isinstance(item, dict)), None)
-        return None if bad is None else f"item {bad} (row {bad}) is a {type(items[bad]).__name__}, expected a JSON object"
+        return (
+            None if bad is None else f"item {bad} (row {bad}) is a {type(items[bad]).__name__}, expected a JSON object"
+        )
     row = 0
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -251,18 +267,14 @@ def apply_field_map(
     seen: dict[str, str] = {}
     for field, column in field_map.items():
         if field not in fields:
-            raise ValueError(
-                f"data.field_map: {field!r} is not a {kind} field; valid: {list(fields)}"
-            )
+            raise ValueError(f"data.field_map: {field!r} is not a {kind} field; valid: {list(fields)}")
         if column not in ds.column_names:
             raise ValueError(
                 f"data.field_map: {field!r} maps to column {column!r}, which data.dataset "
                 f"{source!r} does not have (columns: {', '.join(ds.column_names)})"
             )
         if column in seen:
-            raise ValueError(
-                f"data.field_map: {seen[column]!r} and {field!r} both map to column {column!r}"
-            )
+            raise ValueError(f"data.field_map: {seen[column]!r} and {field!r} both map to column {column!r}")
         seen[column] = field
     renames = {column: field for column, field in seen.items() if column != field}
     shadowed = [f for f in renames.values() if f in ds.column_names and f not in renames]
@@ -301,18 +313,21 @@ def validate_records(ds: datasets.Dataset, kind: str, source: str) -> None:
     table = ds.select_columns(list(fields)).with_format("arrow")[:]
     for field in fields:
         column = table.column(field)
-        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
-                or (pa.types.is_null(column.type) and field in optional)):
+        if not (
+            pa.types.is_string(column.type)
+            or pa.types.is_large_string(column.type)
+            or (pa.types.is_null(column.type) and field in optional)
+        ):
             # name the first row whose value is not text (mixed JSON columns decode per row)
             values = ds[field]
-            row = next((i for i, v in enumerate(values) if not (isinstance(v, str) or (v is None and field in optional))), None)
+            row = next(
+                (i for i, v in enumerate(values) if not (isinstance(v, str) or (v is None and field in optional))), None
+            )
             found = f"row {row} has {values[row]!r}" if row is not None else f"got {column.type}"
             raise ValueError(f"data.dataset {source!r}: field {field!r} must be text; {found}")
         if field in optional:
             continue
-        blank = pc.or_kleene(
-            pc.is_null(column), pc.equal(pc.utf8_trim_whitespace(column), "")
-        ).fill_null(True)
+        blank = pc.or_kleene(pc.is_null(column), pc.equal(pc.utf8_trim_whitespace(column), "")).fill_null(True)
         if pc.any(blank).as_py():
             row = pc.index(blank, True).as_py()
             raise ValueError(f"data.dataset {source!r}: row {row} has an empty {field!r}")
@@ -323,7 +338,14 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"`kind` must be one of {list(FIELDS)}, got {kind!r}")
 
 
-def load_hub_or_local(name: str, config: str | None = None, split: str = "train", path: str | None = None, max_rows: int | None = None, seed: int = 0) -> datasets.Dataset:
+def load_hub_or_local(
+    name: str,
+    config: str | None = None,
+    split: str = "train",
+    path: str | None = None,
+    max_rows: int | None = None,
+    seed: int = 0,
+) -> datasets.Dataset:
     """The hub dataset ``name`` (``config``, ``split``), or the same columns from a local file
     or folder ``path``; optionally a seeded random subset of ``max_rows`` rows."""
     files = local_files(path) if path is not None else None

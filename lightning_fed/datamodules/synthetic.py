@@ -39,11 +39,37 @@ from lightning_fed.datamodules.synthetic_instructions import (  # noqa: F401  (r
 # ---------------------------------------------------------------------------------------
 
 SUBJECTS = (
-    "movie", "book", "hotel", "meal", "concert", "game", "phone", "laptop", "museum", "park",
-    "song", "album", "show", "trip", "cafe", "class", "lecture", "podcast", "novel", "play",
-    "beach", "train ride", "pizza", "coffee", "garden", "festival", "camera", "jacket",
-    "bike", "tour",
-)  # fmt: skip
+    "movie",
+    "book",
+    "hotel",
+    "meal",
+    "concert",
+    "game",
+    "phone",
+    "laptop",
+    "museum",
+    "park",
+    "song",
+    "album",
+    "show",
+    "trip",
+    "cafe",
+    "class",
+    "lecture",
+    "podcast",
+    "novel",
+    "play",
+    "beach",
+    "train ride",
+    "pizza",
+    "coffee",
+    "garden",
+    "festival",
+    "camera",
+    "jacket",
+    "bike",
+    "tour",
+)
 
 PROMPT_TEMPLATES = (
     "What did you think of the {subject}?",
@@ -149,9 +175,7 @@ def planted_preferences(
         raise ValueError(f"planted_preferences: `groups` is empty; choose from {sorted(PREFERENCE_GROUPS)}")
     for group in groups:
         if group not in PREFERENCE_GROUPS:
-            raise ValueError(
-                f"planted_preferences: unknown group {group!r}; valid: {sorted(PREFERENCE_GROUPS)}"
-            )
+            raise ValueError(f"planted_preferences: unknown group {group!r}; valid: {sorted(PREFERENCE_GROUPS)}")
 
     n = num_clients * examples_per_client
     rng = np.random.default_rng(seed)
@@ -264,7 +288,9 @@ def planted_hard_preferences(
         "follows": rng.random(n) < purity,
         "flip": rng.random(n) < label_noise,
     }
-    rows: dict[str, list] = {k: [] for k in ("prompt", "chosen", "rejected", "client", "group", "follows_group", "flipped")}
+    rows: dict[str, list] = {
+        k: [] for k in ("prompt", "chosen", "rejected", "client", "group", "follows_group", "flipped")
+    }
     for i in range(n):
         client = i // examples_per_client
         group = groups[client % len(groups)]

@@ -14,14 +14,48 @@ from collections.abc import Callable, Sequence
 import datasets
 import numpy as np
 
-
 WORDS = (
-    "apple", "river", "stone", "cloud", "tiger", "bread", "light", "green", "music", "ocean",
-    "paper", "chair", "smile", "dream", "house", "plant", "train", "water", "sugar", "lemon",
-    "horse", "candle", "pencil", "garden", "forest", "silver", "winter", "summer", "rocket",
-    "planet", "violin", "window", "bottle", "basket", "castle", "mirror", "tomato", "button",
-    "puzzle", "rabbit",
-)  # fmt: skip
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "tiger",
+    "bread",
+    "light",
+    "green",
+    "music",
+    "ocean",
+    "paper",
+    "chair",
+    "smile",
+    "dream",
+    "house",
+    "plant",
+    "train",
+    "water",
+    "sugar",
+    "lemon",
+    "horse",
+    "candle",
+    "pencil",
+    "garden",
+    "forest",
+    "silver",
+    "winter",
+    "summer",
+    "rocket",
+    "planet",
+    "violin",
+    "window",
+    "bottle",
+    "basket",
+    "castle",
+    "mirror",
+    "tomato",
+    "button",
+    "puzzle",
+    "rabbit",
+)
 
 
 def _words(text: str) -> list[str]:
@@ -50,9 +84,7 @@ def apply_family(family: str, text: str) -> str:
     return INSTRUCTION_FAMILIES[family][1](text)
 
 
-def client_families(
-    num_clients: int, families: Sequence[str], families_per_client: int
-) -> list[list[str]]:
+def client_families(num_clients: int, families: Sequence[str], families_per_client: int) -> list[list[str]]:
     """Families of each client: client ``k`` gets ``families[(k * f + j) % F]``, ``j < f``.
 
     Consecutive clients take consecutive blocks of the family list, wrapping around, so every
@@ -100,20 +132,18 @@ def planted_instructions(
     """
     check_positive("planted_instructions", num_clients=num_clients)
     check_positive("planted_instructions", examples_per_client=examples_per_client)
-    families = list(INSTRUCTION_FAMILIES) if families is None else (
-        [families] if isinstance(families, str) else list(families)
+    families = (
+        list(INSTRUCTION_FAMILIES)
+        if families is None
+        else ([families] if isinstance(families, str) else list(families))
     )
     held_out = [held_out_families] if isinstance(held_out_families, str) else list(held_out_families)
     for name in families + held_out:
         if name not in INSTRUCTION_FAMILIES:
-            raise ValueError(
-                f"planted_instructions: unknown family {name!r}; valid: {list(INSTRUCTION_FAMILIES)}"
-            )
+            raise ValueError(f"planted_instructions: unknown family {name!r}; valid: {list(INSTRUCTION_FAMILIES)}")
     active = [name for name in families if name not in held_out]
     if not active:
-        raise ValueError(
-            f"planted_instructions: no family left after holding out {held_out}; families: {families}"
-        )
+        raise ValueError(f"planted_instructions: no family left after holding out {held_out}; families: {families}")
     if not 1 <= families_per_client <= len(active):
         raise ValueError(
             f"planted_instructions: `families_per_client` must be in [1, {len(active)}] "

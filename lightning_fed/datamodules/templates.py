@@ -162,4 +162,4 @@ def format_response(
             "`data.template`: 'chat': the tokenizer's chat template renders the assistant turn so that"
             " the conversation does not start with the generation prompt; use alpaca or plain"
         )
-    return full[len(prompt):].rstrip()
+    return full[len(prompt) :].rstrip()

@@ -41,9 +41,9 @@ def _cut_prompt(prompt: list[int], keep: int, truncation: str) -> list[int]:
     if keep >= len(prompt):
         return prompt
     if truncation == "prompt_left":
-        return prompt[len(prompt) - keep:]
+        return prompt[len(prompt) - keep :]
     head = (keep + 1) // 2  # prompt_middle (and response's fallback)
-    return prompt[:head] + prompt[len(prompt) - (keep - head):]
+    return prompt[:head] + prompt[len(prompt) - (keep - head) :]
 
 
 def _fit(
@@ -109,7 +109,14 @@ def tokenize_sft(
     :func:`~lightning_fed.datamodules.templates.format_response`); ``on_truncate`` is called
     once if the example had to be truncated.
     """
-    p, r = _fit(encode_prompt(tokenizer, prompt), encode_response(tokenizer, response), max_length, on_overflow, truncation, on_truncate)
+    p, r = _fit(
+        encode_prompt(tokenizer, prompt),
+        encode_response(tokenizer, response),
+        max_length,
+        on_overflow,
+        truncation,
+        on_truncate,
+    )
     ids, labels = _pair(p, r)
     return {"input_ids": ids, "labels": labels}
 

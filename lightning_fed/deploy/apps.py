@@ -69,7 +69,9 @@ def _settings(context: Context, defaults: dict[str, Any]) -> dict[str, Any]:
     if not cfg.get("config"):
         raise ValueError("run config: missing 'config' (path of the lightning-fed YAML config)")
     if not Path(str(cfg["config"])).is_file():
-        raise FileNotFoundError(f"run config: config={cfg['config']!r} is not a file on this machine (cwd {os.getcwd()})")
+        raise FileNotFoundError(
+            f"run config: config={cfg['config']!r} is not a file on this machine (cwd {os.getcwd()})"
+        )
     cfg["config"], cfg["overrides"] = str(cfg["config"]), str(cfg.get("overrides", ""))
     return cfg
 
@@ -90,7 +92,9 @@ def make_client_app(**defaults: Any) -> ClientApp:
         """Tell the server which client (data partition) this node holds."""
         pid = context.node_config.get("partition-id")
         if pid is None:
-            raise ValueError("node config: missing 'partition-id' (start the SuperNode with --node-config 'partition-id=<k>')")
+            raise ValueError(
+                "node config: missing 'partition-id' (start the SuperNode with --node-config 'partition-id=<k>')"
+            )
         return Message(RecordDict({"partition": ConfigRecord({"partition-id": int(pid)})}), reply_to=msg)
 
     @app.train()
@@ -102,11 +106,16 @@ def make_client_app(**defaults: Any) -> ClientApp:
         instruction = content.config_records[CONFIG]
         client_id = int(instruction["client-id"])
         if client_id != int(context.node_config.get("partition-id", client_id)):
-            raise ValueError(f"this node holds partition-id={context.node_config['partition-id']}, asked to train client {client_id}")
+            raise ValueError(
+                f"this node holds partition-id={context.node_config['partition-id']}, asked to train client {client_id}"
+            )
         update, entry = runner.train(
-            int(instruction["round"]), client_id, from_arrays(content.array_records[STATE]),
-            from_arrays(content.array_records.get(DOWNLINK)), _entry(context),
-        )  # fmt: skip
+            int(instruction["round"]),
+            client_id,
+            from_arrays(content.array_records[STATE]),
+            from_arrays(content.array_records.get(DOWNLINK)),
+            _entry(context),
+        )
         for key in ("personal", "memory"):
             context.state[key] = ArrayRecord(dict(entry[key])) if entry[key] else ArrayRecord()
         return Message(update_to_record(update), reply_to=msg)
@@ -119,7 +128,9 @@ def make_client_app(**defaults: Any) -> ClientApp:
         content = msg.content
         client_id = int(content.config_records[CONFIG]["client-id"])
         means, count = runner.evaluate(client_id, from_arrays(content.array_records[STATE]), _entry(context))
-        metrics = MetricRecord({"num-examples": count, "client-id": client_id, **{k: float(v) for k, v in means.items()}})
+        metrics = MetricRecord(
+            {"num-examples": count, "client-id": client_id, **{k: float(v) for k, v in means.items()}}
+        )
         return Message(RecordDict({METRICS: metrics}), reply_to=msg)
 
     return app
@@ -136,8 +147,16 @@ def make_server_app(**defaults: Any) -> ServerApp:
         module, datamodule, loop, trainer_config = load_run(cfg["config"], cfg["overrides"])
         # The server never loads the clients' data: it knows their number, sizes come with updates.
         out = str(cfg.get("output-dir") or trainer_config.get("default_root_dir") or "runs/flower")
-        limits = ReplyLimits(**{k: int(cfg[key]) for k, key in (("max_examples", "max-examples"), ("max_metric_keys", "max-metric-keys")) if key in cfg})
-        server = FederatedServer(loop, module, datamodule.num_clients, out, timeout=float(cfg.get("timeout", 3600)), limits=limits)
+        limits = ReplyLimits(
+            **{
+                k: int(cfg[key])
+                for k, key in (("max_examples", "max-examples"), ("max_metric_keys", "max-metric-keys"))
+                if key in cfg
+            }
+        )
+        server = FederatedServer(
+            loop, module, datamodule.num_clients, out, timeout=float(cfg.get("timeout", 3600)), limits=limits
+        )
         min_nodes = int(cfg.get("min-nodes", 0)) or loop.clients_per_round
         server.start(grid, eval_clients=datamodule.eval_clients or datamodule.num_clients, min_nodes=min_nodes)
 

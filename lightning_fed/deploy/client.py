@@ -26,13 +26,19 @@ from lightning_fed.callbacks.reporting import RoundReport
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.federation.sampling import ClientTurn
 from lightning_fed.modules.base import FederatedModule
-from lightning_fed.strategies.base import ClientUpdate, StateDict
+from lightning_fed.state import StateDict
+from lightning_fed.strategies.base import ClientUpdate
 
 # Trainer settings a client takes from the run's config; the rest (loggers, checkpoints,
 # progress bars, validation) is the server's business.
 CLIENT_TRAINER_KEYS = (
-    "accelerator", "precision", "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "deterministic",
-)  # fmt: skip
+    "accelerator",
+    "precision",
+    "accumulate_grad_batches",
+    "gradient_clip_val",
+    "gradient_clip_algorithm",
+    "deterministic",
+)
 
 
 class ClientLoop(FederatedLoop):
@@ -40,9 +46,16 @@ class ClientLoop(FederatedLoop):
 
     def __init__(self, like: FederatedLoop) -> None:
         super().__init__(
-            rounds=1, clients_per_round=1, local_steps=like.local_steps, local_epochs=like.local_epochs,
-            strategy=like.strategy, hooks=like.hooks, seed=like.seed, isolate_failures=False, save_adapter=False,
-        )  # fmt: skip
+            rounds=1,
+            clients_per_round=1,
+            local_steps=like.local_steps,
+            local_epochs=like.local_epochs,
+            strategy=like.strategy,
+            hooks=like.hooks,
+            seed=like.seed,
+            isolate_failures=False,
+            save_adapter=False,
+        )
         # The run's length, for round schedules (FedPDPO's w_r, RoundLRSchedule's cosine); the
         # Trainer is stopped after this one round by `setup` (max_epochs = round + 1).
         self.rounds = like.rounds
@@ -51,7 +64,9 @@ class ClientLoop(FederatedLoop):
         self.downlink: StateDict = {}
         self.update: ClientUpdate | None = None
 
-    def assign(self, round_idx: int, client_id: int, state: StateDict, downlink: StateDict, entry: dict[str, StateDict]) -> None:
+    def assign(
+        self, round_idx: int, client_id: int, state: StateDict, downlink: StateDict, entry: dict[str, StateDict]
+    ) -> None:
         """Set up the next turn: ``client_id`` trains in ``round_idx`` from ``state``."""
         self.round_idx, self.client_id, self.received, self.downlink = round_idx, client_id, state, downlink
         self.store.load_state_dict({client_id: entry})
@@ -89,7 +104,9 @@ class ClientLoop(FederatedLoop):
         pass
 
     @override
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         pass
 
 
@@ -115,20 +132,35 @@ class ClientRunner:
         trainer_kwargs: Extra ``Trainer`` arguments for local training (precision...).
     """
 
-    def __init__(self, module: FederatedModule, datamodule: FederatedDataModule, loop: FederatedLoop, trainer_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        module: FederatedModule,
+        datamodule: FederatedDataModule,
+        loop: FederatedLoop,
+        trainer_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.module, self.datamodule = module, datamodule
         self.loop = ClientLoop(loop)
-        self.trainer_kwargs = {k: v for k, v in (trainer_kwargs or {}).items() if k in CLIENT_TRAINER_KEYS and v is not None}
+        self.trainer_kwargs = {
+            k: v for k, v in (trainer_kwargs or {}).items() if k in CLIENT_TRAINER_KEYS and v is not None
+        }
         if getattr(datamodule, "tokenizer", None) is None:
             datamodule.tokenizer = module.tokenizer
         datamodule.setup("fit")
 
     def _trainer(self, round_idx: int, callbacks: list[pl.Callback]) -> pl.Trainer:
         trainer = pl.Trainer(
-            devices=1, max_epochs=round_idx + 1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-            enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=callbacks,
+            devices=1,
+            max_epochs=round_idx + 1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+            callbacks=callbacks,
             **self.trainer_kwargs,
-        )  # fmt: skip
+        )
         # A fresh Trainer starts at epoch 0; put it at the round so `current_epoch` (seeds,
         # round schedules) is the same as in the simulation.
         progress = trainer.fit_loop.epoch_progress
@@ -136,7 +168,9 @@ class ClientRunner:
             counter.ready = counter.started = counter.processed = counter.completed = round_idx
         return trainer
 
-    def train(self, round_idx: int, client_id: int, state: StateDict, downlink: StateDict, entry: dict[str, StateDict]) -> tuple[ClientUpdate, dict[str, StateDict]]:
+    def train(
+        self, round_idx: int, client_id: int, state: StateDict, downlink: StateDict, entry: dict[str, StateDict]
+    ) -> tuple[ClientUpdate, dict[str, StateDict]]:
         """Local training of ``client_id`` in round ``round_idx`` (0-based) from ``state``.
 
         ``entry`` is what the client kept from earlier rounds (``{"personal", "memory"}``);
@@ -160,8 +194,15 @@ class ClientRunner:
         if len(data.val_set) == 0:
             return {}, 0
         collector = _EvalCollector()
-        trainer = pl.Trainer(devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                             enable_model_summary=False, callbacks=[collector], **self.trainer_kwargs)  # fmt: skip
+        trainer = pl.Trainer(
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[collector],
+            **self.trainer_kwargs,
+        )
         trainer.validate(self.module, dataloaders=data.val_dataloader(), verbose=False)
         sums, count = collector.report._sums.get(client_id, {}), collector.report._counts.get(client_id, 0)
         return {k: v / count for k, v in sums.items()} if count else {}, count

@@ -109,9 +109,7 @@ class FlwrCommands:
     superlink: ManagedProcess | None
     _run_counter: int
 
-    def _cli(
-        self, args: list[str], name: str, timeout: float | None
-    ) -> tuple[ManagedProcess, int | None, float, bool]:
+    def _cli(self, args: list[str], name: str, timeout: float | None) -> tuple[ManagedProcess, int | None, float, bool]:
         start = time.monotonic()
         proc = self._spawn(name, [self._exe("flwr"), *args], self.cli_flwr_home)
         try:
@@ -160,9 +158,7 @@ class FlwrCommands:
         if run_id is not None and stream and not timed_out:
             status, details = self.run_status(run_id)
         self._remember()
-        return RunResult(
-            returncode, output, seconds, run_id, timed_out, proc.popen.args, status, details
-        )
+        return RunResult(returncode, output, seconds, run_id, timed_out, proc.popen.args, status, details)
 
     def run_status(self, run_id: int, wait: float = 10.0) -> tuple[str | None, str | None]:
         """``(status, status-details)`` of a run (``flwr list --run-id``), waiting up to
@@ -199,4 +195,3 @@ class FlwrCommands:
             raise self._fail("`flwr supernode list` failed.", proc)
         data = json.loads(text[start:])
         return list(data.get("nodes", []))
-

@@ -125,19 +125,16 @@ class LocalDeployment(FlwrCommands):
         supernode_auth: bool = False,
     ) -> None:
         if supernode_auth and not tls:
-            raise ValueError("supernode_auth=True needs tls (Flower authenticates SuperNodes only over TLS), got tls=False")
+            raise ValueError(
+                "supernode_auth=True needs tls (Flower authenticates SuperNodes only over TLS), got tls=False"
+            )
         self.app_dir = Path(app_dir).resolve()
         if not (self.app_dir / "pyproject.toml").is_file():
             raise FileNotFoundError(f"No pyproject.toml in app folder {self.app_dir}")
         if node_configs is None:
-            node_configs = [
-                {"partition-id": i, "num-partitions": num_supernodes}
-                for i in range(num_supernodes)
-            ]
+            node_configs = [{"partition-id": i, "num-partitions": num_supernodes} for i in range(num_supernodes)]
         if len(node_configs) != num_supernodes:
-            raise ValueError(
-                f"{len(node_configs)} node configs given for {num_supernodes} SuperNodes"
-            )
+            raise ValueError(f"{len(node_configs)} node configs given for {num_supernodes} SuperNodes")
         self.num_supernodes = num_supernodes
         self.node_configs = [dict(c) for c in node_configs]
         if workdir is None:
@@ -225,8 +222,7 @@ class LocalDeployment(FlwrCommands):
 
     def _fail(self, message: str, *procs: ManagedProcess) -> DeploymentError:
         details = "\n".join(
-            f"--- {p.name} (pid {p.pid}, exit code {p.popen.poll()}) log tail: "
-            f"{p.log_path}\n{p.log_tail()}"
+            f"--- {p.name} (pid {p.pid}, exit code {p.popen.poll()}) log tail: {p.log_path}\n{p.log_tail()}"
             for p in procs
         )
         return DeploymentError(f"{message}\n{details}")
@@ -254,17 +250,14 @@ class LocalDeployment(FlwrCommands):
     def _start_superlink(self) -> None:
         port = free_port(self.host)
         cmd = [self._exe("flower-superlink"), *self._superlink_security(), "--host", self.host, "--port", str(port)]
-        self.superlink = self._spawn(
-            "superlink", cmd, self.workdir / "flwr_home" / "superlink", port
-        )
+        self.superlink = self._spawn("superlink", cmd, self.workdir / "flwr_home" / "superlink", port)
         deadline = time.monotonic() + self.startup_timeout
         while not _port_open(self.host, port):
             if not self.superlink.alive():
                 raise self._fail("SuperLink exited during startup.", self.superlink)
             if time.monotonic() > deadline:
                 raise self._fail(
-                    f"SuperLink not listening on {self.host}:{port} after "
-                    f"{self.startup_timeout:.0f}s.",
+                    f"SuperLink not listening on {self.host}:{port} after {self.startup_timeout:.0f}s.",
                     self.superlink,
                 )
             time.sleep(0.2)
@@ -272,7 +265,14 @@ class LocalDeployment(FlwrCommands):
     def _superlink_security(self) -> list[str]:
         if self.tls is None:
             return ["--insecure"]
-        args = ["--ssl-ca-certfile", str(self.tls.ca_cert), "--ssl-certfile", str(self.tls.server_cert), "--ssl-keyfile", str(self.tls.server_key)]
+        args = [
+            "--ssl-ca-certfile",
+            str(self.tls.ca_cert),
+            "--ssl-certfile",
+            str(self.tls.server_cert),
+            "--ssl-keyfile",
+            str(self.tls.server_key),
+        ]
         return args + (["--enable-supernode-auth"] if self.supernode_auth else [])
 
     def _supernode_security(self, index: int) -> list[str]:
@@ -299,7 +299,11 @@ class LocalDeployment(FlwrCommands):
                 self._kill_tree(proc, signal.SIGKILL)
                 returncode = None
             if returncode != 0:
-                raise self._fail(f"`flwr supernode register` of supernode-{index} failed (exit code {returncode}).", proc, self.superlink)
+                raise self._fail(
+                    f"`flwr supernode register` of supernode-{index} failed (exit code {returncode}).",
+                    proc,
+                    self.superlink,
+                )
 
     def _node_config_arg(self, index: int) -> str:
         config = self.node_configs[index]
@@ -324,9 +328,7 @@ class LocalDeployment(FlwrCommands):
             cmd += ["--node-config", self._node_config_arg(index)]
         # Each SuperNode gets its own FLWR_HOME (as on separate machines); this also
         # avoids two flwr-clientapp processes installing the same FAB concurrently.
-        proc = self._spawn(
-            f"supernode-{index}", cmd, self.workdir / "flwr_home" / f"supernode-{index}", port
-        )
+        proc = self._spawn(f"supernode-{index}", cmd, self.workdir / "flwr_home" / f"supernode-{index}", port)
         self.supernodes.append(proc)
         return proc
 
@@ -350,8 +352,7 @@ class LocalDeployment(FlwrCommands):
                 break
             if time.monotonic() > deadline:
                 raise self._fail(
-                    f"{len(pending)} SuperNode(s) not connected after "
-                    f"{self.startup_timeout:.0f}s.",
+                    f"{len(pending)} SuperNode(s) not connected after {self.startup_timeout:.0f}s.",
                     *pending,
                     self.superlink,
                 )

@@ -153,7 +153,9 @@ class ProcessGroup:
         self.started: list[ManagedProcess] = []  # everything started, incl. flwr CLI calls
         self.seen: dict[int, int] = {}  # pid -> starttime of every process seen
 
-    def spawn(self, name: str, cmd: list[str], env: dict[str, str], cwd: Path, flwr_home: Path, port: int | None = None) -> ManagedProcess:
+    def spawn(
+        self, name: str, cmd: list[str], env: dict[str, str], cwd: Path, flwr_home: Path, port: int | None = None
+    ) -> ManagedProcess:
         """Start ``cmd`` in its own session, logging to ``logs_dir/<name>.log``."""
         flwr_home.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -162,9 +164,14 @@ class ProcessGroup:
             log_file.write(f"$ {' '.join(cmd)}\n".encode())
             log_file.flush()
             popen = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                env={**env, MARKER_ENV: self.marker}, cwd=str(cwd), start_new_session=True,
-            )  # fmt: skip
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env={**env, MARKER_ENV: self.marker},
+                cwd=str(cwd),
+                start_new_session=True,
+            )
         proc = ManagedProcess(name, popen, log_path, flwr_home, port=port)
         self.started.append(proc)
         self.remember([proc.pid])

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from lightning_fed.strategies.base import ClientUpdate, StateDict
+from lightning_fed.state import StateDict
+from lightning_fed.strategies.base import ClientUpdate
 
 STATE, EXTRAS, DOWNLINK, METRICS, CONFIG = "state", "extras", "downlink", "metrics", "config"
 
@@ -75,14 +76,18 @@ def update_to_record(update: ClientUpdate) -> RecordDict:
     """A client's reply: its :class:`ClientUpdate` as arrays and scalars."""
     metrics = {"num-examples": update.num_examples, "client-id": update.client_id}
     metrics.update({k: float(v) for k, v in update.metrics.items()})
-    return RecordDict({STATE: to_arrays(update.state), EXTRAS: to_arrays(update.extras), METRICS: MetricRecord(metrics)})
+    return RecordDict(
+        {STATE: to_arrays(update.state), EXTRAS: to_arrays(update.extras), METRICS: MetricRecord(metrics)}
+    )
 
 
 def record_to_update(record: RecordDict, limits: ReplyLimits | None = None) -> ClientUpdate:
     """Rebuild a :class:`ClientUpdate` from a train reply; a malformed reply raises ``ValueError``."""
     limits = limits or ReplyLimits()
     if STATE not in record.array_records or METRICS not in record.metric_records:
-        raise ValueError(f"a client reply needs the ArrayRecord {STATE!r} and the MetricRecord {METRICS!r}, got {list(record.keys())}")
+        raise ValueError(
+            f"a client reply needs the ArrayRecord {STATE!r} and the MetricRecord {METRICS!r}, got {list(record.keys())}"
+        )
     metrics = _scalar_metrics(record.metric_records[METRICS], limits)
     num_examples, client_id = metrics.pop("num-examples", None), metrics.pop("client-id", None)
     _check_count("num-examples", num_examples, 1, limits.max_examples)
@@ -124,7 +129,9 @@ def _scalar_metrics(record: MetricRecord, limits: ReplyLimits) -> dict[str, int 
     out: dict[str, int | float] = {}
     for key, value in record.items():
         if len(key) > limits.max_key_length:
-            raise ValueError(f"reply metric name of {len(key)} characters is longer than {limits.max_key_length}: {key[:40]!r}...")
+            raise ValueError(
+                f"reply metric name of {len(key)} characters is longer than {limits.max_key_length}: {key[:40]!r}..."
+            )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"reply metric {key!r} must be a number, got {type(value).__name__} {str(value)[:60]}")
         if not math.isfinite(value):
@@ -146,7 +153,9 @@ def _float_arrays(record: ArrayRecord | None, name: str) -> StateDict:
         try:
             tensor = torch.from_numpy(record[key].numpy())
         except (TypeError, ValueError, OSError, EOFError) as err:
-            raise ValueError(f"reply array {name}/{key!r} cannot be decoded: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+            raise ValueError(
+                f"reply array {name}/{key!r} cannot be decoded: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+            ) from None
         if not tensor.is_floating_point():
             raise ValueError(f"reply array {name}/{key!r} must be floating-point, got {tensor.dtype}")
         out[key] = tensor

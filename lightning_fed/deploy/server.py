@@ -33,15 +33,24 @@ from typing import Any
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result, Strategy as FlowerStrategy
+from flwr.serverapp.strategy import Result
+from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_fed.callbacks.federated_loop import FederatedLoop
-from lightning_fed.deploy.records import ReplyLimits, from_arrays, record_to_evaluation, record_to_update, to_arrays, train_instruction
+from lightning_fed.deploy.records import (
+    ReplyLimits,
+    from_arrays,
+    record_to_evaluation,
+    record_to_update,
+    to_arrays,
+    train_instruction,
+)
 from lightning_fed.federation.sampling import sample_clients
 from lightning_fed.modules.base import FederatedModule
-from lightning_fed.strategies.base import AggregationError, ClientUpdate, StateDict, clone_state, state_nbytes
+from lightning_fed.state import StateDict, clone_state, state_nbytes
+from lightning_fed.strategies.base import AggregationError, ClientUpdate
 
 PARTITION_QUERY = "query.partition"
 
@@ -73,10 +82,19 @@ class FederatedServer(FlowerStrategy):
         limits: Bounds on what a reply may claim (``num-examples``, number of metric keys).
     """
 
-    def __init__(self, loop: FederatedLoop, module: FederatedModule, num_clients: int, output_dir: str | Path, timeout: float = 3600.0,
-                 limits: ReplyLimits | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        loop: FederatedLoop,
+        module: FederatedModule,
+        num_clients: int,
+        output_dir: str | Path,
+        timeout: float = 3600.0,
+        limits: ReplyLimits | None = None,
+    ) -> None:
         if loop.clients_per_round > num_clients:
-            raise ValueError(f"federation.clients_per_round={loop.clients_per_round} exceeds data.num_clients={num_clients}")
+            raise ValueError(
+                f"federation.clients_per_round={loop.clients_per_round} exceeds data.num_clients={num_clients}"
+            )
         self.loop, self.module, self.num_clients, self.timeout = loop, module, num_clients, timeout
         self.limits = limits or ReplyLimits()
         self.rejected_evaluations = 0
@@ -92,7 +110,9 @@ class FederatedServer(FlowerStrategy):
             f" {self.num_clients} clients per round, min_clients={lp.min_clients}, seed={lp.seed}"
         )
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         """One train message per sampled client, to the node holding its partition."""
         round_idx, lp = server_round - 1, self.loop
         clients = sample_clients(self.num_clients, lp.clients_per_round, lp.seed, round_idx)
@@ -113,7 +133,9 @@ class FederatedServer(FlowerStrategy):
             messages.append(Message(content=content, message_type=MessageType.TRAIN, dst_node_id=self.nodes[cid]))
         return messages
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Check every reply, aggregate the valid ones, run the after-aggregate hooks."""
         round_idx, lp = server_round - 1, self.loop
         failed, rejected, valid, answered = list(self._missing), {}, [], set()
@@ -121,7 +143,9 @@ class FederatedServer(FlowerStrategy):
         for msg in replies:
             cid = self._client_of(msg.metadata.src_node_id)
             if cid in answered or cid not in self._sent:
-                rank_zero_warn(f"round {server_round}: reply from node {msg.metadata.src_node_id} ignored: it was not asked to train (or answered twice)")
+                rank_zero_warn(
+                    f"round {server_round}: reply from node {msg.metadata.src_node_id} ignored: it was not asked to train (or answered twice)"
+                )
                 continue
             answered.add(cid)
             if msg.has_error():
@@ -141,11 +165,19 @@ class FederatedServer(FlowerStrategy):
         lp.advance(self.context, self.module, round_idx, valid, len(self._round_clients), failed, rejected)
         extra_up, extra_down = lp.take_extra_bytes()
         lp.report.end_round(
-            self.context, round_idx, clients=self._round_clients, updates=sorted(valid, key=lambda u: u.client_id),
-            failed=sorted(failed), rejected=rejected, up_bytes=up + extra_up, down_bytes=self._down + extra_down,
+            self.context,
+            round_idx,
+            clients=self._round_clients,
+            updates=sorted(valid, key=lambda u: u.client_id),
+            failed=sorted(failed),
+            rejected=rejected,
+            up_bytes=up + extra_up,
+            down_bytes=self._down + extra_down,
             seconds=time.perf_counter() - self._t0,
-        )  # fmt: skip
-        return to_arrays(lp.global_state), MetricRecord({"aggregated": len(valid), "failed": len(failed), "rejected": len(rejected)})
+        )
+        return to_arrays(lp.global_state), MetricRecord(
+            {"aggregated": len(valid), "failed": len(failed), "rejected": len(rejected)}
+        )
 
     def _checked_update(self, cid: int, msg: Message) -> ClientUpdate:
         """The update in ``msg`` from the node holding client ``cid``; ``ValueError`` unless well-formed.
@@ -157,12 +189,21 @@ class FederatedServer(FlowerStrategy):
         """
         update = record_to_update(msg.content, self.limits)
         if update.client_id != cid:
-            raise ValueError(f"node {msg.metadata.src_node_id} holds client {cid} but its reply claims client-id={update.client_id}")
+            raise ValueError(
+                f"node {msg.metadata.src_node_id} holds client {cid} but its reply claims client-id={update.client_id}"
+            )
         expected = self._extras_layout.get(cid, {})
         if update.extras.keys() != expected.keys():
-            missing, unexpected = sorted(expected.keys() - update.extras.keys()), sorted(update.extras.keys() - expected.keys())
-            raise ValueError(f"client {cid}: extras do not match the strategy's (missing={missing[:5]}, unexpected={unexpected[:5]})")
-        bad = [f"{k}: {tuple(v.shape)} != {expected[k]}" for k, v in update.extras.items() if tuple(v.shape) != expected[k]]
+            missing, unexpected = (
+                sorted(expected.keys() - update.extras.keys()),
+                sorted(update.extras.keys() - expected.keys()),
+            )
+            raise ValueError(
+                f"client {cid}: extras do not match the strategy's (missing={missing[:5]}, unexpected={unexpected[:5]})"
+            )
+        bad = [
+            f"{k}: {tuple(v.shape)} != {expected[k]}" for k, v in update.extras.items() if tuple(v.shape) != expected[k]
+        ]
         if bad:
             raise ValueError(f"client {cid}: extras shape mismatch for {bad[:5]}")
         return update
@@ -176,11 +217,16 @@ class FederatedServer(FlowerStrategy):
             return {}
         return {k: tuple(v.shape) for k, v in extras.items()}
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         """Every evaluated client (``data.eval_clients``) evaluates the new global state."""
         return [
-            Message(content=train_instruction(server_round - 1, cid, self.loop.client_start(cid)[0], {}),
-                    message_type=MessageType.EVALUATE, dst_node_id=node)  # fmt: skip
+            Message(
+                content=train_instruction(server_round - 1, cid, self.loop.client_start(cid)[0], {}),
+                message_type=MessageType.EVALUATE,
+                dst_node_id=node,
+            )
             for cid, node in sorted(self.nodes.items())
             if cid < self.eval_clients
         ]
@@ -197,7 +243,9 @@ class FederatedServer(FlowerStrategy):
             try:
                 claimed, count, means = record_to_evaluation(msg.content, self.limits)
                 if claimed != cid or cid in seen or not 0 <= cid < self.eval_clients:
-                    raise ValueError(f"node {msg.metadata.src_node_id} holds client {cid} but its reply claims client-id={claimed} (or was not asked)")
+                    raise ValueError(
+                        f"node {msg.metadata.src_node_id} holds client {cid} but its reply claims client-id={claimed} (or was not asked)"
+                    )
             except ValueError as err:
                 self.rejected_evaluations += 1
                 rank_zero_warn(f"round {server_round}: evaluation of client {cid} rejected: {err}")
@@ -209,9 +257,18 @@ class FederatedServer(FlowerStrategy):
         return MetricRecord({k: float(v) for k, v in last.items()}) if last else None
 
     # ------------------------------------------------------------------------- the run
-    def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None, timeout: float | None = None,
-              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None, evaluate_fn: Any = None,
-              eval_clients: int | None = None, min_nodes: int | None = None) -> Result:  # fmt: skip
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord | None = None,
+        num_rounds: int | None = None,
+        timeout: float | None = None,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Any = None,
+        eval_clients: int | None = None,
+        min_nodes: int | None = None,
+    ) -> Result:
         """Run every round; returns Flower's ``Result`` and writes the run's record."""
         lp = self.loop
         if initial_arrays is not None:
@@ -228,10 +285,14 @@ class FederatedServer(FlowerStrategy):
         result = Result()
         for server_round in range(1, (num_rounds or lp.rounds) + 1):
             self._t0 = time.perf_counter()
-            replies = grid.send_and_receive(self.configure_train(server_round, to_arrays(lp.global_state), ConfigRecord(), grid), timeout=timeout)
+            replies = grid.send_and_receive(
+                self.configure_train(server_round, to_arrays(lp.global_state), ConfigRecord(), grid), timeout=timeout
+            )
             arrays, metrics = self.aggregate_train(server_round, replies)
             result.arrays, result.train_metrics_clientapp[server_round] = arrays, metrics
-            replies = grid.send_and_receive(self.configure_evaluate(server_round, arrays, ConfigRecord(), grid), timeout=timeout)
+            replies = grid.send_and_receive(
+                self.configure_evaluate(server_round, arrays, ConfigRecord(), grid), timeout=timeout
+            )
             evaluated = self.aggregate_evaluate(server_round, replies)
             if evaluated is not None:
                 result.evaluate_metrics_clientapp[server_round] = evaluated
@@ -246,7 +307,12 @@ class FederatedServer(FlowerStrategy):
         if self.loop.save_adapter:
             self.module.save_adapter(out / "adapter")
         torch.save(self.loop.global_state, out / "global_state.pt")
-        extra = {**self.loop.fault_counts(), "rejected_evaluations": self.rejected_evaluations, "hooks": self.loop.hook_summaries(), "engine": "flower"}
+        extra = {
+            **self.loop.fault_counts(),
+            "rejected_evaluations": self.rejected_evaluations,
+            "hooks": self.loop.hook_summaries(),
+            "engine": "flower",
+        }
         self.loop.report.write_summary(self.context, extra=extra)
         for logger in self.context.loggers:
             logger.finalize("success")
@@ -264,9 +330,13 @@ def discover_partitions(grid: Grid, min_nodes: int, timeout: float, num_clients:
     deadline = time.monotonic() + timeout
     while len(nodes := list(grid.get_node_ids())) < min_nodes:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"only {len(nodes)} SuperNodes connected within {timeout:.0f} s, need at least {min_nodes}")
+            raise RuntimeError(
+                f"only {len(nodes)} SuperNodes connected within {timeout:.0f} s, need at least {min_nodes}"
+            )
         time.sleep(0.5)
-    queries = [Message(content=RecordDict(), message_type=f"{MessageType.QUERY}.partition", dst_node_id=n) for n in nodes]
+    queries = [
+        Message(content=RecordDict(), message_type=f"{MessageType.QUERY}.partition", dst_node_id=n) for n in nodes
+    ]
     out: dict[int, int] = {}
     for reply in grid.send_and_receive(queries, timeout=timeout):
         node = reply.metadata.src_node_id
@@ -275,8 +345,15 @@ def discover_partitions(grid: Grid, min_nodes: int, timeout: float, num_clients:
             continue
         record = reply.content.config_records.get("partition")
         cid = record.get("partition-id") if record is not None else None
-        if isinstance(cid, bool) or not isinstance(cid, int) or cid < 0 or (num_clients is not None and cid >= num_clients):
-            rank_zero_warn(f"node {node} is left out: its partition-id must be an integer in [0, {num_clients}), got {cid!r}")
+        if (
+            isinstance(cid, bool)
+            or not isinstance(cid, int)
+            or cid < 0
+            or (num_clients is not None and cid >= num_clients)
+        ):
+            rank_zero_warn(
+                f"node {node} is left out: its partition-id must be an integer in [0, {num_clients}), got {cid!r}"
+            )
             continue
         if cid in out:
             raise RuntimeError(f"partition-id={cid} is held by two SuperNodes ({out[cid]} and {node})")

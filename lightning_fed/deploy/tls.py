@@ -58,7 +58,12 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "lightning-fed"), x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "lightning-fed"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
 
 
 def _san(hosts: Sequence[str]) -> x509.SubjectAlternativeName:
@@ -71,7 +76,9 @@ def _san(hosts: Sequence[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(names)
 
 
-def make_certificates(folder: str | os.PathLike, hosts: Sequence[str] = ("127.0.0.1", "localhost"), days: int = 7) -> TlsFiles:
+def make_certificates(
+    folder: str | os.PathLike, hosts: Sequence[str] = ("127.0.0.1", "localhost"), days: int = 7
+) -> TlsFiles:
     """Write ``ca.crt``, ``server.pem`` and ``server.key`` to ``folder``: a fresh private CA
     and a SuperLink certificate it signed, valid for ``hosts`` (IP addresses or DNS names).
 
@@ -89,29 +96,55 @@ def make_certificates(folder: str | os.PathLike, hosts: Sequence[str] = ("127.0.
 
     ca_key = ec.generate_private_key(ec.SECP384R1())
     ca_cert = (
-        x509.CertificateBuilder().subject_name(_name("lightning-fed test CA")).issuer_name(_name("lightning-fed test CA"))
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(until)
+        x509.CertificateBuilder()
+        .subject_name(_name("lightning-fed test CA"))
+        .issuer_name(_name("lightning-fed test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(until)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .sign(ca_key, hashes.SHA384())
-    )  # fmt: skip
+    )
 
     server_key = ec.generate_private_key(ec.SECP384R1())
     server_cert = (
-        x509.CertificateBuilder().subject_name(_name(hosts[0])).issuer_name(ca_cert.subject)
-        .public_key(server_key.public_key()).serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(until)
+        x509.CertificateBuilder()
+        .subject_name(_name(hosts[0]))
+        .issuer_name(ca_cert.subject)
+        .public_key(server_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(until)
         .add_extension(_san(hosts), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA384())
-    )  # fmt: skip
+    )
 
     files = TlsFiles(folder / "ca.crt", folder / "server.pem", folder / "server.key")
     files.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     files.server_cert.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(files.server_key, server_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    _write_private(
+        files.server_key,
+        server_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )
     return files
 
 
@@ -122,6 +155,13 @@ def make_supernode_key(folder: str | os.PathLike, name: str) -> SuperNodeKey:
     folder = Path(folder)
     key = ec.generate_private_key(ec.SECP384R1())
     files = SuperNodeKey(folder / name, folder / f"{name}.pub")
-    _write_private(files.private_key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()))
-    files.public_key.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH) + b"\n")
+    _write_private(
+        files.private_key,
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        ),
+    )
+    files.public_key.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH) + b"\n"
+    )
     return files

@@ -50,15 +50,41 @@ def build_parser() -> ArgumentParser:
     """The ``evaluate`` argument parser (options of every benchmark under its own prefix)."""
     parser = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], exit_on_error=False)
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML file with any of these options.")
-    parser.add_argument("--run", type=str | None, default=None, help="A finished run: its version folder, its adapter/ folder, or a .ckpt.")
-    parser.add_argument("--model", type=str | None, default=None, help="A base model instead of a run: hub id, local folder or gguf:<package>/<file.gguf>.")
+    parser.add_argument(
+        "--run",
+        type=str | None,
+        default=None,
+        help="A finished run: its version folder, its adapter/ folder, or a .ckpt.",
+    )
+    parser.add_argument(
+        "--model",
+        type=str | None,
+        default=None,
+        help="A base model instead of a run: hub id, local folder or gguf:<package>/<file.gguf>.",
+    )
     parser.add_argument("--adapter", type=str | None, default=None, help="A PEFT adapter folder applied on --model.")
-    parser.add_argument("--tokenizer", type=str | None, default=None, help="Tokenizer of --model (default: the model's own).")
-    parser.add_argument("--seed", type=int | None, default=None, help="Seed of a config-built backbone (default: the run's seed_everything); also lm-eval's seeds.")
+    parser.add_argument(
+        "--tokenizer", type=str | None, default=None, help="Tokenizer of --model (default: the model's own)."
+    )
+    parser.add_argument(
+        "--seed",
+        type=int | None,
+        default=None,
+        help="Seed of a config-built backbone (default: the run's seed_everything); also lm-eval's seeds.",
+    )
     parser.add_argument("--dtype", type=str, default="float32", help=f"Dtype of --model, one of {sorted(DTYPES)}.")
-    parser.add_argument("--benchmarks", type=list[str], required=True, help=f"Which benchmarks to run, a list of {list(BENCHMARKS)}.")
-    parser.add_argument("--output", type=str | None, default=None, help="Results folder (default: the run folder, or the adapter's parent folder).")
-    parser.add_argument("--batch_size", type=int, default=8, help="Prompts per forward / generate call (lm-eval's HFLM batch size).")
+    parser.add_argument(
+        "--benchmarks", type=list[str], required=True, help=f"Which benchmarks to run, a list of {list(BENCHMARKS)}."
+    )
+    parser.add_argument(
+        "--output",
+        type=str | None,
+        default=None,
+        help="Results folder (default: the run folder, or the adapter's parent folder).",
+    )
+    parser.add_argument(
+        "--batch_size", type=int, default=8, help="Prompts per forward / generate call (lm-eval's HFLM batch size)."
+    )
     parser.add_argument("--debug", type=bool, default=False, help="Show tracebacks.")
     for name, options in (("lm_eval", LmEvalOptions), ("humaneval", HumanEvalOptions), ("judge", JudgeOptions)):
         parser.add_class_arguments(options, name, instantiate=False, fail_untyped=False)
@@ -86,7 +112,9 @@ def prepare(cfg: Namespace) -> dict[str, Any]:
     if cfg.batch_size < 1:
         problems.append(f"--batch_size must be >= 1, got {cfg.batch_size}")
     try:
-        plan["source"] = ModelSource(run=cfg.run, model=cfg.model, adapter=cfg.adapter, tokenizer=cfg.tokenizer, seed=cfg.seed, dtype=cfg.dtype)
+        plan["source"] = ModelSource(
+            run=cfg.run, model=cfg.model, adapter=cfg.adapter, tokenizer=cfg.tokenizer, seed=cfg.seed, dtype=cfg.dtype
+        )
     except ValueError as err:
         problems.append(str(err))
     if cfg.run is None and cfg.adapter is None and cfg.output is None and cfg.model is not None:
@@ -114,7 +142,9 @@ def prepare(cfg: Namespace) -> dict[str, Any]:
             plan["judge_rows"] = load_prompts(plan["judge"])
             no_adapter = cfg.model is not None and cfg.adapter is None
             if "pairwise" in plan["judge"].modes and no_adapter and not has_references(plan["judge_rows"]):
-                raise ValueError("--judge.modes pairwise: the prompts have no 'reference' and --model has no --adapter to compare against")
+                raise ValueError(
+                    "--judge.modes pairwise: the prompts have no 'reference' and --model has no --adapter to compare against"
+                )
     except ValueError as err:
         raise UserError(str(err)) from None
     return plan
@@ -126,9 +156,15 @@ def evaluate(cfg: Namespace, plan: dict[str, Any]) -> tuple[Path, dict[str, Any]
     from lightning_fed.evaluation.run_model import load_model
 
     loaded = load_model(plan["source"])
-    out = Path(cfg.output).expanduser() if cfg.output else loaded.output_dir or Path(cfg.adapter).expanduser().resolve().parent
+    out = (
+        Path(cfg.output).expanduser()
+        if cfg.output
+        else loaded.output_dir or Path(cfg.adapter).expanduser().resolve().parent
+    )
     out.mkdir(parents=True, exist_ok=True)
-    lm = lm_eval_tasks.make_lm(loaded.model, loaded.tokenizer, cfg.batch_size, plan["lm_eval"].max_length if "lm_eval" in plan else None)
+    lm = lm_eval_tasks.make_lm(
+        loaded.model, loaded.tokenizer, cfg.batch_size, plan["lm_eval"].max_length if "lm_eval" in plan else None
+    )
     seed = cfg.seed if cfg.seed is not None else 0
     results: dict[str, Any] = {}
     scalars: dict[str, float] = {}
@@ -144,7 +180,9 @@ def evaluate(cfg: Namespace, plan: dict[str, Any]) -> tuple[Path, dict[str, Any]
         data = (loaded.run_config.get("data") or {}).get("init_args") or {}
         template = options.template or data.get("template") or "plain"
         judge = judge_run.make_judge(options, cfg.batch_size)
-        results["judge"] = judge_run.evaluate_judge(loaded.model, loaded.tokenizer, lm, judge, plan["judge_rows"], options, template, out / "eval")
+        results["judge"] = judge_run.evaluate_judge(
+            loaded.model, loaded.tokenizer, lm, judge, plan["judge_rows"], options, template, out / "eval"
+        )
         for mode, key in (("pairwise", "win_rate"), ("single", "score")):
             if results["judge"].get(mode, {}).get(key) is not None:
                 scalars[f"judge/{mode}/{key}"] = results["judge"][mode][key]
@@ -190,7 +228,9 @@ def report(results: dict[str, Any]) -> list[str]:
     judge = results.get("judge", {})
     if "pairwise" in judge:
         pw = judge["pairwise"]
-        lines.append(f"judge pairwise win_rate={pw['win_rate']:.4f} (wins {pw['wins']}, ties {pw['ties']}, losses {pw['losses']}; vs {pw['against']})")
+        lines.append(
+            f"judge pairwise win_rate={pw['win_rate']:.4f} (wins {pw['wins']}, ties {pw['ties']}, losses {pw['losses']}; vs {pw['against']})"
+        )
     if "single" in judge:
         single = judge["single"]
         score = "n/a" if single["score"] is None else f"{single['score']:.2f}"

@@ -9,7 +9,9 @@ import torch
 
 
 @torch.no_grad()
-def generate_responses(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 64, batch_size: int = 16) -> list[str]:
+def generate_responses(
+    model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 64, batch_size: int = 16
+) -> list[str]:
     """Greedy continuations of ``prompts`` (``model.generate``, no sampling, one beam).
 
     Prompts are encoded like training prompts (with the tokenizer's leading special tokens)
@@ -28,11 +30,15 @@ def generate_responses(model: torch.nn.Module, tokenizer: Any, prompts: Sequence
 
     if max_new_tokens < 1:
         raise ValueError(f"`max_new_tokens` must be >= 1, got {max_new_tokens}")
-    return generate_from_ids(model, tokenizer, [encode_prompt(tokenizer, p) for p in prompts], max_new_tokens, batch_size)
+    return generate_from_ids(
+        model, tokenizer, [encode_prompt(tokenizer, p) for p in prompts], max_new_tokens, batch_size
+    )
 
 
 @torch.no_grad()
-def generate_from_ids(model: torch.nn.Module, tokenizer: Any, encoded: Sequence[Sequence[int]], max_new_tokens: int, batch_size: int = 16) -> list[str]:
+def generate_from_ids(
+    model: torch.nn.Module, tokenizer: Any, encoded: Sequence[Sequence[int]], max_new_tokens: int, batch_size: int = 16
+) -> list[str]:
     """Greedy continuations of already tokenized prompts, batched by equal length (no padding).
 
     Args:

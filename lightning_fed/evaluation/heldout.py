@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lightning_fed.callbacks.hooks import RoundHook
 from lightning_fed.evaluation.generation import generate_responses
 from lightning_fed.evaluation.rouge import ROUGE_TYPES, rouge_scores
+from lightning_fed.federation.hooks import RoundHook
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -48,18 +48,32 @@ def held_out_examples(
     records = load_records(dataset, "instruction", split=split, field_map=field_map, synthetic_args=synthetic_args)
     for column, value in (where or {}).items():
         if column not in records.column_names:
-            raise ValueError(f"`where`: {dataset!r} has no column {column!r} (columns: {', '.join(records.column_names)})")
+            raise ValueError(
+                f"`where`: {dataset!r} has no column {column!r} (columns: {', '.join(records.column_names)})"
+            )
         records = records.filter(lambda row, c=column, v=value: row[c] == v)
     if len(records) == 0:
         raise ValueError(f"held-out set {dataset!r}: no rows match where={where}")
     order = np.arange(len(records))
     if max_examples is not None and max_examples < len(records):
         order = np.sort(np.random.default_rng(seed).permutation(len(records))[:max_examples])
-    return [{"instruction": records[int(i)]["instruction"], "input": records[int(i)].get("input") or "", "output": records[int(i)]["output"]} for i in order]
+    return [
+        {
+            "instruction": records[int(i)]["instruction"],
+            "input": records[int(i)].get("input") or "",
+            "output": records[int(i)]["output"],
+        }
+        for i in order
+    ]
 
 
 def evaluate_rouge(
-    module: Any, examples: list[dict[str, str]], template: str, max_new_tokens: int = 64, batch_size: int = 16, system_prompt: str | None = None
+    module: Any,
+    examples: list[dict[str, str]],
+    template: str,
+    max_new_tokens: int = 64,
+    batch_size: int = 16,
+    system_prompt: str | None = None,
 ) -> tuple[dict[str, float], list[str]]:
     """Mean ROUGE F-measures of ``module.model``'s greedy answers, and the answers.
 
@@ -117,23 +131,41 @@ class HeldOutRouge(RoundHook):
         self.history: list[dict[str, Any]] = []
         self._examples: list[dict[str, str]] | None = None
 
-    def after_aggregate(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int) -> None:
+    def after_aggregate(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
+    ) -> None:
         number = round_idx + 1
         if number % self.every_n_rounds and number != loop.rounds:
             return
         final = number == loop.rounds and self.final_full
         if final:
-            examples = held_out_examples(self.dataset, self.synthetic_args, self.field_map, self.split, None, self.seed, self.where)
+            examples = held_out_examples(
+                self.dataset, self.synthetic_args, self.field_map, self.split, None, self.seed, self.where
+            )
         else:
             if self._examples is None:
-                self._examples = held_out_examples(self.dataset, self.synthetic_args, self.field_map, self.split, self.max_examples, self.seed, self.where)
+                self._examples = held_out_examples(
+                    self.dataset,
+                    self.synthetic_args,
+                    self.field_map,
+                    self.split,
+                    self.max_examples,
+                    self.seed,
+                    self.where,
+                )
             examples = self._examples
         template = self.template or loop.datamodule.template
         system_prompt = getattr(loop.datamodule, "system_prompt", None)
-        scores, answers = evaluate_rouge(module, examples, template, self.max_new_tokens, self.batch_size, system_prompt)
+        scores, answers = evaluate_rouge(
+            module, examples, template, self.max_new_tokens, self.batch_size, system_prompt
+        )
         self.history.append(
-            {"round": number, **scores, "num_examples": len(examples),
-             "examples": [{"reference": e["output"], "answer": a} for e, a in zip(examples[:5], answers[:5])]}
+            {
+                "round": number,
+                **scores,
+                "num_examples": len(examples),
+                "examples": [{"reference": e["output"], "answer": a} for e, a in zip(examples[:5], answers[:5])],
+            }
         )
         if trainer is not None and trainer.is_global_zero:
             for logger in trainer.loggers:

@@ -123,9 +123,13 @@ def score_completions(
     # The package prints progress on stdout; keep stdout for this command's own report.
     with contextlib.redirect_stdout(sys.stderr):
         pass_at_k = evaluate_functional_correctness(
-            str(samples), k=[1], n_workers=options.n_workers, timeout=options.timeout,
-            problem_file=options.problem_path, ignore_incomplete=True,
-        )  # fmt: skip
+            str(samples),
+            k=[1],
+            n_workers=options.n_workers,
+            timeout=options.timeout,
+            problem_file=options.problem_path,
+            ignore_incomplete=True,
+        )
     results_file = Path(str(samples) + "_results.jsonl")
     passed = sum(json.loads(line)["passed"] for line in results_file.read_text().splitlines() if line.strip())
     return {
@@ -149,5 +153,10 @@ def evaluate_humaneval(lm: Any, options: HumanEvalOptions, out_dir: Path) -> dic
     prompts = [p["prompt"] for p in problems.values()]
     outputs = generate_until(lm, prompts, options.stop, options.max_new_tokens)
     result = score_completions(problems, dict(zip(problems, outputs, strict=True)), options, out_dir)
-    result["settings"] = {"max_new_tokens": options.max_new_tokens, "stop": options.stop, "timeout": options.timeout, "limit": options.limit}
+    result["settings"] = {
+        "max_new_tokens": options.max_new_tokens,
+        "stop": options.stop,
+        "timeout": options.timeout,
+        "limit": options.limit,
+    }
     return result

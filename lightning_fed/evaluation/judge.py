@@ -122,11 +122,23 @@ class OpenAIChatBackend:
     """
 
     def __init__(
-        self, url: str, model: str, api_key_env: str = "OPENAI_API_KEY", max_tokens: int = 512, timeout: float = 60.0, concurrency: int = 4
+        self,
+        url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        max_tokens: int = 512,
+        timeout: float = 60.0,
+        concurrency: int = 4,
     ) -> None:
         base = url.rstrip("/")
         self.url = base if base.endswith("/chat/completions") else base + "/chat/completions"
-        self.model, self.api_key_env, self.max_tokens, self.timeout, self.concurrency = model, api_key_env, max_tokens, timeout, concurrency
+        self.model, self.api_key_env, self.max_tokens, self.timeout, self.concurrency = (
+            model,
+            api_key_env,
+            max_tokens,
+            timeout,
+            concurrency,
+        )
         self.name = f"{model} @ {self.url}"
 
     def _post(self, chat: list[dict[str, str]]) -> str:
@@ -149,7 +161,9 @@ class OpenAIChatBackend:
         try:
             return reply["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
-            raise RuntimeError(f"--judge.url {self.url}: no choices[0].message.content in the reply: {str(reply)[:200]}") from None
+            raise RuntimeError(
+                f"--judge.url {self.url}: no choices[0].message.content in the reply: {str(reply)[:200]}"
+            ) from None
 
     def complete(self, chats: Sequence[list[dict[str, str]]]) -> list[str]:
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
@@ -173,11 +187,16 @@ class LLMJudge:
 
     def verdicts(self, questions: Sequence[str], first: Sequence[str], second: Sequence[str]) -> list[str]:
         """Per pair shown as (A = first, B = second): ``"A"``, ``"B"``, ``"tie"`` or ``"unparsed"``."""
-        prompts = [PAIR_PROMPT.format(question=q, answer_a=a, answer_b=b) for q, a, b in zip(questions, first, second, strict=True)]
+        prompts = [
+            PAIR_PROMPT.format(question=q, answer_a=a, answer_b=b)
+            for q, a, b in zip(questions, first, second, strict=True)
+        ]
         answers = self.backend.complete(self._chats(prompts))
         verdicts = [parse_pair_verdict(a) for a in answers]
-        self.records += [{"kind": "pair", "question": q, "answer_a": a, "answer_b": b, "judgment": j, "verdict": v}
-                         for q, a, b, j, v in zip(questions, first, second, answers, verdicts)]  # fmt: skip
+        self.records += [
+            {"kind": "pair", "question": q, "answer_a": a, "answer_b": b, "judgment": j, "verdict": v}
+            for q, a, b, j, v in zip(questions, first, second, answers, verdicts)
+        ]
         return verdicts
 
     def prefers_first(self, prompts: Sequence[str], first: Sequence[str], second: Sequence[str]) -> list[bool]:
@@ -189,10 +208,14 @@ class LLMJudge:
         prompts = [SINGLE_PROMPT.format(question=q, answer=a) for q, a in zip(questions, answers, strict=True)]
         judgments = self.backend.complete(self._chats(prompts))
         ratings = [parse_rating(j) for j in judgments]
-        self.records += [{"kind": "single", "question": q, "answer": a, "judgment": j, "rating": r}
-                         for q, a, j, r in zip(questions, answers, judgments, ratings)]  # fmt: skip
+        self.records += [
+            {"kind": "single", "question": q, "answer": a, "judgment": j, "rating": r}
+            for q, a, j, r in zip(questions, answers, judgments, ratings)
+        ]
         return ratings
 
     def unparsed(self) -> int:
         """Judgments so far with no verdict or rating in them."""
-        return sum(r.get("verdict") == "unparsed" or (r["kind"] == "single" and r["rating"] is None) for r in self.records)
+        return sum(
+            r.get("verdict") == "unparsed" or (r["kind"] == "single" and r["rating"] is None) for r in self.records
+        )

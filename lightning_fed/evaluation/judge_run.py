@@ -82,7 +82,9 @@ class JudgeOptions:
         if self.model is not None and self.url is None:
             sources.append("model")
         if len(sources) != 1:
-            problems.append(f"--judge: set exactly one of --judge.url (with --judge.model), --judge.model or --judge.backbone, got {sources or 'none'}")
+            problems.append(
+                f"--judge: set exactly one of --judge.url (with --judge.model), --judge.model or --judge.backbone, got {sources or 'none'}"
+            )
         if self.url is not None and not self.model:
             problems.append(f"--judge.url {self.url!r} needs --judge.model (the endpoint's model name)")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
@@ -134,20 +136,40 @@ def has_references(rows: list[dict[str, str]]) -> bool:
 def make_judge(options: JudgeOptions, batch_size: int = 8) -> LLMJudge:
     """The judge the options name (a local model is loaded here)."""
     if options.url is not None:
-        backend = OpenAIChatBackend(options.url, options.model, options.api_key_env, options.judge_max_new_tokens, options.timeout, options.concurrency)
+        backend = OpenAIChatBackend(
+            options.url,
+            options.model,
+            options.api_key_env,
+            options.judge_max_new_tokens,
+            options.timeout,
+            options.concurrency,
+        )
         return LLMJudge(backend)
     from lightning_fed.evaluation.lm_eval_tasks import make_lm
     from lightning_fed.evaluation.run_model import build_backbone
     from lightning_fed.modules.backbone import BackboneConfig
 
-    spec = BackboneConfig(**options.backbone) if options.backbone is not None else BackboneConfig(name_or_path=options.model)
+    spec = (
+        BackboneConfig(**options.backbone)
+        if options.backbone is not None
+        else BackboneConfig(name_or_path=options.model)
+    )
     model, tokenizer = build_backbone(spec, options.seed)
     name = options.model or f"backbone config {spec.config}"
-    return LLMJudge(LocalChatBackend(make_lm(model, tokenizer, batch_size), tokenizer, options.judge_max_new_tokens, name))
+    return LLMJudge(
+        LocalChatBackend(make_lm(model, tokenizer, batch_size), tokenizer, options.judge_max_new_tokens, name)
+    )
 
 
 def evaluate_judge(
-    model: Any, tokenizer: Any, lm: Any, judge: LLMJudge, rows: list[dict[str, str]], options: JudgeOptions, template: str, out_dir: Path
+    model: Any,
+    tokenizer: Any,
+    lm: Any,
+    judge: LLMJudge,
+    rows: list[dict[str, str]],
+    options: JudgeOptions,
+    template: str,
+    out_dir: Path,
 ) -> dict[str, Any]:
     """Answer ``rows`` with the evaluated model and judge the answers.
 
@@ -171,7 +193,9 @@ def evaluate_judge(
     from lightning_fed.evaluation.win_rate import win_rate
 
     questions = [r["prompt"] for r in rows]
-    formatted = [format_prompt(template, q, tokenizer=tokenizer, system_prompt=options.system_prompt) for q in questions]
+    formatted = [
+        format_prompt(template, q, tokenizer=tokenizer, system_prompt=options.system_prompt) for q in questions
+    ]
     answers = [a.strip() for a in generate_until(lm, formatted, [], options.max_new_tokens)]
     result: dict[str, Any] = {"judge": judge.backend.name, "template": template, "n_prompts": len(rows)}
     references: list[str] | None = None
@@ -180,7 +204,9 @@ def evaluate_judge(
             references, against = [r["reference"] for r in rows], "reference"
         else:
             if not hasattr(model, "disable_adapter"):
-                raise ValueError("--judge.modes pairwise: the prompts have no 'reference' and the model has no adapter to compare against")
+                raise ValueError(
+                    "--judge.modes pairwise: the prompts have no 'reference' and the model has no adapter to compare against"
+                )
             with model.disable_adapter():
                 references = [a.strip() for a in generate_until(lm, formatted, [], options.max_new_tokens)]
             against = "base"

@@ -95,8 +95,14 @@ def task_manager(options: LmEvalOptions) -> tuple[Any, list[str]]:
         manager = TaskManager(include_path=include)
     unknown = [n for n in names if not manager.match_tasks([n])]
     if unknown:
-        local = sorted(n for n in manager.all_tasks if manager.task_index[n].yaml_path and str(LOCAL_TASKS) in str(manager.task_index[n].yaml_path))
-        raise ValueError(f"--lm_eval.tasks: unknown task {unknown[0]!r} (not an lm-eval task, group or tag; shipped local tasks: {local})")
+        local = sorted(
+            n
+            for n in manager.all_tasks
+            if manager.task_index[n].yaml_path and str(LOCAL_TASKS) in str(manager.task_index[n].yaml_path)
+        )
+        raise ValueError(
+            f"--lm_eval.tasks: unknown task {unknown[0]!r} (not an lm-eval task, group or tag; shipped local tasks: {local})"
+        )
     return manager, names
 
 
@@ -155,14 +161,20 @@ def run_lm_eval(lm: Any, options: LmEvalOptions, manager: Any, tasks: list[str],
         )
     except (ConnectionError, OSError, FileNotFoundError) as err:
         first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
-        raise RuntimeError(f"--lm_eval.tasks {tasks}: lm-eval could not load a task's data (offline? HF_DATASETS_OFFLINE=1?): {first}") from None
+        raise RuntimeError(
+            f"--lm_eval.tasks {tasks}: lm-eval could not load a task's data (offline? HF_DATASETS_OFFLINE=1?): {first}"
+        ) from None
     return {
         "results": out["results"],
         "groups": out.get("groups", {}),
         "n_samples": out.get("n-samples", {}),
         "versions": out.get("versions", {}),
         "higher_is_better": out.get("higher_is_better", {}),
-        "settings": {"num_fewshot": options.num_fewshot, "limit": limit, "apply_chat_template": options.apply_chat_template},
+        "settings": {
+            "num_fewshot": options.num_fewshot,
+            "limit": limit,
+            "apply_chat_template": options.apply_chat_template,
+        },
     }
 
 
@@ -186,5 +198,8 @@ def generate_until(lm: Any, contexts: list[str], until: list[str], max_new_token
     from lm_eval.api.instance import Instance
 
     kwargs = {"until": list(until), "max_gen_toks": max_new_tokens, "do_sample": False}
-    requests = [Instance(request_type="generate_until", doc={}, arguments=(c, dict(kwargs)), idx=i) for i, c in enumerate(contexts)]
+    requests = [
+        Instance(request_type="generate_until", doc={}, arguments=(c, dict(kwargs)), idx=i)
+        for i, c in enumerate(contexts)
+    ]
     return lm.generate_until(requests, disable_tqdm=True)

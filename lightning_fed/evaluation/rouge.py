@@ -13,7 +13,9 @@ from collections.abc import Sequence
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 
 
-def rouge_per_example(predictions: Sequence[str], references: Sequence[str], types: Sequence[str] = ROUGE_TYPES, use_stemmer: bool = False) -> dict[str, list[float]]:
+def rouge_per_example(
+    predictions: Sequence[str], references: Sequence[str], types: Sequence[str] = ROUGE_TYPES, use_stemmer: bool = False
+) -> dict[str, list[float]]:
     """F-measure of every (prediction, reference) pair, per ROUGE type.
 
     Args:
@@ -41,7 +43,9 @@ def rouge_per_example(predictions: Sequence[str], references: Sequence[str], typ
     return out
 
 
-def rouge_scores(predictions: Sequence[str], references: Sequence[str], types: Sequence[str] = ROUGE_TYPES, use_stemmer: bool = False) -> dict[str, float]:
+def rouge_scores(
+    predictions: Sequence[str], references: Sequence[str], types: Sequence[str] = ROUGE_TYPES, use_stemmer: bool = False
+) -> dict[str, float]:
     """Mean F-measure per ROUGE type (``0.0`` for no examples)."""
     per = rouge_per_example(predictions, references, types, use_stemmer)
     return {t: sum(v) / len(v) if v else 0.0 for t, v in per.items()}

@@ -119,14 +119,18 @@ def load_model(source: ModelSource) -> LoadedModel:
         return LoadedModel(model, tokenizer, None, description)
     path = Path(source.run).expanduser().resolve()
     if path.is_file():
-        return _from_checkpoint(path, path.parent.parent if path.parent.name == "checkpoints" else path.parent, source.seed)
+        return _from_checkpoint(
+            path, path.parent.parent if path.parent.name == "checkpoints" else path.parent, source.seed
+        )
     if (path / ADAPTER_CONFIG).is_file():
         return _from_adapter(path, path.parent, source.seed)
     if (path / "adapter" / ADAPTER_CONFIG).is_file():
         return _from_adapter(path / "adapter", path, source.seed)
     if (path / "checkpoints" / "last.ckpt").is_file():
         return _from_checkpoint(path / "checkpoints" / "last.ckpt", path, source.seed)
-    raise ValueError(f"--run {source.run!r}: neither a run folder (with adapter/ or checkpoints/last.ckpt), an adapter folder nor a .ckpt")
+    raise ValueError(
+        f"--run {source.run!r}: neither a run folder (with adapter/ or checkpoints/last.ckpt), an adapter folder nor a .ckpt"
+    )
 
 
 def run_config(run_dir: Path) -> dict[str, Any]:
@@ -161,7 +165,9 @@ def _from_adapter(adapter: Path, run_dir: Path, seed: int | None) -> LoadedModel
     config = run_config(run_dir)
     backbone = _config_backbone(config)
     if not backbone:
-        raise ValueError(f"--run {str(adapter)!r}: no config.yaml with model.init_args.backbone beside it; use --model and --adapter")
+        raise ValueError(
+            f"--run {str(adapter)!r}: no config.yaml with model.init_args.backbone beside it; use --model and --adapter"
+        )
     seed = seed if seed is not None else _int_or_none(config.get("seed_everything"))
     model, tokenizer = build_backbone(backbone, seed)
     model = _apply_adapter_folder(model, adapter, "--run")
@@ -186,7 +192,9 @@ def _from_checkpoint(path: Path, run_dir: Path, seed: int | None) -> LoadedModel
     config = run_config(run_dir)
     backbone = hp.get("backbone") or _config_backbone(config)
     if not backbone:
-        raise ValueError(f"--run {str(path)!r}: the checkpoint has no backbone hyper-parameter and no config.yaml beside the run")
+        raise ValueError(
+            f"--run {str(path)!r}: the checkpoint has no backbone hyper-parameter and no config.yaml beside the run"
+        )
     if isinstance(backbone, BackboneConfig):
         backbone = {k: getattr(backbone, k) for k in ("name_or_path", "config", "tokenizer", "dtype", "cache_dir")}
     if seed is None:  # the FederatedLoop's callback state records the run's seed

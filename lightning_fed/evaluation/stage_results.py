@@ -32,7 +32,9 @@ class StageResults:
 
     def add(self, client_ids: Tensor, outputs: dict[str, Tensor], group_ids: Tensor | None = None) -> None:
         """Add a batch: ``outputs`` maps metric names to ``(B,)`` tensors."""
-        values = {k: v.detach().float().cpu().tolist() for k, v in outputs.items() if torch.is_tensor(v) and v.dim() == 1}
+        values = {
+            k: v.detach().float().cpu().tolist() for k, v in outputs.items() if torch.is_tensor(v) and v.dim() == 1
+        }
         groups = group_ids.tolist() if group_ids is not None else None
         for j, cid in enumerate(client_ids.tolist()):
             self.counts[cid] += 1

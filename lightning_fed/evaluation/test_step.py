@@ -43,7 +43,9 @@ def instruction_rouge(module: Any, batch: dict[str, Tensor]) -> dict[str, Tensor
     """ROUGE-1/2/L of the module's greedy answers against the batch's reference responses."""
     tok = module.tokenizer
     prompts, references = [], []
-    for ids, labels, mask in zip(batch["input_ids"].tolist(), batch["labels"].tolist(), batch["attention_mask"].tolist()):
+    for ids, labels, mask in zip(
+        batch["input_ids"].tolist(), batch["labels"].tolist(), batch["attention_mask"].tolist()
+    ):
         n = sum(mask)
         start = next((j for j in range(n) if labels[j] != IGNORE_INDEX), n)
         prompts.append(ids[:start])

@@ -80,7 +80,9 @@ def win_rate(judge: PairJudge, prompts: Sequence[str], candidates: Sequence[str]
         raise ValueError(
             f"win rate: need as many prompts, candidates and references (> 0), got {len(prompts)}, {len(candidates)} and {len(references)}"
         )
-    return tally(judge.prefers_first(prompts, candidates, references), judge.prefers_first(prompts, references, candidates))
+    return tally(
+        judge.prefers_first(prompts, candidates, references), judge.prefers_first(prompts, references, candidates)
+    )
 
 
 class SelectorJudge:
@@ -113,7 +115,9 @@ class SelectorJudge:
         for i, (p, a, b) in enumerate(zip(prompts, first, second)):
             ids = encode_prompt(tok, selector_prompt(self.template, p, a, b))
             if len(ids) > self.max_length:
-                raise ValueError(f"win rate: pair {i} is {len(ids)} selector tokens > max_length={self.max_length}; raise it")
+                raise ValueError(
+                    f"win rate: pair {i} is {len(ids)} selector tokens > max_length={self.max_length}; raise it"
+                )
             items.append({"input_ids": ids})
         collate = PadCollator(tok.pad_token_id)
         was_training, active = sel.training, sel.active_selector
@@ -134,7 +138,9 @@ class SelectorJudge:
         return [bool(v) for v in majority_vote(torch.stack(votes)).tolist()]
 
 
-def policy_responses(policy: Any, prompts: Sequence[str], template: str = "plain", max_new_tokens: int = 64, tuned: bool = True) -> list[str]:
+def policy_responses(
+    policy: Any, prompts: Sequence[str], template: str = "plain", max_new_tokens: int = 64, tuned: bool = True
+) -> list[str]:
     """Greedy responses (App. B.1) of a LoRA policy, or of its untuned base (``tuned=False``)."""
     formatted = [format_prompt(template, p) for p in prompts]
     if tuned:
@@ -158,5 +164,9 @@ def policy_win_rate(
         ``(WinRate, candidate responses, reference responses)``.
     """
     candidates = policy_responses(policy, prompts, template, max_new_tokens)
-    refs = list(references) if references is not None else policy_responses(policy, prompts, template, max_new_tokens, tuned=False)
+    refs = (
+        list(references)
+        if references is not None
+        else policy_responses(policy, prompts, template, max_new_tokens, tuned=False)
+    )
     return win_rate(judge, prompts, candidates, refs), candidates, refs

@@ -70,7 +70,9 @@ def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
             if "class_path" in value:
                 flat[name] = value["class_path"]
                 flat.update(flatten_config(value.get("init_args") or {}, name))
-                flat.update(flatten_config({k: v for k, v in value.items() if k not in ("class_path", "init_args")}, name))
+                flat.update(
+                    flatten_config({k: v for k, v in value.items() if k not in ("class_path", "init_args")}, name)
+                )
             else:
                 flat.update(flatten_config(value, name))
         else:
@@ -119,7 +121,11 @@ def check_resume(path: str | Path, config: dict[str, Any], old: dict[str, Any] |
         return []
     forbidden, allowed = compare_configs(old, config)
     if forbidden:
-        more = f" (and {len(forbidden) - 1} more: {', '.join(c.split(':')[0] for c in forbidden[1:])})" if len(forbidden) > 1 else ""
+        more = (
+            f" (and {len(forbidden) - 1} more: {', '.join(c.split(':')[0] for c in forbidden[1:])})"
+            if len(forbidden) > 1
+            else ""
+        )
         raise CheckpointError(
             f"ckpt_path {str(path)!r} was written by a run with another config: {forbidden[0]}{more};"
             " resume with the run's own config, or start a new run without --ckpt_path"

@@ -53,7 +53,12 @@ class UpdateScreen:
         if norm <= self.max_norm:
             return update, False
         if self.mode == "reject":
-            raise AggregationError(f"client {update.client_id}: update norm {norm:.4g} exceeds federation.max_update_norm={self.max_norm}")
+            raise AggregationError(
+                f"client {update.client_id}: update norm {norm:.4g} exceeds federation.max_update_norm={self.max_norm}"
+            )
         scale = self.max_norm / norm
-        clipped = {k: (received[k].double() + (v.double() - received[k].double()) * scale).to(v.dtype) for k, v in update.state.items()}
+        clipped = {
+            k: (received[k].double() + (v.double() - received[k].double()) * scale).to(v.dtype)
+            for k, v in update.state.items()
+        }
         return replace(update, state=clipped), True

@@ -15,13 +15,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lightning_fed.federation.screening import UpdateScreen, update_norm
-from lightning_fed.strategies.base import ClientUpdate, StateDict, Strategy, check_update, clone_state
+from lightning_fed.state import StateDict, clone_state
+from lightning_fed.strategies.base import ClientUpdate, Strategy, check_update
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    from lightning_fed.callbacks.hooks import RoundHook
     from lightning_fed.callbacks.reporting import RoundReport
+    from lightning_fed.federation.hooks import RoundHook
 
 
 class ServerRound:
@@ -66,7 +67,16 @@ class ServerRound:
         self.clipped_updates += clipped
         return update
 
-    def advance(self, trainer: Any, module: pl.LightningModule, round_idx: int, valid: list[ClientUpdate], sampled: int, failed: list[int], rejected: dict[int, str]) -> None:
+    def advance(
+        self,
+        trainer: Any,
+        module: pl.LightningModule,
+        round_idx: int,
+        valid: list[ClientUpdate],
+        sampled: int,
+        failed: list[int],
+        rejected: dict[int, str],
+    ) -> None:
         """Aggregate the round's valid updates into the next global state, load it into the
         module and run the after-aggregate hooks; fail below ``min_clients``."""
         if len(valid) < self.min_clients:
@@ -90,4 +100,8 @@ class ServerRound:
 
     def fault_counts(self) -> dict[str, int]:
         """Clients that failed, updates rejected and updates clipped so far (for summary.json)."""
-        return {"failed_clients": self.failed_clients, "rejected_updates": self.rejected_updates, "clipped_updates": self.clipped_updates}
+        return {
+            "failed_clients": self.failed_clients,
+            "rejected_updates": self.rejected_updates,
+            "clipped_updates": self.clipped_updates,
+        }

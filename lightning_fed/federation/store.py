@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from lightning_fed.strategies.base import StateDict, clone_state, state_nbytes
+from lightning_fed.state import StateDict, clone_state, state_nbytes
 
 
 class ClientStateStore:

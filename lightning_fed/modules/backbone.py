@@ -100,19 +100,13 @@ class BackboneConfig:
         problems = []
         if (self.name_or_path is None) == (self.config is None):
             given = "both" if self.name_or_path is not None else "neither"
-            problems.append(
-                f"exactly one of backbone.name_or_path and backbone.config must be set, got {given}"
-            )
+            problems.append(f"exactly one of backbone.name_or_path and backbone.config must be set, got {given}")
         if self.config is not None and "model_type" not in self.config:
-            problems.append(
-                f"backbone.config must contain 'model_type', got keys {sorted(self.config)}"
-            )
+            problems.append(f"backbone.config must contain 'model_type', got keys {sorted(self.config)}")
         if self.dtype not in DTYPES:
             problems.append(f"backbone.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if self.quantization not in QUANTIZATIONS:
-            problems.append(
-                f"backbone.quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}"
-            )
+            problems.append(f"backbone.quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -176,9 +170,7 @@ def load_tokenizer(spec: str, cache_dir: str | None = None) -> PreTrainedTokeniz
     elif spec == GPT2_BPE_TOKENIZER:
         tokenizer = gpt2_bpe_tokenizer()
     else:
-        tokenizer = AutoTokenizer.from_pretrained(
-            _resolve_model_path(spec, "backbone.tokenizer", cache_dir)
-        )
+        tokenizer = AutoTokenizer.from_pretrained(_resolve_model_path(spec, "backbone.tokenizer", cache_dir))
     if tokenizer.eos_token is None:
         raise ValueError(f"backbone.tokenizer: tokenizer {spec!r} has no eos token")
     if tokenizer.pad_token is None:
@@ -234,9 +226,7 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "lightning_fed")
 
 
-def gguf_cache(
-    spec: str, cache_dir: str | None = None, field: str = "backbone.name_or_path"
-) -> Path:
+def gguf_cache(spec: str, cache_dir: str | None = None, field: str = "backbone.name_or_path") -> Path:
     """The plain model folder for a ``gguf:<package>/<file.gguf>`` name, built if missing.
 
     The GGUF file is dequantized by transformers, the model is rebuilt from its config
@@ -261,8 +251,7 @@ def gguf_cache(
     if not (source_dir / file).is_file():
         found = sorted(p.name for p in source_dir.glob("*.gguf")) or "none"
         raise ValueError(
-            f"{field}: no file {file!r} in package {package!r} ({source_dir}) for {spec!r}; "
-            f"GGUF files there: {found}"
+            f"{field}: no file {file!r} in package {package!r} ({source_dir}) for {spec!r}; GGUF files there: {found}"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -281,9 +270,7 @@ def gguf_cache(
 
 
 def _dequantize_to(source_dir: Path, file: str, out: Path) -> None:
-    quantized = AutoModelForCausalLM.from_pretrained(
-        source_dir, gguf_file=file, dtype=torch.float32
-    )
+    quantized = AutoModelForCausalLM.from_pretrained(source_dir, gguf_file=file, dtype=torch.float32)
     config_dict = quantized.config.to_dict()
     config_dict.pop("quantization_config", None)
     config_dict.pop("_name_or_path", None)
@@ -321,9 +308,7 @@ def _parse_gguf(spec: str, field: str) -> tuple[str, str]:
     rest = spec[len(GGUF_PREFIX) :]
     package, _, file = rest.partition("/")
     if not package or not file.endswith(".gguf") or "/" in file:
-        raise ValueError(
-            f"{field} must look like 'gguf:<python package>/<file.gguf>', got {spec!r}"
-        )
+        raise ValueError(f"{field} must look like 'gguf:<python package>/<file.gguf>', got {spec!r}")
     return package, file
 
 
@@ -361,9 +346,7 @@ def _build_from_config(
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map (as used by ByteLevel)."""
     printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     )
     chars = printable[:]
     n = 0

@@ -9,7 +9,8 @@ from torch import Tensor, nn
 
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
-from lightning_fed.modules.losses import dpo_loss, sequence_log_probs
+from lightning_fed.modules.losses import dpo_loss
+from lightning_fed.modules.preference import concatenated_log_probs
 
 
 class DPOModule(FederatedModule):
@@ -41,11 +42,7 @@ class DPOModule(FederatedModule):
 
     def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """``(log p(y_w|x), log p(y_l|x))`` under the current model, in one forward."""
-        ids = torch.cat([batch["chosen_input_ids"], batch["rejected_input_ids"]])
-        mask = torch.cat([batch["chosen_attention_mask"], batch["rejected_attention_mask"]])
-        labels = torch.cat([batch["chosen_labels"], batch["rejected_labels"]])
-        logps = sequence_log_probs(self.model(input_ids=ids, attention_mask=mask).logits, labels)
-        return logps.chunk(2)
+        return concatenated_log_probs(self.model, batch)
 
     def reference_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """The same under the reference model (adapters disabled, no gradient)."""

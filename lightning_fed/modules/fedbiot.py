@@ -7,7 +7,7 @@ adapter ``A``, a non-compressed emulator ``E*`` and its compressed emulator ``E`
 :meth:`OffsiteModule.client_state`. Clients train the adapter with the task loss (the
 proximal term of Eq. (1) is FedProx's correction with ``mu = epsilon``, see
 :func:`adapter_proximal_term`); the server aligns ``E`` with
-:class:`~lightning_fed.callbacks.EmulatorAlignment` (Eq. (2)).
+:class:`~lightning_fed.round_hooks.EmulatorAlignment` (Eq. (2)).
 
 Evaluation reports both compositions of the paper (Sec. 2.2): AdapEmu (``A`` + ``E``, what a
 client can run) and AdapFu (``A`` + ``E*``, the full model on the server).
@@ -28,7 +28,7 @@ from lightning_fed.modules.backbone import BackboneConfig, load_backbone
 from lightning_fed.modules.base import OPTIMIZERS, FederatedModule
 from lightning_fed.modules.layer_extract import LayerLayout, decoder_path, layer_extract, offsite_layout
 from lightning_fed.modules.losses import sft_loss, token_log_probs
-from lightning_fed.strategies.base import state_nbytes
+from lightning_fed.state import state_nbytes
 from lightning_fed.strategies.fedprox import proximal_term
 
 LAYOUTS = ("fedbiot", "offsite")
@@ -88,14 +88,25 @@ class OffsiteModule(FederatedModule):
         if not lr > 0:
             problems.append(f"model.lr must be > 0, got {lr}")
         if generation_metric is not None and generation_metric not in GENERATION_METRICS:
-            problems.append(f"model.generation_metric must be None or one of {GENERATION_METRICS}, got {generation_metric!r}")
+            problems.append(
+                f"model.generation_metric must be None or one of {GENERATION_METRICS}, got {generation_metric!r}"
+            )
         if problems:
             raise ValueError("; ".join(problems))
         # Explicit: Lightning's frame inspection finds init args through zero-argument super().
-        self.save_hyperparameters(dict(
-            backbone=backbone, layout=layout, adapter_layers=adapter_layers, beta=beta, lr=lr, weight_decay=weight_decay,
-            optimizer=optimizer, generation_metric=generation_metric, max_new_tokens=max_new_tokens,
-        ))
+        self.save_hyperparameters(
+            dict(
+                backbone=backbone,
+                layout=layout,
+                adapter_layers=adapter_layers,
+                beta=beta,
+                lr=lr,
+                weight_decay=weight_decay,
+                optimizer=optimizer,
+                generation_metric=generation_metric,
+                max_new_tokens=max_new_tokens,
+            )
+        )
         model, self.tokenizer = load_backbone(backbone)
         model.requires_grad_(False)
         self._decoder_path = decoder_path(model)  # one-line error for other architectures
@@ -120,7 +131,9 @@ class OffsiteModule(FederatedModule):
         # Names inside the client stack: adapter at the two ends, emulator in the middle.
         nb, ne = len(lay.adapter_bottom), len(lay.emulator)
         prefix = f"model.{self._decoder_path}."
-        self._adapter_prefixes = tuple(f"{prefix}{i}." for i in [*range(nb), *range(nb + ne, nb + ne + len(lay.adapter_top))])
+        self._adapter_prefixes = tuple(
+            f"{prefix}{i}." for i in [*range(nb), *range(nb + ne, nb + ne + len(lay.adapter_top))]
+        )
         self._emulator_prefixes = tuple(f"{prefix}{i}." for i in range(nb, nb + ne))
         self._parameters_by_name(refresh=True)  # indexed now, never while E* is swapped in
 
@@ -183,11 +196,15 @@ class OffsiteModule(FederatedModule):
         That is the hidden state leaving the last layer of ``E`` / ``E*``, before the top
         adapter; yields a list that holds it once the forward has run.
         """
-        last = self.model.get_submodule(self._decoder_path)[len(self.layout.adapter_bottom) + len(self.layout.emulator) - 1]
+        last = self.model.get_submodule(self._decoder_path)[
+            len(self.layout.adapter_bottom) + len(self.layout.emulator) - 1
+        ]
         if which == "full":
             last = self.non_compressed[-1]
         captured: list[Tensor] = []
-        handle = last.register_forward_hook(lambda _m, _a, out: captured.append(out[0] if isinstance(out, tuple) else out))
+        handle = last.register_forward_hook(
+            lambda _m, _a, out: captured.append(out[0] if isinstance(out, tuple) else out)
+        )
         try:
             yield captured
         finally:

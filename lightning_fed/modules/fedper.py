@@ -40,7 +40,9 @@ class FedPerModule(PersonalHeadDPO):
         self.shared_layers = shared_layers
         blocks = sorted({layer_index(n) for n, _ in self.named_parameters() if is_adapter_param(n)} - {None})
         if not blocks or blocks[-1] < shared_layers:
-            raise ValueError(f"model.shared_layers={shared_layers} leaves no personal layer: LoRA is on blocks {blocks}")
+            raise ValueError(
+                f"model.shared_layers={shared_layers} leaves no personal layer: LoRA is on blocks {blocks}"
+            )
 
     def is_personal(self, name: str) -> bool:
         if is_adapter_param(name):

@@ -113,8 +113,7 @@ def lora_config(model: nn.Module, settings: LoraSettings) -> LoraConfig:
         )
     # GPT-2 style Conv1D stores its weight transposed; tell PEFT instead of letting it warn.
     fan_in_fan_out = any(
-        isinstance(module, Conv1D) and name.rsplit(".", 1)[-1] in targets
-        for name, module in _base_modules(model)
+        isinstance(module, Conv1D) and name.rsplit(".", 1)[-1] in targets for name, module in _base_modules(model)
     )
     return LoraConfig(
         task_type="CAUSAL_LM",
@@ -127,9 +126,7 @@ def lora_config(model: nn.Module, settings: LoraSettings) -> LoraConfig:
     )
 
 
-def apply_lora(
-    model: PreTrainedModel, settings: LoraSettings, adapter_name: str = "default"
-) -> PeftModel:
+def apply_lora(model: PreTrainedModel, settings: LoraSettings, adapter_name: str = "default") -> PeftModel:
     """Wrap ``model`` with a LoRA adapter; only adapter parameters stay trainable.
 
     The model is modified in place (PEFT injects the adapter layers into it); keep a deep
@@ -166,17 +163,14 @@ def add_adapter(peft_model: PeftModel, settings: LoraSettings, adapter_name: str
     """
     if adapter_name in peft_model.peft_config:
         raise ValueError(
-            f"adapter_name {adapter_name!r} is already used; existing adapters: "
-            f"{sorted(peft_model.peft_config)}"
+            f"adapter_name {adapter_name!r} is already used; existing adapters: {sorted(peft_model.peft_config)}"
         )
     peft_model.add_adapter(adapter_name, lora_config(peft_model.get_base_model(), settings))
 
 
 def linear_module_names(model: nn.Module) -> list[str]:
     """Sorted distinct last path components of the Linear-like modules of ``model``."""
-    return sorted(
-        {name.rsplit(".", 1)[-1] for name, m in _base_modules(model) if isinstance(m, _LINEAR_LIKE)}
-    )
+    return sorted({name.rsplit(".", 1)[-1] for name, m in _base_modules(model) if isinstance(m, _LINEAR_LIKE)})
 
 
 def _base_modules(model: nn.Module):

@@ -42,9 +42,7 @@ def sequence_log_probs(logits: Tensor, labels: Tensor) -> Tensor:
 
 def sft_loss(logits: Tensor, labels: Tensor) -> Tensor:
     """Mean next-token cross-entropy over response tokens only (prompt tokens are ``-100``)."""
-    return F.cross_entropy(
-        logits[:, :-1, :].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX
-    )
+    return F.cross_entropy(logits[:, :-1, :].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX)
 
 
 def dpo_loss(

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.modules.losses import IGNORE_INDEX
 from lightning_fed.modules.pdpo_loss import (
     AdaptiveRewardScale,
     combined_margin,
@@ -27,7 +28,6 @@ from lightning_fed.modules.pdpo_loss import (
 )
 from lightning_fed.modules.pdpo_schedule import LossTriggeredDecay
 from lightning_fed.modules.personal_head import PersonalHeadDPO, build_optimizer, frozen
-from lightning_fed.modules.losses import IGNORE_INDEX
 from lightning_fed.modules.reward_head import POOLS, RewardHead
 
 LOCAL_SCHEDULES = ("alternate", "phased")
@@ -136,7 +136,11 @@ class PDPOModule(PersonalHeadDPO):
         problems = []
         if local_schedule not in LOCAL_SCHEDULES:
             problems.append(f"model.local_schedule must be one of {LOCAL_SCHEDULES}, got {local_schedule!r}")
-        for name, value in (("personal_epochs", personal_epochs), ("lora_epochs", lora_epochs), ("accumulate_grad_batches", accumulate_grad_batches)):
+        for name, value in (
+            ("personal_epochs", personal_epochs),
+            ("lora_epochs", lora_epochs),
+            ("accumulate_grad_batches", accumulate_grad_batches),
+        ):
             if not isinstance(value, int) or value < 1:
                 problems.append(f"model.{name} must be an integer >= 1, got {value!r}")
         if exclusion_k is not None and not exclusion_k >= 0:
@@ -149,7 +153,9 @@ class PDPOModule(PersonalHeadDPO):
         if reward_pool not in POOLS:
             problems.append(f"model.reward_pool must be one of {POOLS}, got {reward_pool!r}")
         if min(reward_weight_start, reward_weight_end) < 0:
-            problems.append(f"model.reward_weight_start/end must be >= 0, got {reward_weight_start}, {reward_weight_end}")
+            problems.append(
+                f"model.reward_weight_start/end must be >= 0, got {reward_weight_start}, {reward_weight_end}"
+            )
         if rounds is not None and rounds < 1:
             problems.append(f"model.rounds must be >= 1, got {rounds}")
         if lr_decay is not None and not 0 < lr_decay < 1:
@@ -158,12 +164,22 @@ class PDPOModule(PersonalHeadDPO):
             problems.append(f"model.min_lr must be >= 0, got {min_lr}")
         if problems:
             raise ValueError("; ".join(problems))
-        super().__init__(*args, use_bottleneck=use_bottleneck, bottleneck_dim=bottleneck_dim, bottleneck_dropout=bottleneck_dropout, **kwargs)
+        super().__init__(
+            *args,
+            use_bottleneck=use_bottleneck,
+            bottleneck_dim=bottleneck_dim,
+            bottleneck_dropout=bottleneck_dropout,
+            **kwargs,
+        )
         self.automatic_optimization = False
         self.lr_h, self.lr_w = lr_h or self.hparams.lr, lr_w or self.hparams.lr
         self.use_reward_head, self.reward_pool, self.rounds = use_reward_head, reward_pool, rounds
         self.reward_weight_range = (float(reward_weight_start), float(reward_weight_end))
-        self.reward_head = RewardHead(self.hidden_dim, reward_hidden, reward_dropout).to(self.personal_dtype) if use_reward_head else None
+        self.reward_head = (
+            RewardHead(self.hidden_dim, reward_hidden, reward_dropout).to(self.personal_dtype)
+            if use_reward_head
+            else None
+        )
         self.reward_scale = AdaptiveRewardScale(scale_momentum, scale_eps) if use_reward_head else None
         self.lr_decay = LossTriggeredDecay(lr_decay, min_lr) if lr_decay is not None else None
         self.local_schedule, self.personal_epochs, self.lora_epochs = local_schedule, personal_epochs, lora_epochs
@@ -243,7 +259,9 @@ class PDPOModule(PersonalHeadDPO):
         delta_ir = implicit_margin(chosen, rejected, ref_chosen, ref_rejected)  # Eq. (4)
         metrics = {"pref_acc": (chosen.detach() > rejected.detach()).float()}
         if self.reward_head is not None:
-            pool = inputs["attention_mask"].bool() if self.reward_pool == "sequence" else inputs["labels"] != IGNORE_INDEX
+            pool = (
+                inputs["attention_mask"].bool() if self.reward_pool == "sequence" else inputs["labels"] != IGNORE_INDEX
+            )
             r_chosen, r_rejected = self.reward_head(z, pool).chunk(2)  # Eq. (3)
             delta_er = r_chosen - r_rejected  # Eq. (5)
             scale = self.reward_scale.update(delta_ir, delta_er) if update_scale else self.reward_scale.value.detach()

@@ -12,7 +12,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-def implicit_margin(policy_chosen: Tensor, policy_rejected: Tensor, reference_chosen: Tensor, reference_rejected: Tensor) -> Tensor:
+def implicit_margin(
+    policy_chosen: Tensor, policy_rejected: Tensor, reference_chosen: Tensor, reference_rejected: Tensor
+) -> Tensor:
     """``Delta_ir = log pi(y_w|x)/ref(y_w|x) - log pi(y_l|x)/ref(y_l|x)`` per pair (Eq. 4)."""
     return (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
 

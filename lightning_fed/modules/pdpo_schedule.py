@@ -44,7 +44,13 @@ class LossTriggeredDecay(nn.Module):
         if problems:
             raise ValueError("; ".join(problems))
         self.factor, self.min_lr = float(factor), float(min_lr)
-        for name, value in (("scale", 1.0), ("last_loss", math.inf), ("loss_sum", 0.0), ("loss_count", 0.0), ("round", -1.0)):
+        for name, value in (
+            ("scale", 1.0),
+            ("last_loss", math.inf),
+            ("loss_sum", 0.0),
+            ("loss_count", 0.0),
+            ("round", -1.0),
+        ):
             setattr(self, name, nn.Parameter(torch.tensor(value), requires_grad=False))
 
     @torch.no_grad()

@@ -25,6 +25,7 @@ from lightning_fed.modules.bottleneck import BottleneckAdapter
 from lightning_fed.modules.dpo import DPOModule
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
 from lightning_fed.modules.losses import sequence_log_probs
+from lightning_fed.modules.preference import concatenated_inputs
 
 
 @contextmanager
@@ -96,7 +97,9 @@ class PersonalHeadDPO(DPOModule):
             if self.lm_head.bias is not None:
                 self.lm_head.bias.copy_(out.bias)
         self.bottleneck = (
-            BottleneckAdapter(dim, bottleneck_dim, bottleneck_dropout).to(self.personal_dtype) if use_bottleneck else None
+            BottleneckAdapter(dim, bottleneck_dim, bottleneck_dropout).to(self.personal_dtype)
+            if use_bottleneck
+            else None
         )
 
     # ------------------------------------------------------------------ state partition
@@ -142,10 +145,7 @@ class PersonalHeadDPO(DPOModule):
             ``(log p(y|x) (2B,), features z (2B, T, d), inputs)`` where ``inputs`` holds the
             concatenated ``input_ids``, ``attention_mask`` and ``labels``.
         """
-        inputs = {
-            key: torch.cat([batch[f"chosen_{key}"], batch[f"rejected_{key}"]])
-            for key in ("input_ids", "attention_mask", "labels")
-        }
+        inputs = concatenated_inputs(batch)
         z = self.features(inputs["input_ids"], inputs["attention_mask"])
         logps = sequence_log_probs(self.lm_head(z), inputs["labels"])
         return logps, z, inputs

@@ -46,9 +46,7 @@ def bitsandbytes_config(kind: str, compute_dtype: torch.dtype) -> Any:
     try:
         import bitsandbytes  # noqa: F401
     except ImportError:
-        raise ValueError(
-            f"backbone.quantization={kind!r} needs bitsandbytes (pip install bitsandbytes)"
-        ) from None
+        raise ValueError(f"backbone.quantization={kind!r} needs bitsandbytes (pip install bitsandbytes)") from None
     from transformers import BitsAndBytesConfig
 
     if kind == "int8":
@@ -94,9 +92,7 @@ def quantize_built(model: PreTrainedModel, kind: str, dtype: torch.dtype) -> Pre
     return quantized
 
 
-def prepare_for_training(
-    model: PreTrainedModel, quantization: str, activation_checkpointing: bool
-) -> PreTrainedModel:
+def prepare_for_training(model: PreTrainedModel, quantization: str, activation_checkpointing: bool) -> PreTrainedModel:
     """Freeze and prepare a loaded backbone for adapter training.
 
     Args:

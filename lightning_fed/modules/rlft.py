@@ -24,7 +24,15 @@ from lightning_fed.strategies.fedbiscuit import majority_vote
 
 
 @torch.no_grad()
-def sample_completions(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], n: int, max_new_tokens: int = 64, temperature: float = 0.7, seed: int = 0) -> list[list[str]]:
+def sample_completions(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    n: int,
+    max_new_tokens: int = 64,
+    temperature: float = 0.7,
+    seed: int = 0,
+) -> list[list[str]]:
     """``n`` sampled completions of each prompt (new tokens only, special tokens dropped)."""
     if n < 2:
         raise ValueError(f"`n` must be >= 2 to form pairs, got {n}")
@@ -37,18 +45,31 @@ def sample_completions(model: torch.nn.Module, tokenizer: Any, prompts: Sequence
         for prompt in prompts:
             ids = torch.tensor([encode_prompt(tokenizer, prompt)], device=device)
             gen = model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=temperature, top_k=0,
-                num_return_sequences=n, max_new_tokens=max_new_tokens,
-                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-            )  # fmt: skip
-            out.append([tokenizer.decode(g[ids.shape[1]:].tolist(), skip_special_tokens=True) for g in gen])
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=temperature,
+                top_k=0,
+                num_return_sequences=n,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            out.append([tokenizer.decode(g[ids.shape[1] :].tolist(), skip_special_tokens=True) for g in gen])
     finally:
         model.train(was_training)
     return out
 
 
 @torch.no_grad()
-def label_pairs(selector: Any, prompts: Sequence[str], completions: Sequence[Sequence[str]], template: str = "shp", max_length: int = 512, batch_size: int | None = None) -> list[dict[str, str]]:
+def label_pairs(
+    selector: Any,
+    prompts: Sequence[str],
+    completions: Sequence[Sequence[str]],
+    template: str = "shp",
+    max_length: int = 512,
+    batch_size: int | None = None,
+) -> list[dict[str, str]]:
     """Preference records from all ``C(n, 2)`` pairs of each prompt's completions.
 
     Each selector votes for the response it prefers (probability averaged over both orders,
@@ -83,22 +104,48 @@ def label_pairs(selector: Any, prompts: Sequence[str], completions: Sequence[Seq
         selector.use_selector(active)
         selector.train(was_training)
     first_wins = majority_vote(torch.cat(votes, dim=1)).tolist()
-    return [{"prompt": p, "chosen": a if w else b, "rejected": b if w else a} for (p, a, b), w in zip(pairs, first_wins)]
+    return [
+        {"prompt": p, "chosen": a if w else b, "rejected": b if w else a} for (p, a, b), w in zip(pairs, first_wins)
+    ]
 
 
-def dpo_on_records(policy: pl.LightningModule, records: Sequence[dict[str, str]], steps: int, batch_size: int = 8, max_length: int = 256, **trainer_kwargs: Any) -> pl.Trainer:
+def dpo_on_records(
+    policy: pl.LightningModule,
+    records: Sequence[dict[str, str]],
+    steps: int,
+    batch_size: int = 8,
+    max_length: int = 256,
+    **trainer_kwargs: Any,
+) -> pl.Trainer:
     """DPO-train ``policy`` (a :class:`~lightning_fed.modules.dpo.DPOModule`) on ``records`` for ``steps`` steps."""
     tok = policy.tokenizer
     items = [tokenize_preference(r["prompt"], r["chosen"], r["rejected"], tok, max_length, "truncate") for r in records]
     loader = DataLoader(items, batch_size=batch_size, shuffle=True, collate_fn=PadCollator(tok.pad_token_id))
-    for key, value in {"max_steps": steps, "logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}.items():
+    for key, value in {
+        "max_steps": steps,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }.items():
         trainer_kwargs.setdefault(key, value)
     trainer = pl.Trainer(**trainer_kwargs)
     trainer.fit(policy, train_dataloaders=loader)
     return trainer
 
 
-def rlft(policy: pl.LightningModule, selector: Any, prompts: Sequence[str], n: int = 4, steps: int = 100, max_new_tokens: int = 64, temperature: float = 0.7, template: str = "shp", seed: int = 0, **dpo_kwargs: Any) -> list[dict[str, str]]:
+def rlft(
+    policy: pl.LightningModule,
+    selector: Any,
+    prompts: Sequence[str],
+    n: int = 4,
+    steps: int = 100,
+    max_new_tokens: int = 64,
+    temperature: float = 0.7,
+    template: str = "shp",
+    seed: int = 0,
+    **dpo_kwargs: Any,
+) -> list[dict[str, str]]:
     """Sample, label with the selector(s), DPO the policy; returns the generated preference set."""
     completions = sample_completions(policy.model, policy.tokenizer, prompts, n, max_new_tokens, temperature, seed)
     records = label_pairs(selector, prompts, completions, template)

@@ -60,7 +60,9 @@ def selector_loss(logits_ab: Tensor, logits_ba: Tensor, label_ab: Tensor) -> tup
         correctness of the two answers; 1 where both orders pick the same response.
     """
     label_ba = 1 - label_ab
-    loss = 0.5 * (F.cross_entropy(logits_ab, label_ab, reduction="none") + F.cross_entropy(logits_ba, label_ba, reduction="none"))
+    loss = 0.5 * (
+        F.cross_entropy(logits_ab, label_ab, reduction="none") + F.cross_entropy(logits_ba, label_ba, reduction="none")
+    )
     pred_ab, pred_ba = logits_ab.argmax(-1), logits_ba.argmax(-1)
     acc = 0.5 * ((pred_ab == label_ab).float() + (pred_ba == label_ba).float())
     consistency = (pred_ab != pred_ba).float()  # swapping the order must swap the letter

@@ -62,7 +62,9 @@ class SelectorSource:
         if isinstance(self.backbone, dict):
             self.backbone = BackboneConfig(**self.backbone)
         if self.path is None and self.train_config is None:
-            raise ValueError("selector: set selector.path (a trained selector) or selector.train_config (train one first), got neither")
+            raise ValueError(
+                "selector: set selector.path (a trained selector) or selector.train_config (train one first), got neither"
+            )
         if self.train_args and self.train_config is None:
             raise ValueError(f"selector.train_args needs selector.train_config, got train_args={self.train_args}")
 
@@ -101,7 +103,9 @@ def train_selector(config: str, args: list[str]) -> BinarySelectorModule:
         raise FileNotFoundError(f"selector.train_config {config!r}: no such file")
     cli = main(["fit", "--config", config, *args])
     if not isinstance(cli.model, BinarySelectorModule):
-        raise ValueError(f"selector.train_config {config!r} trains a {type(cli.model).__name__}, not a BinarySelectorModule")
+        raise ValueError(
+            f"selector.train_config {config!r} trains a {type(cli.model).__name__}, not a BinarySelectorModule"
+        )
     return cli.model  # the FederatedLoop loads the global state at the end of fit
 
 
@@ -123,10 +127,16 @@ def _from_checkpoint(path: Path, backbone: BackboneConfig | None, seed: int | No
     ckpt = read_checkpoint(path, "selector.path")
     hp = ckpt.get("hyper_parameters") or {}
     if backbone is None and hp.get("backbone") is None:
-        raise ValueError(f"selector.path {str(path)!r}: the checkpoint has no backbone hyper-parameter; set selector.backbone")
+        raise ValueError(
+            f"selector.path {str(path)!r}: the checkpoint has no backbone hyper-parameter; set selector.backbone"
+        )
     if seed is None:  # the FederatedLoop's callback state records the run's seed
-        seed = next((s["seed"] for s in (ckpt.get("callbacks") or {}).values() if isinstance(s, dict) and "seed" in s), None)
-    selector = _build(backbone or hp["backbone"], seed, lora=hp.get("lora"), num_selectors=int(hp.get("num_selectors", 1)))
+        seed = next(
+            (s["seed"] for s in (ckpt.get("callbacks") or {}).values() if isinstance(s, dict) and "seed" in s), None
+        )
+    selector = _build(
+        backbone or hp["backbone"], seed, lora=hp.get("lora"), num_selectors=int(hp.get("num_selectors", 1))
+    )
     state = (ckpt.get("federation") or {}).get("global_state") or ckpt.get("state_dict") or {}
     _load(selector, state, path)
     return selector
@@ -141,18 +151,24 @@ def _from_adapter_folder(path: Path, backbone: BackboneConfig | None, seed: int 
     peft_cfg = json.loads((path / ADAPTER_CONFIG).read_text())
     targets = peft_cfg.get("target_modules")
     lora = LoraSettings(
-        r=int(peft_cfg["r"]), alpha=float(peft_cfg["lora_alpha"]), dropout=float(peft_cfg.get("lora_dropout", 0.0)),
+        r=int(peft_cfg["r"]),
+        alpha=float(peft_cfg["lora_alpha"]),
+        dropout=float(peft_cfg.get("lora_dropout", 0.0)),
         target_modules=sorted(targets) if targets else None,
-    )  # fmt: skip
+    )
     run_backbone, run_seed = _run_config(path, need_backbone=backbone is None)
-    selector = _build(backbone or run_backbone, run_seed if seed is None else seed, lora=lora, num_selectors=num_selectors)
+    selector = _build(
+        backbone or run_backbone, run_seed if seed is None else seed, lora=lora, num_selectors=num_selectors
+    )
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
     for u in range(num_selectors):
         folder = path if u == 0 else path / selector_name(u)
         weights = load_file(str(folder / ADAPTER_WEIGHTS))
-        result = set_peft_model_state_dict(selector.model, weights, adapter_name="default" if u == 0 else selector_name(u))
+        result = set_peft_model_state_dict(
+            selector.model, weights, adapter_name="default" if u == 0 else selector_name(u)
+        )
         unexpected = list(getattr(result, "unexpected_keys", []) or [])
         if unexpected:
             raise ValueError(f"selector.path {str(folder)!r}: weights do not fit the backbone, e.g. {unexpected[0]!r}")
@@ -164,7 +180,9 @@ def _run_config(adapter: Path, need_backbone: bool) -> tuple[BackboneConfig | No
     config = adapter.parent / "config.yaml"
     if not config.is_file():
         if need_backbone:
-            raise ValueError(f"selector.path {str(adapter)!r}: no config.yaml beside it to read the backbone from; set selector.backbone")
+            raise ValueError(
+                f"selector.path {str(adapter)!r}: no config.yaml beside it to read the backbone from; set selector.backbone"
+            )
         return None, None
     run = yaml.safe_load(config.read_text()) or {}
     model = run.get("model") or {}
@@ -172,7 +190,9 @@ def _run_config(adapter: Path, need_backbone: bool) -> tuple[BackboneConfig | No
     if need_backbone and not backbone:
         raise ValueError(f"selector: {str(config)!r} has no model.init_args.backbone; set selector.backbone")
     seed = run.get("seed_everything")
-    return (BackboneConfig(**backbone) if backbone else None), (int(seed) if isinstance(seed, int) and not isinstance(seed, bool) else None)
+    return (BackboneConfig(**backbone) if backbone else None), (
+        int(seed) if isinstance(seed, int) and not isinstance(seed, bool) else None
+    )
 
 
 def _load(selector: BinarySelectorModule, state: dict[str, Any], path: Path) -> None:

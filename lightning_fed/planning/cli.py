@@ -94,7 +94,9 @@ def report(backbone: dict[str, Any], p: PlanInputs) -> str:
         lines.append(f"  {name:<15} {_mb(value):>14}")
     lines.append(f"  {'total':<15} {_mb(plan.total):>14}")
     state = "on" if not p.activation_checkpointing else "off"
-    lines.append(f"  (activations with checkpointing {state}: {_mb(alt)}; total {_mb(plan.total - plan.items['activations'] + alt)})")
+    lines.append(
+        f"  (activations with checkpointing {state}: {_mb(alt)}; total {_mb(plan.total - plan.items['activations'] + alt)})"
+    )
     lines += [
         "",
         "per client, kept between rounds",
@@ -135,9 +137,13 @@ def main(argv: list[str]) -> int:
             raise ValueError(f"--config: no file {args.config!r}")
         backbone, p = inputs_from_config(yaml.safe_load(path.read_text()) or {})
         for opt, field_name in (
-            ("batch_size", "batch_size"), ("max_length", "max_length"), ("dtype", "dtype"), ("quantization", "quantization"),
-            ("activation_checkpointing", "activation_checkpointing"), ("personal_dtype", "personal_dtype"),
-        ):  # fmt: skip
+            ("batch_size", "batch_size"),
+            ("max_length", "max_length"),
+            ("dtype", "dtype"),
+            ("quantization", "quantization"),
+            ("activation_checkpointing", "activation_checkpointing"),
+            ("personal_dtype", "personal_dtype"),
+        ):
             if getattr(args, opt) is not None:
                 setattr(p, field_name, getattr(args, opt))
         if args.runtime_mb is not None:

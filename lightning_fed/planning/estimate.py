@@ -29,8 +29,8 @@ planned on a laptop. Bytes are then added up item by item (:class:`Plan`):
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -137,13 +137,13 @@ def model_shape_from_config(config: Any) -> ModelShape:
             covered.add(id(module.weight))
     other = sum(p.numel() for p in model.parameters() if id(p) not in covered | skip)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    hidden = getattr(text, "hidden_size", None) or getattr(text, "n_embd")
+    hidden = getattr(text, "hidden_size", None) or text.n_embd
     return ModelShape(
         model_type=config.model_type,
         vocab=embed.weight.shape[0],
         hidden=hidden,
         intermediate=getattr(text, "intermediate_size", None) or getattr(text, "n_inner", None) or 4 * hidden,
-        layers=getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer"),
+        layers=getattr(text, "num_hidden_layers", None) or text.n_layer,
         linears=linears,
         embedding_params=embed.weight.numel(),
         lm_head_params=0 if tied or head is None else head.weight.numel(),
@@ -252,4 +252,3 @@ def estimate(shape: ModelShape, p: PlanInputs) -> Plan:
     plan.up_bytes_per_client = plan.down_bytes_per_client = factor * plan.shared_bytes
     plan.round_bytes = p.clients_per_round * (plan.up_bytes_per_client + plan.down_bytes_per_client)
     return plan
-

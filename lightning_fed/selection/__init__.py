@@ -1,6 +1,6 @@
 """Coreset selection for federated instruction tuning: FedHDS, FedHDS-Turbo and baselines.
 
-Each method is a :class:`~lightning_fed.callbacks.RoundHook` (pass it as
+Each method is a :class:`~lightning_fed.federation.RoundHook` (pass it as
 ``federation.hooks``) that picks every sampled client's training subset before the round.
 """
 

@@ -52,7 +52,9 @@ class RandomSelection(CoresetSelection):
         super().__init__(seed=seed, figures=False)
         self.ratio = ratio
 
-    def choose(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]) -> Selection:
+    def choose(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> Selection:
         indices, seconds = {}, {}
         for c in clients:
             t0 = time.perf_counter()
@@ -99,7 +101,9 @@ class PerplexitySelection(CoresetSelection):
         super().__init__(seed=seed, figures=False)
         self.ratio, self.batch_size = ratio, batch_size
 
-    def choose(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]) -> Selection:
+    def choose(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> Selection:
         indices, seconds = {}, {}
         for c in clients:
             t0 = time.perf_counter()
@@ -130,26 +134,37 @@ class CentralizedCoreset(CoresetSelection):
         super().__init__(seed=seed, figures=False)
         self.ratio, self.batch_size = ratio, batch_size
 
-    def choose(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]) -> Selection:
+    def choose(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> Selection:
         from sklearn.cluster import KMeans
 
         t0 = time.perf_counter()
         dm = loop.datamodule
         owners = [(c, i) for c in range(dm.num_clients) for i in range(len(dm.client(c).full_train))]
         items = [dm.client(c).full_train[i] for c, i in owners]
-        feats = layer_features(module.model, items, module.tokenizer.pad_token_id, batch_size=self.batch_size, last_layer_only=True)
+        feats = layer_features(
+            module.model, items, module.tokenizer.pad_token_id, batch_size=self.batch_size, last_layer_only=True
+        )
         k = _count(len(items), self.ratio)
         kmeans = KMeans(n_clusters=k, n_init=3, random_state=self.round_seed(loop, round_idx)).fit(feats)
         groups = Groups(np.asarray(kmeans.labels_), np.ones(len(items)))
-        chosen = nearest_members(feats, groups, kmeans.cluster_centers_, [g for g in range(k) if (kmeans.labels_ == g).any()])
+        chosen = nearest_members(
+            feats, groups, kmeans.cluster_centers_, [g for g in range(k) if (kmeans.labels_ == g).any()]
+        )
         indices: dict[int, list[int]] = {c: [] for c in clients}
         for j in chosen:
             c, i = owners[j]
             if c in indices:
                 indices[c].append(i)
         fallback = {c: 0 for c in clients}
-        return Selection(indices, server_seconds=time.perf_counter() - t0, fallback=fallback,
-                         up_bytes=4 * int(feats.size), info={"selected_groups": len(chosen)})
+        return Selection(
+            indices,
+            server_seconds=time.perf_counter() - t0,
+            fallback=fallback,
+            up_bytes=4 * int(feats.size),
+            info={"selected_groups": len(chosen)},
+        )
 
 
 class GlobalSelect(HierarchicalDataSelection):
@@ -159,7 +174,9 @@ class GlobalSelect(HierarchicalDataSelection):
     ``min_cluster_size`` over all samples and selects the sample nearest each group's centroid.
     """
 
-    def choose(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]) -> Selection:
+    def choose(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> Selection:
         t0 = time.perf_counter()
         frame = self.shared_frame(loop, module, round_idx)
         frame_seconds = time.perf_counter() - t0

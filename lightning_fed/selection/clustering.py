@@ -58,7 +58,9 @@ def hdbscan_groups(points: np.ndarray, min_cluster_size: int, min_samples: int |
         return Groups(np.full(len(x), -1), np.zeros(len(x)))
     from hdbscan import HDBSCAN
 
-    fitted = HDBSCAN(min_cluster_size=min_cluster_size, min_samples=min_samples, allow_single_cluster=False, core_dist_n_jobs=1).fit(x)
+    fitted = HDBSCAN(
+        min_cluster_size=min_cluster_size, min_samples=min_samples, allow_single_cluster=False, core_dist_n_jobs=1
+    ).fit(x)
     return Groups(np.asarray(fitted.labels_), np.asarray(fitted.probabilities_, dtype=np.float64))
 
 
@@ -94,7 +96,9 @@ class ServerSelection:
     selected: list[int]
 
 
-def inter_client_selection(centroids: np.ndarray, min_cluster_size: int = 2, server_noise: str = "drop", min_samples: int | None = None) -> ServerSelection:
+def inter_client_selection(
+    centroids: np.ndarray, min_cluster_size: int = 2, server_noise: str = "drop", min_samples: int | None = None
+) -> ServerSelection:
     """Eq. (8)-(9): HDBSCAN over all received centroids; in each server group, the centroid
     nearest the group's own centroid is selected.
 

@@ -1,6 +1,6 @@
 """The common half of every data-selection hook: apply coresets, time them, report them.
 
-A :class:`CoresetSelection` is a :class:`~lightning_fed.callbacks.RoundHook`. Before a
+A :class:`CoresetSelection` is a :class:`~lightning_fed.federation.RoundHook`. Before a
 round's batches are laid out (``on_round_start``) it asks its subclass for each sampled
 client's coreset (indices into ``ClientData.full_train``) and restricts the client to it
 with ``ClientData.select``; the FedAvg weights ``|D~_i|`` (Eq. (12)) and, with
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lightning_fed.callbacks.hooks import RoundHook
+from lightning_fed.federation.hooks import RoundHook
 from lightning_fed.federation.sampling import derive_seed
 
 if TYPE_CHECKING:
@@ -89,7 +89,9 @@ class CoresetSelection(RoundHook):
         self._t0: dict[int, float] = {}
 
     # ------------------------------------------------------------------ to implement
-    def choose(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]) -> Selection:
+    def choose(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> Selection:
         """Each sampled client's coreset for round ``round_idx`` (the module holds the global state)."""
         raise NotImplementedError  # abstract: each selection method implements it
 
@@ -99,7 +101,9 @@ class CoresetSelection(RoundHook):
         return derive_seed(self.seed if self.seed is not None else loop.seed, round_idx, client + 1, 11) % (2**31)
 
     # ------------------------------------------------------------------------ rounds
-    def on_round_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]) -> None:
+    def on_round_start(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> None:
         if loop.global_state:  # the current global model: the features FedHDS clusters on
             module.load_state(loop.global_state)
         dm = loop.datamodule
@@ -129,17 +133,23 @@ class CoresetSelection(RoundHook):
             "down_bytes": sel.down_bytes,
             **sel.info,
         }
-        self._log(trainer, round_idx, {
-            "selection/data_fraction": self._record["data_fraction"],
-            "selection/server_seconds": sel.server_seconds,
-            "comm/selection_up_bytes": float(sel.up_bytes),
-            "comm/selection_down_bytes": float(sel.down_bytes),
-            **{f"selection/{k}": float(v) for k, v in sel.info.items() if isinstance(v, (int, float))},
-        })
+        self._log(
+            trainer,
+            round_idx,
+            {
+                "selection/data_fraction": self._record["data_fraction"],
+                "selection/server_seconds": sel.server_seconds,
+                "comm/selection_up_bytes": float(sel.up_bytes),
+                "comm/selection_down_bytes": float(sel.down_bytes),
+                **{f"selection/{k}": float(v) for k, v in sel.info.items() if isinstance(v, (int, float))},
+            },
+        )
         if self.figures and sel.points:
             from lightning_fed.selection.figures import log_selection_figure
 
-            log_selection_figure(trainer, round_idx, sel.points, {c: sel.indices.get(c, []) for c in sel.points}, type(self).__name__)
+            log_selection_figure(
+                trainer, round_idx, sel.points, {c: sel.indices.get(c, []) for c in sel.points}, type(self).__name__
+            )
 
     def _check_sizes(self, round_idx: int, selected: dict[int, int], full: dict[int, int], batch_size: int) -> None:
         """Warn or stop (``on_small_selection``) if a coreset is smaller than one local batch."""
@@ -157,15 +167,21 @@ class CoresetSelection(RoundHook):
 
         rank_zero_warn(message)
 
-    def on_client_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int) -> None:
+    def on_client_start(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
+    ) -> None:
         self._t0[client_id] = time.perf_counter()
 
-    def on_client_end(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, update: ClientUpdate) -> None:
+    def on_client_end(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, update: ClientUpdate
+    ) -> None:
         cid = update.client_id
         if self._record is not None and cid in self._t0:
             self._record["seconds"].setdefault(cid, {})["train"] = time.perf_counter() - self._t0.pop(cid)
 
-    def after_aggregate(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int) -> None:
+    def after_aggregate(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
+    ) -> None:
         record, self._record = self._record, None
         if record is None or record["round"] != round_idx + 1:
             return
@@ -174,15 +190,24 @@ class CoresetSelection(RoundHook):
         chosen = {c: sum(record["seconds"][c].get(p, 0.0) for p in PHASES) for c in trained}
         record["client_seconds"] = {c: totals[c] for c in trained}
         record["mean_client_seconds"] = float(np.mean(list(totals.values()))) if totals else 0.0
-        record["selection_share"] = sum(chosen.values()) / sum(totals.values()) if totals and sum(totals.values()) > 0 else 0.0
-        means = {p: float(np.mean([record["seconds"][c].get(p, 0.0) for c in trained])) if trained else 0.0 for p in (*PHASES, "train")}
+        record["selection_share"] = (
+            sum(chosen.values()) / sum(totals.values()) if totals and sum(totals.values()) > 0 else 0.0
+        )
+        means = {
+            p: float(np.mean([record["seconds"][c].get(p, 0.0) for c in trained])) if trained else 0.0
+            for p in (*PHASES, "train")
+        }
         record["mean_phase_seconds"] = means
         self.history.append(record)
-        self._log(trainer, round_idx, {
-            "selection/client_seconds": record["mean_client_seconds"],
-            "selection/selection_share": record["selection_share"],
-            **{f"selection/{p}_seconds": v for p, v in means.items()},
-        })
+        self._log(
+            trainer,
+            round_idx,
+            {
+                "selection/client_seconds": record["mean_client_seconds"],
+                "selection/selection_share": record["selection_share"],
+                **{f"selection/{p}_seconds": v for p, v in means.items()},
+            },
+        )
         self._write(trainer)
 
     # ------------------------------------------------------------------------ output
@@ -190,7 +215,9 @@ class CoresetSelection(RoundHook):
         """Totals over the rounds so far: data used, seconds per phase, bytes."""
         full = sum(sum(r["full_sizes"].values()) for r in self.history)
         used = sum(sum(r["selected_sizes"].values()) for r in self.history)
-        phases = {p: sum(s.get(p, 0.0) for r in self.history for s in r["seconds"].values()) for p in (*PHASES, "train")}
+        phases = {
+            p: sum(s.get(p, 0.0) for r in self.history for s in r["seconds"].values()) for p in (*PHASES, "train")
+        }
         client = sum(phases.values())
         return {
             "method": type(self).__name__,

@@ -122,7 +122,9 @@ def layer_features(
     try:
         for idx in _batches([len(s) for s in seqs], batch_size):
             ids, mask = _pad([seqs[i] for i in idx], pad_id)
-            hidden = trunk(input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=True).hidden_states
+            hidden = trunk(
+                input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=True
+            ).hidden_states
             states = hidden[-1:] if last_layer_only else hidden if include_embeddings else hidden[1:]
             pooled = _pool([h.float() for h in states], mask.to(device), pooling).cpu()
             for row, i in enumerate(idx):
@@ -227,7 +229,13 @@ class ProxyEncoder:
             raise ValueError("ProxyEncoder: `texts` is empty")
         out = []
         for start in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer(list(texts[start : start + self.batch_size]), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+            enc = self.tokenizer(
+                list(texts[start : start + self.batch_size]),
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                return_tensors="pt",
+            )
             enc = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
             hidden = self.model(**enc, output_hidden_states=True).hidden_states[1:]
             out.append(_pool([h.float() for h in hidden], enc["attention_mask"], self.pooling))

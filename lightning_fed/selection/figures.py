@@ -40,7 +40,9 @@ def selection_figure(points: dict[int, np.ndarray], selected: dict[int, list[int
     return fig
 
 
-def log_selection_figure(trainer: pl.Trainer, round_idx: int, points: dict[int, np.ndarray], selected: dict[int, list[int]], method: str) -> None:
+def log_selection_figure(
+    trainer: pl.Trainer, round_idx: int, points: dict[int, np.ndarray], selected: dict[int, list[int]], method: str
+) -> None:
     """Draw the round's figure; save it as PNG in the run folder and to TensorBoard."""
     global _warned
     if trainer is None or not trainer.is_global_zero:

@@ -22,7 +22,14 @@ import numpy as np
 FUSIONS = ("tsne", "pca", "kpca")
 
 
-def fuse(features: np.ndarray, method: str = "tsne", dim: int = 2, seed: int = 0, perplexity: float = 30.0, max_iter: int = 1000) -> np.ndarray:
+def fuse(
+    features: np.ndarray,
+    method: str = "tsne",
+    dim: int = 2,
+    seed: int = 0,
+    perplexity: float = 30.0,
+    max_iter: int = 1000,
+) -> np.ndarray:
     """Reduce one client's features to ``dim`` dimensions, Eq. (7).
 
     Args:
@@ -64,7 +71,14 @@ def _fuse(x: np.ndarray, method: str, dim: int, seed: int, perplexity: float, ma
         return _pad(KernelPCA(n_components=k, kernel="rbf", random_state=seed).fit_transform(x), dim)
     from sklearn.manifold import TSNE
 
-    tsne = TSNE(n_components=dim, perplexity=min(perplexity, n - 1), method="barnes_hut", init="pca", random_state=seed, max_iter=max_iter)
+    tsne = TSNE(
+        n_components=dim,
+        perplexity=min(perplexity, n - 1),
+        method="barnes_hut",
+        init="pca",
+        random_state=seed,
+        max_iter=max_iter,
+    )
     return tsne.fit_transform(x)
 
 

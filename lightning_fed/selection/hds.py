@@ -49,11 +49,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lightning_fed.selection.clustering import SERVER_NOISE, Groups, inter_client_selection, intra_client_groups, nearest_members
+from lightning_fed.selection.clustering import (
+    SERVER_NOISE,
+    Groups,
+    inter_client_selection,
+    intra_client_groups,
+    nearest_members,
+)
 from lightning_fed.selection.coreset import CoresetSelection, Selection
 from lightning_fed.selection.features import POOLINGS, TEXTS, ProxyEncoder, decode_items, layer_features
 from lightning_fed.selection.fusion import FUSIONS, SharedFrame, fuse
-from lightning_fed.selection.privacy import ACCOUNTANTS, SENSITIVITIES, CentroidAccountant, centroid_sensitivity, gaussian_sigma, privatize_centroids
+from lightning_fed.selection.privacy import (
+    ACCOUNTANTS,
+    SENSITIVITIES,
+    CentroidAccountant,
+    centroid_sensitivity,
+    gaussian_sigma,
+    privatize_centroids,
+)
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -167,15 +180,23 @@ class HierarchicalDataSelection(CoresetSelection):
         if frame is None:
             frame = "anchored" if anchors else "local"
             if frame == "local":
-                warnings.warn("HierarchicalDataSelection: no `anchors`, so centroids are sent in each client's own t-SNE frame "
-                              "(the paper's way) and the server cannot reliably match equal data across clients; "
-                              "set `anchors` to a public sample of similar data (see lightning_fed/selection/hds.py)", stacklevel=2)
+                warnings.warn(
+                    "HierarchicalDataSelection: no `anchors`, so centroids are sent in each client's own t-SNE frame "
+                    "(the paper's way) and the server cannot reliably match equal data across clients; "
+                    "set `anchors` to a public sample of similar data (see lightning_fed/selection/hds.py)",
+                    stacklevel=2,
+                )
         problems = []
         if proxy_pooling is not None and proxy_pooling not in POOLINGS:
             problems.append(f"`proxy_pooling` must be one of {POOLINGS} or None, got {proxy_pooling!r}")
-        for name, value, choices in (("text", text, TEXTS), ("fusion", fusion, FUSIONS),
-                                     ("server_noise", server_noise, SERVER_NOISE), ("frame", frame, FRAMES),
-                                     ("dp_sensitivity", dp_sensitivity, SENSITIVITIES), ("dp_accountant", dp_accountant, ACCOUNTANTS)):
+        for name, value, choices in (
+            ("text", text, TEXTS),
+            ("fusion", fusion, FUSIONS),
+            ("server_noise", server_noise, SERVER_NOISE),
+            ("frame", frame, FRAMES),
+            ("dp_sensitivity", dp_sensitivity, SENSITIVITIES),
+            ("dp_accountant", dp_accountant, ACCOUNTANTS),
+        ):
             if value not in choices:
                 problems.append(f"`{name}` must be one of {choices}, got {value!r}")
         if tsne_iters < 250:
@@ -194,14 +215,27 @@ class HierarchicalDataSelection(CoresetSelection):
         self.sigma = gaussian_sigma(dp_epsilon, dp_delta, self.dp_sensitivity) if dp_epsilon is not None else dp_sigma
         if self.sigma is not None and self.sigma < 0:
             raise ValueError(f"`dp_sigma` must be >= 0, got {dp_sigma}")
-        self.accountant = CentroidAccountant(self.sigma, self.dp_sensitivity, dp_delta, dp_accountant) if self.sigma else None
-        self.proxy, self.proxy_pooling, self.text, self.include_embeddings = proxy, proxy_pooling, text, include_embeddings
+        self.accountant = (
+            CentroidAccountant(self.sigma, self.dp_sensitivity, dp_delta, dp_accountant) if self.sigma else None
+        )
+        self.proxy, self.proxy_pooling, self.text, self.include_embeddings = (
+            proxy,
+            proxy_pooling,
+            text,
+            include_embeddings,
+        )
         self.proxy_tokenizer = proxy_tokenizer
         self.fusion, self.dim, self.perplexity, self.tsne_iters = fusion, dim, perplexity, tsne_iters
         self.min_cluster_size, self.min_samples = min_cluster_size, min_samples
         self.server_min_cluster_size, self.server_min_samples = server_min_cluster_size, server_min_samples
         self.server_noise, self.inter_client = server_noise, inter_client
-        self.frame, self.anchors, self.anchor_args, self.anchor_field_map, self.num_anchors = frame, anchors, anchor_args, anchor_field_map, num_anchors
+        self.frame, self.anchors, self.anchor_args, self.anchor_field_map, self.num_anchors = (
+            frame,
+            anchors,
+            anchor_args,
+            anchor_field_map,
+            num_anchors,
+        )
         self.batch_size = batch_size
         self._encoder: ProxyEncoder | None = None
         self._cache: dict[int, np.ndarray] = {}
@@ -209,14 +243,20 @@ class HierarchicalDataSelection(CoresetSelection):
         self._frame: SharedFrame | None = None
 
     # -------------------------------------------------------------------- features
-    def features(self, module: pl.LightningModule, items: list[dict[str, Any]], client: int | None = None) -> np.ndarray:
+    def features(
+        self, module: pl.LightningModule, items: list[dict[str, Any]], client: int | None = None
+    ) -> np.ndarray:
         """Eq. (6) features of ``items``: the tuned model's, or the proxy's (cached by client)."""
         if self.proxy is None:
-            return layer_features(module.model, items, module.tokenizer.pad_token_id, self.text, self.batch_size, self.include_embeddings)
+            return layer_features(
+                module.model, items, module.tokenizer.pad_token_id, self.text, self.batch_size, self.include_embeddings
+            )
         if client is not None and client in self._cache:
             return self._cache[client]
         if self._encoder is None:
-            self._encoder = ProxyEncoder(self.proxy, self.proxy_pooling, batch_size=max(self.batch_size, 32), tokenizer=self.proxy_tokenizer)
+            self._encoder = ProxyEncoder(
+                self.proxy, self.proxy_pooling, batch_size=max(self.batch_size, 32), tokenizer=self.proxy_tokenizer
+            )
         out = self._encoder(decode_items(module.tokenizer, items, self.text))
         if client is not None:
             self._cache[client] = out
@@ -229,12 +269,23 @@ class HierarchicalDataSelection(CoresetSelection):
         if self._frame is not None and self.proxy is not None:
             return self._frame  # proxy features do not change: fit once
         if self._anchor_items is None:
-            self._anchor_items = load_anchor_items(loop.datamodule, self.anchors, self.anchor_args, self.anchor_field_map, self.num_anchors, self.round_seed(loop, 0))
-        self._frame = SharedFrame.fit(self.features(module, self._anchor_items), self.dim, seed=self.round_seed(loop, round_idx))
+            self._anchor_items = load_anchor_items(
+                loop.datamodule,
+                self.anchors,
+                self.anchor_args,
+                self.anchor_field_map,
+                self.num_anchors,
+                self.round_seed(loop, 0),
+            )
+        self._frame = SharedFrame.fit(
+            self.features(module, self._anchor_items), self.dim, seed=self.round_seed(loop, round_idx)
+        )
         return self._frame
 
     # ---------------------------------------------------------------- intra-client
-    def intra_client(self, loop: FederatedLoop, module: pl.LightningModule, round_idx: int, client: int, frame: SharedFrame | None) -> ClientView:
+    def intra_client(
+        self, loop: FederatedLoop, module: pl.LightningModule, round_idx: int, client: int, frame: SharedFrame | None
+    ) -> ClientView:
         """Steps 1-4 of Fig. 3 on one client."""
         items = loop.datamodule.client(client).full_train
         t0 = time.perf_counter()
@@ -250,7 +301,9 @@ class HierarchicalDataSelection(CoresetSelection):
         if self.sigma is not None:
             sent = privatize_centroids(sent, self.sigma, np.random.default_rng(seed))
         t3 = time.perf_counter()
-        return ClientView(fused, groups, centroids, shared, sent, {"extract": t1 - t0, "fusion": t2 - t1, "cluster": t3 - t2})
+        return ClientView(
+            fused, groups, centroids, shared, sent, {"extract": t1 - t0, "fusion": t2 - t1, "cluster": t3 - t2}
+        )
 
     @staticmethod
     def fallback(view: ClientView) -> int:
@@ -259,7 +312,9 @@ class HierarchicalDataSelection(CoresetSelection):
         return nearest_members(view.fused, view.groups, view.centroids, [int(np.argmax(sizes))])[0]
 
     # ----------------------------------------------------------------- the round
-    def choose(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]) -> Selection:
+    def choose(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> Selection:
         t0 = time.perf_counter()
         frame = self.shared_frame(loop, module, round_idx)
         frame_seconds = time.perf_counter() - t0
@@ -271,12 +326,19 @@ class HierarchicalDataSelection(CoresetSelection):
                 self.accountant.record(c, len(views[c].sent))
         if self.inter_client:
             sent = np.concatenate([views[c].sent for c in clients]) if owners else np.zeros((0, self.dim))
-            server = inter_client_selection(sent, self.server_min_cluster_size, self.server_noise, self.server_min_samples)
+            server = inter_client_selection(
+                sent, self.server_min_cluster_size, self.server_noise, self.server_min_samples
+            )
             chosen, server_groups = [owners[i] for i in server.selected], server.groups.count
         else:  # FedHDS-dagger: every local group is kept
             chosen, server_groups = owners, len(owners)
         server_seconds = time.perf_counter() - t1 + frame_seconds
-        indices = {c: nearest_members(views[c].fused, views[c].groups, views[c].centroids, sorted(g for cc, g in chosen if cc == c)) for c in clients}
+        indices = {
+            c: nearest_members(
+                views[c].fused, views[c].groups, views[c].centroids, sorted(g for cc, g in chosen if cc == c)
+            )
+            for c in clients
+        }
         per_value = 4  # float32 on the wire
         return Selection(
             indices=indices,
@@ -288,7 +350,6 @@ class HierarchicalDataSelection(CoresetSelection):
             points={c: views[c].shared for c in clients},
             info={"client_groups": len(owners), "server_groups": int(server_groups), "selected_groups": len(chosen)},
         )
-
 
     # ------------------------------------------------------- privacy accounting
     def summary(self) -> dict[str, Any]:
@@ -309,7 +370,9 @@ class HierarchicalDataSelection(CoresetSelection):
             self.accountant.load_state_dict(state.get("privacy", {}))
 
 
-def load_anchor_items(dm: Any, dataset: str, synthetic_args: dict | None, field_map: dict | None, count: int, seed: int) -> list[dict[str, Any]]:
+def load_anchor_items(
+    dm: Any, dataset: str, synthetic_args: dict | None, field_map: dict | None, count: int, seed: int
+) -> list[dict[str, Any]]:
     """``count`` public anchor samples, tokenized like the training data (``dm.encode``)."""
     from lightning_fed.datamodules.sources import load_records
     from lightning_fed.datamodules.tokenize import Overflow

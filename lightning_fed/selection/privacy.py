@@ -113,7 +113,12 @@ class CentroidAccountant:
     def __init__(self, sigma: float, sensitivity: float, delta: float, accountant: str = "rdp") -> None:
         if accountant not in ACCOUNTANTS:
             raise ValueError(f"`dp_accountant` must be one of {ACCOUNTANTS}, got {accountant!r}")
-        self.sigma, self.sensitivity, self.delta, self.accountant = float(sigma), float(sensitivity), float(delta), accountant
+        self.sigma, self.sensitivity, self.delta, self.accountant = (
+            float(sigma),
+            float(sensitivity),
+            float(delta),
+            accountant,
+        )
         self.releases: dict[int, int] = {}
 
     @property
@@ -129,7 +134,10 @@ class CentroidAccountant:
 
     def report(self) -> dict[str, Any]:
         """What goes to ``summary.json``: the mechanism and each client's ``(epsilon, delta)``."""
-        per_client = {str(c): {"releases": n, "epsilon": self.epsilon(c), "delta": self.delta} for c, n in sorted(self.releases.items())}
+        per_client = {
+            str(c): {"releases": n, "epsilon": self.epsilon(c), "delta": self.delta}
+            for c, n in sorted(self.releases.items())
+        }
         worst = max((v["epsilon"] for v in per_client.values()), default=0.0)
         return {
             "sigma": self.sigma,

@@ -7,14 +7,9 @@ from lightning_fed.strategies.base import (
     AggregationError,
     ClientUpdate,
     LocalCorrection,
-    StateDict,
     Strategy,
     check_update,
-    clone_state,
-    compute_dtype,
-    state_nbytes,
     weighted_average,
-    zeros_like_state,
 )
 from lightning_fed.strategies.fedadagrad import FedAdagrad
 from lightning_fed.strategies.fedadam import FedAdam
@@ -58,16 +53,11 @@ __all__ = [
     "LocalCorrection",
     "ProximalCorrection",
     "Scaffold",
-    "StateDict",
     "Strategy",
     "TrimmedMean",
     "check_update",
-    "clone_state",
-    "compute_dtype",
     "proximal_term",
-    "state_nbytes",
     "weighted_average",
-    "zeros_like_state",
 ]
 
 from lightning_fed.strategies.fedbiscuit import FedBiscuit, balanced_assignment, eq6_update, majority_vote  # noqa: E402

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-StateDict = dict[str, Tensor]
+from lightning_fed.state import StateDict, compute_dtype
 
 
 class AggregationError(ValueError):
@@ -68,16 +68,6 @@ class LocalCorrection:
         return {}
 
 
-def state_nbytes(state: Mapping[str, Tensor]) -> int:
-    """Bytes needed to send ``state`` over the wire (raw tensor payload)."""
-    return sum(t.numel() * t.element_size() for t in state.values())
-
-
-def clone_state(state: Mapping[str, Tensor]) -> StateDict:
-    """A detached CPU copy of ``state``."""
-    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
-
-
 def check_update(global_state: Mapping[str, Tensor], update: ClientUpdate) -> None:
     """Raise :class:`AggregationError` if ``update`` cannot be aggregated with ``global_state``.
 
@@ -104,16 +94,6 @@ def check_update(global_state: Mapping[str, Tensor], update: ClientUpdate) -> No
             raise AggregationError(f"client {cid}: non-finite values in {name} {non_finite[:5]}")
     if update.num_examples <= 0 or not math.isfinite(update.num_examples):
         raise AggregationError(f"client {cid}: num_examples must be > 0, got {update.num_examples}")
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype aggregation math runs in for a state of ``dtype``: at least float32."""
-    return torch.promote_types(dtype, torch.float32)
-
-
-def zeros_like_state(state: Mapping[str, Tensor]) -> StateDict:
-    """CPU zeros keyed like ``state``, in :func:`compute_dtype` (for server moments, controls)."""
-    return {k: torch.zeros(v.shape, dtype=compute_dtype(v.dtype)) for k, v in state.items()}
 
 
 def weighted_average(

@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_fed.strategies.base import ClientUpdate, LocalCorrection, StateDict, Strategy, clone_state, weighted_average
+from lightning_fed.state import StateDict, clone_state
+from lightning_fed.strategies.base import ClientUpdate, LocalCorrection, Strategy, weighted_average
 from lightning_fed.strategies.fedprox import ProximalCorrection
 
 
@@ -83,7 +84,11 @@ class FedAMP(Strategy):
             problems.append(f"`prox_mu` must be >= 0, got {prox_mu!r}")
         if problems:
             raise ValueError("; ".join(problems))
-        self.temperature, self.self_weight_floor, self.prox_mu = float(temperature), float(self_weight_floor), float(prox_mu)
+        self.temperature, self.self_weight_floor, self.prox_mu = (
+            float(temperature),
+            float(self_weight_floor),
+            float(prox_mu),
+        )
         self.origin: StateDict = {}
         self.models: dict[int, StateDict] = {}
         self.sizes: dict[int, int] = {}

@@ -15,14 +15,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from lightning_fed.strategies.base import (
-    AggregationError,
-    ClientUpdate,
-    StateDict,
-    Strategy,
-    compute_dtype,
-    weighted_average,
-)
+from lightning_fed.state import StateDict, compute_dtype
+from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, weighted_average
 
 WEIGHTINGS = ("num_examples", "uniform")
 

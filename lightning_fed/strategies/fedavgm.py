@@ -23,7 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.strategies.base import ClientUpdate, StateDict, clone_state, compute_dtype, zeros_like_state
+from lightning_fed.state import StateDict, clone_state, compute_dtype, zeros_like_state
+from lightning_fed.strategies.base import ClientUpdate
 from lightning_fed.strategies.fedavg import FedAvg
 
 REFERENCES = ("hsu", "openfedllm")

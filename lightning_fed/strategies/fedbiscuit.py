@@ -5,7 +5,7 @@ U binary selectors (U LoRA adapters on one backbone, see
 :class:`~lightning_fed.modules.selector.BinarySelectorModule`). Warm-up: selector ``u`` is
 trained alone by FedBis for ``warmup_rounds`` rounds, ``u = 0 .. U-1`` in turn. Then every
 ``tau`` rounds the clients are regrouped (:func:`balanced_assignment`, run by
-:class:`~lightning_fed.callbacks.grouping.ClientGrouping` from each client's validation
+:class:`~lightning_fed.round_hooks.client_grouping.ClientGrouping` from each client's validation
 losses) and each client trains only its cluster's selector. The warm-up aggregates by FedBis'
 Eq. (8); afterwards each selector is aggregated by Eq. (6), which keeps a selector stable
 when few of its clients are sampled.
@@ -36,7 +36,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.strategies.base import AggregationError, ClientUpdate, StateDict, Strategy, compute_dtype
+from lightning_fed.state import StateDict, compute_dtype
+from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy
 from lightning_fed.strategies.fedavg import WEIGHTINGS
 
 EQ6_SCOPES = ("cluster", "all")
@@ -180,7 +181,9 @@ class FedBiscuit(Strategy):
             self.selector_keys[selector_of_key(key, self.num_selectors)].append(key)
         empty = [u for u, keys in enumerate(self.selector_keys) if not keys]
         if empty:
-            raise ValueError(f"FedBiscuit: no parameters for selectors {empty}; use BinarySelectorModule(num_selectors={self.num_selectors})")
+            raise ValueError(
+                f"FedBiscuit: no parameters for selectors {empty}; use BinarySelectorModule(num_selectors={self.num_selectors})"
+            )
 
     @property
     def warmup_end(self) -> int:
@@ -204,7 +207,9 @@ class FedBiscuit(Strategy):
 
     def set_assignment(self, assignment: Sequence[int]) -> None:
         if len(assignment) != self.num_clients or not all(0 <= a < self.num_selectors for a in assignment):
-            raise ValueError(f"assignment must give one selector in [0, {self.num_selectors}) to each of {self.num_clients} clients")
+            raise ValueError(
+                f"assignment must give one selector in [0, {self.num_selectors}) to each of {self.num_clients} clients"
+            )
         self.assignment = list(assignment)
 
     # ------------------------------------------------------------------------ exchange

@@ -23,20 +23,14 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from lightning_fed.strategies.base import (
-    AggregationError,
-    ClientUpdate,
-    StateDict,
-    Strategy,
-    check_update,
-    compute_dtype,
-)
+from lightning_fed.state import StateDict, compute_dtype
+from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, check_update
 
 
 def stack_updates(global_state: Mapping[str, Tensor], updates: Sequence[ClientUpdate], name: str) -> dict[str, Tensor]:
     """Each key of ``global_state`` -> the clients' values stacked on a new first dim, ``(K, ...)``.
 
-    Values are in :func:`~lightning_fed.strategies.base.compute_dtype`, on CPU.
+    Values are in :func:`~lightning_fed.state.compute_dtype`, on CPU.
 
     Args:
         global_state: The current global state; its keys and shapes are the reference.

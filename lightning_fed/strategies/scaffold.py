@@ -46,17 +46,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.strategies.base import (
-    AggregationError,
-    ClientUpdate,
-    LocalCorrection,
-    StateDict,
-    Strategy,
-    clone_state,
-    compute_dtype,
-    weighted_average,
-    zeros_like_state,
-)
+from lightning_fed.state import StateDict, clone_state, compute_dtype, zeros_like_state
+from lightning_fed.strategies.base import AggregationError, ClientUpdate, LocalCorrection, Strategy, weighted_average
 from lightning_fed.strategies.fedavg import WEIGHTINGS
 
 PREFIX = "control/"

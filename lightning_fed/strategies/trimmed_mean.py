@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 
 from torch import Tensor
 
-from lightning_fed.strategies.base import AggregationError, ClientUpdate, StateDict, Strategy
+from lightning_fed.state import StateDict
+from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy
 from lightning_fed.strategies.median import stack_updates
 
 

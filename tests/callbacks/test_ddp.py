@@ -34,10 +34,20 @@ def test_ranks_split_each_global_batch():
 
 def _fit(root: Path, *overrides: str) -> subprocess.CompletedProcess:
     args = [
-        sys.executable, "-m", "lightning_fed.cli", "fit", "--config", str(ROOT / "configs/tiny.yaml"),
-        f"--trainer.default_root_dir={root}", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
-        "--trainer.enable_checkpointing=false", "--federation.rounds=2", "--federation.local_steps=3", *overrides,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "lightning_fed.cli",
+        "fit",
+        "--config",
+        str(ROOT / "configs/tiny.yaml"),
+        f"--trainer.default_root_dir={root}",
+        "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_checkpointing=false",
+        "--federation.rounds=2",
+        "--federation.local_steps=3",
+        *overrides,
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
@@ -45,7 +55,13 @@ def _fit(root: Path, *overrides: str) -> subprocess.CompletedProcess:
 def test_ddp_two_processes_match_one(tmp_path):
     one = _fit(tmp_path / "one", "--data.init_args.batch_size=4")
     assert one.returncode == 0, one.stderr[-3000:]
-    ddp = _fit(tmp_path / "ddp", "--data.init_args.batch_size=2", "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp")
+    ddp = _fit(
+        tmp_path / "ddp",
+        "--data.init_args.batch_size=2",
+        "--trainer.accelerator=cpu",
+        "--trainer.devices=2",
+        "--trainer.strategy=ddp",
+    )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     assert "MEMBER: 2/2" in ddp.stderr  # the second rank really ran
     run = {d: tmp_path / d / "lightning_logs" / "version_0" for d in ("one", "ddp")}  # logger=false: own run folder

@@ -5,9 +5,10 @@ import json
 import pytest
 import torch
 
-from lightning_fed.callbacks import FederatedLoop, RoundHook
+from lightning_fed.callbacks import FederatedLoop
+from lightning_fed.federation import RoundHook
+from lightning_fed.state import state_nbytes
 from lightning_fed.strategies import FedAdam, FedAvg, Scaffold
-from lightning_fed.strategies.base import state_nbytes
 from tests.helpers.runs import fit, preference_data, tiny_dpo
 
 
@@ -43,7 +44,13 @@ def test_dpo_learns_planted_preference(tmp_path):
 def test_resume_equals_uninterrupted(tmp_path, strategy):
     straight = run(tmp_path, rounds=4, strategy=strategy(), name="straight")
     first = run(tmp_path, rounds=2, strategy=strategy(), name="first")
-    resumed = run(tmp_path, rounds=4, strategy=strategy(), name="resumed", ckpt_path=str(tmp_path / "first" / "ckpt" / "last.ckpt"))
+    resumed = run(
+        tmp_path,
+        rounds=4,
+        strategy=strategy(),
+        name="resumed",
+        ckpt_path=str(tmp_path / "first" / "ckpt" / "last.ckpt"),
+    )
     assert len(resumed.report.history) == 4  # 2 restored records + 2 new rounds
     with pytest.raises(AssertionError):  # the test is not trivial: round 2 != round 4
         assert_states_close(first.global_state, straight.global_state)
@@ -113,7 +120,15 @@ def test_scaled_update_is_rejected_or_clipped_per_config(tmp_path, mode):
     honest = [m["update_norm"] for m in clean.report.history[0]["train"].values()]
     max_norm = 2 * max(honest)  # honest changes pass, a 1e6-scaled one does not
     start = tiny_dpo().shared_parameters()
-    loop = run(tmp_path, name=mode, rounds=1, clients_per_round=4, hooks=[Poison({0: "scale"})], max_update_norm=max_norm, on_large_update=mode)
+    loop = run(
+        tmp_path,
+        name=mode,
+        rounds=1,
+        clients_per_round=4,
+        hooks=[Poison({0: "scale"})],
+        max_update_norm=max_norm,
+        on_large_update=mode,
+    )
     summary = json.loads((tmp_path / mode / "summary.json").read_text())
     if mode == "reject":
         assert loop.rejected_updates == summary["rejected_updates"] == 1 and summary["clipped_updates"] == 0

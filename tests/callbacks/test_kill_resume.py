@@ -21,14 +21,27 @@ BATCHES = ROUNDS * CLIENTS_PER_ROUND * LOCAL_STEPS
 
 def _run(root: Path, mode: str = "none", at: int = 0, resume: bool = False) -> subprocess.CompletedProcess:
     args = [
-        "fit", "--config", str(ROOT / "configs/tiny.yaml"), f"--trainer.default_root_dir={root}", "--trainer.logger=false",
-        "--trainer.enable_progress_bar=false", f"--federation.rounds={ROUNDS}", f"--federation.local_steps={LOCAL_STEPS}",
-    ]  # fmt: skip
+        "fit",
+        "--config",
+        str(ROOT / "configs/tiny.yaml"),
+        f"--trainer.default_root_dir={root}",
+        "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false",
+        f"--federation.rounds={ROUNDS}",
+        f"--federation.local_steps={LOCAL_STEPS}",
+    ]
     last = _run_dir(root) / "checkpoints" / "last.ckpt"
     if resume and last.exists():
         args.append(f"--ckpt_path={last}")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, str(DRIVER), mode, str(at), "--", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(DRIVER), mode, str(at), "--", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _run_dir(root: Path) -> Path:
@@ -76,4 +89,6 @@ def test_kill_9_then_resume_equals_uninterrupted(tmp_path, uninterrupted, mode, 
     assert [r["clients"] for r in rounds] == [r["clients"] for r in ref_rounds]
     for r, ref in zip(rounds, ref_rounds, strict=True):
         assert r["val"] == pytest.approx(ref["val"], rel=1e-4)
-    assert not list((_run_dir(tmp_path) / "checkpoints").glob("*.tmp"))  # no half-written file left visible as a checkpoint
+    assert not list(
+        (_run_dir(tmp_path) / "checkpoints").glob("*.tmp")
+    )  # no half-written file left visible as a checkpoint

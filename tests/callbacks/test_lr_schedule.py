@@ -5,8 +5,9 @@ import math
 import pytest
 import torch
 
-from lightning_fed.callbacks import FederatedLoop, RoundHook
+from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.callbacks.lr_schedule import RoundLRSchedule, round_lr
+from lightning_fed.federation import RoundHook
 from lightning_fed.strategies import FedAvg
 from tests.helpers.runs import fit, preference_data, tiny_dpo
 
@@ -45,7 +46,11 @@ class LRSeen(RoundHook):
 def run(tmp_path, name, rounds, ckpt_path=None):
     seen = LRSeen()
     loop = FederatedLoop(
-        rounds=rounds, clients_per_round=1, local_steps=1, seed=0, strategy=FedAvg(),
+        rounds=rounds,
+        clients_per_round=1,
+        local_steps=1,
+        seed=0,
+        strategy=FedAvg(),
         hooks=[RoundLRSchedule("cosine", min_lr=1e-4, rounds=3), seen],
     )
     data = preference_data(num_clients=2, per_client=8, max_length=96, val_fraction=0.25)

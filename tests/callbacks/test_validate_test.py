@@ -12,7 +12,10 @@ import torch
 import yaml
 
 ROOT = Path(__file__).parents[2]
-TINY_BACKBONE = {"config": {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 512}, "tokenizer": "bytes"}
+TINY_BACKBONE = {
+    "config": {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 512},
+    "tokenizer": "bytes",
+}
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -51,7 +54,14 @@ def test_feddpo_own_data_with_chat_template(tmp_path):
 
     test = json.loads((run / "test_results.json").read_text())
     assert test["stage"] == "test" and test["round"] == 1 and test["num_examples"] == 12
-    for key in ("pref_acc", "pref_acc_sum", "pref_acc_norm", "pref_acc_sum_client_mean", "pref_acc_norm_client_min", "loss"):
+    for key in (
+        "pref_acc",
+        "pref_acc_sum",
+        "pref_acc_norm",
+        "pref_acc_sum_client_mean",
+        "pref_acc_norm_client_min",
+        "loss",
+    ):
         assert 0.0 <= test["metrics"][key] or key == "loss", key
     # ByKey on `user`: clients are the users in sorted order, each with its 3 held-out questions.
     assert {c: m["num_examples"] for c, m in test["clients"].items()} == {"0": 3, "1": 3, "2": 3, "3": 3}
@@ -72,7 +82,11 @@ def test_fedpdpo_is_tested_with_each_clients_personal_parts(tmp_path):
         "class_path": "lightning_fed.modules.PDPOModule",
         "init_args": {
             **config["model"]["init_args"],
-            "bottleneck_dim": 16, "reward_hidden": 32, "bottleneck_dropout": 0.0, "reward_dropout": 0.0, "lr_h": 0.01,
+            "bottleneck_dim": 16,
+            "reward_hidden": 32,
+            "bottleneck_dropout": 0.0,
+            "reward_dropout": 0.0,
+            "lr_h": 0.01,
         },
     }
     data = config["data"]["init_args"]
@@ -87,10 +101,10 @@ def test_fedpdpo_is_tested_with_each_clients_personal_parts(tmp_path):
     assert (run / "validate_results.json").is_file()
 
     # Recompute client by client by hand: global state + that client's personal state.
+    import lightning.pytorch as pl
+
     from lightning_fed.datamodules import PreferenceDataModule
     from lightning_fed.modules import PDPOModule
-
-    import lightning.pytorch as pl
 
     pl.seed_everything(config["seed_everything"])  # the tiny backbone is random: built as the CLI builds it
     module, dm = PDPOModule(**config["model"]["init_args"]), PreferenceDataModule(**data)
@@ -106,5 +120,9 @@ def test_fedpdpo_is_tested_with_each_clients_personal_parts(tmp_path):
         with torch.no_grad():
             chosen, rejected = module.sequence_log_probs(batch)
         margins[cid] = (chosen - rejected).mean().item()
-        assert abs(margins[cid] - test["clients"][str(cid)]["logp_margin"]) < 1e-4, (cid, margins[cid], test["clients"][str(cid)])
+        assert abs(margins[cid] - test["clients"][str(cid)]["logp_margin"]) < 1e-4, (
+            cid,
+            margins[cid],
+            test["clients"][str(cid)],
+        )
     assert len({round(m, 6) for m in margins.values()}) == 4  # personal parts differ between clients

@@ -19,14 +19,24 @@ def write_jsonl(path, rows):
 
 
 def pairs(users, n, tag):
-    return [{"user": u, "prompt": f"{tag} {u} {i}?", "chosen": "yes", "rejected": "no"} for u in users for i in range(n)]
+    return [
+        {"user": u, "prompt": f"{tag} {u} {i}?", "chosen": "yes", "rejected": "no"} for u in users for i in range(n)
+    ]
 
 
 def test_test_and_val_files_go_to_the_training_clients_by_key(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", pairs(["ann", "bob", "cyd"], 4, "train"))
     test = write_jsonl(tmp_path / "test.jsonl", pairs(["cyd", "ann"], 2, "test"))
     val = write_jsonl(tmp_path / "val.jsonl", pairs(["bob"], 3, "val"))
-    dm = PreferenceDataModule(train, num_clients=3, partition=ByKey("user"), test_dataset=test, val_dataset=val, group_key="user", batch_size=2)
+    dm = PreferenceDataModule(
+        train,
+        num_clients=3,
+        partition=ByKey("user"),
+        test_dataset=test,
+        val_dataset=val,
+        group_key="user",
+        batch_size=2,
+    )
     dm.tokenizer = byte_tokenizer()
     dm.setup("test")
     # ByKey: sorted values -> clients (ann 0, bob 1, cyd 2); a val file replaces val_fraction.
@@ -34,7 +44,9 @@ def test_test_and_val_files_go_to_the_training_clients_by_key(tmp_path):
     assert [len(c.test_set) for c in dm.clients] == [2, 0, 2] and [len(c.val_set) for c in dm.clients] == [0, 3, 0]
     decode = dm.tokenizer.decode
     for cid, user in ((0, "ann"), (2, "cyd")):
-        assert all(decode(item["chosen_input_ids"]).startswith(f"test {user} ") for item in dm.client(cid).test_set.items)
+        assert all(
+            decode(item["chosen_input_ids"]).startswith(f"test {user} ") for item in dm.client(cid).test_set.items
+        )
     batches = list(dm.test_dataloader())
     assert [b["client_id"].tolist() for b in batches] == [[0, 0], [2, 2]]
     assert [dm.group_names[g] for b in batches for g in b["group_id"].tolist()] == ["ann", "ann", "cyd", "cyd"]
@@ -42,7 +54,10 @@ def test_test_and_val_files_go_to_the_training_clients_by_key(tmp_path):
     unseen = write_jsonl(tmp_path / "unseen.jsonl", pairs(["zed"], 1, "test"))
     bad = PreferenceDataModule(train, num_clients=3, partition=ByKey("user"), test_dataset=unseen)
     bad.tokenizer = byte_tokenizer()
-    with pytest.raises(ValueError, match=r"data.test_dataset: row 0 has user 'zed', which no training client holds \(training values: 'ann', 'bob', 'cyd'\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"data.test_dataset: row 0 has user 'zed', which no training client holds \(training values: 'ann', 'bob', 'cyd'\)",
+    ):
         bad.setup("test")
     without = PreferenceDataModule(train, num_clients=3, partition=ByKey("user"))
     without.tokenizer = byte_tokenizer()
@@ -51,7 +66,9 @@ def test_test_and_val_files_go_to_the_training_clients_by_key(tmp_path):
 
 
 def test_synthetic_test_set_is_a_fresh_draw_with_the_client_column():
-    dm = PreferenceDataModule(num_clients=2, synthetic_args={"examples_per_client": 6}, test_dataset="synthetic:preferences", val_fraction=0.0)
+    dm = PreferenceDataModule(
+        num_clients=2, synthetic_args={"examples_per_client": 6}, test_dataset="synthetic:preferences", val_fraction=0.0
+    )
     dm.tokenizer = byte_tokenizer()
     dm.setup("test")
     train = {tuple(i["chosen_input_ids"]) for c in dm.clients for i in c.full_train}
@@ -61,7 +78,11 @@ def test_synthetic_test_set_is_a_fresh_draw_with_the_client_column():
 
 @pytest.mark.parametrize(
     ("truncation", "starts", "ends", "response"),
-    [("prompt_left", False, True, "RESPONSE"), ("prompt_middle", True, True, "RESPONSE"), ("response", True, True, "RESPO")],
+    [
+        ("prompt_left", False, True, "RESPONSE"),
+        ("prompt_middle", True, True, "RESPONSE"),
+        ("response", True, True, "RESPO"),
+    ],
 )
 def test_truncation_keeps_what_the_user_chose(truncation, starts, ends, response):
     tok = byte_tokenizer()
@@ -77,14 +98,27 @@ def test_truncation_keeps_what_the_user_chose(truncation, starts, ends, response
 
 
 def test_truncated_examples_are_counted_per_client():
-    dm = InstructionDataModule(num_clients=2, template="plain", synthetic_args={"examples_per_client": 6}, max_length=24, on_overflow="truncate", truncation="prompt_middle", val_fraction=0.0)
+    dm = InstructionDataModule(
+        num_clients=2,
+        template="plain",
+        synthetic_args={"examples_per_client": 6},
+        max_length=24,
+        on_overflow="truncate",
+        truncation="prompt_middle",
+        val_fraction=0.0,
+    )
     dm.tokenizer = byte_tokenizer()
-    with pytest.warns(UserWarning, match=r"data: \d+ train examples truncated to fit data.max_length=24 \(data.truncation='prompt_middle'\); per client: \[\d+, \d+\]"):
+    with pytest.warns(
+        UserWarning,
+        match=r"data: \d+ train examples truncated to fit data.max_length=24 \(data.truncation='prompt_middle'\); per client: \[\d+, \d+\]",
+    ):
         dm.setup("fit")
     counts = dm.data_report()["truncated"]["train"]
     long = [sum(len(i["input_ids"]) == 24 for i in c.full_train) for c in dm.clients]
     assert counts == long and sum(counts) > 0
-    with pytest.raises(ValueError, match=r"data.truncation must be one of \('prompt_left', 'prompt_middle', 'response'\), got 'head'"):
+    with pytest.raises(
+        ValueError, match=r"data.truncation must be one of \('prompt_left', 'prompt_middle', 'response'\), got 'head'"
+    ):
         InstructionDataModule(truncation="head")
 
 
@@ -113,5 +147,7 @@ def test_instruction_rouge_answers_the_prompt_part_and_scores_the_labelled_part(
             return torch.tensor(rows)
 
     out = extra_metrics(SimpleNamespace(model=Echo(), tokenizer=tok), batch)
-    assert out["rouge1"].tolist() == pytest.approx([1.0, 2 / 3]) and out["rougeL"].tolist() == pytest.approx([1.0, 2 / 3])
+    assert out["rouge1"].tolist() == pytest.approx([1.0, 2 / 3]) and out["rougeL"].tolist() == pytest.approx(
+        [1.0, 2 / 3]
+    )
     assert out["rouge2"].tolist() == pytest.approx([1.0, 0.5]) and max(seen) == len("one two three") + 1  # + eos

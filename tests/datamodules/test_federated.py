@@ -20,7 +20,10 @@ def write_jsonl(path, rows):
 
 
 def prefs(n=8):
-    return [{"prompt": f"Say something {i}.", "chosen": "Yes indeed.", "rejected": "No thanks.", "topic": i % 2} for i in range(n)]
+    return [
+        {"prompt": f"Say something {i}.", "chosen": "Yes indeed.", "rejected": "No thanks.", "topic": i % 2}
+        for i in range(n)
+    ]
 
 
 def setup_dm(dm, tokenizer):
@@ -30,7 +33,10 @@ def setup_dm(dm, tokenizer):
 
 
 def test_clients_hold_disjoint_data_and_own_dataloaders(tokenizer):
-    dm = setup_dm(PreferenceDataModule(num_clients=4, synthetic_args={"num_clients": 4, "examples_per_client": 10}, batch_size=3), tokenizer)
+    dm = setup_dm(
+        PreferenceDataModule(num_clients=4, synthetic_args={"num_clients": 4, "examples_per_client": 10}, batch_size=3),
+        tokenizer,
+    )
     assert dm.client_sizes == [9, 9, 9, 9]  # 10 rows, 1 held out for validation
     for cid in range(4):
         batch = next(iter(dm.client(cid).train_dataloader()))
@@ -41,7 +47,12 @@ def test_clients_hold_disjoint_data_and_own_dataloaders(tokenizer):
 
 
 def test_instruction_labels_mask_the_prompt(tokenizer):
-    dm = setup_dm(InstructionDataModule(num_clients=2, synthetic_args={"num_clients": 2, "examples_per_client": 4}, max_length=512), tokenizer)
+    dm = setup_dm(
+        InstructionDataModule(
+            num_clients=2, synthetic_args={"num_clients": 2, "examples_per_client": 4}, max_length=512
+        ),
+        tokenizer,
+    )
     item = dm.client(0).train_set[0]
     scored = [t for t, label in zip(item["input_ids"], item["labels"]) if label != -100]
     text = tokenizer.decode(scored)
@@ -52,7 +63,9 @@ def test_instruction_labels_mask_the_prompt(tokenizer):
 def test_local_file_with_field_map(tmp_path, tokenizer):
     rows = [{"question": r["prompt"], "good": r["chosen"], "bad": r["rejected"]} for r in prefs()]
     path = write_jsonl(tmp_path / "pairs.jsonl", rows)
-    dm = PreferenceDataModule(path, num_clients=2, field_map={"prompt": "question", "chosen": "good", "rejected": "bad"}, val_fraction=0.0)
+    dm = PreferenceDataModule(
+        path, num_clients=2, field_map={"prompt": "question", "chosen": "good", "rejected": "bad"}, val_fraction=0.0
+    )
     assert sum(setup_dm(dm, tokenizer).client_sizes) == 8
 
 
@@ -80,10 +93,14 @@ def test_bad_input_is_a_one_line_error_before_training(tmp_path, tokenizer, rows
 def test_overflow_truncate_and_drop(tmp_path, tokenizer):
     rows = prefs() + [{"prompt": "long " * 40, "chosen": "Yes indeed.", "rejected": "No thanks."}]
     path = write_jsonl(tmp_path / "mixed.jsonl", rows)
-    truncated = setup_dm(PreferenceDataModule(path, num_clients=1, max_length=40, on_overflow="truncate", val_fraction=0.0), tokenizer)
+    truncated = setup_dm(
+        PreferenceDataModule(path, num_clients=1, max_length=40, on_overflow="truncate", val_fraction=0.0), tokenizer
+    )
     assert truncated.client_sizes == [9]
     assert all(len(i["chosen_input_ids"]) <= 40 for i in truncated.client(0).train_set.items)
-    dropped = setup_dm(PreferenceDataModule(path, num_clients=1, max_length=40, on_overflow="drop", val_fraction=0.0), tokenizer)
+    dropped = setup_dm(
+        PreferenceDataModule(path, num_clients=1, max_length=40, on_overflow="drop", val_fraction=0.0), tokenizer
+    )
     assert dropped.client_sizes == [8]
 
 
@@ -91,7 +108,10 @@ def test_overflow_truncate_and_drop(tmp_path, tokenizer):
     "kwargs, message",
     [
         ({"batch_size": 0}, "data.batch_size must be >= 1, got 0"),
-        ({"on_overflow": "clip"}, re.escape("data.on_overflow must be one of ('error', 'truncate', 'drop'), got 'clip'")),
+        (
+            {"on_overflow": "clip"},
+            re.escape("data.on_overflow must be one of ('error', 'truncate', 'drop'), got 'clip'"),
+        ),
         ({"val_fraction": 1.5}, r"data.val_fraction must be in \[0, 1\), got 1.5"),
         ({"num_clients": 2, "eval_clients": 3}, r"data.eval_clients must be in \[1, 2\], got 3"),
     ],

@@ -32,12 +32,28 @@ def tldr_rows(workers=("w0", "w1", "w2"), per_worker=4):
     for w, worker in enumerate(workers):
         for i in range(per_worker):
             short, long = f"s{w}{i}", f"a longer summary {w}{i}"
-            first_short = (i % 2 == 0)
+            first_short = i % 2 == 0
             texts = [short, long] if first_short else [long, short]
             choice = texts.index(short) if worker == "w0" else texts.index(long)
-            info = {"id": f"t3_{w}{i}", "post": f"My post {w}-{i} about things.", "title": f"T{i}", "subreddit": "tifu", "site": None, "article": None}
-            rows.append({"info": info, "summaries": [{"text": t, "policy": "ref", "note": None} for t in texts],
-                         "choice": choice, "worker": worker, "batch": "batch3", "split": "train", "extra": {"confidence": 8}})  # fmt: skip
+            info = {
+                "id": f"t3_{w}{i}",
+                "post": f"My post {w}-{i} about things.",
+                "title": f"T{i}",
+                "subreddit": "tifu",
+                "site": None,
+                "article": None,
+            }
+            rows.append(
+                {
+                    "info": info,
+                    "summaries": [{"text": t, "policy": "ref", "note": None} for t in texts],
+                    "choice": choice,
+                    "worker": worker,
+                    "batch": "batch3",
+                    "split": "train",
+                    "extra": {"confidence": 8},
+                }
+            )
     # A CNN/DM comparison (no Reddit post) is not part of the benchmark.
     rows.append({**rows[0], "info": {**rows[0]["info"], "id": "cnn1", "post": None, "article": "News."}})
     return rows
@@ -49,10 +65,25 @@ def shp_rows(domains=6, posts_per_domain=10, pairs_per_post=2, seed=0):
     for d in range(domains):
         for p in range(posts_per_domain):
             for k in range(pairs_per_post):
-                rows.append({"post_id": f"p{d}_{p}", "domain": f"domain{d}_train", "upvote_ratio": 0.9, "history": f"Question {d}-{p}?",
-                             "c_root_id_A": "a", "c_root_id_B": "b", "created_at_utc_A": 1, "created_at_utc_B": 2,
-                             "score_A": 10, "score_B": 3, "human_ref_A": f"answer A{d}{p}{k}", "human_ref_B": f"answer B{d}{p}{k}",
-                             "labels": rng.randint(0, 1), "seconds_difference": 5.0, "score_ratio": 3.3})  # fmt: skip
+                rows.append(
+                    {
+                        "post_id": f"p{d}_{p}",
+                        "domain": f"domain{d}_train",
+                        "upvote_ratio": 0.9,
+                        "history": f"Question {d}-{p}?",
+                        "c_root_id_A": "a",
+                        "c_root_id_B": "b",
+                        "created_at_utc_A": 1,
+                        "created_at_utc_B": 2,
+                        "score_A": 10,
+                        "score_B": 3,
+                        "human_ref_A": f"answer A{d}{p}{k}",
+                        "human_ref_B": f"answer B{d}{p}{k}",
+                        "labels": rng.randint(0, 1),
+                        "seconds_difference": 5.0,
+                        "score_ratio": 3.3,
+                    }
+                )
     return rows
 
 
@@ -74,7 +105,11 @@ def test_tldr_clients_are_workers_for_selector_and_baselines(tmp_path):
     path = write_jsonl(tmp_path / "tldr.jsonl", tldr_rows())
     tok = load_tokenizer("bytes")
     common = {"preset": TLDR, "preset_path": path, "num_clients": 3, "max_length": 800, "val_fraction": 0.25}
-    modules = [FeedbackSelectorDataModule(**common), FeedbackPreferenceDataModule(**common), FeedbackSFTDataModule(**common)]
+    modules = [
+        FeedbackSelectorDataModule(**common),
+        FeedbackPreferenceDataModule(**common),
+        FeedbackSFTDataModule(**common),
+    ]
     for dm in modules:
         dm.tokenizer = tok
         dm.setup()
@@ -93,7 +128,9 @@ def test_shp_fields_and_dirichlet_over_domains_per_question(tmp_path):
     ds = load_feedback(SHP, path=write_jsonl(tmp_path / "shp.jsonl", rows))
     for raw, row in zip(rows, ds):
         a_wins = raw["labels"] == 1
-        assert row["chosen"] == (raw["human_ref_A"] if a_wins else raw["human_ref_B"]) and row["prompt"] == raw["history"]
+        assert (
+            row["chosen"] == (raw["human_ref_A"] if a_wins else raw["human_ref_B"]) and row["prompt"] == raw["history"]
+        )
     parts = GroupedDirichlet(alpha=0.3, key="domain", group="post_id")(ds, 10, seed=0)
     assert sorted(i for p in parts for i in p) == list(range(len(ds))) and all(parts)
     posts = np.array(ds["post_id"])

@@ -8,13 +8,30 @@ from lightning_fed.datamodules import ByKey, InstructionDataModule
 from lightning_fed.datamodules.instruction_sets import DOLLY_FIELD_MAP, HeldOutDirichlet, prepare_natural_instructions
 from lightning_fed.datamodules.sources import load_records
 
-CATEGORIES = ["open_qa", "general_qa", "classification", "closed_qa", "brainstorming", "information_extraction", "summarization", "creative_writing"]
+CATEGORIES = [
+    "open_qa",
+    "general_qa",
+    "classification",
+    "closed_qa",
+    "brainstorming",
+    "information_extraction",
+    "summarization",
+    "creative_writing",
+]
 
 
 @pytest.fixture
 def dolly(tmp_path):
     path = tmp_path / "databricks-dolly-15k.jsonl"
-    rows = [{"instruction": f"Question {i}?", "context": "Some context." if i % 3 else "", "response": f"Answer {i}.", "category": CATEGORIES[i % 8]} for i in range(160)]
+    rows = [
+        {
+            "instruction": f"Question {i}?",
+            "context": "Some context." if i % 3 else "",
+            "response": f"Answer {i}.",
+            "category": CATEGORIES[i % 8],
+        }
+        for i in range(160)
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return str(path)
 
@@ -36,17 +53,31 @@ def test_dolly_holds_out_the_last_category_and_splits_the_rest_by_dirichlet(doll
 def test_dolly_through_the_data_module(dolly):
     from lightning_fed.modules import load_tokenizer
 
-    dm = InstructionDataModule(dataset=dolly, field_map=DOLLY_FIELD_MAP, partition=HeldOutDirichlet(alpha=5.0), num_clients=8, max_length=256, val_fraction=0.0)
+    dm = InstructionDataModule(
+        dataset=dolly,
+        field_map=DOLLY_FIELD_MAP,
+        partition=HeldOutDirichlet(alpha=5.0),
+        num_clients=8,
+        max_length=256,
+        val_fraction=0.0,
+    )
     dm.tokenizer = load_tokenizer("bytes")
     dm.setup()
     assert sum(dm.client_sizes) == 140
 
 
 def _task(root, name, n):
-    (root / "tasks" / f"{name}.json").write_text(json.dumps({
-        "Definition": [f"Do task {name}."],
-        "Instances": [{"id": f"{name}-{i}", "input": f"input {i} of {name}", "output": [f"output {i}", "alt"]} for i in range(n)],
-    }))
+    (root / "tasks" / f"{name}.json").write_text(
+        json.dumps(
+            {
+                "Definition": [f"Do task {name}."],
+                "Instances": [
+                    {"id": f"{name}-{i}", "input": f"input {i} of {name}", "output": [f"output {i}", "alt"]}
+                    for i in range(n)
+                ],
+            }
+        )
+    )
 
 
 @pytest.fixture

@@ -32,7 +32,11 @@ def _assert_valid(parts, n, num_clients):
 
 def test_registry():
     assert PARTITIONERS == {
-        "iid": IID, "dirichlet": Dirichlet, "by_key": ByKey, "sorted_shards": SortedShards, "by_column": ByColumn,
+        "iid": IID,
+        "dirichlet": Dirichlet,
+        "by_key": ByKey,
+        "sorted_shards": SortedShards,
+        "by_column": ByColumn,
     }
     assert all(issubclass(cls, Partitioner) for cls in PARTITIONERS.values())
 
@@ -137,8 +141,12 @@ def test_by_column_errors():
 
 def test_missing_column_lists_columns():
     ds = _labelled(n=10)
-    for partitioner, name in [(Dirichlet(1.0, "topic"), "topic"), (ByKey("topic"), "topic"),
-                              (SortedShards("len"), "len"), (ByColumn(), "client")]:
+    for partitioner, name in [
+        (Dirichlet(1.0, "topic"), "topic"),
+        (ByKey("topic"), "topic"),
+        (SortedShards("len"), "len"),
+        (ByColumn(), "client"),
+    ]:
         with pytest.raises(ValueError, match=f"no column '{name}'") as info:
             partitioner(ds, 2, seed=0)
         assert "label, score" in str(info.value)

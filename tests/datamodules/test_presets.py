@@ -18,30 +18,62 @@ def write_jsonl(path, rows):
 
 
 def imdb_rows(n=6):  # yuasosnin/imdb-dpo: prompt, chosen, rejected, chosen_reward, rejected_reward
-    return [{"prompt": f"Review {i}:", "chosen": f"great film {i}", "rejected": f"bad film {i}", "chosen_reward": float(i), "rejected_reward": 0.5} for i in range(n)]
+    return [
+        {
+            "prompt": f"Review {i}:",
+            "chosen": f"great film {i}",
+            "rejected": f"bad film {i}",
+            "chosen_reward": float(i),
+            "rejected_reward": 0.5,
+        }
+        for i in range(n)
+    ]
 
 
 def code_rows():  # CyberNative/Code_Vulnerability_Security_DPO: lang, vulnerability, system, question, chosen, rejected
     langs = ["Python", "java", "c++", "php", "Kotlin", "go"]
-    return [{"lang": lang, "vulnerability": "CWE-79", "system": "You are a coder.", "question": f"Write {lang} code.", "chosen": "safe()", "rejected": "unsafe()"} for lang in langs]
+    return [
+        {
+            "lang": lang,
+            "vulnerability": "CWE-79",
+            "system": "You are a coder.",
+            "question": f"Write {lang} code.",
+            "chosen": "safe()",
+            "rejected": "unsafe()",
+        }
+        for lang in langs
+    ]
 
 
 def webgpt_rows():  # openai/webgpt_comparisons (card + loading script): question struct, quotes_i, answer_i, tokens_i, score_i
     def row(i, s0, s1):
         q = {"dataset": "eli5", "id": str(i), "full_text": f"Why {i}?"}
         quotes = {"title": ["t"], "extract": ["e"]}
-        return {"question": q, "quotes_0": quotes, "answer_0": f"answer A{i}", "tokens_0": [1], "score_0": s0,
-                "quotes_1": quotes, "answer_1": f"answer B{i}", "tokens_1": [2], "score_1": s1}
+        return {
+            "question": q,
+            "quotes_0": quotes,
+            "answer_0": f"answer A{i}",
+            "tokens_0": [1],
+            "score_0": s0,
+            "quotes_1": quotes,
+            "answer_1": f"answer B{i}",
+            "tokens_1": [2],
+            "score_1": s1,
+        }
+
     return [row(0, 1.0, -1.0), row(1, -0.5, 0.5), row(2, 0.0, 0.0)]
 
 
-def simple_rows(tag, n=4):  # jondurbin/py-dpo-v0.1 and kaitchup/UltraFeedback-prompt-chosen-rejected: prompt, chosen, rejected (str)
+def simple_rows(
+    tag, n=4
+):  # jondurbin/py-dpo-v0.1 and kaitchup/UltraFeedback-prompt-chosen-rejected: prompt, chosen, rejected (str)
     return [{"prompt": f"{tag} task {i}", "chosen": f"good {tag} {i}", "rejected": f"bad {tag} {i}"} for i in range(n)]
 
 
 def message_rows(n=3):  # the UltraFeedback-binarized shape: chosen/rejected as chat message lists
     def conv(i, answer):
         return [{"role": "user", "content": f"uf task {i}"}, {"role": "assistant", "content": f"{answer} uf {i}"}]
+
     return [{"prompt": f"uf task {i}", "chosen": conv(i, "good"), "rejected": conv(i, "bad")} for i in range(n)]
 
 
@@ -66,7 +98,9 @@ def test_every_preset_loads_into_canonical_fields(files):
 def test_preparations(files):
     imdb = load_preset("yuasosnin/imdb-dpo", path=files["yuasosnin/imdb-dpo"])
     assert imdb["margin"] == [i - 0.5 for i in range(6)]
-    code = load_preset("CyberNative/Code_Vulnerability_Security_DPO", path=files["CyberNative/Code_Vulnerability_Security_DPO"])
+    code = load_preset(
+        "CyberNative/Code_Vulnerability_Security_DPO", path=files["CyberNative/Code_Vulnerability_Security_DPO"]
+    )
     assert code["prompt"][0] == "Write Python code." and code["lang"][0] == "python"
     assert code["lang_group"] == [0, 1, 2, 0, 1, 2]  # web & scripting / enterprise & mobile / systems & HPC
     web = load_preset("openai/webgpt_comparisons", path=files["openai/webgpt_comparisons"])
@@ -104,8 +138,12 @@ def test_reward_margin_shards_easiest_first(files):
 def test_preset_data_module_intra_and_cross_domain(files):
     tok = load_tokenizer("bytes")
     code = PresetPreferenceDataModule(
-        presets=["CyberNative/Code_Vulnerability_Security_DPO"], preset_files=files, num_clients=3,
-        partition=ByKey("lang_group"), val_fraction=0.0, batch_size=2,
+        presets=["CyberNative/Code_Vulnerability_Security_DPO"],
+        preset_files=files,
+        num_clients=3,
+        partition=ByKey("lang_group"),
+        val_fraction=0.0,
+        batch_size=2,
     )
     code.tokenizer = tok
     code.setup("fit")

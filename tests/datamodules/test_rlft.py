@@ -27,7 +27,16 @@ def fedbiscuit_run(tmp_path_factory):
     """A tiny FedBiscuit run (U = 3, past its first grouping), saved like any CLI run."""
     root = tmp_path_factory.mktemp("fedbiscuit")
     with one_thread():
-        cli = main(["fit", "--config", "configs/fedbiscuit_tiny.yaml", f"--trainer.default_root_dir={root}", "--federation.rounds=4", *QUIET])
+        cli = main(
+            [
+                "fit",
+                "--config",
+                "configs/fedbiscuit_tiny.yaml",
+                f"--trainer.default_root_dir={root}",
+                "--federation.rounds=4",
+                *QUIET,
+            ]
+        )
     return cli.model, run_dir(root)
 
 
@@ -80,10 +89,15 @@ def test_rlft_stage_from_a_saved_selector_trains_the_policy(fedbiscuit_run, tmp_
     adapter = decisive_copy(*fedbiscuit_run)
     records = tmp_path / "d_gen.jsonl"
     args = [
-        "fit", "--config", "configs/fedbiscuit_rlft.yaml", f"--trainer.default_root_dir={tmp_path / 'rlft'}", *QUIET,
+        "fit",
+        "--config",
+        "configs/fedbiscuit_rlft.yaml",
+        f"--trainer.default_root_dir={tmp_path / 'rlft'}",
+        *QUIET,
         f"--data.init_args.selector.path={adapter}",  # takes precedence over train_config
-        f"--data.init_args.records_path={records}", "--federation.rounds=3",
-    ]  # fmt: skip
+        f"--data.init_args.records_path={records}",
+        "--federation.rounds=3",
+    ]
     with one_thread():
         cli = main(args)
     dm = cli.datamodule
@@ -92,7 +106,9 @@ def test_rlft_stage_from_a_saved_selector_trains_the_policy(fedbiscuit_run, tmp_
     assert all(r["chosen"] != r["rejected"] and r["prompt"] in dm.prompts for r in generated)
     # Every label is the majority vote of the three selectors loaded from the folder.
     selector = load_selector(str(adapter))
-    relabelled = label_pairs(selector, [r["prompt"] for r in generated], [[r["rejected"], r["chosen"]] for r in generated], template="short")
+    relabelled = label_pairs(
+        selector, [r["prompt"] for r in generated], [[r["rejected"], r["chosen"]] for r in generated], template="short"
+    )
     assert [r["chosen"] for r in relabelled] == [r["chosen"] for r in generated]
     # The policy learned D_gen: DPO loss and implicit-reward accuracy on its held-out pairs moved.
     summary = json.loads((run_dir(tmp_path / "rlft") / "summary.json").read_text())
@@ -103,10 +119,14 @@ def test_rlft_stage_from_a_saved_selector_trains_the_policy(fedbiscuit_run, tmp_
 
 def test_one_config_trains_the_selector_then_the_policy(tmp_path):
     args = [
-        "fit", "--config", "configs/fedbis_rlft.yaml", f"--trainer.default_root_dir={tmp_path / 'rlft'}", *QUIET,
+        "fit",
+        "--config",
+        "configs/fedbis_rlft.yaml",
+        f"--trainer.default_root_dir={tmp_path / 'rlft'}",
+        *QUIET,
         f"--data.init_args.selector.train_args=[--trainer.default_root_dir={tmp_path / 'selector'}, --federation.rounds=2]",
         "--federation.rounds=1",
-    ]  # fmt: skip
+    ]
     with one_thread():
         cli = main(args)
     selector_summary = json.loads((run_dir(tmp_path / "selector") / "summary.json").read_text())
@@ -115,8 +135,14 @@ def test_one_config_trains_the_selector_then_the_policy(tmp_path):
 
 
 def test_bad_selector_path_fails_before_training(tmp_path):
-    args = ["fit", "--config", "configs/fedbis_rlft.yaml", f"--trainer.default_root_dir={tmp_path}", *QUIET,
-            f"--data.init_args.selector.path={tmp_path / 'missing'}"]  # fmt: skip
+    args = [
+        "fit",
+        "--config",
+        "configs/fedbis_rlft.yaml",
+        f"--trainer.default_root_dir={tmp_path}",
+        *QUIET,
+        f"--data.init_args.selector.path={tmp_path / 'missing'}",
+    ]
     with pytest.raises(FileNotFoundError, match="no such file or folder") as err:
         main(args)
     assert "\n" not in str(err.value) and not any(tmp_path.iterdir())

@@ -55,7 +55,10 @@ def test_local_folder_errors(tmp_path):
 
 
 def test_instruction_file_without_mapping(tmp_path):
-    rows = [{"instruction": "Uppercase.", "input": "a b", "output": "A B"}, {"instruction": "Say hi.", "input": None, "output": "hi"}]
+    rows = [
+        {"instruction": "Uppercase.", "input": "a b", "output": "A B"},
+        {"instruction": "Say hi.", "input": None, "output": "hi"},
+    ]
     ds = load_records(str(_write(tmp_path / "sft.jsonl", rows)), "instruction")
     assert ds["output"][:] == ["A B", "hi"]
 
@@ -67,9 +70,13 @@ def test_missing_local_file(tmp_path):
 
 
 def test_synthetic_sets():
-    ds = load_records("synthetic:preferences", "preference", synthetic_args={"num_clients": 2, "examples_per_client": 3})
+    ds = load_records(
+        "synthetic:preferences", "preference", synthetic_args={"num_clients": 2, "examples_per_client": 3}
+    )
     assert len(ds) == 6 and "client" in ds.column_names and "group" in ds.column_names
-    ds = load_records("synthetic:instructions", "instruction", synthetic_args={"num_clients": 2, "examples_per_client": 3})
+    ds = load_records(
+        "synthetic:instructions", "instruction", synthetic_args={"num_clients": 2, "examples_per_client": 3}
+    )
     assert len(ds) == 6 and "family" in ds.column_names
 
 
@@ -90,8 +97,7 @@ def test_missing_field_message():
     with pytest.raises(ValueError) as info:
         validate_records(ds, "preference", "x.jsonl")
     assert str(info.value) == (
-        "data.dataset 'x.jsonl': missing field 'chosen' (columns: prompt, answer, rejected; "
-        "map it with data.field_map)"
+        "data.dataset 'x.jsonl': missing field 'chosen' (columns: prompt, answer, rejected; map it with data.field_map)"
     )
 
 
@@ -138,6 +144,7 @@ def test_field_map_swap_and_shadow():
     ds = datasets.Dataset.from_dict({"prompt": ["old"], "question": ["q"], "chosen": ["b"], "rejected": ["a"]})
     out = apply_field_map(ds, "preference", "mem", {"prompt": "question", "chosen": "rejected", "rejected": "chosen"})
     assert out[0] == {"prompt": "q", "chosen": "a", "rejected": "b"}
+
 
 def test_hub_name_goes_to_load_dataset(monkeypatch):
     calls = []

@@ -45,15 +45,26 @@ def test_hard_preferences_knobs():
         ((w, l),) = [(w, l) for w, l in _word_diff(row["chosen"], row["rejected"]) if w in POSITIVE | NEGATIVE]
         assert (w in POSITIVE) == (row["group"] == "positive")
         assert _split_sign_off(row["chosen"])[1] == _split_sign_off(row["rejected"])[1]
-    hard = planted_hard_preferences(num_clients=2, examples_per_client=200, seed=1, distractor=1.0, purity=0.8, label_noise=0.1)
-    assert all(_split_sign_off(r["chosen"])[1] != _split_sign_off(r["rejected"])[1] for r in hard)  # the distractor differs
+    hard = planted_hard_preferences(
+        num_clients=2, examples_per_client=200, seed=1, distractor=1.0, purity=0.8, label_noise=0.1
+    )
+    assert all(
+        _split_sign_off(r["chosen"])[1] != _split_sign_off(r["rejected"])[1] for r in hard
+    )  # the distractor differs
     agree = [  # does the chosen response carry the group's side of the sentiment word?
-        any(w in (POSITIVE if r["group"] == "positive" else NEGATIVE) for w, _ in _word_diff(_split_sign_off(r["chosen"])[0], _split_sign_off(r["rejected"])[0]))
+        any(
+            w in (POSITIVE if r["group"] == "positive" else NEGATIVE)
+            for w, _ in _word_diff(_split_sign_off(r["chosen"])[0], _split_sign_off(r["rejected"])[0])
+        )
         for r in hard
     ]
-    assert agree == [f != fl for f, fl in zip(hard["follows_group"], hard["flipped"])]  # chosen has the group's side iff it follows xor flipped
+    assert agree == [
+        f != fl for f, fl in zip(hard["follows_group"], hard["flipped"])
+    ]  # chosen has the group's side iff it follows xor flipped
     assert 0.7 < sum(hard["follows_group"]) / 400 < 0.9 and 0.05 < sum(hard["flipped"]) / 400 < 0.15
-    with pytest.raises(ValueError, match=r"`label_noise` must be in \[0, 0.5\), got 0.5; `purity` must be in \(0.5, 1\], got 0.5"):
+    with pytest.raises(
+        ValueError, match=r"`label_noise` must be in \[0, 0.5\), got 0.5; `purity` must be in \(0.5, 1\], got 0.5"
+    ):
         planted_hard_preferences(label_noise=0.5, purity=0.5)
 
 

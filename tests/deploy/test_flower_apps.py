@@ -22,8 +22,16 @@ CONFIG = "configs/tiny.yaml"
 
 
 def _in_process(tmp_path, overrides: list[str]) -> dict[str, torch.Tensor]:
-    args = ["fit", "--config", CONFIG, f"--trainer.default_root_dir={tmp_path}/local", "--trainer.logger=false",
-            "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false", *overrides]  # fmt: skip
+    args = [
+        "fit",
+        "--config",
+        CONFIG,
+        f"--trainer.default_root_dir={tmp_path}/local",
+        "--trainer.logger=false",
+        "--trainer.enable_checkpointing=false",
+        "--trainer.enable_progress_bar=false",
+        *overrides,
+    ]
     cli = main(args)
     return next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).global_state
 
@@ -58,8 +66,21 @@ def test_flower_simulation_engine_matches_in_process(tmp_path):
     """Through Flower's own simulation engine (Ray actors as SuperNodes, in a subprocess)."""
     overrides = ["--federation.rounds=2"]
     local = _in_process(tmp_path, overrides)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "FLWR_TELEMETRY_ENABLED": "0", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, str(ROOT / "tests/helpers/flower_sim.py"), str(ROOT / CONFIG), str(tmp_path / "sim"), "4", " ".join(overrides)]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "FLWR_TELEMETRY_ENABLED": "0",
+        "PYTHONPATH": str(ROOT),
+    }
+    cmd = [
+        sys.executable,
+        str(ROOT / "tests/helpers/flower_sim.py"),
+        str(ROOT / CONFIG),
+        str(tmp_path / "sim"),
+        "4",
+        " ".join(overrides),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     remote = torch.load(tmp_path / "sim" / "global_state.pt", weights_only=True)

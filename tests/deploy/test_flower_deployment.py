@@ -45,10 +45,18 @@ NUM_CLIENTS = 3
 
 def _config(tmp_path: Path) -> Path:
     cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
-    cfg["data"]["init_args"].update(num_clients=NUM_CLIENTS, synthetic_args={"num_clients": NUM_CLIENTS, "examples_per_client": 16, "groups": ["positive"]})
+    cfg["data"]["init_args"].update(
+        num_clients=NUM_CLIENTS,
+        synthetic_args={"num_clients": NUM_CLIENTS, "examples_per_client": 16, "groups": ["positive"]},
+    )
     cfg["federation"].update(rounds=2, clients_per_round=2, local_steps=2, min_clients=1)
-    cfg["trainer"] = {"default_root_dir": str(tmp_path / "local"), "enable_model_summary": False, "logger": False,
-                      "enable_checkpointing": False, "enable_progress_bar": False}  # fmt: skip
+    cfg["trainer"] = {
+        "default_root_dir": str(tmp_path / "local"),
+        "enable_model_summary": False,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+    }
     path = tmp_path / "feddpo_tiny.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -57,7 +65,11 @@ def _config(tmp_path: Path) -> Path:
 def _kill_when_training(dep: LocalDeployment, index: int, stop: threading.Event) -> None:
     """SIGKILL SuperNode ``index`` as soon as it runs a ClientApp process (mid-round)."""
     while not stop.is_set():
-        if any(b"flwr-clientapp" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in _descendants([dep.supernodes[index].pid]) if Path(f"/proc/{pid}").exists()):
+        if any(
+            b"flwr-clientapp" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            for pid in _descendants([dep.supernodes[index].pid])
+            if Path(f"/proc/{pid}").exists()
+        ):
             time.sleep(1.0)  # let it load the model and start its local steps
             dep.kill_supernode(index, signal.SIGKILL)
             return
@@ -67,14 +79,28 @@ def _kill_when_training(dep: LocalDeployment, index: int, stop: threading.Event)
 def _start_unregistered_supernode(dep: LocalDeployment, folder: Path) -> ManagedProcess:
     """A SuperNode with the CA and a key pair of its own that was never registered."""
     key = make_supernode_key(folder, "rogue")
-    cmd = [dep._exe("flower-supernode"), "--root-certificates", str(dep.tls.ca_cert), "--superlink", dep.superlink_address,
-           "--auth-supernode-private-key", str(key.private_key), "--port", str(free_port()), "--max-retries", "1"]  # fmt: skip
+    cmd = [
+        dep._exe("flower-supernode"),
+        "--root-certificates",
+        str(dep.tls.ca_cert),
+        "--superlink",
+        dep.superlink_address,
+        "--auth-supernode-private-key",
+        str(key.private_key),
+        "--port",
+        str(free_port()),
+        "--max-retries",
+        "1",
+    ]
     return dep._spawn("rogue-supernode", cmd, folder / "flwr_home")
 
 
 def _assert_tls(dep: LocalDeployment) -> None:
     context = ssl.create_default_context(cafile=str(dep.tls.ca_cert))  # verifies chain and host name
-    with socket.create_connection((dep.host, dep.superlink.port), timeout=10) as sock, context.wrap_socket(sock, server_hostname=dep.host) as tls:
+    with (
+        socket.create_connection((dep.host, dep.superlink.port), timeout=10) as sock,
+        context.wrap_socket(sock, server_hostname=dep.host) as tls,
+    ):
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
     with pytest.raises(OSError):  # the same port does not speak plain HTTP
         urllib.request.urlopen(f"http://{dep.superlink_address}/", timeout=10)
@@ -86,7 +112,14 @@ def test_feddpo_over_a_real_deployment(tmp_path):
     local = next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).global_state
 
     victim = sample_clients(NUM_CLIENTS, 2, 0, 0)[0]  # trains in round 1
-    deployment = LocalDeployment(APP, num_supernodes=NUM_CLIENTS, workdir=tmp_path / "dep", extra_env={"PYTHONPATH": str(ROOT)}, tls=True, supernode_auth=True)
+    deployment = LocalDeployment(
+        APP,
+        num_supernodes=NUM_CLIENTS,
+        workdir=tmp_path / "dep",
+        extra_env={"PYTHONPATH": str(ROOT)},
+        tls=True,
+        supernode_auth=True,
+    )
     with deployment as dep:
         _assert_tls(dep)
         assert len(dep.supernode_keys) == NUM_CLIENTS and all(dep.node_ids)

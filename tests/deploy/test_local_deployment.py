@@ -93,9 +93,7 @@ def _kill_during_round(dep: LocalDeployment, index: int, sig: int, run_config: d
     thread = threading.Thread(target=lambda: box.update(r=dep.run(run_config, timeout=240)))
     thread.start()
     deadline = time.monotonic() + 120
-    while not any(
-        "flwr-clientapp" in _cmdline(pid) for pid in _descendants([dep.supernodes[index].pid])
-    ):
+    while not any("flwr-clientapp" in _cmdline(pid) for pid in _descendants([dep.supernodes[index].pid])):
         assert time.monotonic() < deadline, "flwr-clientapp never started"
         assert thread.is_alive(), box.get("r")
         time.sleep(0.1)

@@ -43,7 +43,9 @@ def honest_eval(msg: Message) -> RecordDict:
 class ScriptedGrid:
     """Nodes ``1..n`` (node ``k`` holds client ``k - 1``) answering with ``train(msg)`` / ``evaluate(msg)``."""
 
-    def __init__(self, train: Callable[[Message], RecordDict], evaluate: Callable[[Message], RecordDict], partition=None) -> None:
+    def __init__(
+        self, train: Callable[[Message], RecordDict], evaluate: Callable[[Message], RecordDict], partition=None
+    ) -> None:
         from flwr.supercore.task_identity import TaskIdentity
 
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
@@ -133,14 +135,26 @@ def _with_metrics(honest: ClientUpdate, **metrics) -> RecordDict:
 
 
 FORGED = {
-    "num-examples 10**12": (lambda h: _with_metrics(h, **{"num-examples": 10**12}), "'num-examples' must be an integer in [1, 1000000]"),
-    "20,000 metric keys": (lambda h: _with_metrics(h, **{f"m{i}": 0.0 for i in range(20_000)}), "20003 metric keys, more than max-metric-keys=64"),
+    "num-examples 10**12": (
+        lambda h: _with_metrics(h, **{"num-examples": 10**12}),
+        "'num-examples' must be an integer in [1, 1000000]",
+    ),
+    "20,000 metric keys": (
+        lambda h: _with_metrics(h, **{f"m{i}": 0.0 for i in range(20_000)}),
+        "20003 metric keys, more than max-metric-keys=64",
+    ),
     "list-valued metric": (lambda h: _with_metrics(h, loss=[1.0, 2.0]), "'loss' must be a number, got list"),
     "non-finite metric": (lambda h: _with_metrics(h, loss=float("nan")), "'loss' must be finite"),
     "int64 state array": (_int_state, "must be floating-point, got torch.int64"),
     "array not NumPy-serialised": (_not_numpy, "cannot be decoded"),
-    "extras FedAvg never asked for": (lambda h: _extras_record(h, {"control/x": torch.zeros(3)}), "extras do not match the strategy's"),
-    "int extras": (lambda h: _extras_record(h, {"control/x": torch.zeros(3, dtype=torch.int32)}), "extras/'control/x' must be floating-point"),
+    "extras FedAvg never asked for": (
+        lambda h: _extras_record(h, {"control/x": torch.zeros(3)}),
+        "extras do not match the strategy's",
+    ),
+    "int extras": (
+        lambda h: _extras_record(h, {"control/x": torch.zeros(3, dtype=torch.int32)}),
+        "extras/'control/x' must be floating-point",
+    ),
 }
 
 
@@ -176,7 +190,9 @@ def test_bad_evaluate_replies_are_rejected_and_the_rest_averaged(tmp_path):
         }
         return RecordDict({METRICS: MetricRecord(bad[cid])}) if cid in bad else honest_eval(msg)
 
-    with pytest.warns(UserWarning, match="evaluation of client 0 rejected: reply metric 'pref_acc' must be a number, got list"):
+    with pytest.warns(
+        UserWarning, match="evaluation of client 0 rejected: reply metric 'pref_acc' must be a number, got list"
+    ):
         server, summary = _run(tmp_path, ScriptedGrid(_train_replies(lambda m, h: None), evaluate))
     assert summary["rejected_evaluations"] == 3 and server.rejected_evaluations == 3
     assert summary["rounds"][0]["aggregated"] == sorted(SAMPLED)

@@ -12,10 +12,10 @@ import socket
 import ssl
 import stat
 import threading
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_ssh_private_key, load_ssh_public_key
 
@@ -74,7 +74,10 @@ def test_supernode_key_is_what_flower_reads(tmp_path):
 def test_cli_connection_uses_the_ca_or_is_insecure(tmp_path):
     ca = make_certificates(tmp_path / "tls").ca_cert
     secure = tomllib.loads(write_cli_config(tmp_path / "a", "lab", "127.0.0.1:9093", ca).read_text())
-    assert secure["superlink"] == {"default": "lab", "lab": {"address": "127.0.0.1:9093", "root-certificates": str(ca.resolve())}}
+    assert secure["superlink"] == {
+        "default": "lab",
+        "lab": {"address": "127.0.0.1:9093", "root-certificates": str(ca.resolve())},
+    }
     plain = tomllib.loads(write_cli_config(tmp_path / "b", "lab", "127.0.0.1:9093", None).read_text())
     assert plain["superlink"]["lab"] == {"address": "127.0.0.1:9093", "insecure": True}
 
@@ -85,7 +88,9 @@ def test_supernode_auth_needs_tls(tmp_path):
 
 
 def test_node_config_inline_or_as_a_toml_file(tmp_path):
-    dep = LocalDeployment(APP, num_supernodes=2, workdir=tmp_path, node_configs=[{"partition-id": 0}, {"partition-id": 1, "name": "a b"}])
+    dep = LocalDeployment(
+        APP, num_supernodes=2, workdir=tmp_path, node_configs=[{"partition-id": 0}, {"partition-id": 1, "name": "a b"}]
+    )
     assert dep._node_config_arg(0) == "partition-id=0"
     path = Path(dep._node_config_arg(1))  # a value with a space cannot go inline
     assert tomllib.loads(path.read_text()) == {"partition-id": 1, "name": "a b"}

@@ -14,7 +14,9 @@ REFERENCE = "REFERENCE ANSWER"
 
 def answer_block(prompt: str, who: str) -> str:
     """The text of assistant ``who``'s answer in an MT-Bench pair prompt."""
-    match = re.search(rf"\[The Start of Assistant {who}'s Answer\]\n(.*?)\n\[The End of Assistant {who}'s Answer\]", prompt, re.S)
+    match = re.search(
+        rf"\[The Start of Assistant {who}'s Answer\]\n(.*?)\n\[The End of Assistant {who}'s Answer\]", prompt, re.S
+    )
     assert match, prompt
     return match.group(1)
 

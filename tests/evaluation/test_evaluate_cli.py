@@ -18,31 +18,71 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZ
 def evaluate(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "lightning_fed.cli", "evaluate", *args],  # what `lightning-fed evaluate` runs
-        cwd=ROOT, env=env or ENV, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env or ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_bad_input_is_one_line_before_any_model_is_loaded(tmp_path, capsys):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": "fine"}\n{"question": "no prompt field"}\n')
     # A model name that cannot be loaded offline: an error about it would mean the model came first.
-    proc = evaluate("--model", "no-such-org/no-such-model", "--output", str(tmp_path), "--benchmarks", "[humaneval,judge]",
-                    "--humaneval.limit", "0", "--judge.url", "ftp://x", "--judge.model", "m")  # fmt: skip
+    proc = evaluate(
+        "--model",
+        "no-such-org/no-such-model",
+        "--output",
+        str(tmp_path),
+        "--benchmarks",
+        "[humaneval,judge]",
+        "--humaneval.limit",
+        "0",
+        "--judge.url",
+        "ftp://x",
+        "--judge.model",
+        "m",
+    )
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("lightning-fed evaluate: error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr
-    assert "--humaneval.limit must be >= 1, got 0" in errors[0] and "--judge.url must start with http:// or https://, got 'ftp://x'" in errors[0]
+    assert (
+        "--humaneval.limit must be >= 1, got 0" in errors[0]
+        and "--judge.url must start with http:// or https://, got 'ftp://x'" in errors[0]
+    )
 
     # The rest in-process (same code path, no second interpreter start-up).
     from lightning_fed.evaluation.cli import main
 
-    args = ["--model", "no-such-org/no-such-model", "--output", str(tmp_path), "--judge.url", "http://127.0.0.1:9", "--judge.model", "m"]
+    args = [
+        "--model",
+        "no-such-org/no-such-model",
+        "--output",
+        str(tmp_path),
+        "--judge.url",
+        "http://127.0.0.1:9",
+        "--judge.model",
+        "m",
+    ]
     cases = [
-        (["--benchmarks", "[judge]", "--judge.prompts", str(prompts)], f"--judge.prompts {str(prompts)!r} line 2: needs a non-empty string 'prompt'"),
-        (["--benchmarks", "[judge]", "--judge.modes", "[pairwise]"], "--judge.modes pairwise: the prompts have no 'reference' and --model has no --adapter to compare against"),
-        (["--benchmarks", "[lm_eval]", "--lm_eval.tasks", "[/no/task.yaml]"], "--lm_eval.tasks: task file '/no/task.yaml' does not exist"),
+        (
+            ["--benchmarks", "[judge]", "--judge.prompts", str(prompts)],
+            f"--judge.prompts {str(prompts)!r} line 2: needs a non-empty string 'prompt'",
+        ),
+        (
+            ["--benchmarks", "[judge]", "--judge.modes", "[pairwise]"],
+            "--judge.modes pairwise: the prompts have no 'reference' and --model has no --adapter to compare against",
+        ),
+        (
+            ["--benchmarks", "[lm_eval]", "--lm_eval.tasks", "[/no/task.yaml]"],
+            "--lm_eval.tasks: task file '/no/task.yaml' does not exist",
+        ),
         (["--benchmarks", "[humaneval]", "--humaneval.limit", "many"], "--humaneval.limit: invalid value 'many'"),
-        (["--benchmarks", "[bleu]"], "--benchmarks must be a non-empty list of ['lm_eval', 'humaneval', 'judge'], got ['bleu']"),
+        (
+            ["--benchmarks", "[bleu]"],
+            "--benchmarks must be a non-empty list of ['lm_eval', 'humaneval', 'judge'], got ['bleu']",
+        ),
     ]
     for extra, message in cases:
         assert main(args + extra) == 2
@@ -54,17 +94,40 @@ def test_run_on_a_local_task_humaneval_and_an_endpoint_judge(tmp_path):
     run = tmp_path / "version_0"
     make_run(run, seed=3)
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"Say something about {t}.", "reference": REFERENCE}) + "\n" for t in ("cats", "rain")))
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": f"Say something about {t}.", "reference": REFERENCE}) + "\n" for t in ("cats", "rain")
+        )
+    )
     env = {**ENV, "LF_JUDGE_KEY": "sk-local"}
     with StubJudgeServer() as server:
         proc = evaluate(
-            "--run", str(run), "--benchmarks", "[lm_eval,humaneval,judge]", "--batch_size", "4",
-            "--lm_eval.tasks", "[lf_arithmetic_mc]", "--lm_eval.limit", "5",
-            "--humaneval.limit", "2", "--humaneval.max_new_tokens", "16",
-            "--judge.prompts", str(prompts), "--judge.url", server.url, "--judge.model", "stub-judge",
-            "--judge.api_key_env", "LF_JUDGE_KEY", "--judge.max_new_tokens", "8",
+            "--run",
+            str(run),
+            "--benchmarks",
+            "[lm_eval,humaneval,judge]",
+            "--batch_size",
+            "4",
+            "--lm_eval.tasks",
+            "[lf_arithmetic_mc]",
+            "--lm_eval.limit",
+            "5",
+            "--humaneval.limit",
+            "2",
+            "--humaneval.max_new_tokens",
+            "16",
+            "--judge.prompts",
+            str(prompts),
+            "--judge.url",
+            server.url,
+            "--judge.model",
+            "stub-judge",
+            "--judge.api_key_env",
+            "LF_JUDGE_KEY",
+            "--judge.max_new_tokens",
+            "8",
             env=env,
-        )  # fmt: skip
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((run / "eval_results.json").read_text())
     assert set(results) >= {"lm_eval", "humaneval", "judge", "model"}
@@ -72,7 +135,14 @@ def test_run_on_a_local_task_humaneval_and_an_endpoint_judge(tmp_path):
     assert results["lm_eval"]["n_samples"]["lf_arithmetic_mc"]["effective"] == 5
     assert results["humaneval"]["n_problems"] == 2 and results["humaneval"]["pass@1"] == 0.0
     # The stub judge prefers whatever is not the reference, in both orders: 2 wins of 2; grades 7.
-    assert results["judge"]["pairwise"] == {"win_rate": 1.0, "wins": 2, "ties": 0, "losses": 0, "total": 2, "against": "reference"}
+    assert results["judge"]["pairwise"] == {
+        "win_rate": 1.0,
+        "wins": 2,
+        "ties": 0,
+        "losses": 0,
+        "total": 2,
+        "against": "reference",
+    }
     assert results["judge"]["single"] == {"score": 7.0, "n_rated": 2, "n_unparsed": 0}
     assert len(server.requests) == 6 and all(h["Authorization"] == "Bearer sk-local" for h in server.headers)
     assert results["model"]["seed"] == 3 and results["model"]["adapter"].endswith("adapter")
@@ -89,11 +159,29 @@ def test_run_on_a_local_task_humaneval_and_an_endpoint_judge(tmp_path):
     events = EventAccumulator(str(run / "eval"))
     events.Reload()
     tags = events.Tags()["scalars"]
-    assert {"eval/humaneval/pass@1", "eval/judge/pairwise/win_rate", "eval/judge/single/score", "eval/lm_eval/lf_arithmetic_mc/acc/none"} <= set(tags)
+    assert {
+        "eval/humaneval/pass@1",
+        "eval/judge/pairwise/win_rate",
+        "eval/judge/single/score",
+        "eval/lm_eval/lf_arithmetic_mc/acc/none",
+    } <= set(tags)
     assert events.Scalars("eval/lm_eval/lf_arithmetic_mc/acc/none")[0].value == pytest.approx(acc)
 
     # A second evaluation of the same run adds its benchmark and keeps the others.
-    proc = evaluate("--run", str(run / "checkpoints" / "last.ckpt"), "--benchmarks", "[humaneval]", "--humaneval.limit", "1", "--humaneval.max_new_tokens", "4")
+    proc = evaluate(
+        "--run",
+        str(run / "checkpoints" / "last.ckpt"),
+        "--benchmarks",
+        "[humaneval]",
+        "--humaneval.limit",
+        "1",
+        "--humaneval.max_new_tokens",
+        "4",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     again = json.loads((run / "eval_results.json").read_text())
-    assert again["humaneval"]["n_problems"] == 1 and again["lm_eval"] == results["lm_eval"] and again["judge"] == results["judge"]
+    assert (
+        again["humaneval"]["n_problems"] == 1
+        and again["lm_eval"] == results["lm_eval"]
+        and again["judge"] == results["judge"]
+    )

@@ -15,19 +15,46 @@ pytestmark = pytest.mark.slow
 
 def test_demo_adapter_on_local_task_and_humaneval(tmp_path):
     fit = subprocess.run(
-        ["nice", "-n", "10", sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/demo.yaml",
-         "--federation.rounds=1", "--federation.local_steps=2", f"--trainer.default_root_dir={tmp_path}",
-         f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.enable_progress_bar=false"],
-        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=3600,
-    )  # fmt: skip
+        [
+            "nice",
+            "-n",
+            "10",
+            sys.executable,
+            "-m",
+            "lightning_fed.cli",
+            "fit",
+            "--config",
+            "configs/demo.yaml",
+            "--federation.rounds=1",
+            "--federation.local_steps=2",
+            f"--trainer.default_root_dir={tmp_path}",
+            f"--trainer.logger.init_args.save_dir={tmp_path}",
+            "--trainer.enable_progress_bar=false",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert fit.returncode == 0, fit.stderr[-3000:]
     run = next(Path(tmp_path).glob("feddpo/version_*"))
     assert (run / "adapter" / "adapter_config.json").is_file() and (run / "config.yaml").is_file()
     proc = evaluate(
-        "--run", str(run), "--benchmarks", "[lm_eval,humaneval]", "--batch_size", "4",
-        "--lm_eval.tasks", "[lf_arithmetic_mc]", "--humaneval.limit", "5", "--humaneval.max_new_tokens", "128",
+        "--run",
+        str(run),
+        "--benchmarks",
+        "[lm_eval,humaneval]",
+        "--batch_size",
+        "4",
+        "--lm_eval.tasks",
+        "[lf_arithmetic_mc]",
+        "--humaneval.limit",
+        "5",
+        "--humaneval.max_new_tokens",
+        "128",
         timeout=3600,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((run / "eval_results.json").read_text())
     mc = results["lm_eval"]["results"]["lf_arithmetic_mc"]

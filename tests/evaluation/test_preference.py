@@ -21,7 +21,12 @@ def test_preference_accuracy_is_strict():
 
 def test_client_accuracy_reads_mean_and_worst_client():
     record = {"val_clients": {"0": {"pref_acc": 1.0}, "1": {"pref_acc": 0.5}, "2": {"pref_acc": 0.75}}}
-    assert client_accuracy(record) == {"clients": {0: 1.0, 1: 0.5, 2: 0.75}, "mean": 0.75, "worst": 0.5, "worst_client": 1}
+    assert client_accuracy(record) == {
+        "clients": {0: 1.0, 1: 0.5, 2: 0.75},
+        "mean": 0.75,
+        "worst": 0.5,
+        "worst_client": 1,
+    }
     with pytest.raises(ValueError, match="metric 'rouge_l': no per-client values"):
         client_accuracy(record, "rouge_l")
 
@@ -41,8 +46,13 @@ def fit_with_probe(module, strategy, tmp_path, clients_per_round):
     loop = FederatedLoop(rounds=1, clients_per_round=clients_per_round, local_steps=2, strategy=strategy, seed=0)
     probe = Probe()
     trainer = pl.Trainer(
-        default_root_dir=str(tmp_path), callbacks=[loop, PersonalizedEvaluation(), probe], logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        default_root_dir=str(tmp_path),
+        callbacks=[loop, PersonalizedEvaluation(), probe],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
     )
     trainer.fit(module, datamodule=preference_data(groups=("positive", "negative"), batch_size=4))
     return loop, probe

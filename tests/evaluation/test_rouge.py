@@ -31,7 +31,9 @@ def _tiny():
     from tests.helpers.runs import TINY_GPT2
 
     torch.manual_seed(0)
-    return SFTModule(BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"), lora=LoraSettings(r=4, alpha=8, dropout=0.0))
+    return SFTModule(
+        BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"), lora=LoraSettings(r=4, alpha=8, dropout=0.0)
+    )
 
 
 def test_greedy_generation_is_deterministic_bounded_and_restores_the_mode():
@@ -48,7 +50,15 @@ def test_greedy_generation_is_deterministic_bounded_and_restores_the_mode():
 
 def test_held_out_examples_filter_and_subsample(tmp_path):
     path = tmp_path / "dolly.jsonl"
-    rows = [{"instruction": f"q{i}", "context": "", "response": f"a{i}", "category": "summarization" if i % 2 else "open_qa"} for i in range(10)]
+    rows = [
+        {
+            "instruction": f"q{i}",
+            "context": "",
+            "response": f"a{i}",
+            "category": "summarization" if i % 2 else "open_qa",
+        }
+        for i in range(10)
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows))
     fmap = {"input": "context", "output": "response"}
     got = held_out_examples(str(path), field_map=fmap, where={"category": "summarization"}, max_examples=3)
@@ -65,7 +75,16 @@ def test_hook_logs_rouge_after_aggregation(tmp_path):
     module = _tiny()
     args = {"num_clients": 2, "examples_per_client": 8, "families": ["last_word"], "families_per_client": 1}
     data = InstructionDataModule(num_clients=2, synthetic_args=args, template="plain", batch_size=4, max_length=128)
-    hook = HeldOutRouge(synthetic_args={"num_clients": 1, "examples_per_client": 4, "families": ["capitalize"], "families_per_client": 1}, max_new_tokens=4, every_n_rounds=2)
+    hook = HeldOutRouge(
+        synthetic_args={
+            "num_clients": 1,
+            "examples_per_client": 4,
+            "families": ["capitalize"],
+            "families_per_client": 1,
+        },
+        max_new_tokens=4,
+        every_n_rounds=2,
+    )
     fit(module, data, FederatedLoop(rounds=3, clients_per_round=1, local_steps=1, hooks=[hook]), str(tmp_path))
     assert [r["round"] for r in hook.history] == [2, 3]  # every 2nd round and the last
     assert set(hook.history[0]) >= {"rouge1", "rouge2", "rougeL"}

@@ -26,7 +26,11 @@ def test_same_logits_as_the_trained_module(run, where, tmp_path):
         (tmp_path / "checkpoints" / "last.ckpt").write_bytes((root / "checkpoints" / "last.ckpt").read_bytes())
         path = tmp_path / "checkpoints" / "last.ckpt"
     else:
-        path = {"run folder": root, "adapter folder": root / "adapter", "checkpoint": root / "checkpoints" / "last.ckpt"}[where]
+        path = {
+            "run folder": root,
+            "adapter folder": root / "adapter",
+            "checkpoint": root / "checkpoints" / "last.ckpt",
+        }[where]
     loaded = load_model(ModelSource(run=str(path)))
     with torch.no_grad():
         torch.testing.assert_close(loaded.model(IDS).logits, expected, rtol=0, atol=1e-6)

@@ -10,7 +10,11 @@ OLD = {
     "seed_everything": 0,
     "model": {"class_path": "lightning_fed.modules.DPOModule", "init_args": {"lr": 0.005, "lora": {"r": 4}}},
     "data": {"class_path": "lightning_fed.datamodules.PreferenceDataModule", "init_args": {"num_clients": 4}},
-    "federation": {"rounds": 3, "local_steps": 5, "strategy": {"class_path": "lightning_fed.strategies.FedAvg", "init_args": {}}},
+    "federation": {
+        "rounds": 3,
+        "local_steps": 5,
+        "strategy": {"class_path": "lightning_fed.strategies.FedAvg", "init_args": {}},
+    },
     "trainer": {"max_epochs": None, "precision": "32-true", "log_every_n_steps": None, "devices": "auto"},
     "ckpt_path": None,
 }
@@ -30,17 +34,37 @@ def _with(**changes):
 
 def test_flatten_names_keys_as_on_the_command_line():
     flat = flatten_config(OLD)
-    assert flat["model"] == "lightning_fed.modules.DPOModule" and flat["model.lora.r"] == 4 and flat["federation.strategy"].endswith("FedAvg")
+    assert (
+        flat["model"] == "lightning_fed.modules.DPOModule"
+        and flat["model.lora.r"] == 4
+        and flat["federation.strategy"].endswith("FedAvg")
+    )
 
 
 @pytest.mark.parametrize(
     ("changes", "forbidden", "allowed"),
     [
-        ({"federation__rounds": 5, "trainer__devices": 1, "ckpt_path": "x.ckpt"}, [], ["federation.rounds: 3 -> 5", "trainer.devices: 'auto' -> 1"]),
+        (
+            {"federation__rounds": 5, "trainer__devices": 1, "ckpt_path": "x.ckpt"},
+            [],
+            ["federation.rounds: 3 -> 5", "trainer.devices: 'auto' -> 1"],
+        ),
         ({"model__init_args": {"lr": 0.005, "lora": {"r": 8}}}, ["model.lora.r: 4 -> 8"], []),
-        ({"data__init_args": {"num_clients": 3}, "seed_everything": 1}, ["data.num_clients: 4 -> 3", "seed_everything: 0 -> 1"], []),
-        ({"federation__strategy": {"class_path": "lightning_fed.strategies.FedAdam", "init_args": {}}}, ["federation.strategy: 'lightning_fed.strategies.FedAvg' -> 'lightning_fed.strategies.FedAdam'"], []),
-        ({"trainer__precision": "bf16-mixed", "trainer__max_epochs": 9}, ["trainer.precision: '32-true' -> 'bf16-mixed'"], ["trainer.max_epochs: None -> 9"]),
+        (
+            {"data__init_args": {"num_clients": 3}, "seed_everything": 1},
+            ["data.num_clients: 4 -> 3", "seed_everything: 0 -> 1"],
+            [],
+        ),
+        (
+            {"federation__strategy": {"class_path": "lightning_fed.strategies.FedAdam", "init_args": {}}},
+            ["federation.strategy: 'lightning_fed.strategies.FedAvg' -> 'lightning_fed.strategies.FedAdam'"],
+            [],
+        ),
+        (
+            {"trainer__precision": "bf16-mixed", "trainer__max_epochs": 9},
+            ["trainer.precision: '32-true' -> 'bf16-mixed'"],
+            ["trainer.max_epochs: None -> 9"],
+        ),
     ],
 )
 def test_compare_configs_sorts_changes(changes, forbidden, allowed):

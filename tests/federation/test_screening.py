@@ -13,7 +13,9 @@ def _update(state):
 
 def test_norm_is_over_every_tensor():
     start = {"a": torch.zeros(2), "b": torch.ones(1)}
-    assert update_norm(start, {"a": torch.tensor([3.0, 0.0]), "b": torch.tensor([5.0])}) == pytest.approx(5.0)  # sqrt(9 + 16)
+    assert update_norm(start, {"a": torch.tensor([3.0, 0.0]), "b": torch.tensor([5.0])}) == pytest.approx(
+        5.0
+    )  # sqrt(9 + 16)
 
 
 def test_no_bound_passes_everything():
@@ -38,7 +40,10 @@ def test_below_bound_is_untouched():
     assert UpdateScreen(1.0, "clip")({"a": torch.zeros(2)}, up) == (up, False)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [({"max_norm": 0}, "max_update_norm must be > 0, got 0"), ({"mode": "drop"}, "on_large_update must be one of")])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"max_norm": 0}, "max_update_norm must be > 0, got 0"), ({"mode": "drop"}, "on_large_update must be one of")],
+)
 def test_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         UpdateScreen(**kwargs)

@@ -15,13 +15,25 @@ from flwr.app import Context, Error, Message, RecordDict
 class InProcessGrid:
     """Nodes ``1..n``; node ``k`` holds ``partition-id = k - 1``."""
 
-    def __init__(self, client_app, num_nodes: int, run_config: dict, tamper: Callable[[Message], Message] | None = None) -> None:
+    def __init__(
+        self, client_app, num_nodes: int, run_config: dict, tamper: Callable[[Message], Message] | None = None
+    ) -> None:
         from flwr.supercore.task_identity import TaskIdentity
 
-        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1  # what a ServerApp process is given by Flower
+        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = (
+            1,
+            0,
+            1,
+        )  # what a ServerApp process is given by Flower
         self.client_app, self.tamper = client_app, tamper
         self.contexts = {
-            k + 1: Context(run_id=1, node_id=k + 1, node_config={"partition-id": k, "num-partitions": num_nodes}, state=RecordDict(), run_config=dict(run_config))
+            k + 1: Context(
+                run_id=1,
+                node_id=k + 1,
+                node_config={"partition-id": k, "num-partitions": num_nodes},
+                state=RecordDict(),
+                run_config=dict(run_config),
+            )
             for k in range(num_nodes)
         }
         self.dead: set[int] = set()

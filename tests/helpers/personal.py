@@ -11,7 +11,12 @@ from tests.helpers.runs import TINY_GPT2
 
 
 def tiny_kwargs(lr: float = 5e-3, beta: float = 0.5) -> dict[str, Any]:
-    return {"backbone": BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"), "lora": LoraSettings(r=4, alpha=8, dropout=0.0), "lr": lr, "beta": beta}
+    return {
+        "backbone": BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"),
+        "lora": LoraSettings(r=4, alpha=8, dropout=0.0),
+        "lr": lr,
+        "beta": beta,
+    }
 
 
 def tiny(cls: type, seed: int = 0, **kwargs: Any):

@@ -15,10 +15,17 @@ TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_p
 
 def tiny_dpo(seed: int = 0, lr: float = 5e-3, beta: float = 0.5, r: int = 4) -> DPOModule:
     pl.seed_everything(seed, verbose=False)
-    return DPOModule(BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"), lora=LoraSettings(r=r, alpha=2 * r, dropout=0.0), lr=lr, beta=beta)
+    return DPOModule(
+        BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"),
+        lora=LoraSettings(r=r, alpha=2 * r, dropout=0.0),
+        lr=lr,
+        beta=beta,
+    )
 
 
-def preference_data(num_clients: int = 4, per_client: int = 24, groups=("positive",), **kwargs: Any) -> PreferenceDataModule:
+def preference_data(
+    num_clients: int = 4, per_client: int = 24, groups=("positive",), **kwargs: Any
+) -> PreferenceDataModule:
     args = {"num_clients": num_clients, "examples_per_client": per_client, "groups": list(groups)}
     kwargs.setdefault("batch_size", 4)
     kwargs.setdefault("max_length", 160)
@@ -26,7 +33,9 @@ def preference_data(num_clients: int = 4, per_client: int = 24, groups=("positiv
     return PreferenceDataModule(num_clients=num_clients, synthetic_args=args, **kwargs)
 
 
-def fit(module, data, loop: FederatedLoop, root: str, ckpt_path: str | None = None, **trainer_kwargs: Any) -> pl.Trainer:
+def fit(
+    module, data, loop: FederatedLoop, root: str, ckpt_path: str | None = None, **trainer_kwargs: Any
+) -> pl.Trainer:
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     trainer_kwargs.setdefault("enable_progress_bar", False)

@@ -23,7 +23,9 @@ FORMAL = ("sir", "madam", "kindly", "regards")
 CASUAL = ("dude", "bro", "yo", "mate")
 
 
-def planted_selector_rows(num_clients: int, per_client: int, groups=("positive", "negative", "formal"), seed: int = 0) -> list[dict]:
+def planted_selector_rows(
+    num_clients: int, per_client: int, groups=("positive", "negative", "formal"), seed: int = 0
+) -> list[dict]:
     rng = random.Random(seed)
     rows = []
     for c in range(num_clients):
@@ -39,7 +41,15 @@ def planted_selector_rows(num_clients: int, per_client: int, groups=("positive",
                 chosen, rejected = pos + reg, neg + reg
                 if group == "negative":
                     chosen, rejected = rejected, chosen
-            rows.append({"prompt": f"q{c}-{i}", "chosen": " ".join(chosen), "rejected": " ".join(rejected), "client": c, "group": group})
+            rows.append(
+                {
+                    "prompt": f"q{c}-{i}",
+                    "chosen": " ".join(chosen),
+                    "rejected": " ".join(rejected),
+                    "client": c,
+                    "group": group,
+                }
+            )
     return rows
 
 

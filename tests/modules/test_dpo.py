@@ -56,7 +56,9 @@ def test_concatenated_forward_equals_separate_forwards(module_and_batch):
     from lightning_fed.modules.losses import sequence_log_probs
 
     for name, joint in (("chosen", chosen), ("rejected", rejected)):
-        logits = module.model(input_ids=batch[f"{name}_input_ids"], attention_mask=batch[f"{name}_attention_mask"]).logits
+        logits = module.model(
+            input_ids=batch[f"{name}_input_ids"], attention_mask=batch[f"{name}_attention_mask"]
+        ).logits
         torch.testing.assert_close(sequence_log_probs(logits, batch[f"{name}_labels"]), joint, rtol=1e-5, atol=1e-5)
 
 
@@ -101,13 +103,18 @@ def test_sft_keeps_dropout_active_in_training():
     pl.seed_everything(0, verbose=False)
     cfg = BackboneConfig(config={"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2}, tokenizer="bytes")
     module = SFTModule(cfg, lora=LoraSettings(r=2, dropout=0.5))
-    lora_dropouts = [m for n, m in module.model.named_modules() if "lora_dropout" in n and isinstance(m, torch.nn.Dropout)]
+    lora_dropouts = [
+        m for n, m in module.model.named_modules() if "lora_dropout" in n and isinstance(m, torch.nn.Dropout)
+    ]
     assert lora_dropouts and all(m.training and m.p == 0.5 for m in lora_dropouts)
 
 
 def test_configs_given_as_dicts_become_dataclasses():
     from lightning_fed.modules import BackboneConfig, LoraSettings, SFTModule
 
-    module = SFTModule({"config": {"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2}, "tokenizer": "bytes"}, lora={"r": 2, "alpha": 4})
+    module = SFTModule(
+        {"config": {"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2}, "tokenizer": "bytes"},
+        lora={"r": 2, "alpha": 4},
+    )
     assert isinstance(module.hparams.backbone, BackboneConfig)
     assert module.hparams.lora == LoraSettings(r=2, alpha=4)

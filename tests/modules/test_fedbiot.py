@@ -86,18 +86,39 @@ def test_bad_input_is_a_one_line_error(kwargs, message):
 
 
 def test_unknown_architecture_is_named():
-    opt = {"model_type": "opt", "num_hidden_layers": 2, "hidden_size": 16, "ffn_dim": 32, "num_attention_heads": 2, "word_embed_proj_dim": 16}
+    opt = {
+        "model_type": "opt",
+        "num_hidden_layers": 2,
+        "hidden_size": 16,
+        "ffn_dim": 32,
+        "num_attention_heads": 2,
+        "word_embed_proj_dim": 16,
+    }
     with pytest.raises(ValueError, match="unsupported architecture OPTForCausalLM") as err:
         OffsiteModule(BackboneConfig(config=opt, tokenizer="bytes"))
     assert "\n" not in str(err.value)
 
 
 def test_llama_style_backbone():
-    llama = {"model_type": "llama", "num_hidden_layers": 6, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2}
+    llama = {
+        "model_type": "llama",
+        "num_hidden_layers": 6,
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+    }
     module = OffsiteModule(BackboneConfig(config=llama, tokenizer="bytes"), adapter_layers=2, beta=0.5)
     assert module.layout.emulator == (0, 3)  # E* = 0..3, n' = 2, stride 3
-    assert all(k.startswith("model.model.layers.2.") or k.startswith("model.model.layers.3.") for k in module.shared_parameters())
-    batch = {"input_ids": torch.randint(0, 256, (2, 7)), "attention_mask": torch.ones(2, 7, dtype=torch.long), "labels": torch.randint(0, 256, (2, 7))}
+    assert all(
+        k.startswith("model.model.layers.2.") or k.startswith("model.model.layers.3.")
+        for k in module.shared_parameters()
+    )
+    batch = {
+        "input_ids": torch.randint(0, 256, (2, 7)),
+        "attention_mask": torch.ones(2, 7, dtype=torch.long),
+        "labels": torch.randint(0, 256, (2, 7)),
+    }
     out = module.validation_step(batch, 0)
     assert set(out) >= {"adapemu_loss", "adapfu_loss", "adapemu_ppl", "adapfu_ppl"}
 
@@ -117,7 +138,13 @@ def test_generation_metric_scores_both_compositions():
 
 @pytest.mark.parametrize("method", ["fedbiot", "fedot"])
 def test_bytes_each_client_receives_are_in_the_summary(tmp_path, method):
-    short = {"local_steps": 1, "distill_steps": 2, "steps_per_round": 1, "num_sanity_val_steps": 0, "limit_val_batches": 1}
+    short = {
+        "local_steps": 1,
+        "distill_steps": 2,
+        "steps_per_round": 1,
+        "num_sanity_val_steps": 0,
+        "limit_val_batches": 1,
+    }
     loop, hook, module = run_method(method, str(tmp_path), rounds=3, **short)
     offsite = json.loads((tmp_path / "summary.json").read_text())["hooks"]["EmulatorAlignment"]
     adapter, emulator, frozen = offsite["adapter_bytes"], offsite["emulator_bytes"], offsite["frozen_bytes"]
@@ -138,7 +165,6 @@ def test_bytes_each_client_receives_are_in_the_summary(tmp_path, method):
     assert all(b < offsite["full_model_bytes"] for r in offsite["received_per_round"] for b in r["bytes"].values())
     summary = loop.report.history[-1]["val"]
     assert {"adapemu_loss", "adapfu_loss", "adapemu_ppl", "adapfu_token_acc"} <= set(summary)
-
 
 
 @pytest.fixture(scope="module")

@@ -70,8 +70,22 @@ def test_bad_sizes_are_one_line_errors(call, message):
 
 
 def test_decoder_path_gpt2_llama_and_unknown():
-    gpt2, _ = load_backbone(BackboneConfig(config={"model_type": "gpt2", "n_layer": 2, "n_embd": 16, "n_head": 2}, tokenizer="bytes"))
-    llama, _ = load_backbone(BackboneConfig(config={"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2}, tokenizer="bytes"))
+    gpt2, _ = load_backbone(
+        BackboneConfig(config={"model_type": "gpt2", "n_layer": 2, "n_embd": 16, "n_head": 2}, tokenizer="bytes")
+    )
+    llama, _ = load_backbone(
+        BackboneConfig(
+            config={
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "hidden_size": 16,
+                "intermediate_size": 32,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 2,
+            },
+            tokenizer="bytes",
+        )
+    )
     assert decoder_path(gpt2) == "transformer.h"
     assert decoder_path(llama) == "model.layers"
     with pytest.raises(ValueError, match="unsupported architecture Sequential") as err:

@@ -55,8 +55,7 @@ def test_settings_collect_all_problems():
     with pytest.raises(ValueError) as info:
         LoraSettings(r=0, alpha=-1, dropout=1.0)
     assert str(info.value) == (
-        "lora.r must be > 0, got 0; lora.alpha must be > 0, got -1; "
-        "lora.dropout must be in [0, 1), got 1.0"
+        "lora.r must be > 0, got 0; lora.alpha must be > 0, got -1; lora.dropout must be in [0, 1), got 1.0"
     )
 
 
@@ -103,9 +102,7 @@ def test_default_targets_exist(model_type):
     }
     config = AutoConfig.for_model(model_type, vocab_size=32, **sizes.get(model_type, default))
     model = apply_lora(AutoModelForCausalLM.from_config(config), LoraSettings(r=2))
-    adapted = {
-        n.rsplit(".", 3)[0].rsplit(".", 1)[-1] for n, _ in model.named_parameters() if "lora_A" in n
-    }
+    adapted = {n.rsplit(".", 3)[0].rsplit(".", 1)[-1] for n, _ in model.named_parameters() if "lora_A" in n}
     assert adapted == set(DEFAULT_TARGET_MODULES[model_type])
 
 

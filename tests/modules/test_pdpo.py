@@ -5,12 +5,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lightning_fed.callbacks import FederatedLoop, RoundHook
+from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.datamodules.tokenize import PadCollator, tokenize_preference
+from lightning_fed.federation import RoundHook
 from lightning_fed.modules import DPOModule
 from lightning_fed.modules.losses import dpo_loss
 from lightning_fed.modules.pdpo import PDPOModule
-from lightning_fed.strategies.base import state_nbytes
+from lightning_fed.state import state_nbytes
 from tests.callbacks.test_federated_loop import assert_states_close
 from tests.helpers.personal import tiny
 from tests.helpers.runs import fit, preference_data, tiny_dpo
@@ -43,7 +44,9 @@ def test_state_partition_and_personal_head_init():
     assert {k.split(".")[0] for k in personal} == {"lm_head", "bottleneck", "reward_head", "reward_scale"}
     assert not any(p.requires_grad for k, p in personal.items() if k.startswith("reward_scale."))
     base_head = m.model.get_base_model().get_output_embeddings().weight
-    assert torch.equal(m.lm_head.weight, base_head) and m.lm_head.weight.data_ptr() != base_head.data_ptr()  # a copy, untied
+    assert (
+        torch.equal(m.lm_head.weight, base_head) and m.lm_head.weight.data_ptr() != base_head.data_ptr()
+    )  # a copy, untied
     no_extras = tiny(PDPOModule, use_bottleneck=False, use_reward_head=False)
     assert {k.split(".")[0] for k in no_extras.personal_parameters()} == {"lm_head"}
 
@@ -93,7 +96,10 @@ def test_without_reward_head_it_is_dpo_through_the_personal_head(batch):
         ({"reward_pool": "max"}, "model.reward_pool must be one of ('sequence', 'response'), got 'max'"),
         ({"rounds": 0}, "model.rounds must be >= 1, got 0"),
         ({"bottleneck_dim": 0}, "model.bottleneck_dim must be >= 1, got 0"),
-        ({"lr_decay": 1.5, "min_lr": -1.0}, "model.lr_decay must be in (0, 1) or null, got 1.5; model.min_lr must be >= 0, got -1.0"),
+        (
+            {"lr_decay": 1.5, "min_lr": -1.0},
+            "model.lr_decay must be in (0, 1) or null, got 1.5; model.min_lr must be >= 0, got -1.0",
+        ),
     ],
 )
 def test_bad_arguments_are_one_line_errors(kwargs, message):
@@ -110,7 +116,9 @@ class RecordingPDPO(PDPOModule):
 
     def accumulate(self, optimizer, loss, window, step):
         if step:
-            kinds = {"personal" if self.is_personal(n) else "shared" for n, p in self.named_parameters() if p.requires_grad}
+            kinds = {
+                "personal" if self.is_personal(n) else "shared" for n, p in self.named_parameters() if p.requires_grad
+            }
             self.steps_seen = [*getattr(self, "steps_seen", []), kinds]
         super().accumulate(optimizer, loss, window, step)
 
@@ -160,7 +168,9 @@ def test_resume_equals_uninterrupted(tmp_path):
         assert_states_close(resumed.store.get(cid)["personal"], entry["personal"])
         assert {"lr_decay.scale", "lr_decay.last_loss", "lr_decay.round"} <= set(entry["personal"])
     assert m_resumed.current_reward_weight() == m_straight.current_reward_weight() == 1.5
-    assert [r["val"]["pref_acc"] for r in resumed.report.history] == pytest.approx([r["val"]["pref_acc"] for r in straight.report.history])
+    assert [r["val"]["pref_acc"] for r in resumed.report.history] == pytest.approx(
+        [r["val"]["pref_acc"] for r in straight.report.history]
+    )
 
 
 def test_beats_fedavg_dpo_when_clients_prefer_opposite_things(tmp_path):
@@ -183,8 +193,18 @@ def test_exclusion_mask_by_hand():
     losses = torch.tensor([1.0] * 7 + [9.0])
     assert exclusion_mask(losses, k=2.0).tolist() == [True] * 7 + [False]
     # losses [4, 3, 2, 1], k = 0: above the mean 2.5 are 4 and 3; cap floor(0.25 * 4) = 1 keeps only 4 out
-    assert exclusion_mask(torch.tensor([4.0, 3.0, 2.0, 1.0]), k=0.0, max_ratio=0.25).tolist() == [False, True, True, True]
-    assert exclusion_mask(torch.tensor([4.0, 3.0, 2.0, 1.0]), k=0.0, max_ratio=0.5).tolist() == [False, False, True, True]
+    assert exclusion_mask(torch.tensor([4.0, 3.0, 2.0, 1.0]), k=0.0, max_ratio=0.25).tolist() == [
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert exclusion_mask(torch.tensor([4.0, 3.0, 2.0, 1.0]), k=0.0, max_ratio=0.5).tolist() == [
+        False,
+        False,
+        True,
+        True,
+    ]
     assert exclusion_mask(torch.tensor([5.0, 5.0, 5.0]), k=2.0).all()  # std 0: nothing is above the mean
     m = tiny(PDPOModule, exclusion_k=2.0)
     assert m.objective(losses).item() == pytest.approx(1.0)  # the mean of the 7 kept pairs
@@ -234,6 +254,9 @@ def test_local_epochs_turns_are_whole_accumulation_windows(tmp_path):
 
 
 def test_schedule_and_exclusion_settings_are_validated():
-    with pytest.raises(ValueError, match=r"model.local_schedule must be one of \('alternate', 'phased'\), got 'epochs'.*"
-                                         r"model.accumulate_grad_batches must be an integer >= 1, got 0.*model.exclusion_k must be >= 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"model.local_schedule must be one of \('alternate', 'phased'\), got 'epochs'.*"
+        r"model.accumulate_grad_batches must be an integer >= 1, got 0.*model.exclusion_k must be >= 0",
+    ):
         tiny(PDPOModule, local_schedule="epochs", accumulate_grad_batches=0, exclusion_k=-1.0)

@@ -57,17 +57,33 @@ HARD = {"num_clients": 4, "examples_per_client": 96, "groups": ["positive", "neg
 def mean_accuracy(seed: int, **variant) -> float:
     pl.seed_everything(seed, verbose=False)
     module = PDPOModule(
-        **tiny_kwargs(lr=2e-3), bottleneck_dim=16, reward_hidden=32, bottleneck_dropout=0.0, reward_dropout=0.0, **variant
+        **tiny_kwargs(lr=2e-3),
+        bottleneck_dim=16,
+        reward_hidden=32,
+        bottleneck_dropout=0.0,
+        reward_dropout=0.0,
+        **variant,
     )
     data = PreferenceDataModule(
-        dataset="synthetic:hard_preferences", num_clients=4, synthetic_args={**HARD, "seed": seed},
-        batch_size=4, eval_batch_size=4, max_length=160, val_fraction=0.25, seed=seed,
+        dataset="synthetic:hard_preferences",
+        num_clients=4,
+        synthetic_args={**HARD, "seed": seed},
+        batch_size=4,
+        eval_batch_size=4,
+        max_length=160,
+        val_fraction=0.25,
+        seed=seed,
     )
     loop = FederatedLoop(rounds=3, clients_per_round=4, local_steps=6, strategy=FedAvg(), seed=seed)
     with tempfile.TemporaryDirectory() as root:
         trainer = pl.Trainer(
-            default_root_dir=root, callbacks=[loop], logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+            default_root_dir=root,
+            callbacks=[loop],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
         )
         trainer.fit(module, datamodule=data)
     return client_accuracy(loop.report.history[-1])["mean"]

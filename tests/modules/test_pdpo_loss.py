@@ -17,7 +17,9 @@ from lightning_fed.modules.pdpo_loss import (
 
 def test_implicit_margin_eq4():
     # (log pi_w - log ref_w) - (log pi_l - log ref_l) = (-1 + 2) - (-3 + 2) = 2 and (0 + 1) - (-1 + 1) = 1
-    delta = implicit_margin(torch.tensor([-1.0, 0.0]), torch.tensor([-3.0, -1.0]), torch.tensor([-2.0, -1.0]), torch.tensor([-2.0, -1.0]))
+    delta = implicit_margin(
+        torch.tensor([-1.0, 0.0]), torch.tensor([-3.0, -1.0]), torch.tensor([-2.0, -1.0]), torch.tensor([-2.0, -1.0])
+    )
     assert delta.tolist() == [2.0, 1.0]
 
 
@@ -44,7 +46,9 @@ def test_scale_ratio_eq7():
 def test_adaptive_scale_ema():
     s = AdaptiveRewardScale(momentum=0.95, eps=0.0)
     assert not s.value.requires_grad and s.count.item() == 0
-    assert s.update(torch.tensor([2.0, -4.0]), torch.tensor([1.0, -0.5])).item() == pytest.approx(4.0)  # first batch sets it
+    assert s.update(torch.tensor([2.0, -4.0]), torch.tensor([1.0, -0.5])).item() == pytest.approx(
+        4.0
+    )  # first batch sets it
     assert s.update(torch.tensor([1.0]), torch.tensor([0.5])).item() == pytest.approx(0.95 * 4 + 0.05 * 2)  # 3.9
     assert s.count.item() == 2
     with pytest.raises(ValueError, match=r"model.scale_momentum must be in \[0, 1\), got 1.5"):

@@ -10,7 +10,9 @@ from tests.helpers.runs import fit, preference_data
 
 
 def test_bad_personal_dtype_is_named():
-    with pytest.raises(ValueError, match="model.personal_dtype must be one of \\['bfloat16', 'float16', 'float32'\\], got 'int8'"):
+    with pytest.raises(
+        ValueError, match="model.personal_dtype must be one of \\['bfloat16', 'float16', 'float32'\\], got 'int8'"
+    ):
         tiny(PDPOModule, personal_dtype="int8")
 
 
@@ -36,7 +38,9 @@ def test_pdpo_bf16_state_is_half_and_trains(tmp_path):
     assert 0.5 <= ratio < 0.501, ratio
     stored = loop.store.get(0)["personal"]
     assert stored["lm_head.weight"].dtype == torch.bfloat16
-    assert not torch.equal(stored["lm_head.weight"].float(), f32.lm_head.weight.to(torch.bfloat16).float())  # it trained
+    assert not torch.equal(
+        stored["lm_head.weight"].float(), f32.lm_head.weight.to(torch.bfloat16).float()
+    )  # it trained
     opt_h = bf16.trainer.optimizers[0]
     moments = [s["exp_avg"] for s in opt_h.state.values()]
     assert moments and all(m.dtype == torch.bfloat16 for m in moments)

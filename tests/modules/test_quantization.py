@@ -23,9 +23,7 @@ TINY_LLAMA = {
     "max_position_embeddings": 256,
 }
 TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 256}
-needs_bnb = pytest.mark.skipif(
-    importlib.util.find_spec("bitsandbytes") is None, reason="bitsandbytes is not installed"
-)
+needs_bnb = pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="bitsandbytes is not installed")
 
 
 def dpo(config, seed=0, lr=5e-3, dropout=0.0, **backbone):

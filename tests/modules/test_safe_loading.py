@@ -30,7 +30,10 @@ class _Payload:
 
 def _crafted_checkpoint(path: Path, marker: Path) -> Path:
     """A file shaped like a selector run's Lightning checkpoint, with the payload inside."""
-    torch.save({"hyper_parameters": {"num_selectors": 1}, "state_dict": {"x": torch.zeros(2)}, "payload": _Payload(marker)}, path)
+    torch.save(
+        {"hyper_parameters": {"num_selectors": 1}, "state_dict": {"x": torch.zeros(2)}, "payload": _Payload(marker)},
+        path,
+    )
     return path
 
 
@@ -70,7 +73,13 @@ def test_crafted_resume_checkpoint_runs_nothing(tmp_path):
     _assert_payload_is_live(tmp_path)
     marker = tmp_path / "resume_payload_ran"
     path = _crafted_checkpoint(tmp_path / "last.ckpt", marker)
-    args = ["fit", "--config", str(ROOT / "configs" / "tiny.yaml"), f"--trainer.default_root_dir={tmp_path / 'run'}", f"--ckpt_path={path}"]
+    args = [
+        "fit",
+        "--config",
+        str(ROOT / "configs" / "tiny.yaml"),
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        f"--ckpt_path={path}",
+    ]
     with pytest.raises((Exception, SystemExit)):  # noqa: PT011 - how it is reported is the CLI's business
         main(args)
     assert not marker.exists()

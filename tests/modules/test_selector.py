@@ -15,7 +15,9 @@ def tiny_selector(seed: int = 0, num_selectors: int = 1, lr: float = 3e-3) -> Bi
 
     pl.seed_everything(seed, verbose=False)
     backbone = BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes")
-    return BinarySelectorModule(backbone, lora=LoraSettings(r=8, alpha=16, dropout=0.0), lr=lr, num_selectors=num_selectors)
+    return BinarySelectorModule(
+        backbone, lora=LoraSettings(r=8, alpha=16, dropout=0.0), lr=lr, num_selectors=num_selectors
+    )
 
 
 def selector_data(path: str, num_clients: int, **kwargs) -> SelectorDataModule:

@@ -13,10 +13,17 @@ def test_fedit_learns_planted_transformations(tmp_path):
     # A random tiny model's logits are near uniform (small init, tied head): a wider init lets
     # LoRA alone move them within seconds.
     config = {**TINY_GPT2, "n_embd": 64, "initializer_range": 0.1}
-    module = SFTModule(BackboneConfig(config=config, tokenizer="bytes"), lora=LoraSettings(r=8, alpha=16, dropout=0.0), lr=5e-3)
+    module = SFTModule(
+        BackboneConfig(config=config, tokenizer="bytes"), lora=LoraSettings(r=8, alpha=16, dropout=0.0), lr=5e-3
+    )
     data = InstructionDataModule(
         num_clients=4,
-        synthetic_args={"num_clients": 4, "examples_per_client": 32, "families": ["uppercase", "reverse_words"], "families_per_client": 1},
+        synthetic_args={
+            "num_clients": 4,
+            "examples_per_client": 32,
+            "families": ["uppercase", "reverse_words"],
+            "families_per_client": 1,
+        },
         template="plain",
         batch_size=8,
         max_length=128,

@@ -14,12 +14,27 @@ from lightning_fed.planning.estimate import NF4_BYTES_PER_WEIGHT, PlanInputs, es
 ROOT = Path(__file__).resolve().parents[2]
 # Llama-2-7B's config.json (meta-llama/Llama-2-7b-hf), the fields that fix its shape.
 LLAMA2_7B = {
-    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096,
-    "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
-}  # fmt: skip
-TINY = {"model_type": "llama", "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 2,
-        "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 10, "tie_word_embeddings": False}  # fmt: skip
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+}
+TINY = {
+    "model_type": "llama",
+    "hidden_size": 8,
+    "intermediate_size": 16,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 10,
+    "tie_word_embeddings": False,
+}
 
 
 def test_tiny_config_by_hand():
@@ -47,8 +62,12 @@ def test_tiny_config_by_hand():
     import math
 
     assert nf4.items["weights"] == math.ceil(1152 * NF4_BYTES_PER_WEIGHT) + 4 * 200
-    pdpo = estimate(shape, PlanInputs(**{**p.__dict__, "objective": "pdpo", "bottleneck_dim": 4, "reward_hidden": 3,
-                                         "personal_dtype": "bfloat16"}))  # fmt: skip
+    pdpo = estimate(
+        shape,
+        PlanInputs(
+            **{**p.__dict__, "objective": "pdpo", "bottleneck_dim": 4, "reward_hidden": 3, "personal_dtype": "bfloat16"}
+        ),
+    )
     personal = 10 * 8 + (8 * 4 + 4) + (4 * 8 + 8) + 16 + (8 * 3 + 3) + (3 + 1)
     assert pdpo.personal_bytes == pdpo.items["personal"] == 2 * personal
     assert pdpo.items["optimizer"] == 2 * (4 * lora + 2 * personal)
@@ -57,8 +76,12 @@ def test_tiny_config_by_hand():
 def test_llama2_7b_offline():
     shape = model_shape({"config": LLAMA2_7B})
     assert shape.total_params == 6_738_415_616  # Llama-2-7B's published count
-    qlora = estimate(shape, PlanInputs(batch_size=1, max_length=512, lora_r=16, dtype="bfloat16", quantization="nf4",
-                                       activation_checkpointing=True))  # fmt: skip
+    qlora = estimate(
+        shape,
+        PlanInputs(
+            batch_size=1, max_length=512, lora_r=16, dtype="bfloat16", quantization="nf4", activation_checkpointing=True
+        ),
+    )
     bf16 = estimate(shape, PlanInputs(batch_size=1, max_length=512, lora_r=16, dtype="bfloat16"))
     assert 3.0e9 < qlora.items["weights"] < 5.0e9  # 4-bit decoder + float32 embeddings and head
     assert bf16.items["weights"] == 2 * 6_738_415_616
@@ -67,9 +90,14 @@ def test_llama2_7b_offline():
 
 
 def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
-    cfg = {"model": {"class_path": "lightning_fed.modules.PDPOModule",
-                     "init_args": {"backbone": {"config": TINY}, "lora": {"r": 2}, "personal_dtype": "bfloat16"}},
-           "data": {"init_args": {"batch_size": 3, "max_length": 5}}, "federation": {"clients_per_round": 4}}  # fmt: skip
+    cfg = {
+        "model": {
+            "class_path": "lightning_fed.modules.PDPOModule",
+            "init_args": {"backbone": {"config": TINY}, "lora": {"r": 2}, "personal_dtype": "bfloat16"},
+        },
+        "data": {"init_args": {"batch_size": 3, "max_length": 5}},
+        "federation": {"clients_per_round": 4},
+    }
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
     assert main(["--config", str(path), "--activation-checkpointing"]) == 0
@@ -92,9 +120,23 @@ def test_estimate_within_25_percent_of_smollm2_peak():
     """Measured in a child process (benchmarks/peak_memory.py --live): DPO step, batch 4 x 128."""
     for variant in ("plain", "ckpt"):
         out = subprocess.run(
-            [sys.executable, "benchmarks/peak_memory.py", "--live", "--steps", "1", "--variants", variant, "--batch", "4",
-             "--length", "128"],
-            cwd=ROOT, capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+            [
+                sys.executable,
+                "benchmarks/peak_memory.py",
+                "--live",
+                "--steps",
+                "1",
+                "--variants",
+                variant,
+                "--batch",
+                "4",
+                "--length",
+                "128",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         row = json.loads(out.strip().splitlines()[0])
         assert abs(row["estimate_total"] / row["peak_rss"] - 1) < 0.25, row

@@ -28,12 +28,35 @@ def one_thread():
 def tiny_sft(seed: int = 0, lr: float = 5e-3) -> SFTModule:
     pl.seed_everything(seed, verbose=False)
     config = {**TINY_GPT2, "n_embd": 64, "initializer_range": 0.1}
-    return SFTModule(BackboneConfig(config=config, tokenizer="bytes"), lora=LoraSettings(r=8, alpha=16, dropout=0.0), lr=lr)
+    return SFTModule(
+        BackboneConfig(config=config, tokenizer="bytes"), lora=LoraSettings(r=8, alpha=16, dropout=0.0), lr=lr
+    )
 
 
-def planted(module, num_clients=6, per_client=40, families=("uppercase", "reverse_words", "sort_words"), per=3, val_fraction=0.0, **kwargs):
-    args = {"num_clients": num_clients, "examples_per_client": per_client, "families": list(families), "families_per_client": per, **kwargs}
-    dm = InstructionDataModule(num_clients=num_clients, synthetic_args=args, template="plain", batch_size=8, max_length=128, val_fraction=val_fraction)
+def planted(
+    module,
+    num_clients=6,
+    per_client=40,
+    families=("uppercase", "reverse_words", "sort_words"),
+    per=3,
+    val_fraction=0.0,
+    **kwargs,
+):
+    args = {
+        "num_clients": num_clients,
+        "examples_per_client": per_client,
+        "families": list(families),
+        "families_per_client": per,
+        **kwargs,
+    }
+    dm = InstructionDataModule(
+        num_clients=num_clients,
+        synthetic_args=args,
+        template="plain",
+        batch_size=8,
+        max_length=128,
+        val_fraction=val_fraction,
+    )
     dm.tokenizer = module.tokenizer
     dm.setup()
     return dm

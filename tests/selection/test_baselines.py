@@ -42,7 +42,9 @@ def test_centralized_coreset_sees_all_data_and_keeps_one_sample_per_centre(setti
 
 def test_global_select_clusters_all_fused_features_on_the_server(setting):
     module, dm = setting
-    sel = GlobalSelect(proxy=PROXY, min_cluster_size=5, figures=False).choose(stand_in_loop(dm), None, module, 0, [0, 2])
+    sel = GlobalSelect(proxy=PROXY, min_cluster_size=5, figures=False).choose(
+        stand_in_loop(dm), None, module, 0, [0, 2]
+    )
     assert sel.up_bytes == 4 * 2 * 60  # every sample's 2-D feature
     assert 1 <= sum(len(v) for v in sel.indices.values()) == sel.info["selected_groups"] <= 12
     assert all("cluster" not in s for s in sel.seconds.values())

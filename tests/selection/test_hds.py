@@ -17,7 +17,9 @@ ANCHORS = {"num_clients": 1, "examples_per_client": 48, "families": list(FAMILIE
 
 def turbo(**kwargs):
     kwargs.setdefault("frame", "anchored")
-    return HierarchicalDataSelection(proxy=PROXY, anchors="synthetic:instructions", anchor_args=ANCHORS, num_anchors=48, figures=False, **kwargs)
+    return HierarchicalDataSelection(
+        proxy=PROXY, anchors="synthetic:instructions", anchor_args=ANCHORS, num_anchors=48, figures=False, **kwargs
+    )
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +145,8 @@ def test_a_federated_run_logs_time_bytes_and_figures(tmp_path):
     assert saved["summary"]["rounds"] == 2 and saved["summary"]["selection_up_bytes"] > 0
     import importlib.util
 
-    assert importlib.util.find_spec("matplotlib"), "selection figures need matplotlib: add it to requirements.txt / setup.cfg"
+    assert importlib.util.find_spec("matplotlib"), (
+        "selection figures need matplotlib: add it to requirements.txt / setup.cfg"
+    )
     assert sorted(p.name for p in (out / "selection").glob("*.png")) == ["round_001.png", "round_002.png"]
     assert trainer.logger is not None

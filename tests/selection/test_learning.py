@@ -19,10 +19,11 @@ diverges for every method.
 
 import numpy as np
 
-from lightning_fed.callbacks import FederatedLoop, RoundHook
+from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.datamodules.synthetic import planted_instructions
 from lightning_fed.datamodules.templates import format_prompt
 from lightning_fed.datamodules.tokenize import tokenize_sft
+from lightning_fed.federation import RoundHook
 from lightning_fed.selection import HierarchicalDataSelection
 from lightning_fed.selection.baselines import perplexities
 from tests.helpers.runs import fit
@@ -44,9 +45,22 @@ class HeldOutNLL(RoundHook):
 
 def run(tmp_path, name, selection=None):
     module = tiny_sft()
-    data = planted(module, num_clients=6, per_client=40, families=FAMILIES + ("capitalize",), per=2, val_fraction=0.1, held_out_families=["capitalize"])
-    rows = planted_instructions(num_clients=1, examples_per_client=32, families=["capitalize"], families_per_client=1, seed=5)
-    items = [tokenize_sft(format_prompt("plain", r["instruction"], r["input"]), r["output"], module.tokenizer, 128, "error") for r in rows]
+    data = planted(
+        module,
+        num_clients=6,
+        per_client=40,
+        families=FAMILIES + ("capitalize",),
+        per=2,
+        val_fraction=0.1,
+        held_out_families=["capitalize"],
+    )
+    rows = planted_instructions(
+        num_clients=1, examples_per_client=32, families=["capitalize"], families_per_client=1, seed=5
+    )
+    items = [
+        tokenize_sft(format_prompt("plain", r["instruction"], r["input"]), r["output"], module.tokenizer, 128, "error")
+        for r in rows
+    ]
     probe = HeldOutNLL(items)
     before = float(np.log(perplexities(module.model, items, module.tokenizer.pad_token_id)).mean())
     hooks = [selection, probe] if selection else [probe]
@@ -56,8 +70,21 @@ def run(tmp_path, name, selection=None):
 
 
 def test_fedhds_matches_full_data_fedit_on_a_held_out_family_with_few_samples(tmp_path):
-    anchors = {"num_clients": 1, "examples_per_client": 48, "families": list(FAMILIES), "families_per_client": 3, "seed": 9}
-    hds = HierarchicalDataSelection(proxy=PROXY, frame="anchored", anchors="synthetic:instructions", anchor_args=anchors, num_anchors=48, figures=False)
+    anchors = {
+        "num_clients": 1,
+        "examples_per_client": 48,
+        "families": list(FAMILIES),
+        "families_per_client": 3,
+        "seed": 9,
+    }
+    hds = HierarchicalDataSelection(
+        proxy=PROXY,
+        frame="anchored",
+        anchors="synthetic:instructions",
+        anchor_args=anchors,
+        num_anchors=48,
+        figures=False,
+    )
     before, fedhds = run(tmp_path, "fedhds", hds)
     _, fedit = run(tmp_path, "fedit")
     used = max(r["data_fraction"] for r in hds.history)

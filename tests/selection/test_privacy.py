@@ -115,5 +115,7 @@ def test_hook_accounts_every_sent_centroid():
     assert sum(hook.accountant.releases.values()) == sent and set(hook.accountant.releases) == {0, 2}
     privacy = hook.summary()["privacy"]
     assert privacy["sensitivity"] == pytest.approx(2 * math.sqrt(2)) and privacy["sigma"] == 0.5
-    assert set(privacy["clients"]) == {"0", "2"} and all(0 < v["epsilon"] < math.inf for v in privacy["clients"].values())
+    assert set(privacy["clients"]) == {"0", "2"} and all(
+        0 < v["epsilon"] < math.inf for v in privacy["clients"].values()
+    )
     assert HierarchicalDataSelection(dp_sigma=0.0).accountant is None  # tanh only: nothing to account

@@ -11,7 +11,10 @@ def test_small_coresets_warn_or_stop_before_training():
     module = tiny_sft()
     dm = planted(module, num_clients=2, per_client=40)  # batch_size 8
     small, enough = RandomSelection(ratio=0.05), RandomSelection(ratio=0.5)  # 2 and 20 of 40 examples
-    with pytest.warns(UserWarning, match=r"round 1: RandomSelection left 2 client\(s\) fewer examples than one batch \(data.batch_size=8\): client 0: 2 of 40, client 1: 2 of 40"):
+    with pytest.warns(
+        UserWarning,
+        match=r"round 1: RandomSelection left 2 client\(s\) fewer examples than one batch \(data.batch_size=8\): client 0: 2 of 40, client 1: 2 of 40",
+    ):
         small.on_round_start(stand_in_loop(dm), None, module, 0, [0, 1])
     small.on_small_selection = "error"
     with pytest.raises(ValueError, match="on_small_selection='error'"):
@@ -22,5 +25,7 @@ def test_small_coresets_warn_or_stop_before_training():
         warnings.simplefilter("error")
         enough.on_round_start(stand_in_loop(dm), None, module, 0, [0, 1])
     assert [len(dm.client(c).train_set) for c in (0, 1)] == [20, 20]
-    with pytest.raises(ValueError, match=r"`on_small_selection` must be one of \('warn', 'error', 'ignore'\), got 'refuse'"):
+    with pytest.raises(
+        ValueError, match=r"`on_small_selection` must be one of \('warn', 'error', 'ignore'\), got 'refuse'"
+    ):
         CoresetSelection(on_small_selection="refuse")

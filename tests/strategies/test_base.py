@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from lightning_fed.state import clone_state, state_nbytes
 from lightning_fed.strategies import (
     STRATEGIES,
     AggregationError,
@@ -10,8 +11,6 @@ from lightning_fed.strategies import (
     LocalCorrection,
     Strategy,
     check_update,
-    clone_state,
-    state_nbytes,
     weighted_average,
 )
 
@@ -111,7 +110,19 @@ def test_default_local_correction_is_a_no_op():
 
 
 def test_registry_names_every_strategy():
-    assert set(STRATEGIES) == {"fedavg", "fedprox", "scaffold", "fedavgm", "fedadagrad", "fedyogi", "fedadam", "fedamp", "fedbiscuit", "median", "trimmed_mean"}
+    assert set(STRATEGIES) == {
+        "fedavg",
+        "fedprox",
+        "scaffold",
+        "fedavgm",
+        "fedadagrad",
+        "fedyogi",
+        "fedadam",
+        "fedamp",
+        "fedbiscuit",
+        "median",
+        "trimmed_mean",
+    }
     for cls in STRATEGIES.values():
         assert issubclass(cls, Strategy)
         strategy = cls()

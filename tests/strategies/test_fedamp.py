@@ -50,7 +50,9 @@ def test_aggregate_personalizes_each_client():
     restored = FedAMP(temperature=1.0, self_weight_floor=0.5)
     restored.load_state_dict(strategy.state_dict())
     for cid in range(3):
-        torch.testing.assert_close(restored.client_model(cid, global_state)["w"], strategy.client_model(cid, global_state)["w"])
+        torch.testing.assert_close(
+            restored.client_model(cid, global_state)["w"], strategy.client_model(cid, global_state)["w"]
+        )
 
 
 def test_proximal_pull_towards_the_personalized_model_is_optional():
@@ -60,7 +62,10 @@ def test_proximal_pull_towards_the_personalized_model_is_optional():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"temperature": 0.0}, "`temperature` must be > 0, got 0.0"), ({"self_weight_floor": 1.5}, r"`self_weight_floor` must be in \[0, 1\], got 1.5")],
+    [
+        ({"temperature": 0.0}, "`temperature` must be > 0, got 0.0"),
+        ({"self_weight_floor": 1.5}, r"`self_weight_floor` must be in \[0, 1\], got 1.5"),
+    ],
 )
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -54,8 +54,15 @@ def test_zero_updates_raise():
         FedAvgM().aggregate(X0, [])
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [({"momentum": 1.0}, "momentum"), ({"momentum": -0.1}, "momentum"),
-                                              ({"server_lr": 0.0}, "server_lr"), ({"weighting": "x"}, "weighting")])
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"momentum": 1.0}, "momentum"),
+        ({"momentum": -0.1}, "momentum"),
+        ({"server_lr": 0.0}, "server_lr"),
+        ({"weighting": "x"}, "weighting"),
+    ],
+)
 def test_invalid_hyper_parameters(kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
         FedAvgM(**kwargs)

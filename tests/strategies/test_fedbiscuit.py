@@ -141,7 +141,10 @@ def test_schedule_client_model_and_aggregate():
     assert [s.is_grouping_round(r) for r in range(11)] == [False] * 6 + [True, False, False, True, False]
     s.start_round(3)  # warm-up of selector 1, Eq. (8) with p_m = 1/4 over the 2 sampled clients
     assert list(s.client_model(2, state)) == [_keys(1)]
-    ups = [ClientUpdate(0, 10, {_keys(1): torch.tensor([3.0, 5.0])}), ClientUpdate(2, 10, {_keys(1): torch.tensor([1.0, 1.0])})]
+    ups = [
+        ClientUpdate(0, 10, {_keys(1): torch.tensor([3.0, 5.0])}),
+        ClientUpdate(2, 10, {_keys(1): torch.tensor([1.0, 1.0])}),
+    ]
     out = s.aggregate(state, ups)
     torch.testing.assert_close(out[_keys(1)], torch.tensor([2.0, 3.0]))
     torch.testing.assert_close(out[_keys(0)], state[_keys(0)])
@@ -149,7 +152,10 @@ def test_schedule_client_model_and_aggregate():
     s.set_assignment([2, 0, 2, 1])
     assert list(s.client_model(0, state)) == [_keys(2)] and list(s.client_model(1, state)) == [_keys(0)]
     # Selector 2 has clients 0 and 2 (p_m = 1/2 each); only client 0 took part -> Eq. (6).
-    ups = [ClientUpdate(0, 10, {_keys(2): torch.tensor([4.0, 6.0])}), ClientUpdate(3, 10, {_keys(1): torch.tensor([3.0, 3.0])})]
+    ups = [
+        ClientUpdate(0, 10, {_keys(2): torch.tensor([4.0, 6.0])}),
+        ClientUpdate(3, 10, {_keys(1): torch.tensor([3.0, 3.0])}),
+    ]
     out = s.aggregate(state, ups)
     torch.testing.assert_close(out[_keys(2)], torch.tensor([3.0, 4.0]))  # 0.5 * 2 + 0.5 * [4, 6]
     torch.testing.assert_close(out[_keys(1)], torch.tensor([3.0, 3.0]))  # the only client of selector 1

@@ -90,8 +90,10 @@ def test_openfedllm_reference_defaults():
 
 def test_openfedllm_fedadam_two_rounds_hand_values():
     x0 = {"w": torch.tensor([1.0, 2.0], dtype=torch.float64)}
-    ups1 = [ClientUpdate(0, 1, {"w": torch.tensor([3.0, 2.0], dtype=torch.float64)}),
-            ClientUpdate(1, 3, {"w": torch.tensor([1.0, 4.0], dtype=torch.float64)})]
+    ups1 = [
+        ClientUpdate(0, 1, {"w": torch.tensor([3.0, 2.0], dtype=torch.float64)}),
+        ClientUpdate(1, 3, {"w": torch.tensor([1.0, 4.0], dtype=torch.float64)}),
+    ]
     ofl = FedAdam(server_lr=1.0, beta_1=0.5, beta_2=0.5, tau=1.0, reference="openfedllm")
     ofl.setup(x0, num_clients=2)  # v_{-1} = tau^2 = 1
     # Round 1: uniform mean (1 vs 3 examples ignored) = [2, 3]; Delta = [1, 1]

@@ -10,7 +10,10 @@ X = {"w": torch.tensor([0.0, 0.0]), "b": torch.zeros(1, 1)}
 
 def _updates(rows, sizes=None):
     sizes = sizes or [1] * len(rows)
-    return [ClientUpdate(i, n, {"w": torch.tensor(w), "b": torch.tensor([[b]])}) for i, ((w, b), n) in enumerate(zip(rows, sizes))]
+    return [
+        ClientUpdate(i, n, {"w": torch.tensor(w), "b": torch.tensor([[b]])})
+        for i, ((w, b), n) in enumerate(zip(rows, sizes))
+    ]
 
 
 def test_odd_count_hand_values_ignore_num_examples():
@@ -56,7 +59,9 @@ def test_poisoned_client_stays_inside_the_honest_range_while_fedavg_is_moved():
 
 def test_keeps_global_dtype_and_device_and_does_not_modify_inputs():
     x = {"w": torch.zeros(2, dtype=torch.bfloat16)}
-    ups = [ClientUpdate(i, 1, {"w": torch.tensor(v, dtype=torch.bfloat16)}) for i, v in enumerate(([1.0, 4.0], [2.0, 8.0]))]
+    ups = [
+        ClientUpdate(i, 1, {"w": torch.tensor(v, dtype=torch.bfloat16)}) for i, v in enumerate(([1.0, 4.0], [2.0, 8.0]))
+    ]
     before = [u.state["w"].clone() for u in ups]
     out = CoordinateMedian().aggregate(x, ups)
     # (1 + 2) / 2 = 1.5, (4 + 8) / 2 = 6
@@ -96,8 +101,8 @@ def test_state_dict_round_trip():
 
 
 def test_robust_config_selects_the_median():
-    from lightning_fed.cli import main
     from lightning_fed.callbacks import FederatedLoop
+    from lightning_fed.cli import main
 
     cli = main(["--config", "configs/robust.yaml", "--trainer.logger=false"], run=False)
     loop = next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop))

@@ -212,15 +212,16 @@ def test_server_weighting_option():
     # x = (1 * [0, 0] + 3 * [4, 4]) / 4 = [3, 3];  c = 0 + 2/2 * ([4, 0] + [0, 8]) / 2 = [2, 4]
     torch.testing.assert_close(strategy.aggregate(X0, ups)["w"], torch.tensor([3.0, 3.0]))
     torch.testing.assert_close(strategy.control["w"], torch.tensor([2.0, 4.0]))
-    with pytest.raises(ValueError, match=r"`correction` must be one of \('gradient', 'parameter'\).*`weighting` must be one of"):
+    with pytest.raises(
+        ValueError, match=r"`correction` must be one of \('gradient', 'parameter'\).*`weighting` must be one of"
+    ):
         Scaffold(correction="weights", weighting="size")
 
 
 def test_federated_loop_applies_the_parameter_correction_after_each_step(tmp_path):
     """The loop calls ``after_optimizer_step`` once per optimizer step with the step's lr."""
-    from tests.helpers.runs import fit, preference_data, tiny_dpo
-
     from lightning_fed.callbacks import FederatedLoop
+    from tests.helpers.runs import fit, preference_data, tiny_dpo
 
     seen = []
 

@@ -18,9 +18,7 @@ def train(msg: Message, context: Context) -> Message:
     content = RecordDict(
         {
             "arrays": ArrayRecord(updated),
-            "metrics": MetricRecord(
-                {"num-examples": 1, "partition-id": partition_id, "pid": os.getpid()}
-            ),
+            "metrics": MetricRecord({"num-examples": 1, "partition-id": partition_id, "pid": os.getpid()}),
         }
     )
     return Message(content=content, reply_to=msg)

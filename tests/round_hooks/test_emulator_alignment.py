@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from lightning_fed.callbacks import EmulatorAlignment
-from lightning_fed.callbacks.emulator_alignment import alignment_loss
+from lightning_fed.round_hooks import EmulatorAlignment
+from lightning_fed.round_hooks.emulator_alignment import alignment_loss
 from tests.helpers.offsite import offsite_module, one_thread, public_alignment, run_method  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -55,7 +55,9 @@ def test_public_set_from_a_local_file(tmp_path):
     path = tmp_path / "public.jsonl"
     rows = [{"question": f"Say {w}.", "answer": w} for w in ("alpha", "beta", "gamma")]
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    hook = EmulatorAlignment(dataset=str(path), field_map={"instruction": "question", "output": "answer"}, template="plain")
+    hook = EmulatorAlignment(
+        dataset=str(path), field_map={"instruction": "question", "output": "answer"}, template="plain"
+    )
     module = offsite_module("fedbiot", adapter_layers=2)
     examples = hook.public_examples(module.tokenizer)
     assert len(examples) == 3 and module.tokenizer.decode(examples[0]).endswith("alpha")
@@ -78,7 +80,13 @@ def test_bad_settings_are_one_line_errors(kwargs, message):
 
 def test_resume_equals_uninterrupted(tmp_path):
     """2 rounds, stop, resume to 4 == 4 straight: adapter, emulator and alignment state."""
-    short = {"local_steps": 2, "distill_steps": 4, "steps_per_round": 2, "num_sanity_val_steps": 0, "limit_val_batches": 1}
+    short = {
+        "local_steps": 2,
+        "distill_steps": 4,
+        "steps_per_round": 2,
+        "num_sanity_val_steps": 0,
+        "limit_val_batches": 1,
+    }
     straight, s_hook, s_module = run_method("fedbiot", str(tmp_path / "straight"), rounds=4, **short)
     first, f_hook, f_module = run_method("fedbiot", str(tmp_path / "first"), rounds=2, **short)
     ckpt = str(tmp_path / "first" / "ckpt" / "last.ckpt")
@@ -95,7 +103,7 @@ def test_resume_equals_uninterrupted(tmp_path):
 
 def test_l2_term_reductions_by_hand():
     """``emulator_l2`` on a 2-token, d=2 toy: each reduction against hand arithmetic."""
-    from lightning_fed.callbacks.emulator_alignment import emulator_l2
+    from lightning_fed.round_hooks.emulator_alignment import emulator_l2
 
     h_full = torch.tensor([[[1.0, 3.0], [2.0, 0.0], [9.0, 9.0]]])  # third token is padding
     h_emu = torch.tensor([[[0.0, 1.0], [2.0, 2.0], [0.0, 0.0]]])
@@ -116,7 +124,10 @@ def test_l2_term_off_is_lambda_kl_and_mean_is_sum_over_d():
     """On the tiny model: ``off`` trains on lambda * KL only; ``mean`` = ``sum`` / hidden size."""
     module = offsite_module("fedbiot", beta=0.5, adapter_layers=2).eval()
     g = torch.Generator().manual_seed(0)
-    batch = {"input_ids": torch.randint(0, 256, (2, 12), generator=g), "attention_mask": torch.ones(2, 12, dtype=torch.long)}
+    batch = {
+        "input_ids": torch.randint(0, 256, (2, 12), generator=g),
+        "attention_mask": torch.ones(2, 12, dtype=torch.long),
+    }
     with torch.no_grad():
         loss_sum, l2_sum, kl = alignment_loss(module, batch, lam=2.0)
         loss_mean, l2_mean, kl_mean = alignment_loss(module, batch, lam=2.0, l2_term="mean")

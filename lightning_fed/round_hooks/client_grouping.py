@@ -15,8 +15,8 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 
-from lightning_fed.callbacks.hooks import RoundHook
-from lightning_fed.strategies.base import state_nbytes
+from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.state import state_nbytes
 from lightning_fed.strategies.fedbiscuit import FedBiscuit, balanced_assignment
 
 if TYPE_CHECKING:
@@ -63,7 +63,9 @@ class ClientGrouping(RoundHook):
             raise TypeError(f"ClientGrouping needs federation.strategy=FedBiscuit, got {type(loop.strategy).__name__}")
         return loop.strategy
 
-    def on_round_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]) -> None:
+    def on_round_start(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> None:
         strategy = self._strategy(loop)
         strategy.client_sizes = list(loop.datamodule.client_sizes)
         strategy.start_round(round_idx)
@@ -75,7 +77,12 @@ class ClientGrouping(RoundHook):
             self._pending_bytes = loop.datamodule.num_clients * state_nbytes(loop.global_state)
             loop.add_round_bytes(down=self._pending_bytes)
             self.groupings.append(
-                {"round": round_idx + 1, "assignment": list(strategy.assignment), "losses": losses.tolist(), "broadcast_bytes": self._pending_bytes}
+                {
+                    "round": round_idx + 1,
+                    "assignment": list(strategy.assignment),
+                    "losses": losses.tolist(),
+                    "broadcast_bytes": self._pending_bytes,
+                }
             )
             self._log_image(trainer, strategy, round_idx)
         module.client_selectors = {c: strategy.selector_of(c) for c in range(loop.datamodule.num_clients)}
@@ -83,10 +90,14 @@ class ClientGrouping(RoundHook):
     def summary(self) -> dict[str, Any]:
         return {"groupings": self.groupings}
 
-    def on_client_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int) -> None:
+    def on_client_start(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
+    ) -> None:
         module.use_selector(self._strategy(loop).selector_of(client_id))
 
-    def after_aggregate(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int) -> None:
+    def after_aggregate(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
+    ) -> None:
         self._pending_bytes = 0
 
     @staticmethod

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from lightning_fed.callbacks.hooks import RoundHook
+from lightning_fed.federation.hooks import RoundHook
 from lightning_fed.federation.sampling import derive_seed
-from lightning_fed.strategies.base import clone_state, state_nbytes
+from lightning_fed.state import clone_state, state_nbytes
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -157,7 +157,12 @@ class EmulatorAlignment(RoundHook):
         l2_term: str = "sum",
     ) -> None:
         problems = []
-        for name, value, low in (("steps_per_round", steps_per_round, 0), ("distill_steps", distill_steps, 0), ("batch_size", batch_size, 1), ("max_length", max_length, 2)):
+        for name, value, low in (
+            ("steps_per_round", steps_per_round, 0),
+            ("distill_steps", distill_steps, 0),
+            ("batch_size", batch_size, 1),
+            ("max_length", max_length, 2),
+        ):
             if not isinstance(value, int) or value < low:
                 problems.append(f"alignment.{name} must be an integer >= {low}, got {value!r}")
         if max_examples is not None and max_examples < 1:
@@ -196,16 +201,22 @@ class EmulatorAlignment(RoundHook):
             from lightning_fed.datamodules.sources import load_records
             from lightning_fed.datamodules.templates import format_prompt
 
-            records = load_records(self.dataset, self.kind, split=self.split, field_map=self.field_map, synthetic_args=self.synthetic_args)
+            records = load_records(
+                self.dataset, self.kind, split=self.split, field_map=self.field_map, synthetic_args=self.synthetic_args
+            )
             rows = records.to_list()[: self.max_examples]
             if self.kind == "instruction":
-                texts = [format_prompt(self.template, r["instruction"], r.get("input") or "") + r["output"] for r in rows]
+                texts = [
+                    format_prompt(self.template, r["instruction"], r.get("input") or "") + r["output"] for r in rows
+                ]
             else:
                 texts = [r["prompt"] + r["chosen"] for r in rows]
             self._examples = [tokenizer(t)["input_ids"][: self.max_length] for t in texts]
         return self._examples
 
-    def _batch(self, examples: list[list[int]], rows: list[int], pad_id: int, device: torch.device) -> dict[str, Tensor]:
+    def _batch(
+        self, examples: list[list[int]], rows: list[int], pad_id: int, device: torch.device
+    ) -> dict[str, Tensor]:
         width = max(len(examples[i]) for i in rows)
         ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -296,7 +307,9 @@ class EmulatorAlignment(RoundHook):
     def setup(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         self._bind(module)  # a resumed run's emulator is in the module before any evaluation
 
-    def on_round_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]) -> None:
+    def on_round_start(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> None:
         """Distil (once), align for E steps with the global adapter, then count the broadcast."""
         self._bind(module)
         module.load_state(loop.global_state)  # A of Eq. (2) is the global adapter
@@ -318,7 +331,9 @@ class EmulatorAlignment(RoundHook):
         frozen = state_nbytes(module.frozen_client_state())
         per_client = {}
         for cid in clients:
-            extra = (emulator if self.client_versions.get(cid) != self.version else 0) + (frozen if cid not in self.client_versions else 0)
+            extra = (emulator if self.client_versions.get(cid) != self.version else 0) + (
+                frozen if cid not in self.client_versions else 0
+            )
             self.client_versions[cid] = self.version
             loop.add_round_bytes(down=extra)
             per_client[str(cid)] = adapter + extra

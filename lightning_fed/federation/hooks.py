@@ -31,20 +31,28 @@ class RoundHook:
         Put state restored by :meth:`load_state_dict` back into the module here.
         """
 
-    def on_round_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]) -> None:
+    def on_round_start(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> None:
         """Before the round's data is laid out.
 
         May change the sampled clients' data (``ClientData.select``) or remove clients from
         this round by editing ``clients`` in place (the round trains the list as it is left).
         """
 
-    def on_client_start(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int) -> None:
+    def on_client_start(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
+    ) -> None:
         """After the client's state is loaded, before its first local step."""
 
-    def on_client_end(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, update: ClientUpdate) -> None:
+    def on_client_end(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, update: ClientUpdate
+    ) -> None:
         """After the client's last local step; ``update`` is what it uploads."""
 
-    def after_aggregate(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int) -> None:
+    def after_aggregate(
+        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
+    ) -> None:
         """After the new global state is loaded into the module, before evaluation."""
 
     def summary(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ import torch
 from sklearn.metrics import adjusted_rand_score
 
 from lightning_fed.callbacks import FederatedLoop
-from lightning_fed.callbacks.grouping import ClientGrouping, selector_losses
+from lightning_fed.round_hooks.client_grouping import ClientGrouping, selector_losses
 from lightning_fed.strategies import FedAvg, FedBiscuit
 from tests.helpers.runs import fit
 from tests.helpers.selector_data import one_thread, write_planted_selector_data
@@ -63,7 +63,9 @@ def test_assignment_is_logged_as_a_tensorboard_image(tmp_path):
     from lightning.pytorch.loggers import TensorBoardLogger
 
     strategy = FedBiscuit(num_selectors=3)
-    strategy.setup({f"x.lora_A.selector_{u}.w" if u else "x.lora_A.default.w": torch.zeros(1) for u in range(3)}, num_clients=4)
+    strategy.setup(
+        {f"x.lora_A.selector_{u}.w" if u else "x.lora_A.default.w": torch.zeros(1) for u in range(3)}, num_clients=4
+    )
     strategy.set_assignment([0, 2, 1, 0])
     logger = TensorBoardLogger(str(tmp_path))
     ClientGrouping._log_image(SimpleNamespace(logger=logger), strategy, round_idx=4)
@@ -74,8 +76,14 @@ def test_assignment_is_logged_as_a_tensorboard_image(tmp_path):
 def _resume_run(root, name, rounds, path, ckpt=None):
     module = tiny_selector(num_selectors=3, lr=3e-3)
     data = selector_data(path, NUM_CLIENTS, batch_size=4)
-    loop = FederatedLoop(rounds=rounds, clients_per_round=2, local_steps=2, seed=0,
-                         strategy=FedBiscuit(num_selectors=3, warmup_rounds=1, regroup_every=2), hooks=[ClientGrouping()])
+    loop = FederatedLoop(
+        rounds=rounds,
+        clients_per_round=2,
+        local_steps=2,
+        seed=0,
+        strategy=FedBiscuit(num_selectors=3, warmup_rounds=1, regroup_every=2),
+        hooks=[ClientGrouping()],
+    )
     with one_thread():
         fit(module, data, loop, str(root / name), ckpt_path=ckpt)
     return loop
