@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-all clean
+.PHONY: setup demo lint test test-all clean
 
 $(VENV)/.installed: requirements.txt setup.cfg
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,7 +22,14 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/lightning-fed fit --config configs/demo.yaml
 
-test: setup
+# The code style CI enforces (ruff, pinned; config in pyproject.toml). `make test` lints first
+# and stops at the first finding, so `.ci/run` (which calls `make test`) lints too.
+LINT_PATHS := lightning_fed tests benchmarks examples
+lint: setup
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+
+test: setup lint
 	$(PY) -m pytest -m "not slow" -n 2 --dist loadfile
 
 test-all: setup
