@@ -357,7 +357,8 @@ def report(results: dict, grid_seeds: list[int]) -> None:
 
     print("\nbytes per client per round (summary.json hooks.EmulatorAlignment, first run of each method):")
     print(
-        "| method | full model | client model (first contact) | adapter | emulator | frozen | received per client per round (rounds 1..R, mean over sampled clients) |"
+        "| method | full model | client model (first contact) | adapter | emulator | frozen | received per client per "
+        "round (rounds 1..R, mean over sampled clients) |"
     )
     print("|---|---|---|---|---|---|---|")
     for method in methods:
@@ -365,9 +366,9 @@ def report(results: dict, grid_seeds: list[int]) -> None:
         mb = lambda b: f"{b / 2**20:.1f} MiB"  # noqa: E731
         per_round = [statistics.mean(rec["bytes"].values()) for rec in h["received_per_round"]]
         print(
-            f"| {method} | {mb(h['full_model_bytes'])} | {mb(h['client_model_bytes'])} ({h['client_model_bytes'] / h['full_model_bytes']:.2f}x) | {mb(h['adapter_bytes'])} | {mb(h['emulator_bytes'])} | {mb(h['frozen_bytes'])} | "
-            + ", ".join(mb(b) for b in per_round)
-            + " |"
+            f"| {method} | {mb(h['full_model_bytes'])} | {mb(h['client_model_bytes'])} "
+            f"({h['client_model_bytes'] / h['full_model_bytes']:.2f}x) | {mb(h['adapter_bytes'])} | "
+            f"{mb(h['emulator_bytes'])} | {mb(h['frozen_bytes'])} | " + ", ".join(mb(b) for b in per_round) + " |"
         )
 
 

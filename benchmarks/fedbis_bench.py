@@ -139,19 +139,22 @@ def main() -> None:
             )
     model = "SmolLM2-135M" if args.smollm2 else "tiny GPT-2 (2 layers, 64 hidden, bytes)"
     print(
-        f"\n{model}; {args.rounds} rounds x {args.clients} clients x K={args.steps} steps, batch 4, torch threads {args.threads}"
+        f"\n{model}; {args.rounds} rounds x {args.clients} clients x K={args.steps} steps, batch 4, torch threads "
+        f"{args.threads}"
     )
     print("| method | local s / client-round | s / step | round s | tokens / step |")
     print("|---|---|---|---|---|")
     for method, label in (("selector", "FedBis selector"), ("dpo", "FedDPO (policy)")):
         med = {k: statistics.median(r[k] for r in results[method]) for k in results[method][0]}
         print(
-            f"| {label} | {med['local_s_per_client_round']:.3f} | {med['s_per_step']:.4f} | {med['round_s']:.3f} | {med['tokens_per_step']:.0f} |"
+            f"| {label} | {med['local_s_per_client_round']:.3f} | {med['s_per_step']:.4f} | {med['round_s']:.3f} | "
+            f"{med['tokens_per_step']:.0f} |"
         )
     for key in ("local_s_per_round", "round_s"):
         ratios = [d[key] / s[key] for s, d in zip(results["selector"], results["dpo"])]
         print(
-            f"FedDPO / selector, {key}: median {statistics.median(ratios):.2f}x (per repetition: {', '.join(f'{x:.2f}' for x in ratios)})"
+            f"FedDPO / selector, {key}: median {statistics.median(ratios):.2f}x (per repetition: "
+            f"{', '.join(f'{x:.2f}' for x in ratios)})"
         )
 
 

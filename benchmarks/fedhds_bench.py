@@ -232,19 +232,22 @@ def main() -> None:
         results = [run(m, args, root) for m in args.methods]
     base = next((r for r in results if r["method"] == "fedit"), None)
     print(
-        f"model={args.model} rounds={args.rounds} clients={args.clients} per_client={args.per_client} clients_per_round={args.clients_per_round} "
-        f"batch={args.batch_size} local_epochs={args.local_epochs} tsne_iters={args.tsne_iters} frame={args.frame}"
+        f"model={args.model} rounds={args.rounds} clients={args.clients} per_client={args.per_client} "
+        f"clients_per_round={args.clients_per_round} batch={args.batch_size} local_epochs={args.local_epochs} "
+        f"tsne_iters={args.tsne_iters} frame={args.frame}"
     )
     print(
-        "| method | client s / client-round | vs FedIT | client s total | end-to-end s | vs FedIT | selection share | data used | ROUGE-L | held-out NLL |"
+        "| method | client s / client-round | vs FedIT | client s total | end-to-end s | vs FedIT | selection share | "
+        "data used | ROUGE-L | held-out NLL |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         ct = f"{base['client_seconds_per_round'] / r['client_seconds_per_round']:.1f}x" if base else "-"
         e2e = f"{base['end_to_end_seconds'] / r['end_to_end_seconds']:.1f}x" if base else "-"
         print(
-            f"| {r['method']} | {r['client_seconds_per_round']:.2f} | {ct} | {r['client_seconds_total']:.1f} | {r['end_to_end_seconds']:.1f} | {e2e} |"
-            f" {100 * r['selection_share']:.0f}% | {100 * r['data_fraction']:.1f}% | {r['rougeL']:.3f} | {r['heldout_nll']:.3f} |"
+            f"| {r['method']} | {r['client_seconds_per_round']:.2f} | {ct} | {r['client_seconds_total']:.1f} | "
+            f"{r['end_to_end_seconds']:.1f} | {e2e} | {100 * r['selection_share']:.0f}% | "
+            f"{100 * r['data_fraction']:.1f}% | {r['rougeL']:.3f} | {r['heldout_nll']:.3f} |"
         )
     for r in results:
         print(

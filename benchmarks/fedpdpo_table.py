@@ -170,13 +170,13 @@ def main() -> None:
     total = time.perf_counter() - t0
     command = "HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/fedpdpo_table.py " + shlex.join(sys.argv[1:])
     out = [
-        f"Preference accuracy (%) on each client's held-out pairs after round {args.rounds}, mean±std over seeds"
-        f" {args.seeds} (data, model and sampling seeded together). Clients join taste groups round-robin; opposite"
-        f" groups prefer opposite sides of the same planted property. {args.examples} pairs per client (a quarter"
-        f" held out), {args.local_steps} local steps of batch {args.batch_size} (Per-FedAvg: batch {2 * args.batch_size},"
-        f" split into D and D'), every client every round, FedAvg by |D_i| except FedAMP. Tiny GPT-2"
-        f" ({GPT2['n_layer']} layers, hidden {GPT2['n_embd']}, byte tokens) built from a config, LoRA r=4, lr {LR},"
-        f" beta {BETA}. {total / 60:.1f} min on {args.threads} CPU thread(s).",
+        f"Preference accuracy (%) on each client's held-out pairs after round {args.rounds}, mean±std over seeds "
+        f"{args.seeds} (data, model and sampling seeded together). Clients join taste groups round-robin; opposite "
+        f"groups prefer opposite sides of the same planted property. {args.examples} pairs per client (a quarter held "
+        f"out), {args.local_steps} local steps of batch {args.batch_size} (Per-FedAvg: batch {2 * args.batch_size}, "
+        f"split into D and D'), every client every round, FedAvg by |D_i| except FedAMP. Tiny GPT-2 ({GPT2['n_layer']} "
+        f"layers, hidden {GPT2['n_embd']}, byte tokens) built from a config, LoRA r=4, lr {LR}, beta {BETA}. "
+        f"{total / 60:.1f} min on {args.threads} CPU thread(s).",
         "",
         f"`{command}`",
         "",

@@ -160,8 +160,8 @@ def main() -> None:
     largest = max(args.clients)
     rounds = args.rounds or coverage_rounds(largest, min(largest, MAX_PER_ROUND))
     print(
-        f"# memory_clients: N={args.clients}, clients_per_round=min(N, {MAX_PER_ROUND}), local_steps=1, rounds={rounds} for every N,"
-        f" SCAFFOLD, GPT-2 {BIG_GPT2['n_layer']}x{BIG_GPT2['n_embd']}, LoRA r=8",
+        f"# memory_clients: N={args.clients}, clients_per_round=min(N, {MAX_PER_ROUND}), local_steps=1, "
+        f"rounds={rounds} for every N, SCAFFOLD, GPT-2 {BIG_GPT2['n_layer']}x{BIG_GPT2['n_embd']}, LoRA r=8",
         flush=True,
     )
     runs = []
@@ -186,9 +186,9 @@ def main() -> None:
     lora, backbone = base["lora_bytes"], base["backbone_bytes"]
     print()
     print(
-        f"Date {datetime.date.today()}, host {platform.node()}, {os.cpu_count()} CPU cores, torch threads {args.threads};"
-        f" rounds={rounds} for every N; backbone (frozen) {backbone / MB:.2f} MiB;"
-        f" per-client trainable (LoRA) state {lora / MB:.3f} MiB ({lora:,} B)"
+        f"Date {datetime.date.today()}, host {platform.node()}, {os.cpu_count()} CPU cores, torch threads "
+        f"{args.threads}; rounds={rounds} for every N; backbone (frozen) {backbone / MB:.2f} MiB; per-client trainable "
+        f"(LoRA) state {lora / MB:.3f} MiB ({lora:,} B)"
     )
     print()
     print(
@@ -198,9 +198,10 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in runs:
         print(
-            f"| {r['clients']} | {min(r['clients'], MAX_PER_ROUND)} | {r['steps']} | {r['rss_model'] / MB:.1f} | {r['rss_data'] / MB:.1f}"
-            f" | {r['peak'] / MB:.1f} | {r['rss_after_fit'] / MB:.1f} | {r['rss_trimmed'] / MB:.1f} | {r['store_bytes'] / MB:.1f} ({r['clients_with_control']})"
-            f" | {r['per_client_store_bytes']:,.0f} |"
+            f"| {r['clients']} | {min(r['clients'], MAX_PER_ROUND)} | {r['steps']} | {r['rss_model'] / MB:.1f} | "
+            f"{r['rss_data'] / MB:.1f} | {r['peak'] / MB:.1f} | {r['rss_after_fit'] / MB:.1f} | "
+            f"{r['rss_trimmed'] / MB:.1f} | {r['store_bytes'] / MB:.1f} ({r['clients_with_control']}) | "
+            f"{r['per_client_store_bytes']:,.0f} |"
         )
     print()
     print(
@@ -214,9 +215,10 @@ def main() -> None:
         growth = b["peak"] - a["peak"]
         per = growth / dn
         print(
-            f"| {a['clients']} -> {b['clients']} | {dn} | {growth / MB:.1f} | {per / 1024:.1f} | {per / lora:.2f} | {per / backbone:.3f}"
-            f" | {(b['rss_data'] - a['rss_data']) / MB:.1f} | {(b['rss_trimmed'] - a['rss_trimmed']) / dn / 1024:.1f}"
-            f" | {(b['rss_trimmed'] - a['rss_trimmed']) / dn / lora:.2f} |"
+            f"| {a['clients']} -> {b['clients']} | {dn} | {growth / MB:.1f} | {per / 1024:.1f} | {per / lora:.2f} | "
+            f"{per / backbone:.3f} | {(b['rss_data'] - a['rss_data']) / MB:.1f} | "
+            f"{(b['rss_trimmed'] - a['rss_trimmed']) / dn / 1024:.1f} | "
+            f"{(b['rss_trimmed'] - a['rss_trimmed']) / dn / lora:.2f} |"
         )
 
 

@@ -55,7 +55,8 @@ def main() -> None:
     f32, bf16 = rows
     for key in ("personal_state_nbytes", "serialized_bytes", "adamw_moment_bytes"):
         print(
-            f"{key:24} float32 {f32[key] / 2**20:8.1f} MiB   bfloat16 {bf16[key] / 2**20:8.1f} MiB   ratio {bf16[key] / f32[key]:.3f}"
+            f"{key:24} float32 {f32[key] / 2**20:8.1f} MiB   bfloat16 {bf16[key] / 2**20:8.1f} MiB   ratio "
+            f"{bf16[key] / f32[key]:.3f}"
         )
 
 

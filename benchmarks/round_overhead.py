@@ -317,9 +317,10 @@ def main() -> None:
         bench = Bench(preset, R, C, K, root)
         setup_s = time.perf_counter() - t
         print(
-            f"# round_overhead: model={preset} params={bench.n_params:,} trainable(LoRA)={bench.n_trainable:,}"
-            f" R={R} C={C} K={K} steps={bench.total_steps} batch={bench.bs} pairs seq_len={bench.seq_len[0]}-{bench.seq_len[1]}"
-            f" reps={reps} torch_threads={torch.get_num_threads()} (model+data setup {setup_s:.1f}s, untimed)",
+            f"# round_overhead: model={preset} params={bench.n_params:,} trainable(LoRA)={bench.n_trainable:,} R={R} "
+            f"C={C} K={K} steps={bench.total_steps} batch={bench.bs} pairs "
+            f"seq_len={bench.seq_len[0]}-{bench.seq_len[1]} reps={reps} torch_threads={torch.get_num_threads()} "
+            f"(model+data setup {setup_s:.1f}s, untimed)",
             flush=True,
         )
 
@@ -335,8 +336,9 @@ def main() -> None:
         hook_frac = hooks["hooks"] / warm["fed"]["window"]
         hook_detail = ", ".join(f"{k} {1000 * v / bench.total_steps:.3f}" for k, v in hooks.items() if k != "hooks")
         print(
-            f"# warm-up: identical batches in all variants ({len(warm['fed']['seen'])} batches);"
-            f" raw loop and plain fit end with the same LoRA weights; FederatedLoop hooks took {100 * hook_frac:.2f}% of the federated window",
+            f"# warm-up: identical batches in all variants ({len(warm['fed']['seen'])} batches); raw loop and plain "
+            f"fit end with the same LoRA weights; FederatedLoop hooks took {100 * hook_frac:.2f}% of the federated "
+            "window",
             flush=True,
         )
 
@@ -366,13 +368,14 @@ def main() -> None:
 
     print()
     print(
-        f"Model `{preset}` ({bench.n_params:,} params, {bench.n_trainable:,} LoRA), R={R} rounds x C={C} clients x K={K} steps"
-        f" = {bench.total_steps} steps ({n} timed), batch {bench.bs} pairs, {reps} timed reps, torch threads {torch.get_num_threads()},"
-        f" {datetime.date.today()}, {platform.node()}"
+        f"Model `{preset}` ({bench.n_params:,} params, {bench.n_trainable:,} LoRA), R={R} rounds x C={C} clients x "
+        f"K={K} steps = {bench.total_steps} steps ({n} timed), batch {bench.bs} pairs, {reps} timed reps, torch "
+        f"threads {torch.get_num_threads()}, {datetime.date.today()}, {platform.node()}"
     )
     print()
     print(
-        "| variant | median wall ms/step | median CPU ms/step | wall vs raw | CPU vs raw | outside window s (setup + 1st step + teardown) |"
+        "| variant | median wall ms/step | median CPU ms/step | wall vs raw | CPU vs raw | outside window s (setup + "
+        "1st step + teardown) |"
     )
     print("|---|---:|---:|---:|---:|---:|")
     for v, label in (
@@ -381,25 +384,28 @@ def main() -> None:
         ("raw", "(c) raw PyTorch loop"),
     ):
         print(
-            f"| {label} | {1000 * med(v, 'window') / n:.2f} | {1000 * med(v, 'cpu') / n:.2f} | {ratio(v, 'raw', 'window')}"
-            f" | {ratio(v, 'raw', 'cpu')} | {med(v, 'outside'):.3f} |"
+            f"| {label} | {1000 * med(v, 'window') / n:.2f} | {1000 * med(v, 'cpu') / n:.2f} | "
+            f"{ratio(v, 'raw', 'window')} | {ratio(v, 'raw', 'cpu')} | {med(v, 'outside'):.3f} |"
         )
     print()
     print("| ratio (median of per-rep ratios, min-max) | wall clock | process CPU time | target |")
     print("|---|---:|---:|---|")
     print(
-        f"| (a)/(b) FederatedLoop fit / plain Trainer.fit | {ratio('fed', 'plain', 'window')} | {ratio('fed', 'plain', 'cpu')} | <= 1.05 |"
+        f"| (a)/(b) FederatedLoop fit / plain Trainer.fit | {ratio('fed', 'plain', 'window')} | "
+        f"{ratio('fed', 'plain', 'cpu')} | <= 1.05 |"
     )
     print(
-        f"| (a)/(c) FederatedLoop fit / raw PyTorch loop | {ratio('fed', 'raw', 'window')} | {ratio('fed', 'raw', 'cpu')} | - |"
+        f"| (a)/(c) FederatedLoop fit / raw PyTorch loop | {ratio('fed', 'raw', 'window')} | "
+        f"{ratio('fed', 'raw', 'cpu')} | - |"
     )
     print(
-        f"| (b)/(c) plain Trainer.fit / raw PyTorch loop | {ratio('plain', 'raw', 'window')} | {ratio('plain', 'raw', 'cpu')} | - |"
+        f"| (b)/(c) plain Trainer.fit / raw PyTorch loop | {ratio('plain', 'raw', 'window')} | "
+        f"{ratio('plain', 'raw', 'cpu')} | - |"
     )
     print()
     print(
-        f"Time inside FederatedLoop's training hooks (instrumented warm-up rep): {100 * hook_frac:.2f}% of the federated window;"
-        f" ms per step: {hook_detail}."
+        f"Time inside FederatedLoop's training hooks (instrumented warm-up rep): {100 * hook_frac:.2f}% of the "
+        f"federated window; ms per step: {hook_detail}."
     )
 
 

@@ -15,8 +15,8 @@ similar length (both lists sorted by word count and zipped, once aligned and onc
 one, so every sentence is in two pairs), so that summed log-probs do not just prefer the
 shorter sentence. CPU budget: only sentences of at most ``--max-sentence-tokens`` (24)
 SmolLM2 tokens (52 positive, 48 negative of the 100 + 100). 16 + 16 sentences are held out for
-the TEST files (32 test pairs, disjoint from training). Two settings, four users (``user`` column, for ``ByKey(user)``), ``group`` names
-the taste:
+the TEST files (32 test pairs, disjoint from training). Two settings, four users (``user``
+column, for ``ByKey(user)``), ``group`` names the taste:
 
 - ``iid``: every user prefers the positive sentence; training pairs dealt round-robin to the
   users (16 each); test pairs dealt the same way (8 each).

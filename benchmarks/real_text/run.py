@@ -122,7 +122,8 @@ def fmt(values: list[float]) -> str:
 
 def table(results: list[dict]) -> str:
     lines = [
-        "| setting | method | metric | seeds | before (base model) | after, mean ± sd | gain | gain > 2 sd? | per client after (mean over seeds) | initial with fresh personal parts |",
+        "| setting | method | metric | seeds | before (base model) | after, mean ± sd | gain | gain > 2 sd? | per "
+        "client after (mean over seeds) | initial with fresh personal parts |",
         "|---|---|---|---|---:|---:|---:|---|---|---:|",
     ]
     base = {}
@@ -142,8 +143,8 @@ def table(results: list[dict]) -> str:
         per_client = ", ".join(f"c{c} {statistics.mean(r['final']['clients'][c] for r in runs):.2f}" for c in clients)
         fresh = [r["initial"]["all"] for r in runs if r["initial"] is not None and method.startswith("fedpdpo")]
         lines.append(
-            f"| {setting} | {method} | {runs[0]['metric']} | {len(runs)} | {'-' if b is None else f'{b:.3f}'} | {fmt(after)} |"
-            f" {'-' if gain is None else f'{gain:+.3f}'} | {verdict} | {per_client} | {fmt(fresh)} |"
+            f"| {setting} | {method} | {runs[0]['metric']} | {len(runs)} | {'-' if b is None else f'{b:.3f}'} | "
+            f"{fmt(after)} | {'-' if gain is None else f'{gain:+.3f}'} | {verdict} | {per_client} | {fmt(fresh)} |"
         )
     return "\n".join(lines)
 
@@ -192,7 +193,8 @@ def main() -> None:
                 fh.write(json.dumps(r) + "\n")
             init = "" if r["initial"] is None else f" initial {r['initial']['all']:.3f}"
             print(
-                f"{setting} {method}{args.tag} seed {seed}:{init} final {r['final']['all']:.3f} {r['final']['clients']} ({r['seconds']:.0f}s)",
+                f"{setting} {method}{args.tag} seed {seed}:{init} final {r['final']['all']:.3f} "
+                f"{r['final']['clients']} ({r['seconds']:.0f}s)",
                 flush=True,
             )
     print(table(results))

@@ -1,8 +1,9 @@
 """Process helpers of :class:`~lightning_fed.deploy.local_deployment.LocalDeployment`.
 
 Every process started for a deployment (:class:`ProcessGroup`), each with its log
-(:class:`ManagedProcess`); finding every descendant of a process through ``/proc`` (no psutil dependency), signalling a PID only if it is still the
-process that was seen (its start time), and free ports. Linux only.
+(:class:`ManagedProcess`); finding every descendant of a process through ``/proc`` (no psutil
+dependency), signalling a PID only if it is still the process that was seen (its start time),
+and free ports. Linux only.
 """
 
 from __future__ import annotations

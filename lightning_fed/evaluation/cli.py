@@ -14,9 +14,10 @@ Benchmarks: ``lm_eval`` (any lm-evaluation-harness task; :mod:`.lm_eval_tasks`),
 MT-Bench single grading by a local model or an OpenAI-compatible endpoint; :mod:`.judge_run`).
 The model is built once (:mod:`.run_model`) and shared by all of them. Results go to
 ``<run>/eval_results.json`` (one key per benchmark, earlier benchmarks kept) and to TensorBoard
-under ``<run>/eval`` (with the per-sample files of HumanEval and the judge). Every option is checked, and the tasks, problems and prompts are read,
-before the model is loaded; a bad one is a one-line error and exit code 2, a failure during
-evaluation exit code 1 (``--debug`` shows the traceback).
+under ``<run>/eval`` (with the per-sample files of HumanEval and the judge). Every option is
+checked, and the tasks, problems and prompts are read, before the model is loaded; a bad one
+is a one-line error and exit code 2, a failure during evaluation exit code 1 (``--debug`` shows
+the traceback).
 """
 
 from __future__ import annotations
@@ -143,7 +144,8 @@ def prepare(cfg: Namespace) -> dict[str, Any]:
             no_adapter = cfg.model is not None and cfg.adapter is None
             if "pairwise" in plan["judge"].modes and no_adapter and not has_references(plan["judge_rows"]):
                 raise ValueError(
-                    "--judge.modes pairwise: the prompts have no 'reference' and --model has no --adapter to compare against"
+                    "--judge.modes pairwise: the prompts have no 'reference' and --model has no --adapter to compare "
+                    "against"
                 )
     except ValueError as err:
         raise UserError(str(err)) from None
@@ -229,7 +231,8 @@ def report(results: dict[str, Any]) -> list[str]:
     if "pairwise" in judge:
         pw = judge["pairwise"]
         lines.append(
-            f"judge pairwise win_rate={pw['win_rate']:.4f} (wins {pw['wins']}, ties {pw['ties']}, losses {pw['losses']}; vs {pw['against']})"
+            f"judge pairwise win_rate={pw['win_rate']:.4f} (wins {pw['wins']}, ties {pw['ties']}, losses "
+            f"{pw['losses']}; vs {pw['against']})"
         )
     if "single" in judge:
         single = judge["single"]

@@ -83,7 +83,8 @@ class JudgeOptions:
             sources.append("model")
         if len(sources) != 1:
             problems.append(
-                f"--judge: set exactly one of --judge.url (with --judge.model), --judge.model or --judge.backbone, got {sources or 'none'}"
+                "--judge: set exactly one of --judge.url (with --judge.model), --judge.model or --judge.backbone, got "
+                f"{sources or 'none'}"
             )
         if self.url is not None and not self.model:
             problems.append(f"--judge.url {self.url!r} needs --judge.model (the endpoint's model name)")
@@ -205,7 +206,8 @@ def evaluate_judge(
         else:
             if not hasattr(model, "disable_adapter"):
                 raise ValueError(
-                    "--judge.modes pairwise: the prompts have no 'reference' and the model has no adapter to compare against"
+                    "--judge.modes pairwise: the prompts have no 'reference' and the model has no adapter to compare "
+                    "against"
                 )
             with model.disable_adapter():
                 references = [a.strip() for a in generate_until(lm, formatted, [], options.max_new_tokens)]

@@ -101,7 +101,8 @@ def task_manager(options: LmEvalOptions) -> tuple[Any, list[str]]:
             if manager.task_index[n].yaml_path and str(LOCAL_TASKS) in str(manager.task_index[n].yaml_path)
         )
         raise ValueError(
-            f"--lm_eval.tasks: unknown task {unknown[0]!r} (not an lm-eval task, group or tag; shipped local tasks: {local})"
+            f"--lm_eval.tasks: unknown task {unknown[0]!r} (not an lm-eval task, group or tag; shipped local tasks: "
+            f"{local})"
         )
     return manager, names
 

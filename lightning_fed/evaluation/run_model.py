@@ -129,7 +129,8 @@ def load_model(source: ModelSource) -> LoadedModel:
     if (path / "checkpoints" / "last.ckpt").is_file():
         return _from_checkpoint(path / "checkpoints" / "last.ckpt", path, source.seed)
     raise ValueError(
-        f"--run {source.run!r}: neither a run folder (with adapter/ or checkpoints/last.ckpt), an adapter folder nor a .ckpt"
+        f"--run {source.run!r}: neither a run folder (with adapter/ or checkpoints/last.ckpt), an adapter folder nor a "
+        ".ckpt"
     )
 
 

@@ -78,7 +78,8 @@ def win_rate(judge: PairJudge, prompts: Sequence[str], candidates: Sequence[str]
     """Win rate of ``candidates`` against ``references`` (Table 1), each pair judged in both orders."""
     if not (len(prompts) == len(candidates) == len(references)) or not prompts:
         raise ValueError(
-            f"win rate: need as many prompts, candidates and references (> 0), got {len(prompts)}, {len(candidates)} and {len(references)}"
+            f"win rate: need as many prompts, candidates and references (> 0), got {len(prompts)}, {len(candidates)} "
+            f"and {len(references)}"
         )
     return tally(
         judge.prefers_first(prompts, candidates, references), judge.prefers_first(prompts, references, candidates)

@@ -58,7 +58,8 @@ class FedRepModule(PersonalHeadDPO):
         loop = next((c for c in self.trainer.callbacks if isinstance(c, FederatedLoop)), None)
         if loop is not None and loop.local_steps is not None and loop.local_steps <= self.head_steps:
             raise ValueError(
-                f"model.head_steps={self.head_steps} must be < federation.local_steps={loop.local_steps}, or the body never trains"
+                f"model.head_steps={self.head_steps} must be < federation.local_steps={loop.local_steps}, or the body "
+                "never trains"
             )
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:

@@ -91,7 +91,8 @@ def offsite_layout(n: int, beta: float, bottom: int = 2, top: int = 2) -> LayerL
     """
     if not isinstance(n, int) or n < bottom + top + 1:
         raise ValueError(
-            f"the offsite layout needs at least {bottom + top + 1} decoder layers (adapter {bottom}+{top} plus one), got {n!r}"
+            f"the offsite layout needs at least {bottom + top + 1} decoder layers (adapter {bottom}+{top} plus one), "
+            f"got {n!r}"
         )
     rest = tuple(range(bottom, n - top))
     return LayerLayout(n, tuple(range(bottom)), tuple(range(n - top, n)), rest, uniform_drop(rest, beta))

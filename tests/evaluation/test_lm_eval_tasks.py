@@ -43,8 +43,8 @@ def _user_task(tmp_path, labels):
     name = "user_mc_" + "".join(map(str, labels))
     (tmp_path / f"{name}.yaml").write_text(
         f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\ntest_split: test\n"
-        'output_type: multiple_choice\ndoc_to_text: "Q: {{q}}\\nA:"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: label\n'
-        "metric_list:\n  - metric: acc\n"
+        'output_type: multiple_choice\ndoc_to_text: "Q: {{q}}\\nA:"\n'
+        'doc_to_choice: "{{choices}}"\ndoc_to_target: label\nmetric_list:\n  - metric: acc\n'
     )
     return tmp_path / f"{name}.yaml"
 

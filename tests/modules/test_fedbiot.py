@@ -192,9 +192,9 @@ def test_fedbiot_and_fedot_learn_the_planted_tasks(fedbiot_vs_fedot):
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "Does not reproduce on this tiny byte-level model (final AdapFu loss FedBiOT 5.136, FedOT 5.117);"
-        " on pre-trained SmolLM2-135M it shows, but only by 0.15 nats/token on average and not on every seed,"
-        " at ~1 min per run: see 'FedBiOT vs FedOT on SmolLM2-135M' in benchmarks/RESULTS.md (benchmarks/fedbiot_bench.py)."
+        "Does not reproduce on this tiny byte-level model (final AdapFu loss FedBiOT 5.136, FedOT 5.117); on "
+        "pre-trained SmolLM2-135M it shows, but only by 0.15 nats/token on average and not on every seed, at ~1 min "
+        "per run: see 'FedBiOT vs FedOT on SmolLM2-135M' in benchmarks/RESULTS.md (benchmarks/fedbiot_bench.py)."
     ),
 )
 def test_fedbiot_adapfu_beats_fedot_adapfu_on_planted_data(fedbiot_vs_fedot):
