@@ -140,10 +140,19 @@ class SelectorJudge:
 
 
 def policy_responses(
-    policy: Any, prompts: Sequence[str], template: str = "plain", max_new_tokens: int = 64, tuned: bool = True
+    policy: Any,
+    prompts: Sequence[str],
+    template: str = "plain",
+    max_new_tokens: int = 64,
+    tuned: bool = True,
+    system_prompt: str | None = None,
 ) -> list[str]:
-    """Greedy responses (App. B.1) of a LoRA policy, or of its untuned base (``tuned=False``)."""
-    formatted = [format_prompt(template, p) for p in prompts]
+    """Greedy responses (App. B.1) of a LoRA policy, or of its untuned base (``tuned=False``).
+
+    Each prompt is formatted as the policy was trained (:func:`format_prompt`): ``chat`` is the
+    policy tokenizer's own chat template, with ``system_prompt`` as its system turn.
+    """
+    formatted = [format_prompt(template, p, tokenizer=policy.tokenizer, system_prompt=system_prompt) for p in prompts]
     if tuned:
         return generate_responses(policy.model, policy.tokenizer, formatted, max_new_tokens)
     with adapters_disabled(adapter_layers(policy.model)):
@@ -157,17 +166,21 @@ def policy_win_rate(
     references: Sequence[str] | None = None,
     template: str = "plain",
     max_new_tokens: int = 64,
+    system_prompt: str | None = None,
 ) -> tuple[WinRate, list[str], list[str]]:
     """Win rate of the tuned policy against ``references`` (e.g. human summaries), or, when
     ``references`` is ``None``, against the untuned policy (its adapters disabled).
 
+    The policy answers the prompts formatted with ``template`` (and ``system_prompt`` for
+    ``chat``), as in its training data; the judge sees the raw prompts.
+
     Returns:
         ``(WinRate, candidate responses, reference responses)``.
     """
-    candidates = policy_responses(policy, prompts, template, max_new_tokens)
+    candidates = policy_responses(policy, prompts, template, max_new_tokens, system_prompt=system_prompt)
     refs = (
         list(references)
         if references is not None
-        else policy_responses(policy, prompts, template, max_new_tokens, tuned=False)
+        else policy_responses(policy, prompts, template, max_new_tokens, tuned=False, system_prompt=system_prompt)
     )
     return win_rate(judge, prompts, candidates, refs), candidates, refs

@@ -79,3 +79,29 @@ def test_untuned_policy_against_itself_only_ties_then_tuned_differs():
     _perturb(policy, scale=2.0)
     result, cands, refs = policy_win_rate(policy, judge, prompts, max_new_tokens=8)
     assert cands != refs and result.total == 3
+
+
+def test_policy_answers_in_the_chat_template_it_was_trained_on(monkeypatch):
+    import importlib
+
+    # (the package exports the function ``win_rate``, which hides the module of that name)
+    win_rate_module = importlib.import_module("lightning_fed.evaluation.win_rate")
+    seen, generate = [], win_rate_module.generate_responses
+
+    def recording(model, tokenizer, prompts, max_new_tokens):
+        seen.append(list(prompts))
+        return generate(model, tokenizer, prompts, max_new_tokens)
+
+    monkeypatch.setattr(win_rate_module, "generate_responses", recording)
+    policy = tiny_dpo()  # its byte-level tokenizer carries a ChatML chat template
+    result, cands, refs = policy_win_rate(
+        policy, LongerIsBetter(), ["Rate the cafe."], template="chat", max_new_tokens=4, system_prompt="Be brief."
+    )
+    chatml = (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nRate the cafe.<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert seen == [[chatml], [chatml]]  # the tuned policy, then its base: the same chat prompt
+    assert cands == refs and result == WinRate(0, 1, 0)
+    seen.clear()
+    policy_win_rate(policy, LongerIsBetter(), ["Rate the cafe."], max_new_tokens=4)
+    assert seen == [["Rate the cafe.\n"]] * 2  # plain: the prompt and a newline
