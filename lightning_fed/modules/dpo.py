@@ -11,6 +11,7 @@ from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
 from lightning_fed.modules.losses import dpo_loss
 from lightning_fed.modules.preference import concatenated_log_probs
+from lightning_fed.modules.reference_cache import DEFAULT_MEMORY_BYTES, ReferenceCache
 
 
 class DPOModule(FederatedModule):
@@ -26,10 +27,28 @@ class DPOModule(FederatedModule):
         disable_dropout: Set every dropout probability of the model (LoRA's included) to 0, as
             TRL does for DPO: the policy and the reference then score the same tokens with the
             same deterministic network, and the implicit reward is not dropout noise.
+        cache_reference: Compute each example's reference log-probs once and cache them
+            (:class:`~lightning_fed.modules.reference_cache.ReferenceCache`, keyed by content).
+            Default (``None``): on whenever it is exact, i.e. when no dropout is active in the
+            backbone (the reference is then a fixed function of the example). ``true`` with
+            active dropout is an error; ``false`` recomputes the reference on every step.
+        reference_cache_bytes: In-memory budget of the cache (about 200 B per example);
+            past it, entries spill to an SQLite file in ``reference_cache_dir``.
+        reference_cache_dir: Folder of the spill file; default a temporary directory
+            (under ``$TMPDIR``), deleted at exit.
         **kwargs: See :class:`~lightning_fed.modules.base.FederatedModule`.
     """
 
-    def __init__(self, *args: Any, beta: float = 0.1, disable_dropout: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        beta: float = 0.1,
+        disable_dropout: bool = True,
+        cache_reference: bool | None = None,
+        reference_cache_bytes: int = DEFAULT_MEMORY_BYTES,
+        reference_cache_dir: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         if beta <= 0:
             raise ValueError(f"model.beta must be > 0, got {beta}")
@@ -39,13 +58,41 @@ class DPOModule(FederatedModule):
             for m in self.model.modules():
                 if isinstance(m, nn.Dropout):
                     m.p = 0.0
+                # Llama-style attention applies a float ``attention_dropout`` functionally.
+                if isinstance(getattr(m, "attention_dropout", None), float):
+                    m.attention_dropout = 0.0
+        # The reference runs with the adapters disabled, so only the backbone's dropout matters.
+        active = [
+            n
+            for n, m in self.model.named_modules()
+            if "lora_" not in n
+            and ((isinstance(m, nn.Dropout) and m.p > 0) or getattr(m, "attention_dropout", 0.0) > 0)
+        ]
+        if cache_reference and active:
+            raise ValueError(
+                f"model.cache_reference=true needs a deterministic reference, but dropout is active in {active[0]}"
+                " (and others): set model.disable_dropout=true or model.cache_reference=false"
+            )
+        #: The reference log-probs cache, or ``None`` when the reference is recomputed every step.
+        self.reference_cache = (
+            ReferenceCache(reference_cache_bytes, reference_cache_dir)
+            if (cache_reference if cache_reference is not None else not active)
+            else None
+        )
 
     def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """``(log p(y_w|x), log p(y_l|x))`` under the current model, in one forward."""
         return concatenated_log_probs(self.model, batch)
 
     def reference_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """The same under the reference model (adapters disabled, no gradient)."""
+        """The same under the reference model (adapters disabled, no gradient), from the cache
+        when the example was seen before (see ``cache_reference``)."""
+        if self.reference_cache is None:
+            return self.compute_reference_log_probs(batch)
+        return self.reference_cache.log_probs(batch, self.compute_reference_log_probs)
+
+    def compute_reference_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """The reference forward itself: the model with its adapters disabled, no gradient."""
         if self._adapter_layers is None:
             self._adapter_layers = adapter_layers(self.model)
         with torch.no_grad(), adapters_disabled(self._adapter_layers):

@@ -155,8 +155,11 @@ class PersonalHeadDPO(DPOModule):
         logps, _, _ = self.policy_forward(batch)
         return logps.chunk(2)
 
-    def reference_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """The reference: the backbone alone (adapters disabled, its own head, no bottleneck)."""
+    def compute_reference_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """The reference: the backbone alone (adapters disabled, its own head, no bottleneck).
+
+        Fixed for the run (the backbone and its head are frozen; the personal head is a copy),
+        so :meth:`reference_log_probs` may serve it from the cache."""
         # Flag-only disabling (lora.adapters_disabled): unlike PEFT's disable_adapter() it
         # leaves the requires_grad flags that the alternating steps set untouched.
         if self._adapter_layers is None:

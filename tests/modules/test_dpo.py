@@ -118,3 +118,98 @@ def test_configs_given_as_dicts_become_dataclasses():
     )
     assert isinstance(module.hparams.backbone, BackboneConfig)
     assert module.hparams.lora == LoraSettings(r=2, alpha=4)
+
+
+def shuffled_pairs():
+    from lightning_fed.modules.backbone import byte_tokenizer
+
+    tok = byte_tokenizer()
+    texts = [
+        ("Rate it.\n", "Truly great.", "Truly awful."),
+        ("A longer prompt here.\n", "Fine, cheers!!", "Fine, regards."),
+        ("x\n", "y" * 30, "z" * 5),
+        ("Hello there, how\n", "good", "bad and a long answer here"),
+    ]
+    items = [tokenize_preference(p, c, r, tok, 128, "error") for p, c, r in texts]
+    collate = PadCollator(tok.pad_token_id)
+    # The second batch mixes seen examples (other positions, other padding) with a new one.
+    return collate(items[:3]), collate([items[3], items[2], items[0]])
+
+
+def loss_and_grads(module, batch):
+    loss = module.pair_metrics(batch)["loss"].mean()
+    params = [p for p in module.shared_parameters().values()]
+    return loss.detach(), torch.autograd.grad(loss, params)
+
+
+@pytest.mark.parametrize("precision", ["32", "bf16"])
+def test_cached_reference_gives_the_recomputed_loss_and_gradients(precision):
+    cached, plain = tiny_dpo(seed=3), tiny_dpo(seed=3)
+    plain.reference_cache = None
+    assert cached.reference_cache is not None  # on by default: DPO disables dropout
+    for module in (cached, plain):
+        torch.manual_seed(7)
+        randomize_lora(module)
+    first, second = shuffled_pairs()
+    context = (
+        torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else torch.autocast("cpu", enabled=False)
+    )
+    with context:
+        torch.manual_seed(0)
+        a_first, a_second = loss_and_grads(cached, first), loss_and_grads(cached, second)
+        rng_cached = torch.get_rng_state()
+        torch.manual_seed(0)
+        b_first, b_second = loss_and_grads(plain, first), loss_and_grads(plain, second)
+        rng_plain = torch.get_rng_state()
+    assert torch.equal(rng_cached, rng_plain)  # no RNG draw skipped or added
+    assert (cached.reference_cache.hits, cached.reference_cache.misses) == (2, 4)
+    # First sight: the same forward as without the cache, bit for bit.
+    assert torch.equal(a_first[0], b_first[0])
+    assert all(torch.equal(g, h) for g, h in zip(a_first[1], b_first[1]))
+    # Seen examples in another batch: values from their first batch; another batch composition
+    # changes a float32 reduction's rounding only (assert_close's default float32 tolerance).
+    torch.testing.assert_close(a_second[0], b_second[0])
+    for g, h in zip(a_second[1], b_second[1]):
+        torch.testing.assert_close(g, h)
+
+
+def test_cache_reference_option_and_dropout():
+    from lightning_fed.modules import BackboneConfig, DPOModule
+
+    cfg = BackboneConfig(config={"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2}, tokenizer="bytes")
+    assert DPOModule(cfg, cache_reference=False).reference_cache is None
+    # gpt2's default resid/attn/embd dropout 0.1 stays active: the reference is random, no cache.
+    assert DPOModule(cfg, disable_dropout=False).reference_cache is None
+    with pytest.raises(ValueError, match="model.cache_reference=true needs a deterministic reference"):
+        DPOModule(cfg, disable_dropout=False, cache_reference=True)
+    module = DPOModule(cfg, reference_cache_bytes=0, reference_cache_dir="/tmp/x")
+    assert module.reference_cache.max_memory_bytes == 0
+    with pytest.raises(ValueError, match="model.reference_cache_bytes must be >= 0, got -1"):
+        DPOModule(cfg, reference_cache_bytes=-1)
+
+
+def test_federated_run_is_the_same_with_and_without_the_cache(tmp_path):
+    from lightning_fed.callbacks import FederatedLoop
+    from tests.helpers.runs import fit, preference_data
+
+    states = {}
+    for cache in (True, False):
+        module = tiny_dpo(seed=0)
+        if not cache:
+            module.reference_cache = None
+        # 4 local steps over 3 batches per client: examples come back, in other batches.
+        loop = FederatedLoop(rounds=2, clients_per_round=1, local_steps=4, seed=0)
+        fit(
+            module, preference_data(num_clients=2, per_client=12), loop, str(tmp_path / str(cache)), limit_val_batches=0
+        )
+        states[cache] = loop.global_state
+        if cache:
+            assert module.reference_cache.hits > 0 and module.reference_cache.misses > 0
+    # Bit-identical as long as every example is seen in one batch composition; a seen example
+    # in another batch gets the value of its first batch, which the recomputation may round
+    # differently in the last bit (float32 reductions depend on the batch's shape), so the
+    # two runs agree to float32 precision. LoRA B starts at 0 and ends ~4e-2 from it.
+    assert states[True].keys() == states[False].keys()
+    for name in states[True]:
+        torch.testing.assert_close(states[True][name], states[False][name], rtol=1e-5, atol=1e-6, msg=name)
+    assert max(v.abs().max() for k, v in states[True].items() if "lora_B" in k) > 1e-2

@@ -1,0 +1,91 @@
+"""ReferenceCache: content keys, exact values, compute only what is new, spill to disk."""
+
+import copy
+import pickle
+
+import torch
+
+from lightning_fed.datamodules.tokenize import PadCollator, tokenize_preference
+from lightning_fed.modules.backbone import byte_tokenizer
+from lightning_fed.modules.reference_cache import ENTRY_BYTES, ReferenceCache, example_keys
+
+
+def items():
+    tok = byte_tokenizer()
+    texts = [("Rate it.\n", "Great.", "Awful."), ("Q\n", "a much longer answer", "no"), ("Hi\n", "yes", "no")]
+    return [tokenize_preference(p, c, r, tok, 64, "error") for p, c, r in texts], PadCollator(tok.pad_token_id)
+
+
+def test_keys_ignore_trailing_padding_but_see_every_field():
+    rows, collate = items()
+    alone = example_keys(collate([rows[0]]))
+    padded = example_keys(collate(rows))  # rows[0] padded to the longest row
+    assert alone[0] == padded[0] and len(set(padded)) == 3
+    batch = collate([rows[0]])
+    for key, change in (
+        ("chosen_labels", lambda t: t.masked_fill(t != -100, -100)),  # same tokens, nothing scored
+        ("rejected_input_ids", lambda t: t + 1),
+        ("chosen_attention_mask", lambda t: torch.cat([t[:, :1] * 0, t[:, 1:]], 1)),  # a hole in the mask
+    ):
+        other = dict(batch, **{key: change(batch[key])})
+        assert example_keys(other) != alone, key
+    swapped = {
+        k.replace("chosen", "X").replace("rejected", "chosen").replace("X", "rejected"): v for k, v in batch.items()
+    }
+    assert example_keys(swapped) != alone
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # another precision is another value
+        assert example_keys(batch) != alone
+
+
+def test_only_new_rows_are_computed_and_values_come_back_bit_exact():
+    rows, collate = items()
+    calls = []
+
+    def compute(batch):
+        calls.append(batch)
+        n = batch["chosen_input_ids"].shape[0]
+        # Values with a full float32 mantissa, so a lossy round trip would show.
+        ids = batch["chosen_input_ids"].sum(1).float()
+        return ids / 3 + torch.arange(n) / 7, -ids / 11
+
+    cache = ReferenceCache()
+    first = collate(rows[:2])
+    chosen, rejected = cache.log_probs(first, compute)
+    assert calls[-1] is first  # all new: the batch goes through whole, as without the cache
+    mixed = collate([rows[2], rows[1]])
+    c2, r2 = cache.log_probs(mixed, compute)
+    assert calls[-1]["chosen_input_ids"].shape[0] == 1  # only rows[2] is new
+    assert torch.equal(c2[1], chosen[1]) and torch.equal(r2[1], rejected[1])
+    again = cache.log_probs(collate([rows[1], rows[0], rows[2]]), compute)
+    assert len(calls) == 2 and (cache.hits, cache.misses) == (1 + 3, 2 + 1)
+    assert torch.equal(again[0], torch.stack([chosen[1], chosen[0], c2[0]]))
+    assert again[0].dtype == torch.float32 and again[1].dtype == torch.float32
+
+
+def test_spills_to_disk_past_the_budget_and_reads_back_exactly(tmp_path):
+    keys = [bytes([i]) * 16 for i in range(5)]
+    chosen, rejected = torch.randn(5), torch.randn(5)
+    cache = ReferenceCache(max_memory_bytes=2 * ENTRY_BYTES, spill_dir=tmp_path / "ref")
+    cache.put_many(keys[:2], chosen[:2], rejected[:2])
+    assert cache.db_path is None and cache.memory_bytes == 2 * ENTRY_BYTES
+    cache.put_many(keys[2:], chosen[2:], rejected[2:])  # 5 entries > budget: all go to disk
+    assert cache.memory_bytes == 0 and len(cache) == 5
+    assert cache.db_path.parent == tmp_path / "ref" and cache.db_path.exists()
+    found = cache.get_many(keys[::-1] + [b"\xff" * 16])
+    assert found[-1] is None
+    assert torch.equal(torch.tensor([v[0] for v in found[:-1]], dtype=torch.float32), chosen.flip(0))
+    assert torch.equal(torch.tensor([v[1] for v in found[:-1]], dtype=torch.float32), rejected.flip(0))
+    path = cache.db_path
+    cache.close()
+    assert not path.exists() and (tmp_path / "ref").is_dir() and len(cache) == 0
+
+
+def test_default_spill_dir_is_temporary_and_copies_start_empty():
+    cache = ReferenceCache(max_memory_bytes=0)
+    cache.put_many([b"a" * 16], torch.tensor([1.5]), torch.tensor([-2.5]))
+    folder = cache.db_path.parent
+    assert folder.name.startswith("lightning-fed-reference-") and len(cache) == 1
+    for clone in (copy.deepcopy(cache), pickle.loads(pickle.dumps(cache))):
+        assert len(clone) == 0 and clone.db_path is None and clone.max_memory_bytes == 0
+    del cache  # the finalizer closes the database and removes the temporary folder
+    assert not folder.exists()
