@@ -155,9 +155,10 @@ def prepare(cfg: Namespace) -> dict[str, Any]:
 def evaluate(cfg: Namespace, plan: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
     """Load the model once, run the benchmarks, write JSON and TensorBoard; return both."""
     from lightning_fed.evaluation import humaneval, judge_run, lm_eval_tasks
-    from lightning_fed.evaluation.run_model import load_model
+    from lightning_fed.evaluation.run_model import load_model, run_prompt_format
 
     loaded = load_model(plan["source"])
+    run_template, run_system_prompt = run_prompt_format(loaded.run_config)
     out = (
         Path(cfg.output).expanduser()
         if cfg.output
@@ -172,18 +173,26 @@ def evaluate(cfg: Namespace, plan: dict[str, Any]) -> tuple[Path, dict[str, Any]
     scalars: dict[str, float] = {}
     if "lm_eval" in plan:
         manager, tasks = plan["lm_eval_tasks"]
-        results["lm_eval"] = lm_eval_tasks.run_lm_eval(lm, plan["lm_eval"], manager, tasks, seed)
+        options = lm_eval_tasks.follow_run_format(plan["lm_eval"], run_template, run_system_prompt)
+        results["lm_eval"] = lm_eval_tasks.run_lm_eval(lm, options, manager, tasks, seed)
         scalars.update(lm_eval_tasks.scalars(results["lm_eval"]))
     if "humaneval" in plan:
         results["humaneval"] = humaneval.evaluate_humaneval(lm, plan["humaneval"], out / "eval")
         scalars["humaneval/pass@1"] = results["humaneval"]["pass@1"]
     if "judge" in plan:
         options = plan["judge"]
-        data = (loaded.run_config.get("data") or {}).get("init_args") or {}
-        template = options.template or data.get("template") or "plain"
+        template, system_prompt = judge_run.prompt_format(options, run_template, run_system_prompt)
         judge = judge_run.make_judge(options, cfg.batch_size)
         results["judge"] = judge_run.evaluate_judge(
-            loaded.model, loaded.tokenizer, lm, judge, plan["judge_rows"], options, template, out / "eval"
+            loaded.model,
+            loaded.tokenizer,
+            lm,
+            judge,
+            plan["judge_rows"],
+            options,
+            template,
+            out / "eval",
+            system_prompt,
         )
         for mode, key in (("pairwise", "win_rate"), ("single", "score")):
             if results["judge"].get(mode, {}).get(key) is not None:

@@ -44,7 +44,8 @@ class JudgeOptions:
     template). Default: the run's ``data.init_args.template``, else plain."""
 
     system_prompt: str | None = None
-    """System prompt of the ``chat`` template."""
+    """System prompt of the ``chat`` template. Default: the run's ``data.system_prompt`` when the
+    template is the run's."""
 
     max_new_tokens: int = 128
     """Most tokens of each answer of the evaluated model."""
@@ -162,6 +163,22 @@ def make_judge(options: JudgeOptions, batch_size: int = 8) -> LLMJudge:
     )
 
 
+def prompt_format(
+    options: JudgeOptions, run_template: str | None, run_system_prompt: str | None
+) -> tuple[str, str | None]:
+    """How the evaluated model is prompted: ``(template, system_prompt)``.
+
+    ``--judge.template``, else the run's ``data.template``, else ``plain``; ``--judge.system_prompt``,
+    else the run's ``data.system_prompt`` when the template is the run's: a model trained on its
+    chat template (and system turn) answers in the format it was trained on.
+    """
+    template = options.template or run_template or "plain"
+    system_prompt = options.system_prompt
+    if system_prompt is None and template == run_template:
+        system_prompt = run_system_prompt
+    return template, system_prompt
+
+
 def evaluate_judge(
     model: Any,
     tokenizer: Any,
@@ -171,6 +188,7 @@ def evaluate_judge(
     options: JudgeOptions,
     template: str,
     out_dir: Path,
+    system_prompt: str | None = None,
 ) -> dict[str, Any]:
     """Answer ``rows`` with the evaluated model and judge the answers.
 
@@ -182,23 +200,28 @@ def evaluate_judge(
         judge: The judge.
         rows: Prompt rows from :func:`load_prompts`.
         options: The judge options.
-        template: Prompt template of the evaluated model.
-        out_dir: Where ``judge_samples.jsonl`` (answers and judgments) is written.
+        template: Prompt template of the evaluated model (see :func:`prompt_format`).
+        out_dir: Where ``judge_samples.jsonl`` (per prompt: the question, the text the model was
+            given, its answer and the reference; then the judgments) is written.
+        system_prompt: System turn of the ``chat`` template (see :func:`prompt_format`).
 
     Returns:
         ``{"pairwise": {win_rate, wins, ties, losses, total, against}, "single": {score,
-        n_rated, n_unparsed}, "judge", "template", "unparsed", "samples"}``.
+        n_rated, n_unparsed}, "judge", "template", "system_prompt", "unparsed", "samples"}``.
     """
     from lightning_fed.datamodules.templates import format_prompt
     from lightning_fed.evaluation.lm_eval_tasks import generate_until
     from lightning_fed.evaluation.win_rate import win_rate
 
     questions = [r["prompt"] for r in rows]
-    formatted = [
-        format_prompt(template, q, tokenizer=tokenizer, system_prompt=options.system_prompt) for q in questions
-    ]
+    formatted = [format_prompt(template, q, tokenizer=tokenizer, system_prompt=system_prompt) for q in questions]
     answers = [a.strip() for a in generate_until(lm, formatted, [], options.max_new_tokens)]
-    result: dict[str, Any] = {"judge": judge.backend.name, "template": template, "n_prompts": len(rows)}
+    result: dict[str, Any] = {
+        "judge": judge.backend.name,
+        "template": template,
+        "system_prompt": system_prompt,
+        "n_prompts": len(rows),
+    }
     references: list[str] | None = None
     if "pairwise" in options.modes:
         if has_references(rows):
@@ -223,7 +246,7 @@ def evaluate_judge(
     samples = out_dir / SAMPLES_FILE
     with samples.open("w", encoding="utf-8") as fh:
         for i, question in enumerate(questions):
-            row = {"prompt": question, "answer": answers[i]}
+            row = {"prompt": question, "model_prompt": formatted[i], "answer": answers[i]}
             if references is not None:
                 row["reference"] = references[i]
             fh.write(json.dumps(row) + "\n")

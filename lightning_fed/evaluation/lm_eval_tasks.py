@@ -12,7 +12,7 @@ local YAML files run offline (``include_path``; the package ships ``lf_arithmeti
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +40,13 @@ class LmEvalOptions:
     max_length: int | None = None
     """Longest context in tokens (default: the model's own)."""
 
-    apply_chat_template: bool = False
-    """Format prompts with the tokenizer's chat template (for instruct models)."""
+    apply_chat_template: bool | None = None
+    """Format prompts with the tokenizer's chat template (for instruct models). Default: as the
+    evaluated run was trained, i.e. true when its ``data.template`` is ``chat``."""
 
     system_instruction: str | None = None
-    """System prompt used with ``apply_chat_template``."""
+    """System prompt used with ``apply_chat_template``. Default: the run's ``data.system_prompt``
+    when the chat template is applied."""
 
     bootstrap_iters: int = 1000
     """Bootstrap resamples for the standard error of non-mean metrics (0: no stderr)."""
@@ -62,6 +64,27 @@ class LmEvalOptions:
                 problems.append(f"--lm_eval.include_path {path!r}: no such folder")
         if problems:
             raise ValueError("; ".join(problems))
+
+
+def follow_run_format(options: LmEvalOptions, template: str | None, system_prompt: str | None) -> LmEvalOptions:
+    """``options`` with the unset chat settings taken from the run's prompt format.
+
+    A run trained with ``data.template: chat`` is evaluated through the same chat template (and
+    its ``data.system_prompt``), as lm-eval's ``--apply_chat_template`` does for instruct models;
+    options given explicitly are kept.
+
+    Args:
+        options: The ``--lm_eval`` options.
+        template: The run's ``data.template`` (``None`` for a bare model).
+        system_prompt: The run's ``data.system_prompt``.
+    """
+    from lightning_fed.datamodules.templates import CHAT
+
+    apply = options.apply_chat_template if options.apply_chat_template is not None else template == CHAT
+    system = options.system_instruction
+    if system is None and apply and template == CHAT:
+        system = system_prompt
+    return replace(options, apply_chat_template=apply, system_instruction=system)
 
 
 def task_manager(options: LmEvalOptions) -> tuple[Any, list[str]]:
@@ -153,7 +176,7 @@ def run_lm_eval(lm: Any, options: LmEvalOptions, manager: Any, tasks: list[str],
             limit=limit,
             bootstrap_iters=options.bootstrap_iters,
             log_samples=False,
-            apply_chat_template=options.apply_chat_template,
+            apply_chat_template=bool(options.apply_chat_template),
             system_instruction=options.system_instruction,
             random_seed=seed,
             numpy_random_seed=seed,
@@ -174,7 +197,8 @@ def run_lm_eval(lm: Any, options: LmEvalOptions, manager: Any, tasks: list[str],
         "settings": {
             "num_fewshot": options.num_fewshot,
             "limit": limit,
-            "apply_chat_template": options.apply_chat_template,
+            "apply_chat_template": bool(options.apply_chat_template),
+            "system_instruction": options.system_instruction,
         },
     }
 

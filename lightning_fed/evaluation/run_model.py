@@ -140,6 +140,21 @@ def run_config(run_dir: Path) -> dict[str, Any]:
     return (yaml.safe_load(config.read_text()) or {}) if config.is_file() else {}
 
 
+def run_prompt_format(config: dict[str, Any]) -> tuple[str | None, str | None]:
+    """How the run formatted its prompts: ``(data.template, data.system_prompt)`` of its config.
+
+    The template is returned only when it is a policy prompt template (``alpaca``, ``plain``,
+    ``chat``): a selector run's ``shp``/``tldr``/``short`` is not a prompt the evaluated model
+    answers. Both are ``None`` for a bare ``--model`` (no config).
+    """
+    from lightning_fed.datamodules.templates import TEMPLATE_CHOICES
+
+    data = config.get("data") or {}
+    args = data.get("init_args") or {}
+    template = args.get("template")
+    return (template if template in TEMPLATE_CHOICES else None), args.get("system_prompt")
+
+
 def build_backbone(backbone: BackboneConfig | dict, seed: int | None) -> tuple[torch.nn.Module, Any]:
     """:func:`load_backbone`, seeded as the CLI seeds a run before building its module.
 

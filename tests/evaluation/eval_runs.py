@@ -11,9 +11,11 @@ import yaml
 from tests.helpers.runs import tiny_dpo
 
 
-def make_run(root: Path, seed: int = 3):
+def make_run(root: Path, seed: int = 3, data_args: dict | None = None):
     """``root/config.yaml``, ``root/adapter/`` and ``root/checkpoints/last.ckpt`` of a tiny DPO
     module whose LoRA B matrices are non-zero (so the adapter changes the model).
+
+    ``data_args`` are the config's ``data.init_args`` (default: ``template: plain``).
 
     Returns:
         The module (its model is the one evaluation must rebuild).
@@ -31,7 +33,10 @@ def make_run(root: Path, seed: int = 3):
     config = {
         "seed_everything": seed,
         "model": {"class_path": "lightning_fed.modules.DPOModule", "init_args": {"backbone": backbone, "lora": lora}},
-        "data": {"class_path": "lightning_fed.datamodules.PreferenceDataModule", "init_args": {"template": "plain"}},
+        "data": {
+            "class_path": "lightning_fed.datamodules.PreferenceDataModule",
+            "init_args": data_args or {"template": "plain"},
+        },
     }
     (root / "config.yaml").write_text(yaml.safe_dump(config))
     module.save_adapter(root / "adapter")

@@ -91,8 +91,10 @@ def test_bad_input_is_one_line_before_any_model_is_loaded(tmp_path, capsys):
 
 
 def test_run_on_a_local_task_humaneval_and_an_endpoint_judge(tmp_path):
+    # The run was trained with data.template=chat and a system turn: the judge's questions reach
+    # the model in that chat format, and lm-eval applies the same chat template and system prompt.
     run = tmp_path / "version_0"
-    make_run(run, seed=3)
+    make_run(run, seed=3, data_args={"template": "chat", "system_prompt": "Be brief."})
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(
         "".join(
@@ -153,6 +155,17 @@ def test_run_on_a_local_task_humaneval_and_an_endpoint_judge(tmp_path):
     assert (run / "eval" / "humaneval_samples.jsonl_results.jsonl").is_file()
     judged = [json.loads(x) for x in (run / "eval" / "judge_samples.jsonl").read_text().splitlines()]
     assert [j["prompt"] for j in judged[:2]] == ["Say something about cats.", "Say something about rain."]
+    assert judged[0]["model_prompt"] == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nSay something about cats.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    assert results["judge"]["template"] == "chat" and results["judge"]["system_prompt"] == "Be brief."
+    assert results["lm_eval"]["settings"] == {
+        "num_fewshot": None,
+        "limit": 5,
+        "apply_chat_template": True,
+        "system_instruction": "Be brief.",
+    }
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
