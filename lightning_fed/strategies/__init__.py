@@ -1,6 +1,8 @@
 """Server strategies: pure aggregation rules over named tensors.
 
-``STRATEGIES`` maps the names used in configs and on the command line to the classes.
+Every concrete :class:`Strategy` subclass that has been imported is selectable by its class
+name (``--federation.strategy=FedNova``); see :mod:`lightning_fed.strategies.registry` for how
+a user's own strategy joins (by subclassing, imported by full path or by an entry point).
 """
 
 from lightning_fed.strategies.base import (
@@ -16,28 +18,16 @@ from lightning_fed.strategies.fedadam import FedAdam
 from lightning_fed.strategies.fedamp import FedAMP
 from lightning_fed.strategies.fedavg import FedAvg
 from lightning_fed.strategies.fedavgm import FedAvgM
+from lightning_fed.strategies.fednova import FedNova, StepCount
 from lightning_fed.strategies.fedopt import FedOpt
 from lightning_fed.strategies.fedprox import FedProx, ProximalCorrection, proximal_term
 from lightning_fed.strategies.fedyogi import FedYogi
 from lightning_fed.strategies.median import CoordinateMedian
+from lightning_fed.strategies.registry import available_strategies, load_strategy_plugins
 from lightning_fed.strategies.scaffold import ControlVariateCorrection, Scaffold
 from lightning_fed.strategies.trimmed_mean import TrimmedMean
 
-STRATEGIES: dict[str, type[Strategy]] = {
-    "fedavg": FedAvg,
-    "fedprox": FedProx,
-    "scaffold": Scaffold,
-    "fedavgm": FedAvgM,
-    "fedadagrad": FedAdagrad,
-    "fedyogi": FedYogi,
-    "fedadam": FedAdam,
-    "fedamp": FedAMP,
-    "median": CoordinateMedian,
-    "trimmed_mean": TrimmedMean,
-}
-
 __all__ = [
-    "STRATEGIES",
     "AggregationError",
     "ClientUpdate",
     "ControlVariateCorrection",
@@ -47,20 +37,23 @@ __all__ = [
     "FedAdam",
     "FedAvg",
     "FedAvgM",
+    "FedNova",
     "FedOpt",
     "FedProx",
     "FedYogi",
     "LocalCorrection",
     "ProximalCorrection",
     "Scaffold",
+    "StepCount",
     "Strategy",
     "TrimmedMean",
+    "available_strategies",
     "check_update",
+    "load_strategy_plugins",
     "proximal_term",
     "weighted_average",
 ]
 
 from lightning_fed.strategies.fedbiscuit import FedBiscuit, balanced_assignment, eq6_update, majority_vote  # noqa: E402
 
-STRATEGIES["fedbiscuit"] = FedBiscuit
 __all__ += ["FedBiscuit", "balanced_assignment", "eq6_update", "majority_vote"]

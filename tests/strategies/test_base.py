@@ -3,13 +3,14 @@ import math
 import pytest
 import torch
 
+from lightning_fed import strategies
 from lightning_fed.state import clone_state, state_nbytes
 from lightning_fed.strategies import (
-    STRATEGIES,
     AggregationError,
     ClientUpdate,
     LocalCorrection,
     Strategy,
+    available_strategies,
     check_update,
     weighted_average,
 )
@@ -110,20 +111,23 @@ def test_default_local_correction_is_a_no_op():
 
 
 def test_registry_names_every_strategy():
-    assert set(STRATEGIES) == {
-        "fedavg",
-        "fedprox",
-        "scaffold",
-        "fedavgm",
-        "fedadagrad",
-        "fedyogi",
-        "fedadam",
-        "fedamp",
-        "fedbiscuit",
-        "median",
-        "trimmed_mean",
+    ours = {n: p for n, p in available_strategies().items() if p[0].startswith("lightning_fed.")}
+    assert set(ours) == {
+        "FedAvg",
+        "FedProx",
+        "Scaffold",
+        "FedAvgM",
+        "FedAdagrad",
+        "FedYogi",
+        "FedAdam",
+        "FedAMP",
+        "FedBiscuit",
+        "FedNova",
+        "CoordinateMedian",
+        "TrimmedMean",
     }
-    for cls in STRATEGIES.values():
-        assert issubclass(cls, Strategy)
+    for name, (path,) in ours.items():
+        cls = getattr(strategies, name)
+        assert path == f"lightning_fed.strategies.{name}" and issubclass(cls, Strategy)
         strategy = cls()
         strategy.load_state_dict(strategy.state_dict())
