@@ -31,7 +31,6 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
 
-import lightning_fed.strategies  # noqa: F401  (registers strategy names for class_path shorthands)
 from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
 from lightning_fed.callbacks.signals import ProcessSignals, handle_termination
 from lightning_fed.datamodules import FederatedDataModule
@@ -53,6 +52,7 @@ from lightning_fed.errors import (
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from lightning_fed.federation.resume_check import check_resume, saved_config
 from lightning_fed.modules import FederatedModule
+from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
 
 PROG = "lightning-fed"
 ELSEWHERE = {"evaluate": "lightning_fed.evaluation.cli", "plan": "lightning_fed.planning.cli"}
@@ -257,6 +257,7 @@ def main(args: list[str] | None = None, run: bool = True, signals: ProcessSignal
     """Run the CLI in-process and return it; errors are raised (see :func:`console_main` for the process)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _check_config_files(list(sys.argv[1:] if args is None else args))
+    load_strategy_plugins()  # installed plugins' strategies join the short names (strategies/registry.py)
     return FederatedCLI(
         FederatedModule,
         FederatedDataModule,
