@@ -52,6 +52,8 @@ class DPOModule(FederatedModule):
         super().__init__(*args, **kwargs)
         if beta <= 0:
             raise ValueError(f"model.beta must be > 0, got {beta}")
+        if not reference_cache_bytes >= 0:
+            raise ValueError(f"model.reference_cache_bytes must be >= 0, got {reference_cache_bytes}")
         self.beta = beta
         self._adapter_layers: list | None = None
         if disable_dropout:

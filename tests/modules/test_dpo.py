@@ -173,7 +173,7 @@ def test_cached_reference_gives_the_recomputed_loss_and_gradients(precision):
         torch.testing.assert_close(g, h)
 
 
-def test_cache_reference_option_and_dropout():
+def test_cache_reference_option_and_dropout(tmp_path):
     from lightning_fed.modules import BackboneConfig, DPOModule
 
     cfg = BackboneConfig(config={"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2}, tokenizer="bytes")
@@ -182,10 +182,10 @@ def test_cache_reference_option_and_dropout():
     assert DPOModule(cfg, disable_dropout=False).reference_cache is None
     with pytest.raises(ValueError, match="model.cache_reference=true needs a deterministic reference"):
         DPOModule(cfg, disable_dropout=False, cache_reference=True)
-    module = DPOModule(cfg, reference_cache_bytes=0, reference_cache_dir="/tmp/x")
-    assert module.reference_cache.max_memory_bytes == 0
+    module = DPOModule(cfg, reference_cache_bytes=0, reference_cache_dir=str(tmp_path))
+    assert module.reference_cache.max_memory_bytes == 0 and module.reference_cache.spill_dir == tmp_path
     with pytest.raises(ValueError, match="model.reference_cache_bytes must be >= 0, got -1"):
-        DPOModule(cfg, reference_cache_bytes=-1)
+        DPOModule(cfg, cache_reference=False, reference_cache_bytes=-1)
 
 
 def test_federated_run_is_the_same_with_and_without_the_cache(tmp_path):
@@ -213,3 +213,23 @@ def test_federated_run_is_the_same_with_and_without_the_cache(tmp_path):
     for name in states[True]:
         torch.testing.assert_close(states[True][name], states[False][name], rtol=1e-5, atol=1e-6, msg=name)
     assert max(v.abs().max() for k, v in states[True].items() if "lora_B" in k) > 1e-2
+
+
+def test_pdpo_reference_is_fixed_so_its_cache_is_exact():
+    from lightning_fed.modules import PDPOModule
+    from tests.helpers.personal import tiny
+
+    module = tiny(PDPOModule)
+    first, _ = shuffled_pairs()
+    cached = module.reference_log_probs(first)  # first sight: computed and stored
+    assert module.reference_cache.misses == 3
+    with torch.no_grad():  # every trainable parameter moves: LoRA, personal head, bottleneck, reward head
+        for p in module.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.3)
+    recomputed = module.compute_reference_log_probs(first)
+    served = module.reference_log_probs(first)
+    assert module.reference_cache.hits == 3
+    for a, b, c in zip(cached, recomputed, served):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    assert not torch.equal(module.sequence_log_probs(first)[0], cached[0])  # the policy did move
