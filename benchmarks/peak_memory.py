@@ -1,9 +1,10 @@
-"""Peak RSS of one SmolLM2-135M DPO client step: plain, activation checkpointing, nf4.
+"""Peak RSS of one SmolLM2-135M client step (DPO or SFT): plain, activation checkpointing, nf4.
 
 Each variant runs in a fresh child process (``ru_maxrss`` of that child): load the backbone
-with LoRA (r=8 on every linear of attention and MLP), then ``--steps`` DPO steps (AdamW) on
-``--batch`` random preference pairs padded to ``--length`` tokens (every token real, the
-second half scored), so the activations are those of a full ``batch x length`` batch.
+with LoRA (r=8 on every linear of attention and MLP, no dropout), then ``--steps`` steps
+(AdamW) of ``--objective dpo`` on ``--batch`` random preference pairs, or ``--objective sft``
+on ``--batch`` random sequences, of ``--length`` tokens (every token real, the second half
+scored), so the activations are those of a full ``batch x length`` batch.
 
 ``ru_maxrss`` also counts memory that glibc keeps after ``free`` (arenas, a dynamic mmap
 threshold): with ``--live`` the child runs with ``MALLOC_MMAP_THRESHOLD_=65536`` so that every
@@ -15,6 +16,7 @@ Lightning) and the planner's estimate for the same settings (``lightning_fed.pla
 
     nice -n 10 .venv/bin/python benchmarks/peak_memory.py
     nice -n 10 .venv/bin/python benchmarks/peak_memory.py --variants plain ckpt --batch 2 --length 256
+    nice -n 10 .venv/bin/python benchmarks/peak_memory.py --live --objective sft --variants plain --steps 1
 """
 
 from __future__ import annotations
@@ -48,14 +50,15 @@ def rss_now() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def child(variant: str, batch: int, length: int, steps: int) -> dict:
+def child(variant: str, objective: str, batch: int, length: int, steps: int) -> dict:
     import torch
 
-    from lightning_fed.modules import BackboneConfig, DPOModule, LoraSettings
+    from lightning_fed.modules import BackboneConfig, DPOModule, LoraSettings, SFTModule
+    from lightning_fed.modules.losses import sft_loss
 
     torch.manual_seed(0)
     before = rss_now()
-    module = DPOModule(
+    module = (DPOModule if objective == "dpo" else SFTModule)(
         BackboneConfig(name_or_path=SMOLLM2, **VARIANTS[variant]),
         lora=LoraSettings(r=8, alpha=16, dropout=0.0),
         lr=1e-4,
@@ -74,20 +77,31 @@ def child(variant: str, batch: int, length: int, steps: int) -> dict:
         "chosen_labels": labels,
         "rejected_labels": labels.roll(1, 0),
     }
+    rows = {"input_ids": ids, "attention_mask": mask, "labels": labels}
     optimizer = module.configure_optimizers()
     module.train()
     losses = []
     for _ in range(steps):
-        loss = module.pair_metrics(pairs)["loss"].mean()
+        if objective == "dpo":
+            loss = module.pair_metrics(pairs)["loss"].mean()
+        else:
+            loss = sft_loss(module(rows), labels)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"variant": variant, "rss_before_load": before, "rss_after_load": loaded, "peak_rss": peak, "losses": losses}
+    return {
+        "variant": variant,
+        "objective": objective,
+        "rss_before_load": before,
+        "rss_after_load": loaded,
+        "peak_rss": peak,
+        "losses": losses,
+    }
 
 
-def planner_estimate(variant: str, batch: int, length: int) -> dict:
+def planner_estimate(variant: str, objective: str, batch: int, length: int) -> dict:
     from lightning_fed.planning.estimate import PlanInputs, estimate, model_shape
 
     opts = VARIANTS[variant]
@@ -98,7 +112,8 @@ def planner_estimate(variant: str, batch: int, length: int) -> dict:
             batch_size=batch,
             max_length=length,
             lora_r=8,
-            objective="dpo",
+            lora_dropout=0.0,
+            objective=objective,
             dtype="float32",
             quantization=opts.get("quantization", "none"),
             activation_checkpointing=opts.get("activation_checkpointing", False),
@@ -110,14 +125,15 @@ def planner_estimate(variant: str, batch: int, length: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", nargs="+", default=["plain", "ckpt", "nf4"], choices=sorted(VARIANTS))
-    parser.add_argument("--batch", type=int, default=4, help="preference pairs per step")
+    parser.add_argument("--objective", default="dpo", choices=["dpo", "sft"])
+    parser.add_argument("--batch", type=int, default=4, help="preference pairs (dpo) or sequences (sft) per step")
     parser.add_argument("--length", type=int, default=128, help="tokens per sequence")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--live", action="store_true", help="MALLOC_MMAP_THRESHOLD_=65536 in the child (see above)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.batch, args.length, args.steps)))
+        print(json.dumps(child(args.child, args.objective, args.batch, args.length, args.steps)))
         return
     rows = []
     for variant in args.variants:
@@ -126,6 +142,8 @@ def main() -> None:
             __file__,
             "--child",
             variant,
+            "--objective",
+            args.objective,
             "--batch",
             str(args.batch),
             "--length",
@@ -136,12 +154,14 @@ def main() -> None:
         env = {**os.environ, **({"MALLOC_MMAP_THRESHOLD_": "65536"} if args.live else {})}
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip().splitlines()[-1]
         row = json.loads(out)
-        row.update(planner_estimate(variant, args.batch, args.length))
+        row.update(planner_estimate(variant, args.objective, args.batch, args.length))
         rows.append(row)
         print(json.dumps(row), flush=True)
     base = rows[0]["peak_rss"]
     print(
-        f"\n{'live (MALLOC_MMAP_THRESHOLD_=65536), ' if args.live else ''}batch {args.batch} pairs x {args.length} tokens, {args.steps} DPO steps, SmolLM2-135M, LoRA r=8"
+        f"\n{'live (MALLOC_MMAP_THRESHOLD_=65536), ' if args.live else ''}batch {args.batch}"
+        f" {'pairs' if args.objective == 'dpo' else 'sequences'} x {args.length} tokens,"
+        f" {args.steps} {args.objective.upper()} steps, SmolLM2-135M, LoRA r=8"
     )
     print(f"{'variant':10} {'peak RSS MB':>12} {'ratio':>7} {'step MB':>9} {'planner MB':>11} {'planner/peak':>13}")
     for r in rows:

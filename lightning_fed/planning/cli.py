@@ -58,6 +58,7 @@ def inputs_from_config(config: dict[str, Any]) -> tuple[dict[str, Any], PlanInpu
         max_length=int(data.get("max_length", 512)),
         lora_r=int(lora.get("r", 8)),
         lora_targets=lora.get("target_modules"),
+        lora_dropout=float(lora.get("dropout", 0.05)),
         objective=_objective(str(model.get("class_path", ""))),
         dtype=dtype,
         quantization=backbone.get("quantization", "none"),
@@ -83,8 +84,8 @@ def report(backbone: dict[str, Any], p: PlanInputs) -> str:
     alt = estimate(shape, other).items["activations"]
     q = f", {p.quantization}" if p.quantization != "none" else ""
     lines = [
-        f"model: {shape.model_type}, {shape.total_params / 1e6:,.1f}M parameters ({shape.layers} layers, hidden {shape.hidden},"
-        f" vocab {shape.vocab}), {p.dtype}{q}",
+        f"model: {shape.model_type}, {shape.total_params / 1e6:,.1f}M parameters ({shape.layers} layers,"
+        f" hidden {shape.hidden}, vocab {shape.vocab}), {p.dtype}{q}",
         f"local step: {p.objective}, batch {p.batch_size} x {p.max_length} tokens, LoRA r={p.lora_r}, {p.optimizer},"
         f" activation checkpointing {'on' if p.activation_checkpointing else 'off'}",
         "",
@@ -94,9 +95,8 @@ def report(backbone: dict[str, Any], p: PlanInputs) -> str:
         lines.append(f"  {name:<15} {_mb(value):>14}")
     lines.append(f"  {'total':<15} {_mb(plan.total):>14}")
     state = "on" if not p.activation_checkpointing else "off"
-    lines.append(
-        f"  (activations with checkpointing {state}: {_mb(alt)}; total {_mb(plan.total - plan.items['activations'] + alt)})"
-    )
+    alt_total = plan.total - plan.items["activations"] + alt
+    lines.append(f"  (activations with checkpointing {state}: {_mb(alt)}; total {_mb(alt_total)})")
     lines += [
         "",
         "per client, kept between rounds",

@@ -13,12 +13,11 @@ planned on a laptop. Bytes are then added up item by item (:class:`Plan`):
   their gradients, and AdamW's two moments (none for SGD); the same for ``personal``
   (FedPDPO's personal LM head, bottleneck and reward head; FedPer/FedRep's head) at
   ``personal_dtype``.
-* ``activations``: what the policy forward keeps for the backward pass. Per token and
-  decoder layer ``1.8 h + 1.0 i`` values (``h`` hidden, ``i`` MLP width), measured by
-  counting the distinct storages autograd saves in a LoRA-on-every-linear Llama layer with
-  frozen base weights and SDPA attention (``torch.autograd.graph.saved_tensors_hooks``;
-  exact for h, i in {64, 128} x {128, 256, 512}). With checkpointing: each layer's input
-  (``h``) plus one layer recomputed at a time.
+* ``activations``: what the policy forward keeps for the backward pass, counted by running
+  the forward of the model itself on the ``meta`` device with the run's LoRA adapters,
+  batch and length (:func:`~lightning_fed.planning.activations.count_saved_activations`:
+  the distinct storages ``torch.autograd.graph.saved_tensors_hooks`` sees, parameters
+  excluded). With checkpointing: each layer's input plus one layer recomputed at a time.
 * ``logits``: three ``tokens x vocab`` float32 buffers at the backward peak (the saved
   log-softmax, its gradient, the logits' gradient); the no-grad reference forward of DPO
   needs two such buffers, which fit in the same peak.
@@ -36,11 +35,11 @@ from typing import Any
 from torch import nn
 
 from lightning_fed.modules.lora import DEFAULT_TARGET_MODULES
+from lightning_fed.planning.activations import count_saved_activations
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 OBJECTIVES = ("sft", "dpo", "personal_head", "pdpo")
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
-ACT_PER_HIDDEN, ACT_PER_INTERMEDIATE = 1.8, 1.0
 LOGIT_BUFFERS = 3
 DEFAULT_RUNTIME_BYTES = 512 * 2**20
 
@@ -61,6 +60,8 @@ class ModelShape:
     """0 when the head is tied to the input embeddings."""
     other_params: int
     """Norms, biases and anything else outside the decoder linears and embeddings."""
+    config: Any = None
+    """The transformers config the shape was read from (the activations are counted on it)."""
 
     @property
     def linear_params(self) -> int:
@@ -82,6 +83,8 @@ class PlanInputs:
     lora_r: int = 8
     lora_targets: list[str] | None = None
     """LoRA target module names; default the package's per-model-type list."""
+    lora_dropout: float = 0.05
+    """LoRA dropout (``LoraSettings``' default); above 0 each target keeps a dropped copy of its input."""
     objective: str = "dpo"
     """``sft`` (one forward), ``dpo`` (chosen + rejected), ``personal_head`` (DPO through a
     personal LM head: FedPer/FedRep), ``pdpo`` (plus bottleneck and reward head)."""
@@ -148,6 +151,7 @@ def model_shape_from_config(config: Any) -> ModelShape:
         embedding_params=embed.weight.numel(),
         lm_head_params=0 if tied or head is None else head.weight.numel(),
         other_params=other,
+        config=config,
     )
 
 
@@ -229,12 +233,10 @@ def estimate(shape: ModelShape, p: PlanInputs) -> Plan:
     pbytes = BYTES[p.personal_dtype]
     seqs = p.batch_size * (1 if p.objective == "sft" else 2)
     tokens = seqs * p.max_length
-    act = BYTES[p.dtype]
-    per_layer = ACT_PER_HIDDEN * shape.hidden + ACT_PER_INTERMEDIATE * shape.intermediate
-    if p.activation_checkpointing:
-        activations = tokens * act * (shape.layers * shape.hidden + per_layer)
-    else:
-        activations = tokens * act * shape.layers * per_layer
+    if shape.config is None:
+        raise ValueError("planner: the model shape has no config to count activations on; use model_shape()")
+    saved = count_saved_activations(shape.config, seqs, p.max_length, p.lora_r, p.lora_targets, p.lora_dropout, p.dtype)
+    activations = saved.checkpointed() if p.activation_checkpointing else saved.total
     plan = Plan()
     plan.items = {
         "weights": _weight_bytes(shape, p.dtype, p.quantization),
