@@ -52,6 +52,7 @@ from lightning_fed.errors import (
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from lightning_fed.federation.resume_check import check_resume, saved_config
 from lightning_fed.modules import FederatedModule
+from lightning_fed.pipelines import prepare_stages
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
 
 PROG = "lightning-fed"
@@ -246,11 +247,28 @@ class FederatedCLI(LightningCLI):
             if "://" not in str(ckpt):  # readable, and written by a run of this config
                 for change in check_resume(ckpt, loop.report.config, getattr(self, "_saved_config", None)):
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
+        # Earlier stages of a multi-stage method (FedBis: train the selector, label D_gen with it)
+        # run here, each through this CLI, before the data is served.
+        prepare_stages(self.model, self.datamodule, fit=main, device=self.trainer.strategy.root_device)
         self.datamodule.setup("fit")
         if loop.clients_per_round > self.datamodule.num_clients:
             raise ValueError(
-                f"federation.clients_per_round={loop.clients_per_round} exceeds data.num_clients={self.datamodule.num_clients}"
+                f"federation.clients_per_round={loop.clients_per_round}"
+                f" exceeds data.num_clients={self.datamodule.num_clients}"
             )
+
+
+SUBCOMMANDS = {
+    "fit": "Train a federation: each round, sampled clients train locally and the server aggregates.",
+    "validate": "Evaluate a model on the clients' validation data.",
+    "test": "Evaluate a model on the clients' test data (data.test_dataset).",
+    "predict": "Run the model's predict step.",
+}
+"""The subcommands LightningCLI runs, with their ``--help`` line (the others are in :data:`ELSEWHERE`)."""
+
+
+def _usage(subcommand: str) -> str:
+    return f"{PROG} {subcommand} [-h] [-c CONFIG] [--print_config[=flags]] [--<section>.<option> VALUE ...]"
 
 
 def main(args: list[str] | None = None, run: bool = True, signals: ProcessSignals | None = None) -> FederatedCLI:
@@ -264,6 +282,12 @@ def main(args: list[str] | None = None, run: bool = True, signals: ProcessSignal
         subclass_mode_model=True,
         subclass_mode_data=True,
         parser_class=FederatedArgumentParser,
+        # `--help` names the program and keeps its usage to one line (jsonargparse lists every
+        # option there too); the sections below it list each option with its help.
+        parser_kwargs={
+            "prog": PROG,
+            **{name: {"usage": _usage(name), "description": text} for name, text in SUBCOMMANDS.items()},
+        },
         # A full evaluation before round 1 gives the `initial` metrics of summary.json.
         trainer_defaults={"num_sanity_val_steps": -1},
         seed_everything_default=0,
@@ -283,7 +307,8 @@ def _dispatch(name: str, argv: list[str]) -> int:
         if err.name is None or not module_name.startswith(err.name):
             raise
         raise UserError(
-            f"`{PROG} {name}` is not available in this installation (no module {module_name}); subcommands: fit, validate, test, predict"
+            f"`{PROG} {name}` is not available in this installation (no module {module_name});"
+            " subcommands: fit, validate, test, predict"
         ) from None
     code = module.main(argv)
     return EXIT_OK if code is None else int(code)
@@ -293,7 +318,10 @@ def _report(err: BaseException, code: int, debug: bool, signals: ProcessSignals)
     if code in (EXIT_SIGINT, EXIT_SIGTERM):
         name = "SIGTERM" if code == EXIT_SIGTERM else "SIGINT (Ctrl-C)"
         if signals.last_checkpoint is not None:
-            where = f"the last complete round is in {signals.last_checkpoint}; resume with --ckpt_path {signals.last_checkpoint}"
+            where = (
+                f"the last complete round is in {signals.last_checkpoint};"
+                f" resume with --ckpt_path {signals.last_checkpoint}"
+            )
         else:
             where = "no round completed in this run, so no checkpoint was written by it"
         sys.stderr.write(f"{PROG}: stopped by {name}; {where}\n")

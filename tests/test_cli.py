@@ -36,6 +36,10 @@ def test_help_documents_federation_options(capsys):
     ):
         assert option in out
     assert "Clients sampled uniformly without replacement" in out
+    # The program introduces itself in a one-line usage (jsonargparse's own lists every option).
+    first, blank, purpose = out.splitlines()[:3]
+    assert first.startswith("usage: lightning-fed fit [-h] [-c CONFIG]") and not blank
+    assert purpose.startswith("Train a federation") and len(out.splitlines()) < 632
 
 
 @pytest.mark.parametrize("strategy", ["FedAvg", "FedProx", "Scaffold", "FedAvgM", "FedAdagrad", "FedYogi", "FedAdam"])
@@ -125,17 +129,30 @@ def test_evaluate_and_plan_dispatch_to_their_own_main_with_the_exit_status_mappi
 def test_parse_errors_name_the_missing_key_or_the_unknown_class_path():
     from lightning_fed.errors import simplify_parse_error
 
-    union = "Parser key \"{key}\": Does not validate against any of the Union subtypes Subtypes: [A, B] Errors: - {reason} - Expected a <class 'NoneType'> Given value: x"
-    unknown = "Problem with given class_path 'lightning_fed.modules.Nope': module 'lightning_fed.modules' has no attribute 'Nope'"
-    assert simplify_parse_error(union.format(key="model", reason=unknown)) == (
-        "model: unknown class_path 'lightning_fed.modules.Nope' (module 'lightning_fed.modules' has no attribute 'Nope')"
+    union = (
+        'Parser key "{key}": Does not validate against any of the Union subtypes Subtypes: [A, B]'
+        " Errors: - {reason} - Expected a <class 'NoneType'> Given value: x"
     )
-    missing = "Problem with given class_path 'lightning_fed.strategies.FedProx': the following arguments are required: init_args.mu"
+    unknown = (
+        "Problem with given class_path 'lightning_fed.modules.Nope':"
+        " module 'lightning_fed.modules' has no attribute 'Nope'"
+    )
+    assert simplify_parse_error(union.format(key="model", reason=unknown)) == (
+        "model: unknown class_path 'lightning_fed.modules.Nope'"
+        " (module 'lightning_fed.modules' has no attribute 'Nope')"
+    )
+    missing = (
+        "Problem with given class_path 'lightning_fed.strategies.FedProx':"
+        " the following arguments are required: init_args.mu"
+    )
     assert (
         simplify_parse_error(union.format(key="federation.strategy", reason=missing))
         == "federation.strategy.mu: required but missing from the config"
     )
-    nested = "Problem with given class_path 'lightning_fed.modules.DPOModule': Parser key \"beta\": Expected a <class 'float'>. Got value: big"
+    nested = (
+        "Problem with given class_path 'lightning_fed.modules.DPOModule':"
+        " Parser key \"beta\": Expected a <class 'float'>. Got value: big"
+    )
     assert (
         simplify_parse_error(union.format(key="model", reason=nested))
         == "model.beta: Expected a <class 'float'>. Got value: big"

@@ -13,9 +13,11 @@ training clients by :func:`~lightning_fed.datamodules.eval_partition.evaluation_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+import datasets
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
@@ -24,7 +26,13 @@ from torch.utils.data import ConcatDataset, DataLoader, Dataset
 from lightning_fed.datamodules.eval_partition import evaluation_clients
 from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, check_partition
 from lightning_fed.datamodules.round_sampler import ClientBatchSampler, RoundBatchSampler
-from lightning_fed.datamodules.sources import SYNTHETIC_PREFIX, load_records
+from lightning_fed.datamodules.sources import (
+    SYNTHETIC_PREFIX,
+    apply_field_map,
+    load_records,
+    read_source,
+    validate_records,
+)
 from lightning_fed.datamodules.templates import CHAT, TEMPLATE_CHOICES, require_chat_template
 from lightning_fed.datamodules.tokenize import OVERFLOW_CHOICES, TRUNCATION_CHOICES, Overflow, PadCollator
 from lightning_fed.federation.sampling import derive_seed
@@ -77,7 +85,10 @@ class ClientData(pl.LightningDataModule):
 class FederatedDataModule(pl.LightningDataModule):
     """Partitions one dataset into per-client DataModules and serves federated rounds.
 
-    Subclasses set :attr:`kind` and implement :meth:`encode` (one record -> token fields).
+    Subclasses set :attr:`kind` and implement :meth:`encode` (one record -> token fields). A
+    subclass whose records do not come from ``dataset`` by name (presets, generated pairs)
+    overrides :meth:`load_records` and returns them; validation, partitioning, tokenizing and
+    serving stay here.
 
     Args:
         dataset: ``synthetic:<name>``, a local ``.json/.jsonl/.csv/.parquet`` file or folder,
@@ -87,8 +98,8 @@ class FederatedDataModule(pl.LightningDataModule):
             column when it has one (the synthetic sets do), else IID.
         field_map: Canonical field -> column of the source, e.g. ``{"prompt": "question"}``.
         split: Split to load for hub datasets.
-        synthetic_args: Keyword arguments of the synthetic generator (``num_clients``
-            defaults to this module's).
+        synthetic_args: Keyword arguments of the synthetic generator. Its ``num_clients`` is
+            ``num_clients``: leave it out (a different value is an error).
         batch_size: Local batch size.
         eval_batch_size: Batch size of evaluation (default: ``batch_size``).
         max_length: Maximum tokens of prompt plus response.
@@ -99,7 +110,9 @@ class FederatedDataModule(pl.LightningDataModule):
         template: Prompt template (see :mod:`~lightning_fed.datamodules.templates`):
             ``alpaca``, ``plain`` or ``chat`` (the tokenizer's own chat template); default is
             the subclass's :attr:`default_template`.
-        seed: Seed of the partition and of the train/val split.
+        seed: Seed of the partition and of the train/val split. Default (``None``): the run's
+            seed, i.e. the value ``seed_everything`` set (the CLI's ``seed_everything``; 0 if
+            nothing was seeded), read when the data is set up, as ``federation.seed`` is.
         system_prompt: System turn of ``template: chat`` (``None``: the chat template's own
             default, if it has one).
         truncation: With ``on_overflow: truncate``, what to keep: ``prompt_left`` (cut the
@@ -117,6 +130,8 @@ class FederatedDataModule(pl.LightningDataModule):
 
     kind: ClassVar[str]
     default_template: ClassVar[str] = "alpaca"
+    synthetic_clients_are_num_clients: ClassVar[bool] = True
+    """A synthetic set's ``num_clients`` is this module's (``False``: it sizes the set only)."""
 
     def __init__(
         self,
@@ -133,7 +148,7 @@ class FederatedDataModule(pl.LightningDataModule):
         val_fraction: float = 0.1,
         eval_clients: int | None = None,
         template: str | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         system_prompt: str | None = None,
         truncation: str = "prompt_left",
         val_dataset: str | None = None,
@@ -163,13 +178,19 @@ class FederatedDataModule(pl.LightningDataModule):
             problems.append(f"data.system_prompt is used by data.template=chat only, got data.template={template!r}")
         if truncation not in TRUNCATION_CHOICES:
             problems.append(f"data.truncation must be one of {TRUNCATION_CHOICES}, got {truncation!r}")
+        given = (synthetic_args or {}).get("num_clients", num_clients)
+        if self.synthetic_clients_are_num_clients and dataset.startswith(SYNTHETIC_PREFIX) and given != num_clients:
+            problems.append(
+                f"data.synthetic_args.num_clients={given} conflicts with data.num_clients={num_clients};"
+                " leave synthetic_args.num_clients out (it is data.num_clients)"
+            )
         if problems:
             raise ValueError("; ".join(problems))
         self.dataset, self.num_clients, self.partition = dataset, num_clients, partition
         self.field_map, self.split, self.synthetic_args = field_map, split, synthetic_args
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.max_length, self.on_overflow, self.val_fraction = max_length, on_overflow, val_fraction
-        self.eval_clients, self.template, self.seed = eval_clients, template, seed
+        self.eval_clients, self.template, self._seed = eval_clients, template, seed
         self.system_prompt, self.truncation = system_prompt, truncation
         self.val_dataset, self.test_dataset = val_dataset, test_dataset
         self.val_split, self.test_split, self.group_key = val_split, test_split, group_key
@@ -179,6 +200,17 @@ class FederatedDataModule(pl.LightningDataModule):
         self.group_names: list[str] = []  # group_id -> value of `group_key` (val/test items)
         self.truncated: dict[str, list[int]] = {}  # set -> examples truncated per client
         self.dropped: dict[str, list[int]] = {}  # set -> examples dropped per client
+
+    @property
+    def seed(self) -> int:
+        """``data.seed``, or the run's seed (``seed_everything``) when it was left unset."""
+        if self._seed is None:  # as FederatedLoop.seed: the value seed_everything exported
+            self._seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        return self._seed
+
+    @seed.setter
+    def seed(self, value: int | None) -> None:
+        self._seed = value
 
     @classmethod
     def template_choices(cls) -> tuple[str, ...]:
@@ -190,22 +222,43 @@ class FederatedDataModule(pl.LightningDataModule):
         """Token fields of one validated record (``input_ids``/``labels`` or chosen/rejected)."""
         raise NotImplementedError  # abstract: implemented by InstructionDataModule / PreferenceDataModule
 
+    def load_records(self) -> datasets.Dataset | Sequence[Mapping[str, Any]]:
+        """The training records, before partitioning: the hook for data that is not a plain source.
+
+        The default reads ``dataset`` (``split``, ``synthetic_args``) and renames its columns
+        with ``field_map``. A subclass returns its own records (a ``datasets.Dataset`` or a list
+        of dicts) with the canonical fields of :attr:`kind` (use :meth:`map_fields` to apply
+        ``field_map``); :meth:`setup` validates, partitions (a ``client`` column is used when
+        present), splits, tokenizes and serves them.
+        """
+        return self.map_fields(self._read(self.dataset, self.split, 0))
+
+    def map_fields(self, records: datasets.Dataset) -> datasets.Dataset:
+        """``records`` with ``field_map`` applied (source column -> canonical field)."""
+        return apply_field_map(records, self.kind, self.dataset, self.field_map)
+
+    def _training_records(self) -> datasets.Dataset:
+        records = self.load_records()
+        if not isinstance(records, datasets.Dataset):
+            records = datasets.Dataset.from_list([dict(r) for r in records])
+        validate_records(records, self.kind, self.dataset)
+        return records
+
     def setup(self, stage: str | None = None) -> None:
-        if stage == "test" and self.test_dataset is None:
-            raise ValueError(
-                "data.test_dataset is not set: `test` scores a separate test set; pass --data.init_args.test_dataset=<file>"
-            )
+        if stage == "test":
+            self._require_test_set()
         if self.clients:
             return
         if self.tokenizer is None:
             if self.trainer is None or not hasattr(self.trainer.lightning_module, "tokenizer"):
                 raise ValueError(
-                    "data: no tokenizer; attach the data module to a Trainer with a lightning_fed module or set `.tokenizer`"
+                    "data: no tokenizer; attach the data module to a Trainer with a lightning_fed module"
+                    " or set `.tokenizer`"
                 )
             self.tokenizer = self.trainer.lightning_module.tokenizer
         if self.template.startswith(CHAT):
             require_chat_template(self.tokenizer)
-        records = self._load(self.dataset, self.split, "data.dataset", 0)
+        records = self._training_records()
         partition = self.partition or (ByColumn("client") if "client" in records.column_names else IID())
         parts = partition(records, self.num_clients, self.seed)
         check_partition(parts, self.num_clients, f"{type(partition).__name__} of data.dataset {self.dataset!r}")
@@ -225,15 +278,28 @@ class FederatedDataModule(pl.LightningDataModule):
             self.clients.append(ClientData(cid, train[cid], val[cid], self.batch_size, collate, test[cid]))
         self._warn_truncated()
 
-    def _load(self, dataset: str, split: str, field: str, salt: int) -> Any:
+    def _synthetic_args(self, dataset: str, salt: int) -> dict[str, Any]:
+        """``synthetic_args`` with ``num_clients``; a separate val/test set (``salt``) is a fresh draw."""
         synthetic_args = dict(self.synthetic_args or {})
         if dataset.startswith(SYNTHETIC_PREFIX):
             synthetic_args.setdefault("num_clients", self.num_clients)
-            if salt:  # a separate synthetic val/test set is a fresh draw of the same generator
+            if salt:
                 synthetic_args["seed"] = synthetic_args.get("seed", 0) + 1000 * salt
+        return synthetic_args
+
+    def _read(self, dataset: str, split: str, salt: int) -> datasets.Dataset:
+        """The source's rows as it has them."""
+        return read_source(dataset, split, self._synthetic_args(dataset, salt))
+
+    def _load(self, dataset: str, split: str, field: str, salt: int) -> datasets.Dataset:
+        """A separate validation or test set, renamed and validated; errors name ``field``."""
         try:
             return load_records(
-                dataset, self.kind, split=split, field_map=self.field_map, synthetic_args=synthetic_args
+                dataset,
+                self.kind,
+                split=split,
+                field_map=self.field_map,
+                synthetic_args=self._synthetic_args(dataset, salt),
             )
         except ValueError as err:
             raise ValueError(str(err).replace("data.dataset", field, 1)) from None
@@ -354,6 +420,13 @@ class FederatedDataModule(pl.LightningDataModule):
         train = ConcatDataset([c.train_set for c in self.clients])
         return DataLoader(train, batch_sampler=sampler, collate_fn=self._collate)
 
+    def _require_test_set(self) -> None:
+        if self.test_dataset is None:
+            raise ValueError(
+                "data.test_dataset is not set: `test` scores a separate test set;"
+                " pass --data.init_args.test_dataset=<file>"
+            )
+
     def _eval_loader(self, sets: list[Dataset]) -> DataLoader:
         sizes = [len(s) for s in sets]
         clients = [c for c in range(self.eval_clients or self.num_clients) if sizes[c] > 0]
@@ -365,8 +438,5 @@ class FederatedDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         """Each client's rows of ``test_dataset``, one client after another (as validation)."""
-        if self.test_dataset is None:
-            raise ValueError(
-                "data.test_dataset is not set: `test` scores a separate test set; pass --data.init_args.test_dataset=<file>"
-            )
+        self._require_test_set()
         return self._eval_loader([c.test_set for c in self.clients])

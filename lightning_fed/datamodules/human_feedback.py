@@ -24,10 +24,8 @@ FedBiscuit) and to the baselines (FedDPO, and FedAvg = SFT on the preferred resp
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import datasets
@@ -154,18 +152,10 @@ class _FeedbackRecords:
         if self.partition is None:
             self.partition = FEEDBACK_PRESETS[preset].partition()
 
-    def setup(self, stage: str | None = None) -> None:
-        if self.clients:
-            return
-        records, name = load_feedback(self.preset, self.preset_path, self.split, self.max_rows, self.seed), self.dataset
-        # The parent loads a dataset by path: hand it the prepared records as a file.
-        with tempfile.TemporaryDirectory() as tmp:
-            self.dataset = str(Path(tmp) / "records.parquet")
-            records.to_parquet(self.dataset)
-            try:
-                super().setup(stage)
-            finally:
-                self.dataset = name
+    def load_records(self) -> datasets.Dataset:
+        """The preset's prepared pairs, renamed by ``field_map`` (the SFT baseline's)."""
+        records = load_feedback(self.preset, self.preset_path, self.split, self.max_rows, self.seed)
+        return self.map_fields(records)
 
 
 class FeedbackSelectorDataModule(_FeedbackRecords, SelectorDataModule):

@@ -65,7 +65,8 @@ class RewardMarginShards(Partitioner):
         ]
         if sum(sources) != 1:
             raise ValueError(
-                f"partition reward_margin: give exactly one of `score`, `chosen_score`+`rejected_score`, `scorer`, got {self!r}"
+                "partition reward_margin: give exactly one of `score`, `chosen_score`+`rejected_score`, `scorer`,"
+                f" got {self!r}"
             )
         if sources[1] and (self.chosen_score is None or self.rejected_score is None):
             raise ValueError(f"partition reward_margin: `chosen_score` and `rejected_score` go together, got {self!r}")

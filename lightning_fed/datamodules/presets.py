@@ -17,10 +17,8 @@ setting. :class:`PresetPreferenceDataModule` makes both usable from a config:
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import datasets
@@ -225,13 +223,14 @@ class PresetPreferenceDataModule(PreferenceDataModule):
             raise ValueError(f"data.presets must be names from {sorted(PRESETS)}, got {presets!r}")
         if len(presets) > 1 and kwargs.get("num_clients", 8) != len(presets):
             raise ValueError(
-                f"data.num_clients must be {len(presets)} (one per preset) in the cross-domain setting, got {kwargs.get('num_clients', 8)}"
+                f"data.num_clients must be {len(presets)} (one per preset) in the cross-domain setting,"
+                f" got {kwargs.get('num_clients', 8)}"
             )
         kwargs.pop("dataset", None)
         super().__init__(dataset="preset:" + "+".join(presets), **kwargs)
         self.presets, self.preset_files, self.max_rows = list(presets), dict(preset_files or {}), max_rows
 
-    def build_records(self) -> datasets.Dataset:
+    def load_records(self) -> datasets.Dataset:
         """The prepared records of the presets (cross-domain with a ``client`` column if several)."""
         loaded = [
             load_preset(
@@ -239,17 +238,4 @@ class PresetPreferenceDataModule(PreferenceDataModule):
             )
             for p in self.presets
         ]
-        return loaded[0] if len(loaded) == 1 else cross_domain(loaded, self.presets)
-
-    def setup(self, stage: str | None = None) -> None:
-        if self.clients:
-            return
-        records, name = self.build_records(), self.dataset
-        # The parent loads a dataset by path: hand it the prepared records as a file.
-        with tempfile.TemporaryDirectory() as tmp:
-            self.dataset = str(Path(tmp) / "records.parquet")
-            records.to_parquet(self.dataset)
-            try:
-                super().setup(stage)
-            finally:
-                self.dataset = name
+        return self.map_fields(loaded[0] if len(loaded) == 1 else cross_domain(loaded, self.presets))

@@ -80,19 +80,25 @@ def load_records(
         FileNotFoundError: If ``dataset`` looks like a local file that does not exist.
     """
     _check_kind(kind)
+    ds = apply_field_map(read_source(dataset, split, synthetic_args), kind, dataset, field_map)
+    validate_records(ds, kind, dataset)
+    return ds
+
+
+def read_source(dataset: str, split: str = "train", synthetic_args: Mapping | None = None) -> datasets.Dataset:
+    """The rows of ``dataset`` as the source has them (columns not renamed, not validated).
+
+    Args: as :func:`load_records`.
+    """
     if dataset.startswith(SYNTHETIC_PREFIX):
         name = dataset[len(SYNTHETIC_PREFIX) :]
         if name not in SYNTHETIC:
             valid = [SYNTHETIC_PREFIX + key for key in SYNTHETIC]
             raise ValueError(f"data.dataset {dataset!r}: unknown synthetic set; valid: {valid}")
-        ds = SYNTHETIC[name](**dict(synthetic_args or {}))
-    elif (files := local_files(dataset)) is not None:
-        ds = load_local(dataset, *files)
-    else:
-        ds = _load_hub(dataset, split)
-    ds = apply_field_map(ds, kind, dataset, field_map)
-    validate_records(ds, kind, dataset)
-    return ds
+        return SYNTHETIC[name](**dict(synthetic_args or {}))
+    if (files := local_files(dataset)) is not None:
+        return load_local(dataset, *files)
+    return _load_hub(dataset, split)
 
 
 def local_files(dataset: str) -> tuple[str, list[str]] | None:

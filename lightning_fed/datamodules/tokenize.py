@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -139,7 +140,9 @@ def tokenize_preference(
     out: dict[str, list[int]] = {}
     cut = []
     for name, text in (("chosen", chosen), ("rejected", rejected)):
-        pp, r = _fit(p, encode_response(tokenizer, text), max_length, on_overflow, truncation, lambda: cut.append(name))
+        pp, r = _fit(
+            p, encode_response(tokenizer, text), max_length, on_overflow, truncation, partial(cut.append, name)
+        )
         out[f"{name}_input_ids"], out[f"{name}_labels"] = _pair(pp, r)
     if cut and on_truncate is not None:
         on_truncate()

@@ -12,7 +12,8 @@ calls, or by the config that trains it, so one config runs both stages:
   (tensors, containers, numbers, the allow-listed config classes): a crafted file is refused
   and nothing in it runs;
 * ``train_config``: ``lightning-fed fit --config <train_config> <train_args...>`` runs first
-  and its final global selector is used.
+  and its final global selector is used. That run is stage 1 of the FedBis pipeline
+  (:func:`lightning_fed.pipelines.fedbis.train_selector`); this module only loads.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class SelectorSource:
             self.backbone = BackboneConfig(**self.backbone)
         if self.path is None and self.train_config is None:
             raise ValueError(
-                "selector: set selector.path (a trained selector) or selector.train_config (train one first), got neither"
+                "selector: set selector.path (a trained selector) or selector.train_config (train one first),"
+                " got neither"
             )
         if self.train_args and self.train_config is None:
             raise ValueError(f"selector.train_args needs selector.train_config, got train_args={self.train_args}")
@@ -78,35 +80,24 @@ def load_selector(source: SelectorSource | str, backbone: BackboneConfig | None 
 
     Raises:
         FileNotFoundError: If the path does not exist.
-        ValueError: If the folder is not a selector adapter, or the backbone cannot be found.
+        ValueError: If the folder is not a selector adapter, the backbone cannot be found, or
+            ``source`` names a ``train_config`` only.
     """
     if isinstance(source, str):
         source = SelectorSource(path=source)
     backbone = backbone or source.backbone
     if source.path is None:
-        selector = train_selector(source.train_config, source.train_args or [])
-    else:
-        path = Path(source.path).expanduser()
-        if not path.exists():
-            raise FileNotFoundError(f"selector.path {source.path!r}: no such file or folder")
-        load = _from_checkpoint if path.is_file() else _from_adapter_folder
-        selector = load(path, backbone, source.seed)
+        raise ValueError(
+            f"selector.train_config {source.train_config!r} names a run, not a saved selector: "
+            "lightning_fed.pipelines.fedbis.train_selector runs it (the CLI does); load_selector needs selector.path"
+        )
+    path = Path(source.path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"selector.path {source.path!r}: no such file or folder")
+    load = _from_checkpoint if path.is_file() else _from_adapter_folder
+    selector = load(path, backbone, source.seed)
     selector.eval()
     return selector
-
-
-def train_selector(config: str, args: list[str]) -> BinarySelectorModule:
-    """Run ``lightning-fed fit --config config *args`` and return its final global selector."""
-    from lightning_fed.cli import main  # the CLI imports the modules: import it late
-
-    if not Path(config).is_file():
-        raise FileNotFoundError(f"selector.train_config {config!r}: no such file")
-    cli = main(["fit", "--config", config, *args])
-    if not isinstance(cli.model, BinarySelectorModule):
-        raise ValueError(
-            f"selector.train_config {config!r} trains a {type(cli.model).__name__}, not a BinarySelectorModule"
-        )
-    return cli.model  # the FederatedLoop loads the global state at the end of fit
 
 
 def _build(backbone: BackboneConfig | dict, seed: int | None, **kwargs: Any) -> BinarySelectorModule:
@@ -181,7 +172,8 @@ def _run_config(adapter: Path, need_backbone: bool) -> tuple[BackboneConfig | No
     if not config.is_file():
         if need_backbone:
             raise ValueError(
-                f"selector.path {str(adapter)!r}: no config.yaml beside it to read the backbone from; set selector.backbone"
+                f"selector.path {str(adapter)!r}: no config.yaml beside it to read the backbone from;"
+                " set selector.backbone"
             )
         return None, None
     run = yaml.safe_load(config.read_text()) or {}

@@ -11,7 +11,8 @@ from lightning_fed.modules.losses import IGNORE_INDEX
 # SmolLM2-135M-Instruct's template: ChatML with a default system turn.
 SMOLLM2_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}"
     "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
@@ -30,8 +31,8 @@ def test_sft_boundaries_follow_the_chat_template():
     tok = chatml_tokenizer()
     prompt = format_prompt("chat", "Sort the words.", "b a", tok, system_prompt="Be brief.")
     assert (
-        prompt
-        == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nSort the words.\n\nb a<|im_end|>\n<|im_start|>assistant\n"
+        prompt == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nSort the words.\n\nb a<|im_end|>\n"
+        "<|im_start|>assistant\n"
     )
     response = format_response("chat", "Sort the words.", "a b", "b a", tok, "Be brief.", prompt)
     assert response == "a b<|im_end|>"

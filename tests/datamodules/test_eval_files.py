@@ -56,7 +56,8 @@ def test_test_and_val_files_go_to_the_training_clients_by_key(tmp_path):
     bad.tokenizer = byte_tokenizer()
     with pytest.raises(
         ValueError,
-        match=r"data.test_dataset: row 0 has user 'zed', which no training client holds \(training values: 'ann', 'bob', 'cyd'\)",
+        match=r"data.test_dataset: row 0 has user 'zed', which no training client holds "
+        r"\(training values: 'ann', 'bob', 'cyd'\)",
     ):
         bad.setup("test")
     without = PreferenceDataModule(train, num_clients=3, partition=ByKey("user"))
@@ -110,7 +111,8 @@ def test_truncated_examples_are_counted_per_client():
     dm.tokenizer = byte_tokenizer()
     with pytest.warns(
         UserWarning,
-        match=r"data: \d+ train examples truncated to fit data.max_length=24 \(data.truncation='prompt_middle'\); per client: \[\d+, \d+\]",
+        match=r"data: \d+ train examples truncated to fit data.max_length=24 \(data.truncation='prompt_middle'\);"
+        r" per client: \[\d+, \d+\]",
     ):
         dm.setup("fit")
     counts = dm.data_report()["truncated"]["train"]

@@ -45,7 +45,8 @@ def code_rows():  # CyberNative/Code_Vulnerability_Security_DPO: lang, vulnerabi
     ]
 
 
-def webgpt_rows():  # openai/webgpt_comparisons (card + loading script): question struct, quotes_i, answer_i, tokens_i, score_i
+def webgpt_rows():
+    # openai/webgpt_comparisons (card + loading script): question struct, quotes_i, answer_i, tokens_i, score_i
     def row(i, s0, s1):
         q = {"dataset": "eli5", "id": str(i), "full_text": f"Why {i}?"}
         quotes = {"title": ["t"], "extract": ["e"]}

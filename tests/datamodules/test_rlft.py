@@ -124,7 +124,8 @@ def test_one_config_trains_the_selector_then_the_policy(tmp_path):
         "configs/fedbis_rlft.yaml",
         f"--trainer.default_root_dir={tmp_path / 'rlft'}",
         *QUIET,
-        f"--data.init_args.selector.train_args=[--trainer.default_root_dir={tmp_path / 'selector'}, --federation.rounds=2]",
+        "--data.init_args.selector.train_args="
+        f"[--trainer.default_root_dir={tmp_path / 'selector'}, --federation.rounds=2]",
         "--federation.rounds=1",
     ]
     with one_thread():
