@@ -2,39 +2,50 @@
 
 One round is one Lightning epoch. Its batches are the sampled clients' local batches laid
 out one client after another (see :class:`~lightning_fed.datamodules.RoundBatchSampler`).
-At each client boundary this callback swaps the client's trainable state in (the global
-shared state plus the client's personal state) and the previous client's update out; after
-the round's last batch it aggregates with the strategy and loads the new global state, so
-Lightning's validation at the end of the epoch evaluates the global model. Everything else
-(optimisation, precision, devices, logging, checkpoint files) is Lightning's own.
+The loop holds the server's half of the federation (:class:`~lightning_fed.federation.ServerRound`,
+``loop.server``) and runs each client's :class:`~lightning_fed.federation.ClientTurn` (``loop.turn``)
+at the client's first batch; after the round's last batch the server aggregates and the new
+global state is loaded, so Lightning's validation at the end of the epoch evaluates the global
+model. Everything else (optimisation, precision, devices, logging, checkpoint files) is
+Lightning's own.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
-from lightning_fed.callbacks.failures import guard_training_step, unguard_training_step
-from lightning_fed.callbacks.reporting import RoundReport
-from lightning_fed.federation.hooks import RoundHook
-from lightning_fed.federation.sampling import ClientTurn, derive_seed, sample_clients
+from lightning_fed.callbacks.evaluation_stage import EvaluationStage
+from lightning_fed.federation.driver import TurnDriver
+from lightning_fed.federation.failures import guard_training_step, unguard_training_step
+from lightning_fed.federation.hooks import (
+    WITH_GLOBAL_STATE,
+    Payload,
+    RoundHook,
+    answer_query,
+    payload_nbytes,
+    prepare_client,
+)
 from lightning_fed.federation.screening import UpdateScreen
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
+from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.state import StateDict, clone_state, state_nbytes
-from lightning_fed.strategies.base import AggregationError, ClientUpdate, LocalCorrection, Strategy
+from lightning_fed.strategies.base import Strategy
 from lightning_fed.strategies.fedavg import FedAvg
 
 
-class FederatedLoop(ServerRound, Callback):
+def _server_attr(name: str, doc: str) -> property:
+    """A loop attribute that is the server's (``loop.global_state`` is ``loop.server.global_state``)."""
+    return property(lambda self: getattr(self.server, name), lambda self, v: setattr(self.server, name, v), doc=doc)
+
+
+class FederatedLoop(TurnDriver):
     """Orchestrates federated rounds over a :class:`~lightning_fed.datamodules.FederatedDataModule`.
 
     Args:
@@ -83,7 +94,8 @@ class FederatedLoop(ServerRound, Callback):
             problems.append(f"federation.clients_per_round must be >= 1, got {clients_per_round}")
         if (local_steps is None) == (local_epochs is None):
             problems.append(
-                f"set exactly one of federation.local_steps and federation.local_epochs, got {local_steps} and {local_epochs}"
+                "set exactly one of federation.local_steps and federation.local_epochs,"
+                f" got {local_steps} and {local_epochs}"
             )
         elif (steps := local_steps if local_steps is not None else local_epochs) < 1:
             name = "local_steps" if local_steps is not None else "local_epochs"
@@ -94,33 +106,34 @@ class FederatedLoop(ServerRound, Callback):
             )
         if problems:
             raise ValueError("; ".join(problems))
+        super().__init__()
         self.rounds, self.clients_per_round = rounds, clients_per_round
         self.local_steps, self.local_epochs = local_steps, local_epochs
-        self.strategy = strategy or FedAvg()
-        self.min_clients, self.isolate_failures = min_clients, isolate_failures
-        self.hooks = list(hooks or [])
-        self._seed = seed
-        self.save_adapter = save_adapter
-        self.screen = UpdateScreen(max_update_norm, on_large_update)
-        self.clipped_updates = 0
+        self.isolate_failures, self.save_adapter = isolate_failures, save_adapter
+        self.server = ServerRound(
+            strategy or FedAvg(),
+            list(hooks or []),
+            rounds,
+            clients_per_round,
+            min_clients,
+            seed,
+            UpdateScreen(max_update_norm, on_large_update),
+        )
         self.store = ClientStateStore(max_state_memory_bytes, state_offload_dir)
-        self.report = RoundReport()
-        self.global_state: StateDict = {}
-        self.failed_clients = 0
-        self.rejected_updates = 0
-        self._plans: dict[int, list[ClientTurn]] = {}
-        self._extra_bytes = [0, 0]  # [up, down] added by hooks, reset when a round is reported
-        self._reset_round_buffers()
+        self._plans: dict[int, list[TurnPlan]] = {}
+        self._initial_personal: StateDict = {}
+
+    strategy = _server_attr("strategy", "The server's aggregation rule.")
+    hooks = _server_attr("hooks", "The round hooks.")
+    global_state = _server_attr("global_state", "The current global shared state.")
+    report = _server_attr("report", "The run's round records (summary.json).")
+    seed = _server_attr("seed", "Seed of client sampling and local randomness.")
+    min_clients = _server_attr("min_clients", "Fewest admitted updates a round needs.")
+    failed_clients = _server_attr("failed_clients", "Clients left out after raising, so far.")
+    rejected_updates = _server_attr("rejected_updates", "Updates rejected, so far.")
+    clipped_updates = _server_attr("clipped_updates", "Updates clipped, so far.")
 
     # ===================================================================== setup and plan
-    @property
-    def seed(self) -> int:
-        if self._seed is None:
-            import os
-
-            self._seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
-        return self._seed
-
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         from lightning_fed.datamodules.federated import FederatedDataModule
@@ -132,10 +145,7 @@ class FederatedLoop(ServerRound, Callback):
         if not isinstance(dm, FederatedDataModule):
             raise TypeError(f"FederatedLoop needs a FederatedDataModule, got {type(dm).__name__}")
         self.trainer, self.module, self.datamodule = trainer, pl_module, dm
-        if self.clients_per_round > dm.num_clients:
-            raise ValueError(
-                f"federation.clients_per_round={self.clients_per_round} exceeds data.num_clients={dm.num_clients}"
-            )
+        self.server.bind(dm.num_clients, dm)
         # Personal parameters as initialised: what a client without personal state yet uses.
         self._initial_personal = clone_state(pl_module.personal_parameters())
         if stage != "fit":
@@ -157,172 +167,83 @@ class FederatedLoop(ServerRound, Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fit_started = True
         for hook in self.hooks:
-            hook.setup(self, trainer, pl_module)
+            hook.setup(self.server, trainer, pl_module)
 
-    def plan_round(self, round_idx: int) -> list[ClientTurn]:
-        """Prepare round ``round_idx`` (sample clients, run round-start hooks) and lay out its turns.
+    def plan_round(self, round_idx: int) -> list[TurnPlan]:
+        """Prepare round ``round_idx`` and lay out its turns (the hook contract's order: queries,
+        replies, round-start hooks, then per client its instructions and ``prepare_client``).
 
         Called when the round's dataloader is built; idempotent for a given round.
         """
         if round_idx not in self._plans:
-            clients = sample_clients(self.datamodule.num_clients, self.clients_per_round, self.seed, round_idx)
+            server = self.server
+            clients = server.sample(round_idx)
             # On resume Lightning may first build the loader of the round the checkpoint closed;
             # that round's hooks have already run and must not run twice.
             if round_idx >= len(self.report.history):
-                for hook in self.hooks:
-                    hook.on_round_start(self, self.trainer, self.module, round_idx, clients)
-            self._plans = {round_idx: [ClientTurn(c, self._num_batches(c)) for c in clients]}
+                server.prepare(self.trainer, self.module, round_idx, clients, self._ask(round_idx))
+                for c in clients:
+                    instructions = server.client_instructions(c, round_idx)
+                    prepare_client(self.hooks, self.module, self.datamodule.client(c), c, round_idx, instructions)
+            self._plans = {round_idx: [TurnPlan(c, self._num_batches(c)) for c in clients]}
         return self._plans[round_idx]
+
+    def _ask(self, round_idx: int) -> Any:
+        """In-process answers to a hook's queries: each client answers from its own data; the
+        queries, the global state they ask for and the replies count as the round's traffic."""
+
+        def ask(hook_index: int, queries: dict[int, Payload]) -> dict[int, Payload]:
+            replies = {}
+            for cid, query in queries.items():
+                state = self.global_state if query.get(WITH_GLOBAL_STATE) else None
+                self.server.add_round_bytes(down=payload_nbytes(query) + (state_nbytes(state) if state else 0))
+                data = self.datamodule.client(cid)
+                replies[cid] = answer_query(self.hooks, hook_index, self.module, data, cid, round_idx, query, state)
+                self.server.add_round_bytes(up=payload_nbytes(replies[cid]))
+            return replies
+
+        return ask
 
     def _num_batches(self, client_id: int) -> int:
         # Lightning's accumulate_grad_batches, or a manual-optimization module's own (which
         # Lightning forbids on the Trainer), e.g. PDPOModule.accumulate_grad_batches.
         accumulate = self.trainer.accumulate_grad_batches * int(getattr(self.module, "accumulate_grad_batches", 1))
-        if self.local_steps is not None:
-            return self.local_steps * accumulate
         n, b = self.datamodule.client_sizes[client_id], self.datamodule.batch_size
-        # Whole accumulation windows: Lightning counts them over the round's batch stream, so
-        # a window must never span two clients (their gradients would be summed).
-        return accumulate * math.ceil(self.local_epochs * math.ceil(n / b) / accumulate)
-
-    def turn_progress(self, batch_idx: int) -> tuple[int, int]:
-        """(position of ``batch_idx`` within its client's turn, number of batches of the turn),
-        for a module whose local schedule depends on it (e.g. FedPDPO's phased epochs)."""
-        i, _, _ = self._turn_at(batch_idx)
-        end = self._turn_ends[i]
-        return batch_idx - (end - self._turns[i].num_batches), self._turns[i].num_batches
+        return turn_batches(self.local_steps, self.local_epochs, n, b, accumulate)
 
     # ============================================================ client turns (training)
-    def _reset_round_buffers(self) -> None:
-        self._turn_ends: list[int] = []
-        self._turn: ClientTurn | None = None
-        self._updates: list[ClientUpdate] = []
-        self._received: dict[int, Any] = {}  # client -> the shared state it started from
-        self._round_failed: list[int] = []
-        self._round_rejected: dict[int, str] = {}
-        self._up = self._down = 0
-
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._reset_round_buffers()
-        turns = self.plan_round(trainer.current_epoch)
-        ends, total = [], 0
-        for t in turns:
-            total += t.num_batches
-            ends.append(total)
-        self._turns, self._turn_ends = turns, ends
-        self._round_t0 = time.perf_counter()
-
-    def _turn_at(self, batch_idx: int) -> tuple[int, bool, bool]:
-        """(turn index, is first batch of the turn, is last batch of the turn)."""
-        for i, end in enumerate(self._turn_ends):
-            if batch_idx < end:
-                start = end - self._turns[i].num_batches
-                return i, batch_idx == start, batch_idx == end - 1
-        raise RuntimeError(f"batch {batch_idx} is past the round's planned {self._turn_ends[-1]} batches")
+        self.lay_out(self.plan_round(trainer.current_epoch))
+        self.server.open(trainer.current_epoch, [p.client_id for p in self.plans])
 
     @override
-    def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        i, first, _ = self._turn_at(batch_idx)
-        if first:
-            self._start_client(trainer, pl_module, self._turns[i])
-
-    def _start_client(self, trainer: pl.Trainer, pl_module: pl.LightningModule, turn: ClientTurn) -> None:
-        cid = turn.client_id
-        self._turn, self._client_failed, self._steps, self._losses = turn, False, 0, []
-        entry = self.store.get(cid)
-        start, downlink = self.client_start(cid)
-        pl_module.load_state(start)
-        pl_module.load_state(entry["personal"] or self._initial_personal)
-        for opt in trainer.optimizers:  # optimizer state never leaks between clients
-            opt.state.clear()
-        torch.manual_seed(derive_seed(self.seed, trainer.current_epoch, cid))
-        self._correction: LocalCorrection = self.strategy.local_correction(start, downlink, entry["memory"])
-        self._memory = entry["memory"]
-        self._shared_params = pl_module.shared_parameters()
-        self._received[cid] = start
-        self._down += state_nbytes(start) + state_nbytes(downlink)
-        for hook in self.hooks:
-            hook.on_client_start(self, trainer, pl_module, cid)
-
-    @override
-    def on_before_optimizer_step(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
-    ) -> None:
-        if self._turn is None or self._client_failed:
-            return
-        self._correction.correct_gradients(self._shared_params)
-        self._steps += 1
-        self._step_lr = optimizer.param_groups[0]["lr"]  # for the correction after the step
-
-    def _after_optimizer_step(self) -> None:
-        """A correction applied to the weights after an optimizer step (SCAFFOLD ``parameter``)."""
-        lr, self._step_lr = getattr(self, "_step_lr", None), None
-        if lr is not None and self._turn is not None and not self._client_failed:
-            self._correction.after_optimizer_step(self._shared_params, lr)
-
-    @override
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        self._after_optimizer_step()
-        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if loss is not None:
-            self._losses.append(float(loss))
-        _, _, last = self._turn_at(batch_idx)
-        if last:
-            self._end_client(trainer, pl_module)
-            if batch_idx == self._turn_ends[-1] - 1:
-                self._aggregate(trainer, pl_module)
-
-    def _end_client(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        cid = self._turn.client_id
-        if self._client_failed:
-            self.failed_clients += 1
-            self._round_failed.append(cid)
-            self._turn = None
-            return
-        # A client returns new values of exactly what it received (all of the global state
-        # by default; a clustered strategy may send a client only its cluster's part).
-        shared = clone_state({k: self._shared_params[k] for k in self._received[cid]})
-        lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else 0.0
-        extras = self._correction.finish(shared, self._steps, lr) if self._steps else {}
-        self.store.put(cid, pl_module.personal_parameters(), self._memory)
-        metrics = {"train_loss": sum(self._losses) / len(self._losses)} if self._losses else {}
-        update = ClientUpdate(cid, self.datamodule.client_sizes[cid], shared, extras, metrics)
-        self._up += state_nbytes(update.state) + state_nbytes(update.extras)
-        for hook in self.hooks:
-            hook.on_client_end(self, trainer, pl_module, update)
-        self._updates.append(update)
-        self._turn = None
-
-    # ======================================================================== aggregation
-    def _aggregate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        round_idx = trainer.current_epoch
-        valid = []
-        for update in self._updates:
-            try:
-                valid.append(self.admit(self._received[update.client_id], update))
-            except AggregationError as err:
-                self.rejected_updates += 1
-                self._round_rejected[update.client_id] = str(err)
-                rank_zero_warn(f"round {round_idx + 1}: update rejected: {err}")
-        self._updates, self._received = [], {}  # not kept alive through evaluation
-        self.advance(trainer, pl_module, round_idx, valid, len(self._turns), self._round_failed, self._round_rejected)
-        extra_up, extra_down = self.take_extra_bytes()
-        self.report.end_round(
-            trainer,
-            round_idx,
-            clients=[t.client_id for t in self._turns],
-            updates=valid,
-            failed=self._round_failed,
-            rejected=self._round_rejected,
-            up_bytes=self._up + extra_up,
-            down_bytes=self._down + extra_down,
-            seconds=time.perf_counter() - self._round_t0,
+    def start_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
+        cid = plan.client_id
+        turn = ClientTurn(
+            cid,
+            trainer.current_epoch,
+            self.rounds,
+            self.seed,
+            self.strategy,
+            self.store,
+            self.datamodule.client_sizes[cid],
+            self.hooks,
+            self._initial_personal,
         )
+        turn.begin(trainer, pl_module, *self.server.send(cid))
+        return turn
+
+    @override
+    def end_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, turn: ClientTurn) -> None:
+        if turn.update is None:
+            self.server.fail(turn.client_id)
+        else:
+            self.server.receive(turn.update)
+
+    @override
+    def end_round(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.server.close(trainer, pl_module)
 
     # ========================================================================= evaluation
     @staticmethod
@@ -345,7 +266,7 @@ class FederatedLoop(ServerRound, Callback):
     @override
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._standalone(trainer):
-            self._start_stage(pl_module)
+            self._stage = EvaluationStage(self.server, self.datamodule, pl_module)
         else:
             self.report.start_eval()
 
@@ -362,7 +283,7 @@ class FederatedLoop(ServerRound, Callback):
         if self._standalone(trainer):
             from lightning_fed.evaluation.test_step import extra_metrics
 
-            self._add_stage(
+            self._stage.add(
                 batch, {**(outputs if isinstance(outputs, dict) else {}), **extra_metrics(pl_module, batch)}
             )
         elif isinstance(outputs, dict) and "client_id" in batch:
@@ -371,17 +292,16 @@ class FederatedLoop(ServerRound, Callback):
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._standalone(trainer):
-            self._end_stage(trainer, pl_module, "validate")
+            self._stage.finish(trainer, pl_module, "validate")
         elif trainer.sanity_checking:
             if not self.report.history:  # a resumed run keeps the initial evaluation it restored
                 self.report.end_eval(trainer, pl_module, round_number=0, initial=True)
         else:
             self.report.end_eval(trainer, pl_module, round_number=trainer.current_epoch + 1)
 
-    # ----------------------------------------------- `validate` and `test` after `fit`
     @override
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._start_stage(pl_module)
+        self._stage = EvaluationStage(self.server, self.datamodule, pl_module)
 
     @override
     def on_test_batch_start(
@@ -399,62 +319,11 @@ class FederatedLoop(ServerRound, Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        self._add_stage(batch, outputs if isinstance(outputs, dict) else {})
+        self._stage.add(batch, outputs if isinstance(outputs, dict) else {})
 
     @override
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._end_stage(trainer, pl_module, "test")
-
-    def _start_stage(self, pl_module: pl.LightningModule) -> None:
-        from lightning_fed.evaluation.stage_results import StageResults
-
-        if self.global_state:  # restored from the checkpoint, or left by a fit in this process
-            pl_module.load_state(self.global_state)
-        self._stage = StageResults()
-
-    def _add_stage(self, batch: Any, outputs: dict[str, Any]) -> None:
-        if "client_id" in batch:
-            self._stage.add(batch["client_id"], outputs, batch.get("group_id"))
-
-    def _end_stage(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Write ``<run>/<stage>_results.json`` and log the metrics (TensorBoard, the results table)."""
-        from lightning_fed.evaluation.stage_results import results_dir, write_results
-
-        dm = self.datamodule
-        results = self._stage.summary(getattr(dm, "group_names", None))
-        dataset = (
-            dm.test_dataset
-            if stage == "test"
-            else (dm.val_dataset or f"{dm.dataset} (data.val_fraction={dm.val_fraction})")
-        )
-        round_number = len(self.report.history)
-        results = {
-            "stage": stage,
-            "checkpoint": trainer.ckpt_path,
-            "round": round_number,
-            "dataset": dataset,
-            **results,
-        }
-        if hasattr(dm, "data_report"):
-            results["data"] = dm.data_report()
-        if self.global_state:
-            pl_module.load_state(self.global_state)
-        if not results["num_examples"]:
-            rank_zero_warn(f"{stage}: no examples were evaluated; nothing written")
-            return
-        for name, value in results["metrics"].items():
-            if "_client_" not in name or name.endswith("_client_min"):  # the table: overall and worst client
-                pl_module.log(f"{stage}/{name}", value)
-        if trainer.is_global_zero:
-            scalars = {f"{stage}/{k}": v for k, v in results["metrics"].items()}
-            scalars.update({f"{stage}_client_{c}/{k}": v for c, m in results["clients"].items() for k, v in m.items()})
-            scalars.update({f"{stage}_group_{g}/{k}": v for g, m in results["groups"].items() for k, v in m.items()})
-            for logger in trainer.loggers:
-                logger.log_metrics(scalars, step=round_number)
-            path = write_results(
-                results_dir(trainer.ckpt_path, self.report.output_dir(trainer)) / f"{stage}_results.json", results
-            )
-            rank_zero_info(f"{stage}: {results['num_examples']} examples of {results['dataset']}; results in {path}")
+        self._stage.finish(trainer, pl_module, "test")
 
     # ============================================================================ the end
     @override
@@ -467,7 +336,8 @@ class FederatedLoop(ServerRound, Callback):
             if self._initial_personal and personal:
                 torch.save({cid: e["personal"] for cid, e in personal.items()}, out / "personal_states.pt")
         data = self.datamodule.data_report() if hasattr(self.datamodule, "data_report") else {}
-        self.report.write_summary(trainer, extra={**self.fault_counts(), "hooks": self.hook_summaries(), "data": data})
+        extra = {**self.server.fault_counts(), "hooks": self.server.hook_summaries(), "data": data}
+        self.report.write_summary(trainer, extra=extra)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -479,12 +349,11 @@ class FederatedLoop(ServerRound, Callback):
         stopped = {
             "error": " ".join(f"{type(exception).__name__}: {exception}".split()),
             "round": trainer.current_epoch + 1,
-            "failed": list(self._round_failed),
-            "rejected": dict(self._round_rejected),
+            "failed": list(self.server.failed),
+            "rejected": dict(self.server.rejected),
         }
-        self.report.write_summary(
-            trainer, extra={**self.fault_counts(), "hooks": self.hook_summaries(), "stopped": stopped}
-        )
+        extra = {**self.server.fault_counts(), "hooks": self.server.hook_summaries(), "stopped": stopped}
+        self.report.write_summary(trainer, extra=extra)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -493,26 +362,20 @@ class FederatedLoop(ServerRound, Callback):
     # ============================================================================= resume
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {**self.fault_counts(), "seed": self.seed}
+        return {**self.server.fault_counts(), "seed": self.seed}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.failed_clients = state_dict.get("failed_clients", 0)
         self.rejected_updates = state_dict.get("rejected_updates", 0)
         self.clipped_updates = state_dict.get("clipped_updates", 0)
-        self._seed = state_dict.get("seed", self._seed)
+        self.server.seed = state_dict.get("seed", self.server._seed)
 
     @override
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        checkpoint["federation"] = {
-            "global_state": self.global_state,
-            "clients": self.store.state_dict(),
-            "strategy": self.strategy.state_dict(),
-            "hooks": [h.state_dict() for h in self.hooks],
-            "report": self.report.state_dict(),
-        }
+        checkpoint["federation"] = {**self.server.state_dict(), "clients": self.store.state_dict()}
 
     @override
     def on_load_checkpoint(
@@ -522,10 +385,6 @@ class FederatedLoop(ServerRound, Callback):
         if fed is None:
             rank_zero_warn("checkpoint has no federation state; starting the federation afresh")
             return
-        self.global_state = clone_state(fed["global_state"])
+        self.server.load_state_dict(fed)
         self.store.load_state_dict(fed.get("clients", {}))
-        self.strategy.load_state_dict(fed.get("strategy", {}))
-        for hook, state in zip(self.hooks, fed.get("hooks", [])):
-            hook.load_state_dict(state)
-        self.report.load_state_dict(fed.get("report", {}))
         self._plans = {}

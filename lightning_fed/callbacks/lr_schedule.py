@@ -13,13 +13,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from lightning_fed.callbacks.reporting import _log
 from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.federation.report import log_scalars
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    from lightning_fed.callbacks.federated_loop import FederatedLoop
+    from lightning_fed.federation.server_round import ServerRound
+    from lightning_fed.federation.turn import ClientTurn
 
 SCHEDULES = ("constant", "cosine", "step")
 
@@ -103,7 +104,7 @@ class RoundLRSchedule(RoundHook):
             base_lr, round_idx, self.rounds or rounds, self.schedule, self.min_lr, self.step_size, self.gamma
         )
 
-    def setup(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+    def setup(self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         # After a resume the optimizers hold the last round's (scaled) rate: keep the restored base.
         if self.base_lrs is None:
             self.base_lrs = [[float(g["lr"]) for g in opt.param_groups] for opt in trainer.optimizers]
@@ -115,16 +116,16 @@ class RoundLRSchedule(RoundHook):
             )
 
     def on_client_start(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
+        self, turn: ClientTurn, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
     ) -> None:
         round_idx = trainer.current_epoch
-        self.current = [[self.lr(b, round_idx, loop.rounds) for b in groups] for groups in self.base_lrs or []]
+        self.current = [[self.lr(b, round_idx, turn.rounds) for b in groups] for groups in self.base_lrs or []]
         for opt, lrs in zip(trainer.optimizers, self.current):
             for group, lr in zip(opt.param_groups, lrs):
                 group["lr"] = lr
         if self.current and round_idx != self._logged_round:
             self._logged_round = round_idx
-            _log(trainer, {"round/lr": self.current[0][0]}, step=round_idx + 1)
+            log_scalars(trainer, {"round/lr": self.current[0][0]}, step=round_idx + 1)
 
     def summary(self) -> dict[str, Any]:
         return {"schedule": self.schedule, "base_lrs": self.base_lrs, "last_lrs": self.current}

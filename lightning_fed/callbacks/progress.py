@@ -28,7 +28,8 @@ class FederatedProgressBar(TQDMProgressBar):
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, pl_module)
         loop = self._loop(trainer)
-        if loop is not None and loop._turn is not None:
-            metrics["client"] = loop._turn.client_id
-            metrics["local_step"] = loop._steps
+        turn = loop.turn if loop is not None else None
+        if turn is not None:
+            metrics["client"] = turn.client_id
+            metrics["local_step"] = turn.steps
         return metrics

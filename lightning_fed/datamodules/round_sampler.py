@@ -12,7 +12,8 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch.utils.data import Sampler
 
-from lightning_fed.federation.sampling import ClientTurn, derive_seed
+from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.federation.turn import TurnPlan
 
 
 class RoundBatchSampler(Sampler[list[int]]):
@@ -30,7 +31,7 @@ class RoundBatchSampler(Sampler[list[int]]):
 
     def __init__(
         self,
-        turns: Sequence[ClientTurn],
+        turns: Sequence[TurnPlan],
         offsets: Sequence[int],
         sizes: Sequence[int],
         batch_size: int,

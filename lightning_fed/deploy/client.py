@@ -1,33 +1,39 @@
-"""One client's turn on its own machine, through the same Lightning path as the simulation.
+"""One client's turn on its own machine, through the same code as the simulation.
 
-:class:`ClientLoop` is a :class:`~lightning_fed.callbacks.FederatedLoop` that plays a single
-client of a single round: it starts from the state the server sent instead of its own global
-state, and hands back the client's :class:`~lightning_fed.strategies.ClientUpdate` instead of
-aggregating. Everything in between (loading the start and personal state, clearing the
-optimizer, seeding by ``(seed, round, client)``, the round's batches, the strategy's
-:class:`~lightning_fed.strategies.LocalCorrection`, what is uploaded) is the parent's code,
-which is why a Flower run and an in-process run of the same config reach the same state.
+:class:`ClientLoop` is the :class:`~lightning_fed.federation.TurnDriver` of a single remote
+client in a single round: it lays out that client's batches and drives its
+:class:`~lightning_fed.federation.ClientTurn` from the state the server sent, exactly like the
+in-process :class:`~lightning_fed.callbacks.FederatedLoop` drives each sampled client's turn
+(loading the start and personal state, clearing the optimizer, seeding by
+``(seed, round, client)``, the strategy's :class:`~lightning_fed.strategies.LocalCorrection`,
+what is uploaded), which is why a Flower run and an in-process run of the same config reach
+the same state.
 
 :class:`ClientRunner` owns the module and the data of one machine and runs a fresh
 Lightning ``Trainer`` per round, positioned at the round's epoch so that round-dependent
-schedules (FedPDPO's ``w_r``) see the right round.
+schedules (FedPDPO's ``w_r``) see the right round. It answers the round hooks' pre-round
+queries (:meth:`ClientRunner.answer`) and runs their ``prepare_client`` with the server's
+instructions before laying out the turn (:meth:`ClientRunner.train`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lightning_fed.callbacks.federated_loop import FederatedLoop
-from lightning_fed.callbacks.reporting import RoundReport
 from lightning_fed.datamodules.federated import FederatedDataModule
-from lightning_fed.federation.sampling import ClientTurn
+from lightning_fed.federation.driver import TurnDriver
+from lightning_fed.federation.hooks import Payload, answer_query, prepare_client
+from lightning_fed.federation.report import RoundReport
+from lightning_fed.federation.store import ClientStateStore
+from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.modules.base import FederatedModule
-from lightning_fed.state import StateDict
-from lightning_fed.strategies.base import ClientUpdate
+from lightning_fed.state import StateDict, clone_state
+from lightning_fed.strategies.base import ClientUpdate, Strategy
 
 # Trainer settings a client takes from the run's config; the rest (loggers, checkpoints,
 # progress bars, validation) is the server's business.
@@ -41,73 +47,48 @@ CLIENT_TRAINER_KEYS = (
 )
 
 
-class ClientLoop(FederatedLoop):
-    """A :class:`FederatedLoop` for one remote client's turn (see the module docstring)."""
+class ClientLoop(TurnDriver):
+    """Drives one remote client's :class:`ClientTurn` inside a ``fit`` of one round.
 
-    def __init__(self, like: FederatedLoop) -> None:
-        super().__init__(
-            rounds=1,
-            clients_per_round=1,
-            local_steps=like.local_steps,
-            local_epochs=like.local_epochs,
-            strategy=like.strategy,
-            hooks=like.hooks,
-            seed=like.seed,
-            isolate_failures=False,
-            save_adapter=False,
-        )
-        # The run's length, for round schedules (FedPDPO's w_r, RoundLRSchedule's cosine); the
-        # Trainer is stopped after this one round by `setup` (max_epochs = round + 1).
-        self.rounds = like.rounds
-        self.round_idx, self.client_id = 0, 0
-        self.received: StateDict = {}
-        self.downlink: StateDict = {}
-        self.update: ClientUpdate | None = None
+    Args:
+        turn: The turn (client, round, strategy, the client's store, hooks).
+        num_batches: Batches of the turn (laid out after the hooks' ``prepare_client``).
+        start: The shared state the server sent. downlink: the strategy's downlink extras.
+        local_steps: The run's ``federation.local_steps`` (read by modules, e.g. FedRep).
+    """
 
-    def assign(
-        self, round_idx: int, client_id: int, state: StateDict, downlink: StateDict, entry: dict[str, StateDict]
+    def __init__(
+        self, turn: ClientTurn, num_batches: int, start: StateDict, downlink: StateDict, local_steps: int | None
     ) -> None:
-        """Set up the next turn: ``client_id`` trains in ``round_idx`` from ``state``."""
-        self.round_idx, self.client_id, self.received, self.downlink = round_idx, client_id, state, downlink
-        self.store.load_state_dict({client_id: entry})
-        self.update = None
+        super().__init__()
+        self.rounds, self.local_steps = turn.rounds, local_steps
+        self._next, self.start, self.downlink = turn, start, downlink
+        self.plan = TurnPlan(turn.client_id, num_batches)
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        initial = self.__dict__.get("_initial_personal")
-        super().setup(trainer, pl_module, stage)
-        trainer.fit_loop.max_epochs = self.round_idx + 1  # the Trainer stands at this round's epoch
-        self.global_state = self.received
-        if initial is not None:  # the module now holds the last client's personal state
-            self._initial_personal = initial
+        trainer.datamodule.round_plan = lambda round_idx: [self.plan]
+        trainer.fit_loop.max_epochs = self._next.round_idx + 1  # the Trainer stands at this round's epoch
+        trainer.reload_dataloaders_every_n_epochs = 1
+        trainer._accelerator_connector.use_distributed_sampler = False
 
     @override
-    def plan_round(self, round_idx: int) -> list[ClientTurn]:
-        # Round-start hooks run on the server; a remote client trains the turn it was given.
-        return [ClientTurn(self.client_id, self._num_batches(self.client_id))]
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for hook in self._next.hooks:  # e.g. RoundLRSchedule reads the optimizers' base rates
+            hook.setup(self._next, trainer, pl_module)
 
     @override
-    def client_start(self, client_id: int) -> tuple[StateDict, StateDict]:
-        return self.received, self.downlink
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.lay_out([self.plan])
 
     @override
-    def _aggregate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.update = self._updates[0] if self._updates else None
-        self._updates, self._received = [], {}
+    def start_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
+        self._next.begin(trainer, pl_module, self.start, self.downlink)
+        return self._next
 
     @override
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        pass
-
-    @override
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        pass
-
-    @override
-    def on_save_checkpoint(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        pass
+    def end_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, turn: ClientTurn) -> None:
+        pass  # the runner reads turn.update
 
 
 class _EvalCollector(pl.Callback):
@@ -128,7 +109,8 @@ class ClientRunner:
     Args:
         module: The local objective (its backbone stays loaded between rounds).
         datamodule: The federated data; this machine uses only its clients' part.
-        loop: The run's :class:`FederatedLoop` (local steps, strategy, seed, hooks).
+        loop: The run's :class:`~lightning_fed.callbacks.FederatedLoop` (local steps, strategy,
+            seed, hooks); only its settings are read.
         trainer_kwargs: Extra ``Trainer`` arguments for local training (precision...).
     """
 
@@ -136,17 +118,22 @@ class ClientRunner:
         self,
         module: FederatedModule,
         datamodule: FederatedDataModule,
-        loop: FederatedLoop,
+        loop: Any,
         trainer_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.module, self.datamodule = module, datamodule
-        self.loop = ClientLoop(loop)
+        self.strategy: Strategy = loop.strategy
+        self.hooks = list(loop.hooks)
+        self.rounds, self.seed = loop.rounds, loop.seed
+        self.local_steps, self.local_epochs = loop.local_steps, loop.local_epochs
         self.trainer_kwargs = {
             k: v for k, v in (trainer_kwargs or {}).items() if k in CLIENT_TRAINER_KEYS and v is not None
         }
         if getattr(datamodule, "tokenizer", None) is None:
             datamodule.tokenizer = module.tokenizer
         datamodule.setup("fit")
+        # Personal parameters as initialised: what a client without personal state yet uses.
+        self.initial_personal = clone_state(module.personal_parameters())
 
     def _trainer(self, round_idx: int, callbacks: list[pl.Callback]) -> pl.Trainer:
         trainer = pl.Trainer(
@@ -168,20 +155,61 @@ class ClientRunner:
             counter.ready = counter.started = counter.processed = counter.completed = round_idx
         return trainer
 
+    def answer(
+        self, hook_index: int, client_id: int, round_idx: int, query: Payload, state: StateDict | None
+    ) -> Payload:
+        """The answer of ``client_id`` to hook ``hook_index``'s pre-round query (``state``: the
+        global state the query asked for, loaded first; ``None`` if it asked for none)."""
+        self._check_client(client_id)
+        data = self.datamodule.client(client_id)
+        return answer_query(self.hooks, hook_index, self.module, data, client_id, round_idx, query, state)
+
     def train(
-        self, round_idx: int, client_id: int, state: StateDict, downlink: StateDict, entry: dict[str, StateDict]
+        self,
+        round_idx: int,
+        client_id: int,
+        state: StateDict,
+        downlink: StateDict,
+        entry: dict[str, StateDict],
+        instructions: Mapping[int, Payload] | None = None,
     ) -> tuple[ClientUpdate, dict[str, StateDict]]:
         """Local training of ``client_id`` in round ``round_idx`` (0-based) from ``state``.
 
         ``entry`` is what the client kept from earlier rounds (``{"personal", "memory"}``);
-        returns the update to upload and the entry to keep.
+        ``instructions`` the hooks' per-client payloads (by hook index), given to their
+        ``prepare_client`` before the turn is laid out. Returns the update to upload and the
+        entry to keep.
         """
         self._check_client(client_id)
-        self.loop.assign(round_idx, client_id, state, downlink, entry)
-        self._trainer(round_idx, [self.loop]).fit(self.module, datamodule=self.datamodule)
-        if self.loop.update is None:
+        store = ClientStateStore()
+        store.load_state_dict({client_id: entry})
+        data = self.datamodule.client(client_id)
+        prepare_client(self.hooks, self.module, data, client_id, round_idx, instructions or {})
+        num_examples = self.datamodule.client_sizes[client_id]
+        turn = ClientTurn(
+            client_id,
+            round_idx,
+            self.rounds,
+            self.seed,
+            self.strategy,
+            store,
+            num_examples,
+            self.hooks,
+            self.initial_personal,
+        )
+        # Lightning's accumulation and a manual-optimization module's own, as in the simulation.
+        accumulate = int(self.trainer_kwargs.get("accumulate_grad_batches", 1))
+        accumulate *= int(getattr(self.module, "accumulate_grad_batches", 1))
+        batches = turn_batches(
+            self.local_steps, self.local_epochs, num_examples, self.datamodule.batch_size, accumulate
+        )
+        # The client side of the strategy as the simulation sets it up (e.g. its client count).
+        self.strategy.setup(clone_state(self.module.shared_parameters()), self.datamodule.num_clients)
+        loop = ClientLoop(turn, batches, state, downlink, self.local_steps)
+        self._trainer(round_idx, [loop]).fit(self.module, datamodule=self.datamodule)
+        if turn.update is None:
             raise RuntimeError(f"client {client_id} produced no update in round {round_idx + 1}")
-        return self.loop.update, self.loop.store.get(client_id)
+        return turn.update, store.get(client_id)
 
     @torch.no_grad()
     def evaluate(self, client_id: int, state: StateDict, entry: dict[str, StateDict]) -> tuple[dict[str, float], int]:
@@ -204,8 +232,7 @@ class ClientRunner:
             **self.trainer_kwargs,
         )
         trainer.validate(self.module, dataloaders=data.val_dataloader(), verbose=False)
-        sums, count = collector.report._sums.get(client_id, {}), collector.report._counts.get(client_id, 0)
-        return {k: v / count for k, v in sums.items()} if count else {}, count
+        return collector.report.client_means(client_id)
 
     def _check_client(self, client_id: int) -> None:
         if not 0 <= client_id < self.datamodule.num_clients:

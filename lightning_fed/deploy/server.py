@@ -6,7 +6,8 @@ sampled (a pure function of seed and round), each gets ``strategy.client_model``
 ``strategy.downlink``, replies are checked with
 :func:`~lightning_fed.strategies.check_update`, a client whose node fails or times out is
 left out, the round fails below ``min_clients``, and the strategy aggregates. Server round
-hooks run here (with a :class:`ServerContext` in place of the Trainer). The run's record is
+hooks run here (with a :class:`ServerContext` in place of the Trainer), through the same
+:class:`~lightning_fed.federation.ServerRound` the in-process loop holds (``server.server``). The run's record is
 the same ``summary.json`` and TensorBoard scalars, plus the final adapter folder.
 
 A client is a partition of the data (``partition-id`` in the SuperNode's node config); the
@@ -38,7 +39,7 @@ from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lightning_fed.callbacks.federated_loop import FederatedLoop
+from lightning_fed.deploy.queries import ask_clients
 from lightning_fed.deploy.records import (
     ReplyLimits,
     from_arrays,
@@ -47,9 +48,9 @@ from lightning_fed.deploy.records import (
     to_arrays,
     train_instruction,
 )
-from lightning_fed.federation.sampling import sample_clients
+from lightning_fed.federation.hooks import Payload
 from lightning_fed.modules.base import FederatedModule
-from lightning_fed.state import StateDict, clone_state, state_nbytes
+from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import AggregationError, ClientUpdate
 
 PARTITION_QUERY = "query.partition"
@@ -69,10 +70,11 @@ class ServerContext:
 
 
 class FederatedServer(FlowerStrategy):
-    """Runs a :class:`FederatedLoop`'s rounds over a Flower ``Grid``.
+    """Runs a :class:`~lightning_fed.callbacks.FederatedLoop`'s rounds over a Flower ``Grid``.
 
     Args:
-        loop: The run's loop (rounds, clients per round, strategy, hooks, seed, min_clients).
+        loop: The run's loop: its :class:`~lightning_fed.federation.ServerRound` (``loop.server``:
+            rounds, clients per round, strategy, hooks, seed, min_clients) runs the rounds here.
         module: The server's copy of the model: its shared parameters are the initial global
             state, round hooks work on it, and the final adapter is saved from it.
         num_clients: Number of data partitions (clients) in the federation.
@@ -80,56 +82,66 @@ class FederatedServer(FlowerStrategy):
         timeout: Seconds to wait for a round's replies; a node that has not answered by then
             counts as a failed client.
         limits: Bounds on what a reply may claim (``num-examples``, number of metric keys).
+        datamodule: The config's data module (not set up: the server never loads client data),
+            as ``server.datamodule`` for the hooks.
     """
 
     def __init__(
         self,
-        loop: FederatedLoop,
+        loop: Any,
         module: FederatedModule,
         num_clients: int,
         output_dir: str | Path,
         timeout: float = 3600.0,
         limits: ReplyLimits | None = None,
+        datamodule: Any = None,
     ) -> None:
-        if loop.clients_per_round > num_clients:
-            raise ValueError(
-                f"federation.clients_per_round={loop.clients_per_round} exceeds data.num_clients={num_clients}"
-            )
-        self.loop, self.module, self.num_clients, self.timeout = loop, module, num_clients, timeout
+        self.loop, self.server = loop, loop.server  # the same ServerRound: loop.global_state is the server's
+        self.server.bind(num_clients, datamodule)
+        self.save_adapter = loop.save_adapter
+        self.module, self.num_clients, self.timeout = module, num_clients, timeout
         self.limits = limits or ReplyLimits()
-        self.rejected_evaluations = 0
+        self.rejected_evaluations = self.missing_replies = 0
         self.context = ServerContext(str(output_dir), [TensorBoardLogger(str(output_dir), name="", version="")])
         self.nodes: dict[int, int] = {}  # client (partition) -> node id
-        self._sent: dict[int, StateDict] = {}
+        self.instructions: dict[int, dict[int, Payload]] = {}  # this round's per-client hook payloads
 
     # --------------------------------------------------------------- Flower's strategy API
     def summary(self) -> None:
-        lp = self.loop
+        s = self.server
         rank_zero_info(
-            f"FederatedServer: {type(lp.strategy).__name__}, {lp.rounds} rounds, {lp.clients_per_round} of"
-            f" {self.num_clients} clients per round, min_clients={lp.min_clients}, seed={lp.seed}"
+            f"FederatedServer: {type(s.strategy).__name__}, {s.rounds} rounds, {s.clients_per_round} of"
+            f" {self.num_clients} clients per round, min_clients={s.min_clients}, seed={s.seed}"
         )
+
+    def ask(self, hook_index: int, queries: dict[int, Payload]) -> dict[int, Payload]:
+        """The transport of a hook's pre-round queries (:func:`~lightning_fed.deploy.queries.ask_clients`)."""
+        replies, missing = ask_clients(
+            self.grid, self.nodes, self.server, self.round_idx, hook_index, queries, self.timeout, self.limits
+        )
+        self.missing_replies += missing
+        return replies
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """One train message per sampled client, to the node holding its partition."""
-        round_idx, lp = server_round - 1, self.loop
-        clients = sample_clients(self.num_clients, lp.clients_per_round, lp.seed, round_idx)
-        for hook in lp.hooks:
-            hook.on_round_start(lp, self.context, self.module, round_idx, clients)
-        self._round_clients, self._missing, self._sent, self._extras_layout = list(clients), [], {}, {}
-        self._down = 0
+        round_idx, server = server_round - 1, self.server
+        self.round_idx, self.grid = round_idx, grid  # for the hooks' queries (:meth:`ask`)
+        clients = server.sample(round_idx)
+        server.prepare(self.context, self.module, round_idx, clients, self.ask)
+        server.open(round_idx, clients)
+        self._extras_layout: dict[int, dict[str, tuple[int, ...]]] = {}
+        self.instructions = {}
         messages = []
         for cid in clients:
             if cid not in self.nodes:
-                self._missing.append(cid)
+                server.fail(cid)  # no node holds this partition
                 continue
-            start, downlink = lp.client_start(cid)
-            self._sent[cid] = start
+            self.instructions[cid] = server.client_instructions(cid, round_idx)
+            start, downlink = server.send(cid)
             self._extras_layout[cid] = self._expected_extras(start, downlink)
-            self._down += state_nbytes(start) + state_nbytes(downlink)
-            content = train_instruction(round_idx, cid, start, downlink)
+            content = train_instruction(round_idx, cid, start, downlink, self.instructions[cid])
             messages.append(Message(content=content, message_type=MessageType.TRAIN, dst_node_id=self.nodes[cid]))
         return messages
 
@@ -137,47 +149,32 @@ class FederatedServer(FlowerStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Check every reply, aggregate the valid ones, run the after-aggregate hooks."""
-        round_idx, lp = server_round - 1, self.loop
-        failed, rejected, valid, answered = list(self._missing), {}, [], set()
-        up = 0
+        server, answered = self.server, set()
         for msg in replies:
             cid = self._client_of(msg.metadata.src_node_id)
-            if cid in answered or cid not in self._sent:
+            if cid in answered or server.sent(cid) is None:
                 rank_zero_warn(
-                    f"round {server_round}: reply from node {msg.metadata.src_node_id} ignored: it was not asked to train (or answered twice)"
+                    f"round {server_round}: reply from node {msg.metadata.src_node_id} ignored:"
+                    " it was not asked to train (or answered twice)"
                 )
                 continue
             answered.add(cid)
             if msg.has_error():
-                failed.append(cid)
+                server.fail(cid)
                 rank_zero_warn(f"round {server_round}: client {cid} failed and is left out: {msg.error.reason}")
                 continue
             try:
                 update = self._checked_update(cid, msg)
-                up += state_nbytes(update.state) + state_nbytes(update.extras)
-                valid.append(lp.admit(self._sent[cid], update))
             except (AggregationError, ValueError) as err:
-                rejected[cid] = str(err)
-                rank_zero_warn(f"round {server_round}: update of client {cid} rejected: {err}")
-        failed += [c for c in self._sent if c not in answered]  # no reply: timed out
-        lp.failed_clients += len(failed)
-        lp.rejected_updates += len(rejected)
-        lp.advance(self.context, self.module, round_idx, valid, len(self._round_clients), failed, rejected)
-        extra_up, extra_down = lp.take_extra_bytes()
-        lp.report.end_round(
-            self.context,
-            round_idx,
-            clients=self._round_clients,
-            updates=sorted(valid, key=lambda u: u.client_id),
-            failed=sorted(failed),
-            rejected=rejected,
-            up_bytes=up + extra_up,
-            down_bytes=self._down + extra_down,
-            seconds=time.perf_counter() - self._t0,
-        )
-        return to_arrays(lp.global_state), MetricRecord(
-            {"aggregated": len(valid), "failed": len(failed), "rejected": len(rejected)}
-        )
+                server.reject(cid, str(err))
+                continue
+            server.receive(update)
+        for cid in [c for c in server.clients if server.sent(c) is not None and c not in answered]:
+            server.fail(cid)  # no reply: timed out
+        server.close(self.context, self.module)
+        record = server.report.history[-1]
+        counts = {k: len(record[k]) for k in ("aggregated", "failed", "rejected")}
+        return to_arrays(server.global_state), MetricRecord(counts)
 
     def _checked_update(self, cid: int, msg: Message) -> ClientUpdate:
         """The update in ``msg`` from the node holding client ``cid``; ``ValueError`` unless well-formed.
@@ -212,7 +209,7 @@ class FederatedServer(FlowerStrategy):
         """Names and shapes of the extras a client of this strategy uploads (e.g. SCAFFOLD's
         ``control/<name>``), from a dry run of its client-side correction on a scratch memory."""
         try:
-            extras = self.loop.strategy.local_correction(start, downlink, {}).finish(start, 1, 1.0)
+            extras = self.server.strategy.local_correction(start, downlink, {}).finish(start, 1, 1.0)
         except ValueError:
             return {}
         return {k: tuple(v.shape) for k, v in extras.items()}
@@ -223,7 +220,7 @@ class FederatedServer(FlowerStrategy):
         """Every evaluated client (``data.eval_clients``) evaluates the new global state."""
         return [
             Message(
-                content=train_instruction(server_round - 1, cid, self.loop.client_start(cid)[0], {}),
+                content=train_instruction(server_round - 1, cid, self.server.client_start(cid)[0], {}),
                 message_type=MessageType.EVALUATE,
                 dst_node_id=node,
             )
@@ -233,7 +230,7 @@ class FederatedServer(FlowerStrategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Average the evaluations of the clients asked; a malformed or impostor reply is rejected."""
-        report = self.loop.report
+        report = self.server.report
         report.start_eval()
         seen: set[int] = set()
         for msg in replies:
@@ -244,7 +241,8 @@ class FederatedServer(FlowerStrategy):
                 claimed, count, means = record_to_evaluation(msg.content, self.limits)
                 if claimed != cid or cid in seen or not 0 <= cid < self.eval_clients:
                     raise ValueError(
-                        f"node {msg.metadata.src_node_id} holds client {cid} but its reply claims client-id={claimed} (or was not asked)"
+                        f"node {msg.metadata.src_node_id} holds client {cid} but its reply claims"
+                        f" client-id={claimed} (or was not asked)"
                     )
             except ValueError as err:
                 self.rejected_evaluations += 1
@@ -270,23 +268,29 @@ class FederatedServer(FlowerStrategy):
         min_nodes: int | None = None,
     ) -> Result:
         """Run every round; returns Flower's ``Result`` and writes the run's record."""
-        lp = self.loop
+        server = self.server
+        local = [type(h).__name__ for h in server.hooks if not h.remote_ready]
+        if local:
+            raise ValueError(
+                f"federation.hooks: {local[0]} cannot run under Flower: it reads client data on the server"
+                " (it implements no client_queries/answer_query)"
+            )
         if initial_arrays is not None:
-            lp.global_state = from_arrays(initial_arrays)
-        if not lp.global_state:
-            lp.global_state = clone_state(self.module.shared_parameters())
-        lp.strategy.setup(lp.global_state, self.num_clients)
+            server.global_state = from_arrays(initial_arrays)
+        if not server.global_state:
+            server.global_state = clone_state(self.module.shared_parameters())
+        server.strategy.setup(server.global_state, self.num_clients)
         self.eval_clients = eval_clients or self.num_clients
         timeout = self.timeout if timeout is None else timeout
         self.summary()
-        for hook in lp.hooks:
-            hook.setup(lp, self.context, self.module)
+        for hook in server.hooks:
+            hook.setup(server, self.context, self.module)
         self.nodes = discover_partitions(grid, min_nodes or 1, timeout, self.num_clients)
         result = Result()
-        for server_round in range(1, (num_rounds or lp.rounds) + 1):
-            self._t0 = time.perf_counter()
+        for server_round in range(1, (num_rounds or server.rounds) + 1):
             replies = grid.send_and_receive(
-                self.configure_train(server_round, to_arrays(lp.global_state), ConfigRecord(), grid), timeout=timeout
+                self.configure_train(server_round, to_arrays(server.global_state), ConfigRecord(), grid),
+                timeout=timeout,
             )
             arrays, metrics = self.aggregate_train(server_round, replies)
             result.arrays, result.train_metrics_clientapp[server_round] = arrays, metrics
@@ -303,17 +307,18 @@ class FederatedServer(FlowerStrategy):
         """Write the final adapter, the global state and ``summary.json``."""
         out = Path(self.context.default_root_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.module.load_state(self.loop.global_state)
-        if self.loop.save_adapter:
+        self.module.load_state(self.server.global_state)
+        if self.save_adapter:
             self.module.save_adapter(out / "adapter")
-        torch.save(self.loop.global_state, out / "global_state.pt")
+        torch.save(self.server.global_state, out / "global_state.pt")
         extra = {
-            **self.loop.fault_counts(),
+            **self.server.fault_counts(),
             "rejected_evaluations": self.rejected_evaluations,
-            "hooks": self.loop.hook_summaries(),
+            "missing_replies": self.missing_replies,
+            "hooks": self.server.hook_summaries(),
             "engine": "flower",
         }
-        self.loop.report.write_summary(self.context, extra=extra)
+        self.server.report.write_summary(self.context, extra=extra)
         for logger in self.context.loggers:
             logger.finalize("success")
 

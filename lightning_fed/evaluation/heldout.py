@@ -23,7 +23,7 @@ from lightning_fed.federation.hooks import RoundHook
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    from lightning_fed.callbacks.federated_loop import FederatedLoop
+    from lightning_fed.federation.server_round import ServerRound
 
 
 def held_out_examples(
@@ -132,12 +132,12 @@ class HeldOutRouge(RoundHook):
         self._examples: list[dict[str, str]] | None = None
 
     def after_aggregate(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
     ) -> None:
         number = round_idx + 1
-        if number % self.every_n_rounds and number != loop.rounds:
+        if number % self.every_n_rounds and number != server.rounds:
             return
-        final = number == loop.rounds and self.final_full
+        final = number == server.rounds and self.final_full
         if final:
             examples = held_out_examples(
                 self.dataset, self.synthetic_args, self.field_map, self.split, None, self.seed, self.where
@@ -154,8 +154,8 @@ class HeldOutRouge(RoundHook):
                     self.where,
                 )
             examples = self._examples
-        template = self.template or loop.datamodule.template
-        system_prompt = getattr(loop.datamodule, "system_prompt", None)
+        template = self.template or server.datamodule.template
+        system_prompt = getattr(server.datamodule, "system_prompt", None)
         scores, answers = evaluate_rouge(
             module, examples, template, self.max_new_tokens, self.batch_size, system_prompt
         )
@@ -170,7 +170,7 @@ class HeldOutRouge(RoundHook):
         if trainer is not None and trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_metrics({f"round/{k}": v for k, v in scores.items()}, step=number)
-            from lightning_fed.callbacks.reporting import RoundReport
+            from lightning_fed.federation.report import RoundReport
 
             (RoundReport.output_dir(trainer) / "rouge.json").write_text(json.dumps(self.history, indent=1))
 

@@ -36,10 +36,10 @@ class PersonalizedEvaluation(Callback):
 
     @staticmethod
     def _loop(trainer: pl.Trainer) -> Any:
-        from lightning_fed.callbacks import FederatedLoop
+        from lightning_fed.federation.driver import find_driver
 
-        loop = next((c for c in trainer.callbacks if isinstance(c, FederatedLoop)), None)
-        if loop is None:
+        loop = find_driver(trainer)
+        if loop is None or not hasattr(loop, "server"):
             raise ValueError("PersonalizedEvaluation needs a FederatedLoop in trainer.callbacks")
         return loop
 

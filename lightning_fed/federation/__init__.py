@@ -1,7 +1,26 @@
-"""The round engine: client sampling, per-round randomness, client state, the round-hook contract."""
+"""The round engine: the server's half of a round, one client's turn, the round-hook contract,
+client sampling and per-round randomness, client state, update screening and the run's report."""
 
-from lightning_fed.federation.hooks import RoundHook
-from lightning_fed.federation.sampling import ClientTurn, derive_seed, sample_clients
+from lightning_fed.federation.driver import TurnDriver, find_driver
+from lightning_fed.federation.hooks import Payload, RoundHook
+from lightning_fed.federation.report import RoundReport
+from lightning_fed.federation.sampling import check_clients_per_round, derive_seed, sample_clients
+from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
+from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 
-__all__ = ["ClientStateStore", "ClientTurn", "RoundHook", "derive_seed", "sample_clients"]
+__all__ = [
+    "ClientStateStore",
+    "ClientTurn",
+    "Payload",
+    "RoundHook",
+    "RoundReport",
+    "ServerRound",
+    "TurnDriver",
+    "TurnPlan",
+    "check_clients_per_round",
+    "derive_seed",
+    "find_driver",
+    "sample_clients",
+    "turn_batches",
+]

@@ -2,56 +2,162 @@
 
 FedHDS data selection runs before a round, FedBiOT's emulator alignment after aggregation,
 FedBiscuit's regrouping before a round. Each is a :class:`RoundHook` given to the
-:class:`~lightning_fed.callbacks.FederatedLoop`, never an ``if`` inside the loop.
+federation (``federation.hooks``), never an ``if`` inside the engine.
+
+A hook's moments run on the server (their first argument is the
+:class:`~lightning_fed.federation.server_round.ServerRound`) or on the client (their first
+argument is the :class:`~lightning_fed.federation.turn.ClientTurn`). Client work before a
+round goes through a query and its replies, so it runs in-process and under Flower alike.
+Order per round, in both transports::
+
+    sample -> [each hook] client_queries -> answer_query (clients) -> on_replies
+    -> [each hook] on_round_start
+    -> per client: client_instruction (server) -> prepare_client (client) -> lay out batches
+       -> on_client_start -> local steps -> on_client_end
+    -> admit -> aggregate -> after_aggregate
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import torch
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    from lightning_fed.callbacks.federated_loop import FederatedLoop
-    from lightning_fed.strategies.base import ClientUpdate
+    from lightning_fed.federation.report import RoundReport
+    from lightning_fed.state import StateDict
+    from lightning_fed.strategies.base import ClientUpdate, Strategy
+
+Payload = dict[str, Any]
+"""What a query, a reply or an instruction carries: ``torch.Tensor`` (any dtype), ``int``,
+``float``, ``str``, ``bool``, ``list[int]``, ``list[float]``."""
+
+WITH_GLOBAL_STATE = "with_global_state"
+"""A query payload key: ``True`` sends ``server.global_state`` along, loaded into the client's
+module before :meth:`RoundHook.answer_query` (counted in the round's downlink bytes)."""
+
+
+class ServerRound(Protocol):
+    """What a server-side moment gets as ``server``: the
+    :class:`lightning_fed.federation.server_round.ServerRound` (named here, not imported, so the
+    contract depends on nothing of the engine)."""
+
+    strategy: Strategy
+    hooks: list[RoundHook]
+    global_state: StateDict
+    seed: int
+    rounds: int
+    min_clients: int
+    num_clients: int
+    report: RoundReport
+    datamodule: Any  # in-process the run's FederatedDataModule; under Flower the config's, not set up
+
+    def add_round_bytes(self, up: int = 0, down: int = 0) -> None: ...
+
+
+class ClientTurn(Protocol):
+    """What a client-side moment gets as ``turn``: the :class:`lightning_fed.federation.turn.ClientTurn`."""
+
+    client_id: int
+    round_idx: int
+    rounds: int
+    seed: int
+    strategy: Strategy
+    received: StateDict
+    steps: int
+    failed: bool
 
 
 class RoundHook:
     """Does nothing by default; override the moments you need.
 
-    Hooks run on the server (``on_round_start``, ``after_aggregate``) or on the client
-    (``on_client_start``, ``on_client_end``); keep that split so the same hook works in a
+    Keep the server/client split (see the module docstring) so the same hook works in a
     Flower deployment. Anything a hook must remember across a resume goes in
     :meth:`state_dict` (tensors allowed).
     """
 
-    def setup(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+    remote_ready: ClassVar[bool] = True
+    """``False``: the hook's server-side moments read client data (``server.datamodule.client(c)``),
+    so it cannot run under Flower (the Flower server refuses it at start)."""
+
+    def setup(self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         """Once per fit, after a resumed run's state is loaded, before any evaluation or round.
 
         Put state restored by :meth:`load_state_dict` back into the module here.
         """
 
+    # ------------------------------------------------------- client work before a round
+    def client_queries(
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> dict[int, Payload]:
+        """Which clients to ask before the round, and what to send each (``{}``: no exchange).
+
+        May ask clients that are not sampled this round. A payload with
+        ``"with_global_state": True`` has the global state loaded into the client's module first.
+        """
+        return {}
+
+    def answer_query(
+        self, module: pl.LightningModule, data: Any, client_id: int, round_idx: int, query: Payload
+    ) -> Payload:
+        """Client side: answer ``query`` from the client's own data (its ``ClientData``).
+
+        Must be deterministic given the query, the module's state, the data and seeds derived
+        from the round and the client.
+        """
+        return {}
+
+    def on_replies(
+        self,
+        server: ServerRound,
+        trainer: pl.Trainer,
+        module: pl.LightningModule,
+        round_idx: int,
+        clients: list[int],
+        replies: dict[int, Payload],
+    ) -> None:
+        """Server side: the gathered replies (a client that failed or timed out is missing).
+
+        Runs before :meth:`on_round_start`; may remove clients from the round by editing
+        ``clients`` in place.
+        """
+
     def on_round_start(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
         """Before the round's data is laid out.
 
-        May change the sampled clients' data (``ClientData.select``) or remove clients from
-        this round by editing ``clients`` in place (the round trains the list as it is left).
+        May remove clients from this round by editing ``clients`` in place (the round trains
+        the list as it is left). Reading client data here (``server.datamodule.client(c)``)
+        works in-process only: set ``remote_ready = False`` then.
         """
 
+    def client_instruction(self, server: ServerRound, client_id: int, round_idx: int) -> Payload:
+        """Server side: an extra payload for ``client_id``, carried with its start state."""
+        return {}
+
+    def prepare_client(
+        self, module: pl.LightningModule, data: Any, client_id: int, round_idx: int, instruction: Payload
+    ) -> None:
+        """Client side, before the turn's batches are laid out (``data.select(...)`` here
+        changes the number of local steps under ``local_epochs``)."""
+
+    # ---------------------------------------------------------------- during a round
     def on_client_start(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
+        self, turn: ClientTurn, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
     ) -> None:
         """After the client's state is loaded, before its first local step."""
 
     def on_client_end(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, update: ClientUpdate
+        self, turn: ClientTurn, trainer: pl.Trainer, module: pl.LightningModule, update: ClientUpdate
     ) -> None:
         """After the client's last local step; ``update`` is what it uploads."""
 
     def after_aggregate(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
     ) -> None:
         """After the new global state is loaded into the module, before evaluation."""
 
@@ -64,3 +170,40 @@ class RoundHook:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+def payload_nbytes(payload: Mapping[str, Any]) -> int:
+    """Bytes of the tensors in a payload (what a query or a reply adds to the round's traffic)."""
+    return sum(v.numel() * v.element_size() for v in payload.values() if torch.is_tensor(v))
+
+
+def prepare_client(
+    hooks: Sequence[RoundHook],
+    module: pl.LightningModule,
+    data: Any,
+    client_id: int,
+    round_idx: int,
+    instructions: Mapping[int, Payload],
+) -> None:
+    """Run every hook's :meth:`~RoundHook.prepare_client` with its instruction (by hook index)."""
+    for i, hook in enumerate(hooks):
+        hook.prepare_client(module, data, client_id, round_idx, dict(instructions.get(i, {})))
+
+
+def answer_query(
+    hooks: Sequence[RoundHook],
+    hook_index: int,
+    module: pl.LightningModule,
+    data: Any,
+    client_id: int,
+    round_idx: int,
+    query: Payload,
+    global_state: Mapping[str, torch.Tensor] | None = None,
+) -> Payload:
+    """A client's answer to hook ``hook_index``'s query; loads ``global_state`` first when the
+    query asks for it (:data:`WITH_GLOBAL_STATE`)."""
+    if query.get(WITH_GLOBAL_STATE):
+        if global_state is None:
+            raise ValueError(f"federation.hooks[{hook_index}]: the query asks for the global state, none was sent")
+        module.load_state(global_state)
+    return hooks[hook_index].answer_query(module, data, client_id, round_idx, query)

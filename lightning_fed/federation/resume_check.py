@@ -4,7 +4,7 @@ Lightning resumes from whatever checkpoint it is given and keeps the new config'
 everything the checkpoint does not hold, so a resumed run with another ``num_clients``,
 partition or seed silently trains a different federation. :func:`check_resume` compares the
 config the run was started with (``summary.json``'s ``config``, also stored in the checkpoint
-by :class:`~lightning_fed.callbacks.reporting.RoundReport`) with the new one:
+by :class:`~lightning_fed.federation.report.RoundReport`) with the new one:
 
 * a change to anything that decides the result (model, LoRA, data, partition, federation,
   strategy, optimizer, seeds, precision, gradient accumulation) is a

@@ -6,8 +6,6 @@ through the run) is what makes a resumed run identical to an uninterrupted one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
@@ -17,17 +15,14 @@ def derive_seed(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint32) @ [1 << 31, 1])
 
 
+def check_clients_per_round(clients_per_round: int, num_clients: int) -> None:
+    """The one validation of ``federation.clients_per_round`` against ``data.num_clients``."""
+    if clients_per_round > num_clients:
+        raise ValueError(f"federation.clients_per_round={clients_per_round} exceeds data.num_clients={num_clients}")
+
+
 def sample_clients(num_clients: int, clients_per_round: int, seed: int, round_idx: int) -> list[int]:
     """Uniform sampling without replacement of ``clients_per_round`` clients, sorted."""
-    if not 1 <= clients_per_round <= num_clients:
-        raise ValueError(f"`clients_per_round` must be in [1, {num_clients}], got {clients_per_round}")
+    check_clients_per_round(clients_per_round, num_clients)
     g = torch.Generator().manual_seed(derive_seed(seed, round_idx))
     return sorted(torch.randperm(num_clients, generator=g)[:clients_per_round].tolist())
-
-
-@dataclass(frozen=True)
-class ClientTurn:
-    """One client's share of a round: which client, and how many batches it trains on."""
-
-    client_id: int
-    num_batches: int

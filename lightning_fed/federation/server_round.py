@@ -1,43 +1,109 @@
-"""The server's half of a round, shared by the in-process loop and the Flower server.
+"""The server's half of a round, one object shared by the in-process loop and the Flower server.
 
-:class:`ServerRound` holds what a round needs on the server side (strategy, hooks, global
-state, report, fault counters, update screen) and the steps both transports take: what a
-client is sent (:meth:`~ServerRound.client_start`), whether its update is admitted
-(:meth:`~ServerRound.admit`: checks, norm, screening), and the advance to the next global
-state (:meth:`~ServerRound.advance`: ``min_clients``, aggregation, after-aggregate hooks).
-:class:`~lightning_fed.callbacks.FederatedLoop` and
-:class:`~lightning_fed.deploy.FederatedServer` run exactly these, so a round means the same
-thing in a simulation and in a deployment.
+:class:`ServerRound` owns what a round needs on the server side: the strategy, the hooks,
+the global state, the run's :class:`~lightning_fed.federation.report.RoundReport`, the
+update screen, the fault counters and the hooks' extra traffic. Both transports take the
+same steps through it: :meth:`~ServerRound.sample` the clients, :meth:`~ServerRound.prepare`
+the round (hook queries, replies, round-start hooks), :meth:`~ServerRound.send` each client
+its start state, :meth:`~ServerRound.receive` its update (checked, screened, admitted) or
+record that it :meth:`~ServerRound.fail`\\ ed, and :meth:`~ServerRound.close` the round
+(``min_clients``, aggregation, after-aggregate hooks, the round's record). The
+:class:`~lightning_fed.callbacks.FederatedLoop` holds one as ``loop.server``, the
+:class:`~lightning_fed.deploy.FederatedServer` the same one as ``server.server``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import os
+import time
+from collections.abc import Callable
+from typing import Any
 
+from lightning.pytorch.utilities import rank_zero_warn
+
+from lightning_fed.federation.hooks import Payload, RoundHook
+from lightning_fed.federation.report import RoundReport
+from lightning_fed.federation.sampling import check_clients_per_round, sample_clients
 from lightning_fed.federation.screening import UpdateScreen, update_norm
-from lightning_fed.state import StateDict, clone_state
-from lightning_fed.strategies.base import ClientUpdate, Strategy, check_update
+from lightning_fed.state import StateDict, clone_state, state_nbytes
+from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, check_update
 
-if TYPE_CHECKING:
-    import lightning.pytorch as pl
-
-    from lightning_fed.callbacks.reporting import RoundReport
-    from lightning_fed.federation.hooks import RoundHook
+Ask = Callable[[int, dict[int, Payload]], dict[int, Payload]]
+"""How a transport gets one hook's queries answered: ``(hook index, {client: query}) -> {client: reply}``."""
 
 
 class ServerRound:
-    """Mixin of the round's server steps; the owner sets the attributes below in its ``__init__``."""
+    """The server side of the federation (see the module docstring).
 
-    strategy: Strategy
-    hooks: list[RoundHook]
-    global_state: StateDict
-    report: RoundReport
-    screen: UpdateScreen
-    min_clients: int
-    failed_clients: int
-    rejected_updates: int
-    clipped_updates: int
-    _extra_bytes: list[int]
+    Args:
+        strategy: Server aggregation rule.
+        hooks: Round hooks.
+        rounds: Number of rounds of the run.
+        clients_per_round: Clients sampled each round.
+        min_clients: A round fails unless at least this many updates are admitted.
+        seed: Seed of client sampling (``None``: the run's ``seed_everything`` value).
+        screen: Bound on the norm of each client's change.
+
+    Set by :meth:`bind`: ``num_clients`` and ``datamodule`` (in-process the run's
+    ``FederatedDataModule``; under Flower the config's, not set up).
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        hooks: list[RoundHook],
+        rounds: int,
+        clients_per_round: int,
+        min_clients: int,
+        seed: int | None = None,
+        screen: UpdateScreen | None = None,
+    ) -> None:
+        self.strategy, self.hooks = strategy, hooks
+        self.rounds, self.clients_per_round, self.min_clients = rounds, clients_per_round, min_clients
+        self._seed = seed
+        self.screen = screen or UpdateScreen()
+        self.report = RoundReport()
+        self.global_state: StateDict = {}
+        self.num_clients = 0
+        self.datamodule: Any = None
+        self.failed_clients = self.rejected_updates = self.clipped_updates = 0
+        self._extra_bytes = [0, 0]  # [up, down] added by hooks, reset when a round is closed
+        self._open_round(-1, [])
+
+    @property
+    def seed(self) -> int:
+        if self._seed is None:
+            self._seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        return self._seed
+
+    @seed.setter
+    def seed(self, value: int | None) -> None:
+        self._seed = value
+
+    def bind(self, num_clients: int, datamodule: Any = None) -> None:
+        """Attach the federation's size (validated against ``clients_per_round``) and its data."""
+        check_clients_per_round(self.clients_per_round, num_clients)
+        self.num_clients, self.datamodule = num_clients, datamodule
+
+    # ------------------------------------------------------------------ before a round
+    def sample(self, round_idx: int) -> list[int]:
+        """The round's clients: a pure function of (seed, round)."""
+        return sample_clients(self.num_clients, self.clients_per_round, self.seed, round_idx)
+
+    def prepare(self, trainer: Any, module: Any, round_idx: int, clients: list[int], ask: Ask) -> None:
+        """Each hook's queries, answered through ``ask``, then its ``on_replies``; then every
+        hook's ``on_round_start``. ``clients`` may be edited in place by the hooks."""
+        for i, hook in enumerate(self.hooks):
+            queries = hook.client_queries(self, trainer, module, round_idx, list(clients))
+            if queries:
+                hook.on_replies(self, trainer, module, round_idx, clients, ask(i, queries))
+        for hook in self.hooks:
+            hook.on_round_start(self, trainer, module, round_idx, clients)
+
+    def client_instructions(self, client_id: int, round_idx: int) -> dict[int, Payload]:
+        """Every hook's extra payload for ``client_id`` (by hook index; empty ones left out)."""
+        out = {i: hook.client_instruction(self, client_id, round_idx) for i, hook in enumerate(self.hooks)}
+        return {i: p for i, p in out.items() if p}
 
     def add_round_bytes(self, up: int = 0, down: int = 0) -> None:
         """Count extra traffic of the current round (e.g. a hook's broadcast or uploads).
@@ -48,12 +114,53 @@ class ServerRound:
         self._extra_bytes[0] += int(up)
         self._extra_bytes[1] += int(down)
 
-    def client_start(self, client_id: int) -> tuple[StateDict, StateDict]:
-        """What the server sends ``client_id`` this round: its start state and the downlink extras.
+    # ------------------------------------------------------------------ during a round
+    def _open_round(self, round_idx: int, clients: list[int]) -> None:
+        self.round_idx, self.clients = round_idx, list(clients)
+        self._sent: dict[int, StateDict] = {}
+        self._valid: list[ClientUpdate] = []
+        self.failed: list[int] = []
+        self.rejected: dict[int, str] = {}
+        self._up = self._down = 0
+        self._t0 = time.perf_counter()
 
-        A remote client (:class:`~lightning_fed.deploy.ClientLoop`) returns what it received.
-        """
+    def open(self, round_idx: int, clients: list[int]) -> None:
+        """Start round ``round_idx`` with the clients that train in it (after :meth:`prepare`)."""
+        self._open_round(round_idx, clients)
+
+    def client_start(self, client_id: int) -> tuple[StateDict, StateDict]:
+        """What the server sends ``client_id``: its start state and the downlink extras."""
         return self.strategy.client_model(client_id, self.global_state), self.strategy.downlink(client_id)
+
+    def send(self, client_id: int) -> tuple[StateDict, StateDict]:
+        """:meth:`client_start`, counted in the round's downlink and remembered to check the update."""
+        start, downlink = self.client_start(client_id)
+        self._sent[client_id] = start
+        self._down += state_nbytes(start) + state_nbytes(downlink)
+        return start, downlink
+
+    def sent(self, client_id: int) -> StateDict | None:
+        """The start state ``client_id`` was sent this round (``None``: it was not sent one)."""
+        return self._sent.get(client_id)
+
+    def fail(self, client_id: int) -> None:
+        """``client_id`` failed (raised, or never answered): left out of the round, counted."""
+        self.failed.append(client_id)
+        self.failed_clients += 1
+
+    def reject(self, client_id: int, reason: str) -> None:
+        """``client_id``'s update is rejected (malformed, or too large), counted, with a warning."""
+        self.rejected[client_id] = reason
+        self.rejected_updates += 1
+        rank_zero_warn(f"round {self.round_idx + 1}: update of client {client_id} rejected: {reason}")
+
+    def receive(self, update: ClientUpdate) -> None:
+        """Count ``update``'s upload, then :meth:`admit` it or :meth:`reject` it."""
+        self._up += state_nbytes(update.state) + state_nbytes(update.extras)
+        try:
+            self._valid.append(self.admit(self._sent[update.client_id], update))
+        except AggregationError as err:
+            self.reject(update.client_id, str(err))
 
     def admit(self, received: StateDict, update: ClientUpdate) -> ClientUpdate:
         """The update as it will be aggregated: checked against what the client received, its
@@ -67,33 +174,35 @@ class ServerRound:
         self.clipped_updates += clipped
         return update
 
-    def advance(
-        self,
-        trainer: Any,
-        module: pl.LightningModule,
-        round_idx: int,
-        valid: list[ClientUpdate],
-        sampled: int,
-        failed: list[int],
-        rejected: dict[int, str],
-    ) -> None:
-        """Aggregate the round's valid updates into the next global state, load it into the
-        module and run the after-aggregate hooks; fail below ``min_clients``."""
+    def close(self, trainer: Any, module: Any) -> None:
+        """Aggregate the admitted updates into the next global state, load it into the module,
+        run the after-aggregate hooks and record the round; fail below ``min_clients``."""
+        round_idx, valid = self.round_idx, sorted(self._valid, key=lambda u: u.client_id)
+        self._sent, self._valid = {}, []  # not kept alive through evaluation
         if len(valid) < self.min_clients:
             raise RuntimeError(
-                f"round {round_idx + 1}: only {len(valid)} of {sampled} clients returned a valid update,"
-                f" fewer than federation.min_clients={self.min_clients} (failed: {sorted(failed)}, rejected: {sorted(rejected)})"
+                f"round {round_idx + 1}: only {len(valid)} of {len(self.clients)} clients returned a valid update,"
+                f" fewer than federation.min_clients={self.min_clients}"
+                f" (failed: {sorted(self.failed)}, rejected: {sorted(self.rejected)})"
             )
         self.global_state = clone_state(self.strategy.aggregate(self.global_state, valid))
         module.load_state(self.global_state)
         for hook in self.hooks:
             hook.after_aggregate(self, trainer, module, round_idx)
-
-    def take_extra_bytes(self) -> tuple[int, int]:
-        """The (up, down) bytes hooks added this round (:meth:`add_round_bytes`); resets them."""
         extra, self._extra_bytes = self._extra_bytes, [0, 0]
-        return extra[0], extra[1]
+        self.report.end_round(
+            trainer,
+            round_idx,
+            clients=self.clients,
+            updates=valid,
+            failed=sorted(self.failed),
+            rejected=self.rejected,
+            up_bytes=self._up + extra[0],
+            down_bytes=self._down + extra[1],
+            seconds=time.perf_counter() - self._t0,
+        )
 
+    # ------------------------------------------------------------------ the run's record
     def hook_summaries(self) -> dict[str, Any]:
         """Each hook's :meth:`~RoundHook.summary`, keyed by its class name (empty ones left out)."""
         return {type(h).__name__: out for h in self.hooks if (out := h.summary())}
@@ -105,3 +214,19 @@ class ServerRound:
             "rejected_updates": self.rejected_updates,
             "clipped_updates": self.clipped_updates,
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the server (besides the state the loop saves)."""
+        return {
+            "global_state": self.global_state,
+            "strategy": self.strategy.state_dict(),
+            "hooks": [h.state_dict() for h in self.hooks],
+            "report": self.report.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.global_state = clone_state(state["global_state"])
+        self.strategy.load_state_dict(state.get("strategy", {}))
+        for hook, hook_state in zip(self.hooks, state.get("hooks", [])):
+            hook.load_state_dict(hook_state)
+        self.report.load_state_dict(state.get("report", {}))

@@ -188,10 +188,9 @@ class PDPOModule(PersonalHeadDPO):
 
     # -------------------------------------------------------------------------- schedule
     def _federated_loop(self) -> Any:
-        from lightning_fed.callbacks import FederatedLoop
+        from lightning_fed.federation.driver import find_driver
 
-        trainer = self._trainer
-        return next((c for c in trainer.callbacks if isinstance(c, FederatedLoop)), None) if trainer else None
+        return find_driver(self._trainer)
 
     def total_rounds(self) -> int | None:
         """``model.rounds``, else the ``federation.rounds`` of the FederatedLoop on the trainer."""

@@ -32,7 +32,7 @@ from lightning_fed.state import clone_state, state_nbytes
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    from lightning_fed.callbacks.federated_loop import FederatedLoop
+    from lightning_fed.federation.server_round import ServerRound
     from lightning_fed.modules.fedbiot import OffsiteModule
 
 KL_DIRECTIONS = ("eq2", "teacher_first")
@@ -304,29 +304,29 @@ class EmulatorAlignment(RoundHook):
             module.load_state(self._pending)
             self._pending = None
 
-    def setup(self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+    def setup(self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         self._bind(module)  # a resumed run's emulator is in the module before any evaluation
 
     def on_round_start(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
         """Distil (once), align for E steps with the global adapter, then count the broadcast."""
         self._bind(module)
-        module.load_state(loop.global_state)  # A of Eq. (2) is the global adapter
+        module.load_state(server.global_state)  # A of Eq. (2) is the global adapter
         if not self.distilled:
-            record = self.align(module, self.distill_steps, derive_seed(loop.seed, _TAG))
+            record = self.align(module, self.distill_steps, derive_seed(server.seed, _TAG))
             self.history.append({"round": 0, "phase": "distill", **record})
             self.distilled = True
         if self.steps_per_round:
-            record = self.align(module, self.steps_per_round, derive_seed(loop.seed, _TAG, round_idx + 1))
+            record = self.align(module, self.steps_per_round, derive_seed(server.seed, _TAG, round_idx + 1))
             self.history.append({"round": round_idx + 1, "phase": "align", **record})
             if trainer.is_global_zero and record:
                 for logger in trainer.loggers:
                     logger.log_metrics({f"align/{k}": v for k, v in record.items()}, step=round_idx + 1)
-        self._count_broadcast(loop, module, round_idx, clients)
+        self._count_broadcast(server, module, round_idx, clients)
 
-    def _count_broadcast(self, loop: FederatedLoop, module: OffsiteModule, round_idx: int, clients: list[int]) -> None:
-        adapter = state_nbytes(loop.global_state)  # counted by the loop itself
+    def _count_broadcast(self, server: ServerRound, module: OffsiteModule, round_idx: int, clients: list[int]) -> None:
+        adapter = state_nbytes(server.global_state)  # counted by the loop itself
         emulator = state_nbytes(module.emulator_parameters())
         frozen = state_nbytes(module.frozen_client_state())
         per_client = {}
@@ -335,7 +335,7 @@ class EmulatorAlignment(RoundHook):
                 frozen if cid not in self.client_versions else 0
             )
             self.client_versions[cid] = self.version
-            loop.add_round_bytes(down=extra)
+            server.add_round_bytes(down=extra)
             per_client[str(cid)] = adapter + extra
         self.received.append({"round": round_idx + 1, "bytes": per_client})
         self._sizes = {

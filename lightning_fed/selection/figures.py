@@ -59,7 +59,7 @@ def log_selection_figure(
     import matplotlib.pyplot as plt
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    from lightning_fed.callbacks.reporting import RoundReport
+    from lightning_fed.federation.report import RoundReport
 
     n_sel = sum(len(v) for v in selected.values())
     n_all = sum(len(v) for v in points.values())

@@ -17,13 +17,13 @@ import torch
 from safetensors.torch import load_file
 
 from lightning_fed.datamodules.round_sampler import RoundBatchSampler
-from lightning_fed.federation.sampling import ClientTurn
+from lightning_fed.federation.turn import TurnPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ranks_split_each_global_batch():
-    turns = [ClientTurn(0, 3), ClientTurn(1, 2)]
+    turns = [TurnPlan(0, 3), TurnPlan(1, 2)]
     args = (turns, [0, 10], [10, 5], 2, 0, 1)
     single = list(RoundBatchSampler(*args[:3], 4, *args[4:]))
     ranks = [list(RoundBatchSampler(*args, rank=r, num_replicas=2)) for r in range(2)]

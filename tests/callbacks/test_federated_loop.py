@@ -77,7 +77,7 @@ class Poison(RoundHook):
     def __init__(self, how):
         self.how = how
 
-    def on_client_end(self, loop, trainer, module, update):
+    def on_client_end(self, turn, trainer, module, update):
         key = next(iter(update.state))
         if update.client_id in self.how:
             kind = self.how[update.client_id]
@@ -90,7 +90,7 @@ class Poison(RoundHook):
             elif kind == "inf":
                 update.state[key][0] = float("inf")
             elif kind == "scale":  # a finite update whose change is blown up 1e6 times
-                start = loop._received[update.client_id]
+                start = turn.received
                 for k, v in update.state.items():
                     update.state[k] = start[k] + (v - start[k]) * 1e6
 
@@ -173,12 +173,12 @@ class Probe(RoundHook):
     def __init__(self):
         self.backbone_ptrs, self.optimizer_states = set(), []
 
-    def on_client_start(self, loop, trainer, module, client_id):
+    def on_client_start(self, turn, trainer, module, client_id):
         frozen = next(p for n, p in module.named_parameters() if not p.requires_grad)
         self.backbone_ptrs.add(frozen.data_ptr())
         self.optimizer_states.append(sum(len(o.state) for o in trainer.optimizers))
         shared = module.shared_parameters()
-        assert_states_close({k: v.detach() for k, v in shared.items()}, loop.global_state, rtol=0, atol=0)
+        assert_states_close({k: v.detach() for k, v in shared.items()}, turn.received, rtol=0, atol=0)
 
 
 def test_one_backbone_fresh_optimizer_and_global_start(tmp_path):
@@ -202,7 +202,7 @@ def test_scaffold_sends_controls_both_ways(tmp_path):
 def test_local_epochs_lay_out_whole_passes(tmp_path):
     loop = run(tmp_path, rounds=1, local_steps=None, local_epochs=2)
     sizes = loop.datamodule.client_sizes
-    turns = loop._turns
+    turns = loop.plans
     assert [t.num_batches for t in turns] == [2 * -(-sizes[t.client_id] // 4) for t in turns]
 
 
@@ -231,11 +231,11 @@ class KeepFirst(RoundHook):
     def __init__(self):
         self.seen = []
 
-    def on_round_start(self, loop, trainer, module, round_idx, clients):
+    def on_round_start(self, server, trainer, module, round_idx, clients):
         for cid in clients:
-            loop.datamodule.client(cid).select([0, 1, 2])
+            server.datamodule.client(cid).select([0, 1, 2])
 
-    def on_client_end(self, loop, trainer, module, update):
+    def on_client_end(self, turn, trainer, module, update):
         self.seen.append(update.num_examples)
 
 
@@ -243,7 +243,7 @@ def test_round_start_hook_can_select_client_data(tmp_path):
     hook = KeepFirst()
     loop = run(tmp_path, rounds=2, hooks=[hook], local_steps=None, local_epochs=1)
     assert hook.seen == [3, 3, 3, 3]  # FedAvg weights are the selected sizes
-    assert [t.num_batches for t in loop._turns] == [1, 1]  # one pass over 3 examples, batch 4
+    assert [t.num_batches for t in loop.plans] == [1, 1]  # one pass over 3 examples, batch 4
 
 
 def test_client_model_lets_a_strategy_personalize_the_start(tmp_path):
@@ -254,9 +254,12 @@ def test_client_model_lets_a_strategy_personalize_the_start(tmp_path):
     probe = []
 
     class Record(RoundHook):
-        def on_client_start(self, loop, trainer, module, client_id):
+        def on_round_start(self, server, trainer, module, round_idx, clients):
+            self.global_value = float(next(iter(server.global_state.values())).flatten()[0])
+
+        def on_client_start(self, turn, trainer, module, client_id):
             value = next(iter(module.shared_parameters().values())).detach().flatten()[0]
-            probe.append((client_id, float(value - next(iter(loop.global_state.values())).flatten()[0])))
+            probe.append((client_id, float(value) - self.global_value))
 
     run(tmp_path, rounds=1, strategy=OffsetStart(), hooks=[Record()])
     assert probe and all(abs(delta - cid) < 1e-5 for cid, delta in probe)
@@ -266,7 +269,7 @@ def test_loop_leaves_no_trace_on_the_module(tmp_path):
     module = tiny_dpo()
     loop = run(tmp_path, rounds=1, module=module)
     assert "training_step" not in module.__dict__  # the failure guard is removed after fit
-    assert loop._updates == []  # the last round's uploads are released
+    assert all(loop.server.sent(c) is None for c in range(4))  # the last round's start states are released
 
 
 def test_round_start_hooks_run_once_per_round_across_resume(tmp_path):
@@ -274,7 +277,7 @@ def test_round_start_hooks_run_once_per_round_across_resume(tmp_path):
         def __init__(self):
             self.rounds = []
 
-        def on_round_start(self, loop, trainer, module, round_idx, clients):
+        def on_round_start(self, server, trainer, module, round_idx, clients):
             self.rounds.append(round_idx)
 
     first, resumed = Count(), Count()

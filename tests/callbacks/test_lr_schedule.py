@@ -39,7 +39,7 @@ class LRSeen(RoundHook):
     def __init__(self):
         self.seen = []
 
-    def on_client_end(self, loop, trainer, module, update):
+    def on_client_end(self, turn, trainer, module, update):
         self.seen.append((trainer.current_epoch, trainer.optimizers[0].param_groups[0]["lr"]))
 
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from lightning_fed.datamodules.round_sampler import ClientBatchSampler, RoundBatchSampler
-from lightning_fed.federation import ClientStateStore, ClientTurn, derive_seed, sample_clients
+from lightning_fed.federation import ClientStateStore, TurnPlan, derive_seed, sample_clients
 
 
 def test_sample_clients_is_deterministic_without_replacement():
@@ -23,7 +23,7 @@ def test_sample_clients_is_uniform():
 
 
 def test_sample_clients_rejects_bad_count():
-    with pytest.raises(ValueError, match="clients_per_round"):
+    with pytest.raises(ValueError, match="federation.clients_per_round=4 exceeds data.num_clients=3"):
         sample_clients(3, 4, 0, 0)
 
 
@@ -34,7 +34,7 @@ def test_derive_seed_depends_on_every_part():
 
 def test_round_batch_sampler_lays_out_turns():
     sizes, offsets = [5, 2, 7], [0, 5, 7]
-    turns = [ClientTurn(0, 3), ClientTurn(2, 2)]
+    turns = [TurnPlan(0, 3), TurnPlan(2, 2)]
     batches = list(RoundBatchSampler(turns, offsets, sizes, batch_size=4, seed=0, round_idx=1))
     assert len(batches) == 5 == len(RoundBatchSampler(turns, offsets, sizes, 4, 0, 1))
     assert all(0 <= i < 5 for b in batches[:3] for i in b)  # client 0's rows only
@@ -49,7 +49,7 @@ def test_round_batch_sampler_lays_out_turns():
 
 
 def test_round_batch_sampler_small_client_uses_whole_data():
-    batches = list(RoundBatchSampler([ClientTurn(1, 2)], [0, 5], [5, 2], batch_size=4, seed=0, round_idx=0))
+    batches = list(RoundBatchSampler([TurnPlan(1, 2)], [0, 5], [5, 2], batch_size=4, seed=0, round_idx=0))
     assert [sorted(b) for b in batches] == [[5, 6], [5, 6]]
 
 

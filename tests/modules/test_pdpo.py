@@ -141,7 +141,7 @@ class CountRounds(RoundHook):
     def __init__(self):
         self.rounds = []
 
-    def on_client_start(self, loop, trainer, module, client_id):
+    def on_client_start(self, turn, trainer, module, client_id):
         self.rounds.append(trainer.current_epoch)
 
 
@@ -235,10 +235,10 @@ def test_accumulation_and_phased_schedule_inside_a_turn(tmp_path, kwargs, local_
     m = tiny(RecordingPDPO, **kwargs)
     loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=local_steps, seed=0)
     fit(m, preference_data(groups=("positive", "negative")), loop, str(tmp_path))
-    assert [t.num_batches for t in loop._turns] == [batches, batches]  # the loop reads the module's accumulation
+    assert [t.num_batches for t in loop.plans] == [batches, batches]  # the loop reads the module's accumulation
     assert m.batches == 2 * batches
     assert m.steps_seen == steps * 2  # per client, and nothing carried from one client to the next
-    assert loop._steps == len(steps)  # the loop's per-client optimizer step count
+    assert loop.last_turn.steps == len(steps)  # the loop's per-client optimizer step count
 
 
 def test_local_epochs_turns_are_whole_accumulation_windows(tmp_path):
@@ -248,7 +248,7 @@ def test_local_epochs_turns_are_whole_accumulation_windows(tmp_path):
     data = preference_data(groups=("positive", "negative"))
     fit(m, data, loop, str(tmp_path))
     sizes, b = loop.datamodule.client_sizes, loop.datamodule.batch_size
-    for turn in loop._turns:
+    for turn in loop.plans:
         per_epoch = -(-sizes[turn.client_id] // b)
         assert turn.num_batches == 2 * -(-per_epoch // 2) and turn.num_batches % 2 == 0
 

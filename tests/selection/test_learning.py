@@ -39,7 +39,7 @@ class HeldOutNLL(RoundHook):
     def __init__(self, items):
         self.items, self.history = items, []
 
-    def after_aggregate(self, loop, trainer, module, round_idx):
+    def after_aggregate(self, server, trainer, module, round_idx):
         self.history.append(float(np.log(perplexities(module.model, self.items, module.tokenizer.pad_token_id)).mean()))
 
 

@@ -21,7 +21,8 @@ from torch import Tensor
 from lightning_fed.strategies.base import ClientUpdate
 
 
-def _log(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> None:
+def log_scalars(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> None:
+    """Log ``metrics`` at ``step`` (the round number) to every logger, on rank zero."""
     if trainer.is_global_zero:
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)
@@ -89,7 +90,7 @@ class RoundReport:
         }
         for u in updates:
             scalars.update({f"client_{u.client_id}/{k}": v for k, v in u.metrics.items()})
-        _log(trainer, scalars, step=round_idx + 1)
+        log_scalars(trainer, scalars, step=round_idx + 1)
 
     # -------------------------------------------------------------------------- evaluation
     def start_eval(self) -> None:
@@ -138,7 +139,7 @@ class RoundReport:
                     pl_module.log(f"val/{k}", v, prog_bar=k in ("pref_acc", "loss"))
             if self.history and self.history[-1]["round"] == round_number:
                 self.history[-1].update(result)
-        _log(trainer, scalars, step=round_number)
+        log_scalars(trainer, scalars, step=round_number)
 
     # ---------------------------------------------------------------------------- outputs
     def add_client_eval(self, client_id: int, means: dict[str, float], count: int) -> None:
@@ -147,6 +148,12 @@ class RoundReport:
             self._counts[client_id] += count
             for k, v in means.items():
                 self._sums[client_id][k] += float(v) * count
+
+    def client_means(self, client_id: int) -> tuple[dict[str, float], int]:
+        """A client's accumulated per-example means and its number of examples (since :meth:`start_eval`)."""
+        count = self._counts.get(client_id, 0)
+        sums = self._sums.get(client_id, {})
+        return ({k: v / count for k, v in sums.items()} if count else {}), count
 
     def write_summary(self, trainer: pl.Trainer, extra: dict[str, Any]) -> Path:
         """Write ``summary.json``: config, per-round records, final metrics, bytes and times."""
