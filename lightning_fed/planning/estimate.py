@@ -184,7 +184,15 @@ def model_shape(backbone: dict[str, Any]) -> ModelShape:
             return model_shape_from_config(AutoConfig.from_pretrained(cached))
         config = AutoConfig.from_pretrained(_package_dir(package, "backbone.name_or_path", spec), gguf_file=file)
         return model_shape_from_config(config)
-    return model_shape_from_config(AutoConfig.from_pretrained(spec))
+    try:
+        config = AutoConfig.from_pretrained(spec)
+    except OSError as err:  # not a folder, not in the hub cache, and offline
+        first = str(err).strip().splitlines()[0]
+        raise ValueError(
+            f"backbone.name_or_path: no config.json for {spec!r} here ({first}); download it once or give "
+            "backbone.config (the fields of its config.json) to plan offline"
+        ) from err
+    return model_shape_from_config(config)
 
 
 def lora_params(shape: ModelShape, r: int, targets: list[str] | None) -> int:

@@ -49,14 +49,14 @@ def test_tiny_llama_saved_bytes_by_hand():
     assert saved.checkpointed() == 2 * 480 + 8280 + 540
 
 
-def _real_saved_bytes(model_type, config, sequences, length, dropout):
+def _real_saved_bytes(model_type, config, sequences, length, dropout, dtype=torch.float32):
     """The same count on real CPU tensors with PyTorch's own attention kernel."""
     from peft import get_peft_model
 
     from lightning_fed.modules.lora import LoraSettings, lora_config
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **config))
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **config), dtype=dtype)
     model = get_peft_model(model, lora_config(model, LoraSettings(r=2, dropout=dropout)))
     model.train()
     params = {StorageWeakRef(t.untyped_storage()).cdata for t in [*model.parameters(), *model.buffers()]}
@@ -81,3 +81,11 @@ def test_meta_count_equals_real_tensors(model_type, config, dropout):
     """The meta-device count, fused-attention stand-in included, is what a real CPU forward keeps."""
     meta = count_saved_activations(AutoConfig.for_model(model_type, **config), 3, 16, lora_r=2, lora_dropout=dropout)
     assert meta.total == _real_saved_bytes(model_type, config, 3, 16, dropout)
+
+
+def test_meta_count_equals_real_tensors_bfloat16():
+    """bfloat16 weights: PEFT keeps the adapters in float32 and casts their inputs; RMSNorm upcasts."""
+    cfg = AutoConfig.for_model("llama", **TINY_LLAMA)
+    meta = count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.1, dtype="bfloat16")
+    assert meta.total == _real_saved_bytes("llama", TINY_LLAMA, 3, 16, 0.1, torch.bfloat16)
+    assert meta.total > count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.1).total / 2

@@ -113,6 +113,12 @@ def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
     assert "--config: no file" in capsys.readouterr().err
     path.write_text(yaml.safe_dump({"model": {"init_args": {}}}))
     assert main(["--config", str(path)]) == 2
+    capsys.readouterr()
+    path.write_text(yaml.safe_dump({"model": {"init_args": {"backbone": {"name_or_path": "no-such-org/no-such-lm"}}}}))
+    assert main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "backbone.name_or_path: no config.json for 'no-such-org/no-such-lm'" in err and "backbone.config" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.slow
