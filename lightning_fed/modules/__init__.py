@@ -8,6 +8,7 @@ from lightning_fed.modules.fedper import FedPerModule
 from lightning_fed.modules.fedrep import FedRepModule
 from lightning_fed.modules.layer_extract import LayerLayout, layer_extract, offsite_layout
 from lightning_fed.modules.lora import LoraSettings, apply_lora, is_adapter_param
+from lightning_fed.modules.orpo import ORPOModule
 from lightning_fed.modules.pdpo import PDPOModule
 from lightning_fed.modules.perfedavg import PerFedAvgModule
 from lightning_fed.modules.personal_head import PersonalHeadDPO
@@ -24,6 +25,7 @@ __all__ = [
     "FederatedModule",
     "LayerLayout",
     "LoraSettings",
+    "ORPOModule",
     "OffsiteModule",
     "PDPOModule",
     "PerFedAvgModule",

@@ -4,7 +4,7 @@ Federated Optimization", NeurIPS, arXiv:2007.07481).
 When clients take different numbers of local steps ``tau_i`` (``local_epochs`` over data sets
 of different sizes, stragglers), FedAvg's average of the models ``y_i`` weights each client by
 how far it walked, not by ``p_i``: the federation converges to the optimum of a surrogate
-objective weighted by ``p_i * tau_i`` (the paper's "objective inconsistency", Theorem 1).
+objective weighted by ``p_i * tau_i`` (the paper's "objective inconsistency").
 FedNova normalises each client's change by the length of its local path before averaging
 (Sec. 4, the normalized update), then rescales by an effective number of steps:
 
