@@ -251,11 +251,7 @@ class FederatedCLI(LightningCLI):
         # run here, each through this CLI, before the data is served.
         prepare_stages(self.model, self.datamodule, fit=main, device=self.trainer.strategy.root_device)
         self.datamodule.setup("fit")
-        if loop.clients_per_round > self.datamodule.num_clients:
-            raise ValueError(
-                f"federation.clients_per_round={loop.clients_per_round}"
-                f" exceeds data.num_clients={self.datamodule.num_clients}"
-            )
+        loop.server.bind(self.datamodule.num_clients, self.datamodule)  # validates clients_per_round
 
 
 SUBCOMMANDS = {

@@ -145,7 +145,8 @@ class FederatedLoop(TurnDriver):
         if not isinstance(dm, FederatedDataModule):
             raise TypeError(f"FederatedLoop needs a FederatedDataModule, got {type(dm).__name__}")
         self.trainer, self.module, self.datamodule = trainer, pl_module, dm
-        self.server.bind(dm.num_clients, dm)
+        if self.server.datamodule is not dm:  # the CLI binds (and validates) before the Trainer runs
+            self.server.bind(dm.num_clients, dm)
         # Personal parameters as initialised: what a client without personal state yet uses.
         self._initial_personal = clone_state(pl_module.personal_parameters())
         if stage != "fit":

@@ -53,9 +53,9 @@ class FedRepModule(PersonalHeadDPO):
 
     def on_fit_start(self) -> None:
         super().on_fit_start()
-        from lightning_fed.callbacks import FederatedLoop
+        from lightning_fed.federation.driver import find_driver
 
-        loop = next((c for c in self.trainer.callbacks if isinstance(c, FederatedLoop)), None)
+        loop = find_driver(self.trainer)
         if loop is not None and loop.local_steps is not None and loop.local_steps <= self.head_steps:
             raise ValueError(
                 f"model.head_steps={self.head_steps} must be < federation.local_steps={loop.local_steps}, or the body "
