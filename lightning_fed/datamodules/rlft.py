@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lightning_fed.datamodules.preference import PreferenceDataModule
+from lightning_fed.datamodules.selector import SELECTOR_TEMPLATE_CHOICES
 from lightning_fed.datamodules.sources import load_records
 from lightning_fed.modules.selector_source import SelectorSource
 
@@ -82,6 +83,10 @@ class RLFTDataModule(PreferenceDataModule):
             problems.append(f"data.temperature must be > 0 (sampling), got {temperature}")
         if max_prompts is not None and max_prompts < 1:
             problems.append(f"data.max_prompts must be >= 1, got {max_prompts}")
+        if selector_template not in SELECTOR_TEMPLATE_CHOICES:  # checked here, not after stage 1
+            problems.append(
+                f"data.selector_template must be one of {list(SELECTOR_TEMPLATE_CHOICES)}, got {selector_template!r}"
+            )
         if problems:
             raise ValueError("; ".join(problems))
         self.selector_source, self.num_completions = selector, num_completions
