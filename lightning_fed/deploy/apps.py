@@ -20,8 +20,11 @@ For Flower's simulation engine from Python, bind the config into the apps::
                    num_supernodes=4)
 
 A SuperNode says which client it is with its node config ``partition-id`` (Flower's
-simulation engine sets it for each virtual node). What a node keeps between rounds (personal
-parameters, algorithm memory such as SCAFFOLD's ``c_i``) lives in its ``context.state``.
+simulation engine sets it for each virtual node). Round hooks that need client work before a
+round (FedHDS selection, FedBiscuit grouping) send ``query.hook`` messages, answered here by
+``ClientRunner.answer``; their per-client instructions ride in the train message. What a node
+keeps between rounds (personal parameters, algorithm memory such as SCAFFOLD's ``c_i``) lives
+in its ``context.state``.
 """
 
 from __future__ import annotations
@@ -37,7 +40,19 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from lightning_fed.deploy.client import ClientRunner
-from lightning_fed.deploy.records import CONFIG, DOWNLINK, METRICS, STATE, ReplyLimits, from_arrays, update_to_record
+from lightning_fed.deploy.records import (
+    CONFIG,
+    DOWNLINK,
+    METRICS,
+    PAYLOAD,
+    STATE,
+    ReplyLimits,
+    from_arrays,
+    payload_records,
+    record_to_instructions,
+    record_to_payload,
+    update_to_record,
+)
 from lightning_fed.deploy.server import FederatedServer
 
 
@@ -81,6 +96,15 @@ def _entry(context: Context) -> dict[str, Any]:
     return {k: from_arrays(state.array_records[k]) if k in state.array_records else {} for k in ("personal", "memory")}
 
 
+def _own_client(context: Context, client_id: int) -> int:
+    """``client_id`` if this node holds it (its ``partition-id``), else ``ValueError``."""
+    if client_id != int(context.node_config.get("partition-id", client_id)):
+        raise ValueError(
+            f"this node holds partition-id={context.node_config['partition-id']}, asked about client {client_id}"
+        )
+    return client_id
+
+
 # ------------------------------------------------------------------------------ ClientApp
 def make_client_app(**defaults: Any) -> ClientApp:
     """A ``ClientApp`` running this machine's client; ``defaults`` are run-config values
@@ -97,6 +121,18 @@ def make_client_app(**defaults: Any) -> ClientApp:
             )
         return Message(RecordDict({"partition": ConfigRecord({"partition-id": int(pid)})}), reply_to=msg)
 
+    @app.query("hook")
+    def hook_query(msg: Message, context: Context) -> Message:
+        """A round hook's pre-round query (``deploy/queries.py``), answered from this node's client."""
+        cfg = _settings(context, defaults)
+        runner = _runner(cfg["config"], cfg["overrides"])
+        content = msg.content
+        meta = content.config_records[CONFIG]
+        client_id = _own_client(context, int(meta["client-id"]))
+        state = from_arrays(content.array_records[STATE]) if STATE in content.array_records else None
+        answer = runner.answer(int(meta["hook"]), client_id, int(meta["round"]), record_to_payload(content), state)
+        return Message(RecordDict(payload_records(answer, PAYLOAD)), reply_to=msg)
+
     @app.train()
     def train(msg: Message, context: Context) -> Message:
         """Local training of this node's client from the state the server sent."""
@@ -104,17 +140,14 @@ def make_client_app(**defaults: Any) -> ClientApp:
         runner = _runner(cfg["config"], cfg["overrides"])
         content = msg.content
         instruction = content.config_records[CONFIG]
-        client_id = int(instruction["client-id"])
-        if client_id != int(context.node_config.get("partition-id", client_id)):
-            raise ValueError(
-                f"this node holds partition-id={context.node_config['partition-id']}, asked to train client {client_id}"
-            )
+        client_id = _own_client(context, int(instruction["client-id"]))
         update, entry = runner.train(
             int(instruction["round"]),
             client_id,
             from_arrays(content.array_records[STATE]),
             from_arrays(content.array_records.get(DOWNLINK)),
             _entry(context),
+            record_to_instructions(content),
         )
         for key in ("personal", "memory"):
             context.state[key] = ArrayRecord(dict(entry[key])) if entry[key] else ArrayRecord()
@@ -155,7 +188,13 @@ def make_server_app(**defaults: Any) -> ServerApp:
             }
         )
         server = FederatedServer(
-            loop, module, datamodule.num_clients, out, timeout=float(cfg.get("timeout", 3600)), limits=limits
+            loop,
+            module,
+            datamodule.num_clients,
+            out,
+            timeout=float(cfg.get("timeout", 3600)),
+            limits=limits,
+            datamodule=datamodule,  # not set up: what hooks read on the server (e.g. FedHDS anchors' encoding)
         )
         min_nodes = int(cfg.get("min-nodes", 0)) or loop.clients_per_round
         server.start(grid, eval_clients=datamodule.eval_clients or datamodule.num_clients, min_nodes=min_nodes)

@@ -10,6 +10,12 @@ way a reply can be malformed into a ``ValueError`` (one line, naming the field a
 a crash of the ServerApp: arrays must be NumPy-serialised floating-point tensors, metrics finite
 scalars, ``num-examples`` an integer within :attr:`ReplyLimits.max_examples` (FedAvg weights by
 it) and the metric keys at most :attr:`ReplyLimits.max_metric_keys`.
+
+A round hook's query, reply or instruction (a :data:`~lightning_fed.federation.hooks.Payload`)
+travels as an ``ArrayRecord`` of its tensors (any numeric dtype) and a ``ConfigRecord`` of its
+scalars, strings and lists, under ``<prefix>.arrays`` / ``<prefix>.config``
+(:func:`payload_records`, :func:`record_to_payload`). Instructions ride in the train message,
+one prefix per hook index (``instruction.<i>``).
 """
 
 from __future__ import annotations
@@ -17,14 +23,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
+from lightning_fed.federation.hooks import Payload
 from lightning_fed.state import StateDict
 from lightning_fed.strategies.base import ClientUpdate
 
 STATE, EXTRAS, DOWNLINK, METRICS, CONFIG = "state", "extras", "downlink", "metrics", "config"
+PAYLOAD, INSTRUCTION = "payload", "instruction"
 
 
 @dataclass(frozen=True)
@@ -61,15 +70,83 @@ def from_arrays(record: ArrayRecord | None) -> StateDict:
     return dict(record.to_torch_state_dict())
 
 
-def train_instruction(round_idx: int, client_id: int, state: StateDict, downlink: StateDict) -> RecordDict:
-    """The server's message to a client: train ``client_id`` in ``round_idx`` from ``state``."""
-    return RecordDict(
-        {
-            STATE: to_arrays(state),
-            DOWNLINK: to_arrays(downlink),
-            CONFIG: ConfigRecord({"round": round_idx, "client-id": client_id}),
-        }
-    )
+def train_instruction(
+    round_idx: int,
+    client_id: int,
+    state: StateDict,
+    downlink: StateDict,
+    instructions: Mapping[int, Payload] | None = None,
+) -> RecordDict:
+    """The server's message to a client: train ``client_id`` in ``round_idx`` from ``state``,
+    with each round hook's instruction (by hook index) for its ``prepare_client``."""
+    records = {
+        STATE: to_arrays(state),
+        DOWNLINK: to_arrays(downlink),
+        CONFIG: ConfigRecord({"round": round_idx, "client-id": client_id}),
+    }
+    for index, payload in (instructions or {}).items():
+        records.update(payload_records(payload, f"{INSTRUCTION}.{int(index)}"))
+    return RecordDict(records)
+
+
+def record_to_instructions(record: RecordDict) -> dict[int, Payload]:
+    """The hooks' instructions in a train message, by hook index (``{}`` if none)."""
+    indices = {
+        key.split(".")[1]
+        for key in record.keys()
+        if key.startswith(f"{INSTRUCTION}.") and key.endswith(".config") and key.count(".") == 2
+    }
+    return {int(i): record_to_payload(record, f"{INSTRUCTION}.{i}") for i in sorted(indices) if i.isdigit()}
+
+
+def payload_records(payload: Mapping[str, Any], prefix: str) -> dict[str, ArrayRecord | ConfigRecord]:
+    """A hook payload as ``{<prefix>.arrays: tensors, <prefix>.config: everything else}``."""
+    arrays = {k: v for k, v in payload.items() if torch.is_tensor(v)}
+    config = {k: v for k, v in payload.items() if not torch.is_tensor(v)}
+    out: dict[str, ArrayRecord | ConfigRecord] = {f"{prefix}.config": ConfigRecord(config)}
+    if arrays:
+        out[f"{prefix}.arrays"] = to_arrays(arrays)
+    return out
+
+
+def record_to_payload(record: RecordDict, prefix: str = PAYLOAD, limits: ReplyLimits | None = None) -> Payload:
+    """The hook payload under ``prefix`` in ``record``; ``ValueError`` (one line) if malformed.
+
+    At most ``limits.max_metric_keys`` entries, names of at most ``max_key_length`` characters;
+    arrays are decoded by NumPy without pickle and must be numeric (bool, integer or floating
+    point); the rest must be ``int``, ``float``, ``str``, ``bool`` or a list of numbers.
+    """
+    limits = limits or ReplyLimits()
+    config = record.config_records.get(f"{prefix}.config")
+    if config is None:
+        raise ValueError(f"a hook payload needs the ConfigRecord {prefix + '.config'!r}, got {list(record.keys())}")
+    arrays = record.array_records.get(f"{prefix}.arrays")
+    names = [*config.keys(), *(arrays.keys() if arrays is not None else [])]
+    if len(names) > limits.max_metric_keys:
+        raise ValueError(f"{prefix}: {len(names)} entries, more than max-metric-keys={limits.max_metric_keys}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{prefix}: a name is both an array and a config value: {sorted(names)[:10]}")
+    out: Payload = {}
+    for key in names:
+        if len(key) > limits.max_key_length:
+            raise ValueError(f"{prefix}: a name of {len(key)} characters is longer than {limits.max_key_length}")
+    for key, value in config.items():
+        if isinstance(value, list):
+            if not all(isinstance(v, (int, float)) for v in value):
+                raise ValueError(f"{prefix} value {key!r} must be a list of numbers, got {str(value)[:60]}")
+        elif not isinstance(value, (int, float, str, bool)):
+            raise ValueError(f"{prefix} value {key!r} has an unsupported type {type(value).__name__}")
+        out[key] = value
+    for key in arrays.keys() if arrays is not None else []:
+        try:
+            tensor = torch.from_numpy(arrays[key].numpy())
+        except (TypeError, ValueError, OSError, EOFError) as err:
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ValueError(f"{prefix} array {key!r} cannot be decoded: {reason}") from None
+        if tensor.is_complex():
+            raise ValueError(f"{prefix} array {key!r} must be real-valued, got {tensor.dtype}")
+        out[key] = tensor
+    return out
 
 
 def update_to_record(update: ClientUpdate) -> RecordDict:
@@ -86,7 +163,8 @@ def record_to_update(record: RecordDict, limits: ReplyLimits | None = None) -> C
     limits = limits or ReplyLimits()
     if STATE not in record.array_records or METRICS not in record.metric_records:
         raise ValueError(
-            f"a client reply needs the ArrayRecord {STATE!r} and the MetricRecord {METRICS!r}, got {list(record.keys())}"
+            f"a client reply needs the ArrayRecord {STATE!r} and the MetricRecord {METRICS!r},"
+            f" got {list(record.keys())}"
         )
     metrics = _scalar_metrics(record.metric_records[METRICS], limits)
     num_examples, client_id = metrics.pop("num-examples", None), metrics.pop("client-id", None)
@@ -153,9 +231,8 @@ def _float_arrays(record: ArrayRecord | None, name: str) -> StateDict:
         try:
             tensor = torch.from_numpy(record[key].numpy())
         except (TypeError, ValueError, OSError, EOFError) as err:
-            raise ValueError(
-                f"reply array {name}/{key!r} cannot be decoded: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
-            ) from None
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ValueError(f"reply array {name}/{key!r} cannot be decoded: {reason}") from None
         if not tensor.is_floating_point():
             raise ValueError(f"reply array {name}/{key!r} must be floating-point, got {tensor.dtype}")
         out[key] = tensor

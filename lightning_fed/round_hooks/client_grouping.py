@@ -3,8 +3,14 @@
 Every ``tau`` rounds after the warm-up, all U selectors are broadcast to every client; each
 client reports the mean selector loss of each on its local validation split; the server
 assigns clients to selectors with
-:func:`~lightning_fed.strategies.fedbiscuit.balanced_assignment`. The hook also tells the
-strategy which round it is and activates each client's selector for its local training.
+:func:`~lightning_fed.strategies.fedbiscuit.balanced_assignment`.
+
+The step is the hook's pre-round exchange, so it runs in-process and under Flower alike: on a
+grouping round :meth:`ClientGrouping.client_queries` asks *every* client (sampled or not) with
+the global state (all U selectors), :meth:`~ClientGrouping.answer_query` computes one client's
+U losses and its number of training examples, :meth:`~ClientGrouping.on_replies` assigns. Each
+client learns which selector to train from its instruction (``{"selector": u}``), never from the
+server's strategy object.
 """
 
 from __future__ import annotations
@@ -13,104 +19,199 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload, RoundHook
 from lightning_fed.state import state_nbytes
 from lightning_fed.strategies.fedbiscuit import FedBiscuit, balanced_assignment
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    from lightning_fed.callbacks.federated_loop import FederatedLoop
+    from lightning_fed.federation.server_round import ServerRound
+    from lightning_fed.federation.turn import ClientTurn
 
 
 @torch.no_grad()
-def selector_losses(module: Any, datamodule: Any, num_selectors: int, metric: str = "loss") -> Tensor:
-    """``(M, U)``: mean ``metric`` (the loss by default) of every selector on every client's validation split."""
+def client_selector_losses(module: Any, data: Any, num_selectors: int, metric: str = "loss") -> Tensor:
+    """``(U,)``: mean ``metric`` of every selector on one client's validation split (``data``)."""
     was_training = module.training
     module.eval()
-    out = torch.zeros(datamodule.num_clients, num_selectors)
+    out = torch.zeros(num_selectors)
     try:
         for u in range(num_selectors):
             module.use_selector(u)
-            for c in range(datamodule.num_clients):
-                total, count = 0.0, 0
-                for batch in datamodule.client(c).val_dataloader():
-                    batch = {k: v.to(module.device) for k, v in batch.items()}
-                    loss = module.pair_metrics(batch)[metric]
-                    total, count = total + float(loss.sum()), count + loss.numel()
-                out[c, u] = total / max(count, 1)
+            total, count = 0.0, 0
+            for batch in data.val_dataloader():
+                batch = {k: v.to(module.device) for k, v in batch.items()}
+                loss = module.pair_metrics(batch)[metric]
+                total, count = total + float(loss.sum()), count + loss.numel()
+            out[u] = total / max(count, 1)
     finally:
         module.train(was_training)
     return out
 
 
+def selector_losses(module: Any, datamodule: Any, num_selectors: int, metric: str = "loss") -> Tensor:
+    """``(M, U)``: :func:`client_selector_losses` of every client of ``datamodule``."""
+    return torch.stack(
+        [
+            client_selector_losses(module, datamodule.client(c), num_selectors, metric)
+            for c in range(datamodule.num_clients)
+        ]
+    )
+
+
 class ClientGrouping(RoundHook):
     """Drives a :class:`~lightning_fed.strategies.FedBiscuit` run: schedule, grouping, selectors.
 
-    Each grouping is recorded (round, assignment, loss matrix, broadcast bytes) in
-    ``summary.json`` under ``hooks.ClientGrouping.groupings`` and as a TensorBoard image
-    (clients x selectors) when the logger is TensorBoard's.
+    Each grouping is recorded (round, assignment, loss matrix, broadcast bytes, clients that did
+    not answer) in ``summary.json`` under ``hooks.ClientGrouping.groupings`` and as a TensorBoard
+    image (clients x selectors) when a logger is TensorBoard's. A client that does not answer a
+    grouping query is placed by the mean loss row of those that did (and keeps its last known
+    size), with a warning.
     """
 
     def __init__(self) -> None:
         self.groupings: list[dict[str, Any]] = []
-        self._pending_bytes = 0
+        self._exchanged = -1  # the last round whose grouping came through on_replies
+        self._instructed: int | None = None  # the client whose selector prepare_client set
 
-    def _strategy(self, loop: FederatedLoop) -> FedBiscuit:
-        if not isinstance(loop.strategy, FedBiscuit):
-            raise TypeError(f"ClientGrouping needs federation.strategy=FedBiscuit, got {type(loop.strategy).__name__}")
-        return loop.strategy
-
-    def on_round_start(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
-    ) -> None:
-        strategy = self._strategy(loop)
-        strategy.client_sizes = list(loop.datamodule.client_sizes)
-        strategy.start_round(round_idx)
-        if strategy.is_grouping_round(round_idx):
-            module.load_state(loop.global_state)
-            losses = selector_losses(module, loop.datamodule, strategy.num_selectors)
-            strategy.set_assignment(balanced_assignment(losses))
-            # Every selector goes to every client (Step 2.1); counted in this round's downlink.
-            self._pending_bytes = loop.datamodule.num_clients * state_nbytes(loop.global_state)
-            loop.add_round_bytes(down=self._pending_bytes)
-            self.groupings.append(
-                {
-                    "round": round_idx + 1,
-                    "assignment": list(strategy.assignment),
-                    "losses": losses.tolist(),
-                    "broadcast_bytes": self._pending_bytes,
-                }
+    @staticmethod
+    def _strategy(server: ServerRound) -> FedBiscuit:
+        if not isinstance(server.strategy, FedBiscuit):
+            raise TypeError(
+                f"ClientGrouping needs federation.strategy=FedBiscuit, got {type(server.strategy).__name__}"
             )
-            self._log_image(trainer, strategy, round_idx)
-        module.client_selectors = {c: strategy.selector_of(c) for c in range(loop.datamodule.num_clients)}
+        return server.strategy
+
+    # ------------------------------------------------------ the pre-round exchange
+    def client_queries(
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> dict[int, Payload]:
+        """On a grouping round, every client with all U selectors (the global state); else none."""
+        strategy = self._strategy(server)
+        strategy.start_round(round_idx)
+        if not strategy.is_grouping_round(round_idx):
+            return {}
+        query = {WITH_GLOBAL_STATE: True, "num_selectors": strategy.num_selectors}
+        return {c: dict(query) for c in range(strategy.num_clients)}
+
+    def answer_query(
+        self, module: pl.LightningModule, data: Any, client_id: int, round_idx: int, query: Payload
+    ) -> Payload:
+        """The client's validation loss under each selector, and its number of training examples."""
+        losses = client_selector_losses(module, data, int(query["num_selectors"]))
+        return {"losses": losses, "num_examples": len(data.train_set)}
+
+    def on_replies(
+        self,
+        server: ServerRound,
+        trainer: pl.Trainer,
+        module: pl.LightningModule,
+        round_idx: int,
+        clients: list[int],
+        replies: dict[int, Payload],
+    ) -> None:
+        """Balanced min-loss assignment (Step 2.1) from the clients' loss rows."""
+        strategy = self._strategy(server)
+        if not strategy.is_grouping_round(round_idx):
+            return
+        m, u = strategy.num_clients, strategy.num_selectors
+        rows, sizes = {}, {}
+        for c in range(m):
+            try:
+                rows[c], sizes[c] = self._checked_reply(replies[c], u)
+            except (KeyError, ValueError, TypeError) as err:
+                reason = "no reply" if c not in replies else str(err)
+                rank_zero_warn(f"round {round_idx + 1}: client {c} is grouped without its losses: {reason}")
+        missing = [c for c in range(m) if c not in rows]
+        if not rows:
+            rank_zero_warn(f"round {round_idx + 1}: no client reported its selector losses; the grouping is unchanged")
+            return
+        mean = torch.stack(list(rows.values())).mean(0)
+        losses = torch.stack([rows.get(c, mean) for c in range(m)])
+        old = strategy.client_sizes or []
+        fill = round(sum(sizes.values()) / len(sizes))
+        strategy.client_sizes = [sizes.get(c, old[c] if c < len(old) else fill) for c in range(m)]
+        strategy.set_assignment(balanced_assignment(losses))
+        self.groupings.append(
+            {
+                "round": round_idx + 1,
+                "assignment": list(strategy.assignment),
+                "losses": losses.tolist(),
+                "broadcast_bytes": m * state_nbytes(server.global_state),  # every selector to every client
+                "missing": missing,
+            }
+        )
+        self._log_image(trainer, strategy, round_idx)
+        self._exchanged = round_idx
+
+    @staticmethod
+    def _checked_reply(reply: Payload, num_selectors: int) -> tuple[Tensor, int]:
+        losses, n = reply["losses"], reply["num_examples"]
+        if not torch.is_tensor(losses) or tuple(losses.shape) != (num_selectors,) or not losses.is_floating_point():
+            raise ValueError(f"'losses' must be {num_selectors} floats, got {getattr(losses, 'shape', losses)!r}")
+        if not torch.isfinite(losses).all():
+            raise ValueError("'losses' must be finite")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"'num_examples' must be an integer >= 0, got {n!r}")
+        return losses.float(), n
+
+    # ------------------------------------------------------------------ the round
+    def on_round_start(
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> None:
+        strategy = self._strategy(server)
+        strategy.start_round(round_idx)
+        if strategy.is_grouping_round(round_idx) and self._exchanged != round_idx:
+            # An engine without the pre-round exchange: ask the clients here (in-process only).
+            module.load_state(server.global_state)
+            queries = self.client_queries(server, trainer, module, round_idx, clients)
+            dm = server.datamodule
+            replies = {c: self.answer_query(module, dm.client(c), c, round_idx, q) for c, q in queries.items()}
+            server.add_round_bytes(down=len(queries) * state_nbytes(server.global_state))
+            self.on_replies(server, trainer, module, round_idx, clients, replies)
+        # For evaluation: each client is judged by its own selector.
+        module.client_selectors = {c: strategy.selector_of(c) for c in range(strategy.num_clients)}
+
+    def client_instruction(self, server: ServerRound, client_id: int, round_idx: int) -> Payload:
+        """The selector ``client_id`` trains this round (its cluster's, or the warm-up's)."""
+        return {"selector": self._strategy(server).selector_of(client_id)}
+
+    def prepare_client(
+        self, module: pl.LightningModule, data: Any, client_id: int, round_idx: int, instruction: Payload
+    ) -> None:
+        if "selector" not in instruction:
+            return
+        selector = int(instruction["selector"])
+        module.use_selector(selector)  # raises if not in [0, U)
+        module.client_selectors = {**module.client_selectors, client_id: selector}
+        self._instructed = client_id
+
+    def on_client_start(
+        self, turn: ClientTurn, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
+    ) -> None:
+        if self._instructed != client_id:  # no instruction came (an engine without prepare_client)
+            module.use_selector(self._strategy(turn).selector_of(client_id))
+        self._instructed = None
 
     def summary(self) -> dict[str, Any]:
         return {"groupings": self.groupings}
 
-    def on_client_start(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
-    ) -> None:
-        module.use_selector(self._strategy(loop).selector_of(client_id))
-
-    def after_aggregate(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
-    ) -> None:
-        self._pending_bytes = 0
-
     @staticmethod
-    def _log_image(trainer: pl.Trainer, strategy: FedBiscuit, round_idx: int) -> None:
-        logger = trainer.logger
-        if isinstance(logger, TensorBoardLogger):
-            onehot = torch.zeros(1, strategy.num_clients, strategy.num_selectors)
-            onehot[0, torch.arange(strategy.num_clients), torch.tensor(strategy.assignment)] = 1.0
-            logger.experiment.add_image("fedbiscuit/assignment", onehot, global_step=round_idx + 1, dataformats="CHW")
+    def _log_image(trainer: Any, strategy: FedBiscuit, round_idx: int) -> None:
+        for logger in getattr(trainer, "loggers", None) or []:
+            if isinstance(logger, TensorBoardLogger):
+                onehot = torch.zeros(1, strategy.num_clients, strategy.num_selectors)
+                onehot[0, torch.arange(strategy.num_clients), torch.tensor(strategy.assignment)] = 1.0
+                logger.experiment.add_image(
+                    "fedbiscuit/assignment", onehot, global_step=round_idx + 1, dataformats="CHW"
+                )
 
     def state_dict(self) -> dict[str, Any]:
-        return {"groupings": self.groupings, "pending_bytes": self._pending_bytes}
+        return {"groupings": self.groupings}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.groupings = list(state.get("groupings", []))
-        self._pending_bytes = state.get("pending_bytes", 0)

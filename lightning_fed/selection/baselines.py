@@ -27,7 +27,8 @@ from lightning_fed.selection.hds import HierarchicalDataSelection
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    from lightning_fed.callbacks.federated_loop import FederatedLoop
+    from lightning_fed.federation.hooks import Payload
+    from lightning_fed.federation.server_round import ServerRound
 
 
 def _check_ratio(ratio: float) -> None:
@@ -53,13 +54,13 @@ class RandomSelection(CoresetSelection):
         self.ratio = ratio
 
     def choose(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> Selection:
         indices, seconds = {}, {}
         for c in clients:
             t0 = time.perf_counter()
-            n = len(loop.datamodule.client(c).full_train)
-            rng = np.random.default_rng(self.round_seed(loop, round_idx, c))
+            n = len(server.datamodule.client(c).full_train)
+            rng = np.random.default_rng(self.round_seed(server, round_idx, c))
             indices[c] = sorted(rng.choice(n, _count(n, self.ratio), replace=False).tolist())
             seconds[c] = {"cluster": time.perf_counter() - t0}
         return Selection(indices, seconds)
@@ -102,12 +103,12 @@ class PerplexitySelection(CoresetSelection):
         self.ratio, self.batch_size = ratio, batch_size
 
     def choose(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> Selection:
         indices, seconds = {}, {}
         for c in clients:
             t0 = time.perf_counter()
-            items = loop.datamodule.client(c).full_train
+            items = server.datamodule.client(c).full_train
             scores = perplexities(module.model, items, module.tokenizer.pad_token_id, self.batch_size)
             t1 = time.perf_counter()
             order = np.argsort(scores, kind="stable")
@@ -135,19 +136,19 @@ class CentralizedCoreset(CoresetSelection):
         self.ratio, self.batch_size = ratio, batch_size
 
     def choose(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> Selection:
         from sklearn.cluster import KMeans
 
         t0 = time.perf_counter()
-        dm = loop.datamodule
+        dm = server.datamodule
         owners = [(c, i) for c in range(dm.num_clients) for i in range(len(dm.client(c).full_train))]
         items = [dm.client(c).full_train[i] for c, i in owners]
         feats = layer_features(
             module.model, items, module.tokenizer.pad_token_id, batch_size=self.batch_size, last_layer_only=True
         )
         k = _count(len(items), self.ratio)
-        kmeans = KMeans(n_clusters=k, n_init=3, random_state=self.round_seed(loop, round_idx)).fit(feats)
+        kmeans = KMeans(n_clusters=k, n_init=3, random_state=self.round_seed(server, round_idx)).fit(feats)
         groups = Groups(np.asarray(kmeans.labels_), np.ones(len(items)))
         chosen = nearest_members(
             feats, groups, kmeans.cluster_centers_, [g for g in range(k) if (kmeans.labels_ == g).any()]
@@ -172,15 +173,27 @@ class GlobalSelect(HierarchicalDataSelection):
 
     Same arguments as :class:`HierarchicalDataSelection`; the server runs HDBSCAN with
     ``min_cluster_size`` over all samples and selects the sample nearest each group's centroid.
+    An ablation run in-process: it computes every client's features on the server.
     """
 
+    remote_ready = False
+
+    def client_queries(
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> dict[int, Payload]:
+        return {}  # no pre-round exchange: :meth:`choose` runs on the server (in-process)
+
     def choose(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> Selection:
         t0 = time.perf_counter()
-        frame = self.shared_frame(loop, module, round_idx)
+        frame = self.shared_frame(server, module, round_idx)
         frame_seconds = time.perf_counter() - t0
-        views = {c: self.intra_client(loop, module, round_idx, c, frame) for c in clients}
+        dm = server.datamodule
+        views = {
+            c: self.intra_client(module, dm.client(c).full_train, c, self.round_seed(server, round_idx, c), frame)
+            for c in clients
+        }
         owners = [(c, i) for c in clients for i in range(len(views[c].shared))]
         points = np.concatenate([views[c].shared for c in clients])
         t1 = time.perf_counter()

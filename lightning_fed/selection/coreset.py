@@ -35,7 +35,9 @@ from lightning_fed.federation.sampling import derive_seed
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    from lightning_fed.callbacks.federated_loop import FederatedLoop
+    from lightning_fed.federation.hooks import Payload
+    from lightning_fed.federation.server_round import ServerRound
+    from lightning_fed.federation.turn import ClientTurn
     from lightning_fed.strategies.base import ClientUpdate
 
 PHASES = ("extract", "fusion", "cluster")
@@ -70,6 +72,11 @@ class Selection:
 class CoresetSelection(RoundHook):
     """Base of the coreset hooks; subclasses implement :meth:`choose`.
 
+    :meth:`choose` reads the clients' data on the server, so a subclass that only implements
+    it runs in-process only (``remote_ready = False``). A method whose clients compute what the
+    server needs (FedHDS) answers a pre-round query instead and hands the replies' decision
+    to :meth:`apply` from ``on_replies``; each client then gets its coreset as an instruction.
+
     Args:
         seed: Seed of the selection's randomness (default: the loop's seed); every draw is
             a function of ``(seed, round, client)``.
@@ -80,6 +87,8 @@ class CoresetSelection(RoundHook):
             its local steps.
     """
 
+    remote_ready = False
+
     def __init__(self, seed: int | None = None, figures: bool = True, on_small_selection: str = "warn") -> None:
         if on_small_selection not in SMALL_SELECTION:
             raise ValueError(f"`on_small_selection` must be one of {SMALL_SELECTION}, got {on_small_selection!r}")
@@ -87,38 +96,64 @@ class CoresetSelection(RoundHook):
         self.history: list[dict[str, Any]] = []
         self._record: dict[str, Any] | None = None
         self._t0: dict[int, float] = {}
+        self._chosen: dict[int, list[int]] = {}  # kept client -> sorted coreset indices, this round
+        self._exchanged = -1  # the round whose coresets came from the clients' replies
 
     # ------------------------------------------------------------------ to implement
     def choose(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> Selection:
         """Each sampled client's coreset for round ``round_idx`` (the module holds the global state)."""
         raise NotImplementedError  # abstract: each selection method implements it
 
     # ----------------------------------------------------------------------- helpers
-    def round_seed(self, loop: FederatedLoop, round_idx: int, client: int = -1) -> int:
+    def round_seed(self, server: ServerRound, round_idx: int, client: int = -1) -> int:
         """A seed that depends only on (seed, round, client), so resumed runs repeat it."""
-        return derive_seed(self.seed if self.seed is not None else loop.seed, round_idx, client + 1, 11) % (2**31)
+        return derive_seed(self.seed if self.seed is not None else server.seed, round_idx, client + 1, 11) % (2**31)
 
     # ------------------------------------------------------------------------ rounds
     def on_round_start(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
-        if loop.global_state:  # the current global model: the features FedHDS clusters on
-            module.load_state(loop.global_state)
-        dm = loop.datamodule
-        sel = self.choose(loop, trainer, module, round_idx, list(clients))
-        full = {c: len(dm.client(c).full_train) for c in clients}
+        if self._exchanged == round_idx:  # decided from the clients' replies (:meth:`apply`)
+            return
+        # Chosen on the server from the clients' data: in-process only (``remote_ready = False``).
+        if server.global_state:  # the current global model: the features FedHDS clusters on
+            module.load_state(server.global_state)
+        dm = server.datamodule
+        sel = self.choose(server, trainer, module, round_idx, list(clients))
+        self.apply(server, trainer, round_idx, clients, sel, {c: len(dm.client(c).full_train) for c in clients})
+        for c in clients:
+            dm.client(c).select(self._chosen[c])
+
+    def apply(
+        self,
+        server: ServerRound,
+        trainer: pl.Trainer,
+        round_idx: int,
+        clients: list[int],
+        sel: Selection,
+        full: dict[int, int],
+    ) -> None:
+        """Take ``sel`` as the round's coresets: drop clients without one (or give them their
+        fallback sample while below ``min_clients``), check sizes, record and log the round.
+
+        Edits ``clients`` in place; the kept clients' sorted indices are in :attr:`_chosen`
+        (sent to each client by :meth:`client_instruction` after a pre-round exchange).
+
+        Args:
+            full: Client -> size of its whole local training set (``len(full_train)``).
+        """
         keep = [c for c in clients if sel.indices.get(c)]
         skipped = [c for c in clients if c not in keep]
-        for c in skipped[: max(0, loop.min_clients - len(keep))]:  # train on the fallback sample
+        for c in skipped[: max(0, server.min_clients - len(keep))]:  # train on the fallback sample
             sel.indices[c] = [sel.fallback.get(c, 0)]
             keep.append(c)
-        self._check_sizes(round_idx, {c: len(sel.indices[c]) for c in keep}, {c: full[c] for c in keep}, dm.batch_size)
-        for c in clients:
-            if c in keep:
-                dm.client(c).select(sorted(sel.indices[c]))
-        clients[:] = [c for c in clients if c in keep]  # the loop lays out this list next
+        self._check_sizes(
+            round_idx, {c: len(sel.indices[c]) for c in keep}, {c: full[c] for c in keep}, server.datamodule.batch_size
+        )
+        self._chosen = {c: sorted(int(i) for i in sel.indices[c]) for c in keep}
+        clients[:] = [c for c in clients if c in keep]  # the engine lays out this list next
         used = {c: len(sel.indices[c]) if c in keep else 0 for c in full}
         self._record = {
             "round": round_idx + 1,
@@ -167,20 +202,40 @@ class CoresetSelection(RoundHook):
 
         rank_zero_warn(message)
 
+    def client_instruction(self, server: ServerRound, client_id: int, round_idx: int) -> Payload:
+        """The client's coreset (``indices`` into its ``full_train``) when the clients' replies chose it."""
+        if self._exchanged != round_idx or client_id not in self._chosen:
+            return {}  # chosen on the server, which already restricted the client's data
+        return {"indices": list(self._chosen[client_id])}
+
+    def prepare_client(
+        self, module: pl.LightningModule, data: Any, client_id: int, round_idx: int, instruction: Payload
+    ) -> None:
+        """Restrict the client to its coreset (``ClientData.select``) before its batches are laid out."""
+        if "indices" not in instruction:
+            return
+        indices, n = [int(i) for i in instruction["indices"]], len(data.full_train)
+        if not indices or not all(0 <= i < n for i in indices):
+            raise ValueError(
+                f"client {client_id}: {type(self).__name__} instruction 'indices' must be non-empty and in [0, {n}),"
+                f" got {indices[:10]}"
+            )
+        data.select(sorted(indices))
+
     def on_client_start(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
+        self, turn: ClientTurn, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
     ) -> None:
         self._t0[client_id] = time.perf_counter()
 
     def on_client_end(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, update: ClientUpdate
+        self, turn: ClientTurn, trainer: pl.Trainer, module: pl.LightningModule, update: ClientUpdate
     ) -> None:
         cid = update.client_id
         if self._record is not None and cid in self._t0:
             self._record["seconds"].setdefault(cid, {})["train"] = time.perf_counter() - self._t0.pop(cid)
 
     def after_aggregate(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
     ) -> None:
         record, self._record = self._record, None
         if record is None or record["round"] != round_idx + 1:
@@ -238,7 +293,7 @@ class CoresetSelection(RoundHook):
                 logger.log_metrics(scalars, step=round_idx + 1)
 
     def _write(self, trainer: pl.Trainer) -> None:
-        from lightning_fed.callbacks.reporting import RoundReport
+        from lightning_fed.federation.report import RoundReport
 
         if trainer is None or not trainer.is_global_zero:
             return

@@ -48,7 +48,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
 
+from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload
 from lightning_fed.selection.clustering import (
     SERVER_NOISE,
     Groups,
@@ -56,7 +59,7 @@ from lightning_fed.selection.clustering import (
     intra_client_groups,
     nearest_members,
 )
-from lightning_fed.selection.coreset import CoresetSelection, Selection
+from lightning_fed.selection.coreset import PHASES, CoresetSelection, Selection
 from lightning_fed.selection.features import POOLINGS, TEXTS, ProxyEncoder, decode_items, layer_features
 from lightning_fed.selection.fusion import FUSIONS, SharedFrame, fuse
 from lightning_fed.selection.privacy import (
@@ -71,7 +74,7 @@ from lightning_fed.selection.privacy import (
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    from lightning_fed.callbacks.federated_loop import FederatedLoop
+    from lightning_fed.federation.server_round import ServerRound
 
 FRAMES = ("local", "anchored")
 
@@ -90,6 +93,12 @@ class ClientView:
 
 class HierarchicalDataSelection(CoresetSelection):
     """FedHDS (``proxy=None``) or FedHDS-Turbo (``proxy`` names a smaller model).
+
+    Runs in-process and under Flower alike: the server sends each sampled client a query
+    (:meth:`client_queries`: the shared frame, the client's seed, and for FedHDS the global
+    state), the client answers with its groups' centroids (:meth:`answer_query`), the server
+    selects (:meth:`on_replies`) and each client's coreset travels back as its instruction
+    (:meth:`~CoresetSelection.client_instruction`, applied by ``prepare_client``).
 
     Args:
         proxy: ``None`` for FedHDS (features of the model being tuned, global adapters
@@ -143,6 +152,8 @@ class HierarchicalDataSelection(CoresetSelection):
         on_small_selection: ``warn``, ``error`` or ``ignore`` when a client's coreset is
             smaller than one batch (see :class:`~lightning_fed.selection.coreset.CoresetSelection`).
     """
+
+    remote_ready = True
 
     def __init__(
         self,
@@ -239,6 +250,7 @@ class HierarchicalDataSelection(CoresetSelection):
         self.batch_size = batch_size
         self._encoder: ProxyEncoder | None = None
         self._cache: dict[int, np.ndarray] = {}
+        self._frame_seconds, self._frame_nbytes = 0.0, 0  # of the current round's shared frame
         self._anchor_items: list[dict[str, Any]] | None = None
         self._frame: SharedFrame | None = None
 
@@ -262,36 +274,37 @@ class HierarchicalDataSelection(CoresetSelection):
             self._cache[client] = out
         return out
 
-    def shared_frame(self, loop: FederatedLoop, module: pl.LightningModule, round_idx: int) -> SharedFrame | None:
+    def shared_frame(self, server: ServerRound, module: pl.LightningModule, round_idx: int) -> SharedFrame | None:
         """The server's PCA map of the anchor features (``frame="anchored"``), else ``None``."""
         if self.frame != "anchored":
             return None
         if self._frame is not None and self.proxy is not None:
             return self._frame  # proxy features do not change: fit once
         if self._anchor_items is None:
+            dm = server.datamodule
+            if getattr(dm, "tokenizer", None) is None:  # a Flower server's data module is not set up
+                dm.tokenizer = module.tokenizer
             self._anchor_items = load_anchor_items(
-                loop.datamodule,
+                dm,
                 self.anchors,
                 self.anchor_args,
                 self.anchor_field_map,
                 self.num_anchors,
-                self.round_seed(loop, 0),
+                self.round_seed(server, 0),
             )
         self._frame = SharedFrame.fit(
-            self.features(module, self._anchor_items), self.dim, seed=self.round_seed(loop, round_idx)
+            self.features(module, self._anchor_items), self.dim, seed=self.round_seed(server, round_idx)
         )
         return self._frame
 
     # ---------------------------------------------------------------- intra-client
     def intra_client(
-        self, loop: FederatedLoop, module: pl.LightningModule, round_idx: int, client: int, frame: SharedFrame | None
+        self, module: pl.LightningModule, items: list[dict[str, Any]], client: int, seed: int, frame: SharedFrame | None
     ) -> ClientView:
-        """Steps 1-4 of Fig. 3 on one client."""
-        items = loop.datamodule.client(client).full_train
+        """Steps 1-4 of Fig. 3 on one client's ``items`` (its ``full_train``)."""
         t0 = time.perf_counter()
         feats = self.features(module, items, client)
         t1 = time.perf_counter()
-        seed = self.round_seed(loop, round_idx, client)
         fused = fuse(feats, self.fusion, self.dim, seed=seed, perplexity=self.perplexity, max_iter=self.tsne_iters)
         t2 = time.perf_counter()
         groups = intra_client_groups(fused, self.min_cluster_size, self.min_samples)
@@ -311,45 +324,129 @@ class HierarchicalDataSelection(CoresetSelection):
         sizes = np.bincount(view.groups.labels[view.groups.labels >= 0], minlength=view.groups.count)
         return nearest_members(view.fused, view.groups, view.centroids, [int(np.argmax(sizes))])[0]
 
-    # ----------------------------------------------------------------- the round
-    def choose(
-        self, loop: FederatedLoop, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
-    ) -> Selection:
+    # ------------------------------------------------------ the pre-round exchange
+    def client_queries(
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> dict[int, Payload]:
+        """Each sampled client gets the shared frame (if anchored) and its round seed; FedHDS
+        (no proxy) also the global state, whose features it clusters."""
+        if server.global_state:
+            module.load_state(server.global_state)
         t0 = time.perf_counter()
-        frame = self.shared_frame(loop, module, round_idx)
-        frame_seconds = time.perf_counter() - t0
-        views = {c: self.intra_client(loop, module, round_idx, c, frame) for c in clients}
-        owners = [(c, g) for c in clients for g in range(views[c].groups.count)]
+        frame = self.shared_frame(server, module, round_idx)
+        self._frame_seconds = time.perf_counter() - t0
+        self._frame_nbytes = frame.nbytes if frame is not None else 0
+        query: Payload = {WITH_GLOBAL_STATE: self.proxy is None, "points": bool(self.figures)}
+        if frame is not None:  # float64, as the server computed it: both transports see the same map
+            query["frame_mean"] = torch.from_numpy(np.asarray(frame.mean, dtype=np.float64))
+            query["frame_components"] = torch.from_numpy(np.asarray(frame.components, dtype=np.float64))
+        return {c: {**query, "seed": self.round_seed(server, round_idx, c)} for c in clients}
+
+    def answer_query(
+        self, module: pl.LightningModule, data: Any, client_id: int, round_idx: int, query: Payload
+    ) -> Payload:
+        """Steps 1-4 on the client: its groups' (privatized) centroids, the sample nearest each
+        group's centroid (Eq. (10), kept as local indices), its fallback and the phase seconds."""
+        frame = None
+        if "frame_mean" in query:
+            frame = SharedFrame(query["frame_mean"].double().numpy(), query["frame_components"].double().numpy())
+        items = data.full_train
+        view = self.intra_client(module, items, client_id, int(query["seed"]), frame)
+        reply: Payload = {
+            "centroids": torch.from_numpy(np.ascontiguousarray(view.sent, dtype=np.float64)),
+            "representatives": nearest_members(view.fused, view.groups, view.centroids, list(range(view.groups.count))),
+            "fallback": self.fallback(view),
+            "num_samples": len(items),
+            **{f"{phase}_seconds": float(s) for phase, s in view.seconds.items()},
+        }
+        if query.get("points"):
+            reply["points"] = torch.from_numpy(np.ascontiguousarray(view.shared, dtype=np.float64))
+        return reply
+
+    def on_replies(
+        self,
+        server: ServerRound,
+        trainer: pl.Trainer,
+        module: pl.LightningModule,
+        round_idx: int,
+        clients: list[int],
+        replies: dict[int, Payload],
+    ) -> None:
+        """Inter-client selection over the replies (Eq. (8)-(9)); a client that did not answer,
+        or answered out of shape, is left out of the round."""
+        answered = {}
+        for c in clients:
+            try:
+                answered[c] = self._checked_reply(c, replies[c])
+            except (KeyError, ValueError, TypeError) as err:
+                reason = "no reply" if c not in replies else str(err)
+                rank_zero_warn(f"round {round_idx + 1}: client {c} is left out of FedHDS selection: {reason}")
+        missing = len(clients) - len(answered)
+        clients[:] = [c for c in clients if c in answered]
+        sel = self.decide(server, round_idx, clients, answered)
+        sel.info["missing_replies"] = missing
+        self.apply(server, trainer, round_idx, clients, sel, {c: answered[c]["num_samples"] for c in clients})
+        self._exchanged = round_idx
+
+    def _checked_reply(self, client: int, reply: Payload) -> Payload:
+        """``reply`` if it is a well-formed answer (shapes, index ranges), else ``ValueError``."""
+        centroids, reps, n = reply["centroids"], list(reply["representatives"]), int(reply["num_samples"])
+        if not torch.is_tensor(centroids) or centroids.dim() != 2 or centroids.shape != (len(reps), self.dim):
+            raise ValueError(f"'centroids' must be ({len(reps)}, {self.dim}), got {getattr(centroids, 'shape', None)}")
+        if not torch.isfinite(centroids).all():
+            raise ValueError("'centroids' must be finite")
+        if n < 1 or not all(0 <= int(i) < n for i in [*reps, reply["fallback"]]):
+            raise ValueError(f"'representatives' and 'fallback' must index its {n} samples")
+        points = reply.get("points")
+        if points is not None and (not torch.is_tensor(points) or tuple(points.shape) != (n, self.dim)):
+            raise ValueError(f"'points' must be ({n}, {self.dim}), got {getattr(points, 'shape', None)}")
+        return reply
+
+    # ----------------------------------------------------------------- the round
+    def decide(self, server: ServerRound, round_idx: int, clients: list[int], replies: dict[int, Payload]) -> Selection:
+        """The server's half: HDBSCAN over every received centroid, one client group per server
+        group (Eq. (8)-(9)); each client's coreset is its chosen groups' representatives (Eq. (10))."""
+        cents = {c: replies[c]["centroids"].double().numpy() for c in clients}
+        owners = [(c, g) for c in clients for g in range(len(cents[c]))]
         t1 = time.perf_counter()
         if self.inter_client and self.accountant is not None:
             for c in clients:  # every noised centroid that leaves the client is a release
-                self.accountant.record(c, len(views[c].sent))
+                self.accountant.record(c, len(cents[c]))
         if self.inter_client:
-            sent = np.concatenate([views[c].sent for c in clients]) if owners else np.zeros((0, self.dim))
-            server = inter_client_selection(
+            sent = np.concatenate([cents[c] for c in clients]) if owners else np.zeros((0, self.dim))
+            server_sel = inter_client_selection(
                 sent, self.server_min_cluster_size, self.server_noise, self.server_min_samples
             )
-            chosen, server_groups = [owners[i] for i in server.selected], server.groups.count
+            chosen, server_groups = [owners[i] for i in server_sel.selected], server_sel.groups.count
         else:  # FedHDS-dagger: every local group is kept
             chosen, server_groups = owners, len(owners)
-        server_seconds = time.perf_counter() - t1 + frame_seconds
-        indices = {
-            c: nearest_members(
-                views[c].fused, views[c].groups, views[c].centroids, sorted(g for cc, g in chosen if cc == c)
-            )
-            for c in clients
-        }
+        server_seconds = time.perf_counter() - t1 + self._frame_seconds
+        reps = {c: [int(i) for i in replies[c]["representatives"]] for c in clients}
+        indices = {c: [reps[c][g] for g in sorted(g for cc, g in chosen if cc == c)] for c in clients}
         per_value = 4  # float32 on the wire
+        points = {c: replies[c]["points"].double().numpy() for c in clients if "points" in replies[c]}
         return Selection(
             indices=indices,
-            seconds={c: views[c].seconds for c in clients},
+            seconds={c: {p: float(replies[c][f"{p}_seconds"]) for p in PHASES} for c in clients},
             server_seconds=server_seconds,
-            up_bytes=per_value * sum(views[c].sent.size for c in clients) if self.inter_client else 0,
-            down_bytes=4 * len(chosen) + (frame.nbytes * len(clients) if frame is not None else 0),
-            fallback={c: self.fallback(views[c]) for c in clients},
-            points={c: views[c].shared for c in clients},
+            up_bytes=per_value * sum(cents[c].size for c in clients) if self.inter_client else 0,
+            down_bytes=4 * len(chosen) + self._frame_nbytes * len(clients),
+            fallback={c: int(replies[c]["fallback"]) for c in clients},
+            points=points or None,
             info={"client_groups": len(owners), "server_groups": int(server_groups), "selected_groups": len(chosen)},
         )
+
+    def choose(
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> Selection:
+        """The whole exchange in one process: queries, every client's answer, :meth:`decide`."""
+        queries = self.client_queries(server, trainer, module, round_idx, clients)
+        dm = server.datamodule
+        # In one process the fused points (for figures and tests) need not stay on the client.
+        replies = {
+            c: self.answer_query(module, dm.client(c), c, round_idx, {**q, "points": True}) for c, q in queries.items()
+        }
+        return self.decide(server, round_idx, clients, replies)
 
     # ------------------------------------------------------- privacy accounting
     def summary(self) -> dict[str, Any]:

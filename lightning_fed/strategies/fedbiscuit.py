@@ -25,7 +25,8 @@ same ``weighting`` option, so the two are configured alike.
   the paper's literal ``p_m = w_m / sum_{j in [M]} w_j`` over all M clients, which shrinks every
   selector's step by about U (each cluster holds ~M/U clients).
 
-The strategy is pure tensor code: which round it is and the losses come from the hook.
+The strategy is pure tensor code: which round it is, the assignment and the clients' sizes
+come from the hook (from the clients' replies, so the same under Flower).
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ class FedBiscuit(Strategy):
         empty = [u for u, keys in enumerate(self.selector_keys) if not keys]
         if empty:
             raise ValueError(
-                f"FedBiscuit: no parameters for selectors {empty}; use BinarySelectorModule(num_selectors={self.num_selectors})"
+                f"FedBiscuit: no parameters for selectors {empty};"
+                f" use BinarySelectorModule(num_selectors={self.num_selectors})"
             )
 
     @property
@@ -218,7 +220,10 @@ class FedBiscuit(Strategy):
         return {k: global_state[k] for k in self.selector_keys[self.selector_of(client_id)]}
 
     def weight(self, client_id: int, members: Sequence[int]) -> float:
-        """``p_m = w_m / sum_{j in members} w_j`` (``weighting``; uniform without client sizes)."""
+        """``p_m = w_m / sum_{j in members} w_j`` (``weighting``; uniform without client sizes).
+
+        The sizes (:attr:`client_sizes`) are what the clients reported at the last grouping.
+        """
         if self.weighting == "uniform" or self.client_sizes is None:
             return 1.0 / len(members)
         return self.client_sizes[client_id] / sum(self.client_sizes[c] for c in members)
@@ -227,9 +232,10 @@ class FedBiscuit(Strategy):
         out: StateDict = {k: v.detach().clone() for k, v in global_state.items()}
         if self.is_warmup(self.round_idx) or self.assignment is None:
             # Warm-up trains one selector by FedBis, aggregated by Eq. (8) (normalised).
+            # Eq. (8) normalises over the sampled clients, so their own sizes are all it needs.
             u = self.selector_of(updates[0].client_id) if updates else 0
-            keys, everyone = self.selector_keys[u], range(self.num_clients)
-            p = [self.weight(up.client_id, everyone) for up in updates]
+            keys = self.selector_keys[u]
+            p = [1.0 if self.weighting == "uniform" else float(up.num_examples) for up in updates]
             out.update(eq8_update([{k: up.state[k] for k in keys} for up in updates], p))
             return out
         for u in range(self.num_selectors):
@@ -248,9 +254,11 @@ class FedBiscuit(Strategy):
 
     # -------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
-        return {"round_idx": self.round_idx, "assignment": self.assignment}
+        return {"round_idx": self.round_idx, "assignment": self.assignment, "client_sizes": self.client_sizes}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.round_idx = state.get("round_idx", 0)
         assignment = state.get("assignment")
         self.assignment = list(assignment) if assignment is not None else None
+        sizes = state.get("client_sizes")
+        self.client_sizes = list(sizes) if sizes is not None else None

@@ -1,15 +1,72 @@
-"""Run a config through Flower's simulation engine (Ray) in its own process.
+"""Run a config through Flower's simulation engine (Ray) in its own process, and the
+in-process / in-process-grid runs the Flower parity tests compare it with.
 
 python tests/helpers/flower_sim.py <config.yaml> <output-dir> <num-supernodes> [overrides]
 """
 
+from __future__ import annotations
+
+import os
+import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
-from flwr.simulation import run_simulation
+ROOT = Path(__file__).resolve().parents[2]
 
-from lightning_fed.deploy.apps import make_client_app, make_server_app
+
+def run_in_process(config: str, out: Path, overrides: list[str]) -> Any:
+    """``lightning-fed fit`` in this process; returns the run's FederatedLoop."""
+    from lightning_fed.callbacks import FederatedLoop
+    from lightning_fed.cli import main
+
+    args = [
+        "fit",
+        "--config",
+        config,
+        f"--trainer.default_root_dir={out}",
+        "--trainer.logger=false",
+        "--trainer.enable_checkpointing=false",
+        "--trainer.enable_progress_bar=false",
+        *overrides,
+    ]
+    cli = main(args)
+    return next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop))
+
+
+def run_on_grid(config: str, out: Path, overrides: list[str], tamper: Any = None, dead: tuple = ()) -> tuple[Any, Any]:
+    """The Flower ServerApp's :class:`FederatedServer` over an in-process grid of ClientApps."""
+    from lightning_fed.deploy.apps import client_app, load_run
+    from lightning_fed.deploy.server import FederatedServer
+    from tests.helpers.flower_grid import InProcessGrid
+
+    run_config = {"config": config, "overrides": " ".join(overrides)}
+    module, datamodule, loop, _ = load_run(config, run_config["overrides"])
+    server = FederatedServer(loop, module, datamodule.num_clients, out, timeout=30, datamodule=datamodule)
+    grid = InProcessGrid(client_app, datamodule.num_clients, run_config, tamper=tamper)
+    grid.dead.update(dead)
+    server.start(grid, min_nodes=datamodule.num_clients - len(dead))
+    return server, grid
+
+
+def run_simulation_engine(config: str, out: Path, nodes: int, overrides: list[str]) -> subprocess.CompletedProcess:
+    """This script in a subprocess: the run under Flower's simulation engine (Ray)."""
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "FLWR_TELEMETRY_ENABLED": "0",
+        "PYTHONPATH": str(ROOT),
+    }
+    cmd = [sys.executable, str(Path(__file__).resolve()), str(ROOT / config), str(out), str(nodes), " ".join(overrides)]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
 
 if __name__ == "__main__":
+    from flwr.simulation import run_simulation
+
+    from lightning_fed.deploy.apps import make_client_app, make_server_app
+
     config, out, nodes = sys.argv[1], sys.argv[2], int(sys.argv[3])
     settings = {"config": config, "overrides": sys.argv[4] if len(sys.argv) > 4 else ""}
     run_simulation(

@@ -68,7 +68,7 @@ def test_assignment_is_logged_as_a_tensorboard_image(tmp_path):
     )
     strategy.set_assignment([0, 2, 1, 0])
     logger = TensorBoardLogger(str(tmp_path))
-    ClientGrouping._log_image(SimpleNamespace(logger=logger), strategy, round_idx=4)
+    ClientGrouping._log_image(SimpleNamespace(loggers=[logger]), strategy, round_idx=4)
     logger.experiment.flush()
     assert list(tmp_path.rglob("events.out.tfevents.*"))
 
