@@ -18,13 +18,53 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from lightning_fed.datamodules.preference import PreferenceDataModule
 from lightning_fed.datamodules.selector import SELECTOR_TEMPLATE_CHOICES
 from lightning_fed.datamodules.sources import load_records
-from lightning_fed.modules.selector_source import SelectorSource
+
+
+@dataclass
+class SelectorSource:
+    """Where the trained binary selector (FedBis) or the U selectors (FedBiscuit) come from.
+
+    Loaded by :func:`lightning_fed.modules.selector_source.load_selector` (``path``) or trained
+    by :func:`lightning_fed.pipelines.fedbis.train_selector` (``train_config``). It is data
+    configuration, so it lives here and the data package does not import the modules package.
+    """
+
+    path: str | None = None
+    """A selector run's PEFT adapter folder (``<run dir>/adapter``) or Lightning ``.ckpt``.
+    When set, it is used and ``train_config`` is ignored."""
+
+    backbone: dict[str, Any] | None = None
+    """The selector's backbone, as ``model.init_args.backbone`` (a ``BackboneConfig``'s keys).
+    Default: from the checkpoint's hyper-parameters, or from the ``config.yaml`` the CLI saved
+    next to the adapter folder."""
+
+    train_config: str | None = None
+    """Train the selector first with this config (``lightning-fed fit --config``), so one
+    RLFT config runs both stages. Used when ``path`` is not set."""
+
+    train_args: list[str] | None = None
+    """Extra command-line arguments of that training run, e.g. ``["--federation.rounds=5"]``."""
+
+    seed: int | None = None
+    """Seed of a backbone built from ``backbone.config`` (random weights, not saved with the
+    adapters): it must be the training run's. Default: that run's ``seed_everything`` (from
+    its ``config.yaml``) or the checkpoint's federation seed."""
+
+    def __post_init__(self) -> None:
+        if self.path is None and self.train_config is None:
+            raise ValueError(
+                "selector: set selector.path (a trained selector) or selector.train_config (train one first),"
+                " got neither"
+            )
+        if self.train_args and self.train_config is None:
+            raise ValueError(f"selector.train_args needs selector.train_config, got train_args={self.train_args}")
 
 
 class RLFTDataModule(PreferenceDataModule):

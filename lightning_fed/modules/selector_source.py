@@ -19,56 +19,22 @@ calls, or by the config that trains it, so one config runs both stages:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
 
+from lightning_fed.datamodules.rlft import SelectorSource
 from lightning_fed.federation.checkpoint_io import read_checkpoint
 from lightning_fed.modules.backbone import BackboneConfig
 from lightning_fed.modules.lora import LoraSettings
 from lightning_fed.modules.selector import BinarySelectorModule, selector_name
 
+__all__ = ["SelectorSource", "load_selector"]
+
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
-
-
-@dataclass
-class SelectorSource:
-    """A trained binary selector (FedBis) or ensemble of U selectors (FedBiscuit)."""
-
-    path: str | None = None
-    """A selector run's PEFT adapter folder (``<run dir>/adapter``) or Lightning ``.ckpt``.
-    When set, it is used and ``train_config`` is ignored."""
-
-    backbone: BackboneConfig | None = None
-    """The selector's backbone. Default: from the checkpoint's hyper-parameters, or from the
-    ``config.yaml`` the CLI saved next to the adapter folder."""
-
-    train_config: str | None = None
-    """Train the selector first with this config (``lightning-fed fit --config``), so one
-    RLFT config runs both stages. Used when ``path`` is not set."""
-
-    train_args: list[str] | None = None
-    """Extra command-line arguments of that training run, e.g. ``["--federation.rounds=5"]``."""
-
-    seed: int | None = None
-    """Seed of a backbone built from ``backbone.config`` (random weights, not saved with the
-    adapters): it must be the training run's. Default: that run's ``seed_everything`` (from
-    its ``config.yaml``) or the checkpoint's federation seed."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.backbone, dict):
-            self.backbone = BackboneConfig(**self.backbone)
-        if self.path is None and self.train_config is None:
-            raise ValueError(
-                "selector: set selector.path (a trained selector) or selector.train_config (train one first),"
-                " got neither"
-            )
-        if self.train_args and self.train_config is None:
-            raise ValueError(f"selector.train_args needs selector.train_config, got train_args={self.train_args}")
 
 
 def load_selector(source: SelectorSource | str, backbone: BackboneConfig | None = None) -> BinarySelectorModule:
@@ -85,7 +51,13 @@ def load_selector(source: SelectorSource | str, backbone: BackboneConfig | None 
     """
     if isinstance(source, str):
         source = SelectorSource(path=source)
-    backbone = backbone or source.backbone
+    if backbone is None and isinstance(source.backbone, BackboneConfig):
+        backbone = source.backbone
+    elif backbone is None and source.backbone is not None:
+        try:
+            backbone = BackboneConfig(**source.backbone)
+        except TypeError as err:  # an unknown key
+            raise ValueError(f"selector.backbone: {err}") from None
     if source.path is None:
         raise ValueError(
             f"selector.train_config {source.train_config!r} names a run, not a saved selector: "

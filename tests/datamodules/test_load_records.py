@@ -5,6 +5,7 @@ import re
 
 import datasets
 import pytest
+import torch
 
 from lightning_fed.datamodules import PreferenceDataModule
 from lightning_fed.modules.backbone import load_tokenizer
@@ -67,3 +68,10 @@ def test_synthetic_num_clients_is_data_num_clients():
         "data.synthetic_args.num_clients=5 conflicts with data.num_clients=3;"
         " leave synthetic_args.num_clients out (it is data.num_clients)"
     )
+
+
+def test_the_data_package_masks_labels_with_the_losses_ignore_index():
+    from lightning_fed.datamodules.tokenize import IGNORE_INDEX as DATA_IGNORE
+    from lightning_fed.modules.losses import IGNORE_INDEX
+
+    assert DATA_IGNORE == IGNORE_INDEX == torch.nn.CrossEntropyLoss().ignore_index == -100

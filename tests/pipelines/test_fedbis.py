@@ -60,6 +60,8 @@ def test_rlft_data_without_d_gen_names_the_pipeline_and_load_selector_needs_a_pa
         dm.load_records()
     with pytest.raises(ValueError, match="selector.train_config 'a.yaml' names a run, not a saved selector"):
         load_selector(SelectorSource(train_config="a.yaml"))
+    with pytest.raises(ValueError, match="selector.backbone: .*'layers'"):
+        load_selector(SelectorSource(path="x", backbone={"layers": 2}))
     with pytest.raises(ValueError, match=r"data.selector_template must be one of \['shp', .*\], got 'nope'"):
         RLFTDataModule(selector=SelectorSource(path="x"), selector_template="nope")
 
