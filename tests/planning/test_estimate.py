@@ -1,6 +1,7 @@
 """The planner's arithmetic by hand, a 7B config offline, the CLI, and (slow) a measured peak."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,40 @@ def test_llama2_7b_offline():
     assert bf16.items["weights"] == 2 * 6_738_415_616
     assert qlora.items["lora"] == 4 * 16 * 32 * (4 * 2 * 4096 + 3 * (4096 + 11008))
     assert qlora.total < 8e9 < 13.4e9 < bf16.total  # bf16 weights alone are 13.5 GB
+
+
+@pytest.mark.slow  # ~12 s of CPU, 10 of them importing the package; main() is tested in-process below
+def test_lightning_fed_plan_prints_a_7b_qlora_plan_offline(tmp_path):
+    """``lightning-fed plan`` as a process, network off: the meta-device model, nothing downloaded."""
+    backbone = {"config": LLAMA2_7B, "dtype": "bfloat16", "quantization": "nf4", "activation_checkpointing": True}
+    cfg = {
+        "model": {
+            "class_path": "lightning_fed.modules.DPOModule",
+            "init_args": {"backbone": backbone, "lora": {"r": 16}},
+        },
+        "data": {"init_args": {"batch_size": 1, "max_length": 512}},
+    }
+    path = tmp_path / "llama2_7b_qlora.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "empty_hub")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed.cli", "plan", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plan = estimate(
+        model_shape({"config": LLAMA2_7B}),
+        PlanInputs(
+            batch_size=1, max_length=512, lora_r=16, dtype="bfloat16", quantization="nf4", activation_checkpointing=True
+        ),
+    )
+    assert "model: llama, 6,738.4M parameters (32 layers, hidden 4096, vocab 32000), bfloat16, nf4" in proc.stdout
+    total = [line.split()[1:] for line in proc.stdout.splitlines() if line.strip().startswith("total")]
+    assert total == [[f"{plan.total / 2**30:,.2f}", "GiB"]]
+    assert not (tmp_path / "empty_hub").exists()
 
 
 def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
