@@ -110,3 +110,35 @@ def test_resume_equals_uninterrupted(straight, k):
     for key, value in full.global_state.items():
         torch.testing.assert_close(resumed.global_state[key], value, rtol=1e-5, atol=1e-7, msg=key)
     assert any(not torch.equal(first.global_state[k2], v) for k2, v in full.global_state.items())
+
+
+def test_grouping_exchange_by_hand():
+    """The hook's pre-round exchange without an engine: queries, replies (one missing), instructions."""
+    from types import SimpleNamespace
+
+    strategy = FedBiscuit(num_selectors=3, warmup_rounds=1, regroup_every=2)
+    state = {f"x.lora_A.selector_{u}.w" if u else "x.lora_A.default.w": torch.zeros(2) for u in range(3)}
+    strategy.setup(state, num_clients=3)
+    server, trainer, hook = (
+        SimpleNamespace(strategy=strategy, global_state=state),
+        SimpleNamespace(loggers=[]),
+        ClientGrouping(),
+    )
+    assert hook.client_queries(server, trainer, None, 2, [0]) == {}  # warm-up of selector 2
+    assert hook.client_instruction(server, 1, 2) == {"selector": 2}
+    queries = hook.client_queries(server, trainer, None, 3, [0])  # round 4: grouping, every client asked
+    assert queries == {c: {"with_global_state": True, "num_selectors": 3} for c in range(3)}
+    replies = {
+        0: {"losses": torch.tensor([0.1, 0.5, 0.9]), "num_examples": 10},
+        1: {"losses": torch.tensor([0.4, 0.3, 0.8]), "num_examples": 20},
+        2: {"losses": torch.tensor([0.1, float("nan"), 0.2]), "num_examples": 5},  # not finite: unheard
+    }
+    with pytest.warns(UserWarning, match="client 2 is grouped without its losses: 'losses' must be finite"):
+        hook.on_replies(server, trainer, None, 3, [0, 1], replies)
+    # client 2 gets the mean row [0.25, 0.4, 0.85]: best 0, but client 0 fits 0 better (0.1); then 1,
+    # where client 1 fits better (0.3 < 0.4); so 2. Its size is the mean of the others, 15.
+    (grouping,) = hook.groupings
+    assert grouping["assignment"] == [0, 1, 2] == strategy.assignment and grouping["missing"] == [2]
+    torch.testing.assert_close(torch.tensor(grouping["losses"][2]), torch.tensor([0.25, 0.4, 0.85]))
+    assert strategy.client_sizes == [10, 20, 15] and grouping["broadcast_bytes"] == 3 * 3 * 2 * 4
+    assert [hook.client_instruction(server, c, 3) for c in range(3)] == [{"selector": u} for u in range(3)]
