@@ -13,7 +13,6 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lightning_fed.evaluation.stage_results import StageResults, results_dir, write_results
 from lightning_fed.federation.server_round import ServerRound
 
 
@@ -27,6 +26,10 @@ class EvaluationStage:
     """
 
     def __init__(self, server: ServerRound, datamodule: Any, module: pl.LightningModule) -> None:
+        # Imported here: `lightning_fed.callbacks` must not pull in the evaluation package (and
+        # through it the data modules) when it is imported.
+        from lightning_fed.evaluation.stage_results import StageResults
+
         self.server, self.datamodule = server, datamodule
         if server.global_state:  # restored from the checkpoint, or left by a fit in this process
             module.load_state(server.global_state)
@@ -38,6 +41,8 @@ class EvaluationStage:
 
     def finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Write ``<run>/<stage>_results.json`` and log the metrics (TensorBoard, the results table)."""
+        from lightning_fed.evaluation.stage_results import results_dir, write_results
+
         dm, report = self.datamodule, self.server.report
         results = self.results.summary(getattr(dm, "group_names", None))
         dataset = (

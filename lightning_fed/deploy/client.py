@@ -184,6 +184,7 @@ class ClientRunner:
         store = ClientStateStore()
         store.load_state_dict({client_id: entry})
         data = self.datamodule.client(client_id)
+        self.module.load_state(state)  # prepare_client sees the state the server sent, as in-process
         prepare_client(self.hooks, self.module, data, client_id, round_idx, instructions or {})
         num_examples = self.datamodule.client_sizes[client_id]
         turn = ClientTurn(
