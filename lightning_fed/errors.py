@@ -110,6 +110,7 @@ _CLASS_PATH = re.compile(r"Problem with given class_path '([^']+)': (.*?)(?= - |
 _REQUIRED = re.compile(r"the following arguments are required: (.*?)(?= - |$)")
 _PARSER_KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$')
 _NOT_FOUND = ("has no attribute", "No module named", "Unable to import", "not a subclass", "import")
+_SHORT_NAME = re.compile(r"Expected a dot import path string: (\S+)")
 
 
 def _join(key: str | None, sub: str) -> str:
@@ -129,6 +130,11 @@ def simplify_parse_error(message: str) -> str:
     if m := _REQUIRED.search(message):
         missing = [_join(key, k.strip()) for k in m.group(1).split(",") if k.strip()]
         return f"{', '.join(missing)}: required but missing from the config"
+    if key == "federation.strategy" and (m := _SHORT_NAME.search(message)):  # a short name no strategy has
+        from lightning_fed.strategies.registry import available_strategies
+
+        names = ", ".join(available_strategies())
+        return f"{key}: no strategy named {m.group(1)!r}; by short name: {names}; or give a full class path"
     if m := _CLASS_PATH.search(message):
         class_path, reason = m.group(1), m.group(2).strip()
         if _PARSER_KEY.match(reason):  # the class is fine, one of its arguments is not

@@ -66,7 +66,11 @@ def test_full_path_once_then_short_name(tmp_path, monkeypatch, capsys):
     base = ["fit", "--config", "configs/tiny.yaml", "--print_config"]
     with pytest.raises(SystemExit) as unknown:
         main([*base, "--federation.strategy=HalfwayAvg"])
-    assert unknown.value.code != 0 and "federation.strategy" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert unknown.value.code == 2, err
+    assert "error: federation.strategy: no strategy named 'HalfwayAvg'; by short name: " in err
+    listed = err.split("by short name: ", 1)[1].split("; or give a full class path", 1)[0].split(", ")
+    assert listed == sorted(listed) and {"FedAvg", "FedNova", "Scaffold", "TrimmedMean"} <= set(listed)
     for value in ("my_local_strategies.HalfwayAvg", "HalfwayAvg"):  # full path imports it; then the name
         with pytest.raises(SystemExit) as ok:
             main([*base, f"--federation.strategy={value}"])
