@@ -86,7 +86,10 @@ class RoundHook:
     def setup(self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         """Once per fit, after a resumed run's state is loaded, before any evaluation or round.
 
-        Put state restored by :meth:`load_state_dict` back into the module here.
+        Put state restored by :meth:`load_state_dict` back into the module here. Under Flower
+        it also runs on a client before each of its turns, with the
+        :class:`~lightning_fed.federation.turn.ClientTurn` as ``server`` (a hook reading the
+        optimizers' base rates, e.g. ``RoundLRSchedule``, needs that on the client).
         """
 
     # ------------------------------------------------------- client work before a round
