@@ -6,7 +6,7 @@ of different sizes, stragglers), FedAvg's average of the models ``y_i`` weights 
 how far it walked, not by ``p_i``: the federation converges to the optimum of a surrogate
 objective weighted by ``p_i * tau_i`` (the paper's "objective inconsistency").
 FedNova normalises each client's change by the length of its local path before averaging
-(Sec. 4, the normalized update), then rescales by an effective number of steps:
+(the paper's normalized update), then rescales by an effective number of steps:
 
     d_i     = (y_i - x) / ||a_i||_1
     tau_eff = sum_i p_i ||a_i||_1
@@ -14,13 +14,14 @@ FedNova normalises each client's change by the length of its local path before a
 
 with ``p_i = |D_i| / sum_j |D_j|`` over the round's clients. ``a_i`` is the vector of weights
 local SGD puts on the client's gradients; its 1-norm is ``tau_i`` for plain SGD and, for SGD
-with momentum ``rho`` (the paper's Sec. 4 example),
+with momentum ``rho`` (the paper's momentum-SGD example of a_i),
 
     ||a_i||_1 = (tau_i - rho * (1 - rho**tau_i) / (1 - rho)) / (1 - rho).
 
 With equal ``tau_i`` this is FedAvg exactly, hence the subclass. For an adaptive local
-optimizer (the package's default AdamW) the paper gives no ``a_i``; counting steps
-(``local_momentum: 0``) is the normalisation its experiments use for vanilla local solvers.
+optimizer (the package's default AdamW) the paper gives no ``a_i``; ``local_momentum: 0``
+then counts optimizer steps, each as one unit-weight step: an approximation of ours, exact
+for plain SGD (``model.optimizer: sgd``).
 
 The step count travels as the extension point intends: :class:`StepCount` (the client-side
 :class:`~lightning_fed.strategies.base.LocalCorrection`) returns it from ``finish`` as the
