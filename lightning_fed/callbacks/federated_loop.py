@@ -370,7 +370,8 @@ class FederatedLoop(TurnDriver):
         self.failed_clients = state_dict.get("failed_clients", 0)
         self.rejected_updates = state_dict.get("rejected_updates", 0)
         self.clipped_updates = state_dict.get("clipped_updates", 0)
-        self.server.seed = state_dict.get("seed", self.server._seed)
+        if "seed" in state_dict:
+            self.server.seed = state_dict["seed"]
 
     @override
     def on_save_checkpoint(
