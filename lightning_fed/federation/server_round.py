@@ -6,7 +6,7 @@ update screen, the fault counters and the hooks' extra traffic. Both transports 
 same steps through it: :meth:`~ServerRound.sample` the clients, :meth:`~ServerRound.prepare`
 the round (hook queries, replies, round-start hooks), :meth:`~ServerRound.send` each client
 its start state, :meth:`~ServerRound.receive` its update (checked, screened, admitted) or
-record that it :meth:`~ServerRound.fail`\\ ed, and :meth:`~ServerRound.close` the round
+record a failure (:meth:`~ServerRound.fail`), and :meth:`~ServerRound.close` the round
 (``min_clients``, aggregation, after-aggregate hooks, the round's record). The
 :class:`~lightning_fed.callbacks.FederatedLoop` holds one as ``loop.server``, the
 :class:`~lightning_fed.deploy.FederatedServer` the same one as ``server.server``.
