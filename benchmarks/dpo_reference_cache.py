@@ -8,8 +8,9 @@ is stepped twice, once served from the warm cache and once with the reference re
 (``module.reference_cache = None``, what ``model.cache_reference: false`` does), the order
 of the two alternating from batch to batch so that load on a shared machine hits both
 alike. A step is the training step's work: the loss (policy forward, reference), backward,
-optimizer step. Reported: median and mean seconds per step of each, the reference forward
-alone, and the ratio of the medians (target <= 0.75). The last line is
+optimizer step. Reported: median and mean seconds per step of each (and the process CPU
+time, which on a shared machine with one thread does not count time spent waiting for a
+core), the reference forward alone, and the ratio of the wall-clock medians (target <= 0.75). The last line is
 ``dpo_reference_cache: step_ratio=<cached/recomputed>``.
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/dpo_reference_cache.py
@@ -74,22 +75,25 @@ def main() -> None:
     assert cache is not None, "the reference cache is on by default for DPO"
     batches = random_batches(module.model.get_base_model().config.vocab_size, args.pairs, args.batch, args.length)
 
-    def step(batch: dict, cached: bool) -> float:
+    def step(batch: dict, cached: bool) -> tuple[float, float]:
         module.reference_cache = cache if cached else None
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         module.pair_metrics(batch)["loss"].mean().backward()
         optimizer.step()
         optimizer.zero_grad()
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
 
-    fill = [step(b, cached=True) for b in batches]  # first sight: every reference is computed
+    fill = [step(b, cached=True)[0] for b in batches]  # first sight: every reference is computed
     assert cache.misses == args.pairs and cache.hits == 0, (cache.hits, cache.misses)
     times: dict[bool, list[float]] = {True: [], False: []}
+    cpu_times: dict[bool, list[float]] = {True: [], False: []}
     reference = []
     for epoch in range(args.epochs):
         for i, batch in enumerate(batches):
             for cached in (True, False) if (epoch + i) % 2 == 0 else (False, True):
-                times[cached].append(step(batch, cached))
+                wall, cpu = step(batch, cached)
+                times[cached].append(wall)
+                cpu_times[cached].append(cpu)
             start = time.perf_counter()
             module.compute_reference_log_probs(batch)
             reference.append(time.perf_counter() - start)
@@ -102,10 +106,15 @@ def main() -> None:
     )
     print(f"  filling epoch (cache misses):   mean {statistics.mean(fill):.3f} s/step")
     for name, cached in (("cached reference (warm)", True), ("recomputed reference", False)):
-        t = times[cached]
-        print(f"  {name:<30} median {statistics.median(t):.3f} s/step, mean {statistics.mean(t):.3f}")
+        t, c = times[cached], cpu_times[cached]
+        print(
+            f"  {name:<30} median {statistics.median(t):.3f} s/step, mean {statistics.mean(t):.3f}"
+            f" (process CPU time: median {statistics.median(c):.3f} s)"
+        )
     print(f"  reference forward alone:       median {statistics.median(reference):.3f} s")
     print(f"  cache: {len(cache)} entries, {cache.memory_bytes} B in memory, hits {cache.hits}, misses {cache.misses}")
+    cpu_ratio = statistics.median(cpu_times[True]) / statistics.median(cpu_times[False])
+    print(f"  CPU-time ratio (insensitive to other processes' load with one thread): {cpu_ratio:.3f}")
     print(f"dpo_reference_cache: step_ratio={with_cache / without:.3f}")
 
 
