@@ -32,7 +32,7 @@ class DPOModule(FederatedModule):
             Default (``None``): on whenever it is exact, i.e. when no dropout is active in the
             backbone (the reference is then a fixed function of the example). ``true`` with
             active dropout is an error; ``false`` recomputes the reference on every step.
-        reference_cache_bytes: In-memory budget of the cache (about 200 B per example);
+        reference_cache_bytes: In-memory budget of the cache (about 180 B per example);
             past it, entries spill to an SQLite file in ``reference_cache_dir``.
         reference_cache_dir: Folder of the spill file; default a temporary directory
             (under ``$TMPDIR``), deleted at exit.

@@ -86,7 +86,7 @@ class ReferenceCache:
     the one computed when the example was first seen.
 
     Args:
-        max_memory_bytes: Budget of the in-memory dict (about ``ENTRY_BYTES`` = 200 B per
+        max_memory_bytes: Budget of the in-memory dict (``ENTRY_BYTES``, about 180 B per
             example). When it is exceeded every in-memory entry moves to the SQLite file.
         spill_dir: Folder of the SQLite file; default: a new temporary directory, deleted by
             :meth:`close` or at exit. A given folder is kept, the file in it deleted.
