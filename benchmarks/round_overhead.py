@@ -60,7 +60,8 @@ from torch.utils.data import ConcatDataset, DataLoader  # noqa: E402
 from lightning_fed.callbacks import FederatedLoop  # noqa: E402
 from lightning_fed.datamodules import PreferenceDataModule, RoundBatchSampler  # noqa: E402
 from lightning_fed.datamodules.tokenize import PadCollator  # noqa: E402
-from lightning_fed.federation.sampling import ClientTurn, sample_clients  # noqa: E402
+from lightning_fed.federation.sampling import sample_clients  # noqa: E402
+from lightning_fed.federation.turn import TurnPlan  # noqa: E402
 from lightning_fed.modules import BackboneConfig, DPOModule, LoraSettings  # noqa: E402
 from lightning_fed.strategies import FedAvg  # noqa: E402
 from tests.helpers.runs import TINY_GPT2  # noqa: E402
@@ -201,7 +202,7 @@ class Bench:
         offsets = [sum(sizes[:c]) for c in range(len(sizes))]
         self.index_batches = []
         for r in range(rounds):
-            turns = [ClientTurn(c, steps) for c in sample_clients(self.num_clients, clients, SEED, r)]
+            turns = [TurnPlan(c, steps) for c in sample_clients(self.num_clients, clients, SEED, r)]
             self.index_batches += list(RoundBatchSampler(turns, offsets, sizes, self.bs, self.dm.seed, r))
         self.dataset = ConcatDataset([self.dm.client(c).train_set for c in range(self.num_clients)])
         self.collate = PadCollator(module.tokenizer.pad_token_id)
