@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
 
     from lightning_fed.federation.server_round import ServerRound
-    from lightning_fed.federation.turn import ClientTurn
 
 
 @torch.no_grad()
@@ -75,8 +74,6 @@ class ClientGrouping(RoundHook):
 
     def __init__(self) -> None:
         self.groupings: list[dict[str, Any]] = []
-        self._exchanged = -1  # the last round whose grouping came through on_replies
-        self._instructed: int | None = None  # the client whose selector prepare_client set
 
     @staticmethod
     def _strategy(server: ServerRound) -> FedBiscuit:
@@ -146,7 +143,6 @@ class ClientGrouping(RoundHook):
             }
         )
         self._log_image(trainer, strategy, round_idx)
-        self._exchanged = round_idx
 
     @staticmethod
     def _checked_reply(reply: Payload, num_selectors: int) -> tuple[Tensor, int]:
@@ -165,14 +161,6 @@ class ClientGrouping(RoundHook):
     ) -> None:
         strategy = self._strategy(server)
         strategy.start_round(round_idx)
-        if strategy.is_grouping_round(round_idx) and self._exchanged != round_idx:
-            # An engine without the pre-round exchange: ask the clients here (in-process only).
-            module.load_state(server.global_state)
-            queries = self.client_queries(server, trainer, module, round_idx, clients)
-            dm = server.datamodule
-            replies = {c: self.answer_query(module, dm.client(c), c, round_idx, q) for c, q in queries.items()}
-            server.add_round_bytes(down=len(queries) * state_nbytes(server.global_state))
-            self.on_replies(server, trainer, module, round_idx, clients, replies)
         # For evaluation: each client is judged by its own selector.
         module.client_selectors = {c: strategy.selector_of(c) for c in range(strategy.num_clients)}
 
@@ -188,14 +176,6 @@ class ClientGrouping(RoundHook):
         selector = int(instruction["selector"])
         module.use_selector(selector)  # raises if not in [0, U)
         module.client_selectors = {**module.client_selectors, client_id: selector}
-        self._instructed = client_id
-
-    def on_client_start(
-        self, turn: ClientTurn, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
-    ) -> None:
-        if self._instructed != client_id:  # no instruction came (an engine without prepare_client)
-            module.use_selector(self._strategy(turn).selector_of(client_id))
-        self._instructed = None
 
     def summary(self) -> dict[str, Any]:
         return {"groupings": self.groupings}

@@ -5,6 +5,10 @@ round's batches are laid out (``on_round_start``) it asks its subclass for each 
 client's coreset (indices into ``ClientData.full_train``) and restricts the client to it
 with ``ClientData.select``; the FedAvg weights ``|D~_i|`` (Eq. (12)) and, with
 ``federation.local_epochs``, the number of local steps follow from the selected sizes.
+That reads client data on the server, so such a hook runs in-process only
+(``remote_ready = False``). FedHDS instead decides from the clients' answers to a pre-round
+query (``on_replies`` -> :meth:`CoresetSelection.apply`) and sends each client its coreset as
+an instruction, applied on the client by ``prepare_client``: it runs under Flower too.
 
 A client whose coreset is empty (none of its groups was selected) does not train that
 round, as in the authors' code: it is removed from the round's client list, which the

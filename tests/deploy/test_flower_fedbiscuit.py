@@ -23,10 +23,17 @@ def local(tmp_path_factory):
     return run_in_process(CONFIG, tmp_path_factory.mktemp("local"), OVERRIDES)
 
 
-def _assert_same_state(a: dict, b: dict) -> None:
+def _assert_same_state(a: dict, b: dict, atol: float = 1e-6) -> None:
     assert a.keys() == b.keys()
     for k, v in a.items():  # same code path, same seeds: equal up to float summation order
-        torch.testing.assert_close(b[k], v, rtol=1e-5, atol=1e-6, msg=k)
+        torch.testing.assert_close(b[k], v, rtol=1e-5, atol=atol, msg=k)
+
+
+# Flower's simulation engine runs each ClientApp in a Ray actor with one intra-op thread, so
+# sums are ordered differently; Adam's first steps turn that into small absolute differences
+# on near-zero LoRA entries (measured on FedBiscuit's 4 rounds: at most 2.2e-5, with the
+# same sampled clients, assignment and traffic).
+SIM_ATOL = 1e-4
 
 
 def test_fedbiscuit_on_a_flower_grid_matches_in_process(local, tmp_path):
@@ -78,14 +85,18 @@ def test_a_dead_node_is_a_missing_reply(tmp_path):
     assert summary["missing_replies"] == 1
 
 
+@pytest.mark.slow
 def test_fedbiscuit_under_the_simulation_engine_matches_in_process(local, tmp_path):
     """Through Flower's own simulation engine (Ray actors as SuperNodes, in a subprocess)."""
     proc = run_simulation_engine(CONFIG, tmp_path / "sim", 6, OVERRIDES)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    _assert_same_state(local.global_state, torch.load(tmp_path / "sim" / "global_state.pt", weights_only=True))
+    remote = torch.load(tmp_path / "sim" / "global_state.pt", weights_only=True)
+    _assert_same_state(local.global_state, remote, atol=SIM_ATOL)
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
     (grouping,) = summary["hooks"]["ClientGrouping"]["groupings"]
     assert grouping["assignment"] == local.hooks[0].groupings[0]["assignment"]
+    for key in ("clients", "aggregated", "up_bytes", "down_bytes"):
+        assert [r[key] for r in summary["rounds"]] == [r[key] for r in local.report.history], key
 
 
 def test_a_hook_reading_client_data_on_the_server_is_refused_at_start(tmp_path):

@@ -22,10 +22,17 @@ def local(tmp_path_factory):
     return run_in_process(CONFIG, tmp_path_factory.mktemp("local"), OVERRIDES)
 
 
-def _assert_same_state(a: dict, b: dict) -> None:
+def _assert_same_state(a: dict, b: dict, atol: float = 1e-6) -> None:
     assert a.keys() == b.keys()
     for k, v in a.items():  # same code path, same seeds: equal up to float summation order
-        torch.testing.assert_close(b[k], v, rtol=1e-5, atol=1e-6, msg=k)
+        torch.testing.assert_close(b[k], v, rtol=1e-5, atol=atol, msg=k)
+
+
+# Flower's simulation engine runs each ClientApp in a Ray actor with one intra-op thread, so
+# sums are ordered differently; Adam's first steps turn that into small absolute differences
+# on near-zero LoRA entries (measured on FedBiscuit's 4 rounds: at most 2.2e-5, with the
+# same sampled clients, assignment and traffic).
+SIM_ATOL = 1e-4
 
 
 def _selections(history: list[dict]) -> list[dict]:
@@ -63,7 +70,8 @@ def test_fedhds_turbo_under_the_simulation_engine_matches_in_process(local, tmp_
     """Through Flower's own simulation engine (Ray actors as SuperNodes, in a subprocess)."""
     proc = run_simulation_engine(CONFIG, tmp_path / "sim", 4, OVERRIDES)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    _assert_same_state(local.global_state, torch.load(tmp_path / "sim" / "global_state.pt", weights_only=True))
+    remote = torch.load(tmp_path / "sim" / "global_state.pt", weights_only=True)
+    _assert_same_state(local.global_state, remote, atol=SIM_ATOL)
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
     selection = summary["hooks"]["HierarchicalDataSelection"]
     assert selection["rounds"] == 2 and selection["data_fraction"] == local.hooks[0].summary()["data_fraction"]
