@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.datamodules.tokenize import IGNORE_INDEX  # the same -100 as modules.losses
 from lightning_fed.evaluation.generation import generate_from_ids
 from lightning_fed.evaluation.rouge import ROUGE_TYPES, rouge_per_example
-from lightning_fed.modules.losses import IGNORE_INDEX
 
 
 def response_lengths(labels: Tensor) -> Tensor:
