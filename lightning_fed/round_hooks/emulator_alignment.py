@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from lightning_fed.datamodules.templates import TEMPLATE_CHOICES, format_prompt, format_response
 from lightning_fed.federation.hooks import RoundHook
 from lightning_fed.federation.sampling import derive_seed
 from lightning_fed.state import clone_state, state_nbytes
@@ -114,7 +115,11 @@ class EmulatorAlignment(RoundHook):
         field_map: Canonical field -> source column.
         split: Hub split.
         synthetic_args: Arguments of the synthetic generator.
-        template: Prompt template of instruction records.
+        template: Prompt template of the public texts: ``alpaca``, ``plain`` or ``chat`` (the
+            backbone tokenizer's chat template, end-of-turn marker included; use the run's
+            ``data.template``). Preference records are ``prompt + chosen`` as is, except with
+            ``chat``, where they are rendered as a user and an assistant turn.
+        system_prompt: System message of the ``chat`` template (the run's ``data.system_prompt``).
         max_length: Tokens kept per public example.
         max_examples: Use at most this many public examples (the first ones).
         batch_size: Public examples per alignment step.
@@ -145,6 +150,7 @@ class EmulatorAlignment(RoundHook):
         split: str = "train",
         synthetic_args: dict[str, Any] | None = None,
         template: str = "alpaca",
+        system_prompt: str | None = None,
         max_length: int = 128,
         max_examples: int | None = 512,
         batch_size: int = 4,
@@ -175,6 +181,8 @@ class EmulatorAlignment(RoundHook):
             problems.append(f"alignment.optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
         if kl_direction not in KL_DIRECTIONS:
             problems.append(f"alignment.kl_direction must be one of {KL_DIRECTIONS}, got {kl_direction!r}")
+        if template not in TEMPLATE_CHOICES:
+            problems.append(f"alignment.template must be one of {TEMPLATE_CHOICES}, got {template!r}")
         if l2_term not in L2_TERMS:
             problems.append(f"alignment.l2_term must be one of {L2_TERMS}, got {l2_term!r}")
         if problems:
@@ -182,6 +190,7 @@ class EmulatorAlignment(RoundHook):
         self.l2_term = l2_term
         self.dataset, self.kind, self.field_map, self.split = dataset, kind, field_map, split
         self.synthetic_args, self.template, self.max_length = synthetic_args, template, max_length
+        self.system_prompt = system_prompt
         self.max_examples, self.batch_size = max_examples, batch_size
         self.steps_per_round, self.distill_steps, self.lam = steps_per_round, distill_steps, float(lam)
         self.lr, self.optimizer, self.kl_direction = float(lr), optimizer, kl_direction
@@ -199,20 +208,25 @@ class EmulatorAlignment(RoundHook):
         """Token ids of the public texts (prompt + response), loaded and validated once."""
         if self._examples is None:
             from lightning_fed.datamodules.sources import load_records
-            from lightning_fed.datamodules.templates import format_prompt
 
             records = load_records(
                 self.dataset, self.kind, split=self.split, field_map=self.field_map, synthetic_args=self.synthetic_args
             )
             rows = records.to_list()[: self.max_examples]
             if self.kind == "instruction":
-                texts = [
-                    format_prompt(self.template, r["instruction"], r.get("input") or "") + r["output"] for r in rows
-                ]
+                texts = [self._text(tokenizer, r["instruction"], r.get("input") or "", r["output"]) for r in rows]
+            elif self.template == "chat":
+                texts = [self._text(tokenizer, r["prompt"], "", r["chosen"]) for r in rows]
             else:
                 texts = [r["prompt"] + r["chosen"] for r in rows]
             self._examples = [tokenizer(t)["input_ids"][: self.max_length] for t in texts]
         return self._examples
+
+    def _text(self, tokenizer: Any, instruction: str, input: str, response: str) -> str:  # noqa: A002
+        """Prompt and response in :attr:`template`, as the federated data renders them."""
+        args = {"tokenizer": tokenizer, "system_prompt": self.system_prompt}
+        prompt = format_prompt(self.template, instruction, input, **args)
+        return prompt + format_response(self.template, instruction, response, input, prompt=prompt, **args)
 
     def _batch(
         self, examples: list[list[int]], rows: list[int], pad_id: int, device: torch.device
@@ -261,8 +275,8 @@ class EmulatorAlignment(RoundHook):
                         # nothing; on real models ||E(x) - E*(x)||^2 can be ~1e7 per token.
                         raise FloatingPointError(
                             f"EmulatorAlignment: Eq. (2) loss is {loss.item()} (l2={l2.item()}, kl={kl.item()}) at step"
-                            f" {step + 1} of {steps}; lower alignment.lr (got {self.lr}), use alignment.optimizer=adamw or"
-                            f" alignment.l2_term=mean (got {self.l2_term})"
+                            f" {step + 1} of {steps}; lower alignment.lr (got {self.lr}),"
+                            f" use alignment.optimizer=adamw or alignment.l2_term=mean (got {self.l2_term})"
                         )
                     opt.zero_grad(set_to_none=True)
                     loss.backward()

@@ -63,6 +63,27 @@ def test_public_set_from_a_local_file(tmp_path):
     assert len(examples) == 3 and module.tokenizer.decode(examples[0]).endswith("alpha")
 
 
+def test_public_texts_follow_the_chat_template(tmp_path):
+    """``template: chat`` renders public instruction and preference rows as the run's chat turns
+    (system prompt, user, assistant with its end-of-turn marker), as the federated data does."""
+    from tests.datamodules.test_chat_template import chatml_tokenizer
+
+    tok = chatml_tokenizer()
+    inst, pref = tmp_path / "inst.jsonl", tmp_path / "pref.jsonl"
+    inst.write_text(json.dumps({"instruction": "Say alpha.", "output": "alpha"}))
+    pref.write_text(json.dumps({"prompt": "Pick one.", "chosen": "this", "rejected": "that"}))
+    hook = EmulatorAlignment(dataset=str(inst), template="chat", system_prompt="Be brief.")
+    text = tok.decode(hook.public_examples(tok)[0])
+    expected = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nSay alpha.<|im_end|>\n"
+    assert text == expected + "<|im_start|>assistant\nalpha<|im_end|>"
+    hook = EmulatorAlignment(dataset=str(pref), kind="preference", template="chat")
+    text = tok.decode(hook.public_examples(tok)[0])
+    assert text.endswith("<|im_start|>user\nPick one.<|im_end|>\n<|im_start|>assistant\nthis<|im_end|>")
+    assert "SmolLM" in text  # the template's default system turn, as in training
+    with pytest.raises(ValueError, match="alignment.template must be one of"):
+        EmulatorAlignment(template="chatml")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
