@@ -87,7 +87,9 @@ def preference_set(
     policy.to(device)
     selector.to(device)
     prompts = data.prompts
-    formatted = [format_prompt(data.template, p) for p in prompts]
+    # The prompts as the policy was trained on them (its chat template and system turn with `chat`).
+    fmt = {"tokenizer": policy.tokenizer, "system_prompt": data.system_prompt}
+    formatted = [format_prompt(data.template, p, **fmt) for p in prompts]
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         completions = sample_completions(
             policy.model,

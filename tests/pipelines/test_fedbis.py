@@ -73,3 +73,40 @@ def test_usable_pairs_drops_blank_and_equal_completions():
         {"prompt": "p", "chosen": "a", "rejected": "a"},
     ]
     assert usable_pairs(pairs) == pairs[:1]
+
+
+def test_d_gen_prompts_the_policy_in_its_chat_template(monkeypatch):
+    """With ``data.template: chat`` the policy samples from its chat-template prompt (system turn
+    included), as it was trained, not from the bare prompt."""
+    from lightning_fed.pipelines import fedbis
+    from tests.datamodules.test_chat_template import chatml_tokenizer
+
+    seen = {}
+
+    def sample(model, tokenizer, formatted, *args):
+        seen["formatted"] = formatted
+        return [["a", "b"] for _ in formatted]
+
+    def label(selector, prompts, completions, *args):
+        return [{"prompt": p, "chosen": "a", "rejected": "b"} for p in prompts]
+
+    monkeypatch.setattr(fedbis, "sample_completions", sample)
+    monkeypatch.setattr(fedbis, "label_pairs", label)
+    nothing = SimpleNamespace(to=lambda device: None, num_selectors=1)
+    policy = SimpleNamespace(device=torch.device("cpu"), to=nothing.to, model=None, tokenizer=chatml_tokenizer())
+    data = SimpleNamespace(
+        prompts=["Name a colour."],
+        template="chat",
+        system_prompt="Be brief.",
+        num_completions=2,
+        max_new_tokens=4,
+        temperature=1.0,
+        generation_seed=0,
+        selector_template="shp",
+        selector_max_length=64,
+        selector_batch_size=2,
+    )
+    fedbis.preference_set(policy, nothing, data)
+    assert seen["formatted"] == [
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
+    ]
