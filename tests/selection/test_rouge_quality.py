@@ -167,7 +167,8 @@ def test_fedhds_turbo_rouge_l_matches_full_data_fedit_on_a_held_out_family_with_
     rouge_turbo = run(tmp_path, "turbo", turbo)
     used = max(r["data_fraction"] for r in turbo.history)
     print(
-        f"ROUGE-L on held-out {HELD_OUT!r}: FedIT {fedit_rouge:.3f}, FedHDS-Turbo {rouge_turbo:.3f} with {100 * used:.1f}% of the data; "
+        f"ROUGE-L on held-out {HELD_OUT!r}: FedIT {fedit_rouge:.3f}, FedHDS-Turbo {rouge_turbo:.3f}"
+        f" with {100 * used:.1f}% of the data; "
         f"{time.perf_counter() - start:.0f} s (Turbo)"
     )
     # Measured (seed 0, every run): FedIT 0.682, FedHDS-Turbo 0.675, Turbo trained on 2.5% of the
@@ -186,7 +187,8 @@ def test_fedhds_rouge_l_matches_full_data_fedit_on_a_held_out_family_with_under_
     rouge_fedhds = run(tmp_path, "fedhds", fedhds)
     used = max(r["data_fraction"] for r in fedhds.history)
     print(
-        f"ROUGE-L on held-out {HELD_OUT!r}: FedIT {fedit_rouge:.3f}, FedHDS {rouge_fedhds:.3f} with {100 * used:.1f}% of the data; "
+        f"ROUGE-L on held-out {HELD_OUT!r}: FedIT {fedit_rouge:.3f}, FedHDS {rouge_fedhds:.3f}"
+        f" with {100 * used:.1f}% of the data; "
         f"{time.perf_counter() - start:.0f} s (FedHDS)"
     )
     # Measured: seeds 0 / 1 / 2: FedHDS 0.785 / 0.892 / 0.479 vs FedIT 0.682 / 0.531 / 0.471, 1.7% of the data.

@@ -13,7 +13,8 @@ def test_small_coresets_warn_or_stop_before_training():
     small, enough = RandomSelection(ratio=0.05), RandomSelection(ratio=0.5)  # 2 and 20 of 40 examples
     with pytest.warns(
         UserWarning,
-        match=r"round 1: RandomSelection left 2 client\(s\) fewer examples than one batch \(data.batch_size=8\): client 0: 2 of 40, client 1: 2 of 40",
+        match=r"round 1: RandomSelection left 2 client\(s\) fewer examples than one batch \(data.batch_size=8\):"
+        r" client 0: 2 of 40, client 1: 2 of 40",
     ):
         small.on_round_start(stand_in_loop(dm), None, module, 0, [0, 1])
     small.on_small_selection = "error"
