@@ -39,7 +39,7 @@ def test_help_documents_federation_options(capsys):
     # The program introduces itself in a one-line usage (jsonargparse's own lists every option).
     first, blank, purpose = out.splitlines()[:3]
     assert first.startswith("usage: lightning-fed fit [-h] [-c CONFIG]") and not blank
-    assert purpose.startswith("Train a federation") and len(out.splitlines()) < 632
+    assert purpose.startswith("Train a federation") and "Lightning Trainer command line tool" not in out
 
 
 @pytest.mark.parametrize("strategy", ["FedAvg", "FedProx", "Scaffold", "FedAvgM", "FedAdagrad", "FedYogi", "FedAdam"])
