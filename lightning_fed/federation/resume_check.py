@@ -50,6 +50,9 @@ MAY_CHANGE = frozenset(
 NOT_COMPARED = frozenset({"ckpt_path", "config", "weights_only"})
 """The resume itself: always differs, never reported."""
 
+DERIVED_SEEDS = ("data.seed", "federation.seed")
+"""Seeds that default to ``seed_everything`` when ``None``: compared by the value they take."""
+
 
 def saved_config(ckpt: dict[str, Any]) -> dict[str, Any] | None:
     """The resolved config stored in a lightning-fed checkpoint (``None`` for older checkpoints)."""
@@ -92,6 +95,10 @@ def decides_result(key: str) -> bool:
 def compare_configs(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(forbidden changes, allowed changes), each ``"key: old -> new"``, over keys both configs hold."""
     before, after = flatten_config(old), flatten_config(new)
+    for flat in (before, after):  # `data.seed: 0` (explicit) and `data.seed: null` with seed 0 are one run
+        for key in DERIVED_SEEDS:
+            if key in flat and flat[key] is None:
+                flat[key] = flat.get("seed_everything")
     forbidden, allowed = [], []
     for key in sorted(before.keys() & after.keys()):
         if key in NOT_COMPARED or before[key] == after[key]:

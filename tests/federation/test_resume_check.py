@@ -71,6 +71,18 @@ def test_compare_configs_sorts_changes(changes, forbidden, allowed):
     assert compare_configs(OLD, _with(**changes)) == (forbidden, allowed)
 
 
+def test_a_derived_seed_equals_the_explicit_value_it_takes():
+    """``data.seed: null`` / ``federation.seed: null`` mean ``seed_everything``: a checkpoint that
+    wrote the value explicitly (older runs) resumes; another explicit value is still a change."""
+    old = _with(data__init_args={"num_clients": 4, "seed": 0}, federation__seed=0)
+    assert compare_configs(old, _with(data__init_args={"num_clients": 4, "seed": None}, federation__seed=None)) == (
+        [],
+        [],
+    )
+    new = _with(data__init_args={"num_clients": 4, "seed": None}, federation__seed=None, seed_everything=7)
+    assert compare_configs(old, new)[0] == ["data.seed: 0 -> 7", "federation.seed: 0 -> 7", "seed_everything: 0 -> 7"]
+
+
 def test_check_resume_names_key_old_and_new_and_a_bad_file(tmp_path):
     ckpt = tmp_path / "last.ckpt"
     torch.save({"state_dict": {}, "federation": {"report": {"config": OLD}}}, ckpt)
