@@ -7,14 +7,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
 from lightning_fed.modules.losses import dpo_loss
-from lightning_fed.modules.preference import concatenated_log_probs
+from lightning_fed.modules.preference import PreferenceModule, concatenated_log_probs
 from lightning_fed.modules.reference_cache import DEFAULT_MEMORY_BYTES, ReferenceCache
 
 
-class DPOModule(FederatedModule):
+class DPOModule(PreferenceModule):
     """DPO against a frozen reference: the same model with its adapters disabled.
 
     Chosen and rejected go through one concatenated forward. Metrics, per pair:
@@ -111,14 +110,3 @@ class DPOModule(FederatedModule):
             "reward_acc": (margin > 0).float() + 0.5 * (margin == 0).float(),
             "pref_acc": (chosen.detach() > rejected.detach()).float(),
         }
-
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        metrics = self.pair_metrics(batch)
-        bs = metrics["loss"].shape[0]
-        for name, value in metrics.items():
-            self.log(f"train/{name}", value.mean(), prog_bar=name in ("loss", "reward_acc"), batch_size=bs)
-        return metrics["loss"].mean()
-
-    @torch.no_grad()
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        return self.pair_metrics(batch)

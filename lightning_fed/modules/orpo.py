@@ -25,9 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.losses import IGNORE_INDEX
-from lightning_fed.modules.preference import concatenated_log_probs
+from lightning_fed.modules.preference import PreferenceModule, concatenated_log_probs
 
 
 def log_odds(mean_log_prob: Tensor) -> Tensor:
@@ -62,7 +61,7 @@ def _response_lengths(labels: Tensor) -> Tensor:
     return (labels[:, 1:] != IGNORE_INDEX).sum(-1).clamp(min=1)
 
 
-class ORPOModule(FederatedModule):
+class ORPOModule(PreferenceModule):
     """Odds-ratio preference optimisation of the adapter: SFT on the chosen response plus a
     log-odds-ratio penalty, no reference model.
 
@@ -108,14 +107,3 @@ class ORPOModule(FederatedModule):
             "reward_acc": (margin > 0).float() + 0.5 * (margin == 0).float(),
             "pref_acc": (chosen_sum > rejected_sum).float(),
         }
-
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        metrics = self.pair_metrics(batch)
-        bs = metrics["loss"].shape[0]
-        for name, value in metrics.items():
-            self.log(f"train/{name}", value.mean(), prog_bar=name in ("loss", "reward_acc"), batch_size=bs)
-        return metrics["loss"].mean()
-
-    @torch.no_grad()
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        return self.pair_metrics(batch)

@@ -5,7 +5,9 @@ A preference batch holds ``chosen_{input_ids,attention_mask,labels}`` and
 rejected through the model in one concatenated forward (one kernel launch per layer instead
 of two, as in TRL's ``concatenated_forward``) and split the result: :func:`concatenated_inputs`
 builds that input, :func:`concatenated_log_probs` returns ``log p(y_w|x)`` and ``log p(y_l|x)``.
-A new preference loss (ORPO, KTO, IPO...) starts from these instead of copying the forward.
+A new preference loss (ORPO, KTO, IPO...) starts from these instead of copying the forward,
+and subclasses :class:`PreferenceModule`, which turns its ``pair_metrics`` into the training and
+validation steps.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor
 
+from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.losses import IGNORE_INDEX, sequence_log_probs
 
 PAIR_FIELDS = ("input_ids", "attention_mask", "labels")
@@ -43,3 +46,24 @@ def concatenated_log_probs(
     if average:
         logps = logps / (inputs["labels"][:, 1:] != IGNORE_INDEX).sum(-1).clamp(min=1)
     return logps.chunk(2)
+
+
+class PreferenceModule(FederatedModule):
+    """A local objective over preference pairs, defined by its ``pair_metrics(batch)``.
+
+    ``pair_metrics`` returns ``{name: (B,) tensor}`` with the per-pair ``loss`` and any other
+    metrics (DPO's and ORPO's share ``reward_margin``, ``reward_acc`` and ``pref_acc``). A
+    training step logs every metric's mean as ``train/<name>`` and returns the mean loss; a
+    validation step returns the per-pair values, which the loop averages per client.
+    """
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        metrics = self.pair_metrics(batch)
+        bs = metrics["loss"].shape[0]
+        for name, value in metrics.items():
+            self.log(f"train/{name}", value.mean(), prog_bar=name in ("loss", "reward_acc"), batch_size=bs)
+        return metrics["loss"].mean()
+
+    @torch.no_grad()
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
+        return self.pair_metrics(batch)
