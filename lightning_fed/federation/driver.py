@@ -13,6 +13,7 @@ A module that needs its place in the turn (FedPDPO's phased schedule) asks
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from itertools import accumulate
 from typing import Any
 
@@ -24,7 +25,7 @@ from typing_extensions import override
 from lightning_fed.federation.turn import ClientTurn, TurnPlan
 
 
-class TurnDriver(Callback):
+class TurnDriver(Callback, ABC):
     """Runs the turns of :attr:`plans` over a round's batches (see the module docstring).
 
     Attributes:
@@ -68,13 +69,13 @@ class TurnDriver(Callback):
         return batch_idx - (self._ends[i] - n), n
 
     # ------------------------------------------------------------------ what subclasses do
+    @abstractmethod
     def start_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
         """Create and :meth:`~ClientTurn.begin` the turn of ``plan``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def end_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, turn: ClientTurn) -> None:
         """``turn`` has ended: ``turn.update`` is its upload (``None`` if it failed)."""
-        raise NotImplementedError
 
     def end_round(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """After the round's last turn."""
