@@ -1,0 +1,332 @@
+"""Cost of a federated round against the number of simulated clients N (issue #13).
+
+Each N runs in a fresh subprocess through the real CLI path (``lightning_fed.cli.main``, i.e.
+``lightning-fed fit``) on ``configs/tiny.yaml`` (a config-built 2-layer GPT-2, byte tokenizer,
+LoRA, DPO, FedAvg), with N clients of the planted ``synthetic:preferences`` set
+(``examples_per_client`` pairs each, a ``val_fraction`` of them held out), 10 clients per round
+and K=2 local steps. Everything else is the package's default: evaluation, checkpointing
+(``ModelCheckpoint(save_last=True)`` after every round), TensorBoard logging, the progress bar,
+the summary files; the benchmark prints the evaluation defaults it ran with.
+
+Reported per N: the data build (``FederatedDataModule.setup``: read, partition, tokenize, one
+``ClientData`` per client) in seconds and RSS; the initial evaluation (Lightning's sanity pass);
+per round the wall time split into evaluation, checkpoint writing and the rest (sampling,
+client turns, aggregation, logging: "training"), round 1 apart as warm-up; peak RSS
+(``ru_maxrss``) and its growth over the first N; the checkpoint (``last.ckpt`` plus any
+client-state files beside it) and what the run wrote to TensorBoard and to the summary and
+record files. Per-round figures are medians over rounds 2..R.
+
+The last line is ``scale: round_time_ratio_<N>_vs_<n>=<x> rss_growth_mib=<y>
+ckpt_growth_ratio=<z>`` for the largest N against the first (targets for 10000 vs 10: x <= 1.3,
+y <= 300, z <= 1.5). The machine is shared, so the smallest and largest N run back to back in
+one invocation and the ratio is what is reported. Run with ``OMP_NUM_THREADS=1`` and ``nice``.
+
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/scale_clients.py
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/scale_clients.py --clients 10 1000 --rounds 4
+    .venv/bin/python benchmarks/scale_clients.py --clients 10000 --profile prof.out   # cProfile of a child
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+ROOT = Path(__file__).resolve().parents[1]
+MB = 2**20
+CONFIG = ROOT / "configs" / "tiny.yaml"
+CLIENTS_PER_ROUND = 10
+LOCAL_STEPS = 2
+
+try:  # the timer is a Lightning callback, built only where Lightning is importable
+    from lightning.pytorch.callbacks import Callback
+except ImportError:  # pragma: no cover
+    Callback = object
+
+
+def current_rss() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+class RoundTimer(Callback):
+    """Wall-clock marks of a fit: sanity (initial) evaluation, each round, its evaluations.
+
+    Given to the CLI as ``--trainer.callbacks+=benchmarks.scale_clients.RoundTimer``; writes
+    its marks as JSON to ``out`` at the end of fit.
+    """
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.marks: dict = {"rounds": [], "val": [], "sanity": None}
+        self._t: dict[str, float] = {}
+
+    def on_sanity_check_start(self, trainer, pl_module) -> None:
+        self._t["sanity"] = time.perf_counter()
+
+    def on_sanity_check_end(self, trainer, pl_module) -> None:
+        self.marks["sanity"] = time.perf_counter() - self._t["sanity"]
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        now = time.perf_counter()
+        if self.marks["rounds"]:
+            self.marks["rounds"][-1]["end"] = now
+        self.marks["rounds"].append({"start": now, "val": 0.0})
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._t["val"] = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or not self.marks["rounds"]:
+            return
+        self.marks["rounds"][-1]["val"] += time.perf_counter() - self._t["val"]
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.marks["rounds"][-1]["end"] = time.perf_counter()
+        Path(self.out).write_text(json.dumps(self.marks))
+
+
+def _wrap_timed(owner: type, name: str, sink: list) -> None:
+    """Record the wall time of every call of ``owner.name`` in ``sink`` (start, seconds)."""
+    original = getattr(owner, name)
+
+    def timed(self, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            sink.append((t, time.perf_counter() - t))
+
+    setattr(owner, name, timed)
+
+
+def cli_args(num_clients: int, rounds: int, per_client: int, val_fraction: float, root: str, marks: str) -> list[str]:
+    synthetic = json.dumps({"examples_per_client": per_client, "groups": ["positive"]})
+    return [
+        "fit",
+        "--config",
+        str(CONFIG),
+        f"--data.init_args.num_clients={num_clients}",
+        f"--data.init_args.synthetic_args={synthetic}",
+        f"--data.init_args.val_fraction={val_fraction}",
+        f"--federation.rounds={rounds}",
+        f"--federation.clients_per_round={min(CLIENTS_PER_ROUND, num_clients)}",
+        f"--federation.local_steps={LOCAL_STEPS}",
+        f"--trainer.default_root_dir={root}",
+        "--trainer.callbacks+=" + json.dumps({"class_path": f"{__name__}.RoundTimer", "init_args": {"out": marks}}),
+    ]
+
+
+def _classify(run_dir: Path) -> dict[str, int]:
+    """Bytes the run wrote, by kind: checkpoint (``last.ckpt`` + client-state files), all
+    checkpoint files, TensorBoard, summary/records, other."""
+    out = {"ckpt": 0, "ckpt_files_total": 0, "tensorboard": 0, "summary": 0, "other": 0, "files": 0}
+    for path in run_dir.rglob("*"):
+        if not path.is_file():
+            continue
+        size, rel = path.stat().st_size, path.relative_to(run_dir)
+        out["files"] += 1
+        in_ckpt_dir = "checkpoints" in rel.parts
+        if path.name.startswith("events.out.tfevents"):
+            out["tensorboard"] += size
+        elif path.suffix in (".json", ".jsonl", ".parquet", ".csv") and not in_ckpt_dir:
+            out["summary"] += size
+        elif in_ckpt_dir or any("state" in p for p in rel.parts[:-1]):
+            out["ckpt_files_total"] += size
+            if path.name == "last.ckpt" or path.suffix != ".ckpt":  # the checkpoint and what it references
+                out["ckpt"] += size
+        else:
+            out["other"] += size
+    return out
+
+
+def eval_defaults() -> dict:
+    """The evaluation-related defaults of the package, read from the classes and the CLI."""
+    import inspect
+
+    from lightning_fed import cli
+    from lightning_fed.callbacks import FederatedLoop
+    from lightning_fed.datamodules.federated import FederatedDataModule
+
+    found = {}
+    for cls in (FederatedDataModule, FederatedLoop):
+        for name, p in inspect.signature(cls.__init__).parameters.items():
+            if "eval" in name:
+                found[f"{cls.__name__}.{name}"] = p.default
+    source = inspect.getsource(cli.main)
+    found["cli num_sanity_val_steps"] = "-1" if '"num_sanity_val_steps": -1' in source else "see cli.main"
+    return found
+
+
+def child(args: argparse.Namespace) -> dict:
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    sys.path.insert(0, str(ROOT))
+    import lightning.pytorch as pl
+
+    from lightning_fed import cli
+    from lightning_fed.datamodules.federated import FederatedDataModule
+
+    setups: list = []
+    saves: list = []
+    _wrap_timed(FederatedDataModule, "setup", setups)
+    _wrap_timed(pl.Trainer, "save_checkpoint", saves)
+    rss: dict = {"start": current_rss()}
+    original_setup = FederatedDataModule.setup
+
+    def setup_with_rss(self, stage=None):
+        before = current_rss()
+        original_setup(self, stage)
+        rss.setdefault("data_growth", current_rss() - before)
+
+    FederatedDataModule.setup = setup_with_rss
+    with tempfile.TemporaryDirectory(prefix="lf_scale_") as root:
+        marks_file = str(Path(root) / "marks.json")
+        argv = cli_args(
+            args.child, args.rounds, args.per_client, args.val_fraction, str(Path(root) / "run"), marks_file
+        )
+        t0 = time.perf_counter()
+        if args.profile:
+            import cProfile
+
+            cProfile.runctx("cli.main(argv)", globals(), {"cli": cli, "argv": argv}, args.profile)
+        else:
+            cli.main(argv)
+        total = time.perf_counter() - t0
+        marks = json.loads(Path(marks_file).read_text())
+        files = _classify(Path(root) / "run")
+    rounds = []
+    for r in marks["rounds"]:
+        ckpt = sum(s for t, s in saves if r["start"] <= t < r["end"])
+        wall = r["end"] - r["start"]
+        rounds.append({"wall": wall, "eval": r["val"], "ckpt": ckpt, "train": wall - r["val"] - ckpt})
+    return {
+        "clients": args.child,
+        "fit_total_s": total,
+        "setup_s": setups[0][1] if setups else None,
+        "setup_calls": len(setups),
+        "data_rss_growth": rss.get("data_growth"),
+        "initial_eval_s": marks["sanity"],
+        "rounds": rounds,
+        "peak_rss": peak_rss(),
+        "files": files,
+    }
+
+
+def _median(rounds: list[dict], key: str) -> float:
+    measured = rounds[1:] or rounds  # round 1 is warm-up
+    return statistics.median(r[key] for r in measured)
+
+
+def run_child(n: int, args: argparse.Namespace) -> dict:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        str(n),
+        "--rounds",
+        str(args.rounds),
+        "--per-client",
+        str(args.per_client),
+        "--val-fraction",
+        str(args.val_fraction),
+    ]
+    if args.profile:
+        cmd += ["--profile", f"{args.profile}.{n}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=os.environ.copy())
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(f"child N={n} failed with exit code {proc.returncode}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, nargs="+", default=[10, 1000, 10000], help="values of N (first: base)")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per run (>= 3; round 1 is warm-up)")
+    parser.add_argument("--per-client", type=int, default=4, help="preference pairs per client (default 4)")
+    parser.add_argument("--val-fraction", type=float, default=0.25, help="held-out share of each client's pairs")
+    parser.add_argument("--profile", help="write a cProfile of each child to PROFILE.<N>")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        print(json.dumps(child(args)))
+        return
+    if args.rounds < 3:
+        parser.error(f"--rounds must be >= 3 (round 1 is warm-up), got {args.rounds}")
+    sys.path.insert(0, str(ROOT))
+    print(
+        f"# scale_clients: N={args.clients}, {CLIENTS_PER_ROUND} clients/round, K={LOCAL_STEPS}, rounds={args.rounds},"
+        f" {args.per_client} pairs per client (val_fraction {args.val_fraction}), {CONFIG.relative_to(ROOT)};"
+        f" evaluation defaults: {eval_defaults()}",
+        flush=True,
+    )
+    runs = []
+    for n in args.clients:
+        r = run_child(n, args)
+        runs.append(r)
+        print(
+            f"# N={n}: fit {r['fit_total_s']:.1f}s, setup {r['setup_s']:.2f}s, rounds "
+            + ", ".join(f"{x['wall']:.2f}s (eval {x['eval']:.2f}, ckpt {x['ckpt']:.2f})" for x in r["rounds"]),
+            flush=True,
+        )
+    print()
+    print(
+        f"Date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, host {platform.node()},"
+        f" {os.cpu_count()} CPU cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')};"
+        f" per-round figures are medians of rounds 2..{args.rounds}"
+    )
+    print()
+    print(
+        "| N | data setup s | data RSS MiB | initial eval s | round 1 s | round s | train s | eval s | ckpt write s"
+        " | peak RSS MiB | RSS growth MiB | ckpt KiB | all ckpt files KiB | TensorBoard KiB | summary/records KiB |"
+    )
+    print("|" + "---:|" * 15)
+    base = runs[0]
+    for r in runs:
+        f = r["files"]
+        print(
+            f"| {r['clients']} | {r['setup_s']:.2f} | {r['data_rss_growth'] / MB:.1f} | {r['initial_eval_s']:.2f} |"
+            f" {r['rounds'][0]['wall']:.2f} | {_median(r['rounds'], 'wall'):.2f} |"
+            f" {_median(r['rounds'], 'train'):.2f} |"
+            f" {_median(r['rounds'], 'eval'):.2f} | {_median(r['rounds'], 'ckpt'):.2f} | {r['peak_rss'] / MB:.1f} |"
+            f" {(r['peak_rss'] - base['peak_rss']) / MB:.1f} | {f['ckpt'] / 1024:.1f} |"
+            f" {f['ckpt_files_total'] / 1024:.1f} | {f['tensorboard'] / 1024:.1f} | {f['summary'] / 1024:.1f} |"
+        )
+    top = runs[-1]
+    x = _median(top["rounds"], "wall") / _median(base["rounds"], "wall")
+    y = (top["peak_rss"] - base["peak_rss"]) / MB
+    z = top["files"]["ckpt"] / base["files"]["ckpt"]
+    print()
+    print(
+        f"scale: round_time_ratio_{top['clients']}_vs_{base['clients']}={x:.2f} rss_growth_mib={y:.0f}"
+        f" ckpt_growth_ratio={z:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
