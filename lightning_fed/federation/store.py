@@ -1,92 +1,281 @@
 """Where simulated clients keep what they own between rounds.
 
 Each client owns its personal parameters (heads, adapters that never leave it) and its
-algorithm memory (e.g. SCAFFOLD's control variate ``c_i``). Both live on the CPU; past
-``max_memory_bytes`` the least recently used clients are written to ``offload_dir`` and read
-back on their next turn. The backbone is never here: it stays in the module, shared.
+algorithm memory (e.g. SCAFFOLD's control variate ``c_i``). A client's state is held in
+memory (an LRU of at most ``max_memory_bytes``, with a running byte count) and, once it has
+to leave memory or a checkpoint needs it, in one safetensors file per client and version in
+the run's ``client_states/`` folder. The backbone is never here: it stays in the module, shared.
+
+A file is named after its content (``client_<k>-<digest>.safetensors``), so a name never
+holds two different states: a file a checkpoint references cannot be overwritten by a later
+round. A state is written only when it changed since its last file (dirty tracking), once,
+atomically. A checkpoint holds :meth:`ClientStateStore.index` (client -> file name and size,
+plus the folder), not the states. Files no completed checkpoint references are deleted
+(:meth:`ClientStateStore.index` keeps the versions of the current and the previous index:
+the previous checkpoint is the last one known to be complete while the current is written).
+Clients a checkpoint references are read lazily, on their next turn or evaluation.
 """
 
 from __future__ import annotations
 
-import os
+import hashlib
+import re
 import tempfile
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
 
+from lightning_fed.errors import CheckpointError
+from lightning_fed.federation.checkpoint_io import atomic_write_bytes
 from lightning_fed.state import StateDict, clone_state, state_nbytes
+
+INDEX_FORMAT = 1
+PARTS = ("personal", "memory")
+FILE_NAME = re.compile(r"client_(\d+)-([0-9a-f]{16})\.safetensors")
+
+Entry = dict[str, StateDict]
+
+
+def _empty() -> Entry:
+    return {"personal": {}, "memory": {}}
+
+
+def encode_entry(client_id: int, entry: Entry) -> tuple[str, bytes]:
+    """A client's state as safetensors bytes, and the file name its content gives it."""
+    flat = {f"{part}/{k}": v.contiguous() for part in PARTS for k, v in entry.get(part, {}).items()}
+    data = save_safetensors(flat, metadata={"format": f"lightning_fed.client_state/{INDEX_FORMAT}"})
+    return f"client_{client_id}-{hashlib.blake2b(data, digest_size=8).hexdigest()}.safetensors", data
+
+
+def read_entry(path: Path, client_id: int | None = None) -> Entry:
+    """A client's state from its file (see :func:`encode_entry`).
+
+    Raises:
+        CheckpointError: One line naming the file if it is missing, truncated or not the content its name says.
+    """
+    who = f"client {client_id}'s state file" if client_id is not None else "client state file"
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{who} {str(path)!r} is missing: the checkpoint references it; copy the run's client_states/ folder"
+            " with its checkpoints/ (same layout)"
+        ) from None
+    match = FILE_NAME.fullmatch(path.name)
+    if match and hashlib.blake2b(data, digest_size=8).hexdigest() != match.group(2):
+        raise CheckpointError(f"{who} {str(path)!r} is corrupt: its content does not match the digest in its name")
+    try:
+        flat = load_safetensors(data)
+    except SafetensorError as err:
+        raise CheckpointError(f"{who} {str(path)!r} is not a safetensors file ({err})") from None
+    entry = _empty()
+    for key, value in flat.items():
+        part, _, name = key.partition("/")
+        entry[part][name] = value
+    return entry
+
+
+def _entry_nbytes(entry: Entry) -> int:
+    return state_nbytes(entry["personal"]) + state_nbytes(entry["memory"])
 
 
 class ClientStateStore:
-    """Per-client personal state and algorithm memory, on the CPU (or disk past a budget).
+    """Per-client personal state and algorithm memory: an LRU in memory, files in a folder.
 
     Args:
-        max_memory_bytes: Budget for states held in memory; ``None`` means unlimited.
-        offload_dir: Folder for states past the budget (default: a temporary folder).
+        max_memory_bytes: Budget for states held in memory; ``None`` means unlimited. The
+            client in use is always kept, even when it alone is over the budget.
+        offload_dir: Where the state files go (the loop uses ``<run>/client_states``; default: a
+            temporary folder, created on the first write).
+        run: What the folder belongs to (the run folder): files a loaded checkpoint references
+            are this store's to delete once unreferenced only if that checkpoint was written by
+            the same run; another run's files are only read.
+
+    Attributes:
+        bytes_written / files_written: State bytes and files this store has written so far.
     """
 
-    def __init__(self, max_memory_bytes: int | None = None, offload_dir: str | None = None) -> None:
+    def __init__(
+        self, max_memory_bytes: int | None = None, offload_dir: str | Path | None = None, run: str = ""
+    ) -> None:
         self.max_memory_bytes = max_memory_bytes
-        self._offload_dir = offload_dir
-        self._mem: OrderedDict[int, dict[str, StateDict]] = OrderedDict()
-        self._on_disk: set[int] = set()
+        self._folder = Path(offload_dir).absolute() if offload_dir is not None else None
+        self.run = run
+        self._mem: OrderedDict[int, Entry] = OrderedDict()
+        self._sizes: dict[int, int] = {}  # bytes of each entry in memory
+        self._nbytes = 0  # running sum of _sizes
+        self._files: dict[int, Path] = {}  # the newest file of each client
+        self._file_nbytes: dict[int, int] = {}  # and its size on disk
+        self._dirty: set[int] = set()  # in memory and newer than its file (or without one)
+        self._owned: set[Path] = set()  # files this store may delete
+        self._protected: list[set[Path]] = []  # files of the last two indexes (checkpoints)
+        self.bytes_written = self.files_written = 0
+
+    # ---------------------------------------------------------------------------- where
+    @property
+    def folder(self) -> Path:
+        if self._folder is None:
+            self._folder = Path(tempfile.mkdtemp(prefix="lightning_fed_clients_"))
+        return self._folder
+
+    def attach(self, folder: str | Path, run: str = "") -> None:
+        """Write state files to ``folder`` from now on (the run's ``client_states/``)."""
+        self._folder, self.run = Path(folder).absolute(), run
 
     # ---------------------------------------------------------------------------- access
-    def get(self, client_id: int) -> dict[str, StateDict]:
-        """``{"personal": ..., "memory": ...}`` of a client (empty dicts for a new client)."""
-        if client_id in self._on_disk:
-            entry = torch.load(self._path(client_id), weights_only=True)
-            self._on_disk.discard(client_id)
-            os.remove(self._path(client_id))
-            self._mem[client_id] = entry
+    def get(self, client_id: int) -> Entry:
+        """``{"personal": ..., "memory": ...}`` of a client (empty dicts for a new client).
+
+        The dicts are the caller's: adding or replacing keys in them changes nothing here
+        (:meth:`put` does); the tensors are the stored ones and must not be changed in place.
+        """
+        if client_id not in self._mem:
+            if client_id not in self._files:
+                return _empty()
+            self._insert(client_id, read_entry(self._files[client_id], client_id))
             self._evict(keep=client_id)
-        entry = self._mem.setdefault(client_id, {"personal": {}, "memory": {}})
         self._mem.move_to_end(client_id)
-        return entry
+        entry = self._mem[client_id]
+        return {part: dict(entry[part]) for part in PARTS}
 
     def put(self, client_id: int, personal: StateDict, memory: StateDict) -> None:
-        """Store a client's state after its turn (copied to the CPU)."""
-        self._on_disk.discard(client_id)
-        self._mem[client_id] = {"personal": clone_state(personal), "memory": clone_state(memory)}
-        self._mem.move_to_end(client_id)
+        """Store a client's state after its turn (copied to the CPU); it is written out later, once."""
+        self._insert(client_id, {"personal": clone_state(personal), "memory": clone_state(memory)})
+        self._dirty.add(client_id)
         self._evict(keep=client_id)
 
     def __contains__(self, client_id: int) -> bool:
-        return client_id in self._mem or client_id in self._on_disk
+        return client_id in self._mem or client_id in self._files
+
+    def __len__(self) -> int:
+        return len(self._mem.keys() | self._files.keys())
+
+    def client_ids(self) -> list[int]:
+        """Every client with a stored state, in ascending order."""
+        return sorted(self._mem.keys() | self._files.keys())
+
+    def items(self) -> Iterator[tuple[int, Entry]]:
+        """Every client's state, read from disk where it is not in memory (leaves the LRU as it is)."""
+        for cid in self.client_ids():
+            yield cid, (self._mem[cid] if cid in self._mem else read_entry(self._files[cid], cid))
+
+    def state_dict(self) -> dict[int, Entry]:
+        """Every client's full state (all of it in memory at once: for tests and small runs; a
+        checkpoint holds :meth:`index` instead)."""
+        return dict(self.items())
 
     @property
     def nbytes_in_memory(self) -> int:
-        return sum(state_nbytes(e["personal"]) + state_nbytes(e["memory"]) for e in self._mem.values())
+        """Bytes of the states held in memory (kept as a running count)."""
+        return self._nbytes
 
-    # ---------------------------------------------------------------------------- offload
-    def _path(self, client_id: int) -> Path:
-        if self._offload_dir is None:
-            self._offload_dir = tempfile.mkdtemp(prefix="lightning_fed_clients_")
-        Path(self._offload_dir).mkdir(parents=True, exist_ok=True)
-        return Path(self._offload_dir) / f"client_{client_id}.pt"
+    # ---------------------------------------------------------------------------- memory
+    def _insert(self, client_id: int, entry: Entry) -> None:
+        self._nbytes -= self._sizes.pop(client_id, 0)
+        self._mem[client_id] = entry
+        self._mem.move_to_end(client_id)
+        self._sizes[client_id] = size = _entry_nbytes(entry)
+        self._nbytes += size
 
     def _evict(self, keep: int) -> None:
+        """Least recently used first, until the budget holds; a dirty state is written first."""
         if self.max_memory_bytes is None:
             return
-        while self.nbytes_in_memory > self.max_memory_bytes and len(self._mem) > 1:
-            cid = next(c for c in self._mem if c != keep)
-            torch.save(self._mem.pop(cid), self._path(cid))
-            self._on_disk.add(cid)
+        while self._nbytes > self.max_memory_bytes and len(self._mem) > 1:
+            cid = next(iter(self._mem))
+            if cid == keep:  # the client in use is the oldest: take the next one
+                self._mem.move_to_end(cid)
+                continue
+            if cid in self._dirty:
+                self._write(cid)
+            del self._mem[cid]
+            self._nbytes -= self._sizes.pop(cid)
 
-    # ---------------------------------------------------------------------------- resume
-    def state_dict(self) -> dict[int, Any]:
-        """Every client's state, from memory and disk alike (for the checkpoint)."""
-        out = {cid: entry for cid, entry in self._mem.items()}
-        for cid in self._on_disk:
-            out[cid] = torch.load(self._path(cid), weights_only=True)
-        return out
+    # ---------------------------------------------------------------------------- files
+    def _write(self, client_id: int) -> None:
+        name, data = encode_entry(client_id, self._mem[client_id])
+        path = self.folder / name
+        if not path.is_file():  # same name, same content: written before (atomically, so whole)
+            atomic_write_bytes(path, data)
+            self.bytes_written += len(data)
+            self.files_written += 1
+        self._owned.add(path)
+        old = self._files.get(client_id)
+        self._files[client_id], self._file_nbytes[client_id] = path, len(data)
+        self._dirty.discard(client_id)
+        if old is not None and old != path:
+            self._delete_unreferenced({old})
 
-    def load_state_dict(self, state: dict[int, Any]) -> None:
+    def _delete_unreferenced(self, candidates: set[Path]) -> None:
+        keep = set(self._files.values()).union(*self._protected)
+        for path in candidates & self._owned - keep:
+            path.unlink(missing_ok=True)
+            self._owned.discard(path)
+
+    def flush(self) -> None:
+        """Write every state that changed since its last file (each once)."""
+        for cid in sorted(self._dirty):
+            self._write(cid)
+
+    # ---------------------------------------------------------------------------- checkpoints
+    def index(self) -> dict[str, Any]:
+        """What a checkpoint holds of the clients: ``{"format", "folder", "run", "files": {client:
+        {"file", "nbytes"}}}`` (a file outside ``folder`` by its absolute path). Writes the states
+        that changed first, then deletes the files neither this index nor the previous one references.
+        """
+        self.flush()
+        files = {
+            cid: {"file": path.name if path.parent == self.folder else str(path), "nbytes": self._file_nbytes[cid]}
+            for cid, path in sorted(self._files.items())
+        }
+        self._protected = [*self._protected[-1:], set(self._files.values())]
+        self._delete_unreferenced(set(self._owned))
+        return {"format": INDEX_FORMAT, "folder": str(self.folder), "run": self.run, "files": files}
+
+    def load_state_dict(self, state: dict[Any, Any], folder: str | Path | None = None) -> None:
+        """Restore from a checkpoint's :meth:`index` (nothing is read until a client is used), or
+        from a mapping ``{client: {"personal", "memory"}}`` (older checkpoints, a Flower client).
+
+        Args:
+            state: The index or the mapping.
+            folder: Where to look for the files if the index's folder is gone (the checkpoint was
+                copied elsewhere with its run folder).
+
+        Raises:
+            CheckpointError: One line naming the first missing file.
+        """
         self._mem.clear()
-        for cid in list(self._on_disk):
-            os.remove(self._path(cid))
-        self._on_disk.clear()
-        for cid, entry in state.items():
-            self.put(int(cid), entry.get("personal", {}), entry.get("memory", {}))
+        self._sizes.clear()
+        self._nbytes = 0
+        self._files.clear()
+        self._file_nbytes.clear()
+        self._dirty.clear()
+        self._protected = []
+        if not (isinstance(state.get("files"), dict) and "folder" in state):
+            for cid, entry in state.items():
+                self.put(int(cid), entry.get("personal", {}), entry.get("memory", {}))
+            return
+        base = Path(state["folder"])
+        if not base.is_dir() and folder is not None and Path(folder).is_dir():
+            base = Path(folder)
+        for cid, ref in state["files"].items():
+            path = base / ref["file"]  # an absolute ``file`` stays as it is
+            if not path.is_file():
+                raise CheckpointError(
+                    f"client {cid}'s state file {str(path)!r} is missing: the checkpoint references it;"
+                    " copy the run's client_states/ folder with its checkpoints/ (same layout)"
+                )
+            if path.stat().st_size != ref["nbytes"]:
+                raise CheckpointError(
+                    f"client {cid}'s state file {str(path)!r} has {path.stat().st_size} bytes, the checkpoint"
+                    f" says {ref['nbytes']}: it is not the file the checkpoint references"
+                )
+            self._files[int(cid)], self._file_nbytes[int(cid)] = path.absolute(), int(ref["nbytes"])
+        if self.run and state.get("run") == self.run and base.absolute() == self.folder:
+            self._owned |= {p for p in self._files.values() if p.parent == self.folder}
+        self._protected = [set(self._files.values())]
