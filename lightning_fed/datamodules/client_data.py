@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
@@ -32,17 +34,21 @@ class ClientData(pl.LightningDataModule):
         batch_size: int,
         collate: PadCollator,
         test: list[dict[str, Any]] | None = None,
+        on_select: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__()
         self.client_id, self.batch_size, self.collate = client_id, batch_size, collate
         self.full_train, self.val_set, self.test_set = train, _ListDataset(val), _ListDataset(test or [])
         self.train_set = _ListDataset(train)
+        self.on_select = on_select  # the federated data module's cache of |D_k| listens here
 
     def select(self, indices: list[int] | None) -> None:
         """Train on ``full_train[i] for i in indices`` only (a coreset); ``None`` restores all."""
         if indices is not None and not indices:
             raise ValueError(f"client {self.client_id}: a selection must keep at least one example")
         self.train_set = _ListDataset(self.full_train if indices is None else [self.full_train[i] for i in indices])
+        if self.on_select is not None:
+            self.on_select(self.client_id)
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, collate_fn=self.collate)
@@ -52,3 +58,32 @@ class ClientData(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return DataLoader(self.test_set, batch_size=self.batch_size, collate_fn=self.collate)
+
+
+class RoundTrainSet(Dataset):
+    """The training sets of one round's clients in the index space of all clients' sets.
+
+    Client ``k``'s example ``j`` has index ``offsets[k] + j``, as in a ``ConcatDataset`` of every
+    client's training set (the indices :class:`~lightning_fed.datamodules.RoundBatchSampler`
+    yields), but only the round's clients are held: building it costs O(clients per round),
+    not O(N). Indices of clients outside the round raise ``IndexError``.
+
+    Args:
+        sets: Client id -> its training set, for the round's clients.
+        offsets: Index of every client's first example (all clients).
+    """
+
+    def __init__(self, sets: Mapping[int, Dataset], offsets: Sequence[int]) -> None:
+        self.clients = sorted(sets, key=lambda c: offsets[c])
+        self.starts = [offsets[c] for c in self.clients]
+        self.sets = [sets[c] for c in self.clients]
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.sets)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        k = bisect.bisect_right(self.starts, i) - 1
+        j = i - self.starts[k] if k >= 0 else -1
+        if not 0 <= j < len(self.sets[k]):
+            raise IndexError(f"index {i} is not in the training set of a client of this round {self.clients}")
+        return self.sets[k][j]

@@ -23,7 +23,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
-from lightning_fed.datamodules.client_data import ClientData
+from lightning_fed.datamodules.client_data import ClientData, RoundTrainSet
 from lightning_fed.datamodules.eval_partition import evaluation_clients
 from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, check_partition
 from lightning_fed.datamodules.round_sampler import ClientBatchSampler, RoundBatchSampler
@@ -153,6 +153,8 @@ class FederatedDataModule(pl.LightningDataModule):
         self.val_split, self.test_split, self.group_key = val_split, test_split, group_key
         self.tokenizer: Any = None
         self.clients: list[ClientData] = []
+        self._sizes: list[int] | None = None  # |D_k| of every client, kept while no selection changes it
+        self._train_offsets: list[int] | None = None
         self.round_plan: Any = None  # set by FederatedLoop: round -> list[ClientTurn]
         self.group_names: list[str] = []  # group_id -> value of `group_key` (val/test items)
         self.truncated: dict[str, list[int]] = {}  # set -> examples truncated per client
@@ -232,7 +234,9 @@ class FederatedDataModule(pl.LightningDataModule):
         if self.test_dataset is not None:
             test = self._evaluation_set("test", self.test_dataset, self.test_split, records, 2)
         for cid in range(self.num_clients):
-            self.clients.append(ClientData(cid, train[cid], val[cid], self.batch_size, collate, test[cid]))
+            self.clients.append(
+                ClientData(cid, train[cid], val[cid], self.batch_size, collate, test[cid], self._selected)
+            )
         self._warn_truncated()
 
     def _synthetic_args(self, dataset: str, salt: int) -> dict[str, Any]:
@@ -347,8 +351,29 @@ class FederatedDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------------------ queries
     @property
     def client_sizes(self) -> list[int]:
-        """``|D_k|``: the number of local training examples of every client (after selection)."""
-        return [len(c.train_set) for c in self.clients]
+        """``|D_k|``: the number of local training examples of every client (after selection).
+
+        Read per client per round: kept between calls (O(1)) and updated by
+        :meth:`ClientData.select`; a caller must not modify the list it gets.
+        """
+        if self._sizes is None or len(self._sizes) != len(self.clients):
+            self._sizes = [len(c.train_set) for c in self.clients]
+        return self._sizes
+
+    def _selected(self, client_id: int) -> None:
+        """``ClientData.select`` changed a client's training set: a new sizes list (lists handed
+        out before, e.g. the report's initial sizes, keep their values); offsets follow lazily."""
+        if self._sizes is not None and len(self._sizes) == len(self.clients):
+            sizes = list(self._sizes)
+            sizes[client_id] = len(self.clients[client_id].train_set)
+            self._sizes = sizes
+        self._train_offsets = None
+
+    def _round_offsets(self) -> list[int]:
+        """:meth:`_offsets` of :attr:`client_sizes`, kept until a selection changes a size."""
+        if self._train_offsets is None or len(self._train_offsets) != len(self.clients):
+            self._train_offsets = self._offsets(self.client_sizes)
+        return self._train_offsets
 
     def client(self, client_id: int) -> ClientData:
         """The DataModule of one client."""
@@ -368,13 +393,12 @@ class FederatedDataModule(pl.LightningDataModule):
             raise RuntimeError("FederatedDataModule needs a FederatedLoop callback on the Trainer to plan rounds")
         round_idx = self.trainer.current_epoch if self.trainer is not None else 0
         turns = self.round_plan(round_idx)  # first: round-start hooks may select client data
-        sizes = self.client_sizes
+        sizes, offsets = self.client_sizes, self._round_offsets()
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
-        sampler = RoundBatchSampler(
-            turns, self._offsets(sizes), sizes, self.batch_size, self.seed, round_idx, rank, world
-        )
-        # Rebuilt every round: a round hook may have selected a subset of a client's data.
-        train = ConcatDataset([c.train_set for c in self.clients])
+        sampler = RoundBatchSampler(turns, offsets, sizes, self.batch_size, self.seed, round_idx, rank, world)
+        # The round's clients' sets as they are now (a round hook may have selected a subset of a
+        # client's data), indexed as a concatenation of all clients' sets: O(clients per round).
+        train = RoundTrainSet({t.client_id: self.clients[t.client_id].train_set for t in turns}, offsets)
         return DataLoader(train, batch_sampler=sampler, collate_fn=self._collate)
 
     def _require_test_set(self) -> None:

@@ -1,0 +1,86 @@
+"""The round's training data at scale: cached |D_k|, and a round loader that touches only the
+round's clients but yields exactly the batches of a concatenation of every client's set."""
+
+import pytest
+import torch
+from torch.utils.data import ConcatDataset, DataLoader
+
+from lightning_fed.datamodules import PreferenceDataModule, RoundBatchSampler
+from lightning_fed.datamodules.client_data import RoundTrainSet
+from lightning_fed.federation.turn import TurnPlan
+from lightning_fed.modules.backbone import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("bytes")
+
+
+def data(tokenizer, num_clients=6, per_client=5):
+    dm = PreferenceDataModule(
+        num_clients=num_clients,
+        synthetic_args={"examples_per_client": per_client},
+        batch_size=2,
+        val_fraction=0.2,
+        seed=3,
+    )
+    dm.tokenizer = tokenizer
+    dm.setup("fit")
+    return dm
+
+
+def concat_batches(dm, turns, round_idx):
+    """The layout before the O(N) fix: a ConcatDataset over every client, sizes recomputed."""
+    sizes = [len(c.train_set) for c in dm.clients]
+    offsets = [sum(sizes[:k]) for k in range(len(sizes))]
+    sampler = RoundBatchSampler(turns, offsets, sizes, dm.batch_size, dm.seed, round_idx)
+    loader = DataLoader(ConcatDataset([c.train_set for c in dm.clients]), batch_sampler=sampler, collate_fn=dm._collate)
+    return list(loader)
+
+
+def test_client_sizes_cached_and_updated_by_select(tokenizer):
+    dm = data(tokenizer)
+    before = dm.client_sizes
+    assert before == [4] * 6  # 5 pairs, round(0.2 * 5) = 1 held out
+    assert dm.client_sizes is before  # no list rebuilt per call
+    dm.client(2).select([0, 3])  # a coreset changes |D_2|
+    assert dm.client_sizes == [4, 4, 2, 4, 4, 4]
+    assert before == [4] * 6  # a list handed out earlier (e.g. the report's) keeps its values
+    assert dm._round_offsets() == [0, 4, 8, 10, 14, 18]
+    dm.client(2).select(None)
+    assert dm.client_sizes == [4] * 6 and dm._round_offsets() == [0, 4, 8, 12, 16, 20]
+
+
+def test_round_loader_yields_the_concatenated_layout(tokenizer):
+    dm = data(tokenizer)
+    dm.client(4).select([1, 2, 3])  # sizes differ, so offsets matter
+    for round_idx, turns in enumerate([[TurnPlan(1, 3), TurnPlan(4, 2)], [TurnPlan(0, 1), TurnPlan(5, 4)]]):
+        dm.round_plan = lambda r, turns=turns: turns
+        got = list(loader_at_round(dm, round_idx))
+        want = concat_batches(dm, turns, round_idx)
+        assert len(got) == len(want) == sum(t.num_batches for t in turns)
+        for a, b in zip(got, want):
+            assert a.keys() == b.keys()
+            assert all(torch.equal(a[k], b[k]) for k in a)
+        assert [int(b["client_id"][0]) for b in got] == [t.client_id for t in turns for _ in range(t.num_batches)]
+
+
+def loader_at_round(dm, round_idx):
+    class _Trainer:  # what train_dataloader reads of the Trainer
+        current_epoch, global_rank, world_size = round_idx, 0, 1
+
+    dm.trainer = _Trainer()
+    try:
+        return dm.train_dataloader()
+    finally:
+        dm.trainer = None
+
+
+def test_round_train_set_holds_only_the_round_clients():
+    sets = {3: ["c", "d", "e"], 1: ["a", "b"]}
+    ds = RoundTrainSet(sets, offsets=[0, 4, 6, 6])  # client 0: 4 examples, 1: 2, 2: 0, 3: 3
+    assert len(ds) == 5
+    assert [ds[i] for i in (4, 5, 6, 7, 8)] == ["a", "b", "c", "d", "e"]
+    for outside in (0, 3, 9):
+        with pytest.raises(IndexError, match=f"index {outside} "):
+            ds[outside]
