@@ -1,8 +1,16 @@
 """Round records, per-client evaluation, TensorBoard scalars and ``summary.json``.
 
-Round-level scalars are logged with the round number as the step (``round/*``, ``comm/*``,
-``client_<k>/*``); the evaluation means are also logged through ``pl_module.log`` as
-``val/<metric>`` so that checkpoint monitoring and early stopping can use them.
+Round-level scalars are logged with the round number as the step (``round/*``, ``comm/*``);
+the evaluation means are also logged through ``pl_module.log`` as ``val/<metric>`` so that
+checkpoint monitoring and early stopping can use them. Per-client values are scalars of their
+own (``client_<k>/*``) while a round reports at most ``per_client_scalars`` clients, and one
+histogram per metric (``clients/*``) beyond that; every round logs each metric's distribution
+over clients (``round/train_<m>_client_p50``, ``round/val_<m>_client_p10``...).
+
+The round records go to ``<run>/rounds.jsonl`` and the per-client metrics to Parquet files
+under ``<run>/client_metrics/`` (:mod:`~lightning_fed.federation.round_history`); checkpoints
+hold only the number of rounds recorded, the evaluation before round 1 and the config.
+``summary.json`` holds the run's figures, which do not grow with the number of clients.
 """
 
 from __future__ import annotations
@@ -18,7 +26,17 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+from lightning_fed.federation.client_stats import (
+    DEFAULT_PER_CLIENT_SCALARS,
+    client_summary,
+    distribution,
+    numeric,
+    per_client_logging,
+)
+from lightning_fed.federation.round_history import CLIENTS_DIR, ROUNDS_FILE, RoundHistory
 from lightning_fed.strategies.base import ClientUpdate
+
+SIZES_FILE = "client_sizes.parquet"
 
 
 def log_scalars(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> None:
@@ -29,15 +47,36 @@ def log_scalars(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> No
 
 
 class RoundReport:
-    """Keeps the run's history (one record per round) and writes it out."""
+    """Keeps the run's history (one record per round) and writes it out.
 
-    def __init__(self) -> None:
-        self.history: list[dict[str, Any]] = []
+    Args:
+        per_client_scalars: Per-client TensorBoard scalars while a round reports at most this
+            many clients; beyond it, a histogram per metric (``federation.per_client_scalars``).
+    """
+
+    def __init__(self, per_client_scalars: int = DEFAULT_PER_CLIENT_SCALARS) -> None:
+        self._history = RoundHistory()
+        self.per_client_scalars = per_client_scalars
         self.initial_eval: dict[str, Any] | None = None
         self.config: dict[str, Any] | None = None  # the resolved run config, set by the CLI
         self.clients: dict[str, Any] = {}
+        self._sizes: tuple[list[int], list[int]] = ([], [])
         self._sums: dict[int, dict[str, float]] = {}
         self._counts: dict[int, int] = {}
+
+    @property
+    def history(self) -> RoundHistory:
+        """The round records: ``len``, ``[i]``, ``[-1]``, iteration (older rounds read from the run folder)."""
+        return self._history
+
+    def _attach(self, trainer: Any) -> None:
+        """Keep the records in the run folder from the first write on (in memory without one)."""
+        if self._history.attached or trainer is None:
+            return
+        folder = getattr(trainer, "log_dir", None) or getattr(trainer, "default_root_dir", None)
+        if folder is not None:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        self._history.attach(folder, writer=getattr(trainer, "is_global_zero", True))
 
     @staticmethod
     def output_dir(trainer: pl.Trainer) -> Path:
@@ -48,7 +87,17 @@ class RoundReport:
 
     def set_clients(self, train_sizes: list[int], val_sizes: list[int]) -> None:
         """Record (and print once) how the data was partitioned."""
-        self.clients = {"num_clients": len(train_sizes), "train_sizes": train_sizes, "val_sizes": val_sizes}
+        # summary.json gets their distribution (its size does not grow with N); the sizes
+        # themselves go to <run>/client_sizes.parquet
+        self._sizes = (list(train_sizes), list(val_sizes))
+        self.clients = {
+            "num_clients": len(train_sizes),
+            "train_examples": sum(train_sizes),
+            "val_examples": sum(val_sizes),
+            "train_size": distribution(train_sizes) if train_sizes else None,
+            "val_size": distribution(val_sizes) if val_sizes else None,
+            "sizes_file": SIZES_FILE,
+        }
         ordered = sorted(train_sizes)
         rank_zero_info(
             f"federation: {len(train_sizes)} clients, {sum(train_sizes)} training examples,"
@@ -69,6 +118,8 @@ class RoundReport:
         seconds: float,
     ) -> None:
         """Record and log a round once its aggregation is done."""
+        per_client = {str(u.client_id): numeric(u.metrics) for u in updates}
+        stats = client_summary(per_client)
         record = {
             "round": round_idx + 1,
             "clients": clients,
@@ -78,18 +129,29 @@ class RoundReport:
             "up_bytes": up_bytes,
             "down_bytes": down_bytes,
             "seconds": seconds,
+            "train_stats": stats,
             "train": {str(u.client_id): u.metrics for u in updates},
         }
-        self.history.append(record)
+        self._attach(trainer)
+        self.history.append(record, {u.client_id: u.num_examples for u in updates})
         scalars = {
             "comm/up_bytes": float(up_bytes),
             "comm/down_bytes": float(down_bytes),
             "round/seconds": seconds,
             "round/failed_clients": float(len(failed)),
             "round/rejected_updates": float(len(rejected)),
+            **{f"round/train_{k}": v for k, v in stats.items()},
         }
-        for u in updates:
-            scalars.update({f"client_{u.client_id}/{k}": v for k, v in u.metrics.items()})
+        scalars.update(
+            per_client_logging(
+                trainer,
+                per_client,
+                round_idx + 1,
+                self.per_client_scalars,
+                lambda c, k: f"client_{c}/{k}",
+                lambda k: f"clients/train_{k}",
+            )
+        )
         log_scalars(trainer, scalars, step=round_idx + 1)
 
     # -------------------------------------------------------------------------- evaluation
@@ -110,35 +172,42 @@ class RoundReport:
     def end_eval(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, round_number: int, initial: bool = False
     ) -> None:
-        """Per-client means, their mean/min/max, and the example-weighted mean of every metric."""
+        """Per-client means, their distribution over clients, and the example-weighted mean of every metric."""
+        self._attach(trainer)  # before any return: on every process alike (Trainer.log_dir is collective)
         if not self._counts:
             return
         per_client = {cid: {k: s / self._counts[cid] for k, s in sums.items()} for cid, sums in self._sums.items()}
         total = sum(self._counts.values())
-        names = sorted(next(iter(per_client.values())))
         summary: dict[str, float] = {}
-        for k in names:
-            vals = [m[k] for m in per_client.values()]
+        for k in sorted(next(iter(per_client.values()))):
             summary[k] = sum(self._sums[c][k] for c in per_client) / total
-            summary[f"{k}_client_mean"] = sum(vals) / len(vals)
-            summary[f"{k}_client_min"] = min(vals)
-            summary[f"{k}_client_max"] = max(vals)
+            summary.update({f"{k}_client_{s}": v for s, v in distribution([m[k] for m in per_client.values()]).items()})
         result = {
             "round": round_number,
             "val": summary,
             "val_clients": {str(c): m for c, m in sorted(per_client.items())},
         }
         scalars = {f"round/val_{k}": v for k, v in summary.items()}
-        for cid, m in per_client.items():
-            scalars.update({f"client_{cid}/val_{k}": v for k, v in m.items()})
+        scalars.update(
+            per_client_logging(
+                trainer,
+                per_client,
+                round_number,
+                self.per_client_scalars,
+                lambda c, k: f"client_{c}/val_{k}",
+                lambda k: f"clients/val_{k}",
+            )
+        )
+        counts = dict(self._counts)
         if initial:
             self.initial_eval = result
+            self.history.write_clients("val", 0, result["val_clients"], counts)
         else:
             for k, v in summary.items():
                 if pl_module is not None:  # None on a Flower server: no Lightning module logs there
                     pl_module.log(f"val/{k}", v, prog_bar=k in ("pref_acc", "loss"))
             if self.history and self.history[-1]["round"] == round_number:
-                self.history[-1].update(result)
+                self.history.update_last({"val": summary, "val_clients": result["val_clients"]}, counts)
         log_scalars(trainer, scalars, step=round_number)
 
     # ---------------------------------------------------------------------------- outputs
@@ -156,31 +225,60 @@ class RoundReport:
         return ({k: v / count for k, v in sums.items()} if count else {}), count
 
     def write_summary(self, trainer: pl.Trainer, extra: dict[str, Any]) -> Path:
-        """Write ``summary.json``: config, per-round records, final metrics, bytes and times."""
-        last_eval = next((r for r in reversed(self.history) if "val" in r), None)
+        """Write ``summary.json``: config, clients, per-round figures, final metrics, bytes and times.
+
+        Its size grows with the rounds, not with the number of clients: each round's line of
+        ``rounds.jsonl`` (distributions over clients, not per-client values), and ``initial`` /
+        ``final`` with the evaluated clients' metrics. The per-client records are in the files
+        it names (``round_history``, ``client_metrics``, ``clients.sizes_file``).
+        """
+        self._attach(trainer)
+        rounds = list(self.history.lines())
+        last = next((i for i in range(len(rounds) - 1, -1, -1) if "val" in rounds[i]), None)
+        final = None
+        if last is not None:
+            record = self.history[last]
+            final = {"val": record["val"], "val_clients": record.get("val_clients", {})}
         summary = {
             "config": self.config,
             "clients": self.clients,
             "initial": self.initial_eval,
-            "rounds": self.history,
-            "final": {"val": last_eval["val"], "val_clients": last_eval["val_clients"]} if last_eval else None,
-            "total_up_bytes": sum(r["up_bytes"] for r in self.history),
-            "total_down_bytes": sum(r["down_bytes"] for r in self.history),
-            "seconds_per_round": [r["seconds"] for r in self.history],
+            "rounds": rounds,
+            "final": final,
+            "total_up_bytes": sum(r["up_bytes"] for r in rounds),
+            "total_down_bytes": sum(r["down_bytes"] for r in rounds),
+            "seconds_per_round": [r["seconds"] for r in rounds],
+            "round_history": ROUNDS_FILE,
+            "client_metrics": CLIENTS_DIR,
             **extra,
         }
         path = self.output_dir(trainer) / "summary.json"
         if trainer.is_global_zero:
+            if self._sizes[0]:
+                self._write_sizes(path.parent / SIZES_FILE)
             tmp = path.with_suffix(".json.tmp")
             tmp.write_text(json.dumps(summary, indent=2, default=str))
             os.replace(tmp, path)  # atomic: a crash never leaves half a summary
         return path
 
+    def _write_sizes(self, path: Path) -> None:
+        """``client``, ``train_size``, ``val_size`` of every client, as Parquet."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        train, val = self._sizes
+        table = pa.table({"client": list(range(len(train))), "train_size": train, "val_size": val})
+        tmp = path.with_name(path.name + ".tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+
     def state_dict(self) -> dict[str, Any]:
-        # The config rides along so that a resume can be checked against the run's own
-        # (lightning_fed.federation.resume_check); loading keeps the new run's config.
-        return {"history": self.history, "initial_eval": self.initial_eval, "config": self.config}
+        # Only what a resume needs: the rounds recorded (their records stay in the run folder;
+        # a resume cuts the files back to this count), the evaluation before round 1 (of the
+        # evaluated clients: bounded), and the config, so that a resume can be checked against
+        # the run's own (lightning_fed.federation.resume_check); loading keeps the new run's config.
+        return {**self.history.state_dict(), "initial_eval": self.initial_eval, "config": self.config}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.history = list(state.get("history", []))
+        self._history.load_state_dict(state)
         self.initial_eval = state.get("initial_eval")

@@ -1,0 +1,352 @@
+"""The run's round history on disk: one JSON line per round, per-client metrics in Parquet.
+
+In the run folder (the logger's version folder):
+
+- ``rounds.jsonl``: one line per round, appended (flushed and fsynced) when the round is
+  aggregated and rewritten once when its evaluation is in: the round's clients, bytes and
+  seconds, and each metric's distribution over clients (``train_stats``; ``val``, which also
+  holds the example-weighted mean). These lines are ``summary.json``'s ``rounds``.
+- ``client_metrics/<stage>/round_<r>.parquet``, ``stage`` ``train`` (the trained clients) or
+  ``val`` (the evaluated clients; round 0 is the evaluation before round 1): one row per client,
+  columns ``round``, ``client``, ``stage``, ``num_examples`` and one per metric.
+  :func:`read_client_metrics` reads a stage's rounds back as one table.
+
+:class:`RoundHistory` is the list-like view that the loop, the hooks, the Flower server and the
+tests read (``len(history)``, ``history[-1]``, ``history[i]``, iteration; each record as before,
+with the per-client ``train`` and ``val_clients``). It keeps the round count and the last
+round's record in memory and reads older rounds back from the files, so neither memory nor
+checkpoints grow with rounds x clients: a checkpoint stores the count and the folder
+(:meth:`RoundHistory.state_dict`). A resumed run cuts the files back to the checkpoint's count,
+dropping rounds recorded by a run killed after them but before their checkpoint, so that its
+files equal those of a run that was never interrupted; resumed into another folder, it first
+copies the checkpoint's rounds there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.utilities import rank_zero_warn
+
+ROUNDS_FILE = "rounds.jsonl"
+CLIENTS_DIR = "client_metrics"
+PER_CLIENT = {"train": "train", "val": "val_clients"}
+"""Stage of a Parquet file -> the key of a round record that holds its per-client metrics."""
+COLUMNS = ("round", "client", "stage", "num_examples")
+"""The columns of a per-client file besides one per metric."""
+_ROUND_FILE = re.compile(r"round_(\d+)\.parquet")
+
+
+def client_file(run_dir: Path, stage: str, round_number: int) -> Path:
+    """``<run>/client_metrics/<stage>/round_<r>.parquet``."""
+    return Path(run_dir) / CLIENTS_DIR / stage / f"round_{round_number:06d}.parquet"
+
+
+def _round_files(run_dir: Path, stage: str) -> list[tuple[int, Path]]:
+    folder = Path(run_dir) / CLIENTS_DIR / stage
+    if not folder.is_dir():
+        return []
+    return sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := _ROUND_FILE.fullmatch(p.name)))
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def write_client_file(
+    path: Path,
+    stage: str,
+    round_number: int,
+    per_client: Mapping[Any, Mapping[str, float]],
+    examples: Mapping[int, int],
+) -> None:
+    """Write one round's per-client metrics of one stage atomically (a kill never leaves half a file)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    clients = sorted(per_client, key=int)
+    names = sorted({k for m in per_client.values() for k in m} - set(COLUMNS))
+    columns = {
+        "round": pa.array([round_number] * len(clients), pa.int64()),
+        "client": pa.array([int(c) for c in clients], pa.int64()),
+        "stage": pa.array([stage] * len(clients), pa.string()),
+        "num_examples": pa.array([examples.get(int(c)) for c in clients], pa.int64()),
+        **{k: pa.array([_float(per_client[c].get(k)) for c in clients], pa.float64()) for k in names},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(pa.table(columns), tmp)
+    _fsync(tmp)
+    os.replace(tmp, path)
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def read_client_file(path: Path) -> dict[str, dict[str, float]]:
+    """``{client (str): {metric: value}}`` of one per-client file (as in a round record)."""
+    import pyarrow.parquet as pq
+
+    return {
+        str(row["client"]): {k: v for k, v in row.items() if k not in COLUMNS and v is not None}
+        for row in pq.read_table(path).to_pylist()
+    }
+
+
+def read_client_metrics(run_dir: str | Path, stage: str = "val") -> Any:
+    """Every round's per-client metrics of ``stage`` (``train`` or ``val``) as one ``pyarrow.Table``
+    (``.to_pandas()`` for a DataFrame); a metric missing from some rounds is null there."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if stage not in PER_CLIENT:
+        raise ValueError(f"stage must be one of {sorted(PER_CLIENT)}, got {stage!r}")
+    files = _round_files(Path(run_dir), stage)
+    if not files:
+        raise FileNotFoundError(f"no per-client {stage} metrics under {Path(run_dir) / CLIENTS_DIR / stage}")
+    return pa.concat_tables([pq.read_table(p) for _, p in files], promote_options="default")
+
+
+def _line(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A round record without its per-client metrics: its line in ``rounds.jsonl``."""
+    return {k: v for k, v in record.items() if k not in PER_CLIENT.values()}
+
+
+def _encode(line: Mapping[str, Any]) -> bytes:
+    return (json.dumps(line, default=str) + "\n").encode()
+
+
+def _line_offsets(path: Path, n: int) -> list[int]:
+    """Where the first ``n`` complete lines of ``path`` start, and where the last of them ends."""
+    offsets = [0]
+    with open(path, "rb") as f:
+        for line in f:
+            if len(offsets) > n or not line.endswith(b"\n"):
+                break
+            offsets.append(offsets[-1] + len(line))
+    return offsets
+
+
+class RoundHistory(Sequence):
+    """The run's round records (see the module docstring).
+
+    Until it is attached to a run folder (:meth:`attach`), and for good when there is none (a
+    bare ``ServerRound`` in a unit test), the records stay in memory.
+    """
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._records: list[dict[str, Any]] = []  # records not in files (yet)
+        self._examples: list[dict[str, dict[int, int]]] = []  # their clients' example counts per stage
+        self._dir: Path | None = None  # the run folder the files are written to, once attached
+        self._source: Path | None = None  # a restored checkpoint's folder, until attached
+        self._writer = True  # only the global-zero process writes
+        self._last: dict[str, Any] | None = None  # the last round's full record, once in the files
+        self._last_offset = 0  # where its line starts in rounds.jsonl
+
+    @property
+    def folder(self) -> Path | None:
+        """The folder holding the records' files (``None``: in memory only)."""
+        return self._dir or self._source
+
+    @property
+    def attached(self) -> bool:
+        return self._dir is not None
+
+    # ------------------------------------------------------------------------ reading
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if not -self._count <= index < self._count:
+            raise IndexError(f"round record {index} out of range: {self._count} rounds recorded")
+        index %= self._count
+        in_files = self._count - len(self._records)
+        if index >= in_files:
+            return self._records[index - in_files]
+        if index == self._count - 1 and self._last is not None:
+            return self._last
+        line = next(itertools.islice(self._file_lines(in_files), index, None), None)
+        if line is None:
+            raise IndexError(f"round {index + 1} is missing from {self.folder / ROUNDS_FILE}")
+        return self._full(line)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for i, line in enumerate(self._file_lines(self._count - len(self._records))):
+            yield self._last if i == self._count - 1 and self._last is not None else self._full(line)
+        yield from self._records
+
+    def lines(self) -> Iterator[dict[str, Any]]:
+        """Every round's record without its per-client metrics (the lines of ``rounds.jsonl``)."""
+        yield from self._file_lines(self._count - len(self._records))
+        yield from map(_line, self._records)
+
+    def _file_lines(self, n: int) -> Iterator[dict[str, Any]]:
+        path = self.folder / ROUNDS_FILE if self.folder is not None else None
+        if n <= 0 or path is None or not path.is_file():
+            return
+        with open(path, "rb") as f:
+            for raw in itertools.islice(f, n):
+                yield json.loads(raw)
+
+    def _full(self, line: dict[str, Any]) -> dict[str, Any]:
+        """A line with its per-client metrics read back: the record as it was made."""
+        record = dict(line)
+        if isinstance(record.get("rejected"), dict):  # JSON made the client ids strings
+            record["rejected"] = {int(k): v for k, v in record["rejected"].items()}
+        for stage, key in PER_CLIENT.items():
+            if stage == "val" and "val" not in line:
+                continue
+            path = client_file(self.folder, stage, line["round"])
+            record[key] = read_client_file(path) if path.is_file() else {}
+        return record
+
+    # ------------------------------------------------------------------------ writing
+    def attach(self, run_dir: Path | None, writer: bool = True) -> None:
+        """Keep the records in ``run_dir`` from now on (the first call decides; later ones do nothing).
+
+        A new run starts the files afresh; a resumed one cuts them back to the checkpoint's
+        count (copying them from the checkpoint's folder if that is another one). Records
+        made before (in memory) are written out.
+        """
+        if self._dir is not None:
+            return
+        run_dir = Path(run_dir) if run_dir is not None else self._source
+        if run_dir is None:
+            return
+        pending, examples = self._records, self._examples
+        self._records, self._examples = [], []
+        self._count -= len(pending)
+        self._dir, self._writer = run_dir, writer
+        if writer:
+            self._prepare(self._count)
+        self._source = None
+        for record, counts in zip(pending, examples):
+            self._count += 1
+            self._last = record
+            self._persist(record, counts)
+
+    def _prepare(self, n: int) -> None:
+        """Make the folder's files hold exactly the first ``n`` rounds."""
+        path, source = self._dir / ROUNDS_FILE, self._source
+        src = source / ROUNDS_FILE if source is not None else path
+        copy = source is not None and source.resolve() != self._dir.resolve() and src.is_file()
+        if source is None or copy:  # nothing of another run in this folder is kept
+            path.unlink(missing_ok=True)
+            for stage in PER_CLIENT:
+                for _, p in _round_files(self._dir, stage):
+                    p.unlink()
+        if source is None:
+            self._last_offset = 0
+            return
+        if copy:  # resumed into another folder: the checkpoint's rounds come along
+            offsets = _line_offsets(src, n)
+            with open(src, "rb") as f:
+                path.write_bytes(f.read(offsets[-1]))
+            for stage in PER_CLIENT:
+                for r, p in _round_files(source, stage):
+                    if r <= n:
+                        client_file(self._dir, stage, r).parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(p, client_file(self._dir, stage, r))
+        else:  # resumed in place (or the folder was moved): drop what was recorded after the checkpoint
+            src = path
+            offsets = _line_offsets(path, n) if path.is_file() else [0]
+            if path.is_file():
+                with open(path, "r+b") as f:
+                    f.truncate(offsets[-1])
+            for stage in PER_CLIENT:
+                for r, p in _round_files(self._dir, stage):
+                    if r > n:
+                        p.unlink()
+        if path.is_file():
+            _fsync(path)
+        if len(offsets) - 1 < n:
+            rank_zero_warn(
+                f"the checkpoint recorded {n} rounds but only {len(offsets) - 1} were found in"
+                f" {src}: the round history of this run lacks the others"
+            )
+        self._last_offset = offsets[-2] if len(offsets) > 1 else 0
+
+    def append(self, record: dict[str, Any], examples: Mapping[int, int]) -> None:
+        """Add a round's record; ``examples`` are its trained clients' ``|D_k|``."""
+        self._count += 1
+        if self._dir is None:
+            self._records.append(record)
+            self._examples.append({"train": dict(examples)})
+            return
+        self._last = record
+        self._persist(record, {"train": examples})
+
+    def write_clients(self, stage: str, round_number: int, per_client: Mapping[Any, Any], examples: Any) -> None:
+        """Write per-client metrics that are no round's record (the evaluation before round 1)."""
+        if self._dir is not None and self._writer:
+            write_client_file(client_file(self._dir, stage, round_number), stage, round_number, per_client, examples)
+
+    def update_last(self, fields: dict[str, Any], examples: Mapping[int, int]) -> None:
+        """Add ``fields`` (the round's evaluation) to the last record; ``examples`` are the
+        evaluated clients' example counts."""
+        if self._records:
+            self._records[-1].update(fields)
+            self._examples[-1]["val"] = dict(examples)
+            return
+        if self._last is None:  # restored from a checkpoint: read it back
+            self._last = self[-1]
+        self._last.update(fields)
+        if self._writer:
+            with open(self._dir / ROUNDS_FILE, "r+b") as f:
+                f.seek(self._last_offset)
+                f.truncate()
+                f.write(_encode(_line(self._last)))
+                f.flush()
+                os.fsync(f.fileno())
+            if "val_clients" in fields:
+                self.write_clients("val", self._last["round"], fields["val_clients"], examples)
+
+    def _persist(self, record: dict[str, Any], examples: Mapping[str, Mapping[int, int]]) -> None:
+        if not self._writer:
+            return
+        with open(self._dir / ROUNDS_FILE, "ab") as f:
+            f.seek(0, os.SEEK_END)
+            self._last_offset = f.tell()
+            f.write(_encode(_line(record)))
+            f.flush()
+            os.fsync(f.fileno())
+        for stage, key in PER_CLIENT.items():
+            if key in record:
+                self.write_clients(stage, record["round"], record[key], examples.get(stage, {}))
+
+    # ------------------------------------------------------------------------- resume
+    def state_dict(self) -> dict[str, Any]:
+        """The count and the folder; the records themselves only when they have no folder."""
+        if self.folder is None:
+            return {"history": list(self._records)}
+        return {"rounds": self._count, "folder": str(self.folder.resolve())}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a checkpoint's history; the files are cut back to it at :meth:`attach`.
+
+        A checkpoint of an earlier version holds the records themselves (``history``): they are
+        written out to the run folder then.
+        """
+        self.__init__()
+        if "history" in state:
+            self._records = list(state["history"])
+            self._examples = [{} for _ in self._records]
+            self._count = len(self._records)
+        else:
+            self._count = int(state.get("rounds", 0))
+            self._source = Path(state["folder"]) if state.get("folder") else None
