@@ -21,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_fed.callbacks.evaluation_stage import EvaluationStage
+from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
 from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.failures import guard_training_step, unguard_training_step
 from lightning_fed.federation.hooks import (
@@ -68,6 +69,10 @@ class FederatedLoop(TurnDriver):
             poisoned, scaled) update is handled per ``on_large_update``. ``None``: no bound.
         on_large_update: ``reject`` such an update (counted as rejected) or ``clip`` its change
             to ``max_update_norm`` (counted as clipped).
+        per_client_scalars: A TensorBoard scalar per client and metric (``client_<k>/*``) while a
+            round reports at most this many clients; beyond it, one histogram per metric
+            (``clients/*``). Either way the per-client values are in ``<run>/client_metrics/``
+            and each metric's percentiles over clients are logged (``round/*_client_p50``...).
     """
 
     def __init__(
@@ -86,6 +91,7 @@ class FederatedLoop(TurnDriver):
         save_adapter: bool = True,
         max_update_norm: float | None = None,
         on_large_update: str = "reject",
+        per_client_scalars: int = DEFAULT_PER_CLIENT_SCALARS,
     ) -> None:
         problems = []
         if rounds < 1:
@@ -104,6 +110,8 @@ class FederatedLoop(TurnDriver):
             problems.append(
                 f"federation.min_clients must be in [1, clients_per_round={clients_per_round}], got {min_clients}"
             )
+        if per_client_scalars < 0:
+            problems.append(f"federation.per_client_scalars must be >= 0, got {per_client_scalars}")
         if problems:
             raise ValueError("; ".join(problems))
         super().__init__()
@@ -120,6 +128,7 @@ class FederatedLoop(TurnDriver):
             UpdateScreen(max_update_norm, on_large_update),
         )
         self.store = ClientStateStore(max_state_memory_bytes, state_offload_dir)
+        self.report.per_client_scalars = per_client_scalars
         self._plans: dict[int, list[TurnPlan]] = {}
         self._initial_personal: StateDict = {}
 
