@@ -56,10 +56,14 @@ from lightning_fed.pipelines import prepare_stages
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
 
 PROG = "lightning-fed"
-ELSEWHERE = {"evaluate": "lightning_fed.evaluation.cli", "plan": "lightning_fed.planning.cli"}
+ELSEWHERE = {
+    "evaluate": "lightning_fed.evaluation.cli",
+    "plan": "lightning_fed.planning.cli",
+    "flower": "lightning_fed.deploy.clientapp_process",
+}
 """Subcommands with their own parser: ``lightning-fed <name> ...`` calls ``<module>.main(argv) -> int``."""
 
-INTRO = f"""usage: {PROG} [--debug] {{fit,validate,test,predict,evaluate,plan}} ...
+INTRO = f"""usage: {PROG} [--debug] {{fit,validate,test,predict,evaluate,plan,flower}} ...
 
 {PROG}: federated fine-tuning and alignment of language models (SFT, DPO, FedBis/FedBiscuit,
 FedPDPO, FedBiOT, FedHDS) on PyTorch Lightning, simulated in one process or run over Flower.
@@ -71,6 +75,7 @@ subcommands:
   predict    run the model's predict step
   evaluate   score a finished run (preference accuracy, ROUGE-L, win rate...)
   plan       plan a run before starting it
+  flower     Flower deployment helpers: {PROG} flower clientapp (a ClientApp process per SuperNode)
   Each lists its options with --help, e.g. {PROG} fit --help.
 
 options:

@@ -31,13 +31,16 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 from functools import lru_cache
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
+from flwr.supercore import log as flwr_log
 
 from lightning_fed.deploy.client import ClientRunner
 from lightning_fed.deploy.records import (
@@ -66,16 +69,30 @@ def load_run(config: str, overrides: str = "") -> tuple[Any, Any, Any, dict[str,
     return cli.model, cli.datamodule, loop, dict(cli.config.get("trainer") or {})
 
 
-@lru_cache(maxsize=4)
-def _runner(config: str, overrides: str) -> ClientRunner:
-    # One per process: the backbone is loaded once and serves every later round handled by the
-    # same process. That is every round under Flower's simulation engine (a Ray actor runs a
-    # node's ClientApp for the whole run) and in-process grids. A Flower 1.41 *deployment*
-    # runs each task in a fresh `flwr-clientapp` process in both isolation modes (it pulls one
-    # task and exits, flwr/supernode/runtime/run_clientapp.py), so there each round reloads;
-    # a backbone from a folder is then read back through the page cache (safetensors mmap).
+@lru_cache(maxsize=1)
+def _runner(config: str, overrides: str, run_id: int = 0) -> ClientRunner:
+    # One per process and run: the backbone is loaded once and serves every later round
+    # handled by the same process. That is every round under Flower's simulation engine (a Ray
+    # actor runs a node's ClientApp for the whole run), in-process grids, and a deployment whose
+    # SuperNodes run `--isolation process` next to a `lightning-fed flower clientapp` process
+    # (deploy/clientapp_process.py). flwr's default `--isolation subprocess` starts a fresh
+    # `flwr-clientapp` per task, so there each round loads again. Keyed by run (a new run starts
+    # from a fresh module and data) and holding one: a previous run's backbone is freed.
+    started = time.monotonic()
     module, datamodule, loop, trainer_config = load_run(config, overrides)
-    return ClientRunner(module, datamodule, loop, trainer_config)
+    runner = ClientRunner(module, datamodule, loop, trainer_config)
+    flwr_log(
+        INFO,
+        "[lightning-fed] client runner built (backbone loaded) for run %s in %.2fs, pid %d",
+        run_id,
+        time.monotonic() - started,
+        os.getpid(),
+    )
+    return runner
+
+
+def _context_runner(context: Context, cfg: dict[str, Any]) -> ClientRunner:
+    return _runner(cfg["config"], cfg["overrides"], int(context.run_id))
 
 
 def _settings(context: Context, defaults: dict[str, Any]) -> dict[str, Any]:
@@ -125,7 +142,7 @@ def make_client_app(**defaults: Any) -> ClientApp:
     def hook_query(msg: Message, context: Context) -> Message:
         """A round hook's pre-round query (``deploy/queries.py``), answered from this node's client."""
         cfg = _settings(context, defaults)
-        runner = _runner(cfg["config"], cfg["overrides"])
+        runner = _context_runner(context, cfg)
         content = msg.content
         meta = content.config_records[CONFIG]
         client_id = _own_client(context, int(meta["client-id"]))
@@ -137,7 +154,7 @@ def make_client_app(**defaults: Any) -> ClientApp:
     def train(msg: Message, context: Context) -> Message:
         """Local training of this node's client from the state the server sent."""
         cfg = _settings(context, defaults)
-        runner = _runner(cfg["config"], cfg["overrides"])
+        runner = _context_runner(context, cfg)
         content = msg.content
         instruction = content.config_records[CONFIG]
         client_id = _own_client(context, int(instruction["client-id"]))
@@ -157,7 +174,7 @@ def make_client_app(**defaults: Any) -> ClientApp:
     def evaluate(msg: Message, context: Context) -> Message:
         """This node's client evaluates the global state (with its personal state) on its val split."""
         cfg = _settings(context, defaults)
-        runner = _runner(cfg["config"], cfg["overrides"])
+        runner = _context_runner(context, cfg)
         content = msg.content
         client_id = int(content.config_records[CONFIG]["client-id"])
         means, count = runner.evaluate(client_id, from_arrays(content.array_records[STATE]), _entry(context))
@@ -197,7 +214,7 @@ def make_server_app(**defaults: Any) -> ServerApp:
             datamodule=datamodule,  # not set up: what hooks read on the server (e.g. FedHDS anchors' encoding)
         )
         min_nodes = int(cfg.get("min-nodes", 0)) or loop.clients_per_round
-        server.start(grid, eval_clients=datamodule.eval_clients or datamodule.num_clients, min_nodes=min_nodes)
+        server.start(grid, min_nodes=min_nodes)
 
     return app
 

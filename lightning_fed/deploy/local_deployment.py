@@ -24,6 +24,9 @@ which is why the environment's ``bin`` folder is put first on it)::
       └─ flower-superexec --runtime-api-address H:Q --parent-pid <supernode>
            └─ flwr-clientapp ...            one per *message* (i.e. per round)
 
+With ``isolation="process"`` a SuperNode has no SuperExec: beside it, one long-lived ``lightning-fed flower
+clientapp --runtime-api-address H:Q --parent-pid <supernode>`` runs all its messages (deploy/clientapp_process.py).
+
 The SuperLink starts its SuperExec with ``start_new_session=True``, so killing the
 SuperLink's process group does not reach it; :meth:`LocalDeployment.stop` therefore
 finds every descendant through ``/proc`` (plus a unique marker environment variable that
@@ -59,7 +62,14 @@ from lightning_fed.deploy.processes import (  # noqa: F401  (_descendants, _pid_
     _signal_pid,
     free_port,
 )
-from lightning_fed.deploy.tls import SuperNodeKey, TlsFiles, make_certificates, make_supernode_key
+from lightning_fed.deploy.tls import (
+    SuperNodeKey,
+    TlsFiles,
+    make_certificates,
+    make_supernode_key,
+    superlink_security_args,
+    supernode_security_args,
+)
 
 __all__ = ["DeploymentError", "LocalDeployment", "ManagedProcess", "RunResult", "format_config_string"]
 
@@ -73,6 +83,7 @@ BASE_ENV = {
     "PYTHONUNBUFFERED": "1",
 }
 
+ISOLATION_MODES = ("subprocess", "process")
 _SUPERNODE_ID_RE = re.compile(r"SuperNode ID: (\d+)")
 
 
@@ -104,6 +115,8 @@ class LocalDeployment(FlwrCommands):
         supernode_auth: only registered SuperNodes may connect (``--enable-supernode-auth``);
             each SuperNode gets a key pair in ``workdir/keys``, registered with
             ``flwr supernode register`` before it starts. Needs ``tls``.
+        isolation: ``subprocess`` (Flower's default: a ``flwr-clientapp`` per message) or
+            ``process`` (a long-lived ``lightning-fed flower clientapp`` per SuperNode).
     """
 
     def __init__(
@@ -122,7 +135,10 @@ class LocalDeployment(FlwrCommands):
         bin_dir: str | os.PathLike | None = None,
         tls: bool | TlsFiles = False,
         supernode_auth: bool = False,
+        isolation: str = "subprocess",
     ) -> None:
+        if isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {isolation!r}")
         if supernode_auth and not tls:
             raise ValueError(
                 "supernode_auth=True needs tls (Flower authenticates SuperNodes only over TLS), got tls=False"
@@ -147,11 +163,14 @@ class LocalDeployment(FlwrCommands):
         self.grace_period = grace_period
         self.extra_env = dict(extra_env or {})
         self.superexec_poll_interval = superexec_poll_interval
+        self.poll_interval = superexec_poll_interval or 1.0  # also the ClientApp processes' (isolation="process")
         self.bin_dir = Path(bin_dir) if bin_dir else Path(sys.executable).parent
         self.tls: TlsFiles | None = tls if isinstance(tls, TlsFiles) else None
         self._make_tls = tls is True
         self.supernode_auth = supernode_auth
         self.supernode_keys: list[SuperNodeKey] = []
+        self.isolation = isolation
+        self.clientapps: list[ManagedProcess] = []  # isolation="process": one per SuperNode, by index
 
         self.procs = ProcessGroup(self.workdir / "logs", grace_period)
         self.superlink: ManagedProcess | None = None
@@ -248,7 +267,14 @@ class LocalDeployment(FlwrCommands):
 
     def _start_superlink(self) -> None:
         port = free_port(self.host)
-        cmd = [self._exe("flower-superlink"), *self._superlink_security(), "--host", self.host, "--port", str(port)]
+        cmd = [
+            self._exe("flower-superlink"),
+            *superlink_security_args(self.tls, self.supernode_auth),
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+        ]
         self.superlink = self._spawn("superlink", cmd, self.workdir / "flwr_home" / "superlink", port)
         deadline = time.monotonic() + self.startup_timeout
         while not _port_open(self.host, port):
@@ -260,27 +286,6 @@ class LocalDeployment(FlwrCommands):
                     self.superlink,
                 )
             time.sleep(0.2)
-
-    def _superlink_security(self) -> list[str]:
-        if self.tls is None:
-            return ["--insecure"]
-        args = [
-            "--ssl-ca-certfile",
-            str(self.tls.ca_cert),
-            "--ssl-certfile",
-            str(self.tls.server_cert),
-            "--ssl-keyfile",
-            str(self.tls.server_key),
-        ]
-        return args + (["--enable-supernode-auth"] if self.supernode_auth else [])
-
-    def _supernode_security(self, index: int) -> list[str]:
-        if self.tls is None:
-            return ["--insecure"]
-        args = ["--root-certificates", str(self.tls.ca_cert)]
-        if self.supernode_auth:
-            args += ["--auth-supernode-private-key", str(self.supernode_keys[index].private_key)]
-        return args
 
     def _register_supernodes(self) -> None:
         """Make each SuperNode's key pair and register its public key with the SuperLink
@@ -313,22 +318,19 @@ class LocalDeployment(FlwrCommands):
 
     def _start_supernode(self, index: int) -> ManagedProcess:
         port = free_port(self.host)
-        cmd = [
-            self._exe("flower-supernode"),
-            *self._supernode_security(index),
-            "--superlink",
-            self.superlink_address,
-            "--host",
-            self.host,
-            "--port",
-            str(port),
-        ]
+        key = self.supernode_keys[index] if self.supernode_auth else None
+        cmd = [self._exe("flower-supernode"), *supernode_security_args(self.tls, key), "--superlink"]
+        cmd += [self.superlink_address, "--host", self.host, "--port", str(port), "--isolation", self.isolation]
         if self.node_configs[index]:
             cmd += ["--node-config", self._node_config_arg(index)]
         # Each SuperNode gets its own FLWR_HOME (as on separate machines); this also
         # avoids two flwr-clientapp processes installing the same FAB concurrently.
         proc = self._spawn(f"supernode-{index}", cmd, self.workdir / "flwr_home" / f"supernode-{index}", port)
         self.supernodes.append(proc)
+        if self.isolation == "process":  # the node's ClientApp process, claiming tasks on its Runtime API
+            app = [self._exe("lightning-fed"), "flower", "clientapp", "--runtime-api-address", f"{self.host}:{port}"]
+            app += ["--insecure", "--parent-pid", str(proc.pid), "--poll-interval", str(self.poll_interval)]
+            self.clientapps.append(self._spawn(f"clientapp-{index}", app, proc.flwr_home))
         return proc
 
     def _wait_supernodes(self) -> None:
@@ -361,12 +363,14 @@ class LocalDeployment(FlwrCommands):
     # ---------------------------------------------------------------- fault injection
     def kill_supernode(self, index: int, sig: int = signal.SIGKILL, tree: bool = True) -> int:
         """Send ``sig`` to SuperNode ``index`` (and, if ``tree``, all its descendants:
-        its SuperExec and any running flwr-clientapp). Returns the SuperNode's PID.
+        its SuperExec and any running flwr-clientapp, or its ClientApp process). Returns the SuperNode's PID.
 
         SIGKILL simulates a crash (the SuperLink only notices through missed heartbeats);
         SIGTERM is a graceful shutdown (the SuperNode deactivates itself).
         """
         proc = self.supernodes[index]
+        if tree and self.clientapps:
+            self._kill_tree(self.clientapps[index], sig)
         if tree:
             self._kill_tree(proc, sig)
         else:

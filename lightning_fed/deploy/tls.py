@@ -165,3 +165,20 @@ def make_supernode_key(folder: str | os.PathLike, name: str) -> SuperNodeKey:
         key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH) + b"\n"
     )
     return files
+
+
+def superlink_security_args(tls: TlsFiles | None, supernode_auth: bool = False) -> list[str]:
+    """``flower-superlink`` options: HTTPS with these files (and SuperNode authentication), or ``--insecure``."""
+    if tls is None:
+        return ["--insecure"]
+    args = ["--ssl-ca-certfile", str(tls.ca_cert), "--ssl-certfile", str(tls.server_cert)]
+    args += ["--ssl-keyfile", str(tls.server_key)]
+    return args + (["--enable-supernode-auth"] if supernode_auth else [])
+
+
+def supernode_security_args(tls: TlsFiles | None, key: SuperNodeKey | None = None) -> list[str]:
+    """``flower-supernode`` options: verify the SuperLink against the CA (signing with ``key``), or ``--insecure``."""
+    if tls is None:
+        return ["--insecure"]
+    args = ["--root-certificates", str(tls.ca_cert)]
+    return args + (["--auth-supernode-private-key", str(key.private_key)] if key is not None else [])
