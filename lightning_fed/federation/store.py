@@ -200,11 +200,13 @@ class ClientStateStore:
     def _write(self, client_id: int) -> None:
         name, data = encode_entry(client_id, self._mem[client_id])
         path = self.folder / name
-        if not path.is_file():  # same name, same content: written before (atomically, so whole)
+        # Same name, same content: written before (atomically, so whole). A file this store did not
+        # write (an identical run sharing the folder) is not its to delete later.
+        if not path.is_file():
             atomic_write_bytes(path, data)
             self.bytes_written += len(data)
             self.files_written += 1
-        self._owned.add(path)
+            self._owned.add(path)
         old = self._files.get(client_id)
         self._files[client_id], self._file_nbytes[client_id] = path, len(data)
         self._dirty.discard(client_id)
