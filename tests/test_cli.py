@@ -52,6 +52,8 @@ def test_every_server_algorithm_is_selectable_by_name(strategy, capsys):
 def test_tiny_config_runs_and_writes_outputs(tmp_path):
     from peft import PeftModel
 
+    from lightning_fed.federation.round_history import read_client_metrics
+
     main(
         [
             "fit",
@@ -64,12 +66,15 @@ def test_tiny_config_runs_and_writes_outputs(tmp_path):
     (run_dir,) = (tmp_path / "lightning_logs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["config"]["federation"]["rounds"] == 3
-    assert summary["clients"]["num_clients"] == 4 and sum(summary["clients"]["train_sizes"]) == 72
+    assert summary["clients"]["num_clients"] == 4 and summary["clients"]["train_examples"] == 72
     assert len(summary["rounds"]) == 3 and summary["initial"] is not None
     assert summary["total_up_bytes"] > 0 and summary["total_down_bytes"] > 0
     assert summary["final"]["val"]["pref_acc"] > summary["initial"]["val"]["pref_acc"]
     assert list(run_dir.glob("events.out.tfevents.*"))
     assert (run_dir / "checkpoints" / "last.ckpt").exists()
+    # the round history and the per-client records (lightning_fed/federation/round_history.py)
+    assert [json.loads(x) for x in (run_dir / "rounds.jsonl").read_text().splitlines()] == summary["rounds"]
+    assert read_client_metrics(run_dir, "train").num_rows == 3 * 2  # 2 clients per round
     from lightning_fed.modules import BackboneConfig, load_backbone
 
     base, _ = load_backbone(
