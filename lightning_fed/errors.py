@@ -111,6 +111,11 @@ _REQUIRED = re.compile(r"the following arguments are required: (.*?)(?= - |$)")
 _PARSER_KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$')
 _NOT_FOUND = ("has no attribute", "No module named", "Unable to import", "not a subclass", "import")
 _SHORT_NAME = re.compile(r"Expected a dot import path string: (\S+)")
+_NOT_ACCEPTED = re.compile(r"Option '(\w+)' is not accepted")
+_REPLACED_OPTIONS = {  # an option that was removed -> what replaces it
+    "eval_clients": "data.eval_clients (the first k clients) was removed: use federation.eval_clients"
+    " (all, sampled or panel) and federation.eval_panel_size",
+}
 
 
 def _join(key: str | None, sub: str) -> str:
@@ -127,6 +132,8 @@ def simplify_parse_error(message: str) -> str:
     """
     message = " ".join(message.split())
     key = m.group(1) if (m := _PARSER_KEY.match(message)) else None
+    if (m := _NOT_ACCEPTED.search(message)) and m.group(1) in _REPLACED_OPTIONS:
+        return _REPLACED_OPTIONS[m.group(1)]
     if m := _REQUIRED.search(message):
         missing = [_join(key, k.strip()) for k in m.group(1).split(",") if k.strip()]
         return f"{', '.join(missing)}: required but missing from the config"

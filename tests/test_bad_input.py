@@ -116,7 +116,12 @@ CASES = {
     "batch_size_zero": ({}, ["--data.init_args.batch_size=0"], ["data.batch_size", "got 0"]),
     "val_fraction_one": ({}, ["--data.init_args.val_fraction=1.0"], ["data.val_fraction", "got 1.0"]),
     "unknown_on_overflow": ({}, ["--data.init_args.on_overflow=bogus"], ["data.on_overflow", "'bogus'"]),
-    "eval_clients_above_num_clients": ({}, ["--data.init_args.eval_clients=9"], ["data.eval_clients", "got 9"]),
+    "unknown_eval_clients": ({}, ["--federation.eval_clients=first"], ["federation.eval_clients", "'first'"]),
+    "removed_data_eval_clients": (
+        {},
+        ["--data.init_args.eval_clients=4"],
+        ["data.eval_clients", "removed", "federation.eval_clients"],
+    ),
     "unknown_synthetic_set": ({}, ["--data.init_args.dataset=synthetic:foo"], ["data.dataset", "synthetic:foo"]),
     "responses_longer_than_max_length": (
         {},

@@ -12,6 +12,7 @@ Lightning's own.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import lightning.pytorch as pl
@@ -23,6 +24,7 @@ from typing_extensions import override
 from lightning_fed.callbacks.evaluation_stage import EvaluationStage
 from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
 from lightning_fed.federation.driver import TurnDriver
+from lightning_fed.federation.evaluation_plan import DEFAULT_PANEL_SIZE, EvaluationPlan, packs_evaluation
 from lightning_fed.federation.failures import guard_training_step, unguard_training_step
 from lightning_fed.federation.hooks import (
     WITH_GLOBAL_STATE,
@@ -73,6 +75,13 @@ class FederatedLoop(TurnDriver):
             round reports at most this many clients; beyond it, one histogram per metric
             (``clients/*``). Either way the per-client values are in ``<run>/client_metrics/``
             and each metric's percentiles over clients are logged (``round/*_client_p50``...).
+        eval_clients: Clients evaluated with the global state: ``all``, the round's ``sampled``
+            clients, or a fixed random ``panel`` (see
+            :mod:`~lightning_fed.federation.evaluation_plan`). Default (``None``): ``panel`` in
+            ``fit``; a standalone ``validate``/``test`` then evaluates all clients.
+        eval_panel_size: Clients in the panel, drawn once from ``seed`` (``>= N``: all clients).
+        eval_every: Evaluate after every n-th round and after the last; the initial evaluation
+            (before round 1) runs unless ``trainer.num_sanity_val_steps`` is 0.
     """
 
     def __init__(
@@ -92,8 +101,11 @@ class FederatedLoop(TurnDriver):
         max_update_norm: float | None = None,
         on_large_update: str = "reject",
         per_client_scalars: int = DEFAULT_PER_CLIENT_SCALARS,
+        eval_clients: str | None = None,
+        eval_panel_size: int = DEFAULT_PANEL_SIZE,
+        eval_every: int = 1,
     ) -> None:
-        problems = []
+        problems = EvaluationPlan.problems(eval_clients, eval_panel_size, eval_every)
         if rounds < 1:
             problems.append(f"federation.rounds must be >= 1, got {rounds}")
         if clients_per_round < 1:
@@ -128,6 +140,8 @@ class FederatedLoop(TurnDriver):
             UpdateScreen(max_update_norm, on_large_update),
         )
         self.store = ClientStateStore(max_state_memory_bytes, state_offload_dir)
+        self.evaluation = EvaluationPlan(eval_clients, eval_panel_size, eval_every, rounds)
+        self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
         self.report.per_client_scalars = per_client_scalars
         self._plans: dict[int, list[TurnPlan]] = {}
         self._initial_personal: StateDict = {}
@@ -158,8 +172,10 @@ class FederatedLoop(TurnDriver):
             self.server.bind(dm.num_clients, dm)
         # Personal parameters as initialised: what a client without personal state yet uses.
         self._initial_personal = clone_state(pl_module.personal_parameters())
+        dm.eval_plan = self.evaluation_layout
         if stage != "fit":
             return  # `validate`/`test`: the federation state comes from the checkpoint (on_load_checkpoint)
+        self._schedule_evaluation(trainer)
         dm.round_plan = self.plan_round
         trainer.fit_loop.max_epochs = self.rounds
         trainer.reload_dataloaders_every_n_epochs = 1  # each round lays out its own batches
@@ -224,6 +240,9 @@ class FederatedLoop(TurnDriver):
     # ============================================================ client turns (training)
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._limit_val_batches is not None:  # this round's evaluation runs, or not at all
+            evaluates = self.evaluation.evaluates(trainer.current_epoch + 1)
+            trainer.limit_val_batches = self._limit_val_batches if evaluates else 0
         self.lay_out(self.plan_round(trainer.current_epoch))
         self.server.open(trainer.current_epoch, [p.client_id for p in self.plans])
 
@@ -260,6 +279,38 @@ class FederatedLoop(TurnDriver):
     def _standalone(trainer: pl.Trainer) -> bool:
         """Whether this is a ``validate``/``test`` run (not the validation inside ``fit``)."""
         return trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
+
+    def _schedule_evaluation(self, trainer: pl.Trainer) -> None:
+        """Take over Lightning's validation schedule for ``federation.eval_every``.
+
+        A round that is not evaluated runs no validation at all: ``limit_val_batches`` is 0 for
+        it (Lightning's switch that turns validation off; set per round in
+        ``on_train_epoch_start``, the Trainer's value restored in ``teardown``). Lightning's
+        ``check_val_every_n_epoch`` cannot express "and always after the last round", so a value
+        other than 1 given there counts as ``federation.eval_every``.
+        """
+        every = trainer.check_val_every_n_epoch
+        if every is not None and every != 1:
+            if self.evaluation.every not in (1, every):
+                raise ValueError(
+                    f"trainer.check_val_every_n_epoch={every} conflicts with federation.eval_every="
+                    f"{self.evaluation.every}; set federation.eval_every only"
+                )
+            self.evaluation = replace(self.evaluation, every=every)
+            trainer.check_val_every_n_epoch = 1
+        self._limit_val_batches = trainer.limit_val_batches
+
+    def evaluation_layout(self) -> tuple[list[int], bool]:
+        """The clients the evaluation starting now covers, and whether its batches may mix clients.
+
+        In ``fit``: :meth:`EvaluationPlan.clients_for` of the current round (for the initial
+        evaluation, round 1's); in ``validate``/``test``: of the checkpoint's last round.
+        """
+        trainer = self.trainer
+        standalone = self._standalone(trainer)
+        round_idx = max(len(self.report.history) - 1, 0) if standalone else trainer.current_epoch
+        clients = self.evaluation.clients_for(self.server, round_idx, standalone)
+        return clients, packs_evaluation(self.module, bool(self._initial_personal), trainer.callbacks)
 
     def _load_client(self, pl_module: pl.LightningModule, batch: Any) -> None:
         """Swap in the personal state of the batch's client (all of a batch is one client's)."""
@@ -368,6 +419,8 @@ class FederatedLoop(TurnDriver):
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         unguard_training_step(self, pl_module)
+        if self._limit_val_batches is not None:  # a later trainer.validate() validates as asked
+            trainer.limit_val_batches, self._limit_val_batches = self._limit_val_batches, None
 
     # ============================================================================= resume
     @override

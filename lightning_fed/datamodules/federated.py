@@ -63,7 +63,6 @@ class FederatedDataModule(pl.LightningDataModule):
         on_overflow: What to do with longer examples: ``error``, ``truncate`` or ``drop``.
         val_fraction: Fraction of each client's rows held out for its evaluation, when no
             ``val_dataset`` is given.
-        eval_clients: Evaluate on the first this-many clients only (default: all).
         template: Prompt template (see :mod:`~lightning_fed.datamodules.templates`):
             ``alpaca``, ``plain`` or ``chat`` (the tokenizer's own chat template); default is
             the subclass's :attr:`default_template`.
@@ -103,7 +102,6 @@ class FederatedDataModule(pl.LightningDataModule):
         max_length: int = 256,
         on_overflow: str = "error",
         val_fraction: float = 0.1,
-        eval_clients: int | None = None,
         template: str | None = None,
         seed: int | None = None,
         system_prompt: str | None = None,
@@ -126,8 +124,6 @@ class FederatedDataModule(pl.LightningDataModule):
             problems.append(f"data.on_overflow must be one of {OVERFLOW_CHOICES}, got {on_overflow!r}")
         if not 0.0 <= val_fraction < 1.0:
             problems.append(f"data.val_fraction must be in [0, 1), got {val_fraction}")
-        if eval_clients is not None and not 1 <= eval_clients <= num_clients:
-            problems.append(f"data.eval_clients must be in [1, {num_clients}], got {eval_clients}")
         template = template or self.default_template
         if template not in self.template_choices():
             problems.append(f"data.template must be one of {list(self.template_choices())}, got {template!r}")
@@ -147,7 +143,7 @@ class FederatedDataModule(pl.LightningDataModule):
         self.field_map, self.split, self.synthetic_args = field_map, split, synthetic_args
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.max_length, self.on_overflow, self.val_fraction = max_length, on_overflow, val_fraction
-        self.eval_clients, self.template, self._seed = eval_clients, template, seed
+        self.template, self._seed = template, seed
         self.system_prompt, self.truncation = system_prompt, truncation
         self.val_dataset, self.test_dataset = val_dataset, test_dataset
         self.val_split, self.test_split, self.group_key = val_split, test_split, group_key
@@ -156,6 +152,9 @@ class FederatedDataModule(pl.LightningDataModule):
         self._sizes: list[int] | None = None  # |D_k| of every client, kept while no selection changes it
         self._train_offsets: list[int] | None = None
         self.round_plan: Any = None  # set by FederatedLoop: round -> list[ClientTurn]
+        # Set by FederatedLoop: () -> (clients to evaluate, whether batches may mix clients);
+        # None (no loop): every client, one client per batch.
+        self.eval_plan: Any = None
         self.group_names: list[str] = []  # group_id -> value of `group_key` (val/test items)
         self.truncated: dict[str, list[int]] = {}  # set -> examples truncated per client
         self.dropped: dict[str, list[int]] = {}  # set -> examples dropped per client
@@ -409,15 +408,18 @@ class FederatedDataModule(pl.LightningDataModule):
             )
 
     def _eval_loader(self, sets: list[Dataset]) -> DataLoader:
+        """The planned clients' rows (``federation.eval_clients``), in client order, in batches of
+        ``eval_batch_size`` that pack several clients when the loop allows it."""
         sizes = [len(s) for s in sets]
-        clients = [c for c in range(self.eval_clients or self.num_clients) if sizes[c] > 0]
-        sampler = ClientBatchSampler(clients, self._offsets(sizes), sizes, self.eval_batch_size)
+        planned, packed = self.eval_plan() if self.eval_plan is not None else (range(self.num_clients), False)
+        clients = [c for c in planned if sizes[c] > 0]
+        sampler = ClientBatchSampler(clients, self._offsets(sizes), sizes, self.eval_batch_size, packed)
         return DataLoader(ConcatDataset(sets), batch_sampler=sampler, collate_fn=self._collate)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader([c.val_set for c in self.clients])
 
     def test_dataloader(self) -> DataLoader:
-        """Each client's rows of ``test_dataset``, one client after another (as validation)."""
+        """The planned clients' rows of ``test_dataset``, one client after another (as validation)."""
         self._require_test_set()
         return self._eval_loader([c.test_set for c in self.clients])

@@ -2,7 +2,8 @@
 
 A round is one Lightning epoch: the sampled clients train one after the other, each on its
 own batches, and the :class:`~lightning_fed.callbacks.FederatedLoop` swaps client state at
-the boundaries. Every batch holds examples of a single client.
+the boundaries. Every training batch holds examples of a single client; evaluation batches
+may pack several clients' examples (:class:`ClientBatchSampler`).
 """
 
 from __future__ import annotations
@@ -66,16 +67,43 @@ class RoundBatchSampler(Sampler[list[int]]):
 
 
 class ClientBatchSampler(Sampler[list[int]]):
-    """Sequential batches over the given clients' examples, never mixing two clients."""
+    """Sequential batches over the given clients' examples, in client order.
 
-    def __init__(self, clients: Sequence[int], offsets: Sequence[int], sizes: Sequence[int], batch_size: int) -> None:
+    By default a batch never mixes two clients (a client's personal state is swapped in per
+    batch). ``packed=True`` cuts the clients' examples, concatenated, into batches of
+    ``batch_size`` regardless of client boundaries: ``ceil(total / batch_size)`` batches instead
+    of one or more per client, for a module that evaluates every client with the same model;
+    the metrics are split back per client by each example's ``client_id``.
+    """
+
+    def __init__(
+        self,
+        clients: Sequence[int],
+        offsets: Sequence[int],
+        sizes: Sequence[int],
+        batch_size: int,
+        packed: bool = False,
+    ) -> None:
         self.clients, self.offsets, self.sizes, self.batch_size = list(clients), offsets, sizes, batch_size
+        self.packed = packed
 
     def __len__(self) -> int:
+        if self.packed:
+            return -(-sum(self.sizes[c] for c in self.clients) // self.batch_size)
         return sum(-(-self.sizes[c] // self.batch_size) for c in self.clients)
 
     def __iter__(self) -> Iterator[list[int]]:
+        batch: list[int] = []
         for c in self.clients:
             idx = range(self.offsets[c], self.offsets[c] + self.sizes[c])
-            for start in range(0, len(idx), self.batch_size):
-                yield list(idx[start : start + self.batch_size])
+            if not self.packed:
+                for start in range(0, len(idx), self.batch_size):
+                    yield list(idx[start : start + self.batch_size])
+                continue
+            for i in idx:
+                batch.append(i)
+                if len(batch) == self.batch_size:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch

@@ -104,6 +104,7 @@ class FederatedServer(FlowerStrategy):
         self.rejected_evaluations = self.missing_replies = 0
         self.context = ServerContext(str(output_dir), [TensorBoardLogger(str(output_dir), name="", version="")])
         self.nodes: dict[int, int] = {}  # client (partition) -> node id
+        self.eval_asked: set[int] = set()  # clients asked to evaluate this round
         self.instructions: dict[int, dict[int, Payload]] = {}  # this round's per-client hook payloads
 
     # --------------------------------------------------------------- Flower's strategy API
@@ -217,15 +218,17 @@ class FederatedServer(FlowerStrategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Every evaluated client (``data.eval_clients``) evaluates the new global state."""
+        """The clients of the run's evaluation plan (``federation.eval_clients``, the in-process
+        loop's rule) that a node holds evaluate the new global state."""
+        planned = self.loop.evaluation.clients_for(self.server, server_round - 1)
+        self.eval_asked = {cid for cid in planned if cid in self.nodes}
         return [
             Message(
                 content=train_instruction(server_round - 1, cid, self.server.client_start(cid)[0], {}),
                 message_type=MessageType.EVALUATE,
-                dst_node_id=node,
+                dst_node_id=self.nodes[cid],
             )
-            for cid, node in sorted(self.nodes.items())
-            if cid < self.eval_clients
+            for cid in sorted(self.eval_asked)
         ]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
@@ -239,7 +242,7 @@ class FederatedServer(FlowerStrategy):
             cid = self._client_of(msg.metadata.src_node_id)
             try:
                 claimed, count, means = record_to_evaluation(msg.content, self.limits)
-                if claimed != cid or cid in seen or not 0 <= cid < self.eval_clients:
+                if claimed != cid or cid in seen or cid not in self.eval_asked:
                     raise ValueError(
                         f"node {msg.metadata.src_node_id} holds client {cid} but its reply claims"
                         f" client-id={claimed} (or was not asked)"
@@ -264,7 +267,6 @@ class FederatedServer(FlowerStrategy):
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Any = None,
-        eval_clients: int | None = None,
         min_nodes: int | None = None,
     ) -> Result:
         """Run every round; returns Flower's ``Result`` and writes the run's record."""
@@ -280,7 +282,6 @@ class FederatedServer(FlowerStrategy):
         if not server.global_state:
             server.global_state = clone_state(self.module.shared_parameters())
         server.strategy.setup(server.global_state, self.num_clients)
-        self.eval_clients = eval_clients or self.num_clients
         timeout = self.timeout if timeout is None else timeout
         self.summary()
         for hook in server.hooks:
@@ -294,6 +295,8 @@ class FederatedServer(FlowerStrategy):
             )
             arrays, metrics = self.aggregate_train(server_round, replies)
             result.arrays, result.train_metrics_clientapp[server_round] = arrays, metrics
+            if not self.loop.evaluation.evaluates(server_round):  # federation.eval_every
+                continue
             replies = grid.send_and_receive(
                 self.configure_evaluate(server_round, arrays, ConfigRecord(), grid), timeout=timeout
             )

@@ -31,6 +31,8 @@ class PersonalizedEvaluation(Callback):
     Put it after the :class:`~lightning_fed.callbacks.FederatedLoop` in ``trainer.callbacks``.
     """
 
+    evaluates_per_client = True  # a model per client: evaluation batches hold one client each
+
     def __init__(self) -> None:
         self._client: int | None = None
 

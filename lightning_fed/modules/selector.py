@@ -157,6 +157,11 @@ class BinarySelectorModule(FederatedModule):
             self.log(f"train/{name}", value.mean(), prog_bar=name in ("loss", "acc"), batch_size=bs)
         return metrics["loss"].mean()
 
+    @property
+    def evaluates_per_client(self) -> bool:
+        """Clients judged by their own selector: evaluation batches hold one client each."""
+        return bool(self.client_selectors)
+
     @torch.no_grad()
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         if self.client_selectors and "client_id" in batch:  # each client is judged by its own selector

@@ -113,7 +113,6 @@ def test_overflow_truncate_and_drop(tmp_path, tokenizer):
             re.escape("data.on_overflow must be one of ('error', 'truncate', 'drop'), got 'clip'"),
         ),
         ({"val_fraction": 1.5}, r"data.val_fraction must be in \[0, 1\), got 1.5"),
-        ({"num_clients": 2, "eval_clients": 3}, r"data.eval_clients must be in \[1, 2\], got 3"),
     ],
 )
 def test_arguments_are_validated(kwargs, message):

@@ -146,10 +146,18 @@ class CountRounds(RoundHook):
 
 
 def run(tmp_path, name, loop_rounds, ckpt_path=None):
-    loop = FederatedLoop(rounds=loop_rounds, clients_per_round=2, local_steps=2, seed=0, hooks=[CountRounds()])
+    loop = FederatedLoop(
+        rounds=loop_rounds,
+        clients_per_round=2,
+        local_steps=2,
+        seed=0,
+        hooks=[CountRounds()],
+        eval_clients="panel",
+        eval_panel_size=2,
+    )
     # the w_r schedule spans the full 3 rounds in every run; App. D.3's lr decay is personal state too
     module = tiny(PDPOModule, rounds=3, lr_decay=0.5)
-    data = preference_data(groups=("positive", "negative"), eval_clients=2)
+    data = preference_data(groups=("positive", "negative"))
     fit(module, data, loop, str(tmp_path / name), ckpt_path=ckpt_path)
     return loop, module
 
