@@ -60,17 +60,19 @@ class ClientData(pl.LightningDataModule):
         return DataLoader(self.test_set, batch_size=self.batch_size, collate_fn=self.collate)
 
 
-class RoundTrainSet(Dataset):
-    """The training sets of one round's clients in the index space of all clients' sets.
+class ClientSetView(Dataset):
+    """Some clients' datasets in the index space of a concatenation of all clients' sets.
 
-    Client ``k``'s example ``j`` has index ``offsets[k] + j``, as in a ``ConcatDataset`` of every
-    client's training set (the indices :class:`~lightning_fed.datamodules.RoundBatchSampler`
-    yields), but only the round's clients are held: building it costs O(clients per round),
-    not O(N). Indices of clients outside the round raise ``IndexError``.
+    Client ``k``'s example ``j`` has index ``offsets[k] + j``, as in a ``ConcatDataset`` over
+    every client's set (the indices :class:`~lightning_fed.datamodules.RoundBatchSampler`
+    yields), but only the given clients' sets are held: building it costs O(clients given), not
+    O(N) as a ``ConcatDataset`` of all N sets does. The round loader gives it the round's
+    clients' training sets; an evaluation loader can give it the evaluated clients' sets.
+    Indices outside the given clients' ranges raise ``IndexError``.
 
     Args:
-        sets: Client id -> its training set, for the round's clients.
-        offsets: Index of every client's first example (all clients).
+        sets: Client id -> its dataset, for the clients of interest.
+        offsets: Index of a client's first example, for (at least) the given clients.
     """
 
     def __init__(self, sets: Mapping[int, Dataset], offsets: Sequence[int]) -> None:
@@ -85,5 +87,5 @@ class RoundTrainSet(Dataset):
         k = bisect.bisect_right(self.starts, i) - 1
         j = i - self.starts[k] if k >= 0 else -1
         if not 0 <= j < len(self.sets[k]):
-            raise IndexError(f"index {i} is not in the training set of a client of this round {self.clients}")
+            raise IndexError(f"index {i} is not in the set of one of the clients {self.clients}")
         return self.sets[k][j]

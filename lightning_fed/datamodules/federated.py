@@ -23,7 +23,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
-from lightning_fed.datamodules.client_data import ClientData, RoundTrainSet
+from lightning_fed.datamodules.client_data import ClientData, ClientSetView
 from lightning_fed.datamodules.eval_partition import evaluation_clients
 from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, check_partition
 from lightning_fed.datamodules.round_sampler import ClientBatchSampler, RoundBatchSampler
@@ -397,7 +397,7 @@ class FederatedDataModule(pl.LightningDataModule):
         sampler = RoundBatchSampler(turns, offsets, sizes, self.batch_size, self.seed, round_idx, rank, world)
         # The round's clients' sets as they are now (a round hook may have selected a subset of a
         # client's data), indexed as a concatenation of all clients' sets: O(clients per round).
-        train = RoundTrainSet({t.client_id: self.clients[t.client_id].train_set for t in turns}, offsets)
+        train = ClientSetView({t.client_id: self.clients[t.client_id].train_set for t in turns}, offsets)
         return DataLoader(train, batch_sampler=sampler, collate_fn=self._collate)
 
     def _require_test_set(self) -> None:

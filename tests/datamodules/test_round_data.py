@@ -6,7 +6,7 @@ import torch
 from torch.utils.data import ConcatDataset, DataLoader
 
 from lightning_fed.datamodules import PreferenceDataModule, RoundBatchSampler
-from lightning_fed.datamodules.client_data import RoundTrainSet
+from lightning_fed.datamodules.client_data import ClientSetView
 from lightning_fed.federation.turn import TurnPlan
 from lightning_fed.modules.backbone import load_tokenizer
 
@@ -76,11 +76,11 @@ def loader_at_round(dm, round_idx):
         dm.trainer = None
 
 
-def test_round_train_set_holds_only_the_round_clients():
+def test_client_set_view_holds_only_the_given_clients():
     sets = {3: ["c", "d", "e"], 1: ["a", "b"]}
-    ds = RoundTrainSet(sets, offsets=[0, 4, 6, 6])  # client 0: 4 examples, 1: 2, 2: 0, 3: 3
+    ds = ClientSetView(sets, offsets=[0, 4, 6, 6])  # client 0: 4 examples, 1: 2, 2: 0, 3: 3
     assert len(ds) == 5
     assert [ds[i] for i in (4, 5, 6, 7, 8)] == ["a", "b", "c", "d", "e"]
     for outside in (0, 3, 9):
-        with pytest.raises(IndexError, match=f"index {outside} "):
+        with pytest.raises(IndexError, match=f"index {outside} is not in the set of one of the clients"):
             ds[outside]
