@@ -208,12 +208,17 @@ class FederatedCLI(LightningCLI):
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
         # Defaults a federated run needs, unless the config opts out or brings its own: a
-        # per-round progress bar, and a `last.ckpt` after every round for `--ckpt_path`.
+        # per-round progress bar, and a `last.ckpt` after every round for `--ckpt_path`. One file
+        # per round, replaced atomically: the top-1 checkpoint without a monitor, named `last`
+        # (`save_last=True` would write it twice; `save_top_k=0` only at the end of fit;
+        # `save_last="link"` removes the old epoch file before the link points at the new one).
         given = list(callbacks) + list(config.get("callbacks") or [])
         if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in given):
             callbacks.append(FederatedProgressBar())
         if config.get("enable_checkpointing") is not False and not any(isinstance(c, ModelCheckpoint) for c in given):
-            callbacks.append(ModelCheckpoint(save_last=True, save_on_train_epoch_end=True))
+            callbacks.append(
+                ModelCheckpoint(filename="last", save_on_train_epoch_end=True, enable_version_counter=False)
+            )
         if not config.get("plugins"):  # a kill during a save never leaves half a checkpoint
             config["plugins"] = [AtomicCheckpointIO()]
         callbacks.append(self.signals)

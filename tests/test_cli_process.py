@@ -153,9 +153,8 @@ def _wait_for(path_glob: str, root: Path, proc: subprocess.Popen, timeout: float
 def _stop_after_round(root: Path, args: list[str], round_number: int, sig: int) -> subprocess.CompletedProcess:
     """Start a run, send ``sig`` once round ``round_number``'s ``last.ckpt`` is written."""
     proc = _popen(args)
-    epoch_file = _wait_for(f"lightning_logs/version_*/checkpoints/epoch={round_number - 1}-*.ckpt", root, proc)
-    last = epoch_file.parent / "last.ckpt"  # written after the epoch file, atomically
-    while not (last.exists() and last.stat().st_mtime_ns >= epoch_file.stat().st_mtime_ns):
+    last = _wait_for("lightning_logs/version_*/checkpoints/last.ckpt", root, proc)  # one file, replaced atomically
+    while torch.load(last, map_location="cpu", weights_only=True)["epoch"] != round_number - 1:
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(0.05)
     proc.send_signal(sig)

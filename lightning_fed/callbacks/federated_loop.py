@@ -12,11 +12,12 @@ Lightning's own.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
@@ -64,8 +65,9 @@ class FederatedLoop(TurnDriver):
         seed: Seed of client sampling and of local randomness (default: the run's
             ``seed_everything`` value).
         max_state_memory_bytes: Keep at most this many bytes of per-client state in memory;
-            the rest goes to ``state_offload_dir``.
-        state_offload_dir: Folder for per-client state past the memory budget.
+            the rest is read from its file in ``state_offload_dir`` on the client's next turn.
+        state_offload_dir: Folder of the per-client state files (one per client and version,
+            referenced by the checkpoints; default ``<run>/client_states``; one folder per run).
         save_adapter: Write the final global adapter as a PEFT folder at the end of fit.
         max_update_norm: Bound on the L2 norm of a client's change ``w_k - w``; a larger (e.g.
             poisoned, scaled) update is handled per ``on_large_update``. ``None``: no bound.
@@ -140,6 +142,7 @@ class FederatedLoop(TurnDriver):
             UpdateScreen(max_update_norm, on_large_update),
         )
         self.store = ClientStateStore(max_state_memory_bytes, state_offload_dir)
+        self.state_offload_dir = state_offload_dir
         self.evaluation = EvaluationPlan(eval_clients, eval_panel_size, eval_every, rounds)
         self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
         self.report.per_client_scalars = per_client_scalars
@@ -175,6 +178,8 @@ class FederatedLoop(TurnDriver):
         dm.eval_plan = self.evaluation_layout
         if stage != "fit":
             return  # `validate`/`test`: the federation state comes from the checkpoint (on_load_checkpoint)
+        run = Path(trainer.log_dir or trainer.default_root_dir).absolute()  # report.output_dir, not created yet
+        self.store.attach(self.state_offload_dir or run / "client_states", run=str(run))
         self._schedule_evaluation(trainer)
         dm.round_plan = self.plan_round
         trainer.fit_loop.max_epochs = self.rounds
@@ -393,9 +398,9 @@ class FederatedLoop(TurnDriver):
         out = self.report.output_dir(trainer)
         if self.save_adapter and trainer.is_global_zero:
             pl_module.save_adapter(out / "adapter")
-            personal = self.store.state_dict()
-            if self._initial_personal and personal:
-                torch.save({cid: e["personal"] for cid, e in personal.items()}, out / "personal_states.pt")
+            if self._initial_personal and len(self.store):  # each client's personal state: its file
+                index = self.store.index()
+                (out / "client_states.json").write_text(json.dumps(index, indent=1) + "\n")
         data = self.datamodule.data_report() if hasattr(self.datamodule, "data_report") else {}
         extra = {**self.server.fault_counts(), "hooks": self.server.hook_summaries(), "data": data}
         self.report.write_summary(trainer, extra=extra)
@@ -439,7 +444,16 @@ class FederatedLoop(TurnDriver):
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        checkpoint["federation"] = {**self.server.state_dict(), "clients": self.store.state_dict()}
+        # Client states by reference: the files in the store's folder (written here if they changed).
+        checkpoint["federation"] = {**self.server.state_dict(), "clients": self.store.index()}
+        # Not needed to resume: a client turn starts by clearing the optimizer state
+        # (ClientTurn.begin) and by loading the client's personal parameters from the store, so
+        # between turns neither Adam's moments nor the last client's personal parameters are kept.
+        if self.turn is None:
+            states = checkpoint.get("optimizer_states") or []
+            checkpoint["optimizer_states"] = [{**s, "state": {}} for s in states]
+            personal = pl_module.personal_parameters()
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k not in personal}
 
     @override
     def on_load_checkpoint(
@@ -450,5 +464,7 @@ class FederatedLoop(TurnDriver):
             rank_zero_warn("checkpoint has no federation state; starting the federation afresh")
             return
         self.server.load_state_dict(fed)
-        self.store.load_state_dict(fed.get("clients", {}))
+        # A checkpoint copied elsewhere with its run folder: the files are in <run>/client_states.
+        moved = Path(trainer.ckpt_path).absolute().parent.parent / "client_states" if trainer.ckpt_path else None
+        self.store.load_state_dict(fed.get("clients", {}), folder=moved)
         self._plans = {}

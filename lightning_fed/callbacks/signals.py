@@ -63,7 +63,8 @@ class ProcessSignals(Callback):
             self.stopped_by = "SIGINT"
         else:
             return
-        last = getattr(trainer.checkpoint_callback, "last_model_path", "") or ""
+        callback = trainer.checkpoint_callback  # the CLI's default keeps its one file as the best (`last.ckpt`)
+        last = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "") or ""
         self.last_checkpoint = Path(last) if last and Path(last).is_file() else None
 
     @override

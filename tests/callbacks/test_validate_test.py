@@ -104,6 +104,7 @@ def test_fedpdpo_is_tested_with_each_clients_personal_parts(tmp_path):
     import lightning.pytorch as pl
 
     from lightning_fed.datamodules import PreferenceDataModule
+    from lightning_fed.federation import ClientStateStore
     from lightning_fed.modules import PDPOModule
 
     pl.seed_everything(config["seed_everything"])  # the tiny backbone is random: built as the CLI builds it
@@ -111,11 +112,14 @@ def test_fedpdpo_is_tested_with_each_clients_personal_parts(tmp_path):
     dm.tokenizer = module.tokenizer
     dm.setup("test")
     fed = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["federation"]
+    store = ClientStateStore()  # the checkpoint references each client's file in <run>/client_states
+    store.load_state_dict(fed["clients"])
+    assert sorted(p.parent.name for p in store._files.values()) == ["client_states"] * 4
     module.load_state(fed["global_state"])
     module.eval()
     margins = {}
     for cid in range(4):
-        module.load_state(fed["clients"][cid]["personal"])
+        module.load_state(store.get(cid)["personal"])
         batch = dm._collate(list(dm.client(cid).test_set.items))
         with torch.no_grad():
             chosen, rejected = module.sequence_log_probs(batch)
