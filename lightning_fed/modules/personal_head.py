@@ -97,7 +97,9 @@ class PersonalHeadDPO(DPOModule):
             if self.lm_head.bias is not None:
                 self.lm_head.bias.copy_(out.bias)
         self.bottleneck = (
-            BottleneckAdapter(dim, bottleneck_dim, bottleneck_dropout).to(self.personal_dtype)
+            BottleneckAdapter(dim, bottleneck_dim, bottleneck_dropout, body=getattr(base, base.base_model_prefix)).to(
+                self.personal_dtype
+            )
             if use_bottleneck
             else None
         )
@@ -134,9 +136,13 @@ class PersonalHeadDPO(DPOModule):
         """``z = M_i(z')`` (or ``z'`` without bottleneck): ``(B, T, d)`` features in ``personal_dtype``."""
         base = self.model.get_base_model()
         body = getattr(base, base.base_model_prefix)  # LoRA layers are injected in place
-        z = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        z = z.to(self.lm_head.weight.dtype)
-        return self.bottleneck(z) if self.bottleneck is not None else z
+        if self.bottleneck is None:
+            return body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state.to(
+                self.lm_head.weight.dtype
+            )
+        with self.bottleneck.reading_before_norm(body):  # z' before the final norm, which M_i applies (Eq. 9)
+            z = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.bottleneck(z.to(self.lm_head.weight.dtype))
 
     def policy_forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         """One concatenated forward of chosen then rejected.

@@ -1,6 +1,7 @@
 """PDPOModule: state partition, reference, loss, alternating steps, resume, and that it learns
 per-client preferences that FedAvg+DPO cannot."""
 
+import lightning.pytorch as pl
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,12 +9,13 @@ import torch.nn.functional as F
 from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.datamodules.tokenize import PadCollator, tokenize_preference
 from lightning_fed.federation import RoundHook
-from lightning_fed.modules import DPOModule
+from lightning_fed.modules import BackboneConfig, DPOModule
+from lightning_fed.modules.bottleneck import BottleneckAdapter
 from lightning_fed.modules.losses import dpo_loss
 from lightning_fed.modules.pdpo import PDPOModule
 from lightning_fed.state import state_nbytes
 from tests.callbacks.test_federated_loop import assert_states_close
-from tests.helpers.personal import tiny
+from tests.helpers.personal import tiny, tiny_kwargs
 from tests.helpers.runs import fit, preference_data, tiny_dpo
 
 PERSONAL = ("lm_head.", "bottleneck.", "reward_head.", "reward_scale.")
@@ -268,3 +270,47 @@ def test_schedule_and_exclusion_settings_are_validated():
         r"model.accumulate_grad_batches must be an integer >= 1, got 0.*model.exclusion_k must be >= 0",
     ):
         tiny(PDPOModule, local_schedule="epochs", accumulate_grad_batches=0, exclusion_k=-1.0)
+
+
+TINY_LLAMA = {
+    "model_type": "llama",
+    "num_hidden_layers": 2,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+}
+
+
+@pytest.mark.parametrize("config", [None, TINY_LLAMA], ids=["gpt2-layernorm", "llama-rmsnorm"])
+def test_personal_model_at_init_is_the_base_model(batch, config):
+    """Eq. (9) over the pre-norm residual stream with a copy of the backbone's final norm and a zero
+    Decode: the personal path's logits at init are the base model's (the old LayerNorm on top of the
+    normalised output was not: about temperature 2 on SmolLM2)."""
+    if config is None:
+        m = tiny(PDPOModule).eval()
+    else:
+        pl.seed_everything(0, verbose=False)
+        kwargs = {**tiny_kwargs(), "backbone": BackboneConfig(config=dict(config), tokenizer="bytes")}
+        m = PDPOModule(**kwargs, bottleneck_dim=16, reward_hidden=32).eval()
+    base = m.model.get_base_model()
+    body = getattr(base, base.base_model_prefix)
+    backbone_norm = getattr(body, m.bottleneck.norm_name)
+    with torch.no_grad():  # a non-trivial gain (and bias), so that copying it is what makes the identity
+        for p in backbone_norm.parameters():
+            p.copy_(torch.rand_like(p) + 0.5)
+    m.bottleneck = BottleneckAdapter(32, 16, 0.0, body=body)
+    copied = dict(m.bottleneck.norm.named_parameters())
+    for name, p in backbone_norm.named_parameters():
+        assert torch.equal(copied[name], p) and copied[name].data_ptr() != p.data_ptr()
+        assert copied[name].requires_grad and not p.requires_grad  # personal copy trains, backbone stays frozen
+    ids, mask = batch["chosen_input_ids"], batch["chosen_attention_mask"]
+    with torch.no_grad():
+        personal = m.lm_head(m.features(ids, mask))
+        with m.model.disable_adapter():
+            reference = m.model(input_ids=ids, attention_mask=mask).logits
+        plain = body(input_ids=ids, attention_mask=mask).last_hidden_state  # the hook is gone after features()
+    torch.testing.assert_close(personal, reference, atol=1e-6, rtol=0)
+    torch.testing.assert_close(m.bottleneck(plain), m.bottleneck.norm(plain))  # Decode = 0 at init
+    assert not torch.allclose(plain, backbone_norm(plain))  # ... and the body applies its own norm again
