@@ -41,7 +41,7 @@ class EvaluationStage:
 
     def finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Write ``<run>/<stage>_results.json`` and log the metrics (TensorBoard, the results table)."""
-        from lightning_fed.evaluation.stage_results import results_dir, write_results
+        from lightning_fed.evaluation.stage_results import results_dir, stage_scalars, write_results
 
         dm, report = self.datamodule, self.server.report
         results = self.results.summary(getattr(dm, "group_names", None))
@@ -69,9 +69,7 @@ class EvaluationStage:
             if "_client_" not in name or name.endswith("_client_min"):  # the table: overall and worst client
                 pl_module.log(f"{stage}/{name}", value)
         if trainer.is_global_zero:
-            scalars = {f"{stage}/{k}": v for k, v in results["metrics"].items()}
-            scalars.update({f"{stage}_client_{c}/{k}": v for c, m in results["clients"].items() for k, v in m.items()})
-            scalars.update({f"{stage}_group_{g}/{k}": v for g, m in results["groups"].items() for k, v in m.items()})
+            scalars = stage_scalars(trainer, results, stage, round_number, report.per_client_scalars)
             for logger in trainer.loggers:
                 logger.log_metrics(scalars, step=round_number)
             path = write_results(

@@ -1,8 +1,11 @@
 """Results of ``lightning-fed validate`` / ``test``: per client, per group, overall, as JSON.
 
 Every per-example metric is averaged over all examples (``metrics``), per client
-(``clients``, with the mean, minimum and maximum over clients in ``metrics`` as
-``<m>_client_mean`` etc.) and, when the data has a group column, per group (``groups``).
+(``clients``, with the distribution over clients in ``metrics``: ``<m>_client_mean``,
+``_client_min``, ``_client_max`` and the percentiles ``_client_p10``, ``_client_p50``,
+``_client_p90``) and, when the data has a group column, per group (``groups``).
+:func:`stage_scalars` turns them into logged scalars: per client up to
+``federation.per_client_scalars`` clients, one TensorBoard histogram per metric beyond.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from lightning_fed.federation.client_stats import distribution, per_client_logging
 
 
 def _means(sums: dict[str, float], count: int) -> dict[str, float]:
@@ -53,9 +58,7 @@ class StageResults:
         for k in sorted({k for m in clients.values() for k in m}):
             vals = [m[k] for m in clients.values() if k in m]
             metrics[k] = sum(self.sums[c][k] for c in clients) / total
-            metrics[f"{k}_client_mean"] = sum(vals) / len(vals)
-            metrics[f"{k}_client_min"] = min(vals)
-            metrics[f"{k}_client_max"] = max(vals)
+            metrics.update({f"{k}_client_{s}": v for s, v in distribution(vals).items()})
         names = group_names or []
         groups = {
             (names[g] if g < len(names) else str(g)): {**_means(self.group_sums[g], n), "num_examples": n}
@@ -67,6 +70,29 @@ class StageResults:
             "clients": {str(c): {**m, "num_examples": self.counts[c]} for c, m in clients.items()},
             "groups": groups,
         }
+
+
+def stage_scalars(trainer: Any, results: dict[str, Any], stage: str, step: int, threshold: int) -> dict[str, float]:
+    """The scalars to log of a stage's :meth:`StageResults.summary`.
+
+    Overall metrics and their distribution over clients (``<stage>/<m>``), per group
+    (``<stage>_group_<g>/<m>``), and per client (``<stage>_client_<k>/<m>``) while at most
+    ``threshold`` clients were evaluated; beyond that, one histogram per metric over the
+    clients (``<stage>_clients/<m>``) is written to every TensorBoard logger instead.
+    """
+    scalars = {f"{stage}/{k}": v for k, v in results["metrics"].items()}
+    scalars.update(
+        per_client_logging(
+            trainer,
+            results["clients"],
+            step,
+            threshold,
+            lambda c, k: f"{stage}_client_{c}/{k}",
+            lambda k: f"{stage}_clients/{k}",
+        )
+    )
+    scalars.update({f"{stage}_group_{g}/{k}": v for g, m in results["groups"].items() for k, v in m.items()})
+    return scalars
 
 
 def results_dir(ckpt_path: str | None, fallback: Path) -> Path:

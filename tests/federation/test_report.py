@@ -15,6 +15,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from lightning_fed.evaluation.stage_results import StageResults, stage_scalars
 from lightning_fed.federation.client_stats import client_summary, distribution
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.round_history import client_file, read_client_metrics
@@ -181,16 +182,30 @@ def test_histograms_instead_of_per_client_scalars_past_the_threshold(tmp_path, t
     logger = TensorBoardLogger(str(tmp_path), name="", version="")
     report, trainer = RoundReport(per_client_scalars=threshold), _trainer(tmp_path, [logger])
     _round(report, trainer, 0, [0, 1, 2], evaluated=[0, 1, 2])
+    # `lightning-fed test`: clients 0, 1, 2 with pref_acc 0, 1 / 2 and 1 (1, 2 and 1 examples)
+    stage = StageResults()
+    stage.add(torch.tensor([0, 1, 1, 2]), {"pref_acc": torch.tensor([0.0, 1.0, 0.0, 1.0])})
+    results = stage.summary()
+    assert results["metrics"]["pref_acc"] == 0.5 and results["metrics"]["pref_acc_client_p10"] == pytest.approx(0.1)
+    logger.log_metrics(stage_scalars(trainer, results, "test", 1, threshold), step=1)
     logger.experiment.flush()
     tags = _tags(tmp_path)
-    per_client = sorted(t for t in tags["scalars"] if t.startswith("client_"))
+    per_client = sorted(t for t in tags["scalars"] if t.startswith(("client_", "test_client_")))
     if threshold < 3:
         assert per_client == []
-        assert sorted(tags["histograms"]) == ["clients/train_loss", "clients/train_steps", "clients/val_pref_acc"]
+        assert sorted(tags["histograms"]) == [
+            "clients/train_loss",
+            "clients/train_steps",
+            "clients/val_pref_acc",
+            "test_clients/num_examples",
+            "test_clients/pref_acc",
+        ]
     else:  # at the threshold: one scalar per client and metric, as before, and no histogram
-        assert len(per_client) == 3 * 2 + 3 and "client_2/val_pref_acc" in per_client
+        assert len(per_client) == 3 * 2 + 3 + 3 * 2 and {"client_2/val_pref_acc", "test_client_1/pref_acc"} <= set(
+            per_client
+        )
         assert tags["histograms"] == []
     # the distribution over clients, for every logger, either way
-    assert {"round/train_loss_client_p50", "round/val_pref_acc_client_p90", "round/val_pref_acc"} <= set(
+    assert {"round/train_loss_client_p50", "round/val_pref_acc_client_p90", "test/pref_acc_client_p50"} <= set(
         tags["scalars"]
     )
