@@ -290,7 +290,8 @@ def main() -> None:
         r = run_child(n, args)
         runs.append(r)
         print(
-            f"# N={n}: fit {r['fit_total_s']:.1f}s, setup {r['setup_s']:.2f}s, rounds "
+            f"# N={n}: fit {r['fit_total_s']:.1f}s, setup {r['setup_s']:.2f}s, initial eval {r['initial_eval_s']:.2f}s,"
+            f" peak RSS {r['peak_rss'] / MB:.1f} MiB, files {r['files']}; rounds "
             + ", ".join(f"{x['wall']:.2f}s (eval {x['eval']:.2f}, ckpt {x['ckpt']:.2f})" for x in r["rounds"]),
             flush=True,
         )

@@ -21,7 +21,7 @@ import datasets
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
-from torch.utils.data import ConcatDataset, DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from lightning_fed.datamodules.client_data import ClientData, ClientSetView
 from lightning_fed.datamodules.eval_partition import evaluation_clients
@@ -410,11 +410,14 @@ class FederatedDataModule(pl.LightningDataModule):
     def _eval_loader(self, sets: list[Dataset]) -> DataLoader:
         """The planned clients' rows (``federation.eval_clients``), in client order, in batches of
         ``eval_batch_size`` that pack several clients when the loop allows it."""
-        sizes = [len(s) for s in sets]
         planned, packed = self.eval_plan() if self.eval_plan is not None else (range(self.num_clients), False)
-        clients = [c for c in planned if sizes[c] > 0]
-        sampler = ClientBatchSampler(clients, self._offsets(sizes), sizes, self.eval_batch_size, packed)
-        return DataLoader(ConcatDataset(sets), batch_sampler=sampler, collate_fn=self._collate)
+        # Only the planned clients' sets are measured and indexed: O(planned clients), not O(N).
+        clients = [c for c in planned if len(sets[c]) > 0]
+        sizes = {c: len(sets[c]) for c in clients}
+        offsets = dict(zip(clients, self._offsets([sizes[c] for c in clients])))
+        sampler = ClientBatchSampler(clients, offsets, sizes, self.eval_batch_size, packed)
+        view = ClientSetView({c: sets[c] for c in clients}, offsets)
+        return DataLoader(view, batch_sampler=sampler, collate_fn=self._collate)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader([c.val_set for c in self.clients])

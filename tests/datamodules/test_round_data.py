@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import ConcatDataset, DataLoader
 
-from lightning_fed.datamodules import PreferenceDataModule, RoundBatchSampler
+from lightning_fed.datamodules import ClientBatchSampler, PreferenceDataModule, RoundBatchSampler
 from lightning_fed.datamodules.client_data import ClientSetView
 from lightning_fed.federation.turn import TurnPlan
 from lightning_fed.modules.backbone import load_tokenizer
@@ -84,3 +84,23 @@ def test_client_set_view_holds_only_the_given_clients():
     for outside in (0, 3, 9):
         with pytest.raises(IndexError, match=f"index {outside} is not in the set of one of the clients"):
             ds[outside]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_eval_loader_yields_the_concatenated_layout_for_the_planned_clients(tokenizer, packed):
+    dm = data(tokenizer, num_clients=7, per_client=6)  # 1 val example per client (round(0.2 * 6))
+    dm.client(2).val_set.items.clear()  # a client without validation rows is skipped
+    dm.eval_batch_size = 2
+    planned = [0, 2, 3, 6]
+    dm.eval_plan = lambda: (planned, packed)
+    got = list(dm.val_dataloader())
+    sets = [c.val_set for c in dm.clients]  # the layout before the O(N) fix: all N sets concatenated
+    sizes = [len(s) for s in sets]
+    offsets = [sum(sizes[:k]) for k in range(len(sizes))]
+    clients = [c for c in planned if sizes[c] > 0]
+    sampler = ClientBatchSampler(clients, offsets, sizes, 2, packed)
+    want = list(DataLoader(ConcatDataset(sets), batch_sampler=sampler, collate_fn=dm._collate))
+    assert len(got) == len(want) == (2 if packed else 3)
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert [c for b in got for c in b["client_id"].tolist()] == [0, 3, 6]
