@@ -48,7 +48,6 @@ from flwr.app.error import Error
 from flwr.cli.install import install_from_fab
 from flwr.clientapp.client_app import ClientApp, LoadClientAppError
 from flwr.clientapp.utils import get_load_client_app_fn
-from flwr.common.config import get_project_dir
 from flwr.common.constant import ErrorCode, SubStatus
 from flwr.proto.runtime_pb2 import AcquireTaskRequest, SendTaskHeartbeatRequest  # pylint: disable=E0611
 from flwr.supercore import log
@@ -183,8 +182,9 @@ class ClientAppProcess:
                 reply = Message(
                     Error(code=code or ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=message
                 )
-        except BaseException:
+        except BaseException as stop:
             retry.max_tries = 1  # stopping: do not block on a dead SuperNode
+            details = f"ClientApp process stopped ({type(stop).__name__})"
             raise
         finally:
             if heartbeat.is_running:
@@ -209,7 +209,6 @@ class ClientAppProcess:
         if fab.hash_str not in self._installed:
             install_from_fab(fab.content, skip_prompt=True)
             self._installed.add(fab.hash_str)
-        get_project_dir(run.fab_id, run.fab_version, fab.hash_str)  # raises if the install is missing
         load = get_load_client_app_fn(default_app_ref="", app_path=None, multi_app=True)
         return load(run.fab_id, run.fab_version, fab.hash_str)  # flwr reuses modules already imported
 

@@ -136,6 +136,7 @@ def test_a_stop_during_a_task_reports_it_failed_and_ends_the_loop(fake_node):
         proc.serve()
     assert seen == [1] and proc.control.tokens == ["x=2"]  # the third task stays pending for a successor
     assert [status for status, _ in pushed["outputs"]] == [SubStatus.COMPLETED, SubStatus.FAILED]
+    assert pushed["outputs"][1][1] == "ClientApp process stopped (Stopped)"
     assert len(pushed["replies"]) == 1 and all(c.closed for c in pushed["clients"])
 
 
@@ -170,6 +171,14 @@ def test_bad_command_line_is_a_one_line_error(tmp_path, capsys):
     ]:
         assert clientapp_process.main(["clientapp", *argv]) == clientapp_process.EXIT_USAGE, argv
         assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_local_deployment_isolation_is_checked_before_anything_starts(tmp_path):
+    from lightning_fed.deploy.local_deployment import LocalDeployment
+
+    with pytest.raises(ValueError, match=r"isolation must be one of \('subprocess', 'process'\), got 'thread'"):
+        LocalDeployment(tmp_path, isolation="thread")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cli_rejects_a_bad_runtime_api_address():
