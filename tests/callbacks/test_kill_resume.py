@@ -13,6 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lightning_fed.federation.round_history import read_client_metrics
+
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "tests" / "helpers" / "kill_driver.py"
 ROUNDS, CLIENTS_PER_ROUND, LOCAL_STEPS = 3, 2, 3
@@ -56,6 +58,13 @@ def _result(root: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:
     rounds = json.loads((root / "summary.json").read_text())["rounds"]
     for r in rounds:
         r.pop("seconds")
+    # rounds.jsonl (summary.json's rounds) and each round's per-client Parquet rows, compared along
+    lines = [json.loads(x) for x in (root / "rounds.jsonl").read_text().splitlines()]
+    assert [{k: v for k, v in x.items() if k != "seconds"} for x in lines] == rounds
+    for stage in ("train", "val"):
+        rows = read_client_metrics(root, stage).to_pylist()
+        for r in rounds:
+            r[f"{stage}_rows"] = [x for x in rows if x["round"] == r["round"]]
     return adapter, rounds
 
 
@@ -89,6 +98,16 @@ def test_kill_9_then_resume_equals_uninterrupted(tmp_path, uninterrupted, mode, 
     assert [r["clients"] for r in rounds] == [r["clients"] for r in ref_rounds]
     for r, ref in zip(rounds, ref_rounds, strict=True):
         assert r["val"] == pytest.approx(ref["val"], rel=1e-4)
+        assert r["train_stats"] == pytest.approx(ref["train_stats"], rel=1e-4) and r["up_bytes"] == ref["up_bytes"]
+        assert r["train_rows"]  # per-client rows: those of a round recorded before the kill are not doubled
+        for stage in ("train_rows", "val_rows"):
+            assert [x["client"] for x in r[stage]] == [x["client"] for x in ref[stage]], stage
+            for row, ref_row in zip(r[stage], ref[stage]):
+                metrics, ref_metrics = ({k: v for k, v in x.items() if isinstance(v, float)} for x in (row, ref_row))
+                assert metrics == pytest.approx(ref_metrics, rel=1e-4)
+                assert {k: v for k, v in row.items() if k not in metrics} == {
+                    k: v for k, v in ref_row.items() if k not in ref_metrics
+                }
     assert not list(
         (_run_dir(tmp_path) / "checkpoints").glob("*.tmp")
     )  # no half-written file left visible as a checkpoint
