@@ -19,6 +19,7 @@ Clients a checkpoint references are read lazily, on their next turn or evaluatio
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import tempfile
 from collections import OrderedDict
@@ -45,10 +46,15 @@ def _empty() -> Entry:
     return {"personal": {}, "memory": {}}
 
 
-def encode_entry(client_id: int, entry: Entry) -> tuple[str, bytes]:
-    """A client's state as safetensors bytes, and the file name its content gives it."""
+def encode_entry(client_id: int, entry: Entry, run: str = "") -> tuple[str, bytes]:
+    """A client's state as safetensors bytes, and the file name its content gives it.
+
+    The run is part of the content (metadata), so two runs never produce the same name, even
+    for equal states: a run deletes only files of its own.
+    """
     flat = {f"{part}/{k}": v.contiguous() for part in PARTS for k, v in entry.get(part, {}).items()}
-    data = save_safetensors(flat, metadata={"format": f"lightning_fed.client_state/{INDEX_FORMAT}"})
+    # One metadata key: safetensors writes several in no fixed order, and the name hashes the bytes.
+    data = save_safetensors(flat, metadata={"lightning_fed.client_state": json.dumps([INDEX_FORMAT, client_id, run])})
     return f"client_{client_id}-{hashlib.blake2b(data, digest_size=8).hexdigest()}.safetensors", data
 
 
@@ -198,15 +204,13 @@ class ClientStateStore:
 
     # ---------------------------------------------------------------------------- files
     def _write(self, client_id: int) -> None:
-        name, data = encode_entry(client_id, self._mem[client_id])
+        name, data = encode_entry(client_id, self._mem[client_id], self.run)
         path = self.folder / name
-        # Same name, same content: written before (atomically, so whole). A file this store did not
-        # write (an identical run sharing the folder) is not its to delete later.
-        if not path.is_file():
+        if not path.is_file():  # same name, same run and content: written before (atomically, so whole)
             atomic_write_bytes(path, data)
             self.bytes_written += len(data)
             self.files_written += 1
-            self._owned.add(path)
+        self._owned.add(path)
         old = self._files.get(client_id)
         self._files[client_id], self._file_nbytes[client_id] = path, len(data)
         self._dirty.discard(client_id)

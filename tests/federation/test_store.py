@@ -173,7 +173,8 @@ def test_a_resumed_run_never_deletes_another_runs_files(tmp_path):
     assert later["files"][1]["file"] == str(tmp_path / "first" / index["files"][1]["file"])
     assert len(files(tmp_path / "second")) == 2  # the current and the previous version of client 0
 
-    # An identical run sharing the folder writes files of the same names: it does not own them.
+    # A run sharing the folder with equal states: its files have other names (the run is in the
+    # content), so it never deletes the first run's.
     twin = ClientStateStore(offload_dir=tmp_path / "first", run="twin")
     for value in (1.0, 3.0, 4.0, 5.0):
         put(twin, 0, value)
