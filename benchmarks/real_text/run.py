@@ -6,8 +6,9 @@ As a user would run it: the data are local JSONL files (``build_data.py``), the 
 ``ByKey(user)``, and every fit is ``lightning-fed fit --config configs/real_text_<method>.yaml``
 in a subprocess; the numbers are read back from each run's ``summary.json`` (``initial`` = the
 evaluation before round 1, ``final`` = after the last round). The "before" number of a setting
-is the base model (FedDPO's or FedIT's ``initial``; FedPDPO's ``initial`` is the model with
-freshly initialised personal parts, reported separately). Seeds vary training (LoRA and head
+is the base model (FedDPO's or FedIT's ``initial``; else FedPDPO's ``initial``, the model with
+freshly initialised personal parts, which is exactly the base model since the bottleneck fix of
+commit 49e33d3, also reported in its own column). Seeds vary training (LoRA and head
 initialisation, batch order); the data are fixed.
 
     HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 .venv/bin/python benchmarks/real_text/run.py \\
@@ -104,6 +105,9 @@ def run_job(
         "seed": seed,
         "seconds": seconds,
         "command": shlex.join(cmd[3:]),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
         "initial": pick(summary.get("initial")),
         "final": pick(summary.get("final")),
         "metric": metric,
@@ -126,9 +130,9 @@ def table(results: list[dict]) -> str:
         "client after (mean over seeds) | initial with fresh personal parts |",
         "|---|---|---|---|---:|---:|---:|---|---|---:|",
     ]
-    base = {}
-    for r in results:
-        if r["initial"] is not None and not r["method"].startswith("fedpdpo"):
+    base = {}  # FedDPO's/FedIT's initial; else FedPDPO's, which is the base model too since 49e33d3
+    for r in sorted(results, key=lambda r: r["method"].startswith("fedpdpo")):
+        if r["initial"] is not None:
             base.setdefault(r["setting"], r["initial"]["all"])
     keys = list(dict.fromkeys((r["setting"], r["method"]) for r in results))
     for setting, method in keys:
