@@ -11,7 +11,8 @@ the summary files; the benchmark prints the evaluation defaults it ran with.
 Reported per N: the data build (``FederatedDataModule.setup``: read, partition, tokenize, one
 ``ClientData`` per client) in seconds and RSS; the initial evaluation (Lightning's sanity pass);
 per round the wall time split into evaluation, checkpoint writing and the rest (sampling,
-client turns, aggregation, logging: "training"), round 1 apart as warm-up; peak RSS
+client turns, aggregation, logging: "training"), and the process CPU time, round 1 apart as
+warm-up; peak RSS
 (``ru_maxrss``) and its growth over the first N; the checkpoint (``last.ckpt`` plus any
 client-state files beside it) and what the run wrote to TensorBoard and to the summary and
 record files. Per-round figures are medians over rounds 2..R.
@@ -88,10 +89,10 @@ class RoundTimer(Callback):
         self.marks["sanity"] = time.perf_counter() - self._t["sanity"]
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.process_time()
         if self.marks["rounds"]:
-            self.marks["rounds"][-1]["end"] = now
-        self.marks["rounds"].append({"start": now, "val": 0.0})
+            self.marks["rounds"][-1].update(end=now, cpu_end=cpu)
+        self.marks["rounds"].append({"start": now, "cpu_start": cpu, "val": 0.0})
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._t["val"] = time.perf_counter()
@@ -102,7 +103,7 @@ class RoundTimer(Callback):
         self.marks["rounds"][-1]["val"] += time.perf_counter() - self._t["val"]
 
     def on_train_end(self, trainer, pl_module) -> None:
-        self.marks["rounds"][-1]["end"] = time.perf_counter()
+        self.marks["rounds"][-1].update(end=time.perf_counter(), cpu_end=time.process_time())
         Path(self.out).write_text(json.dumps(self.marks))
 
 
@@ -223,7 +224,8 @@ def child(args: argparse.Namespace) -> dict:
     for r in marks["rounds"]:
         ckpt = sum(s for t, s in saves if r["start"] <= t < r["end"])
         wall = r["end"] - r["start"]
-        rounds.append({"wall": wall, "eval": r["val"], "ckpt": ckpt, "train": wall - r["val"] - ckpt})
+        cpu = r["cpu_end"] - r["cpu_start"]
+        rounds.append({"wall": wall, "cpu": cpu, "eval": r["val"], "ckpt": ckpt, "train": wall - r["val"] - ckpt})
     return {
         "clients": args.child,
         "fit_total_s": total,
@@ -320,6 +322,11 @@ def main() -> None:
         )
     top = runs[-1]
     x = _median(top["rounds"], "wall") / _median(base["rounds"], "wall")
+    cpu = _median(top["rounds"], "cpu") / _median(base["rounds"], "cpu")
+    print(
+        f"process CPU seconds per round (median): N={base['clients']} {_median(base['rounds'], 'cpu'):.2f},"
+        f" N={top['clients']} {_median(top['rounds'], 'cpu'):.2f}, ratio {cpu:.2f} (less sensitive to other jobs)"
+    )
     y = (top["peak_rss"] - base["peak_rss"]) / MB
     z = top["files"]["ckpt"] / base["files"]["ckpt"]
     print()
