@@ -76,7 +76,13 @@ class Stopped(BaseException):
 
 
 def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    _ignore_stops()  # a supervisor may signal twice (e.g. the process and its group): one stop is enough
     raise Stopped
+
+
+def _ignore_stops() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class ClientAppProcess:
@@ -160,7 +166,7 @@ class ClientAppProcess:
         client), as in ``run_clientapp``; the process goes on with the next task. A stop
         (SIGTERM/SIGINT) reports the task as failed, then propagates.
         """
-        retry = make_simple_http_retry_invoker()
+        retry = task_retry_invoker()
         client = self.task_client(token, retry)
         lost = threading.Event()
         heartbeat = HeartbeatSender(_task_heartbeat(client, lost))
@@ -216,6 +222,23 @@ class ClientAppProcess:
         self.control.close()
 
 
+def task_retry_invoker() -> RetryInvoker:
+    """flwr's Runtime API retries (``make_simple_http_retry_invoker``), except that a refused token
+    (HTTP 401/403: the task or its run is over, e.g. ``flwr stop``) fails this task instead of the
+    process: flwr's invoker raises SIGINT or ``RunNotRunningException`` (a BaseException) there,
+    right for a one-task ``flwr-clientapp``, fatal for a process serving every task of the node."""
+    invoker = make_simple_http_retry_invoker()
+    flwr_giveup = invoker.should_giveup
+
+    def giveup(exc: Exception) -> bool:
+        if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in (401, 403):
+            return True
+        return flwr_giveup(exc) if flwr_giveup is not None else False
+
+    invoker.should_giveup = giveup
+    return invoker
+
+
 def _task_heartbeat(client: RuntimeHttpClient, lost: threading.Event) -> Callable[[], bool]:
     """flwr's task heartbeat (``make_task_heartbeat_fn_http``), except that a refused beat marks
     the task as lost instead of raising SIGINT, which would end this long-lived process."""
@@ -224,8 +247,13 @@ def _task_heartbeat(client: RuntimeHttpClient, lost: threading.Event) -> Callabl
     def beat() -> bool:
         try:
             res = client.SendTaskHeartbeat(request)
-        except httpx.HTTPError:
+        except httpx.HTTPStatusError as err:
+            if err.response.status_code in (401, 403):  # the token is no longer valid
+                lost.set()
+                return True
             return False  # retried with backoff by the HeartbeatSender
+        except httpx.HTTPError:
+            return False
         if not res.success:
             lost.set()
         return True
@@ -324,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     except Stopped:
         code = EXIT_SIGTERM
     except KeyboardInterrupt:
+        _ignore_stops()
         code = EXIT_SIGINT
     finally:
         worker.close()

@@ -154,6 +154,22 @@ def test_a_refused_heartbeat_marks_the_task_lost_instead_of_ending_the_process()
     assert _task_heartbeat(Client(True), lost)() is True and not lost.is_set()
     assert _task_heartbeat(Client(httpx.ConnectError("down")), lost)() is False  # retried with backoff
     assert _task_heartbeat(Client(False), lost)() is True and lost.is_set()  # flwr's raises SIGINT here
+    lost.clear()
+    assert _task_heartbeat(Client(_status_error(403)), lost)() is True and lost.is_set()
+
+
+def _status_error(code: int) -> httpx.HTTPStatusError:
+    request = httpx.Request("POST", "http://127.0.0.1:1/flwr.proto.Runtime/PullTaskInput")
+    return httpx.HTTPStatusError(f"{code}", request=request, response=httpx.Response(code, request=request))
+
+
+def test_a_refused_token_fails_the_task_not_the_process():
+    """flwr's invoker raises SIGINT on 401 and RunNotRunningException on 403 (both end a
+    process); here both end the call, and so the task, with the HTTP error."""
+    giveup = clientapp_process.task_retry_invoker().should_giveup
+    assert giveup(_status_error(401)) is True and giveup(_status_error(403)) is True
+    assert giveup(_status_error(503)) is False and giveup(httpx.ConnectError("not up yet")) is False
+    assert giveup(_status_error(400)) is True
 
 
 def test_bad_command_line_is_a_one_line_error(tmp_path, capsys):
