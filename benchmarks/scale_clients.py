@@ -174,6 +174,12 @@ def eval_defaults() -> dict:
         for name, p in inspect.signature(cls.__init__).parameters.items():
             if "eval" in name:
                 found[f"{cls.__name__}.{name}"] = p.default
+    try:  # what `eval_clients: None` means, where the package has an evaluation plan
+        from lightning_fed.federation import evaluation_plan
+
+        found["eval_clients None means"] = evaluation_plan.DEFAULT_EVAL_CLIENTS
+    except (ImportError, AttributeError):
+        pass
     source = inspect.getsource(cli.main)
     found["cli num_sanity_val_steps"] = "-1" if '"num_sanity_val_steps": -1' in source else "see cli.main"
     return found
