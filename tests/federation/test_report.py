@@ -209,3 +209,12 @@ def test_histograms_instead_of_per_client_scalars_past_the_threshold(tmp_path, t
     assert {"round/train_loss_client_p50", "round/val_pref_acc_client_p90", "test/pref_acc_client_p50"} <= set(
         tags["scalars"]
     )
+
+
+def test_per_client_scalars_is_a_federation_option():
+    from lightning_fed.callbacks import FederatedLoop
+
+    with pytest.raises(ValueError, match=r"federation.per_client_scalars must be >= 0, got -1"):
+        FederatedLoop(per_client_scalars=-1)
+    assert FederatedLoop(per_client_scalars=0).report.per_client_scalars == 0
+    assert FederatedLoop().report.per_client_scalars == 32
