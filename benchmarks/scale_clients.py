@@ -121,7 +121,9 @@ def _wrap_timed(owner: type, name: str, sink: list) -> None:
     setattr(owner, name, timed)
 
 
-def cli_args(num_clients: int, rounds: int, per_client: int, val_fraction: float, root: str, marks: str) -> list[str]:
+def cli_args(
+    num_clients: int, rounds: int, per_client: int, val_fraction: float, root: str, marks: str, extra: list[str]
+) -> list[str]:
     synthetic = json.dumps({"examples_per_client": per_client, "groups": ["positive"]})
     return [
         "fit",
@@ -135,6 +137,7 @@ def cli_args(num_clients: int, rounds: int, per_client: int, val_fraction: float
         f"--federation.local_steps={LOCAL_STEPS}",
         f"--trainer.default_root_dir={root}",
         "--trainer.callbacks+=" + json.dumps({"class_path": f"{__name__}.RoundTimer", "init_args": {"out": marks}}),
+        *extra,
     ]
 
 
@@ -213,9 +216,8 @@ def child(args: argparse.Namespace) -> dict:
     FederatedDataModule.setup = setup_with_rss
     with tempfile.TemporaryDirectory(prefix="lf_scale_") as root:
         marks_file = str(Path(root) / "marks.json")
-        argv = cli_args(
-            args.child, args.rounds, args.per_client, args.val_fraction, str(Path(root) / "run"), marks_file
-        )
+        run = str(Path(root) / "run")
+        argv = cli_args(args.child, args.rounds, args.per_client, args.val_fraction, run, marks_file, args.cli_arg)
         t0 = time.perf_counter()
         if args.profile:
             import cProfile
@@ -265,6 +267,7 @@ def run_child(n: int, args: argparse.Namespace) -> dict:
     ]
     if args.profile:
         cmd += ["--profile", f"{args.profile}.{n}"]
+    cmd += [f"--cli-arg={a}" for a in args.cli_arg]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=os.environ.copy())
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-4000:])
@@ -279,6 +282,12 @@ def main() -> None:
     parser.add_argument("--per-client", type=int, default=4, help="preference pairs per client (default 4)")
     parser.add_argument("--val-fraction", type=float, default=0.25, help="held-out share of each client's pairs")
     parser.add_argument("--profile", help="write a cProfile of each child to PROFILE.<N>")
+    parser.add_argument(
+        "--cli-arg",
+        action="append",
+        default=[],
+        help="extra `lightning-fed fit` argument for every run, e.g. --cli-arg=--model.init_args.cache_reference=false",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
@@ -289,7 +298,8 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     print(
         f"# scale_clients: N={args.clients}, {CLIENTS_PER_ROUND} clients/round, K={LOCAL_STEPS}, rounds={args.rounds},"
-        f" {args.per_client} pairs per client (val_fraction {args.val_fraction}), {CONFIG.relative_to(ROOT)};"
+        f" {args.per_client} pairs per client (val_fraction {args.val_fraction}), {CONFIG.relative_to(ROOT)}"
+        f" {' '.join(args.cli_arg)};"
         f" evaluation defaults: {eval_defaults()}",
         flush=True,
     )
