@@ -4,8 +4,8 @@ Round-level scalars are logged with the round number as the step (``round/*``, `
 the evaluation means are also logged through ``pl_module.log`` as ``val/<metric>`` so that
 checkpoint monitoring and early stopping can use them. Per-client values are scalars of their
 own (``client_<k>/*``) while a round reports at most ``per_client_scalars`` clients, and one
-histogram per metric (``clients/*``) beyond that; every round logs each metric's distribution
-over clients (``round/train_<m>_client_p50``, ``round/val_<m>_client_p10``...).
+histogram per metric (``clients/<m>``, ``clients/val_<m>``) beyond that. Every round logs each
+metric's distribution over clients (``round/train_loss_client_p50``, ``round/val_<m>_client_p10``...).
 
 The round records go to ``<run>/rounds.jsonl`` and the per-client metrics to Parquet files
 under ``<run>/client_metrics/`` (:mod:`~lightning_fed.federation.round_history`); checkpoints
@@ -140,7 +140,7 @@ class RoundReport:
             "round/seconds": seconds,
             "round/failed_clients": float(len(failed)),
             "round/rejected_updates": float(len(rejected)),
-            **{f"round/train_{k}": v for k, v in stats.items()},
+            **{f"round/{k}": v for k, v in stats.items()},  # e.g. round/train_loss_client_p50
         }
         scalars.update(
             per_client_logging(
@@ -149,7 +149,7 @@ class RoundReport:
                 round_idx + 1,
                 self.per_client_scalars,
                 lambda c, k: f"client_{c}/{k}",
-                lambda k: f"clients/train_{k}",
+                lambda k: f"clients/{k}",  # as client_<k>/<metric>
             )
         )
         log_scalars(trainer, scalars, step=round_idx + 1)

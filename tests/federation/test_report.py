@@ -29,7 +29,7 @@ def _trainer(folder: Path, loggers: list | None = None) -> SimpleNamespace:
 def _round(report: RoundReport, trainer, r: int, clients: list[int], evaluated: list[int] | None = None) -> None:
     """Round ``r`` (0-based): client c trains with loss c + r and 3 steps on c + 1 examples;
     each evaluated client c has two examples of pref_acc 1 and c / 10."""
-    updates = [ClientUpdate(c, c + 1, {}, metrics={"loss": float(c + r), "steps": 3}) for c in clients]
+    updates = [ClientUpdate(c, c + 1, {}, metrics={"train_loss": float(c + r), "steps": 3}) for c in clients]
     report.end_round(trainer, r, clients, updates, [], {}, up_bytes=10, down_bytes=20, seconds=1.5)
     if evaluated is not None:
         _evaluate(report, trainer, r + 1, evaluated)
@@ -65,15 +65,16 @@ def test_one_line_per_round_per_client_metrics_in_parquet(tmp_path):
     assert [x["round"] for x in lines] == [1, 2, 3]
     assert all("train" not in x and "val_clients" not in x for x in lines)  # per-client values are not in it
     # round 1: losses 1 and 3; round 2: 0 + 1 and 2 + 1
-    assert lines[0]["train_stats"]["loss_client_mean"] == 2.0 and lines[0]["train_stats"]["loss_client_p90"] == 2.8
-    assert lines[1]["train_stats"]["loss_client_min"] == 1.0 and "val" not in lines[1]
+    assert lines[0]["train_stats"]["train_loss_client_mean"] == 2.0
+    assert lines[0]["train_stats"]["train_loss_client_p90"] == pytest.approx(2.8)
+    assert lines[1]["train_stats"]["train_loss_client_min"] == 1.0 and "val" not in lines[1]
     # round 1 evaluates clients 0 (1, 0) and 2 (1, 0.2): example mean 0.55, client means 0.5 and 0.6
     assert lines[0]["val"]["pref_acc"] == pytest.approx(0.55)
     assert lines[0]["val"]["pref_acc_client_p10"] == pytest.approx(0.51)
 
     train = read_client_metrics(tmp_path, "train").to_pylist()
     assert len(train) == 2 + 2 + 2  # rows = clients reported
-    assert train[0] == {"round": 1, "client": 1, "stage": "train", "num_examples": 2, "loss": 1.0, "steps": 3.0}
+    assert train[0] == {"round": 1, "client": 1, "stage": "train", "num_examples": 2, "train_loss": 1.0, "steps": 3.0}
     val = read_client_metrics(tmp_path, "val").to_pylist()
     assert [(r["round"], r["client"], r["num_examples"]) for r in val] == [(0, 0, 2), (0, 1, 2), (0, 2, 2)] + [
         (1, 0, 2),
@@ -85,7 +86,7 @@ def test_one_line_per_round_per_client_metrics_in_parquet(tmp_path):
     # the in-memory view: count and last record; older records read back from the files, as they were made
     history = report.history
     assert len(history) == 3 and history[-1] is history[2]
-    assert history[0]["train"] == {"1": {"loss": 1.0, "steps": 3}, "3": {"loss": 3.0, "steps": 3}}
+    assert history[0]["train"] == {"1": {"train_loss": 1.0, "steps": 3}, "3": {"train_loss": 3.0, "steps": 3}}
     assert history[0]["val_clients"] == {"0": {"pref_acc": 0.5}, "2": {"pref_acc": pytest.approx(0.6)}}
     assert "val_clients" not in history[1] and history[1]["clients"] == [0, 2]
     assert [r["round"] for r in history] == [1, 2, 3]
@@ -194,8 +195,8 @@ def test_histograms_instead_of_per_client_scalars_past_the_threshold(tmp_path, t
     if threshold < 3:
         assert per_client == []
         assert sorted(tags["histograms"]) == [
+            "clients/steps",
             "clients/train_loss",
-            "clients/train_steps",
             "clients/val_pref_acc",
             "test_clients/num_examples",
             "test_clients/pref_acc",
