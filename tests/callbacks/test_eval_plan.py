@@ -36,8 +36,8 @@ def test_panel_is_a_fixed_function_of_seed():
 
 def test_default_plan_is_panel_in_fit_and_all_standalone():
     plan, server = EvaluationPlan(rounds=3), _Server(40, seed=3)
-    assert plan.clients_for(server, 1) == evaluation_panel(3, 40, 32)
-    assert len(plan.clients_for(server, 1)) == 32
+    assert plan.clients_for(server, 1) == evaluation_panel(3, 40, 16)
+    assert len(plan.clients_for(server, 1)) == 16
     assert plan.clients_for(server, 1, standalone=True) == list(range(40))
     small = _Server(10, seed=3)  # N <= panel size: every client, as before the plan
     assert plan.clients_for(small, 0) == list(range(10))
