@@ -128,3 +128,28 @@ def test_sampled_every_two_rounds_in_a_fit(tmp_path):
             assert sorted(int(c) for c in record["val_clients"]) == record["clients"]
     assert sorted(int(c) for c in loop.report.initial_eval["val_clients"]) == sample_clients(6, 2, 0, 0)
     assert loop.trainer.limit_val_batches == 1.0  # the Trainer's own value restored after fit
+
+
+def test_flower_server_evaluates_the_same_plan(tmp_path):
+    """The Flower server asks the plan's clients (``sampled``: the round's), after rounds 2 and 3 of 3."""
+    from lightning_fed.deploy.apps import load_run
+    from lightning_fed.deploy.records import CONFIG
+    from lightning_fed.deploy.server import FederatedServer
+    from tests.deploy.test_server_replies import NUM_CLIENTS, ScriptedGrid, _train_replies, honest_eval
+
+    class LoggingGrid(ScriptedGrid):
+        def send_and_receive(self, messages, *, timeout=None):
+            messages = list(messages)
+            kinds = {m.metadata.message_type for m in messages}
+            if kinds == {"evaluate"}:
+                self.asked.append(sorted(int(m.content.config_records[CONFIG]["client-id"]) for m in messages))
+            return super().send_and_receive(messages, timeout=timeout)
+
+    grid = LoggingGrid(_train_replies(lambda m, h: None), honest_eval)
+    grid.asked = []
+    overrides = "--federation.rounds=3 --federation.eval_clients=sampled --federation.eval_every=2"
+    module, datamodule, loop, _ = load_run("configs/tiny.yaml", overrides)
+    server = FederatedServer(loop, module, datamodule.num_clients, tmp_path / "flower", timeout=5)
+    server.start(grid, min_nodes=NUM_CLIENTS)
+    per_round = loop.clients_per_round
+    assert grid.asked == [sample_clients(NUM_CLIENTS, per_round, 0, r) for r in (1, 2)]
