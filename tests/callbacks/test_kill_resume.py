@@ -1,4 +1,7 @@
-"""kill -9 at random points, checkpoint saves included, then resume: same result as no kill."""
+"""kill -9 at random points, checkpoint and client state writes included, then resume: same
+result as no kill. The run has spilled client state: FedPer (personal LoRA and LM head) with
+SCAFFOLD (a control variate per client) and a memory budget of 1 byte, so every client but the
+one training lives in its file under <run>/client_states and the checkpoints reference them."""
 
 from __future__ import annotations
 
@@ -11,9 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from lightning_fed.federation.round_history import read_client_metrics
+from lightning_fed.federation.store import read_entry
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "tests" / "helpers" / "kill_driver.py"
@@ -21,11 +26,23 @@ ROUNDS, CLIENTS_PER_ROUND, LOCAL_STEPS = 3, 2, 3
 BATCHES = ROUNDS * CLIENTS_PER_ROUND * LOCAL_STEPS
 
 
+def _config(root: Path) -> Path:
+    """configs/tiny.yaml with spilled per-client state (see the module docstring)."""
+    config = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    config["model"]["class_path"] = "lightning_fed.modules.fedper.FedPerModule"
+    config["model"]["init_args"]["shared_layers"] = 1
+    config["federation"]["strategy"] = {"class_path": "lightning_fed.strategies.Scaffold"}
+    config["federation"]["max_state_memory_bytes"] = 1
+    path = root / "spilled.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def _run(root: Path, mode: str = "none", at: int = 0, resume: bool = False) -> subprocess.CompletedProcess:
     args = [
         "fit",
         "--config",
-        str(ROOT / "configs/tiny.yaml"),
+        str(_config(root)),
         f"--trainer.default_root_dir={root}",
         "--trainer.logger=false",
         "--trainer.enable_progress_bar=false",
@@ -52,7 +69,7 @@ def _run_dir(root: Path) -> Path:
     return runs[-1] if runs else root / "lightning_logs" / "version_0"
 
 
-def _result(root: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:
+def _result(root: Path) -> tuple[dict[str, torch.Tensor], list[dict], dict[str, dict]]:
     root = _run_dir(root)
     adapter = load_file(str(root / "adapter" / "adapter_model.safetensors"))
     rounds = json.loads((root / "summary.json").read_text())["rounds"]
@@ -65,7 +82,10 @@ def _result(root: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:
         rows = read_client_metrics(root, stage).to_pylist()
         for r in rounds:
             r[f"{stage}_rows"] = [x for x in rows if x["round"] == r["round"]]
-    return adapter, rounds
+    # Each client's final state, from the file the run's index names.
+    index = json.loads((root / "client_states.json").read_text())
+    states = {cid: read_entry(root / "client_states" / ref["file"]) for cid, ref in index["files"].items()}
+    return adapter, rounds, states
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +96,12 @@ def uninterrupted(tmp_path_factory):
     return _result(root)
 
 
-# Five kill points drawn once (seeded): three after a random training batch, two halfway
-# through writing a checkpoint file (the 1st and a random later one).
+# Five kill points drawn once (seeded): two after a random training batch, one halfway through
+# writing a client state file (a few are written per round), two halfway through writing a
+# checkpoint file (the 1st and a random later one).
 _rng = random.Random(20261122)
-KILLS = [("batch", _rng.randint(1, BATCHES - 1)) for _ in range(3)] + [("save", 1), ("save", _rng.randint(2, ROUNDS))]
+KILLS = [("batch", _rng.randint(1, BATCHES - 1)) for _ in range(2)] + [("state", _rng.randint(1, 4))]
+KILLS += [("save", 1), ("save", _rng.randint(2, ROUNDS))]
 
 
 @pytest.mark.parametrize(("mode", "at"), KILLS, ids=[f"{m}{a}" for m, a in KILLS])
@@ -90,8 +112,19 @@ def test_kill_9_then_resume_equals_uninterrupted(tmp_path, uninterrupted, mode, 
         torch.load(ckpt, weights_only=False, map_location="cpu")
     resumed = _run(tmp_path, resume=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    adapter, rounds = _result(tmp_path)
-    ref_adapter, ref_rounds = uninterrupted
+    adapter, rounds, states = _result(tmp_path)
+    ref_adapter, ref_rounds, ref_states = uninterrupted
+    assert sorted(states) == sorted(ref_states) == ["0", "1", "2", "3"]
+    for cid, entry in ref_states.items():  # every client's personal state and c_i, bitwise
+        for part in ("personal", "memory"):
+            assert entry[part] and entry[part].keys() == states[cid][part].keys(), (cid, part)
+            assert all(torch.equal(states[cid][part][k], v) for k, v in entry[part].items()), (cid, part)
+    # ... although the checkpoints hold no client state, no Adam moments and no personal parameters
+    # (FedPer's: the LoRA of block 1 and the personal LM head), only the index of the state files.
+    ckpt = torch.load(_run_dir(tmp_path) / "checkpoints" / "last.ckpt", weights_only=True)
+    assert [s["state"] for s in ckpt["optimizer_states"]] == [{}]
+    assert ckpt["state_dict"] and not any(".h.1." in k or "lm_head" in k for k in ckpt["state_dict"])
+    assert sorted(ckpt["federation"]["clients"]["files"]) == [0, 1, 2, 3]
     assert adapter.keys() == ref_adapter.keys()
     for k, v in ref_adapter.items():
         torch.testing.assert_close(adapter[k], v, rtol=1e-5, atol=1e-7)

@@ -2,6 +2,7 @@
 
     python tests/helpers/kill_driver.py batch 7 -- fit --config ...   # after the 7th training batch
     python tests/helpers/kill_driver.py save 2 -- fit --config ...    # halfway through writing the 2nd checkpoint
+    python tests/helpers/kill_driver.py state 3 -- fit --config ...   # halfway through the 3rd client state file
     python tests/helpers/kill_driver.py none 0 -- fit --config ...    # no kill
 
 The kill is a real ``kill -9`` of this process: no ``finally``, no atexit, no flush.
@@ -34,18 +35,20 @@ def main() -> None:
                 _die()
 
         FederatedLoop.on_train_batch_end = on_train_batch_end
-    elif mode == "save":
+    elif mode in ("save", "state"):
         from lightning_fed.federation import checkpoint_io
 
         write = checkpoint_io.write_chunks
         saves = [0]
+        kind = ".ckpt." if mode == "save" else ".safetensors."  # the temporary file is <name>.<pid>.tmp
 
         def write_chunks(f, data, chunk=1 << 22):  # noqa: ANN001
-            saves[0] += 1
-            if saves[0] == at:
-                f.write(data[: len(data) // 2])
-                f.flush()
-                _die()
+            if kind in os.path.basename(f.name):
+                saves[0] += 1
+                if saves[0] == at:
+                    f.write(data[: len(data) // 2])
+                    f.flush()
+                    _die()
             write(f, data, chunk)
 
         checkpoint_io.write_chunks = write_chunks
