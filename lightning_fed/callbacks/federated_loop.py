@@ -13,7 +13,6 @@ Lightning's own.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,12 @@ from typing_extensions import override
 from lightning_fed.callbacks.evaluation_stage import EvaluationStage
 from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
 from lightning_fed.federation.driver import TurnDriver
-from lightning_fed.federation.evaluation_plan import DEFAULT_PANEL_SIZE, EvaluationPlan, packs_evaluation
+from lightning_fed.federation.evaluation_plan import (
+    DEFAULT_PANEL_SIZE,
+    EvaluationPlan,
+    packs_evaluation,
+    take_over_validation,
+)
 from lightning_fed.federation.failures import guard_training_step, unguard_training_step
 from lightning_fed.federation.hooks import (
     WITH_GLOBAL_STATE,
@@ -180,7 +184,7 @@ class FederatedLoop(TurnDriver):
             return  # `validate`/`test`: the federation state comes from the checkpoint (on_load_checkpoint)
         run = Path(trainer.log_dir or trainer.default_root_dir).absolute()  # report.output_dir, not created yet
         self.store.attach(self.state_offload_dir or run / "client_states", run=str(run))
-        self._schedule_evaluation(trainer)
+        self.evaluation, self._limit_val_batches = take_over_validation(trainer, self.evaluation)
         dm.round_plan = self.plan_round
         trainer.fit_loop.max_epochs = self.rounds
         trainer.reload_dataloaders_every_n_epochs = 1  # each round lays out its own batches
@@ -284,26 +288,6 @@ class FederatedLoop(TurnDriver):
     def _standalone(trainer: pl.Trainer) -> bool:
         """Whether this is a ``validate``/``test`` run (not the validation inside ``fit``)."""
         return trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
-
-    def _schedule_evaluation(self, trainer: pl.Trainer) -> None:
-        """Take over Lightning's validation schedule for ``federation.eval_every``.
-
-        A round that is not evaluated runs no validation at all: ``limit_val_batches`` is 0 for
-        it (Lightning's switch that turns validation off; set per round in
-        ``on_train_epoch_start``, the Trainer's value restored in ``teardown``). Lightning's
-        ``check_val_every_n_epoch`` cannot express "and always after the last round", so a value
-        other than 1 given there counts as ``federation.eval_every``.
-        """
-        every = trainer.check_val_every_n_epoch
-        if every is not None and every != 1:
-            if self.evaluation.every not in (1, every):
-                raise ValueError(
-                    f"trainer.check_val_every_n_epoch={every} conflicts with federation.eval_every="
-                    f"{self.evaluation.every}; set federation.eval_every only"
-                )
-            self.evaluation = replace(self.evaluation, every=every)
-            trainer.check_val_every_n_epoch = 1
-        self._limit_val_batches = trainer.limit_val_batches
 
     def evaluation_layout(self) -> tuple[list[int], bool]:
         """The clients the evaluation starting now covers, and whether its batches may mix clients.

@@ -19,7 +19,7 @@ A module or callback whose evaluation depends on the client beyond its personal 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -108,3 +108,23 @@ class EvaluationPlan:
         if mode == "panel":
             return evaluation_panel(server.seed, server.num_clients, self.panel_size)
         return list(range(server.num_clients))
+
+
+def take_over_validation(trainer: Any, plan: EvaluationPlan) -> tuple[EvaluationPlan, int | float]:
+    """Let ``plan`` decide when a ``fit`` validates; returns the plan and the Trainer's ``limit_val_batches``.
+
+    A round that is not evaluated runs no validation at all: the loop sets ``limit_val_batches``
+    to 0 for it (Lightning's switch that turns validation off) and back to the returned value
+    otherwise. Lightning's ``check_val_every_n_epoch`` cannot express "and always after the last
+    round", so a value other than 1 given there counts as ``federation.eval_every``.
+    """
+    every = trainer.check_val_every_n_epoch
+    if every is not None and every != 1:
+        if plan.every not in (1, every):
+            raise ValueError(
+                f"trainer.check_val_every_n_epoch={every} conflicts with federation.eval_every={plan.every};"
+                " set federation.eval_every only"
+            )
+        plan = replace(plan, every=every)
+        trainer.check_val_every_n_epoch = 1
+    return plan, trainer.limit_val_batches

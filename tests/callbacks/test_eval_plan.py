@@ -7,7 +7,12 @@ import torch
 
 from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.datamodules.round_sampler import ClientBatchSampler
-from lightning_fed.federation.evaluation_plan import EvaluationPlan, evaluation_panel, packs_evaluation
+from lightning_fed.federation.evaluation_plan import (
+    EvaluationPlan,
+    evaluation_panel,
+    packs_evaluation,
+    take_over_validation,
+)
 from lightning_fed.federation.sampling import sample_clients
 from tests.helpers.runs import fit, preference_data, tiny_dpo
 
@@ -46,6 +51,17 @@ def test_default_plan_is_panel_in_fit_and_all_standalone():
 def test_eval_every_keeps_initial_and_last():
     plan = EvaluationPlan(every=2, rounds=5)
     assert [r for r in range(6) if plan.evaluates(r)] == [0, 2, 4, 5]
+
+
+def test_trainer_check_val_every_n_epoch_counts_as_eval_every():
+    from types import SimpleNamespace
+
+    trainer = SimpleNamespace(check_val_every_n_epoch=2, limit_val_batches=0.5)
+    plan, limit = take_over_validation(trainer, EvaluationPlan(rounds=3))
+    assert (plan.every, limit, trainer.check_val_every_n_epoch) == (2, 0.5, 1)  # Lightning validates every round
+    assert [r for r in range(4) if plan.evaluates(r)] == [0, 2, 3]  # the plan decides, the last round included
+    with pytest.raises(ValueError, match="trainer.check_val_every_n_epoch=2 conflicts with federation.eval_every=3"):
+        take_over_validation(SimpleNamespace(check_val_every_n_epoch=2), EvaluationPlan(every=3, rounds=3))
 
 
 @pytest.mark.parametrize(
