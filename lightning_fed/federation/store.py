@@ -150,7 +150,13 @@ class ClientStateStore:
         return {part: dict(entry[part]) for part in PARTS}
 
     def put(self, client_id: int, personal: StateDict, memory: StateDict) -> None:
-        """Store a client's state after its turn (copied to the CPU); it is written out later, once."""
+        """Store a client's state after its turn (copied to the CPU); it is written out later, once.
+
+        An empty state (no personal parameters, no memory: e.g. FedAvg) is not kept: no entry, no file.
+        """
+        if not personal and not memory:
+            self._forget(client_id)
+            return
         self._insert(client_id, {"personal": clone_state(personal), "memory": clone_state(memory)})
         self._dirty.add(client_id)
         self._evict(keep=client_id)
@@ -187,6 +193,16 @@ class ClientStateStore:
         self._mem.move_to_end(client_id)
         self._sizes[client_id] = size = _entry_nbytes(entry)
         self._nbytes += size
+
+    def _forget(self, client_id: int) -> None:
+        """Drop a client's state (in memory and its newest file, once no checkpoint references it)."""
+        if client_id in self._mem:
+            del self._mem[client_id]
+            self._nbytes -= self._sizes.pop(client_id)
+        self._dirty.discard(client_id)
+        self._file_nbytes.pop(client_id, None)
+        if (old := self._files.pop(client_id, None)) is not None:
+            self._delete_unreferenced({old})
 
     def _evict(self, keep: int) -> None:
         """Least recently used first, until the budget holds; a dirty state is written first."""

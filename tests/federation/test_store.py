@@ -189,3 +189,16 @@ def test_a_resumed_run_never_deletes_another_runs_files(tmp_path):
         same.index()
     assert index["files"][0]["file"] not in files(tmp_path / "first")
     assert index["files"][1]["file"] in files(tmp_path / "first")
+
+
+def test_empty_state_is_not_kept(tmp_path):
+    store = ClientStateStore(offload_dir=tmp_path)
+    store.put(0, {}, {})
+    assert 0 not in store and len(store) == 0
+    assert store.index()["files"] == {} and not list(tmp_path.iterdir())
+    store.put(1, {"w": torch.ones(2)}, {})
+    store.index()
+    assert [p.name.startswith("client_1-") for p in tmp_path.iterdir()] == [True]
+    store.put(1, {}, {})  # the client's state became empty: it is forgotten
+    assert 1 not in store and store.get(1) == {"personal": {}, "memory": {}}
+    assert store.index()["files"] == {}
