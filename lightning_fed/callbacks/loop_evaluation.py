@@ -1,0 +1,134 @@
+"""The evaluation half of :class:`~lightning_fed.callbacks.FederatedLoop`.
+
+During ``fit``, Lightning's validation after a round evaluates the new global state on the
+clients of the :class:`~lightning_fed.federation.evaluation_plan.EvaluationPlan` (the initial
+evaluation is Lightning's sanity check, on the same rule), each batch with its client's
+personal state, and the per-client metrics go to the run's
+:class:`~lightning_fed.federation.report.RoundReport`. A standalone ``validate``/``test`` run
+is an :class:`~lightning_fed.callbacks.evaluation_stage.EvaluationStage` with its own results file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.trainer.states import TrainerFn
+from typing_extensions import override
+
+from lightning_fed.callbacks.evaluation_stage import EvaluationStage
+from lightning_fed.federation.driver import TurnDriver
+from lightning_fed.federation.evaluation_plan import EvaluationPlan, packs_evaluation
+from lightning_fed.federation.report import RoundReport
+from lightning_fed.federation.server_round import ServerRound
+from lightning_fed.federation.store import ClientStateStore
+from lightning_fed.state import StateDict
+
+
+class LoopEvaluation(TurnDriver):
+    """Lightning's validation and test hooks of the federated loop (see the module docstring).
+
+    The loop sets ``trainer``, ``module``, ``datamodule``, ``server``, ``store``,
+    ``evaluation`` and ``_initial_personal`` (the personal parameters as initialised) in its
+    ``__init__``/``setup``.
+    """
+
+    trainer: pl.Trainer
+    module: pl.LightningModule
+    datamodule: Any
+    server: ServerRound
+    store: ClientStateStore
+    evaluation: EvaluationPlan
+    report: RoundReport
+    _initial_personal: StateDict
+
+    @staticmethod
+    def _standalone(trainer: pl.Trainer) -> bool:
+        """Whether this is a ``validate``/``test`` run (not the validation inside ``fit``)."""
+        return trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
+
+    def evaluation_layout(self) -> tuple[list[int], bool]:
+        """The clients the evaluation starting now covers, and whether its batches may mix clients.
+
+        In ``fit``: :meth:`EvaluationPlan.clients_for` of the current round (for the initial
+        evaluation, round 1's); in ``validate``/``test``: of the checkpoint's last round.
+        """
+        trainer = self.trainer
+        standalone = self._standalone(trainer)
+        round_idx = max(len(self.report.history) - 1, 0) if standalone else trainer.current_epoch
+        clients = self.evaluation.clients_for(self.server, round_idx, standalone)
+        return clients, packs_evaluation(self.module, bool(self._initial_personal), trainer.callbacks)
+
+    def _load_client(self, pl_module: pl.LightningModule, batch: Any) -> None:
+        """Swap in the personal state of the batch's client (all of a batch is one client's)."""
+        if self._initial_personal and "client_id" in batch:
+            cid = int(batch["client_id"][0])
+            pl_module.load_state(self.store.get(cid)["personal"] or self._initial_personal)
+
+    @override
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._load_client(pl_module, batch)
+
+    @override
+    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._standalone(trainer):
+            self._stage = EvaluationStage(self.server, self.datamodule, pl_module)
+        else:
+            self.report.start_eval()
+
+    @override
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if self._standalone(trainer):
+            from lightning_fed.evaluation.test_step import extra_metrics
+
+            self._stage.add(
+                batch, {**(outputs if isinstance(outputs, dict) else {}), **extra_metrics(pl_module, batch)}
+            )
+        elif isinstance(outputs, dict) and "client_id" in batch:
+            self.report.add_eval(batch["client_id"], outputs)
+
+    @override
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._standalone(trainer):
+            self._stage.finish(trainer, pl_module, "validate")
+        elif trainer.sanity_checking:
+            if not self.report.history:  # a resumed run keeps the initial evaluation it restored
+                self.report.end_eval(trainer, pl_module, round_number=0, initial=True)
+        else:
+            self.report.end_eval(trainer, pl_module, round_number=trainer.current_epoch + 1)
+
+    @override
+    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._stage = EvaluationStage(self.server, self.datamodule, pl_module)
+
+    @override
+    def on_test_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._load_client(pl_module, batch)
+
+    @override
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._stage.add(batch, outputs if isinstance(outputs, dict) else {})
+
+    @override
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._stage.finish(trainer, pl_module, "test")
