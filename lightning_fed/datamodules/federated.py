@@ -18,15 +18,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import datasets
-import lightning.pytorch as pl
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
-from torch.utils.data import DataLoader, Dataset
 
-from lightning_fed.datamodules.client_data import ClientData, ClientSetView
+from lightning_fed.datamodules.client_data import ClientData
 from lightning_fed.datamodules.eval_partition import evaluation_clients
 from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, check_partition
-from lightning_fed.datamodules.round_sampler import ClientBatchSampler, RoundBatchSampler
+from lightning_fed.datamodules.round_serving import RoundServing
 from lightning_fed.datamodules.sources import (
     SYNTHETIC_PREFIX,
     apply_field_map,
@@ -39,7 +37,7 @@ from lightning_fed.datamodules.tokenize import OVERFLOW_CHOICES, TRUNCATION_CHOI
 from lightning_fed.federation.sampling import derive_seed
 
 
-class FederatedDataModule(pl.LightningDataModule):
+class FederatedDataModule(RoundServing):
     """Partitions one dataset into per-client DataModules and serves federated rounds.
 
     Subclasses set :attr:`kind` and implement :meth:`encode` (one record -> token fields). A
@@ -346,83 +344,3 @@ class FederatedDataModule(pl.LightningDataModule):
         g = torch.Generator().manual_seed(derive_seed(self.seed, cid, 7))
         order = torch.randperm(len(items), generator=g).tolist()
         return [items[i] for i in order[n_val:]], [items[i] for i in order[:n_val]]
-
-    # ------------------------------------------------------------------------------ queries
-    @property
-    def client_sizes(self) -> list[int]:
-        """``|D_k|``: the number of local training examples of every client (after selection).
-
-        Read per client per round: kept between calls (O(1)) and updated by
-        :meth:`ClientData.select`; a caller must not modify the list it gets.
-        """
-        if self._sizes is None or len(self._sizes) != len(self.clients):
-            self._sizes = [len(c.train_set) for c in self.clients]
-        return self._sizes
-
-    def _selected(self, client_id: int) -> None:
-        """``ClientData.select`` changed a client's training set: a new sizes list (lists handed
-        out before, e.g. the report's initial sizes, keep their values); offsets follow lazily."""
-        if self._sizes is not None and len(self._sizes) == len(self.clients):
-            sizes = list(self._sizes)
-            sizes[client_id] = len(self.clients[client_id].train_set)
-            self._sizes = sizes
-        self._train_offsets = None
-
-    def _round_offsets(self) -> list[int]:
-        """:meth:`_offsets` of :attr:`client_sizes`, kept until a selection changes a size."""
-        if self._train_offsets is None or len(self._train_offsets) != len(self.clients):
-            self._train_offsets = self._offsets(self.client_sizes)
-        return self._train_offsets
-
-    def client(self, client_id: int) -> ClientData:
-        """The DataModule of one client."""
-        return self.clients[client_id]
-
-    @staticmethod
-    def _offsets(sizes: Sequence[int]) -> list[int]:
-        out, total = [], 0
-        for s in sizes:
-            out.append(total)
-            total += s
-        return out
-
-    # -------------------------------------------------------------------------- dataloaders
-    def train_dataloader(self) -> DataLoader:
-        if self.round_plan is None:
-            raise RuntimeError("FederatedDataModule needs a FederatedLoop callback on the Trainer to plan rounds")
-        round_idx = self.trainer.current_epoch if self.trainer is not None else 0
-        turns = self.round_plan(round_idx)  # first: round-start hooks may select client data
-        sizes, offsets = self.client_sizes, self._round_offsets()
-        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
-        sampler = RoundBatchSampler(turns, offsets, sizes, self.batch_size, self.seed, round_idx, rank, world)
-        # The round's clients' sets as they are now (a round hook may have selected a subset of a
-        # client's data), indexed as a concatenation of all clients' sets: O(clients per round).
-        train = ClientSetView({t.client_id: self.clients[t.client_id].train_set for t in turns}, offsets)
-        return DataLoader(train, batch_sampler=sampler, collate_fn=self._collate)
-
-    def _require_test_set(self) -> None:
-        if self.test_dataset is None:
-            raise ValueError(
-                "data.test_dataset is not set: `test` scores a separate test set;"
-                " pass --data.init_args.test_dataset=<file>"
-            )
-
-    def _eval_loader(self, sets: list[Dataset]) -> DataLoader:
-        """The planned clients' rows (``federation.eval_clients``), in client order, in batches of
-        ``eval_batch_size`` that pack several clients when the loop allows it."""
-        planned, packed = self.eval_plan() if self.eval_plan is not None else (range(self.num_clients), False)
-        # Only the planned clients' sets are measured and indexed: O(planned clients), not O(N).
-        clients = [c for c in planned if len(sets[c]) > 0]
-        sizes = {c: len(sets[c]) for c in clients}
-        offsets = dict(zip(clients, self._offsets([sizes[c] for c in clients])))
-        sampler = ClientBatchSampler(clients, offsets, sizes, self.eval_batch_size, packed)
-        view = ClientSetView({c: sets[c] for c in clients}, offsets)
-        return DataLoader(view, batch_sampler=sampler, collate_fn=self._collate)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader([c.val_set for c in self.clients])
-
-    def test_dataloader(self) -> DataLoader:
-        """The planned clients' rows of ``test_dataset``, one client after another (as validation)."""
-        self._require_test_set()
-        return self._eval_loader([c.test_set for c in self.clients])
