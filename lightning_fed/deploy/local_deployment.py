@@ -27,11 +27,9 @@ which is why the environment's ``bin`` folder is put first on it)::
 With ``isolation="process"`` a SuperNode has no SuperExec: beside it, one long-lived ``lightning-fed flower
 clientapp --runtime-api-address H:Q --parent-pid <supernode>`` runs all its messages (deploy/clientapp_process.py).
 
-The SuperLink starts its SuperExec with ``start_new_session=True``, so killing the
-SuperLink's process group does not reach it; :meth:`LocalDeployment.stop` therefore
-finds every descendant through ``/proc`` (plus a unique marker environment variable that
-all children inherit, which also catches orphans re-parented to init) and kills them by
-PID. Linux only.
+The SuperLink starts its SuperExec in a new session, out of reach of its process group;
+:meth:`LocalDeployment.stop` finds every descendant through ``/proc`` (and a marker variable
+all children inherit, for orphans re-parented to init) and kills them by PID. Linux only.
 
 Example::
 
