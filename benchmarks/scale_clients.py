@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from memory_clients import current_rss, peak_rss  # a sibling script: benchmarks/ is on sys.path
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -54,20 +56,6 @@ try:  # the timer is a Lightning callback, built only where Lightning is importa
     from lightning.pytorch.callbacks import Callback
 except ImportError:  # pragma: no cover
     Callback = object
-
-
-def current_rss() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
-
-def peak_rss() -> int:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 class RoundTimer(Callback):
