@@ -24,6 +24,7 @@ import argparse
 import os
 import re
 import signal
+import sys
 from typing import Any
 
 EXIT_OK = 0
@@ -73,9 +74,11 @@ def _is_yaml_error(err: BaseException) -> bool:
 
 def exit_code(err: BaseException, training_started: bool) -> int:
     """The process exit status for ``err`` (see the module table)."""
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    if isinstance(err, (Terminated, SIGTERMException)):
+    # Lightning's SIGTERMException can only have been raised once Lightning is imported: a
+    # subcommand that never imports it (`--help`, `flower`) must not pay for the import here.
+    lightning_exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    sigterm = (Terminated,) + ((lightning_exceptions.SIGTERMException,) if lightning_exceptions else ())
+    if isinstance(err, sigterm):
         return EXIT_SIGTERM
     if isinstance(err, KeyboardInterrupt):
         return EXIT_SIGINT

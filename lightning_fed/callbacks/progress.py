@@ -31,5 +31,17 @@ class FederatedProgressBar(TQDMProgressBar):
         turn = loop.turn if loop is not None else None
         if turn is not None:
             metrics["client"] = turn.client_id
-            metrics["local_step"] = turn.steps
+            metrics["local_step"] = self._local_step(trainer, pl_module, loop)
         return metrics
+
+    @staticmethod
+    def _local_step(trainer: pl.Trainer, pl_module: pl.LightningModule, loop: Any) -> int:
+        """Local steps of the turn so far, counted as ``federation.local_steps`` counts them.
+
+        One local step is one accumulation window of batches, whatever the module does in it:
+        FedPDPO steps two optimizers per batch (personal modules, then LoRA), which the turn's
+        optimizer-step count would show as two.
+        """
+        position, _ = loop.turn_progress(trainer.fit_loop.epoch_loop.batch_idx)
+        accumulate = getattr(pl_module, "accumulate_grad_batches", None) or trainer.accumulate_grad_batches
+        return position // max(int(accumulate), 1) + 1

@@ -2,9 +2,28 @@
 
 See ``apps.py`` for the apps and their run config, ``server.py`` for the Flower strategy
 that wraps ours, ``client.py`` for the client's turn (the simulation's own code path).
+
+The names below are imported on first use: ``lightning-fed flower clientapp`` (a process per
+SuperNode, ``clientapp_process.py``) reads its arguments before torch and the model libraries
+are imported.
 """
 
-from lightning_fed.deploy.client import ClientLoop, ClientRunner
-from lightning_fed.deploy.server import FederatedServer, ServerContext
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "ClientLoop": "lightning_fed.deploy.client",
+    "ClientRunner": "lightning_fed.deploy.client",
+    "FederatedServer": "lightning_fed.deploy.server",
+    "ServerContext": "lightning_fed.deploy.server",
+}
 
 __all__ = ["ClientLoop", "ClientRunner", "FederatedServer", "ServerContext"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,256 @@
+"""The LightningCLI of ``lightning-fed``: the ``fit``, ``validate``, ``test`` and ``predict`` subcommands.
+
+``lightning-fed fit --config configs/demo.yaml`` builds the model (a
+:class:`~lightning_fed.modules.FederatedModule` subclass), the data (a
+:class:`~lightning_fed.datamodules.FederatedDataModule` subclass) and the
+:class:`~lightning_fed.callbacks.FederatedLoop` (the ``federation:`` section), then fits.
+Every option is listed by ``lightning-fed fit --help``. The process around it (exit status,
+one-line errors, signals, the other subcommands) is :mod:`lightning_fed.cli`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import fsspec
+import yaml
+from jsonargparse import Namespace
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_info
+
+from lightning_fed import console
+from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
+from lightning_fed.callbacks.signals import ProcessSignals
+from lightning_fed.datamodules import FederatedDataModule
+from lightning_fed.errors import EXIT_USER_ERROR, UserError, config_shape_error, simplify_parse_error
+from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
+from lightning_fed.federation.resume_check import check_resume, saved_config
+from lightning_fed.modules import FederatedModule
+from lightning_fed.pipelines import prepare_stages
+from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
+
+PROG = "lightning-fed"
+
+
+class FederatedArgumentParser(LightningArgumentParser):
+    """Parse errors in one line, saying which key is missing or which class_path is unknown."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        message = simplify_parse_error(str(message))
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG", "").lower() in ("true", "1", "yes", "on"):
+            super().error(message, ex)  # nested parsers raise; the outer parser reports
+        prog = self.prog.replace(" [options]", "")
+        sys.stderr.write(f"error: {message}\ntip: {prog} --help lists every option\n")
+        sys.exit(EXIT_USER_ERROR)
+
+
+def _non_finite(value: Any, key: str = "") -> list[tuple[str, float]]:
+    """(key, value) of every NaN or infinite float in a parsed config, keys as on the command line."""
+    if isinstance(value, Namespace):
+        value = vars(value)
+    if isinstance(value, dict):
+        found = []
+        for k, v in value.items():
+            name = key if k == "init_args" else (f"{key}.{k}" if key else str(k))
+            found += _non_finite(v, name)
+        return found
+    if isinstance(value, (list, tuple)):
+        return [hit for i, v in enumerate(value) for hit in _non_finite(v, f"{key}[{i}]")]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [(key, value)]
+    return []
+
+
+def _check_config_files(args: list[str]) -> None:
+    """An empty or list-shaped YAML given with ``--config``: say so (jsonargparse says "Unexpected config:")."""
+    for i, arg in enumerate(args):
+        path = (
+            arg.split("=", 1)[1]
+            if arg.startswith("--config=")
+            else (args[i + 1] if arg == "--config" and i + 1 < len(args) else None)
+        )
+        if path is None or not Path(path).is_file():
+            continue
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError):
+            continue  # the parser reports where the YAML is broken
+        if problem := config_shape_error(path, loaded):
+            raise UserError(problem)
+
+
+_VERSION = re.compile(r"version_(\d+)")
+
+
+def _resumed_version(ckpt_path: Any) -> Path | None:
+    """The ``.../version_N`` folder a checkpoint at ``.../version_N/checkpoints/*.ckpt`` belongs to."""
+    if not ckpt_path or str(ckpt_path) in ("last", "best", "hpc", "registry") or "://" in str(ckpt_path):
+        return None
+    path = Path(ckpt_path).absolute()
+    if path.parent.name == "checkpoints" and _VERSION.fullmatch(path.parent.parent.name):
+        return path.parent.parent
+    return None
+
+
+def _next_version(folder: Path) -> Path:
+    taken = (
+        [int(m.group(1)) for p in folder.glob("version_*") if (m := _VERSION.fullmatch(p.name))]
+        if folder.is_dir()
+        else []
+    )
+    return folder / f"version_{max(taken, default=-1) + 1}"
+
+
+class FederatedCLI(LightningCLI):
+    """LightningCLI with a ``federation:`` section for the :class:`FederatedLoop`.
+
+    Args:
+        signals: Records what the process exit status needs (see :class:`ProcessSignals`).
+    """
+
+    def __init__(self, *args: Any, signals: ProcessSignals | None = None, **kwargs: Any) -> None:
+        self.signals = signals or ProcessSignals()
+        super().__init__(*args, **kwargs)
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_lightning_class_args(FederatedLoop, "federation")
+
+    def before_instantiate_classes(self) -> None:
+        # One check for every float option (lr, beta, mu, alpha, max_update_norm...): NaN passes
+        # `lr <= 0` and inf passes most bounds.
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        if bad := _non_finite(config):
+            key, value = bad[0]
+            raise UserError(f"{key} must be a finite number, got {value}")
+
+    def instantiate_classes(self) -> None:
+        # jsonargparse wraps a constructor's ValueError ("model.lr must be > 0, got -0.1") in a
+        # multi-line "does not validate against any of the Union subtypes"; raise our own.
+        try:
+            super().instantiate_classes()
+        except ValueError as err:
+            cause = err
+            while cause.__cause__ is not None:
+                cause = cause.__cause__
+            if cause is err:
+                raise
+            raise cause from None
+
+    def _parse_ckpt_path(self) -> None:
+        # Lightning's version loads the checkpoint's model hyper-parameters over the config given,
+        # so a changed value (LoRA r, lr, beta) is silently replaced by the old one. Here the
+        # config given stands, and before_fit compares it with the run's own (an error if the
+        # change would alter the result). A file that cannot be read is named here, first.
+        self._saved_config = None
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and "://" not in str(ckpt_path) and Path(ckpt_path).is_file():
+            self._saved_config = saved_config(read_checkpoint(ckpt_path))
+
+    def _ckpt_path(self) -> Any:
+        return (self.config_init.get(self.subcommand) or {}).get("ckpt_path") if self.subcommand else None
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+        # Defaults a federated run needs, unless the config opts out or brings its own: a
+        # per-round progress bar, and a `last.ckpt` after every round for `--ckpt_path`. One file
+        # per round, replaced atomically: the top-1 checkpoint without a monitor, named `last`
+        # (`save_last=True` would write it twice; `save_top_k=0` only at the end of fit;
+        # `save_last="link"` removes the old epoch file before the link points at the new one).
+        given = list(callbacks) + list(config.get("callbacks") or [])
+        if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in given):
+            callbacks.append(FederatedProgressBar())
+        if config.get("enable_checkpointing") is not False and not any(isinstance(c, ModelCheckpoint) for c in given):
+            callbacks.append(
+                ModelCheckpoint(filename="last", save_on_train_epoch_end=True, enable_version_counter=False)
+            )
+        if not config.get("plugins"):  # a kill during a save never leaves half a checkpoint
+            config["plugins"] = [AtomicCheckpointIO()]
+        callbacks.append(self.signals)
+        loop = next((c for c in callbacks if isinstance(c, FederatedLoop)), None)
+        if loop is not None and config.get("max_epochs") is None:
+            config["max_epochs"] = loop.rounds  # federation.rounds decides; no "Setting it to 1000" notice
+        resumed = _resumed_version(self._ckpt_path())
+        if config.get("logger") is False:
+            # Without a logger Lightning writes everything into default_root_dir itself, so two
+            # runs would overwrite each other's summary, config and adapter: give each its own
+            # version folder, laid out as with the default logger.
+            runs = Path(config.get("default_root_dir") or os.getcwd()) / "lightning_logs"
+            same = resumed is not None and resumed.parent.resolve() == runs.resolve()
+            config["default_root_dir"] = str(resumed if same else _next_version(runs))
+        trainer = super()._instantiate_trainer(config, callbacks)
+        if resumed is not None:  # a resumed run continues in its own version folder
+            for logger in trainer.loggers:
+                if isinstance(logger, (TensorBoardLogger, CSVLogger)) and logger._version is None:
+                    if Path(logger.root_dir).resolve() == resumed.parent.resolve():
+                        logger._version = int(_VERSION.fullmatch(resumed.name).group(1))
+        return trainer
+
+    def before_fit(self) -> None:
+        # Load, validate and partition the data now, before the Trainer creates log folders:
+        # a data error then leaves nothing behind.
+        if getattr(self.datamodule, "tokenizer", None) is None and hasattr(self.model, "tokenizer"):
+            self.datamodule.tokenizer = self.model.tokenizer
+        loop = next(c for c in self.trainer.callbacks if isinstance(c, FederatedLoop))
+        dumped = self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False, skip_validation=True)
+        loop.report.config = yaml.safe_load(dumped)
+        ckpt = self._ckpt_path()
+        if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
+            fs, path = fsspec.core.url_to_fs(str(ckpt))
+            if not fs.isfile(path):
+                raise FileNotFoundError(f"ckpt_path {ckpt!r}: no such checkpoint file")
+            if "://" not in str(ckpt):  # readable, and written by a run of this config
+                for change in check_resume(ckpt, loop.report.config, getattr(self, "_saved_config", None)):
+                    rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
+        # Earlier stages of a multi-stage method (FedBis: train the selector, label D_gen with it)
+        # run here, each through this CLI, before the data is served.
+        prepare_stages(self.model, self.datamodule, fit=run_cli, device=self.trainer.strategy.root_device)
+        self.datamodule.setup("fit")
+        loop.server.bind(self.datamodule.num_clients, self.datamodule)  # validates clients_per_round
+
+
+SUBCOMMANDS = {
+    "fit": "Train a federation: each round, sampled clients train locally and the server aggregates.",
+    "validate": "Evaluate a model on the clients' validation data.",
+    "test": "Evaluate a model on the clients' test data (data.test_dataset).",
+    "predict": "Run the model's predict step.",
+}
+"""The subcommands LightningCLI runs, with their ``--help`` line (the others are in :data:`ELSEWHERE`)."""
+
+
+def _usage(subcommand: str) -> str:
+    return f"{PROG} {subcommand} [-h] [-c CONFIG] [--print_config[=flags]] [--<section>.<option> VALUE ...]"
+
+
+def run_cli(args: list[str] | None = None, run: bool = True, signals: ProcessSignals | None = None) -> FederatedCLI:
+    """Run the CLI in-process and return it; errors are raised (:func:`lightning_fed.cli.console_main` reports them)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    console.filter_library_handlers()  # Lightning's handlers exist now (lightning_fed/console.py)
+    _check_config_files(list(sys.argv[1:] if args is None else args))
+    load_strategy_plugins()  # installed plugins' strategies join the short names (strategies/registry.py)
+    return FederatedCLI(
+        FederatedModule,
+        FederatedDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        parser_class=FederatedArgumentParser,
+        # `--help` names the program and keeps its usage to one line (jsonargparse lists every
+        # option there too); the sections below it list each option with its help.
+        parser_kwargs={
+            "prog": PROG,
+            **{name: {"usage": _usage(name), "description": text} for name, text in SUBCOMMANDS.items()},
+        },
+        # A full evaluation before round 1 gives the `initial` metrics of summary.json.
+        trainer_defaults={"num_sanity_val_steps": -1},
+        seed_everything_default=0,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+        run=run,
+        signals=signals,
+    )
