@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -95,9 +96,16 @@ def configure(verbose: bool) -> None:
 
 
 def _own_warnings_only(show: Any) -> Any:
-    def show_own_warnings(message: Any, category: Any, filename: str, lineno: int, *args: Any, **kwargs: Any) -> None:
+    """``warnings.showwarning`` that prints the package's warnings as ``warning: <message>`` and no others.
+
+    The file and line of the warning say nothing a user can act on (``--verbose`` shows them).
+    """
+
+    def show_own_warnings(
+        message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
         if _own(filename):
-            show(message, category, filename, lineno, *args, **kwargs)
+            (file or sys.stderr).write(f"warning: {message}\n")
 
     show_own_warnings._lightning_fed_quiet = True  # type: ignore[attr-defined]
     return show_own_warnings

@@ -21,3 +21,27 @@ def tiny_backbone():
     from lightning_fed.modules import BackboneConfig
 
     return BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes")
+
+
+@pytest.fixture(autouse=True)
+def same_global_state(monkeypatch):
+    """Every test starts from the same global state, whatever ran before it in its worker.
+
+    ``seed_everything`` exports ``PL_GLOBAL_SEED``, and ``data.seed`` / ``federation.seed`` left
+    unset read it: without this, a test's partition and client sampling depended on the seed of
+    the test that ran before it (test order under xdist). The global RNGs and the intra-op
+    thread count are reset for the same reason.
+    """
+    import random
+
+    import numpy as np
+    import torch
+
+    for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

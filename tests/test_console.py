@@ -27,7 +27,9 @@ for name in ("LIGHTNING_FED_DEBUG", console.VERBOSE_ENV, "TRANSFORMERS_VERBOSITY
 HINT = "(run with --debug or LIGHTNING_FED_DEBUG=1 for the traceback)"
 FEDERATION_LINE = "federation: 4 clients, 72 training examples, per client min 18 / median 18 / max 18"
 # Lightning's progress bars: the round bar (FederatedProgressBar) and the validation bar.
-PROGRESS = re.compile(r"^\s*$|^(Round \d+/\d+|Epoch \d+|Training|Sanity Checking|Validation|Validation DataLoader \d+)\b.*")
+PROGRESS = re.compile(
+    r"^\s*$|^(Round \d+/\d+|Epoch \d+|Training|Sanity Checking|Validation|Validation DataLoader \d+)\b.*"
+)
 
 
 def _cli(tmp_path: Path, *args: str, simulate: bool = True) -> tuple[subprocess.CompletedProcess, Path]:
@@ -137,13 +139,22 @@ def test_the_kernels_hub_notice_is_dropped_and_nothing_else():
     assert drop.filter(logging.LogRecord(console.BNB_CPU_LOGGER, logging.WARNING, "ops.py", 1, "other", None, None))
 
 
-def test_quiet_warnings_show_the_package_warnings_only(monkeypatch):
-    shown = []
-    monkeypatch.setattr(warnings, "showwarning", lambda message, *args, **kwargs: shown.append(str(message)))
+def test_quiet_warnings_show_the_package_warnings_only(capsys):
     show = console._own_warnings_only(warnings.showwarning)
     show(UserWarning("third party"), UserWarning, "/site-packages/transformers/modeling_utils.py", 3303)
     show(UserWarning("truncated 3 pairs"), UserWarning, str(Path(console.__file__).parent / "datamodules" / "x.py"), 1)
-    assert shown == ["truncated 3 pairs"]
+    assert capsys.readouterr().err == "warning: truncated 3 pairs\n"
+
+
+def test_a_truncation_warning_is_shown_as_one_warning_line(tmp_path):
+    run = _tiny(tmp_path / "run", "--data.init_args.max_length=60", "--data.init_args.on_overflow=truncate")
+    proc, _ = _cli(tmp_path, *run, "--trainer.enable_progress_bar=false", "--federation.rounds=1", simulate=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warning = (
+        "warning: data: 65 train examples truncated to fit data.max_length=60 (data.truncation='prompt_left');"
+        " per client: [13, 18, 18, 16]"
+    )
+    assert proc.stderr.splitlines() == [warning, FEDERATION_LINE]
 
 
 @pytest.mark.parametrize("argv, env, expected", [([], "", False), (["--verbose"], "", True), ([], "1", True)])

@@ -1,0 +1,89 @@
+"""Start-up time of ``lightning-fed``: ``--help``, ``fit --help`` and an argument error.
+
+Runs each command ``--repeat`` times as a fresh process and prints the median wall time and the
+median process CPU time (user + system of the child; steadier than wall time on a shared
+machine). ``--rev REV`` also measures the package as it was at a git revision (exported with
+``git archive`` into a temporary folder and put first on ``PYTHONPATH``), in the same run, so
+the two can be compared as a ratio::
+
+    .venv/bin/python benchmarks/cli_startup.py --rev 7af9c5c --repeat 5
+
+The targets of issue 21 (``--help`` and ``fit --help`` under 1.5 s, an argument error before any
+model import) are checked by the tests only as "imports nothing heavy"
+(``tests/test_console.py``); times are reported here, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = {
+    "--help": ["--help"],
+    "fit --help": ["fit", "--help"],
+    "bad argument": ["flower", "clientapp", "--runtime-api-address", "nope", "--insecure"],
+    "config error": [
+        "fit",
+        "--config",
+        "configs/tiny.yaml",
+        "--model.init_args.lr=-1",
+        "--trainer.default_root_dir=/x",
+    ],
+}
+
+
+def _time(args: list[str], pythonpath: Path) -> tuple[float, float, int]:
+    env = {**os.environ, "PYTHONPATH": str(pythonpath), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed.cli", *args], cwd=ROOT, env=env, capture_output=True, check=False
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.returncode
+
+
+def measure(pythonpath: Path, repeat: int) -> dict[str, tuple[float, float, int]]:
+    out = {}
+    for name, args in COMMANDS.items():
+        runs = [_time(args, pythonpath) for _ in range(repeat)]
+        out[name] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), runs[-1][2])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=5, help="runs per command (median reported)")
+    parser.add_argument("--rev", default=None, help="also measure the package at this git revision (e.g. 7af9c5c)")
+    args = parser.parse_args()
+    trees = {"now": ROOT}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.rev:
+            archive = subprocess.run(
+                ["git", "archive", args.rev, "lightning_fed"], cwd=ROOT, capture_output=True, check=True
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+            trees = {args.rev: Path(tmp), **trees}
+        results = {label: measure(path, args.repeat) for label, path in trees.items()}
+    print(f"{'command':<14}" + "".join(f"{label + ' wall/cpu s (exit)':>34}" for label in results))
+    for name in COMMANDS:
+        cells = "".join(f"{f'{r[name][0]:.2f} / {r[name][1]:.2f} ({r[name][2]})':>34}" for r in results.values())
+        print(f"{name:<14}{cells}")
+    if args.rev:
+        before, after = results[args.rev], results["now"]
+        ratios = " ".join(f"{name.replace(' ', '_')}={after[name][1] / before[name][1]:.2f}" for name in COMMANDS)
+        print(f"cli_startup: cpu_ratio_now_vs_{args.rev} {ratios}")
+
+
+if __name__ == "__main__":
+    main()
