@@ -136,6 +136,12 @@ class ClientLevelDP(Strategy):
             raise ValueError(f"ClientLevelDP: expected_clients must be > 0, got {expected_clients!r}")
         self.expected_clients = float(expected_clients)
 
+    def set_noise_multiplier(self, noise_multiplier: float) -> None:
+        """Set ``z`` from the plan (:meth:`~lightning_fed.privacy.PrivacyConfig.plan` calibrates it)."""
+        if not noise_multiplier >= 0:
+            raise ValueError(f"ClientLevelDP: noise_multiplier must be >= 0, got {noise_multiplier!r}")
+        self.noise_multiplier = float(noise_multiplier)
+
     def client_model(self, client_id: int, global_state: Mapping[str, Tensor]) -> Mapping[str, Tensor]:
         return self.strategy.client_model(client_id, global_state)
 

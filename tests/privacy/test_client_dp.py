@@ -148,4 +148,5 @@ def test_bad_arguments_and_missing_m():
     with pytest.raises(RuntimeError, match="expected_clients is not set"):
         dp.aggregate(X, [ClientUpdate(0, 1, {"w": torch.ones(2)})])
     dp.set_expected_clients(2.5)
-    assert dp.expected_clients == 2.5
+    dp.set_noise_multiplier(0.7)
+    assert (dp.expected_clients, dp.noise_multiplier) == (2.5, 0.7)
