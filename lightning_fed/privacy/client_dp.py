@@ -46,6 +46,7 @@ ids that FedBiscuit needs to find clusters are kept. Noise comes from a generato
 
 from __future__ import annotations
 
+import secrets
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -85,7 +86,11 @@ class ClientLevelDP(Strategy):
             sampling at rate ``q``. ``None`` until :meth:`set_expected_clients` is called.
         adaptive: Track a target quantile of the update norms instead of a fixed ``C``.
         control_scale: SCAFFOLD only: factor on the control change before the joint clip.
-        seed: Seed of the noise (per round: ``derive_seed(seed, round)``).
+        seed: Seed of the noise (per round: ``derive_seed(seed, round)``). ``None`` (the
+            default) draws a secret one from the OS: anyone who knows the seed can regenerate
+            and subtract the noise, so a seed written in a shared config is for tests only.
+            It is kept in :meth:`state_dict` (the server's checkpoint) so that a resumed run
+            draws the same noise.
     """
 
     def __init__(
@@ -96,7 +101,7 @@ class ClientLevelDP(Strategy):
         expected_clients: float | None = None,
         adaptive: AdaptiveClipping | None = None,
         control_scale: float = 1.0,
-        seed: int = 0,
+        seed: int | None = None,
     ) -> None:
         problems = []
         name = type(strategy).__name__
@@ -119,7 +124,7 @@ class ClientLevelDP(Strategy):
         self.expected_clients = None if expected_clients is None else float(expected_clients)
         self.adaptive = adaptive
         self.control_scale = float(control_scale)
-        self.seed = int(seed)
+        self.seed = secrets.randbits(63) if seed is None else int(seed)
         self.rounds_done = 0
         self.num_clients = 0
         #: What the last :meth:`aggregate` did (clip used, noise std, noised unclipped fraction).
@@ -240,10 +245,16 @@ class ClientLevelDP(Strategy):
 
     # ------------------------------------------------------------------ resume
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped strategy's state, the current ``C`` and the number of noised rounds."""
-        return {"strategy": self.strategy.state_dict(), "clip_norm": self.clip_norm, "rounds_done": self.rounds_done}
+        """The wrapped strategy's state, the current ``C``, the number of noised rounds and the noise seed."""
+        return {
+            "strategy": self.strategy.state_dict(),
+            "clip_norm": self.clip_norm,
+            "rounds_done": self.rounds_done,
+            "seed": self.seed,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.strategy.load_state_dict(state.get("strategy", {}))
         self.clip_norm = float(state.get("clip_norm", self.clip_norm))
         self.rounds_done = int(state.get("rounds_done", self.rounds_done))
+        self.seed = int(state.get("seed", self.seed))

@@ -135,6 +135,16 @@ def test_resumed_wrapper_draws_the_same_noise():
     assert resumed.clip_norm == straight.clip_norm
 
 
+def test_default_noise_seed_is_secret_and_fresh():
+    # two runs with the same config must not draw the same (hence subtractable) noise
+    ups = [ClientUpdate(0, 1, {"w": torch.tensor([1.5, 2.0])})]
+    a = _dp(noise_multiplier=1.0, expected_clients=1).aggregate(X, ups)
+    b = _dp(noise_multiplier=1.0, expected_clients=1).aggregate(X, ups)
+    assert not torch.equal(a["w"], b["w"])
+    fixed = [_dp(noise_multiplier=1.0, expected_clients=1, seed=3).aggregate(X, ups)["w"] for _ in range(2)]
+    assert torch.equal(*fixed)
+
+
 @pytest.mark.parametrize(("inner", "reason"), [(FedNova(), "own step count"), (TrimmedMean(), "not a sum")])
 def test_strategies_needing_individual_updates_are_refused(inner, reason):
     with pytest.raises(ValueError, match=f"strategy {type(inner).__name__} cannot be wrapped: .*{reason}"):
