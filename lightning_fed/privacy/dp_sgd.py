@@ -97,7 +97,7 @@ def privatize_per_example(
         clip_norm: ``C``.
         noise_multiplier: ``z``.
         batch_size: The lot size ``|L|`` the noised sum is divided by.
-        generator: Source of the noise (on the gradients' device).
+        generator: Source of the noise (a CPU generator; the noise is moved to the gradients' device).
 
     Returns:
         The noised mean gradient ``{name: shape}`` and the per-example norms before clipping.
@@ -111,7 +111,8 @@ def privatize_per_example(
     out: StateDict = {}
     for name, g in per_example.items():
         summed = torch.einsum("n,n...->...", factors, g.detach().float())
-        noise = torch.randn(summed.shape, generator=generator, device=summed.device) * (noise_multiplier * clip_norm)
+        # drawn on the CPU (the generator is a CPU one), then moved: LoRA-sized, so cheap
+        noise = torch.randn(summed.shape, generator=generator).to(summed.device) * (noise_multiplier * clip_norm)
         out[name] = ((summed + noise) / float(batch_size)).to(g.dtype)
     return out, norms
 
@@ -129,6 +130,19 @@ def example_level_accountant(
     """
     rate = min(1.0, batch_size / float(smallest_client_examples))
     return PrivacyAccountant(settings.noise_multiplier, rate, delta)
+
+
+def check_trainer_for_dp_sgd(accumulate_grad_batches: int, world_size: int) -> None:
+    """DP-SGD replaces each step's gradient after the backward pass, so it needs one batch per
+    step and one process: gradient accumulation would be overwritten, and DDP would average
+    the plain gradients across ranks before each rank privatizes only its own examples."""
+    problems = []
+    if accumulate_grad_batches != 1:
+        problems.append(f"trainer.accumulate_grad_batches must be 1, got {accumulate_grad_batches}")
+    if world_size != 1:
+        problems.append(f"one process only (trainer.devices * trainer.num_nodes), got world size {world_size}")
+    if problems:
+        raise ValueError("model.dp_sgd: " + "; ".join(problems))
 
 
 class ExampleLevelDP:
@@ -176,6 +190,11 @@ class ExampleLevelDP:
             self.__dict__["_grad_sampler"] = GradSampleModule(
                 self.model, batch_first=True, loss_reduction="sum", strict=False
             )
+
+    def on_fit_start(self) -> None:
+        """Refuse the trainer settings under which replacing ``p.grad`` after backward would be wrong."""
+        super().on_fit_start()
+        check_trainer_for_dp_sgd(self.trainer.accumulate_grad_batches, self.trainer.world_size)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         self._attach()

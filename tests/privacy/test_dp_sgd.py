@@ -10,6 +10,7 @@ from lightning_fed.privacy.dp_sgd import (
     DPDPOModule,
     DPSFTModule,
     DPSGDSettings,
+    check_trainer_for_dp_sgd,
     example_level_accountant,
     privatize_per_example,
 )
@@ -159,3 +160,12 @@ def test_example_level_accountant_uses_the_smallest_client():
 def test_bad_settings_are_listed_together():
     with pytest.raises(ValueError, match="model.dp_sgd.clip_norm must be > 0, got 0; model.dp_sgd.noise_multiplier"):
         DPSGDSettings(clip_norm=0, noise_multiplier=-1)
+
+
+def test_trainer_settings_that_would_break_dp_sgd_are_refused():
+    check_trainer_for_dp_sgd(1, 1)
+    with pytest.raises(
+        ValueError,
+        match=r"model.dp_sgd: trainer.accumulate_grad_batches must be 1, got 4; one process only .*got world size 2",
+    ):
+        check_trainer_for_dp_sgd(4, 2)
