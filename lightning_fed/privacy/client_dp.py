@@ -210,6 +210,9 @@ class ClientLevelDP(Strategy):
             for k, v in clipped.items():
                 sums[k] = v if k not in sums else sums[k] + v
         shares = self.key_shares(global_state)
+        stray = sorted(k for k in sums if not k.startswith(CONTROL_PREFIX) and shares[k] == 0.0)
+        if stray:  # the per-key denominator m * share would be 0
+            raise AggregationError(f"ClientLevelDP: keys {stray[:5]} were uploaded but no client's model holds them")
         g = torch.Generator().manual_seed(derive_seed(self.seed, _NOISE_TAG, self.rounds_done))
         noised: StateDict = {}
         for k in list(global_state) + sorted(CONTROL_PREFIX + p for p in global_state):

@@ -4,7 +4,20 @@ import pytest
 import torch
 
 from lightning_fed.privacy import AdaptiveClipping, ClientLevelDP
-from lightning_fed.strategies import ClientUpdate, FedAdam, FedAvg, FedBiscuit, FedNova, Scaffold, TrimmedMean
+from lightning_fed.strategies import (
+    AggregationError,
+    ClientUpdate,
+    FedAdagrad,
+    FedAdam,
+    FedAvg,
+    FedAvgM,
+    FedBiscuit,
+    FedNova,
+    FedProx,
+    FedYogi,
+    Scaffold,
+    TrimmedMean,
+)
 
 X = {"w": torch.tensor([1.0, 2.0])}
 
@@ -90,6 +103,31 @@ def test_fedadam_steps_on_the_noised_mean():
     torch.testing.assert_close(out["w"], expected["w"])
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: FedAvg(weighting="uniform", server_lr=0.5),
+        lambda: FedProx(mu=0.1, weighting="uniform"),
+        lambda: FedAvgM(momentum=0.9, weighting="uniform"),
+        lambda: FedAdagrad(server_lr=0.1, weighting="uniform"),
+        lambda: FedYogi(server_lr=0.1, weighting="uniform"),
+        lambda: FedAdam(server_lr=0.1, weighting="uniform"),
+    ],
+    ids=["FedAvg", "FedProx", "FedAvgM", "FedAdagrad", "FedYogi", "FedAdam"],
+)
+def test_without_noise_or_clipping_every_averaging_strategy_is_unchanged(make):
+    # z = 0, C far above the update norms, m = |S| = 3: the noised mean is the plain uniform
+    # mean, so two rounds through the wrapper equal two rounds of the strategy itself (moments too)
+    ups = [ClientUpdate(i, 10 * i + 1, {"w": X["w"] + torch.tensor([0.1 * i, -0.2])}) for i in range(3)]
+    plain, dp = make(), ClientLevelDP(make(), noise_multiplier=0.0, clip_norm=100.0, expected_clients=3)
+    plain.setup(X, 5)
+    dp.setup(X, 5)
+    x_plain, x_dp = X, X
+    for _ in range(2):
+        x_plain, x_dp = plain.aggregate(x_plain, ups), dp.aggregate(x_dp, ups)
+        torch.testing.assert_close(x_dp["w"], x_plain["w"])
+
+
 def test_scaffold_model_and_control_changes_are_clipped_together():
     # delta [3, 0] and control change [0, 8] * control_scale 0.5 = [0, 4]: joint norm 5, C = 1
     # -> delta [0.6, 0], scaled control [0, 0.8] -> control [0, 1.6]; one client, m = 1, N = 2:
@@ -121,6 +159,10 @@ def test_fedbiscuit_clips_the_clients_selector_and_divides_by_its_cluster():
     torch.testing.assert_close(out["l.default.w"], torch.tensor([0.3, 0.4]))
     torch.testing.assert_close(out["l.selector_1.w"], torch.tensor([0.0, 0.25]))
     torch.testing.assert_close(out["l.selector_2.w"], torch.zeros(2))
+    # an upload of a selector no client trains (all assigned elsewhere) is refused, not divided by 0
+    inner.set_assignment([0, 0, 0, 1, 1, 1])
+    with pytest.raises(AggregationError, match=r"keys \['l.selector_2.w'\] were uploaded but no client's model"):
+        dp.aggregate(keys, [ClientUpdate(0, 1, {"l.selector_2.w": torch.ones(2)})])
 
 
 def test_resumed_wrapper_draws_the_same_noise():
