@@ -18,6 +18,16 @@ from tests.helpers.runs import TINY_GPT2
 
 # No backbone dropout: the batched and the one-by-one forwards must see the same network.
 CONFIG = {**TINY_GPT2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+# SmolLM2's architecture (rotary buffers, grouped-query attention), tiny
+LLAMA = {
+    "model_type": "llama",
+    "num_hidden_layers": 2,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+}
 
 
 def test_privatize_by_hand():
@@ -39,10 +49,10 @@ def test_noise_std_is_z_c_over_batch():
     assert abs(float(out["w"].mean())) < 5 * 0.75 / 200_000**0.5
 
 
-def _sft(clip_norm=1e6, noise=0.0, ffa=False):
+def _sft(clip_norm=1e6, noise=0.0, ffa=False, config=CONFIG):
     pl.seed_everything(0, verbose=False)
     return DPSFTModule(
-        BackboneConfig(config=dict(CONFIG), tokenizer="bytes"),
+        BackboneConfig(config=dict(config), tokenizer="bytes"),
         lora=LoraSettings(r=4, alpha=8, dropout=0.0),
         dp_sgd=DPSGDSettings(clip_norm=clip_norm, noise_multiplier=noise, ffa_lora=ffa, seed=0),
     )
@@ -80,8 +90,9 @@ def _sft_items(tok):
     return [tokenize_sft(p, r, tok, 64, "error") for p, r in texts]
 
 
-def test_sft_per_example_gradients_are_each_examples_own():
-    module = _sft()
+@pytest.mark.parametrize("config", [CONFIG, LLAMA], ids=["gpt2", "llama"])
+def test_sft_per_example_gradients_are_each_examples_own(config):
+    module = _sft(config=config)
     _randomize_lora(module)
     collate = PadCollator(module.tokenizer.pad_token_id)
     items = _sft_items(module.tokenizer)
