@@ -5,11 +5,12 @@ Language Models", ICLR, arXiv:1710.06963; adaptive clip: Andrew et al., 2021, ar
 Each round, for the participants ``S`` of a federation whose expected participation is ``m``:
 
     Delta_i = ClipFn(y_i - x, C)                              # flat L2 clip, Algorithm 1
-    Delta~  = (sum_{i in S} Delta_i + N(0, z^2 C^2 I)) / m    # fixed-denominator estimator, Eq. (1)
+    Delta~  = (sum_{i in S} Delta_i + N(0, z^2 C^2 I)) / m    # fixed-denominator estimator f~_f
 
-and ``Delta~`` is handed to the wrapped strategy, which steps on it as on a plain mean
-(FedAvg, FedProx: ``x + eta Delta~``; FedAvgM: momentum on it; FedAdagrad/FedYogi/FedAdam:
-their moments of it, Reddi et al.'s "DP-FedAdam" composition). Dividing by the expected
+(Algorithm 1 with every client weight ``w_k = 1``, so ``W = N`` and ``qW = m``), and
+``Delta~`` is handed to the wrapped strategy, which steps on it as on a plain mean (FedAvg,
+FedProx: ``x + eta Delta~``; FedAvgM: momentum on it; FedAdagrad/FedYogi/FedAdam: their
+moments of it): post-processing of a private value, no extra privacy cost. Dividing by the expected
 ``m`` instead of ``|S|`` keeps the sensitivity at ``C / m`` whatever the sampled count; a
 client that fails simply contributes a zero update. The accountant
 (:class:`~lightning_fed.privacy.accountant.PrivacyAccountant`) is run with the same ``z`` and
@@ -222,7 +223,7 @@ class ClientLevelDP(Strategy):
             ref = global_state[param]
             total = sums.get(k, torch.zeros(ref.shape, dtype=compute_dtype(ref.dtype)))
             noise = torch.randn(total.shape, generator=g, dtype=total.dtype) * (z_update * clip)
-            noised[k] = total + noise  # sum_i Delta_i + N(0, z^2 C^2), Eq. (1) numerator
+            noised[k] = total + noise  # sum_i Delta_i + N(0, z^2 C^2), the numerator of f~_f
         mean: StateDict = {}
         for k, v in noised.items():
             if k.startswith(CONTROL_PREFIX):  # SCAFFOLD multiplies by |S| / N: (sum + noise) / N

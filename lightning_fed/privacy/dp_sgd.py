@@ -16,7 +16,7 @@ gradient depend on the others' lengths).
 For DPO the example is the *pair*: the chosen and rejected rows of pair ``i`` are summed before
 clipping.
 
-FFA-LoRA (Sun, Qin, Li, Li, 2024, "Improving LoRA in Privacy-preserving Federated Learning",
+FFA-LoRA (Sun et al., 2024, "Improving LoRA in Privacy-preserving Federated Learning",
 ICLR, arXiv:2403.12313): ``A`` stays at its (seeded, identical on every client) initialisation,
 only ``B`` is trained and exchanged. It halves the noised dimensions and makes the product
 ``B A`` linear in what is averaged, which is why the paper recommends it under DP.
