@@ -2,12 +2,24 @@
 
 Deriving every random choice from these integers (instead of a global RNG that advances
 through the run) is what makes a resumed run identical to an uninterrupted one.
+
+Two samplers, each with the accounting that matches it
+(:mod:`lightning_fed.privacy.accountant`):
+
+* ``fixed_size`` (:func:`sample_clients`): exactly ``clients_per_round`` clients, uniformly
+  without replacement;
+* ``poisson`` (:func:`poisson_sample_clients`): every client independently with probability
+  ``q``, so the round's size is Binomial(N, q). This is the sampling under which the
+  subsampled-Gaussian accountants (Opacus RDP/PRV) amplify privacy by ``q``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+SAMPLINGS = ("fixed_size", "poisson")
+_POISSON_TAG = 0x5053  # keeps the Poisson draws apart from the fixed-size ones of the same round
 
 
 def derive_seed(*parts: int) -> int:
@@ -26,3 +38,27 @@ def sample_clients(num_clients: int, clients_per_round: int, seed: int, round_id
     check_clients_per_round(clients_per_round, num_clients)
     g = torch.Generator().manual_seed(derive_seed(seed, round_idx))
     return sorted(torch.randperm(num_clients, generator=g)[:clients_per_round].tolist())
+
+
+def check_sampling_rate(rate: float) -> None:
+    """The one validation of a Poisson sampling rate ``q``."""
+    if not 0.0 < rate <= 1.0:
+        raise ValueError(f"federation.sampling_rate must be in (0, 1], got {rate!r}")
+
+
+def poisson_sample_clients(num_clients: int, rate: float, seed: int, round_idx: int) -> list[int]:
+    """Each client independently with probability ``rate`` (Poisson sampling), sorted; may be empty."""
+    check_sampling_rate(rate)
+    g = torch.Generator().manual_seed(derive_seed(seed, _POISSON_TAG, round_idx))
+    return torch.nonzero(torch.rand(num_clients, generator=g, dtype=torch.float64) < rate).flatten().tolist()
+
+
+def expected_clients(num_clients: int, sampling: str, clients_per_round: int = 0, rate: float = 0.0) -> float:
+    """``m``, the expected round size: ``clients_per_round`` (``fixed_size``) or ``q * N`` (``poisson``)."""
+    if sampling == "fixed_size":
+        check_clients_per_round(clients_per_round, num_clients)
+        return float(clients_per_round)
+    if sampling == "poisson":
+        check_sampling_rate(rate)
+        return rate * num_clients
+    raise ValueError(f"federation.sampling must be one of {SAMPLINGS}, got {sampling!r}")

@@ -1,0 +1,249 @@
+"""Example-level DP-SGD inside a client (Abadi et al., 2016, "Deep Learning with Differential
+Privacy", CCS, arXiv:1607.00133, Algorithm 1), on the trainable (LoRA) parameters.
+
+Per optimizer step, for the examples ``i`` of the batch ``L``:
+
+    g_i  = grad of loss_i                          # per-example gradients, Opacus GradSampleModule
+    g~_i = g_i * min(1, C / ||g_i||_2)             # clip each example's whole gradient
+    g~   = (sum_i g~_i + N(0, z^2 C^2 I)) / |L|    # noise the sum, divide by the lot size
+
+and the local optimizer steps on ``g~``. The per-example gradients come from Opacus'
+``GradSampleModule`` hooks (on ``lora_A``/``lora_B``, plain ``nn.Linear`` layers), taken with
+``loss_reduction="sum"`` on the mean of the per-example losses and scaled back by ``n``, so
+that each row is one example's own gradient. The SFT loss of an example is the mean NLL of
+*its* response tokens, not a token mean over the batch (which would make every example's
+gradient depend on the others' lengths).
+For DPO the example is the *pair*: the chosen and rejected rows of pair ``i`` are summed before
+clipping.
+
+FFA-LoRA (Sun et al., 2024, "Improving LoRA in Privacy-preserving Federated Learning",
+ICLR, arXiv:2403.12313): ``A`` stays at its (seeded, identical on every client) initialisation,
+only ``B`` is trained and exchanged. It halves the noised dimensions and makes the product
+``B A`` linear in what is averaged, which is why the paper recommends it under DP.
+
+The noise must be secret from whoever sees the update: ``seed=None`` (the default) draws the
+generator's seed from the operating system; a fixed ``seed`` makes the noise reproducible by
+anyone who knows it (tests only).
+
+The modules :class:`DPSFTModule` and :class:`DPDPOModule` are the package's SFT and DPO
+objectives with this step; select them as ``model.class_path`` with ``dp_sgd:`` settings.
+Accounting: :func:`example_level_accountant`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from opacus import GradSampleModule
+from torch import Tensor
+
+from lightning_fed.modules.dpo import DPOModule
+from lightning_fed.modules.losses import token_log_probs
+from lightning_fed.modules.sft import SFTModule
+from lightning_fed.privacy.accountant import PrivacyAccountant
+from lightning_fed.privacy.clipping import per_example_clip_factors
+from lightning_fed.state import StateDict
+
+
+@dataclass
+class DPSGDSettings:
+    """Example-level DP-SGD settings of a client's local training.
+
+    Attributes:
+        clip_norm: ``C``, the bound on each example's gradient norm (all trainable tensors together).
+        noise_multiplier: ``z``; the noise std on the summed gradient is ``z * C``.
+        expected_batch_size: ``|L|``, what the noised sum is divided by; ``None`` uses the
+            batch's own number of examples (right for fixed-size batches).
+        ffa_lora: Freeze LoRA ``A``; only ``B`` is trained and sent (FFA-LoRA).
+        seed: Seed of the noise; ``None`` (default) draws a secret one from the OS.
+    """
+
+    clip_norm: float = 1.0
+    noise_multiplier: float = 1.0
+    expected_batch_size: int | None = None
+    ffa_lora: bool = False
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.clip_norm > 0:
+            problems.append(f"model.dp_sgd.clip_norm must be > 0, got {self.clip_norm!r}")
+        if not self.noise_multiplier >= 0:
+            problems.append(f"model.dp_sgd.noise_multiplier must be >= 0, got {self.noise_multiplier!r}")
+        if self.expected_batch_size is not None and not self.expected_batch_size >= 1:
+            problems.append(f"model.dp_sgd.expected_batch_size must be >= 1, got {self.expected_batch_size!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+torch.serialization.add_safe_globals([DPSGDSettings])  # saved in the hyper-parameters of checkpoints
+
+
+def privatize_per_example(
+    per_example: Mapping[str, Tensor],
+    clip_norm: float,
+    noise_multiplier: float,
+    batch_size: float,
+    generator: torch.Generator | None = None,
+) -> tuple[StateDict, Tensor]:
+    """Clip each example's gradient, sum, add ``N(0, z^2 C^2)``, divide by ``batch_size`` (Algorithm 1).
+
+    Args:
+        per_example: ``{name: (n, *shape)}``, row ``i`` the gradient of example ``i``.
+        clip_norm: ``C``.
+        noise_multiplier: ``z``.
+        batch_size: The lot size ``|L|`` the noised sum is divided by.
+        generator: Source of the noise (a CPU generator; the noise is moved to the gradients' device).
+
+    Returns:
+        The noised mean gradient ``{name: shape}`` and the per-example norms before clipping.
+    """
+    first = next(iter(per_example.values()))
+    sq = torch.zeros(first.shape[0], dtype=torch.float32, device=first.device)
+    for g in per_example.values():
+        sq += g.detach().float().flatten(1).pow(2).sum(1)
+    norms = sq.sqrt()
+    factors = per_example_clip_factors(norms, clip_norm)  # min(1, C / ||g_i||)
+    out: StateDict = {}
+    for name, g in per_example.items():
+        summed = torch.einsum("n,n...->...", factors, g.detach().float())
+        # drawn on the CPU (the generator is a CPU one), then moved: LoRA-sized, so cheap
+        noise = torch.randn(summed.shape, generator=generator).to(summed.device) * (noise_multiplier * clip_norm)
+        out[name] = ((summed + noise) / float(batch_size)).to(g.dtype)
+    return out, norms
+
+
+def example_level_accountant(
+    settings: DPSGDSettings, batch_size: int, smallest_client_examples: int, delta: float
+) -> PrivacyAccountant:
+    """The accountant of one client's DP-SGD: one step per local optimizer step, rate ``B / |D_k|``.
+
+    The smallest client has the largest rate, so its epsilon bounds every client's. Steps are
+    counted over all the rounds a client trains in (``local_steps`` per round it takes part
+    in; at most ``local_steps * rounds``). The amplification by ``B / |D_k|`` assumes Poisson
+    batches (Opacus' ``DPDataLoader``); with shuffled fixed-size batches it is the usual
+    approximation, not a proof (see :mod:`lightning_fed.privacy.accountant`).
+    """
+    rate = min(1.0, batch_size / float(smallest_client_examples))
+    return PrivacyAccountant(settings.noise_multiplier, rate, delta)
+
+
+def check_trainer_for_dp_sgd(accumulate_grad_batches: int, world_size: int) -> None:
+    """DP-SGD replaces each step's gradient after the backward pass, so it needs one batch per
+    step and one process: gradient accumulation would be overwritten, and DDP would average
+    the plain gradients across ranks before each rank privatizes only its own examples."""
+    problems = []
+    if accumulate_grad_batches != 1:
+        problems.append(f"trainer.accumulate_grad_batches must be 1, got {accumulate_grad_batches}")
+    if world_size != 1:
+        problems.append(f"one process only (trainer.devices * trainer.num_nodes), got world size {world_size}")
+    if problems:
+        raise ValueError("model.dp_sgd: " + "; ".join(problems))
+
+
+class ExampleLevelDP:
+    """Mixin for a :class:`~lightning_fed.modules.base.FederatedModule` objective: DP-SGD steps.
+
+    The objective provides :meth:`per_example_losses` (``(n,)``, one loss per example) and
+    :meth:`rows_to_examples` (how the rows of its forward map to examples). The mixin sums the
+    losses, and after the backward pass replaces every trainable ``p.grad`` by the clipped,
+    noised mean (``on_after_backward``, so that a server algorithm's gradient correction, e.g.
+    SCAFFOLD's, is applied afterwards, on the privatized gradient).
+
+    Args:
+        dp_sgd: The DP-SGD settings (:class:`DPSGDSettings`).
+    """
+
+    def __init__(self, *args: Any, dp_sgd: DPSGDSettings | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        settings = DPSGDSettings(**dp_sgd) if isinstance(dp_sgd, dict) else dp_sgd or DPSGDSettings()
+        self.dp_sgd = settings
+        if settings.ffa_lora:
+            for name, p in self.model.named_parameters():
+                if "lora_A" in name:
+                    p.requires_grad_(False)
+        seed = secrets.randbits(63) if settings.seed is None else settings.seed
+        self.__dict__["_noise"] = torch.Generator().manual_seed(seed)
+        self.__dict__["_grad_sampler"] = None
+        #: Per-example gradient norms (before clipping) of the last step, for monitoring.
+        self.last_example_norms: Tensor | None = None
+
+    def is_shared(self, name: str) -> bool:
+        """FFA-LoRA exchanges only ``B``: the frozen ``A`` is the same seeded tensor on every client."""
+        return super().is_shared(name) and not (self.dp_sgd.ffa_lora and "lora_A" in name)
+
+    def per_example_losses(self, batch: dict[str, Tensor]) -> Tensor:
+        raise NotImplementedError
+
+    def rows_to_examples(self, grad_sample: Tensor, num_examples: int) -> Tensor:
+        """``(rows, ...)`` per-row gradients to ``(num_examples, ...)``: one row per example by default."""
+        return grad_sample
+
+    def _attach(self) -> None:
+        if self.__dict__["_grad_sampler"] is None:
+            # Hooks on the trainable layers only (the LoRA Linear layers); the frozen backbone's
+            # buffers (masks, rotary tables) do not mix examples, hence strict=False.
+            self.__dict__["_grad_sampler"] = GradSampleModule(
+                self.model, batch_first=True, loss_reduction="sum", strict=False
+            )
+
+    def on_fit_start(self) -> None:
+        """Refuse the trainer settings under which replacing ``p.grad`` after backward would be wrong."""
+        super().on_fit_start()
+        check_trainer_for_dp_sgd(self.trainer.accumulate_grad_batches, self.trainer.world_size)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        self._attach()
+        losses = self.per_example_losses(batch)
+        self.__dict__["_num_examples"] = losses.shape[0]
+        loss = losses.mean()
+        self.log("train/loss", loss, prog_bar=True, batch_size=losses.shape[0])
+        return loss  # the mean, as the plain objective reports it; on_after_backward undoes the 1/n
+
+    def on_after_backward(self) -> None:
+        n = self.__dict__.get("_num_examples")
+        params = {name: p for name, p in self.named_parameters() if p.requires_grad}
+        per_example = {}
+        for name, p in params.items():
+            gs = getattr(p, "grad_sample", None)
+            if gs is None:
+                raise RuntimeError(
+                    f"DP-SGD: no per-example gradient for {name} (is it inside an Opacus-supported layer?)"
+                )
+            # the backward ran on mean_i loss_i, so row i holds grad loss_i / n
+            per_example[name] = self.rows_to_examples(gs, n) * n
+            p.grad_sample = None
+        batch_size = self.dp_sgd.expected_batch_size or n
+        noised, norms = privatize_per_example(
+            per_example, self.dp_sgd.clip_norm, self.dp_sgd.noise_multiplier, batch_size, self.__dict__["_noise"]
+        )
+        for name, p in params.items():
+            p.grad = noised[name].to(p.device)
+        self.last_example_norms = norms
+
+
+class DPSFTModule(ExampleLevelDP, SFTModule):
+    """FedIT's SFT objective with DP-SGD: an example is one instruction-response record.
+
+    Its loss is the mean NLL of its own response tokens (see the module docstring).
+    """
+
+    def per_example_losses(self, batch: dict[str, Tensor]) -> Tensor:
+        logps, mask = token_log_probs(self(batch), batch["labels"])
+        return -logps.sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+class DPDPOModule(ExampleLevelDP, DPOModule):
+    """FedDPO's objective with DP-SGD: an example is one preference pair (chosen and rejected)."""
+
+    def per_example_losses(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.pair_metrics(batch)["loss"]
+
+    def rows_to_examples(self, grad_sample: Tensor, num_examples: int) -> Tensor:
+        """The concatenated forward holds chosen rows then rejected rows: pair ``i`` is rows ``i`` and ``B + i``."""
+        chosen, rejected = grad_sample[:num_examples], grad_sample[num_examples:]
+        return chosen + rejected

@@ -1,0 +1,224 @@
+"""The run's privacy report: every channel a client's data reaches the server through, its
+protection and its ``(epsilon, delta)``. :meth:`PrivacyReport.section` is the ``privacy``
+section of ``summary.json``; :meth:`PrivacyReport.epsilon_at` is ``privacy/epsilon`` per round.
+
+Channels (what a client sends, per method):
+
+* ``update``: the change of the shared state (every method); client-level DP
+  (:class:`~lightning_fed.privacy.ClientLevelDP`) and/or example-level DP-SGD
+  (:mod:`lightning_fed.privacy.dp_sgd`) bound it; the two guarantees have different units
+  (one client's whole data set vs one example) and are listed separately;
+* ``metrics``: per-client training/validation losses and accuracies;
+* ``example_counts``: ``|D_k|`` (FedAvg's weights, the report's client sizes);
+* ``fedhds_centroids``: FedHDS' group centroids (noised by
+  :mod:`lightning_fed.selection.privacy` when ``dp_epsilon`` is set);
+* ``selector_losses``: FedBiscuit's per-selector validation losses (they decide the grouping);
+* ``personal_parameters``: FedPDPO/FedPer/FedRep's personal modules: they never leave the
+  client and are outside every guarantee here.
+
+The defaults when DP is on (the choice, see ``docs/privacy.md``): per-client losses and
+metrics are *withheld* from the reports (:func:`redact_client_metrics`), since a raw loss is
+an unbounded function of the client's data and noising it well would cost budget for no
+training benefit; example counts are *bucketed* to a power of two (:func:`bucket_count`),
+which hides the exact size while keeping its order of magnitude, and ``ClientLevelDP``
+weighs every client equally, so the exact count is never needed. The report states what the
+run did (the ``counts_bucketed`` / ``metrics_withheld`` flags are set by whoever applies them),
+never what it should have done.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_fed.privacy.accountant import PrivacyAccountant
+
+#: What each protection means, as written into the report.
+PROTECTIONS = {
+    "client_dp": "clipped per client, Gaussian noise on the sum (central DP: the server sees each clipped update)",
+    "example_dp": "DP-SGD inside the client: per-example clipping and Gaussian noise on every step",
+    "gaussian": "Gaussian noise added on the client before sending",
+    "bucketed": "rounded down to a power of two before sending",
+    "withheld": "sent to the server but never written to reports or logs",
+    "local": "never leaves the client; outside the guarantee",
+    "none": "sent in the clear",
+}
+
+
+def bucket_count(n: int) -> int:
+    """The largest power of two ``<= n`` (``n >= 1``): 1, 2, 4, 8, ... (37 -> 32)."""
+    if n < 1:
+        raise ValueError(f"an example count must be >= 1, got {n}")
+    return 1 << (int(n).bit_length() - 1)
+
+
+def redact_client_metrics(metrics: Mapping[str, Any], private: bool) -> dict[str, Any]:
+    """Per-client metrics as they may be reported: all of them without DP, none with DP."""
+    return {} if private else dict(metrics)
+
+
+@dataclass
+class ChannelReport:
+    """One channel's line of the report.
+
+    Attributes:
+        channel: Its name (``update``, ``metrics``, ...).
+        protection: A key of :data:`PROTECTIONS`, or several joined by ``+``.
+        guarantees: ``[{"unit": "client"|"example", "epsilon": ..., "delta": ...}]``; empty
+            when no DP guarantee covers the channel.
+        note: What a reader must know besides.
+    """
+
+    channel: str
+    protection: str
+    guarantees: list[dict[str, Any]] = field(default_factory=list)
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        described = " + ".join(PROTECTIONS[p] for p in self.protection.split("+"))
+        return {
+            "protection": self.protection,
+            "means": described,
+            "guarantees": self.guarantees,
+            "note": self.note,
+        }
+
+
+class PrivacyReport:
+    """What the run protects, per channel, and the epsilon spent so far.
+
+    Args:
+        client_dp: The client-level accountant (rounds recorded with its ``step``), if on.
+        example_dp: The example-level accountant of the most exposed client, if DP-SGD is on.
+        local_steps_per_round: Local steps per round, to count ``example_dp`` steps per round.
+        personal_parameters: Whether the method keeps personal parameters on the clients.
+        centroids: ``CentroidAccountant.report()`` of a FedHDS run with noised centroids, or
+            ``{}`` when FedHDS runs without noise, or ``None`` when it is not used.
+        selector_losses: Whether clients report FedBiscuit's selector losses.
+        counts_bucketed: Whether the clients' example counts were bucketed before sending.
+        metrics_withheld: Whether per-client metrics were kept out of the reports.
+    """
+
+    def __init__(
+        self,
+        client_dp: PrivacyAccountant | None = None,
+        example_dp: PrivacyAccountant | None = None,
+        local_steps_per_round: int = 1,
+        personal_parameters: bool = False,
+        centroids: Mapping[str, Any] | None = None,
+        selector_losses: bool = False,
+        counts_bucketed: bool = False,
+        metrics_withheld: bool = False,
+    ) -> None:
+        self.client_dp, self.example_dp = client_dp, example_dp
+        self.local_steps_per_round = int(local_steps_per_round)
+        self.personal_parameters, self.centroids, self.selector_losses = personal_parameters, centroids, selector_losses
+        self.counts_bucketed, self.metrics_withheld = counts_bucketed, metrics_withheld
+        self.stop: dict[str, Any] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.client_dp is not None or self.example_dp is not None
+
+    def epsilon_at(self, rounds: int) -> dict[str, float]:
+        """``privacy/epsilon`` after ``rounds`` rounds: ``{"client": ..., "example": ...}`` for the enabled levels."""
+        out = {}
+        if self.client_dp is not None:
+            out["client"] = self.client_dp.epsilon(rounds)
+        if self.example_dp is not None:
+            out["example"] = self.example_dp.epsilon(rounds * self.local_steps_per_round)
+        return out
+
+    def stopped(self, next_round: int) -> None:
+        """Record that the run stopped before ``next_round`` because it would exceed the budget."""
+        self.stop = {"before_round": int(next_round), "reason": "the next round would exceed privacy.target_epsilon"}
+
+    def _update_guarantees(self, rounds: int) -> list[dict[str, Any]]:
+        out = []
+        if self.client_dp is not None:
+            out.append({"unit": "client", "epsilon": self.client_dp.epsilon(rounds), "delta": self.client_dp.delta})
+        if self.example_dp is not None:
+            eps = self.example_dp.epsilon(rounds * self.local_steps_per_round)
+            out.append({"unit": "example", "epsilon": eps, "delta": self.example_dp.delta})
+        return out
+
+    def channels(self, rounds: int) -> list[ChannelReport]:
+        """Every channel of the run after ``rounds`` rounds."""
+        update = self._update_guarantees(rounds)
+        protection = "+".join(p for p, acc in (("client_dp", self.client_dp), ("example_dp", self.example_dp)) if acc)
+        out = [
+            ChannelReport(
+                "update",
+                protection or "none",
+                update,
+                "" if self.client_dp else "without client-level DP the server sees each client's exact update",
+            ),
+            ChannelReport(
+                "metrics",
+                "withheld" if self.metrics_withheld else "none",
+                note="per-client losses and accuracies are not covered by any epsilon",
+            ),
+            ChannelReport(
+                "example_counts",
+                "bucketed" if self.counts_bucketed else "none",
+                note="ClientLevelDP weighs clients equally; the count is not used by the aggregate",
+            ),
+        ]
+        if self.centroids is not None:
+            if self.centroids:  # CentroidAccountant.report(): the most exposed client's epsilon; the
+                # sensitivity is the whole tanh range, so any change of the client's data is covered
+                eps = [{"unit": "client", "epsilon": self.centroids["max_epsilon"], "delta": self.centroids["delta"]}]
+                out.append(ChannelReport("fedhds_centroids", "gaussian", eps))
+            else:
+                out.append(ChannelReport("fedhds_centroids", "none"))
+        if self.selector_losses:
+            out.append(
+                ChannelReport(
+                    "selector_losses",
+                    "none",
+                    note="FedBiscuit's grouping input; the cluster assignment it yields is outside the guarantee",
+                )
+            )
+        if self.personal_parameters:
+            out.append(
+                ChannelReport(
+                    "personal_parameters",
+                    "local",
+                    note="trained on the client's data and kept there: whoever gets them gets no DP guarantee",
+                )
+            )
+        return out
+
+    def section(self, rounds: int) -> dict[str, Any]:
+        """The ``privacy`` section of ``summary.json`` after ``rounds`` rounds."""
+        section: dict[str, Any] = {
+            "enabled": self.enabled,
+            "trust_model": "trusted server (central DP); no secure aggregation",
+            "epsilon": self.epsilon_at(rounds),
+            "channels": {c.channel: c.as_dict() for c in self.channels(rounds)},
+        }
+        for level, acc in (("client_level", self.client_dp), ("example_level", self.example_dp)):
+            if acc is not None:
+                section[level] = {
+                    "noise_multiplier": acc.noise_multiplier,
+                    "sample_rate": acc.sample_rate,
+                    "delta": acc.delta,
+                    "target_epsilon": acc.target_epsilon,
+                    "accountant": acc.mechanism,
+                }
+        if self.stop is not None:
+            section["stopped"] = self.stop
+        return _finite(section)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: write it as the string ``"inf"``."""
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
