@@ -13,48 +13,83 @@ from tests.modules.test_selector import selector_data, tiny_selector
 
 GROUPS = ("positive", "negative", "formal")
 NUM_CLIENTS = 6
+TRUTH = [c % 3 for c in range(NUM_CLIENTS)]
 
 
-def _fedbiscuit_run(root, data_path, rounds, ckpt_path=None):
-    module = tiny_selector(num_selectors=3, lr=3e-3)
-    data = selector_data(data_path, NUM_CLIENTS)
+def _fedbiscuit_run(root, data_path, rounds, seed, ckpt_path=None):
+    module = tiny_selector(seed=seed, num_selectors=3, lr=3e-3)
+    data = selector_data(data_path, NUM_CLIENTS, seed=seed)
     strategy = FedBiscuit(num_selectors=3, warmup_rounds=3, regroup_every=2)
-    loop = FederatedLoop(rounds=rounds, clients_per_round=3, local_steps=8, strategy=strategy, hooks=[ClientGrouping()])
+    loop = FederatedLoop(
+        rounds=rounds, clients_per_round=3, local_steps=8, seed=seed, strategy=strategy, hooks=[ClientGrouping()]
+    )
     with one_thread():
         fit(module, data, loop, str(root), ckpt_path=ckpt_path)
     return module, data, loop
 
 
+SEEDS = (0, 1)
+
+
 @pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    root = tmp_path_factory.mktemp("planted")
-    return root, write_planted_selector_data(root / "d.jsonl", NUM_CLIENTS, 40, groups=GROUPS)
+def biscuit_vs_bis(tmp_path_factory):
+    """FedBiscuit (3 selectors) and FedBis (1) on planted groups, 6 clients, 17 rounds, per seed.
+
+    Every seed (data, model, partition, sampling) is the run's own, so the result does not
+    depend on test order. Returns, per seed: the adjusted Rand index of the grouping, and each
+    client's accuracy on its validation pairs with its own FedBiscuit selector and with FedBis.
+    """
+    out = {}
+    for seed in SEEDS:
+        root = tmp_path_factory.mktemp(f"biscuit{seed}")
+        path = write_planted_selector_data(root / "d.jsonl", NUM_CLIENTS, 40, groups=GROUPS, seed=seed)
+        module, data, loop = _fedbiscuit_run(root / "biscuit", path, rounds=17, seed=seed)
+        assignment = loop.strategy.assignment
+        summary = json.loads((root / "biscuit" / "summary.json").read_text())
+        groupings = summary["hooks"]["ClientGrouping"]["groupings"]
+        assert groupings[-1]["assignment"] == assignment and len(groupings) == 4  # rounds 10, 12, 14, 16
+        # The grouping broadcast (3 selectors to each of 6 clients) is part of round 10's downlink.
+        state_bytes = sum(v.numel() * 4 for v in loop.global_state.values())
+        assert loop.report.history[9]["down_bytes"] > 6 * 0.99 * state_bytes
+        acc = selector_losses(module, data, 3, metric="acc")  # (clients, selectors)
+        fedbis = tiny_selector(seed=seed, lr=3e-3)
+        bis_loop = FederatedLoop(
+            rounds=17, clients_per_round=3, local_steps=8, seed=seed, strategy=FedAvg(weighting="uniform")
+        )
+        with one_thread():
+            fit(fedbis, selector_data(path, NUM_CLIENTS, seed=seed), bis_loop, str(root / "bis"))
+        out[seed] = {
+            "ari": adjusted_rand_score(TRUTH, assignment),
+            "own": torch.stack([acc[c, assignment[c]] for c in range(NUM_CLIENTS)]),
+            "bis": selector_losses(fedbis, data, 1, metric="acc")[:, 0],
+        }
+    return out
 
 
-def test_fedbiscuit_recovers_groups_and_beats_fedbis(planted, tmp_path):
-    root, path = planted
-    module, data, loop = _fedbiscuit_run(tmp_path / "biscuit", path, rounds=17)
-    truth = [c % 3 for c in range(NUM_CLIENTS)]
-    assignment = loop.strategy.assignment
-    groupings = json.loads((tmp_path / "biscuit" / "summary.json").read_text())["hooks"]["ClientGrouping"]["groupings"]
-    assert groupings[-1]["assignment"] == assignment and len(groupings) == 4  # rounds 10, 12, 14, 16
-    assert adjusted_rand_score(truth, assignment) >= 0.8
-    acc = selector_losses(module, data, 3, metric="acc")  # (clients, selectors)
-    # The grouping broadcast (3 selectors to each of 6 clients) is part of round 10's downlink.
-    assert loop.report.history[9]["down_bytes"] > 6 * 0.99 * sum(v.numel() * 4 for v in loop.global_state.values())
+def test_fedbiscuit_recovers_the_planted_groups(biscuit_vs_bis):
+    """Measured at seeds 0-4 on one machine: adjusted Rand index 1.0, 1.0, 1.0, 0.17, 1.0.
 
-    fedbis = tiny_selector(lr=3e-3)
-    bis_loop = FederatedLoop(rounds=17, clients_per_round=3, local_steps=8, strategy=FedAvg(weighting="uniform"))
-    with one_thread():
-        fit(fedbis, selector_data(path, NUM_CLIENTS), bis_loop, str(tmp_path / "bis"))
-    bis_acc = selector_losses(fedbis, data, 1, metric="acc")[:, 0]
-    own = {}
-    for g in range(3):
-        members = [c for c in range(NUM_CLIENTS) if truth[c] == g]
-        own[GROUPS[g]] = (float(acc[members, assignment[members[0]]].mean()), float(bis_acc[members].mean()))
+    One seed in five groups wrongly (a tiny model after 3 warm-up rounds), so the claim is on the
+    mean over the test's two seeds: >= 0.55 holds unless both seeds group wrongly.
+    """
+    assert sum(r["ari"] for r in biscuit_vs_bis.values()) / len(SEEDS) >= 0.55
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fedbiscuit_beats_fedbis_on_the_clients_own_preferences(biscuit_vs_bis, seed):
+    """Accuracy of each client's own selector minus the single FedBis selector's, on its validation pairs.
+
+    Measured at seeds 0-4 on one machine, mean over all clients: 0.108, 0.108, 0.092, 0.208,
+    0.167; over the two conflicting groups (positive, negative): 0.150, 0.113, 0.275, 0.263,
+    0.300. Per group the gain is noisy (from -0.275 on "formal" to +0.375 on "negative" across
+    seeds: a tiny model, 10 validation pairs per client), so the claims are on means over
+    clients, with margins of about half the smallest measured gain: 0.04 overall, 0.05 conflicting.
+    """
+    run = biscuit_vs_bis[seed]
+    assert float(run["own"].mean() - run["bis"].mean()) > 0.04
     # positive and negative conflict: one selector cannot serve both, a selector per group can.
-    for group in GROUPS:
-        assert own[group][0] > own[group][1] + 0.1, group
+    conflict = [c for c in range(NUM_CLIENTS) if GROUPS[TRUTH[c]] in ("positive", "negative")]
+    assert float(run["own"][conflict].mean() - run["bis"][conflict].mean()) > 0.05
 
 
 def test_assignment_is_logged_as_a_tensorboard_image(tmp_path):
