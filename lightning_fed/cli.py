@@ -53,6 +53,7 @@ from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_chec
 from lightning_fed.federation.resume_check import check_resume, saved_config
 from lightning_fed.modules import FederatedModule
 from lightning_fed.pipelines import prepare_stages
+from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
 
 PROG = "lightning-fed"
@@ -60,10 +61,12 @@ ELSEWHERE = {
     "evaluate": "lightning_fed.evaluation.cli",
     "plan": "lightning_fed.planning.cli",
     "flower": "lightning_fed.deploy.clientapp_process",
+    "report": "lightning_fed.report.cli",
+    "configs": "lightning_fed.shipped_configs",
 }
 """Subcommands with their own parser: ``lightning-fed <name> ...`` calls ``<module>.main(argv) -> int``."""
 
-INTRO = f"""usage: {PROG} [--debug] {{fit,validate,test,predict,evaluate,plan,flower}} ...
+INTRO = f"""usage: {PROG} [--debug] {{fit,validate,test,predict,evaluate,plan,flower,report,configs}} ...
 
 {PROG}: federated fine-tuning and alignment of language models (SFT, DPO, FedBis/FedBiscuit,
 FedPDPO, FedBiOT, FedHDS) on PyTorch Lightning, simulated in one process or run over Flower.
@@ -76,6 +79,8 @@ subcommands:
   evaluate   score a finished run (preference accuracy, ROUGE-L, win rate...)
   plan       plan a run before starting it
   flower     Flower deployment helpers: {PROG} flower clientapp (a ClientApp process per SuperNode)
+  report     compare finished runs: tables (Markdown, CSV), figures, one HTML page
+  configs    list the shipped configs; --config takes a shipped name too (--config feddpo)
   Each lists its options with --help, e.g. {PROG} fit --help.
 
 options:
@@ -280,6 +285,10 @@ def _usage(subcommand: str) -> str:
 def main(args: list[str] | None = None, run: bool = True, signals: ProcessSignals | None = None) -> FederatedCLI:
     """Run the CLI in-process and return it; errors are raised (see :func:`console_main` for the process)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args is None:  # `--config feddpo`: a shipped config by name (lightning_fed/shipped_configs.py)
+        sys.argv[1:] = resolve_config_args(sys.argv[1:])
+    else:
+        args = resolve_config_args(list(args))
     _check_config_files(list(sys.argv[1:] if args is None else args))
     load_strategy_plugins()  # installed plugins' strategies join the short names (strategies/registry.py)
     return FederatedCLI(
@@ -316,7 +325,7 @@ def _dispatch(name: str, argv: list[str]) -> int:
             f"`{PROG} {name}` is not available in this installation (no module {module_name});"
             " subcommands: fit, validate, test, predict"
         ) from None
-    code = module.main(argv)
+    code = module.main(resolve_config_args(argv) if name == "plan" else argv)
     return EXIT_OK if code is None else int(code)
 
 
