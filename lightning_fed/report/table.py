@@ -10,7 +10,8 @@ Per run: the final metric overall (the example-weighted mean of ``summary.json``
 its per-client min, 10th percentile and median (the last evaluated round's Parquet file;
 percentiles interpolate linearly, as :func:`~lightning_fed.federation.client_stats.distribution`),
 the gain over the evaluation before round 1 (sign turned for losses, so that a positive gain is an
-improvement), the bytes sent up and down over all rounds, the seconds of all rounds, the largest
+improvement; a run without that evaluation is compared with the mean of its group's runs that
+have one), the bytes sent up and down over all rounds, the seconds of all rounds, the largest
 privacy epsilon reported, and the ``test`` metric when ``lightning-fed test`` ran. Per group: the
 mean and the sample standard deviation over its runs (``n - 1``; none for a single run).
 """
@@ -158,6 +159,14 @@ def group_rows(runs: list[Run], by: list[str], metric: str) -> list[Row]:
     rows = []
     for label, members in groups.items():
         figures = [run_figures(r, metric) for r in members]
+        # A run without an evaluation before round 1 (e.g. `num_sanity_val_steps: 0` on all seeds
+        # but one, as benchmarks/real_text/run.py does: the base model is the same for every seed)
+        # gets its gain against the mean round 0 of the group's runs that have one.
+        known = [f["initial"] for f in figures if f["initial"] is not None]
+        sign = -1.0 if lower_is_better(metric) else 1.0
+        for f in figures:
+            if f["gain"] is None and known and f["final"] is not None:
+                f["gain"] = sign * (f["final"] - statistics.fmean(known))
         stats = {k: Stat([f[k] for f in figures if f[k] is not None]) for k in COLUMNS}
         eps = [e for e in (r.epsilon() for r in members) if e is not None]
         rows.append(Row(label, members, metric, stats, max(eps) if eps else None))

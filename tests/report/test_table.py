@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import statistics
 from pathlib import Path
 
@@ -94,8 +95,6 @@ def test_runs_with_other_data_get_their_own_table_and_the_reason(tiny_runs, tmp_
 
 def test_by_a_dotted_config_key_and_epsilon_and_test_results_are_read(tiny_runs, tmp_path):
     run = tmp_path / "run"
-    import shutil
-
     shutil.copytree(tiny_runs["fedavg/s0"], run)
     summary = json.loads((run / "summary.json").read_text())
     summary["hooks"] = {
@@ -108,3 +107,22 @@ def test_by_a_dotted_config_key_and_epsilon_and_test_results_are_read(tiny_runs,
     assert report([str(run), "--by", "federation.local_steps", "--out", str(tmp_path / "out")]) == 0
     (row,) = _rows(tmp_path / "out")
     assert (row["group"], row["metric"], row["epsilon"], row["test_mean"]) == ("2", "pref_acc", "2.5", "0.75")
+
+
+def test_a_run_without_round_0_gains_against_its_groups_round_0(tiny_runs, tmp_path):
+    # seed 1 without its evaluation before round 1 (as real_text/run.py runs all seeds but one)
+    run = tmp_path / "s1"
+    shutil.copytree(tiny_runs["fedavg/s1"], run)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["initial"] = None
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "client_metrics" / "val" / "round_000000.parquet").unlink()
+    out = tmp_path / "out"
+    assert report([str(tiny_runs["fedavg/s0"]), str(run), "--metric", "loss", "--out", str(out)]) == 0
+    (row,) = _rows(out)
+    s0 = json.loads((tiny_runs["fedavg/s0"] / "summary.json").read_text())
+    base = s0["initial"]["val"]["loss"]
+    gains = [base - s0["final"]["val"]["loss"], base - summary["final"]["val"]["loss"]]
+    assert (row["initial_n"], row["gain_n"]) == ("1", "2")
+    assert float(row["gain_mean"]) == pytest.approx(sum(gains) / 2)
+    assert float(row["gain_sd"]) == pytest.approx(statistics.stdev(gains))
