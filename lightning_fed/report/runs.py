@@ -153,11 +153,24 @@ def _read_json(path: Path) -> Any:
         raise UserError(f"{path}: not a readable JSON file ({type(err).__name__})") from None
 
 
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise UserError(f"{path}: not a readable YAML file ({type(err).__name__})") from None
+    return loaded if isinstance(loaded, dict) else {}
+
+
 def load_run(folder: Path) -> Run:
     """Read the run in ``folder`` (the folder of its ``summary.json``)."""
     summary = _read_json(folder / SUMMARY)
-    if not isinstance(summary, dict) or not isinstance(summary.get("config"), dict):
-        raise UserError(f"{folder / SUMMARY}: not a lightning-fed summary (no config)")
+    if not isinstance(summary, dict) or "rounds" not in summary:
+        raise UserError(f"{folder / SUMMARY}: not a lightning-fed summary (no rounds)")
+    if not isinstance(summary.get("config"), dict):  # a run whose config was not recorded (Flower's server)
+        saved = folder / "config.yaml"
+        summary["config"] = _read_yaml(saved) if saved.is_file() else {}
     rounds_file = folder / ROUNDS_FILE
     if rounds_file.is_file():
         rounds = [json.loads(line) for line in rounds_file.read_text(encoding="utf-8").splitlines() if line.strip()]
