@@ -13,7 +13,8 @@ the gain over the evaluation before round 1 (sign turned for losses, so that a p
 improvement; a run without that evaluation is compared with the mean of its group's runs that
 have one), the bytes sent up and down over all rounds, the seconds of all rounds, the largest
 privacy epsilon reported, and the ``test`` metric when ``lightning-fed test`` ran. Per group: the
-mean and the sample standard deviation over its runs (``n - 1``; none for a single run).
+mean and the sample standard deviation over its runs (``n - 1``; none for a single run) and, up
+to :data:`PER_CLIENT_MAX` evaluated clients, each client's final value averaged over the runs.
 """
 
 from __future__ import annotations
@@ -114,6 +115,17 @@ class Row:
     def seeds(self) -> str:
         return ",".join(str(r.seed) for r in self.runs)
 
+    def per_client(self) -> dict[int, float]:
+        """Each client's final value, averaged over the runs that evaluated it."""
+        values: dict[int, list[float]] = {}
+        for run in self.runs:
+            for client, value in run.client_values(self.metric).items():
+                values.setdefault(client, []).append(value)
+        return {c: statistics.fmean(v) for c, v in sorted(values.items())}
+
+
+PER_CLIENT_MAX = 8
+"""Up to this many evaluated clients, the Markdown table lists each client's final value too."""
 
 COLUMNS = {
     "final": "final",
@@ -177,13 +189,18 @@ def markdown(rows: list[Row]) -> str:
     """The rows as a Markdown table (mean ± sd over the runs of each group)."""
     show = [k for k in COLUMNS if any(r.stats[k].values for r in rows)]
     has_eps = any(r.epsilon is not None for r in rows)
-    head = ["group", "runs", "seeds", "metric", *(COLUMNS[k] for k in show), *(["epsilon"] if has_eps else [])]
+    clients = [r.per_client() for r in rows]
+    few = all(0 < len(c) <= PER_CLIENT_MAX for c in clients)
+    head = ["group", "runs", "seeds", "metric", *(COLUMNS[k] for k in show)]
+    head += (["epsilon"] if has_eps else []) + (["per client (mean over runs)"] if few else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 4)) + "|"]
-    for r in rows:
+    for r, per_client in zip(rows, clients):
         cells = [r.group, str(len(r.runs)), r.seeds, r.metric]
         cells += [r.stats[k].text(2 if k in ("up_mb", "down_mb", "seconds") else 3) for k in show]
         if has_eps:
             cells.append("-" if r.epsilon is None else f"{r.epsilon:.3g}")
+        if few:
+            cells.append(", ".join(f"c{c} {v:.2f}" for c, v in per_client.items()))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -79,6 +79,18 @@ def test_table_numbers_equal_those_computed_by_hand_from_the_files(tiny_runs, tm
     assert fedprox["runs"] == "1" and fedprox["final_sd"] == ""  # one seed: no spread
     md = (tmp_path / "report.md").read_text()
     assert f"| {final[0] / 2 + final[1] / 2:.3f} ± {statistics.stdev(final):.3f} |" in md
+    # each client's final value, averaged over the two seeds (the last round's Parquet files)
+    tables = [
+        pq.read_table(sorted((tiny_runs[k] / "client_metrics/val").glob("*.parquet"))[-1]).to_pydict()
+        for k in ("fedavg/s0", "fedavg/s1")
+    ]
+    per_client = {c: [] for c in range(4)}
+    for t in tables:
+        for c, v in zip(t["client"], t["loss"]):
+            per_client[c].append(v)
+    cell = ", ".join(f"c{c} {(v[0] + v[1]) / 2:.2f}" for c, v in per_client.items())
+    fedavg_line = next(line for line in md.splitlines() if line.startswith("| method=DPOModule/FedAvg"))
+    assert fedavg_line.endswith(f"| {cell} |") and "per client (mean over runs)" in md
 
 
 def test_runs_with_other_data_get_their_own_table_and_the_reason(tiny_runs, tmp_path):
