@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo lint test test-all clean
+.PHONY: setup demo lint test test-all clean docs
 
 $(VENV)/.installed: requirements.txt setup.cfg
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -34,6 +34,11 @@ test: setup lint
 
 test-all: setup
 	$(PY) -m pytest -n 2 --dist loadfile
+
+# The documentation site (docs/, mkdocs.yml) into site/, offline, warnings as errors (broken links,
+# missing anchors, docstring errors). tests/docs/test_build.py runs the same build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) lightning_logs runs .pytest_cache

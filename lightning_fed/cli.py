@@ -52,10 +52,13 @@ ELSEWHERE = {
     "evaluate": "lightning_fed.evaluation.cli",
     "plan": "lightning_fed.planning.cli",
     "flower": "lightning_fed.deploy.clientapp_process",
+    "report": "lightning_fed.report.cli",
+    "configs": "lightning_fed.shipped_configs",
 }
 """Subcommands with their own parser: ``lightning-fed <name> ...`` calls ``<module>.main(argv) -> int``."""
 
-INTRO = f"""usage: {PROG} [--debug] [--verbose] {{fit,validate,test,predict,evaluate,plan,flower}} ...
+INTRO = f"""usage: {PROG} [--debug] [--verbose]
+       {{fit,validate,test,predict,evaluate,plan,flower,report,configs}} ...
 
 {PROG}: federated fine-tuning and alignment of language models (SFT, DPO, FedBis/FedBiscuit,
 FedPDPO, FedBiOT, FedHDS) on PyTorch Lightning, simulated in one process or run over Flower.
@@ -68,6 +71,8 @@ subcommands:
   evaluate   score a finished run (preference accuracy, ROUGE-L, win rate...)
   plan       plan a run before starting it
   flower     Flower deployment helpers: {PROG} flower clientapp (a ClientApp process per SuperNode)
+  report     compare finished runs: tables (Markdown, CSV), figures, one HTML page
+  configs    list the shipped configs; --config takes a shipped name too (--config feddpo)
   Each lists its options with --help, e.g. {PROG} fit --help.
 
 options:
@@ -113,6 +118,10 @@ def _dispatch(name: str, argv: list[str]) -> int:
             f"`{PROG} {name}` is not available in this installation (no module {module_name});"
             " subcommands: fit, validate, test, predict"
         ) from None
+    if name == "plan":  # `--config feddpo`: a shipped config by name
+        from lightning_fed.shipped_configs import resolve_config_args
+
+        argv = resolve_config_args(argv)
     code = module.main(argv)
     return EXIT_OK if code is None else int(code)
 

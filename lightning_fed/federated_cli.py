@@ -34,6 +34,7 @@ from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_chec
 from lightning_fed.federation.resume_check import check_resume, saved_config
 from lightning_fed.modules import FederatedModule
 from lightning_fed.pipelines import prepare_stages
+from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
 
 PROG = "lightning-fed"
@@ -232,6 +233,10 @@ def run_cli(args: list[str] | None = None, run: bool = True, signals: ProcessSig
     """Run the CLI in-process and return it; errors are raised (:func:`lightning_fed.cli.console_main` reports them)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     console.filter_library_handlers()  # Lightning's handlers exist now (lightning_fed/console.py)
+    if args is None:  # `--config feddpo`: a shipped config by name (lightning_fed/shipped_configs.py)
+        sys.argv[1:] = resolve_config_args(sys.argv[1:])
+    else:
+        args = resolve_config_args(list(args))
     _check_config_files(list(sys.argv[1:] if args is None else args))
     load_strategy_plugins()  # installed plugins' strategies join the short names (strategies/registry.py)
     return FederatedCLI(

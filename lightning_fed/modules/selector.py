@@ -76,9 +76,10 @@ class BinarySelectorModule(FederatedModule):
     response is picked in both orders).
 
     Args:
-        backbone, lora, lr, weight_decay, optimizer: See
-            :class:`~lightning_fed.modules.base.FederatedModule`.
         num_selectors: U, the number of LoRA selectors on the backbone (1 for FedBis).
+
+    ``backbone``, ``lora``, ``lr``, ``weight_decay`` and ``optimizer`` are those of
+    :class:`~lightning_fed.modules.base.FederatedModule`.
     """
 
     def __init__(

@@ -4,7 +4,7 @@ lm-eval's ``dataset_path: json`` resolves ``data_files`` against the working dir
 task shipped inside a package names its data through ``custom_dataset: !function
 local_data.<name>`` instead (``!function`` is resolved against the YAML's folder). A task of
 your own can point at its files directly: ``dataset_path: json`` with absolute
-``dataset_kwargs.data_files`` (see the README, "Evaluating a run").
+``dataset_kwargs.data_files`` (see docs/guides/evaluation.md, "Evaluating a run").
 """
 
 from __future__ import annotations

@@ -1,0 +1,118 @@
+"""``lightning-fed report``: compare finished runs in tables, figures and one HTML page.
+
+    lightning-fed report runs/real_text/*/s* --by method,partition --out report/
+
+Writes into ``--out`` (default ``report``): ``report.md`` and ``report.csv`` (one table per set of
+comparable runs, one row per group of runs: mean ± sd over seeds), ``table<k>_metric.png``,
+``table<k>_clients.png``, ``table<k>_bytes.png`` and ``report.html`` (all of it in one file, the
+figures inline). The Markdown is printed too. Everything is checked before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from lightning_fed.errors import UserError
+from lightning_fed.report.figures import FIGURES
+from lightning_fed.report.html import page
+from lightning_fed.report.runs import Run, find_runs
+from lightning_fed.report.table import DEFAULT_METRICS, comparable_key, csv_text, difference, group_rows, markdown
+
+PROG = "lightning-fed report"
+BUILT_IN_FIELDS = ("method", "partition", "strategy", "model", "seed")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{self.prog}: {message}")  # one line, exit status 2 (lightning_fed/errors.py)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0].split(": ", 1)[1])
+    parser.add_argument("runs", nargs="+", metavar="RUN_OR_GLOB", help="run folders, folders of runs, or globs")
+    parser.add_argument(
+        "--by",
+        default="method,partition",
+        help=f"comma-separated fields that make a group: {', '.join(BUILT_IN_FIELDS)} or a dotted config key"
+        " (e.g. federation.strategy.init_args.server_lr); the runs of a group are its seeds",
+    )
+    parser.add_argument(
+        "--metric", default=None, help=f"the metric (default: the first of {', '.join(DEFAULT_METRICS)})"
+    )
+    parser.add_argument("--out", default="report", help="the folder to write into (created)")
+    parser.add_argument("--title", default="lightning-fed report", help="the HTML page's title")
+    return parser
+
+
+def _check_by(runs: list[Run], by: list[str]) -> None:
+    for name in by:
+        if name in BUILT_IN_FIELDS:
+            continue
+        for run in runs:
+            try:
+                run.field(name)
+            except KeyError:
+                raise UserError(
+                    f"--by {name!r}: not in the config of {run.path} (fields: {', '.join(BUILT_IN_FIELDS)}"
+                    " or a dotted config key)"
+                ) from None
+
+
+def _metric(runs: list[Run], asked: str | None) -> str:
+    have = [set(r.metrics()) for r in runs]
+    common = set.intersection(*have)
+    if asked is not None:
+        if asked not in common:
+            missing = next(r.path for r, h in zip(runs, have) if asked not in h)
+            raise UserError(f"--metric {asked!r}: not in the final evaluation of {missing} (it has: {sorted(common)})")
+        return asked
+    for name in DEFAULT_METRICS:
+        if name in common:
+            return name
+    if not common:
+        raise UserError(f"{runs[0].path}: no final evaluation metric shared by every run (was the run evaluated?)")
+    return sorted(common)[0]
+
+
+def main(argv: list[str]) -> int:
+    """Write the report of the runs named in ``argv``.
+
+    Raises:
+        UserError: bad arguments, no runs, unreadable run files (exit status 2), before anything is written.
+    """
+    args = build_parser().parse_args(argv)
+    by = [b.strip() for b in args.by.split(",") if b.strip()]
+    if not by:
+        raise UserError(f"--by {args.by!r}: name at least one field ({', '.join(BUILT_IN_FIELDS)})")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {args.out!r}: a file, not a folder")
+    runs = find_runs(args.runs)
+    _check_by(runs, by)
+    metric = _metric(runs, args.metric)
+
+    sets: dict[tuple, list[Run]] = {}
+    for run in runs:
+        sets.setdefault(comparable_key(run), []).append(run)
+    ordered = sorted(sets.values(), key=len, reverse=True)  # table 1: the largest set (stable: then first seen)
+    tables = [group_rows(members, by, metric) for members in ordered]
+    reference = ordered[0][0]
+
+    out.mkdir(parents=True, exist_ok=True)
+    sections, md = [], [f"# {args.title}", ""]
+    for k, (rows, members) in enumerate(zip(tables, ordered), start=1):
+        why = "" if k == 1 else difference(members[0], reference)
+        figures = [draw(rows, out / f"table{k}_{name}.png") for name, draw in FIGURES.items()]
+        table = markdown(rows)
+        heading = f"Table {k}: {len(members)} runs, {metric}"
+        sections.append((heading, why, table, figures))
+        md += [f"## {heading}", *([why, ""] if why else []), table, ""]
+        md += [f"![{p.stem}]({p.name})" for p in figures] + [""]
+    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
+    (out / "report.csv").write_text(csv_text(tables), encoding="utf-8")
+    (out / "report.html").write_text(page(args.title, sections), encoding="utf-8")
+    sys.stdout.write("\n".join(md[2:]) + f"\nwritten: {out}/report.md, report.csv, report.html and the figures\n")
+    return 0

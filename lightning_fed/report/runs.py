@@ -1,0 +1,203 @@
+"""Finished runs read back from their folders, for ``lightning-fed report``.
+
+A run folder is the one that holds ``summary.json`` (the logger's version folder, e.g.
+``runs/demo/lightning_logs/version_0``). From it: the resolved config (``summary.json``
+``config``), the evaluation before round 1 (``initial``) and after the last round (``final``),
+the round lines (``rounds.jsonl``: bytes, seconds, each metric's distribution over clients), the
+per-client metrics of every evaluated round (``client_metrics/val/round_<r>.parquet``) and, when
+``lightning-fed validate``/``test`` ran, ``validate_results.json``/``test_results.json``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightning_fed.errors import UserError
+from lightning_fed.federation.round_history import CLIENTS_DIR, ROUNDS_FILE
+
+SUMMARY = "summary.json"
+STAGE_FILES = {"validate": "validate_results.json", "test": "test_results.json"}
+
+
+def _short(class_path: Any) -> str:
+    return str(class_path).rsplit(".", 1)[-1] if class_path else "-"
+
+
+def config_value(config: Mapping[str, Any], dotted: str) -> Any:
+    """``config["a"]["b"]`` for ``"a.b"``; a ``class_path``/``init_args`` level may be left out."""
+    node: Any = config
+    for key in dotted.split("."):
+        if isinstance(node, Mapping) and key not in node and isinstance(node.get("init_args"), Mapping):
+            node = node["init_args"]
+        if not isinstance(node, Mapping) or key not in node:
+            raise KeyError(dotted)
+        node = node[key]
+    return node
+
+
+def describe_value(value: Any) -> str:
+    """A config value in one short line: ``Dirichlet(alpha=0.5)`` for a class with its arguments."""
+    if isinstance(value, Mapping) and "class_path" in value:
+        args = value.get("init_args") or {}
+        inner = ", ".join(f"{k}={describe_value(v)}" for k, v in args.items() if v is not None)
+        return f"{_short(value['class_path'])}({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(describe_value(v) for v in value) + "]"
+    return "default" if value is None else str(value)
+
+
+@dataclass
+class Run:
+    """One finished run: its folder, config and the figures the report reads."""
+
+    path: Path
+    summary: dict[str, Any]
+    rounds: list[dict[str, Any]]
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.summary.get("config") or {}
+
+    @property
+    def seed(self) -> Any:
+        return self.config.get("seed_everything")
+
+    @property
+    def method(self) -> str:
+        """The local objective, the server rule and the round hooks: ``DPOModule/FedAvg``."""
+        fed = self.config.get("federation") or {}
+        hooks = [_short(h.get("class_path")) for h in fed.get("hooks") or [] if isinstance(h, Mapping)]
+        model = _short((self.config.get("model") or {}).get("class_path"))
+        return "/".join([model, _short((fed.get("strategy") or {}).get("class_path")), *hooks])
+
+    def field(self, name: str) -> str:
+        """A grouping field: ``method``, ``partition``, ``strategy``, ``model``, ``seed`` or a dotted config key."""
+        fed = self.config.get("federation") or {}
+        if name == "method":
+            return self.method
+        if name == "strategy":
+            return describe_value(fed.get("strategy"))
+        if name == "model":
+            return _short((self.config.get("model") or {}).get("class_path"))
+        if name == "partition":
+            return describe_value(((self.config.get("data") or {}).get("init_args") or {}).get("partition"))
+        if name == "seed":
+            return str(self.seed)
+        return describe_value(config_value(self.config, name))
+
+    def client_values(self, metric: str, round_number: int | None = None) -> dict[int, float]:
+        """Per-client ``metric`` of an evaluated round (the last by default), from its Parquet file;
+        from ``summary.json`` when the file is not there."""
+        import pyarrow.parquet as pq
+
+        rounds = self.evaluated_rounds()
+        number = rounds[-1] if round_number is None and rounds else round_number
+        path = self.path / CLIENTS_DIR / "val" / f"round_{number:06d}.parquet" if number is not None else None
+        if path is not None and path.is_file():
+            table = pq.read_table(path)
+            if metric in table.column_names:
+                rows = zip(table.column("client").to_pylist(), table.column(metric).to_pylist())
+                return {int(c): float(v) for c, v in rows if v is not None}
+        key = "initial" if number == 0 else "final"
+        clients = (self.summary.get(key) or {}).get("val_clients") or {}
+        return {int(c): float(m[metric]) for c, m in clients.items() if metric in m}
+
+    def evaluated_rounds(self) -> list[int]:
+        """Round numbers with an evaluation: 0 (before round 1) when there is one, then each evaluated round."""
+        found = [0] if (self.summary.get("initial") or {}).get("val") else []
+        return found + [r["round"] for r in self.rounds if r.get("val")]
+
+    def round_metric(self, metric: str, stat: str = "") -> dict[int, float]:
+        """``{round: value}`` of ``val[metric]`` (``stat`` ``"client_p10"`` etc. for its distribution)."""
+        key = f"{metric}_{stat}" if stat else metric
+        out = {}
+        initial = (self.summary.get("initial") or {}).get("val") or {}
+        if key in initial:
+            out[0] = float(initial[key])
+        out.update({int(r["round"]): float(r["val"][key]) for r in self.rounds if key in (r.get("val") or {})})
+        return out
+
+    def metrics(self) -> list[str]:
+        """The metrics of the final evaluation (``summary.json`` ``final.val``), without their distributions."""
+        val = (self.summary.get("final") or {}).get("val") or {}
+        return sorted(k for k in val if "_client_" not in k)
+
+    def epsilon(self) -> float | None:
+        """The largest privacy ``epsilon`` (or ``max_epsilon``) reported anywhere in ``summary.json``
+        outside its config, ``None`` when the run reports none."""
+        found = [v for k, v in _walk({k: v for k, v in self.summary.items() if k != "config"}) if "epsilon" in k]
+        return max(found) if found else None
+
+
+def _walk(node: Any, key: str = "") -> Iterable[tuple[str, float]]:
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            yield from _walk(v, str(k))
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v, key)
+    elif isinstance(node, (int, float)) and not isinstance(node, bool):
+        yield key, float(node)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path}: not a readable JSON file ({type(err).__name__})") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise UserError(f"{path}: not a readable YAML file ({type(err).__name__})") from None
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def load_run(folder: Path) -> Run:
+    """Read the run in ``folder`` (the folder of its ``summary.json``)."""
+    summary = _read_json(folder / SUMMARY)
+    if not isinstance(summary, dict) or "rounds" not in summary:
+        raise UserError(f"{folder / SUMMARY}: not a lightning-fed summary (no rounds)")
+    if not isinstance(summary.get("config"), dict):  # a run whose config was not recorded (Flower's server)
+        saved = folder / "config.yaml"
+        summary["config"] = _read_yaml(saved) if saved.is_file() else {}
+    rounds_file = folder / ROUNDS_FILE
+    if rounds_file.is_file():
+        rounds = [json.loads(line) for line in rounds_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        rounds = list(summary.get("rounds") or [])
+    stages = {name: _read_json(folder / f) for name, f in STAGE_FILES.items() if (folder / f).is_file()}
+    return Run(folder, summary, rounds, stages)
+
+
+def find_runs(patterns: list[str]) -> list[Run]:
+    """The runs named by ``patterns``: run folders, folders holding runs (searched below), globs.
+
+    Raises:
+        UserError: a pattern that matches nothing, or a folder with no ``summary.json`` under it.
+    """
+    folders: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(Path(p) for p in glob.glob(pattern)) if glob.has_magic(pattern) else [Path(pattern)]
+        matches = [m for m in matches if m.exists()]
+        if not matches:
+            raise UserError(f"RUN {pattern!r}: no such run folder")
+        for match in matches:
+            if match.is_file():
+                match = match.parent if match.name == SUMMARY else match
+            found = [match] if (match / SUMMARY).is_file() else sorted(p.parent for p in match.rglob(SUMMARY))
+            if not found:
+                raise UserError(f"RUN {str(match)!r}: no {SUMMARY} in it or below it (not a finished run)")
+            folders += found
+    unique = list(dict.fromkeys(f.resolve() for f in folders))
+    return [load_run(f) for f in unique]
