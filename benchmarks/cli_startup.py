@@ -40,12 +40,13 @@ COMMANDS = {
 }
 
 
-def _time(args: list[str], pythonpath: Path) -> tuple[float, float, int]:
-    env = {**os.environ, "PYTHONPATH": str(pythonpath), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+def _time(args: list[str], tree: Path) -> tuple[float, float, int]:
+    # `python -m` puts the working directory first on sys.path: run in the tree measured.
+    env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", *args], cwd=ROOT, env=env, capture_output=True, check=False
+        [sys.executable, "-m", "lightning_fed.cli", *args], cwd=tree, env=env, capture_output=True, check=False
     )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -53,10 +54,10 @@ def _time(args: list[str], pythonpath: Path) -> tuple[float, float, int]:
     return wall, cpu, proc.returncode
 
 
-def measure(pythonpath: Path, repeat: int) -> dict[str, tuple[float, float, int]]:
+def measure(tree: Path, repeat: int) -> dict[str, tuple[float, float, int]]:
     out = {}
     for name, args in COMMANDS.items():
-        runs = [_time(args, pythonpath) for _ in range(repeat)]
+        runs = [_time(args, tree) for _ in range(repeat)]
         out[name] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), runs[-1][2])
     return out
 
