@@ -64,3 +64,7 @@ from lightning_fed.strategies.heterogeneous_rank import HeterogeneousRankLoRA  #
 from lightning_fed.strategies.hetlora import HetLoRA  # noqa: E402
 
 __all__ += ["FLoRA", "FlexLoRA", "HetLoRA", "HeterogeneousRankLoRA"]
+
+from lightning_fed.strategies.fedbuff import FedBuff, staleness_weight  # noqa: E402
+
+__all__ += ["FedBuff", "staleness_weight"]
