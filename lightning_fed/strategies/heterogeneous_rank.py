@@ -48,8 +48,14 @@ class HeterogeneousRankLoRA(Strategy):
             self.set_client_ranks(self.client_ranks)
 
     def set_client_ranks(self, ranks: Sequence[int]) -> None:
-        """Set each client's rank; all must lie in ``[1, r_max]`` (the global adapter's rank)."""
+        """Set each client's rank; all must lie in ``[1, r_max]`` (the global adapter's rank).
+
+        Before :meth:`setup` the ranks are only stored; :meth:`setup` checks them.
+        """
         ranks = [int(r) for r in ranks]
+        if not self.max_rank:
+            self.client_ranks = ranks
+            return
         if len(ranks) != self.num_clients:
             raise ValueError(f"{type(self).__name__}: {len(ranks)} client ranks for {self.num_clients} clients")
         bad = [(c, r) for c, r in enumerate(ranks) if not 0 < r <= self.max_rank]

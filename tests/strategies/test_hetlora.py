@@ -84,3 +84,15 @@ def test_regularizer_is_differentiable():
     a = torch.tensor([[1.0, 0.0], [0.0, 3.0]], requires_grad=True)
     rank_regularizer({A: a, B: torch.tensor([[2.0, 0.0], [0.0, 4.0]])}, 0.5).backward()
     assert a.grad.tolist() == [[0.0, 0.0], [0.0, 4.0]]  # d(||A_tail|| * 4) / dA_tail = 4 A_tail / ||A_tail||
+
+
+def test_ranks_set_before_setup_are_checked_at_setup_and_resume():
+    s = HetLoRA()
+    s.set_client_ranks([1, 5])
+    with pytest.raises(ValueError, match=r"\(1, 5\)"):
+        s.setup(GLOBAL, 2)
+    s = _strategy(client_ranks=[1, 2])
+    t = HetLoRA()
+    t.load_state_dict(s.state_dict())
+    t.setup(GLOBAL, 2)
+    assert t.rank_of(0) == 1 and t.client_model(0, GLOBAL)[A].shape == (1, 2)
