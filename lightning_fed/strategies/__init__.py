@@ -57,3 +57,14 @@ __all__ = [
 from lightning_fed.strategies.fedbiscuit import FedBiscuit, balanced_assignment, eq6_update, majority_vote  # noqa: E402
 
 __all__ += ["FedBiscuit", "balanced_assignment", "eq6_update", "majority_vote"]
+
+from lightning_fed.strategies.flexlora import FlexLoRA  # noqa: E402
+from lightning_fed.strategies.flora import FLoRA  # noqa: E402
+from lightning_fed.strategies.heterogeneous_rank import HeterogeneousRankLoRA  # noqa: E402
+from lightning_fed.strategies.hetlora import HetLoRA  # noqa: E402
+
+__all__ += ["FLoRA", "FlexLoRA", "HetLoRA", "HeterogeneousRankLoRA"]
+
+from lightning_fed.strategies.fedbuff import FedBuff, staleness_weight  # noqa: E402
+
+__all__ += ["FedBuff", "staleness_weight"]

@@ -1,0 +1,122 @@
+"""Which LoRA rank each client trains: from a per-client list, a seeded distribution, or a data column.
+
+Configuration is data (one dataclass, validated once); its fields are named as they will be in
+a config file under :data:`SECTION`, and every error names the field and the value:
+
+.. code-block:: yaml
+
+   lora_ranks: {per_client: [4, 4, 8, 16]}                       # one rank per client
+   lora_ranks: {choices: [4, 8, 16], probabilities: [0.5, 0.3, 0.2], seed: 0}
+   lora_ranks: {column: device_rank}                             # each client's data says it
+
+The rank scaling ``s = alpha / r`` of PEFT would make a rank-4 and a rank-16 client's ``B A``
+mean different weight changes; :func:`alpha_for_rank` gives each client the ``alpha`` that
+keeps ``s`` the same for all ranks (``alpha_r = r * alpha / r_max``), which the
+heterogeneous-rank strategies assume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lightning_fed.federation.sampling import derive_seed
+
+SECTION = "heterogeneity.lora_ranks"
+_RANK_TAG = 0x524B  # keeps these draws apart from the sampler's
+
+
+@dataclass
+class RankAssignment:
+    """Each client's LoRA rank. Give exactly one of ``per_client``, ``choices`` or ``column``.
+
+    Attributes:
+        per_client: One rank per client, in client order.
+        choices: Ranks to draw from, independently per client.
+        probabilities: The probability of each of ``choices`` (uniform if omitted).
+        seed: Seed of the draw from ``choices`` (the same seed gives the same ranks).
+        column: A field of the data set whose value, the same for all of a client's
+            examples, is that client's rank.
+    """
+
+    per_client: list[int] | None = None
+    choices: list[int] | None = None
+    probabilities: list[float] | None = None
+    seed: int = 0
+    column: str | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        given = [name for name in ("per_client", "choices", "column") if getattr(self, name) is not None]
+        if len(given) != 1:
+            problems.append(f"{SECTION}: give exactly one of per_client, choices, column (got {given or 'none'})")
+        for name in ("per_client", "choices"):
+            values = getattr(self, name)
+            if values is not None:
+                if not values:
+                    problems.append(f"{SECTION}.{name}: must not be empty")
+                problems += [
+                    f"{SECTION}.{name}[{i}]: a rank must be a positive integer, got {r!r}"
+                    for i, r in enumerate(values)
+                    if not _is_rank(r)
+                ]
+        if self.probabilities is not None:
+            if self.choices is None:
+                problems.append(f"{SECTION}.probabilities: needs choices")
+            elif len(self.probabilities) != len(self.choices):
+                problems.append(
+                    f"{SECTION}.probabilities: {len(self.probabilities)} values for {len(self.choices)} choices"
+                )
+            if any(not (p >= 0) for p in self.probabilities) or not abs(sum(self.probabilities) - 1.0) < 1e-6:
+                problems.append(f"{SECTION}.probabilities: must be >= 0 and sum to 1, got {self.probabilities}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def ranks(self, num_clients: int, column_values: Sequence[Sequence[Any]] | None = None) -> list[int]:
+        """The rank of each of ``num_clients`` clients.
+
+        Args:
+            num_clients: ``data.num_clients``.
+            column_values: With ``column``: for each client, the values of that field in its
+                examples (the data module's partition).
+
+        Raises:
+            ValueError: One line naming the field and the value that do not fit.
+        """
+        if self.per_client is not None:
+            if len(self.per_client) != num_clients:
+                raise ValueError(
+                    f"{SECTION}.per_client: {len(self.per_client)} ranks for data.num_clients={num_clients}"
+                )
+            return [int(r) for r in self.per_client]
+        if self.choices is not None:
+            rng = np.random.default_rng(derive_seed(self.seed, _RANK_TAG))
+            picks = rng.choice(len(self.choices), size=num_clients, p=self.probabilities)
+            return [int(self.choices[i]) for i in picks]
+        if column_values is None or len(column_values) != num_clients:
+            got = "none" if column_values is None else len(column_values)
+            raise ValueError(f"{SECTION}.column={self.column!r}: needs the values of {num_clients} clients, got {got}")
+        out = []
+        for client, values in enumerate(column_values):
+            distinct = sorted(set(values), key=repr)
+            if len(distinct) != 1 or not _is_rank(distinct[0]):
+                shown = distinct[:3] if distinct else "no examples"
+                raise ValueError(
+                    f"{SECTION}.column={self.column!r}: client {client} needs one positive integer rank, got {shown}"
+                )
+            out.append(int(distinct[0]))
+        return out
+
+
+def alpha_for_rank(alpha: float, rank: int, max_rank: int) -> float:
+    """``alpha_r = r * alpha / r_max``: PEFT's scaling ``alpha_r / r`` is then ``alpha / r_max`` for every rank."""
+    if not 0 < rank <= max_rank:
+        raise ValueError(f"rank must be in [1, {max_rank}], got {rank}")
+    return alpha * rank / max_rank
+
+
+def _is_rank(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0
