@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from lightning_fed.callbacks.signals import ProcessSignals
     from lightning_fed.federated_cli import FederatedCLI
 
-PROG = "lightning-fed"
+PROG = console.PROG
 ELSEWHERE = {
     "evaluate": "lightning_fed.evaluation.cli",
     "plan": "lightning_fed.planning.cli",

@@ -28,6 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+PROG = "lightning-fed"
 VERBOSE_FLAG = "--verbose"
 VERBOSE_ENV = "LIGHTNING_FED_VERBOSE"
 PACKAGE_DIR = str(Path(__file__).resolve().parent)

@@ -28,6 +28,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning_fed import console
 from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
 from lightning_fed.callbacks.signals import ProcessSignals
+from lightning_fed.console import PROG
 from lightning_fed.datamodules import FederatedDataModule
 from lightning_fed.errors import EXIT_USER_ERROR, UserError, config_shape_error, simplify_parse_error
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
@@ -36,8 +37,6 @@ from lightning_fed.modules import FederatedModule
 from lightning_fed.pipelines import prepare_stages
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
-
-PROG = "lightning-fed"
 
 
 class FederatedArgumentParser(LightningArgumentParser):
