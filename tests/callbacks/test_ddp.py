@@ -37,6 +37,7 @@ def _fit(root: Path, *overrides: str) -> subprocess.CompletedProcess:
         sys.executable,
         "-m",
         "lightning_fed.cli",
+        "--verbose",  # Lightning's "Initializing distributed: ... MEMBER: 2/2" shows the second rank ran
         "fit",
         "--config",
         str(ROOT / "configs/tiny.yaml"),
