@@ -89,14 +89,19 @@ def train_instruction(
     return RecordDict(records)
 
 
-def record_to_instructions(record: RecordDict) -> dict[int, Payload]:
+INSTRUCTION_LIMITS = ReplyLimits(max_metric_keys=100_000, max_key_length=1024)
+"""Bounds on a hook instruction a client reads: it comes from the server, like the state the
+client loads (e.g. FedBiOT's emulator, one entry per tensor of the emulator's layers)."""
+
+
+def record_to_instructions(record: RecordDict, limits: ReplyLimits = INSTRUCTION_LIMITS) -> dict[int, Payload]:
     """The hooks' instructions in a train message, by hook index (``{}`` if none)."""
     indices = {
         key.split(".")[1]
         for key in record.keys()
         if key.startswith(f"{INSTRUCTION}.") and key.endswith(".config") and key.count(".") == 2
     }
-    return {int(i): record_to_payload(record, f"{INSTRUCTION}.{i}") for i in sorted(indices) if i.isdigit()}
+    return {int(i): record_to_payload(record, f"{INSTRUCTION}.{i}", limits) for i in sorted(indices) if i.isdigit()}
 
 
 def payload_records(payload: Mapping[str, Any], prefix: str) -> dict[str, ArrayRecord | ConfigRecord]:
