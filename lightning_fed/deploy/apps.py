@@ -82,7 +82,7 @@ def _runner(config: str, overrides: str, run_id: int = 0) -> ClientRunner:
     # from a fresh module and data) and holding one: a previous run's backbone is freed.
     started = time.monotonic()
     module, datamodule, loop, trainer_config = load_run(config, overrides)
-    runner = ClientRunner(module, datamodule, loop, trainer_config)
+    runner = ClientRunner(module, datamodule, loop.config, loop.strategy, loop.hooks, loop.seed, trainer_config)
     flwr_log(
         INFO,
         "[lightning-fed] client runner built (backbone loaded) for run %s in %.2fs, pid %d",
@@ -216,7 +216,7 @@ def make_server_app(**defaults: Any) -> ServerApp:
             limits=limits,
             datamodule=datamodule,  # not set up: what hooks read on the server (e.g. FedHDS anchors' encoding)
         )
-        min_nodes = int(cfg.get("min-nodes", 0)) or loop.clients_per_round
+        min_nodes = int(cfg.get("min-nodes", 0)) or loop.config.clients_per_round
         server.start(grid, min_nodes=min_nodes)
 
     return app

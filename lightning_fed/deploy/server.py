@@ -103,7 +103,7 @@ class FederatedServer(FlowerStrategy):
     ) -> None:
         self.loop, self.server = loop, loop.server  # the same ServerRound: loop.global_state is the server's
         self.server.bind(num_clients, datamodule)
-        self.save_adapter = loop.save_adapter
+        self.save_adapter = loop.config.save_adapter
         self.module, self.num_clients, self.timeout = module, num_clients, timeout
         self.limits = limits or ReplyLimits()
         self.rejected_evaluations = self.missing_replies = 0
