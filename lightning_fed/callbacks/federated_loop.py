@@ -23,6 +23,7 @@ from typing_extensions import override
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
 from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
 from lightning_fed.federation.config import FederationConfig
+from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.evaluation_plan import DEFAULT_PANEL_SIZE, EvaluationPlan, take_over_validation
 from lightning_fed.federation.failures import guard_training_step, unguard_training_step
 from lightning_fed.federation.hooks import (
@@ -189,8 +190,10 @@ class FederatedLoop(LoopEvaluation):
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fit_started = True
+        self.context = RoundContext.from_trainer(trainer, self.rounds, self.seed, self.server.add_round_bytes)
         for hook in self.hooks:
-            hook.setup(self.server, trainer, pl_module)
+            hook.setup_server(self.server, self.context, pl_module)
+            hook.setup_client(pl_module)  # in process the clients share the server's module
 
     def plan_round(self, round_idx: int) -> list[TurnPlan]:
         """Prepare round ``round_idx`` and lay out its turns (the hook contract's order: queries,
@@ -204,7 +207,7 @@ class FederatedLoop(LoopEvaluation):
             # On resume Lightning may first build the loader of the round the checkpoint closed;
             # that round's hooks have already run and must not run twice.
             if round_idx >= len(self.report.history):
-                server.prepare(self.trainer, self.module, round_idx, clients, self._ask(round_idx))
+                server.prepare(self.context, self.module, round_idx, clients, self._ask(round_idx))
                 for c in clients:
                     instructions = server.client_instructions(c, round_idx)
                     prepare_client(self.hooks, self.module, self.datamodule.client(c), c, round_idx, instructions)
@@ -269,7 +272,7 @@ class FederatedLoop(LoopEvaluation):
 
     @override
     def end_round(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.server.close(trainer, pl_module)
+        self.server.close(self.context, pl_module)
 
     # ============================================================================ the end
     @override

@@ -5,6 +5,6 @@ that wraps ours, ``client.py`` for the client's turn (the simulation's own code 
 """
 
 from lightning_fed.deploy.client import ClientLoop, ClientRunner
-from lightning_fed.deploy.server import FederatedServer, ServerContext
+from lightning_fed.deploy.server import FederatedServer
 
-__all__ = ["ClientLoop", "ClientRunner", "FederatedServer", "ServerContext"]
+__all__ = ["ClientLoop", "ClientRunner", "FederatedServer"]

@@ -75,11 +75,6 @@ class ClientLoop(TurnDriver):
         trainer._accelerator_connector.use_distributed_sampler = False
 
     @override
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._next.hooks:  # e.g. RoundLRSchedule reads the optimizers' base rates
-            hook.setup(self._next, trainer, pl_module)
-
-    @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.lay_out([self.plan])
 
@@ -146,6 +141,8 @@ class ClientRunner:
         datamodule.setup("fit")
         # Personal parameters as initialised: what a client without personal state yet uses.
         self.initial_personal = clone_state(module.personal_parameters())
+        for hook in self.hooks:  # the hooks' client half, once per client process
+            hook.setup_client(module)
 
     def _trainer(self, round_idx: int, callbacks: list[pl.Callback]) -> pl.Trainer:
         trainer = pl.Trainer(

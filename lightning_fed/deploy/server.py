@@ -6,7 +6,7 @@ sampled (a pure function of seed and round), each gets ``strategy.client_model``
 ``strategy.downlink``, replies are checked with
 :func:`~lightning_fed.strategies.check_update`, a client whose node fails or times out is
 left out, the round fails below ``min_clients``, and the strategy aggregates. Server round
-hooks run here (with a :class:`ServerContext` in place of the Trainer), through the same
+hooks run here (with a :class:`~lightning_fed.federation.context.RoundContext`, as in process), through the same
 :class:`~lightning_fed.federation.ServerRound` the in-process loop holds (``server.server``). The run's record is
 the same ``summary.json`` and TensorBoard scalars, plus the final adapter folder.
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,25 +52,13 @@ from lightning_fed.deploy.records import (
     to_arrays,
     train_instruction,
 )
+from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.hooks import Payload
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import AggregationError, ClientUpdate
 
 PARTITION_QUERY = "query.partition"
-
-
-@dataclass
-class ServerContext:
-    """What server hooks get instead of a ``Trainer`` under Flower: where to write and log."""
-
-    default_root_dir: str
-    loggers: list[Any] = field(default_factory=list)
-    is_global_zero: bool = True
-
-    @property
-    def log_dir(self) -> str:
-        return self.default_root_dir
 
 
 class FederatedServer(FlowerStrategy):
@@ -107,7 +94,13 @@ class FederatedServer(FlowerStrategy):
         self.module, self.num_clients, self.timeout = module, num_clients, timeout
         self.limits = limits or ReplyLimits()
         self.rejected_evaluations = self.missing_replies = 0
-        self.context = ServerContext(str(output_dir), [TensorBoardLogger(str(output_dir), name="", version="")])
+        self.context = RoundContext(
+            rounds=self.server.rounds,
+            seed=self.server.seed,
+            log_dir=str(output_dir),
+            loggers=[TensorBoardLogger(str(output_dir), name="", version="")],
+            add_round_bytes=self.server.add_round_bytes,
+        )
         self.nodes: dict[int, int] = {}  # client (partition) -> node id
         self.eval_asked: set[int] = set()  # clients asked to evaluate this round
         self.instructions: dict[int, dict[int, Payload]] = {}  # this round's per-client hook payloads
@@ -317,7 +310,7 @@ class FederatedServer(FlowerStrategy):
         timeout = self.timeout if timeout is None else timeout
         self.summary()
         for hook in server.hooks:
-            hook.setup(server, self.context, self.module)
+            hook.setup_server(server, self.context, self.module)
         self.nodes = discover_partitions(grid, min_nodes or 1, timeout, self.num_clients)
         result = Result()
         for server_round in range(1, (num_rounds or server.rounds) + 1):

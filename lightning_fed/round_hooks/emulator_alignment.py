@@ -41,6 +41,7 @@ from lightning_fed.state import clone_state, state_nbytes
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from lightning_fed.federation.context import RoundContext
     from lightning_fed.federation.server_round import ServerRound
     from lightning_fed.modules.fedbiot import OffsiteModule
 
@@ -328,7 +329,7 @@ class EmulatorAlignment(RoundHook):
             module.load_state(self._pending)
             self._pending = None
 
-    def setup(self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+    def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
         self._bind(module)  # a resumed run's emulator is in the module before any evaluation
 
     def on_round_start(
