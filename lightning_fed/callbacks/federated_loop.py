@@ -37,7 +37,7 @@ from lightning_fed.federation.hooks import (
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
-from lightning_fed.state import StateDict, clone_state, state_nbytes
+from lightning_fed.state import clone_state, state_nbytes
 from lightning_fed.strategies.base import Strategy
 from lightning_fed.strategies.fedavg import FedAvg
 
@@ -123,15 +123,15 @@ class FederatedLoop(LoopEvaluation):
             eval_panel_size=eval_panel_size,
             eval_every=eval_every,
         )
-        super().__init__()
         config = self.config
-        self.server = ServerRound.from_config(config, strategy or FedAvg(), list(hooks or []))
-        self.store = ClientStateStore(config.max_state_memory_bytes, config.state_offload_dir)
-        self.evaluation = EvaluationPlan(config.eval_clients, config.eval_panel_size, config.eval_every, config.rounds)
+        super().__init__(
+            ServerRound.from_config(config, strategy or FedAvg(), list(hooks or [])),
+            ClientStateStore(config.max_state_memory_bytes, config.state_offload_dir),
+            EvaluationPlan(config.eval_clients, config.eval_panel_size, config.eval_every, config.rounds),
+        )
         self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
         self.report.per_client_scalars = config.per_client_scalars
         self._plans: dict[int, list[TurnPlan]] = {}
-        self._initial_personal: StateDict = {}
 
     # The run's settings are the config's (one place); these read it.
     rounds = property(lambda self: self.config.rounds, doc="Number of communication rounds.")
@@ -167,7 +167,7 @@ class FederatedLoop(LoopEvaluation):
         if self.server.datamodule is not dm:  # the CLI binds (and validates) before the Trainer runs
             self.server.bind(dm.num_clients, dm)
         # Personal parameters as initialised: what a client without personal state yet uses.
-        self._initial_personal = clone_state(pl_module.personal_parameters())
+        self.initial_personal = clone_state(pl_module.personal_parameters())
         dm.eval_plan = self.evaluation_layout
         if stage != "fit":
             return  # `validate`/`test`: the federation state comes from the checkpoint (on_load_checkpoint)
@@ -258,7 +258,7 @@ class FederatedLoop(LoopEvaluation):
             self.store,
             self.datamodule.client_sizes[cid],
             self.hooks,
-            self._initial_personal,
+            self.initial_personal,
         )
         turn.begin(trainer, pl_module, *self.server.send(cid))
         return turn
@@ -281,7 +281,7 @@ class FederatedLoop(LoopEvaluation):
         out = self.report.output_dir(trainer)
         if self.save_adapter and trainer.is_global_zero:
             pl_module.save_adapter(out / "adapter")
-            if self._initial_personal and len(self.store):  # each client's personal state: its file
+            if self.initial_personal and len(self.store):  # each client's personal state: its file
                 index = self.store.index()
                 (out / "client_states.json").write_text(json.dumps(index, indent=1) + "\n")
         data = self.datamodule.data_report() if hasattr(self.datamodule, "data_report") else {}
