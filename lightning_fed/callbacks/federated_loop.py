@@ -22,6 +22,8 @@ from typing_extensions import override
 
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
 from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
+from lightning_fed.federation.config import FederationConfig
+from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.evaluation_plan import DEFAULT_PANEL_SIZE, EvaluationPlan, take_over_validation
 from lightning_fed.federation.failures import guard_training_step, unguard_training_step
 from lightning_fed.federation.hooks import (
@@ -32,11 +34,10 @@ from lightning_fed.federation.hooks import (
     payload_nbytes,
     prepare_client,
 )
-from lightning_fed.federation.screening import UpdateScreen
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
-from lightning_fed.state import StateDict, clone_state, state_nbytes
+from lightning_fed.state import clone_state, state_nbytes
 from lightning_fed.strategies.base import Strategy
 from lightning_fed.strategies.fedavg import FedAvg
 
@@ -104,47 +105,42 @@ class FederatedLoop(LoopEvaluation):
         eval_panel_size: int = DEFAULT_PANEL_SIZE,
         eval_every: int = 1,
     ) -> None:
-        problems = EvaluationPlan.problems(eval_clients, eval_panel_size, eval_every)
-        if rounds < 1:
-            problems.append(f"federation.rounds must be >= 1, got {rounds}")
-        if clients_per_round < 1:
-            problems.append(f"federation.clients_per_round must be >= 1, got {clients_per_round}")
-        if (local_steps is None) == (local_epochs is None):
-            problems.append(
-                "set exactly one of federation.local_steps and federation.local_epochs,"
-                f" got {local_steps} and {local_epochs}"
-            )
-        elif (steps := local_steps if local_steps is not None else local_epochs) < 1:
-            name = "local_steps" if local_steps is not None else "local_epochs"
-            problems.append(f"federation.{name} must be >= 1, got {steps}")
-        if clients_per_round >= 1 and not 1 <= min_clients <= clients_per_round:  # else already reported
-            problems.append(
-                f"federation.min_clients must be in [1, clients_per_round={clients_per_round}], got {min_clients}"
-            )
-        if per_client_scalars < 0:
-            problems.append(f"federation.per_client_scalars must be >= 0, got {per_client_scalars}")
-        if problems:
-            raise ValueError("; ".join(problems))
-        super().__init__()
-        self.rounds, self.clients_per_round = rounds, clients_per_round
-        self.local_steps, self.local_epochs = local_steps, local_epochs
-        self.isolate_failures, self.save_adapter = isolate_failures, save_adapter
-        self.server = ServerRound(
-            strategy or FedAvg(),
-            list(hooks or []),
-            rounds,
-            clients_per_round,
-            min_clients,
-            seed,
-            UpdateScreen(max_update_norm, on_large_update),
+        self.config = FederationConfig(
+            rounds=rounds,
+            clients_per_round=clients_per_round,
+            local_steps=local_steps,
+            local_epochs=local_epochs,
+            min_clients=min_clients,
+            isolate_failures=isolate_failures,
+            seed=seed,
+            max_state_memory_bytes=max_state_memory_bytes,
+            state_offload_dir=state_offload_dir,
+            save_adapter=save_adapter,
+            max_update_norm=max_update_norm,
+            on_large_update=on_large_update,
+            per_client_scalars=per_client_scalars,
+            eval_clients=eval_clients,
+            eval_panel_size=eval_panel_size,
+            eval_every=eval_every,
         )
-        self.store = ClientStateStore(max_state_memory_bytes, state_offload_dir)
-        self.state_offload_dir = state_offload_dir
-        self.evaluation = EvaluationPlan(eval_clients, eval_panel_size, eval_every, rounds)
+        config = self.config
+        super().__init__(
+            ServerRound.from_config(config, strategy or FedAvg(), list(hooks or [])),
+            ClientStateStore(config.max_state_memory_bytes, config.state_offload_dir),
+            EvaluationPlan(config.eval_clients, config.eval_panel_size, config.eval_every, config.rounds),
+        )
         self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
-        self.report.per_client_scalars = per_client_scalars
+        self.report.per_client_scalars = config.per_client_scalars
         self._plans: dict[int, list[TurnPlan]] = {}
-        self._initial_personal: StateDict = {}
+
+    # The run's settings are the config's (one place); these read it.
+    rounds = property(lambda self: self.config.rounds, doc="Number of communication rounds.")
+    clients_per_round = property(lambda self: self.config.clients_per_round, doc="Clients sampled each round.")
+    local_steps = property(lambda self: self.config.local_steps, doc="Optimizer steps per turn (or None).")
+    local_epochs = property(lambda self: self.config.local_epochs, doc="Passes per turn (or None).")
+    isolate_failures = property(lambda self: self.config.isolate_failures, doc="Leave a raising client out.")
+    save_adapter = property(lambda self: self.config.save_adapter, doc="Write the final adapter folder.")
+    state_offload_dir = property(lambda self: self.config.state_offload_dir, doc="Per-client state files.")
 
     strategy = _server_attr("strategy", "The server's aggregation rule.")
     hooks = _server_attr("hooks", "The round hooks.")
@@ -171,7 +167,7 @@ class FederatedLoop(LoopEvaluation):
         if self.server.datamodule is not dm:  # the CLI binds (and validates) before the Trainer runs
             self.server.bind(dm.num_clients, dm)
         # Personal parameters as initialised: what a client without personal state yet uses.
-        self._initial_personal = clone_state(pl_module.personal_parameters())
+        self.initial_personal = clone_state(pl_module.personal_parameters())
         dm.eval_plan = self.evaluation_layout
         if stage != "fit":
             return  # `validate`/`test`: the federation state comes from the checkpoint (on_load_checkpoint)
@@ -194,8 +190,10 @@ class FederatedLoop(LoopEvaluation):
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fit_started = True
+        self.context = RoundContext.from_trainer(trainer, self.rounds, self.seed, self.server.add_round_bytes)
         for hook in self.hooks:
-            hook.setup(self.server, trainer, pl_module)
+            hook.setup_server(self.server, self.context, pl_module)
+            hook.setup_client(pl_module)  # in process the clients share the server's module
 
     def plan_round(self, round_idx: int) -> list[TurnPlan]:
         """Prepare round ``round_idx`` and lay out its turns (the hook contract's order: queries,
@@ -209,7 +207,7 @@ class FederatedLoop(LoopEvaluation):
             # On resume Lightning may first build the loader of the round the checkpoint closed;
             # that round's hooks have already run and must not run twice.
             if round_idx >= len(self.report.history):
-                server.prepare(self.trainer, self.module, round_idx, clients, self._ask(round_idx))
+                server.prepare(self.context, self.module, round_idx, clients, self._ask(round_idx))
                 for c in clients:
                     instructions = server.client_instructions(c, round_idx)
                     prepare_client(self.hooks, self.module, self.datamodule.client(c), c, round_idx, instructions)
@@ -260,7 +258,7 @@ class FederatedLoop(LoopEvaluation):
             self.store,
             self.datamodule.client_sizes[cid],
             self.hooks,
-            self._initial_personal,
+            self.initial_personal,
         )
         turn.begin(trainer, pl_module, *self.server.send(cid))
         return turn
@@ -274,7 +272,7 @@ class FederatedLoop(LoopEvaluation):
 
     @override
     def end_round(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.server.close(trainer, pl_module)
+        self.server.close(self.context, pl_module)
 
     # ============================================================================ the end
     @override
@@ -283,7 +281,7 @@ class FederatedLoop(LoopEvaluation):
         out = self.report.output_dir(trainer)
         if self.save_adapter and trainer.is_global_zero:
             pl_module.save_adapter(out / "adapter")
-            if self._initial_personal and len(self.store):  # each client's personal state: its file
+            if self.initial_personal and len(self.store):  # each client's personal state: its file
                 index = self.store.index()
                 (out / "client_states.json").write_text(json.dumps(index, indent=1) + "\n")
         data = self.datamodule.data_report() if hasattr(self.datamodule, "data_report") else {}

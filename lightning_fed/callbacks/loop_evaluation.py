@@ -19,7 +19,6 @@ from typing_extensions import override
 from lightning_fed.callbacks.evaluation_stage import EvaluationStage
 from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.evaluation_plan import EvaluationPlan, packs_evaluation
-from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.state import StateDict
@@ -28,19 +27,23 @@ from lightning_fed.state import StateDict
 class LoopEvaluation(TurnDriver):
     """Lightning's validation and test hooks of the federated loop (see the module docstring).
 
-    The loop sets ``trainer``, ``module``, ``datamodule``, ``server``, ``store``,
-    ``evaluation`` and ``_initial_personal`` (the personal parameters as initialised) in its
-    ``__init__``/``setup``.
+    Args:
+        server: The run's server half (its report records the evaluations).
+        store: Where the clients' personal states are kept.
+        evaluation: Which clients each evaluation covers.
+
+    The loop binds ``trainer``, ``module``, ``datamodule`` and ``initial_personal`` (the personal
+    parameters as initialised; empty for a module without personal parameters) when fit, validate
+    or test sets up; this class declares and owns them.
     """
 
-    trainer: pl.Trainer
-    module: pl.LightningModule
-    datamodule: Any
-    server: ServerRound
-    store: ClientStateStore
-    evaluation: EvaluationPlan
-    report: RoundReport
-    _initial_personal: StateDict
+    def __init__(self, server: ServerRound, store: ClientStateStore, evaluation: EvaluationPlan) -> None:
+        super().__init__()
+        self.server, self.store, self.evaluation = server, store, evaluation
+        self.trainer: pl.Trainer | None = None
+        self.module: pl.LightningModule | None = None
+        self.datamodule: Any = None
+        self.initial_personal: StateDict = {}
 
     @staticmethod
     def _standalone(trainer: pl.Trainer) -> bool:
@@ -55,15 +58,15 @@ class LoopEvaluation(TurnDriver):
         """
         trainer = self.trainer
         standalone = self._standalone(trainer)
-        round_idx = max(len(self.report.history) - 1, 0) if standalone else trainer.current_epoch
+        round_idx = max(len(self.server.report.history) - 1, 0) if standalone else trainer.current_epoch
         clients = self.evaluation.clients_for(self.server, round_idx, standalone)
-        return clients, packs_evaluation(self.module, bool(self._initial_personal), trainer.callbacks)
+        return clients, packs_evaluation(self.module, bool(self.initial_personal), trainer.callbacks)
 
     def _load_client(self, pl_module: pl.LightningModule, batch: Any) -> None:
         """Swap in the personal state of the batch's client (all of a batch is one client's)."""
-        if self._initial_personal and "client_id" in batch:
+        if self.initial_personal and "client_id" in batch:
             cid = int(batch["client_id"][0])
-            pl_module.load_state(self.store.get(cid)["personal"] or self._initial_personal)
+            pl_module.load_state(self.store.get(cid)["personal"] or self.initial_personal)
 
     @override
     def on_validation_batch_start(
@@ -76,7 +79,7 @@ class LoopEvaluation(TurnDriver):
         if self._standalone(trainer):
             self._stage = EvaluationStage(self.server, self.datamodule, pl_module)
         else:
-            self.report.start_eval()
+            self.server.report.start_eval()
 
     @override
     def on_validation_batch_end(
@@ -95,17 +98,17 @@ class LoopEvaluation(TurnDriver):
                 batch, {**(outputs if isinstance(outputs, dict) else {}), **extra_metrics(pl_module, batch)}
             )
         elif isinstance(outputs, dict) and "client_id" in batch:
-            self.report.add_eval(batch["client_id"], outputs)
+            self.server.report.add_eval(batch["client_id"], outputs)
 
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._standalone(trainer):
             self._stage.finish(trainer, pl_module, "validate")
         elif trainer.sanity_checking:
-            if not self.report.history:  # a resumed run keeps the initial evaluation it restored
-                self.report.end_eval(trainer, pl_module, round_number=0, initial=True)
+            if not self.server.report.history:  # a resumed run keeps the initial evaluation it restored
+                self.server.report.end_eval(trainer, pl_module, round_number=0, initial=True)
         else:
-            self.report.end_eval(trainer, pl_module, round_number=trainer.current_epoch + 1)
+            self.server.report.end_eval(trainer, pl_module, round_number=trainer.current_epoch + 1)
 
     @override
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

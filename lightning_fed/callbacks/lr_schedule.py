@@ -19,7 +19,6 @@ from lightning_fed.federation.report import log_scalars
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    from lightning_fed.federation.server_round import ServerRound
     from lightning_fed.federation.turn import ClientTurn
 
 SCHEDULES = ("constant", "cosine", "step")
@@ -60,7 +59,8 @@ class RoundLRSchedule(RoundHook):
     """Sets every local optimizer's learning rate to its round's value at each client start.
 
     Each param group keeps its own base rate (e.g. FedPDPO's ``lr_h`` and ``lr_w``), recorded
-    from the optimizers when the first fit starts and saved with the federation state. The
+    from the optimizers at the first client start and saved with the federation state. All of
+    its work is on the client side (the Flower server has no optimizers). The
     round's rate is logged as ``round/lr`` (the first optimizer's first group; one value
     per group in ``summary.json``).
 
@@ -104,11 +104,12 @@ class RoundLRSchedule(RoundHook):
             base_lr, round_idx, self.rounds or rounds, self.schedule, self.min_lr, self.step_size, self.gamma
         )
 
-    def setup(self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-        # After a resume the optimizers hold the last round's (scaled) rate: keep the restored base.
+    def _record_base(self, optimizers: list) -> None:
+        """The optimizers' configured rates, once; after a resume the restored base is kept (the
+        optimizers then hold the last round's scaled rate)."""
         if self.base_lrs is None:
-            self.base_lrs = [[float(g["lr"]) for g in opt.param_groups] for opt in trainer.optimizers]
-        shape = [len(opt.param_groups) for opt in trainer.optimizers]
+            self.base_lrs = [[float(g["lr"]) for g in opt.param_groups] for opt in optimizers]
+        shape = [len(opt.param_groups) for opt in optimizers]
         if [len(groups) for groups in self.base_lrs] != shape:
             raise ValueError(
                 f"lr_schedule: the checkpoint's base learning rates have {len(self.base_lrs)} optimizers "
@@ -118,7 +119,10 @@ class RoundLRSchedule(RoundHook):
     def on_client_start(
         self, turn: ClientTurn, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
     ) -> None:
-        round_idx = trainer.current_epoch
+        # Client side only: the optimizers exist where a client trains (in process and in a Flower
+        # client alike); the Flower server has none, so nothing here runs on a server.
+        self._record_base(trainer.optimizers)
+        round_idx = turn.round_idx
         self.current = [[self.lr(b, round_idx, turn.rounds) for b in groups] for groups in self.base_lrs or []]
         for opt, lrs in zip(trainer.optimizers, self.current):
             for group, lr in zip(opt.param_groups, lrs):

@@ -17,10 +17,9 @@ _WHERE = {
     "ClientLoop": "lightning_fed.deploy.client",
     "ClientRunner": "lightning_fed.deploy.client",
     "FederatedServer": "lightning_fed.deploy.server",
-    "ServerContext": "lightning_fed.deploy.server",
 }
 
-__all__ = ["ClientLoop", "ClientRunner", "FederatedServer", "ServerContext"]
+__all__ = ["ClientLoop", "ClientRunner", "FederatedServer"]
 
 
 def __getattr__(name: str) -> Any:

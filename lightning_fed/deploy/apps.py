@@ -48,12 +48,14 @@ from lightning_fed.deploy.records import (
     DOWNLINK,
     METRICS,
     PAYLOAD,
+    REPLY,
     STATE,
     ReplyLimits,
     from_arrays,
     payload_records,
     record_to_instructions,
     record_to_payload,
+    reply_binding,
     update_to_record,
 )
 from lightning_fed.deploy.server import FederatedServer
@@ -80,7 +82,7 @@ def _runner(config: str, overrides: str, run_id: int = 0) -> ClientRunner:
     # from a fresh module and data) and holding one: a previous run's backbone is freed.
     started = time.monotonic()
     module, datamodule, loop, trainer_config = load_run(config, overrides)
-    runner = ClientRunner(module, datamodule, loop, trainer_config)
+    runner = ClientRunner(module, datamodule, loop.config, loop.strategy, loop.hooks, loop.seed, trainer_config)
     flwr_log(
         INFO,
         "[lightning-fed] client runner built (backbone loaded) for run %s in %.2fs, pid %d",
@@ -148,7 +150,8 @@ def make_client_app(**defaults: Any) -> ClientApp:
         client_id = _own_client(context, int(meta["client-id"]))
         state = from_arrays(content.array_records[STATE]) if STATE in content.array_records else None
         answer = runner.answer(int(meta["hook"]), client_id, int(meta["round"]), record_to_payload(content), state)
-        return Message(RecordDict(payload_records(answer, PAYLOAD)), reply_to=msg)
+        records = {**payload_records(answer, PAYLOAD), REPLY: reply_binding(content)}
+        return Message(RecordDict(records), reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
@@ -168,7 +171,7 @@ def make_client_app(**defaults: Any) -> ClientApp:
         )
         for key in ("personal", "memory"):
             context.state[key] = ArrayRecord(dict(entry[key])) if entry[key] else ArrayRecord()
-        return Message(update_to_record(update), reply_to=msg)
+        return Message(update_to_record(update, answers=content), reply_to=msg)
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
@@ -181,7 +184,7 @@ def make_client_app(**defaults: Any) -> ClientApp:
         metrics = MetricRecord(
             {"num-examples": count, "client-id": client_id, **{k: float(v) for k, v in means.items()}}
         )
-        return Message(RecordDict({METRICS: metrics}), reply_to=msg)
+        return Message(RecordDict({METRICS: metrics, REPLY: reply_binding(content)}), reply_to=msg)
 
     return app
 
@@ -213,7 +216,7 @@ def make_server_app(**defaults: Any) -> ServerApp:
             limits=limits,
             datamodule=datamodule,  # not set up: what hooks read on the server (e.g. FedHDS anchors' encoding)
         )
-        min_nodes = int(cfg.get("min-nodes", 0)) or loop.clients_per_round
+        min_nodes = int(cfg.get("min-nodes", 0)) or loop.config.clients_per_round
         server.start(grid, min_nodes=min_nodes)
 
     return app

@@ -18,7 +18,8 @@ instructions before laying out the turn (:meth:`ClientRunner.train`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
@@ -26,8 +27,9 @@ import torch
 from typing_extensions import override
 
 from lightning_fed.datamodules.federated import FederatedDataModule
+from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.driver import TurnDriver
-from lightning_fed.federation.hooks import Payload, answer_query, prepare_client
+from lightning_fed.federation.hooks import Payload, RoundHook, answer_query, prepare_client
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
@@ -73,11 +75,6 @@ class ClientLoop(TurnDriver):
         trainer._accelerator_connector.use_distributed_sampler = False
 
     @override
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for hook in self._next.hooks:  # e.g. RoundLRSchedule reads the optimizers' base rates
-            hook.setup(self._next, trainer, pl_module)
-
-    @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.lay_out([self.plan])
 
@@ -109,8 +106,12 @@ class ClientRunner:
     Args:
         module: The local objective (its backbone stays loaded between rounds).
         datamodule: The federated data; this machine uses only its clients' part.
-        loop: The run's :class:`~lightning_fed.callbacks.FederatedLoop` (local steps, strategy,
-            seed, hooks); only its settings are read.
+        config: The run's :class:`~lightning_fed.federation.config.FederationConfig` (rounds,
+            local steps or epochs, seed).
+        strategy: The run's strategy (its client side). hooks: the run's round hooks (their
+            client half runs here).
+        seed: The federation seed as the server resolved it (default: ``config.seed``, else the
+            run's ``seed_everything`` value).
         trainer_kwargs: Extra ``Trainer`` arguments for local training (precision...).
     """
 
@@ -118,14 +119,20 @@ class ClientRunner:
         self,
         module: FederatedModule,
         datamodule: FederatedDataModule,
-        loop: Any,
+        config: FederationConfig,
+        strategy: Strategy,
+        hooks: Sequence[RoundHook] = (),
+        seed: int | None = None,
         trainer_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.module, self.datamodule = module, datamodule
-        self.strategy: Strategy = loop.strategy
-        self.hooks = list(loop.hooks)
-        self.rounds, self.seed = loop.rounds, loop.seed
-        self.local_steps, self.local_epochs = loop.local_steps, loop.local_epochs
+        self.strategy: Strategy = strategy
+        self.hooks = list(hooks)
+        self.rounds = config.rounds
+        if seed is None:  # as ServerRound.seed: the run's seed_everything value
+            seed = config.seed if config.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
+        self.seed = seed
+        self.local_steps, self.local_epochs = config.local_steps, config.local_epochs
         self.trainer_kwargs = {
             k: v for k, v in (trainer_kwargs or {}).items() if k in CLIENT_TRAINER_KEYS and v is not None
         }
@@ -134,6 +141,8 @@ class ClientRunner:
         datamodule.setup("fit")
         # Personal parameters as initialised: what a client without personal state yet uses.
         self.initial_personal = clone_state(module.personal_parameters())
+        for hook in self.hooks:  # the hooks' client half, once per client process
+            hook.setup_client(module)
 
     def _trainer(self, round_idx: int, callbacks: list[pl.Callback]) -> pl.Trainer:
         trainer = pl.Trainer(

@@ -12,7 +12,8 @@ asks for it (``with_global_state``), the global state.
 Traffic is counted as in the in-process loop: the query's tensors plus the global state it
 carries go to the round's ``comm/down_bytes``, the reply's tensors to ``comm/up_bytes``.
 Replies are untrusted: one from a node that was not asked (or answers twice, or for another
-client), an error reply, a timeout or a malformed payload leaves that client out of the
+client), one not bound to this query (another round's reply replayed: its echoed round and
+nonce differ), an error reply, a timeout or a malformed payload leaves that client out of the
 replies (the hook sees it as missing), with a warning, and is counted in
 ``missing_replies`` (``summary.json``).
 """
@@ -29,6 +30,8 @@ from lightning_fed.deploy.records import (
     PAYLOAD,
     STATE,
     ReplyLimits,
+    check_binding,
+    new_nonce,
     payload_records,
     record_to_payload,
     to_arrays,
@@ -45,11 +48,18 @@ HOOK_QUERY = f"{MessageType.QUERY}.hook"
 
 
 def query_message(
-    round_idx: int, client_id: int, hook_index: int, query: Payload, global_state: dict | None, node: int
+    round_idx: int,
+    client_id: int,
+    hook_index: int,
+    query: Payload,
+    global_state: dict | None,
+    node: int,
+    nonce: str = "",
 ) -> Message:
-    """The ``query.hook`` message asking ``client_id`` (on ``node``) for hook ``hook_index``."""
+    """The ``query.hook`` message asking ``client_id`` (on ``node``) for hook ``hook_index``; the
+    reply must echo ``nonce`` (:func:`~lightning_fed.deploy.records.check_binding`)."""
     records = {
-        CONFIG: ConfigRecord({"round": round_idx, "client-id": client_id, "hook": hook_index}),
+        CONFIG: ConfigRecord({"round": round_idx, "client-id": client_id, "hook": hook_index, "nonce": nonce}),
         **payload_records(query, PAYLOAD),
     }
     if global_state is not None:
@@ -78,12 +88,13 @@ def ask_clients(
         The well-formed replies by client, and the number of clients asked that are missing.
     """
     hook = type(server.hooks[hook_index]).__name__
-    messages, asked = [], set()
+    messages, asked, nonces = [], set(), {}
     for cid, query in sorted(queries.items()):
         if cid not in nodes:
             continue
         state = server.global_state if query.get(WITH_GLOBAL_STATE) else None
-        messages.append(query_message(round_idx, cid, hook_index, query, state, nodes[cid]))
+        nonces[cid] = new_nonce()
+        messages.append(query_message(round_idx, cid, hook_index, query, state, nodes[cid], nonces[cid]))
         server.add_round_bytes(down=payload_nbytes(query) + (state_nbytes(state) if state else 0))
         asked.add(cid)
     client_of = {node: cid for cid, node in nodes.items()}
@@ -98,6 +109,7 @@ def ask_clients(
             rank_zero_warn(f"{where}: client {cid} failed: {msg.error.reason}")
             continue
         try:
+            check_binding(msg.content, round_idx, cid, nonces[cid])
             reply = record_to_payload(msg.content, PAYLOAD, limits)
         except ValueError as err:
             rank_zero_warn(f"{where}: reply of client {cid} rejected: {err}")

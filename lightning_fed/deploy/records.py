@@ -16,11 +16,18 @@ travels as an ``ArrayRecord`` of its tensors (any numeric dtype) and a ``ConfigR
 scalars, strings and lists, under ``<prefix>.arrays`` / ``<prefix>.config``
 (:func:`payload_records`, :func:`record_to_payload`). Instructions ride in the train message,
 one prefix per hook index (``instruction.<i>``).
+
+Every message the server sends in a round carries the round and a fresh random ``nonce`` in its
+``config`` record; a client's reply echoes them in a ``reply`` ConfigRecord
+(:func:`reply_binding`). The server accepts a reply only when the echo names the round and the
+nonce of the message it sent that client (:func:`check_binding`), so a reply recorded in one
+round and replayed in another (or to another message) is refused.
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +40,7 @@ from lightning_fed.state import StateDict
 from lightning_fed.strategies.base import ClientUpdate
 
 STATE, EXTRAS, DOWNLINK, METRICS, CONFIG = "state", "extras", "downlink", "metrics", "config"
-PAYLOAD, INSTRUCTION = "payload", "instruction"
+PAYLOAD, INSTRUCTION, REPLY = "payload", "instruction", "reply"
 
 
 @dataclass(frozen=True)
@@ -76,27 +83,60 @@ def train_instruction(
     state: StateDict,
     downlink: StateDict,
     instructions: Mapping[int, Payload] | None = None,
+    nonce: str = "",
 ) -> RecordDict:
     """The server's message to a client: train ``client_id`` in ``round_idx`` from ``state``,
-    with each round hook's instruction (by hook index) for its ``prepare_client``."""
+    with each round hook's instruction (by hook index) for its ``prepare_client``; the reply
+    must echo ``nonce`` (:func:`check_binding`)."""
     records = {
         STATE: to_arrays(state),
         DOWNLINK: to_arrays(downlink),
-        CONFIG: ConfigRecord({"round": round_idx, "client-id": client_id}),
+        CONFIG: ConfigRecord({"round": round_idx, "client-id": client_id, "nonce": nonce}),
     }
     for index, payload in (instructions or {}).items():
         records.update(payload_records(payload, f"{INSTRUCTION}.{int(index)}"))
     return RecordDict(records)
 
 
-def record_to_instructions(record: RecordDict) -> dict[int, Payload]:
+INSTRUCTION_LIMITS = ReplyLimits(max_metric_keys=100_000, max_key_length=1024)
+"""Bounds on a hook instruction a client reads: it comes from the server, like the state the
+client loads (e.g. FedBiOT's emulator, one entry per tensor of the emulator's layers)."""
+
+
+def new_nonce() -> str:
+    """A fresh, unguessable message nonce (bound into the reply; never seeds anything)."""
+    return secrets.token_hex(16)
+
+
+def reply_binding(request: RecordDict) -> ConfigRecord:
+    """Client side: what a reply to ``request`` echoes (its round, client and nonce)."""
+    config = request.config_records.get(CONFIG)
+    if config is None:
+        return ConfigRecord({})
+    return ConfigRecord({k: config[k] for k in ("round", "client-id", "nonce") if k in config})
+
+
+def check_binding(record: RecordDict, round_idx: int, client_id: int, nonce: str) -> None:
+    """``ValueError`` (one line) unless ``record`` echoes round ``round_idx``, ``client_id`` and
+    ``nonce``: the reply answers the message the server sent that client in this round."""
+    echo = record.config_records.get(REPLY)
+    if echo is None:
+        raise ValueError(f"the reply carries no {REPLY!r} record binding it to round {round_idx + 1}'s message")
+    got = (echo.get("round"), echo.get("client-id"), echo.get("nonce"))
+    if got[0] != round_idx or got[1] != client_id or got[2] != nonce:
+        replayed = isinstance(got[0], int) and not isinstance(got[0], bool) and got[0] != round_idx
+        what = f"it answers round {got[0] + 1}" if replayed else "its round, client-id or nonce do not match"
+        raise ValueError(f"the reply is not bound to round {round_idx + 1}'s message to client {client_id}: {what}")
+
+
+def record_to_instructions(record: RecordDict, limits: ReplyLimits = INSTRUCTION_LIMITS) -> dict[int, Payload]:
     """The hooks' instructions in a train message, by hook index (``{}`` if none)."""
     indices = {
         key.split(".")[1]
         for key in record.keys()
         if key.startswith(f"{INSTRUCTION}.") and key.endswith(".config") and key.count(".") == 2
     }
-    return {int(i): record_to_payload(record, f"{INSTRUCTION}.{i}") for i in sorted(indices) if i.isdigit()}
+    return {int(i): record_to_payload(record, f"{INSTRUCTION}.{i}", limits) for i in sorted(indices) if i.isdigit()}
 
 
 def payload_records(payload: Mapping[str, Any], prefix: str) -> dict[str, ArrayRecord | ConfigRecord]:
@@ -149,13 +189,15 @@ def record_to_payload(record: RecordDict, prefix: str = PAYLOAD, limits: ReplyLi
     return out
 
 
-def update_to_record(update: ClientUpdate) -> RecordDict:
-    """A client's reply: its :class:`ClientUpdate` as arrays and scalars."""
+def update_to_record(update: ClientUpdate, answers: RecordDict | None = None) -> RecordDict:
+    """A client's reply: its :class:`ClientUpdate` as arrays and scalars, bound to the train
+    message it ``answers`` (:func:`reply_binding`)."""
     metrics = {"num-examples": update.num_examples, "client-id": update.client_id}
     metrics.update({k: float(v) for k, v in update.metrics.items()})
-    return RecordDict(
-        {STATE: to_arrays(update.state), EXTRAS: to_arrays(update.extras), METRICS: MetricRecord(metrics)}
-    )
+    records = {STATE: to_arrays(update.state), EXTRAS: to_arrays(update.extras), METRICS: MetricRecord(metrics)}
+    if answers is not None:
+        records[REPLY] = reply_binding(answers)
+    return RecordDict(records)
 
 
 def record_to_update(record: RecordDict, limits: ReplyLimits | None = None) -> ClientUpdate:

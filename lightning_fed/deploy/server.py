@@ -6,7 +6,7 @@ sampled (a pure function of seed and round), each gets ``strategy.client_model``
 ``strategy.downlink``, replies are checked with
 :func:`~lightning_fed.strategies.check_update`, a client whose node fails or times out is
 left out, the round fails below ``min_clients``, and the strategy aggregates. Server round
-hooks run here (with a :class:`ServerContext` in place of the Trainer), through the same
+hooks run here (with a :class:`~lightning_fed.federation.context.RoundContext`, as in process), through the same
 :class:`~lightning_fed.federation.ServerRound` the in-process loop holds (``server.server``). The run's record is
 the same ``summary.json`` and TensorBoard scalars, plus the final adapter folder.
 
@@ -16,7 +16,10 @@ server asks every node which partition it holds before the first round.
 Replies are untrusted. A reply is bound to the node it came from (``src_node_id``, which the
 SuperLink sets, authenticated when SuperNode authentication is on): a node answers only for
 the client it holds, so a reply claiming another client's ``client-id`` is rejected and
-counted, and the real client's reply still counts. Malformed replies (arrays that are not
+counted, and the real client's reply still counts. A reply is also bound to the round and the
+message it answers: it must name that message (``reply_to_message_id``) and echo the round and
+the random nonce the message carried, so a reply replayed from an earlier round is refused with a
+warning (the client then counts as failed, as one that never answered). Malformed replies (arrays that are not
 floating point or do not match what was sent, extras the strategy did not ask for, metrics
 that are not finite numbers, too many metric keys, ``num-examples`` above ``max_examples``)
 are rejected with a warning: a train reply as a rejected update, an evaluate reply as a
@@ -27,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,31 +44,21 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning_fed.deploy.queries import ask_clients
 from lightning_fed.deploy.records import (
     ReplyLimits,
+    check_binding,
     from_arrays,
+    new_nonce,
     record_to_evaluation,
     record_to_update,
     to_arrays,
     train_instruction,
 )
+from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.hooks import Payload
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import AggregationError, ClientUpdate
 
 PARTITION_QUERY = "query.partition"
-
-
-@dataclass
-class ServerContext:
-    """What server hooks get instead of a ``Trainer`` under Flower: where to write and log."""
-
-    default_root_dir: str
-    loggers: list[Any] = field(default_factory=list)
-    is_global_zero: bool = True
-
-    @property
-    def log_dir(self) -> str:
-        return self.default_root_dir
 
 
 class FederatedServer(FlowerStrategy):
@@ -98,14 +90,21 @@ class FederatedServer(FlowerStrategy):
     ) -> None:
         self.loop, self.server = loop, loop.server  # the same ServerRound: loop.global_state is the server's
         self.server.bind(num_clients, datamodule)
-        self.save_adapter = loop.save_adapter
+        self.save_adapter = loop.config.save_adapter
         self.module, self.num_clients, self.timeout = module, num_clients, timeout
         self.limits = limits or ReplyLimits()
         self.rejected_evaluations = self.missing_replies = 0
-        self.context = ServerContext(str(output_dir), [TensorBoardLogger(str(output_dir), name="", version="")])
+        self.context = RoundContext(
+            rounds=self.server.rounds,
+            seed=self.server.seed,
+            log_dir=str(output_dir),
+            loggers=[TensorBoardLogger(str(output_dir), name="", version="")],
+            add_round_bytes=self.server.add_round_bytes,
+        )
         self.nodes: dict[int, int] = {}  # client (partition) -> node id
         self.eval_asked: set[int] = set()  # clients asked to evaluate this round
         self.instructions: dict[int, dict[int, Payload]] = {}  # this round's per-client hook payloads
+        self._asked: dict[int, tuple[Message, str]] = {}  # this round's message to each client, its nonce
 
     # --------------------------------------------------------------- Flower's strategy API
     def summary(self) -> None:
@@ -133,8 +132,7 @@ class FederatedServer(FlowerStrategy):
         server.prepare(self.context, self.module, round_idx, clients, self.ask)
         server.open(round_idx, clients)
         self._extras_layout: dict[int, dict[str, tuple[int, ...]]] = {}
-        self.instructions = {}
-        messages = []
+        self.instructions, self._asked = {}, {}
         for cid in clients:
             if cid not in self.nodes:
                 server.fail(cid)  # no node holds this partition
@@ -142,9 +140,31 @@ class FederatedServer(FlowerStrategy):
             self.instructions[cid] = server.client_instructions(cid, round_idx)
             start, downlink = server.send(cid)
             self._extras_layout[cid] = self._expected_extras(start, downlink)
-            content = train_instruction(round_idx, cid, start, downlink, self.instructions[cid])
-            messages.append(Message(content=content, message_type=MessageType.TRAIN, dst_node_id=self.nodes[cid]))
-        return messages
+            nonce = new_nonce()
+            content = train_instruction(round_idx, cid, start, downlink, self.instructions[cid], nonce)
+            message = Message(content=content, message_type=MessageType.TRAIN, dst_node_id=self.nodes[cid])
+            self._asked[cid] = (message, nonce)
+        return [message for message, _ in self._asked.values()]
+
+    def _unbound(self, cid: int, msg: Message, round_idx: int) -> str | None:
+        """Why ``msg`` does not answer this round's message to ``cid`` (``None``: it does).
+
+        The reply must name the message it answers (``reply_to_message_id``, where the grid gave
+        the message an id) and echo its round and nonce (:func:`~lightning_fed.deploy.records.check_binding`).
+        """
+        message, nonce = self._asked.get(cid, (None, None))
+        if message is None:
+            return "no message was sent to that client in this round"
+        sent_id = message.metadata.message_id
+        if sent_id and msg.metadata.reply_to_message_id != sent_id:
+            return f"it answers message {msg.metadata.reply_to_message_id!r}, not {sent_id!r}"
+        if msg.has_error():
+            return None
+        try:
+            check_binding(msg.content, round_idx, cid, nonce)
+        except ValueError as err:
+            return str(err)
+        return None
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -158,6 +178,10 @@ class FederatedServer(FlowerStrategy):
                     f"round {server_round}: reply from node {msg.metadata.src_node_id} ignored:"
                     " it was not asked to train (or answered twice)"
                 )
+                continue
+            unbound = self._unbound(cid, msg, server_round - 1)
+            if unbound is not None:  # e.g. an earlier round's reply replayed: refused; no reply counts as failed
+                rank_zero_warn(f"round {server_round}: reply for client {cid} refused: {unbound}")
                 continue
             answered.add(cid)
             if msg.has_error():
@@ -222,14 +246,13 @@ class FederatedServer(FlowerStrategy):
         loop's rule) that a node holds evaluate the new global state."""
         planned = self.loop.evaluation.clients_for(self.server, server_round - 1)
         self.eval_asked = {cid for cid in planned if cid in self.nodes}
-        return [
-            Message(
-                content=train_instruction(server_round - 1, cid, self.server.client_start(cid)[0], {}),
-                message_type=MessageType.EVALUATE,
-                dst_node_id=self.nodes[cid],
-            )
-            for cid in sorted(self.eval_asked)
-        ]
+        self._asked = {}
+        for cid in sorted(self.eval_asked):
+            nonce = new_nonce()
+            content = train_instruction(server_round - 1, cid, self.server.client_start(cid)[0], {}, nonce=nonce)
+            message = Message(content=content, message_type=MessageType.EVALUATE, dst_node_id=self.nodes[cid])
+            self._asked[cid] = (message, nonce)
+        return [message for message, _ in self._asked.values()]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Average the evaluations of the clients asked; a malformed or impostor reply is rejected."""
@@ -241,6 +264,8 @@ class FederatedServer(FlowerStrategy):
                 continue
             cid = self._client_of(msg.metadata.src_node_id)
             try:
+                if cid in self.eval_asked and (unbound := self._unbound(cid, msg, server_round - 1)) is not None:
+                    raise ValueError(unbound)
                 claimed, count, means = record_to_evaluation(msg.content, self.limits)
                 if claimed != cid or cid in seen or cid not in self.eval_asked:
                     raise ValueError(
@@ -285,7 +310,7 @@ class FederatedServer(FlowerStrategy):
         timeout = self.timeout if timeout is None else timeout
         self.summary()
         for hook in server.hooks:
-            hook.setup(server, self.context, self.module)
+            hook.setup_server(server, self.context, self.module)
         self.nodes = discover_partitions(grid, min_nodes or 1, timeout, self.num_clients)
         result = Result()
         for server_round in range(1, (num_rounds or server.rounds) + 1):

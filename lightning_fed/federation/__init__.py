@@ -1,6 +1,7 @@
 """The round engine: the server's half of a round, one client's turn, the round-hook contract,
 client sampling and per-round randomness, client state, update screening and the run's report."""
 
+from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.driver import TurnDriver, find_driver
 from lightning_fed.federation.hooks import Payload, RoundHook
 from lightning_fed.federation.report import RoundReport
@@ -12,6 +13,7 @@ from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 __all__ = [
     "ClientStateStore",
     "ClientTurn",
+    "FederationConfig",
     "Payload",
     "RoundHook",
     "RoundReport",

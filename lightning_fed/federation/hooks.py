@@ -4,10 +4,13 @@ FedHDS data selection runs before a round, FedBiOT's emulator alignment after ag
 FedBiscuit's regrouping before a round. Each is a :class:`RoundHook` given to the
 federation (``federation.hooks``), never an ``if`` inside the engine.
 
-A hook's moments run on the server (their first argument is the
-:class:`~lightning_fed.federation.server_round.ServerRound`) or on the client (their first
-argument is the :class:`~lightning_fed.federation.turn.ClientTurn`). Client work before a
-round goes through a query and its replies, so it runs in-process and under Flower alike.
+A hook has two halves. The server half (:meth:`RoundHook.setup_server`, ``client_queries``,
+``on_replies``, ``on_round_start``, ``client_instruction``, ``after_aggregate``) gets the
+:class:`~lightning_fed.federation.server_round.ServerRound` and a
+:class:`~lightning_fed.federation.context.RoundContext` (never a Trainer); the client half
+(:meth:`RoundHook.setup_client`, ``answer_query``, ``prepare_client``, ``on_client_start``,
+``on_client_end``) gets the client's module, data and turn. Everything a client needs reaches
+it through a query or its ``client_instruction``, so it runs in-process and under Flower alike.
 Order per round, in both transports::
 
     sample -> [each hook] client_queries -> answer_query (clients) -> on_replies
@@ -27,6 +30,7 @@ import torch
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from lightning_fed.federation.context import RoundContext
     from lightning_fed.federation.report import RoundReport
     from lightning_fed.state import StateDict
     from lightning_fed.strategies.base import ClientUpdate, Strategy
@@ -83,14 +87,13 @@ class RoundHook:
     """``False``: the hook's server-side moments read client data (``server.datamodule.client(c)``),
     so it cannot run under Flower (the Flower server refuses it at start)."""
 
-    def setup(self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-        """Once per fit, after a resumed run's state is loaded, before any evaluation or round.
+    # ------------------------------------------------------------------ the two setups
+    def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
+        """Server half, once per fit, after a resumed run's state is loaded, before any evaluation
+        or round. Put state restored by :meth:`load_state_dict` back into the server's module here."""
 
-        Put state restored by :meth:`load_state_dict` back into the module here. Under Flower
-        it also runs on a client before each of its turns, with the
-        :class:`~lightning_fed.federation.turn.ClientTurn` as ``server`` (a hook reading the
-        optimizers' base rates, e.g. ``RoundLRSchedule``, needs that on the client).
-        """
+    def setup_client(self, module: pl.LightningModule) -> None:
+        """Client half, once per client process (in process: once per fit, on the same module)."""
 
     # ------------------------------------------------------- client work before a round
     def client_queries(

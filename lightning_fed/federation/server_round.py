@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
@@ -27,6 +27,9 @@ from lightning_fed.federation.sampling import check_clients_per_round, sample_cl
 from lightning_fed.federation.screening import UpdateScreen, update_norm
 from lightning_fed.state import StateDict, clone_state, state_nbytes
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, check_update
+
+if TYPE_CHECKING:
+    from lightning_fed.federation.config import FederationConfig
 
 Ask = Callable[[int, dict[int, Payload]], dict[int, Payload]]
 """How a transport gets one hook's queries answered: ``(hook index, {client: query}) -> {client: reply}``."""
@@ -69,6 +72,12 @@ class ServerRound:
         self.failed_clients = self.rejected_updates = self.clipped_updates = 0
         self._extra_bytes = [0, 0]  # [up, down] added by hooks, reset when a round is closed
         self._open_round(-1, [])
+
+    @classmethod
+    def from_config(cls, config: FederationConfig, strategy: Strategy, hooks: list[RoundHook]) -> ServerRound:
+        """The server half of a run described by ``config`` (both transports build it so)."""
+        screen = UpdateScreen(config.max_update_norm, config.on_large_update)
+        return cls(strategy, hooks, config.rounds, config.clients_per_round, config.min_clients, config.seed, screen)
 
     @property
     def seed(self) -> int:

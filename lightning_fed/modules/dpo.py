@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
-from lightning_fed.modules.losses import dpo_loss
+from lightning_fed.modules.losses import dpo_loss, preference_metrics
 from lightning_fed.modules.preference import PreferenceModule, concatenated_log_probs
 from lightning_fed.modules.reference_cache import DEFAULT_MEMORY_BYTES, ReferenceCache
 
@@ -103,10 +103,4 @@ class DPOModule(PreferenceModule):
         chosen, rejected = self.sequence_log_probs(batch)
         ref_chosen, ref_rejected = self.reference_log_probs(batch)
         losses, r_chosen, r_rejected = dpo_loss(chosen, rejected, ref_chosen, ref_rejected, self.beta)
-        margin = r_chosen - r_rejected
-        return {
-            "loss": losses,
-            "reward_margin": margin,
-            "reward_acc": (margin > 0).float() + 0.5 * (margin == 0).float(),
-            "pref_acc": (chosen.detach() > rejected.detach()).float(),
-        }
+        return preference_metrics(losses, r_chosen, r_rejected, chosen, rejected)

@@ -1,7 +1,14 @@
 """Loss functions of the local objectives, kept small and separately tested.
 
-Follows torchtune's ``rlhf/loss/dpo.py``: log-probabilities come from one shared helper and
-the DPO loss is a pure function of the four sequence log-probabilities.
+Follows torchtune's ``rlhf/loss/dpo.py``: log-probabilities come from one shared helper
+(:func:`token_log_probs`; :func:`selective_log_softmax` is TRL's form, the chosen token's logit
+minus the row's logsumexp, without a full ``log_softmax`` copy) and each preference loss is a
+pure function of sequence log-probabilities.
+
+The preference-loss contract: a loss returns ``(losses, chosen_rewards, rejected_rewards)``, each
+``(B,)``, the rewards detached (the implicit rewards the loss compares); the logged pair metrics
+come from one function, :func:`preference_metrics`. A new objective (SimPO, IPO, KTO) is one
+such loss function.
 """
 
 from __future__ import annotations
@@ -29,9 +36,36 @@ def token_log_probs(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     labels = labels[:, 1:]
     mask = labels != IGNORE_INDEX
     safe = labels.masked_fill(~mask, 0)
-    # log_softmax then gather: the selective form avoids materialising a second V-sized copy.
+    # A full log_softmax, then gather. selective_log_softmax (below) avoids that (B, T, V) copy, but
+    # its last-bit differences break resume exactness while the DPO reference cache is recomputed
+    # in other batches after a resume (issue 22 item 2; tests/modules/test_pdpo.py resume test):
+    # switch once that cache restores exactly.
     logps = torch.gather(logits.float().log_softmax(-1), 2, safe.unsqueeze(-1)).squeeze(-1)
     return logps * mask, mask
+
+
+def selective_log_softmax(logits: Tensor, index: Tensor) -> Tensor:
+    """``log_softmax(logits)`` at ``index`` along the last axis, in float32 or wider.
+
+    ``logit[index] - logsumexp(logits)`` (TRL's ``selective_log_softmax``): only ``(B, T)``
+    values are gathered, and the logsumexp runs one sequence at a time, so no second ``(B, T, V)``
+    tensor is made. Half-precision logits are upcast one sequence at a time, for the same reason.
+
+    Args:
+        logits: ``(B, T, V)``.
+        index: ``(B, T)`` integer indices into ``V``.
+
+    Returns:
+        ``(B, T)`` log-probabilities.
+    """
+    if logits.dtype in (torch.float32, torch.float64):
+        selected = torch.gather(logits, -1, index.unsqueeze(-1)).squeeze(-1)
+        norm = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])
+        return selected - norm
+    rows = [
+        torch.gather(row.float().log_softmax(-1), -1, idx.unsqueeze(-1)).squeeze(-1) for row, idx in zip(logits, index)
+    ]
+    return torch.stack(rows)
 
 
 def sequence_log_probs(logits: Tensor, labels: Tensor) -> Tensor:
@@ -71,3 +105,27 @@ def dpo_loss(
     rejected_ratio = policy_rejected - reference_rejected
     losses = -F.logsigmoid(beta * (chosen_ratio - rejected_ratio))
     return losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach()
+
+
+def preference_metrics(
+    losses: Tensor, chosen_rewards: Tensor, rejected_rewards: Tensor, chosen_logps: Tensor, rejected_logps: Tensor
+) -> dict[str, Tensor]:
+    """The per-pair metrics of every preference objective, from its loss's outputs.
+
+    Args:
+        losses: Per-pair losses ``(B,)``.
+        chosen_rewards / rejected_rewards: The rewards the loss compares (detached).
+        chosen_logps / rejected_logps: Summed ``log p(y|x)`` of the two responses.
+
+    Returns:
+        ``loss``; ``reward_margin`` (chosen minus rejected reward); ``reward_acc`` (margin > 0,
+        ties count one half); ``pref_acc`` (``log p(y_w|x) > log p(y_l|x)``, the papers'
+        preference accuracy).
+    """
+    margin = chosen_rewards - rejected_rewards
+    return {
+        "loss": losses,
+        "reward_margin": margin,
+        "reward_acc": (margin > 0).float() + 0.5 * (margin == 0).float(),
+        "pref_acc": (chosen_logps.detach() > rejected_logps.detach()).float(),
+    }

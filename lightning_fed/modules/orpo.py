@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_fed.modules.losses import IGNORE_INDEX
+from lightning_fed.modules.losses import IGNORE_INDEX, preference_metrics
 from lightning_fed.modules.preference import PreferenceModule, concatenated_log_probs
 
 
@@ -96,14 +96,8 @@ class ORPOModule(PreferenceModule):
     def pair_metrics(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         chosen, rejected = concatenated_log_probs(self.model, batch, average=True)
         losses, nll, ratio = orpo_loss(chosen, rejected, self.odds_ratio_weight)
-        margin = (chosen - rejected).detach()
         chosen_sum = chosen.detach() * _response_lengths(batch["chosen_labels"])
         rejected_sum = rejected.detach() * _response_lengths(batch["rejected_labels"])
-        return {
-            "loss": losses,
-            "nll": nll,
-            "log_odds_ratio": ratio,
-            "reward_margin": margin,
-            "reward_acc": (margin > 0).float() + 0.5 * (margin == 0).float(),
-            "pref_acc": (chosen_sum > rejected_sum).float(),
-        }
+        # ORPO's implicit reward is the length-averaged log-probability.
+        metrics = preference_metrics(losses, chosen.detach(), rejected.detach(), chosen_sum, rejected_sum)
+        return {**metrics, "nll": nll, "log_odds_ratio": ratio}

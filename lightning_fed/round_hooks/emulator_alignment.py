@@ -15,6 +15,14 @@ run aligns exactly as an uninterrupted one. The hook also counts what each clien
 receives (adapter + emulator whenever it changed + the frozen embeddings/head on first
 contact) and writes it with the full model's size into ``summary.json`` under
 ``hooks.EmulatorAlignment``.
+
+The aligned emulator reaches a client through the hook's client instruction (Algorithm 1,
+line 6: the server sends ``A`` and ``E``): ``emulator_version`` always, and the emulator's
+tensors (``emulator/<name>``) whenever the client does not hold that version yet, which is
+exactly what the byte count above charges. The client half (:meth:`prepare_client`) loads them
+into its module before its turn, so a Flower client trains on the server's aligned emulator as
+the in-process clients do. The frozen embeddings/head are counted on first contact but not
+sent: a client builds them from the run's config.
 """
 
 from __future__ import annotations
@@ -26,13 +34,14 @@ import torch
 from torch import Tensor
 
 from lightning_fed.datamodules.templates import TEMPLATE_CHOICES, format_prompt, format_response
-from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.federation.hooks import Payload, RoundHook
 from lightning_fed.federation.sampling import derive_seed
 from lightning_fed.state import clone_state, state_nbytes
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from lightning_fed.federation.context import RoundContext
     from lightning_fed.federation.server_round import ServerRound
     from lightning_fed.modules.fedbiot import OffsiteModule
 
@@ -202,6 +211,8 @@ class EmulatorAlignment(RoundHook):
         self.client_versions: dict[int, int] = {}  # the emulator version each client holds
         self.received: list[dict[str, Any]] = []  # per round: bytes each sampled client receives
         self.history: list[dict[str, float]] = []  # per alignment call: Eq. (2) terms before/after
+        self._sending: set[int] = set()  # this round's clients that get the emulator's tensors
+        self._held: dict[int, int] = {}  # client side: the emulator version each client loaded
 
     # ------------------------------------------------------------------------ public data
     def public_examples(self, tokenizer: Any) -> list[list[int]]:
@@ -318,7 +329,7 @@ class EmulatorAlignment(RoundHook):
             module.load_state(self._pending)
             self._pending = None
 
-    def setup(self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+    def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
         self._bind(module)  # a resumed run's emulator is in the module before any evaluation
 
     def on_round_start(
@@ -343,11 +354,13 @@ class EmulatorAlignment(RoundHook):
         adapter = state_nbytes(server.global_state)  # counted by the loop itself
         emulator = state_nbytes(module.emulator_parameters())
         frozen = state_nbytes(module.frozen_client_state())
-        per_client = {}
+        per_client, self._sending = {}, set()
         for cid in clients:
             extra = (emulator if self.client_versions.get(cid) != self.version else 0) + (
                 frozen if cid not in self.client_versions else 0
             )
+            if self.client_versions.get(cid) != self.version:
+                self._sending.add(cid)
             self.client_versions[cid] = self.version
             server.add_round_bytes(down=extra)
             per_client[str(cid)] = adapter + extra
@@ -359,6 +372,33 @@ class EmulatorAlignment(RoundHook):
             "emulator_bytes": emulator,
             "frozen_bytes": frozen,
         }
+
+    def client_instruction(self, server: ServerRound, client_id: int, round_idx: int) -> Payload:
+        """The emulator version, and its tensors when ``client_id`` does not hold it yet."""
+        out: Payload = {"emulator_version": self.version}
+        if client_id in self._sending and self._module is not None:
+            out.update({f"emulator/{k}": v.detach() for k, v in self._module.emulator_parameters().items()})
+        return out
+
+    def prepare_client(
+        self, module: pl.LightningModule, data: Any, client_id: int, round_idx: int, instruction: Payload
+    ) -> None:
+        """Client side: load the emulator the server sent (a client keeps the one it holds otherwise)."""
+        if "emulator_version" not in instruction:
+            return
+        version = int(instruction["emulator_version"])
+        emulator = {k.split("/", 1)[1]: v for k, v in instruction.items() if k.startswith("emulator/")}
+        if emulator:
+            unknown = sorted(emulator.keys() - module.emulator_parameters().keys())
+            if unknown:
+                raise ValueError(f"EmulatorAlignment: the server sent emulator tensors this model lacks: {unknown[:5]}")
+            module.load_state(emulator)
+            self._held[client_id] = version
+        elif self._held.get(client_id, version) != version:
+            raise ValueError(
+                f"EmulatorAlignment: client {client_id} holds emulator version {self._held[client_id]},"
+                f" the server expects version {version} and did not send it"
+            )
 
     def summary(self) -> dict[str, Any]:
         """Model sizes, the bytes each sampled client received per round, and the alignment record."""

@@ -68,3 +68,21 @@ def test_schedule_reaches_the_optimizer_and_survives_resume(tmp_path):
     assert seen_resumed == [(2, pytest.approx(expected[2]))]
     for k, v in straight.global_state.items():
         torch.testing.assert_close(resumed.global_state[k], v, rtol=1e-5, atol=1e-7, msg=k)
+
+
+def test_schedule_runs_under_flower_as_in_process(tmp_path):
+    """The Flower server has no optimizers: the schedule is client work, and a Flower run with it
+    reaches the in-process global state (cosine over 2 rounds: round 2 trains at min_lr)."""
+    import yaml
+
+    from tests.helpers.flower_sim import assert_same_state, run_in_process, run_on_grid
+
+    config = yaml.safe_load(open("configs/tiny.yaml"))
+    hook = {"class_path": "lightning_fed.callbacks.RoundLRSchedule", "init_args": {"min_lr": 1e-4}}
+    config["federation"].update(rounds=2, hooks=[hook])
+    path = tmp_path / "lr_schedule.yaml"
+    path.write_text(yaml.safe_dump(config))
+    local = run_in_process(str(path), tmp_path / "local", [])
+    server, _ = run_on_grid(str(path), tmp_path / "flower", [])
+    assert_same_state(local.global_state, server.server.global_state)
+    assert local.hooks[0].current == [[pytest.approx(round_lr(0.005, 1, 2, "cosine", min_lr=1e-4))]]

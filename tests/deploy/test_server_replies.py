@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from uuid import uuid4
 
 import numpy as np
 import pytest
@@ -18,7 +19,16 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 from lightning_fed.deploy.apps import load_run
-from lightning_fed.deploy.records import CONFIG, METRICS, STATE, ReplyLimits, to_arrays, update_to_record
+from lightning_fed.deploy.records import (
+    CONFIG,
+    METRICS,
+    REPLY,
+    STATE,
+    ReplyLimits,
+    reply_binding,
+    to_arrays,
+    update_to_record,
+)
 from lightning_fed.deploy.server import FederatedServer
 from lightning_fed.federation.sampling import sample_clients
 from lightning_fed.strategies.base import ClientUpdate
@@ -59,15 +69,23 @@ class ScriptedGrid:
     def send_and_receive(self, messages, *, timeout=None) -> list[Message]:
         out = []
         for msg in messages:
+            msg.metadata.__dict__["_message_id"] = str(uuid4())  # what Flower's grid does when it pushes
             kind = msg.metadata.message_type
             answer = self.partition if kind.startswith("query") else self.train if kind == "train" else self.evaluate
             content = answer(msg.metadata.dst_node_id) if kind.startswith("query") else answer(msg)
+            if isinstance(content, Message):  # a whole earlier reply, replayed as it was
+                out.append(content)
+                continue
+            if not kind.startswith("query") and REPLY not in content.config_records:
+                content[REPLY] = reply_binding(msg.content)  # an honest client echoes the message's binding
             out.append(Message(content, reply_to=msg))
         return out
 
 
-def _run(tmp_path, grid: ScriptedGrid, limits: ReplyLimits | None = None) -> tuple[FederatedServer, dict]:
-    module, datamodule, loop, _ = load_run(CONFIG_PATH, "--federation.rounds=1 --federation.min_clients=1")
+def _run(
+    tmp_path, grid: ScriptedGrid, limits: ReplyLimits | None = None, rounds: int = 1
+) -> tuple[FederatedServer, dict]:
+    module, datamodule, loop, _ = load_run(CONFIG_PATH, f"--federation.rounds={rounds} --federation.min_clients=1")
     server = FederatedServer(loop, module, datamodule.num_clients, tmp_path / "flower", timeout=5, limits=limits)
     server.start(grid, min_nodes=NUM_CLIENTS)
     return server, json.loads((tmp_path / "flower" / "summary.json").read_text())
@@ -210,3 +228,48 @@ def test_malformed_partition_answers_leave_the_node_out(tmp_path):
     assert server.nodes == {2: 3, 3: 4}
     (rnd,) = summary["rounds"]
     assert sorted(rnd["failed"]) == sorted(c for c in SAMPLED if c in (0, 1))
+
+
+@pytest.mark.parametrize("replay", ["content", "message"])
+def test_a_reply_replayed_from_an_earlier_round_is_refused(tmp_path, replay):
+    """Client 3 trains in rounds 1 and 2 (seed 0); its round-1 reply is replayed in round 2, as
+    the same content in a reply to the round-2 message (the echoed round and nonce differ) or as
+    the whole round-1 message (it answers another message). Refused: not aggregated, failed."""
+    assert 3 in sample_clients(NUM_CLIENTS, 2, 0, 0) and sample_clients(NUM_CLIENTS, 2, 0, 1) == [0, 3]
+    recorded: dict[str, object] = {}
+    honest_zero = {}
+
+    def train(msg):
+        cfg = msg.content.config_records[CONFIG]
+        round_idx, cid = int(cfg["round"]), int(cfg["client-id"])
+        if (round_idx, cid) == (1, 3):
+            return recorded[replay]
+        record = update_to_record(honest_update(msg), answers=msg.content)
+        if (round_idx, cid) == (0, 3):
+            recorded["content"], recorded["message"] = record, Message(record, reply_to=msg)
+        if (round_idx, cid) == (1, 0):
+            honest_zero.update(honest_update(msg).state)
+        return record
+
+    expected = "it answers round 1" if replay == "content" else "it answers message"
+    with pytest.warns(UserWarning, match=f"round 2: reply for client 3 refused: .*{expected}"):
+        server, summary = _run(tmp_path, ScriptedGrid(train, honest_eval), rounds=2)
+    second = summary["rounds"][1]
+    assert second["aggregated"] == [0] and second["failed"] == [3] and summary["failed_clients"] == 1
+    for k, v in honest_zero.items():  # round 2 is client 0's update alone
+        torch.testing.assert_close(server.loop.global_state[k], v)
+
+
+def test_a_reply_without_its_binding_is_refused(tmp_path):
+    """A reply that echoes no round and nonce (an old or foreign client) does not count."""
+    victim, other = SAMPLED
+
+    def train(msg):
+        record = update_to_record(honest_update(msg))  # no `answers`: no binding
+        if int(msg.content.config_records[CONFIG]["client-id"]) == victim:
+            return Message(record, reply_to=msg)  # as it is (the grid would bind an honest record)
+        return record
+
+    with pytest.warns(UserWarning, match=f"reply for client {victim} refused: the reply carries no 'reply' record"):
+        _, summary = _run(tmp_path, ScriptedGrid(train, honest_eval))
+    assert summary["rounds"][0]["aggregated"] == [other] and summary["rounds"][0]["failed"] == [victim]

@@ -106,13 +106,14 @@ def test_clients_per_round_is_checked_against_the_federation():
 
 def test_flower_refuses_a_hook_that_reads_client_data_on_the_server(tmp_path):
     from lightning_fed.deploy.server import FederatedServer
+    from lightning_fed.federation.config import FederationConfig
 
     class Local(RoundHook):
         remote_ready = False
 
     loop = SimpleNamespace(
         server=ServerRound(FedAvg(), [RoundHook(), Local()], rounds=1, clients_per_round=1, min_clients=1),
-        save_adapter=False,
+        config=FederationConfig(rounds=1, clients_per_round=1, save_adapter=False),
     )
     server = FederatedServer(loop, module=None, num_clients=2, output_dir=tmp_path)
     with pytest.raises(ValueError, match=r"^federation.hooks: Local cannot run under Flower: it reads client data"):

@@ -59,3 +59,37 @@ def test_dpo_loss_gradient_pushes_chosen_up():
     # d/dc of -log sigmoid(c - r) at c = r is -1/2; at r it is +1/2.
     assert chosen.grad.item() == pytest.approx(-0.5)
     assert rejected.grad.item() == pytest.approx(0.5)
+
+
+def test_selective_log_softmax_by_hand_and_against_log_softmax():
+    from lightning_fed.modules.losses import selective_log_softmax
+
+    # One row, V = 2, logits (0, ln 3): p = (1/4, 3/4).
+    logits = torch.tensor([[[0.0, math.log(3.0)]]])
+    out = selective_log_softmax(logits, torch.tensor([[1]]))
+    torch.testing.assert_close(out, torch.tensor([[math.log(0.75)]]))
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 11, generator=g) * 4
+    index = torch.randint(11, (3, 5), generator=g)
+    expected = logits.log_softmax(-1).gather(-1, index.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(selective_log_softmax(logits, index), expected, rtol=0, atol=1e-5)
+    half = selective_log_softmax(logits.bfloat16(), index)  # upcast per sequence
+    assert half.dtype == torch.float32
+    torch.testing.assert_close(half, logits.bfloat16().float().log_softmax(-1).gather(-1, index.unsqueeze(-1))[..., 0])
+
+
+def test_preference_metrics_by_hand():
+    from lightning_fed.modules.losses import preference_metrics
+
+    losses = torch.tensor([0.1, 0.2, 0.3])
+    out = preference_metrics(
+        losses,
+        torch.tensor([1.0, 0.5, 0.0]),
+        torch.tensor([0.5, 0.5, 1.0]),
+        torch.tensor([-3.0, -2.0, -1.0]),
+        torch.tensor([-4.0, -2.0, -0.5]),
+    )
+    torch.testing.assert_close(out["reward_margin"], torch.tensor([0.5, 0.0, -1.0]))
+    torch.testing.assert_close(out["reward_acc"], torch.tensor([1.0, 0.5, 0.0]))  # a tie counts one half
+    torch.testing.assert_close(out["pref_acc"], torch.tensor([1.0, 0.0, 0.0]))
+    assert out["loss"] is losses

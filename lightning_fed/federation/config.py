@@ -1,0 +1,110 @@
+"""FederationConfig: how a federated run is organised, as data (litgpt ``args.py`` style).
+
+One dataclass, validated once in ``__post_init__`` (every problem named by its YAML key, all of
+them in one message), from which the three engines are built: the in-process
+:class:`~lightning_fed.callbacks.FederatedLoop` holds one (``loop.config``), and the Flower
+:class:`~lightning_fed.deploy.FederatedServer` and :class:`~lightning_fed.deploy.ClientRunner`
+read their settings from it, so ``rounds`` or ``local_steps`` live in one place. The YAML keys
+under ``federation:`` are its field names (the loop's ``__init__`` takes the same arguments,
+plus the two objects that are not data: the ``strategy`` and the ``hooks``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
+from lightning_fed.federation.evaluation_plan import DEFAULT_PANEL_SIZE, EvaluationPlan
+from lightning_fed.federation.screening import MODES
+
+
+@dataclass(frozen=True)
+class FederationConfig:
+    """The ``federation:`` section of a run, less its strategy and hooks."""
+
+    rounds: int = 10
+    """Number of communication rounds (sets ``trainer.max_epochs``)."""
+
+    clients_per_round: int = 2
+    """Clients sampled uniformly without replacement each round."""
+
+    local_steps: int | None = 10
+    """Optimizer steps per client per round (K). Exclusive with ``local_epochs``."""
+
+    local_epochs: int | None = None
+    """Passes over the client's data per round instead of fixed steps."""
+
+    min_clients: int = 1
+    """A round fails unless at least this many clients return a valid update."""
+
+    isolate_failures: bool = True
+    """Leave a client that raises during local training out of the round (warning, counter)."""
+
+    seed: int | None = None
+    """Seed of client sampling and local randomness (``None``: the run's ``seed_everything``)."""
+
+    max_state_memory_bytes: int | None = None
+    """Per-client state kept in memory; the rest is read from ``state_offload_dir``."""
+
+    state_offload_dir: str | None = None
+    """Folder of the per-client state files (default ``<run>/client_states``)."""
+
+    save_adapter: bool = True
+    """Write the final global adapter as a PEFT folder at the end of fit."""
+
+    max_update_norm: float | None = None
+    """Bound on the L2 norm of a client's change ``w_k - w`` (``None``: no bound)."""
+
+    on_large_update: str = "reject"
+    """``reject`` an update beyond ``max_update_norm`` or ``clip`` its change to it."""
+
+    per_client_scalars: int = DEFAULT_PER_CLIENT_SCALARS
+    """A TensorBoard scalar per client and metric while a round reports at most this many clients."""
+
+    eval_clients: str | None = None
+    """Clients evaluated with the global state: ``all``, ``sampled`` or ``panel`` (``None``: the
+    ``panel`` in ``fit``, all clients in a standalone ``validate``/``test``)."""
+
+    eval_panel_size: int = DEFAULT_PANEL_SIZE
+    """Clients in the evaluation panel, drawn once from ``seed``."""
+
+    eval_every: int = 1
+    """Evaluate after every n-th round and after the last."""
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every invalid field, each a one-line message naming its ``federation.`` key."""
+        out = EvaluationPlan.problems(self.eval_clients, self.eval_panel_size, self.eval_every)
+        if self.rounds < 1:
+            out.append(f"federation.rounds must be >= 1, got {self.rounds}")
+        if self.clients_per_round < 1:
+            out.append(f"federation.clients_per_round must be >= 1, got {self.clients_per_round}")
+        steps, epochs = self.local_steps, self.local_epochs
+        if (steps is None) == (epochs is None):
+            out.append(
+                f"set exactly one of federation.local_steps and federation.local_epochs, got {steps} and {epochs}"
+            )
+        elif (value := steps if steps is not None else epochs) < 1:
+            name = "local_steps" if steps is not None else "local_epochs"
+            out.append(f"federation.{name} must be >= 1, got {value}")
+        if self.clients_per_round >= 1 and not 1 <= self.min_clients <= self.clients_per_round:
+            out.append(
+                f"federation.min_clients must be in [1, clients_per_round={self.clients_per_round}],"
+                f" got {self.min_clients}"
+            )
+        if self.per_client_scalars < 0:
+            out.append(f"federation.per_client_scalars must be >= 0, got {self.per_client_scalars}")
+        if self.max_update_norm is not None and not self.max_update_norm > 0:
+            out.append(f"federation.max_update_norm must be > 0, got {self.max_update_norm}")
+        if self.on_large_update not in MODES:
+            out.append(f"federation.on_large_update must be one of {MODES}, got {self.on_large_update!r}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain data (what the ``federation:`` YAML section holds)."""
+        return asdict(self)
