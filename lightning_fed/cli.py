@@ -255,6 +255,7 @@ class FederatedCLI(LightningCLI):
             if not fs.isfile(path):
                 raise FileNotFoundError(f"ckpt_path {ckpt!r}: no such checkpoint file")
             if "://" not in str(ckpt):  # readable, and written by a run of this config
+                self.signals.resume_from = Path(ckpt)  # stopped before a round ends: resume from it again
                 for change in check_resume(ckpt, loop.report.config, getattr(self, "_saved_config", None)):
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
         # Earlier stages of a multi-stage method (FedBis: train the selector, label D_gen with it)
