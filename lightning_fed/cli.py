@@ -50,7 +50,7 @@ from lightning_fed.errors import (
     simplify_parse_error,
 )
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
-from lightning_fed.federation.resume_check import check_resume, saved_config
+from lightning_fed.federation.resume_check import check_evaluation, check_resume, check_weights, saved_config
 from lightning_fed.modules import FederatedModule
 from lightning_fed.pipelines import prepare_stages
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
@@ -197,11 +197,12 @@ class FederatedCLI(LightningCLI):
         # so a changed value (LoRA r, lr, beta) is silently replaced by the old one. Here the
         # config given stands, and before_fit compares it with the run's own (an error if the
         # change would alter the result). A file that cannot be read is named here, first.
-        self._saved_config = None
+        self._saved_config = self._saved_weights = None
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if ckpt_path and "://" not in str(ckpt_path) and Path(ckpt_path).is_file():
-            self._saved_config = saved_config(read_checkpoint(ckpt_path))
+            ckpt = read_checkpoint(ckpt_path, stage=subcommand)
+            self._saved_config, self._saved_weights = saved_config(ckpt), ckpt["state_dict"]
 
     def _ckpt_path(self) -> Any:
         return (self.config_init.get(self.subcommand) or {}).get("ckpt_path") if self.subcommand else None
@@ -258,11 +259,36 @@ class FederatedCLI(LightningCLI):
                 self.signals.resume_from = Path(ckpt)  # stopped before a round ends: resume from it again
                 for change in check_resume(ckpt, loop.report.config, getattr(self, "_saved_config", None)):
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
+                self._check_weights(ckpt)
         # Earlier stages of a multi-stage method (FedBis: train the selector, label D_gen with it)
         # run here, each through this CLI, before the data is served.
         prepare_stages(self.model, self.datamodule, fit=main, device=self.trainer.strategy.root_device)
         self.datamodule.setup("fit")
         loop.server.bind(self.datamodule.num_clients, self.datamodule)  # validates clients_per_round
+
+    def _check_weights(self, ckpt: Any) -> None:
+        if getattr(self, "_saved_weights", None) is not None:
+            check_weights(ckpt, self._saved_weights, self.model.state_dict())
+
+    def _before_evaluation(self, stage: str) -> None:
+        # As before_fit: the checkpoint and the data are checked before the Trainer writes logs.
+        ckpt = self._ckpt_path()
+        if ckpt and "://" not in str(ckpt) and getattr(self, "_saved_weights", None) is not None:
+            config = yaml.safe_load(
+                self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False, skip_validation=True)
+            )
+            check_evaluation(ckpt, config, self._saved_config)
+            self._check_weights(ckpt)
+        if isinstance(self.datamodule, FederatedDataModule):
+            if getattr(self.datamodule, "tokenizer", None) is None and hasattr(self.model, "tokenizer"):
+                self.datamodule.tokenizer = self.model.tokenizer
+            self.datamodule.setup(stage)
+
+    def before_validate(self) -> None:
+        self._before_evaluation("validate")
+
+    def before_test(self) -> None:
+        self._before_evaluation("test")
 
 
 SUBCOMMANDS = {
