@@ -383,6 +383,8 @@ def console_main(argv: list[str] | None = None) -> int:
     with handle_termination(signals):
         try:
             if argv[0] in ELSEWHERE:
+                if debug:  # `--debug` was taken out above; the subcommand reads it from the environment
+                    os.environ[DEBUG_ENV] = "1"
                 return _dispatch(argv[0], argv[1:])
             main(None if from_sys else argv, signals=signals)
             return EXIT_OK
