@@ -129,7 +129,9 @@ def _check_config_files(args: list[str]) -> None:
             continue
         try:
             loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError):
+        except UnicodeDecodeError as err:
+            raise UserError(f"config {path!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
+        except yaml.YAMLError:
             continue  # the parser reports where the YAML is broken
         if problem := config_shape_error(path, loaded):
             raise UserError(problem)
