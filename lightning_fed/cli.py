@@ -63,7 +63,7 @@ ELSEWHERE = {
 }
 """Subcommands with their own parser: ``lightning-fed <name> ...`` calls ``<module>.main(argv) -> int``."""
 
-INTRO = f"""usage: {PROG} [--debug] {{fit,validate,test,predict,evaluate,plan,flower}} ...
+INTRO = f"""usage: {PROG} [--debug] {{fit,validate,test,evaluate,plan,flower}} ...
 
 {PROG}: federated fine-tuning and alignment of language models (SFT, DPO, FedBis/FedBiscuit,
 FedPDPO, FedBiOT, FedHDS) on PyTorch Lightning, simulated in one process or run over Flower.
@@ -72,7 +72,6 @@ subcommands:
   fit        train a federation: {PROG} fit --config configs/demo.yaml
   validate   evaluate a model on the clients' validation data
   test       evaluate a model on the clients' test data
-  predict    run the model's predict step
   evaluate   score a finished run (preference accuracy, ROUGE-L, win rate...)
   plan       plan a run before starting it
   flower     Flower deployment helpers: {PROG} flower clientapp (a ClientApp process per SuperNode)
@@ -169,6 +168,11 @@ class FederatedCLI(LightningCLI):
     def __init__(self, *args: Any, signals: ProcessSignals | None = None, **kwargs: Any) -> None:
         self.signals = signals or ProcessSignals()
         super().__init__(*args, **kwargs)
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """LightningCLI's, without ``predict`` (see :data:`REMOVED`)."""
+        return {k: v for k, v in LightningCLI.subcommands().items() if k not in REMOVED}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(FederatedLoop, "federation")
@@ -297,8 +301,13 @@ SUBCOMMANDS = {
     "fit": "Train a federation: each round, sampled clients train locally and the server aggregates.",
     "validate": "Evaluate a model on the clients' validation data.",
     "test": "Evaluate a model on the clients' test data (data.test_dataset).",
-    "predict": "Run the model's predict step.",
 }
+REMOVED = {
+    "predict": "`lightning-fed predict` was removed: the objectives here score pairs and have no forward to"
+    " predict with; generate answers to a prompts file with `lightning-fed evaluate --run <run> --benchmarks [judge]`"
+    " (or [humaneval], [lm_eval])",
+}
+"""Subcommands that are gone, with what to use instead (exit 2)."""
 """The subcommands LightningCLI runs, with their ``--help`` line (the others are in :data:`ELSEWHERE`)."""
 
 
@@ -343,7 +352,7 @@ def _dispatch(name: str, argv: list[str]) -> int:
             raise
         raise UserError(
             f"`{PROG} {name}` is not available in this installation (no module {module_name});"
-            " subcommands: fit, validate, test, predict"
+            " subcommands: fit, validate, test"
         ) from None
     code = module.main(argv)
     return EXIT_OK if code is None else int(code)
@@ -384,6 +393,8 @@ def console_main(argv: list[str] | None = None) -> int:
     signals = ProcessSignals()
     with handle_termination(signals):
         try:
+            if argv[0] in REMOVED:
+                raise UserError(REMOVED[argv[0]])
             if argv[0] in ELSEWHERE:
                 if debug:  # `--debug` was taken out above; the subcommand reads it from the environment
                     os.environ[DEBUG_ENV] = "1"

@@ -79,3 +79,16 @@ def test_an_unusable_path_before_training_is_a_user_error(number):
     assert exit_code(err, training_started=False) == 2
     assert exit_code(err, training_started=True) == 1  # a disk that fails mid-run is a failure
     assert exit_code(OSError(errno.EIO, "I/O error"), training_started=False) == 1
+
+
+def test_predict_is_removed_with_what_to_use_instead(tmp_path):
+    """Issue 22 item 10: `predict` on a DPO module exited 1 ("requires forward")."""
+    proc = _cli("predict", "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        "error: `lightning-fed predict` was removed: the objectives here score pairs and have no forward to predict"
+        " with; generate answers to a prompts file with `lightning-fed evaluate --run <run> --benchmarks [judge]`"
+        " (or [humaneval], [lm_eval])"
+    ]
+    assert not (tmp_path / "run").exists()
+    assert "predict" not in _cli("--help").stdout
