@@ -42,6 +42,9 @@ from lightning_fed.datamodules.tokenize import (
 )
 from lightning_fed.federation.sampling import derive_seed
 
+MIN_PROMPT_LENGTH = 16
+"""Default of ``data.min_prompt_length`` (capped at half of ``max_length``)."""
+
 
 class FederatedDataModule(RoundServing):
     """Partitions one dataset into per-client DataModules and serves federated rounds.
@@ -86,7 +89,8 @@ class FederatedDataModule(RoundServing):
             longer response keeps its start. Default: no budget of its own.
         min_prompt_length: Fewest prompt tokens a cut prompt keeps (a shorter prompt is never
             cut); an example that would keep fewer is dropped and counted, not trained or
-            scored without its question.
+            scored without its question. Default: 16, or half of ``max_length`` (or of
+            ``max_prompt_length``) when that is smaller.
         val_dataset: A separate validation set, in the forms of ``dataset``; its rows go to
             the training clients (same key, same client) and ``val_fraction`` is not used.
         test_dataset: A separate test set for ``lightning-fed test``, assigned the same way.
@@ -120,7 +124,7 @@ class FederatedDataModule(RoundServing):
         truncation: str = "prompt_left",
         max_prompt_length: int | None = None,
         max_completion_length: int | None = None,
-        min_prompt_length: int = 16,
+        min_prompt_length: int | None = None,
         val_dataset: str | None = None,
         test_dataset: str | None = None,
         val_split: str = "validation",
@@ -146,6 +150,8 @@ class FederatedDataModule(RoundServing):
             problems.append(f"data.system_prompt is used by data.template=chat only, got data.template={template!r}")
         if truncation not in TRUNCATION_CHOICES:
             problems.append(f"data.truncation must be one of {TRUNCATION_CHOICES}, got {truncation!r}")
+        if min_prompt_length is None:
+            min_prompt_length = max(1, min(MIN_PROMPT_LENGTH, max_length // 2, (max_prompt_length or max_length) // 2))
         problems += _budget_problems(
             max_length, max_prompt_length, max_completion_length, min_prompt_length, on_overflow == "truncate"
         )
