@@ -177,6 +177,14 @@ class FederatedCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(FederatedLoop, "federation")
 
+    def _set_seed(self) -> None:
+        # numpy's bounds, named: Lightning's message ("-1 is not in bounds, numpy accepts from 0
+        # to 4294967295") does not say which option (found by tests/boundary/test_configs.py).
+        seed = self._get(self.config, "seed_everything")
+        if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed <= 2**32 - 1:
+            raise UserError(f"seed_everything must be in [0, {2**32 - 1}], got {seed}")
+        super()._set_seed()
+
     def before_instantiate_classes(self) -> None:
         # One check for every float option (lr, beta, mu, alpha, max_update_norm...): NaN passes
         # `lr <= 0` and inf passes most bounds.
