@@ -42,6 +42,7 @@ from lightning_fed.errors import (
     EXIT_SIGTERM,
     EXIT_USER_ERROR,
     HINT,
+    CheckpointError,
     UserError,
     config_shape_error,
     debug_requested,
@@ -52,6 +53,7 @@ from lightning_fed.errors import (
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, check_weights, saved_config
 from lightning_fed.modules import FederatedModule
+from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.pipelines import prepare_stages
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
 
@@ -216,6 +218,8 @@ class FederatedCLI(LightningCLI):
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if ckpt_path and "://" not in str(ckpt_path) and Path(ckpt_path).is_file():
             ckpt = read_checkpoint(ckpt_path, stage=subcommand)
+            if "reference_cache" in ckpt and (problem := cache_state_problem(ckpt["reference_cache"])):
+                raise CheckpointError(f"ckpt_path {str(ckpt_path)!r}: {problem}")  # the DPO module would restore it
             self._saved_config, self._saved_weights = saved_config(ckpt), ckpt["state_dict"]
 
     def _ckpt_path(self) -> Any:

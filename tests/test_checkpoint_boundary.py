@@ -106,3 +106,17 @@ def test_test_without_a_test_set_writes_nothing(tmp_path, trained):
         " pass --data.init_args.test_dataset=<file>"
     ]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_crafted_reference_cache_is_refused_before_the_run_folder(tmp_path, trained):
+    ckpt = torch.load(trained, weights_only=True)
+    n = ckpt["reference_cache"]["keys"].shape[0]
+    ckpt["reference_cache"]["values"] = ckpt["reference_cache"]["values"].float()  # served as if exact doubles
+    path = _crafted(tmp_path, ckpt)
+    proc = _cli("fit", tmp_path / "run", f"--ckpt_path={path}", "--federation.rounds=2")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        f"error: ckpt_path {str(path)!r}: reference_cache.values must be a float64 tensor of shape ({n}, 2),"
+        f" got float32 of shape ({n}, 2)"
+    ]
+    assert not (tmp_path / "run").exists()

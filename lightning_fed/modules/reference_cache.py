@@ -206,19 +206,10 @@ class ReferenceCache:
         Raises:
             ValueError: ``state`` is not what :meth:`state_dict` writes (names the field).
         """
-        keys, values, dtype = state.get("keys"), state.get("values"), state.get("dtype")
-        if not (
-            isinstance(keys, Tensor) and keys.dtype == torch.uint8 and keys.dim() == 2 and keys.shape[1] == KEY_BYTES
-        ):
-            raise ValueError(
-                f"reference_cache.keys must be a uint8 tensor of shape (N, {KEY_BYTES}), got {_describe(keys)}"
-            )
-        if not (isinstance(values, Tensor) and values.dtype == torch.float64 and values.shape == (len(keys), 2)):
-            raise ValueError(
-                f"reference_cache.values must be a float64 tensor of shape ({len(keys)}, 2), got {_describe(values)}"
-            )
-        if dtype not in SERVED_DTYPES:
-            raise ValueError(f"reference_cache.dtype must be one of {sorted(SERVED_DTYPES)}, got {dtype!r}")
+        problem = cache_state_problem(state)
+        if problem:
+            raise ValueError(problem)
+        keys, values, dtype = state["keys"], state["values"], state["dtype"]
         self.close()
         self._dtype = getattr(torch, dtype) if dtype else None
         raw = keys.contiguous().numpy().tobytes()
@@ -259,6 +250,20 @@ class ReferenceCache:
         values = torch.tensor(found, dtype=self._dtype, device=batch["chosen_input_ids"].device)
         chosen, rejected = values.unbind(1)
         return chosen, rejected
+
+
+def cache_state_problem(state: object) -> str | None:
+    """What is wrong with a :meth:`ReferenceCache.state_dict` read from a checkpoint, or ``None``."""
+    if not isinstance(state, Mapping):
+        return f"reference_cache must be a mapping, got {_describe(state)}"
+    keys, values, dtype = state.get("keys"), state.get("values"), state.get("dtype")
+    if not (isinstance(keys, Tensor) and keys.dtype == torch.uint8 and keys.dim() == 2 and keys.shape[1] == KEY_BYTES):
+        return f"reference_cache.keys must be a uint8 tensor of shape (N, {KEY_BYTES}), got {_describe(keys)}"
+    if not (isinstance(values, Tensor) and values.dtype == torch.float64 and values.shape == (len(keys), 2)):
+        return f"reference_cache.values must be a float64 tensor of shape ({len(keys)}, 2), got {_describe(values)}"
+    if not isinstance(dtype, str) or dtype not in SERVED_DTYPES:
+        return f"reference_cache.dtype must be one of {sorted(SERVED_DTYPES)}, got {dtype!r}"
+    return None
 
 
 def _describe(value: object) -> str:
