@@ -7,7 +7,7 @@ This module is what starts first, so it imports nothing heavy: ``lightning-fed -
 subcommand with its own parser (``evaluate``, ``plan``, ``flower``) and that parser's argument
 errors answer before torch, Lightning, transformers, PEFT or bitsandbytes are imported. The
 LightningCLI lives in :mod:`lightning_fed.federated_cli`, imported when a Lightning subcommand
-(``fit``, ``validate``, ``test``, ``predict``) runs.
+(``fit``, ``validate``, ``test``) runs.
 
 Two entry points: :func:`console_main` is the process (``lightning-fed``, ``python -m
 lightning_fed.cli``): exit status per :mod:`lightning_fed.errors`, one-line errors, signals,
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -58,7 +59,7 @@ ELSEWHERE = {
 """Subcommands with their own parser: ``lightning-fed <name> ...`` calls ``<module>.main(argv) -> int``."""
 
 INTRO = f"""usage: {PROG} [--debug] [--verbose]
-       {{fit,validate,test,predict,evaluate,plan,flower,report,configs}} ...
+       {{fit,validate,test,evaluate,plan,flower,report,configs}} ...
 
 {PROG}: federated fine-tuning and alignment of language models (SFT, DPO, FedBis/FedBiscuit,
 FedPDPO, FedBiOT, FedHDS) on PyTorch Lightning, simulated in one process or run over Flower.
@@ -67,7 +68,6 @@ subcommands:
   fit        train a federation: {PROG} fit --config configs/demo.yaml
   validate   evaluate a model on the clients' validation data
   test       evaluate a model on the clients' test data
-  predict    run the model's predict step
   evaluate   score a finished run (preference accuracy, ROUGE-L, win rate...)
   plan       plan a run before starting it
   flower     Flower deployment helpers: {PROG} flower clientapp (a ClientApp process per SuperNode)
@@ -116,7 +116,7 @@ def _dispatch(name: str, argv: list[str]) -> int:
             raise
         raise UserError(
             f"`{PROG} {name}` is not available in this installation (no module {module_name});"
-            " subcommands: fit, validate, test, predict"
+            " subcommands: fit, validate, test"
         ) from None
     if name == "plan":  # `--config feddpo`: a shipped config by name
         from lightning_fed.shipped_configs import resolve_config_args
@@ -189,13 +189,13 @@ def console_main(argv: list[str] | None = None) -> int:
     if from_sys:  # LightningCLI warns when given args while sys.argv holds arguments too
         sys.argv[1:] = argv
     if debug:
-        import os
-
         os.environ["JSONARGPARSE_DEBUG"] = "true"  # jsonargparse raises with its traceback instead of exiting
     if not argv or argv[0] in ("-h", "--help"):
         (sys.stdout if argv else sys.stderr).write(INTRO)
         return EXIT_OK if argv else EXIT_USER_ERROR
     if argv[0] in ELSEWHERE:
+        if debug:  # `--debug` was taken out above; the subcommand reads it from the environment
+            os.environ[DEBUG_ENV] = "1"
         try:
             with _sigterm_raises():
                 return _dispatch(argv[0], argv[1:])

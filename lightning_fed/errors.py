@@ -21,6 +21,7 @@ count as user errors too; once training runs, only :class:`UserError` does.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import signal
@@ -64,6 +65,10 @@ _INPUT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+_INPUT_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG})
+"""``OSError`` numbers that mean a path the user gave cannot be used (before training: exit 2)."""
+
+
 def _is_yaml_error(err: BaseException) -> bool:
     try:
         import yaml
@@ -89,6 +94,8 @@ def exit_code(err: BaseException, training_started: bool) -> int:
         return EXIT_USER_ERROR
     if not training_started and (isinstance(err, _INPUT_ERRORS) or _is_yaml_error(err)):
         return EXIT_USER_ERROR
+    if not training_started and isinstance(err, OSError) and err.errno in _INPUT_ERRNOS:
+        return EXIT_USER_ERROR  # e.g. a read-only output folder (EROFS is not a PermissionError)
     return EXIT_FAILURE
 
 
@@ -112,6 +119,7 @@ def debug_requested(argv: list[str]) -> bool:
 _CLASS_PATH = re.compile(r"Problem with given class_path '([^']+)': (.*?)(?= - |$)")
 _REQUIRED = re.compile(r"the following arguments are required: (.*?)(?= - |$)")
 _PARSER_KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$')
+_ARG_REASON = re.compile(r"^(\w+): (.+)$")  # an argument of the class named in the reason
 _NOT_FOUND = ("has no attribute", "No module named", "Unable to import", "not a subclass", "import")
 _SHORT_NAME = re.compile(r"Expected a dot import path string: (\S+)")
 _NOT_ACCEPTED = re.compile(r"Option '(\w+)' is not accepted")
@@ -149,6 +157,8 @@ def simplify_parse_error(message: str) -> str:
         class_path, reason = m.group(1), m.group(2).strip()
         if _PARSER_KEY.match(reason):  # the class is fine, one of its arguments is not
             return _join(key, simplify_parse_error(message[m.start(2) :]))
+        if arg := _ARG_REASON.match(reason):  # "lora: Expected a dot import path string: big"
+            return f"{_join(key, arg.group(1))}: {arg.group(2)}"
         if any(s in reason for s in _NOT_FOUND):
             return f"{key + ': ' if key else ''}unknown class_path {class_path!r} ({reason})"
         return f"{key + ' ' if key else ''}({class_path}): {reason}"

@@ -1,4 +1,4 @@
-"""The LightningCLI of ``lightning-fed``: the ``fit``, ``validate``, ``test`` and ``predict`` subcommands.
+"""The LightningCLI of ``lightning-fed``: the ``fit``, ``validate`` and ``test`` subcommands.
 
 ``lightning-fed fit --config configs/demo.yaml`` builds the model (a
 :class:`~lightning_fed.modules.FederatedModule` subclass), the data (a
@@ -30,10 +30,11 @@ from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
 from lightning_fed.callbacks.signals import ProcessSignals
 from lightning_fed.console import PROG
 from lightning_fed.datamodules import FederatedDataModule
-from lightning_fed.errors import EXIT_USER_ERROR, UserError, config_shape_error, simplify_parse_error
+from lightning_fed.errors import EXIT_USER_ERROR, CheckpointError, UserError, config_shape_error, simplify_parse_error
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
-from lightning_fed.federation.resume_check import check_resume, saved_config
+from lightning_fed.federation.resume_check import check_evaluation, check_resume, check_weights, saved_config
 from lightning_fed.modules import FederatedModule
+from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.pipelines import prepare_stages
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
@@ -80,7 +81,9 @@ def _check_config_files(args: list[str]) -> None:
             continue
         try:
             loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError):
+        except UnicodeDecodeError as err:
+            raise UserError(f"config {path!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
+        except yaml.YAMLError:
             continue  # the parser reports where the YAML is broken
         if problem := config_shape_error(path, loaded):
             raise UserError(problem)
@@ -119,8 +122,21 @@ class FederatedCLI(LightningCLI):
         self.signals = signals or ProcessSignals()
         super().__init__(*args, **kwargs)
 
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """LightningCLI's, without ``predict`` (see :data:`REMOVED`)."""
+        return {k: v for k, v in LightningCLI.subcommands().items() if k not in REMOVED}
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(FederatedLoop, "federation")
+
+    def _set_seed(self) -> None:
+        # numpy's bounds, named: Lightning's message ("-1 is not in bounds, numpy accepts from 0
+        # to 4294967295") does not say which option (found by tests/boundary/test_configs.py).
+        seed = self._get(self.config, "seed_everything")
+        if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed <= 2**32 - 1:
+            raise UserError(f"seed_everything must be in [0, {2**32 - 1}], got {seed}")
+        super()._set_seed()
 
     def before_instantiate_classes(self) -> None:
         # One check for every float option (lr, beta, mu, alpha, max_update_norm...): NaN passes
@@ -148,11 +164,14 @@ class FederatedCLI(LightningCLI):
         # so a changed value (LoRA r, lr, beta) is silently replaced by the old one. Here the
         # config given stands, and before_fit compares it with the run's own (an error if the
         # change would alter the result). A file that cannot be read is named here, first.
-        self._saved_config = None
+        self._saved_config = self._saved_weights = None
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if ckpt_path and "://" not in str(ckpt_path) and Path(ckpt_path).is_file():
-            self._saved_config = saved_config(read_checkpoint(ckpt_path))
+            ckpt = read_checkpoint(ckpt_path, stage=subcommand)
+            if "reference_cache" in ckpt and (problem := cache_state_problem(ckpt["reference_cache"])):
+                raise CheckpointError(f"ckpt_path {str(ckpt_path)!r}: {problem}")  # the DPO module would restore it
+            self._saved_config, self._saved_weights = saved_config(ckpt), ckpt["state_dict"]
 
     def _ckpt_path(self) -> Any:
         return (self.config_init.get(self.subcommand) or {}).get("ckpt_path") if self.subcommand else None
@@ -206,22 +225,53 @@ class FederatedCLI(LightningCLI):
             if not fs.isfile(path):
                 raise FileNotFoundError(f"ckpt_path {ckpt!r}: no such checkpoint file")
             if "://" not in str(ckpt):  # readable, and written by a run of this config
+                self.signals.resume_from = Path(ckpt)  # stopped before a round ends: resume from it again
                 for change in check_resume(ckpt, loop.report.config, getattr(self, "_saved_config", None)):
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
+                self._check_weights(ckpt)
         # Earlier stages of a multi-stage method (FedBis: train the selector, label D_gen with it)
         # run here, each through this CLI, before the data is served.
         prepare_stages(self.model, self.datamodule, fit=run_cli, device=self.trainer.strategy.root_device)
         self.datamodule.setup("fit")
         loop.server.bind(self.datamodule.num_clients, self.datamodule)  # validates clients_per_round
 
+    def _check_weights(self, ckpt: Any) -> None:
+        if getattr(self, "_saved_weights", None) is not None:
+            check_weights(ckpt, self._saved_weights, self.model.state_dict())
+
+    def _before_evaluation(self, stage: str) -> None:
+        # As before_fit: the checkpoint and the data are checked before the Trainer writes logs.
+        ckpt = self._ckpt_path()
+        if ckpt and "://" not in str(ckpt) and getattr(self, "_saved_weights", None) is not None:
+            config = yaml.safe_load(
+                self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False, skip_validation=True)
+            )
+            check_evaluation(ckpt, config, self._saved_config)
+            self._check_weights(ckpt)
+        if isinstance(self.datamodule, FederatedDataModule):
+            if getattr(self.datamodule, "tokenizer", None) is None and hasattr(self.model, "tokenizer"):
+                self.datamodule.tokenizer = self.model.tokenizer
+            self.datamodule.setup(stage)
+
+    def before_validate(self) -> None:
+        self._before_evaluation("validate")
+
+    def before_test(self) -> None:
+        self._before_evaluation("test")
+
 
 SUBCOMMANDS = {
     "fit": "Train a federation: each round, sampled clients train locally and the server aggregates.",
     "validate": "Evaluate a model on the clients' validation data.",
     "test": "Evaluate a model on the clients' test data (data.test_dataset).",
-    "predict": "Run the model's predict step.",
 }
-"""The subcommands LightningCLI runs, with their ``--help`` line (the others are in :data:`ELSEWHERE`)."""
+"""The subcommands LightningCLI runs, with their ``--help`` line (others: ``lightning_fed.cli.ELSEWHERE``)."""
+REMOVED = {
+    "predict": "`lightning-fed predict` was removed: the objectives here score pairs and have no forward to"
+    " predict with; generate answers to a prompts file with `lightning-fed evaluate --run <run> --benchmarks [judge]`"
+    " (or [humaneval], [lm_eval])",
+}
+"""Subcommands that are gone, with what to use instead (exit 2)."""
 
 
 def _usage(subcommand: str) -> str:
@@ -232,6 +282,9 @@ def run_cli(args: list[str] | None = None, run: bool = True, signals: ProcessSig
     """Run the CLI in-process and return it; errors are raised (:func:`lightning_fed.cli.console_main` reports them)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     console.filter_library_handlers()  # Lightning's handlers exist now (lightning_fed/console.py)
+    given = list(sys.argv[1:] if args is None else args)
+    if given and given[0] in REMOVED:
+        raise UserError(REMOVED[given[0]])
     if args is None:  # `--config feddpo`: a shipped config by name (lightning_fed/shipped_configs.py)
         sys.argv[1:] = resolve_config_args(sys.argv[1:])
     else:

@@ -1,9 +1,14 @@
 """SIGTERM and Ctrl-C: stop at a resumable point and say so in the exit status (143 / 130).
 
-Schedulers (SLURM, Kubernetes) send SIGTERM before they kill. Outside a fit (loading the
-model, reading the data) :func:`handle_termination` turns SIGTERM into a
-:class:`~lightning_fed.errors.Terminated` exception: nothing was written yet, the process just
-exits 143. During a fit Lightning's own signal connector handles it: it sets
+Schedulers (SLURM, Kubernetes) send SIGTERM before they kill. Until Lightning installs its
+own handler (loading the model, reading the data, and inside ``trainer.fit`` the setup hooks,
+the checkpoint restore and ``on_fit_start``, which all run before Lightning's
+``register_signal_handlers``) :func:`handle_termination` turns SIGTERM into a
+:class:`~lightning_fed.errors.Terminated` exception where it lands: no round of this run was
+done, the checkpoint it resumes from is untouched, the process exits 143. A flag "inside the
+fit" is not the test: it would drop a SIGTERM sent in that window (issue 22). Once Lightning's
+handler is installed it calls ours too (it composes with the handler it finds); then
+Lightning's own signal connector handles it: it sets
 ``trainer.received_sigterm`` and the loops raise ``SIGTERMException`` after the current batch
 (``lightning/pytorch/loops/training_epoch_loop.py``), which abandons the round in progress.
 ``last.ckpt`` is then the one :class:`~lightning.pytorch.callbacks.ModelCheckpoint` wrote at the
@@ -36,16 +41,25 @@ class ProcessSignals(Callback):
     Attributes:
         training_started: ``on_fit_start`` ran: setup, data and checkpoint restore are done, so
             an error from here on is a training failure (exit 1), not bad input (exit 2).
-        in_fit: between ``setup`` and ``teardown``: SIGTERM is Lightning's to handle.
+        in_fit: between ``setup`` and ``teardown`` (SIGTERM is Lightning's once its handler is in place).
         stopped_by: ``"SIGTERM"`` or ``"SIGINT"`` when a signal ended the fit.
-        last_checkpoint: the ``last.ckpt`` a resumed run should start from, when one exists.
+        resume_from: the checkpoint this run resumed from (set by the CLI), if any.
     """
 
     def __init__(self) -> None:
         self.training_started = False
         self.in_fit = False
         self.stopped_by: str | None = None
-        self.last_checkpoint: Path | None = None
+        self.resume_from: Path | None = None
+        self._saved: Path | None = None  # the checkpoint this run last wrote
+        self._wrote = False
+
+    @property
+    def last_checkpoint(self) -> Path | None:
+        """The checkpoint a run stopped now resumes from: the last one it wrote, else the one it
+        resumed from (stopped before its first round ended), when that file exists."""
+        last = self._saved or self.resume_from
+        return last if last is not None and last.is_file() else None
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -57,15 +71,24 @@ class ProcessSignals(Callback):
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, SIGTERMException) or trainer.received_sigterm:
+        if isinstance(exception, (SIGTERMException, Terminated)) or trainer.received_sigterm:
             self.stopped_by = "SIGTERM"
         elif isinstance(exception, KeyboardInterrupt):
             self.stopped_by = "SIGINT"
         else:
             return
+        if not self._wrote:  # a restored checkpoint callback names the files of the run resumed from
+            return
         callback = trainer.checkpoint_callback  # the CLI's default keeps its one file as the best (`last.ckpt`)
         last = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "") or ""
-        self.last_checkpoint = Path(last) if last and Path(last).is_file() else None
+        if last:
+            self._saved = Path(last)
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        self._wrote = True
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -74,17 +97,20 @@ class ProcessSignals(Callback):
 
 @contextlib.contextmanager
 def handle_termination(signals: ProcessSignals) -> Iterator[ProcessSignals]:
-    """Within the block, SIGTERM outside a fit raises :class:`Terminated` in the main thread.
+    """Within the block, SIGTERM raises :class:`Terminated` in the main thread unless Lightning's
+    handler is installed.
 
-    During a fit the handler does nothing itself: Lightning composes it with its own, which
-    stops the loop after the current batch. The previous handler is restored on exit.
+    Lightning's handler composes with this one (it calls it after its own), which then does
+    nothing: Lightning stops the loop after the current batch. Whether this handler was called
+    by Lightning's or by the interpreter is whether it is the installed one. The previous handler
+    is restored on exit.
     """
     if threading.current_thread() is not threading.main_thread():  # signal.signal would raise
         yield signals
         return
 
     def on_sigterm(signum: int, frame: Any) -> None:
-        if not signals.in_fit:
+        if signal.getsignal(signal.SIGTERM) is on_sigterm:  # Lightning's handler is not in place
             raise Terminated(signum)
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)

@@ -33,8 +33,17 @@ from lightning_fed.datamodules.sources import (
     validate_records,
 )
 from lightning_fed.datamodules.templates import CHAT, TEMPLATE_CHOICES, require_chat_template
-from lightning_fed.datamodules.tokenize import OVERFLOW_CHOICES, TRUNCATION_CHOICES, Overflow, PadCollator
+from lightning_fed.datamodules.tokenize import (
+    OVERFLOW_CHOICES,
+    TRUNCATION_CHOICES,
+    Overflow,
+    PadCollator,
+    PromptTooShort,
+)
 from lightning_fed.federation.sampling import derive_seed
+
+MIN_PROMPT_LENGTH = 16
+"""Default of ``data.min_prompt_length`` (capped at half of ``max_length``)."""
 
 
 class FederatedDataModule(RoundServing):
@@ -73,6 +82,15 @@ class FederatedDataModule(RoundServing):
             prompt's start), ``prompt_middle`` (keep the prompt's head and tail) or
             ``response`` (keep the prompt, cut the response); see
             :mod:`~lightning_fed.datamodules.tokenize`.
+        max_prompt_length: Prompt budget in tokens (TRL's ``max_prompt_length``): a longer
+            prompt keeps its end (its head and tail with ``truncation: prompt_middle``).
+            Default: no budget of its own.
+        max_completion_length: Response budget in tokens (TRL's ``max_completion_length``): a
+            longer response keeps its start. Default: no budget of its own.
+        min_prompt_length: Fewest prompt tokens a cut prompt keeps (a shorter prompt is never
+            cut); an example that would keep fewer is dropped and counted, not trained or
+            scored without its question. Default: 16, or half of ``max_length`` (or of
+            ``max_prompt_length``) when that is smaller.
         val_dataset: A separate validation set, in the forms of ``dataset``; its rows go to
             the training clients (same key, same client) and ``val_fraction`` is not used.
         test_dataset: A separate test set for ``lightning-fed test``, assigned the same way.
@@ -104,6 +122,9 @@ class FederatedDataModule(RoundServing):
         seed: int | None = None,
         system_prompt: str | None = None,
         truncation: str = "prompt_left",
+        max_prompt_length: int | None = None,
+        max_completion_length: int | None = None,
+        min_prompt_length: int | None = None,
         val_dataset: str | None = None,
         test_dataset: str | None = None,
         val_split: str = "validation",
@@ -129,6 +150,11 @@ class FederatedDataModule(RoundServing):
             problems.append(f"data.system_prompt is used by data.template=chat only, got data.template={template!r}")
         if truncation not in TRUNCATION_CHOICES:
             problems.append(f"data.truncation must be one of {TRUNCATION_CHOICES}, got {truncation!r}")
+        if min_prompt_length is None:
+            min_prompt_length = max(1, min(MIN_PROMPT_LENGTH, max_length // 2, (max_prompt_length or max_length) // 2))
+        problems += _budget_problems(
+            max_length, max_prompt_length, max_completion_length, min_prompt_length, on_overflow == "truncate"
+        )
         given = (synthetic_args or {}).get("num_clients", num_clients)
         if self.synthetic_clients_are_num_clients and dataset.startswith(SYNTHETIC_PREFIX) and given != num_clients:
             problems.append(
@@ -143,6 +169,8 @@ class FederatedDataModule(RoundServing):
         self.max_length, self.on_overflow, self.val_fraction = max_length, on_overflow, val_fraction
         self.template, self._seed = template, seed
         self.system_prompt, self.truncation = system_prompt, truncation
+        self.max_prompt_length, self.max_completion_length = max_prompt_length, max_completion_length
+        self.min_prompt_length = min_prompt_length
         self.val_dataset, self.test_dataset = val_dataset, test_dataset
         self.val_split, self.test_split, self.group_key = val_split, test_split, group_key
         self.tokenizer: Any = None
@@ -156,6 +184,8 @@ class FederatedDataModule(RoundServing):
         self.group_names: list[str] = []  # group_id -> value of `group_key` (val/test items)
         self.truncated: dict[str, list[int]] = {}  # set -> examples truncated per client
         self.dropped: dict[str, list[int]] = {}  # set -> examples dropped per client
+        self.prompt_lost: dict[str, list[int]] = {}  # set -> examples that kept < half their prompt
+        self.prompt_dropped: dict[str, list[int]] = {}  # set -> dropped: < min_prompt_length would fit
 
     @property
     def seed(self) -> int:
@@ -282,13 +312,17 @@ class FederatedDataModule(RoundServing):
         """Encode each client's rows; count truncated and dropped examples under ``name``."""
         rows = records.to_list()
         self.truncated[name], self.dropped[name] = [0] * self.num_clients, [0] * self.num_clients
+        self.prompt_lost[name], self.prompt_dropped[name] = [0] * self.num_clients, [0] * self.num_clients
         out = []
         for cid, indices in enumerate(parts):
             encoded = []
             for i in indices:
-                self._cut = False
+                self._cut = self._lost = False
                 try:
                     item = self.encode(rows[i])
+                except PromptTooShort:
+                    self.prompt_dropped[name][cid] += 1
+                    continue
                 except Overflow as err:
                     if self.on_overflow == "drop":
                         self.dropped[name][cid] += 1
@@ -298,6 +332,7 @@ class FederatedDataModule(RoundServing):
                         " raise data.max_length or set data.on_overflow=truncate|drop"
                     ) from None
                 self.truncated[name][cid] += self._cut
+                self.prompt_lost[name][cid] += self._lost
                 item = {**item, "client_id": cid}
                 if groups is not None:
                     item["group_id"] = groups[i]
@@ -308,6 +343,19 @@ class FederatedDataModule(RoundServing):
     def _note_truncation(self) -> None:
         """``on_truncate`` callback of the tokenizers: the current example was cut."""
         self._cut = True
+
+    def _note_prompt_loss(self) -> None:
+        """``on_prompt_loss`` callback of the tokenizers: the current example kept < half its prompt."""
+        self._lost = True
+
+    def length_budget(self) -> dict[str, Any]:
+        """Keyword arguments of the tokenizers beyond ``max_length``/``on_overflow``/``truncation``."""
+        return {
+            "max_prompt_length": self.max_prompt_length,
+            "max_completion_length": self.max_completion_length,
+            "min_prompt_length": self.min_prompt_length,
+            "on_prompt_loss": self._note_prompt_loss,
+        }
 
     def _evaluation_set(self, name: str, dataset: str, split: str, train: Any, salt: int) -> list[list[dict[str, Any]]]:
         field = f"data.{name}_dataset"
@@ -327,6 +375,20 @@ class FederatedDataModule(RoundServing):
                     f"data: {sum(per_client)} {what} examples {name} to fit data.max_length={self.max_length} ({how});"
                     f" per client: {per_client}"
                 )
+        for what, per_client in self.prompt_dropped.items():
+            if sum(per_client):
+                rank_zero_warn(
+                    f"data: {sum(per_client)} {what} examples dropped: fewer than data.min_prompt_length="
+                    f"{self.min_prompt_length} of their prompt tokens fit data.max_length={self.max_length}"
+                    f" (set data.max_completion_length or raise data.max_length); per client: {per_client}"
+                )
+        for what, per_client in self.prompt_lost.items():
+            if sum(per_client):
+                rank_zero_warn(
+                    f"data: {sum(per_client)} of {sum(self.truncated[what])} truncated {what} examples lost most of"
+                    f" their prompt (kept under half its tokens; set data.max_completion_length or raise"
+                    f" data.max_length); per client: {per_client}"
+                )
 
     def data_report(self) -> dict[str, Any]:
         """Examples truncated and dropped per set and client (written to ``summary.json``)."""
@@ -334,6 +396,8 @@ class FederatedDataModule(RoundServing):
             "truncation": self.truncation,
             "truncated": self.truncated,
             "dropped": self.dropped,
+            "prompt_lost": self.prompt_lost,
+            "prompt_dropped": self.prompt_dropped,
             "groups": self.group_names,
         }
 
@@ -344,3 +408,22 @@ class FederatedDataModule(RoundServing):
         g = torch.Generator().manual_seed(derive_seed(self.seed, cid, 7))
         order = torch.randperm(len(items), generator=g).tolist()
         return [items[i] for i in order[n_val:]], [items[i] for i in order[:n_val]]
+
+
+def _budget_problems(
+    max_length: int, max_prompt: int | None, max_completion: int | None, min_prompt: int, truncate: bool
+) -> list[str]:
+    """What is wrong with the length budgets (each problem names its field and value).
+
+    ``min_prompt_length`` is held against ``max_length`` only when examples are truncated to
+    fit it (``truncate``); otherwise only a prompt budget can cut a prompt.
+    """
+    problems = []
+    for name, value in (("max_prompt_length", max_prompt), ("max_completion_length", max_completion)):
+        if value is not None and not 1 <= value < max_length:
+            problems.append(f"data.{name} must be in [1, data.max_length={max_length}), got {value}")
+    if min_prompt < 1 or (truncate and min_prompt >= max_length):
+        problems.append(f"data.min_prompt_length must be in [1, data.max_length={max_length}), got {min_prompt}")
+    elif max_prompt is not None and min_prompt > max_prompt:
+        problems.append(f"data.min_prompt_length={min_prompt} must be <= data.max_prompt_length={max_prompt}")
+    return problems

@@ -28,5 +28,12 @@ class InstructionDataModule(FederatedDataModule):
             self.template, instruction, record["output"], context, self.tokenizer, self.system_prompt, prompt
         )
         return tokenize_sft(
-            prompt, response, self.tokenizer, self.max_length, self.on_overflow, self.truncation, self._note_truncation
+            prompt,
+            response,
+            self.tokenizer,
+            self.max_length,
+            self.on_overflow,
+            self.truncation,
+            self._note_truncation,
+            **self.length_budget(),
         )

@@ -30,5 +30,13 @@ class PreferenceDataModule(FederatedDataModule):
             for k in ("chosen", "rejected")
         )
         return tokenize_preference(
-            prompt, chosen, rejected, tok, self.max_length, self.on_overflow, self.truncation, self._note_truncation
+            prompt,
+            chosen,
+            rejected,
+            tok,
+            self.max_length,
+            self.on_overflow,
+            self.truncation,
+            self._note_truncation,
+            **self.length_budget(),
         )

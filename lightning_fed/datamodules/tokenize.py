@@ -17,6 +17,15 @@ Truncation policies (:data:`TRUNCATION_CHOICES`), each keeping at least one prom
 
 With ``prompt_left`` and ``prompt_middle`` the response keeps priority: the prompt is cut
 first and the response only if the prompt's budget would fall under one token.
+
+Separate budgets, as TRL's ``max_prompt_length`` / ``max_completion_length``, come first:
+the prompt keeps its end (``prompt_left``; ``prompt_middle`` keeps head and tail) within
+``max_prompt_length``, the response its start within ``max_completion_length``; the policy
+above then fits what is left into ``max_length``. A prompt that was cut keeps at least
+``min_prompt_length`` tokens (or all of them when it is shorter); an example that cannot is
+refused with :class:`PromptTooShort` (the data module drops and counts it), so no example is
+trained or scored without its question. ``on_prompt_loss`` is called for an example that
+kept less than half of its prompt.
 """
 
 from __future__ import annotations
@@ -42,6 +51,10 @@ class Overflow(ValueError):
     """An example does not fit ``max_length``."""
 
 
+class PromptTooShort(Overflow):
+    """Fitting an example would leave fewer than ``min_prompt_length`` of its prompt tokens."""
+
+
 def _cut_prompt(prompt: list[int], keep: int, truncation: str) -> list[int]:
     if keep >= len(prompt):
         return prompt
@@ -58,21 +71,44 @@ def _fit(
     on_overflow: str,
     truncation: str = "prompt_left",
     on_truncate: Callable[[], None] | None = None,
+    *,
+    max_prompt_length: int | None = None,
+    max_completion_length: int | None = None,
+    min_prompt_length: int = 1,
+    on_prompt_loss: Callable[[], None] | None = None,
 ) -> tuple[list[int], list[int]]:
-    total = len(prompt) + len(response)
-    if total <= max_length:
-        return prompt, response
-    if on_overflow != "truncate":
-        raise Overflow(f"{total} tokens (prompt {len(prompt)} + response {len(response)}) > max_length={max_length}")
     if truncation not in TRUNCATION_CHOICES:
         raise ValueError(f"`data.truncation` must be one of {TRUNCATION_CHOICES}, got {truncation!r}")
-    if on_truncate is not None:
+    original = len(prompt)
+    cut = False
+    if max_prompt_length is not None and len(prompt) > max_prompt_length:  # TRL max_prompt_length: keep the end
+        prompt = _cut_prompt(
+            prompt, max_prompt_length, "prompt_middle" if truncation == "prompt_middle" else "prompt_left"
+        )
+        cut = True
+    if max_completion_length is not None and len(response) > max_completion_length:  # keep the start
+        response, cut = response[:max_completion_length], True
+    total = len(prompt) + len(response)
+    if total > max_length:
+        if on_overflow != "truncate":
+            raise Overflow(
+                f"{total} tokens (prompt {len(prompt)} + response {len(response)}) > max_length={max_length}"
+            )
+        cut = True
+        if truncation == "response":
+            prompt = _cut_prompt(prompt, max(1, max_length - 1), "prompt_middle")
+        else:
+            prompt = _cut_prompt(prompt, max(1, max_length - len(response)), truncation)
+        response = response[: max_length - len(prompt)]
+    if len(prompt) < min(min_prompt_length, original):
+        raise PromptTooShort(
+            f"only {len(prompt)} of its {original} prompt tokens fit (data.min_prompt_length={min_prompt_length})"
+        )
+    if cut and on_truncate is not None:
         on_truncate()
-    if truncation == "response":
-        prompt = _cut_prompt(prompt, max(1, max_length - 1), "prompt_middle")
-        return prompt, response[: max_length - len(prompt)]
-    prompt = _cut_prompt(prompt, max(1, max_length - len(response)), truncation)
-    return prompt, response[: max_length - len(prompt)]
+    if 2 * len(prompt) < original and on_prompt_loss is not None:
+        on_prompt_loss()
+    return prompt, response
 
 
 def _pair(prompt: list[int], response: list[int]) -> tuple[list[int], list[int]]:
@@ -107,12 +143,14 @@ def tokenize_sft(
     on_overflow: str,
     truncation: str = "prompt_left",
     on_truncate: Callable[[], None] | None = None,
+    **budget: Any,
 ) -> dict[str, list[int]]:
     """``input_ids`` and ``labels`` (prompt masked) of one instruction example.
 
     ``response`` is the text that follows the prompt (see
     :func:`~lightning_fed.datamodules.templates.format_response`); ``on_truncate`` is called
-    once if the example had to be truncated.
+    once if the example had to be truncated. ``budget``: ``max_prompt_length``,
+    ``max_completion_length``, ``min_prompt_length``, ``on_prompt_loss`` (module docstring).
     """
     p, r = _fit(
         encode_prompt(tokenizer, prompt),
@@ -121,6 +159,7 @@ def tokenize_sft(
         on_overflow,
         truncation,
         on_truncate,
+        **budget,
     )
     ids, labels = _pair(p, r)
     return {"input_ids": ids, "labels": labels}
@@ -135,21 +174,35 @@ def tokenize_preference(
     on_overflow: str,
     truncation: str = "prompt_left",
     on_truncate: Callable[[], None] | None = None,
+    **budget: Any,
 ) -> dict[str, list[int]]:
     """Chosen and rejected sequences of one preference pair, sharing the same prompt tokens.
 
-    ``on_truncate`` is called once if either sequence had to be truncated.
+    ``on_truncate`` is called once if either sequence had to be truncated, ``on_prompt_loss``
+    (in ``budget``, with the other budgets of :func:`tokenize_sft`) once if either kept less
+    than half of the prompt; the pair is refused (:class:`PromptTooShort`) if either would.
     """
     p = encode_prompt(tokenizer, prompt)
+    on_prompt_loss = budget.pop("on_prompt_loss", None)
     out: dict[str, list[int]] = {}
-    cut = []
+    cut: list[str] = []
+    lost: list[str] = []
     for name, text in (("chosen", chosen), ("rejected", rejected)):
         pp, r = _fit(
-            p, encode_response(tokenizer, text), max_length, on_overflow, truncation, partial(cut.append, name)
+            p,
+            encode_response(tokenizer, text),
+            max_length,
+            on_overflow,
+            truncation,
+            partial(cut.append, name),
+            on_prompt_loss=partial(lost.append, name),
+            **budget,
         )
         out[f"{name}_input_ids"], out[f"{name}_labels"] = _pair(pp, r)
     if cut and on_truncate is not None:
         on_truncate()
+    if lost and on_prompt_loss is not None:
+        on_prompt_loss()
     return out
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import sys
 import time
@@ -33,6 +34,7 @@ from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, Namespace
 
+from lightning_fed.errors import UserError, debug_requested, one_line
 from lightning_fed.evaluation.humaneval import HumanEvalOptions
 from lightning_fed.evaluation.judge_run import JudgeOptions
 from lightning_fed.evaluation.lm_eval_tasks import LmEvalOptions
@@ -42,9 +44,9 @@ BENCHMARKS = ("lm_eval", "humaneval", "judge")
 RESULTS_FILE = "eval_results.json"
 PROG = "lightning-fed evaluate"
 
-
-class UserError(ValueError):
-    """Something the user must fix: exit code 2."""
+LOAD_ERRORS = (ValueError, OSError, KeyError, TypeError, pickle.UnpicklingError)
+"""What building the model from the files handed over raises for a file the user must fix (a
+refused pickle, an adapter that does not fit the backbone): exit 2, not a failure."""
 
 
 def build_parser() -> ArgumentParser:
@@ -129,6 +131,7 @@ def prepare(cfg: Namespace) -> dict[str, Any]:
     if problems:
         raise UserError("; ".join(problems))
     try:
+        check_model_files(cfg)
         if "lm_eval" in plan:
             from lightning_fed.evaluation.lm_eval_tasks import task_manager
 
@@ -152,12 +155,52 @@ def prepare(cfg: Namespace) -> dict[str, Any]:
     return plan
 
 
+def check_model_files(cfg: Namespace) -> None:
+    """The adapter folder or checkpoint ``--adapter``/``--run`` names, checked before the model is built.
+
+    An adapter folder: its config's ``r`` agrees with its weights, which are a complete
+    safetensors file of finite floats (:mod:`~lightning_fed.modules.adapter_files`). A
+    checkpoint: read with ``weights_only=True``, its LoRA weights finite.
+
+    Raises:
+        ValueError: One line naming the option and the file.
+    """
+    from lightning_fed.evaluation.run_model import ADAPTER_CONFIG
+    from lightning_fed.federation.checkpoint_io import read_checkpoint
+    from lightning_fed.modules.adapter_files import check_adapter_folder, check_finite
+
+    if cfg.adapter is not None and Path(cfg.adapter).expanduser().is_dir():
+        check_adapter_folder(Path(cfg.adapter).expanduser(), "--adapter")
+    if cfg.run is None:
+        return
+    path = Path(cfg.run).expanduser()
+    for folder in (path, path / "adapter"):
+        if (folder / ADAPTER_CONFIG).is_file():
+            check_adapter_folder(folder, "--run")
+            return
+    ckpt_path = path if path.is_file() else path / "checkpoints" / "last.ckpt"
+    if ckpt_path.is_file():
+        ckpt = read_checkpoint(ckpt_path, "--run")
+        federation = ckpt.get("federation") if isinstance(ckpt.get("federation"), dict) else {}
+        state = federation.get("global_state") or ckpt["state_dict"]
+        if not isinstance(state, dict):
+            raise ValueError(f"--run {str(ckpt_path)!r}: federation.global_state is a {type(state).__name__}")
+        check_finite({k: v for k, v in state.items() if "lora_" in str(k)}, "--run", ckpt_path)
+
+
 def evaluate(cfg: Namespace, plan: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
     """Load the model once, run the benchmarks, write JSON and TensorBoard; return both."""
     from lightning_fed.evaluation import humaneval, judge_run, lm_eval_tasks
     from lightning_fed.evaluation.run_model import load_model, run_prompt_format
 
-    loaded = load_model(plan["source"])
+    try:
+        loaded = load_model(plan["source"])
+    except LOAD_ERRORS as err:
+        if isinstance(err, UserError) or type(err) is ValueError:  # already one line naming the option
+            raise UserError(one_line(err)) from err
+        raise UserError(
+            f"the model to evaluate could not be built from the files given: {one_line(err)[:300]}"
+        ) from err
     run_template, run_system_prompt = run_prompt_format(loaded.run_config)
     out = (
         Path(cfg.output).expanduser()
@@ -257,7 +300,7 @@ def main(argv: list[str]) -> int:
         0 on success, 2 for a user error, 1 for a failure during evaluation.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    debug = "--debug" in argv or "--debug=true" in argv
+    debug = "--debug" in argv or "--debug=true" in argv or debug_requested([])  # `lightning-fed --debug evaluate`
     parser = build_parser()
     try:
         cfg = parser.parse_args(argv)

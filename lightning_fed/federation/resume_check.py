@@ -16,6 +16,7 @@ by :class:`~lightning_fed.federation.report.RoundReport`) with the new one:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +139,54 @@ def check_resume(path: str | Path, config: dict[str, Any], old: dict[str, Any] |
             " resume with the run's own config, or start a new run without --ckpt_path"
         )
     return allowed
+
+
+WEIGHT_KEYS = ("model", "model.backbone", "model.lora")
+"""Config keys (and the keys under them) that decide what a checkpoint's weights mean: the
+module class, the backbone and the LoRA layout. ``validate``/``test``/``predict`` hold a
+checkpoint to these only: data, federation and optimizer may differ from the fit's."""
+
+
+def check_evaluation(path: str | Path, config: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """Check that the checkpoint at ``path`` holds weights of the model ``config`` builds.
+
+    Raises:
+        CheckpointError: the module class, backbone or LoRA layout changed (names key old -> new).
+    """
+    if old is None:
+        return
+    forbidden, _ = compare_configs(old, config)
+    changes = [
+        c for c in forbidden if any(c == k or c.startswith(f"{k}:") or c.startswith(f"{k}.") for k in WEIGHT_KEYS)
+    ]
+    if changes:
+        raise CheckpointError(
+            f"ckpt_path {str(path)!r} holds the weights of another model: {changes[0]};"
+            " evaluate it with the config it was trained with"
+        )
+
+
+def check_weights(path: str | Path, saved: Mapping[str, Any], model: Mapping[str, Any]) -> None:
+    """Check that every tensor of a checkpoint's ``state_dict`` fits a parameter of the model.
+
+    A checkpoint holds trainable state only (its keys are a subset of the model's); Lightning
+    loads it with ``strict=False``, so an unknown key would be skipped silently and a wrong
+    shape would fail only after the run folder was made.
+
+    Raises:
+        CheckpointError: naming the first unknown key or wrong shape, and how many more.
+    """
+    problems = []
+    for key, value in saved.items():
+        if key not in model:
+            problems.append(f"{key!r} is not a parameter of this model")
+        elif tuple(value.shape) != tuple(model[key].shape):
+            problems.append(f"{key!r} has shape {tuple(value.shape)}, the model's is {tuple(model[key].shape)}")
+        elif value.is_floating_point() != model[key].is_floating_point():
+            problems.append(f"{key!r} is {str(value.dtype)[6:]}, the model's is {str(model[key].dtype)[6:]}")
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise CheckpointError(
+            f"ckpt_path {str(path)!r} does not fit this model: {problems[0]}{more};"
+            " use a checkpoint of this config's model"
+        )

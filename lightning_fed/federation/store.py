@@ -58,11 +58,17 @@ def encode_entry(client_id: int, entry: Entry, run: str = "") -> tuple[str, byte
     return f"client_{client_id}-{hashlib.blake2b(data, digest_size=8).hexdigest()}.safetensors", data
 
 
-def read_entry(path: Path, client_id: int | None = None) -> Entry:
+def read_entry(path: Path, client_id: int | None = None, layout: Layout | None = None) -> Entry:
     """A client's state from its file (see :func:`encode_entry`).
 
+    With ``client_id`` the file must have its canonical name (``client_<id>-<digest>``, the
+    digest is checked) and say it is that client's; every tensor must be a float. With
+    ``layout`` (:func:`state_layout`) every tensor must also be named and shaped as a parameter
+    of the module: a file is input, and a wrong shape would otherwise fail inside a local step.
+
     Raises:
-        CheckpointError: One line naming the file if it is missing, truncated or not the content its name says.
+        CheckpointError: One line naming the file if it is missing, truncated, not the content
+            its name says, or holds a tensor the module has no place for.
     """
     who = f"client {client_id}'s state file" if client_id is not None else "client state file"
     try:
@@ -73,6 +79,10 @@ def read_entry(path: Path, client_id: int | None = None) -> Entry:
             " with its checkpoints/ (same layout)"
         ) from None
     match = FILE_NAME.fullmatch(path.name)
+    if client_id is not None and (match is None or int(match.group(1)) != client_id):
+        raise CheckpointError(
+            f"{who} {str(path)!r} is not named client_{client_id}-<digest>.safetensors: its content cannot be checked"
+        )
     if match and hashlib.blake2b(data, digest_size=8).hexdigest() != match.group(2):
         raise CheckpointError(f"{who} {str(path)!r} is corrupt: its content does not match the digest in its name")
     try:
@@ -82,8 +92,39 @@ def read_entry(path: Path, client_id: int | None = None) -> Entry:
     entry = _empty()
     for key, value in flat.items():
         part, _, name = key.partition("/")
+        problem = _tensor_problem(part, name, value, layout)
+        if problem:
+            raise CheckpointError(f"{who} {str(path)!r}: {key!r} {problem}")
         entry[part][name] = value
     return entry
+
+
+Layout = dict[str, dict[str, tuple[int, ...]]]
+"""``{"personal": name -> shape, "memory": name -> shape}``: where a client's tensors may go."""
+
+
+def state_layout(personal: StateDict, shared: StateDict) -> Layout:
+    """The shapes a client's state may have: its personal parameters, and for the algorithm
+    memory (e.g. SCAFFOLD's ``control/<name>``) any shared or personal parameter's name after
+    the last ``/``."""
+    shapes = {k: tuple(v.shape) for k, v in personal.items()}
+    return {"personal": shapes, "memory": {**{k: tuple(v.shape) for k, v in shared.items()}, **shapes}}
+
+
+def _tensor_problem(part: str, name: str, value: Any, layout: Layout | None) -> str | None:
+    if part not in PARTS or not name:
+        return f"is not under {' or '.join(f'{p}/' for p in PARTS)}"
+    if not value.is_floating_point():
+        return f"is {str(value.dtype)[6:]}: a client's state is floating point"
+    if layout is None:
+        return None
+    param = name if part == "personal" else name.rsplit("/", 1)[-1]
+    expected = layout[part].get(param)
+    if expected is None:
+        return f"names no {'personal' if part == 'personal' else 'shared or personal'} parameter of the model"
+    if tuple(value.shape) != expected:
+        return f"has shape {tuple(value.shape)}, the model's {param!r} has {expected}"
+    return None
 
 
 def _entry_nbytes(entry: Entry) -> int:
@@ -121,6 +162,7 @@ class ClientStateStore:
         self._owned: set[Path] = set()  # files this store may delete
         self._protected: list[set[Path]] = []  # files of the last two indexes (checkpoints)
         self.bytes_written = self.files_written = 0
+        self.layout: Layout | None = None  # checks the states read from files (see get)
 
     # ---------------------------------------------------------------------------- where
     @property
@@ -134,16 +176,20 @@ class ClientStateStore:
         self._folder, self.run = Path(folder).absolute(), run
 
     # ---------------------------------------------------------------------------- access
-    def get(self, client_id: int) -> Entry:
+    def get(self, client_id: int, layout: Layout | None = None) -> Entry:
         """``{"personal": ..., "memory": ...}`` of a client (empty dicts for a new client).
 
         The dicts are the caller's: adding or replacing keys in them changes nothing here
         (:meth:`put` does); the tensors are the stored ones and must not be changed in place.
+        ``layout`` (:func:`state_layout`), once given, checks every state read from a file from
+        then on (a checkpoint's files are input).
         """
+        if layout is not None:
+            self.layout = layout
         if client_id not in self._mem:
             if client_id not in self._files:
                 return _empty()
-            self._insert(client_id, read_entry(self._files[client_id], client_id))
+            self._insert(client_id, read_entry(self._files[client_id], client_id, self.layout))
             self._evict(keep=client_id)
         self._mem.move_to_end(client_id)
         entry = self._mem[client_id]
@@ -174,7 +220,7 @@ class ClientStateStore:
     def items(self) -> Iterator[tuple[int, Entry]]:
         """Every client's state, read from disk where it is not in memory (leaves the LRU as it is)."""
         for cid in self.client_ids():
-            yield cid, (self._mem[cid] if cid in self._mem else read_entry(self._files[cid], cid))
+            yield cid, (self._mem[cid] if cid in self._mem else read_entry(self._files[cid], cid, self.layout))
 
     def state_dict(self) -> dict[int, Entry]:
         """Every client's full state (all of it in memory at once: for tests and small runs; a
@@ -287,6 +333,12 @@ class ClientStateStore:
             base = Path(folder)
         for cid, ref in state["files"].items():
             path = base / ref["file"]  # an absolute ``file`` stays as it is
+            match = FILE_NAME.fullmatch(path.name)
+            if match is None or int(match.group(1)) != int(cid):
+                raise CheckpointError(
+                    f"client {cid}'s state file {str(path)!r} is not named client_{cid}-<digest>.safetensors:"
+                    " the checkpoint references a file whose content cannot be checked"
+                )
             if not path.is_file():
                 raise CheckpointError(
                     f"client {cid}'s state file {str(path)!r} is missing: the checkpoint references it;"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.federation.store import state_layout
 from lightning_fed.state import StateDict, clone_state, state_nbytes
 from lightning_fed.strategies.base import ClientUpdate, LocalCorrection, Strategy
 
@@ -105,7 +106,7 @@ class ClientTurn:
 
     def begin(self, trainer: pl.Trainer, module: pl.LightningModule, start: StateDict, downlink: StateDict) -> None:
         """Load the start state the server sent and the client's own state, then run the hooks."""
-        entry = self.store.get(self.client_id)
+        entry = self.store.get(self.client_id, state_layout(module.personal_parameters(), start))
         module.load_state(start)
         module.load_state(entry["personal"] or self.initial_personal)
         for opt in trainer.optimizers:  # optimizer state never leaks between clients

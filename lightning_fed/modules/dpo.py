@@ -81,6 +81,16 @@ class DPOModule(PreferenceModule):
             else None
         )
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        if self.reference_cache is not None:  # resume serves the values the run computed (reference_cache.py)
+            checkpoint["reference_cache"] = self.reference_cache.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        if self.reference_cache is not None and "reference_cache" in checkpoint:
+            self.reference_cache.load_state_dict(checkpoint["reference_cache"])
+
     def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """``(log p(y_w|x), log p(y_l|x))`` under the current model, in one forward."""
         return concatenated_log_probs(self.model, batch)

@@ -111,6 +111,11 @@ def lora_config(model: nn.Module, settings: LoraSettings) -> LoraConfig:
             f"lora.target_modules: model type {model_type!r} has no module named "
             f"{', '.join(map(repr, missing))} (Linear-like modules it has: {', '.join(candidates)})"
         )
+    # A rank above every target's full rank adds nothing and allocates r x (in + out) per
+    # layer: `lora.r: 1e8` would fail in the allocator, naming no option (issue 22).
+    full = max((_full_rank(m) for n, m in _base_modules(model) if n.rsplit(".", 1)[-1] in targets), default=None)
+    if full is not None and settings.r > full:
+        raise ValueError(f"lora.r must be <= {full} (the full rank of the largest target module), got {settings.r}")
     # GPT-2 style Conv1D stores its weight transposed; tell PEFT instead of letting it warn.
     fan_in_fan_out = any(
         isinstance(module, Conv1D) and name.rsplit(".", 1)[-1] in targets for name, module in _base_modules(model)
@@ -171,6 +176,13 @@ def add_adapter(peft_model: PeftModel, settings: LoraSettings, adapter_name: str
 def linear_module_names(model: nn.Module) -> list[str]:
     """Sorted distinct last path components of the Linear-like modules of ``model``."""
     return sorted({name.rsplit(".", 1)[-1] for name, m in _base_modules(model) if isinstance(m, _LINEAR_LIKE)})
+
+
+def _full_rank(module: nn.Module) -> int:
+    """min(in, out) of a Linear-like layer (a quantized Linear's packed weight has another shape)."""
+    if hasattr(module, "in_features") and hasattr(module, "out_features"):
+        return min(module.in_features, module.out_features)
+    return min(module.weight.shape)  # Conv1D: (in, out)
 
 
 def _base_modules(model: nn.Module):

@@ -12,8 +12,13 @@ validation step and so under the same precision (autocast) as without the cache.
 
 Values live in a dict up to ``max_memory_bytes``; past it they are spilled to an SQLite file
 (``reference_logps.sqlite``) in ``spill_dir``, by default a fresh temporary directory (under
-``$TMPDIR``) removed when the cache is closed or the process exits. Nothing is written to the
-run directory or the checkpoint: the cache is derived state and a resumed run refills it.
+``$TMPDIR``) removed when the cache is closed or the process exits.
+
+The cache is part of the checkpoint (:meth:`ReferenceCache.state_dict`, 32 bytes an example,
+saved by :class:`~lightning_fed.modules.dpo.DPOModule`): a value depends on the batch it was
+first computed in (its padding width and batch size change the float sums by ~1e-7), so a
+resumed run that recomputed them in other batches would end ~1e-6 away from the run that was
+never interrupted. Restored, every value is the one the uninterrupted run uses.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ SIDES = ("chosen", "rejected")
 # One in-memory entry: a 16-byte key object, a tuple of two floats and the dict slot.
 ENTRY_BYTES = sys.getsizeof(b"\0" * 16) + sys.getsizeof((0.0, 0.0)) + 2 * sys.getsizeof(0.0) + 3 * 8
 DEFAULT_MEMORY_BYTES = 64 * 2**20
+KEY_BYTES = 16
+SERVED_DTYPES = frozenset({"", "float16", "bfloat16", "float32", "float64"})
+"""Dtypes a restored cache may serve its values in (``""``: nothing was computed yet)."""
 
 
 def precision_tag(device: torch.device) -> bytes:
@@ -60,7 +68,7 @@ def example_keys(batch: Mapping[str, Tensor]) -> list[bytes]:
     tag = precision_tag(batch["chosen_input_ids"].device)
     keys = []
     for i in range(rows["chosen_input_ids"].shape[0]):
-        h = hashlib.blake2b(tag, digest_size=16)
+        h = hashlib.blake2b(tag, digest_size=KEY_BYTES)
         for side in SIDES:
             mask = rows[f"{side}_attention_mask"][i]
             attended = mask.nonzero()
@@ -181,6 +189,34 @@ class ReferenceCache:
         if self.memory_bytes > self.max_memory_bytes:
             self._spill()
 
+    # ----------------------------------------------------------------- checkpointing
+    def state_dict(self) -> dict[str, object]:
+        """Every entry (memory and spill file) as tensors: ``keys`` uint8 (N, 16), ``values``
+        float64 (N, 2) (chosen, rejected), and the dtype they are served in."""
+        items = list(self._memory.items())
+        if self._db is not None:
+            items += [(k, (c, r)) for k, c, r in self._db.execute("SELECT key, chosen, rejected FROM ref")]
+        keys = torch.frombuffer(bytearray(b"".join(k for k, _ in items)), dtype=torch.uint8).reshape(-1, KEY_BYTES)
+        values = torch.tensor([v for _, v in items], dtype=torch.float64).reshape(-1, 2)
+        return {"keys": keys, "values": values, "dtype": "" if self._dtype is None else str(self._dtype)[6:]}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        """Replace the entries with those of :meth:`state_dict` (checked: a checkpoint is input).
+
+        Raises:
+            ValueError: ``state`` is not what :meth:`state_dict` writes (names the field).
+        """
+        problem = cache_state_problem(state)
+        if problem:
+            raise ValueError(problem)
+        keys, values, dtype = state["keys"], state["values"], state["dtype"]
+        self.close()
+        self._dtype = getattr(torch, dtype) if dtype else None
+        raw = keys.contiguous().numpy().tobytes()
+        self._memory = {raw[i * KEY_BYTES : (i + 1) * KEY_BYTES]: (c, r) for i, (c, r) in enumerate(values.tolist())}
+        if self.memory_bytes > self.max_memory_bytes:
+            self._spill()
+
     def close(self) -> None:
         """Drop every entry and delete the spill file (the temporary directory, if it made one)."""
         if self._finalizer is not None:
@@ -214,6 +250,26 @@ class ReferenceCache:
         values = torch.tensor(found, dtype=self._dtype, device=batch["chosen_input_ids"].device)
         chosen, rejected = values.unbind(1)
         return chosen, rejected
+
+
+def cache_state_problem(state: object) -> str | None:
+    """What is wrong with a :meth:`ReferenceCache.state_dict` read from a checkpoint, or ``None``."""
+    if not isinstance(state, Mapping):
+        return f"reference_cache must be a mapping, got {_describe(state)}"
+    keys, values, dtype = state.get("keys"), state.get("values"), state.get("dtype")
+    if not (isinstance(keys, Tensor) and keys.dtype == torch.uint8 and keys.dim() == 2 and keys.shape[1] == KEY_BYTES):
+        return f"reference_cache.keys must be a uint8 tensor of shape (N, {KEY_BYTES}), got {_describe(keys)}"
+    if not (isinstance(values, Tensor) and values.dtype == torch.float64 and values.shape == (len(keys), 2)):
+        return f"reference_cache.values must be a float64 tensor of shape ({len(keys)}, 2), got {_describe(values)}"
+    if not isinstance(dtype, str) or dtype not in SERVED_DTYPES:
+        return f"reference_cache.dtype must be one of {sorted(SERVED_DTYPES)}, got {dtype!r}"
+    return None
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, Tensor):
+        return f"{str(value.dtype)[6:]} of shape {tuple(value.shape)}"
+    return type(value).__name__
 
 
 def _close_db(db: sqlite3.Connection, remove: Path) -> None:

@@ -18,7 +18,6 @@ calls, or by the config that trains it, so one config runs both stages:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,19 @@ import yaml
 
 from lightning_fed.datamodules.rlft import SelectorSource
 from lightning_fed.federation.checkpoint_io import read_checkpoint
+from lightning_fed.modules.adapter_files import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    check_adapter_folder,
+    check_finite,
+    check_shapes,
+    read_adapter_weights,
+)
 from lightning_fed.modules.backbone import BackboneConfig
 from lightning_fed.modules.lora import LoraSettings
 from lightning_fed.modules.selector import BinarySelectorModule, selector_name
 
 __all__ = ["SelectorSource", "load_selector"]
-
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 def load_selector(source: SelectorSource | str, backbone: BackboneConfig | None = None) -> BinarySelectorModule:
@@ -111,27 +115,32 @@ def _from_adapter_folder(path: Path, backbone: BackboneConfig | None, seed: int 
     num_selectors = 1
     while (path / selector_name(num_selectors) / ADAPTER_CONFIG).is_file():
         num_selectors += 1
-    peft_cfg = json.loads((path / ADAPTER_CONFIG).read_text())
+    peft_cfg = check_adapter_folder(path, "selector.path")  # r, weights complete, finite, of rank r
+    for u in range(1, num_selectors):
+        check_adapter_folder(path / selector_name(u), "selector.path")
     targets = peft_cfg.get("target_modules")
-    lora = LoraSettings(
-        r=int(peft_cfg["r"]),
-        alpha=float(peft_cfg["lora_alpha"]),
-        dropout=float(peft_cfg.get("lora_dropout", 0.0)),
-        target_modules=sorted(targets) if targets else None,
-    )
+    try:
+        lora = LoraSettings(
+            r=peft_cfg["r"],
+            alpha=float(peft_cfg.get("lora_alpha", 8)),
+            dropout=float(peft_cfg.get("lora_dropout", 0.0)),
+            target_modules=sorted(targets) if targets else None,
+        )
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"selector.path {str(path / ADAPTER_CONFIG)!r}: {err}") from None
     run_backbone, run_seed = _run_config(path, need_backbone=backbone is None)
     selector = _build(
         backbone or run_backbone, run_seed if seed is None else seed, lora=lora, num_selectors=num_selectors
     )
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
     for u in range(num_selectors):
         folder = path if u == 0 else path / selector_name(u)
-        weights = load_file(str(folder / ADAPTER_WEIGHTS))
-        result = set_peft_model_state_dict(
-            selector.model, weights, adapter_name="default" if u == 0 else selector_name(u)
-        )
+        name = "default" if u == 0 else selector_name(u)
+        weights = read_adapter_weights(folder / ADAPTER_WEIGHTS, "selector.path")
+        expected = get_peft_model_state_dict(selector.model, adapter_name=name)
+        check_shapes(weights, expected, "selector.path", folder / ADAPTER_WEIGHTS)
+        result = set_peft_model_state_dict(selector.model, weights, adapter_name=name)
         unexpected = list(getattr(result, "unexpected_keys", []) or [])
         if unexpected:
             raise ValueError(f"selector.path {str(folder)!r}: weights do not fit the backbone, e.g. {unexpected[0]!r}")
@@ -166,4 +175,6 @@ def _load(selector: BinarySelectorModule, state: dict[str, Any], path: Path) -> 
     if not adapter_state or unknown:
         detail = f"e.g. {unknown[0]!r}" if unknown else "none found"
         raise ValueError(f"selector.path {str(path)!r}: adapter weights do not fit the selector ({detail})")
+    check_finite(adapter_state, "selector.path", path)
+    check_shapes(adapter_state, params, "selector.path", path)
     selector.load_state(adapter_state)

@@ -135,7 +135,15 @@ def main(argv: list[str]) -> int:
         path = Path(args.config)
         if not path.is_file():
             raise ValueError(f"--config: no file {args.config!r}")
-        backbone, p = inputs_from_config(yaml.safe_load(path.read_text()) or {})
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as err:
+            raise ValueError(f"--config {args.config!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
+        except yaml.YAMLError as err:
+            raise ValueError(f"--config {args.config!r} is not valid YAML ({' '.join(str(err).split())})") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ValueError(f"--config {args.config!r} holds a {type(loaded).__name__}, expected a mapping")
+        backbone, p = inputs_from_config(loaded or {})
         for opt, field_name in (
             ("batch_size", "batch_size"),
             ("max_length", "max_length"),
@@ -150,7 +158,7 @@ def main(argv: list[str]) -> int:
             p.runtime_bytes = int(args.runtime_mb * 2**20)
         print(report(backbone, p))
     except (ValueError, OSError) as err:
-        print(f"lightning-fed plan: {err}", file=sys.stderr)
+        print(f"lightning-fed plan: error: {err}", file=sys.stderr)
         return 2
     return 0
 

@@ -48,6 +48,9 @@ def test_feddpo_own_data_with_chat_template(tmp_path):
     data = config["data"]["init_args"]
     data["dataset"], data["test_dataset"] = str(ROOT / data["dataset"]), str(ROOT / data["test_dataset"])
     data["max_length"] = 200  # the byte tokenizer: the detailed answers do not fit, truncated
+    # ... to a completion budget that leaves the prompt room (without it, every pair of a client
+    # would keep under data.min_prompt_length of its prompt and be dropped)
+    data["max_completion_length"] = 120
     config["federation"].update(rounds=1, local_steps=2)
     config["trainer"] = {"default_root_dir": str(tmp_path / "runs"), "enable_model_summary": False}
     run = fit_then_evaluate(tmp_path, config)

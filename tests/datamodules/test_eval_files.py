@@ -103,7 +103,7 @@ def test_truncated_examples_are_counted_per_client():
         num_clients=2,
         template="plain",
         synthetic_args={"examples_per_client": 6},
-        max_length=24,
+        max_length=64,
         on_overflow="truncate",
         truncation="prompt_middle",
         val_fraction=0.0,
@@ -111,12 +111,12 @@ def test_truncated_examples_are_counted_per_client():
     dm.tokenizer = byte_tokenizer()
     with pytest.warns(
         UserWarning,
-        match=r"data: \d+ train examples truncated to fit data.max_length=24 \(data.truncation='prompt_middle'\);"
+        match=r"data: \d+ train examples truncated to fit data.max_length=64 \(data.truncation='prompt_middle'\);"
         r" per client: \[\d+, \d+\]",
     ):
         dm.setup("fit")
     counts = dm.data_report()["truncated"]["train"]
-    long = [sum(len(i["input_ids"]) == 24 for i in c.full_train) for c in dm.clients]
+    long = [sum(len(i["input_ids"]) == 64 for i in c.full_train) for c in dm.clients]
     assert counts == long and sum(counts) > 0
     with pytest.raises(
         ValueError, match=r"data.truncation must be one of \('prompt_left', 'prompt_middle', 'response'\), got 'head'"

@@ -202,3 +202,57 @@ def test_empty_state_is_not_kept(tmp_path):
     store.put(1, {}, {})  # the client's state became empty: it is forgotten
     assert 1 not in store and store.get(1) == {"personal": {}, "memory": {}}
     assert store.index()["files"] == {}
+
+
+def _file_of(tmp_path, cid: int, entry: dict) -> tuple[dict, str]:
+    """An index referencing a state file with ``entry``'s tensors under its canonical name."""
+    from lightning_fed.federation.store import encode_entry
+
+    name, data = encode_entry(cid, entry)
+    (tmp_path / name).write_bytes(data)
+    return {"format": 1, "folder": str(tmp_path), "run": "", "files": {cid: {"file": name, "nbytes": len(data)}}}, name
+
+
+LAYOUT = {"personal": {"w": (10,)}, "memory": {"w": (10,), "lora.A": (2, 3)}}
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"personal": {"w": torch.zeros(4)}}, "'personal/w' has shape (4,), the model's 'w' has (10,)"),
+        (
+            {"personal": {"w": torch.zeros(10, dtype=torch.int64)}},
+            "'personal/w' is int64: a client's state is floating",
+        ),
+        (
+            {"personal": {"w": torch.zeros(10), "huge": torch.zeros(1000)}},
+            "'personal/huge' names no personal parameter",
+        ),
+        ({"memory": {"control/lora.A": torch.zeros(3, 2)}}, "'memory/control/lora.A' has shape (3, 2), the model's"),
+        ({"memory": {"control/nope": torch.zeros(1)}}, "'memory/control/nope' names no shared or personal parameter"),
+    ],
+)
+def test_state_files_are_checked_against_the_model_layout(tmp_path, entry, problem):
+    """Issue 22 item 7: a wrong shape failed inside a local step (exit 1, unnamed); int64 values
+    and an extra key were accepted."""
+    index, name = _file_of(tmp_path, 2, {"personal": {}, "memory": {}, **entry})
+    store = ClientStateStore()
+    store.load_state_dict(index)
+    with pytest.raises(CheckpointError) as err:
+        store.get(2, LAYOUT)
+    assert str(err.value).startswith(f"client 2's state file '{tmp_path / name}': {problem}"), str(err.value)
+
+
+def test_a_state_file_that_is_not_canonically_named_is_refused(tmp_path):
+    index, name = _file_of(tmp_path, 1, {"personal": {"w": torch.zeros(10)}, "memory": {}})
+    (tmp_path / name).rename(tmp_path / "state.safetensors")
+    index["files"][1]["file"] = "state.safetensors"
+    with pytest.raises(CheckpointError, match=r"is not named client_1-<digest>\.safetensors"):
+        ClientStateStore().load_state_dict(index)
+    index["files"] = {0: {**index["files"][1], "file": name}}  # another client's file
+    (tmp_path / "state.safetensors").rename(tmp_path / name)
+    with pytest.raises(CheckpointError, match=r"client 0's state file .* is not named client_0-<digest>"):
+        ClientStateStore().load_state_dict(index)
+    good = ClientStateStore()
+    good.load_state_dict({**index, "files": {1: index["files"][0]}})
+    assert good.get(1, LAYOUT)["personal"]["w"].tolist() == [0.0] * 10

@@ -1,8 +1,11 @@
 """ReferenceCache: content keys, exact values, compute only what is new, spill to disk."""
 
 import copy
+import io
 import pickle
+import re
 
+import pytest
 import torch
 
 from lightning_fed.datamodules.tokenize import PadCollator, tokenize_preference
@@ -89,3 +92,48 @@ def test_default_spill_dir_is_temporary_and_copies_start_empty():
         assert len(clone) == 0 and clone.db_path is None and clone.max_memory_bytes == 0
     del cache  # the finalizer closes the database and removes the temporary folder
     assert not folder.exists()
+
+
+def test_state_dict_round_trips_memory_and_spilled_entries_bit_exact(tmp_path):
+    keys = [bytes([i]) * 16 for i in range(5)]
+    chosen, rejected = torch.randn(5), torch.randn(5)
+    cache = ReferenceCache(max_memory_bytes=3 * ENTRY_BYTES, spill_dir=tmp_path / "a")
+    cache.put_many(keys[:4], chosen[:4], rejected[:4])  # 4 > 3 entries: spilled to the file
+    cache.put_many(keys[4:], chosen[4:], rejected[4:])  # 1 in memory
+    state = cache.state_dict()
+    assert state["keys"].shape == (5, 16) and state["values"].dtype == torch.float64 and state["dtype"] == "float32"
+    buffer = io.BytesIO()
+    torch.save(state, buffer)  # a checkpoint is read with weights_only=True
+    buffer.seek(0)
+    restored = ReferenceCache(spill_dir=tmp_path / "b")
+    restored.load_state_dict(torch.load(buffer, weights_only=True))
+    assert len(restored) == 5 and restored.get_many(keys) == cache.get_many(keys)
+    assert restored.state_dict()["dtype"] == "float32"  # values come back in the dtype they were computed in
+    small = ReferenceCache(max_memory_bytes=ENTRY_BYTES, spill_dir=tmp_path / "c")
+    small.load_state_dict(state)  # over its budget: restored straight to its spill file
+    assert small.memory_bytes == 0 and small.get_many(keys) == cache.get_many(keys)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"keys": torch.zeros(2, 8, dtype=torch.uint8)},
+            "reference_cache.keys must be a uint8 tensor of shape (N, 16), got uint8 of shape (2, 8)",
+        ),
+        (
+            {"values": torch.zeros(2, 2)},
+            "reference_cache.values must be a float64 tensor of shape (2, 2), got float32 of shape (2, 2)",
+        ),
+        ({"values": "x"}, "reference_cache.values must be a float64 tensor of shape (2, 2), got str"),
+        (
+            {"dtype": "int64"},
+            "reference_cache.dtype must be one of ['', 'bfloat16', 'float16', 'float32', 'float64'], got 'int64'",
+        ),
+    ],
+)
+def test_a_crafted_cache_state_is_refused_naming_the_field(change, message):
+    state = {"keys": torch.zeros(2, 16, dtype=torch.uint8), "values": torch.zeros(2, 2, dtype=torch.float64)}
+    state["dtype"] = "float32"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ReferenceCache().load_state_dict({**state, **change})

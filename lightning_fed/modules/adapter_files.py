@@ -1,0 +1,111 @@
+"""PEFT adapter folders and adapter weights handed over by a user, checked before a model is built.
+
+A LoRA folder is ``adapter_config.json`` + ``adapter_model.safetensors``. What PEFT would do with
+a bad one: allocate ``r`` rows per target layer as the config says (``r: 100000000`` fails in
+the allocator, naming nothing), fail on a shape mid-load, or load NaN weights and go on. Here
+the config's ``r`` must be a positive integer that the weights' own shapes agree with (so what
+is allocated is bounded by the file's size), the file must be a complete safetensors file, and
+every tensor must be finite floating point. Each problem is one line naming the option, the
+file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+def check_adapter_folder(folder: str | Path, field: str) -> dict[str, Any]:
+    """The folder's adapter config, after checking it and its weights (see the module docstring).
+
+    Args:
+        folder: The PEFT adapter folder.
+        field: The option that named it (``--adapter``, ``--run``, ``selector.path``).
+
+    Raises:
+        ValueError: One line naming ``field``, the file and what is wrong.
+    """
+    folder = Path(folder)
+    config_path, weights_path = folder / ADAPTER_CONFIG, folder / ADAPTER_WEIGHTS
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{field} {str(config_path)!r}: not a readable JSON adapter config ({err})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{field} {str(config_path)!r}: holds a {type(config).__name__}, expected a JSON object")
+    r, alpha = config.get("r"), config.get("lora_alpha", 8)
+    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+        raise ValueError(f"{field} {str(config_path)!r}: 'r' must be a positive integer, got {r!r}")
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha):
+        raise ValueError(f"{field} {str(config_path)!r}: 'lora_alpha' must be a finite number, got {alpha!r}")
+    weights = read_adapter_weights(weights_path, field)
+    ranks = config.get("rank_pattern") or {}
+    for key, value in weights.items():
+        if ranks or "lora_" not in key or value.dim() != 2:
+            continue
+        rank = value.shape[0] if ".lora_A." in key else value.shape[1] if ".lora_B." in key else r
+        if rank != r:
+            raise ValueError(
+                f"{field} {str(weights_path)!r}: {key!r} has shape {tuple(value.shape)}, which is not rank r={r}"
+                f" of {ADAPTER_CONFIG}"
+            )
+    return config
+
+
+def read_adapter_weights(path: str | Path, field: str) -> dict[str, torch.Tensor]:
+    """The tensors of an adapter's safetensors file, each finite floating point.
+
+    Raises:
+        ValueError: One line naming ``field`` and the file (missing, truncated, or a bad tensor).
+    """
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{field} {str(path)!r}: no such file (a LoRA adapter folder holds {ADAPTER_WEIGHTS})")
+    try:
+        weights = load_file(str(path))
+    except Exception as err:  # noqa: BLE001 - SafetensorError, OSError, a header that is not JSON...
+        first = " ".join(str(err).split())[:200]
+        raise ValueError(f"{field} {str(path)!r}: not a complete safetensors file ({first})") from None
+    check_finite(weights, field, path)
+    return weights
+
+
+def check_finite(state: Mapping[str, Any], field: str, path: str | Path) -> None:
+    """Every tensor of ``state`` is floating point and finite.
+
+    Raises:
+        ValueError: naming ``field``, ``path`` and the first bad key.
+    """
+    for key, value in state.items():
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            kind = str(value.dtype)[6:] if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(f"{field} {str(path)!r}: {key!r} is {kind}, expected floating point weights")
+        if not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{field} {str(path)!r}: {key!r} has NaN or infinite values")
+
+
+def check_shapes(state: Mapping[str, torch.Tensor], expected: Mapping[str, Any], field: str, path: str | Path) -> None:
+    """Every tensor of ``state`` names a tensor of ``expected`` (parameters, or PEFT's state dict)
+    and has its shape.
+
+    Raises:
+        ValueError: naming ``field``, ``path`` and the first unknown key or wrong shape.
+    """
+    for key, value in state.items():
+        if key not in expected:
+            raise ValueError(f"{field} {str(path)!r}: {key!r} is not a weight of this model's adapter")
+        if tuple(value.shape) != tuple(expected[key].shape):
+            raise ValueError(
+                f"{field} {str(path)!r}: {key!r} has shape {tuple(value.shape)}, the model's is"
+                f" {tuple(expected[key].shape)}"
+            )

@@ -1,0 +1,70 @@
+"""SIGTERM in the window inside ``trainer.fit`` before Lightning installs its handler (setup hook,
+checkpoint restore, strategy setup, ``on_fit_start``) is never lost (issue 22, item 1).
+
+Each case sends SIGTERM from inside one phase (tests/helpers/signal_driver.py) and asserts exit
+143, the one line naming where to resume from, and that the checkpoint resumed from is untouched.
+Before the fix the handler ignored the signal once ``setup`` had run: all rounds ran, exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = ROOT / "tests" / "helpers" / "signal_driver.py"
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false", "--federation.local_steps=1"]
+CONNECTOR = "lightning.pytorch.trainer.connectors.checkpoint_connector:_CheckpointConnector"
+PHASES = {
+    "setup_hook": "lightning.pytorch.trainer.call:_call_setup_hook",
+    "restore": f"{CONNECTOR}.restore_model",
+    "resume_end": f"{CONNECTOR}.resume_end",  # the last step before register_signal_handlers
+}
+
+
+def _fit(root: Path, *extra: str, phase: str | None = None) -> subprocess.CompletedProcess:
+    args = ["fit", "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={root}", *QUIET, *extra]
+    cmd = (
+        [sys.executable, str(DRIVER), PHASES[phase], "--", *args]
+        if phase
+        else [sys.executable, "-m", "lightning_fed.cli", *args]
+    )
+    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def one_round(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("one_round")
+    proc = _fit(root, "--federation.rounds=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+
+
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_sigterm_while_a_resumed_run_starts_exits_143_and_keeps_its_checkpoint(tmp_path, one_round, phase):
+    ckpt = tmp_path / "last.ckpt"
+    ckpt.write_bytes(one_round.read_bytes())
+    proc = _fit(tmp_path / "run", "--federation.rounds=2", f"--ckpt_path={ckpt}", phase=phase)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert (
+        f"lightning-fed: stopped by SIGTERM; the last complete round is in {ckpt}; resume with --ckpt_path {ckpt}"
+        in proc.stderr.splitlines()
+    ), proc.stderr[-3000:]
+    assert ckpt.read_bytes() == one_round.read_bytes()
+    for summary in (tmp_path / "run").rglob("summary.json"):  # round 2 was not done (round 1 is restored)
+        assert [r["round"] for r in json.loads(summary.read_text()).get("rounds") or []] in ([], [1])
+
+
+def test_sigterm_during_a_fresh_run_setup_exits_143(tmp_path):
+    proc = _fit(tmp_path, "--federation.rounds=2", phase="restore")
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert (
+        "lightning-fed: stopped by SIGTERM; no round completed in this run, so no checkpoint was written by it"
+        in proc.stderr.splitlines()
+    ), proc.stderr[-3000:]

@@ -1,0 +1,122 @@
+"""Checkpoints handed to ``fit``/``validate``/``test`` as a process: a malformed file, another
+model's weights or a missing test set is exit 2 with one ``error:`` line naming what to fix,
+before anything is written (issue 22, items 6 and 8)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+ENV.pop("LIGHTNING_FED_DEBUG", None)
+QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+
+
+def _cli(sub: str, root: Path, *extra: str) -> subprocess.CompletedProcess:
+    args = [sub, "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={root}", *QUIET, *extra]
+    return subprocess.run(
+        [sys.executable, "-m", "lightning_fed.cli", *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _errors(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A checkpoint of configs/tiny.yaml after one round of one step."""
+    root = tmp_path_factory.mktemp("trained")
+    proc = _cli("fit", root, "--federation.rounds=1", "--federation.local_steps=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+
+
+def _crafted(tmp_path: Path, ckpt: dict) -> Path:
+    path = tmp_path / "crafted.ckpt"
+    torch.save(ckpt, path)
+    return path
+
+
+def test_a_checkpoint_with_only_a_state_dict_is_refused_before_the_run_folder(tmp_path):
+    path = _crafted(tmp_path, {"state_dict": {}})
+    proc = _cli("fit", tmp_path / "run", f"--ckpt_path={path}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        f"error: ckpt_path {str(path)!r}: not a Lightning checkpoint this run can load:"
+        " 'pytorch-lightning_version' is None, expected a version string"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_without_its_training_state_is_refused_naming_the_key(tmp_path, trained):
+    ckpt = torch.load(trained, weights_only=True)
+    del ckpt["loops"]
+    path = _crafted(tmp_path, ckpt)
+    proc = _cli("fit", tmp_path / "run", f"--ckpt_path={path}", "--federation.rounds=2")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        f"error: ckpt_path {str(path)!r}: not a Lightning checkpoint this run can load:"
+        " no 'loops' (a fit resumes from what Lightning saved with it)"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+def test_weights_of_another_shape_are_refused_before_the_run_folder(tmp_path, trained):
+    ckpt = torch.load(trained, weights_only=True)
+    ckpt.pop("federation")  # no stored config: the weights themselves are compared
+    key = next(k for k in ckpt["state_dict"] if k.endswith("lora_A.default.weight"))
+    ckpt["state_dict"][key] = torch.zeros(8, 32)
+    path = _crafted(tmp_path, ckpt)
+    proc = _cli("validate", tmp_path / "run", f"--ckpt_path={path}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        f"error: ckpt_path {str(path)!r} does not fit this model: {key!r} has shape (8, 32), the model's is (4, 32);"
+        " use a checkpoint of this config's model"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+def test_validate_compares_the_model_config_with_the_checkpoints(tmp_path, trained):
+    proc = _cli("validate", tmp_path / "run", f"--ckpt_path={trained}", "--model.init_args.lora.r=8")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        f"error: ckpt_path {str(trained)!r} holds the weights of another model: model.lora.r: 4 -> 8;"
+        " evaluate it with the config it was trained with"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+def test_test_without_a_test_set_writes_nothing(tmp_path, trained):
+    proc = _cli("test", tmp_path / "run", f"--ckpt_path={trained}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        "error: data.test_dataset is not set: `test` scores a separate test set;"
+        " pass --data.init_args.test_dataset=<file>"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_crafted_reference_cache_is_refused_before_the_run_folder(tmp_path, trained):
+    ckpt = torch.load(trained, weights_only=True)
+    n = ckpt["reference_cache"]["keys"].shape[0]
+    ckpt["reference_cache"]["values"] = ckpt["reference_cache"]["values"].float()  # served as if exact doubles
+    path = _crafted(tmp_path, ckpt)
+    proc = _cli("fit", tmp_path / "run", f"--ckpt_path={path}", "--federation.rounds=2")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        f"error: ckpt_path {str(path)!r}: reference_cache.values must be a float64 tensor of shape ({n}, 2),"
+        f" got float32 of shape ({n}, 2)"
+    ]
+    assert not (tmp_path / "run").exists()

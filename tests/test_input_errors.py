@@ -1,0 +1,94 @@
+"""Input problems outside the usual error classes are exit 2 with one line naming what to fix
+(issue 22, item 9): a binary config, a read-only output folder, a LoRA rank no layer has, a
+scalar where a class's options go."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_fed.errors import exit_code
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+ENV.pop("LIGHTNING_FED_DEBUG", None)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lightning_fed.cli", *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _errors(proc: subprocess.CompletedProcess, prefix: str = "error:") -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith(prefix)]
+
+
+@pytest.fixture
+def binary(tmp_path) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"model: \xff\xfe\x00binary")
+    return path
+
+
+def test_a_binary_config_is_named(tmp_path, binary):
+    proc = _cli("fit", "--config", str(binary), f"--trainer.default_root_dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [f"error: config {str(binary)!r} is not UTF-8 text (byte 7: invalid start byte)"]
+    plan = _cli("plan", "--config", str(binary))
+    assert plan.returncode == 2, plan.stderr[-3000:]
+    assert _errors(plan, "lightning-fed plan:") == [
+        f"lightning-fed plan: error: --config {str(binary)!r} is not UTF-8 text (byte 7: invalid start byte)"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        # was "unknown class_path 'lightning_fed.modules.DPOModule'" (the word "import" in the reason)
+        ("--model.init_args.lora=big", "error: model.lora: Expected a dot import path string: big"),
+        # was an allocation failure (exit 1) naming no option
+        (
+            "--model.init_args.lora.r=100000000",
+            "error: lora.r must be <= 32 (the full rank of the largest target module), got 100000000",
+        ),
+    ],
+    ids=["lora_scalar", "huge_rank"],
+)
+def test_model_options_are_named(tmp_path, override, message):
+    proc = _cli("fit", "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={tmp_path / 'run'}", override)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [message]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("number", [errno.EROFS, errno.EACCES, errno.ENAMETOOLONG])
+def test_an_unusable_path_before_training_is_a_user_error(number):
+    err = OSError(number, os.strerror(number), "/runs/x")
+    assert exit_code(err, training_started=False) == 2
+    assert exit_code(err, training_started=True) == 1  # a disk that fails mid-run is a failure
+    assert exit_code(OSError(errno.EIO, "I/O error"), training_started=False) == 1
+
+
+def test_predict_is_removed_with_what_to_use_instead(tmp_path):
+    """Issue 22 item 10: `predict` on a DPO module exited 1 ("requires forward")."""
+    proc = _cli("predict", "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        "error: `lightning-fed predict` was removed: the objectives here score pairs and have no forward to predict"
+        " with; generate answers to a prompts file with `lightning-fed evaluate --run <run> --benchmarks [judge]`"
+        " (or [humaneval], [lm_eval])"
+    ]
+    assert not (tmp_path / "run").exists()
+    assert "predict" not in _cli("--help").stdout
