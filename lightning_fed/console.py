@@ -120,7 +120,12 @@ def filter_library_handlers() -> None:
     if _verbose is None:
         return
     for name in LIBRARY_LOGGERS:
-        for handler in logging.getLogger(name).handlers:
+        logger = logging.getLogger(name)
+        if logger.handlers:
+            # Lightning adds its handlers whether or not the root logger has one (a library's
+            # `logging.basicConfig`, e.g. opacus' at import): a record would print twice.
+            logger.propagate = False
+        for handler in logger.handlers:
             handler.filters = [f for f in handler.filters if not isinstance(f, OwnLines)]
             if not _verbose:
                 handler.addFilter(OwnLines())

@@ -161,3 +161,15 @@ def test_a_truncation_warning_is_shown_as_one_warning_line(tmp_path):
 def test_verbose_requested(monkeypatch, argv, env, expected):
     monkeypatch.setenv(console.VERBOSE_ENV, env)
     assert console.verbose_requested(argv) is expected
+
+
+def test_a_lightning_record_prints_once_when_a_library_configured_the_root_logger():
+    """opacus calls ``logging.basicConfig`` at import: before Lightning, that made its records print twice."""
+    probe = (
+        "import logging; logging.basicConfig()\n"
+        "from lightning_fed import console; console.configure(verbose=True)\n"
+        "import lightning.pytorch; console.filter_library_handlers()\n"
+        "logging.getLogger('lightning.pytorch.utilities.rank_zero').info('resuming x: a -> b (allowed)')"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.stderr.count("(allowed)") == 1, proc.stderr
