@@ -150,11 +150,15 @@ def test_a_truncation_warning_is_shown_as_one_warning_line(tmp_path):
     run = _tiny(tmp_path / "run", "--data.init_args.max_length=60", "--data.init_args.on_overflow=truncate")
     proc, _ = _cli(tmp_path, *run, "--trainer.enable_progress_bar=false", "--federation.rounds=1", simulate=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    warning = (
-        "warning: data: 65 train examples truncated to fit data.max_length=60 (data.truncation='prompt_left');"
-        " per client: [13, 18, 18, 16]"
-    )
-    assert proc.stderr.splitlines() == [warning, FEDERATION_LINE]
+    assert proc.stderr.splitlines() == [
+        "warning: data: 59 train examples truncated to fit data.max_length=60 (data.truncation='prompt_left');"
+        " per client: [12, 16, 16, 15]",
+        "warning: data: 6 train examples dropped: fewer than data.min_prompt_length=16 of their prompt tokens fit"
+        " data.max_length=60 (set data.max_completion_length or raise data.max_length); per client: [1, 2, 2, 1]",
+        "warning: data: 1 of 59 truncated train examples lost most of their prompt (kept under half its tokens;"
+        " set data.max_completion_length or raise data.max_length); per client: [0, 1, 0, 0]",
+        "federation: 4 clients, 66 training examples, per client min 16 / median 17 / max 17",
+    ]
 
 
 @pytest.mark.parametrize("argv, env, expected", [([], "", False), (["--verbose"], "", True), ([], "1", True)])
