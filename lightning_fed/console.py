@@ -92,11 +92,11 @@ def configure(verbose: bool) -> None:
         os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("DATASETS_VERBOSITY", "error")
         if not getattr(warnings.showwarning, "_lightning_fed_quiet", False):
-            warnings.showwarning = _own_warnings_only(warnings.showwarning)
+            warnings.showwarning = _own_warnings_only()
     filter_library_handlers()
 
 
-def _own_warnings_only(show: Any) -> Any:
+def _own_warnings_only() -> Any:
     """``warnings.showwarning`` that prints the package's warnings as ``warning: <message>`` and no others.
 
     The file and line of the warning say nothing a user can act on (``--verbose`` shows them).

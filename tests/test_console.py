@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -140,7 +139,7 @@ def test_the_kernels_hub_notice_is_dropped_and_nothing_else():
 
 
 def test_quiet_warnings_show_the_package_warnings_only(capsys):
-    show = console._own_warnings_only(warnings.showwarning)
+    show = console._own_warnings_only()
     show(UserWarning("third party"), UserWarning, "/site-packages/transformers/modeling_utils.py", 3303)
     show(UserWarning("truncated 3 pairs"), UserWarning, str(Path(console.__file__).parent / "datamodules" / "x.py"), 1)
     assert capsys.readouterr().err == "warning: truncated 3 pairs\n"
