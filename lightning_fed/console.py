@@ -89,6 +89,7 @@ def configure(verbose: bool) -> None:
         os.environ[VERBOSE_ENV] = "1"  # the processes this one starts (Flower apps, stages) say as much
     else:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bar too
         os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("DATASETS_VERBOSITY", "error")
         if not getattr(warnings.showwarning, "_lightning_fed_quiet", False):

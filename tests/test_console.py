@@ -21,7 +21,8 @@ from lightning_fed import console
 ROOT = Path(__file__).resolve().parents[1]
 SIMULATE = str(ROOT / "tests" / "helpers" / "simulated_avx512bf16.py")
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-for name in ("LIGHTNING_FED_DEBUG", console.VERBOSE_ENV, "TRANSFORMERS_VERBOSITY", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+QUIET_ENV = ("TRANSFORMERS_VERBOSITY", "HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS")
+for name in ("LIGHTNING_FED_DEBUG", console.VERBOSE_ENV, *QUIET_ENV):
     ENV.pop(name, None)
 HINT = "(run with --debug or LIGHTNING_FED_DEBUG=1 for the traceback)"
 FEDERATION_LINE = "federation: 4 clients, 72 training examples, per client min 18 / median 18 / max 18"
