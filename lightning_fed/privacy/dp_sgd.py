@@ -177,7 +177,11 @@ class ExampleLevelDP:
         return super().is_shared(name) and not (self.dp_sgd.ffa_lora and "lora_A" in name)
 
     def per_example_losses(self, batch: dict[str, Tensor]) -> Tensor:
-        raise NotImplementedError
+        """``(n,)``: one loss per example of ``batch`` (a DPO example is the pair).
+
+        The objective's half of the mixin: :class:`DPSFTModule` and :class:`DPDPOModule` define it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define per_example_losses (see ExampleLevelDP)")
 
     def rows_to_examples(self, grad_sample: Tensor, num_examples: int) -> Tensor:
         """``(rows, ...)`` per-row gradients to ``(num_examples, ...)``: one row per example by default."""
