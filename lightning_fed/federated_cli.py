@@ -233,7 +233,8 @@ class FederatedCLI(LightningCLI):
         # run here, each through this CLI, before the data is served.
         prepare_stages(self.model, self.datamodule, fit=run_cli, device=self.trainer.strategy.root_device)
         self.datamodule.setup("fit")
-        loop.server.bind(self.datamodule.num_clients, self.datamodule)  # validates clients_per_round
+        # validates clients_per_round and plans the privacy budget (an impossible one: exit 2, nothing written)
+        loop.server.bind(self.datamodule.num_clients, self.datamodule, self.model)
 
     def _check_weights(self, ckpt: Any) -> None:
         if getattr(self, "_saved_weights", None) is not None:

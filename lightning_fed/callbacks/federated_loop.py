@@ -37,6 +37,8 @@ from lightning_fed.federation.hooks import (
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
+from lightning_fed.privacy.config import PrivacyConfig
+from lightning_fed.privacy.run import RunPrivacy
 from lightning_fed.state import clone_state, state_nbytes
 from lightning_fed.strategies.base import Strategy
 from lightning_fed.strategies.fedavg import FedAvg
@@ -82,6 +84,11 @@ class FederatedLoop(LoopEvaluation):
         eval_panel_size: Clients in the panel, drawn once from ``seed`` (``>= N``: all clients).
         eval_every: Evaluate after every n-th round and after the last; the initial evaluation
             (before round 1) runs unless ``trainer.num_sanity_val_steps`` is 0.
+        sampling: ``fixed_size`` (``clients_per_round`` each round) or ``poisson`` (each client
+            with probability ``sampling_rate``).
+        sampling_rate: ``q`` of Poisson sampling.
+        privacy: Client-level privacy budget (:class:`~lightning_fed.privacy.PrivacyConfig`; needs
+            ``strategy: ClientLevelDP``): see :mod:`lightning_fed.privacy.run` and ``docs/privacy.md``.
     """
 
     def __init__(
@@ -104,6 +111,9 @@ class FederatedLoop(LoopEvaluation):
         eval_clients: str | None = None,
         eval_panel_size: int = DEFAULT_PANEL_SIZE,
         eval_every: int = 1,
+        sampling: str = "fixed_size",
+        sampling_rate: float | None = None,
+        privacy: PrivacyConfig | None = None,
     ) -> None:
         self.config = FederationConfig(
             rounds=rounds,
@@ -122,6 +132,8 @@ class FederatedLoop(LoopEvaluation):
             eval_clients=eval_clients,
             eval_panel_size=eval_panel_size,
             eval_every=eval_every,
+            sampling=sampling,
+            sampling_rate=sampling_rate,
         )
         config = self.config
         super().__init__(
@@ -132,6 +144,7 @@ class FederatedLoop(LoopEvaluation):
         self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
         self.report.per_client_scalars = config.per_client_scalars
         self._plans: dict[int, list[TurnPlan]] = {}
+        self.server.privacy = RunPrivacy(privacy, config.local_steps, config.local_epochs)
 
     # The run's settings are the config's (one place); these read it.
     rounds = property(lambda self: self.config.rounds, doc="Number of communication rounds.")
@@ -165,7 +178,7 @@ class FederatedLoop(LoopEvaluation):
             raise TypeError(f"FederatedLoop needs a FederatedDataModule, got {type(dm).__name__}")
         self.trainer, self.module, self.datamodule = trainer, pl_module, dm
         if self.server.datamodule is not dm:  # the CLI binds (and validates) before the Trainer runs
-            self.server.bind(dm.num_clients, dm)
+            self.server.bind(dm.num_clients, dm, pl_module)
         # Personal parameters as initialised: what a client without personal state yet uses.
         self.initial_personal = clone_state(pl_module.personal_parameters())
         dm.eval_plan = self.evaluation_layout
@@ -259,6 +272,7 @@ class FederatedLoop(LoopEvaluation):
             self.datamodule.client_sizes[cid],
             self.hooks,
             self.initial_personal,
+            bucket_counts=self.server.report.private,
         )
         turn.begin(trainer, pl_module, *self.server.send(cid))
         return turn
@@ -273,6 +287,9 @@ class FederatedLoop(LoopEvaluation):
     @override
     def end_round(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.server.close(self.context, pl_module)
+        if self.server.stopping:  # the next round would exceed the privacy budget: stop, exit 0
+            rank_zero_warn(f"stopping: {self.server.stop_reason}")
+            trainer.should_stop = True
 
     # ============================================================================ the end
     @override
@@ -285,7 +302,12 @@ class FederatedLoop(LoopEvaluation):
                 index = self.store.index()
                 (out / "client_states.json").write_text(json.dumps(index, indent=1) + "\n")
         data = self.datamodule.data_report() if hasattr(self.datamodule, "data_report") else {}
-        extra = {**self.server.fault_counts(), "hooks": self.server.hook_summaries(), "data": data}
+        extra = {
+            **self.server.fault_counts(),
+            "hooks": self.server.hook_summaries(),
+            "data": data,
+            "privacy": self.server.privacy_section(),
+        }
         self.report.write_summary(trainer, extra=extra)
 
     @override
@@ -301,7 +323,12 @@ class FederatedLoop(LoopEvaluation):
             "failed": list(self.server.failed),
             "rejected": dict(self.server.rejected),
         }
-        extra = {**self.server.fault_counts(), "hooks": self.server.hook_summaries(), "stopped": stopped}
+        extra = {
+            **self.server.fault_counts(),
+            "hooks": self.server.hook_summaries(),
+            "stopped": stopped,
+            "privacy": self.server.privacy_section(),
+        }
         self.report.write_summary(trainer, extra=extra)
 
     @override

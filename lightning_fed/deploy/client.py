@@ -34,6 +34,7 @@ from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.modules.base import FederatedModule
+from lightning_fed.privacy.run import client_counts_bucketed
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import ClientUpdate, Strategy
 
@@ -206,6 +207,7 @@ class ClientRunner:
             num_examples,
             self.hooks,
             self.initial_personal,
+            bucket_counts=client_counts_bucketed(self.strategy, self.module),
         )
         # Lightning's accumulation and a manual-optimization module's own, as in the simulation.
         accumulate = int(self.trainer_kwargs.get("accumulate_grad_batches", 1))

@@ -89,7 +89,7 @@ class FederatedServer(FlowerStrategy):
         datamodule: Any = None,
     ) -> None:
         self.loop, self.server = loop, loop.server  # the same ServerRound: loop.global_state is the server's
-        self.server.bind(num_clients, datamodule)
+        self.server.bind(num_clients, datamodule, module)  # plans the privacy budget too
         self.save_adapter = loop.config.save_adapter
         self.module, self.num_clients, self.timeout = module, num_clients, timeout
         self.limits = limits or ReplyLimits()
@@ -320,7 +320,11 @@ class FederatedServer(FlowerStrategy):
             )
             arrays, metrics = self.aggregate_train(server_round, replies)
             result.arrays, result.train_metrics_clientapp[server_round] = arrays, metrics
+            if server.stopping:  # the next round would exceed the privacy budget
+                rank_zero_warn(f"stopping: {server.stop_reason}")
             if not self.loop.evaluation.evaluates(server_round):  # federation.eval_every
+                if server.stopping:
+                    break
                 continue
             replies = grid.send_and_receive(
                 self.configure_evaluate(server_round, arrays, ConfigRecord(), grid), timeout=timeout
@@ -328,6 +332,8 @@ class FederatedServer(FlowerStrategy):
             evaluated = self.aggregate_evaluate(server_round, replies)
             if evaluated is not None:
                 result.evaluate_metrics_clientapp[server_round] = evaluated
+            if server.stopping:
+                break
         self.finish()
         return result
 
@@ -344,6 +350,7 @@ class FederatedServer(FlowerStrategy):
             "rejected_evaluations": self.rejected_evaluations,
             "missing_replies": self.missing_replies,
             "hooks": self.server.hook_summaries(),
+            "privacy": self.server.privacy_section(),
             "engine": "flower",
         }
         self.server.report.write_summary(self.context, extra=extra)

@@ -16,6 +16,7 @@ from typing import Any
 
 from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
 from lightning_fed.federation.evaluation_plan import DEFAULT_PANEL_SIZE, EvaluationPlan
+from lightning_fed.federation.sampling import SAMPLINGS
 from lightning_fed.federation.screening import MODES
 
 
@@ -27,7 +28,14 @@ class FederationConfig:
     """Number of communication rounds (sets ``trainer.max_epochs``)."""
 
     clients_per_round: int = 2
-    """Clients sampled uniformly without replacement each round."""
+    """Clients sampled uniformly without replacement each round (``sampling: fixed_size``)."""
+
+    sampling: str = "fixed_size"
+    """``fixed_size`` (``clients_per_round`` clients each round) or ``poisson`` (each client
+    independently with probability ``sampling_rate``; a round may have no client)."""
+
+    sampling_rate: float | None = None
+    """``q`` of Poisson sampling (``sampling: poisson`` only)."""
 
     local_steps: int | None = 10
     """Optimizer steps per client per round (K). Exclusive with ``local_epochs``."""
@@ -92,7 +100,11 @@ class FederationConfig:
         elif (value := steps if steps is not None else epochs) < 1:
             name = "local_steps" if steps is not None else "local_epochs"
             out.append(f"federation.{name} must be >= 1, got {value}")
-        if self.clients_per_round >= 1 and not 1 <= self.min_clients <= self.clients_per_round:
+        out += self._sampling_problems()
+        if self.sampling == "poisson":
+            if self.min_clients < 1:
+                out.append(f"federation.min_clients must be >= 1, got {self.min_clients}")
+        elif self.clients_per_round >= 1 and not 1 <= self.min_clients <= self.clients_per_round:
             out.append(
                 f"federation.min_clients must be in [1, clients_per_round={self.clients_per_round}],"
                 f" got {self.min_clients}"
@@ -104,6 +116,16 @@ class FederationConfig:
         if self.on_large_update not in MODES:
             out.append(f"federation.on_large_update must be one of {MODES}, got {self.on_large_update!r}")
         return out
+
+    def _sampling_problems(self) -> list[str]:
+        if self.sampling not in SAMPLINGS:
+            return [f"federation.sampling must be one of {SAMPLINGS}, got {self.sampling!r}"]
+        rate = self.sampling_rate
+        if self.sampling == "poisson" and (rate is None or not 0.0 < rate <= 1.0):
+            return [f"federation.sampling_rate must be in (0, 1] with federation.sampling=poisson, got {rate!r}"]
+        if self.sampling == "fixed_size" and rate is not None:
+            return [f"federation.sampling_rate={rate!r} is for federation.sampling=poisson, not fixed_size"]
+        return []
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain data (what the ``federation:`` YAML section holds)."""

@@ -11,6 +11,13 @@ The round records go to ``<run>/rounds.jsonl`` and the per-client metrics to Par
 under ``<run>/client_metrics/`` (:mod:`~lightning_fed.federation.round_history`); checkpoints
 hold only the number of rounds recorded, the evaluation before round 1 and the config.
 ``summary.json`` holds the run's figures, which do not grow with the number of clients.
+
+With differential privacy on (:attr:`RoundReport.private`, set by the run's privacy plan) the
+reports the server writes hold no raw per-client figure: per-client metrics (losses, update
+norms, evaluations) and their distributions over clients are withheld (not in ``rounds.jsonl``,
+``summary.json``, the Parquet files or TensorBoard; only the example-weighted evaluation means
+remain), and example counts are bucketed (:func:`bucket_count`). ``privacy/epsilon`` is logged
+per round.
 """
 
 from __future__ import annotations
@@ -39,6 +46,13 @@ from lightning_fed.strategies.base import ClientUpdate
 SIZES_FILE = "client_sizes.parquet"
 
 
+def bucket_count(n: int) -> int:
+    """The largest power of two ``<= n`` (``n >= 1``): 1, 2, 4, 8, ... (37 -> 32)."""
+    if n < 1:
+        raise ValueError(f"an example count must be >= 1, got {n}")
+    return 1 << (int(n).bit_length() - 1)
+
+
 def log_scalars(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> None:
     """Log ``metrics`` at ``step`` (the round number) to every logger, on rank zero."""
     if trainer.is_global_zero:
@@ -52,11 +66,15 @@ class RoundReport:
     Args:
         per_client_scalars: Per-client TensorBoard scalars while a round reports at most this
             many clients; beyond it, a histogram per metric (``federation.per_client_scalars``).
+
+    Attributes:
+        private: Withhold per-client metrics and bucket example counts (see the module docstring).
     """
 
     def __init__(self, per_client_scalars: int = DEFAULT_PER_CLIENT_SCALARS) -> None:
         self._history = RoundHistory()
         self.per_client_scalars = per_client_scalars
+        self.private = False
         self.initial_eval: dict[str, Any] | None = None
         self.config: dict[str, Any] | None = None  # the resolved run config, set by the CLI
         self.clients: dict[str, Any] = {}
@@ -116,10 +134,12 @@ class RoundReport:
         up_bytes: int,
         down_bytes: int,
         seconds: float,
+        scalars: dict[str, float] | None = None,
     ) -> None:
-        """Record and log a round once its aggregation is done."""
-        per_client = {str(u.client_id): numeric(u.metrics) for u in updates}
-        stats = client_summary(per_client)
+        """Record and log a round once its aggregation is done (``scalars``: more to log, e.g.
+        ``privacy/epsilon``, also kept in the record)."""
+        per_client = {} if self.private else {str(u.client_id): numeric(u.metrics) for u in updates}
+        stats = client_summary(per_client) if per_client else {}
         record = {
             "round": round_idx + 1,
             "clients": clients,
@@ -130,11 +150,17 @@ class RoundReport:
             "down_bytes": down_bytes,
             "seconds": seconds,
             "train_stats": stats,
-            "train": {str(u.client_id): u.metrics for u in updates},
         }
+        if not self.private:
+            record["train"] = {str(u.client_id): u.metrics for u in updates}
+        extra = dict(scalars or {})
+        if extra:
+            record["scalars"] = extra
         self._attach(trainer)
-        self.history.append(record, {u.client_id: u.num_examples for u in updates})
+        counts = {u.client_id: bucket_count(u.num_examples) if self.private else u.num_examples for u in updates}
+        self.history.append(record, counts)
         scalars = {
+            **extra,
             "comm/up_bytes": float(up_bytes),
             "comm/down_bytes": float(down_bytes),
             "round/seconds": seconds,
@@ -182,27 +208,29 @@ class RoundReport:
         names = sorted(next(iter(per_client.values())))
         for k in names:
             summary[k] = sum(self._sums[c][k] for c in per_client) / total
-            summary.update({f"{k}_client_{s}": v for s, v in distribution([m[k] for m in per_client.values()]).items()})
-        result = {
-            "round": round_number,
-            "val": summary,
-            "val_clients": {str(c): m for c, m in sorted(per_client.items())},
-        }
+            if not self.private:  # a distribution over clients shows single clients' values (min, max)
+                values = [m[k] for m in per_client.values()]
+                summary.update({f"{k}_client_{s}": v for s, v in distribution(values).items()})
+        result: dict[str, Any] = {"round": round_number, "val": summary}
+        if not self.private:
+            result["val_clients"] = {str(c): m for c, m in sorted(per_client.items())}
         scalars = {f"round/val_{k}": v for k, v in summary.items()}
-        scalars.update(
-            per_client_logging(
-                trainer,
-                per_client,
-                round_number,
-                self.per_client_scalars,
-                lambda c, k: f"client_{c}/val_{k}",
-                lambda k: f"clients/val_{k}",
+        if not self.private:
+            scalars.update(
+                per_client_logging(
+                    trainer,
+                    per_client,
+                    round_number,
+                    self.per_client_scalars,
+                    lambda c, k: f"client_{c}/val_{k}",
+                    lambda k: f"clients/val_{k}",
+                )
             )
-        )
-        counts = dict(self._counts)
+        counts = {c: bucket_count(n) for c, n in self._counts.items()} if self.private else dict(self._counts)
         if initial:
             self.initial_eval = result
-            self.history.write_clients("val", 0, result["val_clients"], counts)
+            if not self.private:
+                self.history.write_clients("val", 0, result["val_clients"], counts)
         else:
             # Only the example-weighted means go through Lightning's logging (checkpoint monitors,
             # early stopping, the progress bar): each call costs ~5-10 ms on a CPU, so the
@@ -210,7 +238,8 @@ class RoundReport:
             for k in names if pl_module is not None else ():  # None on a Flower server
                 pl_module.log(f"val/{k}", summary[k], prog_bar=k in ("pref_acc", "loss"))
             if self.history and self.history[-1]["round"] == round_number:
-                self.history.update_last({"val": summary, "val_clients": result["val_clients"]}, counts)
+                fields = {k: v for k, v in result.items() if k in ("val", "val_clients")}
+                self.history.update_last(fields, counts)
         log_scalars(trainer, scalars, step=round_number)
 
     # ---------------------------------------------------------------------------- outputs

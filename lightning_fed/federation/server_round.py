@@ -17,13 +17,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_fed.federation.hooks import Payload, RoundHook
 from lightning_fed.federation.report import RoundReport
-from lightning_fed.federation.sampling import check_clients_per_round, sample_clients
+from lightning_fed.federation.sampling import check_clients_per_round, poisson_sample_clients, sample_clients
 from lightning_fed.federation.screening import UpdateScreen, update_norm
 from lightning_fed.state import StateDict, clone_state, state_nbytes
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, check_update
@@ -33,6 +33,36 @@ if TYPE_CHECKING:
 
 Ask = Callable[[int, dict[int, Payload]], dict[int, Payload]]
 """How a transport gets one hook's queries answered: ``(hook index, {client: query}) -> {client: reply}``."""
+
+
+class RoundPrivacy(Protocol):
+    """What the server asks of the run's privacy (:class:`lightning_fed.privacy.RunPrivacy`).
+
+    Attributes:
+        enabled: Whether any DP mechanism runs (then the reports withhold per-client metrics and
+            bucket example counts).
+    """
+
+    enabled: bool
+
+    def plan(self, server: ServerRound, module: Any) -> None:
+        """Before training: calibrate and check the budget (one-line ``ValueError``)."""
+
+    def end_round(self, round_idx: int) -> dict[str, float]:
+        """Account round ``round_idx``; the scalars to log (``privacy/epsilon``)."""
+
+    def would_exceed(self, next_round: int) -> bool:
+        """Whether running ``next_round`` (0-based) would spend more than the budget."""
+
+    def stopped(self, next_round: int) -> None:
+        """Record that the run stops before ``next_round``."""
+
+    def section(self, rounds: int) -> dict[str, Any]:
+        """The ``privacy`` section of ``summary.json`` after ``rounds`` rounds."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class ServerRound:
@@ -46,6 +76,12 @@ class ServerRound:
         min_clients: A round fails unless at least this many updates are admitted.
         seed: Seed of client sampling (``None``: the run's ``seed_everything`` value).
         screen: Bound on the norm of each client's change.
+        sampling: ``fixed_size`` (``clients_per_round``) or ``poisson`` (rate ``sampling_rate``).
+        sampling_rate: ``q`` of Poisson sampling.
+
+    ``privacy`` (a :class:`RoundPrivacy`, ``None`` for none) is set by the engine that builds the
+    server; :meth:`bind` plans it, :meth:`close` accounts each round and sets :attr:`stopping`
+    when the next round would exceed the budget.
 
     Set by :meth:`bind`: ``num_clients`` and ``datamodule`` (in-process the run's
     ``FederatedDataModule``; under Flower the config's, not set up).
@@ -60,9 +96,15 @@ class ServerRound:
         min_clients: int,
         seed: int | None = None,
         screen: UpdateScreen | None = None,
+        sampling: str = "fixed_size",
+        sampling_rate: float | None = None,
     ) -> None:
         self.strategy, self.hooks = strategy, hooks
         self.rounds, self.clients_per_round, self.min_clients = rounds, clients_per_round, min_clients
+        self.sampling, self.sampling_rate = sampling, sampling_rate
+        self.privacy: RoundPrivacy | None = None
+        #: Why the run stops before its last round (``None``: it does not).
+        self.stop_reason: str | None = None
         self._seed = seed
         self.screen = screen or UpdateScreen()
         self.report = RoundReport()
@@ -77,7 +119,17 @@ class ServerRound:
     def from_config(cls, config: FederationConfig, strategy: Strategy, hooks: list[RoundHook]) -> ServerRound:
         """The server half of a run described by ``config`` (both transports build it so)."""
         screen = UpdateScreen(config.max_update_norm, config.on_large_update)
-        return cls(strategy, hooks, config.rounds, config.clients_per_round, config.min_clients, config.seed, screen)
+        return cls(
+            strategy,
+            hooks,
+            config.rounds,
+            config.clients_per_round,
+            config.min_clients,
+            config.seed,
+            screen,
+            config.sampling,
+            config.sampling_rate,
+        )
 
     @property
     def seed(self) -> int:
@@ -89,14 +141,33 @@ class ServerRound:
     def seed(self, value: int | None) -> None:
         self._seed = value
 
-    def bind(self, num_clients: int, datamodule: Any = None) -> None:
-        """Attach the federation's size (validated against ``clients_per_round``) and its data."""
-        check_clients_per_round(self.clients_per_round, num_clients)
+    def bind(self, num_clients: int, datamodule: Any = None, module: Any = None) -> None:
+        """Attach the federation's size (validated against ``clients_per_round``) and its data,
+        then plan the run's privacy (before training: an impossible budget raises here)."""
+        if self.sampling == "fixed_size":
+            check_clients_per_round(self.clients_per_round, num_clients)
         self.num_clients, self.datamodule = num_clients, datamodule
+        if self.privacy is not None:
+            self.privacy.plan(self, module)
+            self.report.private = self.privacy.enabled
+
+    @property
+    def expected_clients(self) -> float:
+        """``m``, the expected number of clients of a round: ``clients_per_round`` or ``q * N``."""
+        if self.sampling == "poisson":
+            return float(self.sampling_rate) * self.num_clients
+        return float(self.clients_per_round)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the run stops after the round just closed (:attr:`stop_reason` says why)."""
+        return self.stop_reason is not None
 
     # ------------------------------------------------------------------ before a round
     def sample(self, round_idx: int) -> list[int]:
-        """The round's clients: a pure function of (seed, round)."""
+        """The round's clients: a pure function of (seed, round); Poisson rounds may be empty."""
+        if self.sampling == "poisson":
+            return poisson_sample_clients(self.num_clients, float(self.sampling_rate), self.seed, round_idx)
         return sample_clients(self.num_clients, self.clients_per_round, self.seed, round_idx)
 
     def prepare(self, trainer: Any, module: Any, round_idx: int, clients: list[int], ask: Ask) -> None:
@@ -185,20 +256,29 @@ class ServerRound:
 
     def close(self, trainer: Any, module: Any) -> None:
         """Aggregate the admitted updates into the next global state, load it into the module,
-        run the after-aggregate hooks and record the round; fail below ``min_clients``."""
+        run the after-aggregate hooks and record the round; fail below ``min_clients``.
+
+        A Poisson round that sampled no client has no update: the global state stays, the
+        round is recorded and accounted (its noise-free release is counted as a noised one,
+        which only overstates epsilon). With Poisson sampling a round needs
+        ``min(min_clients, sampled)`` valid updates.
+        """
         round_idx, valid = self.round_idx, sorted(self._valid, key=lambda u: u.client_id)
         self._sent, self._valid = {}, []  # not kept alive through evaluation
-        if len(valid) < self.min_clients:
+        needed = min(self.min_clients, len(self.clients)) if self.sampling == "poisson" else self.min_clients
+        if len(valid) < needed:
             raise RuntimeError(
                 f"round {round_idx + 1}: only {len(valid)} of {len(self.clients)} clients returned a valid update,"
                 f" fewer than federation.min_clients={self.min_clients}"
                 f" (failed: {sorted(self.failed)}, rejected: {sorted(self.rejected)})"
             )
-        self.global_state = clone_state(self.strategy.aggregate(self.global_state, valid))
-        module.load_state(self.global_state)
+        if valid:
+            self.global_state = clone_state(self.strategy.aggregate(self.global_state, valid))
+            module.load_state(self.global_state)
         for hook in self.hooks:
             hook.after_aggregate(self, trainer, module, round_idx)
         extra, self._extra_bytes = self._extra_bytes, [0, 0]
+        scalars = self.privacy.end_round(round_idx) if self.privacy is not None else {}
         self.report.end_round(
             trainer,
             round_idx,
@@ -209,7 +289,12 @@ class ServerRound:
             up_bytes=self._up + extra[0],
             down_bytes=self._down + extra[1],
             seconds=time.perf_counter() - self._t0,
+            scalars=scalars,
         )
+        privacy = self.privacy
+        if privacy is not None and round_idx + 1 < self.rounds and privacy.would_exceed(round_idx + 1):
+            privacy.stopped(round_idx + 1)
+            self.stop_reason = f"round {round_idx + 2} would exceed the privacy budget (privacy.target_epsilon)"
 
     # ------------------------------------------------------------------ the run's record
     def hook_summaries(self) -> dict[str, Any]:
@@ -231,6 +316,7 @@ class ServerRound:
             "strategy": self.strategy.state_dict(),
             "hooks": [h.state_dict() for h in self.hooks],
             "report": self.report.state_dict(),
+            **({"privacy": self.privacy.state_dict()} if self.privacy is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -239,3 +325,11 @@ class ServerRound:
         for hook, hook_state in zip(self.hooks, state.get("hooks", [])):
             hook.load_state_dict(hook_state)
         self.report.load_state_dict(state.get("report", {}))
+        if self.privacy is not None:
+            self.privacy.load_state_dict(state.get("privacy", {}))
+
+    def privacy_section(self) -> dict[str, Any]:
+        """``summary.json``'s ``privacy`` section (``{"enabled": False}`` without a privacy plan)."""
+        if self.privacy is None:
+            return {"enabled": False}
+        return self.privacy.section(len(self.report.history))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lightning_fed.federation.report import bucket_count
 from lightning_fed.federation.sampling import derive_seed
 from lightning_fed.federation.store import state_layout
 from lightning_fed.state import StateDict, clone_state, state_nbytes
@@ -68,6 +69,9 @@ class ClientTurn:
         num_examples: ``|D_k|`` as the update reports it (its FedAvg weight).
         hooks: The run's round hooks (``on_client_start`` / ``on_client_end`` run here).
         initial_personal: Personal parameters of a client that has none yet.
+        bucket_counts: Report ``num_examples`` rounded down to a power of two
+            (:func:`~lightning_fed.federation.report.bucket_count`): the run is differentially
+            private and the exact count is not to leave the client.
 
     Attributes (read by hooks, the progress bar and the failure guard):
         steps: Optimizer steps taken so far. losses: training losses so far.
@@ -87,9 +91,11 @@ class ClientTurn:
         num_examples: int,
         hooks: Sequence[RoundHook] = (),
         initial_personal: StateDict | None = None,
+        bucket_counts: bool = False,
     ) -> None:
         self.client_id, self.round_idx, self.rounds, self.seed = client_id, round_idx, rounds, seed
-        self.strategy, self.store, self.num_examples = strategy, store, num_examples
+        self.strategy, self.store = strategy, store
+        self.num_examples = bucket_count(num_examples) if bucket_counts and num_examples >= 1 else num_examples
         self.hooks = list(hooks)
         self.initial_personal: StateDict = initial_personal or {}
         self.received: StateDict = {}

@@ -64,10 +64,10 @@ def calibrate_noise_multiplier(
         )
     except ValueError as err:  # Opacus: "The privacy budget is too low."
         raise ValueError(
-            f"privacy.target_epsilon={target_epsilon} with privacy.delta={delta} cannot be reached over {steps}"
-            f" steps at sample rate {sample_rate} by any noise multiplier ({err}); raise privacy.target_epsilon or"
-            f" privacy.delta, lower federation.rounds, or sample fewer clients (federation.sampling=poisson"
-            f" with a smaller federation.sampling_rate)"
+            f"federation.privacy.target_epsilon={target_epsilon} with federation.privacy.delta={delta} cannot be"
+            f" reached over {steps} steps at sample rate {sample_rate} by any noise multiplier ({err}); raise"
+            " federation.privacy.target_epsilon or federation.privacy.delta, lower federation.rounds, or sample"
+            " fewer clients (federation.sampling=poisson with a smaller federation.sampling_rate)"
         ) from None
 
 
@@ -75,17 +75,17 @@ def _check(**values: Any) -> None:
     problems = []
     eps = values.get("target_epsilon")
     if eps is not None and not (eps > 0 and not math.isnan(eps)):
-        problems.append(f"privacy.target_epsilon must be > 0, got {eps!r}")
+        problems.append(f"federation.privacy.target_epsilon must be > 0, got {eps!r}")
     if "delta" in values and not 0.0 < values["delta"] < 1.0:
-        problems.append(f"privacy.delta must be in (0, 1), got {values['delta']!r}")
+        problems.append(f"federation.privacy.delta must be in (0, 1), got {values['delta']!r}")
     if "sample_rate" in values and not 0.0 < values["sample_rate"] <= 1.0:
         problems.append(f"sample rate must be in (0, 1], got {values['sample_rate']!r}")
     if "steps" in values and not values["steps"] >= 1:
         problems.append(f"the number of steps must be >= 1, got {values['steps']!r}")
     if "noise_multiplier" in values and not values["noise_multiplier"] > 0:
-        problems.append(f"privacy.noise_multiplier must be > 0, got {values['noise_multiplier']!r}")
+        problems.append(f"federation.privacy.noise_multiplier must be > 0, got {values['noise_multiplier']!r}")
     if "mechanism" in values and values["mechanism"] not in MECHANISMS:
-        problems.append(f"privacy.accountant must be one of {MECHANISMS}, got {values['mechanism']!r}")
+        problems.append(f"federation.privacy.accountant must be one of {MECHANISMS}, got {values['mechanism']!r}")
     if problems:
         raise ValueError("; ".join(problems))
 

@@ -68,6 +68,11 @@ UNSUPPORTED = {
     "FedAMP": "it builds a personalised aggregate from each client's individual model",
     "CoordinateMedian": "a median of individual updates is not a sum",
     "TrimmedMean": "a trimmed mean of individual updates is not a sum",
+    # Rank-heterogeneous LoRA: clients of different ranks send tensors of different shapes, which
+    # have no common sum to noise (and the server re-factors or stacks individual updates).
+    "HetLoRA": "its clients send LoRA factors of different ranks, which have no common sum to noise",
+    "FlexLoRA": "it averages each client's own product B A and re-factors it; no common sum to noise",
+    "FLoRA": "it stacks each client's individual factors; no common sum to noise",
 }
 _NOISE_TAG = 0x44_50  # separates this generator's seeds from the sampler's
 
@@ -81,10 +86,13 @@ class ClientLevelDP(Strategy):
         noise_multiplier: ``z``, the noise standard deviation in units of ``C`` that the
             accountant sees. With ``adaptive`` it is shared between the update and the
             unclipped count (Andrew et al., Theorem 1), so the update gets a little more.
+            ``None`` (the default) takes it from the run's ``federation.privacy``
+            (:meth:`set_noise_multiplier`); in a run, give it in one of the two places.
         clip_norm: ``C`` (the initial ``C`` with ``adaptive``).
         expected_clients: ``m``, the expected number of participants per round:
             ``federation.clients_per_round`` for fixed-size sampling, ``q * N`` for Poisson
-            sampling at rate ``q``. ``None`` until :meth:`set_expected_clients` is called.
+            sampling at rate ``q``. ``None`` until :meth:`set_expected_clients` is called (a run
+            sets it from its sampler; leave it out of a config).
         adaptive: Track a target quantile of the update norms instead of a fixed ``C``.
         control_scale: SCAFFOLD only: factor on the control change before the joint clip.
         seed: Seed of the noise (per round: ``derive_seed(seed, round)``). ``None`` (the
@@ -97,7 +105,7 @@ class ClientLevelDP(Strategy):
     def __init__(
         self,
         strategy: Strategy,
-        noise_multiplier: float = 1.0,
+        noise_multiplier: float | None = None,
         clip_norm: float = 0.1,
         expected_clients: float | None = None,
         adaptive: AdaptiveClipping | None = None,
@@ -109,7 +117,7 @@ class ClientLevelDP(Strategy):
         if name in UNSUPPORTED or isinstance(strategy, ClientLevelDP):
             reason = UNSUPPORTED.get(name, "it is already private")
             problems.append(f"strategy {name} cannot be wrapped: {reason}")
-        if not noise_multiplier >= 0:
+        if noise_multiplier is not None and not noise_multiplier >= 0:
             problems.append(f"noise_multiplier must be >= 0, got {noise_multiplier!r}")
         if not clip_norm > 0:
             problems.append(f"clip_norm must be > 0, got {clip_norm!r}")
@@ -120,7 +128,7 @@ class ClientLevelDP(Strategy):
         if problems:
             raise ValueError("ClientLevelDP: " + "; ".join(problems))
         self.strategy = strategy
-        self.noise_multiplier = float(noise_multiplier)
+        self.noise_multiplier = None if noise_multiplier is None else float(noise_multiplier)
         self.clip_norm = float(clip_norm)
         self.expected_clients = None if expected_clients is None else float(expected_clients)
         self.adaptive = adaptive
@@ -132,6 +140,11 @@ class ClientLevelDP(Strategy):
         self.last_round: dict[str, float] = {}
 
     # ------------------------------------------------------------------ delegation
+    @property
+    def wrapped(self) -> Strategy:
+        """The server strategy stepping on the noised mean (e.g. the FedBiscuit a grouping hook drives)."""
+        return self.strategy
+
     def setup(self, global_state: Mapping[str, Tensor], num_clients: int) -> None:
         super().setup(global_state, num_clients)
         self.strategy.setup(global_state, num_clients)
@@ -166,6 +179,8 @@ class ClientLevelDP(Strategy):
     @property
     def update_noise_multiplier(self) -> float:
         """``z_Delta``: ``z`` itself, or its share left after the adaptive clip's count."""
+        if self.noise_multiplier is None:
+            raise RuntimeError("ClientLevelDP: noise_multiplier is not set (give it, or federation.privacy)")
         if self.adaptive is None:
             return self.noise_multiplier
         return update_noise_multiplier(self.noise_multiplier, self.adaptive.stddev(self._m()))

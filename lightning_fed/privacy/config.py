@@ -12,9 +12,10 @@ class PrivacyConfig:
     """Client-level privacy budget of a federation.
 
     Attributes:
-        target_epsilon: Budget ``epsilon`` for the whole run; ``noise_multiplier`` is then
-            calibrated for the planned rounds before training. Give this or ``noise_multiplier``.
-        noise_multiplier: ``z`` given directly; epsilon is then only reported.
+        target_epsilon: Budget ``epsilon`` for the whole run. Alone, ``noise_multiplier`` is
+            calibrated for the planned rounds before training; with ``noise_multiplier``, the
+            run stops before the round that would exceed it.
+        noise_multiplier: ``z`` given directly; alone, epsilon is only reported.
         delta: ``delta`` of the guarantee; ``None`` takes ``1 / N**1.1`` for ``N`` clients
             (below ``1 / N``, so that "leak one client's data" is not within ``delta``).
         accountant: ``rdp`` or ``prv`` (Opacus).
@@ -27,19 +28,16 @@ class PrivacyConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if (self.target_epsilon is None) == (self.noise_multiplier is None):
-            problems.append(
-                "give exactly one of privacy.target_epsilon and privacy.noise_multiplier,"
-                f" got target_epsilon={self.target_epsilon!r}, noise_multiplier={self.noise_multiplier!r}"
-            )
+        if self.target_epsilon is None and self.noise_multiplier is None:
+            problems.append("give federation.privacy.target_epsilon, federation.privacy.noise_multiplier or both")
         if self.target_epsilon is not None and not self.target_epsilon > 0:
-            problems.append(f"privacy.target_epsilon must be > 0, got {self.target_epsilon!r}")
+            problems.append(f"federation.privacy.target_epsilon must be > 0, got {self.target_epsilon!r}")
         if self.noise_multiplier is not None and not self.noise_multiplier > 0:
-            problems.append(f"privacy.noise_multiplier must be > 0, got {self.noise_multiplier!r}")
+            problems.append(f"federation.privacy.noise_multiplier must be > 0, got {self.noise_multiplier!r}")
         if self.delta is not None and not 0 < self.delta < 1:
-            problems.append(f"privacy.delta must be in (0, 1), got {self.delta!r}")
+            problems.append(f"federation.privacy.delta must be in (0, 1), got {self.delta!r}")
         if self.accountant not in MECHANISMS:
-            problems.append(f"privacy.accountant must be one of {MECHANISMS}, got {self.accountant!r}")
+            problems.append(f"federation.privacy.accountant must be one of {MECHANISMS}, got {self.accountant!r}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -57,6 +55,6 @@ class PrivacyConfig:
         """
         q = accounted_sample_rate(sampling, num_clients, clients_per_round, sampling_rate)
         delta = self.delta_for(num_clients)
-        if self.target_epsilon is not None:
+        if self.noise_multiplier is None:
             return PrivacyAccountant.calibrated(self.target_epsilon, delta, q, rounds, self.accountant)
-        return PrivacyAccountant(float(self.noise_multiplier), q, delta, None, self.accountant)
+        return PrivacyAccountant(float(self.noise_multiplier), q, delta, self.target_epsilon, self.accountant)

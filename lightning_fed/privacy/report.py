@@ -33,7 +33,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_fed.federation.report import bucket_count
 from lightning_fed.privacy.accountant import PrivacyAccountant
+
+__all__ = ["PROTECTIONS", "ChannelReport", "PrivacyReport", "bucket_count", "redact_client_metrics"]
 
 #: What each protection means, as written into the report.
 PROTECTIONS = {
@@ -45,13 +48,6 @@ PROTECTIONS = {
     "local": "never leaves the client; outside the guarantee",
     "none": "sent in the clear",
 }
-
-
-def bucket_count(n: int) -> int:
-    """The largest power of two ``<= n`` (``n >= 1``): 1, 2, 4, 8, ... (37 -> 32)."""
-    if n < 1:
-        raise ValueError(f"an example count must be >= 1, got {n}")
-    return 1 << (int(n).bit_length() - 1)
 
 
 def redact_client_metrics(metrics: Mapping[str, Any], private: bool) -> dict[str, Any]:
@@ -133,7 +129,10 @@ class PrivacyReport:
 
     def stopped(self, next_round: int) -> None:
         """Record that the run stopped before ``next_round`` because it would exceed the budget."""
-        self.stop = {"before_round": int(next_round), "reason": "the next round would exceed privacy.target_epsilon"}
+        self.stop = {
+            "before_round": int(next_round),
+            "reason": "the next round would exceed federation.privacy.target_epsilon",
+        }
 
     def _update_guarantees(self, rounds: int) -> list[dict[str, Any]]:
         out = []

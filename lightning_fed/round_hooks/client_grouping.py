@@ -77,11 +77,13 @@ class ClientGrouping(RoundHook):
 
     @staticmethod
     def _strategy(server: ServerRound) -> FedBiscuit:
-        if not isinstance(server.strategy, FedBiscuit):
+        # Behind client-level DP (lightning_fed.privacy.ClientLevelDP) the FedBiscuit is its `wrapped`.
+        strategy = getattr(server.strategy, "wrapped", server.strategy)
+        if not isinstance(strategy, FedBiscuit):
             raise TypeError(
                 f"ClientGrouping needs federation.strategy=FedBiscuit, got {type(server.strategy).__name__}"
             )
-        return server.strategy
+        return strategy
 
     # ------------------------------------------------------ the pre-round exchange
     def client_queries(

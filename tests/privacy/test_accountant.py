@@ -69,8 +69,10 @@ def test_impossible_budget_is_one_line_naming_the_options():
         calibrate_noise_multiplier(target_epsilon=0.01, delta=1e-5, sample_rate=1.0, steps=10)
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith("privacy.target_epsilon=0.01 with privacy.delta=1e-05 cannot be reached over 10 steps")
-    assert "raise privacy.target_epsilon or privacy.delta, lower federation.rounds" in message
+    assert message.startswith(
+        "federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 10 steps"
+    )
+    assert "raise federation.privacy.target_epsilon or federation.privacy.delta, lower federation.rounds" in message
 
 
 def test_sampling_decides_the_accounted_rate():
@@ -84,7 +86,11 @@ def test_config_plans_before_training():
     assert acc.sample_rate == 0.02 and acc.epsilon(50) <= 4.0
     fixed = PrivacyConfig(noise_multiplier=1.0, delta=1e-6).plan(100, 10, "fixed_size", clients_per_round=10)
     assert fixed.target_epsilon is None and fixed.sample_rate == 1.0
-    with pytest.raises(ValueError, match="give exactly one of privacy.target_epsilon and privacy.noise_multiplier"):
+    budget = PrivacyConfig(target_epsilon=2.0, noise_multiplier=1.0).plan(100, 10, "poisson", sampling_rate=0.1)
+    assert (budget.noise_multiplier, budget.target_epsilon) == (1.0, 2.0)  # z given, the budget enforced
+    with pytest.raises(ValueError, match="give federation.privacy.target_epsilon, federation.privacy.noise_mult"):
         PrivacyConfig()
-    with pytest.raises(ValueError, match=r"privacy.delta must be in \(0, 1\), got 2; privacy.accountant must be"):
+    with pytest.raises(
+        ValueError, match=r"privacy.delta must be in \(0, 1\), got 2; federation.privacy.accountant must"
+    ):
         PrivacyConfig(noise_multiplier=1.0, delta=2, accountant="moments")

@@ -59,7 +59,7 @@ def test_client_and_example_dp_each_with_their_epsilon():
     report.stopped(next_round=7)
     assert report.section(4)["stopped"] == {
         "before_round": 7,
-        "reason": "the next round would exceed privacy.target_epsilon",
+        "reason": "the next round would exceed federation.privacy.target_epsilon",
     }
 
 
