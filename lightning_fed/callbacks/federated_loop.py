@@ -34,6 +34,7 @@ from lightning_fed.federation.hooks import (
     payload_nbytes,
     prepare_client,
 )
+from lightning_fed.federation.report import totals_only
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
@@ -258,6 +259,8 @@ class FederatedLoop(LoopEvaluation):
             trainer.limit_val_batches = self._limit_val_batches if evaluates else 0
         self.lay_out(self.plan_round(trainer.current_epoch))
         self.server.open(trainer.current_epoch, [p.client_id for p in self.plans])
+        if not self.plans:  # Poisson sampling drew no client: a round without update, closed now
+            self.end_round(trainer, pl_module)
 
     @override
     def start_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
@@ -302,6 +305,8 @@ class FederatedLoop(LoopEvaluation):
                 index = self.store.index()
                 (out / "client_states.json").write_text(json.dumps(index, indent=1) + "\n")
         data = self.datamodule.data_report() if hasattr(self.datamodule, "data_report") else {}
+        if self.server.report.private:  # differential privacy: no per-client figure in the reports
+            data = totals_only(data)
         extra = {
             **self.server.fault_counts(),
             "hooks": self.server.hook_summaries(),

@@ -51,7 +51,9 @@ class RoundBatchSampler(Sampler[list[int]]):
         self.rank, self.num_replicas = rank, num_replicas
 
     def __len__(self) -> int:
-        return sum(t.num_batches for t in self.turns)
+        # A round with no turn (Poisson sampling drew no client) is an epoch without batches;
+        # Lightning ends the whole fit on a loader of length 0, so it is told 1 and gets none.
+        return sum(t.num_batches for t in self.turns) or 1
 
     def __iter__(self) -> Iterator[list[int]]:
         for turn in self.turns:

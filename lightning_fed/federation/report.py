@@ -53,6 +53,16 @@ def bucket_count(n: int) -> int:
     return 1 << (int(n).bit_length() - 1)
 
 
+def totals_only(report: Any) -> Any:
+    """``report`` with every per-client list of numbers replaced by its total (for a private run's
+    ``summary.json``: e.g. the data report's examples truncated per client)."""
+    if isinstance(report, dict):
+        return {k: totals_only(v) for k, v in report.items()}
+    if isinstance(report, list) and report and all(isinstance(v, (int, float)) for v in report):
+        return sum(report)
+    return report
+
+
 def log_scalars(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> None:
     """Log ``metrics`` at ``step`` (the round number) to every logger, on rank zero."""
     if trainer.is_global_zero:
@@ -106,7 +116,10 @@ class RoundReport:
     def set_clients(self, train_sizes: list[int], val_sizes: list[int]) -> None:
         """Record (and print once) how the data was partitioned."""
         # summary.json gets their distribution (its size does not grow with N); the sizes
-        # themselves go to <run>/client_sizes.parquet
+        # themselves go to <run>/client_sizes.parquet (bucketed when the run is private)
+        if self.private:
+            train_sizes = [bucket_count(n) if n > 0 else 0 for n in train_sizes]
+            val_sizes = [bucket_count(n) if n > 0 else 0 for n in val_sizes]
         self._sizes = (list(train_sizes), list(val_sizes))
         self.clients = {
             "num_clients": len(train_sizes),
@@ -270,7 +283,9 @@ class RoundReport:
         final = None
         if last is not None:
             record = self.history[last]
-            final = {"val": record["val"], "val_clients": record.get("val_clients", {})}
+            final = {"val": record["val"]}
+            if not self.private:
+                final["val_clients"] = record.get("val_clients", {})
         summary = {
             "config": self.config,
             "clients": self.clients,

@@ -192,8 +192,8 @@ class RunPrivacy:
             counts_bucketed=self.enabled,
             metrics_withheld=self.enabled,
         )
-        if self.stop is not None:
-            report.stopped(self.stop)
+        if self.stop is not None:  # reports number rounds from 1
+            report.stopped(self.stop + 1)
         return report
 
     def section(self, rounds: int) -> dict[str, Any]:

@@ -1,0 +1,151 @@
+"""Privacy wired into whole runs: Poisson rounds (an empty one included), the budget stop,
+``privacy/epsilon`` per round, resume, and reports without raw per-client figures in both transports."""
+
+import json
+import math
+
+import pytest
+import torch
+import yaml
+from lightning.pytorch.loggers import TensorBoardLogger
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from lightning_fed.callbacks import FederatedLoop
+from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.federation.sampling import poisson_sample_clients
+from lightning_fed.privacy import ClientLevelDP, PrivacyConfig
+from lightning_fed.state import clone_state
+from lightning_fed.strategies import FedAvg
+from tests.helpers import uploads
+from tests.helpers.flower_sim import ROOT, assert_same_state, run_in_process, run_on_grid
+from tests.helpers.runs import fit, preference_data, tiny_dpo
+
+
+class Snapshots(RoundHook):
+    def __init__(self):
+        self.states = []
+
+    def after_aggregate(self, server, trainer, module, round_idx):
+        self.states.append(clone_state(server.global_state))
+
+
+def test_poisson_rounds_in_process_an_empty_one_has_no_update(tmp_path):
+    """Seed 18, N = 4, q = 0.3: rounds sample [1, 3], [], [0] (poisson_sample_clients)."""
+    expected = [poisson_sample_clients(4, 0.3, 18, r) for r in range(3)]
+    assert expected == [[1, 3], [], [0]]
+    snaps = Snapshots()
+    loop = FederatedLoop(rounds=3, local_steps=1, sampling="poisson", sampling_rate=0.3, seed=18, hooks=[snaps])
+    fit(tiny_dpo(), preference_data(), loop, str(tmp_path))
+    history = list(loop.report.history)
+    assert [r["clients"] for r in history] == expected and [r["aggregated"] for r in history] == expected
+    assert len(snaps.states) == 3
+    for k, v in snaps.states[1].items():  # the empty round changed nothing
+        assert torch.equal(v, snaps.states[0][k])
+    assert any(not torch.equal(v, snaps.states[1][k]) for k, v in snaps.states[2].items())
+
+
+def _dp_loop(rounds, target=None, hooks=None):
+    dp = ClientLevelDP(FedAvg(), clip_norm=0.5, seed=0)
+    privacy = PrivacyConfig(noise_multiplier=1.0, target_epsilon=target)
+    return FederatedLoop(rounds=rounds, local_steps=1, strategy=dp, privacy=privacy, seed=0, hooks=hooks)
+
+
+def test_the_run_stops_before_the_round_that_would_exceed_the_budget(tmp_path):
+    """z = 1, 2 of 4 clients (fixed size: accounted at rate 1), delta = 4^-1.1: epsilon 1.11, 2.13,
+    3.06 after rounds 1-3; target 2.5 allows 2 of the 4 rounds. TensorBoard gets privacy/epsilon."""
+    loop = _dp_loop(4, target=2.5)
+    logger = TensorBoardLogger(str(tmp_path), name="tb", version=0)
+    trainer = fit(tiny_dpo(), preference_data(), loop, str(tmp_path), logger=logger)
+    assert len(loop.report.history) == 2 and trainer.current_epoch == 2
+    summary = json.loads((tmp_path / "tb" / "version_0" / "summary.json").read_text())
+    privacy = summary["privacy"]
+    assert privacy["stopped"] == {
+        "before_round": 3,
+        "reason": "the next round would exceed federation.privacy.target_epsilon",
+    }
+    assert privacy["epsilon"]["client"] == pytest.approx(2.134, abs=1e-3)
+    assert privacy["client_level"]["noise_multiplier"] == 1.0 and privacy["client_level"]["target_epsilon"] == 2.5
+    events = EventAccumulator(str(tmp_path / "tb" / "version_0"))
+    events.Reload()
+    eps = [(e.step, e.value) for e in events.Scalars("privacy/epsilon")]
+    assert [s for s, _ in eps] == [1, 2]
+    assert [v for _, v in eps] == [pytest.approx(1.1076, abs=1e-3), pytest.approx(2.134, abs=1e-3)]
+    assert not [t for t in events.Tags()["scalars"] if t.startswith("client_")]
+
+
+def test_resume_continues_the_same_noise_and_epsilon(tmp_path):
+    straight = _dp_loop(4)
+    fit(tiny_dpo(), preference_data(), straight, str(tmp_path / "straight"))
+    first = _dp_loop(2)
+    fit(tiny_dpo(), preference_data(), first, str(tmp_path / "first"))
+    ckpt = tmp_path / "first" / "ckpt" / "last.ckpt"
+    assert torch.load(ckpt, weights_only=True)["federation"]["privacy"]["rounds_accounted"] == 2
+    resumed = _dp_loop(4)
+    fit(tiny_dpo(), preference_data(), resumed, str(tmp_path / "resumed"), ckpt_path=str(ckpt))
+    assert_same_state(resumed.global_state, straight.global_state)
+    a, b = resumed.server.privacy_section(), straight.server.privacy_section()
+    assert a["epsilon"] == b["epsilon"] and a["epsilon"]["client"] == pytest.approx(3.933, abs=1e-3)
+    assert resumed.server.privacy.client_dp.steps_done == 4
+
+
+def _private_config(tmp_path):
+    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    fed = cfg["federation"]
+    fed.update(rounds=2, local_steps=2, privacy={"noise_multiplier": 1.0})
+    fed["strategy"] = {
+        "class_path": "lightning_fed.privacy.ClientLevelDP",
+        "init_args": {"strategy": {"class_path": "lightning_fed.strategies.FedAvg"}, "clip_norm": 0.5, "seed": 0},
+    }
+    fed["hooks"] = [{"class_path": "tests.helpers.uploads.RecordUploads"}]
+    path = tmp_path / "private.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def _numbers(value):
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _numbers(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in _numbers(v)]
+    return [value] if isinstance(value, float) else []
+
+
+def _assert_no_raw_client_figures(run, losses):
+    texts = {p: p.read_text() for p in list(run.rglob("*.json")) + list(run.rglob("*.jsonl"))}
+    assert any(p.name == "summary.json" for p in texts) and any(p.name == "rounds.jsonl" for p in texts)
+    for path, text in texts.items():
+        for key in ('"val_clients"', "train_loss", '"update_norm"', "_client_p"):
+            assert key not in text, (path, key)
+        records = [json.loads(line) for line in text.splitlines()] if path.suffix == ".jsonl" else [json.loads(text)]
+        rounds = records if path.suffix == ".jsonl" else records[0].get("rounds", [])
+        assert not [r for r in rounds if "train" in r], path  # no per-client training record
+        found = [x for x in _numbers(records) if any(math.isclose(x, v, rel_tol=1e-9) for v in losses)]
+        assert not found, (path, found)
+    assert not list(run.rglob("client_metrics/**/*.parquet"))
+    summary = json.loads(next(p for p in texts if p.name == "summary.json").read_text())
+    assert summary["privacy"]["enabled"] and summary["privacy"]["channels"]["metrics"]["protection"] == "withheld"
+    for stat in (summary["clients"].get("train_size") or {}).values():
+        assert stat == 16  # 18 examples per client, bucketed
+
+
+def test_private_reports_hold_no_raw_client_figures_in_both_transports(tmp_path):
+    """tiny.yaml's clients hold 18 training examples each (not a power of two): they upload 16."""
+    config = _private_config(tmp_path)
+    uploads.SEEN.clear()
+    local = run_in_process(config, tmp_path / "local", [])
+    server, _ = run_on_grid(config, tmp_path / "flower", [])
+    assert_same_state(local.global_state, server.server.global_state)
+    assert len(uploads.SEEN) == 8  # 2 rounds x 2 clients x 2 transports
+    assert {n for _, n, _ in uploads.SEEN} == {16}
+    losses = [m["train_loss"] for _, _, m in uploads.SEEN]
+    _assert_no_raw_client_figures(tmp_path / "local", losses)
+    _assert_no_raw_client_figures(tmp_path / "flower", losses)
+    import pyarrow.parquet as pq
+
+    (sizes,) = list((tmp_path / "local").rglob("client_sizes.parquet"))
+    table = pq.read_table(sizes).to_pydict()
+    assert set(table["train_size"]) == {16} and set(table["val_size"]) == {4}  # 6 validation examples -> 4
+    events = EventAccumulator(str(tmp_path / "flower"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("privacy/epsilon")] == [1, 2]
+    assert not [t for t in events.Tags()["scalars"] if t.startswith("client_")]
