@@ -22,8 +22,14 @@ only ``B`` is trained and exchanged. It halves the noised dimensions and makes t
 ``B A`` linear in what is averaged, which is why the paper recommends it under DP.
 
 The noise must be secret from whoever sees the update: ``seed=None`` (the default) draws the
-generator's seed from the operating system; a fixed ``seed`` makes the noise reproducible by
-anyone who knows it (tests only).
+seed from the operating system; a fixed ``seed`` makes the noise reproducible by anyone who
+knows it (tests only). Each step's noise comes from a generator seeded by
+``(seed, round, client, local step)`` (the :class:`~lightning_fed.federation.ClientTurn` in
+progress), not from one generator that advances through the run: the noise of a step is the same
+whichever process trains the client (in process all clients share the module; under Flower
+each node has its own) and after a resume. The seed is saved in the checkpoint
+(``dp_sgd_noise_seed``), so a resumed run draws the noise of the uninterrupted one; whoever
+holds the checkpoint holds the seed (in a simulation the checkpoint is the simulating party's).
 
 The modules :class:`DPSFTModule` and :class:`DPDPOModule` are the package's SFT and DPO
 objectives with this step; select them as ``model.class_path`` with ``dp_sgd:`` settings.
@@ -41,6 +47,8 @@ import torch
 from opacus import GradSampleModule
 from torch import Tensor
 
+from lightning_fed.federation.driver import find_driver
+from lightning_fed.federation.sampling import derive_seed
 from lightning_fed.modules.dpo import DPOModule
 from lightning_fed.modules.losses import token_log_probs
 from lightning_fed.modules.sft import SFTModule
@@ -81,6 +89,10 @@ class DPSGDSettings:
 
 
 torch.serialization.add_safe_globals([DPSGDSettings])  # saved in the hyper-parameters of checkpoints
+
+_NOISE_TAG = 0x4450_5347  # separates DP-SGD's noise seeds from the other per-round seeds
+_NO_TURN = 0x4E54  # a step outside a federated turn (plain Lightning training)
+NOISE_SEED_KEY = "dp_sgd_noise_seed"
 
 
 def privatize_per_example(
@@ -166,8 +178,8 @@ class ExampleLevelDP:
             for name, p in self.model.named_parameters():
                 if "lora_A" in name:
                     p.requires_grad_(False)
-        seed = secrets.randbits(63) if settings.seed is None else settings.seed
-        self.__dict__["_noise"] = torch.Generator().manual_seed(seed)
+        #: Seed of the noise (secret unless ``dp_sgd.seed`` is set); kept in the checkpoint.
+        self.noise_seed = secrets.randbits(63) if settings.seed is None else int(settings.seed)
         self.__dict__["_grad_sampler"] = None
         #: Per-example gradient norms (before clipping) of the last step, for monitoring.
         self.last_example_norms: Tensor | None = None
@@ -194,6 +206,31 @@ class ExampleLevelDP:
             self.__dict__["_grad_sampler"] = GradSampleModule(
                 self.model, batch_first=True, loss_reduction="sum", strict=False
             )
+
+    def noise_generator(self) -> torch.Generator:
+        """The generator of this step's noise: seeded by ``(seed, round, client, local step)`` of
+        the turn in progress, or ``(seed, epoch, global step)`` outside a federated turn."""
+        try:
+            trainer = self.trainer
+        except RuntimeError:  # not attached to a Trainer (a step driven by hand)
+            trainer = None
+        driver = find_driver(trainer)
+        turn = driver.turn if driver is not None else None
+        if turn is not None:
+            key = (turn.round_idx, turn.client_id, turn.steps)  # steps: those before this one
+        elif trainer is not None:
+            key = (_NO_TURN, trainer.current_epoch, trainer.global_step)
+        else:
+            key = (_NO_TURN,)
+        return torch.Generator().manual_seed(derive_seed(self.noise_seed, _NOISE_TAG, *key))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint[NOISE_SEED_KEY] = self.noise_seed
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.noise_seed = int(checkpoint.get(NOISE_SEED_KEY, self.noise_seed))
 
     def on_fit_start(self) -> None:
         """Refuse the trainer settings under which replacing ``p.grad`` after backward would be wrong."""
@@ -223,7 +260,7 @@ class ExampleLevelDP:
             p.grad_sample = None
         batch_size = self.dp_sgd.expected_batch_size or n
         noised, norms = privatize_per_example(
-            per_example, self.dp_sgd.clip_norm, self.dp_sgd.noise_multiplier, batch_size, self.__dict__["_noise"]
+            per_example, self.dp_sgd.clip_norm, self.dp_sgd.noise_multiplier, batch_size, self.noise_generator()
         )
         for name, p in params.items():
             p.grad = noised[name].to(p.device)

@@ -48,9 +48,6 @@ HOOKS_FROM = {"fedhds_dolly.yaml": "fedhds.yaml"}
 NOT_YET = {
     "fedbis_rlft.yaml": "the Flower apps do not run the RLFT pipeline that builds D_gen",
     "fedbiscuit_rlft.yaml": "the Flower apps do not run the RLFT pipeline that builds D_gen",
-    # DP-SGD noise is drawn in the client: in process the clients share one generator, under
-    # Flower each ClientApp has its own, so the draws (not their distribution) differ.
-    "fedit_dpsgd.yaml": "DP-SGD's in-client noise generator is per process, not per client",
 }
 
 LOCAL_ONLY = {
@@ -105,6 +102,8 @@ def tiny_variant(name: str) -> dict:
     if isinstance(strategy, dict) and str(strategy.get("class_path", "")).endswith("ClientLevelDP"):
         # The server draws the noise: one seed gives the same draws in both transports.
         strategy.setdefault("init_args", {})["seed"] = 0
+    if isinstance(model.get("dp_sgd"), dict):  # DP-SGD's noise: keyed by (seed, round, client, step)
+        model["dp_sgd"]["seed"] = 0
     for hook in fed.get("hooks") or []:
         args = hook.get("init_args") or {}
         if args.get("anchors") and not str(args["anchors"]).startswith("synthetic:"):  # a hub set

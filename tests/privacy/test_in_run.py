@@ -149,3 +149,45 @@ def test_private_reports_hold_no_raw_client_figures_in_both_transports(tmp_path)
     events.Reload()
     assert [e.step for e in events.Scalars("privacy/epsilon")] == [1, 2]
     assert not [t for t in events.Tags()["scalars"] if t.startswith("client_")]
+
+
+def _dp_sgd_module():
+    import lightning.pytorch as pl
+
+    from lightning_fed.modules import BackboneConfig, LoraSettings
+    from lightning_fed.privacy import DPDPOModule, DPSGDSettings
+    from tests.helpers.runs import TINY_GPT2
+
+    pl.seed_everything(0, verbose=False)
+    return DPDPOModule(
+        BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"),
+        lora=LoraSettings(r=4, alpha=8, dropout=0.0),
+        lr=0.1,
+        optimizer="sgd",
+        dp_sgd=DPSGDSettings(clip_norm=0.1, noise_multiplier=1.0),  # seed=None: a secret one
+    )
+
+
+def test_dp_sgd_resume_draws_the_noise_of_the_uninterrupted_run(tmp_path, monkeypatch):
+    """The secret noise seed is in the checkpoint: a resumed process (which draws another secret)
+    continues with the first one, and every step's noise is keyed by (round, client, step)."""
+    import lightning_fed.privacy.dp_sgd as dp_sgd
+
+    def loop(rounds):
+        return FederatedLoop(rounds=rounds, local_steps=1, seed=0)
+
+    monkeypatch.setattr(dp_sgd.secrets, "randbits", lambda bits: 1234)
+    straight = loop(2)
+    fit(_dp_sgd_module(), preference_data(), straight, str(tmp_path / "straight"))
+    fit(_dp_sgd_module(), preference_data(), loop(1), str(tmp_path / "first"))
+    ckpt = tmp_path / "first" / "ckpt" / "last.ckpt"
+    assert torch.load(ckpt, weights_only=True)[dp_sgd.NOISE_SEED_KEY] == 1234
+    monkeypatch.setattr(dp_sgd.secrets, "randbits", lambda bits: 999)  # a new process: a new secret
+    other = loop(2)
+    fit(_dp_sgd_module(), preference_data(), other, str(tmp_path / "other"))
+    with pytest.raises(AssertionError):  # the noise matters: another secret, another state
+        assert_same_state(other.global_state, straight.global_state)
+    module, resumed = _dp_sgd_module(), loop(2)
+    fit(module, preference_data(), resumed, str(tmp_path / "resumed"), ckpt_path=str(ckpt))
+    assert module.noise_seed == 1234
+    assert_same_state(resumed.global_state, straight.global_state)
