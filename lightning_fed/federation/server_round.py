@@ -48,8 +48,8 @@ class RoundPrivacy(Protocol):
     def plan(self, server: ServerRound, module: Any) -> None:
         """Before training: calibrate and check the budget (one-line ``ValueError``)."""
 
-    def end_round(self, round_idx: int) -> dict[str, float]:
-        """Account round ``round_idx``; the scalars to log (``privacy/epsilon``)."""
+    def end_round(self, round_idx: int, updates: list[ClientUpdate]) -> dict[str, float]:
+        """Account round ``round_idx`` (its admitted ``updates``); the scalars to log (``privacy/epsilon``)."""
 
     def would_exceed(self, next_round: int) -> bool:
         """Whether running ``next_round`` (0-based) would spend more than the budget."""
@@ -278,7 +278,7 @@ class ServerRound:
         for hook in self.hooks:
             hook.after_aggregate(self, trainer, module, round_idx)
         extra, self._extra_bytes = self._extra_bytes, [0, 0]
-        scalars = self.privacy.end_round(round_idx) if self.privacy is not None else {}
+        scalars = self.privacy.end_round(round_idx, valid) if self.privacy is not None else {}
         self.report.end_round(
             trainer,
             round_idx,

@@ -75,6 +75,9 @@ class RunPrivacy:
         self.stop: int | None = None
         self._server: ServerRound | None = None
         self._personal = False
+        self._dp_sgd: Any = None
+        self._delta = 0.0
+        self._reported: tuple[int, int] | None = None  # (smallest, largest) count reported so far
 
     # ------------------------------------------------------------------ before training
     def plan(self, server: ServerRound, module: Any) -> None:
@@ -97,6 +100,7 @@ class RunPrivacy:
         if dp is not None:
             self.client_dp = self._plan_client_level(dp, server, delta)
         if isinstance(module, ExampleLevelDP):
+            self._dp_sgd, self._delta = module.dp_sgd, delta
             self.example_dp = self._plan_example_level(module, server, delta)
 
     def _plan_client_level(self, dp: ClientLevelDP, server: ServerRound, delta: float) -> PrivacyAccountant:
@@ -138,25 +142,41 @@ class RunPrivacy:
         """The most exposed client's DP-SGD accountant: the smallest client (rate ``B / |D_k|``),
         with the most local steps of a round. ``None`` where the server does not know the
         clients' sizes (a Flower server never loads their data)."""
-        dm = server.datamodule
         try:
-            sizes = list(dm.client_sizes) if dm is not None else []
-        except (AttributeError, RuntimeError, TypeError):
+            sizes = list(server.datamodule.client_sizes)
+        except (AttributeError, RuntimeError, TypeError):  # no data module, or one not set up
             sizes = []
-        if not sizes:
-            return None
-        batch = int(dm.batch_size)
+        return self._example_accountant(min(sizes), max(sizes)) if sizes else None
+
+    def _example_accountant(self, smallest: int, largest: int) -> PrivacyAccountant:
+        batch = int(self._server.datamodule.batch_size)
         if self.local_steps is not None:
             self.example_steps_per_round = int(self.local_steps)
         else:
-            self.example_steps_per_round = int(self.local_epochs or 1) * math.ceil(max(sizes) / batch)
-        return example_level_accountant(module.dp_sgd, batch, min(sizes), delta)
+            self.example_steps_per_round = int(self.local_epochs or 1) * math.ceil(largest / batch)
+        return example_level_accountant(self._dp_sgd, batch, smallest, self._delta)
+
+    def _observe(self, updates: Any) -> None:
+        """Where the server does not know the clients' sizes (Flower), the example-level
+        accountant uses the counts the clients report: bucketed ``b <= n < 2 b``, so the rate
+        ``B / b`` and ``2 b - 1`` examples for ``local_epochs`` bound every client that has trained
+        so far (clients that never trained spent nothing)."""
+        counts = [int(u.num_examples) for u in updates]
+        if not counts:
+            return
+        low, high = min(counts), 2 * max(counts) - 1
+        if self._reported is not None:
+            low, high = min(low, self._reported[0]), max(high, self._reported[1])
+        self._reported = (low, high)
+        self.example_dp = self._example_accountant(low, high)
 
     # ------------------------------------------------------------------ every round
-    def end_round(self, round_idx: int) -> dict[str, float]:
-        """Account round ``round_idx`` (0-based); ``privacy/epsilon`` (client level) and
-        ``privacy/example_epsilon`` after it."""
+    def end_round(self, round_idx: int, updates: Any = ()) -> dict[str, float]:
+        """Account round ``round_idx`` (0-based) whose admitted ``updates`` are given;
+        ``privacy/epsilon`` (client level) and ``privacy/example_epsilon`` after it."""
         self.rounds_accounted = round_idx + 1
+        if self._dp_sgd is not None and (self._reported is not None or self.example_dp is None):
+            self._observe(updates)
         out: dict[str, float] = {}
         if self.client_dp is not None:
             self.client_dp.steps_done = self.rounds_accounted
@@ -204,6 +224,8 @@ class RunPrivacy:
     def state_dict(self) -> dict[str, Any]:
         """The rounds accounted and the noise multiplier in use (a resume keeps both)."""
         state: dict[str, Any] = {"rounds_accounted": self.rounds_accounted, "stop": self.stop}
+        if self._reported is not None:
+            state["reported_counts"] = list(self._reported)
         if self.client_dp is not None:
             state["noise_multiplier"] = self.client_dp.noise_multiplier
         return state
@@ -211,6 +233,10 @@ class RunPrivacy:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rounds_accounted = int(state.get("rounds_accounted", self.rounds_accounted))
         self.stop = state.get("stop", self.stop)
+        if state.get("reported_counts") and self._dp_sgd is not None:
+            low, high = state["reported_counts"]
+            self._reported = (int(low), int(high))
+            self.example_dp = self._example_accountant(*self._reported)
         if self.client_dp is not None:
             self.client_dp.steps_done = self.rounds_accounted
             z = state.get("noise_multiplier")

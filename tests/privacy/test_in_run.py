@@ -13,7 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.federation.hooks import RoundHook
 from lightning_fed.federation.sampling import poisson_sample_clients
-from lightning_fed.privacy import ClientLevelDP, PrivacyConfig
+from lightning_fed.privacy import ClientLevelDP, PrivacyAccountant, PrivacyConfig
 from lightning_fed.state import clone_state
 from lightning_fed.strategies import FedAvg
 from tests.helpers import uploads
@@ -191,3 +191,23 @@ def test_dp_sgd_resume_draws_the_noise_of_the_uninterrupted_run(tmp_path, monkey
     fit(module, preference_data(), resumed, str(tmp_path / "resumed"), ckpt_path=str(ckpt))
     assert module.noise_seed == 1234
     assert_same_state(resumed.global_state, straight.global_state)
+
+
+def test_dp_sgd_is_accounted_in_both_transports(tmp_path):
+    """DP-SGD (z = 1) with 4-pair batches, 2 local steps per round, 2 rounds. In process the server
+    knows the smallest client (18 pairs: rate 4/18); a Flower server knows only the bucketed counts
+    (16: rate 4/16), an upper bound on the rate, so its epsilon is the larger."""
+    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    cfg["model"]["class_path"] = "lightning_fed.privacy.DPDPOModule"
+    cfg["model"]["init_args"]["dp_sgd"] = {"clip_norm": 1.0, "noise_multiplier": 1.0, "seed": 0}
+    cfg["federation"].update(rounds=2, local_steps=2)
+    path = tmp_path / "dpsgd.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    local = run_in_process(str(path), tmp_path / "local", [])
+    server, _ = run_on_grid(str(path), tmp_path / "flower", [])
+    assert_same_state(local.global_state, server.server.global_state)
+    a, b = local.server.privacy_section(), server.server.privacy_section()
+    assert a["example_level"]["sample_rate"] == pytest.approx(4 / 18) and b["example_level"]["sample_rate"] == 0.25
+    expected = PrivacyAccountant(1.0, 4 / 18, 4**-1.1).epsilon(4)  # 2 rounds x 2 steps
+    assert a["epsilon"] == {"example": pytest.approx(expected)} and b["epsilon"]["example"] > expected
+    assert a["channels"]["update"]["protection"] == b["channels"]["update"]["protection"] == "example_dp"
