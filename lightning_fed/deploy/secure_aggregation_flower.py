@@ -66,6 +66,11 @@ def secure_train_mod(msg: Message, context: Context, call_next: Any) -> Message:
     """
     if not is_secure(msg):
         return call_next(msg, context)
+    # The mod pops its stage from the configs record: a transport hands each node its own copy of
+    # a message, an in-process grid may share one content among nodes, so this node's is copied.
+    records = dict(msg.content.items())
+    records[RECORD_KEY_CONFIGS] = ConfigRecord(dict(msg.content.config_records[RECORD_KEY_CONFIGS]))
+    msg.content = RecordDict(records)
     saved = np.random.get_state()
     try:
         return secaggplus_mod(msg, context, call_next)
