@@ -24,7 +24,9 @@ simulation engine sets it for each virtual node). Round hooks that need client w
 round (FedHDS selection, FedBiscuit grouping) send ``query.hook`` messages, answered here by
 ``ClientRunner.answer``; their per-client instructions ride in the train message. What a node
 keeps between rounds (personal parameters, algorithm memory such as SCAFFOLD's ``c_i``) lives
-in its ``context.state``.
+in its ``context.state``. With a :class:`~lightning_fed.deploy.secure_aggregation.SecureAggregation`
+strategy the train round runs Flower's SecAgg+ (``secure_aggregation_flower.py``): the train
+handler sits behind ``secaggplus_mod`` and answers with its masked contribution.
 """
 
 from __future__ import annotations

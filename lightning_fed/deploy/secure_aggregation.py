@@ -297,6 +297,8 @@ class SecureAggregation(Strategy):
         delta = {k: torch.from_numpy(np.asarray(a, dtype=np.float64)) for k, a in zip(names, mean)}
         dp, weights = self.dp, {u.client_id: u.num_examples for u in updates}
         if dp is not None:  # Delta~ = (sum_k Delta_k + noise) / m, the fixed-denominator estimator
+            if dp.expected_clients is None:
+                raise ValueError("SecureAggregation: ClientLevelDP.expected_clients is not set")
             delta = {k: v * (len(updates) / dp.expected_clients) for k, v in delta.items()}
             dp.last_round = {"clip_norm": dp.clip_norm, "noise_stddev": dp.update_noise_multiplier * dp.clip_norm}
             dp.rounds_done += 1

@@ -122,3 +122,15 @@ def test_below_the_threshold_the_round_fails(tmp_path):
     drop = dict.fromkeys((1, 2, 3), Stage.SHARE_KEYS)
     with pytest.raises(RuntimeError, match="only 0 of 4 clients returned a valid update"):
         _flower(tmp_path, overrides, drop_at=drop)
+
+
+def test_a_client_lost_during_key_sharing_stops_the_round_in_flwr_1_41(tmp_path):
+    """Flower 1.41's limit, pinned: a node that answers the setup but not the key sharing is
+    still listed as dead in the unmask stage (``dead_nids = sampled - active``,
+    secaggplus_workflow.py:552, ``sampled`` frozen at setup, line 360), so its neighbours are asked
+    for key shares they never received (secaggplus_mod.py:510, ``KeyError``), too few shares come
+    back (secaggplus_workflow.py:606) and the round fails. Dropouts are survived from the
+    masked-vector stage on (the test above)."""
+    overrides = ["--federation.rounds=1", "--federation.clients_per_round=4", *SECAGG[1:]]
+    with pytest.raises(RuntimeError, match="only 0 of 4 clients returned a valid update"):
+        _flower(tmp_path, overrides, drop_at={1: Stage.SHARE_KEYS})
