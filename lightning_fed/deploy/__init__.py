@@ -1,7 +1,9 @@
 """Real multi-machine runs: any lightning-fed method as a Flower ClientApp and ServerApp.
 
 See ``apps.py`` for the apps and their run config, ``server.py`` for the Flower strategy
-that wraps ours, ``client.py`` for the client's turn (the simulation's own code path).
+that wraps ours, ``client.py`` for the client's turn (the simulation's own code path), and
+``secure_aggregation.py`` / ``secure_aggregation_flower.py`` for SecAgg+ (Flower's protocol
+driving the train round; the same encoding simulated in process).
 
 The names below are imported on first use: ``lightning-fed flower clientapp`` (a process per
 SuperNode, ``clientapp_process.py``) reads its arguments before torch and the model libraries
@@ -17,9 +19,10 @@ _WHERE = {
     "ClientLoop": "lightning_fed.deploy.client",
     "ClientRunner": "lightning_fed.deploy.client",
     "FederatedServer": "lightning_fed.deploy.server",
+    "SecureAggregation": "lightning_fed.deploy.secure_aggregation",
 }
 
-__all__ = ["ClientLoop", "ClientRunner", "FederatedServer"]
+__all__ = ["ClientLoop", "ClientRunner", "FederatedServer", "SecureAggregation"]
 
 
 def __getattr__(name: str) -> Any:

@@ -24,7 +24,9 @@ simulation engine sets it for each virtual node). Round hooks that need client w
 round (FedHDS selection, FedBiscuit grouping) send ``query.hook`` messages, answered here by
 ``ClientRunner.answer``; their per-client instructions ride in the train message. What a node
 keeps between rounds (personal parameters, algorithm memory such as SCAFFOLD's ``c_i``) lives
-in its ``context.state``.
+in its ``context.state``. With a :class:`~lightning_fed.deploy.secure_aggregation.SecureAggregation`
+strategy the train round runs Flower's SecAgg+ (``secure_aggregation_flower.py``): the train
+handler sits behind ``secaggplus_mod`` and answers with its masked contribution.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from lightning_fed.deploy.records import (
     reply_binding,
     update_to_record,
 )
+from lightning_fed.deploy.secure_aggregation_flower import contribution_reply, is_secure, secure_train_mod
 from lightning_fed.deploy.server import FederatedServer
 
 
@@ -153,9 +156,10 @@ def make_client_app(**defaults: Any) -> ClientApp:
         records = {**payload_records(answer, PAYLOAD), REPLY: reply_binding(content)}
         return Message(RecordDict(records), reply_to=msg)
 
-    @app.train()
+    @app.train(mods=[secure_train_mod])
     def train(msg: Message, context: Context) -> Message:
-        """Local training of this node's client from the state the server sent."""
+        """Local training of this node's client from the state the server sent (under SecAgg+,
+        its contribution goes to Flower's ``secaggplus_mod``, which masks it)."""
         cfg = _settings(context, defaults)
         runner = _context_runner(context, cfg)
         content = msg.content
@@ -171,6 +175,12 @@ def make_client_app(**defaults: Any) -> ClientApp:
         )
         for key in ("personal", "memory"):
             context.state[key] = ArrayRecord(dict(entry[key])) if entry[key] else ArrayRecord()
+        if is_secure(msg):
+            received = from_arrays(content.array_records[STATE])
+            reply = contribution_reply(
+                runner.strategy, received, update, int(instruction["round"]), instruction["nonce"]
+            )
+            return Message(reply, reply_to=msg)
         return Message(update_to_record(update, answers=content), reply_to=msg)
 
     @app.evaluate()

@@ -52,6 +52,8 @@ from lightning_fed.deploy.records import (
     to_arrays,
     train_instruction,
 )
+from lightning_fed.deploy.secure_aggregation import SecureAggregation
+from lightning_fed.deploy.secure_aggregation_flower import secure_train_round
 from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.hooks import Payload
 from lightning_fed.modules.base import FederatedModule
@@ -314,11 +316,14 @@ class FederatedServer(FlowerStrategy):
         self.nodes = discover_partitions(grid, min_nodes or 1, timeout, self.num_clients)
         result = Result()
         for server_round in range(1, (num_rounds or server.rounds) + 1):
-            replies = grid.send_and_receive(
-                self.configure_train(server_round, to_arrays(server.global_state), ConfigRecord(), grid),
-                timeout=timeout,
-            )
-            arrays, metrics = self.aggregate_train(server_round, replies)
+            if isinstance(server.strategy, SecureAggregation):  # Flower's SecAgg+ workflow runs the exchange
+                arrays, metrics = secure_train_round(self, server_round, grid, timeout)
+            else:
+                replies = grid.send_and_receive(
+                    self.configure_train(server_round, to_arrays(server.global_state), ConfigRecord(), grid),
+                    timeout=timeout,
+                )
+                arrays, metrics = self.aggregate_train(server_round, replies)
             result.arrays, result.train_metrics_clientapp[server_round] = arrays, metrics
             if server.stopping:  # the next round would exceed the privacy budget
                 rank_zero_warn(f"stopping: {server.stop_reason}")

@@ -57,7 +57,7 @@ LOCAL_ONLY = {
     "fedhds_random.yaml": ("RandomSelection", "the server draws from each client's examples"),
 }
 
-FAST = {"tiny.yaml", "fedbiot.yaml", "fednova.yaml", "orpo.yaml", "fedpdpo.yaml", "fedhds_random.yaml"}
+FAST = {"tiny.yaml", "secagg.yaml", "fedbiot.yaml", "fednova.yaml", "orpo.yaml", "fedpdpo.yaml", "fedhds_random.yaml"}
 
 
 def _config(name: str) -> dict:
@@ -99,6 +99,8 @@ def tiny_variant(name: str) -> dict:
     fed["min_clients"] = min(int(fed.get("min_clients", 1)), int(fed.get("clients_per_round", 2)))
     fed.pop("eval_panel_size", None)
     strategy = fed.get("strategy")
+    if isinstance(strategy, dict) and str(strategy.get("class_path", "")).endswith("SecureAggregation"):
+        strategy = strategy.get("init_args", {}).get("strategy")  # secagg.yaml: the clients draw DP noise shares
     if isinstance(strategy, dict) and str(strategy.get("class_path", "")).endswith("ClientLevelDP"):
         # The server draws the noise: one seed gives the same draws in both transports.
         strategy.setdefault("init_args", {})["seed"] = 0
