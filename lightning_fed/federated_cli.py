@@ -35,6 +35,7 @@ from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_chec
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, check_weights, saved_config
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
+from lightning_fed.modules.registry import load_module_plugins
 from lightning_fed.pipelines import prepare_stages
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
@@ -292,6 +293,7 @@ def run_cli(args: list[str] | None = None, run: bool = True, signals: ProcessSig
         args = resolve_config_args(list(args))
     _check_config_files(list(sys.argv[1:] if args is None else args))
     load_strategy_plugins()  # installed plugins' strategies join the short names (strategies/registry.py)
+    load_module_plugins()  # and their objectives (modules/registry.py)
     return FederatedCLI(
         FederatedModule,
         FederatedDataModule,

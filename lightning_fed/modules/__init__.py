@@ -15,6 +15,7 @@ from lightning_fed.modules.personal_head import PersonalHeadDPO
 from lightning_fed.modules.selector import BinarySelectorModule
 from lightning_fed.modules.selector_source import SelectorSource, load_selector
 from lightning_fed.modules.sft import SFTModule
+from lightning_fed.modules.simpo import SimPOModule
 
 __all__ = [
     "BackboneConfig",
@@ -32,6 +33,7 @@ __all__ = [
     "PersonalHeadDPO",
     "SFTModule",
     "SelectorSource",
+    "SimPOModule",
     "adapter_proximal_term",
     "apply_lora",
     "is_adapter_param",

@@ -36,11 +36,10 @@ def token_log_probs(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     labels = labels[:, 1:]
     mask = labels != IGNORE_INDEX
     safe = labels.masked_fill(~mask, 0)
-    # A full log_softmax, then gather. selective_log_softmax (below) avoids that (B, T, V) copy, but
-    # its last-bit differences break resume exactness while the DPO reference cache is recomputed
-    # in other batches after a resume (issue 22 item 2; tests/modules/test_pdpo.py resume test):
-    # switch once that cache restores exactly.
-    logps = torch.gather(logits.float().log_softmax(-1), 2, safe.unsqueeze(-1)).squeeze(-1)
+    # The label logit minus the row's logsumexp: no (B, T, V) log_softmax copy. The DPO reference
+    # cache is part of the checkpoint (reference_cache.py), so the last-bit differences of this
+    # form against log_softmax no longer reach resume exactness (issue 22 item 2, issue 23).
+    logps = selective_log_softmax(logits, safe)
     return logps * mask, mask
 
 
@@ -62,6 +61,8 @@ def selective_log_softmax(logits: Tensor, index: Tensor) -> Tensor:
         selected = torch.gather(logits, -1, index.unsqueeze(-1)).squeeze(-1)
         norm = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])
         return selected - norm
+    # bf16/fp16: logsumexp in half precision loses digits, so each sequence is upcast and
+    # normalised on its own (TRL's loop): at most one (T, V) float32 copy exists at a time.
     rows = [
         torch.gather(row.float().log_softmax(-1), -1, idx.unsqueeze(-1)).squeeze(-1) for row, idx in zip(logits, index)
     ]

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_fed.modules.losses import IGNORE_INDEX, preference_metrics
-from lightning_fed.modules.preference import PreferenceModule, concatenated_log_probs
+from lightning_fed.modules.losses import preference_metrics
+from lightning_fed.modules.preference import PreferenceModule, concatenated_log_probs, response_lengths
 
 
 def log_odds(mean_log_prob: Tensor) -> Tensor:
@@ -54,11 +54,6 @@ def orpo_loss(chosen: Tensor, rejected: Tensor, odds_ratio_weight: float) -> tup
     nll = -chosen
     losses = nll - odds_ratio_weight * F.logsigmoid(ratio)  # Eq. (6) with Eq. (7)
     return losses, nll.detach(), ratio.detach()
-
-
-def _response_lengths(labels: Tensor) -> Tensor:
-    """Scored tokens per sequence, as :func:`concatenated_log_probs` counts them for ``average=True``."""
-    return (labels[:, 1:] != IGNORE_INDEX).sum(-1).clamp(min=1)
 
 
 class ORPOModule(PreferenceModule):
@@ -96,8 +91,8 @@ class ORPOModule(PreferenceModule):
     def pair_metrics(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         chosen, rejected = concatenated_log_probs(self.model, batch, average=True)
         losses, nll, ratio = orpo_loss(chosen, rejected, self.odds_ratio_weight)
-        chosen_sum = chosen.detach() * _response_lengths(batch["chosen_labels"])
-        rejected_sum = rejected.detach() * _response_lengths(batch["rejected_labels"])
+        chosen_sum = chosen.detach() * response_lengths(batch["chosen_labels"])
+        rejected_sum = rejected.detach() * response_lengths(batch["rejected_labels"])
         # ORPO's implicit reward is the length-averaged log-probability.
         metrics = preference_metrics(losses, chosen.detach(), rejected.detach(), chosen_sum, rejected_sum)
         return {**metrics, "nll": nll, "log_odds_ratio": ratio}

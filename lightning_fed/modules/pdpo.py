@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.modules.losses import IGNORE_INDEX
+from lightning_fed.modules.losses import IGNORE_INDEX, preference_metrics
 from lightning_fed.modules.pdpo_loss import (
     AdaptiveRewardScale,
     combined_margin,
@@ -28,6 +28,7 @@ from lightning_fed.modules.pdpo_loss import (
 )
 from lightning_fed.modules.pdpo_schedule import LossTriggeredDecay
 from lightning_fed.modules.personal_head import PersonalHeadDPO, build_optimizer, frozen
+from lightning_fed.modules.preference import concatenated_inputs
 from lightning_fed.modules.reward_head import POOLS, RewardHead
 
 LOCAL_SCHEDULES = ("alternate", "phased")
@@ -42,8 +43,9 @@ class PDPOModule(PersonalHeadDPO):
       batch, so one local epoch trains the personal modules for one epoch and LoRA for one
       epoch, App. D.3's intra-domain 1:1): (1) a step of the personal modules with ``lr_h``
       while LoRA is frozen, which also folds the batch into the EMA ``s``; (2) a step of LoRA
-      with ``lr_w`` while the personal modules are frozen, on a fresh forward through the
-      updated personal modules.
+      with ``lr_w`` while the personal modules are frozen, through the updated personal
+      modules (the backbone's output ``z'`` is the personal step's: see
+      ``reuse_backbone_forward``).
     * ``phased``: Algorithm 1's two phases as whole blocks of the client's turn: the first
       ``personal_epochs / (personal_epochs + lora_epochs)`` of the turn's batches train only the
       personal modules, the rest only LoRA. App. D.3's cross-domain setting (3 epochs of LoRA,
@@ -100,6 +102,12 @@ class PDPOModule(PersonalHeadDPO):
             ``None`` (default) excludes nothing: the paper states only the two numbers, so
             the rule (a k-sigma cut on the batch's losses) is this package's reading.
         exclusion_max_ratio: Most of a batch that may be excluded (0.5 in the paper).
+        reuse_backbone_forward: Under ``alternate``, run the backbone once per batch for both
+            steps (the default): LoRA is frozen during the personal step, so the LoRA step's
+            ``z'`` equals the personal step's, and only the personal modules and heads run twice.
+            The gradients are those of the recomputing path (``false``, kept for comparison);
+            with dropout active in the backbone (``disable_dropout=false``) both steps then see
+            one dropout mask instead of two.
         **kwargs: See :class:`PersonalHeadDPO` (``gradient_clip_val``) and
             :class:`~lightning_fed.modules.DPOModule` (``backbone``, ``lora``, ``beta``...).
     """
@@ -131,6 +139,7 @@ class PDPOModule(PersonalHeadDPO):
         accumulate_grad_batches: int = 1,
         exclusion_k: float | None = None,
         exclusion_max_ratio: float = 0.5,
+        reuse_backbone_forward: bool = True,
         **kwargs: Any,
     ) -> None:
         problems = []
@@ -185,6 +194,7 @@ class PDPOModule(PersonalHeadDPO):
         self.local_schedule, self.personal_epochs, self.lora_epochs = local_schedule, personal_epochs, lora_epochs
         self.accumulate_grad_batches = accumulate_grad_batches
         self.exclusion_k, self.exclusion_max_ratio = exclusion_k, exclusion_max_ratio
+        self.reuse_backbone_forward = bool(reuse_backbone_forward)
 
     # -------------------------------------------------------------------------- schedule
     def _federated_loop(self) -> Any:
@@ -249,14 +259,19 @@ class PDPOModule(PersonalHeadDPO):
 
     # --------------------------------------------------------------------------- metrics
     def pdpo_metrics(
-        self, batch: dict[str, Tensor], reference: tuple[Tensor, Tensor] | None = None, update_scale: bool = False
+        self,
+        batch: dict[str, Tensor],
+        reference: tuple[Tensor, Tensor] | None = None,
+        update_scale: bool = False,
+        backbone: Tensor | None = None,
     ) -> dict[str, Tensor]:
-        """Per-pair loss (Eq. 8) and diagnostics; ``update_scale`` folds the batch into ``s``."""
-        logps, z, inputs = self.policy_forward(batch)
+        """Per-pair loss (Eq. 8) and diagnostics; ``update_scale`` folds the batch into ``s``;
+        ``backbone`` is the batch's ``z'`` when already computed (see :meth:`training_step`)."""
+        logps, z, inputs = self.policy_forward(batch, backbone)
         chosen, rejected = logps.chunk(2)
         ref_chosen, ref_rejected = reference if reference is not None else self.reference_log_probs(batch)
         delta_ir = implicit_margin(chosen, rejected, ref_chosen, ref_rejected)  # Eq. (4)
-        metrics = {"pref_acc": (chosen.detach() > rejected.detach()).float()}
+        extra = {}
         if self.reward_head is not None:
             pool = (
                 inputs["attention_mask"].bool() if self.reward_pool == "sequence" else inputs["labels"] != IGNORE_INDEX
@@ -265,16 +280,18 @@ class PDPOModule(PersonalHeadDPO):
             delta_er = r_chosen - r_rejected  # Eq. (5)
             scale = self.reward_scale.update(delta_ir, delta_er) if update_scale else self.reward_scale.value.detach()
             delta = combined_margin(delta_ir, delta_er, self.current_reward_weight(), scale)  # Eq. (6)
-            metrics["explicit_acc"] = (delta_er.detach() > 0).float()
+            extra["explicit_acc"] = (delta_er.detach() > 0).float()
         else:
             delta = delta_ir  # ablation (A2): plain DPO through the personal head
-        implicit = self.beta * delta_ir.detach()
-        metrics.update(
-            loss=pdpo_loss(delta, self.beta),  # Eq. (8)
-            margin=self.beta * delta.detach(),
-            reward_margin=implicit,
-            reward_acc=(implicit > 0).float() + 0.5 * (implicit == 0).float(),
+        # The logged rewards are the implicit ones, beta * log pi/ref of each response (Eq. (4)'s terms).
+        metrics = preference_metrics(
+            pdpo_loss(delta, self.beta),  # Eq. (8)
+            self.beta * (chosen - ref_chosen).detach(),
+            self.beta * (rejected - ref_rejected).detach(),
+            chosen,
+            rejected,
         )
+        metrics.update(extra, margin=self.beta * delta.detach())
         return metrics
 
     # -------------------------------------------------------------------------- training
@@ -305,17 +322,25 @@ class PDPOModule(PersonalHeadDPO):
         if self.lr_decay is not None:
             self.apply_lr_decay(opt_h, opt_w)
         reference = self.reference_log_probs(batch)  # the same for both phases
+        backbone = None
+        if train_h and train_w and self.reuse_backbone_forward:
+            # LoRA is frozen in the personal step and only the personal modules change before the
+            # LoRA step, so both steps read the same z': one backbone forward, its graph (to LoRA)
+            # kept for the LoRA step, its values detached for the personal step (issue 23).
+            inputs = concatenated_inputs(batch)
+            backbone = self.backbone_features(inputs["input_ids"], inputs["attention_mask"])
         observed = False
         if train_h:
             with frozen(self.shared_parameters().values()):  # Algorithm 1, lines 12-15
-                metrics = self.pdpo_metrics(batch, reference, update_scale=True)
+                z = backbone.detach() if backbone is not None else None
+                metrics = self.pdpo_metrics(batch, reference, update_scale=True, backbone=z)
                 self.accumulate(opt_h, self.objective(metrics["loss"]), window, step)
         if self.lr_decay is not None and train_h:  # the round's DPO loss, before this step's updates
             self.lr_decay.observe(metrics["loss"].mean().item())
             observed = True
         if train_w:
             with frozen(self.personal_parameters().values()):  # Algorithm 1, lines 16-17
-                metrics = self.pdpo_metrics(batch, reference)
+                metrics = self.pdpo_metrics(batch, reference, backbone=backbone)
                 self.accumulate(opt_w, self.objective(metrics["loss"]), window, step)
             if self.lr_decay is not None and not observed:
                 self.lr_decay.observe(metrics["loss"].mean().item())

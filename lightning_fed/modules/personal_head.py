@@ -132,8 +132,9 @@ class PersonalHeadDPO(DPOModule):
         )
 
     # --------------------------------------------------------------------------- forward
-    def features(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        """``z = M_i(z')`` (or ``z'`` without bottleneck): ``(B, T, d)`` features in ``personal_dtype``."""
+    def backbone_features(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """``z'``: the LoRA-adapted backbone's last hidden state, ``(B, T, d)`` in ``personal_dtype``
+        (with a bottleneck, the residual stream before the body's final norm, which ``M_i`` applies)."""
         base = self.model.get_base_model()
         body = getattr(base, base.base_model_prefix)  # LoRA layers are injected in place
         if self.bottleneck is None:
@@ -142,17 +143,33 @@ class PersonalHeadDPO(DPOModule):
             )
         with self.bottleneck.reading_before_norm(body):  # z' before the final norm, which M_i applies (Eq. 9)
             z = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.bottleneck(z.to(self.lm_head.weight.dtype))
+        return z.to(self.lm_head.weight.dtype)
 
-    def policy_forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    def features(self, input_ids: Tensor, attention_mask: Tensor, backbone: Tensor | None = None) -> Tensor:
+        """``z = M_i(z')`` (or ``z'`` without bottleneck): ``(B, T, d)`` features in ``personal_dtype``.
+
+        Args:
+            backbone: ``z'`` from an earlier :meth:`backbone_features` of the same inputs and the same
+                LoRA weights, to reuse instead of running the backbone again.
+        """
+        z = backbone if backbone is not None else self.backbone_features(input_ids, attention_mask)
+        return z if self.bottleneck is None else self.bottleneck(z)
+
+    def policy_forward(
+        self, batch: dict[str, Tensor], backbone: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         """One concatenated forward of chosen then rejected.
+
+        Args:
+            batch: A preference batch.
+            backbone: ``z'`` of the concatenated batch already computed (see :meth:`features`).
 
         Returns:
             ``(log p(y|x) (2B,), features z (2B, T, d), inputs)`` where ``inputs`` holds the
             concatenated ``input_ids``, ``attention_mask`` and ``labels``.
         """
         inputs = concatenated_inputs(batch)
-        z = self.features(inputs["input_ids"], inputs["attention_mask"])
+        z = self.features(inputs["input_ids"], inputs["attention_mask"], backbone)
         logps = sequence_log_probs(self.lm_head(z), inputs["labels"])
         return logps, z, inputs
 

@@ -5,7 +5,7 @@ A preference batch holds ``chosen_{input_ids,attention_mask,labels}`` and
 rejected through the model in one concatenated forward (one kernel launch per layer instead
 of two, as in TRL's ``concatenated_forward``) and split the result: :func:`concatenated_inputs`
 builds that input, :func:`concatenated_log_probs` returns ``log p(y_w|x)`` and ``log p(y_l|x)``.
-A new preference loss (ORPO, KTO, IPO...) starts from these instead of copying the forward,
+A new preference loss (ORPO, SimPO, KTO, IPO...) starts from these instead of copying the forward,
 and subclasses :class:`PreferenceModule`, which turns its ``pair_metrics`` into the training and
 validation steps.
 """
@@ -44,15 +44,21 @@ def concatenated_log_probs(
     logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
     logps = sequence_log_probs(logits, inputs["labels"])
     if average:
-        logps = logps / (inputs["labels"][:, 1:] != IGNORE_INDEX).sum(-1).clamp(min=1)
+        logps = logps / response_lengths(inputs["labels"])
     return logps.chunk(2)
+
+
+def response_lengths(labels: Tensor) -> Tensor:
+    """Scored (next-token) response tokens per sequence, at least 1: the ``|y|`` of a length-averaged
+    log-probability, as :func:`concatenated_log_probs` divides by it for ``average=True``."""
+    return (labels[:, 1:] != IGNORE_INDEX).sum(-1).clamp(min=1)
 
 
 class PreferenceModule(FederatedModule):
     """A local objective over preference pairs, defined by its ``pair_metrics(batch)``.
 
     ``pair_metrics`` returns ``{name: (B,) tensor}`` with the per-pair ``loss`` and any other
-    metrics (DPO's and ORPO's share ``reward_margin``, ``reward_acc`` and ``pref_acc``). A
+    metrics (DPO's, ORPO's and SimPO's share ``reward_margin``, ``reward_acc`` and ``pref_acc``). A
     training step logs every metric's mean as ``train/<name>`` and returns the mean loss; a
     validation step returns the per-pair values, which the loop averages per client.
     """

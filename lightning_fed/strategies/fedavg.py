@@ -48,7 +48,12 @@ class FedAvg(Strategy):
         self.server_lr = float(server_lr)
 
     def weights(self, updates: Sequence[ClientUpdate]) -> list[float]:
-        """The averaging weight of each update (unnormalised)."""
+        """The averaging weight of each update (unnormalised): ``|D_k|`` or 1 (``weighting``).
+
+        The extension point for a new weighting: :meth:`average`, and so every strategy of the
+        FedAvg family that steps on the mean, uses whatever a subclass returns here (one finite
+        weight >= 0 per update, positive sum; see docs/developer/adding-a-method.md).
+        """
         if self.weighting == "uniform":
             return [1.0] * len(updates)
         return [float(u.num_examples) for u in updates]

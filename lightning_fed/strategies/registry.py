@@ -23,10 +23,7 @@ share must be given as a full class path. So a strategy joins the registry by su
 
 from __future__ import annotations
 
-import importlib
-import inspect
-from importlib.metadata import entry_points
-
+from lightning_fed.plugins import load_entry_points, short_names
 from lightning_fed.strategies.base import Strategy
 
 ENTRY_POINT_GROUP = "lightning_fed.strategies"
@@ -41,18 +38,7 @@ def load_strategy_plugins() -> list[str]:
     Raises:
         ImportError: One line naming the entry point and its distribution if it fails to load.
     """
-    loaded = []
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, e.value)):
-        try:
-            ep.load()
-        except Exception as err:  # a plugin's own error, reported with where it came from
-            dist = getattr(ep.dist, "name", "?")
-            raise ImportError(
-                f"strategy plugin {ep.name} = {ep.value!r} (entry point group {ENTRY_POINT_GROUP!r},"
-                f" distribution {dist}) failed to load: {type(err).__name__}: {err}"
-            ) from err
-        loaded.append(ep.value)
-    return loaded
+    return load_entry_points(ENTRY_POINT_GROUP, "strategy")
 
 
 def available_strategies() -> dict[str, list[str]]:
@@ -62,27 +48,4 @@ def available_strategies() -> dict[str, list[str]]:
     path is ambiguous and needs the full path. Mirrors jsonargparse's rules (see the module
     docstring) so that an error message can list the valid choices.
     """
-    names: dict[str, list[str]] = {}
-    seen: set[type] = set()
-    stack = list(Strategy.__subclasses__())
-    while stack:
-        cls = stack.pop()
-        if cls in seen:
-            continue
-        seen.add(cls)
-        stack.extend(cls.__subclasses__())
-        path = f"{_public_module(cls)}.{cls.__qualname__}"
-        if inspect.isabstract(cls) or "<locals>" in cls.__qualname__ or "._" in path:
-            continue
-        names.setdefault(cls.__name__, []).append(path)
-    return {name: sorted(paths) for name, paths in sorted(names.items())}
-
-
-def _public_module(cls: type) -> str:
-    """The shortest parent package of ``cls.__module__`` that exports ``cls`` (as jsonargparse prints it)."""
-    parts = cls.__module__.split(".")
-    for i in range(1, len(parts)):
-        module = importlib.import_module(".".join(parts[:i]))
-        if getattr(module, cls.__name__, None) is cls:
-            return module.__name__
-    return cls.__module__
+    return short_names(Strategy)

@@ -314,3 +314,43 @@ def test_personal_model_at_init_is_the_base_model(batch, config):
     torch.testing.assert_close(personal, reference, atol=1e-6, rtol=0)
     torch.testing.assert_close(m.bottleneck(plain), m.bottleneck.norm(plain))  # Decode = 0 at init
     assert not torch.allclose(plain, backbone_norm(plain))  # ... and the body applies its own norm again
+
+
+class GradientRecordingPDPO(PDPOModule):
+    """Records every gradient each optimizer steps on, and how often the backbone runs for the policy."""
+
+    def configure_optimizers(self):
+        optimizers = super().configure_optimizers()
+        for opt in optimizers:
+            opt.register_step_pre_hook(self.record)
+        return optimizers
+
+    def record(self, optimizer, args, kwargs):
+        grads = [p.grad.clone() for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        self.grads = [*getattr(self, "grads", []), grads]
+
+    def backbone_features(self, input_ids, attention_mask):
+        self.backbone_runs = getattr(self, "backbone_runs", 0) + 1
+        return super().backbone_features(input_ids, attention_mask)
+
+
+def test_lora_step_reuses_the_backbone_forward_with_unchanged_gradients(tmp_path):
+    """Issue 23: the LoRA step reads the personal step's ``z'`` (one backbone forward per batch, not two) and
+    every personal and LoRA gradient equals the recomputing path's; with dropout in the personal modules, so
+    that the random draws must line up too."""
+    runs = {}
+    for reuse in (True, False):
+        m = tiny(GradientRecordingPDPO, reuse_backbone_forward=reuse, bottleneck_dropout=0.1, reward_dropout=0.1)
+        loop = FederatedLoop(rounds=2, clients_per_round=2, local_steps=2, seed=0)
+        fit(m, preference_data(groups=("positive", "negative")), loop, str(tmp_path / str(reuse)))
+        runs[reuse] = m, loop
+    (reused, reused_loop), (recomputed, recomputed_loop) = runs[True], runs[False]
+    steps = 2 * 2 * 2 * 2  # rounds x clients x batches x (personal, LoRA)
+    assert len(reused.grads) == len(recomputed.grads) == steps
+    for a, b in zip(reused.grads, recomputed.grads):
+        assert len(a) == len(b) and a
+        for ga, gb in zip(a, b):
+            torch.testing.assert_close(ga, gb, rtol=1e-6, atol=1e-9)
+    assert not torch.equal(reused.grads[0][0], reused.grads[2][0])  # not trivial: the steps move
+    assert_states_close(reused_loop.global_state, recomputed_loop.global_state)
+    assert recomputed.backbone_runs - reused.backbone_runs == steps // 2  # one backbone forward saved per batch

@@ -1,5 +1,6 @@
 """The strategy registry: a user's own strategy is selectable by its short name."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -96,3 +97,62 @@ def test_registry_skips_abstract_and_local_classes():
     assert "FedOpt" not in names and FedOpt.__abstractmethods__  # abstract: not a choice
     assert "LocalAvg" not in names and LocalAvg.__qualname__.endswith("<locals>.LocalAvg")
     assert names["FedAvg"] == ["lightning_fed.strategies.FedAvg"]
+
+
+def test_user_strategy_and_objective_from_a_test_module_by_short_name(tmp_path):
+    """One installed entry point per group: ``lightning_fed.strategies`` -> ``tests/strategies/plugin_objects.py``,
+    ``lightning_fed.modules`` -> ``tests/modules/plugin_objective.py``. The CLI finds both classes by short
+    name (neither module is imported otherwise), the strategy's own
+    ``weights()`` decides the average, and the saved config names the full paths."""
+    site = tmp_path / "site"
+    info = site / "test_plugins-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: test-plugins\nVersion: 0.1\n")
+    strategies, objectives = "tests.strategies.plugin_objects", "tests.modules.plugin_objective"
+    (info / "entry_points.txt").write_text(
+        f"[lightning_fed.strategies]\nmine = {strategies}\n\n[lightning_fed.modules]\nmine = {objectives}\n"
+    )
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
+    }
+    args = ["fit", "--config", "configs/fedsimpo.yaml", "--model=AnnouncedSimPO", "--model.gamma=0.5"]
+    args += ["--federation.strategy=ClientIdWeightedAvg", "--federation.rounds=1", "--federation.local_steps=1"]
+    args += [f"--trainer.default_root_dir={tmp_path / 'run'}", "--trainer.enable_progress_bar=false"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "AnnouncedSimPO built, gamma=0.5" in proc.stdout
+    (line,) = [s for s in proc.stdout.splitlines() if s.startswith("ClientIdWeightedAvg weights")]
+    weights = ast.literal_eval(line.split("weights ", 1)[1])  # two sampled clients of four, weighted by id + 1
+    assert len(weights) == 2 and set(weights) <= {1.0, 2.0, 3.0, 4.0}, line
+    (run,) = (tmp_path / "run" / "lightning_logs").iterdir()
+    saved = (run / "config.yaml").read_text()
+    assert f"class_path: {objectives}.AnnouncedSimPO" in saved
+    assert f"class_path: {strategies}.ClientIdWeightedAvg" in saved
+
+
+def test_objectives_are_listed_by_short_name():
+    from lightning_fed.modules.registry import available_modules
+
+    names = available_modules()
+    assert names["SimPOModule"] == ["lightning_fed.modules.SimPOModule"]
+    assert {"DPOModule", "ORPOModule", "PDPOModule", "SFTModule"} <= set(names)
+
+
+def test_broken_objective_plugin_is_named(tmp_path, monkeypatch):
+    from lightning_fed.modules.registry import load_module_plugins
+
+    info = tmp_path / "my_broken_objectives-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my_broken_objectives\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[lightning_fed.modules]\nbroken = my_broken_objectives.nowhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(
+        ImportError, match=r"^module plugin broken = 'my_broken_objectives.nowhere' \(entry point group"
+    ):
+        load_module_plugins()
