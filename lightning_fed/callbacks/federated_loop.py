@@ -21,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
+from lightning_fed.compression.uplink import compressor_from_spec
 from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
 from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.context import RoundContext
@@ -82,6 +83,8 @@ class FederatedLoop(LoopEvaluation):
         eval_panel_size: Clients in the panel, drawn once from ``seed`` (``>= N``: all clients).
         eval_every: Evaluate after every n-th round and after the last; the initial evaluation
             (before round 1) runs unless ``trainer.num_sanity_val_steps`` is 0.
+        compression: Compress each client's upload (``int8``, ``int4``, ``+ef``, ``topk:<fraction>``;
+            see :mod:`lightning_fed.compression.uplink`); ``None``: full precision.
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class FederatedLoop(LoopEvaluation):
         eval_clients: str | None = None,
         eval_panel_size: int = DEFAULT_PANEL_SIZE,
         eval_every: int = 1,
+        compression: str | None = None,
     ) -> None:
         self.config = FederationConfig(
             rounds=rounds,
@@ -122,6 +126,7 @@ class FederatedLoop(LoopEvaluation):
             eval_clients=eval_clients,
             eval_panel_size=eval_panel_size,
             eval_every=eval_every,
+            compression=compression,
         )
         config = self.config
         super().__init__(
@@ -259,6 +264,7 @@ class FederatedLoop(LoopEvaluation):
             self.datamodule.client_sizes[cid],
             self.hooks,
             self.initial_personal,
+            compressor_from_spec(self.config.compression),
         )
         turn.begin(trainer, pl_module, *self.server.send(cid))
         return turn

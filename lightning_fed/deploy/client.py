@@ -26,6 +26,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
+from lightning_fed.compression.uplink import compressor_from_spec
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.driver import TurnDriver
@@ -133,6 +134,7 @@ class ClientRunner:
             seed = config.seed if config.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
         self.seed = seed
         self.local_steps, self.local_epochs = config.local_steps, config.local_epochs
+        self.compressor = compressor_from_spec(config.compression)
         self.trainer_kwargs = {
             k: v for k, v in (trainer_kwargs or {}).items() if k in CLIENT_TRAINER_KEYS and v is not None
         }
@@ -206,6 +208,7 @@ class ClientRunner:
             num_examples,
             self.hooks,
             self.initial_personal,
+            self.compressor,
         )
         # Lightning's accumulation and a manual-optimization module's own, as in the simulation.
         accumulate = int(self.trainer_kwargs.get("accumulate_grad_batches", 1))

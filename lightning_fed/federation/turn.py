@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lightning_fed.compression.uplink import compress_client_update
 from lightning_fed.federation.sampling import derive_seed
 from lightning_fed.federation.store import state_layout
 from lightning_fed.state import StateDict, clone_state, state_nbytes
@@ -32,6 +33,7 @@ from lightning_fed.strategies.base import ClientUpdate, LocalCorrection, Strateg
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from lightning_fed.compression import UpdateCompressor
     from lightning_fed.federation.hooks import RoundHook
     from lightning_fed.federation.store import ClientStateStore
 
@@ -68,6 +70,8 @@ class ClientTurn:
         num_examples: ``|D_k|`` as the update reports it (its FedAvg weight).
         hooks: The run's round hooks (``on_client_start`` / ``on_client_end`` run here).
         initial_personal: Personal parameters of a client that has none yet.
+        compressor: Compress the upload (``federation.compression``; see
+            :mod:`lightning_fed.compression.uplink`); ``None``: full precision.
 
     Attributes (read by hooks, the progress bar and the failure guard):
         steps: Optimizer steps taken so far. losses: training losses so far.
@@ -87,10 +91,12 @@ class ClientTurn:
         num_examples: int,
         hooks: Sequence[RoundHook] = (),
         initial_personal: StateDict | None = None,
+        compressor: UpdateCompressor | None = None,
     ) -> None:
         self.client_id, self.round_idx, self.rounds, self.seed = client_id, round_idx, rounds, seed
         self.strategy, self.store, self.num_examples = strategy, store, num_examples
         self.hooks = list(hooks)
+        self.compressor = compressor
         self.initial_personal: StateDict = initial_personal or {}
         self.received: StateDict = {}
         self.downlink: StateDict = {}
@@ -158,9 +164,11 @@ class ClientTurn:
         shared = clone_state({k: self._live[k] for k in self.received})
         lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else 0.0
         extras = self.correction.finish(shared, self.steps, lr) if self.steps else {}
-        self.store.put(self.client_id, module.personal_parameters(), self.memory)
         metrics = {"train_loss": sum(self.losses) / len(self.losses)} if self.losses else {}
         update = ClientUpdate(self.client_id, self.num_examples, shared, extras, metrics)
+        if self.compressor is not None:  # the payload is what travels; residuals stay in memory
+            update, self.memory = compress_client_update(update, self.received, self.compressor, self.memory)
+        self.store.put(self.client_id, module.personal_parameters(), self.memory)
         self.up_bytes = state_nbytes(update.state) + state_nbytes(update.extras)
         for hook in self.hooks:
             hook.on_client_end(self, trainer, module, update)
