@@ -37,6 +37,7 @@ from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import ClientUpdate, Strategy
+from lightning_fed.strategies.lora_factors import match_rank
 
 # Trainer settings a client takes from the run's config; the rest (loggers, checkpoints,
 # progress bars, validation) is the server's business.
@@ -195,7 +196,9 @@ class ClientRunner:
         store = ClientStateStore()
         store.load_state_dict({client_id: entry})
         data = self.datamodule.client(client_id)
-        self.module.load_state(state)  # prepare_client sees the state the server sent, as in-process
+        self.module.load_state(
+            match_rank(state, self.module.shared_parameters())
+        )  # prepare_client sees the state the server sent, as in-process
         prepare_client(self.hooks, self.module, data, client_id, round_idx, instructions or {})
         num_examples = self.datamodule.client_sizes[client_id]
         turn = ClientTurn(

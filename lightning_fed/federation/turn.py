@@ -29,6 +29,7 @@ from lightning_fed.federation.sampling import derive_seed
 from lightning_fed.federation.store import state_layout
 from lightning_fed.state import StateDict, clone_state, state_nbytes
 from lightning_fed.strategies.base import ClientUpdate, LocalCorrection, Strategy
+from lightning_fed.strategies.lora_factors import match_rank
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -113,7 +114,7 @@ class ClientTurn:
     def begin(self, trainer: pl.Trainer, module: pl.LightningModule, start: StateDict, downlink: StateDict) -> None:
         """Load the start state the server sent and the client's own state, then run the hooks."""
         entry = self.store.get(self.client_id, state_layout(module.personal_parameters(), start))
-        module.load_state(start)
+        module.load_state(match_rank(start, module.shared_parameters()))  # a lower-rank LoRA: zero-padded
         module.load_state(entry["personal"] or self.initial_personal)
         for opt in trainer.optimizers:  # optimizer state never leaks between clients
             opt.state.clear()
@@ -161,7 +162,8 @@ class ClientTurn:
             return None
         # A client returns new values of exactly what it received (all of the global state
         # by default; a clustered strategy may send a client only its cluster's part).
-        shared = clone_state({k: self._live[k] for k in self.received})
+        # (At the rank it received: a lower-rank client's padding is cut off again.)
+        shared = clone_state(match_rank({k: self._live[k] for k in self.received}, self.received))
         lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else 0.0
         extras = self.correction.finish(shared, self.steps, lr) if self.steps else {}
         metrics = {"train_loss": sum(self.losses) / len(self.losses)} if self.losses else {}
