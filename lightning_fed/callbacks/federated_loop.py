@@ -38,6 +38,7 @@ from lightning_fed.federation.hooks import (
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
+from lightning_fed.heterogeneity.system_round import instructed_steps
 from lightning_fed.state import clone_state, state_nbytes
 from lightning_fed.strategies.base import Strategy
 from lightning_fed.strategies.fedavg import FedAvg
@@ -211,12 +212,14 @@ class FederatedLoop(LoopEvaluation):
             clients = server.sample(round_idx)
             # On resume Lightning may first build the loader of the round the checkpoint closed;
             # that round's hooks have already run and must not run twice.
+            steps: dict[int, int | None] = {}  # a hook may cut a client's steps (a straggler's partial work)
             if round_idx >= len(self.report.history):
                 server.prepare(self.context, self.module, round_idx, clients, self._ask(round_idx))
                 for c in clients:
                     instructions = server.client_instructions(c, round_idx)
                     prepare_client(self.hooks, self.module, self.datamodule.client(c), c, round_idx, instructions)
-            self._plans = {round_idx: [TurnPlan(c, self._num_batches(c)) for c in clients]}
+                    steps[c] = instructed_steps(instructions, self.local_steps)
+            self._plans = {round_idx: [TurnPlan(c, self._num_batches(c, steps.get(c))) for c in clients]}
         return self._plans[round_idx]
 
     def _ask(self, round_idx: int) -> Any:
@@ -235,12 +238,12 @@ class FederatedLoop(LoopEvaluation):
 
         return ask
 
-    def _num_batches(self, client_id: int) -> int:
+    def _num_batches(self, client_id: int, local_steps: int | None = None) -> int:
         # Lightning's accumulate_grad_batches, or a manual-optimization module's own (which
         # Lightning forbids on the Trainer), e.g. PDPOModule.accumulate_grad_batches.
         accumulate = self.trainer.accumulate_grad_batches * int(getattr(self.module, "accumulate_grad_batches", 1))
         n, b = self.datamodule.client_sizes[client_id], self.datamodule.batch_size
-        return turn_batches(self.local_steps, self.local_epochs, n, b, accumulate)
+        return turn_batches(local_steps or self.local_steps, self.local_epochs, n, b, accumulate)
 
     # ============================================================ client turns (training)
     @override

@@ -34,6 +34,7 @@ from lightning_fed.federation.hooks import Payload, RoundHook, answer_query, pre
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
+from lightning_fed.heterogeneity.system_round import instructed_steps
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import ClientUpdate, Strategy
@@ -216,9 +217,8 @@ class ClientRunner:
         # Lightning's accumulation and a manual-optimization module's own, as in the simulation.
         accumulate = int(self.trainer_kwargs.get("accumulate_grad_batches", 1))
         accumulate *= int(getattr(self.module, "accumulate_grad_batches", 1))
-        batches = turn_batches(
-            self.local_steps, self.local_epochs, num_examples, self.datamodule.batch_size, accumulate
-        )
+        steps = instructed_steps(dict(instructions or {}), self.local_steps)  # a straggler's partial work
+        batches = turn_batches(steps, self.local_epochs, num_examples, self.datamodule.batch_size, accumulate)
         # The client side of the strategy as the simulation sets it up (e.g. its client count).
         self.strategy.setup(clone_state(self.module.shared_parameters()), self.datamodule.num_clients)
         loop = ClientLoop(turn, batches, state, downlink, self.local_steps)

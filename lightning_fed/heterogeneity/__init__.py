@@ -11,6 +11,7 @@ virtual clock that turns those into who reports when (:class:`SyncRoundSimulator
 from lightning_fed.heterogeneity.client_ranks import ClientRanks
 from lightning_fed.heterogeneity.rank_assignment import RankAssignment, alpha_for_rank
 from lightning_fed.heterogeneity.system_profiles import ClientProfile, load_trace, profiles_from_distribution
+from lightning_fed.heterogeneity.system_round import SystemHeterogeneity
 from lightning_fed.heterogeneity.virtual_clock import (
     Arrival,
     AsyncRoundSimulator,
@@ -28,6 +29,7 @@ __all__ = [
     "Report",
     "RoundOutcome",
     "SyncRoundSimulator",
+    "SystemHeterogeneity",
     "alpha_for_rank",
     "load_trace",
     "profiles_from_distribution",
