@@ -8,6 +8,7 @@ virtual clock that turns those into who reports when (:class:`SyncRoundSimulator
 :class:`AsyncRoundSimulator`). See ``docs/heterogeneous_clients.md``.
 """
 
+from lightning_fed.heterogeneity.async_rounds import AsyncArrivals
 from lightning_fed.heterogeneity.client_ranks import ClientRanks
 from lightning_fed.heterogeneity.rank_assignment import RankAssignment, alpha_for_rank
 from lightning_fed.heterogeneity.system_profiles import ClientProfile, load_trace, profiles_from_distribution
@@ -22,6 +23,7 @@ from lightning_fed.heterogeneity.virtual_clock import (
 
 __all__ = [
     "Arrival",
+    "AsyncArrivals",
     "AsyncRoundSimulator",
     "ClientProfile",
     "ClientRanks",
