@@ -7,8 +7,8 @@ before the round starts (``on_round_start``): only the clients whose update reac
 in time train, each for the local steps it finished (partial work: the straggler's instruction
 ``local_steps``), and the round's virtual end time is logged (``system/virtual_time``). Offline,
 dropped and late clients are counted (``summary.json``: ``hooks.SystemHeterogeneity``) and left
-out of the round; a round left with fewer than ``federation.min_clients`` clients fails as any
-round does.
+out of the round; a round left with fewer than ``federation.min_clients`` reporting clients fails
+(``RuntimeError``) as any round does.
 
 Over-selection (Bonawitz et al., 2019, arXiv:1902.01046, Sec. 2.2): ``federation.clients_per_round``
 is the number *selected*; the round closes at ``target`` reports (``None``: all selected), so
@@ -116,6 +116,12 @@ class SystemHeterogeneity(RoundHook):
         target = len(clients) if self.target is None else min(self.target, len(clients))
         outcome = self.sim.run_round(round_idx, list(clients), target, start=self.clock)
         reporting = {r.client: r for r in outcome.reports}
+        if len(reporting) < server.min_clients:  # as ServerRound.close would, before an empty round is laid out
+            raise RuntimeError(
+                f"round {round_idx + 1}: only {len(reporting)} of {len(clients)} selected clients reported in time,"
+                f" fewer than federation.min_clients={server.min_clients} (unavailable: {outcome.unavailable},"
+                f" dropped: {outcome.dropped}, late: {outcome.late})"
+            )
         self._steps = {r.client: r.steps for r in outcome.reports if r.partial}
         clients[:] = [c for c in clients if c in reporting]
         self.clock = outcome.end

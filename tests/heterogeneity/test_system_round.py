@@ -57,3 +57,16 @@ def test_target_above_the_selected_is_one_line_error(tmp_path):
     assert str(info.value) == (
         "federation.hooks: SystemHeterogeneity.target=3 exceeds federation.clients_per_round=2 (the selected)"
     )
+
+
+def test_a_round_with_too_few_reports_fails_naming_why(tmp_path):
+    """Every client offline (availability 0): round 1 fails before an empty round is laid out."""
+    hook = SystemHeterogeneity(local_steps=1, availability=0.0)
+    loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=1, seed=0, hooks=[hook], isolate_failures=True)
+    with pytest.raises(RuntimeError) as info:
+        fit(tiny_dpo(), preference_data(), loop, str(tmp_path))
+    clients = sample_clients(4, 2, 0, 0)
+    assert str(info.value) == (
+        f"round 1: only 0 of 2 selected clients reported in time, fewer than federation.min_clients=1"
+        f" (unavailable: {sorted(clients)}, dropped: [], late: [])"
+    )
