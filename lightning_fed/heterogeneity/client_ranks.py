@@ -19,7 +19,8 @@ so the same config runs in process and under Flower.
        - class_path: lightning_fed.heterogeneity.ClientRanks
          init_args: {choices: [4, 8, 16], probabilities: [0.34, 0.33, 0.33], seed: 0}
 
-The ranks are part of the strategy's ``state_dict`` (resume keeps them). The ``column`` source of
+The ranks are part of the strategy's ``state_dict`` (resume keeps them, and HetLoRA's pruned
+ranks: the hook sets ranks only on a strategy that has none). The ``column`` source of
 :class:`~lightning_fed.heterogeneity.RankAssignment` is not offered here: the tokenized client
 data no longer holds the raw fields.
 """
@@ -73,7 +74,8 @@ class ClientRanks(RoundHook):
                 f"{SECTION}: ranks above the global LoRA rank r_max={max_rank} (model lora.r);"
                 f" got (client, rank) {too_high[:5]}"
             )
-        strategy.set_client_ranks(self.ranks)
+        if strategy.client_ranks is None:  # restored ranks (a resumed run, HetLoRA's pruned ranks) stay
+            strategy.set_client_ranks(self.ranks)
 
     def summary(self) -> dict[str, Any]:
         counts: dict[str, int] = {}

@@ -87,3 +87,41 @@ def test_client_ranks_needs_a_rank_strategy_and_ranks_up_to_the_global_one(tmp_p
     assert str(info.value) == (
         "heterogeneity.lora_ranks: ranks above the global LoRA rank r_max=4 (model lora.r); got (client, rank) [(1, 8)]"
     )
+
+
+def test_hetlora_self_pruning_penalises_the_tail_and_prunes_when_the_penalty_falls():
+    """Hand values, rank 2, gamma 0.5 (keep 1): the penalty is ||A[1:]|| ||B[:, 1:]|| = 2 * 3 = 6."""
+    from lightning_fed.strategies.hetlora import PENALTY_KEY, RANK_KEY
+
+    start = {A: torch.tensor([[1.0, 0.0], [0.0, 2.0]]), B: torch.tensor([[1.0, 3.0]])}
+    strategy = HetLoRA(prune_gamma=0.5, rank_penalty=0.1)
+    memory = {}
+    params = {k: torch.nn.Parameter(v.clone()) for k, v in start.items()}
+    for p in params.values():
+        p.grad = torch.zeros_like(p)
+    correction = strategy.local_correction(start, {}, memory)
+    correction.correct_gradients(params)
+    # d(|a||b|)/da = |b| a/|a| = 3 * [0, 1]; d/db = |a| b/|b| = 2 * [1]; times lambda 0.1
+    torch.testing.assert_close(params[A].grad, torch.tensor([[0.0, 0.0], [0.0, 0.3]]))
+    torch.testing.assert_close(params[B].grad, torch.tensor([[0.0, 0.2]]))
+    first = {k: v.clone() for k, v in start.items()}
+    assert correction.finish(first, 1, 0.1)[RANK_KEY].tolist() == [2.0]  # no previous penalty: no pruning
+    assert memory[PENALTY_KEY].item() == 6.0 and torch.equal(first[A], start[A])
+    second = {A: torch.tensor([[1.0, 0.0], [0.0, 1.0]]), B: torch.tensor([[1.0, 3.0]])}  # penalty 3 < 6
+    extras = strategy.local_correction(start, {}, memory).finish(second, 1, 0.1)
+    assert extras[RANK_KEY].tolist() == [1.0] and memory[RANK_KEY].item() == 1
+    assert second[A].tolist() == [[1.0, 0.0], [0.0, 0.0]] and second[B].tolist() == [[1.0, 0.0]]
+
+
+def test_a_pruned_client_is_sent_its_kept_rank_from_the_next_round(tmp_path):
+    strategy = HetLoRA(prune_gamma=0.5, rank_penalty=1.0)
+    loop = FederatedLoop(
+        rounds=4, clients_per_round=4, local_steps=2, seed=0, strategy=strategy, hooks=[ClientRanks(per_client=[4] * 4)]
+    )
+    fit(tiny_dpo(r=4), preference_data(), loop, str(tmp_path))
+    full = sum(4 * v.numel() for v in loop.global_state.values())
+    downs = [r["down_bytes"] for r in loop.report.history]
+    # rounds 1-2: the penalty grows as B leaves 0; round 3: it falls, all four prune to rank 2;
+    # round 4: each is sent (and sends) rank 2, half the LoRA bytes
+    assert downs == [4 * full, 4 * full, 4 * full, 2 * full], downs
+    assert strategy.client_ranks == [2, 2, 2, 2] and loop.store.get(0)["memory"]["hetlora/rank"].item() == 2
