@@ -102,3 +102,16 @@ def test_loop_counts_the_compressed_bytes_and_resumes_with_the_residuals(tmp_pat
     assert any(not torch.equal(first.global_state[k], v) for k, v in straight.global_state.items())
     full = _run(tmp_path, 1, "full", compression=None)
     assert full.report.history[0]["up_bytes"] == 2 * fp32
+
+
+def test_a_flower_reply_carries_integer_codes_only_in_a_compressed_run():
+    from lightning_fed.deploy.records import record_to_update, update_to_record
+
+    sent, _ = compress_client_update(
+        ClientUpdate(3, 7, {"w": torch.tensor([1.0, 0.5])}), {"w": torch.zeros(2)}, compressor_from_spec("int8"), {}
+    )
+    record = update_to_record(sent)
+    got = record_to_update(record, compressed=True)
+    assert got.state["w#codes"].dtype == torch.int8 and torch.equal(got.state["w#codes"], sent.state["w#codes"])
+    with pytest.raises(ValueError, match=r"reply array state/'w#codes' must be floating-point, got torch.int8"):
+        record_to_update(record)
