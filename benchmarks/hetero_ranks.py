@@ -24,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 A, B = "m.lora_A.default.weight", "m.lora_B.default.weight"
 TIERS = (4, 8, 16)
@@ -102,5 +103,56 @@ def main() -> None:
     print(json.dumps({"drift": args.drift, "dim": args.dim, "seeds": args.seeds, "median": summary}))
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and "--train" not in sys.argv:
     main()
+
+
+# ------------------------------------------------------------------ --train: learning per rank tier
+TRAIN_RANKS = [4, 4, 8, 8, 16, 16]  # client k's rank: two clients per tier
+
+
+def train_variants(seed: int) -> dict[str, dict]:
+    """Final validation DPO loss / preference accuracy / reward margin, overall and per tier."""
+    from hetero_learning import run
+
+    from lightning_fed.heterogeneity import ClientRanks
+    from lightning_fed.strategies import FedAvg, FlexLoRA, HetLoRA
+
+    variants = {
+        "FedAvg, all rank 4": lambda: run(seed, 4, FedAvg()),
+        "FedAvg, all rank 16": lambda: run(seed, 16, FedAvg()),
+        "HetLoRA 4/8/16": lambda: run(seed, 16, HetLoRA(), [ClientRanks(per_client=TRAIN_RANKS)]),
+        "HetLoRA-sparsity 4/8/16": lambda: run(
+            seed, 16, HetLoRA(weighting="sparsity"), [ClientRanks(per_client=TRAIN_RANKS)]
+        ),
+        "FlexLoRA 4/8/16": lambda: run(seed, 16, FlexLoRA(), [ClientRanks(per_client=TRAIN_RANKS)]),
+    }
+    out = {}
+    for name, go in variants.items():
+        res = go()
+        row = {"loss": res["loss"], "pref_acc": res["pref_acc"], "margin": res["margin"], "up": sum(res["up_bytes"])}
+        for tier in TIERS:
+            members = [c for c, r in enumerate(TRAIN_RANKS) if r == tier]
+            row[f"loss {tier}"] = statistics.mean(res["clients"][c]["loss"] for c in members)
+        out[name] = row
+    return out
+
+
+def train_main(seeds: int) -> None:
+    runs = [train_variants(s) for s in range(seeds)]
+    cols = ["loss", "pref_acc", "margin"] + [f"loss {t}" for t in TIERS] + ["up"]
+    print(f"tiny FedDPO, planted preferences, 6 clients (ranks {TRAIN_RANKS}), {seeds} seeds: median [min-max]")
+    print("| variant | " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    for name in runs[0]:
+        cells = []
+        for col in cols:
+            values = [run[name][col] for run in runs]
+            med = statistics.median(values)
+            cells.append(f"{int(med)}" if col == "up" else f"{med:.3f} [{min(values):.3f}-{max(values):.3f}]")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print(json.dumps(runs))
+
+
+if __name__ == "__main__" and "--train" in sys.argv:
+    train_main(int(sys.argv[sys.argv.index("--seeds") + 1]) if "--seeds" in sys.argv else 3)

@@ -21,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
+from lightning_fed.compression.uplink import compressor_from_spec
 from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
 from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.context import RoundContext
@@ -38,6 +39,7 @@ from lightning_fed.federation.report import totals_only
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
+from lightning_fed.heterogeneity.system_round import instructed_steps
 from lightning_fed.privacy.config import PrivacyConfig
 from lightning_fed.privacy.run import RunPrivacy
 from lightning_fed.state import clone_state, state_nbytes
@@ -90,6 +92,8 @@ class FederatedLoop(LoopEvaluation):
         sampling_rate: ``q`` of Poisson sampling.
         privacy: Client-level privacy budget (:class:`~lightning_fed.privacy.PrivacyConfig`; needs
             ``strategy: ClientLevelDP``): see :mod:`lightning_fed.privacy.run` and ``docs/privacy.md``.
+        compression: Compress each client's upload (``int8``, ``int4``, ``+ef``, ``topk:<fraction>``;
+            see :mod:`lightning_fed.compression.uplink`); ``None``: full precision.
     """
 
     def __init__(
@@ -115,6 +119,7 @@ class FederatedLoop(LoopEvaluation):
         sampling: str = "fixed_size",
         sampling_rate: float | None = None,
         privacy: PrivacyConfig | None = None,
+        compression: str | None = None,
     ) -> None:
         self.config = FederationConfig(
             rounds=rounds,
@@ -135,6 +140,7 @@ class FederatedLoop(LoopEvaluation):
             eval_every=eval_every,
             sampling=sampling,
             sampling_rate=sampling_rate,
+            compression=compression,
         )
         config = self.config
         super().__init__(
@@ -220,12 +226,14 @@ class FederatedLoop(LoopEvaluation):
             clients = server.sample(round_idx)
             # On resume Lightning may first build the loader of the round the checkpoint closed;
             # that round's hooks have already run and must not run twice.
+            steps: dict[int, int | None] = {}  # a hook may cut a client's steps (a straggler's partial work)
             if round_idx >= len(self.report.history):
                 server.prepare(self.context, self.module, round_idx, clients, self._ask(round_idx))
                 for c in clients:
                     instructions = server.client_instructions(c, round_idx)
                     prepare_client(self.hooks, self.module, self.datamodule.client(c), c, round_idx, instructions)
-            self._plans = {round_idx: [TurnPlan(c, self._num_batches(c)) for c in clients]}
+                    steps[c] = instructed_steps(instructions, self.local_steps)
+            self._plans = {round_idx: [TurnPlan(c, self._num_batches(c, steps.get(c))) for c in clients]}
         return self._plans[round_idx]
 
     def _ask(self, round_idx: int) -> Any:
@@ -244,12 +252,12 @@ class FederatedLoop(LoopEvaluation):
 
         return ask
 
-    def _num_batches(self, client_id: int) -> int:
+    def _num_batches(self, client_id: int, local_steps: int | None = None) -> int:
         # Lightning's accumulate_grad_batches, or a manual-optimization module's own (which
         # Lightning forbids on the Trainer), e.g. PDPOModule.accumulate_grad_batches.
         accumulate = self.trainer.accumulate_grad_batches * int(getattr(self.module, "accumulate_grad_batches", 1))
         n, b = self.datamodule.client_sizes[client_id], self.datamodule.batch_size
-        return turn_batches(self.local_steps, self.local_epochs, n, b, accumulate)
+        return turn_batches(local_steps or self.local_steps, self.local_epochs, n, b, accumulate)
 
     # ============================================================ client turns (training)
     @override
@@ -275,6 +283,7 @@ class FederatedLoop(LoopEvaluation):
             self.datamodule.client_sizes[cid],
             self.hooks,
             self.initial_personal,
+            compressor_from_spec(self.config.compression),
             bucket_counts=self.server.report.private,
         )
         turn.begin(trainer, pl_module, *self.server.send(cid))

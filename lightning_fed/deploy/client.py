@@ -26,6 +26,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
+from lightning_fed.compression.uplink import compressor_from_spec
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.driver import TurnDriver
@@ -33,10 +34,12 @@ from lightning_fed.federation.hooks import Payload, RoundHook, answer_query, pre
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
+from lightning_fed.heterogeneity.system_round import instructed_steps
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.privacy.run import client_counts_bucketed
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import ClientUpdate, Strategy
+from lightning_fed.strategies.lora_factors import match_rank
 
 # Trainer settings a client takes from the run's config; the rest (loggers, checkpoints,
 # progress bars, validation) is the server's business.
@@ -134,6 +137,7 @@ class ClientRunner:
             seed = config.seed if config.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
         self.seed = seed
         self.local_steps, self.local_epochs = config.local_steps, config.local_epochs
+        self.compressor = compressor_from_spec(config.compression)
         self.trainer_kwargs = {
             k: v for k, v in (trainer_kwargs or {}).items() if k in CLIENT_TRAINER_KEYS and v is not None
         }
@@ -194,7 +198,9 @@ class ClientRunner:
         store = ClientStateStore()
         store.load_state_dict({client_id: entry})
         data = self.datamodule.client(client_id)
-        self.module.load_state(state)  # prepare_client sees the state the server sent, as in-process
+        self.module.load_state(
+            match_rank(state, self.module.shared_parameters())
+        )  # prepare_client sees the state the server sent, as in-process
         prepare_client(self.hooks, self.module, data, client_id, round_idx, instructions or {})
         num_examples = self.datamodule.client_sizes[client_id]
         turn = ClientTurn(
@@ -207,14 +213,14 @@ class ClientRunner:
             num_examples,
             self.hooks,
             self.initial_personal,
+            self.compressor,
             bucket_counts=client_counts_bucketed(self.strategy, self.module),
         )
         # Lightning's accumulation and a manual-optimization module's own, as in the simulation.
         accumulate = int(self.trainer_kwargs.get("accumulate_grad_batches", 1))
         accumulate *= int(getattr(self.module, "accumulate_grad_batches", 1))
-        batches = turn_batches(
-            self.local_steps, self.local_epochs, num_examples, self.datamodule.batch_size, accumulate
-        )
+        steps = instructed_steps(dict(instructions or {}), self.local_steps)  # a straggler's partial work
+        batches = turn_batches(steps, self.local_epochs, num_examples, self.datamodule.batch_size, accumulate)
         # The client side of the strategy as the simulation sets it up (e.g. its client count).
         self.strategy.setup(clone_state(self.module.shared_parameters()), self.datamodule.num_clients)
         loop = ClientLoop(turn, batches, state, downlink, self.local_steps)

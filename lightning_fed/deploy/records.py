@@ -200,8 +200,12 @@ def update_to_record(update: ClientUpdate, answers: RecordDict | None = None) ->
     return RecordDict(records)
 
 
-def record_to_update(record: RecordDict, limits: ReplyLimits | None = None) -> ClientUpdate:
-    """Rebuild a :class:`ClientUpdate` from a train reply; a malformed reply raises ``ValueError``."""
+def record_to_update(record: RecordDict, limits: ReplyLimits | None = None, compressed: bool = False) -> ClientUpdate:
+    """Rebuild a :class:`ClientUpdate` from a train reply; a malformed reply raises ``ValueError``.
+
+    ``compressed``: the state is a compressed payload (``federation.compression``), whose codes,
+    positions and shapes are integer arrays; the server decodes it (``ServerRound.receive``).
+    """
     limits = limits or ReplyLimits()
     if STATE not in record.array_records or METRICS not in record.metric_records:
         raise ValueError(
@@ -215,7 +219,7 @@ def record_to_update(record: RecordDict, limits: ReplyLimits | None = None) -> C
     return ClientUpdate(
         client_id=client_id,
         num_examples=num_examples,
-        state=_float_arrays(record.array_records[STATE], STATE),
+        state=_float_arrays(record.array_records[STATE], STATE, allow_int=compressed),
         extras=_float_arrays(record.array_records.get(EXTRAS), EXTRAS),
         metrics={k: float(v) for k, v in metrics.items()},
     )
@@ -260,7 +264,7 @@ def _scalar_metrics(record: MetricRecord, limits: ReplyLimits) -> dict[str, int 
     return out
 
 
-def _float_arrays(record: ArrayRecord | None, name: str) -> StateDict:
+def _float_arrays(record: ArrayRecord | None, name: str, allow_int: bool = False) -> StateDict:
     """The named floating-point tensors of a reply's ``ArrayRecord`` (``{}`` for ``None``).
 
     Arrays are decoded by NumPy without pickle (Flower's ``Array.numpy``); one that is not a
@@ -275,7 +279,12 @@ def _float_arrays(record: ArrayRecord | None, name: str) -> StateDict:
         except (TypeError, ValueError, OSError, EOFError) as err:
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise ValueError(f"reply array {name}/{key!r} cannot be decoded: {reason}") from None
-        if not tensor.is_floating_point():
+        if not (tensor.is_floating_point() or (allow_int and _is_int(tensor))):
             raise ValueError(f"reply array {name}/{key!r} must be floating-point, got {tensor.dtype}")
         out[key] = tensor
     return out
+
+
+def _is_int(tensor: torch.Tensor) -> bool:
+    """A signed or unsigned integer tensor (not bool): a compressed payload's codes or positions."""
+    return tensor.dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)

@@ -211,7 +211,7 @@ class FederatedServer(FlowerStrategy):
         values; :meth:`admit` runs it): the reply claims client ``cid``, the one its node holds,
         and its extras are exactly the names and shapes the strategy's client side uploads.
         """
-        update = record_to_update(msg.content, self.limits)
+        update = record_to_update(msg.content, self.limits, compressed=self.server.compressor is not None)
         if update.client_id != cid:
             raise ValueError(
                 f"node {msg.metadata.src_node_id} holds client {cid} but its reply claims client-id={update.client_id}"

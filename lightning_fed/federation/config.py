@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from lightning_fed.compression.uplink import spec_problems
 from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
 from lightning_fed.federation.evaluation_plan import DEFAULT_PANEL_SIZE, EvaluationPlan
 from lightning_fed.federation.sampling import SAMPLINGS
@@ -80,6 +81,10 @@ class FederationConfig:
     eval_every: int = 1
     """Evaluate after every n-th round and after the last."""
 
+    compression: str | None = None
+    """Compress each client's upload: ``int8``, ``int4`` (``+ef``: error feedback),
+    ``topk:<fraction>`` (``-noef``: without error feedback); ``None``: full precision."""
+
     def __post_init__(self) -> None:
         problems = self.problems()
         if problems:
@@ -115,6 +120,7 @@ class FederationConfig:
             out.append(f"federation.max_update_norm must be > 0, got {self.max_update_norm}")
         if self.on_large_update not in MODES:
             out.append(f"federation.on_large_update must be one of {MODES}, got {self.on_large_update!r}")
+        out.extend(spec_problems(self.compression))
         return out
 
     def _sampling_problems(self) -> list[str]:

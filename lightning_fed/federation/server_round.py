@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lightning.pytorch.utilities import rank_zero_warn
 
+from lightning_fed.compression.uplink import compressor_from_spec, decompress_client_update
 from lightning_fed.federation.hooks import Payload, RoundHook
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.sampling import check_clients_per_round, poisson_sample_clients, sample_clients
@@ -29,6 +30,7 @@ from lightning_fed.state import StateDict, clone_state, state_nbytes
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, check_update
 
 if TYPE_CHECKING:
+    from lightning_fed.compression import UpdateCompressor
     from lightning_fed.federation.config import FederationConfig
 
 Ask = Callable[[int, dict[int, Payload]], dict[int, Payload]]
@@ -78,6 +80,7 @@ class ServerRound:
         screen: Bound on the norm of each client's change.
         sampling: ``fixed_size`` (``clients_per_round``) or ``poisson`` (rate ``sampling_rate``).
         sampling_rate: ``q`` of Poisson sampling.
+        compressor: How clients compress their uploads (decoded in :meth:`receive`); ``None``: not.
 
     ``privacy`` (a :class:`RoundPrivacy`, ``None`` for none) is set by the engine that builds the
     server; :meth:`bind` plans it, :meth:`close` accounts each round and sets :attr:`stopping`
@@ -98,6 +101,7 @@ class ServerRound:
         screen: UpdateScreen | None = None,
         sampling: str = "fixed_size",
         sampling_rate: float | None = None,
+        compressor: UpdateCompressor | None = None,
     ) -> None:
         self.strategy, self.hooks = strategy, hooks
         self.rounds, self.clients_per_round, self.min_clients = rounds, clients_per_round, min_clients
@@ -107,6 +111,7 @@ class ServerRound:
         self.stop_reason: str | None = None
         self._seed = seed
         self.screen = screen or UpdateScreen()
+        self.compressor = compressor
         self.report = RoundReport()
         self.global_state: StateDict = {}
         self.num_clients = 0
@@ -119,6 +124,7 @@ class ServerRound:
     def from_config(cls, config: FederationConfig, strategy: Strategy, hooks: list[RoundHook]) -> ServerRound:
         """The server half of a run described by ``config`` (both transports build it so)."""
         screen = UpdateScreen(config.max_update_norm, config.on_large_update)
+        compressor = compressor_from_spec(config.compression)
         return cls(
             strategy,
             hooks,
@@ -129,6 +135,7 @@ class ServerRound:
             screen,
             config.sampling,
             config.sampling_rate,
+            compressor,
         )
 
     @property
@@ -235,9 +242,12 @@ class ServerRound:
         rank_zero_warn(f"round {self.round_idx + 1}: update of client {client_id} rejected: {reason}")
 
     def receive(self, update: ClientUpdate) -> None:
-        """Count ``update``'s upload, then :meth:`admit` it or :meth:`reject` it."""
+        """Count ``update``'s upload (compressed: the payload's bytes), decode it, then :meth:`admit`
+        it or :meth:`reject` it."""
         self._up += state_nbytes(update.state) + state_nbytes(update.extras)
         try:
+            if self.compressor is not None:
+                update = decompress_client_update(update, self._sent[update.client_id], self.compressor)
             self._valid.append(self.admit(self._sent[update.client_id], update))
         except AggregationError as err:
             self.reject(update.client_id, str(err))

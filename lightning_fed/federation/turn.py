@@ -24,15 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lightning_fed.compression.uplink import compress_client_update
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.federation.sampling import derive_seed
 from lightning_fed.federation.store import state_layout
 from lightning_fed.state import StateDict, clone_state, state_nbytes
 from lightning_fed.strategies.base import ClientUpdate, LocalCorrection, Strategy
+from lightning_fed.strategies.lora_factors import match_rank
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from lightning_fed.compression import UpdateCompressor
     from lightning_fed.federation.hooks import RoundHook
     from lightning_fed.federation.store import ClientStateStore
 
@@ -69,6 +72,8 @@ class ClientTurn:
         num_examples: ``|D_k|`` as the update reports it (its FedAvg weight).
         hooks: The run's round hooks (``on_client_start`` / ``on_client_end`` run here).
         initial_personal: Personal parameters of a client that has none yet.
+        compressor: Compress the upload (``federation.compression``; see
+            :mod:`lightning_fed.compression.uplink`); ``None``: full precision.
         bucket_counts: Report ``num_examples`` rounded down to a power of two
             (:func:`~lightning_fed.federation.report.bucket_count`): the run is differentially
             private and the exact count is not to leave the client.
@@ -91,12 +96,14 @@ class ClientTurn:
         num_examples: int,
         hooks: Sequence[RoundHook] = (),
         initial_personal: StateDict | None = None,
+        compressor: UpdateCompressor | None = None,
         bucket_counts: bool = False,
     ) -> None:
         self.client_id, self.round_idx, self.rounds, self.seed = client_id, round_idx, rounds, seed
         self.strategy, self.store = strategy, store
         self.num_examples = bucket_count(num_examples) if bucket_counts and num_examples >= 1 else num_examples
         self.hooks = list(hooks)
+        self.compressor = compressor
         self.initial_personal: StateDict = initial_personal or {}
         self.received: StateDict = {}
         self.downlink: StateDict = {}
@@ -113,7 +120,7 @@ class ClientTurn:
     def begin(self, trainer: pl.Trainer, module: pl.LightningModule, start: StateDict, downlink: StateDict) -> None:
         """Load the start state the server sent and the client's own state, then run the hooks."""
         entry = self.store.get(self.client_id, state_layout(module.personal_parameters(), start))
-        module.load_state(start)
+        module.load_state(match_rank(start, module.shared_parameters()))  # a lower-rank LoRA: zero-padded
         module.load_state(entry["personal"] or self.initial_personal)
         for opt in trainer.optimizers:  # optimizer state never leaks between clients
             opt.state.clear()
@@ -161,12 +168,15 @@ class ClientTurn:
             return None
         # A client returns new values of exactly what it received (all of the global state
         # by default; a clustered strategy may send a client only its cluster's part).
-        shared = clone_state({k: self._live[k] for k in self.received})
+        # (At the rank it received: a lower-rank client's padding is cut off again.)
+        shared = clone_state(match_rank({k: self._live[k] for k in self.received}, self.received))
         lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else 0.0
         extras = self.correction.finish(shared, self.steps, lr) if self.steps else {}
-        self.store.put(self.client_id, module.personal_parameters(), self.memory)
         metrics = {"train_loss": sum(self.losses) / len(self.losses)} if self.losses else {}
         update = ClientUpdate(self.client_id, self.num_examples, shared, extras, metrics)
+        if self.compressor is not None:  # the payload is what travels; residuals stay in memory
+            update, self.memory = compress_client_update(update, self.received, self.compressor, self.memory)
+        self.store.put(self.client_id, module.personal_parameters(), self.memory)
         self.up_bytes = state_nbytes(update.state) + state_nbytes(update.extras)
         for hook in self.hooks:
             hook.on_client_end(self, trainer, module, update)

@@ -8,8 +8,11 @@ virtual clock that turns those into who reports when (:class:`SyncRoundSimulator
 :class:`AsyncRoundSimulator`). See ``docs/heterogeneous_clients.md``.
 """
 
+from lightning_fed.heterogeneity.async_rounds import AsyncArrivals
+from lightning_fed.heterogeneity.client_ranks import ClientRanks
 from lightning_fed.heterogeneity.rank_assignment import RankAssignment, alpha_for_rank
 from lightning_fed.heterogeneity.system_profiles import ClientProfile, load_trace, profiles_from_distribution
+from lightning_fed.heterogeneity.system_round import SystemHeterogeneity
 from lightning_fed.heterogeneity.virtual_clock import (
     Arrival,
     AsyncRoundSimulator,
@@ -20,12 +23,15 @@ from lightning_fed.heterogeneity.virtual_clock import (
 
 __all__ = [
     "Arrival",
+    "AsyncArrivals",
     "AsyncRoundSimulator",
     "ClientProfile",
+    "ClientRanks",
     "RankAssignment",
     "Report",
     "RoundOutcome",
     "SyncRoundSimulator",
+    "SystemHeterogeneity",
     "alpha_for_rank",
     "load_trace",
     "profiles_from_distribution",

@@ -71,6 +71,10 @@ class FedBuff(Strategy):
         self.buffered = 0  # updates in the buffer
         self.buffer: StateDict = {}  # sum of s(tau) Delta_k
         self.dropped = 0  # updates refused for staleness
+        # Asynchronous use (lightning_fed.heterogeneity.AsyncArrivals): the model of each version a
+        # client still trains from, and the version each assigned client started from.
+        self.models: dict[int, StateDict] = {}
+        self.start_versions: dict[int, int] = {}
 
     def submit(
         self,
@@ -120,16 +124,40 @@ class FedBuff(Strategy):
         self.buffer = {}
         return out
 
+    # ------------------------------------------------------------ asynchronous use in a loop
+    def remember(self, global_state: Mapping[str, Tensor]) -> None:
+        """Keep the current version's model (clients dispatched now train from it)."""
+        if self.version not in self.models:
+            self.models[self.version] = {k: v.detach().clone() for k, v in global_state.items()}
+
+    def assign(self, client_id: int, start_version: int) -> None:
+        """``client_id``'s next update was trained from version ``start_version`` (kept by :meth:`remember`)."""
+        if start_version not in self.models:
+            raise AggregationError(f"client {client_id}: no model of version {start_version} is kept")
+        self.start_versions[client_id] = int(start_version)
+
+    def keep_versions(self, versions: set[int]) -> None:
+        """Forget the models of versions no running client needs any more."""
+        self.models = {v: m for v, m in self.models.items() if v in versions}
+
+    def client_model(self, client_id: int, global_state: Mapping[str, Tensor]) -> Mapping[str, Tensor]:
+        """The model the client trains from: its assigned version's, else the current one."""
+        v = self.start_versions.get(client_id)
+        return global_state if v is None or v == self.version else self.models[v]
+
     def aggregate(self, global_state: Mapping[str, Tensor], updates: Sequence[ClientUpdate]) -> StateDict:
-        """Synchronous use: submit each update as started from ``global_state`` (staleness 0 at first).
+        """Submit each update with the version it started from (:meth:`assign`; unassigned: the
+        current one, staleness 0: the synchronous use).
 
         Returns the state after the last flush this call caused (``global_state`` itself if the
         buffer did not fill; the updates stay buffered for the next call).
         """
         current: Mapping[str, Tensor] = global_state
-        start_version = self.version
+        version = self.version
         for u in updates:
-            new = self.submit(current, u, global_state, start_version)
+            start_version = self.start_versions.pop(u.client_id, version)
+            start = global_state if start_version == version else self.models[start_version]
+            new = self.submit(current, u, start, start_version)
             if new is not None:
                 current = new
         return {k: v.clone() for k, v in current.items()}
@@ -140,6 +168,8 @@ class FedBuff(Strategy):
             "buffered": self.buffered,
             "buffer": {k: v.clone() for k, v in self.buffer.items()},
             "dropped": self.dropped,
+            "models": {str(v): {k: t.clone() for k, t in m.items()} for v, m in self.models.items()},
+            "start_versions": {str(c): v for c, v in self.start_versions.items()},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -147,3 +177,6 @@ class FedBuff(Strategy):
         self.buffered = int(state.get("buffered", self.buffered))
         self.buffer = {k: v.clone() for k, v in state.get("buffer", {}).items()}
         self.dropped = int(state.get("dropped", self.dropped))
+        models = state.get("models", {})
+        self.models = {int(v): {k: t.clone() for k, t in m.items()} for v, m in models.items()}
+        self.start_versions = {int(c): int(v) for c, v in state.get("start_versions", {}).items()}

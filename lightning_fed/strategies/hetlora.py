@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.state import StateDict, compute_dtype
-from lightning_fed.strategies.base import ClientUpdate
+from lightning_fed.strategies.base import ClientUpdate, LocalCorrection
 from lightning_fed.strategies.fedavg import WEIGHTINGS
 from lightning_fed.strategies.heterogeneous_rank import HeterogeneousRankLoRA
 from lightning_fed.strategies.lora_factors import lora_pairs, lora_product, pad_rank, state_rank, truncate_rank
@@ -99,23 +99,99 @@ def self_prune(state: Mapping[str, Tensor], gamma: float, previous: float | None
     return dict(state), rank, penalty
 
 
+#: Client memory / upload extras of self-pruning: the penalty after the last round, the rank kept.
+PENALTY_KEY, RANK_KEY = "hetlora/penalty", "hetlora/rank"
+
+
+class SelfPruning(LocalCorrection):
+    """HetLoRA's client side: the rank penalty's gradient on every step, the pruning decision at the end.
+
+    The client trains the rank ``r`` it received (its start state's rank). Each optimizer step
+    adds ``lambda * d/dtheta sum_modules ||B[:, g:r]||_F ||A[g:r]||_F`` (``g = floor(gamma r)``)
+    to the gradients (:func:`rank_regularizer`; ``d|a||b| / da = |b| a / |a|``). At the end,
+    :func:`self_prune` against the penalty kept from the client's previous round: a client whose
+    penalty fell zeroes its components past ``max(1, floor(gamma r))`` in the state it uploads (the
+    zero-padding average treats those zeros as the truncated factors), and reports the rank it
+    kept as the extra ``hetlora/rank``; the server then sends it that rank from the next round on.
+    :meth:`finish` changes the uploaded state in place (the only way a correction can prune it).
+    """
+
+    def __init__(self, rank: int, penalty: float, gamma: float, memory: dict[str, Tensor]) -> None:
+        self.rank, self.penalty, self.gamma, self.memory = rank, penalty, gamma, memory
+
+    def correct_gradients(self, params: Mapping[str, torch.nn.Parameter]) -> None:
+        if self.penalty <= 0:
+            return
+        keep = math.floor(self.gamma * self.rank)
+        for a_key, b_key in lora_pairs(params).values():
+            a, b = params[a_key], params[b_key]
+            if a.grad is None or b.grad is None:
+                continue
+            ta, tb = a.detach()[keep : self.rank], b.detach()[:, keep : self.rank]
+            na, nb = ta.norm(), tb.norm()
+            if na > 0 and nb > 0:
+                a.grad[keep : self.rank] += self.penalty * nb * ta / na
+                b.grad[:, keep : self.rank] += self.penalty * na * tb / nb
+
+    def finish(self, params: Mapping[str, Tensor], num_steps: int, lr: float) -> StateDict:
+        previous = self.memory.get(PENALTY_KEY)
+        _, rank, penalty = self_prune(
+            truncate_rank(params, self.rank), self.gamma, None if previous is None else float(previous)
+        )
+        for a_key, b_key in lora_pairs(params).values():  # pruned: zero past the kept rank
+            params[a_key][rank:] = 0
+            params[b_key][:, rank:] = 0
+        self.memory[PENALTY_KEY] = torch.tensor(penalty)
+        self.memory[RANK_KEY] = torch.tensor(rank)
+        return {RANK_KEY: torch.tensor([float(rank)])}
+
+
 class HetLoRA(HeterogeneousRankLoRA):
-    """Zero-padding aggregation of heterogeneous-rank LoRA, with optional sparsity weights.
+    """Zero-padding aggregation of heterogeneous-rank LoRA, with optional sparsity weights and
+    rank self-pruning.
 
     Args:
         client_ranks: Each client's rank (see :class:`HeterogeneousRankLoRA`).
         weighting: ``"num_examples"``, ``"uniform"`` or ``"sparsity"`` (per module,
             ``||B_k A_k||_F``; the other shared keys then weigh uniformly).
+        prune_gamma: Self-pruning (:class:`SelfPruning`): the share of the rank a pruning client
+            keeps, in ``(0, 1)``; ``None``: clients never prune.
+        rank_penalty: ``lambda``, the weight of the rank penalty in the local loss (with ``prune_gamma``).
     """
 
-    def __init__(self, client_ranks: Sequence[int] | None = None, weighting: str = "num_examples") -> None:
+    def __init__(
+        self,
+        client_ranks: Sequence[int] | None = None,
+        weighting: str = "num_examples",
+        prune_gamma: float | None = None,
+        rank_penalty: float = 0.0,
+    ) -> None:
+        problems = []
         if weighting not in HETLORA_WEIGHTINGS:
-            raise ValueError(f"`weighting` must be one of {set(HETLORA_WEIGHTINGS)}, got {weighting!r}")
+            problems.append(f"`weighting` must be one of {set(HETLORA_WEIGHTINGS)}, got {weighting!r}")
+        if prune_gamma is not None and not 0.0 < prune_gamma < 1.0:
+            problems.append(f"`prune_gamma` must be in (0, 1), got {prune_gamma!r}")
+        if not rank_penalty >= 0 or (rank_penalty > 0 and prune_gamma is None):
+            problems.append(f"`rank_penalty` must be >= 0 and needs `prune_gamma`, got {rank_penalty!r}")
+        if problems:
+            raise ValueError("HetLoRA: " + "; ".join(problems))
         super().__init__(client_ranks, "uniform" if weighting == "sparsity" else weighting)
         self.sparsity = weighting == "sparsity"
+        self.prune_gamma, self.rank_penalty = prune_gamma, float(rank_penalty)
+
+    def local_correction(
+        self, global_state: Mapping[str, Tensor], downlink: Mapping[str, Tensor], client_memory: dict[str, Tensor]
+    ) -> LocalCorrection:
+        if self.prune_gamma is None:
+            return LocalCorrection()
+        return SelfPruning(state_rank(global_state), self.rank_penalty, self.prune_gamma, client_memory)
 
     def aggregate(self, global_state: Mapping[str, Tensor], updates: Sequence[ClientUpdate]) -> StateDict:
         self.check_ranks(global_state, updates)
+        pruned = {u.client_id: int(u.extras[RANK_KEY].item()) for u in updates if RANK_KEY in u.extras}
+        if pruned:  # a pruning client gets its kept rank from the next round on
+            ranks = self.client_ranks or [self.max_rank] * self.num_clients
+            self.client_ranks = [min(r, pruned.get(c, r)) if pruned.get(c, 0) >= 1 else r for c, r in enumerate(ranks)]
         states = [u.state for u in updates]
         out = self.average_other_keys(global_state, updates)
         for module, (a_key, b_key) in lora_pairs(global_state).items():

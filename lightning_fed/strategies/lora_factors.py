@@ -104,3 +104,31 @@ def svd_factors(product: Tensor, rank: int) -> tuple[Tensor, Tensor]:
         a = torch.cat([a, a.new_zeros(rank - k, a.shape[1])], dim=0)
         b = torch.cat([b, b.new_zeros(b.shape[0], rank - k)], dim=1)
     return a, b
+
+
+def match_rank(state: Mapping[str, Tensor], like: Mapping[str, Tensor]) -> Mapping[str, Tensor]:
+    """``state`` with every LoRA pair padded with zeros or truncated to the rank of ``like``'s.
+
+    How a client trains rank ``r_k`` in a module built at ``r_max`` (both transports): the start
+    state at ``r_k`` is zero-padded to ``r_max`` before it is loaded, and the trained state is
+    truncated back to ``r_k`` before upload. The padding stays exactly zero while training: the
+    gradient of ``B[:, j]`` is proportional to ``A[j] x = 0`` and that of ``A[j]`` to ``B[:, j] = 0``,
+    so SGD/Adam(W) steps (zero gradient, zero weight) leave it at zero, and PEFT's scaling
+    ``alpha / r_max`` equals :func:`~lightning_fed.heterogeneity.alpha_for_rank`'s ``alpha_r / r_k``.
+    The module is then, step for step, the rank-``r_k`` adapter ``LoraConfig(r=r_k,
+    lora_alpha=alpha_r)`` (its memory and compute are ``r_max``'s). Keys whose shapes already
+    agree, or that are not LoRA factors, are returned as they are (``state`` itself if nothing differs).
+    """
+    if all(k not in like or like[k].shape == v.shape for k, v in state.items()):
+        return state
+    out: StateDict = dict(state)
+    for a_key, b_key in lora_pairs(state).values():
+        if a_key not in like or b_key not in like:
+            continue
+        have, want = state[a_key].shape[0], like[a_key].shape[0]
+        pair = {a_key: state[a_key], b_key: state[b_key]}
+        if have < want:
+            out.update(pad_rank(pair, want))
+        elif have > want:
+            out.update(truncate_rank(pair, want))
+    return out

@@ -57,7 +57,16 @@ LOCAL_ONLY = {
     "fedhds_random.yaml": ("RandomSelection", "the server draws from each client's examples"),
 }
 
-FAST = {"tiny.yaml", "secagg.yaml", "fedbiot.yaml", "fednova.yaml", "orpo.yaml", "fedpdpo.yaml", "fedhds_random.yaml"}
+FAST = {
+    "tiny.yaml",
+    "secagg.yaml",
+    "fedbiot.yaml",
+    "fednova.yaml",
+    "orpo.yaml",
+    "fedpdpo.yaml",
+    "fedhds_random.yaml",
+    "feddpo_int8.yaml",
+}
 
 
 def _config(name: str) -> dict:

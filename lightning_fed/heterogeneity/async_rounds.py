@@ -1,0 +1,131 @@
+"""FedBuff's asynchronous rounds on the virtual clock: the round hook that decides who arrives.
+
+With :class:`AsyncArrivals` in ``federation.hooks`` and :class:`~lightning_fed.strategies.FedBuff`
+as the strategy, a "round" of the loop is one server step of FedBuff (Nguyen et al., 2022,
+arXiv:2106.06639, Algorithm 1): an :class:`~lightning_fed.heterogeneity.AsyncRoundSimulator`
+keeps ``concurrency`` clients training at all times on the virtual clock; before each round the
+hook takes the next arrivals, up to what fills the buffer (``buffer_size`` minus what is already
+in it), and makes them the round's clients, in arrival order. Each trained from the model of
+the version that was current when it was dispatched: the strategy keeps those models
+(:meth:`~lightning_fed.strategies.FedBuff.remember`, ``keep_versions``) and sends each client its
+own (``client_model``), and ``aggregate`` discounts each update by its staleness. A client that
+would arrive twice in one round closes the round early (its second update opens the next one).
+``federation.clients_per_round`` is not used for the choice (it must still be valid).
+
+The arrival order is the virtual clock's in both transports (the hook runs on the server), so a
+Flower run trains the same clients from the same versions as the in-process run; the real
+arrival order of a deployment is not used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.heterogeneity.system_profiles import load_trace, profiles_from_distribution
+from lightning_fed.heterogeneity.virtual_clock import Arrival, AsyncRoundSimulator
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    from lightning_fed.federation.context import RoundContext
+    from lightning_fed.federation.hooks import ServerRound
+
+FIELD = "federation.hooks: AsyncArrivals"
+
+
+class AsyncArrivals(RoundHook):
+    """Asynchronous arrivals for FedBuff on the virtual clock.
+
+    Args:
+        concurrency: Clients training at once (``C``).
+        local_steps: Steps of a client's task as the clock counts them: ``federation.local_steps``.
+        step_time, slow_fraction, slow_factor, availability, dropout, trace, seed: The clients'
+            profiles, as for :class:`~lightning_fed.heterogeneity.SystemHeterogeneity`.
+    """
+
+    def __init__(
+        self,
+        concurrency: int = 4,
+        local_steps: int = 10,
+        step_time: float = 1.0,
+        slow_fraction: float = 0.0,
+        slow_factor: float = 10.0,
+        availability: float = 1.0,
+        dropout: float = 0.0,
+        trace: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.concurrency, self.local_steps, self.trace, self.seed = concurrency, local_steps, trace, seed
+        self.profile_args = {
+            "step_time": step_time,
+            "slow_fraction": slow_fraction,
+            "slow_factor": slow_factor,
+            "availability": availability,
+            "dropout": dropout,
+            "seed": seed,
+        }
+        profiles_from_distribution(1, **self.profile_args)  # validates the arguments now
+        self.sim: AsyncRoundSimulator | None = None
+        self.pending: Arrival | None = None  # an arrival that opens the next round
+        self.clock = 0.0
+        self._sim_state: dict[str, Any] = {}
+
+    def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
+        if not callable(getattr(server.strategy, "keep_versions", None)):
+            raise ValueError(f"{FIELD} needs federation.strategy=FedBuff, got {type(server.strategy).__name__}")
+        n = server.num_clients
+        profiles = load_trace(self.trace, n) if self.trace else profiles_from_distribution(n, **self.profile_args)
+        try:
+            self.sim = AsyncRoundSimulator(profiles, self.local_steps, self.concurrency, self.seed)
+        except ValueError as err:
+            raise ValueError(f"{FIELD}: {err}") from None
+        if self._sim_state:
+            self.sim.load_state_dict(self._sim_state)
+
+    def on_round_start(
+        self, server: ServerRound, trainer: Any, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> None:
+        fedbuff = server.strategy
+        fedbuff.remember(server.global_state)
+        want = fedbuff.buffer_size - fedbuff.buffered
+        arrivals: list[Arrival] = []
+        while len(arrivals) < want:
+            a, self.pending = self.pending or self.sim.next_arrival(fedbuff.version), None
+            if any(a.client == b.client for b in arrivals):
+                self.pending = a  # the client's second update: the next round's first
+                break
+            arrivals.append(a)
+        for a in arrivals:
+            fedbuff.assign(a.client, a.start_version)
+        clients[:] = [a.client for a in arrivals]
+        self.clock = arrivals[-1].time
+        needed = {a.start_version for a in arrivals} | {entry[3] for entry in self.sim.running} | {fedbuff.version}
+        if self.pending is not None:
+            needed.add(self.pending.start_version)
+        fedbuff.keep_versions(needed)
+        metrics = {
+            "system/virtual_time": self.clock,
+            "system/staleness": sum(fedbuff.version - a.start_version for a in arrivals) / len(arrivals),
+        }
+        for logger in getattr(trainer, "loggers", []) or []:
+            logger.log_metrics(metrics, step=round_idx + 1)
+
+    def summary(self) -> dict[str, Any]:
+        return {"virtual_time": self.clock, "dropped": self.sim.dropped if self.sim else 0}
+
+    def state_dict(self) -> dict[str, Any]:
+        pending = None
+        if self.pending is not None:
+            p = self.pending
+            pending = [p.client, p.start_time, p.time, p.start_version]
+        sim = self.sim.state_dict() if self.sim is not None else self._sim_state
+        return {"clock": self.clock, "pending": pending, "sim": sim}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.clock = float(state.get("clock", 0.0))
+        p = state.get("pending")
+        self.pending = None if p is None else Arrival(int(p[0]), float(p[1]), float(p[2]), int(p[3]))
+        self._sim_state = dict(state.get("sim", {}))
+        if self.sim is not None and self._sim_state:
+            self.sim.load_state_dict(self._sim_state)
