@@ -153,6 +153,11 @@ def simplify_parse_error(message: str) -> str:
 
         names = ", ".join(available_strategies())
         return f"{key}: no strategy named {m.group(1)!r}; by short name: {names}; or give a full class path"
+    if key == "model" and (m := _SHORT_NAME.search(message)):  # a short name no objective has
+        from lightning_fed.modules.registry import available_modules
+
+        names = ", ".join(available_modules())
+        return f"{key}: no objective named {m.group(1)!r}; by short name: {names}; or give a full class path"
     if m := _CLASS_PATH.search(message):
         class_path, reason = m.group(1), m.group(2).strip()
         if _PARSER_KEY.match(reason):  # the class is fine, one of its arguments is not

@@ -156,3 +156,27 @@ def test_broken_objective_plugin_is_named(tmp_path, monkeypatch):
         ImportError, match=r"^module plugin broken = 'my_broken_objectives.nowhere' \(entry point group"
     ):
         load_module_plugins()
+
+
+def test_objective_short_name_is_unknown_until_its_entry_point_is_installed(tmp_path, monkeypatch, capsys):
+    from lightning_fed.modules.registry import available_modules
+
+    base = ["fit", "--config", "configs/fedsimpo.yaml", "--print_config", "--model=AnnouncedSimPO"]
+    assert "AnnouncedSimPO" not in available_modules()
+    with pytest.raises(SystemExit) as unknown:
+        main(base)
+    err = capsys.readouterr().err
+    assert unknown.value.code == 2, err
+    assert err.startswith("error: model: no objective named 'AnnouncedSimPO'; by short name: "), err
+    listed = err.split("by short name: ", 1)[1].split("; or give a full class path\n", 1)[0].split(", ")
+    assert listed == sorted(listed) and {"DPOModule", "ORPOModule", "PDPOModule", "SimPOModule"} <= set(listed)
+    info = tmp_path / "objectives-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: objectives\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[lightning_fed.modules]\nmine = tests.modules.plugin_objective\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit) as ok:
+        main(base)
+    assert ok.value.code == 0
+    assert "class_path: tests.modules.plugin_objective.AnnouncedSimPO\n" in capsys.readouterr().out
+    assert available_modules()["AnnouncedSimPO"] == ["tests.modules.plugin_objective.AnnouncedSimPO"]
