@@ -4,6 +4,10 @@ deployed; messages are copied on delivery as a transport would)."""
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -134,3 +138,17 @@ def test_a_client_lost_during_key_sharing_stops_the_round_in_flwr_1_41(tmp_path)
     overrides = ["--federation.rounds=1", "--federation.clients_per_round=4", *SECAGG[1:]]
     with pytest.raises(RuntimeError, match="only 0 of 4 clients returned a valid update"):
         _flower(tmp_path, overrides, drop_at={1: Stage.SHARE_KEYS})
+
+
+def test_bad_secagg_setting_is_a_one_line_cli_error_before_anything_is_written(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(root)}
+    cmd = [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/secagg.yaml"]
+    cmd += ["--federation.strategy.init_args.num_shares=2", f"--trainer.default_root_dir={tmp_path / 'run'}"]
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "error: SecureAggregation: num_shares must be an int > 2 or a fraction in (0, 1], got 2\n"
+        "(run with --debug or LIGHTNING_FED_DEBUG=1 for the traceback)\n"
+    )
+    assert not (tmp_path / "run").exists()
