@@ -123,6 +123,8 @@ class SecureAggregation(Strategy):
             sees only masked sums, and any DP noise is added before rounding.
     """
 
+    secure_sum = True
+
     def __init__(
         self,
         strategy: Strategy,

@@ -277,3 +277,13 @@ class ClientLevelDP(Strategy):
         self.clip_norm = float(state.get("clip_norm", self.clip_norm))
         self.rounds_done = int(state.get("rounds_done", self.rounds_done))
         self.seed = int(state.get("seed", self.seed))
+
+
+def client_level_dp(strategy: Strategy) -> ClientLevelDP | None:
+    """The run's :class:`ClientLevelDP`: ``strategy`` itself, or the one a wrapping strategy
+    holds as its public ``dp`` (:class:`~lightning_fed.deploy.secure_aggregation.SecureAggregation`:
+    distributed DP under SecAgg+); ``None`` when the run has no client-level DP."""
+    if isinstance(strategy, ClientLevelDP):
+        return strategy
+    inner = getattr(strategy, "dp", None)
+    return inner if isinstance(inner, ClientLevelDP) else None

@@ -41,6 +41,7 @@ __all__ = ["PROTECTIONS", "ChannelReport", "PrivacyReport", "bucket_count", "red
 #: What each protection means, as written into the report.
 PROTECTIONS = {
     "client_dp": "clipped per client, Gaussian noise on the sum (central DP: the server sees each clipped update)",
+    "secure_sum": "summed by Flower's SecAgg+: the server sees only the masked sum of the updates",
     "example_dp": "DP-SGD inside the client: per-example clipping and Gaussian noise on every step",
     "gaussian": "Gaussian noise added on the client before sending",
     "bucketed": "rounded down to a power of two before sending",
@@ -95,6 +96,8 @@ class PrivacyReport:
         selector_losses: Whether clients report FedBiscuit's selector losses.
         counts_bucketed: Whether the clients' example counts were bucketed before sending.
         metrics_withheld: Whether per-client metrics were kept out of the reports.
+        secure_sum: Whether the server only held the sum of the updates (SecAgg+; then each
+            client adds its share of the client-level noise: distributed DP).
     """
 
     def __init__(
@@ -107,16 +110,28 @@ class PrivacyReport:
         selector_losses: bool = False,
         counts_bucketed: bool = False,
         metrics_withheld: bool = False,
+        secure_sum: bool = False,
     ) -> None:
         self.client_dp, self.example_dp = client_dp, example_dp
         self.local_steps_per_round = int(local_steps_per_round)
         self.personal_parameters, self.centroids, self.selector_losses = personal_parameters, centroids, selector_losses
         self.counts_bucketed, self.metrics_withheld = counts_bucketed, metrics_withheld
+        self.secure_sum = secure_sum
         self.stop: dict[str, Any] | None = None
 
     @property
     def enabled(self) -> bool:
         return self.client_dp is not None or self.example_dp is not None
+
+    @property
+    def trust_model(self) -> str:
+        """Whom the update channel's guarantee holds against."""
+        if self.secure_sum:
+            return (
+                "secure aggregation (Flower SecAgg+): the server sees only the masked sum;"
+                " client-level noise added by the clients in shares (distributed DP)"
+            )
+        return "trusted server (central DP); no secure aggregation"
 
     def epsilon_at(self, rounds: int) -> dict[str, float]:
         """``privacy/epsilon`` after ``rounds`` rounds: ``{"client": ..., "example": ...}`` for the enabled levels."""
@@ -146,7 +161,8 @@ class PrivacyReport:
     def channels(self, rounds: int) -> list[ChannelReport]:
         """Every channel of the run after ``rounds`` rounds."""
         update = self._update_guarantees(rounds)
-        protection = "+".join(p for p, acc in (("client_dp", self.client_dp), ("example_dp", self.example_dp)) if acc)
+        levels = (("client_dp", self.client_dp), ("example_dp", self.example_dp), ("secure_sum", self.secure_sum))
+        protection = "+".join(p for p, on in levels if on)
         out = [
             ChannelReport(
                 "update",
@@ -194,7 +210,7 @@ class PrivacyReport:
         """The ``privacy`` section of ``summary.json`` after ``rounds`` rounds."""
         section: dict[str, Any] = {
             "enabled": self.enabled,
-            "trust_model": "trusted server (central DP); no secure aggregation",
+            "trust_model": self.trust_model,
             "epsilon": self.epsilon_at(rounds),
             "channels": {c.channel: c.as_dict() for c in self.channels(rounds)},
         }

@@ -33,7 +33,7 @@ from typing import Any
 
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.privacy.accountant import PrivacyAccountant, accounted_sample_rate
-from lightning_fed.privacy.client_dp import ClientLevelDP
+from lightning_fed.privacy.client_dp import ClientLevelDP, client_level_dp
 from lightning_fed.privacy.config import PrivacyConfig
 from lightning_fed.privacy.dp_sgd import ExampleLevelDP, example_level_accountant
 from lightning_fed.privacy.report import PrivacyReport
@@ -43,7 +43,7 @@ from lightning_fed.selection.hds import HierarchicalDataSelection
 
 def privacy_enabled(strategy: Any, module: Any) -> bool:
     """Whether a run of ``strategy`` and ``module`` runs a DP mechanism (client- or example-level)."""
-    return isinstance(strategy, ClientLevelDP) or isinstance(module, ExampleLevelDP)
+    return client_level_dp(strategy) is not None or isinstance(module, ExampleLevelDP)
 
 
 def client_counts_bucketed(strategy: Any, module: Any) -> bool:
@@ -88,7 +88,7 @@ class RunPrivacy:
         """
         self._server = server
         strategy, n = server.strategy, server.num_clients
-        dp = strategy if isinstance(strategy, ClientLevelDP) else None
+        dp = client_level_dp(strategy)
         if self.config is not None and dp is None:
             raise ValueError(
                 "federation.privacy sets a client-level budget: it needs federation.strategy ="
@@ -211,6 +211,7 @@ class RunPrivacy:
             selector_losses=any(isinstance(h, ClientGrouping) for h in hooks),
             counts_bucketed=self.enabled,
             metrics_withheld=self.enabled,
+            secure_sum=self._server is not None and self._server.strategy.secure_sum,
         )
         if self.stop is not None:  # reports number rounds from 1
             report.stopped(self.stop + 1)
@@ -242,5 +243,6 @@ class RunPrivacy:
             z = state.get("noise_multiplier")
             if z is not None:  # planned for the run's rounds when it started: keep that z
                 self.client_dp.noise_multiplier = float(z)
-                if self._server is not None and isinstance(self._server.strategy, ClientLevelDP):
-                    self._server.strategy.set_noise_multiplier(float(z))
+                dp = client_level_dp(self._server.strategy) if self._server is not None else None
+                if dp is not None:
+                    dp.set_noise_multiplier(float(z))

@@ -17,7 +17,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -132,7 +132,13 @@ class Strategy(ABC):
     Lifecycle: :meth:`setup` once with the initial global state and the number of clients;
     then each round, for each sampled client, :meth:`downlink` (extra tensors sent with the
     global state) and :meth:`local_correction` (client side); finally :meth:`aggregate`.
+
+    Attributes:
+        secure_sum: ``True`` for a strategy under which the server only ever holds the sum of
+            the clients' updates (secure aggregation); the run's privacy report reads it.
     """
+
+    secure_sum: ClassVar[bool] = False
 
     def setup(self, global_state: Mapping[str, Tensor], num_clients: int) -> None:
         """Initialise server-side state (moments, controls) for ``global_state``'s keys."""

@@ -165,3 +165,20 @@ def test_accountant_state_is_the_round_count():
     fresh = PrivacyAccountant(1.0, 0.1, 1e-5)
     fresh.load_state_dict(acc.state_dict())
     assert fresh.epsilon() == acc.epsilon(3)
+
+
+def test_dp_inside_secure_aggregation_is_planned_accounted_and_reported_as_a_secure_sum():
+    """SecAgg+ around ClientLevelDP (configs/secagg.yaml): the run finds the DP through the
+    wrapper's ``dp``, gives it m and z, accounts it, and the report names the secure sum."""
+    from lightning_fed.deploy.secure_aggregation import SecureAggregation
+
+    dp = ClientLevelDP(FedAvg(), clip_norm=0.05)
+    secagg = SecureAggregation(dp, clipping_range=0.25, quantization_range=2**22, modulus_range=2**32, max_weight=1.0)
+    server = _server(secagg, PrivacyConfig(noise_multiplier=1.0), num_clients=20, clients_per_round=4)
+    assert (dp.expected_clients, dp.noise_multiplier) == (4.0, 1.0)
+    assert server.privacy.enabled and server.privacy.client_dp is not None
+    section = server.privacy.section(2)
+    assert section["trust_model"].startswith("secure aggregation (Flower SecAgg+)")
+    assert section["channels"]["update"]["protection"] == "client_dp+secure_sum"
+    plain = _server(ClientLevelDP(FedAvg()), PrivacyConfig(noise_multiplier=1.0), num_clients=20, clients_per_round=4)
+    assert plain.privacy.section(2)["trust_model"] == "trusted server (central DP); no secure aggregation"
