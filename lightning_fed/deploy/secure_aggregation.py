@@ -84,6 +84,10 @@ class Contribution:
     weight: float
 
 
+NOISE_SHARE_KEY = "secagg/noise_share_stddev"
+"""Downlink key of a client's share of the distributed DP noise (a float64 scalar)."""
+
+
 def quantization_error_bound(clipping_range: float, quantization_range: int) -> float:
     """One grid step, ``2R / Q``: stochastic rounding moves a coordinate by less than this."""
     return 2.0 * clipping_range / quantization_range
@@ -170,12 +174,18 @@ class SecureAggregation(Strategy):
         return self.strategy.client_model(client_id, global_state)
 
     def downlink(self, client_id: int) -> StateDict:
-        return self.strategy.downlink(client_id)
+        """The wrapped strategy's downlink and, with distributed DP, the client's noise share
+        (``z C / sqrt(m)``, float64): the server alone knows ``m`` and a calibrated ``z``."""
+        out = dict(self.strategy.downlink(client_id))
+        if self.dp is not None:
+            out[NOISE_SHARE_KEY] = torch.tensor(self.noise_share_stddev(), dtype=torch.float64)
+        return out
 
     def local_correction(
         self, global_state: Mapping[str, Tensor], downlink: Mapping[str, Tensor], client_memory: dict[str, Tensor]
     ) -> LocalCorrection:
-        return self.strategy.local_correction(global_state, downlink, client_memory)
+        inner = {k: v for k, v in downlink.items() if k != NOISE_SHARE_KEY}
+        return self.strategy.local_correction(global_state, inner, client_memory)
 
     def state_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy.state_dict(), "rounds_done": self.rounds_done}
@@ -189,9 +199,15 @@ class SecureAggregation(Strategy):
         """Seed of ``client_id``'s stochastic rounding in round ``round_idx`` (both transports)."""
         return derive_seed(self.seed, _ROUNDING_TAG, round_idx, client_id) % 2**32
 
-    def contribution(self, received: Mapping[str, Tensor], update: ClientUpdate, round_idx: int) -> Contribution:
+    def contribution(
+        self, received: Mapping[str, Tensor], update: ClientUpdate, round_idx: int, noise_stddev: float | None = None
+    ) -> Contribution:
         """``update``'s vector for the secure sum: ``y_k - x`` per shared tensor (sorted by name),
-        clipped to ``C`` and noised with the client's share with distributed DP, and its weight."""
+        clipped to ``C`` and noised with the client's share with distributed DP, and its weight.
+
+        ``noise_stddev``: the share's standard deviation the server sent (its downlink's
+        ``secagg/noise_share_stddev``); ``None``: this object's own :meth:`noise_share_stddev`
+        (the server's, in process)."""
         if update.extras:
             raise AggregationError(f"client {update.client_id}: extras {sorted(update.extras)[:5]} cannot be summed")
         names = sorted(received)
@@ -202,7 +218,7 @@ class SecureAggregation(Strategy):
         dp = self.dp
         if dp is not None:
             delta, _ = clip_to_norm(delta, dp.clip_norm)
-            std = self.noise_share_stddev()
+            std = self.noise_share_stddev() if noise_stddev is None else float(noise_stddev)
             g = torch.Generator().manual_seed(derive_seed(dp.seed, _NOISE_SHARE_TAG, round_idx, update.client_id))
             delta = {k: v + torch.randn(v.shape, generator=g, dtype=v.dtype) * std for k, v in delta.items()}
             weight = self.max_weight  # uniform: the fixed-denominator estimator needs the plain sum

@@ -42,7 +42,7 @@ from flwr.serverapp import Grid
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_fed.deploy.records import CONFIG, to_arrays
-from lightning_fed.deploy.secure_aggregation import SecureAggregation
+from lightning_fed.deploy.secure_aggregation import NOISE_SHARE_KEY, SecureAggregation
 from lightning_fed.strategies.base import ClientUpdate
 
 if TYPE_CHECKING:
@@ -79,14 +79,20 @@ def secure_train_mod(msg: Message, context: Context, call_next: Any) -> Message:
 
 
 def contribution_reply(
-    strategy: SecureAggregation, received: dict[str, torch.Tensor], update: ClientUpdate, round_idx: int, nonce: str
+    strategy: SecureAggregation,
+    received: dict[str, torch.Tensor],
+    update: ClientUpdate,
+    round_idx: int,
+    nonce: str,
+    downlink: dict[str, torch.Tensor] | None = None,
 ) -> RecordDict:
     """The client's contribution as the legacy ``FitRes`` that ``secaggplus_mod`` masks.
 
     Its metrics echo the round, client id and nonce of the message (the reply's binding); the
     numpy generator is left seeded with the client's rounding seed for the mod's quantization.
     """
-    c = strategy.contribution(received, update, round_idx)
+    share = (downlink or {}).get(NOISE_SHARE_KEY)
+    c = strategy.contribution(received, update, round_idx, None if share is None else float(share))
     metrics = {ROUND_KEY: round_idx, CLIENT_KEY: update.client_id, NONCE_KEY: nonce}
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(c.arrays), int(c.weight), metrics)
     np.random.seed(strategy.rounding_seed(round_idx, update.client_id))
