@@ -40,6 +40,7 @@ from lightning_fed.datamodules.tokenize import (
     PadCollator,
     PromptTooShort,
 )
+from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
 from lightning_fed.federation.sampling import derive_seed
 
 MIN_PROMPT_LENGTH = 16
@@ -177,7 +178,8 @@ class FederatedDataModule(RoundServing):
         self.clients: list[ClientData] = []
         self._sizes: list[int] | None = None  # |D_k| of every client, kept while no selection changes it
         self._train_offsets: list[int] | None = None
-        self.round_plan: Any = None  # set by FederatedLoop: round -> list[ClientTurn]
+        self.planner: RoundPlanner | None = None  # connected by FederatedLoop (connect)
+        self.plan: RoundPlan | None = None  # the round the last train loader laid out
         # Set by FederatedLoop: () -> (clients to evaluate, whether batches may mix clients);
         # None (no loop): every client, one client per batch.
         self.eval_plan: Any = None

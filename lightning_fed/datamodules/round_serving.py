@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lightning_fed.datamodules.client_data import ClientData, ClientSetView
 from lightning_fed.datamodules.round_sampler import ClientBatchSampler, RoundBatchSampler
+from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
 
 
 class RoundServing(pl.LightningDataModule):
@@ -24,7 +25,8 @@ class RoundServing(pl.LightningDataModule):
 
     The data module sets ``clients``, ``batch_size``, ``eval_batch_size``, ``num_clients``,
     ``seed``, ``test_dataset`` and ``_collate`` in its ``__init__``/``setup``; the federated
-    loop sets ``round_plan`` (round -> turns) and ``eval_plan`` (-> planned clients, packed).
+    loop connects itself as the round planner (:meth:`connect`) and sets ``eval_plan``
+    (-> planned clients, packed).
     """
 
     clients: list[ClientData]
@@ -33,7 +35,8 @@ class RoundServing(pl.LightningDataModule):
     num_clients: int
     seed: int
     test_dataset: str | None
-    round_plan: Any
+    planner: RoundPlanner | None
+    plan: RoundPlan | None
     eval_plan: Any
     _collate: Any
     _sizes: list[int] | None
@@ -78,17 +81,21 @@ class RoundServing(pl.LightningDataModule):
         return out
 
     # -------------------------------------------------------------------------- dataloaders
+    def connect(self, planner: RoundPlanner) -> None:
+        """Serve the rounds ``planner`` decides (see :mod:`~lightning_fed.federation.round_plan`)."""
+        self.planner = planner
+
     def train_dataloader(self) -> DataLoader:
-        if self.round_plan is None:
+        """The batches of the planner's next round: its turns, one client after another."""
+        if self.planner is None:
             raise RuntimeError("FederatedDataModule needs a FederatedLoop callback on the Trainer to plan rounds")
-        round_idx = self.trainer.current_epoch if self.trainer is not None else 0
-        turns = self.round_plan(round_idx)  # first: round-start hooks may select client data
+        self.plan = plan = self.planner.next_round()  # planned first: round-start hooks may select client data
         sizes, offsets = self.client_sizes, self._round_offsets()
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
-        sampler = RoundBatchSampler(turns, offsets, sizes, self.batch_size, self.seed, round_idx, rank, world)
+        sampler = RoundBatchSampler(plan.turns, offsets, sizes, self.batch_size, self.seed, plan.round_idx, rank, world)
         # The round's clients' sets as they are now (a round hook may have selected a subset of a
         # client's data), indexed as a concatenation of all clients' sets: O(clients per round).
-        train = ClientSetView({t.client_id: self.clients[t.client_id].train_set for t in turns}, offsets)
+        train = ClientSetView({c: self.clients[c].train_set for c in plan.clients}, offsets)
         return DataLoader(train, batch_sampler=sampler, collate_fn=self._collate)
 
     def _require_test_set(self) -> None:

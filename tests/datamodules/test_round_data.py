@@ -7,6 +7,7 @@ from torch.utils.data import ConcatDataset, DataLoader
 
 from lightning_fed.datamodules import ClientBatchSampler, PreferenceDataModule, RoundBatchSampler
 from lightning_fed.datamodules.client_data import ClientSetView
+from lightning_fed.federation.round_plan import FixedPlan, RoundPlan
 from lightning_fed.federation.turn import TurnPlan
 from lightning_fed.modules.backbone import load_tokenizer
 
@@ -55,7 +56,7 @@ def test_round_loader_yields_the_concatenated_layout(tokenizer):
     dm = data(tokenizer)
     dm.client(4).select([1, 2, 3])  # sizes differ, so offsets matter
     for round_idx, turns in enumerate([[TurnPlan(1, 3), TurnPlan(4, 2)], [TurnPlan(0, 1), TurnPlan(5, 4)]]):
-        dm.round_plan = lambda r, turns=turns: turns
+        dm.connect(FixedPlan(RoundPlan(round_idx, tuple(t.client_id for t in turns), tuple(turns))))
         got = list(loader_at_round(dm, round_idx))
         want = concat_batches(dm, turns, round_idx)
         assert len(got) == len(want) == sum(t.num_batches for t in turns)
@@ -66,8 +67,8 @@ def test_round_loader_yields_the_concatenated_layout(tokenizer):
 
 
 def loader_at_round(dm, round_idx):
-    class _Trainer:  # what train_dataloader reads of the Trainer
-        current_epoch, global_rank, world_size = round_idx, 0, 1
+    class _Trainer:  # what train_dataloader reads of the Trainer (the round is the plan's)
+        global_rank, world_size = 0, 1
 
     dm.trainer = _Trainer()
     try:
