@@ -33,6 +33,7 @@ from lightning_fed.federation.hooks import (
     answer_query,
     payload_nbytes,
     prepare_client,
+    reads_client_data,
 )
 from lightning_fed.federation.round_plan import RoundPlan
 from lightning_fed.federation.server_round import ServerRound
@@ -217,6 +218,9 @@ class FederatedLoop(LoopEvaluation):
         sampled = server.sample(round_idx)
         clients = list(sampled)
         server.prepare(self.context, self.module, round_idx, clients, self._ask(round_idx))
+        for hook in self.hooks:  # in one process the server may read the clients' data itself
+            if reads_client_data(hook):
+                hook.on_client_data(server, self.context, self.module, round_idx, clients, self.datamodule)
         instructions = {}
         for c in clients:
             instructions[c] = server.client_instructions(c, round_idx)

@@ -116,8 +116,6 @@ class HierarchicalDataSelection(CoresetSelection):
             smaller than one batch (see :class:`~lightning_fed.selection.coreset.CoresetSelection`).
     """
 
-    remote_ready = True
-
     def __init__(
         self,
         proxy: str | dict[str, Any] | None = None,
