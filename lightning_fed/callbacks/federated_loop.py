@@ -165,11 +165,9 @@ class FederatedLoop(LoopEvaluation):
         dm = trainer.datamodule
         if not isinstance(dm, FederatedDataModule):
             raise TypeError(f"FederatedLoop needs a FederatedDataModule, got {type(dm).__name__}")
-        self.trainer, self.module, self.datamodule = trainer, pl_module, dm
+        self.bind(trainer, pl_module, dm)
         if self.server.datamodule is not dm:  # the CLI binds (and validates) before the Trainer runs
             self.server.bind(dm.num_clients, dm)
-        # Personal parameters as initialised: what a client without personal state yet uses.
-        self.initial_personal = clone_state(pl_module.personal_parameters())
         dm.eval_plan = self.evaluation_layout
         if stage != "fit":
             return  # `validate`/`test`: the federation state comes from the checkpoint (on_load_checkpoint)

@@ -143,6 +143,7 @@ class CoresetSelection(RoundHook):
         clients: list[int],
         sel: Selection,
         full: dict[int, int],
+        from_replies: bool = False,
     ) -> None:
         """Take ``sel`` as the round's coresets: drop clients without one (or give them their
         fallback sample while below ``min_clients``), check sizes, record and log the round.
@@ -152,6 +153,8 @@ class CoresetSelection(RoundHook):
 
         Args:
             full: Client -> size of its whole local training set (``len(full_train)``).
+            from_replies: ``sel`` was decided from the clients' replies (FedHDS): each kept client
+                then gets its coreset as an instruction (:meth:`client_instruction`).
         """
         keep = [c for c in clients if sel.indices.get(c)]
         skipped = [c for c in clients if c not in keep]
@@ -162,6 +165,8 @@ class CoresetSelection(RoundHook):
             round_idx, {c: len(sel.indices[c]) for c in keep}, {c: full[c] for c in keep}, server.datamodule.batch_size
         )
         self._chosen = {c: sorted(int(i) for i in sel.indices[c]) for c in keep}
+        if from_replies:
+            self._exchanged = round_idx
         clients[:] = [c for c in clients if c in keep]  # the engine lays out this list next
         used = {c: len(sel.indices[c]) if c in keep else 0 for c in full}
         self._record = {

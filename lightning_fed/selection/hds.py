@@ -325,8 +325,8 @@ class HierarchicalDataSelection(CoresetSelection):
         clients[:] = [c for c in clients if c in answered]
         sel = self.decide(server, round_idx, clients, answered)
         sel.info["missing_replies"] = missing
-        self.apply(server, trainer, round_idx, clients, sel, {c: answered[c]["num_samples"] for c in clients})
-        self._exchanged = round_idx
+        full = {c: answered[c]["num_samples"] for c in clients}
+        self.apply(server, trainer, round_idx, clients, sel, full, from_replies=True)
 
     # ----------------------------------------------------------------- the round
     def decide(self, server: ServerRound, round_idx: int, clients: list[int], replies: dict[int, Payload]) -> Selection:
