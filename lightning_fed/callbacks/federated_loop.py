@@ -34,8 +34,10 @@ from lightning_fed.federation.hooks import (
     answer_query,
     payload_nbytes,
     prepare_client,
+    reads_client_data,
 )
 from lightning_fed.federation.report import totals_only
+from lightning_fed.federation.round_plan import RoundPlan
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
@@ -150,8 +152,8 @@ class FederatedLoop(LoopEvaluation):
         )
         self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
         self.report.per_client_scalars = config.per_client_scalars
-        self._plans: dict[int, list[TurnPlan]] = {}
         self.server.privacy = RunPrivacy(privacy, config.local_steps, config.local_epochs)
+        self._plan: RoundPlan | None = None  # the round decided last (next_round)
 
     # The run's settings are the config's (one place); these read it.
     rounds = property(lambda self: self.config.rounds, doc="Number of communication rounds.")
@@ -183,18 +185,16 @@ class FederatedLoop(LoopEvaluation):
         dm = trainer.datamodule
         if not isinstance(dm, FederatedDataModule):
             raise TypeError(f"FederatedLoop needs a FederatedDataModule, got {type(dm).__name__}")
-        self.trainer, self.module, self.datamodule = trainer, pl_module, dm
+        self.bind(trainer, pl_module, dm)
         if self.server.datamodule is not dm:  # the CLI binds (and validates) before the Trainer runs
             self.server.bind(dm.num_clients, dm, pl_module)
-        # Personal parameters as initialised: what a client without personal state yet uses.
-        self.initial_personal = clone_state(pl_module.personal_parameters())
         dm.eval_plan = self.evaluation_layout
         if stage != "fit":
             return  # `validate`/`test`: the federation state comes from the checkpoint (on_load_checkpoint)
         run = Path(trainer.log_dir or trainer.default_root_dir).absolute()  # report.output_dir, not created yet
         self.store.attach(self.state_offload_dir or run / "client_states", run=str(run))
         self.evaluation, self._limit_val_batches = take_over_validation(trainer, self.evaluation)
-        dm.round_plan = self.plan_round
+        dm.connect(self)
         trainer.fit_loop.max_epochs = self.rounds
         trainer.reload_dataloaders_every_n_epochs = 1  # each round lays out its own batches
         # The round loader is rank-aware itself (RoundBatchSampler splits each global batch over
@@ -215,26 +215,37 @@ class FederatedLoop(LoopEvaluation):
             hook.setup_server(self.server, self.context, pl_module)
             hook.setup_client(pl_module)  # in process the clients share the server's module
 
-    def plan_round(self, round_idx: int) -> list[TurnPlan]:
-        """Prepare round ``round_idx`` and lay out its turns (the hook contract's order: queries,
-        replies, round-start hooks, then per client its instructions and ``prepare_client``).
+    def next_round(self) -> RoundPlan:
+        """The plan of the server's next round (``len(report.history)``), decided once.
 
-        Called when the round's dataloader is built; idempotent for a given round.
+        The data module asks when Lightning requests the round's loader (the round boundary, see
+        :mod:`~lightning_fed.federation.round_plan`). The round is the server's record, not
+        Lightning's epoch counter: on resume Lightning may first request the loader of the round
+        the checkpoint closed, and that round is never planned (its hooks never run) twice.
         """
-        if round_idx not in self._plans:
-            server = self.server
-            clients = server.sample(round_idx)
-            # On resume Lightning may first build the loader of the round the checkpoint closed;
-            # that round's hooks have already run and must not run twice.
-            steps: dict[int, int | None] = {}  # a hook may cut a client's steps (a straggler's partial work)
-            if round_idx >= len(self.report.history):
-                server.prepare(self.context, self.module, round_idx, clients, self._ask(round_idx))
-                for c in clients:
-                    instructions = server.client_instructions(c, round_idx)
-                    prepare_client(self.hooks, self.module, self.datamodule.client(c), c, round_idx, instructions)
-                    steps[c] = instructed_steps(instructions, self.local_steps)
-            self._plans = {round_idx: [TurnPlan(c, self._num_batches(c, steps.get(c))) for c in clients]}
-        return self._plans[round_idx]
+        round_idx = len(self.report.history)
+        if self._plan is None or self._plan.round_idx != round_idx:
+            self._plan = self.plan_round(round_idx)
+        return self._plan
+
+    def plan_round(self, round_idx: int) -> RoundPlan:
+        """Prepare round ``round_idx`` in the hook contract's order: sample, queries, replies,
+        round-start hooks, then per client its instructions and ``prepare_client``; then lay out
+        the turns (a client's number of batches follows its data as ``prepare_client`` left it)."""
+        server = self.server
+        sampled = server.sample(round_idx)
+        clients = list(sampled)
+        server.prepare(self.context, self.module, round_idx, clients, self._ask(round_idx))
+        for hook in self.hooks:  # in one process the server may read the clients' data itself
+            if reads_client_data(hook):
+                hook.on_client_data(server, self.context, self.module, round_idx, clients, self.datamodule)
+        instructions, steps = {}, {}
+        for c in clients:
+            instructions[c] = server.client_instructions(c, round_idx)
+            prepare_client(self.hooks, self.module, self.datamodule.client(c), c, round_idx, instructions[c])
+            steps[c] = instructed_steps(instructions[c], self.local_steps)  # a straggler's partial work
+        turns = tuple(TurnPlan(c, self._num_batches(c, steps[c])) for c in clients)
+        return RoundPlan(round_idx, tuple(sampled), turns, instructions)
 
     def _ask(self, round_idx: int) -> Any:
         """In-process answers to a hook's queries: each client answers from its own data; the
@@ -265,9 +276,15 @@ class FederatedLoop(LoopEvaluation):
         if self._limit_val_batches is not None:  # this round's evaluation runs, or not at all
             evaluates = self.evaluation.evaluates(trainer.current_epoch + 1)
             trainer.limit_val_batches = self._limit_val_batches if evaluates else 0
-        self.lay_out(self.plan_round(trainer.current_epoch))
-        self.server.open(trainer.current_epoch, [p.client_id for p in self.plans])
-        if not self.plans:  # Poisson sampling drew no client: a round without update, closed now
+        plan = self.next_round()
+        if plan.round_idx != trainer.current_epoch:
+            raise RuntimeError(
+                f"round {plan.round_idx + 1} was planned but Lightning trains epoch {trainer.current_epoch}:"
+                " the checkpoint's federation state and its loop state disagree"
+            )
+        self.lay_out(list(plan.turns))
+        self.server.open(plan.round_idx, plan.clients)
+        if not plan.turns:  # Poisson sampling drew no client: a round without update, closed now
             self.end_round(trainer, pl_module)
 
     @override
@@ -391,4 +408,4 @@ class FederatedLoop(LoopEvaluation):
         # A checkpoint copied elsewhere with its run folder: the files are in <run>/client_states.
         moved = Path(trainer.ckpt_path).absolute().parent.parent / "client_states" if trainer.ckpt_path else None
         self.store.load_state_dict(fed.get("clients", {}), folder=moved)
-        self._plans = {}
+        self._plan = None

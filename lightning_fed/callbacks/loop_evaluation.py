@@ -21,7 +21,7 @@ from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.evaluation_plan import EvaluationPlan, packs_evaluation
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
-from lightning_fed.state import StateDict
+from lightning_fed.state import StateDict, clone_state
 
 
 class LoopEvaluation(TurnDriver):
@@ -32,9 +32,9 @@ class LoopEvaluation(TurnDriver):
         store: Where the clients' personal states are kept.
         evaluation: Which clients each evaluation covers.
 
-    The loop binds ``trainer``, ``module``, ``datamodule`` and ``initial_personal`` (the personal
-    parameters as initialised; empty for a module without personal parameters) when fit, validate
-    or test sets up; this class declares and owns them.
+    The run's ``trainer``, ``module``, ``datamodule`` and ``initial_personal`` (the personal
+    parameters as initialised; empty for a module without personal parameters) are this class's,
+    set by :meth:`bind` when fit, validate or test sets up.
     """
 
     def __init__(self, server: ServerRound, store: ClientStateStore, evaluation: EvaluationPlan) -> None:
@@ -44,6 +44,12 @@ class LoopEvaluation(TurnDriver):
         self.module: pl.LightningModule | None = None
         self.datamodule: Any = None
         self.initial_personal: StateDict = {}
+
+    def bind(self, trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any) -> None:
+        """Attach the run; keep the module's personal parameters as initialised (what a client
+        without a personal state of its own uses)."""
+        self.trainer, self.module, self.datamodule = trainer, module, datamodule
+        self.initial_personal = clone_state(module.personal_parameters())
 
     @staticmethod
     def _standalone(trainer: pl.Trainer) -> bool:

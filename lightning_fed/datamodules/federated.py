@@ -18,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import datasets
+import lightning.pytorch as pl
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
+from torch.utils.data import DataLoader
 
 from lightning_fed.datamodules.client_data import ClientData
 from lightning_fed.datamodules.eval_partition import evaluation_clients
@@ -40,13 +42,14 @@ from lightning_fed.datamodules.tokenize import (
     PadCollator,
     PromptTooShort,
 )
+from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
 from lightning_fed.federation.sampling import derive_seed
 
 MIN_PROMPT_LENGTH = 16
 """Default of ``data.min_prompt_length`` (capped at half of ``max_length``)."""
 
 
-class FederatedDataModule(RoundServing):
+class FederatedDataModule(pl.LightningDataModule):
     """Partitions one dataset into per-client DataModules and serves federated rounds.
 
     Subclasses set :attr:`kind` and implement :meth:`encode` (one record -> token fields). A
@@ -175,9 +178,9 @@ class FederatedDataModule(RoundServing):
         self.val_split, self.test_split, self.group_key = val_split, test_split, group_key
         self.tokenizer: Any = None
         self.clients: list[ClientData] = []
-        self._sizes: list[int] | None = None  # |D_k| of every client, kept while no selection changes it
-        self._train_offsets: list[int] | None = None
-        self.round_plan: Any = None  # set by FederatedLoop: round -> list[ClientTurn]
+        self.serving: RoundServing | None = None  # the clients' loaders, once set up
+        self.planner: RoundPlanner | None = None  # connected by FederatedLoop (connect)
+        self.plan: RoundPlan | None = None  # the round the last train loader laid out
         # Set by FederatedLoop: () -> (clients to evaluate, whether batches may mix clients);
         # None (no loop): every client, one client per batch.
         self.eval_plan: Any = None
@@ -202,6 +205,58 @@ class FederatedDataModule(RoundServing):
     def template_choices(cls) -> tuple[str, ...]:
         """Valid values of ``data.template`` for this kind of data."""
         return TEMPLATE_CHOICES
+
+    # ------------------------------------------------------------------------------ serving
+    @property
+    def collate(self) -> PadCollator:
+        """Batch collation of every loader (set up with the tokenizer's pad id)."""
+        return self._serving().collate
+
+    @property
+    def client_sizes(self) -> list[int]:
+        """``|D_k|`` of every client after selection (see :attr:`RoundServing.client_sizes`)."""
+        return self._serving().client_sizes
+
+    def client(self, client_id: int) -> ClientData:
+        """The DataModule of one client."""
+        return self.clients[client_id]
+
+    def connect(self, planner: RoundPlanner) -> None:
+        """Serve the rounds ``planner`` decides (see :mod:`~lightning_fed.federation.round_plan`)."""
+        self.planner = planner
+
+    def train_dataloader(self) -> DataLoader:
+        """The batches of the planner's next round: its turns, one client after another."""
+        if self.planner is None:
+            raise RuntimeError("FederatedDataModule needs a FederatedLoop callback on the Trainer to plan rounds")
+        self.plan = plan = self.planner.next_round()  # planned first: round-start hooks may select client data
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
+        return self._serving().train_loader(plan, self.batch_size, self.seed, rank, world)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader([c.val_set for c in self.clients])
+
+    def test_dataloader(self) -> DataLoader:
+        """The planned clients' rows of ``test_dataset``, one client after another (as validation)."""
+        self._require_test_set()
+        return self._eval_loader([c.test_set for c in self.clients])
+
+    def _eval_loader(self, sets: list[Any]) -> DataLoader:
+        """The clients of ``eval_plan`` (``federation.eval_clients``; all without a loop)."""
+        planned, packed = self.eval_plan() if self.eval_plan is not None else (range(self.num_clients), False)
+        return self._serving().eval_loader(sets, planned, self.eval_batch_size, packed)
+
+    def _serving(self) -> RoundServing:
+        if self.serving is None:
+            raise RuntimeError("FederatedDataModule: call setup() before asking for clients' loaders or sizes")
+        return self.serving
+
+    def _require_test_set(self) -> None:
+        if self.test_dataset is None:
+            raise ValueError(
+                "data.test_dataset is not set: `test` scores a separate test set;"
+                " pass --data.init_args.test_dataset=<file>"
+            )
 
     # ----------------------------------------------------------------------------- building
     def encode(self, record: dict[str, Any]) -> dict[str, list[int]]:
@@ -248,7 +303,7 @@ class FederatedDataModule(RoundServing):
         partition = self.partition or (ByColumn("client") if "client" in records.column_names else IID())
         parts = partition(records, self.num_clients, self.seed)
         check_partition(parts, self.num_clients, f"{type(partition).__name__} of data.dataset {self.dataset!r}")
-        self._collate = collate = PadCollator(self.tokenizer.pad_token_id)
+        collate = PadCollator(self.tokenizer.pad_token_id)
         train = self._encode_set("train", records, parts, self.dataset)
         for cid, items in enumerate(train):
             if not items:
@@ -261,9 +316,8 @@ class FederatedDataModule(RoundServing):
         if self.test_dataset is not None:
             test = self._evaluation_set("test", self.test_dataset, self.test_split, records, 2)
         for cid in range(self.num_clients):
-            self.clients.append(
-                ClientData(cid, train[cid], val[cid], self.batch_size, collate, test[cid], self._selected)
-            )
+            self.clients.append(ClientData(cid, train[cid], val[cid], self.batch_size, collate, test[cid]))
+        self.serving = RoundServing(self.clients, collate)
         self._warn_truncated()
 
     def _synthetic_args(self, dataset: str, salt: int) -> dict[str, Any]:

@@ -1,43 +1,50 @@
-"""The serving half of :class:`~lightning_fed.datamodules.FederatedDataModule`: per-round loaders.
+"""The serving part of :class:`~lightning_fed.datamodules.FederatedDataModule`: per-round loaders.
 
-Once the data module has built one :class:`~lightning_fed.datamodules.ClientData` per client,
-a round's loader lays the sampled clients' local batches out as one Lightning epoch
-(:class:`~lightning_fed.datamodules.RoundBatchSampler`), and an evaluation loader serves the
-planned clients' rows (:class:`~lightning_fed.datamodules.ClientBatchSampler`), both in O(clients
-of the round), not O(N): sizes and offsets are kept between rounds and follow a selection.
+Once the data module has built one :class:`~lightning_fed.datamodules.ClientData` per client, it
+hands them to a :class:`RoundServing` (composition, not a base class: everything it reads is
+given to its constructor or to the call). A round's loader lays the planned clients' local batches
+out as one Lightning epoch (:class:`~lightning_fed.datamodules.RoundBatchSampler`), and an
+evaluation loader serves the planned clients' rows
+(:class:`~lightning_fed.datamodules.ClientBatchSampler`), both in O(clients of the round), not
+O(N): sizes and offsets are kept between rounds and follow a selection.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import lightning.pytorch as pl
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_fed.datamodules.client_data import ClientData, ClientSetView
 from lightning_fed.datamodules.round_sampler import ClientBatchSampler, RoundBatchSampler
+from lightning_fed.federation.round_plan import RoundPlan
 
 
-class RoundServing(pl.LightningDataModule):
-    """Client queries and the round/evaluation loaders (see the module docstring).
+def offsets_of(sizes: Sequence[int]) -> list[int]:
+    """Index of each set's first row in a concatenation of sets of ``sizes``."""
+    out, total = [], 0
+    for s in sizes:
+        out.append(total)
+        total += s
+    return out
 
-    The data module sets ``clients``, ``batch_size``, ``eval_batch_size``, ``num_clients``,
-    ``seed``, ``test_dataset`` and ``_collate`` in its ``__init__``/``setup``; the federated
-    loop sets ``round_plan`` (round -> turns) and ``eval_plan`` (-> planned clients, packed).
+
+class RoundServing:
+    """The clients' loaders (see the module docstring).
+
+    Args:
+        clients: One ``ClientData`` per client, in client order; their ``on_select`` is set to
+            :meth:`selected` so the kept sizes follow a selection.
+        collate: Batch collation of every loader.
     """
 
-    clients: list[ClientData]
-    batch_size: int
-    eval_batch_size: int
-    num_clients: int
-    seed: int
-    test_dataset: str | None
-    round_plan: Any
-    eval_plan: Any
-    _collate: Any
-    _sizes: list[int] | None
-    _train_offsets: list[int] | None
+    def __init__(self, clients: Sequence[ClientData], collate: Callable[[list[dict[str, Any]]], Any]) -> None:
+        self.clients, self.collate = list(clients), collate
+        self._sizes: list[int] = [len(c.train_set) for c in self.clients]
+        self._train_offsets: list[int] | None = None
+        for c in self.clients:
+            c.on_select = self.selected
 
     @property
     def client_sizes(self) -> list[int]:
@@ -46,74 +53,37 @@ class RoundServing(pl.LightningDataModule):
         Read per client per round: kept between calls (O(1)) and updated by
         :meth:`ClientData.select`; a caller must not modify the list it gets.
         """
-        if self._sizes is None or len(self._sizes) != len(self.clients):
-            self._sizes = [len(c.train_set) for c in self.clients]
         return self._sizes
 
-    def _selected(self, client_id: int) -> None:
+    def selected(self, client_id: int) -> None:
         """``ClientData.select`` changed a client's training set: a new sizes list (lists handed
         out before, e.g. the report's initial sizes, keep their values); offsets follow lazily."""
-        if self._sizes is not None and len(self._sizes) == len(self.clients):
-            sizes = list(self._sizes)
-            sizes[client_id] = len(self.clients[client_id].train_set)
-            self._sizes = sizes
-        self._train_offsets = None
+        sizes = list(self._sizes)
+        sizes[client_id] = len(self.clients[client_id].train_set)
+        self._sizes, self._train_offsets = sizes, None
 
-    def _round_offsets(self) -> list[int]:
-        """:meth:`_offsets` of :attr:`client_sizes`, kept until a selection changes a size."""
-        if self._train_offsets is None or len(self._train_offsets) != len(self.clients):
-            self._train_offsets = self._offsets(self.client_sizes)
+    def round_offsets(self) -> list[int]:
+        """:func:`offsets_of` :attr:`client_sizes`, kept until a selection changes a size."""
+        if self._train_offsets is None:
+            self._train_offsets = offsets_of(self._sizes)
         return self._train_offsets
 
-    def client(self, client_id: int) -> ClientData:
-        """The DataModule of one client."""
-        return self.clients[client_id]
-
-    @staticmethod
-    def _offsets(sizes: Sequence[int]) -> list[int]:
-        out, total = [], 0
-        for s in sizes:
-            out.append(total)
-            total += s
-        return out
-
-    # -------------------------------------------------------------------------- dataloaders
-    def train_dataloader(self) -> DataLoader:
-        if self.round_plan is None:
-            raise RuntimeError("FederatedDataModule needs a FederatedLoop callback on the Trainer to plan rounds")
-        round_idx = self.trainer.current_epoch if self.trainer is not None else 0
-        turns = self.round_plan(round_idx)  # first: round-start hooks may select client data
-        sizes, offsets = self.client_sizes, self._round_offsets()
-        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
-        sampler = RoundBatchSampler(turns, offsets, sizes, self.batch_size, self.seed, round_idx, rank, world)
+    def train_loader(self, plan: RoundPlan, batch_size: int, seed: int, rank: int = 0, world: int = 1) -> DataLoader:
+        """The batches of ``plan``: its turns, one client after another."""
+        sizes, offsets = self._sizes, self.round_offsets()
+        sampler = RoundBatchSampler(plan.turns, offsets, sizes, batch_size, seed, plan.round_idx, rank, world)
         # The round's clients' sets as they are now (a round hook may have selected a subset of a
         # client's data), indexed as a concatenation of all clients' sets: O(clients per round).
-        train = ClientSetView({t.client_id: self.clients[t.client_id].train_set for t in turns}, offsets)
-        return DataLoader(train, batch_sampler=sampler, collate_fn=self._collate)
+        train = ClientSetView({c: self.clients[c].train_set for c in plan.clients}, offsets)
+        return DataLoader(train, batch_sampler=sampler, collate_fn=self.collate)
 
-    def _require_test_set(self) -> None:
-        if self.test_dataset is None:
-            raise ValueError(
-                "data.test_dataset is not set: `test` scores a separate test set;"
-                " pass --data.init_args.test_dataset=<file>"
-            )
-
-    def _eval_loader(self, sets: list[Dataset]) -> DataLoader:
-        """The planned clients' rows (``federation.eval_clients``), in client order, in batches of
-        ``eval_batch_size`` that pack several clients when the loop allows it."""
-        planned, packed = self.eval_plan() if self.eval_plan is not None else (range(self.num_clients), False)
+    def eval_loader(self, sets: Sequence[Dataset], planned: Sequence[int], batch_size: int, packed: bool) -> DataLoader:
+        """The ``planned`` clients' rows of ``sets`` (one per client), in client order, in batches
+        of ``batch_size`` that pack several clients when ``packed``."""
         # Only the planned clients' sets are measured and indexed: O(planned clients), not O(N).
         clients = [c for c in planned if len(sets[c]) > 0]
         sizes = {c: len(sets[c]) for c in clients}
-        offsets = dict(zip(clients, self._offsets([sizes[c] for c in clients])))
-        sampler = ClientBatchSampler(clients, offsets, sizes, self.eval_batch_size, packed)
+        offsets = dict(zip(clients, offsets_of([sizes[c] for c in clients])))
+        sampler = ClientBatchSampler(clients, offsets, sizes, batch_size, packed)
         view = ClientSetView({c: sets[c] for c in clients}, offsets)
-        return DataLoader(view, batch_sampler=sampler, collate_fn=self._collate)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader([c.val_set for c in self.clients])
-
-    def test_dataloader(self) -> DataLoader:
-        """The planned clients' rows of ``test_dataset``, one client after another (as validation)."""
-        self._require_test_set()
-        return self._eval_loader([c.test_set for c in self.clients])
+        return DataLoader(view, batch_sampler=sampler, collate_fn=self.collate)

@@ -32,6 +32,7 @@ from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.hooks import Payload, RoundHook, answer_query, prepare_client
 from lightning_fed.federation.report import RoundReport
+from lightning_fed.federation.round_plan import FixedPlan, RoundPlan
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import instructed_steps
@@ -73,7 +74,7 @@ class ClientLoop(TurnDriver):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        trainer.datamodule.round_plan = lambda round_idx: [self.plan]
+        trainer.datamodule.connect(FixedPlan(RoundPlan(self._next.round_idx, (self.plan.client_id,), (self.plan,))))
         trainer.fit_loop.max_epochs = self._next.round_idx + 1  # the Trainer stands at this round's epoch
         trainer.reload_dataloaders_every_n_epochs = 1
         trainer._accelerator_connector.use_distributed_sampler = False

@@ -55,7 +55,7 @@ from lightning_fed.deploy.records import (
 from lightning_fed.deploy.secure_aggregation import SecureAggregation
 from lightning_fed.deploy.secure_aggregation_flower import secure_train_round
 from lightning_fed.federation.context import RoundContext
-from lightning_fed.federation.hooks import Payload
+from lightning_fed.federation.hooks import Payload, reads_client_data
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import AggregationError, ClientUpdate
@@ -298,11 +298,11 @@ class FederatedServer(FlowerStrategy):
     ) -> Result:
         """Run every round; returns Flower's ``Result`` and writes the run's record."""
         server = self.server
-        local = [type(h).__name__ for h in server.hooks if not h.remote_ready]
+        local = [type(h).__name__ for h in server.hooks if reads_client_data(h)]
         if local:
             raise ValueError(
                 f"federation.hooks: {local[0]} cannot run under Flower: it reads client data on the server"
-                " (it implements no client_queries/answer_query)"
+                " (it implements on_client_data; the Flower server holds no client data)"
             )
         if initial_arrays is not None:
             server.global_state = from_arrays(initial_arrays)

@@ -14,7 +14,7 @@ it through a query or its ``client_instruction``, so it runs in-process and unde
 Order per round, in both transports::
 
     sample -> [each hook] client_queries -> answer_query (clients) -> on_replies
-    -> [each hook] on_round_start
+    -> [each hook] on_round_start -> [in process only] on_client_data
     -> per client: client_instruction (server) -> prepare_client (client) -> lay out batches
        -> on_client_start -> local steps -> on_client_end
     -> admit -> aggregate -> after_aggregate
@@ -23,7 +23,7 @@ Order per round, in both transports::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -83,10 +83,6 @@ class RoundHook:
     :meth:`state_dict` (tensors allowed).
     """
 
-    remote_ready: ClassVar[bool] = True
-    """``False``: the hook's server-side moments read client data (``server.datamodule.client(c)``),
-    so it cannot run under Flower (the Flower server refuses it at start)."""
-
     # ------------------------------------------------------------------ the two setups
     def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
         """Server half, once per fit, after a resumed run's state is loaded, before any evaluation
@@ -137,8 +133,26 @@ class RoundHook:
         """Before the round's data is laid out.
 
         May remove clients from this round by editing ``clients`` in place (the round trains
-        the list as it is left). Reading client data here (``server.datamodule.client(c)``)
-        works in-process only: set ``remote_ready = False`` then.
+        the list as it is left). Never read client data here: the Flower server holds none
+        (use :meth:`on_client_data`, or ask the clients through :meth:`client_queries`).
+        """
+
+    def on_client_data(
+        self,
+        server: ServerRound,
+        context: RoundContext,
+        module: pl.LightningModule,
+        round_idx: int,
+        clients: list[int],
+        data: Any,
+    ) -> None:
+        """Server side, **in one process only**: decide from the clients' data itself.
+
+        ``data`` is the run's federated data module (``data.client(c)`` is client ``c``'s
+        ``ClientData``). Runs after every hook's :meth:`on_round_start`, before the clients'
+        instructions; may edit ``clients`` in place. A Flower server holds no client data, so a
+        hook that overrides this moment (:func:`reads_client_data`) is refused at the start of a
+        Flower run, with one line naming it: the centralized baselines of FedHDS do.
         """
 
     def client_instruction(self, server: ServerRound, client_id: int, round_idx: int) -> Payload:
@@ -176,6 +190,12 @@ class RoundHook:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+def reads_client_data(hook: RoundHook) -> bool:
+    """Whether ``hook`` needs the clients' data on the server: its class overrides
+    :meth:`RoundHook.on_client_data` (what it does, not a declared flag, decides)."""
+    return type(hook).on_client_data is not RoundHook.on_client_data
 
 
 def payload_nbytes(payload: Mapping[str, Any]) -> int:

@@ -40,7 +40,22 @@ def _count(n: int, ratio: float) -> int:
     return max(1, min(n, math.ceil(ratio * n)))
 
 
-class RandomSelection(CoresetSelection):
+class ServerSideCoreset(CoresetSelection):
+    """A coreset chosen on the server from the clients' data (:meth:`choose`): in one process only."""
+
+    def on_client_data(
+        self,
+        server: ServerRound,
+        context: Any,
+        module: pl.LightningModule,
+        round_idx: int,
+        clients: list[int],
+        data: Any,
+    ) -> None:
+        self.select_from_data(server, context, module, round_idx, clients, data)
+
+
+class RandomSelection(ServerSideCoreset):
     """A uniformly random ``ratio`` of each sampled client's data (at least one sample).
 
     Args:
@@ -88,7 +103,7 @@ def perplexities(model: torch.nn.Module, items: list[dict[str, Any]], pad_id: in
     return out
 
 
-class PerplexitySelection(CoresetSelection):
+class PerplexitySelection(ServerSideCoreset):
     """The ``ratio`` of each client's samples with the lowest perplexity under the global model.
 
     Args:
@@ -117,7 +132,7 @@ class PerplexitySelection(CoresetSelection):
         return Selection(indices, seconds)
 
 
-class CentralizedCoreset(CoresetSelection):
+class CentralizedCoreset(ServerSideCoreset):
     """Coreset-Cent: K-means (``K = ceil(ratio * N)``) over all clients' last-layer features.
 
     A reference only: it reads every client's data in one place. Run each round with the
@@ -176,12 +191,21 @@ class GlobalSelect(HierarchicalDataSelection):
     An ablation run in-process: it computes every client's features on the server.
     """
 
-    remote_ready = False
-
     def client_queries(
         self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> dict[int, Payload]:
         return {}  # no pre-round exchange: :meth:`choose` runs on the server (in-process)
+
+    def on_client_data(
+        self,
+        server: ServerRound,
+        context: Any,
+        module: pl.LightningModule,
+        round_idx: int,
+        clients: list[int],
+        data: Any,
+    ) -> None:
+        self.select_from_data(server, context, module, round_idx, clients, data)
 
     def choose(
         self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]

@@ -5,8 +5,9 @@ round's batches are laid out (``on_round_start``) it asks its subclass for each 
 client's coreset (indices into ``ClientData.full_train``) and restricts the client to it
 with ``ClientData.select``; the FedAvg weights ``|D~_i|`` (Eq. (12)) and, with
 ``federation.local_epochs``, the number of local steps follow from the selected sizes.
-That reads client data on the server, so such a hook runs in-process only
-(``remote_ready = False``). FedHDS instead decides from the clients' answers to a pre-round
+That reads client data on the server, so such a hook decides in the in-process-only moment
+:meth:`~lightning_fed.federation.RoundHook.on_client_data` (and a Flower run refuses it at
+start). FedHDS instead decides from the clients' answers to a pre-round
 query (``on_replies`` -> :meth:`CoresetSelection.apply`) and sends each client its coreset as
 an instruction, applied on the client by ``prepare_client``: it runs under Flower too.
 
@@ -77,7 +78,9 @@ class CoresetSelection(RoundHook):
     """Base of the coreset hooks; subclasses implement :meth:`choose`.
 
     :meth:`choose` reads the clients' data on the server, so a subclass that only implements
-    it runs in-process only (``remote_ready = False``). A method whose clients compute what the
+    it decides in :meth:`~lightning_fed.federation.RoundHook.on_client_data` (in process only,
+    see :func:`~lightning_fed.federation.hooks.reads_client_data`) through :meth:`select_from_data`.
+    A method whose clients compute what the
     server needs (FedHDS) answers a pre-round query instead and hands the replies' decision
     to :meth:`apply` from ``on_replies``; each client then gets its coreset as an instruction.
 
@@ -90,8 +93,6 @@ class CoresetSelection(RoundHook):
             (stop the run), or ``ignore``. Such a client repeats the same few examples for all
             its local steps.
     """
-
-    remote_ready = False
 
     def __init__(self, seed: int | None = None, figures: bool = True, on_small_selection: str = "warn") -> None:
         if on_small_selection not in SMALL_SELECTION:
@@ -116,19 +117,23 @@ class CoresetSelection(RoundHook):
         return derive_seed(self.seed if self.seed is not None else server.seed, round_idx, client + 1, 11) % (2**31)
 
     # ------------------------------------------------------------------------ rounds
-    def on_round_start(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    def select_from_data(
+        self,
+        server: ServerRound,
+        trainer: Any,
+        module: pl.LightningModule,
+        round_idx: int,
+        clients: list[int],
+        data: Any,
     ) -> None:
-        if self._exchanged == round_idx:  # decided from the clients' replies (:meth:`apply`)
-            return
-        # Chosen on the server from the clients' data: in-process only (``remote_ready = False``).
+        """:meth:`choose` on the server from the clients' ``data`` (in one process: the server's
+        data module is the clients'), :meth:`apply` it and restrict each kept client to its coreset."""
         if server.global_state:  # the current global model: the features FedHDS clusters on
             module.load_state(server.global_state)
-        dm = server.datamodule
         sel = self.choose(server, trainer, module, round_idx, list(clients))
-        self.apply(server, trainer, round_idx, clients, sel, {c: len(dm.client(c).full_train) for c in clients})
+        self.apply(server, trainer, round_idx, clients, sel, {c: len(data.client(c).full_train) for c in clients})
         for c in clients:
-            dm.client(c).select(self._chosen[c])
+            data.client(c).select(self._chosen[c])
 
     def apply(
         self,
@@ -138,6 +143,7 @@ class CoresetSelection(RoundHook):
         clients: list[int],
         sel: Selection,
         full: dict[int, int],
+        from_replies: bool = False,
     ) -> None:
         """Take ``sel`` as the round's coresets: drop clients without one (or give them their
         fallback sample while below ``min_clients``), check sizes, record and log the round.
@@ -147,6 +153,8 @@ class CoresetSelection(RoundHook):
 
         Args:
             full: Client -> size of its whole local training set (``len(full_train)``).
+            from_replies: ``sel`` was decided from the clients' replies (FedHDS): each kept client
+                then gets its coreset as an instruction (:meth:`client_instruction`).
         """
         keep = [c for c in clients if sel.indices.get(c)]
         skipped = [c for c in clients if c not in keep]
@@ -157,6 +165,8 @@ class CoresetSelection(RoundHook):
             round_idx, {c: len(sel.indices[c]) for c in keep}, {c: full[c] for c in keep}, server.datamodule.batch_size
         )
         self._chosen = {c: sorted(int(i) for i in sel.indices[c]) for c in keep}
+        if from_replies:
+            self._exchanged = round_idx
         clients[:] = [c for c in clients if c in keep]  # the engine lays out this list next
         used = {c: len(sel.indices[c]) if c in keep else 0 for c in full}
         self._record = {

@@ -116,8 +116,6 @@ class HierarchicalDataSelection(CoresetSelection):
             smaller than one batch (see :class:`~lightning_fed.selection.coreset.CoresetSelection`).
     """
 
-    remote_ready = True
-
     def __init__(
         self,
         proxy: str | dict[str, Any] | None = None,
@@ -327,8 +325,8 @@ class HierarchicalDataSelection(CoresetSelection):
         clients[:] = [c for c in clients if c in answered]
         sel = self.decide(server, round_idx, clients, answered)
         sel.info["missing_replies"] = missing
-        self.apply(server, trainer, round_idx, clients, sel, {c: answered[c]["num_samples"] for c in clients})
-        self._exchanged = round_idx
+        full = {c: answered[c]["num_samples"] for c in clients}
+        self.apply(server, trainer, round_idx, clients, sel, full, from_replies=True)
 
     # ----------------------------------------------------------------- the round
     def decide(self, server: ServerRound, round_idx: int, clients: list[int], replies: dict[int, Payload]) -> Selection:

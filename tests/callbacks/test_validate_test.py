@@ -123,7 +123,7 @@ def test_fedpdpo_is_tested_with_each_clients_personal_parts(tmp_path):
     margins = {}
     for cid in range(4):
         module.load_state(store.get(cid)["personal"])
-        batch = dm._collate(list(dm.client(cid).test_set.items))
+        batch = dm.collate(list(dm.client(cid).test_set.items))
         with torch.no_grad():
             chosen, rejected = module.sequence_log_probs(batch)
         margins[cid] = (chosen - rejected).mean().item()

@@ -7,6 +7,7 @@ from torch.utils.data import ConcatDataset, DataLoader
 
 from lightning_fed.datamodules import ClientBatchSampler, PreferenceDataModule, RoundBatchSampler
 from lightning_fed.datamodules.client_data import ClientSetView
+from lightning_fed.federation.round_plan import FixedPlan, RoundPlan
 from lightning_fed.federation.turn import TurnPlan
 from lightning_fed.modules.backbone import load_tokenizer
 
@@ -34,7 +35,7 @@ def concat_batches(dm, turns, round_idx):
     sizes = [len(c.train_set) for c in dm.clients]
     offsets = [sum(sizes[:k]) for k in range(len(sizes))]
     sampler = RoundBatchSampler(turns, offsets, sizes, dm.batch_size, dm.seed, round_idx)
-    loader = DataLoader(ConcatDataset([c.train_set for c in dm.clients]), batch_sampler=sampler, collate_fn=dm._collate)
+    loader = DataLoader(ConcatDataset([c.train_set for c in dm.clients]), batch_sampler=sampler, collate_fn=dm.collate)
     return list(loader)
 
 
@@ -46,16 +47,16 @@ def test_client_sizes_cached_and_updated_by_select(tokenizer):
     dm.client(2).select([0, 3])  # a coreset changes |D_2|
     assert dm.client_sizes == [4, 4, 2, 4, 4, 4]
     assert before == [4] * 6  # a list handed out earlier (e.g. the report's) keeps its values
-    assert dm._round_offsets() == [0, 4, 8, 10, 14, 18]
+    assert dm.serving.round_offsets() == [0, 4, 8, 10, 14, 18]
     dm.client(2).select(None)
-    assert dm.client_sizes == [4] * 6 and dm._round_offsets() == [0, 4, 8, 12, 16, 20]
+    assert dm.client_sizes == [4] * 6 and dm.serving.round_offsets() == [0, 4, 8, 12, 16, 20]
 
 
 def test_round_loader_yields_the_concatenated_layout(tokenizer):
     dm = data(tokenizer)
     dm.client(4).select([1, 2, 3])  # sizes differ, so offsets matter
     for round_idx, turns in enumerate([[TurnPlan(1, 3), TurnPlan(4, 2)], [TurnPlan(0, 1), TurnPlan(5, 4)]]):
-        dm.round_plan = lambda r, turns=turns: turns
+        dm.connect(FixedPlan(RoundPlan(round_idx, tuple(t.client_id for t in turns), tuple(turns))))
         got = list(loader_at_round(dm, round_idx))
         want = concat_batches(dm, turns, round_idx)
         assert len(got) == len(want) == sum(t.num_batches for t in turns)
@@ -66,8 +67,8 @@ def test_round_loader_yields_the_concatenated_layout(tokenizer):
 
 
 def loader_at_round(dm, round_idx):
-    class _Trainer:  # what train_dataloader reads of the Trainer
-        current_epoch, global_rank, world_size = round_idx, 0, 1
+    class _Trainer:  # what train_dataloader reads of the Trainer (the round is the plan's)
+        global_rank, world_size = 0, 1
 
     dm.trainer = _Trainer()
     try:
@@ -99,7 +100,7 @@ def test_eval_loader_yields_the_concatenated_layout_for_the_planned_clients(toke
     offsets = [sum(sizes[:k]) for k in range(len(sizes))]
     clients = [c for c in planned if sizes[c] > 0]
     sampler = ClientBatchSampler(clients, offsets, sizes, 2, packed)
-    want = list(DataLoader(ConcatDataset(sets), batch_sampler=sampler, collate_fn=dm._collate))
+    want = list(DataLoader(ConcatDataset(sets), batch_sampler=sampler, collate_fn=dm.collate))
     assert len(got) == len(want) == (2 if packed else 3)
     for a, b in zip(got, want):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

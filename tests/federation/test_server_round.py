@@ -109,7 +109,8 @@ def test_flower_refuses_a_hook_that_reads_client_data_on_the_server(tmp_path):
     from lightning_fed.federation.config import FederationConfig
 
     class Local(RoundHook):
-        remote_ready = False
+        def on_client_data(self, server, context, module, round_idx, clients, data):
+            pass
 
     loop = SimpleNamespace(
         server=ServerRound(FedAvg(), [RoundHook(), Local()], rounds=1, clients_per_round=1, min_clients=1),

@@ -88,7 +88,7 @@ def test_round_start_restricts_clients_and_skips_empty_coresets(setting):
     module, dm = setting
     hook = turbo()
     clients = [0, 1, 2, 3]
-    hook.on_round_start(stand_in_loop(dm), None, module, 0, clients)
+    hook.select_from_data(stand_in_loop(dm), None, module, 0, clients, dm)
     record = hook._record
     assert clients == record["trained"] and 1 <= len(clients) <= 3  # 3 groups: at most 3 clients train
     for c in clients:
@@ -96,7 +96,7 @@ def test_round_start_restricts_clients_and_skips_empty_coresets(setting):
     assert record["data_fraction"] == sum(record["selected_sizes"].values()) / 160
     # a client the server did not choose keeps training when min_clients requires it
     clients = [0, 1, 2, 3]
-    hook.on_round_start(stand_in_loop(dm, min_clients=4), None, module, 1, clients)
+    hook.select_from_data(stand_in_loop(dm, min_clients=4), None, module, 1, clients, dm)
     assert clients == [0, 1, 2, 3]
     for c in range(6):
         dm.client(c).select(None)

@@ -1,0 +1,69 @@
+"""The plan of one round: which clients train, how many batches each, and what each was told.
+
+The server's half decides a round's plan once, at the round's boundary (sampling, the hooks'
+queries and replies, round-start work, each client's instructions and ``prepare_client``);
+the data module only lays the plan's turns out as the round's batches
+(:meth:`~lightning_fed.datamodules.FederatedDataModule.connect`). The in-process
+:class:`~lightning_fed.callbacks.FederatedLoop` is the planner of a simulation; a Flower client
+is connected to the one-turn plan of the message it answers (:class:`FixedPlan`).
+
+Why the data module asks its planner instead of being handed a plan: in Lightning's fit loop the
+round's loader is requested after the previous round's checkpoint is written and before
+``on_train_epoch_start``, with no callback hook in between. Planning earlier (e.g. in
+``on_train_epoch_end``) would put the next round's hook state into the previous round's
+checkpoint; planning later is too late for the loader. So that request is the round boundary,
+and the planner, not Lightning's epoch counter, says which round it is (the server's next round).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from lightning_fed.federation.turn import TurnPlan
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """One round as decided on the server, before any local step.
+
+    Attributes:
+        round_idx: The round (0-based).
+        sampled: The clients sampled for the round (before hooks left any out).
+        turns: The clients that train, in batch order, each with its number of batches.
+        instructions: Client -> the hooks' payloads for it (by hook index; empty ones left out).
+    """
+
+    round_idx: int
+    sampled: tuple[int, ...]
+    turns: tuple[TurnPlan, ...]
+    instructions: Mapping[int, Mapping[int, Any]] = field(default_factory=dict)
+
+    @property
+    def clients(self) -> list[int]:
+        """The clients that train this round, in batch order."""
+        return [t.client_id for t in self.turns]
+
+    @property
+    def num_batches(self) -> int:
+        """Batches of the whole round (the round's Lightning epoch)."""
+        return sum(t.num_batches for t in self.turns)
+
+
+class RoundPlanner(Protocol):
+    """What a data module is connected to: the source of the round it lays out next."""
+
+    def next_round(self) -> RoundPlan:
+        """The plan of the round about to train (decided once; asking again returns the same plan)."""
+        ...
+
+
+@dataclass(frozen=True)
+class FixedPlan:
+    """A planner that always answers the same plan (a Flower client's single turn, a test)."""
+
+    plan: RoundPlan
+
+    def next_round(self) -> RoundPlan:
+        return self.plan
