@@ -26,6 +26,7 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Callable, Iterable
 from typing import Any
 
 EXIT_OK = 0
@@ -122,6 +123,7 @@ _PARSER_KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$')
 _ARG_REASON = re.compile(r"^(\w+): (.+)$")  # an argument of the class named in the reason
 _NOT_FOUND = ("has no attribute", "No module named", "Unable to import", "not a subclass", "import")
 _SHORT_NAME = re.compile(r"Expected a dot import path string: (\S+)")
+_TOP_SHORT_NAME = re.compile(r"Errors: - Expected a dot import path string: (\S+)")  # the union's own value
 _NOT_ACCEPTED = re.compile(r"Option '(\w+)' is not accepted")
 _REPLACED_OPTIONS = {  # an option that was removed -> what replaces it
     "eval_clients": "data.eval_clients (the first k clients) was removed: use federation.eval_clients"
@@ -134,12 +136,14 @@ def _join(key: str | None, sub: str) -> str:
     return f"{key}.{sub}" if key else sub
 
 
-def simplify_parse_error(message: str) -> str:
+def simplify_parse_error(message: str, objectives: Callable[[], Iterable[str]] | None = None) -> str:
     """Say which class_path is unknown or which key is missing instead of jsonargparse's union dump.
 
     jsonargparse reports a bad ``class_path`` or a missing ``init_args`` key as "Does not
     validate against any of the Union subtypes ..." with every subtype's reason in one line
-    of 1,000+ characters; the reason that matters is buried in it.
+    of 1,000+ characters; the reason that matters is buried in it. ``objectives`` lists the
+    objectives' short names for an unknown ``model`` (the CLI passes the module registry's:
+    this module sits below ``lightning_fed.modules`` and does not import it).
     """
     message = " ".join(message.split())
     key = m.group(1) if (m := _PARSER_KEY.match(message)) else None
@@ -153,10 +157,8 @@ def simplify_parse_error(message: str) -> str:
 
         names = ", ".join(available_strategies())
         return f"{key}: no strategy named {m.group(1)!r}; by short name: {names}; or give a full class path"
-    if key == "model" and (m := _SHORT_NAME.search(message)):  # a short name no objective has
-        from lightning_fed.modules.registry import available_modules
-
-        names = ", ".join(available_modules())
+    if key == "model" and objectives is not None and (m := _TOP_SHORT_NAME.search(message)):  # no objective has it
+        names = ", ".join(objectives())
         return f"{key}: no objective named {m.group(1)!r}; by short name: {names}; or give a full class path"
     if m := _CLASS_PATH.search(message):
         class_path, reason = m.group(1), m.group(2).strip()

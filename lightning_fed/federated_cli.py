@@ -35,7 +35,7 @@ from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_chec
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, check_weights, saved_config
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
-from lightning_fed.modules.registry import load_module_plugins
+from lightning_fed.modules.registry import available_modules, load_module_plugins
 from lightning_fed.pipelines import prepare_stages
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
@@ -45,7 +45,7 @@ class FederatedArgumentParser(LightningArgumentParser):
     """Parse errors in one line, saying which key is missing or which class_path is unknown."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        message = simplify_parse_error(str(message))
+        message = simplify_parse_error(str(message), available_modules)
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG", "").lower() in ("true", "1", "yes", "on"):
             super().error(message, ex)  # nested parsers raise; the outer parser reports
         prog = self.prog.replace(" [options]", "")

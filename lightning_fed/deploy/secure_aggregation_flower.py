@@ -22,7 +22,7 @@ Flower's; what travels up from a client in the collect stage is Flower's masked 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -46,7 +46,21 @@ from lightning_fed.deploy.secure_aggregation import NOISE_SHARE_KEY, SecureAggre
 from lightning_fed.strategies.base import ClientUpdate
 
 if TYPE_CHECKING:
-    from lightning_fed.deploy.server import FederatedServer
+    from lightning_fed.federation.context import RoundContext
+    from lightning_fed.federation.server_round import ServerRound
+
+
+class TrainRoundServer(Protocol):
+    """What :func:`secure_train_round` uses of :class:`~lightning_fed.deploy.server.FederatedServer`
+    (a Protocol: ``server.py`` calls this module, so this module does not import it)."""
+
+    server: ServerRound
+    context: RoundContext
+    module: Any
+    nodes: dict[int, int]
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Any: ...
+
 
 #: The ``fitres.metrics`` keys a contribution reply echoes (the server checks them).
 ROUND_KEY, CLIENT_KEY, NONCE_KEY = "lf-round", "lf-client-id", "lf-nonce"
@@ -141,7 +155,7 @@ class RoundWorkflow(SecAggPlusWorkflow):
         return ok
 
 
-def secure_train_round(server: FederatedServer, server_round: int, grid: Grid, timeout: float) -> tuple:
+def secure_train_round(server: TrainRoundServer, server_round: int, grid: Grid, timeout: float) -> tuple:
     """One training round of ``server`` through Flower's SecAgg+ (``server.server.strategy`` is a
     :class:`SecureAggregation`); returns what ``FederatedServer.aggregate_train`` returns."""
     rounds, strategy = server.server, server.server.strategy
