@@ -95,7 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=4, help="local steps per fit (the first is warm-up)")
     parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--max-length", type=int, default=160)
     parser.add_argument("--ffa-lora", action="store_true")
     parser.add_argument("--out", default="runs/dp_sgd_overhead.json")
     args = parser.parse_args()

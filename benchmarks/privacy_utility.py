@@ -2,7 +2,9 @@
 
 FedDPO of a tiny GPT-2 built from a config (2 layers, width 32, byte tokenizer, LoRA r=4, as
 ``configs/tiny.yaml``) on ``synthetic:preferences`` (every client prefers the positive
-sentiment; ``--examples`` pairs per client, a quarter held out), ``--clients`` clients,
+sentiment; ``--dataset hard_preferences``: every pair also differs, on a random side, in the
+sign-off the clients do not care about, with probability ``--distractor``; ``--examples`` pairs
+per client, a quarter held out), ``--clients`` clients,
 ``--per-round`` of them per round (fixed-size sampling), K = ``--local-steps``.
 
 * ``eps = inf``: plain FedAvg (no clipping, no noise), the non-private baseline;
@@ -59,9 +61,13 @@ def run(eps: float, seed: int, args: argparse.Namespace) -> dict:
         lr=args.lr,
         beta=0.5,
     )
+    synthetic = {"num_clients": n, "examples_per_client": args.examples, "groups": ["positive"]}
+    if args.dataset == "hard_preferences":
+        synthetic["distractor"] = args.distractor
     data = PreferenceDataModule(
+        dataset=f"synthetic:{args.dataset}",
         num_clients=n,
-        synthetic_args={"num_clients": n, "examples_per_client": args.examples, "groups": ["positive"]},
+        synthetic_args=synthetic,
         batch_size=4,
         max_length=160,
         val_fraction=0.25,
@@ -161,7 +167,10 @@ def plot(records: list[dict], path: Path) -> None:
     ax.set_xlabel("client-level epsilon (delta = 1/N^1.1)")
     ax.set_ylabel("held-out preference accuracy")
     n = records[0]["args"]["clients"]
-    ax.set_title(f"FedDPO, {n} clients, client-level DP", fontsize=10)
+    ax.set_title(
+        f"FedDPO, {n} clients, synthetic:{records[0]['args'].get('dataset', 'preferences')}, client-level DP",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -171,6 +180,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--epsilons", type=float, nargs="+", default=[math.inf, 8.0, 2.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--dataset", choices=["preferences", "hard_preferences"], default="preferences")
+    parser.add_argument(
+        "--distractor", type=float, default=1.0, help="hard_preferences: probability that the sign-off differs too"
+    )
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--per-round", type=int, default=64)
     parser.add_argument("--examples", type=int, default=8, help="pairs per client (a quarter held out)")
