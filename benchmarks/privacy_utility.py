@@ -22,6 +22,8 @@ before round 1 for the baseline. Writes one JSON line per run, a Markdown table 
 seeds) and a PNG plot.
 
     OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python benchmarks/privacy_utility.py --seeds 0 1 2
+    OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python benchmarks/privacy_utility.py --dataset hard_preferences \\
+        --out runs/privacy_utility_hard
 """
 
 from __future__ import annotations
@@ -185,13 +187,13 @@ def main() -> None:
         "--distractor", type=float, default=1.0, help="hard_preferences: probability that the sign-off differs too"
     )
     parser.add_argument("--clients", type=int, default=1000)
-    parser.add_argument("--per-round", type=int, default=64)
+    parser.add_argument("--per-round", type=int, default=50)
     parser.add_argument("--examples", type=int, default=8, help="pairs per client (a quarter held out)")
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--local-steps", type=int, default=2)
     parser.add_argument("--lr", type=float, default=5e-3)
     parser.add_argument("--clip-norm", type=float, default=0.3)
-    parser.add_argument("--panel", type=int, default=250, help="clients whose held-out pairs are scored")
+    parser.add_argument("--panel", type=int, default=200, help="clients whose held-out pairs are scored")
     parser.add_argument("--out", default="runs/privacy_utility")
     parser.add_argument("--table-only", action="store_true", help="redo the table and plot from results.jsonl")
     args = parser.parse_args()
