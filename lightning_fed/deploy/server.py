@@ -57,6 +57,7 @@ from lightning_fed.deploy.secure_aggregation_flower import secure_train_round
 from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.hooks import Payload, reads_client_data
 from lightning_fed.modules.base import FederatedModule
+from lightning_fed.pipelines import flower_refusals
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import AggregationError, ClientUpdate
 
@@ -304,6 +305,8 @@ class FederatedServer(FlowerStrategy):
                 f"federation.hooks: {local[0]} cannot run under Flower: it reads client data on the server"
                 " (it implements on_client_data; the Flower server holds no client data)"
             )
+        if refused := flower_refusals(server.datamodule):  # e.g. FedBis RLFT: the server's own training
+            raise ValueError(refused[0])
         if initial_arrays is not None:
             server.global_state = from_arrays(initial_arrays)
         if not server.global_state:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lightning_fed.pipelines.fedbis import Fit, prepare_rlft
+from lightning_fed.pipelines.fedbis import Fit, flower_refusal, prepare_rlft
 
 PIPELINES: tuple[Callable[[Any, Any, Fit, Any], bool], ...] = (prepare_rlft,)
 """Each takes ``(model, datamodule, fit, device)``, prepares its stages when the run is one of
@@ -26,4 +26,9 @@ def prepare_stages(model: Any, datamodule: Any, fit: Fit, device: Any = None) ->
     return any(prepare(model, datamodule, fit, device) for prepare in PIPELINES)
 
 
-__all__ = ["PIPELINES", "Fit", "prepare_rlft", "prepare_stages"]
+def flower_refusals(datamodule: Any) -> list[str]:
+    """One line per stage of this run that cannot run under Flower (see each pipeline's reason)."""
+    return [line for refuse in (flower_refusal,) if (line := refuse(datamodule)) is not None]
+
+
+__all__ = ["PIPELINES", "Fit", "flower_refusals", "prepare_rlft", "prepare_stages"]

@@ -38,6 +38,25 @@ module); the CLI passes its own ``main``."""
 _SEED_ENV = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")  # what seed_everything leaves in os.environ
 
 
+def flower_refusal(datamodule: Any) -> str | None:
+    """Why a Flower run of this data cannot be the paper's RLFT stage, or ``None`` if it is not one.
+
+    App. A.2: "The reinforcement-learning fine-tuning takes place on the server" -- the server's
+    unlabeled prompts, the policy at ``theta_0`` and the trained selector(s) make ``D_gen`` there,
+    and the policy is DPO-trained on it there (Eq. (2)). Under Flower the training runs in the
+    ClientApps, on each SuperNode's own data: the server's ``D_gen`` would have to be shipped to
+    them, or every node would rerun stage 1 (holding every client's preference data) to rebuild
+    it. Stage 1 runs under Flower as any selector config; this stage is a ``lightning-fed fit``.
+    """
+    if not isinstance(datamodule, RLFTDataModule):
+        return None
+    return (
+        f"data: {type(datamodule).__name__} cannot run under Flower: RLFT trains the policy on the server's own"
+        " D_gen (Wu et al., 2024, App. A.2); train the selector(s) under Flower, then run this config with"
+        " `lightning-fed fit` and data.init_args.selector.path"
+    )
+
+
 def usable_pairs(records: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     """Drop pairs DPO cannot learn from: a blank completion, or two equal ones."""
     return [r for r in records if r["chosen"].strip() and r["rejected"].strip() and r["chosen"] != r["rejected"]]
