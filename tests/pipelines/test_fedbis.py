@@ -9,7 +9,7 @@ import torch
 
 from lightning_fed.datamodules import PreferenceDataModule, RLFTDataModule
 from lightning_fed.modules.selector_source import SelectorSource, load_selector
-from lightning_fed.pipelines import prepare_stages
+from lightning_fed.pipelines import flower_refusals, prepare_stages
 from lightning_fed.pipelines.fedbis import train_selector, usable_pairs
 from tests.modules.test_selector import tiny_selector
 
@@ -52,6 +52,16 @@ def test_a_saved_d_gen_is_reused_without_any_stage(tmp_path):
 
     assert prepare_stages(object(), dm, fit) is True and dm.generated == records
     assert prepare_stages(object(), PreferenceDataModule(num_clients=2), fit) is False  # not a FedBis run
+
+
+def test_only_the_rlft_stage_is_refused_under_flower_even_with_a_saved_d_gen(tmp_path):
+    """App. A.2: RLFT is the server's own training; a saved D_gen does not make it a client's."""
+    path = tmp_path / "d_gen.jsonl"
+    path.write_text(json.dumps({"prompt": "p", "chosen": "good", "rejected": "bad"}) + "\n")
+    (line,) = flower_refusals(RLFTDataModule(records_path=str(path)))
+    assert line.startswith("data: RLFTDataModule cannot run under Flower: RLFT trains the policy on the server's")
+    assert "\n" not in line
+    assert flower_refusals(PreferenceDataModule(num_clients=2)) == []  # FedDPO on the clients' own pairs
 
 
 def test_rlft_data_without_d_gen_names_the_pipeline_and_load_selector_needs_a_path():
