@@ -10,7 +10,8 @@ completions of each of :meth:`RLFTDataModule.load_prompts` at temperature 0.7, l
 :meth:`RLFTDataModule.use_records`. With the default single client (the server) and FedAvg, a
 federated "round" is plain centralised DPO: set ``federation.local_epochs: 1`` so that a round
 is one of the paper's RLFT epochs (the local optimizer state is reset between rounds, a small
-departure from one long run).
+departure from one long run). RLFT is the server's own training (App. A.2), so the Flower
+ServerApp refuses this data module at start (:func:`lightning_fed.pipelines.fedbis.flower_refusal`).
 """
 
 from __future__ import annotations
