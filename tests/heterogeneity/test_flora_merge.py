@@ -1,0 +1,128 @@
+"""FLoRA in the round: clients merge the stacked factors into their frozen base weights."""
+
+import pytest
+import torch
+
+from lightning_fed.callbacks import FederatedLoop
+from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.heterogeneity import ClientRanks, FLoRAMerge
+from lightning_fed.heterogeneity.flora_merge import BASE_PREFIX, ROUND_KEY, lora_layers
+from lightning_fed.strategies import FedAvg, FLoRA
+from lightning_fed.strategies.lora_factors import lora_pairs
+from tests.helpers.runs import fit, preference_data, tiny_dpo
+
+
+class Record(RoundHook):
+    """Keeps every upload, and the base weights each client trained on."""
+
+    def __init__(self) -> None:
+        self.updates, self.bases, self.deltas = [], [], [{}]
+
+    def after_aggregate(self, server, trainer, module, round_idx) -> None:
+        self.deltas.append({k: v.clone() for k, v in server.strategy.base_delta.items()})
+
+    def on_client_start(self, turn, trainer, module, client_id) -> None:
+        self.bases.append(
+            (turn.round_idx, {n: m.get_base_layer().weight.clone() for n, m in lora_layers(module).items()})
+        )
+
+    def on_client_end(self, turn, trainer, module, update) -> None:
+        self.updates.append((turn.round_idx, update))
+
+
+def _base(module):
+    return {n: m.get_base_layer().weight.detach().clone() for n, m in lora_layers(module).items()}
+
+
+def _loop(rounds, hooks, ranks=(1, 2, 4, 4), local_steps=3, lr_seed=0):
+    return FederatedLoop(
+        rounds=rounds,
+        clients_per_round=2,
+        local_steps=local_steps,
+        seed=lr_seed,
+        strategy=FLoRA(),
+        hooks=[ClientRanks(per_client=list(ranks)), FLoRAMerge(), *hooks],
+    )
+
+
+def test_after_one_round_the_merged_model_is_the_base_plus_the_mean_of_the_clients_products(tmp_path):
+    """The exactness claim (Wang et al. 2024, Eq. (4)): W_1 = W_0 + s sum_k p_k B_k A_k, with the
+    products computed here from the uploads (ranks 1..4, so no common-rank average could give it)."""
+    module, record = tiny_dpo(r=4), Record()
+    w0 = _base(module)
+    loop = _loop(1, [record])
+    fit(module, preference_data(), loop, str(tmp_path))
+    ups = [u for _, u in record.updates]
+    total = sum(u.num_examples for u in ups)
+    layers = lora_layers(module)
+    for name, (a_key, b_key) in lora_pairs(ups[0].state).items():
+        mean = sum(u.num_examples / total * (u.state[b_key] @ u.state[a_key]) for u in ups)
+        assert mean.abs().sum() > 0  # the clients trained
+        expected = w0[name] + layers[name].scaling["default"] * mean.T  # GPT-2's Conv1D keeps W as (in, out)
+        torch.testing.assert_close(layers[name].get_base_layer().weight, expected, rtol=1e-5, atol=1e-7)
+    assert all(v.abs().sum() == 0 for k, v in loop.global_state.items() if "lora_B" in k)  # B = 0: model = base
+
+
+def test_clients_train_on_the_merged_base_every_round(tmp_path):
+    """Each round's clients start from W_0 + s D (the stack path and the whole-D path both run here)."""
+    module, record = tiny_dpo(r=4), Record()
+    w0 = _base(module)
+    loop = _loop(3, [record])
+    fit(module, preference_data(), loop, str(tmp_path))
+    layers = lora_layers(module)
+    assert sorted(r for r, _ in record.bases) == [0, 0, 1, 1, 2, 2]
+    for round_idx, base in record.bases:  # every client of round r trained on W_0 + s D_r
+        for name, w in base.items():
+            delta = record.deltas[round_idx].get(name)
+            expected = w0[name] if delta is None else w0[name] + layers[name].scaling["default"] * delta.T
+            torch.testing.assert_close(w, expected, rtol=1e-5, atol=1e-7)
+    for name, delta in loop.strategy.base_delta.items():  # and the evaluated model is W_0 + s D_3
+        expected = w0[name] + layers[name].scaling["default"] * delta.T
+        torch.testing.assert_close(layers[name].get_base_layer().weight, expected, rtol=1e-5, atol=1e-7)
+    assert not torch.equal(record.deltas[2][name], record.deltas[3][name])
+
+
+def test_instruction_is_the_stack_for_an_up_to_date_client_and_d_otherwise():
+    class Server:
+        def __init__(self, strategy):
+            self.strategy, self.down = strategy, 0
+
+        def add_round_bytes(self, up=0, down=0):
+            self.down += down
+
+    strategy = FLoRA()
+    strategy.rounds_done, strategy.base_delta = 2, {"m": torch.ones(3, 2)}
+    hook, server = FLoRAMerge(), Server(strategy)
+    hook.synced = {0: 1, 1: 0}
+    assert hook.client_instruction(server, 0, 2) == {ROUND_KEY: 2} and server.down == 0  # the stack suffices
+    late = hook.client_instruction(server, 1, 2)
+    assert set(late) == {ROUND_KEY, BASE_PREFIX + "m"} and server.down == 6 * 4  # all of D, float32
+    new = hook.client_instruction(server, 5, 2)
+    assert BASE_PREFIX + "m" in new and hook.synced == {0: 2, 1: 2, 5: 2}
+
+
+def test_flora_merge_needs_flora(tmp_path):
+    loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=1, seed=0, strategy=FedAvg(), hooks=[FLoRAMerge()])
+    with pytest.raises(ValueError) as info:
+        fit(tiny_dpo(r=4), preference_data(), loop, str(tmp_path))
+    assert str(info.value) == "federation.hooks: FLoRAMerge needs federation.strategy=FLoRA, got FedAvg"
+
+
+def test_resume_is_exact(tmp_path):
+    """3 rounds straight == 2 rounds, then resumed to 3 (the base rebuilt from the saved D)."""
+    straight = _loop(3, [])
+    m_straight = tiny_dpo(r=4)
+    fit(m_straight, preference_data(), straight, str(tmp_path / "straight"))
+    fit(tiny_dpo(r=4), preference_data(), _loop(2, []), str(tmp_path / "first"))
+    resumed, m_resumed = _loop(3, []), tiny_dpo(r=4)
+    fit(
+        m_resumed,
+        preference_data(),
+        resumed,
+        str(tmp_path / "resumed"),
+        ckpt_path=str(tmp_path / "first" / "ckpt" / "last.ckpt"),
+    )
+    for k, v in straight.global_state.items():
+        torch.testing.assert_close(resumed.global_state[k], v, rtol=1e-5, atol=1e-7)
+    for name, w in _base(m_straight).items():
+        torch.testing.assert_close(_base(m_resumed)[name], w, rtol=1e-5, atol=1e-7)
