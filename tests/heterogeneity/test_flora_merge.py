@@ -126,3 +126,27 @@ def test_resume_is_exact(tmp_path):
         torch.testing.assert_close(resumed.global_state[k], v, rtol=1e-5, atol=1e-7)
     for name, w in _base(m_straight).items():
         torch.testing.assert_close(_base(m_resumed)[name], w, rtol=1e-5, atol=1e-7)
+
+
+def test_flower_merges_the_same_base_as_in_process(tmp_path):
+    """feddpo_flora.yaml in small, 3 rounds, both transports: the same base change D (so every client
+    trained on the same merged base, stack or whole-D path) and the same traffic, the D sent counted."""
+    import yaml
+
+    from tests.deploy.test_transport_parity import tiny_variant
+    from tests.helpers.flower_sim import run_in_process, run_on_grid
+
+    cfg = tiny_variant("feddpo_flora.yaml")
+    cfg["federation"]["rounds"] = 3
+    path = tmp_path / "flora.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    local = run_in_process(str(path), tmp_path / "local", [])
+    remote = run_on_grid(str(path), tmp_path / "flower", [])[0].server
+    assert local.strategy.rounds_done == remote.strategy.rounds_done == 3
+    history = local.report.history  # some client of rounds 2-3 was not in the round before: it got all of D
+    assert any(c not in history[r - 1]["clients"] for r in (1, 2) for c in history[r]["clients"])
+    for name, delta in local.strategy.base_delta.items():
+        assert delta.abs().sum() > 0
+        torch.testing.assert_close(remote.strategy.base_delta[name], delta, rtol=1e-5, atol=1e-7)
+    for key in ("clients", "up_bytes", "down_bytes"):
+        assert [r[key] for r in remote.report.history] == [r[key] for r in local.report.history], key
