@@ -22,6 +22,11 @@ The client keeps ``W_0`` and the ``D`` it has applied, per module object (the in
 share one module; a Flower process, one per process), and always writes ``W_0 + s * D``: the
 merged weights depend only on ``D``, which equals the server's ``base_delta`` bit for bit, so a
 resumed run continues exactly.
+
+With DPO the reference model is the module with its adapter disabled, i.e. the merged base: each
+round's DPO is taken against the model the round started from (as in iterative DPO), not against
+the original ``W_0``. A change of the base empties the module's reference cache, so a cached
+reference log-prob is always the current base's.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.federation.hooks import Payload, RoundHook, payload_nbytes
+from lightning_fed.modules.reference_cache import KEY_BYTES
 from lightning_fed.strategies.flora import STACK_PREFIX, FLoRA
 from lightning_fed.strategies.lora_factors import lora_pairs
 
@@ -42,6 +48,13 @@ if TYPE_CHECKING:
 
     from lightning_fed.federation.context import RoundContext
     from lightning_fed.federation.hooks import ClientTurn, ServerRound
+
+#: A :class:`~lightning_fed.modules.reference_cache.ReferenceCache` state with no entries.
+EMPTY_CACHE = {
+    "keys": torch.zeros(0, KEY_BYTES, dtype=torch.uint8),
+    "values": torch.zeros(0, 2, dtype=torch.float64),
+    "dtype": "",
+}
 
 #: Instruction keys: the number of merged rounds, and the whole base change per LoRA module.
 ROUND_KEY, BASE_PREFIX = "flora/round", "flora/base/"
@@ -55,6 +68,8 @@ class MergedBase:
         self.original = {name: layer.get_base_layer().weight.detach().clone() for name, layer in self.layers.items()}
         self.delta: dict[str, Tensor] = {}
         self.rounds = 0
+        #: A DPO module's cached reference log-probs: stale once the base (its reference) changes.
+        self.reference_cache = getattr(module, "reference_cache", None)
 
     def set_delta(self, delta: Mapping[str, Tensor], rounds: int) -> None:
         """``W = W_0 + s * D`` for every LoRA module (Eq. (4): the stacked update merged into ``W``)."""
@@ -67,6 +82,8 @@ class MergedBase:
             merged = None if change is None else self.original[name].to(change.dtype) + scaling * change
             with torch.no_grad():
                 weight.copy_(self.original[name] if merged is None else merged.to(weight.dtype))
+        if self.reference_cache is not None and (rounds != self.rounds or set(delta) != set(self.delta)):
+            self.reference_cache.load_state_dict(EMPTY_CACHE)  # the reference is the merged base now
         self.delta = {k: v.clone() for k, v in delta.items()}
         self.rounds = rounds
 

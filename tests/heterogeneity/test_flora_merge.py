@@ -150,3 +150,34 @@ def test_flower_merges_the_same_base_as_in_process(tmp_path):
         torch.testing.assert_close(remote.strategy.base_delta[name], delta, rtol=1e-5, atol=1e-7)
     for key in ("clients", "up_bytes", "down_bytes"):
         assert [r[key] for r in remote.report.history] == [r[key] for r in local.report.history], key
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_flora_learns_the_planted_preference(tmp_path, seed):
+    """Ranks 1/2/4/4, 4 rounds of 2 clients: held-out preference accuracy (policy log-probs) of
+    the merged model rises from chance. (The evaluated adapter is the fresh one, B = 0, so the
+    DPO reward margin against the merged base is 0 at every evaluation: only pref_acc measures.)
+    Measured on seeds 0-4 (this commit): initial 0.29-0.58, final 1.0 on every seed (after round 1
+    already 0.67-1.0); without FLoRAMerge it stays exactly at the initial value (next test).
+    """
+    loop = _loop(4, [], local_steps=8, lr_seed=seed)
+    fit(tiny_dpo(seed=seed, r=4), preference_data(), loop, str(tmp_path), num_sanity_val_steps=-1)
+    initial = loop.report.initial_eval["val"]["pref_acc"]
+    final = loop.report.history[-1]["val"]["pref_acc"]
+    assert initial < 0.7 and final >= 0.9, (initial, final)
+
+
+def test_without_the_merge_flora_learns_nothing(tmp_path):
+    """The control: FLoRA restarts the adapter (B = 0) every round, so without merging the stack into
+    the base the evaluated model is the initial one, round after round."""
+    loop = FederatedLoop(
+        rounds=2,
+        clients_per_round=2,
+        local_steps=8,
+        seed=0,
+        strategy=FLoRA(),
+        hooks=[ClientRanks(per_client=[1, 2, 4, 4])],
+    )
+    fit(tiny_dpo(seed=0, r=4), preference_data(), loop, str(tmp_path), num_sanity_val_steps=-1)
+    initial = loop.report.initial_eval["val"]["pref_acc"]
+    assert [r["val"]["pref_acc"] for r in loop.report.history] == [initial, initial]
