@@ -115,9 +115,19 @@ def merged_base(module: torch.nn.Module) -> MergedBase:
 
 
 class FLoRAMerge(RoundHook):
-    """Merge FLoRA's stacked factors into each client's frozen base weights (and the server's)."""
+    """Merge FLoRA's stacked factors into each client's frozen base weights (and the server's).
 
-    def __init__(self) -> None:
+    Args:
+        always_send_base: Send every client all of ``D`` every round (downlink bytes of a full
+            weight change per module), not only the new and returning ones. Needed where a client
+            does not keep its own process between rounds (Flower's simulation engine with several
+            workers): there a client may land on a process whose base is more than one round
+            behind, and the stack alone cannot bring it up to date (the turn then fails with a
+            one-line error).
+    """
+
+    def __init__(self, always_send_base: bool = False) -> None:
+        self.always_send_base = bool(always_send_base)
         self.synced: dict[int, int] = {}  # rounds merged into each client's base, as sent; not saved
         self.pending: dict[int, Payload] = {}  # client side: the instruction, from prepare_client to start
 
@@ -133,7 +143,9 @@ class FLoRAMerge(RoundHook):
         strategy: FLoRA = server.strategy  # type: ignore[assignment]
         rounds = strategy.rounds_done
         payload: Payload = {ROUND_KEY: rounds}
-        if rounds > 0 and self.synced.get(client_id) != rounds - 1:  # new, returning or resumed: all of D
+        if rounds > 0 and (
+            self.always_send_base or self.synced.get(client_id) != rounds - 1
+        ):  # new, returning or resumed: all of D
             payload.update({BASE_PREFIX + k: v for k, v in strategy.base_delta.items()})
             server.add_round_bytes(down=payload_nbytes({k: v for k, v in payload.items() if k != ROUND_KEY}))
         self.synced[client_id] = rounds

@@ -99,6 +99,10 @@ def test_instruction_is_the_stack_for_an_up_to_date_client_and_d_otherwise():
     assert set(late) == {ROUND_KEY, BASE_PREFIX + "m"} and server.down == 6 * 4  # all of D, float32
     new = hook.client_instruction(server, 5, 2)
     assert BASE_PREFIX + "m" in new and hook.synced == {0: 2, 1: 2, 5: 2}
+    always = FLoRAMerge(always_send_base=True)
+    always.synced = {0: 1}
+    assert BASE_PREFIX + "m" in always.client_instruction(server, 0, 2)  # up to date, sent D all the same
+    assert FLoRAMerge(always_send_base=True).client_instruction(Server(FLoRA()), 0, 0) == {ROUND_KEY: 0}
 
 
 def test_flora_merge_needs_flora(tmp_path):
@@ -181,3 +185,16 @@ def test_without_the_merge_flora_learns_nothing(tmp_path):
     fit(tiny_dpo(seed=0, r=4), preference_data(), loop, str(tmp_path), num_sanity_val_steps=-1)
     initial = loop.report.initial_eval["val"]["pref_acc"]
     assert [r["val"]["pref_acc"] for r in loop.report.history] == [initial, initial]
+
+
+def test_a_base_more_than_one_round_behind_with_only_the_stack_fails_the_turn():
+    class Turn:
+        downlink = {}
+
+    hook, module = FLoRAMerge(), tiny_dpo(r=4)
+    hook.prepare_client(module, None, 3, 2, {ROUND_KEY: 2})
+    with pytest.raises(RuntimeError) as info:
+        hook.on_client_start(Turn(), None, module, 3)
+    assert str(info.value) == (
+        "FLoRA: client 3's base has merged 0 rounds; round 2's stack alone cannot bring it up to date"
+    )
