@@ -21,7 +21,9 @@ Flower:
 The client keeps ``W_0`` and the ``D`` it has applied, per module object (the in-process clients
 share one module; a Flower process, one per process), and always writes ``W_0 + s * D``: the
 merged weights depend only on ``D``, which equals the server's ``base_delta`` bit for bit, so a
-resumed run continues exactly.
+resumed run continues exactly. The base weights must be floating point (a 4-bit or 8-bit
+quantized backbone is refused: its weights cannot take ``s D``). The paper is not in
+``shared/papers``; the merge follows the authors' description (stack, merge, re-initialise).
 
 With DPO the reference model is the module with its adapter disabled, i.e. the merged base: each
 round's DPO is taken against the model the round started from (as in iterative DPO), not against
@@ -65,6 +67,11 @@ class MergedBase:
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.layers = lora_layers(module)
+        quantized = [n for n, m in self.layers.items() if not m.get_base_layer().weight.dtype.is_floating_point]
+        if quantized:
+            raise ValueError(
+                f"federation.hooks: FLoRAMerge needs floating-point base weights, {quantized[0]} is quantized"
+            )
         self.original = {name: layer.get_base_layer().weight.detach().clone() for name, layer in self.layers.items()}
         self.delta: dict[str, Tensor] = {}
         self.rounds = 0
@@ -72,7 +79,7 @@ class MergedBase:
         self.reference_cache = getattr(module, "reference_cache", None)
 
     def set_delta(self, delta: Mapping[str, Tensor], rounds: int) -> None:
-        """``W = W_0 + s * D`` for every LoRA module (Eq. (4): the stacked update merged into ``W``)."""
+        """``W = W_0 + s * D`` for every LoRA module (the stacked updates merged into ``W``)."""
         for name, layer in self.layers.items():
             weight = layer.get_base_layer().weight
             scaling = float(layer.scaling["default"])

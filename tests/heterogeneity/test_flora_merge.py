@@ -46,7 +46,7 @@ def _loop(rounds, hooks, ranks=(1, 2, 4, 4), local_steps=3, lr_seed=0):
 
 
 def test_after_one_round_the_merged_model_is_the_base_plus_the_mean_of_the_clients_products(tmp_path):
-    """The exactness claim (Wang et al. 2024, Eq. (4)): W_1 = W_0 + s sum_k p_k B_k A_k, with the
+    """The exactness claim (Wang et al. 2024, stacking): W_1 = W_0 + s sum_k p_k B_k A_k, with the
     products computed here from the uploads (ranks 1..4, so no common-rank average could give it)."""
     module, record = tiny_dpo(r=4), Record()
     w0 = _base(module)
