@@ -71,6 +71,7 @@ class ClientTurn(Protocol):
     seed: int
     strategy: Strategy
     received: StateDict
+    downlink: StateDict
     steps: int
     failed: bool
 

@@ -10,6 +10,7 @@ virtual clock that turns those into who reports when (:class:`SyncRoundSimulator
 
 from lightning_fed.heterogeneity.async_rounds import AsyncArrivals
 from lightning_fed.heterogeneity.client_ranks import ClientRanks
+from lightning_fed.heterogeneity.flora_merge import FLoRAMerge
 from lightning_fed.heterogeneity.rank_assignment import RankAssignment, alpha_for_rank
 from lightning_fed.heterogeneity.system_profiles import ClientProfile, load_trace, profiles_from_distribution
 from lightning_fed.heterogeneity.system_round import SystemHeterogeneity
@@ -27,6 +28,7 @@ __all__ = [
     "AsyncRoundSimulator",
     "ClientProfile",
     "ClientRanks",
+    "FLoRAMerge",
     "RankAssignment",
     "Report",
     "RoundOutcome",

@@ -65,6 +65,7 @@ FAST = {
     "fedpdpo.yaml",
     "fedhds_random.yaml",
     "feddpo_int8.yaml",
+    "feddpo_flora.yaml",
 }
 
 
