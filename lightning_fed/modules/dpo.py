@@ -9,7 +9,11 @@ from torch import Tensor, nn
 
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
 from lightning_fed.modules.losses import dpo_loss, preference_metrics
-from lightning_fed.modules.preference import PreferenceModule, concatenated_log_probs
+from lightning_fed.modules.preference import (
+    PreferenceModule,
+    concatenated_log_probs,
+    zero_dropout,
+)
 from lightning_fed.modules.reference_cache import DEFAULT_MEMORY_BYTES, ReferenceCache
 
 
@@ -56,12 +60,7 @@ class DPOModule(PreferenceModule):
         self.beta = beta
         self._adapter_layers: list | None = None
         if disable_dropout:
-            for m in self.model.modules():
-                if isinstance(m, nn.Dropout):
-                    m.p = 0.0
-                # Llama-style attention applies a float ``attention_dropout`` functionally.
-                if isinstance(getattr(m, "attention_dropout", None), float):
-                    m.attention_dropout = 0.0
+            zero_dropout(self.model)
         # The reference runs with the adapters disabled, so only the backbone's dropout matters.
         active = [
             n

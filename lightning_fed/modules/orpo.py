@@ -23,10 +23,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from lightning_fed.modules.losses import preference_metrics
-from lightning_fed.modules.preference import PreferenceModule, concatenated_log_probs, response_lengths
+from lightning_fed.modules.preference import (
+    PreferenceModule,
+    concatenated_log_probs,
+    response_lengths,
+    zero_dropout,
+)
 
 
 def log_odds(mean_log_prob: Tensor) -> Tensor:
@@ -80,9 +85,7 @@ class ORPOModule(PreferenceModule):
             raise ValueError(f"model.odds_ratio_weight must be > 0, got {odds_ratio_weight}")
         self.odds_ratio_weight = float(odds_ratio_weight)
         if disable_dropout:
-            for m in self.model.modules():
-                if isinstance(m, nn.Dropout):
-                    m.p = 0.0
+            zero_dropout(self.model)
 
     def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """``(log p(y_w|x), log p(y_l|x))``, summed over response tokens (the evaluation's contract)."""

@@ -15,12 +15,23 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.losses import IGNORE_INDEX, sequence_log_probs
 
 PAIR_FIELDS = ("input_ids", "attention_mask", "labels")
+
+
+def zero_dropout(model: nn.Module) -> None:
+    """Zero every dropout of ``model``: ``nn.Dropout`` modules and Llama-style attention's float
+    ``attention_dropout`` (applied functionally). Preference objectives compare log-probs of two
+    forwards, which dropout would make noisy."""
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+        if isinstance(getattr(m, "attention_dropout", None), float):
+            m.attention_dropout = 0.0
 
 
 def concatenated_inputs(batch: Mapping[str, Tensor]) -> dict[str, Tensor]:

@@ -19,10 +19,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from lightning_fed.modules.losses import preference_metrics
-from lightning_fed.modules.preference import PreferenceModule, concatenated_log_probs, response_lengths
+from lightning_fed.modules.preference import (
+    PreferenceModule,
+    concatenated_log_probs,
+    response_lengths,
+    zero_dropout,
+)
 
 
 def simpo_loss(chosen: Tensor, rejected: Tensor, beta: float, gamma: float) -> tuple[Tensor, Tensor, Tensor]:
@@ -75,9 +80,7 @@ class SimPOModule(PreferenceModule):
             raise ValueError("; ".join(problems))
         self.beta, self.gamma = float(beta), float(gamma)
         if disable_dropout:
-            for m in self.model.modules():
-                if isinstance(m, nn.Dropout):
-                    m.p = 0.0
+            zero_dropout(self.model)
 
     def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """``(log p(y_w|x), log p(y_l|x))``, summed over response tokens (the evaluation's contract)."""

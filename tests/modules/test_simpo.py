@@ -109,3 +109,20 @@ def test_simpo_learns_planted_preference(tmp_path, seed):
     assert initial["reward_acc"] < 0.7 and initial["pref_acc"] < 0.7, initial
     assert final["reward_acc"] >= 0.9 and final["pref_acc"] >= 0.9, (initial, final)
     assert final["reward_margin"] >= initial["reward_margin"] + 0.05 and final["loss"] < initial["loss"], final
+
+
+def test_zero_dropout_clears_modules_and_llama_style_attention_dropout():
+    """DPO, ORPO and SimPO share one helper: ORPO and SimPO used to leave the float
+    ``attention_dropout`` of Llama-style attention (SmolLM2) at its configured value."""
+    from torch import nn
+
+    from lightning_fed.modules.preference import zero_dropout
+
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention_dropout = 0.1
+
+    model = nn.Sequential(nn.Dropout(0.2), Attention(), nn.Linear(2, 2))
+    zero_dropout(model)
+    assert model[0].p == 0.0 and model[1].attention_dropout == 0.0
