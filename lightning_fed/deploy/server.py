@@ -41,6 +41,7 @@ from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from lightning_fed.deploy.buffered_rounds import BufferedRounds, real_arrivals
 from lightning_fed.deploy.queries import ask_clients
 from lightning_fed.deploy.records import (
     ReplyLimits,
@@ -314,9 +315,14 @@ class FederatedServer(FlowerStrategy):
         server.strategy.setup(server.global_state, self.num_clients)
         timeout = self.timeout if timeout is None else timeout
         self.summary()
+        buffered = real_arrivals(server.hooks)  # FedBuff in real arrival order: deploy/buffered_rounds.py
         for hook in server.hooks:
             hook.setup_server(server, self.context, self.module)
         self.nodes = discover_partitions(grid, min_nodes or 1, timeout, self.num_clients)
+        if buffered is not None:
+            result = BufferedRounds(self, buffered, grid, timeout).run(num_rounds or server.rounds)
+            self.finish()
+            return result
         result = Result()
         for server_round in range(1, (num_rounds or server.rounds) + 1):
             if isinstance(server.strategy, SecureAggregation):  # Flower's SecAgg+ workflow runs the exchange

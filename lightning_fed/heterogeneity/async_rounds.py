@@ -12,9 +12,13 @@ own (``client_model``), and ``aggregate`` discounts each update by its staleness
 would arrive twice in one round closes the round early (its second update opens the next one).
 ``federation.clients_per_round`` is not used for the choice (it must still be valid).
 
-The arrival order is the virtual clock's in both transports (the hook runs on the server), so a
-Flower run trains the same clients from the same versions as the in-process run; the real
-arrival order of a deployment is not used.
+``arrivals`` says whose clock orders the updates. ``"virtual"`` (the default): the virtual clock's,
+in both transports (the hook runs on the server), so a Flower run trains the same clients from the
+same versions as the in-process run. ``"real"``: the order in which a Flower deployment's replies
+really arrive: :mod:`lightning_fed.deploy.buffered_rounds` keeps ``concurrency`` clients in flight
+and steps each time ``buffer_size`` replies are in; the profiles (speeds, availability, dropouts)
+are then the nodes' own, not drawn. In one process clients train one after another, so there is no
+arrival order to take: ``arrivals: real`` is refused there.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
     from lightning_fed.federation.hooks import ServerRound
 
 FIELD = "federation.hooks: AsyncArrivals"
+ARRIVALS = ("virtual", "real")
 
 
 class AsyncArrivals(RoundHook):
@@ -41,7 +46,10 @@ class AsyncArrivals(RoundHook):
         concurrency: Clients training at once (``C``).
         local_steps: Steps of a client's task as the clock counts them: ``federation.local_steps``.
         step_time, slow_fraction, slow_factor, availability, dropout, trace, seed: The clients'
-            profiles, as for :class:`~lightning_fed.heterogeneity.SystemHeterogeneity`.
+            profiles, as for :class:`~lightning_fed.heterogeneity.SystemHeterogeneity` (virtual
+            arrivals only); ``seed`` also seeds which idle client a real-arrival server dispatches.
+        arrivals: ``"virtual"`` (the virtual clock orders the updates) or ``"real"`` (a Flower
+            deployment's replies, in the order they arrive; see the module docstring).
     """
 
     def __init__(
@@ -55,7 +63,15 @@ class AsyncArrivals(RoundHook):
         dropout: float = 0.0,
         trace: str | None = None,
         seed: int = 0,
+        arrivals: str = "virtual",
     ) -> None:
+        if arrivals not in ARRIVALS:
+            raise ValueError(f"{FIELD}: arrivals must be one of {ARRIVALS}, got {arrivals!r}")
+        if not (isinstance(concurrency, int) and concurrency >= 1):
+            raise ValueError(f"{FIELD}: concurrency must be an integer >= 1, got {concurrency!r}")
+        self.arrivals = arrivals
+        #: Set by a transport that really keeps clients in flight (:mod:`lightning_fed.deploy.buffered_rounds`).
+        self.concurrent = False
         self.concurrency, self.local_steps, self.trace, self.seed = concurrency, local_steps, trace, seed
         self.profile_args = {
             "step_time": step_time,
@@ -68,12 +84,20 @@ class AsyncArrivals(RoundHook):
         profiles_from_distribution(1, **self.profile_args)  # validates the arguments now
         self.sim: AsyncRoundSimulator | None = None
         self.pending: Arrival | None = None  # an arrival that opens the next round
-        self.clock = 0.0
+        self.clock = 0.0  # virtual time, or with real arrivals the wall-clock seconds of the run
+        self.dispatches = self.timed_out = 0  # real arrivals: clients dispatched, replies never received
         self._sim_state: dict[str, Any] = {}
 
     def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
         if not callable(getattr(server.strategy, "keep_versions", None)):
             raise ValueError(f"{FIELD} needs federation.strategy=FedBuff, got {type(server.strategy).__name__}")
+        if self.arrivals == "real":
+            if not self.concurrent:
+                raise ValueError(
+                    f"{FIELD}: arrivals=real needs clients that train concurrently (a Flower deployment); in one"
+                    " process they train one after another: use arrivals=virtual"
+                )
+            return  # the replies' real order decides: no virtual clock
         n = server.num_clients
         profiles = load_trace(self.trace, n) if self.trace else profiles_from_distribution(n, **self.profile_args)
         try:
@@ -86,6 +110,8 @@ class AsyncArrivals(RoundHook):
     def on_round_start(
         self, server: ServerRound, trainer: Any, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
+        if self.arrivals == "real":
+            return  # the transport dispatches and collects (deploy/buffered_rounds.py)
         fedbuff = server.strategy
         fedbuff.remember(server.global_state)
         want = fedbuff.buffer_size - fedbuff.buffered
@@ -104,14 +130,25 @@ class AsyncArrivals(RoundHook):
         if self.pending is not None:
             needed.add(self.pending.start_version)
         fedbuff.keep_versions(needed)
-        metrics = {
-            "system/virtual_time": self.clock,
-            "system/staleness": sum(fedbuff.version - a.start_version for a in arrivals) / len(arrivals),
-        }
-        for logger in getattr(trainer, "loggers", []) or []:
+        self.log_step(trainer, round_idx, [fedbuff.version - a.start_version for a in arrivals])
+
+    def log_step(self, context: Any, round_idx: int, staleness: list[int]) -> None:
+        """Log server step ``round_idx``: ``system/virtual_time`` (virtual arrivals) or
+        ``system/wall_time`` (real arrivals, seconds since the run's first dispatch: :attr:`clock`)
+        and ``system/staleness``, the mean staleness of the updates it aggregates."""
+        name = "system/virtual_time" if self.arrivals == "virtual" else "system/wall_time"
+        metrics = {name: self.clock, "system/staleness": sum(staleness) / max(len(staleness), 1)}
+        for logger in getattr(context, "loggers", []) or []:
             logger.log_metrics(metrics, step=round_idx + 1)
 
     def summary(self) -> dict[str, Any]:
+        if self.arrivals == "real":
+            return {
+                "arrivals": "real",
+                "wall_time": self.clock,
+                "dispatched": self.dispatches,
+                "timed_out": self.timed_out,
+            }
         return {"virtual_time": self.clock, "dropped": self.sim.dropped if self.sim else 0}
 
     def state_dict(self) -> dict[str, Any]:
@@ -120,10 +157,18 @@ class AsyncArrivals(RoundHook):
             p = self.pending
             pending = [p.client, p.start_time, p.time, p.start_version]
         sim = self.sim.state_dict() if self.sim is not None else self._sim_state
-        return {"clock": self.clock, "pending": pending, "sim": sim}
+        return {
+            "clock": self.clock,
+            "pending": pending,
+            "sim": sim,
+            "dispatches": self.dispatches,
+            "timed_out": self.timed_out,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.clock = float(state.get("clock", 0.0))
+        self.dispatches = int(state.get("dispatches", 0))
+        self.timed_out = int(state.get("timed_out", 0))
         p = state.get("pending")
         self.pending = None if p is None else Arrival(int(p[0]), float(p[1]), float(p[2]), int(p[3]))
         self._sim_state = dict(state.get("sim", {}))

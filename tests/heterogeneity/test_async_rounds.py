@@ -102,3 +102,16 @@ def test_async_arrivals_needs_fedbuff(tmp_path):
     with pytest.raises(ValueError) as info:
         fit(tiny_dpo(), preference_data(), loop, str(tmp_path))
     assert str(info.value) == "federation.hooks: AsyncArrivals needs federation.strategy=FedBuff, got FedAvg"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"arrivals": "sometimes"}, "arrivals must be one of ('virtual', 'real'), got 'sometimes'"),
+        ({"concurrency": 0}, "concurrency must be an integer >= 1, got 0"),
+    ],
+)
+def test_bad_async_arrivals_settings_name_the_field(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        AsyncArrivals(**kwargs)
+    assert str(info.value) == f"federation.hooks: AsyncArrivals: {message}"
