@@ -75,7 +75,6 @@ class Flight:
 
     client: int
     node: int
-    message: Message
     nonce: str
     round_idx: int  # the server step it was dispatched in (the round its message names)
     version: int
@@ -117,6 +116,10 @@ class BufferedRounds:
     def run(self, num_rounds: int) -> Result:
         """Server steps ``len(report.history) + 1 .. num_rounds``; Flower's ``Result``."""
         self.check()
+        rank_zero_info(
+            f"FedBuff in real arrival order: {self.hook.concurrency} clients in flight, a server step every"
+            f" {self.fedbuff.buffer_size} updates"
+        )
         result = Result()
         server = self.rounds
         for round_idx in range(len(server.report.history), num_rounds):
@@ -173,7 +176,7 @@ class BufferedRounds:
             node = self.fed.nodes[cid]
             message = Message(content=content, message_type=MessageType.TRAIN, dst_node_id=node)
             (message_id,) = list(self.grid.push_messages([message]))
-            flight = Flight(cid, node, message, nonce, round_idx, self.fedbuff.version, monotonic() + self.timeout)
+            flight = Flight(cid, node, nonce, round_idx, self.fedbuff.version, monotonic() + self.timeout)
             self.flights[message_id] = flight
 
     def _take_next(self, round_idx: int) -> bool:

@@ -247,3 +247,18 @@ def test_real_arrivals_are_refused_in_process(tmp_path):
         " deployment); in one process they train one after another: use arrivals=virtual\n",
         "(run with --debug or LIGHTNING_FED_DEBUG=1 for the traceback)\n",
     ]
+
+
+@pytest.mark.slow
+def test_flower_simulation_engine_runs_buffered_rounds(tmp_path):
+    """Flower's own grid (the simulation engine's, Ray actors as SuperNodes, in a subprocess):
+    push_messages/pull_messages, message ids and reply bindings as Flower sets them (~2 min)."""
+    from tests.helpers.flower_sim import run_simulation_engine
+
+    proc = run_simulation_engine(_config(tmp_path, rounds=3, num_clients=4), tmp_path / "sim", 4, [])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    assert [len(r["aggregated"]) for r in summary["rounds"]] == [2, 2, 2]
+    assert summary["hooks"]["AsyncArrivals"]["arrivals"] == "real" and summary["failed_clients"] == 0
+    assert summary["hooks"]["AsyncArrivals"]["dispatched"] >= 3 + 2 * 2
+    assert "pref_acc" in summary["final"]["val"]
