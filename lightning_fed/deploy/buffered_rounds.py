@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from time import monotonic, sleep
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, MessageType, MetricRecord
@@ -51,7 +51,6 @@ from lightning_fed.strategies.base import AggregationError, ClientUpdate
 if TYPE_CHECKING:
     from flwr.serverapp import Grid
 
-    from lightning_fed.deploy.server import FederatedServer
     from lightning_fed.federation.hooks import RoundHook
 
 POLL_SECONDS = 0.05
@@ -85,13 +84,14 @@ class BufferedRounds:
     """The server steps of a FedBuff run with real arrival order (see the module docstring).
 
     Args:
-        server: The Flower server (its nodes, loop, context, module, reply limits and evaluation).
+        server: The :class:`~lightning_fed.deploy.FederatedServer` (its nodes, loop, context, module,
+            reply limits and evaluation exchange).
         hook: The run's :class:`AsyncArrivals` (``concurrency``, the seed, the logged times).
         grid: Flower's grid (``push_messages``, ``pull_messages``; ``send_and_receive`` for evaluation).
         timeout: Seconds a client may take from dispatch to reply.
     """
 
-    def __init__(self, server: FederatedServer, hook: AsyncArrivals, grid: Grid, timeout: float) -> None:
+    def __init__(self, server: Any, hook: AsyncArrivals, grid: Grid, timeout: float) -> None:
         self.fed, self.rounds, self.hook, self.grid, self.timeout = server, server.server, hook, grid, timeout
         self.fedbuff = self.rounds.strategy
         self.flights: dict[str, Flight] = {}  # message id -> flight
