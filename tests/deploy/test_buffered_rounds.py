@@ -262,3 +262,28 @@ def test_flower_simulation_engine_runs_buffered_rounds(tmp_path):
     assert summary["hooks"]["AsyncArrivals"]["arrivals"] == "real" and summary["failed_clients"] == 0
     assert summary["hooks"]["AsyncArrivals"]["dispatched"] >= 3 + 2 * 2
     assert "pref_acc" in summary["final"]["val"]
+
+
+def test_a_rejected_update_does_not_fill_the_buffer(tmp_path, monkeypatch):
+    """Client 1 uploads NaN (rejected before aggregation, its bytes counted): the step waits for
+    client 2's reply, so its two updates are clients 0 and 2, both from version 0."""
+
+    def nan_for_client_1(msg, context):
+        reply = toy_app(msg, context)
+        if msg.metadata.message_type == "train" and context.node_config["partition-id"] == 1:
+            start = from_arrays(msg.content.array_records[STATE])
+            bad = ClientUpdate(1, 10, {k: torch.full_like(v, math.nan) for k, v in start.items()})
+            reply = Message(update_to_record(bad, answers=msg.content), reply_to=msg)
+        return reply
+
+    server, _ = _server(_config(tmp_path, rounds=1), tmp_path / "run")
+    x0 = {k: v.clone() for k, v in server.module.shared_parameters().items()}
+    grid = InProcessGrid(nan_for_client_1, 3, {}, delay=_delays({1: 1.0, 2: 2.0, 3: 3.0}))
+    with pytest.warns(UserWarning, match="update of client 1 rejected"):
+        _run(server, grid, monkeypatch, 3)
+    (record,) = server.server.report.history
+    assert record["clients"] == [0, 1, 2] and list(record["rejected"]) == [1] and record["aggregated"] == [0, 2]
+    for k, v in _step(x0, [(0, x0, 0), (2, x0, 0)]).items():
+        torch.testing.assert_close(server.server.global_state[k], v, rtol=1e-6, atol=1e-6)
+    nbytes = sum(v.numel() * v.element_size() for v in x0.values())
+    assert record["up_bytes"] == record["down_bytes"] == 3 * nbytes
