@@ -14,7 +14,8 @@ training clients by :func:`~lightning_fed.datamodules.eval_partition.evaluation_
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, ClassVar
 
 import datasets
@@ -234,17 +235,17 @@ class FederatedDataModule(pl.LightningDataModule):
         return self._serving().train_loader(plan, self.batch_size, self.seed, rank, world)
 
     def val_dataloader(self) -> DataLoader:
-        return self._eval_loader([c.val_set for c in self.clients])
+        return self._eval_loader(attrgetter("val_set"))
 
     def test_dataloader(self) -> DataLoader:
         """The planned clients' rows of ``test_dataset``, one client after another (as validation)."""
         self._require_test_set()
-        return self._eval_loader([c.test_set for c in self.clients])
+        return self._eval_loader(attrgetter("test_set"))
 
-    def _eval_loader(self, sets: list[Any]) -> DataLoader:
+    def _eval_loader(self, set_of: Callable[[ClientData], Any]) -> DataLoader:
         """The clients of ``eval_plan`` (``federation.eval_clients``; all without a loop)."""
         planned, packed = self.eval_plan() if self.eval_plan is not None else (range(self.num_clients), False)
-        return self._serving().eval_loader(sets, planned, self.eval_batch_size, packed)
+        return self._serving().eval_loader(set_of, planned, self.eval_batch_size, packed)
 
     def _serving(self) -> RoundServing:
         if self.serving is None:

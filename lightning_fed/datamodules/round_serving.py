@@ -77,10 +77,13 @@ class RoundServing:
         train = ClientSetView({c: self.clients[c].train_set for c in plan.clients}, offsets)
         return DataLoader(train, batch_sampler=sampler, collate_fn=self.collate)
 
-    def eval_loader(self, sets: Sequence[Dataset], planned: Sequence[int], batch_size: int, packed: bool) -> DataLoader:
-        """The ``planned`` clients' rows of ``sets`` (one per client), in client order, in batches
-        of ``batch_size`` that pack several clients when ``packed``."""
-        # Only the planned clients' sets are measured and indexed: O(planned clients), not O(N).
+    def eval_loader(
+        self, set_of: Callable[[ClientData], Dataset], planned: Sequence[int], batch_size: int, packed: bool
+    ) -> DataLoader:
+        """The ``planned`` clients' rows of ``set_of(client)`` (e.g. its ``val_set``), in client
+        order, in batches of ``batch_size`` that pack several clients when ``packed``."""
+        # Only the planned clients' sets are looked up, measured and indexed: O(planned clients), not O(N).
+        sets = {c: set_of(self.clients[c]) for c in planned}
         clients = [c for c in planned if len(sets[c]) > 0]
         sizes = {c: len(sets[c]) for c in clients}
         offsets = dict(zip(clients, offsets_of([sizes[c] for c in clients])))
