@@ -86,15 +86,20 @@ class RoundTimer(Callback):
 
             self._profiler = cProfile.Profile(time.process_time)  # CPU seconds: other jobs' load does not count
             self._profiler.enable()
-        self.marks["rounds"].append({"start": now, "cpu_start": cpu, "val": 0.0})
+        self.marks["rounds"].append({"start": now, "cpu_start": cpu, "val": 0.0, "val_cpu": 0.0, "tokens": 0})
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        # Padded tokens of the round's training batches (the forward/backward work follows them).
+        self.marks["rounds"][-1]["tokens"] += sum(v.numel() for k, v in batch.items() if k.endswith("input_ids"))
 
     def on_validation_start(self, trainer, pl_module) -> None:
-        self._t["val"] = time.perf_counter()
+        self._t["val"], self._t["val_cpu"] = time.perf_counter(), time.process_time()
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or not self.marks["rounds"]:
             return
         self.marks["rounds"][-1]["val"] += time.perf_counter() - self._t["val"]
+        self.marks["rounds"][-1]["val_cpu"] += time.process_time() - self._t["val_cpu"]
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.marks["rounds"][-1].update(end=time.perf_counter(), cpu_end=time.process_time())
@@ -301,6 +306,8 @@ def child(args: argparse.Namespace) -> dict:
                 "eval": r["val"],
                 "ckpt": ckpt,
                 "train": wall - r["val"] - ckpt,
+                "eval_cpu": r.get("val_cpu", 0.0),
+                "tokens": r.get("tokens", 0),
                 "ref_forwards": len(ref),
                 "ref_cpu": sum(c[2] for c in ref),
                 "cpu_without_ref": cpu - sum(c[2] for c in ref),
@@ -438,6 +445,8 @@ def main() -> None:
             f" their CPU {_median(r['rounds'], 'ref_cpu'):.3f} s"
             + (f" ({statistics.median(per) * 1000:.1f} ms each)" if per else "")
             + f"; CPU without them {_median(r['rounds'], 'cpu_without_ref'):.3f} s;"
+            f" evaluation CPU {_median(r['rounds'], 'eval_cpu'):.3f} s;"
+            f" training tokens {_median(r['rounds'], 'tokens'):.0f} (padded);"
             f" garbage collection {_median(r['rounds'], 'gc_s'):.3f} s (full {_median(r['rounds'], 'gc_full_s'):.3f} s)"
         )
     fair = _median(top["rounds"], "cpu_without_ref") / _median(base["rounds"], "cpu_without_ref")
