@@ -17,6 +17,15 @@ warm-up; peak RSS
 client-state files beside it) and what the run wrote to TensorBoard and to the summary and
 record files. Per-round figures are medians over rounds 2..R.
 
+Comparing like with like (issue 23): with the defaults the two N do different per-client work.
+At N=10 every client trains every round, so from round 2 on the DPO reference cache serves every
+pair; at N=10000 the round's clients are new and their reference forwards run. The benchmark
+counts those forwards and their CPU per round and prints the CPU ratio without them, with the
+evaluation's CPU and the padded training tokens; ``--same-pairs`` gives every client copies of
+one pair (the same tokens at both N, every client served by the cache from its first forward),
+which with ``--cli-arg=--federation.eval_panel_size=10`` makes the rounds' work equal, so that
+what is left of the ratio is overhead that grows with N.
+
 The last line is ``scale: round_time_ratio_<N>_vs_<n>=<x> rss_growth_mib=<y>
 ckpt_growth_ratio=<z>`` for the largest N against the first (targets for 10000 vs 10: x <= 1.3,
 y <= 300, z <= 1.5). The machine is shared, so the smallest and largest N run back to back in
@@ -24,6 +33,8 @@ one invocation and the ratio is what is reported. Run with ``OMP_NUM_THREADS=1``
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/scale_clients.py
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/scale_clients.py --clients 10 1000 --rounds 4
+    OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python benchmarks/scale_clients.py --clients 10 10000 --rounds 8 \
+        --same-pairs --cli-arg=--federation.eval_panel_size=10                      # like with like
     .venv/bin/python benchmarks/scale_clients.py --clients 10 10000 --profile prof   # cProfile of rounds 2..R
 """
 
