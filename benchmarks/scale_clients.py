@@ -17,6 +17,15 @@ warm-up; peak RSS
 client-state files beside it) and what the run wrote to TensorBoard and to the summary and
 record files. Per-round figures are medians over rounds 2..R.
 
+Comparing like with like (issue 23): with the defaults the two N do different per-client work.
+At N=10 every client trains every round, so from round 2 on the DPO reference cache serves every
+pair; at N=10000 the round's clients are new and their reference forwards run. The benchmark
+counts those forwards and their CPU per round and prints the CPU ratio without them, with the
+evaluation's CPU and the padded training tokens; ``--same-pairs`` gives every client copies of
+one pair (the same tokens at both N, every client served by the cache from its first forward),
+which with ``--cli-arg=--federation.eval_panel_size=10`` makes the rounds' work equal, so that
+what is left of the ratio is overhead that grows with N.
+
 The last line is ``scale: round_time_ratio_<N>_vs_<n>=<x> rss_growth_mib=<y>
 ckpt_growth_ratio=<z>`` for the largest N against the first (targets for 10000 vs 10: x <= 1.3,
 y <= 300, z <= 1.5). The machine is shared, so the smallest and largest N run back to back in
@@ -24,7 +33,9 @@ one invocation and the ratio is what is reported. Run with ``OMP_NUM_THREADS=1``
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/scale_clients.py
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/scale_clients.py --clients 10 1000 --rounds 4
-    .venv/bin/python benchmarks/scale_clients.py --clients 10000 --profile prof.out   # cProfile of a child
+    OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python benchmarks/scale_clients.py --clients 10 10000 --rounds 8 \
+        --same-pairs --cli-arg=--federation.eval_panel_size=10                      # like with like
+    .venv/bin/python benchmarks/scale_clients.py --clients 10 10000 --profile prof   # cProfile of rounds 2..R
 """
 
 from __future__ import annotations
@@ -65,10 +76,11 @@ class RoundTimer(Callback):
     its marks as JSON to ``out`` at the end of fit.
     """
 
-    def __init__(self, out: str) -> None:
-        self.out = out
+    def __init__(self, out: str, profile: str | None = None) -> None:
+        self.out, self.profile = out, profile
         self.marks: dict = {"rounds": [], "val": [], "sanity": None}
         self._t: dict[str, float] = {}
+        self._profiler = None  # cProfile of the measured rounds (2..R), when ``profile`` is set
 
     def on_sanity_check_start(self, trainer, pl_module) -> None:
         self._t["sanity"] = time.perf_counter()
@@ -80,53 +92,118 @@ class RoundTimer(Callback):
         now, cpu = time.perf_counter(), time.process_time()
         if self.marks["rounds"]:
             self.marks["rounds"][-1].update(end=now, cpu_end=cpu)
-        self.marks["rounds"].append({"start": now, "cpu_start": cpu, "val": 0.0})
+        if self.profile and len(self.marks["rounds"]) == 1:  # round 2 starts: the measured window
+            import cProfile
+
+            self._profiler = cProfile.Profile(time.process_time)  # CPU seconds: other jobs' load does not count
+            self._profiler.enable()
+        self.marks["rounds"].append({"start": now, "cpu_start": cpu, "val": 0.0, "val_cpu": 0.0, "tokens": 0})
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        # Padded tokens of the round's training batches (the forward/backward work follows them).
+        self.marks["rounds"][-1]["tokens"] += sum(v.numel() for k, v in batch.items() if k.endswith("input_ids"))
 
     def on_validation_start(self, trainer, pl_module) -> None:
-        self._t["val"] = time.perf_counter()
+        self._t["val"], self._t["val_cpu"] = time.perf_counter(), time.process_time()
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or not self.marks["rounds"]:
             return
         self.marks["rounds"][-1]["val"] += time.perf_counter() - self._t["val"]
+        self.marks["rounds"][-1]["val_cpu"] += time.process_time() - self._t["val_cpu"]
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.marks["rounds"][-1].update(end=time.perf_counter(), cpu_end=time.process_time())
+        if self._profiler is not None:
+            self._profiler.disable()
+            self._profiler.dump_stats(self.profile)
         Path(self.out).write_text(json.dumps(self.marks))
 
 
 def _wrap_timed(owner: type, name: str, sink: list) -> None:
-    """Record the wall time of every call of ``owner.name`` in ``sink`` (start, seconds)."""
+    """Record every call of ``owner.name`` in ``sink`` as (start, wall seconds, process CPU seconds)."""
     original = getattr(owner, name)
 
     def timed(self, *args, **kwargs):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         try:
             return original(self, *args, **kwargs)
         finally:
-            sink.append((t, time.perf_counter() - t))
+            sink.append((t, time.perf_counter() - t, time.process_time() - c))
 
     setattr(owner, name, timed)
 
 
+def _record_gc(sink: list) -> None:
+    """Record every collection of Python's cyclic garbage collector in ``sink`` as (start,
+    wall seconds, generation): a full collection walks every tracked object, the N clients'
+    token lists included, so it is the one per-round cost that could grow with N unseen by
+    cProfile."""
+    import gc
+
+    started: dict = {}
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            started["t"] = time.perf_counter()
+        elif "t" in started:
+            sink.append((started["t"], time.perf_counter() - started.pop("t"), info["generation"]))
+
+    gc.callbacks.append(callback)
+
+
+def _in(calls: list, r: dict) -> list:
+    return [c for c in calls if r["start"] <= c[0] < r["end"]]
+
+
 def cli_args(
-    num_clients: int, rounds: int, per_client: int, val_fraction: float, root: str, marks: str, extra: list[str]
+    num_clients: int,
+    rounds: int,
+    per_client: int,
+    val_fraction: float,
+    root: str,
+    marks: str,
+    extra: list[str],
+    profile: str | None = None,
+    pairs_file: str | None = None,
 ) -> list[str]:
+    timer = {"class_path": f"{__name__}.RoundTimer", "init_args": {"out": marks, "profile": profile}}
     synthetic = json.dumps({"examples_per_client": per_client, "groups": ["positive"]})
+    data = (
+        [f"--data.init_args.dataset={pairs_file}"] if pairs_file else [f"--data.init_args.synthetic_args={synthetic}"]
+    )
     return [
         "fit",
         "--config",
         str(CONFIG),
         f"--data.init_args.num_clients={num_clients}",
-        f"--data.init_args.synthetic_args={synthetic}",
+        *data,
         f"--data.init_args.val_fraction={val_fraction}",
         f"--federation.rounds={rounds}",
         f"--federation.clients_per_round={min(CLIENTS_PER_ROUND, num_clients)}",
         f"--federation.local_steps={LOCAL_STEPS}",
         f"--trainer.default_root_dir={root}",
-        "--trainer.callbacks+=" + json.dumps({"class_path": f"{__name__}.RoundTimer", "init_args": {"out": marks}}),
+        "--trainer.callbacks+=" + json.dumps(timer),
         *extra,
     ]
+
+
+def write_same_pairs(path: Path, num_clients: int, per_client: int) -> str:
+    """A JSONL file in which every one of ``num_clients`` clients holds ``per_client`` copies of
+    one planted preference pair (``--same-pairs``).
+
+    Every client then trains and evaluates on the same tokens, and from its first forward on the
+    DPO reference cache (keyed by the tokens) serves every client: a round does the same work at
+    any N, so what still grows with N is overhead.
+    """
+    from lightning_fed.datamodules.synthetic import planted_preferences
+
+    row = {k: v[0] for k, v in planted_preferences(1, 1, groups=["positive"]).to_dict().items()}
+    with path.open("w") as f:
+        for client in range(num_clients):
+            line = json.dumps({**row, "client": client}) + "\n"
+            f.write(line * per_client)
+    return str(path)
 
 
 def _classify(run_dir: Path) -> dict[str, int]:
@@ -188,11 +265,16 @@ def child(args: argparse.Namespace) -> dict:
 
     from lightning_fed import cli
     from lightning_fed.datamodules.federated import FederatedDataModule
+    from lightning_fed.modules.dpo import DPOModule
 
     setups: list = []
     saves: list = []
+    references: list = []  # the DPO reference forwards (cache misses, or every pair without the cache)
+    collections: list = []
     _wrap_timed(FederatedDataModule, "setup", setups)
     _wrap_timed(pl.Trainer, "save_checkpoint", saves)
+    _wrap_timed(DPOModule, "compute_reference_log_probs", references)
+    _record_gc(collections)
     rss: dict = {"start": current_rss()}
     original_setup = FederatedDataModule.setup
 
@@ -205,23 +287,45 @@ def child(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="lf_scale_") as root:
         marks_file = str(Path(root) / "marks.json")
         run = str(Path(root) / "run")
-        argv = cli_args(args.child, args.rounds, args.per_client, args.val_fraction, run, marks_file, args.cli_arg)
+        pairs = write_same_pairs(Path(root) / "pairs.jsonl", args.child, args.per_client) if args.same_pairs else None
+        argv = cli_args(
+            args.child,
+            args.rounds,
+            args.per_client,
+            args.val_fraction,
+            run,
+            marks_file,
+            args.cli_arg,
+            args.profile,
+            pairs,
+        )
         t0 = time.perf_counter()
-        if args.profile:
-            import cProfile
-
-            cProfile.runctx("cli.main(argv)", globals(), {"cli": cli, "argv": argv}, args.profile)
-        else:
-            cli.main(argv)
+        cli.main(argv)
         total = time.perf_counter() - t0
         marks = json.loads(Path(marks_file).read_text())
         files = _classify(Path(root) / "run")
     rounds = []
     for r in marks["rounds"]:
-        ckpt = sum(s for t, s in saves if r["start"] <= t < r["end"])
+        ckpt = sum(c[1] for c in _in(saves, r))
         wall = r["end"] - r["start"]
         cpu = r["cpu_end"] - r["cpu_start"]
-        rounds.append({"wall": wall, "cpu": cpu, "eval": r["val"], "ckpt": ckpt, "train": wall - r["val"] - ckpt})
+        ref = _in(references, r)
+        rounds.append(
+            {
+                "wall": wall,
+                "cpu": cpu,
+                "eval": r["val"],
+                "ckpt": ckpt,
+                "train": wall - r["val"] - ckpt,
+                "eval_cpu": r.get("val_cpu", 0.0),
+                "tokens": r.get("tokens", 0),
+                "ref_forwards": len(ref),
+                "ref_cpu": sum(c[2] for c in ref),
+                "cpu_without_ref": cpu - sum(c[2] for c in ref),
+                "gc_full_s": sum(c[1] for c in _in(collections, r) if c[2] == 2),
+                "gc_s": sum(c[1] for c in _in(collections, r)),
+            }
+        )
     return {
         "clients": args.child,
         "fit_total_s": total,
@@ -255,6 +359,8 @@ def run_child(n: int, args: argparse.Namespace) -> dict:
     ]
     if args.profile:
         cmd += ["--profile", f"{args.profile}.{n}"]
+    if args.same_pairs:
+        cmd += ["--same-pairs"]
     cmd += [f"--cli-arg={a}" for a in args.cli_arg]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=os.environ.copy())
     if proc.returncode != 0:
@@ -269,7 +375,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="rounds per run (>= 3; round 1 is warm-up)")
     parser.add_argument("--per-client", type=int, default=4, help="preference pairs per client (default 4)")
     parser.add_argument("--val-fraction", type=float, default=0.25, help="held-out share of each client's pairs")
-    parser.add_argument("--profile", help="write a cProfile of each child to PROFILE.<N>")
+    parser.add_argument(
+        "--profile",
+        help="write a cProfile of each child's measured rounds (2..R, with evaluation and checkpoints) to PROFILE.<N>",
+    )
+    parser.add_argument(
+        "--same-pairs",
+        action="store_true",
+        help="every client holds copies of one pair (same tokens and reference-cache hits at every N)",
+    )
     parser.add_argument(
         "--cli-arg",
         action="append",
@@ -286,7 +400,8 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     print(
         f"# scale_clients: N={args.clients}, {CLIENTS_PER_ROUND} clients/round, K={LOCAL_STEPS}, rounds={args.rounds},"
-        f" {args.per_client} pairs per client (val_fraction {args.val_fraction}), {CONFIG.relative_to(ROOT)}"
+        f" {args.per_client} {'copies of one pair' if args.same_pairs else 'pairs'} per client"
+        f" (val_fraction {args.val_fraction}), {CONFIG.relative_to(ROOT)}"
         f" {' '.join(args.cli_arg)};"
         f" evaluation defaults: {eval_defaults()}",
         flush=True,
@@ -331,6 +446,22 @@ def main() -> None:
         f"process CPU seconds per round (median): N={base['clients']} {_median(base['rounds'], 'cpu'):.2f},"
         f" N={top['clients']} {_median(top['rounds'], 'cpu'):.2f}, ratio {cpu:.2f} (less sensitive to other jobs)"
     )
+    # Like with like: a DPO reference forward is per-client work (a client's first visit with the
+    # reference cache on), not O(N) overhead; at N=10 with 10 clients per round the cache serves
+    # every round after the first, at N=10000 the round's clients are new.
+    for r in runs:
+        per = [x["ref_cpu"] / x["ref_forwards"] for x in r["rounds"][1:] if x["ref_forwards"]]
+        print(
+            f"N={r['clients']}: reference forwards per round (median) {_median(r['rounds'], 'ref_forwards'):.0f},"
+            f" their CPU {_median(r['rounds'], 'ref_cpu'):.3f} s"
+            + (f" ({statistics.median(per) * 1000:.1f} ms each)" if per else "")
+            + f"; CPU without them {_median(r['rounds'], 'cpu_without_ref'):.3f} s;"
+            f" evaluation CPU {_median(r['rounds'], 'eval_cpu'):.3f} s;"
+            f" training tokens {_median(r['rounds'], 'tokens'):.0f} (padded);"
+            f" garbage collection {_median(r['rounds'], 'gc_s'):.3f} s (full {_median(r['rounds'], 'gc_full_s'):.3f} s)"
+        )
+    fair = _median(top["rounds"], "cpu_without_ref") / _median(base["rounds"], "cpu_without_ref")
+    print(f"process CPU per round without the reference forwards: ratio {fair:.2f}")
     y = (top["peak_rss"] - base["peak_rss"]) / MB
     z = top["files"]["ckpt"] / base["files"]["ckpt"]
     print()

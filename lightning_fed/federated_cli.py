@@ -146,6 +146,11 @@ class FederatedCLI(LightningCLI):
         if bad := _non_finite(config):
             key, value = bad[0]
             raise UserError(f"{key} must be a finite number, got {value}")
+        if config.get("trainer.use_distributed_sampler"):  # the default here is False (trainer_defaults)
+            raise UserError(
+                "trainer.use_distributed_sampler must be false (the round loader splits each batch over the"
+                " DDP processes itself), got True"
+            )
 
     def instantiate_classes(self) -> None:
         # jsonargparse wraps a constructor's ValueError ("model.lr must be > 0, got -0.1") in a
@@ -306,8 +311,9 @@ def run_cli(args: list[str] | None = None, run: bool = True, signals: ProcessSig
             "prog": PROG,
             **{name: {"usage": _usage(name), "description": text} for name, text in SUBCOMMANDS.items()},
         },
-        # A full evaluation before round 1 gives the `initial` metrics of summary.json.
-        trainer_defaults={"num_sanity_val_steps": -1},
+        # A full evaluation before round 1 gives the `initial` metrics of summary.json. The
+        # round's loader is rank-aware (RoundBatchSampler): no DistributedSampler from Lightning.
+        trainer_defaults={"num_sanity_val_steps": -1, "use_distributed_sampler": False},
         seed_everything_default=0,
         save_config_kwargs={"overwrite": True},
         args=args,

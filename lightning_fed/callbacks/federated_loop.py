@@ -57,6 +57,11 @@ def _server_attr(name: str, doc: str) -> property:
 class FederatedLoop(LoopEvaluation):
     """Orchestrates federated rounds over a :class:`~lightning_fed.datamodules.FederatedDataModule`.
 
+    Under data parallelism build the Trainer with ``use_distributed_sampler=False`` (the CLI's
+    default): the round loader splits each global batch over the DDP processes itself
+    (:class:`~lightning_fed.datamodules.RoundBatchSampler`); with ``True`` Lightning refuses to
+    inject its ``DistributedSampler`` into that batch sampler (a ``TypeError`` naming the flag).
+
     Args:
         rounds: Number of communication rounds (sets ``trainer.max_epochs``).
         clients_per_round: Clients sampled uniformly without replacement each round.
@@ -197,9 +202,6 @@ class FederatedLoop(LoopEvaluation):
         dm.connect(self)
         trainer.fit_loop.max_epochs = self.rounds
         trainer.reload_dataloaders_every_n_epochs = 1  # each round lays out its own batches
-        # The round loader is rank-aware itself (RoundBatchSampler splits each global batch over
-        # the DDP processes); a DistributedSampler injected by Lightning would break the layout.
-        trainer._accelerator_connector.use_distributed_sampler = False
         self.global_state = clone_state(pl_module.shared_parameters())
         if not self.global_state:
             raise ValueError(f"{type(pl_module).__name__} has no shared parameters: nothing to federate")

@@ -1,9 +1,12 @@
-"""The federated data module: load, validate, partition, tokenize, and serve rounds.
+"""The federated data module: load, validate, partition and tokenize the clients' data sets.
 
 Path of the data: ``dataset`` (hub name, local file, or ``synthetic:<name>``) -> records
 with canonical fields -> :mod:`~lightning_fed.datamodules.partition` -> one
 :class:`ClientData` per client (its own train/val/test sets, a DataModule of its own) -> the
-round loader, which lays the sampled clients' local batches out as one Lightning epoch.
+round serving (:mod:`~lightning_fed.datamodules.round_serving`, a component the data module's
+loader hooks hand over to), which lays the sampled clients' local batches out as one Lightning
+epoch. What tokenizing cut or dropped is counted by
+:class:`~lightning_fed.datamodules.encoding_counts.EncodingCounts`.
 
 Validation rows are a ``val_fraction`` of each client's rows, or a separate
 ``val_dataset``; test rows come from ``test_dataset``. Separate sets are assigned to the
@@ -15,18 +18,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from typing import Any, ClassVar
 
 import datasets
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader
 
 from lightning_fed.datamodules.client_data import ClientData
+from lightning_fed.datamodules.encoding_counts import EncodingCounts
 from lightning_fed.datamodules.eval_partition import evaluation_clients
 from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, check_partition
-from lightning_fed.datamodules.round_serving import RoundServing
+from lightning_fed.datamodules.round_serving import EvaluationLayout, RoundServing
 from lightning_fed.datamodules.sources import (
     SYNTHETIC_PREFIX,
     apply_field_map,
@@ -178,17 +182,9 @@ class FederatedDataModule(pl.LightningDataModule):
         self.val_split, self.test_split, self.group_key = val_split, test_split, group_key
         self.tokenizer: Any = None
         self.clients: list[ClientData] = []
-        self.serving: RoundServing | None = None  # the clients' loaders, once set up
-        self.planner: RoundPlanner | None = None  # connected by FederatedLoop (connect)
-        self.plan: RoundPlan | None = None  # the round the last train loader laid out
-        # Set by FederatedLoop: () -> (clients to evaluate, whether batches may mix clients);
-        # None (no loop): every client, one client per batch.
-        self.eval_plan: Any = None
+        self.serving = RoundServing()  # the rounds' and evaluations' loaders (given the clients in setup)
         self.group_names: list[str] = []  # group_id -> value of `group_key` (val/test items)
-        self.truncated: dict[str, list[int]] = {}  # set -> examples truncated per client
-        self.dropped: dict[str, list[int]] = {}  # set -> examples dropped per client
-        self.prompt_lost: dict[str, list[int]] = {}  # set -> examples that kept < half their prompt
-        self.prompt_dropped: dict[str, list[int]] = {}  # set -> dropped: < min_prompt_length would fit
+        self.encoding = EncodingCounts()  # examples truncated and dropped per set and client
 
     @property
     def seed(self) -> int:
@@ -207,6 +203,7 @@ class FederatedDataModule(pl.LightningDataModule):
         return TEMPLATE_CHOICES
 
     # ------------------------------------------------------------------------------ serving
+    # Lightning's loader hooks and the serving's public face; the serving itself is RoundServing's.
     @property
     def collate(self) -> PadCollator:
         """Batch collation of every loader (set up with the tokenizer's pad id)."""
@@ -223,31 +220,39 @@ class FederatedDataModule(pl.LightningDataModule):
 
     def connect(self, planner: RoundPlanner) -> None:
         """Serve the rounds ``planner`` decides (see :mod:`~lightning_fed.federation.round_plan`)."""
-        self.planner = planner
+        self.serving.connect(planner)
+
+    @property
+    def plan(self) -> RoundPlan | None:
+        """The round the last training loader laid out."""
+        return self.serving.plan
+
+    @property
+    def eval_plan(self) -> EvaluationLayout | None:
+        """Set by FederatedLoop: () -> (clients to evaluate, whether batches may mix clients);
+        ``None`` (no loop): every client, one client per batch."""
+        return self.serving.eval_plan
+
+    @eval_plan.setter
+    def eval_plan(self, layout: EvaluationLayout | None) -> None:
+        self.serving.eval_plan = layout
 
     def train_dataloader(self) -> DataLoader:
         """The batches of the planner's next round: its turns, one client after another."""
-        if self.planner is None:
-            raise RuntimeError("FederatedDataModule needs a FederatedLoop callback on the Trainer to plan rounds")
-        self.plan = plan = self.planner.next_round()  # planned first: round-start hooks may select client data
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
-        return self._serving().train_loader(plan, self.batch_size, self.seed, rank, world)
+        return self._serving().train_loader(self.batch_size, self.seed, rank, world)
 
     def val_dataloader(self) -> DataLoader:
-        return self._eval_loader([c.val_set for c in self.clients])
+        """The clients of ``eval_plan`` (``federation.eval_clients``; all without a loop), one after another."""
+        return self._serving().eval_loader(attrgetter("val_set"), self.eval_batch_size)
 
     def test_dataloader(self) -> DataLoader:
         """The planned clients' rows of ``test_dataset``, one client after another (as validation)."""
         self._require_test_set()
-        return self._eval_loader([c.test_set for c in self.clients])
-
-    def _eval_loader(self, sets: list[Any]) -> DataLoader:
-        """The clients of ``eval_plan`` (``federation.eval_clients``; all without a loop)."""
-        planned, packed = self.eval_plan() if self.eval_plan is not None else (range(self.num_clients), False)
-        return self._serving().eval_loader(sets, planned, self.eval_batch_size, packed)
+        return self._serving().eval_loader(attrgetter("test_set"), self.eval_batch_size)
 
     def _serving(self) -> RoundServing:
-        if self.serving is None:
+        if not self.serving.ready:
             raise RuntimeError("FederatedDataModule: call setup() before asking for clients' loaders or sizes")
         return self.serving
 
@@ -317,8 +322,8 @@ class FederatedDataModule(pl.LightningDataModule):
             test = self._evaluation_set("test", self.test_dataset, self.test_split, records, 2)
         for cid in range(self.num_clients):
             self.clients.append(ClientData(cid, train[cid], val[cid], self.batch_size, collate, test[cid]))
-        self.serving = RoundServing(self.clients, collate)
-        self._warn_truncated()
+        self.serving.serve(self.clients, collate)
+        self.encoding.warn(self.max_length, self.truncation, self.min_prompt_length)
 
     def _synthetic_args(self, dataset: str, salt: int) -> dict[str, Any]:
         """``synthetic_args`` with ``num_clients``; a separate val/test set (``salt``) is a fresh draw."""
@@ -365,28 +370,26 @@ class FederatedDataModule(pl.LightningDataModule):
     ) -> list[list[dict[str, Any]]]:
         """Encode each client's rows; count truncated and dropped examples under ``name``."""
         rows = records.to_list()
-        self.truncated[name], self.dropped[name] = [0] * self.num_clients, [0] * self.num_clients
-        self.prompt_lost[name], self.prompt_dropped[name] = [0] * self.num_clients, [0] * self.num_clients
+        self.encoding.start(name, self.num_clients)
         out = []
         for cid, indices in enumerate(parts):
             encoded = []
             for i in indices:
-                self._cut = self._lost = False
+                self.encoding.begin_example()
                 try:
                     item = self.encode(rows[i])
                 except PromptTooShort:
-                    self.prompt_dropped[name][cid] += 1
+                    self.encoding.left_out("prompt_dropped", name, cid)
                     continue
                 except Overflow as err:
                     if self.on_overflow == "drop":
-                        self.dropped[name][cid] += 1
+                        self.encoding.left_out("dropped", name, cid)
                         continue
                     raise ValueError(
                         f"data.max_length: row {i} of {source!r} (client {cid}) has {err};"
                         " raise data.max_length or set data.on_overflow=truncate|drop"
                     ) from None
-                self.truncated[name][cid] += self._cut
-                self.prompt_lost[name][cid] += self._lost
+                self.encoding.kept(name, cid)
                 item = {**item, "client_id": cid}
                 if groups is not None:
                     item["group_id"] = groups[i]
@@ -395,12 +398,8 @@ class FederatedDataModule(pl.LightningDataModule):
         return out
 
     def _note_truncation(self) -> None:
-        """``on_truncate`` callback of the tokenizers: the current example was cut."""
-        self._cut = True
-
-    def _note_prompt_loss(self) -> None:
-        """``on_prompt_loss`` callback of the tokenizers: the current example kept < half its prompt."""
-        self._lost = True
+        """``on_truncate`` callback of the tokenizers (:meth:`encode`): the current example was cut."""
+        self.encoding.note_truncation()
 
     def length_budget(self) -> dict[str, Any]:
         """Keyword arguments of the tokenizers beyond ``max_length``/``on_overflow``/``truncation``."""
@@ -408,7 +407,7 @@ class FederatedDataModule(pl.LightningDataModule):
             "max_prompt_length": self.max_prompt_length,
             "max_completion_length": self.max_completion_length,
             "min_prompt_length": self.min_prompt_length,
-            "on_prompt_loss": self._note_prompt_loss,
+            "on_prompt_loss": self.encoding.note_prompt_loss,
         }
 
     def _evaluation_set(self, name: str, dataset: str, split: str, train: Any, salt: int) -> list[list[dict[str, Any]]]:
@@ -417,43 +416,9 @@ class FederatedDataModule(pl.LightningDataModule):
         parts = evaluation_clients(self.partition, train, records, self.num_clients, self.seed + salt, field)
         return self._encode_set(name, records, parts, dataset, self._group_of(records))
 
-    def _warn_truncated(self) -> None:
-        for name, counts in (
-            *(("truncated", c) for c in self.truncated.items()),
-            *(("dropped", c) for c in self.dropped.items()),
-        ):
-            what, per_client = counts
-            if sum(per_client):
-                how = f"data.truncation={self.truncation!r}" if name == "truncated" else "data.on_overflow='drop'"
-                rank_zero_warn(
-                    f"data: {sum(per_client)} {what} examples {name} to fit data.max_length={self.max_length} ({how});"
-                    f" per client: {per_client}"
-                )
-        for what, per_client in self.prompt_dropped.items():
-            if sum(per_client):
-                rank_zero_warn(
-                    f"data: {sum(per_client)} {what} examples dropped: fewer than data.min_prompt_length="
-                    f"{self.min_prompt_length} of their prompt tokens fit data.max_length={self.max_length}"
-                    f" (set data.max_completion_length or raise data.max_length); per client: {per_client}"
-                )
-        for what, per_client in self.prompt_lost.items():
-            if sum(per_client):
-                rank_zero_warn(
-                    f"data: {sum(per_client)} of {sum(self.truncated[what])} truncated {what} examples lost most of"
-                    f" their prompt (kept under half its tokens; set data.max_completion_length or raise"
-                    f" data.max_length); per client: {per_client}"
-                )
-
     def data_report(self) -> dict[str, Any]:
         """Examples truncated and dropped per set and client (written to ``summary.json``)."""
-        return {
-            "truncation": self.truncation,
-            "truncated": self.truncated,
-            "dropped": self.dropped,
-            "prompt_lost": self.prompt_lost,
-            "prompt_dropped": self.prompt_dropped,
-            "groups": self.group_names,
-        }
+        return {"truncation": self.truncation, **self.encoding.report(), "groups": self.group_names}
 
     def _split(self, items: list[dict[str, Any]], cid: int) -> tuple[list, list]:
         n_val = int(round(self.val_fraction * len(items)))

@@ -1,12 +1,16 @@
-"""The serving part of :class:`~lightning_fed.datamodules.FederatedDataModule`: per-round loaders.
+"""Round serving for :class:`~lightning_fed.datamodules.FederatedDataModule`: the loaders of rounds
+and evaluations.
 
-Once the data module has built one :class:`~lightning_fed.datamodules.ClientData` per client, it
-hands them to a :class:`RoundServing` (composition, not a base class: everything it reads is
-given to its constructor or to the call). A round's loader lays the planned clients' local batches
-out as one Lightning epoch (:class:`~lightning_fed.datamodules.RoundBatchSampler`), and an
-evaluation loader serves the planned clients' rows
-(:class:`~lightning_fed.datamodules.ClientBatchSampler`), both in O(clients of the round), not
-O(N): sizes and offsets are kept between rounds and follow a selection.
+The data module builds one :class:`~lightning_fed.datamodules.ClientData` per client and hands
+them to its :class:`RoundServing` (composition, not a base class: everything it reads is given to
+its constructor, to :meth:`RoundServing.serve` or to the call). The serving is connected to a
+planner (:meth:`RoundServing.connect`, the round plan of
+:mod:`~lightning_fed.federation.round_plan`) and to an evaluation layout
+(:attr:`RoundServing.eval_plan`). A round's loader lays the planned clients' local batches out as
+one Lightning epoch (:class:`~lightning_fed.datamodules.RoundBatchSampler`), and an evaluation
+loader serves the planned clients' rows (:class:`~lightning_fed.datamodules.ClientBatchSampler`),
+both in O(clients of the round), not O(N): sizes and offsets are kept between rounds and follow a
+selection, and only the planned clients' sets are looked up.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from torch.utils.data import DataLoader, Dataset
 
 from lightning_fed.datamodules.client_data import ClientData, ClientSetView
 from lightning_fed.datamodules.round_sampler import ClientBatchSampler, RoundBatchSampler
-from lightning_fed.federation.round_plan import RoundPlan
+from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
+
+EvaluationLayout = Callable[[], tuple[Sequence[int], bool]]
+"""() -> (clients to evaluate, whether batches may mix clients), e.g. ``FederatedLoop.evaluation_layout``."""
 
 
 def offsets_of(sizes: Sequence[int]) -> list[int]:
@@ -33,18 +40,38 @@ def offsets_of(sizes: Sequence[int]) -> list[int]:
 class RoundServing:
     """The clients' loaders (see the module docstring).
 
-    Args:
-        clients: One ``ClientData`` per client, in client order; their ``on_select`` is set to
-            :meth:`selected` so the kept sizes follow a selection.
-        collate: Batch collation of every loader.
+    Attributes:
+        planner: The source of the rounds to lay out (set by :meth:`connect`).
+        plan: The round the last training loader laid out.
+        eval_plan: The clients an evaluation covers and whether its batches may mix clients;
+            ``None`` (no loop): every client, one client per batch.
     """
 
-    def __init__(self, clients: Sequence[ClientData], collate: Callable[[list[dict[str, Any]]], Any]) -> None:
-        self.clients, self.collate = list(clients), collate
-        self._sizes: list[int] = [len(c.train_set) for c in self.clients]
+    def __init__(self) -> None:
+        self.clients: list[ClientData] = []
+        self.collate: Callable[[list[dict[str, Any]]], Any] | None = None
+        self._sizes: list[int] = []
         self._train_offsets: list[int] | None = None
+        self.planner: RoundPlanner | None = None
+        self.plan: RoundPlan | None = None
+        self.eval_plan: EvaluationLayout | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether :meth:`serve` was given the clients."""
+        return bool(self.clients)
+
+    def serve(self, clients: Sequence[ClientData], collate: Callable[[list[dict[str, Any]]], Any]) -> None:
+        """Serve ``clients`` (one ``ClientData`` per client, in client order) collated by ``collate``;
+        their ``on_select`` is set to :meth:`selected` so the kept sizes follow a selection."""
+        self.clients, self.collate = list(clients), collate
+        self._sizes, self._train_offsets = [len(c.train_set) for c in self.clients], None
         for c in self.clients:
             c.on_select = self.selected
+
+    def connect(self, planner: RoundPlanner) -> None:
+        """Serve the rounds ``planner`` decides (see :mod:`~lightning_fed.federation.round_plan`)."""
+        self.planner = planner
 
     @property
     def client_sizes(self) -> list[int]:
@@ -68,8 +95,11 @@ class RoundServing:
             self._train_offsets = offsets_of(self._sizes)
         return self._train_offsets
 
-    def train_loader(self, plan: RoundPlan, batch_size: int, seed: int, rank: int = 0, world: int = 1) -> DataLoader:
-        """The batches of ``plan``: its turns, one client after another."""
+    def train_loader(self, batch_size: int, seed: int, rank: int = 0, world: int = 1) -> DataLoader:
+        """The batches of the planner's next round: its turns, one client after another."""
+        if self.planner is None:
+            raise RuntimeError("FederatedDataModule needs a FederatedLoop callback on the Trainer to plan rounds")
+        self.plan = plan = self.planner.next_round()  # planned first: round-start hooks may select client data
         sizes, offsets = self._sizes, self.round_offsets()
         sampler = RoundBatchSampler(plan.turns, offsets, sizes, batch_size, seed, plan.round_idx, rank, world)
         # The round's clients' sets as they are now (a round hook may have selected a subset of a
@@ -77,10 +107,12 @@ class RoundServing:
         train = ClientSetView({c: self.clients[c].train_set for c in plan.clients}, offsets)
         return DataLoader(train, batch_sampler=sampler, collate_fn=self.collate)
 
-    def eval_loader(self, sets: Sequence[Dataset], planned: Sequence[int], batch_size: int, packed: bool) -> DataLoader:
-        """The ``planned`` clients' rows of ``sets`` (one per client), in client order, in batches
-        of ``batch_size`` that pack several clients when ``packed``."""
-        # Only the planned clients' sets are measured and indexed: O(planned clients), not O(N).
+    def eval_loader(self, set_of: Callable[[ClientData], Dataset], batch_size: int) -> DataLoader:
+        """The rows of ``set_of(client)`` (e.g. its ``val_set``) of the clients of :attr:`eval_plan`,
+        in client order, in batches of ``batch_size`` that pack several clients when it says so."""
+        planned, packed = self.eval_plan() if self.eval_plan is not None else (range(len(self.clients)), False)
+        # Only the planned clients' sets are looked up, measured and indexed: O(planned clients), not O(N).
+        sets = {c: set_of(self.clients[c]) for c in planned}
         clients = [c for c in planned if len(sets[c]) > 0]
         sizes = {c: len(sets[c]) for c in clients}
         offsets = dict(zip(clients, offsets_of([sizes[c] for c in clients])))

@@ -105,3 +105,24 @@ def test_eval_loader_yields_the_concatenated_layout_for_the_planned_clients(toke
     for a, b in zip(got, want):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert [c for b in got for c in b["client_id"].tolist()] == [0, 3, 6]
+
+
+def test_serving_needs_setup_and_a_planner_and_keeps_the_plan_it_laid_out(tokenizer):
+    fresh = PreferenceDataModule(num_clients=3, synthetic_args={"examples_per_client": 4})
+    with pytest.raises(RuntimeError, match=r"call setup\(\) before asking for clients' loaders or sizes"):
+        fresh.val_dataloader()
+    dm = data(tokenizer)
+    with pytest.raises(RuntimeError, match="needs a FederatedLoop callback on the Trainer to plan rounds"):
+        dm.train_dataloader()
+    plan = RoundPlan(4, (1, 5), (TurnPlan(5, 2), TurnPlan(1, 1)))
+    dm.connect(FixedPlan(plan))
+    assert len(list(dm.train_dataloader())) == 3 and dm.plan is plan
+
+
+def test_eval_loader_looks_up_only_the_planned_clients_sets(tokenizer):
+    dm = data(tokenizer, num_clients=50, per_client=5)
+    looked_up = []
+    dm.eval_plan = lambda: ([7, 31], True)
+    loader = dm.serving.eval_loader(lambda client: looked_up.append(client.client_id) or client.val_set, 4)
+    assert looked_up == [7, 31]  # not a list of all 50 clients' sets
+    assert [c for b in loader for c in b["client_id"].tolist()] == [7, 31]

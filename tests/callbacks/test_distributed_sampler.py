@@ -1,0 +1,58 @@
+"""Lightning's DistributedSampler stays out of the round loader through public settings only.
+
+The round loader splits each global batch over the DDP processes itself
+(``RoundBatchSampler``), so Lightning must not inject a ``DistributedSampler``. The CLI builds
+the Trainer with ``use_distributed_sampler=False`` (a ``trainer_defaults`` value) and refuses
+``True`` in one line, before anything is written; ``FederatedLoop`` no longer sets Lightning's
+private ``trainer._accelerator_connector`` (issue 23).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from lightning_fed.federated_cli import run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+ENV.pop("LIGHTNING_FED_DEBUG", None)
+
+
+def test_cli_trainer_default_is_no_distributed_sampler(tmp_path):
+    cli = run_cli(["--config", str(ROOT / "configs/tiny.yaml"), f"--trainer.default_root_dir={tmp_path}"], run=False)
+    assert cli.config["trainer"]["use_distributed_sampler"] is False
+    assert not any(tmp_path.iterdir())  # building the objects writes nothing
+
+
+def test_cli_refuses_use_distributed_sampler_true_in_one_line(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lightning_fed.cli",
+            "fit",
+            "--config",
+            str(ROOT / "configs/tiny.yaml"),
+            f"--trainer.default_root_dir={tmp_path / 'run'}",
+            "--trainer.use_distributed_sampler=true",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[0] == (
+        "error: trainer.use_distributed_sampler must be false (the round loader splits each batch over the"
+        " DDP processes itself), got True"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_federated_loop_does_not_touch_lightnings_private_connector():
+    source = (ROOT / "lightning_fed/callbacks/federated_loop.py").read_text()
+    assert "._accelerator_connector" not in source
