@@ -191,7 +191,8 @@ def make_client_app(**defaults: Any) -> ClientApp:
         runner = _context_runner(context, cfg)
         content = msg.content
         client_id = int(content.config_records[CONFIG]["client-id"])
-        means, count = runner.evaluate(client_id, from_arrays(content.array_records[STATE]), _entry(context))
+        state, instructions = from_arrays(content.array_records[STATE]), record_to_instructions(content)
+        means, count = runner.evaluate(client_id, state, _entry(context), instructions)
         metrics = MetricRecord(
             {"num-examples": count, "client-id": client_id, **{k: float(v) for k, v in means.items()}}
         )

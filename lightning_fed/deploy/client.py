@@ -231,12 +231,21 @@ class ClientRunner:
         return turn.update, store.get(client_id)
 
     @torch.no_grad()
-    def evaluate(self, client_id: int, state: StateDict, entry: dict[str, StateDict]) -> tuple[dict[str, float], int]:
-        """The per-example means of the module's validation metrics on the client's val split."""
+    def evaluate(
+        self,
+        client_id: int,
+        state: StateDict,
+        entry: dict[str, StateDict],
+        instructions: Mapping[int, Payload] | None = None,
+    ) -> tuple[dict[str, float], int]:
+        """The per-example means of the module's validation metrics on the client's val split
+        (``instructions``: the hooks' evaluation payloads by hook index, for their ``prepare_evaluation``)."""
         self._check_client(client_id)
-        self.module.load_state(state)
+        self.module.load_state(match_rank(state, self.module.shared_parameters()))  # a rank-r_k client: padded
         if entry.get("personal"):
             self.module.load_state(entry["personal"])
+        for i, hook in enumerate(self.hooks):
+            hook.prepare_evaluation(self.module, client_id, dict((instructions or {}).get(i, {})))
         data = self.datamodule.client(client_id)
         if len(data.val_set) == 0:
             return {}, 0

@@ -55,7 +55,7 @@ from lightning_fed.deploy.records import (
 from lightning_fed.deploy.secure_aggregation import SecureAggregation
 from lightning_fed.deploy.secure_aggregation_flower import secure_train_round
 from lightning_fed.federation.context import RoundContext
-from lightning_fed.federation.hooks import Payload, reads_client_data
+from lightning_fed.federation.hooks import Payload, payload_nbytes, reads_client_data
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.pipelines import flower_refusals
 from lightning_fed.state import StateDict, clone_state
@@ -97,6 +97,9 @@ class FederatedServer(FlowerStrategy):
         self.module, self.num_clients, self.timeout = module, num_clients, timeout
         self.limits = limits or ReplyLimits()
         self.rejected_evaluations = self.missing_replies = 0
+        #: Bytes of the hooks' evaluation instructions (not in the rounds' ``down_bytes``: the
+        #: in-process loop evaluates on the server's own module and sends nothing).
+        self.eval_down_bytes = 0
         self.context = RoundContext(
             rounds=self.server.rounds,
             seed=self.server.seed,
@@ -250,12 +253,25 @@ class FederatedServer(FlowerStrategy):
         planned = self.loop.evaluation.clients_for(self.server, server_round - 1)
         self.eval_asked = {cid for cid in planned if cid in self.nodes}
         self._asked = {}
+        sent = 0
         for cid in sorted(self.eval_asked):
             nonce = new_nonce()
-            content = train_instruction(server_round - 1, cid, self.server.client_start(cid)[0], {}, nonce=nonce)
+            instructions = self.evaluation_instructions(cid, server_round - 1)
+            sent += sum(payload_nbytes(p) for p in instructions.values())
+            start = self.server.client_start(cid)[0]
+            content = train_instruction(server_round - 1, cid, start, {}, instructions, nonce=nonce)
             message = Message(content=content, message_type=MessageType.EVALUATE, dst_node_id=self.nodes[cid])
             self._asked[cid] = (message, nonce)
+        self.eval_down_bytes += sent
+        for logger in self.context.loggers:
+            logger.log_metrics({"comm/eval_down_bytes": float(sent)}, step=server_round)
         return [message for message, _ in self._asked.values()]
+
+    def evaluation_instructions(self, client_id: int, round_idx: int) -> dict[int, Payload]:
+        """Every hook's evaluation payload for ``client_id`` (by hook index; empty ones left out),
+        e.g. FLoRA's merged base change: what the client's model needs beyond the global state."""
+        out = {i: h.evaluation_instruction(self.server, client_id, round_idx) for i, h in enumerate(self.server.hooks)}
+        return {i: p for i, p in out.items() if p}
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Average the evaluations of the clients asked; a malformed or impostor reply is rejected."""
@@ -263,9 +279,10 @@ class FederatedServer(FlowerStrategy):
         report.start_eval()
         seen: set[int] = set()
         for msg in replies:
-            if msg.has_error():
-                continue
             cid = self._client_of(msg.metadata.src_node_id)
+            if msg.has_error():
+                rank_zero_warn(f"round {server_round}: evaluation of client {cid} failed: {msg.error.reason}")
+                continue
             try:
                 if cid in self.eval_asked and (unbound := self._unbound(cid, msg, server_round - 1)) is not None:
                     raise ValueError(unbound)
@@ -357,6 +374,7 @@ class FederatedServer(FlowerStrategy):
             **self.server.fault_counts(),
             "rejected_evaluations": self.rejected_evaluations,
             "missing_replies": self.missing_replies,
+            "evaluation_down_bytes": self.eval_down_bytes,
             "hooks": self.server.hook_summaries(),
             "privacy": self.server.privacy_section(),
             "engine": "flower",
