@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lightning_fed.federation.hooks import Payload, RoundHook
-from lightning_fed.heterogeneity.system_profiles import load_trace, profiles_from_distribution
+from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import SyncRoundSimulator
 
 if TYPE_CHECKING:
@@ -49,17 +49,12 @@ class SystemHeterogeneity(RoundHook):
     """Per-client speed, availability and dropouts on a virtual clock, with a round deadline.
 
     Args:
-        local_steps: Steps of a full turn as the clock counts them: ``federation.local_steps``.
-        step_time: Virtual seconds one local step takes on a normal client.
-        slow_fraction: Share of clients that are ``slow_factor`` times slower (seeded choice).
-        slow_factor: How much slower the slow clients are.
-        availability: Probability a selected client is online.
-        dropout: Probability an online client drops out before reporting.
-        trace: A CSV file ``client,step_time,availability,dropout`` (replaces the five above).
+        local_steps, step_time, slow_fraction, slow_factor, availability, dropout, trace, seed: The
+            clients' behaviour, held as one :class:`~lightning_fed.heterogeneity.SystemProfile`
+            (``self.system``; its fields say what each is).
         deadline: Virtual seconds a round may last (``None``: no deadline).
         target: Reports that close the round (``None``: every selected client).
         partial_work: At the deadline, stragglers send the steps they finished.
-        seed: Seed of the slow clients' choice and of the availability and dropout draws.
     """
 
     def __init__(
@@ -78,37 +73,26 @@ class SystemHeterogeneity(RoundHook):
     ) -> None:
         if target is not None and target < 1:
             raise ValueError(f"{FIELD}.target must be >= 1, got {target!r}")
-        self.local_steps = local_steps
-        self.profile_args = {
-            "step_time": step_time,
-            "slow_fraction": slow_fraction,
-            "slow_factor": slow_factor,
-            "availability": availability,
-            "dropout": dropout,
-            "seed": seed,
-        }
-        profiles_from_distribution(1, **self.profile_args)  # validates the arguments now
-        self.trace, self.deadline, self.target, self.partial_work, self.seed = (
-            trace,
-            deadline,
-            target,
-            partial_work,
-            seed,
-        )
+        self.system = SystemProfile(
+            local_steps, step_time, slow_fraction, slow_factor, availability, dropout, trace, seed
+        )  # validates the arguments now
+        self.deadline, self.target, self.partial_work = deadline, target, partial_work
         self.sim: SyncRoundSimulator | None = None
         self.clock = 0.0
         self.counts = {"unavailable": 0, "dropped": 0, "late": 0, "partial": 0}
         self._steps: dict[int, int] = {}  # this round's partial workers: client -> steps
 
     def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
-        n = server.num_clients
-        profiles = load_trace(self.trace, n) if self.trace else profiles_from_distribution(n, **self.profile_args)
-        clients_per_round = getattr(server, "clients_per_round", n)
+        clients_per_round = getattr(server, "clients_per_round", server.num_clients)
         if self.target is not None and self.target > clients_per_round:
             raise ValueError(
                 f"{FIELD}.target={self.target} exceeds federation.clients_per_round={clients_per_round} (the selected)"
             )
-        self.sim = SyncRoundSimulator(profiles, self.local_steps, self.deadline, 0.0, self.partial_work, 1, self.seed)
+        system = self.system
+        profiles = system.profiles(server.num_clients)
+        self.sim = SyncRoundSimulator(
+            profiles, system.local_steps, self.deadline, 0.0, self.partial_work, 1, system.seed
+        )
 
     def on_round_start(
         self, server: ServerRound, trainer: Any, module: pl.LightningModule, round_idx: int, clients: list[int]
