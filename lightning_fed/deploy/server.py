@@ -54,8 +54,10 @@ from lightning_fed.deploy.records import (
 )
 from lightning_fed.deploy.secure_aggregation import SecureAggregation
 from lightning_fed.deploy.secure_aggregation_flower import secure_train_round
+from lightning_fed.deploy.wall_clock import collect_until, wall_clock_hook
 from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.hooks import Payload, payload_nbytes, reads_client_data
+from lightning_fed.heterogeneity.system_round import LOCAL_STEPS, SystemHeterogeneity
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.pipelines import flower_refusals
 from lightning_fed.state import StateDict, clone_state
@@ -106,11 +108,13 @@ class FederatedServer(FlowerStrategy):
             log_dir=str(output_dir),
             loggers=[TensorBoardLogger(str(output_dir), name="", version="")],
             add_round_bytes=self.server.add_round_bytes,
+            engine="flower",
         )
         self.nodes: dict[int, int] = {}  # client (partition) -> node id
         self.eval_asked: set[int] = set()  # clients asked to evaluate this round
         self.instructions: dict[int, dict[int, Payload]] = {}  # this round's per-client hook payloads
         self._asked: dict[int, tuple[Message, str]] = {}  # this round's message to each client, its nonce
+        self.late: list[int] = []  # clients of the last train round with no reply
 
     # --------------------------------------------------------------- Flower's strategy API
     def summary(self) -> None:
@@ -173,9 +177,13 @@ class FederatedServer(FlowerStrategy):
         return None
 
     def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
+        self, server_round: int, replies: Iterable[Message], silent_are_late: bool = False
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Check every reply, aggregate the valid ones, run the after-aggregate hooks."""
+        """Check every reply, aggregate the valid ones, run the after-aggregate hooks.
+
+        A client asked to train that did not answer counts as failed (a timed-out node), or, with
+        ``silent_are_late`` (a wall-clock round cut at its deadline or target), as late: left out,
+        not failed (:attr:`late`)."""
         server, answered = self.server, set()
         for msg in replies:
             cid = self._client_of(msg.metadata.src_node_id)
@@ -200,7 +208,8 @@ class FederatedServer(FlowerStrategy):
                 server.reject(cid, str(err))
                 continue
             server.receive(update)
-        for cid in [c for c in server.clients if server.sent(c) is not None and c not in answered]:
+        self.late = [c for c in server.clients if server.sent(c) is not None and c not in answered]
+        for cid in [] if silent_are_late else self.late:
             server.fail(cid)  # no reply: timed out
         server.close(self.context, self.module)
         record = server.report.history[-1]
@@ -334,10 +343,13 @@ class FederatedServer(FlowerStrategy):
         for hook in server.hooks:
             hook.setup_server(server, self.context, self.module)
         self.nodes = discover_partitions(grid, min_nodes or 1, timeout, self.num_clients)
+        wall = wall_clock_hook(server.hooks)
         result = Result()
         for server_round in range(1, (num_rounds or server.rounds) + 1):
             if isinstance(server.strategy, SecureAggregation):  # Flower's SecAgg+ workflow runs the exchange
                 arrays, metrics = secure_train_round(self, server_round, grid, timeout)
+            elif wall is not None:  # real time-outs: the round closes at its deadline or target
+                arrays, metrics = self.wall_clock_round(server_round, grid, wall, timeout)
             else:
                 replies = grid.send_and_receive(
                     self.configure_train(server_round, to_arrays(server.global_state), ConfigRecord(), grid),
@@ -361,6 +373,23 @@ class FederatedServer(FlowerStrategy):
                 break
         self.finish()
         return result
+
+    def wall_clock_round(
+        self, server_round: int, grid: Grid, hook: SystemHeterogeneity, timeout: float
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """A train round on real time-outs (``deploy/wall_clock.py``): the first ``target`` replies
+        within ``deadline`` seconds (else the transport's ``timeout``) are aggregated, the rest are late."""
+        started = time.monotonic()
+        messages = list(self.configure_train(server_round, to_arrays(self.server.global_state), ConfigRecord(), grid))
+        seconds = timeout if hook.deadline is None else hook.deadline
+        kept, _surplus = collect_until(grid, messages, seconds, hook.round_target)
+        arrays, metrics = self.aggregate_train(server_round, kept, silent_are_late=True)
+        record = self.server.report.history[-1]
+        train = record.get("train", {})
+        steps = {c: train.get(str(c), {}).get(LOCAL_STEPS) for c in record["aggregated"]}
+        steps = {c: None if s is None else int(s) for c, s in steps.items()}
+        hook.record_wall_round(self.context, server_round - 1, steps, self.late, time.monotonic() - started)
+        return arrays, metrics
 
     def finish(self) -> None:
         """Write the final adapter, the global state and ``summary.json``."""
