@@ -36,7 +36,7 @@ from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.round_plan import FixedPlan, RoundPlan
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
-from lightning_fed.heterogeneity.system_round import LOCAL_STEPS, instructed_budget, instructed_steps
+from lightning_fed.heterogeneity.system_round import CUT_SHORT, LOCAL_STEPS, instructed_budget, instructed_steps
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.privacy.run import client_counts_bucketed
 from lightning_fed.state import StateDict, clone_state
@@ -79,6 +79,7 @@ class ClientLoop(TurnDriver):
         self._next, self.start, self.downlink = turn, start, downlink
         self.plan = TurnPlan(turn.client_id, num_batches)
         self.stop_at = stop_at  # time.monotonic() past which no further local step starts (wall budget)
+        self.cut_short = False  # the budget ended the turn before its planned steps
         self._steps_before = 0
 
     @override
@@ -118,7 +119,7 @@ class ClientLoop(TurnDriver):
         if self.turn is turn and stepped and self.stop_at is not None and time.monotonic() >= self.stop_at:
             # The time budget is spent: the turn ends with the steps it finished (FedProx's inexact
             # update, Li et al., 2020, arXiv:1812.06127), at least one, and the fit stops.
-            self.turn, self.last_turn = None, turn
+            self.turn, self.last_turn, self.cut_short = None, turn, True
             turn.end(trainer, pl_module)
             self.end_turn(trainer, pl_module, turn)
             trainer.should_stop = True
@@ -267,7 +268,7 @@ class ClientRunner:
         if turn.update is None:
             raise RuntimeError(f"client {client_id} produced no update in round {round_idx + 1}")
         if budget is not None:  # what the server counts as partial work
-            turn.update.metrics[LOCAL_STEPS] = float(turn.steps)
+            turn.update.metrics.update({LOCAL_STEPS: float(turn.steps), CUT_SHORT: float(loop.cut_short)})
         return turn.update, store.get(client_id)
 
     @torch.no_grad()

@@ -57,7 +57,7 @@ from lightning_fed.deploy.secure_aggregation_flower import secure_train_round
 from lightning_fed.deploy.wall_clock import collect_until, wall_clock_hook
 from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.hooks import Payload, payload_nbytes, reads_client_data
-from lightning_fed.heterogeneity.system_round import LOCAL_STEPS, SystemHeterogeneity
+from lightning_fed.heterogeneity.system_round import CUT_SHORT, SystemHeterogeneity
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.pipelines import flower_refusals
 from lightning_fed.state import StateDict, clone_state
@@ -381,14 +381,14 @@ class FederatedServer(FlowerStrategy):
         within ``deadline`` seconds (else the transport's ``timeout``) are aggregated, the rest are late."""
         started = time.monotonic()
         messages = list(self.configure_train(server_round, to_arrays(self.server.global_state), ConfigRecord(), grid))
-        seconds = timeout if hook.deadline is None else hook.deadline
-        kept, _surplus = collect_until(grid, messages, seconds, hook.round_target)
+        wait = timeout if hook.deadline is None else hook.deadline
+        kept, _surplus = collect_until(grid, messages, wait, hook.round_target)
         arrays, metrics = self.aggregate_train(server_round, kept, silent_are_late=True)
         record = self.server.report.history[-1]
-        train = record.get("train", {})
-        steps = {c: train.get(str(c), {}).get(LOCAL_STEPS) for c in record["aggregated"]}
-        steps = {c: None if s is None else int(s) for c, s in steps.items()}
-        hook.record_wall_round(self.context, server_round - 1, steps, self.late, time.monotonic() - started)
+        train = record.get("train", {})  # absent with private metrics: partial work is then not counted
+        partial = [c for c in record["aggregated"] if train.get(str(c), {}).get(CUT_SHORT)]
+        seconds = time.monotonic() - started
+        hook.record_wall_round(self.context, server_round - 1, len(record["aggregated"]), partial, self.late, seconds)
         return arrays, metrics
 
     def finish(self) -> None:

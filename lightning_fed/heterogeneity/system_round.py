@@ -26,10 +26,11 @@ answered by then is late (not failed), and its reply, if it comes later, answers
 message and is refused. With ``partial_work`` each client is sent a time budget
 (``deadline * (1 - reply_margin)`` seconds from the moment its train message arrives) and stops its
 local steps when it is spent, uploading the steps it finished (at least one), which it reports as
-the ``local_steps`` metric. The clients are as fast and as available as they really are: the
-profile options (``step_time`` ... ``trace``) belong to the virtual clock and are refused with
-``clock: wall``, as is ``clock: wall`` in process (its clients train one after another, so a wall
-deadline would cut a client by its place in the queue, not by its speed).
+the ``local_steps`` metric (and ``cut_short``: whether the budget ended its turn). The clients are
+as fast and as available as they really are: the profile options (``step_time`` ... ``trace``)
+belong to the virtual clock and are refused with ``clock: wall``, as is ``clock: wall`` in process
+(its clients train one after another, so a wall deadline would cut a client by its place in the
+queue, not by its speed).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
 LOCAL_STEPS = "local_steps"
 #: The instruction key of a client's wall-clock time budget in seconds (read by :func:`instructed_budget`).
 WALL_BUDGET = "wall_budget"
+#: The update metric by which a client says its time budget ended its turn early (1.0) or not (0.0).
+CUT_SHORT = "cut_short"
 CLOCKS = ("virtual", "wall")
 FIELD = "federation.hooks: SystemHeterogeneity"
 
@@ -189,17 +192,17 @@ class SystemHeterogeneity(RoundHook):
         return {} if steps is None else {LOCAL_STEPS: steps}
 
     def record_wall_round(
-        self, context: RoundContext, round_idx: int, steps: dict[int, int | None], late: list[int], seconds: float
+        self, context: RoundContext, round_idx: int, reports: int, partial: list[int], late: list[int], seconds: float
     ) -> None:
-        """What a wall-clock round came to: ``steps`` of each aggregated client (``None``: not
-        reported), the ``late`` clients (no reply by the deadline, or past the target), its seconds."""
-        partial = [c for c, s in steps.items() if s is not None and s < self.system.local_steps]
+        """What a wall-clock round came to: its aggregated ``reports``, the ``partial`` clients among
+        them (their budget cut their turn short), the ``late`` clients (no reply by the deadline, or
+        past the target) and its wall ``seconds``."""
         self.clock += seconds
         self.counts["late"] += len(late)
         self.counts["partial"] += len(partial)
         metrics = {
             "system/wall_time": self.clock,
-            "system/reports": float(len(steps)),
+            "system/reports": float(reports),
             "system/late": float(len(late)),
             "system/partial": float(len(partial)),
         }

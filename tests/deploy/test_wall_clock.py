@@ -138,7 +138,7 @@ def test_partial_work_a_slow_client_sends_the_steps_it_finished(tmp_path):
     """Deadline 4 s, reply margin 0.5: each client may train 2 s from its message's arrival. Client 1
     sleeps 2.2 s before its first step, so its budget is spent after it: it uploads 1 of its 3
     local steps (FedProx's inexact update) and says so; the others finish their 3."""
-    hook = {"clock": "wall", "deadline": 4.0, "partial_work": True, "reply_margin": 0.5, "local_steps": 3}
+    hook = {"clock": "wall", "deadline": 4.0, "partial_work": True, "reply_margin": 0.5}
     config = _config(tmp_path, hook, local_steps=3)
     cfg = yaml.safe_load(open(config).read())
     cfg["federation"]["hooks"].append(
@@ -151,6 +151,7 @@ def test_partial_work_a_slow_client_sends_the_steps_it_finished(tmp_path):
     assert rnd["aggregated"] == [0, 1, 2, 3]
     train = server.server.report.history[-1]["train"]
     assert {c: m["local_steps"] for c, m in train.items()} == {"0": 3.0, "1": 1.0, "2": 3.0, "3": 3.0}
+    assert {c: m["cut_short"] for c, m in train.items()} == {"0": 0.0, "1": 1.0, "2": 0.0, "3": 0.0}
     assert summary["hooks"]["SystemHeterogeneity"]["partial"] == 1
 
 
