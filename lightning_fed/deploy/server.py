@@ -272,7 +272,7 @@ class FederatedServer(FlowerStrategy):
             message = Message(content=content, message_type=MessageType.EVALUATE, dst_node_id=self.nodes[cid])
             self._asked[cid] = (message, nonce)
         self.eval_down_bytes += sent
-        for logger in self.context.loggers:
+        for logger in self.context.loggers if sent else []:
             logger.log_metrics({"comm/eval_down_bytes": float(sent)}, step=server_round)
         return [message for message, _ in self._asked.values()]
 
@@ -342,8 +342,13 @@ class FederatedServer(FlowerStrategy):
         self.summary()
         for hook in server.hooks:
             hook.setup_server(server, self.context, self.module)
-        self.nodes = discover_partitions(grid, min_nodes or 1, timeout, self.num_clients)
         wall = wall_clock_hook(server.hooks)
+        if wall is not None and isinstance(server.strategy, SecureAggregation):
+            raise ValueError(
+                "federation.hooks: SystemHeterogeneity.clock='wall' cannot run with SecureAggregation"
+                " (Flower's SecAgg+ workflow runs its own rounds and time-outs); use clock='virtual'"
+            )
+        self.nodes = discover_partitions(grid, min_nodes or 1, timeout, self.num_clients)
         result = Result()
         for server_round in range(1, (num_rounds or server.rounds) + 1):
             if isinstance(server.strategy, SecureAggregation):  # Flower's SecAgg+ workflow runs the exchange

@@ -186,3 +186,17 @@ def test_bad_wall_clock_options_are_one_line_errors(kwargs, message):
     with pytest.raises(ValueError) as info:
         SystemHeterogeneity(**kwargs)
     assert str(info.value) == message
+
+
+def test_wall_clock_with_secure_aggregation_is_refused_in_one_line(tmp_path):
+    secagg = {
+        "class_path": "lightning_fed.deploy.secure_aggregation.SecureAggregation",
+        "init_args": {"strategy": {"class_path": "lightning_fed.strategies.FedAvg"}},
+    }
+    config = _config(tmp_path, {"clock": "wall", "deadline": 1.0}, strategy=secagg)
+    with pytest.raises(ValueError) as info:
+        _serve(tmp_path, config, LatencyGrid({}))
+    assert str(info.value) == (
+        "federation.hooks: SystemHeterogeneity.clock='wall' cannot run with SecureAggregation"
+        " (Flower's SecAgg+ workflow runs its own rounds and time-outs); use clock='virtual'"
+    )
