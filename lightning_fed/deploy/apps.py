@@ -160,6 +160,7 @@ def make_client_app(**defaults: Any) -> ClientApp:
     def train(msg: Message, context: Context) -> Message:
         """Local training of this node's client from the state the server sent (under SecAgg+,
         its contribution goes to Flower's ``secaggplus_mod``, which masks it)."""
+        received = time.monotonic()  # a wall-clock time budget runs from here
         cfg = _settings(context, defaults)
         runner = _context_runner(context, cfg)
         content = msg.content
@@ -172,6 +173,7 @@ def make_client_app(**defaults: Any) -> ClientApp:
             from_arrays(content.array_records.get(DOWNLINK)),
             _entry(context),
             record_to_instructions(content),
+            received,
         )
         for key in ("personal", "memory"):
             context.state[key] = ArrayRecord(dict(entry[key])) if entry[key] else ArrayRecord()
@@ -191,7 +193,8 @@ def make_client_app(**defaults: Any) -> ClientApp:
         runner = _context_runner(context, cfg)
         content = msg.content
         client_id = int(content.config_records[CONFIG]["client-id"])
-        means, count = runner.evaluate(client_id, from_arrays(content.array_records[STATE]), _entry(context))
+        state, instructions = from_arrays(content.array_records[STATE]), record_to_instructions(content)
+        means, count = runner.evaluate(client_id, state, _entry(context), instructions)
         metrics = MetricRecord(
             {"num-examples": count, "client-id": client_id, **{k: float(v) for k, v in means.items()}}
         )

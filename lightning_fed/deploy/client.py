@@ -19,6 +19,7 @@ instructions before laying out the turn (:meth:`ClientRunner.train`).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.round_plan import FixedPlan, RoundPlan
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
-from lightning_fed.heterogeneity.system_round import instructed_steps
+from lightning_fed.heterogeneity.system_round import CUT_SHORT, LOCAL_STEPS, instructed_budget, instructed_steps
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.privacy.run import client_counts_bucketed
 from lightning_fed.state import StateDict, clone_state
@@ -65,12 +66,21 @@ class ClientLoop(TurnDriver):
     """
 
     def __init__(
-        self, turn: ClientTurn, num_batches: int, start: StateDict, downlink: StateDict, local_steps: int | None
+        self,
+        turn: ClientTurn,
+        num_batches: int,
+        start: StateDict,
+        downlink: StateDict,
+        local_steps: int | None,
+        stop_at: float | None = None,
     ) -> None:
         super().__init__()
         self.rounds, self.local_steps = turn.rounds, local_steps
         self._next, self.start, self.downlink = turn, start, downlink
         self.plan = TurnPlan(turn.client_id, num_batches)
+        self.stop_at = stop_at  # time.monotonic() past which no further local step starts (wall budget)
+        self.cut_short = False  # the budget ended the turn before its planned steps
+        self._steps_before = 0
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -91,6 +101,28 @@ class ClientLoop(TurnDriver):
     @override
     def end_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, turn: ClientTurn) -> None:
         pass  # the runner reads turn.update
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
+        self._steps_before = self.turn.steps if self.turn is not None else 0
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        turn = self.turn
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        stepped = turn is not None and turn.steps > self._steps_before  # an optimizer step ended here
+        if self.turn is turn and stepped and self.stop_at is not None and time.monotonic() >= self.stop_at:
+            # The time budget is spent: the turn ends with the steps it finished (FedProx's inexact
+            # update, Li et al., 2020, arXiv:1812.06127), at least one, and the fit stops.
+            self.turn, self.last_turn, self.cut_short = None, turn, True
+            turn.end(trainer, pl_module)
+            self.end_turn(trainer, pl_module, turn)
+            trainer.should_stop = True
 
 
 class _EvalCollector(pl.Callback):
@@ -187,14 +219,19 @@ class ClientRunner:
         downlink: StateDict,
         entry: dict[str, StateDict],
         instructions: Mapping[int, Payload] | None = None,
+        received: float | None = None,
     ) -> tuple[ClientUpdate, dict[str, StateDict]]:
         """Local training of ``client_id`` in round ``round_idx`` (0-based) from ``state``.
 
         ``entry`` is what the client kept from earlier rounds (``{"personal", "memory"}``);
         ``instructions`` the hooks' per-client payloads (by hook index), given to their
-        ``prepare_client`` before the turn is laid out. Returns the update to upload and the
-        entry to keep.
+        ``prepare_client`` before the turn is laid out. A wall-clock time budget among them
+        (:func:`~lightning_fed.heterogeneity.system_round.instructed_budget`) runs from ``received``
+        (``time.monotonic()`` when the message arrived; default: now): past it no further local
+        step starts, and the update reports its ``local_steps``. Returns the update to upload and
+        the entry to keep.
         """
+        received = time.monotonic() if received is None else received
         self._check_client(client_id)
         store = ClientStateStore()
         store.load_state_dict({client_id: entry})
@@ -224,19 +261,32 @@ class ClientRunner:
         batches = turn_batches(steps, self.local_epochs, num_examples, self.datamodule.batch_size, accumulate)
         # The client side of the strategy as the simulation sets it up (e.g. its client count).
         self.strategy.setup(clone_state(self.module.shared_parameters()), self.datamodule.num_clients)
-        loop = ClientLoop(turn, batches, state, downlink, self.local_steps)
+        budget = instructed_budget(dict(instructions or {}))
+        stop_at = None if budget is None else received + budget
+        loop = ClientLoop(turn, batches, state, downlink, self.local_steps, stop_at)
         self._trainer(round_idx, [loop]).fit(self.module, datamodule=self.datamodule)
         if turn.update is None:
             raise RuntimeError(f"client {client_id} produced no update in round {round_idx + 1}")
+        if budget is not None:  # what the server counts as partial work
+            turn.update.metrics.update({LOCAL_STEPS: float(turn.steps), CUT_SHORT: float(loop.cut_short)})
         return turn.update, store.get(client_id)
 
     @torch.no_grad()
-    def evaluate(self, client_id: int, state: StateDict, entry: dict[str, StateDict]) -> tuple[dict[str, float], int]:
-        """The per-example means of the module's validation metrics on the client's val split."""
+    def evaluate(
+        self,
+        client_id: int,
+        state: StateDict,
+        entry: dict[str, StateDict],
+        instructions: Mapping[int, Payload] | None = None,
+    ) -> tuple[dict[str, float], int]:
+        """The per-example means of the module's validation metrics on the client's val split
+        (``instructions``: the hooks' evaluation payloads by hook index, for their ``prepare_evaluation``)."""
         self._check_client(client_id)
-        self.module.load_state(state)
+        self.module.load_state(match_rank(state, self.module.shared_parameters()))  # a rank-r_k client: padded
         if entry.get("personal"):
             self.module.load_state(entry["personal"])
+        for i, hook in enumerate(self.hooks):
+            hook.prepare_evaluation(self.module, client_id, dict((instructions or {}).get(i, {})))
         data = self.datamodule.client(client_id)
         if len(data.val_set) == 0:
             return {}, 0

@@ -55,8 +55,10 @@ from lightning_fed.deploy.records import (
 )
 from lightning_fed.deploy.secure_aggregation import SecureAggregation
 from lightning_fed.deploy.secure_aggregation_flower import secure_train_round
+from lightning_fed.deploy.wall_clock import collect_until, wall_clock_hook
 from lightning_fed.federation.context import RoundContext
-from lightning_fed.federation.hooks import Payload, reads_client_data
+from lightning_fed.federation.hooks import Payload, payload_nbytes, reads_client_data
+from lightning_fed.heterogeneity.system_round import CUT_SHORT, SystemHeterogeneity
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.pipelines import flower_refusals
 from lightning_fed.state import StateDict, clone_state
@@ -98,17 +100,22 @@ class FederatedServer(FlowerStrategy):
         self.module, self.num_clients, self.timeout = module, num_clients, timeout
         self.limits = limits or ReplyLimits()
         self.rejected_evaluations = self.missing_replies = 0
+        #: Bytes of the hooks' evaluation instructions (not in the rounds' ``down_bytes``: the
+        #: in-process loop evaluates on the server's own module and sends nothing).
+        self.eval_down_bytes = 0
         self.context = RoundContext(
             rounds=self.server.rounds,
             seed=self.server.seed,
             log_dir=str(output_dir),
             loggers=[TensorBoardLogger(str(output_dir), name="", version="")],
             add_round_bytes=self.server.add_round_bytes,
+            engine="flower",
         )
         self.nodes: dict[int, int] = {}  # client (partition) -> node id
         self.eval_asked: set[int] = set()  # clients asked to evaluate this round
         self.instructions: dict[int, dict[int, Payload]] = {}  # this round's per-client hook payloads
         self._asked: dict[int, tuple[Message, str]] = {}  # this round's message to each client, its nonce
+        self.late: list[int] = []  # clients of the last train round with no reply
 
     # --------------------------------------------------------------- Flower's strategy API
     def summary(self) -> None:
@@ -171,9 +178,13 @@ class FederatedServer(FlowerStrategy):
         return None
 
     def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
+        self, server_round: int, replies: Iterable[Message], silent_are_late: bool = False
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Check every reply, aggregate the valid ones, run the after-aggregate hooks."""
+        """Check every reply, aggregate the valid ones, run the after-aggregate hooks.
+
+        A client asked to train that did not answer counts as failed (a timed-out node), or, with
+        ``silent_are_late`` (a wall-clock round cut at its deadline or target), as late: left out,
+        not failed (:attr:`late`)."""
         server, answered = self.server, set()
         for msg in replies:
             cid = self._client_of(msg.metadata.src_node_id)
@@ -198,7 +209,8 @@ class FederatedServer(FlowerStrategy):
                 server.reject(cid, str(err))
                 continue
             server.receive(update)
-        for cid in [c for c in server.clients if server.sent(c) is not None and c not in answered]:
+        self.late = [c for c in server.clients if server.sent(c) is not None and c not in answered]
+        for cid in [] if silent_are_late else self.late:
             server.fail(cid)  # no reply: timed out
         server.close(self.context, self.module)
         record = server.report.history[-1]
@@ -251,12 +263,25 @@ class FederatedServer(FlowerStrategy):
         planned = self.loop.evaluation.clients_for(self.server, server_round - 1)
         self.eval_asked = {cid for cid in planned if cid in self.nodes}
         self._asked = {}
+        sent = 0
         for cid in sorted(self.eval_asked):
             nonce = new_nonce()
-            content = train_instruction(server_round - 1, cid, self.server.client_start(cid)[0], {}, nonce=nonce)
+            instructions = self.evaluation_instructions(cid, server_round - 1)
+            sent += sum(payload_nbytes(p) for p in instructions.values())
+            start = self.server.client_start(cid)[0]
+            content = train_instruction(server_round - 1, cid, start, {}, instructions, nonce=nonce)
             message = Message(content=content, message_type=MessageType.EVALUATE, dst_node_id=self.nodes[cid])
             self._asked[cid] = (message, nonce)
+        self.eval_down_bytes += sent
+        for logger in self.context.loggers if sent else []:
+            logger.log_metrics({"comm/eval_down_bytes": float(sent)}, step=server_round)
         return [message for message, _ in self._asked.values()]
+
+    def evaluation_instructions(self, client_id: int, round_idx: int) -> dict[int, Payload]:
+        """Every hook's evaluation payload for ``client_id`` (by hook index; empty ones left out),
+        e.g. FLoRA's merged base change: what the client's model needs beyond the global state."""
+        out = {i: h.evaluation_instruction(self.server, client_id, round_idx) for i, h in enumerate(self.server.hooks)}
+        return {i: p for i, p in out.items() if p}
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Average the evaluations of the clients asked; a malformed or impostor reply is rejected."""
@@ -264,9 +289,10 @@ class FederatedServer(FlowerStrategy):
         report.start_eval()
         seen: set[int] = set()
         for msg in replies:
-            if msg.has_error():
-                continue
             cid = self._client_of(msg.metadata.src_node_id)
+            if msg.has_error():
+                rank_zero_warn(f"round {server_round}: evaluation of client {cid} failed: {msg.error.reason}")
+                continue
             try:
                 if cid in self.eval_asked and (unbound := self._unbound(cid, msg, server_round - 1)) is not None:
                     raise ValueError(unbound)
@@ -318,6 +344,12 @@ class FederatedServer(FlowerStrategy):
         buffered = real_arrivals(server.hooks)  # FedBuff in real arrival order: deploy/buffered_rounds.py
         for hook in server.hooks:
             hook.setup_server(server, self.context, self.module)
+        wall = wall_clock_hook(server.hooks)
+        if wall is not None and isinstance(server.strategy, SecureAggregation):
+            raise ValueError(
+                "federation.hooks: SystemHeterogeneity.clock='wall' cannot run with SecureAggregation"
+                " (Flower's SecAgg+ workflow runs its own rounds and time-outs); use clock='virtual'"
+            )
         self.nodes = discover_partitions(grid, min_nodes or 1, timeout, self.num_clients)
         if buffered is not None:
             result = BufferedRounds(self, buffered, grid, timeout).run(num_rounds or server.rounds)
@@ -327,6 +359,8 @@ class FederatedServer(FlowerStrategy):
         for server_round in range(1, (num_rounds or server.rounds) + 1):
             if isinstance(server.strategy, SecureAggregation):  # Flower's SecAgg+ workflow runs the exchange
                 arrays, metrics = secure_train_round(self, server_round, grid, timeout)
+            elif wall is not None:  # real time-outs: the round closes at its deadline or target
+                arrays, metrics = self.wall_clock_round(server_round, grid, wall, timeout)
             else:
                 replies = grid.send_and_receive(
                     self.configure_train(server_round, to_arrays(server.global_state), ConfigRecord(), grid),
@@ -351,6 +385,23 @@ class FederatedServer(FlowerStrategy):
         self.finish()
         return result
 
+    def wall_clock_round(
+        self, server_round: int, grid: Grid, hook: SystemHeterogeneity, timeout: float
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """A train round on real time-outs (``deploy/wall_clock.py``): the first ``target`` replies
+        within ``deadline`` seconds (else the transport's ``timeout``) are aggregated, the rest are late."""
+        started = time.monotonic()
+        messages = list(self.configure_train(server_round, to_arrays(self.server.global_state), ConfigRecord(), grid))
+        wait = timeout if hook.deadline is None else hook.deadline
+        kept, _surplus = collect_until(grid, messages, wait, hook.round_target)
+        arrays, metrics = self.aggregate_train(server_round, kept, silent_are_late=True)
+        record = self.server.report.history[-1]
+        train = record.get("train", {})  # absent with private metrics: partial work is then not counted
+        partial = [c for c in record["aggregated"] if train.get(str(c), {}).get(CUT_SHORT)]
+        seconds = time.monotonic() - started
+        hook.record_wall_round(self.context, server_round - 1, len(record["aggregated"]), partial, self.late, seconds)
+        return arrays, metrics
+
     def finish(self) -> None:
         """Write the final adapter, the global state and ``summary.json``."""
         out = Path(self.context.default_root_dir)
@@ -363,6 +414,7 @@ class FederatedServer(FlowerStrategy):
             **self.server.fault_counts(),
             "rejected_evaluations": self.rejected_evaluations,
             "missing_replies": self.missing_replies,
+            "evaluation_down_bytes": self.eval_down_bytes,
             "hooks": self.server.hook_summaries(),
             "privacy": self.server.privacy_section(),
             "engine": "flower",

@@ -40,6 +40,8 @@ class RoundContext:
 
     add_round_bytes: Callable[..., None] = _no_counter
     """``add_round_bytes(up=, down=)``: extra traffic of the current round (a hook's broadcast)."""
+    engine: str = "in-process"
+    """The transport running the rounds: ``in-process`` (the simulation) or ``flower``."""
 
     @property
     def is_global_zero(self) -> bool:

@@ -166,6 +166,14 @@ class RoundHook:
         """Client side, before the turn's batches are laid out (``data.select(...)`` here
         changes the number of local steps under ``local_epochs``)."""
 
+    def evaluation_instruction(self, server: ServerRound, client_id: int, round_idx: int) -> Payload:
+        """Server side, over a transport: an extra payload for ``client_id``'s evaluation of the
+        global state after round ``round_idx`` (what the client's model needs beyond that state)."""
+        return {}
+
+    def prepare_evaluation(self, module: pl.LightningModule, client_id: int, instruction: Payload) -> None:
+        """Client side, over a transport: before ``client_id`` evaluates, with its evaluation instruction."""
+
     # ---------------------------------------------------------------- during a round
     def on_client_start(
         self, turn: ClientTurn, trainer: pl.Trainer, module: pl.LightningModule, client_id: int

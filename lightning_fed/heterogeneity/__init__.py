@@ -12,7 +12,12 @@ from lightning_fed.heterogeneity.async_rounds import AsyncArrivals
 from lightning_fed.heterogeneity.client_ranks import ClientRanks
 from lightning_fed.heterogeneity.flora_merge import FLoRAMerge
 from lightning_fed.heterogeneity.rank_assignment import RankAssignment, alpha_for_rank
-from lightning_fed.heterogeneity.system_profiles import ClientProfile, load_trace, profiles_from_distribution
+from lightning_fed.heterogeneity.system_profiles import (
+    ClientProfile,
+    SystemProfile,
+    load_trace,
+    profiles_from_distribution,
+)
 from lightning_fed.heterogeneity.system_round import SystemHeterogeneity
 from lightning_fed.heterogeneity.virtual_clock import (
     Arrival,
@@ -34,6 +39,7 @@ __all__ = [
     "RoundOutcome",
     "SyncRoundSimulator",
     "SystemHeterogeneity",
+    "SystemProfile",
     "alpha_for_rank",
     "load_trace",
     "profiles_from_distribution",

@@ -163,6 +163,40 @@ class FLoRAMerge(RoundHook):
     ) -> None:
         self.pending[client_id] = dict(instruction)
 
+    def evaluation_instruction(self, server: ServerRound, client_id: int, round_idx: int) -> Payload:
+        """What a remote client needs to evaluate ``base + s D`` after this round's merge: the round's
+        stack if its base merged every round but this one (it trained in this round), else all of ``D``.
+
+        The training bookkeeping (``synced``) is left as it is: the next train instruction is the same
+        whether or not the client evaluated, so a client's train traffic does not depend on evaluation.
+        """
+        strategy: FLoRA = server.strategy  # type: ignore[assignment]
+        rounds = strategy.rounds_done
+        payload: Payload = {ROUND_KEY: rounds}
+        if rounds == 0:
+            return payload
+        if not self.always_send_base and self.synced.get(client_id) == rounds - 1:
+            payload.update(strategy.downlink(client_id))  # flora/stack/<key>
+        else:
+            payload.update({BASE_PREFIX + k: v for k, v in strategy.base_delta.items()})
+        return payload
+
+    def prepare_evaluation(self, module: pl.LightningModule, client_id: int, instruction: Payload) -> None:
+        """Bring the module's base to ``W_0 + s D`` of the evaluated round (the server's module after
+        :meth:`after_aggregate`), so a remote client evaluates the model the in-process loop evaluates."""
+        rounds = int(instruction.get(ROUND_KEY, 0))
+        base = merged_base(module)
+        delta = {k[len(BASE_PREFIX) :]: v for k, v in instruction.items() if k.startswith(BASE_PREFIX)}
+        if delta or rounds == 0:
+            base.set_delta(delta, rounds)
+        elif base.rounds == rounds - 1:
+            base.add_stack(instruction, rounds)
+        elif base.rounds != rounds:
+            raise RuntimeError(
+                f"FLoRA: client {client_id}'s base has merged {base.rounds} rounds; round {rounds}'s stack alone"
+                " cannot bring it up to date for evaluation"
+            )
+
     def on_client_start(
         self, turn: ClientTurn, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
     ) -> None:

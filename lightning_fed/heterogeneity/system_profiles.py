@@ -111,3 +111,58 @@ def load_trace(path: str | Path, num_clients: int) -> list[ClientProfile]:
     if absent:
         raise ValueError(f"trace {path}: no row for client(s) {absent[:5]} of data.num_clients={num_clients}")
     return [rows[c] for c in range(num_clients)]
+
+
+@dataclass(frozen=True)
+class SystemProfile:
+    """How the federation's clients behave: what the stragglers' and FedBuff's hooks both take.
+
+    Attributes:
+        local_steps: Steps of a full turn as the clock counts them: ``federation.local_steps``.
+        step_time: Virtual seconds one local step takes on a normal client.
+        slow_fraction: Share of clients that are ``slow_factor`` times slower (seeded choice).
+        slow_factor: How much slower the slow clients are.
+        availability: Probability a selected client is online.
+        dropout: Probability an online client drops out before reporting.
+        trace: A CSV file ``client,step_time,availability,dropout`` (replaces the five above).
+        seed: Seed of the slow clients' choice and of the availability and dropout draws.
+
+    Raises:
+        ValueError: On construction, one line naming every bad field.
+    """
+
+    local_steps: int = 10
+    step_time: float = 1.0
+    slow_fraction: float = 0.0
+    slow_factor: float = 10.0
+    availability: float = 1.0
+    dropout: float = 0.0
+    trace: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        problems = (
+            [] if self.local_steps >= 1 else [f"system profile: local_steps must be >= 1, got {self.local_steps!r}"]
+        )
+        try:
+            profiles_from_distribution(1, **self._distribution())
+        except ValueError as err:
+            problems.append(str(err))
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def _distribution(self) -> dict[str, float | int]:
+        return {
+            "step_time": self.step_time,
+            "slow_fraction": self.slow_fraction,
+            "slow_factor": self.slow_factor,
+            "availability": self.availability,
+            "dropout": self.dropout,
+            "seed": self.seed,
+        }
+
+    def profiles(self, num_clients: int) -> list[ClientProfile]:
+        """Every client's :class:`ClientProfile`: from the trace if one is given, else drawn."""
+        if self.trace:
+            return load_trace(self.trace, num_clients)
+        return profiles_from_distribution(num_clients, **self._distribution())

@@ -14,9 +14,23 @@ Over-selection (Bonawitz et al., 2019, arXiv:1902.01046, Sec. 2.2): ``federation
 is the number *selected*; the round closes at ``target`` reports (``None``: all selected), so
 ``clients_per_round = ceil(target * 1.3)`` is the paper's 30%.
 
-Everything here is a pure function of ``(seed, round, client)`` and the profiles and runs on the
-server, so the same clients train in process and under Flower (the Flower server's real
-``timeout`` stays the transport's own bound; the deadline is virtual seconds).
+With ``clock: virtual`` (the default) everything here is a pure function of ``(seed, round,
+client)`` and the profiles and runs on the server, so the same clients train in process and under
+Flower (the Flower server's real ``timeout`` stays the transport's own bound; the deadline is
+virtual seconds).
+
+With ``clock: wall`` (Flower only) the same options act on real time-outs: the Flower server
+(``deploy/wall_clock.py``) waits at most ``deadline`` wall seconds for the round's replies and
+aggregates those that arrived, the first ``target`` of them (over-selection); a client that has not
+answered by then is late (not failed), and its reply, if it comes later, answers an earlier round's
+message and is refused. With ``partial_work`` each client is sent a time budget
+(``deadline * (1 - reply_margin)`` seconds from the moment its train message arrives) and stops its
+local steps when it is spent, uploading the steps it finished (at least one), which it reports as
+the ``local_steps`` metric (and ``cut_short``: whether the budget ended its turn). The clients are
+as fast and as available as they really are: the profile options (``step_time`` ... ``trace``)
+belong to the virtual clock and are refused with ``clock: wall``, as is ``clock: wall`` in process
+(its clients train one after another, so a wall deadline would cut a client by its place in the
+queue, not by its speed).
 """
 
 from __future__ import annotations
@@ -24,7 +38,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lightning_fed.federation.hooks import Payload, RoundHook
-from lightning_fed.heterogeneity.system_profiles import load_trace, profiles_from_distribution
+from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import SyncRoundSimulator
 
 if TYPE_CHECKING:
@@ -35,6 +49,11 @@ if TYPE_CHECKING:
 
 #: The instruction key a straggler's partial work travels under (read by :func:`instructed_steps`).
 LOCAL_STEPS = "local_steps"
+#: The instruction key of a client's wall-clock time budget in seconds (read by :func:`instructed_budget`).
+WALL_BUDGET = "wall_budget"
+#: The update metric by which a client says its time budget ended its turn early (1.0) or not (0.0).
+CUT_SHORT = "cut_short"
+CLOCKS = ("virtual", "wall")
 FIELD = "federation.hooks: SystemHeterogeneity"
 
 
@@ -45,21 +64,27 @@ def instructed_steps(instructions: dict[int, Payload], default: int | None) -> i
     return min([*asked, default]) if asked and default is not None else default
 
 
+def instructed_budget(instructions: dict[int, Payload]) -> float | None:
+    """The wall seconds a client may train this round: the least any hook's instruction gives
+    (``WALL_BUDGET``), else ``None`` (no limit)."""
+    given = [float(p[WALL_BUDGET]) for p in instructions.values() if WALL_BUDGET in p]
+    return min(given) if given else None
+
+
 class SystemHeterogeneity(RoundHook):
     """Per-client speed, availability and dropouts on a virtual clock, with a round deadline.
 
     Args:
-        local_steps: Steps of a full turn as the clock counts them: ``federation.local_steps``.
-        step_time: Virtual seconds one local step takes on a normal client.
-        slow_fraction: Share of clients that are ``slow_factor`` times slower (seeded choice).
-        slow_factor: How much slower the slow clients are.
-        availability: Probability a selected client is online.
-        dropout: Probability an online client drops out before reporting.
-        trace: A CSV file ``client,step_time,availability,dropout`` (replaces the five above).
-        deadline: Virtual seconds a round may last (``None``: no deadline).
+        local_steps, step_time, slow_fraction, slow_factor, availability, dropout, trace, seed: The
+            clients' behaviour, held as one :class:`~lightning_fed.heterogeneity.SystemProfile`
+            (``self.system``; its fields say what each is).
+        deadline: Seconds a round may last, virtual or wall (``clock``); ``None``: no deadline.
         target: Reports that close the round (``None``: every selected client).
         partial_work: At the deadline, stragglers send the steps they finished.
-        seed: Seed of the slow clients' choice and of the availability and dropout draws.
+        clock: ``virtual`` (simulated seconds, both transports, deterministic) or ``wall`` (real
+            time-outs, Flower only; see the module docstring).
+        reply_margin: With ``clock: wall`` and ``partial_work``: the share of the deadline left for
+            the upload (a client trains at most ``deadline * (1 - reply_margin)`` seconds).
     """
 
     def __init__(
@@ -75,45 +100,65 @@ class SystemHeterogeneity(RoundHook):
         target: int | None = None,
         partial_work: bool = False,
         seed: int = 0,
+        clock: str = "virtual",
+        reply_margin: float = 0.2,
     ) -> None:
         if target is not None and target < 1:
             raise ValueError(f"{FIELD}.target must be >= 1, got {target!r}")
-        self.local_steps = local_steps
-        self.profile_args = {
-            "step_time": step_time,
-            "slow_fraction": slow_fraction,
-            "slow_factor": slow_factor,
-            "availability": availability,
-            "dropout": dropout,
-            "seed": seed,
-        }
-        profiles_from_distribution(1, **self.profile_args)  # validates the arguments now
-        self.trace, self.deadline, self.target, self.partial_work, self.seed = (
-            trace,
-            deadline,
-            target,
-            partial_work,
-            seed,
-        )
+        if clock not in CLOCKS:
+            raise ValueError(f"{FIELD}.clock must be one of {list(CLOCKS)}, got {clock!r}")
+        if not 0.0 <= reply_margin < 1.0:
+            raise ValueError(f"{FIELD}.reply_margin must be in [0, 1), got {reply_margin!r}")
+        if deadline is not None and not deadline > 0:
+            raise ValueError(f"{FIELD}.deadline must be > 0, got {deadline!r}")
+        virtual_only = {"step_time": 1.0, "slow_fraction": 0.0, "availability": 1.0, "dropout": 0.0, "trace": None}
+        given = {"step_time": step_time, "slow_fraction": slow_fraction, "availability": availability}
+        given.update({"dropout": dropout, "trace": trace})
+        if clock == "wall" and (changed := [k for k, v in given.items() if v != virtual_only[k]]):
+            raise ValueError(
+                f"{FIELD}.clock='wall' takes the clients' real speed and availability; {', '.join(changed)}"
+                " belong to clock='virtual'"
+            )
+        self.clock_kind, self.reply_margin = clock, float(reply_margin)
+        self.system = SystemProfile(
+            local_steps, step_time, slow_fraction, slow_factor, availability, dropout, trace, seed
+        )  # validates the arguments now
+        self.deadline, self.target, self.partial_work = deadline, target, partial_work
         self.sim: SyncRoundSimulator | None = None
+        self.round_target = 0  # reports that close the current round
         self.clock = 0.0
         self.counts = {"unavailable": 0, "dropped": 0, "late": 0, "partial": 0}
         self._steps: dict[int, int] = {}  # this round's partial workers: client -> steps
 
+    @property
+    def wall(self) -> bool:
+        """Whether the deadline is wall seconds (real time-outs over Flower)."""
+        return self.clock_kind == "wall"
+
     def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
-        n = server.num_clients
-        profiles = load_trace(self.trace, n) if self.trace else profiles_from_distribution(n, **self.profile_args)
-        clients_per_round = getattr(server, "clients_per_round", n)
+        if self.wall and context.engine != "flower":
+            raise ValueError(
+                f"{FIELD}.clock='wall' runs over Flower only: in process the clients train one after another,"
+                " so a wall-clock deadline would cut them by their place in the queue; use clock='virtual'"
+            )
+        clients_per_round = getattr(server, "clients_per_round", server.num_clients)
         if self.target is not None and self.target > clients_per_round:
             raise ValueError(
                 f"{FIELD}.target={self.target} exceeds federation.clients_per_round={clients_per_round} (the selected)"
             )
-        self.sim = SyncRoundSimulator(profiles, self.local_steps, self.deadline, 0.0, self.partial_work, 1, self.seed)
+        system = self.system
+        profiles = system.profiles(server.num_clients)
+        self.sim = SyncRoundSimulator(
+            profiles, system.local_steps, self.deadline, 0.0, self.partial_work, 1, system.seed
+        )
 
     def on_round_start(
         self, server: ServerRound, trainer: Any, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
         target = len(clients) if self.target is None else min(self.target, len(clients))
+        self.round_target = target
+        if self.wall:  # who reports is decided by the real replies (deploy/wall_clock.py)
+            return
         outcome = self.sim.run_round(round_idx, list(clients), target, start=self.clock)
         reporting = {r.client: r for r in outcome.reports}
         if len(reporting) < server.min_clients:  # as ServerRound.close would, before an empty round is laid out
@@ -139,11 +184,33 @@ class SystemHeterogeneity(RoundHook):
             logger.log_metrics(metrics, step=round_idx + 1)
 
     def client_instruction(self, server: ServerRound, client_id: int, round_idx: int) -> Payload:
+        if self.wall:
+            if self.partial_work and self.deadline is not None:
+                return {WALL_BUDGET: self.deadline * (1.0 - self.reply_margin)}
+            return {}
         steps = self._steps.get(client_id)
         return {} if steps is None else {LOCAL_STEPS: steps}
 
+    def record_wall_round(
+        self, context: RoundContext, round_idx: int, reports: int, partial: list[int], late: list[int], seconds: float
+    ) -> None:
+        """What a wall-clock round came to: its aggregated ``reports``, the ``partial`` clients among
+        them (their budget cut their turn short), the ``late`` clients (no reply by the deadline, or
+        past the target) and its wall ``seconds``."""
+        self.clock += seconds
+        self.counts["late"] += len(late)
+        self.counts["partial"] += len(partial)
+        metrics = {
+            "system/wall_time": self.clock,
+            "system/reports": float(reports),
+            "system/late": float(len(late)),
+            "system/partial": float(len(partial)),
+        }
+        for logger in context.loggers:
+            logger.log_metrics(metrics, step=round_idx + 1)
+
     def summary(self) -> dict[str, Any]:
-        return {"virtual_time": self.clock, **self.counts}
+        return {"wall_time" if self.wall else "virtual_time": self.clock, **self.counts}
 
     def state_dict(self) -> dict[str, Any]:
         return {"clock": self.clock, "counts": dict(self.counts), "steps": dict(self._steps)}

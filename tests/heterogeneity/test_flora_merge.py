@@ -132,20 +132,40 @@ def test_resume_is_exact(tmp_path):
         torch.testing.assert_close(_base(m_resumed)[name], w, rtol=1e-5, atol=1e-7)
 
 
-def test_flower_merges_the_same_base_as_in_process(tmp_path):
-    """feddpo_flora.yaml in small, 3 rounds, both transports: the same base change D (so every client
-    trained on the same merged base, stack or whole-D path) and the same traffic, the D sent counted."""
+@pytest.fixture(scope="module")
+def both_transports(tmp_path_factory):
+    """feddpo_flora.yaml in small, 3 rounds, in process and over the in-process Flower grid; the
+    base weights each Flower client evaluated on (recorded after its ``evaluate``), by round."""
     import yaml
 
+    from lightning_fed.deploy.client import ClientRunner
     from tests.deploy.test_transport_parity import tiny_variant
     from tests.helpers.flower_sim import run_in_process, run_on_grid
 
+    tmp_path = tmp_path_factory.mktemp("flora_flower")
     cfg = tiny_variant("feddpo_flora.yaml")
     cfg["federation"]["rounds"] = 3
     path = tmp_path / "flora.yaml"
     path.write_text(yaml.safe_dump(cfg))
     local = run_in_process(str(path), tmp_path / "local", [])
-    remote = run_on_grid(str(path), tmp_path / "flower", [])[0].server
+    evaluated, original = [], ClientRunner.evaluate
+
+    def evaluate(self, client_id, state, entry, instructions=None):
+        out = original(self, client_id, state, entry, instructions)
+        evaluated.append((client_id, _base(self.module)))
+        return out
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ClientRunner, "evaluate", evaluate)
+        server = run_on_grid(str(path), tmp_path / "flower", [])[0]
+    return local, server, evaluated
+
+
+def test_flower_merges_the_same_base_as_in_process(both_transports):
+    """Both transports: the same base change D (so every client trained on the same merged base,
+    stack or whole-D path) and the same traffic, the D sent counted."""
+    local, server, _ = both_transports
+    remote = server.server
     assert local.strategy.rounds_done == remote.strategy.rounds_done == 3
     history = local.report.history  # some client of rounds 2-3 was not in the round before: it got all of D
     assert any(c not in history[r - 1]["clients"] for r in (1, 2) for c in history[r]["clients"])
@@ -154,6 +174,68 @@ def test_flower_merges_the_same_base_as_in_process(tmp_path):
         torch.testing.assert_close(remote.strategy.base_delta[name], delta, rtol=1e-5, atol=1e-7)
     for key in ("clients", "up_bytes", "down_bytes"):
         assert [r[key] for r in remote.report.history] == [r[key] for r in local.report.history], key
+
+
+def test_flower_evaluates_the_merged_base_as_in_process(both_transports):
+    """A Flower client evaluates ``W_0 + s D`` of the evaluated round (the evaluate message carries
+    FLoRAMerge's evaluation instruction), every client of a rank below r_max included: the per-client
+    metrics of every round equal the in-process ones, and the base of the last evaluation is the
+    server's after the last merge. (Before: the fresh adapter on the base of the client's last
+    training, and the rank-r_k clients' evaluations failed, silently left out.)"""
+    local, server, evaluated = both_transports
+    remote = server.server
+    for mine, theirs in zip(local.report.history, remote.report.history, strict=True):
+        assert sorted(theirs["val_clients"]) == sorted(mine["val_clients"]) == [str(c) for c in range(6)]
+        for cid, metrics in mine["val_clients"].items():
+            assert theirs["val_clients"][cid] == pytest.approx(metrics, rel=1e-5, abs=1e-6), cid
+    final = _base(server.module)  # after round 3's merge: W_0 + s D_3
+    last = evaluated[-6:]
+    assert len(evaluated) == 3 * 6
+    for cid, base in last:
+        for name, w in final.items():
+            torch.testing.assert_close(base[name], w, rtol=1e-5, atol=1e-7, msg=f"client {cid}: {name}")
+    assert server.eval_down_bytes > 0  # the instructions' D or stacks, counted apart from the rounds' down_bytes
+
+
+def test_evaluation_instruction_is_the_stack_after_training_in_the_round_and_d_otherwise():
+    class Server:
+        def __init__(self, strategy):
+            self.strategy = strategy
+
+    strategy = FLoRA()
+    strategy.rounds_done, strategy.base_delta = 2, {"m": torch.ones(3, 2)}
+    strategy.last_stack = {"m.lora_A.weight": torch.ones(1, 2), "m.lora_B.weight": torch.ones(3, 1)}
+    hook, server = FLoRAMerge(), Server(strategy)
+    hook.synced = {0: 1, 1: 0}
+    assert set(hook.evaluation_instruction(server, 0, 1)) == {
+        ROUND_KEY,
+        "flora/stack/m.lora_A.weight",
+        "flora/stack/m.lora_B.weight",
+    }
+    assert set(hook.evaluation_instruction(server, 1, 1)) == {ROUND_KEY, BASE_PREFIX + "m"}
+    assert set(hook.evaluation_instruction(server, 7, 1)) == {ROUND_KEY, BASE_PREFIX + "m"}
+    assert hook.synced == {0: 1, 1: 0}  # the train instructions do not depend on who evaluated
+    assert FLoRAMerge().evaluation_instruction(Server(FLoRA()), 0, 0) == {ROUND_KEY: 0}
+
+
+def test_evaluation_brings_a_base_one_round_behind_up_with_the_stack_and_refuses_two_behind():
+    """prepare_evaluation: the stack merged onto a base one round behind gives the base of the whole
+    D; a base two rounds behind with only the stack is a one-line error (the reply fails)."""
+    hook, module = FLoRAMerge(), tiny_dpo(r=4)
+    w0, layers = _base(module), lora_layers(module)
+    name = next(iter(layers))
+    out_f, in_f = w0[name].shape if not getattr(layers[name], "fan_in_fan_out", False) else w0[name].shape[::-1]
+    b, a = torch.full((out_f, 1), 0.5), torch.full((1, in_f), 0.25)
+    stack = {f"flora/stack/{name}.lora_A.weight": a, f"flora/stack/{name}.lora_B.weight": b}
+    hook.prepare_evaluation(module, 0, {ROUND_KEY: 1, **stack})
+    scaling = float(layers[name].scaling["default"])
+    change = (b @ a).T if getattr(layers[name], "fan_in_fan_out", False) else b @ a
+    torch.testing.assert_close(_base(module)[name], w0[name] + scaling * 0.125 * torch.ones_like(change))
+    with pytest.raises(RuntimeError) as info:
+        hook.prepare_evaluation(module, 4, {ROUND_KEY: 3, **stack})
+    assert str(info.value) == (
+        "FLoRA: client 4's base has merged 1 rounds; round 3's stack alone cannot bring it up to date for evaluation"
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

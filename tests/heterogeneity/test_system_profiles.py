@@ -29,3 +29,18 @@ def test_trace_file(tmp_path):
     trace.write_text("client,step_time,availability,dropout\n0,fast,1,0\n")
     with pytest.raises(ValueError, match=rf"^trace {trace} line 2: could not convert string to float: 'fast'$"):
         load_trace(trace, 1)
+
+
+def test_system_profile_holds_the_eight_arguments_and_names_every_bad_one(tmp_path):
+    from lightning_fed.heterogeneity import SystemProfile
+
+    drawn = SystemProfile(local_steps=3, slow_fraction=0.5, seed=4)
+    assert drawn.profiles(4) == profiles_from_distribution(4, slow_fraction=0.5, seed=4)
+    trace = tmp_path / "trace.csv"
+    trace.write_text("client,step_time,availability,dropout\n0,2.0,1.0,0.0\n1,0.5,0.9,0.1\n")
+    assert SystemProfile(trace=str(trace)).profiles(2) == [ClientProfile(2.0, 1.0, 0.0), ClientProfile(0.5, 0.9, 0.1)]
+    with pytest.raises(ValueError) as info:
+        SystemProfile(local_steps=0, dropout=2.0)
+    assert str(info.value) == (
+        "system profile: local_steps must be >= 1, got 0; system profile: dropout must be in [0, 1], got 2.0"
+    )
