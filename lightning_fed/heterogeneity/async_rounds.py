@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lightning_fed.federation.hooks import RoundHook
-from lightning_fed.heterogeneity.system_profiles import load_trace, profiles_from_distribution
+from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import Arrival, AsyncRoundSimulator
 
 if TYPE_CHECKING:
@@ -72,16 +72,10 @@ class AsyncArrivals(RoundHook):
         self.arrivals = arrivals
         #: Set by a transport that really keeps clients in flight (:mod:`lightning_fed.deploy.buffered_rounds`).
         self.concurrent = False
-        self.concurrency, self.local_steps, self.trace, self.seed = concurrency, local_steps, trace, seed
-        self.profile_args = {
-            "step_time": step_time,
-            "slow_fraction": slow_fraction,
-            "slow_factor": slow_factor,
-            "availability": availability,
-            "dropout": dropout,
-            "seed": seed,
-        }
-        profiles_from_distribution(1, **self.profile_args)  # validates the arguments now
+        self.concurrency, self.seed = concurrency, seed
+        self.system = SystemProfile(
+            local_steps, step_time, slow_fraction, slow_factor, availability, dropout, trace, seed
+        )  # validates the arguments now
         self.sim: AsyncRoundSimulator | None = None
         self.pending: Arrival | None = None  # an arrival that opens the next round
         self.clock = 0.0  # virtual time, or with real arrivals the wall-clock seconds of the run
@@ -99,9 +93,10 @@ class AsyncArrivals(RoundHook):
                 )
             return  # the replies' real order decides: no virtual clock
         n = server.num_clients
-        profiles = load_trace(self.trace, n) if self.trace else profiles_from_distribution(n, **self.profile_args)
         try:
-            self.sim = AsyncRoundSimulator(profiles, self.local_steps, self.concurrency, self.seed)
+            self.sim = AsyncRoundSimulator(
+                self.system.profiles(n), self.system.local_steps, self.concurrency, self.seed
+            )
         except ValueError as err:
             raise ValueError(f"{FIELD}: {err}") from None
         if self._sim_state:
