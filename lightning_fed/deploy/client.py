@@ -87,7 +87,6 @@ class ClientLoop(TurnDriver):
         trainer.datamodule.connect(FixedPlan(RoundPlan(self._next.round_idx, (self.plan.client_id,), (self.plan,))))
         trainer.fit_loop.max_epochs = self._next.round_idx + 1  # the Trainer stands at this round's epoch
         trainer.reload_dataloaders_every_n_epochs = 1
-        trainer._accelerator_connector.use_distributed_sampler = False
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -186,6 +185,7 @@ class ClientRunner:
         trainer = pl.Trainer(
             devices=1,
             max_epochs=round_idx + 1,
+            use_distributed_sampler=False,  # the round plan lays out this client's batches
             logger=False,
             enable_checkpointing=False,
             enable_progress_bar=False,

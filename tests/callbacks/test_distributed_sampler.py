@@ -3,7 +3,7 @@
 The round loader splits each global batch over the DDP processes itself
 (``RoundBatchSampler``), so Lightning must not inject a ``DistributedSampler``. The CLI builds
 the Trainer with ``use_distributed_sampler=False`` (a ``trainer_defaults`` value) and refuses
-``True`` in one line, before anything is written; ``FederatedLoop`` no longer sets Lightning's
+``True`` in one line, before anything is written; neither ``FederatedLoop`` nor the Flower client sets Lightning's
 private ``trainer._accelerator_connector`` (issue 23).
 """
 
@@ -53,6 +53,6 @@ def test_cli_refuses_use_distributed_sampler_true_in_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_federated_loop_does_not_touch_lightnings_private_connector():
-    source = (ROOT / "lightning_fed/callbacks/federated_loop.py").read_text()
-    assert "._accelerator_connector" not in source
+def test_no_module_touches_lightnings_private_connector():
+    touching = [p.name for p in (ROOT / "lightning_fed").rglob("*.py") if "._accelerator_connector" in p.read_text()]
+    assert touching == []
