@@ -46,7 +46,7 @@ def test_poisson_rounds_in_process_an_empty_one_has_no_update(tmp_path):
 
 def _dp_loop(rounds, target=None, hooks=None):
     dp = ClientLevelDP(FedAvg(), clip_norm=0.5, seed=0)
-    privacy = PrivacyConfig(noise_multiplier=1.0, target_epsilon=target)
+    privacy = PrivacyConfig(noise_multiplier=1.0, target_epsilon=target, delta=4**-1.1)
     return FederatedLoop(rounds=rounds, local_steps=1, strategy=dp, privacy=privacy, seed=0, hooks=hooks)
 
 
@@ -193,21 +193,60 @@ def test_dp_sgd_resume_draws_the_noise_of_the_uninterrupted_run(tmp_path, monkey
     assert_same_state(resumed.global_state, straight.global_state)
 
 
-def test_dp_sgd_is_accounted_in_both_transports(tmp_path):
-    """DP-SGD (z = 1) with 4-pair batches, 2 local steps per round, 2 rounds. In process the server
-    knows the smallest client (18 pairs: rate 4/18); a Flower server knows only the bucketed counts
-    (16: rate 4/16), an upper bound on the rate, so its epsilon is the larger."""
+def test_dp_sgd_budget_is_calibrated_and_accounted_per_client_in_both_transports(tmp_path):
+    """DP-SGD with model.dp_sgd.target_epsilon = 8 (delta: min(4^-1.1, 1e-5) = 1e-5), 4-pair batches,
+    2 local steps per round, 2 rounds. Every client holds 18 pairs, bucketed to 16 (what a private
+    client reports): rate 4/16, and z calibrated for 2 rounds x 2 steps, by each Flower client as by the
+    in-process server. Epsilon is per client, over the rounds each trained in; the run's is the largest."""
+    from opacus.accountants.utils import get_noise_multiplier
+
     cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     cfg["model"]["class_path"] = "lightning_fed.privacy.DPDPOModule"
-    cfg["model"]["init_args"]["dp_sgd"] = {"clip_norm": 1.0, "noise_multiplier": 1.0, "seed": 0}
+    cfg["model"]["init_args"]["dp_sgd"] = {"clip_norm": 1.0, "target_epsilon": 8.0, "seed": 0}
     cfg["federation"].update(rounds=2, local_steps=2)
     path = tmp_path / "dpsgd.yaml"
     path.write_text(yaml.safe_dump(cfg))
     local = run_in_process(str(path), tmp_path / "local", [])
     server, _ = run_on_grid(str(path), tmp_path / "flower", [])
     assert_same_state(local.global_state, server.server.global_state)
+    z = get_noise_multiplier(target_epsilon=8.0, target_delta=1e-5, sample_rate=0.25, steps=4, accountant="rdp")
+    assert local.server.privacy.example_budget.noise_multiplier_for(18) == pytest.approx(z)
     a, b = local.server.privacy_section(), server.server.privacy_section()
-    assert a["example_level"]["sample_rate"] == pytest.approx(4 / 18) and b["example_level"]["sample_rate"] == 0.25
-    expected = PrivacyAccountant(1.0, 4 / 18, 4**-1.1).epsilon(4)  # 2 rounds x 2 steps
-    assert a["epsilon"] == {"example": pytest.approx(expected)} and b["epsilon"]["example"] > expected
-    assert a["channels"]["update"]["protection"] == b["channels"]["update"]["protection"] == "example_dp"
+    assert a == b
+    rounds = [r["clients"] for r in local.report.history]
+    most = max(sum(c in r for r in rounds) for c in range(4))  # the client sampled most often
+    expected = PrivacyAccountant(z, 0.25, 1e-5).epsilon(2 * most)
+    assert a["epsilon"] == {"example": pytest.approx(expected)} and expected <= 8.0
+    assert a["example_level"]["sample_rate"] == 0.25 and a["example_level"]["noise_multiplier"] == pytest.approx(z)
+    assert a["channels"]["update"]["protection"] == "example_dp"
+    assert a["channels"]["validation"]["protection"] == "withheld"
+
+
+def test_dp_sgd_budget_stops_a_run_extended_past_its_plan(tmp_path):
+    """A DP-SGD run planned for 2 rounds (z calibrated for 2 rounds x 1 step at rate 4/16), resumed
+    with federation.rounds = 4: every client trains every round, so round 3 would take each over
+    target_epsilon; the run stops before it, and the summary says which budget."""
+
+    def module():
+        m = _dp_sgd_module()
+        m.dp_sgd = type(m.dp_sgd)(clip_norm=0.1, target_epsilon=2.0, seed=0)
+        return m
+
+    def loop(rounds):
+        return FederatedLoop(rounds=rounds, clients_per_round=4, local_steps=1, seed=0)
+
+    first = loop(2)
+    fit(module(), preference_data(), first, str(tmp_path / "first"))
+    eps = first.server.privacy_section()["epsilon"]["example"]
+    assert 1.5 < eps <= 2.0  # the plan spends (nearly) the whole budget in its 2 rounds
+    ckpt = tmp_path / "first" / "ckpt" / "last.ckpt"
+    resumed = loop(4)
+    logger = TensorBoardLogger(str(tmp_path), name="tb", version=0)
+    trainer = fit(module(), preference_data(), resumed, str(tmp_path / "resumed"), ckpt_path=str(ckpt), logger=logger)
+    assert len(resumed.report.history) == 2 and trainer.current_epoch == 2
+    summary = json.loads((tmp_path / "tb" / "version_0" / "summary.json").read_text())
+    assert summary["privacy"]["stopped"] == {
+        "before_round": 3,
+        "reason": "the next round would exceed model.dp_sgd.target_epsilon for one of its clients",
+    }
+    assert summary["privacy"]["epsilon"]["example"] == pytest.approx(eps)
