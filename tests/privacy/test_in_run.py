@@ -250,3 +250,112 @@ def test_dp_sgd_budget_stops_a_run_extended_past_its_plan(tmp_path):
         "reason": "the next round would exceed model.dp_sgd.target_epsilon for one of its clients",
     }
     assert summary["privacy"]["epsilon"]["example"] == pytest.approx(eps)
+
+
+class RawValidation:
+    """Records every client's raw validation losses and reward margins (and their example-weighted
+    means) as the server's report receives them, in both transports (the in-process grid runs the
+    server here). Accuracies are left out: fractions such as 0.5 also occur in any config."""
+
+    def __init__(self, monkeypatch):
+        from lightning_fed.federation.report import RoundReport
+
+        self.values, seen = [], set()
+        add_eval, add_client_eval, end_eval = RoundReport.add_eval, RoundReport.add_client_eval, RoundReport.end_eval
+
+        def record_ids(report, client_ids, outputs):
+            seen.update(int(c) for c in client_ids.tolist())
+            add_eval(report, client_ids, outputs)
+
+        def record_client(report, client_id, means, count):
+            seen.add(int(client_id))
+            add_client_eval(report, client_id, means, count)
+
+        def record_end(report, *args, **kwargs):
+            weighted, total = {}, 0
+            for cid in sorted(seen):
+                means, count = report.client_means(cid)
+                means = {k: v for k, v in means.items() if k in ("loss", "reward_margin")}
+                self.values.extend(means.values())
+                total += count
+                for k, v in means.items():
+                    weighted[k] = weighted.get(k, 0.0) + v * count
+            self.values.extend(v / total for v in weighted.values() if total)
+            seen.clear()
+            end_eval(report, *args, **kwargs)
+
+        monkeypatch.setattr(RoundReport, "add_eval", record_ids)
+        monkeypatch.setattr(RoundReport, "add_client_eval", record_client)
+        monkeypatch.setattr(RoundReport, "end_eval", record_end)
+
+
+def _written_numbers(run):
+    """Every number the run wrote: JSON/JSONL/YAML values, TensorBoard scalars, and the scalars of
+    its checkpoints (callback states, loop states, metadata; not the weights)."""
+    out = []
+    for path in run.rglob("*"):
+        if path.suffix in (".json", ".jsonl"):
+            lines = path.read_text().splitlines() if path.suffix == ".jsonl" else [path.read_text()]
+            out += [(path, x) for line in lines if line for x in _numbers(json.loads(line))]
+        elif path.suffix in (".yaml", ".yml"):
+            out += [(path, x) for x in _numbers(yaml.safe_load(path.read_text()))]
+        elif path.name.startswith("events.out.tfevents"):
+            events = EventAccumulator(str(path.parent))
+            events.Reload()
+            out += [(path, e.value) for tag in events.Tags()["scalars"] for e in events.Scalars(tag)]
+        elif path.suffix == ".ckpt":
+            ckpt = torch.load(path, weights_only=True)
+            ckpt.pop("state_dict", None)
+            ckpt.pop("optimizer_states", None)
+            out += [(path, x) for x in _scalars(ckpt)]
+    return out
+
+
+def _scalars(value):
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _scalars(v)]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in _scalars(v)]
+    if torch.is_tensor(value) and value.numel() == 1 and value.is_floating_point():
+        return [float(value)]
+    return [value] if isinstance(value, float) else []
+
+
+def _assert_no_validation_written(run, raw):
+    written = _written_numbers(run)
+    assert any(p.name.startswith("events.out.tfevents") for p, _ in written), "no TensorBoard events checked"
+    assert any(p.suffix == ".ckpt" for p, _ in written) or "flower" in run.name, "no checkpoint checked"
+    leaks = [(p, x) for p, x in written if any(math.isclose(x, v, rel_tol=1e-6) for v in raw)]
+    assert not leaks, leaks
+
+
+def test_private_runs_write_no_validation_figure_in_both_transports(tmp_path, monkeypatch):
+    """The clients' validation losses (each client's and their mean) are in no file a private run
+    writes, in process (TensorBoard, checkpoints) and over the in-process Flower grid."""
+    raw = RawValidation(monkeypatch)
+    config = _private_config(tmp_path)
+    logging = ["--trainer.logger=true", "--trainer.enable_checkpointing=true"]
+    local = run_in_process(config, tmp_path / "local", logging)
+    server, _ = run_on_grid(config, tmp_path / "flower", [])
+    assert len(raw.values) >= 2 * 3 * 3  # loss and reward margin, 3 evaluations, each client's and the mean
+    losses = [v for v in raw.values if v != 0.0]  # the margin of the initial model is 0
+    _assert_no_validation_written(tmp_path / "local", losses)
+    _assert_no_validation_written(tmp_path / "flower", losses)
+    for loop in (local, server.server):
+        section = loop.privacy_section() if loop is server.server else loop.server.privacy_section()
+        assert section["channels"]["validation"]["protection"] == "withheld"
+        assert all("val" not in r for r in loop.report.history) and loop.report.initial_eval is None
+
+
+def test_report_validation_writes_only_the_means_and_says_they_are_unprotected(tmp_path, monkeypatch):
+    raw = RawValidation(monkeypatch)
+    cfg = yaml.safe_load(open(_private_config(tmp_path)).read())
+    cfg["federation"]["privacy"]["report_validation"] = True
+    path = tmp_path / "opted.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    local = run_in_process(str(path), tmp_path / "local", [])
+    final = local.report.history[-1]["val"]
+    assert {"loss", "pref_acc"} <= set(final) and "val_clients" not in local.report.history[-1]
+    assert any(math.isclose(final["loss"], v, rel_tol=1e-9) for v in raw.values)  # the mean, as received
+    channel = local.server.privacy_section()["channels"]["validation"]
+    assert channel["protection"] == "reported" and "not covered by any epsilon" in channel["note"]
