@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from opacus.accountants import create_accountant
@@ -75,20 +76,29 @@ def calibrate_noise_multiplier(
     """
     _check(target_epsilon=target_epsilon, delta=delta, sample_rate=sample_rate, steps=steps, mechanism=mechanism)
     try:
-        return float(
-            get_noise_multiplier(
-                target_epsilon=target_epsilon,
-                target_delta=delta,
-                sample_rate=sample_rate,
-                steps=steps,
-                accountant=mechanism,
-            )
-        )
+        return _opacus_noise_multiplier(float(target_epsilon), float(delta), float(sample_rate), int(steps), mechanism)
     except ValueError as err:  # Opacus: "The privacy budget is too low." (z would pass its 1e6 cap)
         raise ValueError(
             f"{option}={target_epsilon} with federation.privacy.delta={delta} cannot be reached over {steps} {unit}"
             f" at sample rate {sample_rate:.4g} by any noise multiplier ({err}); {hint}"
         ) from None
+
+
+@lru_cache(maxsize=256)
+def _opacus_noise_multiplier(
+    target_epsilon: float, delta: float, sample_rate: float, steps: int, mechanism: str
+) -> float:
+    """Opacus' bisection (seconds at a sample rate below 1), once per setting and process: in process,
+    the server and the clients of a simulation plan the same ``z``."""
+    return float(
+        get_noise_multiplier(
+            target_epsilon=target_epsilon,
+            target_delta=delta,
+            sample_rate=sample_rate,
+            steps=steps,
+            accountant=mechanism,
+        )
+    )
 
 
 def _check(**values: Any) -> None:

@@ -62,6 +62,7 @@ class ExampleBudget:
     local_epochs: int | None = None
     mechanism: str = "rdp"
     _calibrated: dict[int, float] = field(default_factory=dict, repr=False)
+    _epsilons: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
 
     def sample_rate(self, count: int) -> float:
         """``min(1, B / b)`` for a client of ``count`` examples (``b``: its bucketed count)."""
@@ -103,8 +104,12 @@ class ExampleBudget:
         return PrivacyAccountant(z, self.sample_rate(count), self.delta, self.target_epsilon, self.mechanism)
 
     def epsilon(self, count: int, rounds_trained: int) -> float:
-        """The epsilon of a client of ``count`` examples after training in ``rounds_trained`` rounds."""
-        return self.accountant(count).epsilon(rounds_trained * self.steps_per_round(count))
+        """The epsilon of a client of ``count`` examples after training in ``rounds_trained`` rounds
+        (cached per bucket and rounds: a federation of many clients has few distinct pairs)."""
+        key = (bucket_count(count), int(rounds_trained))
+        if key not in self._epsilons:
+            self._epsilons[key] = self.accountant(count).epsilon(rounds_trained * self.steps_per_round(count))
+        return self._epsilons[key]
 
     def would_exceed(self, count: int, rounds_trained: int) -> bool:
         """Whether one more round of training takes the client over ``target_epsilon``."""
@@ -117,3 +122,4 @@ class ExampleBudget:
         if int(rounds) != self.rounds:
             self.rounds = int(rounds)
             self._calibrated.clear()
+            self._epsilons.clear()
