@@ -14,16 +14,24 @@ meet the settings of the federation:
 * **before training** (:meth:`RunPrivacy.plan`, from ``ServerRound.bind``): ``z`` is calibrated
   for the planned rounds; a budget no ``z`` can meet, or one that a given ``z`` spends in the
   first round, is a one-line ``ValueError`` naming the options (the CLI: exit 2, nothing
-  written);
+  written). DP-SGD's plan (:class:`~lightning_fed.privacy.example_budget.ExampleBudget`) goes to
+  the module (:meth:`RunPrivacy.plan_example_budget`; a Flower client gets its own from
+  ``deploy/apps.py``), and with ``model.dp_sgd.target_epsilon`` every client size of the
+  federation is calibrated here, so an impossible budget fails the same way;
 * **every round** (:meth:`RunPrivacy.end_round`): the accountant steps (a Poisson round with
-  no client too), ``privacy/epsilon`` is logged; the server stops the run (exit 0,
-  ``summary.json`` ``privacy.stopped``) when the next round would exceed ``target_epsilon``;
-* **in the checkpoint** (:meth:`RunPrivacy.state_dict`): the rounds accounted and ``z``, so a
-  resumed run continues with the same noise and the same epsilon;
+  no client too), DP-SGD is accounted per client (the clients the round sampled, at their
+  reported bucketed counts), ``privacy/epsilon`` and ``privacy/example_epsilon`` (the largest
+  client's) are logged; the server stops the run (exit 0, ``summary.json`` ``privacy.stopped``)
+  when the next round would exceed ``federation.privacy.target_epsilon`` or, for one of the
+  clients it samples, ``model.dp_sgd.target_epsilon`` (:meth:`RunPrivacy.would_exceed`);
+* **in the checkpoint** (:meth:`RunPrivacy.state_dict`): the rounds accounted, ``z``, DP-SGD's
+  per-client ledger and planned rounds, so a resumed run continues with the same noise and the
+  same epsilon (and stops before its first round if that would exceed a budget);
 * **the report** (:meth:`RunPrivacy.section`): :class:`~lightning_fed.privacy.PrivacyReport`
   of every channel. With DP on (client-level or example-level) the clients bucket their
   example counts (:func:`client_counts_bucketed`) and the server's reports withhold per-client
-  metrics (:attr:`~lightning_fed.federation.RoundReport.private`).
+  metrics (:attr:`~lightning_fed.federation.RoundReport.private`) and, unless
+  ``federation.privacy.report_validation``, every validation figure.
 """
 
 from __future__ import annotations
