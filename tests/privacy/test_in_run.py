@@ -359,3 +359,14 @@ def test_report_validation_writes_only_the_means_and_says_they_are_unprotected(t
     assert any(math.isclose(final["loss"], v, rel_tol=1e-9) for v in raw.values)  # the mean, as received
     channel = local.server.privacy_section()["channels"]["validation"]
     assert channel["protection"] == "reported" and "not covered by any epsilon" in channel["note"]
+
+
+def test_validate_after_a_private_fit_writes_nothing_of_the_clients_validation_data(tmp_path):
+    from lightning_fed.cli import main
+
+    config = _private_config(tmp_path)
+    run_in_process(config, tmp_path / "run", ["--trainer.enable_checkpointing=true", "--federation.rounds=1"])
+    (ckpt,) = list((tmp_path / "run").rglob("last.ckpt"))
+    with pytest.warns(UserWarning, match="^validate: with differential privacy on, nothing computed on the clients'"):
+        main(["validate", "--config", config, "--ckpt_path", str(ckpt), f"--trainer.default_root_dir={tmp_path / 'v'}"])
+    assert not list(tmp_path.rglob("validate_results.json"))
