@@ -112,6 +112,8 @@ class RunPrivacy:
                 f" lightning_fed.privacy.ClientLevelDP (around the server strategy), got {type(strategy).__name__}"
             )
         self.enabled = privacy_enabled(strategy, module)
+        if module is not None and hasattr(module, "training_logs"):  # a client's training loss goes nowhere
+            module.training_logs = not self.enabled
         self._personal = bool(module is not None and module.personal_parameters())
         delta = self.config.delta_for(n) if self.config is not None else default_delta(n)
         if dp is not None:
