@@ -7,7 +7,7 @@ personal state, and the per-client metrics go to the run's
 :class:`~lightning_fed.federation.report.RoundReport`. A standalone ``validate``/``test`` run
 is an :class:`~lightning_fed.callbacks.evaluation_stage.EvaluationStage` with its own results file,
 except in a private run (:attr:`~lightning_fed.federation.report.RoundReport.withhold_validation`):
-then ``validate`` writes nothing computed on the clients' validation data (``test`` is left as it is).
+then ``validate`` and ``test`` write nothing computed on the clients' validation or test data.
 """
 
 from __future__ import annotations
@@ -83,17 +83,21 @@ class LoopEvaluation(TurnDriver):
     ) -> None:
         self._load_client(pl_module, batch)
 
+    def _start_stage(self, pl_module: pl.LightningModule, stage: str, data: str) -> None:
+        """Start a standalone ``validate``/``test``; in a private run, none (a warning says why)."""
+        self._stage = None
+        if self.server.report.withhold_validation:  # a private run: the clients' validation/test data
+            rank_zero_warn(
+                f"{stage}: with differential privacy on, nothing computed on the clients' {data} data is"
+                " written (federation.privacy.report_validation: true opts in, unprotected); nothing written"
+            )
+        else:
+            self._stage = EvaluationStage(self.server, self.datamodule, pl_module)
+
     @override
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._standalone(trainer):
-            self._stage = None
-            if self.server.report.withhold_validation:  # a private run: the clients' validation data
-                rank_zero_warn(
-                    "validate: with differential privacy on, nothing computed on the clients' validation data is"
-                    " written (federation.privacy.report_validation: true writes the means during fit); nothing written"
-                )
-            else:
-                self._stage = EvaluationStage(self.server, self.datamodule, pl_module)
+            self._start_stage(pl_module, "validate", "validation")
         else:
             self.server.report.start_eval()
 
@@ -131,7 +135,7 @@ class LoopEvaluation(TurnDriver):
 
     @override
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._stage = EvaluationStage(self.server, self.datamodule, pl_module)
+        self._start_stage(pl_module, "test", "test")
 
     @override
     def on_test_batch_start(
@@ -149,8 +153,10 @@ class LoopEvaluation(TurnDriver):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        self._stage.add(batch, outputs if isinstance(outputs, dict) else {})
+        if self._stage is not None:
+            self._stage.add(batch, outputs if isinstance(outputs, dict) else {})
 
     @override
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._stage.finish(trainer, pl_module, "test")
+        if self._stage is not None:
+            self._stage.finish(trainer, pl_module, "test")
