@@ -31,7 +31,8 @@ meet the settings of the federation:
   of every channel. With DP on (client-level or example-level) the clients bucket their
   example counts (:func:`client_counts_bucketed`) and the server's reports withhold per-client
   metrics (:attr:`~lightning_fed.federation.RoundReport.private`) and, unless
-  ``federation.privacy.report_validation``, every validation figure.
+  ``federation.privacy.report_validation``, every validation figure; the module's own training
+  logs (``self.log`` while training) are switched off (``FederatedModule.training_logs``).
 """
 
 from __future__ import annotations
