@@ -217,6 +217,12 @@ class FederatedLoop(LoopEvaluation):
             hook.setup_server(self.server, self.context, pl_module)
             hook.setup_client(pl_module)  # in process the clients share the server's module
 
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.server.stopping:  # resumed, and the next round would exceed the privacy budget: none runs
+            rank_zero_warn(f"stopping: {self.server.stop_reason}")
+            trainer.should_stop = True
+
     def next_round(self) -> RoundPlan:
         """The plan of the server's next round (``len(report.history)``), decided once.
 

@@ -5,7 +5,9 @@ clients of the :class:`~lightning_fed.federation.evaluation_plan.EvaluationPlan`
 evaluation is Lightning's sanity check, on the same rule), each batch with its client's
 personal state, and the per-client metrics go to the run's
 :class:`~lightning_fed.federation.report.RoundReport`. A standalone ``validate``/``test`` run
-is an :class:`~lightning_fed.callbacks.evaluation_stage.EvaluationStage` with its own results file.
+is an :class:`~lightning_fed.callbacks.evaluation_stage.EvaluationStage` with its own results file,
+except in a private run (:attr:`~lightning_fed.federation.report.RoundReport.withhold_validation`):
+then ``validate`` and ``test`` write nothing computed on the clients' validation or test data.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_fed.callbacks.evaluation_stage import EvaluationStage
@@ -80,10 +83,21 @@ class LoopEvaluation(TurnDriver):
     ) -> None:
         self._load_client(pl_module, batch)
 
+    def _start_stage(self, pl_module: pl.LightningModule, stage: str, data: str) -> None:
+        """Start a standalone ``validate``/``test``; in a private run, none (a warning says why)."""
+        self._stage = None
+        if self.server.report.withhold_validation:  # a private run: the clients' validation/test data
+            rank_zero_warn(
+                f"{stage}: with differential privacy on, nothing computed on the clients' {data} data is"
+                " written (federation.privacy.report_validation: true opts in, unprotected); nothing written"
+            )
+        else:
+            self._stage = EvaluationStage(self.server, self.datamodule, pl_module)
+
     @override
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._standalone(trainer):
-            self._stage = EvaluationStage(self.server, self.datamodule, pl_module)
+            self._start_stage(pl_module, "validate", "validation")
         else:
             self.server.report.start_eval()
 
@@ -100,6 +114,8 @@ class LoopEvaluation(TurnDriver):
         if self._standalone(trainer):
             from lightning_fed.evaluation.test_step import extra_metrics
 
+            if self._stage is None:
+                return
             self._stage.add(
                 batch, {**(outputs if isinstance(outputs, dict) else {}), **extra_metrics(pl_module, batch)}
             )
@@ -109,7 +125,8 @@ class LoopEvaluation(TurnDriver):
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._standalone(trainer):
-            self._stage.finish(trainer, pl_module, "validate")
+            if self._stage is not None:
+                self._stage.finish(trainer, pl_module, "validate")
         elif trainer.sanity_checking:
             if not self.server.report.history:  # a resumed run keeps the initial evaluation it restored
                 self.server.report.end_eval(trainer, pl_module, round_number=0, initial=True)
@@ -118,7 +135,7 @@ class LoopEvaluation(TurnDriver):
 
     @override
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._stage = EvaluationStage(self.server, self.datamodule, pl_module)
+        self._start_stage(pl_module, "test", "test")
 
     @override
     def on_test_batch_start(
@@ -136,8 +153,10 @@ class LoopEvaluation(TurnDriver):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        self._stage.add(batch, outputs if isinstance(outputs, dict) else {})
+        if self._stage is not None:
+            self._stage.add(batch, outputs if isinstance(outputs, dict) else {})
 
     @override
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._stage.finish(trainer, pl_module, "test")
+        if self._stage is not None:
+            self._stage.finish(trainer, pl_module, "test")

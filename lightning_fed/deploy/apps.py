@@ -62,6 +62,7 @@ from lightning_fed.deploy.records import (
 )
 from lightning_fed.deploy.secure_aggregation_flower import contribution_reply, is_secure, secure_train_mod
 from lightning_fed.deploy.server import FederatedServer
+from lightning_fed.privacy.dp_sgd import ExampleLevelDP
 
 
 def load_run(config: str, overrides: str = "") -> tuple[Any, Any, Any, dict[str, Any]]:
@@ -86,6 +87,10 @@ def _runner(config: str, overrides: str, run_id: int = 0) -> ClientRunner:
     started = time.monotonic()
     module, datamodule, loop, trainer_config = load_run(config, overrides)
     runner = ClientRunner(module, datamodule, loop.config, loop.strategy, loop.hooks, loop.seed, trainer_config)
+    if isinstance(module, ExampleLevelDP):  # DP-SGD's plan (delta, rounds, steps): each client calibrates its own z
+        loop.server.privacy.plan_example_budget(
+            module, datamodule.num_clients, datamodule.batch_size, loop.config.rounds
+        )
     flwr_log(
         INFO,
         "[lightning-fed] client runner built (backbone loaded) for run %s in %.2fs, pid %d",

@@ -17,7 +17,10 @@ reports the server writes hold no raw per-client figure: per-client metrics (los
 norms, evaluations) and their distributions over clients are withheld (not in ``rounds.jsonl``,
 ``summary.json``, the Parquet files or TensorBoard; only the example-weighted evaluation means
 remain), and example counts are bucketed (:func:`bucket_count`). ``privacy/epsilon`` is logged
-per round.
+per round. Unless ``federation.privacy.report_validation`` opts in
+(:attr:`RoundReport.withhold_validation`), a private run writes nothing computed on the clients'
+validation data, not even those means: no ``val`` in the records, no ``val/*`` or ``round/val_*``
+scalar, nothing a checkpoint monitor could save.
 """
 
 from __future__ import annotations
@@ -79,12 +82,14 @@ class RoundReport:
 
     Attributes:
         private: Withhold per-client metrics and bucket example counts (see the module docstring).
+        withhold_validation: Write nothing of the clients' evaluations (a private run's default).
     """
 
     def __init__(self, per_client_scalars: int = DEFAULT_PER_CLIENT_SCALARS) -> None:
         self._history = RoundHistory()
         self.per_client_scalars = per_client_scalars
         self.private = False
+        self.withhold_validation = False
         self.initial_eval: dict[str, Any] | None = None
         self.config: dict[str, Any] | None = None  # the resolved run config, set by the CLI
         self.clients: dict[str, Any] = {}
@@ -213,7 +218,7 @@ class RoundReport:
     ) -> None:
         """Per-client means, their distribution over clients, and the example-weighted mean of every metric."""
         self._attach(trainer)  # before any return: on every process alike (Trainer.log_dir is collective)
-        if not self._counts:
+        if not self._counts or self.withhold_validation:
             return
         per_client = {cid: {k: s / self._counts[cid] for k, s in sums.items()} for cid, sums in self._sums.items()}
         total = sum(self._counts.values())

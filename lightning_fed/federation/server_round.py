@@ -46,6 +46,8 @@ class RoundPrivacy(Protocol):
     """
 
     enabled: bool
+    report_validation: bool
+    exceeded: str | None
 
     def plan(self, server: ServerRound, module: Any) -> None:
         """Before training: calibrate and check the budget (one-line ``ValueError``)."""
@@ -157,6 +159,8 @@ class ServerRound:
         if self.privacy is not None:
             self.privacy.plan(self, module)
             self.report.private = self.privacy.enabled
+            # the clients' validation data: nothing of it is written in a private run unless opted in
+            self.report.withhold_validation = self.privacy.enabled and not self.privacy.report_validation
 
     @property
     def expected_clients(self) -> float:
@@ -301,10 +305,16 @@ class ServerRound:
             seconds=time.perf_counter() - self._t0,
             scalars=scalars,
         )
+        self.check_budget(round_idx + 1)
+
+    def check_budget(self, next_round: int) -> None:
+        """Set :attr:`stop_reason` when running round ``next_round`` (0-based) of the run would exceed
+        a privacy budget: after each round, and when a checkpoint is loaded (a run resumed with more
+        ``federation.rounds`` than its budget allows stops before its first round)."""
         privacy = self.privacy
-        if privacy is not None and round_idx + 1 < self.rounds and privacy.would_exceed(round_idx + 1):
-            privacy.stopped(round_idx + 1)
-            self.stop_reason = f"round {round_idx + 2} would exceed the privacy budget (privacy.target_epsilon)"
+        if privacy is not None and next_round < self.rounds and privacy.would_exceed(next_round):
+            privacy.stopped(next_round)
+            self.stop_reason = f"round {next_round + 1} would exceed the privacy budget ({privacy.exceeded})"
 
     # ------------------------------------------------------------------ the run's record
     def hook_summaries(self) -> dict[str, Any]:
@@ -337,6 +347,7 @@ class ServerRound:
         self.report.load_state_dict(state.get("report", {}))
         if self.privacy is not None:
             self.privacy.load_state_dict(state.get("privacy", {}))
+            self.check_budget(len(self.report.history))
 
     def privacy_section(self) -> dict[str, Any]:
         """``summary.json``'s ``privacy`` section (``{"enabled": False}`` without a privacy plan)."""

@@ -105,6 +105,17 @@ class FederatedModule(pl.LightningModule):
             params[name].copy_(value)
 
     # --------------------------------------------------------------------------- training
+    #: Whether ``self.log`` while training reaches Lightning (loggers, progress bar, callback
+    #: metrics). A private run sets it ``False`` (:meth:`lightning_fed.privacy.RunPrivacy.plan`):
+    #: a client's training loss is a raw figure of its data.
+    training_logs: bool = True
+
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """Lightning's ``log``; while training, nothing when :attr:`training_logs` is off."""
+        if not self.training_logs and self._trainer is not None and self._trainer.training:
+            return
+        super().log(name, value, *args, **kwargs)
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         params = [p for p in self.parameters() if p.requires_grad]
         hp = self.hparams

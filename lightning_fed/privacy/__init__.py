@@ -10,6 +10,7 @@ from lightning_fed.privacy.client_dp import ClientLevelDP
 from lightning_fed.privacy.clipping import clip_to_norm, global_norm, per_example_clip_factors
 from lightning_fed.privacy.config import PrivacyConfig
 from lightning_fed.privacy.dp_sgd import DPDPOModule, DPSFTModule, DPSGDSettings, example_level_accountant
+from lightning_fed.privacy.example_budget import ExampleBudget
 from lightning_fed.privacy.report import ChannelReport, PrivacyReport, bucket_count, redact_client_metrics
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "DPDPOModule",
     "DPSFTModule",
     "DPSGDSettings",
+    "ExampleBudget",
     "PrivacyAccountant",
     "PrivacyConfig",
     "PrivacyReport",

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from opacus.accountants import create_accountant
@@ -43,32 +44,61 @@ def accounted_sample_rate(sampling: str, num_clients: int, clients_per_round: in
     return float(rate) if sampling == "poisson" else 1.0
 
 
+#: What to change when the client-level budget cannot be met (the default of :func:`calibrate_noise_multiplier`).
+CLIENT_LEVEL_HINT = (
+    "raise federation.privacy.target_epsilon or federation.privacy.delta, lower federation.rounds, or sample"
+    " fewer clients (federation.sampling=poisson with a smaller federation.sampling_rate)"
+)
+
+
 def calibrate_noise_multiplier(
-    target_epsilon: float, delta: float, sample_rate: float, steps: int, mechanism: str = "rdp"
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    mechanism: str = "rdp",
+    unit: str = "rounds",
+    option: str = "federation.privacy.target_epsilon",
+    hint: str = CLIENT_LEVEL_HINT,
 ) -> float:
     """The smallest ``z`` (within Opacus' 0.01 tolerance on epsilon) that keeps ``steps`` steps within budget.
+
+    Args:
+        target_epsilon: The budget. delta: its ``delta``. sample_rate: ``q`` of each step.
+        steps: Steps of the mechanism: rounds (client level) or local steps (DP-SGD).
+        mechanism: ``rdp`` or ``prv``.
+        unit: What a step is, for the message (``rounds``, ``local steps``).
+        option: The option that set ``target_epsilon``, for the message.
+        hint: What to change, for the message.
 
     Raises:
         ValueError: One line naming the options to change when no ``z`` reaches the budget.
     """
     _check(target_epsilon=target_epsilon, delta=delta, sample_rate=sample_rate, steps=steps, mechanism=mechanism)
     try:
-        return float(
-            get_noise_multiplier(
-                target_epsilon=target_epsilon,
-                target_delta=delta,
-                sample_rate=sample_rate,
-                steps=steps,
-                accountant=mechanism,
-            )
-        )
-    except ValueError as err:  # Opacus: "The privacy budget is too low."
+        return _opacus_noise_multiplier(float(target_epsilon), float(delta), float(sample_rate), int(steps), mechanism)
+    except ValueError as err:  # Opacus: "The privacy budget is too low." (z would pass its 1e6 cap)
         raise ValueError(
-            f"federation.privacy.target_epsilon={target_epsilon} with federation.privacy.delta={delta} cannot be"
-            f" reached over {steps} steps at sample rate {sample_rate} by any noise multiplier ({err}); raise"
-            " federation.privacy.target_epsilon or federation.privacy.delta, lower federation.rounds, or sample"
-            " fewer clients (federation.sampling=poisson with a smaller federation.sampling_rate)"
+            f"{option}={target_epsilon} with federation.privacy.delta={delta} cannot be reached over {steps} {unit}"
+            f" at sample rate {sample_rate:.4g} by any noise multiplier ({err}); {hint}"
         ) from None
+
+
+@lru_cache(maxsize=256)
+def _opacus_noise_multiplier(
+    target_epsilon: float, delta: float, sample_rate: float, steps: int, mechanism: str
+) -> float:
+    """Opacus' bisection (seconds at a sample rate below 1), once per setting and process: in process,
+    the server and the clients of a simulation plan the same ``z``."""
+    return float(
+        get_noise_multiplier(
+            target_epsilon=target_epsilon,
+            target_delta=delta,
+            sample_rate=sample_rate,
+            steps=steps,
+            accountant=mechanism,
+        )
+    )
 
 
 def _check(**values: Any) -> None:

@@ -2,57 +2,92 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from lightning_fed.privacy.accountant import MECHANISMS, PrivacyAccountant, accounted_sample_rate
+
+#: The largest default ``delta``: ``1 / N**1.1`` alone is no guarantee for a few clients (N = 4
+#: gives 0.22, at which Opacus' RDP epsilon of any noise multiplier >= 5 is <= 0, so every budget,
+#: however small, would be "met"); the usual ``1e-5`` caps it.
+MAX_DEFAULT_DELTA = 1e-5
+
+
+def default_delta(num_clients: int) -> float:
+    """``min(1 / N**1.1, 1e-5)`` (McMahan et al. 2018 take ``N**-1.1`` for N in the hundreds of thousands)."""
+    return min(1.0 / float(max(int(num_clients), 1)) ** 1.1, MAX_DEFAULT_DELTA)
+
+
+def positive_number(value: Any) -> bool:
+    """A finite number > 0 (not a bool, not a string, not NaN or infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 @dataclass
 class PrivacyConfig:
-    """Client-level privacy budget of a federation.
+    """The run's privacy settings: the client-level budget, ``delta``, and what is reported.
 
     Attributes:
-        target_epsilon: Budget ``epsilon`` for the whole run. Alone, ``noise_multiplier`` is
-            calibrated for the planned rounds before training; with ``noise_multiplier``, the
-            run stops before the round that would exceed it.
-        noise_multiplier: ``z`` given directly; alone, epsilon is only reported.
-        delta: ``delta`` of the guarantee; ``None`` takes ``1 / N**1.1`` for ``N`` clients
-            (below ``1 / N``, so that "leak one client's data" is not within ``delta``).
+        target_epsilon: Client-level budget ``epsilon`` for the whole run. Alone,
+            ``noise_multiplier`` is calibrated for the planned rounds before training; with
+            ``noise_multiplier``, the run stops before the round that would exceed it.
+        noise_multiplier: Client-level ``z`` given directly; alone, epsilon is only reported.
+            Neither of the two: no client-level DP (e.g. DP-SGD alone, with this ``delta``).
+        delta: ``delta`` of every guarantee of the run (client level and DP-SGD's); ``None``
+            takes ``min(1 / N**1.1, 1e-5)`` for ``N`` clients (:func:`default_delta`).
         accountant: ``rdp`` or ``prv`` (Opacus).
+        report_validation: With DP on, report the example-weighted validation means over the
+            evaluated clients (an unprotected channel, listed as such in the privacy report);
+            by default nothing computed on the clients' validation data is written.
     """
 
     target_epsilon: float | None = None
     noise_multiplier: float | None = None
     delta: float | None = None
     accountant: str = "rdp"
+    report_validation: bool = False
 
     def __post_init__(self) -> None:
         problems = []
-        if self.target_epsilon is None and self.noise_multiplier is None:
-            problems.append("give federation.privacy.target_epsilon, federation.privacy.noise_multiplier or both")
-        if self.target_epsilon is not None and not self.target_epsilon > 0:
-            problems.append(f"federation.privacy.target_epsilon must be > 0, got {self.target_epsilon!r}")
-        if self.noise_multiplier is not None and not self.noise_multiplier > 0:
-            problems.append(f"federation.privacy.noise_multiplier must be > 0, got {self.noise_multiplier!r}")
-        if self.delta is not None and not 0 < self.delta < 1:
+        if self.target_epsilon is not None and not positive_number(self.target_epsilon):
+            problems.append(f"federation.privacy.target_epsilon must be a number > 0, got {self.target_epsilon!r}")
+        if self.noise_multiplier is not None and not positive_number(self.noise_multiplier):
+            problems.append(f"federation.privacy.noise_multiplier must be a number > 0, got {self.noise_multiplier!r}")
+        if self.delta is not None and not (positive_number(self.delta) and self.delta < 1):
             problems.append(f"federation.privacy.delta must be in (0, 1), got {self.delta!r}")
         if self.accountant not in MECHANISMS:
             problems.append(f"federation.privacy.accountant must be one of {MECHANISMS}, got {self.accountant!r}")
+        if not isinstance(self.report_validation, bool):
+            problems.append(
+                f"federation.privacy.report_validation must be true or false, got {self.report_validation!r}"
+            )
         if problems:
             raise ValueError("; ".join(problems))
 
+    @property
+    def client_level(self) -> bool:
+        """Whether the section sets client-level DP (a budget or a noise multiplier)."""
+        return self.target_epsilon is not None or self.noise_multiplier is not None
+
     def delta_for(self, num_clients: int) -> float:
-        """``delta``, or ``1 / N**1.1``."""
-        return float(self.delta) if self.delta is not None else 1.0 / float(num_clients) ** 1.1
+        """``delta``, or :func:`default_delta`."""
+        return float(self.delta) if self.delta is not None else default_delta(num_clients)
 
     def plan(
         self, num_clients: int, rounds: int, sampling: str, clients_per_round: int = 0, sampling_rate: float = 0.0
     ) -> PrivacyAccountant:
-        """The accountant of the run, with ``z`` calibrated when a budget is given (before training).
+        """The client-level accountant of the run, with ``z`` calibrated when only a budget is given
+        (before training).
 
         Raises:
-            ValueError: A bad sampler setting, or a budget no noise multiplier can meet (one line).
+            ValueError: A bad sampler setting, no client-level setting, or a budget no noise
+                multiplier can meet (one line).
         """
+        if not self.client_level:
+            raise ValueError(
+                "client-level DP needs federation.privacy.target_epsilon, federation.privacy.noise_multiplier or both"
+            )
         q = accounted_sample_rate(sampling, num_clients, clients_per_round, sampling_rate)
         delta = self.delta_for(num_clients)
         if self.noise_multiplier is None:

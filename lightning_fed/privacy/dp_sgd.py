@@ -54,6 +54,8 @@ from lightning_fed.modules.losses import token_log_probs
 from lightning_fed.modules.sft import SFTModule
 from lightning_fed.privacy.accountant import PrivacyAccountant
 from lightning_fed.privacy.clipping import per_example_clip_factors
+from lightning_fed.privacy.config import positive_number
+from lightning_fed.privacy.example_budget import ExampleBudget
 from lightning_fed.state import StateDict
 
 
@@ -63,7 +65,12 @@ class DPSGDSettings:
 
     Attributes:
         clip_norm: ``C``, the bound on each example's gradient norm (all trainable tensors together).
-        noise_multiplier: ``z``; the noise std on the summed gradient is ``z * C``.
+        noise_multiplier: ``z``; the noise std on the summed gradient is ``z * C``. Epsilon is
+            then only reported.
+        target_epsilon: The example-level budget instead of ``noise_multiplier`` (give exactly
+            one): each client's ``z`` is calibrated before training for its own sampling rate over
+            the planned rounds (:class:`~lightning_fed.privacy.example_budget.ExampleBudget`), at
+            the run's ``delta``.
         expected_batch_size: ``|L|``, what the noised sum is divided by; ``None`` uses the
             batch's own number of examples (right for fixed-size batches).
         ffa_lora: Freeze LoRA ``A``; only ``B`` is trained and sent (FFA-LoRA).
@@ -71,19 +78,39 @@ class DPSGDSettings:
     """
 
     clip_norm: float = 1.0
-    noise_multiplier: float = 1.0
+    noise_multiplier: float | None = None
+    target_epsilon: float | None = None
     expected_batch_size: int | None = None
     ffa_lora: bool = False
     seed: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
-        if not self.clip_norm > 0:
-            problems.append(f"model.dp_sgd.clip_norm must be > 0, got {self.clip_norm!r}")
-        if not self.noise_multiplier >= 0:
-            problems.append(f"model.dp_sgd.noise_multiplier must be >= 0, got {self.noise_multiplier!r}")
-        if self.expected_batch_size is not None and not self.expected_batch_size >= 1:
-            problems.append(f"model.dp_sgd.expected_batch_size must be >= 1, got {self.expected_batch_size!r}")
+        if not positive_number(self.clip_norm):
+            problems.append(f"model.dp_sgd.clip_norm must be a number > 0, got {self.clip_norm!r}")
+        if (self.noise_multiplier is None) == (self.target_epsilon is None):
+            problems.append(
+                "give exactly one of model.dp_sgd.noise_multiplier and model.dp_sgd.target_epsilon, got"
+                f" noise_multiplier={self.noise_multiplier!r}, target_epsilon={self.target_epsilon!r}"
+            )
+        if self.noise_multiplier is not None and not (
+            self.noise_multiplier == 0 or positive_number(self.noise_multiplier)
+        ):
+            problems.append(f"model.dp_sgd.noise_multiplier must be a number >= 0, got {self.noise_multiplier!r}")
+        if self.target_epsilon is not None and not positive_number(self.target_epsilon):
+            problems.append(f"model.dp_sgd.target_epsilon must be a number > 0, got {self.target_epsilon!r}")
+        if self.expected_batch_size is not None and not (
+            isinstance(self.expected_batch_size, int)
+            and not isinstance(self.expected_batch_size, bool)
+            and self.expected_batch_size >= 1
+        ):
+            problems.append(
+                f"model.dp_sgd.expected_batch_size must be an integer >= 1, got {self.expected_batch_size!r}"
+            )
+        if not isinstance(self.ffa_lora, bool):
+            problems.append(f"model.dp_sgd.ffa_lora must be true or false, got {self.ffa_lora!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+            problems.append(f"model.dp_sgd.seed must be an integer, got {self.seed!r}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -132,14 +159,15 @@ def privatize_per_example(
 def example_level_accountant(
     settings: DPSGDSettings, batch_size: int, smallest_client_examples: int, delta: float
 ) -> PrivacyAccountant:
-    """The accountant of one client's DP-SGD: one step per local optimizer step, rate ``B / |D_k|``.
+    """The accountant of one client's DP-SGD with a given ``z``: one step per local optimizer step,
+    rate ``B / |D_k|``. Runs account per client (:class:`~lightning_fed.privacy.example_budget.ExampleBudget`).
 
-    The smallest client has the largest rate, so its epsilon bounds every client's. Steps are
-    counted over all the rounds a client trains in (``local_steps`` per round it takes part
-    in; at most ``local_steps * rounds``). The amplification by ``B / |D_k|`` assumes Poisson
-    batches (Opacus' ``DPDataLoader``); with shuffled fixed-size batches it is the usual
-    approximation, not a proof (see :mod:`lightning_fed.privacy.accountant`).
+    The amplification by ``B / |D_k|`` assumes Poisson batches (Opacus' ``DPDataLoader``); with
+    shuffled fixed-size batches it is the usual approximation, not a proof (see
+    :mod:`lightning_fed.privacy.accountant`).
     """
+    if settings.noise_multiplier is None:
+        raise ValueError("example_level_accountant needs model.dp_sgd.noise_multiplier (a budget: ExampleBudget)")
     rate = min(1.0, batch_size / float(smallest_client_examples))
     return PrivacyAccountant(settings.noise_multiplier, rate, delta)
 
@@ -183,6 +211,9 @@ class ExampleLevelDP:
         self.__dict__["_grad_sampler"] = None
         #: Per-example gradient norms (before clipping) of the last step, for monitoring.
         self.last_example_norms: Tensor | None = None
+        #: The run's DP-SGD plan (``delta``, rounds, local steps): set by the run's privacy
+        #: (:meth:`~lightning_fed.privacy.run.RunPrivacy.plan_example_budget`) in both transports.
+        self.example_budget: ExampleBudget | None = None
 
     def is_shared(self, name: str) -> bool:
         """FFA-LoRA exchanges only ``B``: the frozen ``A`` is the same seeded tensor on every client."""
@@ -207,15 +238,31 @@ class ExampleLevelDP:
                 self.model, batch_first=True, loss_reduction="sum", strict=False
             )
 
-    def noise_generator(self) -> torch.Generator:
-        """The generator of this step's noise: seeded by ``(seed, round, client, local step)`` of
-        the turn in progress, or ``(seed, epoch, global step)`` outside a federated turn."""
+    def _trainer_and_turn(self) -> tuple[Any, Any]:
         try:
             trainer = self.trainer
         except RuntimeError:  # not attached to a Trainer (a step driven by hand)
             trainer = None
         driver = find_driver(trainer)
-        turn = driver.turn if driver is not None else None
+        return trainer, (driver.turn if driver is not None else None)
+
+    def noise_multiplier_now(self) -> float:
+        """``z`` of this step: the given one, or the one calibrated for the client in training
+        (:meth:`ExampleBudget.noise_multiplier_for` of its example count)."""
+        if self.dp_sgd.noise_multiplier is not None:
+            return float(self.dp_sgd.noise_multiplier)
+        _, turn = self._trainer_and_turn()
+        if self.example_budget is None or turn is None:
+            raise RuntimeError(
+                "model.dp_sgd.target_epsilon calibrates each client's noise in a federated run (FederatedLoop or"
+                " the Flower client); give model.dp_sgd.noise_multiplier to train outside one"
+            )
+        return self.example_budget.noise_multiplier_for(turn.num_examples)
+
+    def noise_generator(self) -> torch.Generator:
+        """The generator of this step's noise: seeded by ``(seed, round, client, local step)`` of
+        the turn in progress, or ``(seed, epoch, global step)`` outside a federated turn."""
+        trainer, turn = self._trainer_and_turn()
         if turn is not None:
             key = (turn.round_idx, turn.client_id, turn.steps)  # steps: those before this one
         elif trainer is not None:
@@ -260,7 +307,7 @@ class ExampleLevelDP:
             p.grad_sample = None
         batch_size = self.dp_sgd.expected_batch_size or n
         noised, norms = privatize_per_example(
-            per_example, self.dp_sgd.clip_norm, self.dp_sgd.noise_multiplier, batch_size, self.noise_generator()
+            per_example, self.dp_sgd.clip_norm, self.noise_multiplier_now(), batch_size, self.noise_generator()
         )
         for name, p in params.items():
             p.grad = noised[name].to(p.device)

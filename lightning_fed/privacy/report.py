@@ -8,7 +8,9 @@ Channels (what a client sends, per method):
   (:class:`~lightning_fed.privacy.ClientLevelDP`) and/or example-level DP-SGD
   (:mod:`lightning_fed.privacy.dp_sgd`) bound it; the two guarantees have different units
   (one client's whole data set vs one example) and are listed separately;
-* ``metrics``: per-client training/validation losses and accuracies;
+* ``metrics``: per-client training losses, accuracies and update norms;
+* ``validation``: what the clients' validation data gives the server: per-client validation
+  metrics and their example-weighted means over the evaluated clients;
 * ``example_counts``: ``|D_k|`` (FedAvg's weights, the report's client sizes);
 * ``fedhds_centroids``: FedHDS' group centroids (noised by
   :mod:`lightning_fed.selection.privacy` when ``dp_epsilon`` is set);
@@ -19,11 +21,14 @@ Channels (what a client sends, per method):
 The defaults when DP is on (the choice, see ``docs/privacy.md``): per-client losses and
 metrics are *withheld* from the reports (:func:`redact_client_metrics`), since a raw loss is
 an unbounded function of the client's data and noising it well would cost budget for no
-training benefit; example counts are *bucketed* to a power of two (:func:`bucket_count`),
-which hides the exact size while keeping its order of magnitude, and ``ClientLevelDP``
-weighs every client equally, so the exact count is never needed. The report states what the
-run did (the ``counts_bucketed`` / ``metrics_withheld`` flags are set by whoever applies them),
-never what it should have done.
+training benefit; so is everything computed on the clients' validation data, the means over
+clients included (with one client evaluated the mean *is* its loss), unless
+``federation.privacy.report_validation`` opts into the means (then listed as unprotected);
+example counts are *bucketed* to a power of two (:func:`bucket_count`), which hides the
+exact size while keeping its order of magnitude, and ``ClientLevelDP`` weighs every client
+equally, so the exact count is never needed. The report states what the run did (the
+``counts_bucketed`` / ``metrics_withheld`` flags are set by whoever applies them), never what
+it should have done.
 """
 
 from __future__ import annotations
@@ -46,8 +51,18 @@ PROTECTIONS = {
     "gaussian": "Gaussian noise added on the client before sending",
     "bucketed": "rounded down to a power of two before sending",
     "withheld": "sent to the server but never written to reports or logs",
+    "reported": "written to the reports (summary.json, rounds.jsonl, TensorBoard, checkpoints) without noise",
     "local": "never leaves the client; outside the guarantee",
     "none": "sent in the clear",
+}
+
+
+_VALIDATION_NOTES = {
+    "none": "per-client validation metrics and their means over clients, not covered by any epsilon",
+    "withheld": "no validation metric computed on the clients' data is written, not even a mean over clients"
+    " (federation.privacy.report_validation: true reports the means, unprotected)",
+    "reported": "federation.privacy.report_validation: the example-weighted means over the evaluated clients are"
+    " written, per-client values withheld; not covered by any epsilon (one evaluated client: its own loss)",
 }
 
 
@@ -111,17 +126,29 @@ class PrivacyReport:
         counts_bucketed: bool = False,
         metrics_withheld: bool = False,
         secure_sum: bool = False,
+        example_steps: int | None = None,
+        example_level_on: bool = False,
+        validation: str = "none",
     ) -> None:
         self.client_dp, self.example_dp = client_dp, example_dp
         self.local_steps_per_round = int(local_steps_per_round)
+        self.example_steps = example_steps
+        self.example_level_on = example_level_on or example_dp is not None
         self.personal_parameters, self.centroids, self.selector_losses = personal_parameters, centroids, selector_losses
         self.counts_bucketed, self.metrics_withheld = counts_bucketed, metrics_withheld
+        if validation not in ("none", "withheld", "reported"):
+            raise ValueError(f"validation must be one of ('none', 'withheld', 'reported'), got {validation!r}")
+        self.validation = validation
         self.secure_sum = secure_sum
         self.stop: dict[str, Any] | None = None
 
+    def _example_epsilon(self, rounds: int) -> float:
+        steps = self.example_steps if self.example_steps is not None else rounds * self.local_steps_per_round
+        return self.example_dp.epsilon(steps)
+
     @property
     def enabled(self) -> bool:
-        return self.client_dp is not None or self.example_dp is not None
+        return self.client_dp is not None or self.example_level_on
 
     @property
     def trust_model(self) -> str:
@@ -139,29 +166,27 @@ class PrivacyReport:
         if self.client_dp is not None:
             out["client"] = self.client_dp.epsilon(rounds)
         if self.example_dp is not None:
-            out["example"] = self.example_dp.epsilon(rounds * self.local_steps_per_round)
+            out["example"] = self._example_epsilon(rounds)
         return out
 
-    def stopped(self, next_round: int) -> None:
-        """Record that the run stopped before ``next_round`` because it would exceed the budget."""
-        self.stop = {
-            "before_round": int(next_round),
-            "reason": "the next round would exceed federation.privacy.target_epsilon",
-        }
+    def stopped(self, next_round: int, option: str = "federation.privacy.target_epsilon") -> None:
+        """Record that the run stopped before ``next_round`` because it would exceed the budget ``option``."""
+        who = " for one of its clients" if option.startswith("model.dp_sgd") else ""
+        self.stop = {"before_round": int(next_round), "reason": f"the next round would exceed {option}{who}"}
 
     def _update_guarantees(self, rounds: int) -> list[dict[str, Any]]:
         out = []
         if self.client_dp is not None:
             out.append({"unit": "client", "epsilon": self.client_dp.epsilon(rounds), "delta": self.client_dp.delta})
         if self.example_dp is not None:
-            eps = self.example_dp.epsilon(rounds * self.local_steps_per_round)
+            eps = self._example_epsilon(rounds)
             out.append({"unit": "example", "epsilon": eps, "delta": self.example_dp.delta})
         return out
 
     def channels(self, rounds: int) -> list[ChannelReport]:
         """Every channel of the run after ``rounds`` rounds."""
         update = self._update_guarantees(rounds)
-        levels = (("client_dp", self.client_dp), ("example_dp", self.example_dp), ("secure_sum", self.secure_sum))
+        levels = (("client_dp", self.client_dp), ("example_dp", self.example_level_on), ("secure_sum", self.secure_sum))
         protection = "+".join(p for p, on in levels if on)
         out = [
             ChannelReport(
@@ -175,6 +200,7 @@ class PrivacyReport:
                 "withheld" if self.metrics_withheld else "none",
                 note="per-client losses and accuracies are not covered by any epsilon",
             ),
+            ChannelReport("validation", self.validation, note=_VALIDATION_NOTES[self.validation]),
             ChannelReport(
                 "example_counts",
                 "bucketed" if self.counts_bucketed else "none",
@@ -223,6 +249,11 @@ class PrivacyReport:
                     "target_epsilon": acc.target_epsilon,
                     "accountant": acc.mechanism,
                 }
+        if self.example_dp is not None and self.example_steps is not None:
+            section["example_level"]["accounting"] = (
+                "per client, over the rounds it trained in; the largest client epsilon (noise_multiplier and"
+                " sample_rate are that client's)"
+            )
         if self.stop is not None:
             section["stopped"] = self.stop
         return _finite(section)

@@ -14,16 +14,25 @@ meet the settings of the federation:
 * **before training** (:meth:`RunPrivacy.plan`, from ``ServerRound.bind``): ``z`` is calibrated
   for the planned rounds; a budget no ``z`` can meet, or one that a given ``z`` spends in the
   first round, is a one-line ``ValueError`` naming the options (the CLI: exit 2, nothing
-  written);
+  written). DP-SGD's plan (:class:`~lightning_fed.privacy.example_budget.ExampleBudget`) goes to
+  the module (:meth:`RunPrivacy.plan_example_budget`; a Flower client gets its own from
+  ``deploy/apps.py``), and with ``model.dp_sgd.target_epsilon`` every client size of the
+  federation is calibrated here, so an impossible budget fails the same way;
 * **every round** (:meth:`RunPrivacy.end_round`): the accountant steps (a Poisson round with
-  no client too), ``privacy/epsilon`` is logged; the server stops the run (exit 0,
-  ``summary.json`` ``privacy.stopped``) when the next round would exceed ``target_epsilon``;
-* **in the checkpoint** (:meth:`RunPrivacy.state_dict`): the rounds accounted and ``z``, so a
-  resumed run continues with the same noise and the same epsilon;
+  no client too), DP-SGD is accounted per client (the clients the round sampled, at their
+  reported bucketed counts), ``privacy/epsilon`` and ``privacy/example_epsilon`` (the largest
+  client's) are logged; the server stops the run (exit 0, ``summary.json`` ``privacy.stopped``)
+  when the next round would exceed ``federation.privacy.target_epsilon`` or, for one of the
+  clients it samples, ``model.dp_sgd.target_epsilon`` (:meth:`RunPrivacy.would_exceed`);
+* **in the checkpoint** (:meth:`RunPrivacy.state_dict`): the rounds accounted, ``z``, DP-SGD's
+  per-client ledger and planned rounds, so a resumed run continues with the same noise and the
+  same epsilon (and stops before its first round if that would exceed a budget);
 * **the report** (:meth:`RunPrivacy.section`): :class:`~lightning_fed.privacy.PrivacyReport`
   of every channel. With DP on (client-level or example-level) the clients bucket their
   example counts (:func:`client_counts_bucketed`) and the server's reports withhold per-client
-  metrics (:attr:`~lightning_fed.federation.RoundReport.private`).
+  metrics (:attr:`~lightning_fed.federation.RoundReport.private`) and, unless
+  ``federation.privacy.report_validation``, every validation figure; the module's own training
+  logs (``self.log`` while training) are switched off (``FederatedModule.training_logs``).
 """
 
 from __future__ import annotations
@@ -31,11 +40,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lightning_fed.federation.report import bucket_count
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.privacy.accountant import PrivacyAccountant, accounted_sample_rate
 from lightning_fed.privacy.client_dp import ClientLevelDP, client_level_dp
-from lightning_fed.privacy.config import PrivacyConfig
-from lightning_fed.privacy.dp_sgd import ExampleLevelDP, example_level_accountant
+from lightning_fed.privacy.config import PrivacyConfig, default_delta
+from lightning_fed.privacy.dp_sgd import ExampleLevelDP
+from lightning_fed.privacy.example_budget import ExampleBudget
 from lightning_fed.privacy.report import PrivacyReport
 from lightning_fed.round_hooks.client_grouping import ClientGrouping
 from lightning_fed.selection.hds import HierarchicalDataSelection
@@ -69,15 +80,21 @@ class RunPrivacy:
         self.local_steps, self.local_epochs = local_steps, local_epochs
         self.enabled = False
         self.client_dp: PrivacyAccountant | None = None
-        self.example_dp: PrivacyAccountant | None = None
-        self.example_steps_per_round = 1
+        self.example_budget: ExampleBudget | None = None
         self.rounds_accounted = 0
         self.stop: int | None = None
+        #: The budget the next round would exceed (the option's name), set by :meth:`would_exceed`.
+        self.exceeded: str | None = None
         self._server: ServerRound | None = None
         self._personal = False
-        self._dp_sgd: Any = None
-        self._delta = 0.0
-        self._reported: tuple[int, int] | None = None  # (smallest, largest) count reported so far
+        #: DP-SGD's ledger: client -> [bucketed example count (0: not reported), rounds trained].
+        self._trained: dict[int, list[int]] = {}
+        self._stop_option = "federation.privacy.target_epsilon"
+
+    @property
+    def report_validation(self) -> bool:
+        """Whether a private run reports its validation means (``federation.privacy.report_validation``)."""
+        return self.config is not None and self.config.report_validation
 
     # ------------------------------------------------------------------ before training
     def plan(self, server: ServerRound, module: Any) -> None:
@@ -89,19 +106,49 @@ class RunPrivacy:
         self._server = server
         strategy, n = server.strategy, server.num_clients
         dp = client_level_dp(strategy)
-        if self.config is not None and dp is None:
+        client_level = self.config is not None and self.config.client_level
+        if client_level and dp is None:
             raise ValueError(
                 "federation.privacy sets a client-level budget: it needs federation.strategy ="
                 f" lightning_fed.privacy.ClientLevelDP (around the server strategy), got {type(strategy).__name__}"
             )
         self.enabled = privacy_enabled(strategy, module)
+        if module is not None and hasattr(module, "training_logs"):  # a client's training loss goes nowhere
+            module.training_logs = not self.enabled
         self._personal = bool(module is not None and module.personal_parameters())
-        delta = self.config.delta_for(n) if self.config is not None else 1.0 / float(n) ** 1.1
+        delta = self.config.delta_for(n) if self.config is not None else default_delta(n)
         if dp is not None:
             self.client_dp = self._plan_client_level(dp, server, delta)
         if isinstance(module, ExampleLevelDP):
-            self._dp_sgd, self._delta = module.dp_sgd, delta
-            self.example_dp = self._plan_example_level(module, server, delta)
+            batch = int(server.datamodule.batch_size)
+            self.example_budget = self.plan_example_budget(module, n, batch, server.rounds)
+            try:
+                sizes = list(server.datamodule.client_sizes)
+            except (AttributeError, RuntimeError, TypeError):  # a Flower server never loads the clients' data
+                sizes = []
+            for b in sorted({bucket_count(s) for s in sizes if s > 0}):
+                self.example_budget.noise_multiplier_for(b)  # an impossible budget raises here, before training
+
+    def plan_example_budget(
+        self, module: ExampleLevelDP, num_clients: int, batch_size: int, rounds: int
+    ) -> ExampleBudget:
+        """DP-SGD's plan (:class:`ExampleBudget`), given to ``module``: the server's in process,
+        each Flower client's own (``deploy/apps.py``), so both calibrate the same ``z_k``."""
+        delta = self.config.delta_for(num_clients) if self.config is not None else default_delta(num_clients)
+        settings = module.dp_sgd
+        mechanism = self.config.accountant if self.config is not None else "rdp"
+        budget = ExampleBudget(
+            settings.target_epsilon,
+            settings.noise_multiplier,
+            delta,
+            int(batch_size),
+            int(rounds),
+            self.local_steps,
+            self.local_epochs,
+            mechanism,
+        )
+        module.example_budget = budget
+        return budget
 
     def _plan_client_level(self, dp: ClientLevelDP, server: ServerRound, delta: float) -> PrivacyAccountant:
         m = server.expected_clients
@@ -114,7 +161,7 @@ class RunPrivacy:
         dp.set_expected_clients(m)
         n, rate = server.num_clients, server.sampling_rate or 0.0
         q = accounted_sample_rate(server.sampling, n, server.clients_per_round, rate)
-        if self.config is None:
+        if self.config is None or not self.config.client_level:
             if dp.noise_multiplier is None:
                 raise ValueError(
                     "ClientLevelDP has no noise multiplier: give federation.privacy.noise_multiplier"
@@ -136,63 +183,71 @@ class RunPrivacy:
         dp.set_noise_multiplier(acc.noise_multiplier)
         return acc
 
-    def _plan_example_level(
-        self, module: ExampleLevelDP, server: ServerRound, delta: float
-    ) -> PrivacyAccountant | None:
-        """The most exposed client's DP-SGD accountant: the smallest client (rate ``B / |D_k|``),
-        with the most local steps of a round. ``None`` where the server does not know the
-        clients' sizes (a Flower server never loads their data)."""
-        try:
-            sizes = list(server.datamodule.client_sizes)
-        except (AttributeError, RuntimeError, TypeError):  # no data module, or one not set up
-            sizes = []
-        return self._example_accountant(min(sizes), max(sizes)) if sizes else None
-
-    def _example_accountant(self, smallest: int, largest: int) -> PrivacyAccountant:
-        batch = int(self._server.datamodule.batch_size)
-        if self.local_steps is not None:
-            self.example_steps_per_round = int(self.local_steps)
-        else:
-            self.example_steps_per_round = int(self.local_epochs or 1) * math.ceil(largest / batch)
-        return example_level_accountant(self._dp_sgd, batch, smallest, self._delta)
-
-    def _observe(self, updates: Any) -> None:
-        """Where the server does not know the clients' sizes (Flower), the example-level
-        accountant uses the counts the clients report: bucketed ``b <= n < 2 b``, so the rate
-        ``B / b`` and ``2 b - 1`` examples for ``local_epochs`` bound every client that has trained
-        so far (clients that never trained spent nothing)."""
-        counts = [int(u.num_examples) for u in updates]
-        if not counts:
-            return
-        low, high = min(counts), 2 * max(counts) - 1
-        if self._reported is not None:
-            low, high = min(low, self._reported[0]), max(high, self._reported[1])
-        self._reported = (low, high)
-        self.example_dp = self._example_accountant(low, high)
-
     # ------------------------------------------------------------------ every round
     def end_round(self, round_idx: int, updates: Any = ()) -> dict[str, float]:
         """Account round ``round_idx`` (0-based) whose admitted ``updates`` are given;
-        ``privacy/epsilon`` (client level) and ``privacy/example_epsilon`` after it."""
+        ``privacy/epsilon`` (client level) and ``privacy/example_epsilon`` (the largest client's) after it.
+
+        DP-SGD is accounted per client: every client sampled in the round trained in it (one that
+        failed may have spent budget too), at the bucketed count its update reported."""
         self.rounds_accounted = round_idx + 1
-        if self._dp_sgd is not None and (self._reported is not None or self.example_dp is None):
-            self._observe(updates)
         out: dict[str, float] = {}
         if self.client_dp is not None:
             self.client_dp.steps_done = self.rounds_accounted
             out["privacy/epsilon"] = self.client_dp.epsilon()
-        if self.example_dp is not None:
-            out["privacy/example_epsilon"] = self.example_dp.epsilon(
-                self.rounds_accounted * self.example_steps_per_round
-            )
+        if self.example_budget is not None:
+            counts = {int(u.client_id): int(u.num_examples) for u in updates}
+            sampled = self._server.clients if self._server is not None else []
+            for cid in sorted(set(sampled) | set(counts)):
+                entry = self._trained.setdefault(int(cid), [0, 0])
+                entry[1] += 1
+                if counts.get(cid, 0) > 0:
+                    entry[0] = bucket_count(counts[cid])
+            binding = self.binding_client()
+            if binding is not None:
+                out["privacy/example_epsilon"] = binding[1]
         return out
 
+    def _count_of(self, client_id: int) -> int | None:
+        """A client's bucketed count; one that never reported it is taken as the smallest reported
+        (a client that failed in every round it was sampled in)."""
+        count = self._trained.get(client_id, [0, 0])[0]
+        if count:
+            return count
+        known = [c for c, _ in self._trained.values() if c]
+        return min(known) if known else None
+
+    def binding_client(self) -> tuple[int, float] | None:
+        """``(client, epsilon)`` of the client with the largest DP-SGD epsilon so far (``None``: none trained)."""
+        best: tuple[int, float] | None = None
+        for cid, (_, trained) in sorted(self._trained.items()):
+            count = self._count_of(cid)
+            if count is None or trained == 0:
+                continue
+            eps = self.example_budget.epsilon(count, trained)
+            if best is None or eps > best[1]:
+                best = (cid, eps)
+        return best
+
     def would_exceed(self, next_round: int) -> bool:
-        """Whether running round ``next_round`` (0-based) would spend more than ``target_epsilon``."""
-        return self.client_dp is not None and self.client_dp.would_exceed(next_round)
+        """Whether running round ``next_round`` (0-based) would spend more than a budget: the
+        client-level one, or DP-SGD's for one of the clients the round samples
+        (:attr:`exceeded` names which)."""
+        self.exceeded = None
+        if self.client_dp is not None and self.client_dp.would_exceed(next_round):
+            self.exceeded = "federation.privacy.target_epsilon"
+        elif self.example_budget is not None and self.example_budget.target_epsilon is not None:
+            for cid in self._server.sample(next_round) if self._server is not None else []:
+                count = self._count_of(cid)
+                trained = self._trained.get(cid, [0, 0])[1]
+                if count is not None and self.example_budget.would_exceed(count, trained):
+                    self.exceeded = "model.dp_sgd.target_epsilon"
+                    break
+        return self.exceeded is not None
 
     def stopped(self, next_round: int) -> None:
         self.stop = int(next_round)
+        self._stop_option = self.exceeded or "federation.privacy.target_epsilon"
 
     # ------------------------------------------------------------------ the report
     def report(self) -> PrivacyReport:
@@ -202,19 +257,31 @@ class RunPrivacy:
         for hook in hooks:
             if isinstance(hook, HierarchicalDataSelection):
                 centroids = hook.accountant.report() if hook.accountant is not None else {}
+        binding = self.binding_client() if self.example_budget is not None else None
+        example_dp, example_steps = None, 0
+        if binding is not None:
+            count = self._count_of(binding[0])
+            example_dp = self.example_budget.accountant(count)
+            example_steps = self._trained[binding[0]][1] * self.example_budget.steps_per_round(count)
         report = PrivacyReport(
             client_dp=self.client_dp,
-            example_dp=self.example_dp,
-            local_steps_per_round=self.example_steps_per_round,
+            example_dp=example_dp,
+            example_steps=example_steps,
+            example_level_on=self.example_budget is not None,
             personal_parameters=self._personal,
             centroids=centroids,
             selector_losses=any(isinstance(h, ClientGrouping) for h in hooks),
             counts_bucketed=self.enabled,
             metrics_withheld=self.enabled,
+            validation="reported"
+            if self.enabled and self.report_validation
+            else "withheld"
+            if self.enabled
+            else "none",
             secure_sum=self._server is not None and self._server.strategy.secure_sum,
         )
         if self.stop is not None:  # reports number rounds from 1
-            report.stopped(self.stop + 1)
+            report.stopped(self.stop + 1, self._stop_option)
         return report
 
     def section(self, rounds: int) -> dict[str, Any]:
@@ -223,10 +290,12 @@ class RunPrivacy:
 
     # ------------------------------------------------------------------ resume
     def state_dict(self) -> dict[str, Any]:
-        """The rounds accounted and the noise multiplier in use (a resume keeps both)."""
+        """The rounds accounted, the noise multiplier in use and DP-SGD's per-client ledger and
+        planned rounds (a resume keeps all of them)."""
         state: dict[str, Any] = {"rounds_accounted": self.rounds_accounted, "stop": self.stop}
-        if self._reported is not None:
-            state["reported_counts"] = list(self._reported)
+        if self.example_budget is not None:
+            state["example_clients"] = {int(c): list(v) for c, v in self._trained.items()}
+            state["example_planned_rounds"] = self.example_budget.rounds
         if self.client_dp is not None:
             state["noise_multiplier"] = self.client_dp.noise_multiplier
         return state
@@ -234,10 +303,9 @@ class RunPrivacy:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rounds_accounted = int(state.get("rounds_accounted", self.rounds_accounted))
         self.stop = state.get("stop", self.stop)
-        if state.get("reported_counts") and self._dp_sgd is not None:
-            low, high = state["reported_counts"]
-            self._reported = (int(low), int(high))
-            self.example_dp = self._example_accountant(*self._reported)
+        if self.example_budget is not None:
+            self._trained = {int(c): [int(v[0]), int(v[1])] for c, v in state.get("example_clients", {}).items()}
+            self.example_budget.replan(int(state.get("example_planned_rounds", self.example_budget.rounds)))
         if self.client_dp is not None:
             self.client_dp.steps_done = self.rounds_accounted
             z = state.get("noise_multiplier")

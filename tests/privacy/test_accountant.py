@@ -70,7 +70,7 @@ def test_impossible_budget_is_one_line_naming_the_options():
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(
-        "federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 10 steps"
+        "federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 10 rounds"
     )
     assert "raise federation.privacy.target_epsilon or federation.privacy.delta, lower federation.rounds" in message
 
@@ -82,14 +82,16 @@ def test_sampling_decides_the_accounted_rate():
 
 def test_config_plans_before_training():
     acc = PrivacyConfig(target_epsilon=4.0).plan(num_clients=1000, rounds=50, sampling="poisson", sampling_rate=0.02)
-    assert acc.delta == pytest.approx(1000**-1.1)
+    assert acc.delta == 1e-5  # min(1000^-1.1 = 5.0e-4, 1e-5)
     assert acc.sample_rate == 0.02 and acc.epsilon(50) <= 4.0
     fixed = PrivacyConfig(noise_multiplier=1.0, delta=1e-6).plan(100, 10, "fixed_size", clients_per_round=10)
     assert fixed.target_epsilon is None and fixed.sample_rate == 1.0
     budget = PrivacyConfig(target_epsilon=2.0, noise_multiplier=1.0).plan(100, 10, "poisson", sampling_rate=0.1)
     assert (budget.noise_multiplier, budget.target_epsilon) == (1.0, 2.0)  # z given, the budget enforced
-    with pytest.raises(ValueError, match="give federation.privacy.target_epsilon, federation.privacy.noise_mult"):
-        PrivacyConfig()
+    with pytest.raises(
+        ValueError, match="^client-level DP needs federation.privacy.target_epsilon, federation.privacy"
+    ):
+        PrivacyConfig().plan(100, 10, "poisson", sampling_rate=0.1)  # delta and report_validation only
     with pytest.raises(
         ValueError, match=r"privacy.delta must be in \(0, 1\), got 2; federation.privacy.accountant must"
     ):

@@ -18,32 +18,51 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONP
 ENV.pop("LIGHTNING_FED_DEBUG", None)
 
 UNREACHABLE = (
-    "federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 3 steps at"
-    " sample rate 1.0 by any noise multiplier (The privacy budget is too low.); raise federation.privacy.target_epsilon"
+    "federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 3 rounds at"
+    " sample rate 1 by any noise multiplier (The privacy budget is too low.); raise federation.privacy.target_epsilon"
     " or federation.privacy.delta, lower federation.rounds, or sample fewer clients (federation.sampling=poisson with"
     " a smaller federation.sampling_rate)"
 )
 FIRST_ROUND = (
     "federation.privacy.target_epsilon=0.5 is spent by the first round at federation.privacy.noise_multiplier=1"
-    " (epsilon 1.11 per round, delta 0.218): raise target_epsilon or noise_multiplier"
+    " (epsilon 4.73 per round, delta 1e-05): raise target_epsilon or noise_multiplier"
 )
 
 
-@pytest.mark.parametrize(
-    ("privacy", "message"),
-    [
-        ({"target_epsilon": 0.01, "delta": 1e-5}, UNREACHABLE),
-        ({"target_epsilon": 0.5, "noise_multiplier": 1.0}, FIRST_ROUND),
-    ],
-    ids=["unreachable", "spent_by_round_1"],
+DP_SGD_UNREACHABLE = (
+    "model.dp_sgd.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 15 local steps"
+    " (3 rounds x 5, a client of 16+ examples) at sample rate 0.25 by any noise multiplier (The privacy budget is too"
+    " low.); raise model.dp_sgd.target_epsilon or federation.privacy.delta, or lower federation.rounds,"
+    " federation.local_steps (local_epochs) or data.batch_size"
 )
-def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, privacy, message):
-    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+
+
+def _client_level(cfg, privacy):
     cfg["federation"]["privacy"] = privacy
     cfg["federation"]["strategy"] = {
         "class_path": "lightning_fed.privacy.ClientLevelDP",
         "init_args": {"strategy": {"class_path": "lightning_fed.strategies.FedAvg"}},
     }
+
+
+def _example_level(cfg, dp_sgd):
+    cfg["model"]["class_path"] = "lightning_fed.privacy.DPDPOModule"
+    cfg["model"]["init_args"]["dp_sgd"] = dp_sgd
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda cfg: _client_level(cfg, {"target_epsilon": 0.01, "delta": 1e-5}), UNREACHABLE),
+        (lambda cfg: _client_level(cfg, {"target_epsilon": 0.5, "noise_multiplier": 1.0}), FIRST_ROUND),
+        # the default delta (N = 4: min(4^-1.1 = 0.22, 1e-5)): a delta of 0.22 would "meet" any budget
+        (lambda cfg: _example_level(cfg, {"clip_norm": 1.0, "target_epsilon": 0.01}), DP_SGD_UNREACHABLE),
+    ],
+    ids=["unreachable", "spent_by_round_1", "dp_sgd_unreachable"],
+)
+def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, message):
+    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    edit(cfg)
     cfg["trainer"]["default_root_dir"] = str(tmp_path / "run")
     config = tmp_path / "budget.yaml"
     config.write_text(yaml.safe_dump(cfg))

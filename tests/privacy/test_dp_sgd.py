@@ -169,8 +169,16 @@ def test_example_level_accountant_uses_the_smallest_client():
 
 
 def test_bad_settings_are_listed_together():
-    with pytest.raises(ValueError, match="model.dp_sgd.clip_norm must be > 0, got 0; model.dp_sgd.noise_multiplier"):
+    with pytest.raises(
+        ValueError, match="model.dp_sgd.clip_norm must be a number > 0, got 0; model.dp_sgd.noise_multiplier"
+    ):
         DPSGDSettings(clip_norm=0, noise_multiplier=-1)
+    with pytest.raises(
+        ValueError, match="^give exactly one of model.dp_sgd.noise_multiplier and model.dp_sgd.target_e"
+    ):
+        DPSGDSettings(noise_multiplier=1.0, target_epsilon=2.0)
+    with pytest.raises(ValueError, match="^give exactly one of .* got noise_multiplier=None, target_epsilon=None$"):
+        DPSGDSettings()
 
 
 def test_trainer_settings_that_would_break_dp_sgd_are_refused():

@@ -29,7 +29,7 @@ def test_m_comes_from_the_sampler_and_z_from_the_privacy_section():
     server = _server(dp, PrivacyConfig(noise_multiplier=1.5), num_clients=40, sampling="poisson", sampling_rate=0.1)
     assert dp.expected_clients == pytest.approx(4.0) and dp.noise_multiplier == 1.5  # m = q N
     acc = server.privacy.client_dp
-    assert (acc.noise_multiplier, acc.sample_rate, acc.delta) == (1.5, 0.1, pytest.approx(40**-1.1))
+    assert (acc.noise_multiplier, acc.sample_rate, acc.delta) == (1.5, 0.1, 1e-5)  # min(40^-1.1 = 0.017, 1e-5)
     fixed = ClientLevelDP(FedAvg())
     _server(fixed, PrivacyConfig(noise_multiplier=1.0), clients_per_round=3)
     assert fixed.expected_clients == 3.0  # m = clients_per_round
@@ -82,7 +82,7 @@ def test_a_budget_calibrates_z_for_the_planned_rounds():
             ClientLevelDP(FedAvg()),
             PrivacyConfig(target_epsilon=0.5, noise_multiplier=1.0),
             "federation.privacy.target_epsilon=0.5 is spent by the first round at federation.privacy.noise_multiplier=1"
-            " (epsilon 1.79 per round, delta 0.0794): raise target_epsilon or noise_multiplier",
+            " (epsilon 4.73 per round, delta 1e-05): raise target_epsilon or noise_multiplier",
         ),
     ],
     ids=["no_wrapper", "m_twice", "z_twice", "no_z", "first_round_too_much"],
@@ -105,7 +105,7 @@ def test_rounds_are_accounted_and_the_run_stops_before_the_budget():
     """z = 1, q = 1 (Poisson at rate 1: every client), N = 4, delta = 4^-1.1: epsilon after 1, 2, 3
     rounds is 1.11, 2.13, 3.06 (Opacus RDP); a budget of 2.5 allows 2 rounds of 4."""
     dp = ClientLevelDP(FedAvg(), clip_norm=1.0, seed=0)
-    config = PrivacyConfig(target_epsilon=2.5, noise_multiplier=1.0)
+    config = PrivacyConfig(target_epsilon=2.5, noise_multiplier=1.0, delta=4**-1.1)
     server = _server(dp, config, num_clients=4, sampling="poisson", sampling_rate=1.0)
     server.global_state = {"w": torch.zeros(2)}
     dp.setup(server.global_state, 4)
@@ -136,11 +136,17 @@ def test_rounds_are_accounted_and_the_run_stops_before_the_budget():
 def test_report_lists_every_channel_with_dp_on():
     server = _server(ClientLevelDP(FedAvg()), PrivacyConfig(noise_multiplier=1.0))
     section = server.privacy_section()
-    assert section["enabled"] and set(section["channels"]) == {"update", "metrics", "example_counts"}
+    assert section["enabled"] and set(section["channels"]) == {"update", "metrics", "validation", "example_counts"}
     assert section["channels"]["metrics"]["protection"] == "withheld"
+    assert section["channels"]["validation"]["protection"] == "withheld" and server.report.withhold_validation
     assert section["channels"]["example_counts"]["protection"] == "bucketed"
     plain = _server(FedAvg(), None)
     assert not plain.report.private and plain.privacy_section()["enabled"] is False
+    assert not plain.report.withhold_validation
+    opted = _server(ClientLevelDP(FedAvg()), PrivacyConfig(noise_multiplier=1.0, report_validation=True))
+    assert not opted.report.withhold_validation
+    channel = opted.privacy_section()["channels"]["validation"]
+    assert channel["protection"] == "reported" and "not covered by any epsilon" in channel["note"]
 
 
 @pytest.mark.parametrize("strategy", [HetLoRA, FlexLoRA, FLoRA])
