@@ -314,7 +314,47 @@ def response_nll(module, prompt: str, answers: list[str], batch: int = 256) -> l
     return out
 
 
-def audit(module, canaries: list[dict], n_candidates: int, seed: int) -> tuple[list[float], list[float]]:
+def response_nll_shared_prefix(module, prompt: str, answers: list[str]) -> list[float]:
+    """:func:`response_nll` with the tokens all answers share computed once (a KV cache).
+
+    The candidates differ only in their digits: the prompt and "The access code is" are one
+    forward of one sequence, and only the rest (digits, ".", eos) is run for each candidate.
+    Needs answers of one token length (6 digits are 6 tokens for SmolLM2); the same numbers as
+    :func:`response_nll` up to float rounding (1.6e-4 nats at most on SmolLM2 with a random
+    LoRA, measured; ``tests/benchmarks/test_privacy_audit.py`` checks it on the tiny model).
+    """
+    import torch
+
+    from lightning_fed.datamodules.templates import format_prompt, format_response
+    from lightning_fed.datamodules.tokenize import tokenize_sft
+
+    tok = module.tokenizer
+    text = format_prompt("plain", prompt, "", tok, None)
+    encoded = [
+        tokenize_sft(text, format_response("plain", prompt, a, "", tok, None, text), tok, 96, "error") for a in answers
+    ]
+    ids = torch.tensor([e["input_ids"] for e in encoded])  # equal lengths, else torch.tensor raises
+    labels = torch.tensor([e["labels"] for e in encoded])
+    same = (ids == ids[:1]).all(0).tolist()
+    p = same.index(False) if False in same else ids.shape[1]
+    module.eval()
+    with torch.no_grad():
+        head = module.model(input_ids=ids[:1, :p], use_cache=True)
+        cache = head.past_key_values
+        cache.batch_repeat_interleave(ids.shape[0])
+        tail = module.model(input_ids=ids[:, p:], past_key_values=cache, use_cache=True).logits
+        logits = torch.cat([head.logits[:, -1:].expand(ids.shape[0], -1, -1), tail[:, :-1]], dim=1)
+        logps = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, p:, None]).squeeze(-1)  # token t from t-1
+        mask = labels[:, p:] != -100
+        head_lab = labels[:, 1:p] != -100  # response tokens inside the shared part (same for all)
+        head_lp = torch.log_softmax(head.logits[0, : p - 1].float(), -1).gather(-1, ids[0, 1:p, None]).squeeze(-1)
+        shared = float((head_lp * head_lab[0]).sum())
+    return (-(logps * mask).sum(-1) - shared).tolist()
+
+
+def audit(
+    module, canaries: list[dict], n_candidates: int, seed: int, shared_prefix: bool = False
+) -> tuple[list[float], list[float]]:
     """Exposure of every canary among ``n_candidates`` random codes in its own prompt, and its
     margin: the candidates' mean NLL minus the canary's (nats)."""
     rng = random.Random(2000 + seed)
@@ -325,7 +365,8 @@ def audit(module, canaries: list[dict], n_candidates: int, seed: int) -> tuple[l
             code = "".join(rng.choice("0123456789") for _ in range(DIGITS))
             if code != c["code"]:
                 candidates.append(code)
-        nll = response_nll(module, canary_prompt(c["name"]), [canary_answer(x) for x in [c["code"], *candidates]])
+        answers = [canary_answer(x) for x in [c["code"], *candidates]]
+        nll = (response_nll_shared_prefix if shared_prefix else response_nll)(module, canary_prompt(c["name"]), answers)
         result.append(exposure(nll[0], nll[1:]))
         margins.append(sum(nll[1:]) / len(nll[1:]) - nll[0])
     return result, margins
@@ -388,7 +429,7 @@ def main() -> None:
             t0, c0 = time.perf_counter(), time.process_time()
             with tempfile.TemporaryDirectory() as tmp:
                 module, plan = train(fed["rows"], seed, eps, args, Path(tmp))
-            exp, margins = audit(module, fed["canaries"], args.candidates, seed)
+            exp, margins = audit(module, fed["canaries"], args.candidates, seed, shared_prefix=args.model == "smollm2")
             mem = membership(fed["canaries"], exp if args.score == "exposure" else margins, plan["delta"])
             inside = [e for e, c in zip(exp, fed["canaries"]) if c["included"]]
             outside = [e for e, c in zip(exp, fed["canaries"]) if not c["included"]]

@@ -44,3 +44,24 @@ def test_example_plan_spends_the_target_and_no_amplification_spends_more():
     assert plan["epsilon"] <= 8.0 and plan["epsilon"] == pytest.approx(8.0, abs=0.1)
     assert plan["epsilon_no_amplification"] > plan["epsilon"]
     assert plan_example_privacy(math.inf, rows, args) == (0.0, None)
+
+
+def test_shared_prefix_scoring_equals_the_full_forward():
+    import torch
+    from privacy_audit import LORA_TARGETS, TINY, canary_answer, canary_prompt, response_nll, response_nll_shared_prefix
+
+    from lightning_fed.modules import BackboneConfig, LoraSettings, SFTModule
+
+    torch.manual_seed(0)
+    module = SFTModule(
+        BackboneConfig(config=dict(TINY), tokenizer="bytes"),
+        lora=LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=list(LORA_TARGETS)),
+    )
+    for p in module.parameters():
+        if p.requires_grad:
+            torch.nn.init.normal_(p, std=0.05)  # a LoRA that changes the output
+    answers = [canary_answer(code) for code in ("123456", "000000", "987650")]
+    full = response_nll(module, canary_prompt("abcd"), answers)
+    cached = response_nll_shared_prefix(module, canary_prompt("abcd"), answers)
+    assert cached == pytest.approx(full, abs=1e-4)
+    assert len(set(round(x, 3) for x in full)) == 3  # the answers differ, so the check can fail
