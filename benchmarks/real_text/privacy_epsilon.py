@@ -86,7 +86,7 @@ def run(eps: float, seed: int, initial: bool, args: argparse.Namespace, log_dir:
             f"--model.init_args.dp_sgd.noise_multiplier={p['z']}",
             f"--model.init_args.dp_sgd.seed={10_000 + seed}",  # reproducible benchmark noise, not a deployment
         ]
-    r = run_job(SETTING, "feddpo", seed, initial, extra, tag(eps), log_dir)
+    r = run_job(SETTING, "feddpo", seed, initial, extra, tag(eps), log_dir, args.reuse)
     summary = json.loads(
         (ROOT / "runs/real_text" / f"{SETTING}_feddpo{tag(eps)}" / f"s{seed}" / "summary.json").read_text()
     )
@@ -167,6 +167,7 @@ def main() -> None:
     parser.add_argument("--clip-norm", type=float, default=1.0)
     parser.add_argument("--out", default="runs/real_text/privacy_epsilon")
     parser.add_argument("--plot", default=None, help="where the PNG goes (default: OUT/utility_vs_epsilon.png)")
+    parser.add_argument("--reuse", action="store_true", help="read finished runs of the same name (run.py --reuse)")
     parser.add_argument("--table-only", action="store_true", help="redo the table and plot from OUT/results.jsonl")
     args = parser.parse_args()
     os.chdir(ROOT)

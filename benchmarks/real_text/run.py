@@ -100,8 +100,10 @@ def run_job(
     summary = json.loads(done.read_text())
     metric = SETTINGS[setting][2]
     pick = lambda ev: (
-        None if not ev else {"all": ev["val"][metric], "clients": {c: m[metric] for c, m in ev["val_clients"].items()}}
-    )  # noqa: E731
+        None
+        if not ev
+        else {"all": ev["val"][metric], "clients": {c: m[metric] for c, m in ev.get("val_clients", {}).items()}}
+    )  # noqa: E731  (a DP run withholds per-client metrics: no val_clients)
     return {
         "setting": setting,
         "method": method + tag,
