@@ -131,7 +131,7 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(records: list[dict], path: Path) -> None:
+def plot(records: list[dict], path: Path, baseline: list[float] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -139,9 +139,13 @@ def plot(records: list[dict], path: Path) -> None:
 
     epsilons = sorted({r["target_epsilon"] for r in records}, key=lambda e: -e)
     labels = ["inf (no DP)" if math.isinf(e) else f"{e:g}" for e in epsilons]
+    values = {e: [r["final"]["all"] for r in records if r["target_epsilon"] == e] for e in epsilons}
+    if baseline and math.inf not in values:  # no-DP runs of the real-text table, given by hand
+        epsilons, labels = [math.inf, *epsilons], ["inf (no DP,\nreal-text table)", *labels]
+        values[math.inf] = baseline
     fig, ax = plt.subplots(figsize=(5, 3.5), dpi=120)
     for x, eps in enumerate(epsilons):
-        vals = [r["final"]["all"] for r in records if r["target_epsilon"] == eps]
+        vals = values[eps]
         ax.scatter([x] * len(vals), vals, color="tab:blue", alpha=0.5, s=18)
         sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
         ax.errorbar([x], [statistics.mean(vals)], yerr=[sd], fmt="o", color="black", capsize=4)
@@ -168,6 +172,13 @@ def main() -> None:
     parser.add_argument("--out", default="runs/real_text/privacy_epsilon")
     parser.add_argument("--plot", default=None, help="where the PNG goes (default: OUT/utility_vs_epsilon.png)")
     parser.add_argument("--reuse", action="store_true", help="read finished runs of the same name (run.py --reuse)")
+    parser.add_argument(
+        "--baseline",
+        type=float,
+        nargs="*",
+        help="plot these no-DP accuracies at eps = inf when the results hold no eps = inf run (e.g. the"
+        " real-text table's FedDPO iid seeds)",
+    )
     parser.add_argument("--table-only", action="store_true", help="redo the table and plot from OUT/results.jsonl")
     args = parser.parse_args()
     os.chdir(ROOT)
@@ -193,7 +204,7 @@ def main() -> None:
                 )
     records = [json.loads(line) for line in results.read_text().splitlines()]
     print(table(records))
-    plot(records, Path(args.plot) if args.plot else out / "utility_vs_epsilon.png")
+    plot(records, Path(args.plot) if args.plot else out / "utility_vs_epsilon.png", args.baseline)
 
 
 if __name__ == "__main__":
