@@ -34,6 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = "runs/real_text/data"
+#: The CLI beside the running interpreter (``.venv/bin/lightning-fed`` when run as documented;
+#: also right for a worktree that uses another checkout's venv).
+CLI = str(Path(sys.executable).parent / "lightning-fed")
 SETTINGS = {
     "iid": ("polarity_iid_train.jsonl", "polarity_iid_test.jsonl", "pref_acc"),
     "groups": ("polarity_groups_train.jsonl", "polarity_groups_test.jsonl", "pref_acc"),
@@ -48,7 +51,7 @@ def command(setting: str, method: str, seed: int, initial: bool, extra: list[str
         "nice",
         "-n",
         "5",
-        ".venv/bin/lightning-fed",
+        CLI,
         "fit",
         "--config",
         f"configs/real_text_{method}.yaml",
@@ -97,8 +100,10 @@ def run_job(
     summary = json.loads(done.read_text())
     metric = SETTINGS[setting][2]
     pick = lambda ev: (
-        None if not ev else {"all": ev["val"][metric], "clients": {c: m[metric] for c, m in ev["val_clients"].items()}}
-    )  # noqa: E731
+        None
+        if not ev
+        else {"all": ev["val"][metric], "clients": {c: m[metric] for c, m in ev.get("val_clients", {}).items()}}
+    )  # noqa: E731  (a DP run withholds per-client metrics: no val_clients)
     return {
         "setting": setting,
         "method": method + tag,
