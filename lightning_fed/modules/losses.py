@@ -36,9 +36,10 @@ def token_log_probs(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     labels = labels[:, 1:]
     mask = labels != IGNORE_INDEX
     safe = labels.masked_fill(~mask, 0)
-    # The label logit minus the row's logsumexp: no (B, T, V) log_softmax copy. The DPO reference
-    # cache is part of the checkpoint (reference_cache.py), so the last-bit differences of this
-    # form against log_softmax no longer reach resume exactness (issue 22 item 2, issue 23).
+    # The label logit minus the row's logsumexp: no (B, T, V) log_softmax copy. Neither form is a
+    # function of the example alone: the forward's logits already move with the batch's padded
+    # width (~2e-7), and whether the sum then rounds the same is luck. What must not depend on the
+    # batch, the cached DPO reference, is computed one example at a time (reference_cache.py, issue 23).
     logps = selective_log_softmax(logits, safe)
     return logps * mask, mask
 
