@@ -13,6 +13,8 @@ such loss function.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -30,17 +32,42 @@ def token_log_probs(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
 
     Returns:
         ``(log_probs, mask)``, both ``(B, T-1)``: the log-probability of each next token and
-        whether it is scored.
+        whether it is scored; float32 for half-precision logits, else the logits' dtype (float64
+        logits give float64: a caller that asks for double precision keeps it).
     """
-    logits = logits[:, :-1, :]
-    labels = labels[:, 1:]
-    mask = labels != IGNORE_INDEX
-    safe = labels.masked_fill(~mask, 0)
-    # The label logit minus the row's logsumexp: no (B, T, V) log_softmax copy. The DPO reference
-    # cache is part of the checkpoint (reference_cache.py), so the last-bit differences of this
-    # form against log_softmax no longer reach resume exactness (issue 22 item 2, issue 23).
-    logps = selective_log_softmax(logits, safe)
-    return logps * mask, mask
+    # The labels are shifted, not the logits: slicing (B, T, V) logits would make the backward
+    # copy the gradient into a fresh (B, T, V) buffer. Position T-1 predicts nothing (masked).
+    target = torch.cat([labels[:, 1:], labels.new_full((labels.shape[0], 1), IGNORE_INDEX)], dim=1)
+    mask = target != IGNORE_INDEX
+    # The label logit minus the row's logsumexp: no (B, T, V) log_softmax copy. Neither form is a
+    # function of the example alone: the forward's logits already move with the batch's padded
+    # width (~2e-7), and whether the sum then rounds the same is luck. What must not depend on the
+    # batch, the cached DPO reference, is computed one example at a time (reference_cache.py, issue 23).
+    logps = selective_log_softmax(logits, target.masked_fill(~mask, 0)) * mask
+    return logps[:, :-1], mask[:, :-1]
+
+
+class _SelectiveLogSoftmax(torch.autograd.Function):
+    """``logits[index] - logsumexp(logits)`` with a backward that allocates one ``(B, T, V)``
+    buffer, the gradient (``onehot - softmax``, the log-softmax derivative), written in
+    place; it saves the logits (alive anyway as the LM head's output) and the ``(B, T)``
+    logsumexp. Autograd's own graph for the same expression (per-row logsumexp, stack, gather)
+    peaks at 4-6.7 logits-sized buffers (measured), more than ``log_softmax`` + gather (3)."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor, index: Tensor) -> Tensor:
+        # One sequence at a time: at most a (T, V) temporary besides the logits.
+        norm = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])
+        ctx.save_for_backward(logits, index, norm)
+        return torch.gather(logits, -1, index.unsqueeze(-1)).squeeze(-1) - norm
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        logits, index, norm = ctx.saved_tensors
+        # d/dx_j (x_i - logsumexp(x)) = [j == i] - softmax(x)_j
+        out = torch.sub(logits, norm.unsqueeze(-1)).exp_().mul_(grad.neg().unsqueeze(-1))
+        out.scatter_add_(-1, index.unsqueeze(-1), grad.unsqueeze(-1))
+        return out, None
 
 
 def selective_log_softmax(logits: Tensor, index: Tensor) -> Tensor:
@@ -48,7 +75,8 @@ def selective_log_softmax(logits: Tensor, index: Tensor) -> Tensor:
 
     ``logit[index] - logsumexp(logits)`` (TRL's ``selective_log_softmax``): only ``(B, T)``
     values are gathered, and the logsumexp runs one sequence at a time, so no second ``(B, T, V)``
-    tensor is made. Half-precision logits are upcast one sequence at a time, for the same reason.
+    tensor is made in the forward, and the backward makes one (the gradient). Half-precision
+    logits are upcast one sequence at a time, for the same reason.
 
     Args:
         logits: ``(B, T, V)``.
@@ -58,9 +86,7 @@ def selective_log_softmax(logits: Tensor, index: Tensor) -> Tensor:
         ``(B, T)`` log-probabilities.
     """
     if logits.dtype in (torch.float32, torch.float64):
-        selected = torch.gather(logits, -1, index.unsqueeze(-1)).squeeze(-1)
-        norm = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])
-        return selected - norm
+        return _SelectiveLogSoftmax.apply(logits, index)
     # bf16/fp16: logsumexp in half precision loses digits, so each sequence is upcast and
     # normalised on its own (TRL's loop): at most one (T, V) float32 copy exists at a time.
     rows = [

@@ -5,20 +5,27 @@ DPO's reference ``pi_ref`` is fixed for a run (the backbone with its adapters di
 every step costs a third forward (29% of a SmolLM2-135M DPO step, issue #13). Like TRL's
 ``precompute_ref_log_probs``, this computes them once; unlike TRL it needs no extra column in
 the dataset and no pass before training: an example is keyed by its *content* (the token ids,
-attention mask and labels of its chosen and rejected rows, trailing padding stripped), so the
-cache is exact under shuffling, client sampling, any batch composition and resume, and the
+attention mask and labels of its chosen and rejected rows, trailing padding stripped), and the
 first time an example is seen is when its reference is computed, inside the same training or
 validation step and so under the same precision (autocast) as without the cache.
+
+A value is a function of its key alone: a new example is computed *on its own*, its chosen and
+rejected rows cut to its own longest attended length (:func:`example_rows`), never inside the
+batch it arrived in. A float32 forward is not a function of the example alone: the padded width
+of the batch changes the attention's reductions (a row padded from 255 to 258 tokens moves a
+tiny GPT-2's logits by ~2e-7 and its summed log-prob by an ulp, issue 23), so a value computed
+in its first batch would depend on which batch that was. Computed alone, the cache is exact
+under shuffling, client sampling, batch composition, evaluation order, transport (the in-process
+loop and a Flower client see an example first in different batches) and resume. The cost is one
+forward per new example instead of one per batch of new examples, once per example and run.
 
 Values live in a dict up to ``max_memory_bytes``; past it they are spilled to an SQLite file
 (``reference_logps.sqlite``) in ``spill_dir``, by default a fresh temporary directory (under
 ``$TMPDIR``) removed when the cache is closed or the process exits.
 
 The cache is part of the checkpoint (:meth:`ReferenceCache.state_dict`, 32 bytes an example,
-saved by :class:`~lightning_fed.modules.dpo.DPOModule`): a value depends on the batch it was
-first computed in (its padding width and batch size change the float sums by ~1e-7), so a
-resumed run that recomputed them in other batches would end ~1e-6 away from the run that was
-never interrupted. Restored, every value is the one the uninterrupted run uses.
+saved by :class:`~lightning_fed.modules.dpo.DPOModule`), so a resumed run does not recompute
+what the run already computed (the values it would recompute are the same ones).
 """
 
 from __future__ import annotations
@@ -56,23 +63,34 @@ def precision_tag(device: torch.device) -> bytes:
     return f"{kind}:full".encode()
 
 
+def attended_lengths(batch: Mapping[str, Tensor]) -> list[dict[str, int]]:
+    """Per example and side, one past the last attended position (0 when nothing is attended)."""
+    lengths: list[dict[str, int]] = []
+    masks = {side: batch[f"{side}_attention_mask"].detach().cpu() for side in SIDES}
+    for i in range(masks["chosen"].shape[0]):
+        row = {}
+        for side in SIDES:
+            attended = masks[side][i].nonzero()
+            row[side] = int(attended[-1]) + 1 if len(attended) else 0
+        lengths.append(row)
+    return lengths
+
+
 def example_keys(batch: Mapping[str, Tensor]) -> list[bytes]:
     """One 128-bit BLAKE2b digest per example of a preference batch.
 
     The digest covers the chosen and rejected ``input_ids``, ``attention_mask`` and
     ``labels`` up to the last attended position (trailing padding does not change a causal
-    LM's log-probabilities; everything before it, holes in the mask included, does) and the
-    current autocast state.
+    LM's log-probabilities beyond float rounding; everything before it, holes in the mask
+    included, does) and the current autocast state.
     """
     rows = {f"{side}_{f}": batch[f"{side}_{f}"].detach().cpu() for side in SIDES for f in PAIR_FIELDS}
     tag = precision_tag(batch["chosen_input_ids"].device)
     keys = []
-    for i in range(rows["chosen_input_ids"].shape[0]):
+    for i, lengths in enumerate(attended_lengths(batch)):
         h = hashlib.blake2b(tag, digest_size=KEY_BYTES)
         for side in SIDES:
-            mask = rows[f"{side}_attention_mask"][i]
-            attended = mask.nonzero()
-            n = int(attended[-1]) + 1 if len(attended) else 0
+            n = lengths[side]
             h.update(n.to_bytes(8, "little"))
             for f in PAIR_FIELDS:
                 h.update(rows[f"{side}_{f}"][i, :n].to(torch.int64).numpy().tobytes())
@@ -80,10 +98,16 @@ def example_keys(batch: Mapping[str, Tensor]) -> list[bytes]:
     return keys
 
 
-def select_rows(batch: Mapping[str, Tensor], rows: Sequence[int]) -> dict[str, Tensor]:
-    """The chosen/rejected fields of ``batch`` restricted to ``rows``."""
-    index = torch.tensor(rows, device=batch["chosen_input_ids"].device)
-    return {f"{side}_{f}": batch[f"{side}_{f}"].index_select(0, index) for side in SIDES for f in PAIR_FIELDS}
+def example_rows(batch: Mapping[str, Tensor], row: int, lengths: Mapping[str, int]) -> dict[str, Tensor]:
+    """Example ``row`` of ``batch`` alone: a batch of one, both sides cut to the example's own
+    longest attended length (``lengths``, from :func:`attended_lengths`; at least 1).
+
+    Its shape and content depend on the example only (what :func:`example_keys` covers, and the
+    collator's padding within it), so a forward over it gives the same floats whatever batch the
+    example came in.
+    """
+    width = max(1, *lengths.values())
+    return {f"{side}_{f}": batch[f"{side}_{f}"][row : row + 1, :width] for side in SIDES for f in PAIR_FIELDS}
 
 
 class ReferenceCache:
@@ -229,24 +253,22 @@ class ReferenceCache:
     ) -> tuple[Tensor, Tensor]:
         """``(log pi_ref(y_w|x), log pi_ref(y_l|x))`` of every example of ``batch``.
 
-        ``compute`` (the reference forward, under ``no_grad``) runs on the rows never seen
-        before only; a batch of only new examples goes through it whole, exactly as without
-        the cache.
+        ``compute`` (the reference forward, under ``no_grad``) runs on the examples never seen
+        before only, each on its own (:func:`example_rows`), so that a value does not depend on
+        the batch the example first came in (see the module docstring).
         """
         keys = example_keys(batch)
         found = self.get_many(keys)
         missing = [i for i, v in enumerate(found) if v is None]
         self.hits += len(keys) - len(missing)
         self.misses += len(missing)
-        if len(missing) == len(keys):
-            chosen, rejected = compute(batch)
-            self.put_many(keys, chosen, rejected)
-            return chosen, rejected
         if missing:
-            new_chosen, new_rejected = compute(select_rows(batch, missing))
+            lengths = attended_lengths(batch)
+            pairs = [compute(example_rows(batch, i, lengths[i])) for i in missing]
+            new_chosen, new_rejected = torch.cat([c for c, _ in pairs]), torch.cat([r for _, r in pairs])
             self.put_many([keys[i] for i in missing], new_chosen, new_rejected)
-            for j, i in enumerate(missing):
-                found[i] = (new_chosen[j].item(), new_rejected[j].item())
+            for i, c, r in zip(missing, new_chosen.tolist(), new_rejected.tolist()):
+                found[i] = (c, r)
         values = torch.tensor(found, dtype=self._dtype, device=batch["chosen_input_ids"].device)
         chosen, rejected = values.unbind(1)
         return chosen, rejected

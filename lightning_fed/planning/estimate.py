@@ -18,9 +18,12 @@ planned on a laptop. Bytes are then added up item by item (:class:`Plan`):
   batch and length (:func:`~lightning_fed.planning.activations.count_saved_activations`:
   the distinct storages ``torch.autograd.graph.saved_tensors_hooks`` sees, parameters
   excluded). With checkpointing: each layer's input plus one layer recomputed at a time.
-* ``logits``: three ``tokens x vocab`` float32 buffers at the backward peak (the saved
-  log-softmax, its gradient, the logits' gradient); the no-grad reference forward of DPO
-  needs two such buffers, which fit in the same peak.
+* ``logits``: two ``tokens x vocab`` float32 buffers at the backward peak, the logits (saved
+  by :func:`~lightning_fed.modules.losses.selective_log_softmax`, which makes no log-softmax
+  copy) and their gradient. Measured 2.0-2.6 buffers (tests/modules/test_losses.py: the excess
+  is the forward's per-sequence logsumexp temporaries the allocator keeps, within ``runtime``);
+  ``log_softmax`` + gather took 3. The no-grad reference forward of DPO (one example at a
+  time on first sight, then cached) fits in the same peak.
 * ``runtime``: a fixed allowance for the process itself (CUDA context and allocator slack on
   a GPU; Python, torch and transformers on a CPU), ``runtime_bytes``.
 """
@@ -40,7 +43,7 @@ from lightning_fed.planning.activations import count_saved_activations
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 OBJECTIVES = ("sft", "dpo", "personal_head", "pdpo")
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
-LOGIT_BUFFERS = 3
+LOGIT_BUFFERS = 2
 DEFAULT_RUNTIME_BYTES = 512 * 2**20
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from lightning_fed.datamodules.tokenize import PadCollator, tokenize_preference
+from lightning_fed.modules.reference_cache import attended_lengths, example_rows
 from tests.helpers.runs import tiny_dpo
 
 
@@ -163,14 +164,48 @@ def test_cached_reference_gives_the_recomputed_loss_and_gradients(precision):
         rng_plain = torch.get_rng_state()
     assert torch.equal(rng_cached, rng_plain)  # no RNG draw skipped or added
     assert (cached.reference_cache.hits, cached.reference_cache.misses) == (2, 4)
-    # First sight: the same forward as without the cache, bit for bit.
-    assert torch.equal(a_first[0], b_first[0])
-    assert all(torch.equal(g, h) for g, h in zip(a_first[1], b_first[1]))
-    # Seen examples in another batch: values from their first batch; another batch composition
-    # changes a float32 reduction's rounding only (assert_close's default float32 tolerance).
-    torch.testing.assert_close(a_second[0], b_second[0])
-    for g, h in zip(a_second[1], b_second[1]):
-        torch.testing.assert_close(g, h)
+    # The cache computes each example alone (reference_cache.py), the plain module in the batch:
+    # another batch composition changes a float32 reduction's rounding only (assert_close's
+    # default float32 tolerance); under bf16 autocast the matmuls round to bfloat16, so a logit may
+    # move by one bf16 ulp: bfloat16's default rtol, and an atol of one bf16 ulp (2**-8 relative)
+    # at each tensor's largest element (the gradients' small elements are sums that cancel).
+    for a, b in ((a_first, b_first), (a_second, b_second)):
+        for x, y in zip((a[0], *a[1]), (b[0], *b[1])):
+            tol = {"rtol": 1.6e-2, "atol": 2**-8 * float(y.abs().max())} if precision == "bf16" else {}
+            torch.testing.assert_close(x, y, **tol)
+
+
+def alone(module, batch):
+    """Each example's reference computed on its own, cut to its own length (no cache)."""
+    lengths = attended_lengths(batch)
+    pairs = [module.compute_reference_log_probs(example_rows(batch, i, n)) for i, n in enumerate(lengths)]
+    return torch.cat([c for c, _ in pairs]), torch.cat([r for _, r in pairs])
+
+
+def test_cached_reference_does_not_depend_on_the_batch_an_example_is_first_seen_in():
+    """Issue 23: a float32 forward of an example moves with its batch's padded width (here the short
+    example's rejected row, 204 tokens, padded to 249 changes its summed log-prob by an ulp), and the
+    in-process loop and a Flower client meet an example first in different batches. The cached
+    reference is the example's own, whichever batch it came in."""
+    tok = tiny_dpo(seed=3).tokenizer
+    texts = [
+        ("Hi\n", "yes", "x" * 200),
+        ("Tell me a long story about a cat and a dog.\n", "Once upon a time " * 12, "The end. " * 20),
+        ("Rate the film in one word.\n", "Truly great, I loved it.", "Truly awful."),
+    ]
+    items = [tokenize_preference(p, c, r, tok, 512, "error") for p, c, r in texts]
+    collate = PadCollator(tok.pad_token_id)
+    first, second = tiny_dpo(seed=3), tiny_dpo(seed=3)
+    a = first.reference_log_probs(collate(items[:1]))  # alone
+    b = second.reference_log_probs(collate([items[1], items[0], items[2]]))  # padded to the long one
+    assert torch.equal(a[0], b[0][1:2]) and torch.equal(a[1], b[1][1:2])
+    # The cache's values are the examples' own, computed without it.
+    wide = collate([items[1], items[0], items[2]])
+    for got, own in zip(b, alone(second, wide)):
+        assert torch.equal(got, own)
+    # Served again in yet another batch: the same floats.
+    c = first.reference_log_probs(collate([items[2], items[0]]))
+    assert torch.equal(c[0][1:], a[0]) and torch.equal(c[1][1:], a[1])
 
 
 def test_cache_reference_option_and_dropout(tmp_path):
@@ -227,7 +262,7 @@ def test_pdpo_reference_is_fixed_so_its_cache_is_exact():
         for p in module.parameters():
             if p.requires_grad:
                 p.add_(torch.randn_like(p) * 0.3)
-    recomputed = module.compute_reference_log_probs(first)
+    recomputed = alone(module, first)  # the cache computes each example on its own
     served = module.reference_log_probs(first)
     assert module.reference_cache.hits == 3
     for a, b, c in zip(cached, recomputed, served):

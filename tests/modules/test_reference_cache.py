@@ -40,29 +40,55 @@ def test_keys_ignore_trailing_padding_but_see_every_field():
         assert example_keys(batch) != alone
 
 
-def test_only_new_rows_are_computed_and_values_come_back_bit_exact():
-    rows, collate = items()
-    calls = []
+def shape_dependent(calls):
+    """A stand-in reference forward whose values, like a float32 forward's, move with the padded width
+    and the size of the batch they are computed in, with a full float32 mantissa (a lossy round
+    trip would show)."""
 
     def compute(batch):
         calls.append(batch)
-        n = batch["chosen_input_ids"].shape[0]
-        # Values with a full float32 mantissa, so a lossy round trip would show.
+        n, width = batch["chosen_input_ids"].shape
         ids = batch["chosen_input_ids"].sum(1).float()
-        return ids / 3 + torch.arange(n) / 7, -ids / 11
+        return ids / 3 + width / 1024 + n / 4096, -ids / 11 - width / 1024
 
+    return compute
+
+
+def test_only_new_rows_are_computed_one_at_a_time_and_values_come_back_bit_exact():
+    rows, collate = items()
+    calls = []
+    compute = shape_dependent(calls)
     cache = ReferenceCache()
     first = collate(rows[:2])
     chosen, rejected = cache.log_probs(first, compute)
-    assert calls[-1] is first  # all new: the batch goes through whole, as without the cache
+    assert [c["chosen_input_ids"].shape[0] for c in calls] == [1, 1]  # each new example alone
     mixed = collate([rows[2], rows[1]])
     c2, r2 = cache.log_probs(mixed, compute)
-    assert calls[-1]["chosen_input_ids"].shape[0] == 1  # only rows[2] is new
+    assert len(calls) == 3 and calls[-1]["chosen_input_ids"].shape[0] == 1  # only rows[2] is new
     assert torch.equal(c2[1], chosen[1]) and torch.equal(r2[1], rejected[1])
     again = cache.log_probs(collate([rows[1], rows[0], rows[2]]), compute)
-    assert len(calls) == 2 and (cache.hits, cache.misses) == (1 + 3, 2 + 1)
+    assert len(calls) == 3 and (cache.hits, cache.misses) == (1 + 3, 2 + 1)
     assert torch.equal(again[0], torch.stack([chosen[1], chosen[0], c2[0]]))
     assert again[0].dtype == torch.float32 and again[1].dtype == torch.float32
+
+
+def test_a_value_does_not_depend_on_the_batch_it_was_first_seen_in():
+    """Issue 23: the in-process loop and a Flower client meet an example first in different
+    batches (an evaluation batch before round 1, a training batch); the cached reference must be
+    the same floats in both."""
+    rows, collate = items()
+    calls = []
+    compute = shape_dependent(calls)
+    alone, padded = ReferenceCache(), ReferenceCache()
+    a = alone.log_probs(collate([rows[2]]), compute)
+    b = padded.log_probs(collate([rows[1], rows[2], rows[0]]), compute)  # rows[2] padded to rows[1]'s width
+    assert torch.equal(a[0], b[0][1:2]) and torch.equal(a[1], b[1][1:2])
+    # What the forward saw for rows[2] in the wide batch: the example alone, as its own batch of one.
+    own = collate([rows[2]])
+    assert all(torch.equal(calls[2][k], own[k]) for k in own if k in calls[2]) and calls[2].keys() <= own.keys()
+    assert [c["chosen_input_ids"].shape[1] for c in calls[1:]] == [
+        max(len(r["chosen_input_ids"]), len(r["rejected_input_ids"])) for r in (rows[1], rows[2], rows[0])
+    ]
 
 
 def test_spills_to_disk_past_the_budget_and_reads_back_exactly(tmp_path):
