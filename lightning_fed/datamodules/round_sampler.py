@@ -22,10 +22,7 @@ class RoundBatchSampler(Sampler[list[int]]):
 
     A client's examples are visited in a fresh permutation per pass, seeded by
     ``(seed, round, client)``; passes continue across batch boundaries, so every batch is full
-    unless the client holds fewer than ``batch_size`` examples. A batch never holds an example
-    twice: where a pass ends inside a batch, the next pass's permutation puts the examples still
-    waiting in that batch last (the order of the others is kept). A duplicate would double the
-    example's share of the step: for DP-SGD a sensitivity of 2C where the accountant assumes C.
+    unless the client holds fewer than ``batch_size`` examples.
 
     Under data parallelism (DDP, ``num_replicas`` processes) one local step of a client uses
     ``num_replicas * batch_size`` examples: the same stream is cut into global batches of that
@@ -66,9 +63,7 @@ class RoundBatchSampler(Sampler[list[int]]):
             bs = min(self.batch_size * self.num_replicas, n)
             for _ in range(turn.num_batches):
                 while len(stream) < bs:
-                    waiting = set(stream)  # fewer than bs <= n, all distinct
-                    perm = (torch.randperm(n, generator=g) + base).tolist()
-                    stream.extend([i for i in perm if i not in waiting] + [i for i in perm if i in waiting])
+                    stream.extend((torch.randperm(n, generator=g) + base).tolist())
                 yield stream[:bs][self.rank :: self.num_replicas]
                 stream = stream[bs:]
 

@@ -53,20 +53,6 @@ def test_round_batch_sampler_small_client_uses_whole_data():
     assert [sorted(b) for b in batches] == [[5, 6], [5, 6]]
 
 
-@pytest.mark.parametrize(("n", "bs", "steps"), [(5, 4, 6), (7, 3, 9), (10, 4, 11), (4, 4, 3), (9, 8, 5)])
-def test_round_batch_sampler_never_repeats_an_example_within_a_batch(n, bs, steps):
-    """Passes meet inside a batch (n not a multiple of bs): the next pass puts the waiting ones last.
-
-    A repeated example would count twice in one step: DP-SGD's sensitivity would be 2C.
-    Every pass still visits each example once: the stream's first n * k entries hold each k times.
-    """
-    batches = list(RoundBatchSampler([TurnPlan(0, steps)], [0], [n], batch_size=bs, seed=3, round_idx=1))
-    assert all(len(set(b)) == len(b) == bs for b in batches)
-    stream = [i for b in batches for i in b]
-    passes = len(stream) // n
-    assert sorted(stream[: passes * n]) == sorted(list(range(n)) * passes)
-
-
 def test_client_batch_sampler_never_mixes_clients():
     batches = list(ClientBatchSampler([0, 2], [0, 3, 4], [3, 1, 5], batch_size=2))
     assert batches == [[0, 1], [2], [4, 5], [6, 7], [8]]
