@@ -122,6 +122,26 @@ _NO_TURN = 0x4E54  # a step outside a federated turn (plain Lightning training)
 NOISE_SEED_KEY = "dp_sgd_noise_seed"
 
 
+def repeated_examples(batch: Mapping[str, Tensor], n: int) -> Tensor:
+    """``(n,)`` bool: example ``i`` equals an earlier example of the batch (every field of length ``n``).
+
+    A client's batches run through its examples in passes that continue across batch
+    boundaries (:class:`~lightning_fed.datamodules.round_sampler.RoundBatchSampler`), so where a
+    pass ends inside a batch one example can be in it twice; counted twice, it would move the
+    step by up to 2C where the accountant assumes C. Equal rows within one batch are padded alike,
+    so comparing them is exact.
+    """
+    fields = [v.detach().reshape(n, -1) for v in batch.values() if isinstance(v, Tensor) and v.dim() and len(v) == n]
+    rows = torch.cat([f.to(torch.float64) for f in fields], dim=1) if fields else torch.zeros(n, 0)
+    seen: set[bytes] = set()
+    repeated = torch.zeros(n, dtype=torch.bool)
+    for i in range(n):
+        key = rows[i].cpu().numpy().tobytes()
+        repeated[i] = key in seen
+        seen.add(key)
+    return repeated
+
+
 def privatize_per_example(
     per_example: Mapping[str, Tensor],
     clip_norm: float,
@@ -288,6 +308,7 @@ class ExampleLevelDP:
         self._attach()
         losses = self.per_example_losses(batch)
         self.__dict__["_num_examples"] = losses.shape[0]
+        self.__dict__["_repeated"] = repeated_examples(batch, losses.shape[0])
         loss = losses.mean()
         self.log("train/loss", loss, prog_bar=True, batch_size=losses.shape[0])
         return loss  # the mean, as the plain objective reports it; on_after_backward undoes the 1/n
@@ -305,6 +326,12 @@ class ExampleLevelDP:
             # the backward ran on mean_i loss_i, so row i holds grad loss_i / n
             per_example[name] = self.rows_to_examples(gs, n) * n
             p.grad_sample = None
+        repeated = self.__dict__.get("_repeated")
+        if repeated is not None and bool(repeated.any()):  # an example counts once per step
+            keep = (~repeated).to(torch.float32)
+            per_example = {
+                k: g * keep.to(g.device, g.dtype).view(-1, *[1] * (g.dim() - 1)) for k, g in per_example.items()
+            }
         batch_size = self.dp_sgd.expected_batch_size or n
         noised, norms = privatize_per_example(
             per_example, self.dp_sgd.clip_norm, self.noise_multiplier_now(), batch_size, self.noise_generator()

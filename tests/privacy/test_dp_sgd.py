@@ -119,6 +119,21 @@ def test_sft_gradients_are_clipped_per_example():
     assert total <= 1e-3 + 1e-9  # the mean of three vectors of norm C
 
 
+def test_an_example_twice_in_a_batch_counts_once():
+    """Where a pass ends inside a batch an example can be drawn twice: its second copy must add
+    nothing, or the step's sensitivity would be 2C. z = 0, C small: the sum of clipped gradients
+    of [x, x, y] (divided by 3) equals that of [x, y] (divided by 2)."""
+    module = _sft(clip_norm=1e-3)
+    _randomize_lora(module)
+    collate = PadCollator(module.tokenizer.pad_token_id)
+    x, y, _ = _sft_items(module.tokenizer)
+    twice = _dp_grads(module, collate([x, y, x]))
+    assert module.last_example_norms[2] == 0
+    once = _dp_grads(module, collate([x, y]))
+    for name, g in twice.items():
+        torch.testing.assert_close(g * 3, once[name] * 2, rtol=1e-4, atol=1e-9)
+
+
 def test_dpo_example_is_the_pair():
     pl.seed_everything(0, verbose=False)
     module = DPDPOModule(
