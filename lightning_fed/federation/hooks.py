@@ -92,6 +92,12 @@ class RoundHook:
     def setup_client(self, module: pl.LightningModule) -> None:
         """Client half, once per client process (in process: once per fit, on the same module)."""
 
+    def check_server(self, server: ServerRound) -> None:
+        """Server half, when the run is bound to its clients (``server.num_clients``,
+        ``server.datamodule``), before anything is written: raise a one-line ``ValueError`` for a
+        configuration that cannot run. In process the data module is set up here; under Flower it
+        is the config's, not set up (the server holds no client data)."""
+
     # ------------------------------------------------------- client work before a round
     def client_queries(
         self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
