@@ -50,11 +50,19 @@ def run_spec(spec: str, seed: int, setting: str, log_dir: Path) -> dict:
     return r
 
 
+def final_val(r: dict, key: str) -> float:
+    """A final validation metric of a run other than ``pref_acc``, read back from its ``summary.json``."""
+    name = f"{r['setting']}_{r['method']}"
+    summary = json.loads((ROOT / "runs/real_text" / name / f"s{r['seed']}" / "summary.json").read_text())
+    return float(summary["final"]["val"][key])
+
+
 def table(results: list[dict]) -> str:
-    """Markdown rows: bytes per round against float32's, and the final metric over seeds."""
+    """Markdown rows: bytes per round against float32's, and the final metrics over seeds."""
     lines = [
-        "| compressor | seeds | up bytes / round (4 clients) | vs float32 | before | pref_acc after, per seed | mean |",
-        "|---|---:|---:|---:|---:|---|---:|",
+        "| compressor | seeds | up bytes / round (4 clients) | vs float32 | before | pref_acc after, per seed | mean |"
+        " val DPO loss | reward margin |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     by_spec: dict[str, list[dict]] = {}
     for r in results:
@@ -69,7 +77,9 @@ def table(results: list[dict]) -> str:
         per_seed = " / ".join(f"s{r['seed']} {r['final']['all']:.3f}" for r in runs)
         lines.append(
             f"| {'float32' if spec == 'none' else spec} | {len(runs)} | {up} | {ratio} | "
-            f"{'-' if initial is None else f'{initial:.3f}'} | {per_seed} | {statistics.mean(after):.3f} |"
+            f"{'-' if initial is None else f'{initial:.3f}'} | {per_seed} | {statistics.mean(after):.3f} | "
+            f"{statistics.mean(final_val(r, 'loss') for r in runs):.4f} | "
+            f"{statistics.mean(final_val(r, 'reward_margin') for r in runs):.4f} |"
         )
     return "\n".join(lines)
 

@@ -142,5 +142,5 @@ def test_a_bad_column_is_one_line_exit_2_and_nothing_written(tmp_path, column, r
     before = snapshot(tmp_path)
     proc = _cli(config, tmp_path / "run")
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert [line for line in proc.stderr.splitlines() if line.startswith("error:")] == [message]
+    assert proc.stderr == f"{message}\n(run with --debug or LIGHTNING_FED_DEBUG=1 for the traceback)\n"
     assert snapshot(tmp_path) == before and not (tmp_path / "run").exists()
