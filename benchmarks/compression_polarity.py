@@ -61,8 +61,8 @@ def table(results: list[dict]) -> str:
     """Markdown rows: bytes per round against float32's, and the final metrics over seeds."""
     lines = [
         "| compressor | seeds | up bytes / round (4 clients) | vs float32 | before | pref_acc after, per seed | mean |"
-        " val DPO loss | reward margin |",
-        "|---|---:|---:|---:|---:|---|---:|---:|---:|",
+        " val DPO loss | reward margin | reward acc |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     by_spec: dict[str, list[dict]] = {}
     for r in results:
@@ -79,7 +79,8 @@ def table(results: list[dict]) -> str:
             f"| {'float32' if spec == 'none' else spec} | {len(runs)} | {up} | {ratio} | "
             f"{'-' if initial is None else f'{initial:.3f}'} | {per_seed} | {statistics.mean(after):.3f} | "
             f"{statistics.mean(final_val(r, 'loss') for r in runs):.4f} | "
-            f"{statistics.mean(final_val(r, 'reward_margin') for r in runs):.4f} |"
+            f"{statistics.mean(final_val(r, 'reward_margin') for r in runs):.4f} | "
+            f"{statistics.mean(final_val(r, 'reward_acc') for r in runs):.3f} |"
         )
     return "\n".join(lines)
 
