@@ -24,7 +24,11 @@ class _ListDataset(Dataset):
 
 
 class ClientData(pl.LightningDataModule):
-    """One client's local data: what a real client on its own machine would hold."""
+    """One client's local data: what a real client on its own machine would hold.
+
+    ``columns`` holds the raw values of the data set's non-text columns in the client's training
+    rows, before tokenization (e.g. a device's ``rank``), one list per column.
+    """
 
     def __init__(
         self,
@@ -35,8 +39,10 @@ class ClientData(pl.LightningDataModule):
         collate: PadCollator,
         test: list[dict[str, Any]] | None = None,
         on_select: Callable[[int], None] | None = None,
+        columns: Mapping[str, list[Any]] | None = None,
     ) -> None:
         super().__init__()
+        self.columns: dict[str, list[Any]] = dict(columns or {})
         self.client_id, self.batch_size, self.collate = client_id, batch_size, collate
         self.full_train, self.val_set, self.test_set = train, _ListDataset(val), _ListDataset(test or [])
         self.train_set = _ListDataset(train)

@@ -32,6 +32,7 @@ from lightning_fed.datamodules.eval_partition import evaluation_clients
 from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, check_partition
 from lightning_fed.datamodules.round_serving import EvaluationLayout, RoundServing
 from lightning_fed.datamodules.sources import (
+    FIELDS,
     SYNTHETIC_PREFIX,
     apply_field_map,
     load_records,
@@ -320,8 +321,14 @@ class FederatedDataModule(pl.LightningDataModule):
         test = [[] for _ in range(self.num_clients)]
         if self.test_dataset is not None:
             test = self._evaluation_set("test", self.test_dataset, self.test_split, records, 2)
+        # Each client keeps the raw values of the data's non-text columns in its rows (e.g. a
+        # device's `rank`): what a client knows about itself once its text is tokenized.
+        meta = {c: records[c] for c in records.column_names if c not in sum(FIELDS.get(self.kind, ()), ())}
         for cid in range(self.num_clients):
-            self.clients.append(ClientData(cid, train[cid], val[cid], self.batch_size, collate, test[cid]))
+            columns = {c: [values[i] for i in parts[cid]] for c, values in meta.items()}
+            self.clients.append(
+                ClientData(cid, train[cid], val[cid], self.batch_size, collate, test[cid], columns=columns)
+            )
         self.serving.serve(self.clients, collate)
         self.encoding.warn(self.max_length, self.truncation, self.min_prompt_length)
 

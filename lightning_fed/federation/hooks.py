@@ -11,7 +11,8 @@ A hook has two halves. The server half (:meth:`RoundHook.setup_server`, ``client
 (:meth:`RoundHook.setup_client`, ``answer_query``, ``prepare_client``, ``on_client_start``,
 ``on_client_end``) gets the client's module, data and turn. Everything a client needs reaches
 it through a query or its ``client_instruction``, so it runs in-process and under Flower alike.
-Order per round, in both transports::
+Once, when the server is bound to its clients (before anything is written): ``check_server``;
+then once per fit ``setup_server`` / ``setup_client``. Order per round, in both transports::
 
     sample -> [each hook] client_queries -> answer_query (clients) -> on_replies
     -> [each hook] on_round_start -> [in process only] on_client_data
@@ -91,6 +92,12 @@ class RoundHook:
 
     def setup_client(self, module: pl.LightningModule) -> None:
         """Client half, once per client process (in process: once per fit, on the same module)."""
+
+    def check_server(self, server: ServerRound) -> None:
+        """Server half, when the run is bound to its clients (``server.num_clients``,
+        ``server.datamodule``), before anything is written: raise a one-line ``ValueError`` for a
+        configuration that cannot run. In process the data module is set up here; under Flower it
+        is the config's, not set up (the server holds no client data)."""
 
     # ------------------------------------------------------- client work before a round
     def client_queries(

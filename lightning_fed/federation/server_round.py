@@ -156,6 +156,8 @@ class ServerRound:
         if self.sampling == "fixed_size":
             check_clients_per_round(self.clients_per_round, num_clients)
         self.num_clients, self.datamodule = num_clients, datamodule
+        for hook in self.hooks:  # e.g. ClientRanks reads a data column: a bad one fails before anything is written
+            hook.check_server(self)
         if self.privacy is not None:
             self.privacy.plan(self, module)
             self.report.private = self.privacy.enabled

@@ -17,19 +17,28 @@ so the same config runs in process and under Flower.
      strategy: {class_path: lightning_fed.strategies.FlexLoRA}
      hooks:
        - class_path: lightning_fed.heterogeneity.ClientRanks
-         init_args: {choices: [4, 8, 16], probabilities: [0.34, 0.33, 0.33], seed: 0}
+         init_args: {choices: [4, 8, 16], probabilities: [0.34, 0.33, 0.33], seed: 0}  # or {column: rank}
 
 The ranks are part of the strategy's ``state_dict`` (resume keeps them, and HetLoRA's pruned
-ranks: the hook sets ranks only on a strategy that has none). The ``column`` source of
-:class:`~lightning_fed.heterogeneity.RankAssignment` is not offered here: the tokenized client
-data no longer holds the raw fields.
+ranks: the hook sets ranks only on a strategy that has none).
+
+**A rank from a data column** (``column: <name>``): a client's rank is the value of that column
+in its rows, which must be the same in all of them (a device tier written into each example).
+The client is the side that knows it: its :class:`~lightning_fed.datamodules.ClientData` keeps
+the raw values of the data's non-text columns (``columns``) when the text is tokenized. In process
+the server holds every client's data, so the ranks are read when the run is bound to its data
+(:meth:`ClientRanks.check_server`): a missing column or a client whose values differ is a one-line
+error before anything is written. A Flower server holds no client data: before the first round it
+asks every client for its rank (a query, answered from the client's own rows) and sets the ranks
+from the replies; a bad column then fails the run at that query with the same one-line error.
+Both give the same ranks, so the same config runs in both transports.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.federation.hooks import Payload, RoundHook
 from lightning_fed.heterogeneity.rank_assignment import SECTION, RankAssignment
 
 if TYPE_CHECKING:
@@ -40,13 +49,15 @@ if TYPE_CHECKING:
 
 
 class ClientRanks(RoundHook):
-    """Give each client its LoRA rank (a per-client list, or a seeded draw from ``choices``).
+    """Give each client its LoRA rank (a per-client list, a seeded draw from ``choices``, or a data column).
 
     Args:
         per_client: One rank per client, in client order.
         choices: Ranks to draw from, independently per client.
         probabilities: The probability of each of ``choices`` (uniform if omitted).
         seed: Seed of the draw.
+        column: A column of the data whose value, the same in all of a client's rows, is that
+            client's rank (read from each client's own data; see the module docstring).
     """
 
     def __init__(
@@ -55,9 +66,24 @@ class ClientRanks(RoundHook):
         choices: list[int] | None = None,
         probabilities: list[float] | None = None,
         seed: int = 0,
+        column: str | None = None,
     ) -> None:
-        self.assignment = RankAssignment(per_client=per_client, choices=choices, probabilities=probabilities, seed=seed)
+        self.assignment = RankAssignment(
+            per_client=per_client, choices=choices, probabilities=probabilities, seed=seed, column=column
+        )
         self.ranks: list[int] = []
+
+    def check_server(self, server: ServerRound) -> None:
+        column = self.assignment.column
+        if column is None:
+            return
+        clients = [server.datamodule.client(c) for c in range(server.num_clients)] if _set_up(server) else None
+        if clients is None:
+            return  # under Flower: asked of the clients before the first round (client_queries)
+        for c, data in enumerate(clients):
+            if column not in data.columns:
+                raise ValueError(self.assignment.missing_column(c, list(data.columns)))
+        self.ranks = self.assignment.ranks(server.num_clients, [data.columns[column] for data in clients])
 
     def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
         strategy = server.strategy
@@ -66,7 +92,50 @@ class ClientRanks(RoundHook):
                 f"federation.hooks: ClientRanks needs a heterogeneous-rank strategy (HetLoRA, FlexLoRA, FLoRA),"
                 f" got federation.strategy={type(strategy).__name__}"
             )
-        self.ranks = self.assignment.ranks(server.num_clients)
+        if self.assignment.column is None:
+            self.ranks = self.assignment.ranks(server.num_clients)
+        if self.ranks:
+            self._set(server)
+
+    # --------------------------------------- a data column under Flower: the clients say their rank
+    def client_queries(
+        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+    ) -> dict[int, Payload]:
+        if self.assignment.column is None or self.ranks:
+            return {}
+        return {c: {"column": self.assignment.column} for c in range(server.num_clients)}
+
+    def answer_query(
+        self, module: pl.LightningModule, data: Any, client_id: int, round_idx: int, query: Payload
+    ) -> Payload:
+        columns = data.columns
+        if query["column"] not in columns:
+            return {"error": self.assignment.missing_column(client_id, list(columns))}
+        try:
+            return {"rank": self.assignment.column_rank(client_id, columns[query["column"]])}
+        except ValueError as err:  # the server raises it: the client's own log is not the user's console
+            return {"error": str(err)}
+
+    def on_replies(
+        self,
+        server: ServerRound,
+        trainer: pl.Trainer,
+        module: pl.LightningModule,
+        round_idx: int,
+        clients: list[int],
+        replies: dict[int, Payload],
+    ) -> None:
+        for c in range(server.num_clients):
+            reply = replies.get(c)
+            if reply is None:
+                raise ValueError(f"{SECTION}.column={self.assignment.column!r}: client {c} did not report its rank")
+            if "error" in reply:
+                raise ValueError(reply["error"])
+        self.ranks = [int(replies[c]["rank"]) for c in range(server.num_clients)]
+        self._set(server)
+
+    def _set(self, server: ServerRound) -> None:
+        strategy = server.strategy
         max_rank = strategy.max_rank
         too_high = [(c, r) for c, r in enumerate(self.ranks) if r > max_rank]
         if too_high:
@@ -82,3 +151,9 @@ class ClientRanks(RoundHook):
         for r in self.ranks:
             counts[str(r)] = counts.get(str(r), 0) + 1
         return {"clients_per_rank": dict(sorted(counts.items(), key=lambda kv: int(kv[0])))} if self.ranks else {}
+
+
+def _set_up(server: ServerRound) -> bool:
+    """Whether the server holds the clients' data (in process) rather than the config's module only."""
+    datamodule = server.datamodule
+    return datamodule is not None and bool(getattr(datamodule, "clients", None))

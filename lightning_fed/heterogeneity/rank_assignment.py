@@ -99,16 +99,29 @@ class RankAssignment:
         if column_values is None or len(column_values) != num_clients:
             got = "none" if column_values is None else len(column_values)
             raise ValueError(f"{SECTION}.column={self.column!r}: needs the values of {num_clients} clients, got {got}")
-        out = []
-        for client, values in enumerate(column_values):
-            distinct = sorted(set(values), key=repr)
-            if len(distinct) != 1 or not _is_rank(distinct[0]):
-                shown = distinct[:3] if distinct else "no examples"
-                raise ValueError(
-                    f"{SECTION}.column={self.column!r}: client {client} needs one positive integer rank, got {shown}"
-                )
-            out.append(int(distinct[0]))
-        return out
+        return [self.column_rank(client, values) for client, values in enumerate(column_values)]
+
+    def column_rank(self, client: int, values: Sequence[Any]) -> int:
+        """Client ``client``'s rank from the values of :attr:`column` in its examples.
+
+        Raises:
+            ValueError: The values are not one positive integer (one line naming the column, the
+                client and up to three of its distinct values).
+        """
+        distinct = sorted(set(values), key=repr)
+        if len(distinct) != 1 or not _is_rank(distinct[0]):
+            shown = distinct[:3] if distinct else "no examples"
+            raise ValueError(
+                f"{SECTION}.column={self.column!r}: client {client} needs one positive integer rank, got {shown}"
+            )
+        return int(distinct[0])
+
+    def missing_column(self, client: int, columns: Sequence[str]) -> str:
+        """The one-line error of a client whose data has no :attr:`column`, listing the columns it has."""
+        return (
+            f"{SECTION}.column={self.column!r}: no such column in client {client}'s data"
+            f" (its non-text columns: {', '.join(columns) or 'none'})"
+        )
 
 
 def alpha_for_rank(alpha: float, rank: int, max_rank: int) -> float:

@@ -88,7 +88,7 @@ def quantize_built(model: PreTrainedModel, kind: str, dtype: torch.dtype) -> Pre
         model.save_pretrained(tmp)
         quantized = load_quantized(tmp, kind, dtype)
     # Not the deleted folder (PEFT looks it up when saving an adapter).
-    quantized.config._name_or_path = quantized.name_or_path = model.config._name_or_path
+    quantized.config.name_or_path = quantized.name_or_path = model.config.name_or_path
     return quantized
 
 
