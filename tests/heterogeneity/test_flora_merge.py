@@ -181,13 +181,21 @@ def test_flower_evaluates_the_merged_base_as_in_process(both_transports):
     FLoRAMerge's evaluation instruction), every client of a rank below r_max included: the per-client
     metrics of every round equal the in-process ones, and the base of the last evaluation is the
     server's after the last merge. (Before: the fresh adapter on the base of the client's last
-    training, and the rank-r_k clients' evaluations failed, silently left out.)"""
+    training, and the rank-r_k clients' evaluations failed, silently left out.)
+
+    ``reward_acc`` is left out: the evaluated policy is the merged base with a fresh adapter
+    (B = 0), i.e. DPO's reference itself, so every reward is float noise (|margin| < 1e-4, asserted; a trained margin is ~0.1)
+    and its sign depends on the batch the policy forward ran in (the cached reference is computed
+    per example, the policy in the transport's evaluation batch)."""
     local, server, evaluated = both_transports
     remote = server.server
     for mine, theirs in zip(local.report.history, remote.report.history, strict=True):
         assert sorted(theirs["val_clients"]) == sorted(mine["val_clients"]) == [str(c) for c in range(6)]
         for cid, metrics in mine["val_clients"].items():
-            assert theirs["val_clients"][cid] == pytest.approx(metrics, rel=1e-5, abs=1e-6), cid
+            assert abs(metrics["reward_margin"]) < 1e-4 and abs(theirs["val_clients"][cid]["reward_margin"]) < 1e-4
+            kept = {k: v for k, v in metrics.items() if k != "reward_acc"}
+            got = {k: v for k, v in theirs["val_clients"][cid].items() if k != "reward_acc"}
+            assert got == pytest.approx(kept, rel=1e-5, abs=1e-6), cid
     final = _base(server.module)  # after round 3's merge: W_0 + s D_3
     last = evaluated[-6:]
     assert len(evaluated) == 3 * 6
