@@ -184,9 +184,9 @@ def test_flower_evaluates_the_merged_base_as_in_process(both_transports):
     training, and the rank-r_k clients' evaluations failed, silently left out.)
 
     ``reward_acc`` is left out: the evaluated policy is the merged base with a fresh adapter
-    (B = 0), i.e. DPO's reference itself, so every reward is float noise (|margin| < 1e-4, asserted; a trained margin is ~0.1)
-    and its sign depends on the batch the policy forward ran in (the cached reference is computed
-    per example, the policy in the transport's evaluation batch)."""
+    (B = 0), i.e. DPO's reference itself, so every reward is float noise (|margin| < 1e-4, asserted;
+    a trained margin is ~0.1) and its sign depends on the batch the policy forward ran in (the
+    cached reference is computed per example, the policy in the transport's evaluation batch)."""
     local, server, evaluated = both_transports
     remote = server.server
     for mine, theirs in zip(local.report.history, remote.report.history, strict=True):
