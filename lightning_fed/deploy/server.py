@@ -95,7 +95,7 @@ class FederatedServer(FlowerStrategy):
         datamodule: Any = None,
     ) -> None:
         self.loop, self.server = loop, loop.server  # the same ServerRound: loop.global_state is the server's
-        self.server.bind(num_clients, datamodule, module)  # plans the privacy budget too
+        self.server.bind(num_clients, datamodule, module, engine="flower")  # plans the privacy budget too
         self.save_adapter = loop.config.save_adapter
         self.module, self.num_clients, self.timeout = module, num_clients, timeout
         self.limits = limits or ReplyLimits()

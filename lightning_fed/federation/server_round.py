@@ -118,6 +118,7 @@ class ServerRound:
         self.global_state: StateDict = {}
         self.num_clients = 0
         self.datamodule: Any = None
+        self.engine = "in-process"  # the transport running the rounds, set by bind
         self.failed_clients = self.rejected_updates = self.clipped_updates = 0
         self._extra_bytes = [0, 0]  # [up, down] added by hooks, reset when a round is closed
         self._open_round(-1, [])
@@ -150,12 +151,14 @@ class ServerRound:
     def seed(self, value: int | None) -> None:
         self._seed = value
 
-    def bind(self, num_clients: int, datamodule: Any = None, module: Any = None) -> None:
-        """Attach the federation's size (validated against ``clients_per_round``) and its data,
-        then plan the run's privacy (before training: an impossible budget raises here)."""
+    def bind(self, num_clients: int, datamodule: Any = None, module: Any = None, engine: str = "in-process") -> None:
+        """Attach the federation's size (validated against ``clients_per_round``), its data and the
+        transport that will run the rounds (``engine``: ``in-process`` or ``flower``, as
+        :attr:`RoundContext.engine`), then plan the run's privacy (before training: an impossible
+        budget raises here)."""
         if self.sampling == "fixed_size":
             check_clients_per_round(self.clients_per_round, num_clients)
-        self.num_clients, self.datamodule = num_clients, datamodule
+        self.num_clients, self.datamodule, self.engine = num_clients, datamodule, engine
         for hook in self.hooks:  # e.g. ClientRanks reads a data column: a bad one fails before anything is written
             hook.check_server(self)
         if self.privacy is not None:

@@ -82,15 +82,23 @@ class AsyncArrivals(RoundHook):
         self.dispatches = self.timed_out = 0  # real arrivals: clients dispatched, replies never received
         self._sim_state: dict[str, Any] = {}
 
+    def check_server(self, server: ServerRound) -> None:
+        """``arrivals: real`` in process is refused when the run is bound, before anything is written
+        (the Flower transport decides at setup whether its clients really train concurrently)."""
+        if self.arrivals == "real" and server.engine != "flower":
+            raise ValueError(self._not_concurrent)
+
+    _not_concurrent = (
+        f"{FIELD}: arrivals=real needs clients that train concurrently (a Flower deployment); in one"
+        " process they train one after another: use arrivals=virtual"
+    )
+
     def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
         if not callable(getattr(server.strategy, "keep_versions", None)):
             raise ValueError(f"{FIELD} needs federation.strategy=FedBuff, got {type(server.strategy).__name__}")
         if self.arrivals == "real":
             if not self.concurrent:
-                raise ValueError(
-                    f"{FIELD}: arrivals=real needs clients that train concurrently (a Flower deployment); in one"
-                    " process they train one after another: use arrivals=virtual"
-                )
+                raise ValueError(self._not_concurrent)
             return  # the replies' real order decides: no virtual clock
         n = server.num_clients
         try:

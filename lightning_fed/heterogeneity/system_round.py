@@ -135,12 +135,19 @@ class SystemHeterogeneity(RoundHook):
         """Whether the deadline is wall seconds (real time-outs over Flower)."""
         return self.clock_kind == "wall"
 
-    def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
-        if self.wall and context.engine != "flower":
+    def check_server(self, server: ServerRound) -> None:
+        """``clock: wall`` in process is refused when the run is bound, before anything is written."""
+        self._check_engine(server.engine)
+
+    def _check_engine(self, engine: str) -> None:
+        if self.wall and engine != "flower":
             raise ValueError(
                 f"{FIELD}.clock='wall' runs over Flower only: in process the clients train one after another,"
                 " so a wall-clock deadline would cut them by their place in the queue; use clock='virtual'"
             )
+
+    def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
+        self._check_engine(context.engine)
         clients_per_round = getattr(server, "clients_per_round", server.num_clients)
         if self.target is not None and self.target > clients_per_round:
             raise ValueError(

@@ -235,8 +235,8 @@ def test_real_clients_train_in_their_arrival_order(tmp_path, monkeypatch):
 
 
 def test_real_arrivals_are_refused_in_process(tmp_path):
-    """One process trains its clients one after another: no arrival order to take. (Refused when
-    the hooks are set up, as the hooks' other refusals: the run folder exists by then.)"""
+    """One process trains its clients one after another: no arrival order to take. Refused when the
+    run is bound to its clients (``RoundHook.check_server``), before the run folder is written."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", _config(tmp_path, rounds=1)]
     cmd += [f"--trainer.default_root_dir={tmp_path / 'run'}"]
@@ -247,6 +247,7 @@ def test_real_arrivals_are_refused_in_process(tmp_path):
         " deployment); in one process they train one after another: use arrivals=virtual\n",
         "(run with --debug or LIGHTNING_FED_DEBUG=1 for the traceback)\n",
     ]
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow

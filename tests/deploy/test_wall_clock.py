@@ -157,6 +157,7 @@ def test_partial_work_a_slow_client_sends_the_steps_it_finished(tmp_path):
 
 
 def test_wall_clock_in_process_is_refused_in_one_line(tmp_path):
+    """Refused when the run is bound to its clients (``RoundHook.check_server``): nothing is written."""
     loop = FederatedLoop(
         rounds=1, clients_per_round=2, local_steps=1, seed=0, hooks=[SystemHeterogeneity(clock="wall", deadline=5.0)]
     )
@@ -166,6 +167,7 @@ def test_wall_clock_in_process_is_refused_in_one_line(tmp_path):
         "federation.hooks: SystemHeterogeneity.clock='wall' runs over Flower only: in process the clients train one"
         " after another, so a wall-clock deadline would cut them by their place in the queue; use clock='virtual'"
     )
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(
