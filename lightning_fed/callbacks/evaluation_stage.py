@@ -4,6 +4,12 @@
 or left by a ``fit`` in the same process) with each client's personal state, and writes
 ``<run>/<stage>_results.json`` plus the stage's metrics (TensorBoard, the results table).
 The :class:`~lightning_fed.callbacks.FederatedLoop` starts one per stage.
+
+A private run (differential privacy on) starts none unless ``federation.privacy.report_validation``
+opts in; then, as the rounds' evaluations, only the example-weighted means over the evaluated
+clients are written (:func:`means_only`): no per-client value, no group (a group may be one
+client), no distribution over clients (its min and max are single clients' values), and the data
+report reduced to its totals.
 """
 
 from __future__ import annotations
@@ -13,7 +19,18 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from lightning_fed.federation.report import totals_only
 from lightning_fed.federation.server_round import ServerRound
+
+
+def means_only(results: dict[str, Any]) -> dict[str, Any]:
+    """A private run's stage results: the overall means over the evaluated clients and nothing per
+    client (``StageResults.summary``'s ``<m>_client_<stat>`` are single clients' values or spreads)."""
+    metrics = {k: v for k, v in results["metrics"].items() if "_client_" not in k}
+    out = {**results, "metrics": metrics, "clients": {}, "groups": {}}
+    if "data" in out:
+        out["data"] = totals_only(out["data"])
+    return out
 
 
 class EvaluationStage:
@@ -60,6 +77,8 @@ class EvaluationStage:
         }
         if hasattr(dm, "data_report"):
             results["data"] = dm.data_report()
+        if report.private:  # federation.privacy.report_validation opted in: the means, as the rounds write
+            results = means_only(results)
         if self.server.global_state:
             pl_module.load_state(self.server.global_state)
         if not results["num_examples"]:
