@@ -45,7 +45,7 @@ from typing import Any
 
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.federation.server_round import ServerRound
-from lightning_fed.privacy.accountant import PrivacyAccountant, accounted_sample_rate
+from lightning_fed.privacy.accountant import PrivacyAccountant, accounted_sample_rate, composed_epsilon
 from lightning_fed.privacy.client_dp import ClientLevelDP, client_level_dp
 from lightning_fed.privacy.config import PrivacyConfig, default_delta
 from lightning_fed.privacy.dp_sgd import ExampleLevelDP
@@ -209,7 +209,9 @@ class RunPrivacy:
     # ------------------------------------------------------------------ every round
     def end_round(self, round_idx: int, updates: Any = ()) -> dict[str, float]:
         """Account round ``round_idx`` (0-based) whose admitted ``updates`` are given;
-        ``privacy/epsilon`` (client level) and ``privacy/example_epsilon`` (the largest client's) after it.
+        ``privacy/epsilon`` (client level; with FedBiscuit's noised selector losses also
+        ``privacy/epsilon_all_channels``: the update and the selector losses composed) and
+        ``privacy/example_epsilon`` (the largest client's) after it.
 
         DP-SGD is accounted per client: every client sampled in the round trained in it (one that
         failed may have spent budget too), at the bucketed count its update reported."""
@@ -218,6 +220,10 @@ class RunPrivacy:
         if self.client_dp is not None:
             self.client_dp.steps_done = self.rounds_accounted
             out["privacy/epsilon"] = self.client_dp.epsilon()
+            selector = self.selector_channel()
+            if selector is not None:  # the update channel and the selector losses composed
+                parts = [(self.client_dp, self.rounds_accounted), selector[:2]]
+                out["privacy/epsilon_all_channels"] = composed_epsilon(parts, self.client_dp.delta, self.mechanism)
         if self.example_budget is not None:
             counts = {int(u.client_id): int(u.num_examples) for u in updates}
             sampled = self._server.clients if self._server is not None else []
@@ -230,6 +236,17 @@ class RunPrivacy:
             if binding is not None:
                 out["privacy/example_epsilon"] = binding[1]
         return out
+
+    def selector_channel(self) -> tuple[PrivacyAccountant, int, float] | None:
+        """``(accountant, groupings, L)`` of FedBiscuit's noised selector losses: the Gaussian
+        mechanism with ``z_s`` at rate 1 (every client answers every grouping), the groupings
+        noised so far, the clip bound; ``None`` without a grouping hook or without DP."""
+        for hook in self._server.hooks if self._server is not None else []:
+            mechanism = hook.selector_mechanism(self) if isinstance(hook, ClientGrouping) else None
+            if mechanism is not None and self.delta is not None:
+                acc = PrivacyAccountant(mechanism["noise_multiplier"], 1.0, self.delta, mechanism=self.mechanism)
+                return acc, hook.noised_groupings, mechanism["clip"]
+        return None
 
     def _count_of(self, client_id: int) -> int | None:
         """A client's bucketed count; one that never reported it is taken as the smallest reported
@@ -280,14 +297,7 @@ class RunPrivacy:
         for hook in hooks:
             if isinstance(hook, HierarchicalDataSelection):
                 centroids = hook.accountant.report() if hook.accountant is not None else {}
-        selector_dp, groupings, clip = None, 0, None
-        for hook in hooks:
-            mechanism = hook.selector_mechanism(self) if isinstance(hook, ClientGrouping) else None
-            if mechanism is not None and self.delta is not None:  # rate 1: every client answers every grouping
-                selector_dp = PrivacyAccountant(
-                    mechanism["noise_multiplier"], 1.0, self.delta, mechanism=self.mechanism
-                )
-                groupings, clip = hook.noised_groupings, mechanism["clip"]
+        selector_dp, groupings, clip = self.selector_channel() or (None, 0, None)
         binding = self.binding_client() if self.example_budget is not None else None
         example_dp, example_steps = None, 0
         if binding is not None:

@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_fed.privacy import PrivacyAccountant
 from lightning_fed.privacy.accountant import composed_epsilon
@@ -58,3 +59,10 @@ def test_selector_losses_are_noised_and_accounted_in_both_transports(tmp_path):
         assert privacy["epsilon"]["client_all_channels"] == pytest.approx(all_channels, rel=1e-9)
         assert privacy["epsilon"]["client_all_channels"] > privacy["epsilon"]["client"]
         assert privacy["selector_losses"]["groupings"] == 1 and privacy["selector_losses"]["clip"] == 1.0
+    # Per round (the Flower server's TensorBoard): the update channel alone until the grouping of round 4.
+    events = EventAccumulator(str(tmp_path / "flower"))
+    events.Reload()
+    per_round = [(e.step, e.value) for e in events.Scalars("privacy/epsilon_all_channels")]
+    expected = [update.epsilon(r) for r in (1, 2, 3)] + [composed_epsilon([(update, 4), (selector, 1)], delta)]
+    assert [s for s, _ in per_round] == [1, 2, 3, 4]
+    assert [v for _, v in per_round] == pytest.approx(expected, rel=1e-6)
