@@ -66,3 +66,43 @@ def test_selector_losses_are_noised_and_accounted_in_both_transports(tmp_path):
     expected = [update.epsilon(r) for r in (1, 2, 3)] + [composed_epsilon([(update, 4), (selector, 1)], delta)]
     assert [s for s, _ in per_round] == [1, 2, 3, 4]
     assert [v for _, v in per_round] == pytest.approx(expected, rel=1e-6)
+
+
+def _private_grouping_run(root, rounds, data_path, ckpt=None):
+    """6 clients, U = 3, T = 1: warm-up rounds 1-3, groupings at rounds 4 and 6; ClientLevelDP z = 1."""
+    from lightning_fed.callbacks import FederatedLoop
+    from lightning_fed.privacy import ClientLevelDP, PrivacyConfig
+    from lightning_fed.round_hooks.client_grouping import ClientGrouping
+    from lightning_fed.strategies import FedBiscuit
+    from tests.helpers.runs import fit
+    from tests.helpers.selector_data import one_thread
+    from tests.modules.test_selector import selector_data, tiny_selector
+
+    strategy = ClientLevelDP(FedBiscuit(num_selectors=3, warmup_rounds=1, regroup_every=2), clip_norm=0.5, seed=0)
+    loop = FederatedLoop(
+        rounds=rounds,
+        clients_per_round=2,
+        local_steps=1,
+        seed=0,
+        strategy=strategy,
+        privacy=PrivacyConfig(noise_multiplier=1.0),
+        hooks=[ClientGrouping()],
+    )
+    with one_thread():
+        fit(tiny_selector(num_selectors=3), selector_data(data_path, 6, batch_size=4), loop, str(root), ckpt_path=ckpt)
+    return loop
+
+
+def test_the_grouping_count_survives_a_resume(tmp_path):
+    """Stopped after round 4 (one grouping) and resumed to 6: two noised groupings, the same noised
+    rows and the same epsilon as a run of 6 rounds straight."""
+    from tests.helpers.selector_data import write_planted_selector_data
+
+    path = write_planted_selector_data(tmp_path / "d.jsonl", 6, 12, groups=("positive", "negative", "formal"))
+    straight = _private_grouping_run(tmp_path / "straight", 6, path)
+    _private_grouping_run(tmp_path / "first", 4, path)
+    resumed = _private_grouping_run(tmp_path / "resumed", 6, path, ckpt=str(tmp_path / "first" / "ckpt" / "last.ckpt"))
+    assert resumed.hooks[0].noised_groupings == straight.hooks[0].noised_groupings == 2
+    assert resumed.hooks[0].groupings == straight.hooks[0].groupings
+    a, b = resumed.server.privacy_section(), straight.server.privacy_section()
+    assert a["epsilon"] == b["epsilon"] and a["selector_losses"]["groupings"] == 2
