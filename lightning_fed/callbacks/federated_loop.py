@@ -309,7 +309,7 @@ class FederatedLoop(LoopEvaluation):
             self.hooks,
             self.initial_personal,
             compressor_from_spec(self.config.compression),
-            bucket_counts=self.server.report.private,
+            private=self.server.report.private,
         )
         turn.begin(trainer, pl_module, *self.server.send(cid))
         return turn

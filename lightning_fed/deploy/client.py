@@ -38,7 +38,7 @@ from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import CUT_SHORT, LOCAL_STEPS, instructed_budget, instructed_steps
 from lightning_fed.modules.base import FederatedModule
-from lightning_fed.privacy.run import client_counts_bucketed
+from lightning_fed.privacy.run import privacy_enabled
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import ClientUpdate, Strategy
 from lightning_fed.strategies.lora_factors import match_rank
@@ -252,7 +252,7 @@ class ClientRunner:
             self.hooks,
             self.initial_personal,
             self.compressor,
-            bucket_counts=client_counts_bucketed(self.strategy, self.module),
+            private=privacy_enabled(self.strategy, self.module),
         )
         # Lightning's accumulation and a manual-optimization module's own, as in the simulation.
         accumulate = int(self.trainer_kwargs.get("accumulate_grad_batches", 1))

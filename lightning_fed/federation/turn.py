@@ -74,9 +74,11 @@ class ClientTurn:
         initial_personal: Personal parameters of a client that has none yet.
         compressor: Compress the upload (``federation.compression``; see
             :mod:`lightning_fed.compression.uplink`); ``None``: full precision.
-        bucket_counts: Report ``num_examples`` rounded down to a power of two
-            (:func:`~lightning_fed.federation.report.bucket_count`): the run is differentially
-            private and the exact count is not to leave the client.
+        private: The run is differentially private
+            (:func:`~lightning_fed.privacy.run.privacy_enabled`): ``num_examples`` is reported
+            rounded down to a power of two (:func:`~lightning_fed.federation.report.bucket_count`)
+            and the mean training loss is not sent (``ClientUpdate.metrics`` holds no
+            ``train_loss``): neither the exact count nor a raw loss leaves the client.
 
     Attributes (read by hooks, the progress bar and the failure guard):
         steps: Optimizer steps taken so far. losses: training losses so far.
@@ -97,11 +99,12 @@ class ClientTurn:
         hooks: Sequence[RoundHook] = (),
         initial_personal: StateDict | None = None,
         compressor: UpdateCompressor | None = None,
-        bucket_counts: bool = False,
+        private: bool = False,
     ) -> None:
         self.client_id, self.round_idx, self.rounds, self.seed = client_id, round_idx, rounds, seed
         self.strategy, self.store = strategy, store
-        self.num_examples = bucket_count(num_examples) if bucket_counts and num_examples >= 1 else num_examples
+        self.private = private
+        self.num_examples = bucket_count(num_examples) if private and num_examples >= 1 else num_examples
         self.hooks = list(hooks)
         self.compressor = compressor
         self.initial_personal: StateDict = initial_personal or {}
@@ -172,7 +175,8 @@ class ClientTurn:
         shared = clone_state(match_rank({k: self._live[k] for k in self.received}, self.received))
         lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else 0.0
         extras = self.correction.finish(shared, self.steps, lr) if self.steps else {}
-        metrics = {"train_loss": sum(self.losses) / len(self.losses)} if self.losses else {}
+        # A private client keeps its loss: an unbounded function of its data, in no guarantee.
+        metrics = {"train_loss": sum(self.losses) / len(self.losses)} if self.losses and not self.private else {}
         update = ClientUpdate(self.client_id, self.num_examples, shared, extras, metrics)
         if self.compressor is not None:  # the payload is what travels; residuals stay in memory
             update, self.memory = compress_client_update(update, self.received, self.compressor, self.memory)

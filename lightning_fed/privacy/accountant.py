@@ -198,3 +198,19 @@ class PrivacyAccountant:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.steps_done = int(state.get("steps_done", self.steps_done))
+
+
+def composed_epsilon(parts: list[tuple[PrivacyAccountant, int]], delta: float, mechanism: str = "rdp") -> float:
+    """Epsilon of several Gaussian mechanisms on the same unit composed, at ``delta``.
+
+    ``parts`` holds ``(accountant, steps)`` per mechanism (e.g. the client-level update channel
+    over its rounds and FedBiscuit's selector losses over its groupings); Opacus composes its
+    ``history`` of ``(noise_multiplier, sample_rate, steps)`` entries, heterogeneous ones
+    included. Parts with no step are left out (``0.0`` when none is left).
+    """
+    history = [(acc.noise_multiplier, acc.sample_rate, int(steps)) for acc, steps in parts if steps > 0]
+    if not history:
+        return 0.0
+    accountant = create_accountant(mechanism=mechanism)
+    accountant.history = history
+    return float(accountant.get_epsilon(delta=float(delta)))

@@ -134,6 +134,9 @@ class ClientLevelDP(Strategy):
         self.adaptive = adaptive
         self.control_scale = float(control_scale)
         self.seed = secrets.randbits(63) if seed is None else int(seed)
+        #: Whether ``seed`` was given (tests): other client-level noise of the run (FedBiscuit's
+        #: selector losses) is then derived from it too; else each draws its own secret seed.
+        self.seed_given = seed is not None
         self.rounds_done = 0
         self.num_clients = 0
         #: What the last :meth:`aggregate` did (clip used, noise std, noised unclipped fraction).

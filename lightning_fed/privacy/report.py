@@ -8,19 +8,25 @@ Channels (what a client sends, per method):
   (:class:`~lightning_fed.privacy.ClientLevelDP`) and/or example-level DP-SGD
   (:mod:`lightning_fed.privacy.dp_sgd`) bound it; the two guarantees have different units
   (one client's whole data set vs one example) and are listed separately;
-* ``metrics``: per-client training losses, accuracies and update norms;
+* ``metrics``: per-client training losses, accuracies and update norms (with DP on the client
+  sends no training loss; the update norm is the server's own figure);
 * ``validation``: what the clients' validation data gives the server: per-client validation
   metrics and their example-weighted means over the evaluated clients;
 * ``example_counts``: ``|D_k|`` (FedAvg's weights, the report's client sizes);
 * ``fedhds_centroids``: FedHDS' group centroids (noised by
   :mod:`lightning_fed.selection.privacy` when ``dp_epsilon`` is set);
 * ``selector_losses``: FedBiscuit's per-selector validation losses (they decide the grouping);
+  with DP on a Gaussian mechanism on the client (:mod:`lightning_fed.privacy.selector_noise`),
+  accounted at rate 1 over the groupings; its client-level epsilon composed with the update
+  channel's is ``epsilon.client_all_channels`` (the budget ``target_epsilon`` stays the update
+  channel's);
 * ``personal_parameters``: FedPDPO/FedPer/FedRep's personal modules: they never leave the
   client and are outside every guarantee here.
 
-The defaults when DP is on (the choice, see ``docs/privacy.md``): per-client losses and
-metrics are *withheld* from the reports (:func:`redact_client_metrics`), since a raw loss is
-an unbounded function of the client's data and noising it well would cost budget for no
+The defaults when DP is on (the choice, see ``docs/privacy.md``): the client does *not send*
+its training loss, and the per-client figures the server has (update norms, a time budget's
+step counts) are *withheld* from the reports (:func:`redact_client_metrics`), since a raw loss
+is an unbounded function of the client's data and noising it well would cost budget for no
 training benefit; so is everything computed on the clients' validation data, the means over
 clients included (with one client evaluated the mean *is* its loss), unless
 ``federation.privacy.report_validation`` opts into the means (then listed as unprotected);
@@ -39,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_fed.federation.report import bucket_count
-from lightning_fed.privacy.accountant import PrivacyAccountant
+from lightning_fed.privacy.accountant import PrivacyAccountant, composed_epsilon
 
 __all__ = ["PROTECTIONS", "ChannelReport", "PrivacyReport", "bucket_count", "redact_client_metrics"]
 
@@ -51,6 +57,7 @@ PROTECTIONS = {
     "gaussian": "Gaussian noise added on the client before sending",
     "bucketed": "rounded down to a power of two before sending",
     "withheld": "sent to the server but never written to reports or logs",
+    "not_sent": "the client does not send it",
     "reported": "written to the reports (summary.json, rounds.jsonl, TensorBoard, checkpoints) without noise",
     "local": "never leaves the client; outside the guarantee",
     "none": "sent in the clear",
@@ -109,8 +116,12 @@ class PrivacyReport:
         centroids: ``CentroidAccountant.report()`` of a FedHDS run with noised centroids, or
             ``{}`` when FedHDS runs without noise, or ``None`` when it is not used.
         selector_losses: Whether clients report FedBiscuit's selector losses.
+        selector_dp: Their Gaussian mechanism's accountant (``z_s``, rate 1), when noised.
+        selector_groupings: Groupings whose losses were noised (the steps of ``selector_dp``).
+        selector_clip: ``L``: each selector loss was clipped to ``[0, L]`` before the noise.
         counts_bucketed: Whether the clients' example counts were bucketed before sending.
         metrics_withheld: Whether per-client metrics were kept out of the reports.
+        losses_sent: Whether the clients sent their training loss (``False`` with DP on).
         secure_sum: Whether the server only held the sum of the updates (SecAgg+; then each
             client adds its share of the client-level noise: distributed DP).
     """
@@ -129,6 +140,10 @@ class PrivacyReport:
         example_steps: int | None = None,
         example_level_on: bool = False,
         validation: str = "none",
+        selector_dp: PrivacyAccountant | None = None,
+        selector_groupings: int = 0,
+        selector_clip: float | None = None,
+        losses_sent: bool = True,
     ) -> None:
         self.client_dp, self.example_dp = client_dp, example_dp
         self.local_steps_per_round = int(local_steps_per_round)
@@ -140,6 +155,9 @@ class PrivacyReport:
             raise ValueError(f"validation must be one of ('none', 'withheld', 'reported'), got {validation!r}")
         self.validation = validation
         self.secure_sum = secure_sum
+        self.selector_dp, self.selector_groupings = selector_dp, int(selector_groupings)
+        self.selector_clip = selector_clip
+        self.losses_sent = losses_sent
         self.stop: dict[str, Any] | None = None
 
     def _example_epsilon(self, rounds: int) -> float:
@@ -167,7 +185,20 @@ class PrivacyReport:
             out["client"] = self.client_dp.epsilon(rounds)
         if self.example_dp is not None:
             out["example"] = self._example_epsilon(rounds)
+        if self.selector_dp is not None:
+            out["client_all_channels"] = self.client_all_channels(rounds)
         return out
+
+    def client_all_channels(self, rounds: int) -> float:
+        """Client-level epsilon of the update channel (``rounds`` rounds) and FedBiscuit's noised
+        selector losses (the groupings so far) composed by Opacus; ``inf`` when the update has no
+        client-level guarantee (DP-SGD alone protects examples, not a client's whole data)."""
+        if self.client_dp is None:
+            return math.inf
+        parts = [(self.client_dp, rounds)]
+        if self.selector_dp is not None:
+            parts.append((self.selector_dp, self.selector_groupings))
+        return composed_epsilon(parts, self.client_dp.delta, self.client_dp.mechanism)
 
     def stopped(self, next_round: int, option: str = "federation.privacy.target_epsilon") -> None:
         """Record that the run stopped before ``next_round`` because it would exceed the budget ``option``."""
@@ -195,11 +226,7 @@ class PrivacyReport:
                 update,
                 "" if self.client_dp else "without client-level DP the server sees each client's exact update",
             ),
-            ChannelReport(
-                "metrics",
-                "withheld" if self.metrics_withheld else "none",
-                note="per-client losses and accuracies are not covered by any epsilon",
-            ),
+            self._metrics_channel(),
             ChannelReport("validation", self.validation, note=_VALIDATION_NOTES[self.validation]),
             ChannelReport(
                 "example_counts",
@@ -215,13 +242,7 @@ class PrivacyReport:
             else:
                 out.append(ChannelReport("fedhds_centroids", "none"))
         if self.selector_losses:
-            out.append(
-                ChannelReport(
-                    "selector_losses",
-                    "none",
-                    note="FedBiscuit's grouping input; the cluster assignment it yields is outside the guarantee",
-                )
-            )
+            out.append(self._selector_channel())
         if self.personal_parameters:
             out.append(
                 ChannelReport(
@@ -231,6 +252,38 @@ class PrivacyReport:
                 )
             )
         return out
+
+    def _metrics_channel(self) -> ChannelReport:
+        protection = "withheld" if self.metrics_withheld else "none"
+        if not self.losses_sent:
+            return ChannelReport(
+                "metrics",
+                f"not_sent+{protection}",
+                note="the client sends no training loss; the per-client figures the server has (update norm,"
+                " a time budget's local_steps / cut_short) are not covered by any epsilon",
+            )
+        return ChannelReport(
+            "metrics", protection, note="per-client losses and accuracies are not covered by any epsilon"
+        )
+
+    def _selector_channel(self) -> ChannelReport:
+        if self.selector_dp is None:
+            return ChannelReport(
+                "selector_losses",
+                "none",
+                note="FedBiscuit's grouping input; the cluster assignment it yields is outside the guarantee",
+            )
+        acc, g = self.selector_dp, self.selector_groupings
+        eps = {"unit": "client", "epsilon": acc.epsilon(g), "delta": acc.delta}
+        return ChannelReport(
+            "selector_losses",
+            "gaussian",
+            [eps],
+            note=f"each loss clipped to [0, L], L={self.selector_clip}, plus N(0, (z_s L sqrt(U))^2) per coordinate"
+            f" on the client, z_s={acc.noise_multiplier:g};"
+            f" {g} groupings at rate 1 (every client answers); federation.privacy.target_epsilon bounds the update"
+            " channel only: epsilon.client_all_channels composes both",
+        )
 
     def section(self, rounds: int) -> dict[str, Any]:
         """The ``privacy`` section of ``summary.json`` after ``rounds`` rounds."""
@@ -249,6 +302,15 @@ class PrivacyReport:
                     "target_epsilon": acc.target_epsilon,
                     "accountant": acc.mechanism,
                 }
+        if self.selector_dp is not None:
+            section["selector_losses"] = {
+                "noise_multiplier": self.selector_dp.noise_multiplier,
+                "clip": self.selector_clip,
+                "sample_rate": self.selector_dp.sample_rate,
+                "groupings": self.selector_groupings,
+                "delta": self.selector_dp.delta,
+                "accountant": self.selector_dp.mechanism,
+            }
         if self.example_dp is not None and self.example_steps is not None:
             section["example_level"]["accounting"] = (
                 "per client, over the rounds it trained in; the largest client epsilon (noise_multiplier and"

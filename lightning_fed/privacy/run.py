@@ -29,7 +29,10 @@ meet the settings of the federation:
   same epsilon (and stops before its first round if that would exceed a budget);
 * **the report** (:meth:`RunPrivacy.section`): :class:`~lightning_fed.privacy.PrivacyReport`
   of every channel. With DP on (client-level or example-level) the clients bucket their
-  example counts (:func:`client_counts_bucketed`) and the server's reports withhold per-client
+  example counts (:func:`client_counts_bucketed`), send no training loss
+  (:class:`~lightning_fed.federation.ClientTurn`), noise FedBiscuit's selector losses
+  (:mod:`~lightning_fed.privacy.selector_noise`, accounted here at rate 1 per grouping and
+  composed with the update channel into ``epsilon.client_all_channels``), and the server's reports withhold per-client
   metrics (:attr:`~lightning_fed.federation.RoundReport.private`) and, unless
   ``federation.privacy.report_validation``, every validation figure; the module's own training
   logs (``self.log`` while training) are switched off (``FederatedModule.training_logs``).
@@ -42,7 +45,7 @@ from typing import Any
 
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.federation.server_round import ServerRound
-from lightning_fed.privacy.accountant import PrivacyAccountant, accounted_sample_rate
+from lightning_fed.privacy.accountant import PrivacyAccountant, accounted_sample_rate, composed_epsilon
 from lightning_fed.privacy.client_dp import ClientLevelDP, client_level_dp
 from lightning_fed.privacy.config import PrivacyConfig, default_delta
 from lightning_fed.privacy.dp_sgd import ExampleLevelDP
@@ -90,6 +93,25 @@ class RunPrivacy:
         #: DP-SGD's ledger: client -> [bucketed example count (0: not reported), rounds trained].
         self._trained: dict[int, list[int]] = {}
         self._stop_option = "federation.privacy.target_epsilon"
+        #: ``delta`` of the run's guarantees (``federation.privacy.delta``, or ``1 / N^1.1``), set by :meth:`plan`.
+        self.delta: float | None = None
+
+    @property
+    def mechanism(self) -> str:
+        """The accountant (``rdp`` or ``prv``: ``federation.privacy.accountant``)."""
+        return self.config.accountant if self.config is not None else "rdp"
+
+    @property
+    def client_noise_multiplier(self) -> float | None:
+        """The client-level ``z`` in use (after calibration); ``None`` without ``ClientLevelDP``."""
+        return self.client_dp.noise_multiplier if self.client_dp is not None else None
+
+    @property
+    def noise_seed(self) -> int | None:
+        """The seed other client-level noise of the run derives from: ``ClientLevelDP``'s when it
+        was given one (tests); ``None``: each client draws a secret seed from the OS."""
+        dp = client_level_dp(self._server.strategy) if self._server is not None else None
+        return dp.seed if dp is not None and dp.seed_given else None
 
     @property
     def report_validation(self) -> bool:
@@ -117,6 +139,7 @@ class RunPrivacy:
             module.training_logs = not self.enabled
         self._personal = bool(module is not None and module.personal_parameters())
         delta = self.config.delta_for(n) if self.config is not None else default_delta(n)
+        self.delta = delta
         if dp is not None:
             self.client_dp = self._plan_client_level(dp, server, delta)
         if isinstance(module, ExampleLevelDP):
@@ -186,7 +209,9 @@ class RunPrivacy:
     # ------------------------------------------------------------------ every round
     def end_round(self, round_idx: int, updates: Any = ()) -> dict[str, float]:
         """Account round ``round_idx`` (0-based) whose admitted ``updates`` are given;
-        ``privacy/epsilon`` (client level) and ``privacy/example_epsilon`` (the largest client's) after it.
+        ``privacy/epsilon`` (client level; with FedBiscuit's noised selector losses also
+        ``privacy/epsilon_all_channels``: the update and the selector losses composed) and
+        ``privacy/example_epsilon`` (the largest client's) after it.
 
         DP-SGD is accounted per client: every client sampled in the round trained in it (one that
         failed may have spent budget too), at the bucketed count its update reported."""
@@ -195,6 +220,10 @@ class RunPrivacy:
         if self.client_dp is not None:
             self.client_dp.steps_done = self.rounds_accounted
             out["privacy/epsilon"] = self.client_dp.epsilon()
+            selector = self.selector_channel()
+            if selector is not None:  # the update channel and the selector losses composed
+                parts = [(self.client_dp, self.rounds_accounted), selector[:2]]
+                out["privacy/epsilon_all_channels"] = composed_epsilon(parts, self.client_dp.delta, self.mechanism)
         if self.example_budget is not None:
             counts = {int(u.client_id): int(u.num_examples) for u in updates}
             sampled = self._server.clients if self._server is not None else []
@@ -207,6 +236,17 @@ class RunPrivacy:
             if binding is not None:
                 out["privacy/example_epsilon"] = binding[1]
         return out
+
+    def selector_channel(self) -> tuple[PrivacyAccountant, int, float] | None:
+        """``(accountant, groupings, L)`` of FedBiscuit's noised selector losses: the Gaussian
+        mechanism with ``z_s`` at rate 1 (every client answers every grouping), the groupings
+        noised so far, the clip bound; ``None`` without a grouping hook or without DP."""
+        for hook in self._server.hooks if self._server is not None else []:
+            mechanism = hook.selector_mechanism(self) if isinstance(hook, ClientGrouping) else None
+            if mechanism is not None and self.delta is not None:
+                acc = PrivacyAccountant(mechanism["noise_multiplier"], 1.0, self.delta, mechanism=self.mechanism)
+                return acc, hook.noised_groupings, mechanism["clip"]
+        return None
 
     def _count_of(self, client_id: int) -> int | None:
         """A client's bucketed count; one that never reported it is taken as the smallest reported
@@ -257,6 +297,7 @@ class RunPrivacy:
         for hook in hooks:
             if isinstance(hook, HierarchicalDataSelection):
                 centroids = hook.accountant.report() if hook.accountant is not None else {}
+        selector_dp, groupings, clip = self.selector_channel() or (None, 0, None)
         binding = self.binding_client() if self.example_budget is not None else None
         example_dp, example_steps = None, 0
         if binding is not None:
@@ -271,8 +312,12 @@ class RunPrivacy:
             personal_parameters=self._personal,
             centroids=centroids,
             selector_losses=any(isinstance(h, ClientGrouping) for h in hooks),
+            selector_dp=selector_dp,
+            selector_groupings=groupings,
+            selector_clip=clip,
             counts_bucketed=self.enabled,
             metrics_withheld=self.enabled,
+            losses_sent=not self.enabled,
             validation="reported"
             if self.enabled and self.report_validation
             else "withheld"

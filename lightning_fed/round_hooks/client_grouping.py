@@ -11,6 +11,16 @@ the global state (all U selectors), :meth:`~ClientGrouping.answer_query` compute
 U losses and its number of training examples, :meth:`~ClientGrouping.on_replies` assigns. Each
 client learns which selector to train from its instruction (``{"selector": u}``), never from the
 server's strategy object.
+
+In a differentially private run (client-level ``ClientLevelDP`` or example-level DP-SGD: the
+server's ``privacy.enabled``) the loss row is a Gaussian mechanism on the client
+(:mod:`lightning_fed.privacy.selector_noise`): the server's query carries the clip bound ``L``
+and the noise std ``sigma = z_s * L * sqrt(U)``; the client clips each loss to ``[0, L]`` and
+adds ``N(0, sigma^2)`` per coordinate, and buckets its number of training examples
+(:func:`~lightning_fed.federation.report.bucket_count`). The hook counts the noised groupings
+(:attr:`ClientGrouping.noised_groupings`, kept in its state) for the run's accountant
+(``selector_losses`` channel of the privacy report). The grouping records hold the rows the
+server received: noised ones in a private run.
 """
 
 from __future__ import annotations
@@ -23,6 +33,14 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload, RoundHook
+from lightning_fed.federation.report import bucket_count
+from lightning_fed.privacy.selector_noise import (
+    DEFAULT_CLIP,
+    DEFAULT_NOISE_MULTIPLIER,
+    noised_selector_losses,
+    selector_noise_seed,
+    selector_noise_std,
+)
 from lightning_fed.state import state_nbytes
 from lightning_fed.strategies.fedbiscuit import FedBiscuit, balanced_assignment
 
@@ -70,10 +88,29 @@ class ClientGrouping(RoundHook):
     image (clients x selectors) when a logger is TensorBoard's. A client that does not answer a
     grouping query is placed by the mean loss row of those that did (and keeps its last known
     size), with a warning.
+
+    Args:
+        clip_loss: ``L``: in a private run each selector loss is clipped to ``[0, L]`` before the
+            noise (default 1.0: the selector's cross-entropy is ``ln 2 = 0.69`` at chance).
+        noise_multiplier: ``z_s`` of the selector losses in a private run; ``None`` (the
+            default): the run's client-level ``z`` (``ClientLevelDP``'s, after calibration), or
+            1.0 when only DP-SGD is on. Unused without DP.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clip_loss: float = DEFAULT_CLIP, noise_multiplier: float | None = None) -> None:
+        problems = []
+        if not clip_loss > 0:
+            problems.append(f"clip_loss must be > 0, got {clip_loss!r}")
+        if noise_multiplier is not None and not noise_multiplier > 0:
+            problems.append(f"noise_multiplier must be > 0, got {noise_multiplier!r}")
+        if problems:
+            raise ValueError("ClientGrouping: " + "; ".join(problems))
+        self.clip_loss = float(clip_loss)
+        self.noise_multiplier = None if noise_multiplier is None else float(noise_multiplier)
         self.groupings: list[dict[str, Any]] = []
+        #: Grouping rounds whose queries asked for noised losses (every client answers: rate 1).
+        self.noised_groupings = 0
+        self._noise_std: float | None = None  # of the current grouping round's query
 
     @staticmethod
     def _strategy(server: ServerRound) -> FedBiscuit:
@@ -85,24 +122,52 @@ class ClientGrouping(RoundHook):
             )
         return strategy
 
+    def selector_mechanism(self, privacy: Any) -> dict[str, float] | None:
+        """``{"noise_multiplier": z_s, "clip": L}`` of the selector losses in a run whose privacy
+        (the server's ``privacy``, a :class:`~lightning_fed.privacy.run.RunPrivacy`) is on; ``None`` without DP."""
+        if privacy is None or not privacy.enabled:
+            return None
+        z = self.noise_multiplier
+        if z is None:
+            z = privacy.client_noise_multiplier
+        return {"noise_multiplier": DEFAULT_NOISE_MULTIPLIER if z is None else float(z), "clip": self.clip_loss}
+
     # ------------------------------------------------------ the pre-round exchange
     def client_queries(
         self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> dict[int, Payload]:
-        """On a grouping round, every client with all U selectors (the global state); else none."""
+        """On a grouping round, every client with all U selectors (the global state); else none.
+
+        In a private run the query carries the mechanism (``private``, ``clip``, ``noise_std``, and
+        ``noise_seed`` when the run's ``ClientLevelDP`` was given a seed) and the grouping is counted."""
         strategy = self._strategy(server)
         strategy.start_round(round_idx)
+        self._noise_std = None
         if not strategy.is_grouping_round(round_idx):
             return {}
-        query = {WITH_GLOBAL_STATE: True, "num_selectors": strategy.num_selectors}
+        query: Payload = {WITH_GLOBAL_STATE: True, "num_selectors": strategy.num_selectors}
+        privacy = getattr(server, "privacy", None)
+        mechanism = self.selector_mechanism(privacy)
+        if mechanism is not None:
+            self._noise_std = selector_noise_std(mechanism["noise_multiplier"], self.clip_loss, strategy.num_selectors)
+            query.update(private=True, clip=self.clip_loss, noise_std=self._noise_std)
+            if privacy.noise_seed is not None:
+                query["noise_seed"] = int(privacy.noise_seed)
+            self.noised_groupings += 1  # every client is asked: one release per client, rate 1
         return {c: dict(query) for c in range(strategy.num_clients)}
 
     def answer_query(
         self, module: pl.LightningModule, data: Any, client_id: int, round_idx: int, query: Payload
     ) -> Payload:
-        """The client's validation loss under each selector, and its number of training examples."""
+        """The client's validation loss under each selector, and its number of training examples;
+        in a private run (``query["private"]``) clipped and noised, and the count bucketed."""
         losses = client_selector_losses(module, data, int(query["num_selectors"]))
-        return {"losses": losses, "num_examples": len(data.train_set)}
+        num_examples = len(data.train_set)
+        if query.get("private"):
+            seed = selector_noise_seed(query.get("noise_seed"), round_idx, client_id)
+            losses = noised_selector_losses(losses, float(query["clip"]), float(query["noise_std"]), seed)
+            num_examples = bucket_count(num_examples) if num_examples >= 1 else num_examples
+        return {"losses": losses, "num_examples": num_examples}
 
     def on_replies(
         self,
@@ -135,15 +200,16 @@ class ClientGrouping(RoundHook):
         fill = round(sum(sizes.values()) / len(sizes))
         strategy.client_sizes = [sizes.get(c, old[c] if c < len(old) else fill) for c in range(m)]
         strategy.set_assignment(balanced_assignment(losses))
-        self.groupings.append(
-            {
-                "round": round_idx + 1,
-                "assignment": list(strategy.assignment),
-                "losses": losses.tolist(),
-                "broadcast_bytes": m * state_nbytes(server.global_state),  # every selector to every client
-                "missing": missing,
-            }
-        )
+        record = {
+            "round": round_idx + 1,
+            "assignment": list(strategy.assignment),
+            "losses": losses.tolist(),  # as received: noised in a private run
+            "broadcast_bytes": m * state_nbytes(server.global_state),  # every selector to every client
+            "missing": missing,
+        }
+        if self._noise_std is not None:
+            record["noise_std"] = self._noise_std
+        self.groupings.append(record)
         self._log_image(trainer, strategy, round_idx)
 
     @staticmethod
@@ -180,7 +246,10 @@ class ClientGrouping(RoundHook):
         module.client_selectors = {**module.client_selectors, client_id: selector}
 
     def summary(self) -> dict[str, Any]:
-        return {"groupings": self.groupings}
+        out: dict[str, Any] = {"groupings": self.groupings}
+        if self.noised_groupings:
+            out["noised_groupings"] = self.noised_groupings
+        return out
 
     @staticmethod
     def _log_image(trainer: Any, strategy: FedBiscuit, round_idx: int) -> None:
@@ -193,7 +262,8 @@ class ClientGrouping(RoundHook):
                 )
 
     def state_dict(self) -> dict[str, Any]:
-        return {"groupings": self.groupings}
+        return {"groupings": self.groupings, "noised_groupings": self.noised_groupings}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.groupings = list(state.get("groupings", []))
+        self.noised_groupings = int(state.get("noised_groupings", 0))

@@ -11,6 +11,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_fed.callbacks import FederatedLoop
+from lightning_fed.deploy.records import METRICS
 from lightning_fed.federation.hooks import RoundHook
 from lightning_fed.federation.sampling import poisson_sample_clients
 from lightning_fed.privacy import ClientLevelDP, PrivacyAccountant, PrivacyConfig
@@ -123,21 +124,33 @@ def _assert_no_raw_client_figures(run, losses):
         assert not found, (path, found)
     assert not list(run.rglob("client_metrics/**/*.parquet"))
     summary = json.loads(next(p for p in texts if p.name == "summary.json").read_text())
-    assert summary["privacy"]["enabled"] and summary["privacy"]["channels"]["metrics"]["protection"] == "withheld"
+    assert summary["privacy"]["enabled"]
+    assert summary["privacy"]["channels"]["metrics"]["protection"] == "not_sent+withheld"
     for stat in (summary["clients"].get("train_size") or {}).values():
         assert stat == 16  # 18 examples per client, bucketed
 
 
 def test_private_reports_hold_no_raw_client_figures_in_both_transports(tmp_path):
-    """tiny.yaml's clients hold 18 training examples each (not a power of two): they upload 16."""
+    """tiny.yaml's clients hold 18 training examples each (not a power of two): they upload 16,
+    and no training loss (a non-private client sends it: tests/privacy/test_selector_noise.py)."""
     config = _private_config(tmp_path)
     uploads.SEEN.clear()
+    uploads.LOSSES.clear()
+    wire = []  # the train replies' metric names, as they travel
+
+    def record(reply):
+        if reply.metadata.message_type == "train":
+            wire.append(set(reply.content.metric_records[METRICS].keys()))
+        return reply
+
     local = run_in_process(config, tmp_path / "local", [])
-    server, _ = run_on_grid(config, tmp_path / "flower", [])
+    server, _ = run_on_grid(config, tmp_path / "flower", [], tamper=record)
     assert_same_state(local.global_state, server.server.global_state)
+    assert wire == [{"num-examples", "client-id"}] * 4
     assert len(uploads.SEEN) == 8  # 2 rounds x 2 clients x 2 transports
     assert {n for _, n, _ in uploads.SEEN} == {16}
-    losses = [m["train_loss"] for _, _, m in uploads.SEEN]
+    assert not [m for _, _, m in uploads.SEEN if "train_loss" in m]  # the loss never leaves the client
+    losses = uploads.LOSSES
     _assert_no_raw_client_figures(tmp_path / "local", losses)
     _assert_no_raw_client_figures(tmp_path / "flower", losses)
     import pyarrow.parquet as pq

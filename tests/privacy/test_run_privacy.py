@@ -137,7 +137,7 @@ def test_report_lists_every_channel_with_dp_on():
     server = _server(ClientLevelDP(FedAvg()), PrivacyConfig(noise_multiplier=1.0))
     section = server.privacy_section()
     assert section["enabled"] and set(section["channels"]) == {"update", "metrics", "validation", "example_counts"}
-    assert section["channels"]["metrics"]["protection"] == "withheld"
+    assert section["channels"]["metrics"]["protection"] == "not_sent+withheld"  # the loss is not even sent
     assert section["channels"]["validation"]["protection"] == "withheld" and server.report.withhold_validation
     assert section["channels"]["example_counts"]["protection"] == "bucketed"
     plain = _server(FedAvg(), None)

@@ -177,3 +177,68 @@ def test_grouping_exchange_by_hand():
     torch.testing.assert_close(torch.tensor(grouping["losses"][2]), torch.tensor([0.25, 0.4, 0.85]))
     assert strategy.client_sizes == [10, 20, 15] and grouping["broadcast_bytes"] == 3 * 3 * 2 * 4
     assert [hook.client_instruction(server, c, 3) for c in range(3)] == [{"selector": u} for u in range(3)]
+
+
+class FixedLossSelectors(torch.nn.Module):
+    """U selectors whose loss on every validation pair is ``raw[u]`` (the module API the grouping uses)."""
+
+    def __init__(self, raw):
+        super().__init__()
+        self.raw, self.selector = raw, 0
+        self.device = torch.device("cpu")
+
+    def use_selector(self, u):
+        self.selector = u
+
+    def pair_metrics(self, batch):
+        return {"loss": torch.full((2,), self.raw[self.selector])}
+
+
+def test_private_grouping_exchange_by_hand():
+    """z = 0.5 (the run's client-level z), L = 1, U = 3: sigma = 0.5 * sqrt(3) = 0.866. The client
+    clips [-0.1, 0.4, 2.5] to [0, 0.4, 1], adds the noise seeded by (run seed 7, round 3, client 1)
+    and buckets its 18 training examples to 16; the record holds the noised row."""
+    from types import SimpleNamespace
+
+    from lightning_fed.federation.sampling import derive_seed
+    from lightning_fed.privacy.selector_noise import SELECTOR_NOISE_TAG
+
+    strategy = FedBiscuit(num_selectors=3, warmup_rounds=1, regroup_every=2)
+    state = {f"x.lora_A.selector_{u}.w" if u else "x.lora_A.default.w": torch.zeros(2) for u in range(3)}
+    strategy.setup(state, num_clients=2)
+    privacy = SimpleNamespace(enabled=True, client_noise_multiplier=0.5, noise_seed=7)
+    server, trainer = (
+        SimpleNamespace(strategy=strategy, global_state=state, privacy=privacy),
+        SimpleNamespace(loggers=[]),
+    )
+    hook = ClientGrouping()
+    sigma = 0.5 * 3**0.5
+    assert hook.client_queries(server, trainer, None, 2, [0]) == {} and hook.noised_groupings == 0  # warm-up
+    queries = hook.client_queries(server, trainer, None, 3, [0])
+    expected = {"with_global_state": True, "num_selectors": 3, "private": True, "clip": 1.0, "noise_seed": 7}
+    assert queries[1] == {**expected, "noise_std": pytest.approx(sigma)} and hook.noised_groupings == 1
+    data = SimpleNamespace(val_dataloader=lambda: [{"x": torch.zeros(2)}], train_set=range(18))
+    reply = hook.answer_query(FixedLossSelectors([-0.1, 0.4, 2.5]), data, 1, 3, queries[1])
+    noise = torch.randn(3, generator=torch.Generator().manual_seed(derive_seed(7, SELECTOR_NOISE_TAG, 3, 1))) * sigma
+    torch.testing.assert_close(reply["losses"], torch.tensor([0.0, 0.4, 1.0]) + noise)
+    assert reply["num_examples"] == 16
+    other = hook.answer_query(FixedLossSelectors([0.3, 0.3, 0.3]), data, 0, 3, queries[0])
+    hook.on_replies(server, trainer, None, 3, [0], {0: other, 1: reply})
+    (grouping,) = hook.groupings
+    torch.testing.assert_close(torch.tensor(grouping["losses"][1]), reply["losses"])  # the noised row, not the raw
+    assert grouping["noise_std"] == pytest.approx(sigma) and hook.summary()["noised_groupings"] == 1
+    restored = ClientGrouping()
+    restored.load_state_dict(hook.state_dict())
+    assert restored.noised_groupings == 1 and restored.groupings == hook.groupings
+    # The hook's own z_s wins over the run's; without DP the query is the plain one.
+    assert ClientGrouping(noise_multiplier=2.0).selector_mechanism(privacy) == {"noise_multiplier": 2.0, "clip": 1.0}
+    assert ClientGrouping().selector_mechanism(SimpleNamespace(enabled=False)) is None
+    dp_sgd_only = SimpleNamespace(enabled=True, client_noise_multiplier=None, noise_seed=None)
+    assert ClientGrouping(clip_loss=2.0).selector_mechanism(dp_sgd_only) == {"noise_multiplier": 1.0, "clip": 2.0}
+
+
+def test_bad_noise_settings_are_listed_together():
+    with pytest.raises(
+        ValueError, match=r"^ClientGrouping: clip_loss must be > 0, got 0; noise_multiplier must be > 0"
+    ):
+        ClientGrouping(clip_loss=0, noise_multiplier=-1.0)
