@@ -29,8 +29,8 @@ meet the settings of the federation:
   same epsilon (and stops before its first round if that would exceed a budget);
 * **the report** (:meth:`RunPrivacy.section`): :class:`~lightning_fed.privacy.PrivacyReport`
   of every channel. With DP on (client-level or example-level) the clients bucket their
-  example counts (:func:`client_counts_bucketed`), send no training loss
-  (:class:`~lightning_fed.federation.ClientTurn`), noise FedBiscuit's selector losses
+  example counts and send no training loss (:class:`~lightning_fed.federation.ClientTurn`'s
+  ``private``, set from :func:`privacy_enabled` in both transports), noise FedBiscuit's selector losses
   (:mod:`~lightning_fed.privacy.selector_noise`, accounted here at rate 1 per grouping and
   composed with the update channel into ``epsilon.client_all_channels``), and the server's reports withhold per-client
   metrics (:attr:`~lightning_fed.federation.RoundReport.private`) and, unless
@@ -58,12 +58,6 @@ from lightning_fed.selection.hds import HierarchicalDataSelection
 def privacy_enabled(strategy: Any, module: Any) -> bool:
     """Whether a run of ``strategy`` and ``module`` runs a DP mechanism (client- or example-level)."""
     return client_level_dp(strategy) is not None or isinstance(module, ExampleLevelDP)
-
-
-def client_counts_bucketed(strategy: Any, module: Any) -> bool:
-    """Whether a client reports its example count bucketed (:func:`~lightning_fed.privacy.bucket_count`):
-    whenever DP is on, in both transports (the count is FedAvg's weight: bucketed, a weight too)."""
-    return privacy_enabled(strategy, module)
 
 
 class RunPrivacy:
