@@ -14,6 +14,8 @@ each, 2 rounds x 3 local steps of batch 4, AdamW lr 1e-3, LoRA r=8, beta 0.1) th
 ``nice -n 5``), with
 
 * ``eps = inf``: the config as it is (``DPOModule``: no clipping, no noise), the baseline;
+* ``--clip-only``: ``DPDPOModule`` with ``z = 1e-6`` (per-example clipping to ``C``, noise of sd
+  1e-6 C, nothing measurable; ``dp_sgd`` takes only ``z > 0``): what the clipping alone costs;
 * ``eps = 8, 2``: ``--model.class_path=lightning_fed.privacy.DPDPOModule`` and
   ``dp_sgd: {clip_norm: C, noise_multiplier: z}``, ``z`` calibrated here before training by
   ``PrivacyAccountant.calibrated`` (Opacus RDP) for ``rounds x local_steps`` steps at sample
@@ -75,14 +77,31 @@ def plan(eps: float, args: argparse.Namespace) -> dict:
     }
 
 
-def tag(eps: float) -> str:
-    return "_dp_inf" if math.isinf(eps) else f"_dp_eps{eps:g}"
+#: ``--clip-only``: DP-SGD's per-example clipping with noise of sd 1e-6 C (``dp_sgd`` takes z > 0 only):
+#: what the clipping alone costs, without a useful guarantee.
+CLIP_ONLY_Z = 1e-6
 
 
-def run(eps: float, seed: int, initial: bool, args: argparse.Namespace, log_dir: Path) -> dict:
+def tag(eps: float, clip_only: bool = False) -> str:
+    return "_dp_cliponly" if clip_only else "_dp_inf" if math.isinf(eps) else f"_dp_eps{eps:g}"
+
+
+def setting(record: dict) -> str:
+    """``no DP``, ``clip only`` or ``eps <e>`` (records written before ``setting`` existed have none)."""
+    eps = record["target_epsilon"]
+    return record.get("setting") or ("no DP" if math.isinf(eps) else f"eps {eps:g}")
+
+
+def _order(label: str) -> tuple[int, float]:
+    return (0, 0.0) if label == "no DP" else (1, 0.0) if label == "clip only" else (2, -float(label.split()[1]))
+
+
+def run(eps: float, seed: int, initial: bool, args: argparse.Namespace, log_dir: Path, clip_only: bool = False) -> dict:
     p = plan(eps, args)
+    if clip_only:
+        p = {"z": CLIP_ONLY_Z, "accountant_epsilon": math.inf, "epsilon_no_amplification": math.inf}
     extra = []
-    if not math.isinf(eps):
+    if clip_only or not math.isinf(eps):
         extra = [
             "--model.class_path=lightning_fed.privacy.DPDPOModule",
             f"--model.init_args.dp_sgd.clip_norm={args.clip_norm}",
@@ -93,17 +112,18 @@ def run(eps: float, seed: int, initial: bool, args: argparse.Namespace, log_dir:
             "--federation.privacy.report_validation=true",
             f"--federation.privacy.delta={args.delta}",
         ]
-    r = run_job(SETTING, "feddpo", seed, initial, extra, tag(eps), log_dir, args.reuse)
+    r = run_job(SETTING, "feddpo", seed, initial, extra, tag(eps, clip_only), log_dir, args.reuse)
     summary = json.loads(
-        (ROOT / "runs/real_text" / f"{SETTING}_feddpo{tag(eps)}" / f"s{seed}" / "summary.json").read_text()
+        (ROOT / "runs/real_text" / f"{SETTING}_feddpo{tag(eps, clip_only)}" / f"s{seed}" / "summary.json").read_text()
     )
     margin = lambda ev: None if not ev else ev["val"].get("reward_margin")  # noqa: E731
     return {
         **r,
         "target_epsilon": eps,
+        "setting": "clip only" if clip_only else ("no DP" if math.isinf(eps) else f"eps {eps:g}"),
         **p,
         "delta": args.delta,
-        "clip_norm": None if math.isinf(eps) else args.clip_norm,
+        "clip_norm": args.clip_norm if clip_only or not math.isinf(eps) else None,
         "initial_reward_margin": margin(summary.get("initial")),
         "final_reward_margin": margin(summary.get("final")),
         "summary_privacy": summary.get("privacy"),
@@ -118,16 +138,16 @@ def fmt(values: list[float]) -> str:
 
 def table(records: list[dict]) -> str:
     lines = [
-        "| target epsilon | accountant epsilon (amplified) | without amplification | delta | z | seeds "
+        "| setting | accountant epsilon (amplified) | without amplification | delta | z | seeds "
         "| pref. accuracy after, mean ± sd | per seed | reward margin after | minutes per run |",
         "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
-    for eps in sorted({r["target_epsilon"] for r in records}, key=lambda e: -e):
-        rs = sorted((r for r in records if r["target_epsilon"] == eps), key=lambda r: r["seed"])
+    for label in sorted({setting(r) for r in records}, key=_order):
+        rs = sorted((r for r in records if setting(r) == label), key=lambda r: r["seed"])
         after = [r["final"]["all"] for r in rs]
         margins = [r["final_reward_margin"] for r in rs if r["final_reward_margin"] is not None]
         lines.append(
-            f"| {eps:g} | {rs[0]['accountant_epsilon']:.3f} | {rs[0]['epsilon_no_amplification']:.3f} | "
+            f"| {label} | {rs[0]['accountant_epsilon']:.3f} | {rs[0]['epsilon_no_amplification']:.3f} | "
             f"{rs[0]['delta']:.0e} | {rs[0]['z']:.3f} | {len(rs)} | {fmt(after)} | "
             f"{' / '.join(f'{a:.3f}' for a in after)} | {fmt(margins) if margins else '-'} | "
             f"{statistics.mean(r['seconds'] for r in rs) / 60:.1f} |"
@@ -144,12 +164,13 @@ def plot(records: list[dict], path: Path, baseline: list[float] | None = None) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    epsilons = sorted({r["target_epsilon"] for r in records}, key=lambda e: -e)
-    labels = ["inf (no DP)" if math.isinf(e) else f"{e:g}" for e in epsilons]
-    values = {e: [r["final"]["all"] for r in records if r["target_epsilon"] == e] for e in epsilons}
-    if baseline and math.inf not in values:  # no-DP runs of the real-text table, given by hand
-        epsilons, labels = [math.inf, *epsilons], ["inf (no DP,\nreal-text table)", *labels]
-        values[math.inf] = baseline
+    epsilons = sorted({setting(r) for r in records}, key=_order)
+    names = {"no DP": "inf (no DP)", "clip only": "inf (clip only)"}
+    labels = [names.get(e, e[4:]) for e in epsilons]
+    values = {e: [r["final"]["all"] for r in records if setting(r) == e] for e in epsilons}
+    if baseline and "no DP" not in values:  # no-DP runs of the real-text table, given by hand
+        epsilons, labels = ["no DP", *epsilons], ["inf (no DP,\nreal-text table)", *labels]
+        values["no DP"] = baseline
     fig, ax = plt.subplots(figsize=(5, 3.5), dpi=120)
     for x, eps in enumerate(epsilons):
         vals = values[eps]
@@ -171,7 +192,8 @@ def plot(records: list[dict], path: Path, baseline: list[float] | None = None) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[math.inf, 8.0, 2.0])
+    parser.add_argument("--epsilons", type=float, nargs="*", default=[math.inf, 8.0, 2.0])
+    parser.add_argument("--clip-only", action="store_true", help="also run DP-SGD's clipping without noise per seed")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--initial-seeds", type=int, nargs="*", default=[0], help="seeds that also evaluate the base")
     parser.add_argument("--delta", type=float, default=1e-5)
@@ -198,13 +220,13 @@ def main() -> None:
         log_dir = ROOT / "runs/real_text/logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         for seed in args.seeds:
-            for eps in args.epsilons:
-                r = run(eps, seed, seed in args.initial_seeds, args, log_dir)
+            for eps, clip_only in [(e, False) for e in args.epsilons] + [(math.inf, True)] * args.clip_only:
+                r = run(eps, seed, seed in args.initial_seeds, args, log_dir, clip_only)
                 with open(results, "a") as fh:
                     fh.write(json.dumps(r) + "\n")
                 init = "" if r["initial"] is None else f"{r['initial']['all']:.3f} -> "
                 print(
-                    f"eps {eps:g} seed {seed}: z {r['z']:.3f} accountant eps {r['accountant_epsilon']:.3f} "
+                    f"{r['setting']} seed {seed}: z {r['z']:.3f} accountant eps {r['accountant_epsilon']:.3f} "
                     f"(no amplification {r['epsilon_no_amplification']:.3f}) pref_acc {init}{r['final']['all']:.3f} "
                     f"margin {r['final_reward_margin']} ({r['seconds']:.0f} s)",
                     flush=True,
