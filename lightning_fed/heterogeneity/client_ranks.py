@@ -74,6 +74,15 @@ class ClientRanks(RoundHook):
         self.ranks: list[int] = []
 
     def check_server(self, server: ServerRound) -> None:
+        """Refuse a strategy without client ranks, and (in process) a bad data column, when the run is
+        bound: before anything is written. Ranks above ``r_max`` are refused at ``setup_server``, when
+        the strategy knows the global adapter's rank."""
+        strategy = server.strategy
+        if not callable(getattr(strategy, "set_client_ranks", None)):
+            raise ValueError(
+                f"federation.hooks: ClientRanks needs a heterogeneous-rank strategy (HetLoRA, FlexLoRA, FLoRA),"
+                f" got federation.strategy={type(strategy).__name__}"
+            )
         column = self.assignment.column
         if column is None:
             return
@@ -86,12 +95,6 @@ class ClientRanks(RoundHook):
         self.ranks = self.assignment.ranks(server.num_clients, [data.columns[column] for data in clients])
 
     def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
-        strategy = server.strategy
-        if not callable(getattr(strategy, "set_client_ranks", None)):
-            raise ValueError(
-                f"federation.hooks: ClientRanks needs a heterogeneous-rank strategy (HetLoRA, FlexLoRA, FLoRA),"
-                f" got federation.strategy={type(strategy).__name__}"
-            )
         if self.assignment.column is None:
             self.ranks = self.assignment.ranks(server.num_clients)
         if self.ranks:

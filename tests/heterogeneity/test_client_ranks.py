@@ -76,12 +76,15 @@ def test_each_client_gets_and_sends_its_own_rank(tmp_path, strategy):
 
 
 def test_client_ranks_needs_a_rank_strategy_and_ranks_up_to_the_global_one(tmp_path):
+    """The strategy is refused when the run is bound (nothing written yet); ranks above r_max when
+    the strategy is set up (it learns r_max from the global adapter)."""
     with pytest.raises(ValueError) as info:
         fit(tiny_dpo(r=4), preference_data(), _loop(FedAvg(), ClientRanks(per_client=[1, 2, 4, 4])), str(tmp_path))
     assert str(info.value) == (
         "federation.hooks: ClientRanks needs a heterogeneous-rank strategy (HetLoRA, FlexLoRA, FLoRA),"
         " got federation.strategy=FedAvg"
     )
+    assert list(tmp_path.iterdir()) == []
     with pytest.raises(ValueError) as info:
         fit(tiny_dpo(r=4), preference_data(), _loop(HetLoRA(), ClientRanks(per_client=[1, 8, 4, 4])), str(tmp_path))
     assert str(info.value) == (
