@@ -87,9 +87,10 @@ def tag(eps: float, clip_only: bool = False) -> str:
 
 
 def setting(record: dict) -> str:
-    """``no DP``, ``clip only`` or ``eps <e>`` (records written before ``setting`` existed have none)."""
+    """``no DP``, ``clip only`` or ``eps <e>`` (records written before ``dp`` existed have none;
+    ``setting`` is ``run.py``'s data setting, ``iid``)."""
     eps = record["target_epsilon"]
-    return record.get("setting") or ("no DP" if math.isinf(eps) else f"eps {eps:g}")
+    return record.get("dp") or ("no DP" if math.isinf(eps) else f"eps {eps:g}")
 
 
 def _order(label: str) -> tuple[int, float]:
@@ -120,7 +121,7 @@ def run(eps: float, seed: int, initial: bool, args: argparse.Namespace, log_dir:
     return {
         **r,
         "target_epsilon": eps,
-        "setting": "clip only" if clip_only else ("no DP" if math.isinf(eps) else f"eps {eps:g}"),
+        "dp": "clip only" if clip_only else ("no DP" if math.isinf(eps) else f"eps {eps:g}"),
         **p,
         "delta": args.delta,
         "clip_norm": args.clip_norm if clip_only or not math.isinf(eps) else None,
@@ -226,7 +227,7 @@ def main() -> None:
                     fh.write(json.dumps(r) + "\n")
                 init = "" if r["initial"] is None else f"{r['initial']['all']:.3f} -> "
                 print(
-                    f"{r['setting']} seed {seed}: z {r['z']:.3f} accountant eps {r['accountant_epsilon']:.3f} "
+                    f"{r['dp']} seed {seed}: z {r['z']:.3f} accountant eps {r['accountant_epsilon']:.3f} "
                     f"(no amplification {r['epsilon_no_amplification']:.3f}) pref_acc {init}{r['final']['all']:.3f} "
                     f"margin {r['final_reward_margin']} ({r['seconds']:.0f} s)",
                     flush=True,
