@@ -47,6 +47,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import dp_settings  # noqa: E402  (a sibling file)
+from dp_settings import fmt  # noqa: E402
+
 CLIP_ONLY_Z = 1e-6
 TINY = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 256}
 
@@ -126,7 +129,7 @@ def run(eps: float, seed: int, args: argparse.Namespace, clip_only: bool = False
     initial = loop.report.initial_eval
     return {
         "target_epsilon": eps,
-        "setting": "clip only" if clip_only else ("no DP" if math.isinf(eps) else f"eps {eps:g}"),
+        "setting": dp_settings.name(eps, clip_only),
         "sampling": args.sampling,
         "seed": seed,
         "accountant_epsilon": acc_eps,
@@ -142,30 +145,14 @@ def run(eps: float, seed: int, args: argparse.Namespace, clip_only: bool = False
     }
 
 
-def fmt(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
-
-
-def setting(record: dict) -> str:
-    """``no DP``, ``clip only`` or ``eps <e>`` (records written before ``setting`` existed have none)."""
-    eps = record["target_epsilon"]
-    return record.get("setting") or ("no DP" if math.isinf(eps) else f"eps {eps:g}")
-
-
-def _order(label: str) -> tuple[int, float]:
-    return (0, 0.0) if label == "no DP" else (1, 0.0) if label == "clip only" else (2, -float(label.split()[1]))
-
-
 def table(records: list[dict]) -> str:
     lines = [
         "| setting | sampling | accountant epsilon | delta | z | noise sd on the mean | seeds | pref. accuracy after, "
         "mean ± sd | per seed | CPU s per run |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
-    for label in sorted({setting(r) for r in records}, key=_order):
-        rs = sorted((r for r in records if setting(r) == label), key=lambda r: r["seed"])
+    for label in sorted({dp_settings.label(r, "setting") for r in records}, key=dp_settings.order):
+        rs = sorted((r for r in records if dp_settings.label(r, "setting") == label), key=lambda r: r["seed"])
         after = [r["final_pref_acc"] for r in rs]
         lines.append(
             f"| {label} | {rs[0].get('sampling', 'fixed_size')} | {rs[0]['accountant_epsilon']:.3f} | "
@@ -185,11 +172,11 @@ def plot(records: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = sorted({setting(r) for r in records}, key=_order)
-    labels = ["inf (no DP)" if s == "no DP" else "inf (clip only)" if s == "clip only" else s[4:] for s in settings]
+    settings = sorted({dp_settings.label(r, "setting") for r in records}, key=dp_settings.order)
+    labels = [dp_settings.axis_label(s) for s in settings]
     fig, ax = plt.subplots(figsize=(5, 3.5), dpi=120)
     for x, label in enumerate(settings):
-        vals = [r["final_pref_acc"] for r in records if setting(r) == label]
+        vals = [r["final_pref_acc"] for r in records if dp_settings.label(r, "setting") == label]
         ax.scatter([x] * len(vals), vals, color="tab:blue", alpha=0.5, s=18)
         sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
         ax.errorbar([x], [statistics.mean(vals)], yerr=[sd], fmt="o", color="black", capsize=4)

@@ -48,8 +48,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # benchmarks/: dp_settings
 sys.path.insert(0, str(HERE.parents[1]))
 
+import dp_settings  # noqa: E402
+from dp_settings import fmt  # noqa: E402
 from run import DATA, ROOT, run_job  # noqa: E402  (a sibling file)
 
 SETTING = "iid"
@@ -87,14 +90,8 @@ def tag(eps: float, clip_only: bool = False) -> str:
 
 
 def setting(record: dict) -> str:
-    """``no DP``, ``clip only`` or ``eps <e>`` (records written before ``dp`` existed have none;
-    ``setting`` is ``run.py``'s data setting, ``iid``)."""
-    eps = record["target_epsilon"]
-    return record.get("dp") or ("no DP" if math.isinf(eps) else f"eps {eps:g}")
-
-
-def _order(label: str) -> tuple[int, float]:
-    return (0, 0.0) if label == "no DP" else (1, 0.0) if label == "clip only" else (2, -float(label.split()[1]))
+    """The record's DP setting, under ``dp`` (``setting`` is ``run.py``'s data setting, ``iid``)."""
+    return dp_settings.label(record, "dp")
 
 
 def run(eps: float, seed: int, initial: bool, args: argparse.Namespace, log_dir: Path, clip_only: bool = False) -> dict:
@@ -121,7 +118,7 @@ def run(eps: float, seed: int, initial: bool, args: argparse.Namespace, log_dir:
     return {
         **r,
         "target_epsilon": eps,
-        "dp": "clip only" if clip_only else ("no DP" if math.isinf(eps) else f"eps {eps:g}"),
+        "dp": dp_settings.name(eps, clip_only),
         **p,
         "delta": args.delta,
         "clip_norm": args.clip_norm if clip_only or not math.isinf(eps) else None,
@@ -131,19 +128,13 @@ def run(eps: float, seed: int, initial: bool, args: argparse.Namespace, log_dir:
     }
 
 
-def fmt(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
-
-
 def table(records: list[dict]) -> str:
     lines = [
         "| setting | accountant epsilon (amplified) | without amplification | delta | z | seeds "
         "| pref. accuracy after, mean ± sd | per seed | reward margin after | minutes per run |",
         "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
-    for label in sorted({setting(r) for r in records}, key=_order):
+    for label in sorted({setting(r) for r in records}, key=dp_settings.order):
         rs = sorted((r for r in records if setting(r) == label), key=lambda r: r["seed"])
         after = [r["final"]["all"] for r in rs]
         margins = [r["final_reward_margin"] for r in rs if r["final_reward_margin"] is not None]
@@ -165,9 +156,8 @@ def plot(records: list[dict], path: Path, baseline: list[float] | None = None) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    epsilons = sorted({setting(r) for r in records}, key=_order)
-    names = {"no DP": "inf (no DP)", "clip only": "inf (clip only)"}
-    labels = [names.get(e, e[4:]) for e in epsilons]
+    epsilons = sorted({setting(r) for r in records}, key=dp_settings.order)
+    labels = [dp_settings.axis_label(e) for e in epsilons]
     values = {e: [r["final"]["all"] for r in records if setting(r) == e] for e in epsilons}
     if baseline and "no DP" not in values:  # no-DP runs of the real-text table, given by hand
         epsilons, labels = ["no DP", *epsilons], ["inf (no DP,\nreal-text table)", *labels]
