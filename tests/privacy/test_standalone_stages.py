@@ -1,5 +1,7 @@
-"""A standalone ``lightning-fed test`` of a private run writes nothing of the clients' test data."""
+"""A standalone ``lightning-fed test`` of a private run writes nothing of the clients' test data, or with
+``report_validation`` the means over the clients only."""
 
+import json
 import os
 import subprocess
 import sys
@@ -15,13 +17,12 @@ WARNING = (
 )
 
 
-def test_test_of_a_private_run_writes_nothing_of_the_clients_test_data(tmp_path):
-    """fit (1 round, DP on, a synthetic test set), then ``lightning-fed test`` as a subprocess: exit 0,
-    only the warning on stderr, no ``test_results.json``, no ``test/`` scalar in any TensorBoard event."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
+def _fit_then_test(tmp_path, report_validation: bool) -> subprocess.CompletedProcess:
+    """fit a private run (1 round, a synthetic test set) in process, then ``lightning-fed test`` of
+    its checkpoint as a subprocess (TensorBoard logs under ``tmp_path / "test"``)."""
     cfg = yaml.safe_load(open(_private_config(tmp_path)).read())
     cfg["data"]["init_args"]["test_dataset"] = "synthetic:preferences"
+    cfg["federation"]["privacy"]["report_validation"] = report_validation
     config = tmp_path / "private_test.yaml"
     config.write_text(yaml.safe_dump(cfg))
     run_in_process(str(config), tmp_path / "run", ["--trainer.enable_checkpointing=true", "--federation.rounds=1"])
@@ -29,13 +30,39 @@ def test_test_of_a_private_run_writes_nothing_of_the_clients_test_data(tmp_path)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "lightning_fed.cli", "test", "--config", str(config), "--ckpt_path", str(ckpt)]
     cmd += [f"--trainer.default_root_dir={tmp_path / 'test'}", "--trainer.enable_progress_bar=false"]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _scalar_tags(folder) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = set()
+    for event in folder.rglob("events.out.tfevents*"):
+        accumulator = EventAccumulator(str(event.parent))
+        accumulator.Reload()
+        tags |= set(accumulator.Tags()["scalars"])
+    return tags - {"hp_metric", "epoch"}  # Lightning's own
+
+
+def test_test_of_a_private_run_writes_nothing_of_the_clients_test_data(tmp_path):
+    """fit (1 round, DP on, a synthetic test set), then ``lightning-fed test`` as a subprocess: exit 0,
+    only the warning on stderr, no ``test_results.json``, no ``test/`` scalar in any TensorBoard event."""
+    proc = _fit_then_test(tmp_path, report_validation=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr == WARNING  # exactly the one line
     assert not list(tmp_path.rglob("test_results.json"))
-    events = list((tmp_path / "test").rglob("events.out.tfevents*"))
-    for path in events:
-        accumulator = EventAccumulator(str(path.parent))
-        accumulator.Reload()
-        assert set(accumulator.Tags()["scalars"]) <= {"hp_metric"}, path  # Lightning's placeholder (-1)
+    assert _scalar_tags(tmp_path / "test") == set()
     assert "test/" not in proc.stdout + proc.stderr  # no results table either
+
+
+def test_test_of_a_private_run_with_report_validation_writes_only_the_means(tmp_path):
+    """As above with ``report_validation: true``: exit 0; ``test_results.json`` holds the overall
+    means and no client, group or distribution over clients; TensorBoard has only ``test/<m>``."""
+    proc = _fit_then_test(tmp_path, report_validation=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = list(tmp_path.rglob("test_results.json"))
+    results = json.loads(path.read_text())
+    assert results["clients"] == {} and results["groups"] == {}
+    assert "pref_acc" in results["metrics"] and not [k for k in results["metrics"] if "_client_" in k]
+    tags = _scalar_tags(tmp_path / "test")
+    assert tags and all(t.startswith("test/") and "_client" not in t for t in tags), sorted(tags)
