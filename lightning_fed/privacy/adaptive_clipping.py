@@ -4,22 +4,27 @@
 Each round the server learns whether each participant's update norm was at most the current
 clip ``C`` (``b_i = 1[||Delta_i|| <= C]``), privatizes the count with its own Gaussian noise
 and moves ``C`` geometrically towards the norm that a fraction ``gamma`` of updates stays
-under (Algorithm 1, lines "b~" and "C <-"):
+under (Algorithm 1, lines "b~" and "C <-"), with the count *centred* as in the reference
+implementation (TensorFlow Privacy's ``QuantileEstimatorQuery`` sums ``b_i - 1/2`` and adds
+the ``1/2`` back after normalising):
 
-    b~ = (sum_i b_i + N(0, sigma_b^2)) / m
+    b~ = (sum_{i in S} (b_i - 1/2) + N(0, sigma_b^2)) / m + 1/2
     C <- C * exp(-eta_C * (b~ - gamma))
 
 where ``m`` is the expected number of participants (the fixed denominator also used for the
-update). The count is a second Gaussian query on the same clients; Theorem 1 says that
-releasing the update sum with noise multiplier ``z_Delta`` and the count with ``sigma_b``
+update). Adding or removing one client moves the centred sum by exactly ``1/2``
+(:data:`COUNT_SENSITIVITY`), whatever its ``b_i``; the uncentred ``sum_i b_i`` would move by 1
+and so carry only half the noise multiplier the split below assumes. The count is a second
+Gaussian query on the same clients, with noise multiplier ``sigma_b / (1/2) = 2 sigma_b``;
+Theorem 1 says that releasing the update sum with noise multiplier ``z_Delta`` and the count
 costs as much privacy as one Gaussian mechanism with
 
-    z = (z_Delta^-2 + (2 sigma_b)^-2)^(-1/2)
+    z = (z_Delta^-2 + (2 sigma_b)^-2)^(-1/2)             # :func:`total_noise_multiplier`
 
-(the count's sensitivity is 1/2 after centring ``b_i - 1/2``). So for a total noise
-multiplier ``z`` (the one the accountant uses) the update gets
-``z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2)``: :func:`update_noise_multiplier`. The paper
-recommends ``sigma_b = m / 20``.
+So for a total noise multiplier ``z`` (the one the accountant uses) the update gets
+``z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2)``: :func:`update_noise_multiplier`. No split exists
+when ``z >= 2 sigma_b`` (the count alone would spend the budget); a run checks this before
+training. The paper recommends ``sigma_b = m / 20``.
 """
 
 from __future__ import annotations
@@ -29,22 +34,38 @@ from dataclasses import dataclass
 
 import torch
 
+#: How far one client moves the centred count ``sum_i (b_i - 1/2)`` (added or removed).
+COUNT_SENSITIVITY = 0.5
+
+
+def total_noise_multiplier(update_noise_multiplier: float, count_stddev: float) -> float:
+    """``z = (z_Delta^-2 + (sigma_b / (1/2))^-2)^(-1/2)``: the one Gaussian mechanism that the update
+    sum (``z_Delta``) and the centred count (``sigma_b``, sensitivity :data:`COUNT_SENSITIVITY`)
+    together cost (Theorem 1)."""
+    z_update, count_z = float(update_noise_multiplier), float(count_stddev) / COUNT_SENSITIVITY
+    if z_update == 0.0 or count_z == 0.0:
+        return 0.0
+    return (z_update**-2 + count_z**-2) ** -0.5
+
 
 def update_noise_multiplier(total_noise_multiplier: float, count_stddev: float) -> float:
     """``z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2)`` (Theorem 1 solved for the update's share).
 
     Raises:
-        ValueError: If ``z >= 2 sigma_b``: the count alone would spend the whole budget.
+        ValueError: If ``z >= 2 sigma_b``: the count alone would spend the whole budget (one
+            line naming ``count_stddev`` and the smallest value that would do).
     """
     z, s = float(total_noise_multiplier), float(count_stddev)
     if z == 0.0:
         return 0.0
-    if not 2.0 * s > z:
+    count_z = s / COUNT_SENSITIVITY
+    if not count_z > z:
         raise ValueError(
-            f"adaptive clipping: count_stddev={s} is too small for noise_multiplier={z}"
-            f" (needs 2 * count_stddev > noise_multiplier); raise count_stddev"
+            f"ClientLevelDP adaptive.count_stddev={s:g} is too small for the client-level noise multiplier"
+            f" {z:.4g} (adaptive clipping needs 2 * count_stddev > noise_multiplier): raise count_stddev above"
+            f" {z * COUNT_SENSITIVITY:.4g}, or lower the noise multiplier (a larger federation.privacy.target_epsilon)"
         )
-    return (z**-2 - (2.0 * s) ** -2) ** -0.5
+    return (z**-2 - count_z**-2) ** -0.5
 
 
 @dataclass
@@ -83,18 +104,24 @@ class AdaptiveClipping:
         unclipped: int,
         expected_clients: float,
         generator: torch.Generator | None = None,
+        *,
+        participants: int,
     ) -> tuple[float, float]:
-        """One step of the geometric update.
+        """One step of the geometric update, on the centred count (module docstring).
 
         Args:
             clip_norm: The current ``C``.
             unclipped: ``sum_i b_i``, how many participants had ``||Delta_i|| <= C``.
             expected_clients: ``m``.
             generator: Source of the count's noise.
+            participants: ``|S|``, the participants whose ``b_i`` were counted.
 
         Returns:
             The next ``C`` and the noised unclipped fraction ``b~``.
         """
+        if not 0 <= unclipped <= participants:
+            raise ValueError(f"adaptive clipping: unclipped={unclipped} must be in [0, participants={participants}]")
         noise = float(torch.randn((), generator=generator, dtype=torch.float64)) * self.stddev(expected_clients)
-        fraction = (unclipped + noise) / float(expected_clients)  # b~
+        centred = unclipped - COUNT_SENSITIVITY * participants  # sum_i (b_i - 1/2)
+        fraction = (centred + noise) / float(expected_clients) + COUNT_SENSITIVITY  # b~
         return clip_norm * math.exp(-self.learning_rate * (fraction - self.target_quantile)), fraction

@@ -260,7 +260,7 @@ class ClientLevelDP(Strategy):
         self.last_round = {"clip_norm": clip, "noise_stddev": z_update * clip, "unclipped": float(unclipped)}
         if self.adaptive is not None:
             gen = torch.Generator().manual_seed(derive_seed(self.seed, _NOISE_TAG + 1, self.rounds_done))
-            self.clip_norm, fraction = self.adaptive.next_clip_norm(clip, unclipped, m, gen)
+            self.clip_norm, fraction = self.adaptive.next_clip_norm(clip, unclipped, m, gen, participants=len(updates))
             self.last_round["unclipped_fraction"] = fraction
         self.rounds_done += 1
         return self.strategy.aggregate(global_state, pseudo)
