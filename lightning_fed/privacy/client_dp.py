@@ -141,6 +141,7 @@ class ClientLevelDP(Strategy):
         self.num_clients = 0
         #: What the last :meth:`aggregate` did (clip used, noise std, noised unclipped fraction).
         self.last_round: dict[str, float] = {}
+        self._check_split()
 
     # ------------------------------------------------------------------ delegation
     @property
@@ -157,12 +158,20 @@ class ClientLevelDP(Strategy):
         if not expected_clients > 0:
             raise ValueError(f"ClientLevelDP: expected_clients must be > 0, got {expected_clients!r}")
         self.expected_clients = float(expected_clients)
+        self._check_split()
 
     def set_noise_multiplier(self, noise_multiplier: float) -> None:
         """Set ``z`` from the plan (:meth:`~lightning_fed.privacy.PrivacyConfig.plan` calibrates it)."""
         if not noise_multiplier >= 0:
             raise ValueError(f"ClientLevelDP: noise_multiplier must be >= 0, got {noise_multiplier!r}")
         self.noise_multiplier = float(noise_multiplier)
+        self._check_split()
+
+    def _check_split(self) -> None:
+        """With adaptive clipping, once ``z`` and ``m`` are known: a ``z`` the count cannot share
+        (``z >= 2 sigma_b``) raises here, before training, not in the first aggregate."""
+        if self.adaptive is not None and self.noise_multiplier is not None and self.expected_clients is not None:
+            _ = self.update_noise_multiplier
 
     def client_model(self, client_id: int, global_state: Mapping[str, Tensor]) -> Mapping[str, Tensor]:
         return self.strategy.client_model(client_id, global_state)

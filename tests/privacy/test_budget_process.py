@@ -29,6 +29,13 @@ FIRST_ROUND = (
 )
 
 
+ADAPTIVE_SPLIT = (
+    "ClientLevelDP adaptive.count_stddev=2 is too small for the client-level noise multiplier 4.844 (adaptive clipping"
+    " needs 2 * count_stddev > noise_multiplier): raise count_stddev above 2.422, or lower the noise multiplier (a"
+    " larger federation.privacy.target_epsilon)"
+)
+
+
 DP_SGD_UNREACHABLE = (
     "model.dp_sgd.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 15 local steps"
     " (3 rounds x 5, a client of 16+ examples) at sample rate 0.25 by any noise multiplier (The privacy budget is too"
@@ -45,6 +52,12 @@ def _client_level(cfg, privacy):
     }
 
 
+def _adaptive(cfg, privacy):
+    """feddpo_dp's adaptive clip (count_stddev 2.0) with a budget that calibrates z = 4.84 >= 2 * 2."""
+    _client_level(cfg, privacy)
+    cfg["federation"]["strategy"]["init_args"]["adaptive"] = {"target_quantile": 0.5, "count_stddev": 2.0}
+
+
 def _example_level(cfg, dp_sgd):
     cfg["model"]["class_path"] = "lightning_fed.privacy.DPDPOModule"
     cfg["model"]["init_args"]["dp_sgd"] = dp_sgd
@@ -55,10 +68,11 @@ def _example_level(cfg, dp_sgd):
     [
         (lambda cfg: _client_level(cfg, {"target_epsilon": 0.01, "delta": 1e-5}), UNREACHABLE),
         (lambda cfg: _client_level(cfg, {"target_epsilon": 0.5, "noise_multiplier": 1.0}), FIRST_ROUND),
+        (lambda cfg: _adaptive(cfg, {"target_epsilon": 1.5, "delta": 1e-5}), ADAPTIVE_SPLIT),
         # the default delta (N = 4: min(4^-1.1 = 0.22, 1e-5)): a delta of 0.22 would "meet" any budget
         (lambda cfg: _example_level(cfg, {"clip_norm": 1.0, "target_epsilon": 0.01}), DP_SGD_UNREACHABLE),
     ],
-    ids=["unreachable", "spent_by_round_1", "dp_sgd_unreachable"],
+    ids=["unreachable", "spent_by_round_1", "adaptive_split", "dp_sgd_unreachable"],
 )
 def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, message):
     cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
