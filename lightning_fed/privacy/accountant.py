@@ -44,6 +44,14 @@ def accounted_sample_rate(sampling: str, num_clients: int, clients_per_round: in
     return float(rate) if sampling == "poisson" else 1.0
 
 
+#: Why distributed DP under secure aggregation refuses Poisson sampling (the run's plan, before training).
+POISSON_UNDER_SECURE_SUM = (
+    "federation.sampling=poisson cannot run with SecureAggregation around ClientLevelDP: the server picks the sample,"
+    " so sampling amplifies nothing against it, and each client's noise share is sized for the expected m clients,"
+    " so a smaller sample would carry less noise than accounted; use federation.sampling=fixed_size"
+    " (federation.clients_per_round)"
+)
+
 #: What to change when the client-level budget cannot be met (the default of :func:`calibrate_noise_multiplier`).
 CLIENT_LEVEL_HINT = (
     "raise federation.privacy.target_epsilon or federation.privacy.delta, lower federation.rounds, or sample"

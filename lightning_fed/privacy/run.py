@@ -45,7 +45,12 @@ from typing import Any
 
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.federation.server_round import ServerRound
-from lightning_fed.privacy.accountant import PrivacyAccountant, accounted_sample_rate, composed_epsilon
+from lightning_fed.privacy.accountant import (
+    POISSON_UNDER_SECURE_SUM,
+    PrivacyAccountant,
+    accounted_sample_rate,
+    composed_epsilon,
+)
 from lightning_fed.privacy.client_dp import ClientLevelDP, client_level_dp
 from lightning_fed.privacy.config import PrivacyConfig, default_delta
 from lightning_fed.privacy.dp_sgd import ExampleLevelDP
@@ -175,6 +180,8 @@ class RunPrivacy:
                 f"federation.strategy.expected_clients={dp.expected_clients:g} disagrees with the sampler's"
                 f" expected clients per round {m:g} (federation.{sampler}): leave expected_clients out"
             )
+        if server.sampling == "poisson" and server.strategy.secure_sum:
+            raise ValueError(POISSON_UNDER_SECURE_SUM)
         dp.set_expected_clients(m)
         n, rate = server.num_clients, server.sampling_rate or 0.0
         q = accounted_sample_rate(server.sampling, n, server.clients_per_round, rate)

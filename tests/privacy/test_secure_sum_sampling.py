@@ -1,0 +1,42 @@
+"""Distributed DP under SecAgg+ (configs/secagg.yaml) refuses Poisson sampling: the server picks
+the sample (no amplification against it) and each client's noise share is sized for the expected
+``m``, so a smaller sample would carry less noise than accounted (issue 32, item 4). Exit 2, one
+line naming the field and value, before anything is written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+from lightning_fed.errors import HINT
+from tests.deploy.test_transport_parity import tiny_variant
+from tests.privacy.test_budget_process import ENV, ROOT
+
+REFUSED = (
+    "federation.sampling=poisson cannot run with SecureAggregation around ClientLevelDP: the server picks the sample,"
+    " so sampling amplifies nothing against it, and each client's noise share is sized for the expected m clients,"
+    " so a smaller sample would carry less noise than accounted; use federation.sampling=fixed_size"
+    " (federation.clients_per_round)"
+)
+
+
+def test_poisson_sampling_under_secagg_with_dp_is_refused_before_anything_is_written(tmp_path):
+    cfg = tiny_variant("secagg.yaml")
+    cfg["federation"].update(sampling="poisson", sampling_rate=0.5)
+    cfg["federation"].pop("clients_per_round", None)
+    cfg["trainer"]["default_root_dir"] = str(tmp_path / "run")
+    config = tmp_path / "secagg_poisson.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", str(config)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr == f"error: {REFUSED}\n{HINT}\n"
+    assert not (tmp_path / "run").exists()
