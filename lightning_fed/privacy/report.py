@@ -47,7 +47,15 @@ from typing import Any
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.privacy.accountant import PrivacyAccountant, composed_epsilon
 
-__all__ = ["PROTECTIONS", "ChannelReport", "PrivacyReport", "bucket_count", "redact_client_metrics"]
+__all__ = ["PARTIES", "PROTECTIONS", "ChannelReport", "PrivacyReport", "bucket_count", "redact_client_metrics"]
+
+#: Who may try to learn about a client or an example, and what each one sees (docs/privacy.md, threat model).
+PARTIES = {
+    "final_model": "whoever gets the released model: the last global state",
+    "run_folder": "whoever reads the run folder: every global state, checkpoints, reports, logs",
+    "server": "the server (its operator), during the run",
+    "other_client": "another client: the global states it is sent in the rounds it takes part in",
+}
 
 #: What each protection means, as written into the report.
 PROTECTIONS = {
@@ -285,12 +293,95 @@ class PrivacyReport:
             " channel only: epsilon.client_all_channels composes both",
         )
 
+    # ------------------------------------------------------------------ one epsilon per adversary
+    def _client_epsilon(self, rounds: int, amplified: bool) -> float:
+        """Client-level epsilon of the update channel (with FedBiscuit's noised selector losses
+        composed), at the accounted sample rate or, ``amplified=False``, at rate 1 (Opacus either way)."""
+        acc = self.client_dp
+        if acc is None:
+            return math.inf
+        if not amplified and acc.sample_rate < 1.0:  # the adversary knows the sample: no amplification
+            acc = PrivacyAccountant(acc.noise_multiplier, 1.0, acc.delta, mechanism=acc.mechanism)
+        parts = [(acc, rounds)]
+        if self.selector_dp is not None:
+            parts.append((self.selector_dp, self.selector_groupings))
+        return composed_epsilon(parts, acc.delta, acc.mechanism)
+
+    def _client_reason(self, party: str) -> str:
+        if self.client_dp is None:
+            return "no client-level DP: a client's whole data set is not protected"
+        selector = ", FedBiscuit's noised selector losses composed" if self.selector_dp is not None else ""
+        if party == "server":
+            if not self.secure_sum:
+                return "trusted server (central DP): it receives each client's clipped update before the noise"
+            return f"sees only the noised secure sum, but picks the sample: accounted at rate 1{selector}"
+        sees = {
+            "final_model": "sees only the noised global state, not the sample",
+            "run_folder": "holds the noised global states and reports, not the sample or the noise's secret",
+            "other_client": "receives only noised global states, not who else was sampled",
+        }[party]
+        q = self.client_dp.sample_rate
+        sampling = f"Poisson sampling at rate {q:g} amplifies" if q < 1.0 else "accounted at rate 1 (fixed-size sample)"
+        return f"{sees}: {sampling}{selector}"
+
+    def _not_covered(self, party: str) -> list[str]:
+        """Channels ``party`` sees that no epsilon covers."""
+        out = [] if self.client_dp is not None or self.example_level_on else ["update"]
+        if party in ("final_model", "other_client"):
+            return out
+        server = party == "server"
+        if server or not self.metrics_withheld:
+            out.append("metrics")
+        if server or self.validation != "withheld":
+            out.append("validation")
+        out.append("example_counts")
+        if self.selector_losses and self.selector_dp is None:
+            out.append("selector_losses")
+        if self.centroids is not None and not self.centroids:
+            out.append("fedhds_centroids")
+        return out
+
+    def adversaries(self, rounds: int) -> dict[str, dict[str, Any]]:
+        """For each party of :data:`PARTIES`: the epsilon that holds against it after ``rounds`` rounds
+        (client level; example level with DP-SGD), why, and the channels it sees that no epsilon covers.
+
+        Amplification by client sampling is claimed only against parties that cannot see the sample
+        (the run draws it from secret randomness and writes no client list); the server picks it,
+        so against the server the client-level figure is at rate 1, and under central DP the server
+        sees every clipped update (no guarantee). DP-SGD's noise is added on the client over Poisson
+        batches drawn from the client's secret randomness, so its epsilon (amplified by ``B / |D_k|``)
+        holds against every party but the client itself."""
+        delta = next((a.delta for a in (self.client_dp, self.example_dp) if a is not None), None)
+        out: dict[str, dict[str, Any]] = {}
+        for party in PARTIES:
+            if party == "server":
+                client = self._client_epsilon(rounds, amplified=False) if self.secure_sum else math.inf
+            else:
+                client = self._client_epsilon(rounds, amplified=True)
+            epsilon: dict[str, float] = {"client": client}
+            reasons = [self._client_reason(party)]
+            if self.example_level_on:
+                epsilon["example"] = self._example_epsilon(rounds) if self.example_dp is not None else 0.0
+                reasons.append(
+                    "DP-SGD noise added on the client over Poisson batches drawn from its secret randomness"
+                    " (rate B / |D_k|, the most exposed client)"
+                )
+            out[party] = {
+                "sees": PARTIES[party],
+                "epsilon": epsilon,
+                "delta": delta,
+                "why": "; ".join(reasons),
+                "not_covered": self._not_covered(party),
+            }
+        return out
+
     def section(self, rounds: int) -> dict[str, Any]:
         """The ``privacy`` section of ``summary.json`` after ``rounds`` rounds."""
         section: dict[str, Any] = {
             "enabled": self.enabled,
             "trust_model": self.trust_model,
             "epsilon": self.epsilon_at(rounds),
+            "adversaries": self.adversaries(rounds),
             "channels": {c.channel: c.as_dict() for c in self.channels(rounds)},
         }
         for level, acc in (("client_level", self.client_dp), ("example_level", self.example_dp)):

@@ -71,3 +71,59 @@ def test_fedhds_without_noise_is_reported_as_clear():
         "guarantees": [],
         "note": "",
     }
+
+
+def _opacus(mechanism, z, q, steps, delta):
+    """Opacus' own accountant on one history entry: the figures the report must give."""
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
+    acc = RDPAccountant() if mechanism == "rdp" else PRVAccountant()
+    acc.history = [(z, q, steps)]
+    return acc.get_epsilon(delta=delta)
+
+
+@pytest.mark.parametrize("mechanism", ["rdp", "prv"])
+def test_one_epsilon_per_adversary_central_dp_with_poisson_sampling(mechanism):
+    """feddpo_dp's setting (z = 1.383, q = 0.25, 10 rounds): amplified against those who cannot see
+    the sample, no guarantee against the central server (it sees each clipped update)."""
+    client = PrivacyAccountant(1.383, 0.25, 1e-5, target_epsilon=4.0, mechanism=mechanism)
+    section = PrivacyReport(client_dp=client, counts_bucketed=True, metrics_withheld=True, validation="withheld")
+    parties = section.section(rounds=10)["adversaries"]
+    json.dumps(parties)
+    amplified = _opacus(mechanism, 1.383, 0.25, 10, 1e-5)
+    for party in ("final_model", "run_folder", "other_client"):
+        assert parties[party]["epsilon"] == {"client": pytest.approx(amplified)}
+        assert "Poisson sampling at rate 0.25 amplifies" in parties[party]["why"]
+    assert parties["server"]["epsilon"] == {"client": "inf"}
+    assert parties["server"]["why"].startswith("trusted server (central DP)")
+    assert parties["final_model"]["not_covered"] == [] and parties["other_client"]["not_covered"] == []
+    assert parties["run_folder"]["not_covered"] == ["example_counts"]
+    assert parties["server"]["not_covered"] == ["metrics", "validation", "example_counts"]
+
+
+@pytest.mark.parametrize("mechanism", ["rdp", "prv"])
+def test_against_the_server_of_a_secure_sum_there_is_no_amplification(mechanism):
+    """Under SecAgg+ the server sees only the noised sum but picks the sample: its epsilon is
+    Opacus' at sample rate 1, larger than the amplified one the others get."""
+    client = PrivacyAccountant(1.0, 0.25, 1e-5, mechanism=mechanism)
+    parties = PrivacyReport(client_dp=client, secure_sum=True).section(rounds=6)["adversaries"]
+    server = parties["server"]["epsilon"]["client"]
+    assert server == pytest.approx(_opacus(mechanism, 1.0, 1.0, 6, 1e-5))
+    assert parties["final_model"]["epsilon"]["client"] == pytest.approx(_opacus(mechanism, 1.0, 0.25, 6, 1e-5))
+    assert server > 2 * parties["final_model"]["epsilon"]["client"]
+    assert "picks the sample: accounted at rate 1" in parties["server"]["why"]
+
+
+def test_example_level_dp_alone_holds_against_every_party_for_examples_only():
+    """fedit_dpsgd's setting: DP-SGD on the client (z = 1.82, rate 0.25, 40 steps of the most
+    exposed client): the same example-level epsilon against everyone, no client-level guarantee."""
+    example = PrivacyAccountant(1.82, 0.25, 1e-5)
+    report = PrivacyReport(example_dp=example, example_steps=40, counts_bucketed=True, metrics_withheld=True,
+                           validation="withheld")  # fmt: skip
+    parties = report.section(rounds=4)["adversaries"]
+    for party, entry in parties.items():
+        assert entry["epsilon"] == {"client": "inf", "example": pytest.approx(_opacus("rdp", 1.82, 0.25, 40, 1e-5))}
+        assert entry["why"].startswith("no client-level DP"), party
+        assert "secret randomness" in entry["why"]
+    without = PrivacyReport().section(rounds=1)["adversaries"]
+    assert all(e["epsilon"] == {"client": "inf"} and "update" in e["not_covered"] for e in without.values())
