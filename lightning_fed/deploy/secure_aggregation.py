@@ -34,11 +34,16 @@ FedAdagrad, FedYogi and FedAdam give the result they would give on the plain mea
 heterogeneous ranks) are refused.
 
 Distributed DP: wrapping :class:`~lightning_fed.privacy.ClientLevelDP` (fixed clip), each client
-clips its contribution to ``C`` and adds its share of the noise, ``N(0, z^2 C^2 / m)`` (``m``:
-the expected number of participants), before the encoding; weights are uniform. The sum of
-``m`` shares is the ``N(0, z^2 C^2)`` of central DP-FedAvg, so the accountant's epsilon holds
-against the server too, which sees nothing but the noised sum. The server divides the sum by
-``m`` and hands it to the wrapped strategy (post-processing).
+clips its contribution to ``C`` and adds its share of the noise, ``N(0, z^2 C^2 / k)``, before the
+encoding; weights are uniform. ``k`` is the fewest contributions a round aggregates
+(``federation.min_clients``, set by the run: :meth:`SecureAggregation.set_min_contributors`), so
+any sum the round releases, of ``n >= k`` contributions, carries ``N(0, (n / k) z^2 C^2)``, at
+least the ``N(0, z^2 C^2)`` of central DP-FedAvg that the accountant assumes, even when some of
+the ``m`` sampled clients drop out; with ``k = m`` (``min_clients = clients_per_round``) it is
+exactly that, and any drop-out fails the round. The epsilon therefore holds against the server
+too, which sees nothing but the noised sum; it picks the sample, so it is accounted at rate 1
+(fixed-size sampling; Poisson sampling is refused by the run's plan). The server divides the sum
+by ``m`` and hands it to the wrapped strategy (post-processing).
 """
 
 from __future__ import annotations
@@ -152,7 +157,16 @@ class SecureAggregation(Strategy):
         self.quantization_range, self.modulus_range = int(quantization_range), int(modulus_range)
         self.timeout, self.seed = timeout, int(seed)
         self.rounds_done = 0
+        #: ``k``: the fewest contributions a round aggregates (``federation.min_clients``); ``None``:
+        #: not planned by a run, then ``m`` (every sampled client must contribute).
+        self.min_contributors: int | None = None
         self._received: tuple[list[np.ndarray], list[int]] | None = None
+
+    def set_min_contributors(self, min_contributors: int) -> None:
+        """Size the noise shares for sums of at least ``min_contributors`` (the run's ``min_clients``)."""
+        if isinstance(min_contributors, bool) or not int(min_contributors) >= 1:
+            raise ValueError(f"SecureAggregation: min_contributors must be >= 1, got {min_contributors!r}")
+        self.min_contributors = int(min_contributors)
 
     # ------------------------------------------------------------------ delegation
     @property
@@ -175,7 +189,7 @@ class SecureAggregation(Strategy):
 
     def downlink(self, client_id: int) -> StateDict:
         """The wrapped strategy's downlink and, with distributed DP, the client's noise share
-        (``z C / sqrt(m)``, float64): the server alone knows ``m`` and a calibrated ``z``."""
+        (``z C / sqrt(k)``, float64): the server alone knows ``k`` and a calibrated ``z``."""
         out = dict(self.strategy.downlink(client_id))
         if self.dp is not None:
             out[NOISE_SHARE_KEY] = torch.tensor(self.noise_share_stddev(), dtype=torch.float64)
@@ -235,13 +249,15 @@ class SecureAggregation(Strategy):
         return Contribution(update.client_id, arrays, weight)
 
     def noise_share_stddev(self) -> float:
-        """``z C / sqrt(m)``: one client's share of the Gaussian noise (distributed DP)."""
+        """``z C / sqrt(k)``: one client's share of the Gaussian noise (distributed DP), sized so that
+        a sum of ``k`` (the fewest a round aggregates, at most ``m``) carries ``N(0, z^2 C^2)``."""
         dp = self.dp
         if dp is None:
             return 0.0
         if dp.expected_clients is None:
             raise ValueError("SecureAggregation: ClientLevelDP.expected_clients is not set")
-        return dp.update_noise_multiplier * dp.clip_norm / math.sqrt(dp.expected_clients)
+        k = dp.expected_clients if self.min_contributors is None else min(self.min_contributors, dp.expected_clients)
+        return dp.update_noise_multiplier * dp.clip_norm / math.sqrt(k)
 
     def encode(self, contribution: Contribution, rounding_seed: int) -> list[np.ndarray]:
         """Flower's fixed-point encoding of a contribution, without the masks

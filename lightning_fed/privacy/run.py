@@ -180,8 +180,10 @@ class RunPrivacy:
                 f"federation.strategy.expected_clients={dp.expected_clients:g} disagrees with the sampler's"
                 f" expected clients per round {m:g} (federation.{sampler}): leave expected_clients out"
             )
-        if server.sampling == "poisson" and server.strategy.secure_sum:
-            raise ValueError(POISSON_UNDER_SECURE_SUM)
+        if server.strategy.secure_sum:  # distributed DP: the clients add the noise in shares
+            if server.sampling == "poisson":
+                raise ValueError(POISSON_UNDER_SECURE_SUM)
+            server.strategy.set_min_contributors(server.min_clients)  # any released sum carries z^2 C^2
         dp.set_expected_clients(m)
         n, rate = server.num_clients, server.sampling_rate or 0.0
         q = accounted_sample_rate(server.sampling, n, server.clients_per_round, rate)

@@ -188,3 +188,24 @@ def test_dp_inside_secure_aggregation_is_planned_accounted_and_reported_as_a_sec
     assert section["channels"]["update"]["protection"] == "client_dp+secure_sum"
     plain = _server(ClientLevelDP(FedAvg()), PrivacyConfig(noise_multiplier=1.0), num_clients=20, clients_per_round=4)
     assert plain.privacy.section(2)["trust_model"] == "trusted server (central DP); no secure aggregation"
+
+
+def test_secure_sum_noise_shares_carry_the_planned_noise_down_to_min_clients():
+    """SecAgg+ around ClientLevelDP, m = 4 sampled, federation.min_clients = 2: a round may release
+    the sum of only 2 contributions, so each share is N(0, z^2 C^2 / 2) (std z C / sqrt(2) = 0.03536
+    for z = 1, C = 0.05) and 2 of them carry the accounted N(0, z^2 C^2). Shares sized for m = 4 gave
+    2 / 4 of that variance (epsilon against the server would be that of z / sqrt(2)).
+
+    20,000 coordinates: the sample std's relative standard error is 1 / sqrt(2 * 20000) = 0.5%; margin 3%."""
+    import numpy as np
+
+    from lightning_fed.deploy.secure_aggregation import SecureAggregation
+    from lightning_fed.strategies import ClientUpdate
+
+    dp = ClientLevelDP(FedAvg(), clip_norm=0.05)
+    secagg = SecureAggregation(dp, clipping_range=0.25, quantization_range=2**22, modulus_range=2**32, max_weight=1.0)
+    _server(secagg, PrivacyConfig(noise_multiplier=1.0), num_clients=20, clients_per_round=4, min_clients=2)
+    assert secagg.noise_share_stddev() == pytest.approx(0.05 / 2**0.5)
+    x = {"w": torch.zeros(20000)}
+    two = [secagg.contribution(x, ClientUpdate(k, 1, {"w": torch.zeros(20000)}), round_idx=0).arrays[0] for k in (0, 1)]
+    assert np.std(np.sum(two, axis=0)) == pytest.approx(0.05, rel=0.03)
