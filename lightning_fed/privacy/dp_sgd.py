@@ -317,13 +317,13 @@ class ExampleLevelDP:
 
     def expected_batch_size(self, n: int) -> float:
         """What the noised sum is divided by: ``dp_sgd.expected_batch_size``, else ``B`` in a federated
-        turn (Poisson batches, of expected size ``B``), else the batch's own ``n``."""
+        turn (Poisson batches, of expected size ``B``), else the batch's own ``n`` (at least 1)."""
         if self.dp_sgd.expected_batch_size:
             return float(self.dp_sgd.expected_batch_size)
         _, turn = self._trainer_and_turn()
         if turn is not None and self.example_budget is not None:
             return float(self.example_budget.batch_size)
-        return float(n)
+        return float(max(n, 1))
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         if EMPTY_BATCH in batch:  # a Poisson draw of no example: the step is the noise alone
