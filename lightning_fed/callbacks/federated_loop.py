@@ -37,7 +37,7 @@ from lightning_fed.federation.hooks import (
     reads_client_data,
 )
 from lightning_fed.federation.report import totals_only
-from lightning_fed.federation.round_plan import RoundPlan
+from lightning_fed.federation.round_plan import RoundPlan, poisson_batch_seed
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
@@ -198,6 +198,8 @@ class FederatedLoop(LoopEvaluation):
             return  # `validate`/`test`: the federation state comes from the checkpoint (on_load_checkpoint)
         run = Path(trainer.log_dir or trainer.default_root_dir).absolute()  # report.output_dir, not created yet
         self.store.attach(self.state_offload_dir or run / "client_states", run=str(run))
+        if self.server.privacy is not None:  # a private run's key file lies next to the run folder
+            self.server.privacy.attach_run(run)
         self.evaluation, self._limit_val_batches = take_over_validation(trainer, self.evaluation)
         dm.connect(self)
         trainer.fit_loop.max_epochs = self.rounds
@@ -253,7 +255,7 @@ class FederatedLoop(LoopEvaluation):
             prepare_client(self.hooks, self.module, self.datamodule.client(c), c, round_idx, instructions[c])
             steps[c] = instructed_steps(instructions[c], self.local_steps)  # a straggler's partial work
         turns = tuple(TurnPlan(c, self._num_batches(c, steps[c])) for c in clients)
-        return RoundPlan(round_idx, tuple(sampled), turns, instructions)
+        return RoundPlan(round_idx, tuple(sampled), turns, instructions, poisson_batch_seed(self.module, round_idx))
 
     def _ask(self, round_idx: int) -> Any:
         """In-process answers to a hook's queries: each client answers from its own data; the
@@ -362,6 +364,8 @@ class FederatedLoop(LoopEvaluation):
             "failed": list(self.server.failed),
             "rejected": dict(self.server.rejected),
         }
+        if self.server.report.private:  # the sample is secret: no client named
+            del stopped["failed"], stopped["rejected"]
         extra = {
             **self.server.fault_counts(),
             "hooks": self.server.hook_summaries(),

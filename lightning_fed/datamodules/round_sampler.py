@@ -4,17 +4,27 @@ A round is one Lightning epoch: the sampled clients train one after the other, e
 own batches, and the :class:`~lightning_fed.callbacks.FederatedLoop` swaps client state at
 the boundaries. Every training batch holds examples of a single client; evaluation batches
 may pack several clients' examples (:class:`ClientBatchSampler`).
+
+A DP-SGD run draws each step's batch by Poisson sampling (``poisson_seed``): every example of
+the client independently with probability ``B / |D_k|``, from a secret seed, which is the
+sampling the example-level accountant's amplification assumes (Opacus'
+``UniformWithReplacementSampler``). Such a batch may be empty: :class:`EmptyBatchCollate` then
+hands the module ``{EMPTY_BATCH: ...}``, on which DP-SGD's step is the noise alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch.utils.data import Sampler
 
 from lightning_fed.federation.sampling import derive_seed
 from lightning_fed.federation.turn import TurnPlan
+
+#: The key of the batch a Poisson draw left empty (:class:`EmptyBatchCollate`).
+EMPTY_BATCH = "empty_batch"
 
 
 class RoundBatchSampler(Sampler[list[int]]):
@@ -28,6 +38,10 @@ class RoundBatchSampler(Sampler[list[int]]):
     ``num_replicas * batch_size`` examples: the same stream is cut into global batches of that
     size and process ``rank`` takes every ``num_replicas``-th example of each. The gradient
     DDP averages is then the gradient of the single-process run with the global batch size.
+
+    With ``poisson_seed`` (a DP-SGD run; one process) each of a turn's batches is instead a
+    Poisson sample of the client's examples at rate ``min(1, batch_size / |D_k|)``, drawn from
+    ``(poisson_seed, round, client)``: batches of varying size, possibly empty.
     """
 
     def __init__(
@@ -40,15 +54,19 @@ class RoundBatchSampler(Sampler[list[int]]):
         round_idx: int,
         rank: int = 0,
         num_replicas: int = 1,
+        poisson_seed: int | None = None,
     ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
+        if poisson_seed is not None and num_replicas != 1:
+            raise ValueError(f"Poisson batches (DP-SGD) need one process, got {num_replicas}")
         small = [t.client_id for t in turns if min(sizes[t.client_id], batch_size * num_replicas) < num_replicas]
         if small:
             raise ValueError(f"clients {small} hold fewer examples than the {num_replicas} data-parallel processes")
         self.turns, self.offsets, self.sizes = list(turns), offsets, sizes
         self.batch_size, self.seed, self.round_idx = batch_size, seed, round_idx
         self.rank, self.num_replicas = rank, num_replicas
+        self.poisson_seed = poisson_seed
 
     def __len__(self) -> int:
         # A round with no turn (Poisson sampling drew no client) is an epoch without batches;
@@ -56,6 +74,9 @@ class RoundBatchSampler(Sampler[list[int]]):
         return sum(t.num_batches for t in self.turns) or 1
 
     def __iter__(self) -> Iterator[list[int]]:
+        if self.poisson_seed is not None:
+            yield from self._poisson()
+            return
         for turn in self.turns:
             n, base = self.sizes[turn.client_id], self.offsets[turn.client_id]
             g = torch.Generator().manual_seed(derive_seed(self.seed, self.round_idx, turn.client_id))
@@ -66,6 +87,27 @@ class RoundBatchSampler(Sampler[list[int]]):
                     stream.extend((torch.randperm(n, generator=g) + base).tolist())
                 yield stream[:bs][self.rank :: self.num_replicas]
                 stream = stream[bs:]
+
+    def _poisson(self) -> Iterator[list[int]]:
+        """Each batch: every example of the client with probability ``min(1, B / |D_k|)``."""
+        for turn in self.turns:
+            n, base = self.sizes[turn.client_id], self.offsets[turn.client_id]
+            g = torch.Generator().manual_seed(derive_seed(self.poisson_seed, self.round_idx, turn.client_id))
+            rate = min(1.0, self.batch_size / n) if n else 0.0
+            for _ in range(turn.num_batches):
+                drawn = torch.rand(n, generator=g, dtype=torch.float64) < rate
+                yield (torch.nonzero(drawn).flatten() + base).tolist()
+
+
+class EmptyBatchCollate:
+    """``collate``, except that an empty Poisson batch becomes ``{EMPTY_BATCH: tensor([])}``
+    (a DP-SGD step on no example still adds its noise)."""
+
+    def __init__(self, collate: Callable[[list[Any]], Any]) -> None:
+        self.collate = collate
+
+    def __call__(self, items: list[Any]) -> Any:
+        return self.collate(items) if items else {EMPTY_BATCH: torch.zeros(0, dtype=torch.long)}
 
 
 class ClientBatchSampler(Sampler[list[int]]):

@@ -21,7 +21,7 @@ from typing import Any
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_fed.datamodules.client_data import ClientData, ClientSetView
-from lightning_fed.datamodules.round_sampler import ClientBatchSampler, RoundBatchSampler
+from lightning_fed.datamodules.round_sampler import ClientBatchSampler, EmptyBatchCollate, RoundBatchSampler
 from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
 
 EvaluationLayout = Callable[[], tuple[Sequence[int], bool]]
@@ -101,11 +101,14 @@ class RoundServing:
             raise RuntimeError("FederatedDataModule needs a FederatedLoop callback on the Trainer to plan rounds")
         self.plan = plan = self.planner.next_round()  # planned first: round-start hooks may select client data
         sizes, offsets = self._sizes, self.round_offsets()
-        sampler = RoundBatchSampler(plan.turns, offsets, sizes, batch_size, seed, plan.round_idx, rank, world)
+        sampler = RoundBatchSampler(
+            plan.turns, offsets, sizes, batch_size, seed, plan.round_idx, rank, world, plan.batch_seed
+        )
         # The round's clients' sets as they are now (a round hook may have selected a subset of a
         # client's data), indexed as a concatenation of all clients' sets: O(clients per round).
         train = ClientSetView({c: self.clients[c].train_set for c in plan.clients}, offsets)
-        return DataLoader(train, batch_sampler=sampler, collate_fn=self.collate)
+        collate = self.collate if plan.batch_seed is None else EmptyBatchCollate(self.collate)
+        return DataLoader(train, batch_sampler=sampler, collate_fn=collate)
 
     def eval_loader(self, set_of: Callable[[ClientData], Dataset], batch_size: int) -> DataLoader:
         """The rows of ``set_of(client)`` (e.g. its ``val_set``) of the clients of :attr:`eval_plan`,

@@ -33,7 +33,7 @@ from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.hooks import Payload, RoundHook, answer_query, prepare_client
 from lightning_fed.federation.report import RoundReport
-from lightning_fed.federation.round_plan import FixedPlan, RoundPlan
+from lightning_fed.federation.round_plan import FixedPlan, RoundPlan, poisson_batch_seed
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import CUT_SHORT, LOCAL_STEPS, instructed_budget, instructed_steps
@@ -84,7 +84,9 @@ class ClientLoop(TurnDriver):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        trainer.datamodule.connect(FixedPlan(RoundPlan(self._next.round_idx, (self.plan.client_id,), (self.plan,))))
+        r = self._next.round_idx  # DP-SGD: Poisson batches from the client's own secret
+        plan = RoundPlan(r, (self.plan.client_id,), (self.plan,), batch_seed=poisson_batch_seed(pl_module, r))
+        trainer.datamodule.connect(FixedPlan(plan))
         trainer.fit_loop.max_epochs = self._next.round_idx + 1  # the Trainer stands at this round's epoch
         trainer.reload_dataloaders_every_n_epochs = 1
 

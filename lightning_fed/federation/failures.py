@@ -44,7 +44,8 @@ def guard_training_step(owner: TurnOwner, module: pl.LightningModule) -> None:
             if not owner.isolate_failures or turn is None:
                 raise
             turn.fail()
-            rank_zero_warn(f"client {turn.client_id} failed in round {turn.round_idx + 1} and is left out: {err!r}")
+            who = "a client" if turn.private else f"client {turn.client_id}"  # private: the sample is secret
+            rank_zero_warn(f"{who} failed in round {turn.round_idx + 1} and is left out: {err!r}")
             return None
 
     guarded.__wrapped_by_loop__ = owner

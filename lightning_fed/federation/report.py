@@ -169,6 +169,8 @@ class RoundReport:
             "seconds": seconds,
             "train_stats": stats,
         }
+        if self.private:  # the sample is secret: the lists stay in memory, no file gets them (round_history)
+            record["sample"] = "withheld"
         if not self.private:
             record["train"] = {str(u.client_id): u.metrics for u in updates}
         extra = dict(scalars or {})

@@ -119,9 +119,22 @@ def read_client_metrics(run_dir: str | Path, stage: str = "val") -> Any:
     return pa.concat_tables([pq.read_table(p) for _, p in files], promote_options="default")
 
 
+SAMPLE_KEYS = ("clients", "aggregated", "failed", "rejected")
+"""The keys of a round record that name its clients: kept in memory for the round's own use, never
+written for a private round (``sample: withheld``): its client sample is secret."""
+
+
 def _line(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A round record without its per-client metrics: its line in ``rounds.jsonl``."""
-    return {k: v for k, v in record.items() if k not in PER_CLIENT.values()}
+    """A round record without its per-client metrics (nor, private, its clients): its line in ``rounds.jsonl``."""
+    drop = set(PER_CLIENT.values()) | (set(SAMPLE_KEYS) if record.get("sample") == "withheld" else set())
+    return {k: v for k, v in record.items() if k not in drop}
+
+
+def _public(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as a checkpoint may hold it: without its clients when private."""
+    if record.get("sample") != "withheld":
+        return record
+    return {k: v for k, v in record.items() if k not in SAMPLE_KEYS}
 
 
 def _encode(line: Mapping[str, Any]) -> bytes:
@@ -332,8 +345,8 @@ class RoundHistory(Sequence):
     # ------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
         """The count and the folder; the records themselves only when they have no folder."""
-        if self.folder is None:
-            return {"history": list(self._records)}
+        if self.folder is None:  # a private round's clients stay out of the checkpoint too
+            return {"history": [_public(r) for r in self._records]}
         return {"rounds": self._count, "folder": str(self.folder.resolve())}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

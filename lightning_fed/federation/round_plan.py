@@ -33,12 +33,15 @@ class RoundPlan:
         sampled: The clients sampled for the round (before hooks left any out).
         turns: The clients that train, in batch order, each with its number of batches.
         instructions: Client -> the hooks' payloads for it (by hook index; empty ones left out).
+        batch_seed: The secret seed of Poisson batches (a DP-SGD module's
+            :func:`poisson_batch_seed`); ``None``: shuffled passes seeded by the run's ``seed``.
     """
 
     round_idx: int
     sampled: tuple[int, ...]
     turns: tuple[TurnPlan, ...]
     instructions: Mapping[int, Mapping[int, Any]] = field(default_factory=dict)
+    batch_seed: int | None = None
 
     @property
     def clients(self) -> list[int]:
@@ -49,6 +52,14 @@ class RoundPlan:
     def num_batches(self) -> int:
         """Batches of the whole round (the round's Lightning epoch)."""
         return sum(t.num_batches for t in self.turns)
+
+
+def poisson_batch_seed(module: Any, round_idx: int) -> int | None:
+    """The secret seed of a round's Poisson batches when ``module`` trains with DP-SGD (its
+    ``poisson_batch_seed``, from the run's secret: the accountant's amplification by ``B / |D_k|``
+    assumes batches nobody can recompute); ``None`` for any other module."""
+    seed_of = getattr(module, "poisson_batch_seed", None)
+    return seed_of(round_idx) if callable(seed_of) else None
 
 
 class RoundPlanner(Protocol):

@@ -48,6 +48,8 @@ class RoundPrivacy(Protocol):
     enabled: bool
     report_validation: bool
     exceeded: str | None
+    #: The seed of client sampling in a private run (secret); ``None``: the server's ``seed``.
+    sampling_seed: int | None
 
     def plan(self, server: ServerRound, module: Any) -> None:
         """Before training: calibrate and check the budget (one-line ``ValueError``)."""
@@ -181,10 +183,13 @@ class ServerRound:
 
     # ------------------------------------------------------------------ before a round
     def sample(self, round_idx: int) -> list[int]:
-        """The round's clients: a pure function of (seed, round); Poisson rounds may be empty."""
+        """The round's clients: a pure function of (seed, round); Poisson rounds may be empty. A
+        private run samples from its secret (:attr:`RoundPrivacy.sampling_seed`), not from ``seed``."""
+        secret = self.privacy.sampling_seed if self.privacy is not None else None
+        seed = self.seed if secret is None else secret
         if self.sampling == "poisson":
-            return poisson_sample_clients(self.num_clients, float(self.sampling_rate), self.seed, round_idx)
-        return sample_clients(self.num_clients, self.clients_per_round, self.seed, round_idx)
+            return poisson_sample_clients(self.num_clients, float(self.sampling_rate), seed, round_idx)
+        return sample_clients(self.num_clients, self.clients_per_round, seed, round_idx)
 
     def prepare(self, trainer: Any, module: Any, round_idx: int, clients: list[int], ask: Ask) -> None:
         """Each hook's queries, answered through ``ask``, then its ``on_replies``; then every
@@ -277,21 +282,26 @@ class ServerRound:
         """Aggregate the admitted updates into the next global state, load it into the module,
         run the after-aggregate hooks and record the round; fail below ``min_clients``.
 
-        A Poisson round that sampled no client has no update: the global state stays, the
-        round is recorded and accounted (its noise-free release is counted as a noised one,
-        which only overstates epsilon). With Poisson sampling a round needs
-        ``min(min_clients, sampled)`` valid updates.
+        A Poisson round that sampled no client has no update: the global state stays, unless the
+        strategy ``releases_empty_rounds`` (``ClientLevelDP``: the noise on a zero sum is released,
+        as the accountant assumes); the round is recorded and accounted. With Poisson sampling a
+        round needs ``min(min_clients, sampled)`` valid updates.
         """
         round_idx, valid = self.round_idx, sorted(self._valid, key=lambda u: u.client_id)
         self._sent, self._valid = {}, []  # not kept alive through evaluation
         needed = min(self.min_clients, len(self.clients)) if self.sampling == "poisson" else self.min_clients
         if len(valid) < needed:
+            if self.report.private:  # the sample is secret: neither the clients nor their number
+                raise RuntimeError(
+                    f"round {round_idx + 1}: too few clients returned a valid update"
+                    f" (fewer than federation.min_clients={self.min_clients})"
+                )
             raise RuntimeError(
                 f"round {round_idx + 1}: only {len(valid)} of {len(self.clients)} clients returned a valid update,"
                 f" fewer than federation.min_clients={self.min_clients}"
                 f" (failed: {sorted(self.failed)}, rejected: {sorted(self.rejected)})"
             )
-        if valid:
+        if valid or getattr(self.strategy, "releases_empty_rounds", False):
             self.global_state = clone_state(self.strategy.aggregate(self.global_state, valid))
             module.load_state(self.global_state)
         for hook in self.hooks:

@@ -42,7 +42,14 @@ personalised aggregates), CoordinateMedian and TrimmedMean (order statistics).
 The wrapped strategy sees only pseudo-updates: one per participant (its id, weight 1,
 ``x + Delta~`` on the keys it trained), so every weighting rule returns ``Delta~`` and the
 ids that FedBiscuit needs to find clusters are kept. Noise comes from a generator seeded by
-``(seed, round)``, so a resumed run draws the same noise as an uninterrupted one.
+``(seed, round)``; in a run the seed comes from the run's secret
+(:mod:`~lightning_fed.privacy.secret`), never from the config or the checkpoint, so a run
+resumed with its key file draws the same noise as an uninterrupted one.
+
+A Poisson round that sampled no client still releases ``N(0, z^2 C^2) / m`` (the Gaussian
+mechanism on a zero sum, :attr:`releases_empty_rounds`): the accountant counts every round as a
+sampled Gaussian, and a round that released the state unchanged would tell an observer that
+no client was sampled, which the noise otherwise hides.
 """
 
 from __future__ import annotations
@@ -75,10 +82,14 @@ UNSUPPORTED = {
     "FLoRA": "it stacks each client's individual factors; no common sum to noise",
 }
 _NOISE_TAG = 0x44_50  # separates this generator's seeds from the sampler's
+#: Strategies publishing control variates that a round without update noises as well.
+CONTROL_STRATEGIES = {"Scaffold"}
 
 
 class ClientLevelDP(Strategy):
     """Clip each client's update, noise the sum, hand the noised mean to ``strategy``.
+
+    :attr:`releases_empty_rounds`: a round with no update is aggregated too (noise only).
 
     Args:
         strategy: The server strategy stepping on the noised mean (FedAvg, FedProx, FedAvgM,
@@ -96,10 +107,10 @@ class ClientLevelDP(Strategy):
         adaptive: Track a target quantile of the update norms instead of a fixed ``C``.
         control_scale: SCAFFOLD only: factor on the control change before the joint clip.
         seed: Seed of the noise (per round: ``derive_seed(seed, round)``). ``None`` (the
-            default) draws a secret one from the OS: anyone who knows the seed can regenerate
-            and subtract the noise, so a seed written in a shared config is for tests only.
-            It is kept in :meth:`state_dict` (the server's checkpoint) so that a resumed run
-            draws the same noise.
+            default) draws a secret one (the run replaces it by one derived from its secret,
+            :class:`~lightning_fed.privacy.run.RunPrivacy`): anyone who knows the seed can
+            regenerate and subtract the noise, so a seed written in a shared config is for tests
+            only. It is never in :meth:`state_dict` (the server's checkpoint).
     """
 
     def __init__(
@@ -133,6 +144,8 @@ class ClientLevelDP(Strategy):
         self.expected_clients = None if expected_clients is None else float(expected_clients)
         self.adaptive = adaptive
         self.control_scale = float(control_scale)
+        #: Noise is released in a round without update (:meth:`aggregate` of no update).
+        self.releases_empty_rounds = True
         self.seed = secrets.randbits(63) if seed is None else int(seed)
         #: Whether ``seed`` was given (tests): other client-level noise of the run (FedBiscuit's
         #: selector losses) is then derived from it too; else each draws its own secret seed.
@@ -225,10 +238,14 @@ class ClientLevelDP(Strategy):
         return clip_to_norm(vector, self.clip_norm)
 
     def aggregate(self, global_state: Mapping[str, Tensor], updates: Sequence[ClientUpdate]) -> StateDict:
-        """Clip, sum, noise, divide by ``m`` (per key by its expected contributors), then step with ``strategy``."""
-        if len(updates) == 0:
-            raise AggregationError("ClientLevelDP: cannot aggregate zero updates")
+        """Clip, sum, noise, divide by ``m`` (per key by its expected contributors), then step with ``strategy``.
+
+        With no update (a Poisson round that sampled no client) the sum is zero and the noise is
+        released all the same (SCAFFOLD's control too), handed to ``strategy`` as pseudo-updates of
+        :meth:`empty_round_senders`.
+        """
         m = self._m()
+        empty = len(updates) == 0
         clip, z_update = self.clip_norm, self.update_noise_multiplier
         sums: StateDict = {}
         unclipped = 0
@@ -245,7 +262,8 @@ class ClientLevelDP(Strategy):
         noised: StateDict = {}
         for k in list(global_state) + sorted(CONTROL_PREFIX + p for p in global_state):
             param = k[len(CONTROL_PREFIX) :] if k.startswith(CONTROL_PREFIX) else k
-            if k not in sums and (k.startswith(CONTROL_PREFIX) or shares[param] == 0.0):
+            control = k.startswith(CONTROL_PREFIX)
+            if k not in sums and (shares[param] == 0.0 or (control and not (empty and self.has_controls))):
                 continue  # no client could have sent it: no noise, no change (controls only if sent)
             ref = global_state[param]
             total = sums.get(k, torch.zeros(ref.shape, dtype=compute_dtype(ref.dtype)))
@@ -254,17 +272,20 @@ class ClientLevelDP(Strategy):
         mean: StateDict = {}
         for k, v in noised.items():
             if k.startswith(CONTROL_PREFIX):  # SCAFFOLD multiplies by |S| / N: (sum + noise) / N
-                mean[k] = v / (len(updates) * self.control_scale)
+                mean[k] = v / (max(len(updates), 1) * self.control_scale)  # empty: one pseudo-update
             else:
                 mean[k] = v / (m * shares[k])  # fixed denominator: expected contributors of k
+        senders = [(u.client_id, list(u.state), list(u.extras)) for u in updates]
+        if empty:  # the Gaussian mechanism on a zero sum: the noise alone is released
+            senders = self.empty_round_senders(global_state, [k for k in mean if k.startswith(CONTROL_PREFIX)])
         pseudo = [
             ClientUpdate(
-                client_id=u.client_id,
+                client_id=cid,
                 num_examples=1,
-                state={k: (global_state[k].to(mean[k].dtype) + mean[k]).to(global_state[k].dtype) for k in u.state},
-                extras={k: mean[k] for k in u.extras},
+                state={k: (global_state[k].to(mean[k].dtype) + mean[k]).to(global_state[k].dtype) for k in keys},
+                extras={k: mean[k] for k in extras},
             )
-            for u in updates
+            for cid, keys, extras in senders
         ]
         self.last_round = {"clip_norm": clip, "noise_stddev": z_update * clip, "unclipped": float(unclipped)}
         if self.adaptive is not None:
@@ -274,21 +295,38 @@ class ClientLevelDP(Strategy):
         self.rounds_done += 1
         return self.strategy.aggregate(global_state, pseudo)
 
+    @property
+    def has_controls(self) -> bool:
+        """Whether the wrapped strategy publishes control variates (SCAFFOLD's ``c``), noised too."""
+        return type(self.strategy).__name__ in CONTROL_STRATEGIES
+
+    def empty_round_senders(
+        self, global_state: Mapping[str, Tensor], controls: list[str]
+    ) -> list[tuple[int, list[str], list[str]]]:
+        """``(client id, keys, extras)`` of the pseudo-updates of a round without update: one per
+        distinct model the strategy gives its clients (one client for FedAvg & co., one per
+        selector for FedBiscuit), named by the first client holding it, so every key that any
+        client could have sent carries the released noise."""
+        if type(self.strategy).client_model is Strategy.client_model or self.num_clients < 1:
+            return [(0, list(global_state), controls)]
+        senders, seen = [], set()
+        for c in range(self.num_clients):
+            keys = tuple(self.strategy.client_model(c, global_state).keys())
+            if keys and keys not in seen:
+                seen.add(keys)
+                senders.append((c, list(keys), controls))
+        return senders
+
     # ------------------------------------------------------------------ resume
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped strategy's state, the current ``C``, the number of noised rounds and the noise seed."""
-        return {
-            "strategy": self.strategy.state_dict(),
-            "clip_norm": self.clip_norm,
-            "rounds_done": self.rounds_done,
-            "seed": self.seed,
-        }
+        """The wrapped strategy's state, the current ``C`` and the number of noised rounds; never the
+        noise seed (whoever holds it can subtract the noise: it stays in the run's key file)."""
+        return {"strategy": self.strategy.state_dict(), "clip_norm": self.clip_norm, "rounds_done": self.rounds_done}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.strategy.load_state_dict(state.get("strategy", {}))
         self.clip_norm = float(state.get("clip_norm", self.clip_norm))
         self.rounds_done = int(state.get("rounds_done", self.rounds_done))
-        self.seed = int(state.get("seed", self.seed))
 
 
 def client_level_dp(strategy: Strategy) -> ClientLevelDP | None:

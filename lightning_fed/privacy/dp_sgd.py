@@ -21,15 +21,21 @@ ICLR, arXiv:2403.12313): ``A`` stays at its (seeded, identical on every client) 
 only ``B`` is trained and exchanged. It halves the noised dimensions and makes the product
 ``B A`` linear in what is averaged, which is why the paper recommends it under DP.
 
-The noise must be secret from whoever sees the update: ``seed=None`` (the default) draws the
-seed from the operating system; a fixed ``seed`` makes the noise reproducible by anyone who
-knows it (tests only). Each step's noise comes from a generator seeded by
+The noise and the batches must be secret from whoever sees the update: ``seed=None`` (the
+default) draws the seed from the operating system (in process the run replaces it by one derived
+from its secret, :mod:`~lightning_fed.privacy.secret`); a fixed ``seed`` makes both reproducible
+by anyone who knows it (tests only). Each step's noise comes from a generator seeded by
 ``(seed, round, client, local step)`` (the :class:`~lightning_fed.federation.ClientTurn` in
 progress), not from one generator that advances through the run: the noise of a step is the same
 whichever process trains the client (in process all clients share the module; under Flower
-each node has its own) and after a resume. The seed is saved in the checkpoint
-(``dp_sgd_noise_seed``), so a resumed run draws the noise of the uninterrupted one; whoever
-holds the checkpoint holds the seed (in a simulation the checkpoint is the simulating party's).
+each node has its own). The seed is never in a checkpoint: an in-process run resumed with its
+key file draws the noise of the uninterrupted one.
+
+**Batches.** In a federated run each local step's batch is a Poisson sample of the client's
+examples at rate ``B / |D_k|`` (:meth:`ExampleLevelDP.poisson_batch_seed`, laid out by
+:class:`~lightning_fed.datamodules.round_sampler.RoundBatchSampler`), the sampling under which
+the accountant amplifies by ``B / |D_k|`` (Opacus' ``DPDataLoader``); the noised sum is divided
+by the expected batch size ``B``, and an empty batch's step is the noise alone.
 
 The modules :class:`DPSFTModule` and :class:`DPDPOModule` are the package's SFT and DPO
 objectives with this step; select them as ``model.class_path`` with ``dp_sgd:`` settings.
@@ -47,6 +53,7 @@ import torch
 from opacus import GradSampleModule
 from torch import Tensor
 
+from lightning_fed.datamodules.round_sampler import EMPTY_BATCH
 from lightning_fed.federation.driver import find_driver
 from lightning_fed.federation.sampling import derive_seed
 from lightning_fed.modules.dpo import DPOModule
@@ -119,6 +126,8 @@ torch.serialization.add_safe_globals([DPSGDSettings])  # saved in the hyper-para
 
 _NOISE_TAG = 0x4450_5347  # separates DP-SGD's noise seeds from the other per-round seeds
 _NO_TURN = 0x4E54  # a step outside a federated turn (plain Lightning training)
+_BATCH_TAG = 0x4250  # separates the Poisson batches' seeds from the noise's
+#: What checkpoints of earlier versions held the noise seed under (dropped when one is loaded).
 NOISE_SEED_KEY = "dp_sgd_noise_seed"
 
 
@@ -226,7 +235,8 @@ class ExampleLevelDP:
             for name, p in self.model.named_parameters():
                 if "lora_A" in name:
                     p.requires_grad_(False)
-        #: Seed of the noise (secret unless ``dp_sgd.seed`` is set); kept in the checkpoint.
+        #: Seed of the noise and of the Poisson batches (secret unless ``dp_sgd.seed`` is set); never
+        #: in the checkpoint (a run sets it from its secret, :class:`~lightning_fed.privacy.run.RunPrivacy`).
         self.noise_seed = secrets.randbits(63) if settings.seed is None else int(settings.seed)
         self.__dict__["_grad_sampler"] = None
         #: Per-example gradient norms (before clipping) of the last step, for monitoring.
@@ -291,20 +301,34 @@ class ExampleLevelDP:
             key = (_NO_TURN,)
         return torch.Generator().manual_seed(derive_seed(self.noise_seed, _NOISE_TAG, *key))
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_save_checkpoint(checkpoint)
-        checkpoint[NOISE_SEED_KEY] = self.noise_seed
+    def poisson_batch_seed(self, round_idx: int) -> int:
+        """The seed of round ``round_idx``'s Poisson batches (read by
+        :func:`~lightning_fed.federation.round_plan.poisson_batch_seed`)."""
+        return derive_seed(self.noise_seed, _BATCH_TAG, int(round_idx))
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
-        self.noise_seed = int(checkpoint.get(NOISE_SEED_KEY, self.noise_seed))
+        checkpoint.pop(NOISE_SEED_KEY, None)  # an earlier version's: a secret no checkpoint may hold
 
     def on_fit_start(self) -> None:
         """Refuse the trainer settings under which replacing ``p.grad`` after backward would be wrong."""
         super().on_fit_start()
         check_trainer_for_dp_sgd(self.trainer.accumulate_grad_batches, self.trainer.world_size)
 
+    def expected_batch_size(self, n: int) -> float:
+        """What the noised sum is divided by: ``dp_sgd.expected_batch_size``, else ``B`` in a federated
+        turn (Poisson batches, of expected size ``B``), else the batch's own ``n`` (at least 1)."""
+        if self.dp_sgd.expected_batch_size:
+            return float(self.dp_sgd.expected_batch_size)
+        _, turn = self._trainer_and_turn()
+        if turn is not None and self.example_budget is not None:
+            return float(self.example_budget.batch_size)
+        return float(max(n, 1))
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        if EMPTY_BATCH in batch:  # a Poisson draw of no example: the step is the noise alone
+            self.__dict__["_num_examples"], self.__dict__["_repeated"] = 0, None
+            return sum((p * 0.0).sum() for p in self.parameters() if p.requires_grad)
         self._attach()
         losses = self.per_example_losses(batch)
         self.__dict__["_num_examples"] = losses.shape[0]
@@ -318,6 +342,9 @@ class ExampleLevelDP:
         params = {name: p for name, p in self.named_parameters() if p.requires_grad}
         per_example = {}
         for name, p in params.items():
+            if n == 0:  # an empty batch: no example, no per-example gradient
+                per_example[name] = torch.zeros((0, *p.shape), device=p.device, dtype=torch.float32)
+                continue
             gs = getattr(p, "grad_sample", None)
             if gs is None:
                 raise RuntimeError(
@@ -332,7 +359,7 @@ class ExampleLevelDP:
             per_example = {
                 k: g * keep.to(g.device, g.dtype).view(-1, *[1] * (g.dim() - 1)) for k, g in per_example.items()
             }
-        batch_size = self.dp_sgd.expected_batch_size or n
+        batch_size = self.expected_batch_size(n)
         noised, norms = privatize_per_example(
             per_example, self.dp_sgd.clip_norm, self.noise_multiplier_now(), batch_size, self.noise_generator()
         )

@@ -41,7 +41,10 @@ meet the settings of the federation:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
+
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.federation.server_round import ServerRound
@@ -56,6 +59,7 @@ from lightning_fed.privacy.config import PrivacyConfig, default_delta
 from lightning_fed.privacy.dp_sgd import ExampleLevelDP
 from lightning_fed.privacy.example_budget import ExampleBudget
 from lightning_fed.privacy.report import PrivacyReport
+from lightning_fed.privacy.secret import RunSecret, key_file, seeded_secret
 from lightning_fed.round_hooks.client_grouping import ClientGrouping
 from lightning_fed.selection.hds import HierarchicalDataSelection
 
@@ -94,6 +98,14 @@ class RunPrivacy:
         self._stop_option = "federation.privacy.target_epsilon"
         #: ``delta`` of the run's guarantees (``federation.privacy.delta``, or ``1 / N^1.1``), set by :meth:`plan`.
         self.delta: float | None = None
+        #: The run's secret randomness (:mod:`~lightning_fed.privacy.secret`), drawn by :meth:`plan` in a private run.
+        self.secret: RunSecret | None = None
+        #: Whether the secret comes from a noise seed fixed in the config (tests: not private).
+        self.seeded = False
+        #: The run's key file (:func:`~lightning_fed.privacy.secret.key_file`), set by :meth:`attach_run`.
+        self.key_path: Path | None = None
+        self._key_written = False
+        self._module: Any = None
 
     @property
     def mechanism(self) -> str:
@@ -111,6 +123,13 @@ class RunPrivacy:
         was given one (tests); ``None``: each client draws a secret seed from the OS."""
         dp = client_level_dp(self._server.strategy) if self._server is not None else None
         return dp.seed if dp is not None and dp.seed_given else None
+
+    @property
+    def sampling_seed(self) -> int | None:
+        """The seed of client sampling in a private run: from the run's secret, never the config's
+        ``seed`` (anyone with the config could recompute a public sample, and Poisson amplification
+        would not hold against them); ``None`` without DP (the server samples from ``seed``)."""
+        return self.secret.seed("client sampling") if self.secret is not None else None
 
     @property
     def report_validation(self) -> bool:
@@ -134,6 +153,12 @@ class RunPrivacy:
                 f" lightning_fed.privacy.ClientLevelDP (around the server strategy), got {type(strategy).__name__}"
             )
         self.enabled = privacy_enabled(strategy, module)
+        self._module = module
+        if self.enabled:
+            given = self._given_seed(dp, module)
+            self.seeded = given is not None
+            self.secret = seeded_secret(given) if self.seeded else RunSecret.fresh()
+            self._apply_secret()
         if module is not None and hasattr(module, "training_logs"):  # a client's training loss goes nowhere
             module.training_logs = not self.enabled
         self._personal = bool(module is not None and module.personal_parameters())
@@ -150,6 +175,53 @@ class RunPrivacy:
                 sizes = []
             for b in sorted({bucket_count(s) for s in sizes if s > 0}):
                 self.example_budget.noise_multiplier_for(b)  # an impossible budget raises here, before training
+
+    @staticmethod
+    def _given_seed(dp: ClientLevelDP | None, module: Any) -> int | None:
+        """A noise seed fixed in the config (``ClientLevelDP.seed``, ``model.dp_sgd.seed``: tests only)."""
+        if dp is not None and dp.seed_given:
+            return dp.seed
+        if isinstance(module, ExampleLevelDP) and module.dp_sgd.seed is not None:
+            return int(module.dp_sgd.seed)
+        return None
+
+    def _apply_secret(self) -> None:
+        """Seed the mechanisms' noise from the run's secret (unless a test fixed their seeds)."""
+        dp = client_level_dp(self._server.strategy) if self._server is not None else None
+        if dp is not None and not dp.seed_given:
+            dp.seed = self.secret.seed("client-level noise")
+        module = self._module
+        if isinstance(module, ExampleLevelDP) and module.dp_sgd.seed is None:
+            module.noise_seed = self.secret.seed("dp-sgd noise")
+
+    def attach_run(self, run_dir: str | Path) -> None:
+        """The run folder is known (the Trainer's ``log_dir``): a private run keeps its secret in the key
+        file next to it (written with the first checkpoint, mode 0600), and a resume reads it back."""
+        if self.enabled and not self.seeded:
+            self.key_path = key_file(run_dir)
+
+    def _resume_secret(self) -> None:
+        """On resume: the key file's secret (an exact resume), or a fresh one, said in one warning."""
+        if self.secret is None or self.seeded:
+            return
+        if self.key_path is not None and self.key_path.is_file():
+            self.secret = RunSecret.read(self.key_path)
+            self._key_written = True
+        else:
+            where = self.key_path if self.key_path is not None else "<run folder>.key"
+            rank_zero_warn(
+                f"resuming a private run without its key file {where}: client sampling, DP-SGD batches and noise"
+                " continue from fresh secret randomness, not those of the uninterrupted run"
+            )
+            self.secret = RunSecret.fresh()
+            self._key_written = False
+        self._apply_secret()
+
+    def _save_secret(self) -> None:
+        if self.key_path is not None and self.secret is not None and not self._key_written:
+            self.key_path.parent.mkdir(parents=True, exist_ok=True)
+            self.secret.write(self.key_path)
+            self._key_written = True
 
     def plan_example_budget(
         self, module: ExampleLevelDP, num_clients: int, batch_size: int, rounds: int
@@ -339,7 +411,9 @@ class RunPrivacy:
     # ------------------------------------------------------------------ resume
     def state_dict(self) -> dict[str, Any]:
         """The rounds accounted, the noise multiplier in use and DP-SGD's per-client ledger and
-        planned rounds (a resume keeps all of them)."""
+        planned rounds (a resume keeps all of them). Never the secret: a private run's first
+        checkpoint writes it to the key file instead (:meth:`attach_run`)."""
+        self._save_secret()
         state: dict[str, Any] = {"rounds_accounted": self.rounds_accounted, "stop": self.stop}
         if self.example_budget is not None:
             state["example_clients"] = {int(c): list(v) for c, v in self._trained.items()}
@@ -349,6 +423,7 @@ class RunPrivacy:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._resume_secret()
         self.rounds_accounted = int(state.get("rounds_accounted", self.rounds_accounted))
         self.stop = state.get("stop", self.stop)
         if self.example_budget is not None:

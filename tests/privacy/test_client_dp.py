@@ -165,16 +165,27 @@ def test_fedbiscuit_clips_the_clients_selector_and_divides_by_its_cluster():
         dp.aggregate(keys, [ClientUpdate(0, 1, {"l.selector_2.w": torch.ones(2)})])
 
 
-def test_resumed_wrapper_draws_the_same_noise():
+def test_resumed_wrapper_draws_the_same_noise_from_the_key_not_the_state():
     ups = [ClientUpdate(0, 1, {"w": torch.tensor([1.5, 2.0])})]
     straight = _dp(noise_multiplier=1.0, clip_norm=1.0, expected_clients=2, adaptive=AdaptiveClipping(count_stddev=1.0))
     straight.aggregate(X, ups)
     state = straight.state_dict()
+    assert straight.seed not in _leaves(state)  # the checkpoint never holds the noise seed
     second = straight.aggregate(X, ups)
     resumed = _dp(noise_multiplier=1.0, clip_norm=1.0, expected_clients=2, adaptive=AdaptiveClipping(count_stddev=1.0))
     resumed.load_state_dict(state)
+    assert resumed.seed != straight.seed  # without the run's key: fresh noise
+    resumed.seed = straight.seed  # what RunPrivacy does with the key file
     torch.testing.assert_close(resumed.aggregate(X, ups)["w"], second["w"])
     assert resumed.clip_norm == straight.clip_norm
+
+
+def _leaves(obj):
+    if isinstance(obj, dict):
+        return [v for x in obj.values() for v in _leaves(x)]
+    if isinstance(obj, (list, tuple)):
+        return [v for x in obj for v in _leaves(x)]
+    return [obj]
 
 
 def test_default_noise_seed_is_secret_and_fresh():

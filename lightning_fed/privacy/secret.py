@@ -1,0 +1,100 @@
+"""The secret randomness of a private run, and the key file that lets it resume exactly (issue 32).
+
+In a private run (client-level DP, DP-SGD, or FedBiscuit's noised selector losses) every random
+choice the privacy guarantee relies on is drawn from one secret: which clients a round samples
+(Poisson amplification assumes the sample is unknown), which examples each DP-SGD step takes
+(Poisson batches at rate ``B / |D_k|``), and every Gaussian noise draw. Anyone who could
+recompute them could subtract the noise or condition on the sample, so none of them may come
+from the config's public ``seed``.
+
+:class:`RunSecret` is 32 bytes from the operating system's CSPRNG (:func:`secrets.token_bytes`,
+as Opacus' ``secure_mode`` seeds from ``os.urandom``). Each use gets its own 63-bit seed,
+``HMAC-SHA256(key, label)`` (the standard library's PRF: one seed reveals nothing of the key or
+of the others), which seeds a ``torch.Generator`` for that draw, so a draw depends only on
+(secret, label) and a resumed run repeats the uninterrupted one.
+
+The secret is never in a checkpoint, a report or a log line. It is written only to the run's
+**key file** :func:`key_file`, ``<run folder>.key`` next to (not inside) the run folder,
+created with mode 0600. Resuming from ``<run folder>/checkpoints/last.ckpt`` reads it back and
+continues exactly; without it the run resumes with a fresh secret and says so in one warning.
+Share a run folder freely; keep the key file to yourself (or delete it once the run is done).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+KEY_BYTES = 32
+KEY_SUFFIX = ".key"
+
+
+def key_file(run_dir: str | os.PathLike[str]) -> Path:
+    """The key file of the run in ``run_dir``: ``<parent>/<run folder name>.key``, outside the folder."""
+    run = Path(run_dir).absolute()
+    return run.parent / f"{run.name}{KEY_SUFFIX}"
+
+
+class RunSecret:
+    """A private run's secret (32 bytes) and the seeds derived from it.
+
+    Its ``repr`` never shows the key, so a stray log line cannot carry it.
+    """
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) != KEY_BYTES:
+            raise ValueError(f"a run key is {KEY_BYTES} bytes, got {len(key)}")
+        self._key = bytes(key)
+
+    @classmethod
+    def fresh(cls) -> RunSecret:
+        """A new secret from the operating system's CSPRNG."""
+        return cls(secrets.token_bytes(KEY_BYTES))
+
+    def __repr__(self) -> str:
+        return "RunSecret(<secret>)"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunSecret) and hmac.compare_digest(self._key, other._key)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def seed(self, *label: int | str) -> int:
+        """The 63-bit seed of the draw named ``label`` (e.g. ``("sampling", round)``)."""
+        message = "/".join(str(p) for p in label).encode()
+        digest = hmac.new(self._key, message, hashlib.sha256).digest()
+        return int.from_bytes(digest[:8], "big") >> 1
+
+    # ------------------------------------------------------------------ the key file
+    def write(self, path: str | os.PathLike[str]) -> Path:
+        """Write the key to ``path`` (hex), created with mode 0600 (never widened by the umask)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, (self._key.hex() + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> RunSecret:
+        """The secret in the key file ``path``; ``ValueError`` naming the file when it is not one."""
+        text = Path(path).read_text().strip()
+        try:
+            return cls(bytes.fromhex(text))
+        except ValueError as err:
+            raise ValueError(f"{path}: not a lightning-fed run key ({err})") from None
+
+
+def seeded_secret(seed: int) -> RunSecret:
+    """The run secret of a test run that fixed a noise seed in its config (``ClientLevelDP.seed``,
+    ``model.dp_sgd.seed``): derived from that seed, so such a run is reproducible and *not*
+    private against anyone who has its config (tests only)."""
+    return RunSecret(hashlib.sha256(f"lightning-fed test seed/{int(seed)}".encode()).digest())

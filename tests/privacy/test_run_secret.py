@@ -1,0 +1,129 @@
+"""A private run's secret randomness (issue 32, items 1 and 2): the client sample, DP-SGD's batches
+and every noise draw come from a secret that is in no checkpoint, report or log, only in the
+run's 0600 key file; a resume with the key repeats the uninterrupted run, one without it goes on
+with fresh randomness and says so."""
+
+import json
+import os
+import stat
+
+import pytest
+import torch
+
+import lightning_fed.privacy.secret as secret_mod
+from lightning_fed.callbacks import FederatedLoop
+from lightning_fed.privacy import ClientLevelDP, PrivacyConfig
+from lightning_fed.privacy.secret import RunSecret, key_file
+from lightning_fed.strategies import FedAvg
+from tests.helpers.flower_sim import assert_same_state
+from tests.helpers.runs import fit, preference_data
+
+KEY_A, KEY_B = bytes(range(32)), bytes(range(1, 33))
+
+
+def test_key_file_is_0600_outside_the_run_folder_and_reads_back(tmp_path):
+    old = os.umask(0)  # even a permissive umask leaves the file to its owner
+    try:
+        path = RunSecret(KEY_A).write(key_file(tmp_path / "version_0"))
+    finally:
+        os.umask(old)
+    assert path == tmp_path / "version_0.key"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert RunSecret.read(path) == RunSecret(KEY_A)
+    assert KEY_A.hex() not in repr(RunSecret(KEY_A))
+    seeds = {RunSecret(KEY_A).seed(label, r) for label in ("client sampling", "dp-sgd noise") for r in range(3)}
+    assert len(seeds) == 6 and all(0 <= s < 2**63 for s in seeds)
+    assert RunSecret(KEY_A).seed("x") != RunSecret(KEY_B).seed("x")
+
+
+def _module():
+    import lightning.pytorch as pl
+
+    from lightning_fed.modules import BackboneConfig, LoraSettings
+    from lightning_fed.privacy import DPDPOModule, DPSGDSettings
+    from tests.helpers.runs import TINY_GPT2
+
+    pl.seed_everything(0, verbose=False)
+    return DPDPOModule(
+        BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"),
+        lora=LoraSettings(r=4, alpha=8, dropout=0.0),
+        lr=0.1,
+        optimizer="sgd",
+        dp_sgd=DPSGDSettings(clip_norm=0.1, noise_multiplier=1.0),  # seed=None: from the run's secret
+    )
+
+
+def _loop(rounds):
+    """Client-level DP (Poisson, q = 0.5) around FedAvg, DP-SGD inside: every secret draw in one run."""
+    dp = ClientLevelDP(FedAvg(), clip_norm=0.5)
+    privacy = PrivacyConfig(noise_multiplier=1.0, delta=1e-5)
+    return FederatedLoop(
+        rounds=rounds, local_steps=2, sampling="poisson", sampling_rate=0.5, strategy=dp, privacy=privacy, seed=0
+    )
+
+
+def _run(tmp_path, name, rounds, key, monkeypatch, ckpt=None):
+    monkeypatch.setattr(secret_mod.secrets, "token_bytes", lambda n: key)  # the process's OS entropy
+    loop = _loop(rounds)
+    fit(_module(), preference_data(), loop, str(tmp_path / name), ckpt_path=ckpt)
+    return loop
+
+
+def _leaves(obj):
+    if isinstance(obj, dict):
+        return [v for x in list(obj.keys()) + list(obj.values()) for v in _leaves(x)]
+    if isinstance(obj, (list, tuple)):
+        return [v for x in obj for v in _leaves(x)]
+    return [obj]
+
+
+def test_resume_with_the_key_is_the_uninterrupted_run_and_the_folder_holds_no_secret(tmp_path, monkeypatch):
+    straight = _run(tmp_path, "straight", 3, KEY_A, monkeypatch)
+    first = _run(tmp_path, "first", 2, KEY_A, monkeypatch)
+    key = tmp_path / "first.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and RunSecret.read(key) == RunSecret(KEY_A)
+    # nothing in the run folder (checkpoint, rounds.jsonl, summary) holds the key or a seed derived from it
+    privacy = first.server.privacy
+    dp, module = first.strategy, privacy._module
+    secrets_ = {privacy.sampling_seed, dp.seed, module.noise_seed, module.poisson_batch_seed(0)}
+    ckpt = tmp_path / "first" / "ckpt" / "last.ckpt"
+    assert not secrets_ & {v for v in _leaves(torch.load(ckpt, weights_only=True)) if isinstance(v, int)}
+    needles = [KEY_A.hex().encode(), KEY_A] + [str(s).encode() for s in secrets_]
+    for path in (tmp_path / "first").rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert not [n for n in needles if n in data], path
+    # a new process (another OS secret) resumed from the checkpoint with the key next to its run folder
+    (tmp_path / "resumed.key").write_bytes(key.read_bytes())
+    resumed = _run(tmp_path, "resumed", 3, KEY_B, monkeypatch, ckpt=str(ckpt))
+    assert_same_state(resumed.global_state, straight.global_state)
+    assert [resumed.server.sample(r) for r in range(3)] == [straight.server.sample(r) for r in range(3)]
+
+
+def test_resume_without_the_key_warns_once_and_draws_fresh_randomness(tmp_path, monkeypatch):
+    straight = _run(tmp_path, "straight", 3, KEY_A, monkeypatch)
+    _run(tmp_path, "first", 2, KEY_A, monkeypatch)
+    ckpt = str(tmp_path / "first" / "ckpt" / "last.ckpt")
+    with pytest.warns(UserWarning, match="resuming a private run without its key file") as caught:
+        resumed = _run(tmp_path, "lost", 3, KEY_B, monkeypatch, ckpt=ckpt)
+    assert len([w for w in caught if "key file" in str(w.message)]) == 1
+    assert str(tmp_path / "lost.key") in str(next(w.message for w in caught if "key file" in str(w.message)))
+    assert len(resumed.report.history) == 3
+    with pytest.raises(AssertionError):  # round 3 drew other noise (and sample, and batches)
+        assert_same_state(resumed.global_state, straight.global_state)
+    assert RunSecret.read(tmp_path / "lost.key") == RunSecret(KEY_B)  # its own key, for a later resume
+
+
+def test_a_private_run_writes_no_client_list(tmp_path, monkeypatch):
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    monkeypatch.setattr(secret_mod.secrets, "token_bytes", lambda n: KEY_A)
+    loop = _loop(2)
+    logger = TensorBoardLogger(str(tmp_path), name="tb", version=0)
+    fit(_module(), preference_data(), loop, str(tmp_path / "run"), logger=logger)
+    run = tmp_path / "tb" / "version_0"
+    lines = [json.loads(x) for x in (run / "rounds.jsonl").read_text().splitlines()]
+    summary = json.loads((run / "summary.json").read_text())
+    for record in lines + summary["rounds"]:
+        assert record["sample"] == "withheld"
+        assert not {"clients", "aggregated", "failed", "rejected"} & record.keys()
