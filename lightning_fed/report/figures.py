@@ -104,7 +104,7 @@ def sane_limits(ax, values: Iterable[float]) -> None:
 def metric_per_round(rows: list[Row]):
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    palette, drawn = colours(r.group for r in rows), []
+    palette, drawn, handles = colours(r.group for r in rows), [], []
     for row in rows:
         color = palette[row.group]
         per_round = _by_round([r.round_metric(row.metric) for r in row.runs])
@@ -113,9 +113,9 @@ def metric_per_round(rows: list[Row]):
         sd = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in per_round.values()]
         label = f"{row.group} (n={len(row.runs)})"
         if len(row.runs) > 1:
-            ax.errorbar(rounds, mean, yerr=sd, marker="o", color=color, capsize=3, label=label)
+            handles.append(ax.errorbar(rounds, mean, yerr=sd, marker="o", color=color, capsize=3, label=label))
         else:
-            ax.plot(rounds, mean, marker="o", color=color, label=label)
+            handles += ax.plot(rounds, mean, marker="o", color=color, label=label)
         drawn += [m + s for m, s in zip(mean, sd)] + [m - s for m, s in zip(mean, sd)]
         lo_r, lo = _mean_by_round([r.round_metric(row.metric, "client_p10") for r in row.runs])
         hi_r, hi = _mean_by_round([r.round_metric(row.metric, "client_p90") for r in row.runs])
@@ -128,7 +128,7 @@ def metric_per_round(rows: list[Row]):
     ax.set_title(f"{metric} per round: mean ± sd over seeds, band p10-p90 over clients", fontsize=10)
     sane_limits(ax, drawn)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(handles=handles, fontsize=8)  # in the table's order
     return fig
 
 
