@@ -14,6 +14,7 @@ import glob
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -117,14 +118,19 @@ class Run:
             return str(self.seed)
         return describe_value(config_value(self.config, name))
 
+    @cached_property
+    def flat_config(self) -> dict[str, str]:
+        """The config as :func:`flat_config` writes it (computed once)."""
+        return flat_config(self.config)
+
     def same_run_as(self, other: Run) -> bool:
         """Whether ``other`` is this run again: the same recorded config (outside :data:`OUTPUT_KEYS`),
         seed included. Runs without a recorded config are never the same."""
-        return bool(self.config) and flat_config(self.config) == flat_config(other.config)
+        return bool(self.config) and self.flat_config == other.flat_config
 
     def config_difference(self, other: Run) -> list[str]:
         """The dotted config keys (outside :data:`OUTPUT_KEYS`) whose values differ, sorted."""
-        a, b = flat_config(self.config), flat_config(other.config)
+        a, b = self.flat_config, other.flat_config
         return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
     def client_values(self, metric: str, round_number: int | None = None) -> dict[int, float]:
