@@ -6,6 +6,10 @@ Writes into ``--out`` (default ``report``): ``report.md`` and ``report.csv`` (on
 comparable runs, one row per group of runs: mean ± sd over seeds), ``table<k>_metric.png``,
 ``table<k>_clients.png``, ``table<k>_bytes.png`` and ``report.html`` (all of it in one file, the
 figures inline). The Markdown is printed too. Everything is checked before anything is written.
+
+A run that repeats another (the same config and seed, see :func:`~lightning_fed.report.runs.drop_repeats`)
+is counted once, and a group holding two runs of one seed is pointed out: both on stderr as
+``warning:`` lines and in the report under "Notes".
 """
 
 from __future__ import annotations
@@ -16,10 +20,18 @@ from pathlib import Path
 from typing import NoReturn
 
 from lightning_fed.errors import UserError
-from lightning_fed.report.figures import FIGURES
+from lightning_fed.report.figures import FIGURES, save
 from lightning_fed.report.html import page
-from lightning_fed.report.runs import Run, find_runs
-from lightning_fed.report.table import DEFAULT_METRICS, comparable_key, csv_text, difference, group_rows, markdown
+from lightning_fed.report.runs import Run, drop_repeats, find_runs
+from lightning_fed.report.table import (
+    DEFAULT_METRICS,
+    comparable_key,
+    csv_text,
+    difference,
+    group_rows,
+    markdown,
+    repeated_seeds,
+)
 
 PROG = "lightning-fed report"
 BUILT_IN_FIELDS = ("method", "partition", "strategy", "model", "seed")
@@ -90,7 +102,7 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {args.out!r}: a file, not a folder")
-    runs = find_runs(args.runs)
+    runs, repeats = drop_repeats(find_runs(args.runs))
     _check_by(runs, by)
     metric = _metric(runs, args.metric)
 
@@ -100,19 +112,32 @@ def main(argv: list[str]) -> int:
     ordered = sorted(sets.values(), key=len, reverse=True)  # table 1: the largest set (stable: then first seen)
     tables = [group_rows(members, by, metric) for members in ordered]
     reference = ordered[0][0]
+    notes = [
+        f"{again.path} repeats {first.path} (same config and seed {first.seed}): counted once"
+        for again, first in repeats
+    ]
+    notes += [line for rows in tables for line in repeated_seeds(rows)]
 
     out.mkdir(parents=True, exist_ok=True)
     sections, md = [], [f"# {args.title}", ""]
+    tables_from = len(md)
+    if notes:
+        md += ["## Notes", "", *(f"- {n}" for n in notes), ""]
+        tables_from = len(md)  # stdout: the tables (the notes go to stderr as warnings)
     for k, (rows, members) in enumerate(zip(tables, ordered), start=1):
         why = "" if k == 1 else difference(members[0], reference)
-        figures = [draw(rows, out / f"table{k}_{name}.png") for name, draw in FIGURES.items()]
+        figures = [save(draw(rows), out / f"table{k}_{name}.png") for name, draw in FIGURES.items()]
         table = markdown(rows)
-        heading = f"Table {k}: {len(members)} runs, {metric}"
+        heading = f"Table {k}: {len(members)} run{'s' if len(members) != 1 else ''}, {metric}"
         sections.append((heading, why, table, figures))
         md += [f"## {heading}", *([why, ""] if why else []), table, ""]
         md += [f"![{p.stem}]({p.name})" for p in figures] + [""]
     (out / "report.md").write_text("\n".join(md), encoding="utf-8")
     (out / "report.csv").write_text(csv_text(tables), encoding="utf-8")
-    (out / "report.html").write_text(page(args.title, sections), encoding="utf-8")
-    sys.stdout.write("\n".join(md[2:]) + f"\nwritten: {out}/report.md, report.csv, report.html and the figures\n")
+    (out / "report.html").write_text(page(args.title, sections, notes), encoding="utf-8")
+    for note in notes:
+        sys.stderr.write(f"warning: {note}\n")
+    sys.stdout.write(
+        "\n".join(md[tables_from:]) + f"\nwritten: {out}/report.md, report.csv, report.html and the figures\n"
+    )
     return 0

@@ -24,9 +24,12 @@ def _table(markdown: str) -> str:
     return "\n".join(out + ["</table>"])
 
 
-def page(title: str, sections: list[tuple[str, str, str, list[Path]]]) -> str:
-    """``sections``: (heading, one line on why it is a separate table or "", Markdown table, PNG files)."""
+def page(title: str, sections: list[tuple[str, str, str, list[Path]]], notes: list[str] = ()) -> str:
+    """``sections``: (heading, one line on why it is a separate table or "", Markdown table, PNG files);
+    ``notes``: lines shown above the tables (runs counted once, seeds repeated in a group)."""
     body = [f"<h1>{html.escape(title)}</h1>"]
+    if notes:
+        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     for heading, why, table, figures in sections:
         body.append(f"<h2>{html.escape(heading)}</h2>")
         if why:

@@ -14,6 +14,7 @@ import glob
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,32 @@ def config_value(config: Mapping[str, Any], dotted: str) -> Any:
             raise KeyError(dotted)
         node = node[key]
     return node
+
+
+OUTPUT_KEYS = (
+    "trainer.default_root_dir",
+    "trainer.logger",
+    "trainer.enable_progress_bar",
+    "trainer.enable_model_summary",
+    "ckpt_path",
+    "weights_only",
+)
+"""Config keys that say where a run writes, how it shows progress or what it resumed from: two runs
+that differ only in these (and have the same seed) are the same run."""
+
+
+def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"a.b": "<value as JSON>"}`` for every leaf of ``config``, without :data:`OUTPUT_KEYS`."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if dotted in OUTPUT_KEYS:
+            continue
+        if isinstance(value, Mapping) and value:
+            out.update(flat_config(value, dotted + "."))
+        else:
+            out[dotted] = json.dumps(value, sort_keys=True, default=str)
+    return out
 
 
 def describe_value(value: Any) -> str:
@@ -90,6 +117,21 @@ class Run:
         if name == "seed":
             return str(self.seed)
         return describe_value(config_value(self.config, name))
+
+    @cached_property
+    def flat_config(self) -> dict[str, str]:
+        """The config as :func:`flat_config` writes it (computed once)."""
+        return flat_config(self.config)
+
+    def same_run_as(self, other: Run) -> bool:
+        """Whether ``other`` is this run again: the same recorded config (outside :data:`OUTPUT_KEYS`),
+        seed included. Runs without a recorded config are never the same."""
+        return bool(self.config) and self.flat_config == other.flat_config
+
+    def config_difference(self, other: Run) -> list[str]:
+        """The dotted config keys (outside :data:`OUTPUT_KEYS`) whose values differ, sorted."""
+        a, b = self.flat_config, other.flat_config
+        return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
     def client_values(self, metric: str, round_number: int | None = None) -> dict[int, float]:
         """Per-client ``metric`` of an evaluated round (the last by default), from its Parquet file;
@@ -163,6 +205,26 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
+def _read_rounds(path: Path) -> list[dict[str, Any]]:
+    """The round records of ``rounds.jsonl``, one JSON object per line (blank lines skipped)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not a readable text file ({type(err).__name__})") from None
+    rounds = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise UserError(f"{path}: line {number} is not JSON (a truncated or damaged file)") from None
+        if not isinstance(record, dict) or not isinstance(record.get("round"), int):
+            raise UserError(f"{path}: line {number} is not a round record (a JSON object with a round number)")
+        rounds.append(record)
+    return rounds
+
+
 def load_run(folder: Path) -> Run:
     """Read the run in ``folder`` (the folder of its ``summary.json``)."""
     summary = _read_json(folder / SUMMARY)
@@ -173,7 +235,7 @@ def load_run(folder: Path) -> Run:
         summary["config"] = _read_yaml(saved) if saved.is_file() else {}
     rounds_file = folder / ROUNDS_FILE
     if rounds_file.is_file():
-        rounds = [json.loads(line) for line in rounds_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rounds = _read_rounds(rounds_file)
     else:
         rounds = list(summary.get("rounds") or [])
     stages = {name: _read_json(folder / f) for name, f in STAGE_FILES.items() if (folder / f).is_file()}
@@ -201,3 +263,17 @@ def find_runs(patterns: list[str]) -> list[Run]:
             folders += found
     unique = list(dict.fromkeys(f.resolve() for f in folders))
     return [load_run(f) for f in unique]
+
+
+def drop_repeats(runs: list[Run]) -> tuple[list[Run], list[tuple[Run, Run]]]:
+    """``runs`` with every repeat of an earlier run left out (the same config and seed: averaging
+    both would count one seed twice), and the pairs ``(repeat, the run it repeats)``."""
+    kept: list[Run] = []
+    repeats: list[tuple[Run, Run]] = []
+    for run in runs:
+        first = next((k for k in kept if k.same_run_as(run)), None)
+        if first is None:
+            kept.append(run)
+        else:
+            repeats.append((run, first))
+    return kept, repeats

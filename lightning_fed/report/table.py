@@ -11,7 +11,7 @@ its per-client min, 10th percentile and median (the last evaluated round's Parqu
 percentiles interpolate linearly, as :func:`~lightning_fed.federation.client_stats.distribution`),
 the gain over the evaluation before round 1 (sign turned for losses, so that a positive gain is an
 improvement; a run without that evaluation is compared with the mean of its group's runs that
-have one), the bytes sent up and down over all rounds, the seconds of all rounds, the largest
+have one), the bytes sent up and down over all rounds, the mean seconds of a round, the largest
 privacy epsilon reported, and the ``test`` metric when ``lightning-fed test`` ran. Per group: the
 mean and the sample standard deviation over its runs (``n - 1``; none for a single run) and, up
 to :data:`PER_CLIENT_MAX` evaluated clients, each client's final value averaged over the runs.
@@ -137,7 +137,7 @@ COLUMNS = {
     "test": "test",
     "up_mb": "up MB",
     "down_mb": "down MB",
-    "seconds": "round s",
+    "round_seconds": "s per round",
 }
 
 
@@ -148,6 +148,7 @@ def run_figures(run: Run, metric: str) -> dict[str, float | None]:
     clients = list(run.client_values(metric).values())
     test = (run.stages.get("test") or {}).get("metrics", {}).get(metric)
     sign = -1.0 if lower_is_better(metric) else 1.0
+    seconds = [float(r["seconds"]) for r in run.rounds if isinstance(r.get("seconds"), (int, float))]
     return {
         "final": final,
         "client_min": min(clients) if clients else None,
@@ -158,7 +159,7 @@ def run_figures(run: Run, metric: str) -> dict[str, float | None]:
         "test": test,
         "up_mb": float(run.summary.get("total_up_bytes", 0)) / 1e6,
         "down_mb": float(run.summary.get("total_down_bytes", 0)) / 1e6,
-        "seconds": float(sum(r.get("seconds", 0.0) for r in run.rounds)),
+        "round_seconds": statistics.fmean(seconds) if seconds else None,
     }
 
 
@@ -185,6 +186,24 @@ def group_rows(runs: list[Run], by: list[str], metric: str) -> list[Row]:
     return rows
 
 
+def repeated_seeds(rows: list[Row]) -> list[str]:
+    """One line per group that holds two runs with the same seed (runs that differ in a config key
+    the ``--by`` fields leave out): its spread is then not over seeds alone."""
+    lines = []
+    for row in rows:
+        for i, run in enumerate(row.runs):
+            twin = next((o for o in row.runs[:i] if o.seed == run.seed), None)
+            if twin is not None:
+                keys = run.config_difference(twin)
+                shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+                shown = shown or "a config that was not recorded"
+                lines.append(
+                    f"group {row.group!r}: seed {run.seed} twice ({twin.path} and {run.path} differ in {shown}):"
+                    " its ± is not over seeds alone; add the key to --by"
+                )
+    return lines
+
+
 def markdown(rows: list[Row]) -> str:
     """The rows as a Markdown table (mean ± sd over the runs of each group)."""
     show = [k for k in COLUMNS if any(r.stats[k].values for r in rows)]
@@ -196,7 +215,7 @@ def markdown(rows: list[Row]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 4)) + "|"]
     for r, per_client in zip(rows, clients):
         cells = [r.group, str(len(r.runs)), r.seeds, r.metric]
-        cells += [r.stats[k].text(2 if k in ("up_mb", "down_mb", "seconds") else 3) for k in show]
+        cells += [r.stats[k].text(2 if k in ("up_mb", "down_mb", "round_seconds") else 3) for k in show]
         if has_eps:
             cells.append("-" if r.epsilon is None else f"{r.epsilon:.3g}")
         if few:

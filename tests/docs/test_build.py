@@ -27,7 +27,9 @@ def test_mkdocs_build_strict(tmp_path):
     api = (tmp_path / "site" / "reference" / "report" / "index.html").read_text()
     assert "find_runs" in api  # generated from the docstrings
     results = (tmp_path / "site" / "results" / "index.html").read_text()
-    assert "Ten thousand clients" in results  # benchmarks/RESULTS.md included
+    assert "Ten thousand clients" in results  # the summary
+    everything = (tmp_path / "site" / "benchmarks" / "index.html").read_text()
+    assert "round_time_ratio_10000_vs_10" in everything  # benchmarks/RESULTS.md included
 
 
 def test_the_readme_keeps_the_two_commands_first_and_stays_short():

@@ -11,6 +11,7 @@ import pytest
 
 from lightning_fed.cli import console_main
 from lightning_fed.errors import HINT
+from tests.report.hand_runs import make_run
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -78,3 +79,19 @@ def test_bad_input_names_the_argument_and_value_and_writes_nothing(tiny_runs, tm
     captured = capsys.readouterr()
     assert captured.err == f"error: {fill(message)}\n{HINT}\n" and captured.out == ""
     assert sorted(tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    "text, line, what",
+    [
+        ('{"round": 1, "seconds": 1.0}\n{"round": 2, "secon', 2, "is not JSON (a truncated or damaged file)"),
+        ('{"round": 1}\n\n[1, 2]\n', 3, "is not a round record (a JSON object with a round number)"),
+    ],
+)
+def test_a_damaged_rounds_file_is_one_line_naming_the_file_and_line(tmp_path, text, line, what):
+    run = make_run(tmp_path / "run")
+    (run / "rounds.jsonl").write_text(text)
+    proc = _run([str(run), "--out", "out"], cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"error: {run / 'rounds.jsonl'}: line {line} {what}\n{HINT}\n"
+    assert not (tmp_path / "out").exists()

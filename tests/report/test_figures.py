@@ -7,16 +7,19 @@ import re
 
 import numpy as np
 import pytest
+from matplotlib.colors import to_rgb
 from matplotlib.image import imread
 
 from lightning_fed.report.cli import main as report
+from lightning_fed.report.figures import colours
 
-C0, C1 = (0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)  # matplotlib's first two cycle colours
+FEDAVG, FEDPROX = "method=DPOModule/FedAvg, partition=default", "method=DPOModule/FedProx, partition=default"
+C0, C1 = (to_rgb(colours([FEDAVG, FEDPROX])[g]) for g in (FEDAVG, FEDPROX))  # each group's own colour
 
 
-def _pixels_of(image: np.ndarray, rgb: tuple[int, int, int], tol: int = 12) -> int:
+def _pixels_of(image: np.ndarray, rgb: tuple[float, float, float], tol: int = 12) -> int:
     rgb_arr = (image[..., :3] * 255).round().astype(int)
-    return int((np.abs(rgb_arr - np.array(rgb)).max(-1) <= tol).sum())
+    return int((np.abs(rgb_arr - np.array(rgb) * 255).max(-1) <= tol).sum())
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +42,7 @@ def test_each_figure_has_both_groups_drawn(drawn, name):
 
 def test_the_metric_figure_has_the_p10_p90_band(drawn):
     image = imread(drawn / "table1_metric.png")
-    band = tuple(round(255 - 0.2 * (255 - c)) for c in C0)  # C0 at alpha 0.2 over white
+    band = tuple(1 - 0.2 * (1 - c) for c in C0)  # FedAvg's colour at alpha 0.2 over white
     assert _pixels_of(image, band, tol=6) > 200
 
 
