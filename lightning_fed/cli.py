@@ -3,9 +3,10 @@
 ``lightning-fed fit --config configs/demo.yaml`` builds the model, the data and the federated
 loop through :class:`~lightning_fed.federated_cli.FederatedCLI` (a LightningCLI), then fits.
 
-This module is what starts first, so it imports nothing heavy: ``lightning-fed --help``, a
-subcommand with its own parser (``evaluate``, ``plan``, ``flower``) and that parser's argument
-errors answer before torch, Lightning, transformers, PEFT or bitsandbytes are imported. The
+This module is what starts first, so it imports nothing heavy: ``lightning-fed --help`` and
+``lightning-fed <subcommand> --help`` (a page stored when the package is built,
+:mod:`lightning_fed.help_pages`) answer before torch, Lightning, transformers, PEFT or
+bitsandbytes are imported, and so do the argument errors of ``flower`` and ``configs``. The
 LightningCLI lives in :mod:`lightning_fed.federated_cli`, imported when a Lightning subcommand
 (``fit``, ``validate``, ``test``) runs.
 
@@ -193,6 +194,11 @@ def console_main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         (sys.stdout if argv else sys.stderr).write(INTRO)
         return EXIT_OK if argv else EXIT_USER_ERROR
+    from lightning_fed.help_pages import stored_help
+
+    if (page := stored_help(argv)) is not None:  # `fit --help` without building the LightningCLI
+        sys.stdout.write(page)
+        return EXIT_OK
     if argv[0] in ELSEWHERE:
         if debug:  # `--debug` was taken out above; the subcommand reads it from the environment
             os.environ[DEBUG_ENV] = "1"

@@ -10,6 +10,7 @@ one-line errors, signals, the other subcommands) is :mod:`lightning_fed.cli`.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -32,13 +33,37 @@ from lightning_fed.console import PROG
 from lightning_fed.datamodules import FederatedDataModule
 from lightning_fed.errors import EXIT_USER_ERROR, CheckpointError, UserError, config_shape_error, simplify_parse_error
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
+from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, check_weights, saved_config
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
 from lightning_fed.pipelines import prepare_stages
+from lightning_fed.report.table import DEFAULT_METRICS
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
+
+LOG_EVERY_N_STEPS = 50
+"""Lightning's default ``trainer.log_every_n_steps``; a run logs at least once per client turn."""
+
+
+def closing_line(run_dir: Path) -> str:
+    """What ``fit`` says last: the run folder and the headline metric, first and last evaluated round.
+
+    The headline metric is the first of :data:`~lightning_fed.report.table.DEFAULT_METRICS` the
+    run's validation has (``pref_acc``, ``accuracy``, ``rougeL``, ``token_acc``, ``loss``), as in
+    ``lightning-fed report``.
+    """
+    summary_file = run_dir / "summary.json"
+    rounds = json.loads(summary_file.read_text())["rounds"] if summary_file.is_file() else []
+    evaluated = [r for r in rounds if r.get("val")]
+    metric = next((m for m in DEFAULT_METRICS if evaluated and m in evaluated[-1]["val"]), None)
+    if metric is None:
+        return f"run folder: {run_dir}; no validation metrics (no validation data or no evaluated round)"
+    points = [
+        f"{r['val'][metric]:.3f} (round {r['round']})" for r in (evaluated[0], evaluated[-1]) if metric in r["val"]
+    ]
+    return f"run folder: {run_dir}; {metric} {' -> '.join(dict.fromkeys(points))}"
 
 
 class FederatedArgumentParser(LightningArgumentParser):
@@ -201,6 +226,10 @@ class FederatedCLI(LightningCLI):
         loop = next((c for c in callbacks if isinstance(c, FederatedLoop)), None)
         if loop is not None and config.get("max_epochs") is None:
             config["max_epochs"] = loop.rounds  # federation.rounds decides; no "Setting it to 1000" notice
+        if loop is not None and config.get("log_every_n_steps") is None and loop.local_steps:
+            # Lightning's 50 is more optimizer steps than a small run takes in all (tiny: 30), which
+            # left TensorBoard without a `train/*` scalar; once per client turn at the least.
+            config["log_every_n_steps"] = min(LOG_EVERY_N_STEPS, loop.local_steps)
         resumed = _resumed_version(self._ckpt_path())
         if config.get("logger") is False:
             # Without a logger Lightning writes everything into default_root_dir itself, so two
@@ -241,6 +270,10 @@ class FederatedCLI(LightningCLI):
         self.datamodule.setup("fit")
         # validates clients_per_round and plans the privacy budget (an impossible one: exit 2, nothing written)
         loop.server.bind(self.datamodule.num_clients, self.datamodule, self.model)
+
+    def after_fit(self) -> None:
+        if self.trainer.is_global_zero:
+            print(closing_line(RoundReport.output_dir(self.trainer)), flush=True)
 
     def _check_weights(self, ckpt: Any) -> None:
         if getattr(self, "_saved_weights", None) is not None:

@@ -1,0 +1,84 @@
+"""``lightning-fed <subcommand> --help``: a stored page, the live parser's, without importing torch.
+
+Times are measured by ``benchmarks/cli_startup.py``, never asserted; what is asserted here is
+what makes them short (nothing heavy imported) and that the stored pages are the live ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_fed import help_pages, help_text
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+for name in ("LIGHTNING_FED_DEBUG", "LIGHTNING_FED_VERBOSE", help_pages.LIVE_ENV):
+    ENV.pop(name, None)
+HEAVY = ("torch", "lightning", "transformers", "peft", "bitsandbytes", "datasets", "lm_eval", "pandas")
+REGENERATE = (
+    "stale stored --help page: run `python -m lightning_fed.help_pages --write` and commit lightning_fed/help_text.py"
+)
+
+
+def test_the_stored_pages_are_the_live_parsers_pages():
+    assert help_text.VERSIONS == help_pages.versions(), REGENERATE
+    live = help_pages.live_pages()
+    assert sorted(help_text.PAGES) == sorted(help_pages.SUBCOMMANDS)
+    for name in help_pages.SUBCOMMANDS:
+        assert help_text.PAGES[name] == live[name], f"`{name} --help`: {REGENERATE}"
+    assert "--federation.rounds" in live["fit"] and "--benchmarks" in live["evaluate"]
+
+
+def test_every_subcommand_help_answers_without_importing_torch():
+    probe = (
+        "import contextlib, io, json, sys\n"
+        "from lightning_fed.cli import console_main\n"
+        "out = {}\n"
+        f"for name in {list(help_pages.SUBCOMMANDS)!r}:\n"
+        "    page = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(page):\n"
+        "        code = console_main([name, '--help'])\n"
+        "    out[name] = [code, page.getvalue()]\n"
+        f"heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
+        "print(json.dumps({'pages': out, 'heavy': heavy}))"
+    )
+    env = {**ENV, "COLUMNS": str(help_pages.COLUMNS)}
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-2000:]
+    found = json.loads(proc.stdout)
+    assert found["heavy"] == []
+    for name in help_pages.SUBCOMMANDS:
+        assert found["pages"][name] == [0, help_text.PAGES[name]], name
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["fit", "--config", "tiny", "--help"], ["fit", "--print_config"], ["fit"], ["flower", "--help"], ["nope", "-h"]],
+)
+def test_only_the_bare_help_of_a_stored_subcommand_is_answered_from_the_page(argv, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    assert help_pages.stored_help(["fit", "--help"]) == help_text.PAGES["fit"]
+    assert help_pages.stored_help(["plan", "-h"]) == help_text.PAGES["plan"]
+    assert help_pages.stored_help(argv) is None
+
+
+def test_the_live_parser_answers_when_the_page_may_differ(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    assert help_pages.stored_help(["fit", "--help"]) is not None
+    monkeypatch.setattr(help_pages, "versions", lambda: {**help_text.VERSIONS, "lightning": "9.9.9"})
+    assert help_pages.stored_help(["fit", "--help"]) is None  # another Lightning: other Trainer options
+    monkeypatch.undo()
+    monkeypatch.setattr(help_pages, "entry_points", lambda group: ["a plugin"] if group.endswith("modules") else [])
+    assert help_pages.stored_help(["fit", "--help"]) is None  # a plugin's objectives would join the page
+    monkeypatch.undo()
+    monkeypatch.setenv("COLUMNS", "60")
+    assert help_pages.stored_help(["fit", "--help"]) is None  # narrower than the page: argparse wraps to fit
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv(help_pages.LIVE_ENV, "1")
+    assert help_pages.stored_help(["fit", "--help"]) is None

@@ -1,0 +1,72 @@
+"""What a ``fit`` leaves for its user: the closing line, and the documented TensorBoard scalars.
+
+One ``lightning-fed fit --config tiny`` as a process (3 rounds x 2 clients x 5 local steps = 30
+optimizer steps, fewer than Lightning's default ``log_every_n_steps`` of 50).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_fed.federated_cli import closing_line
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+for name in ("LIGHTNING_FED_DEBUG", "LIGHTNING_FED_VERBOSE"):
+    ENV.pop(name, None)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "tiny", f"--trainer.default_root_dir={root}"],
+        cwd=root,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, root / "lightning_logs" / "version_0"
+
+
+def test_fit_closes_with_the_run_folder_and_the_headline_metric_of_the_first_and_last_round(tiny_run):
+    proc, run_dir = tiny_run
+    rounds = json.loads((run_dir / "summary.json").read_text())["rounds"]
+    first, last = rounds[0]["val"]["pref_acc"], rounds[-1]["val"]["pref_acc"]
+    expected = f"run folder: {run_dir}; pref_acc {first:.3f} (round 1) -> {last:.3f} (round 3)"
+    assert proc.stdout.splitlines()[-1] == expected  # after the progress bar, on stdout as the results of `evaluate`
+    assert expected not in proc.stderr
+
+
+def test_a_small_run_has_the_documented_train_scalars(tiny_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _, run_dir = tiny_run
+    (events,) = run_dir.glob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    tags = accumulator.Tags()["scalars"]
+    assert {"train/loss", "train/reward_acc"} <= set(tags), tags  # docs/get-started/outputs.md
+    # once per client turn (log_every_n_steps = local_steps = 5): 30 steps, 6 points
+    assert [e.step for e in accumulator.Scalars("train/loss")] == [4, 9, 14, 19, 24, 29]
+
+
+def test_the_closing_line_of_a_run_without_validation(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"rounds": [{"round": 1}, {"round": 2}]}))
+    assert closing_line(tmp_path) == (
+        f"run folder: {tmp_path}; no validation metrics (no validation data or no evaluated round)"
+    )
+    rounds = [{"round": 1, "val": {"loss": 2.0}}, {"round": 2}, {"round": 3, "val": {"loss": 1.5, "token_acc": 0.25}}]
+    (tmp_path / "summary.json").write_text(json.dumps({"rounds": rounds}))
+    # the first of report's default metrics the last round has, where the first round has it too
+    assert closing_line(tmp_path) == f"run folder: {tmp_path}; token_acc 0.250 (round 3)"
+    (tmp_path / "summary.json").write_text(json.dumps({"rounds": rounds[:2]}))
+    assert closing_line(tmp_path) == f"run folder: {tmp_path}; loss 2.000 (round 1)"
