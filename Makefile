@@ -20,7 +20,7 @@ $(VENV)/.installed: requirements.txt setup.cfg
 setup: $(VENV)/.installed
 
 demo: setup
-	$(VENV)/bin/lightning-fed fit --config configs/demo.yaml
+	$(VENV)/bin/lightning-fed fit --config demo
 
 # The code style CI enforces (ruff, pinned; config in pyproject.toml). `make test` lints first
 # and stops at the first finding, so `.ci/run` (which calls `make test`) lints too.
