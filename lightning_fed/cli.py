@@ -66,7 +66,7 @@ INTRO = f"""usage: {PROG} [--debug] [--verbose]
 FedPDPO, FedBiOT, FedHDS) on PyTorch Lightning, simulated in one process or run over Flower.
 
 subcommands:
-  fit        train a federation: {PROG} fit --config configs/demo.yaml
+  fit        train a federation: {PROG} fit --config demo
   validate   evaluate a model on the clients' validation data
   test       evaluate a model on the clients' test data
   evaluate   score a finished run (preference accuracy, ROUGE-L, win rate...)

