@@ -339,6 +339,8 @@ class PrivacyReport:
             out.append("selector_losses")
         if self.centroids is not None and not self.centroids:
             out.append("fedhds_centroids")
+        if not server and self.client_dp is not None and self.client_dp.sample_rate < 1.0:
+            out.append("sample_size")  # a Poisson round's number of clients: its byte counts show it
         return out
 
     def adversaries(self, rounds: int) -> dict[str, dict[str, Any]]:
