@@ -125,8 +125,10 @@ class Run:
 
     def same_run_as(self, other: Run) -> bool:
         """Whether ``other`` is this run again: the same recorded config (outside :data:`OUTPUT_KEYS`),
-        seed included. Runs without a recorded config are never the same."""
-        return bool(self.config) and self.flat_config == other.flat_config
+        seed included. Runs without a recorded config or an integer seed (``seed_everything: false``:
+        every run draws its own) are never the same."""
+        seeded = isinstance(self.seed, int) and not isinstance(self.seed, bool)
+        return seeded and bool(self.config) and self.flat_config == other.flat_config
 
     def config_difference(self, other: Run) -> list[str]:
         """The dotted config keys (outside :data:`OUTPUT_KEYS`) whose values differ, sorted."""

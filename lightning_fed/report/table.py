@@ -192,6 +192,8 @@ def repeated_seeds(rows: list[Row]) -> list[str]:
     lines = []
     for row in rows:
         for i, run in enumerate(row.runs):
+            if not isinstance(run.seed, int) or isinstance(run.seed, bool):
+                continue  # unseeded runs each draw their own seed
             twin = next((o for o in row.runs[:i] if o.seed == run.seed), None)
             if twin is not None:
                 keys = run.config_difference(twin)

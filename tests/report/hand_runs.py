@@ -11,7 +11,7 @@ from pathlib import Path
 def make_run(
     folder: Path,
     *,
-    seed: int = 0,
+    seed: int | bool = 0,
     strategy: str = "FedAvg",
     values: tuple[float, ...] = (0.5, 0.75, 1.0),
     clients: dict[int, float] | None = None,

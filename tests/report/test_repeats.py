@@ -40,8 +40,9 @@ def test_runs_differing_only_in_where_they_write_are_the_same_run(tmp_path):
     b = make_run(tmp_path / "b", seed=3, root_dir="/elsewhere")
     c = make_run(tmp_path / "c", seed=3, strategy="FedProx")
     d = make_run(tmp_path / "d", seed=4)
-    kept, repeats = drop_repeats(find_runs([str(p) for p in (a, b, c, d)]))
-    assert [r.path.name for r in kept] == ["a", "c", "d"]
+    unseeded = [make_run(tmp_path / f"u{i}", seed=False) for i in range(2)]  # each run draws its own seed
+    kept, repeats = drop_repeats(find_runs([str(p) for p in (a, b, c, d, *unseeded)]))
+    assert [r.path.name for r in kept] == ["a", "c", "d", "u0", "u1"]
     assert [(x.path.name, y.path.name) for x, y in repeats] == [("b", "a")]
 
 
@@ -55,6 +56,13 @@ def test_a_group_with_one_seed_twice_is_pointed_out(tmp_path, capsys):
         f"warning: group 'default': seed 0 twice ({a.resolve()} and {b.resolve()} differ in"
         " federation.strategy.class_path): its ± is not over seeds alone; add the key to --by\n"
     )
+
+
+def test_unseeded_runs_in_one_group_are_not_pointed_out(tmp_path, capsys):
+    runs = [make_run(tmp_path / f"u{i}", seed=False, values=(0.5, 0.5 + i / 4)) for i in range(2)]
+    assert report([*map(str, runs), "--out", str(tmp_path / "out")]) == 0
+    (row,) = _rows(tmp_path / "out")
+    assert row["runs"] == "2" and capsys.readouterr().err == ""
 
 
 def test_one_run_is_one_run_and_seconds_are_per_round(tmp_path, capsys):
