@@ -1,5 +1,7 @@
 """The run's privacy report: every channel a client's data reaches the server through, its
-protection and its ``(epsilon, delta)``. :meth:`PrivacyReport.section` is the ``privacy``
+protection and its ``(epsilon, delta)``, and the epsilon that holds against each party
+(:data:`PARTIES`: whoever gets the model, whoever reads the run folder, the server, another
+client; :meth:`PrivacyReport.adversaries`). :meth:`PrivacyReport.section` is the ``privacy``
 section of ``summary.json``; :meth:`PrivacyReport.epsilon_at` is ``privacy/epsilon`` per round.
 
 Channels (what a client sends, per method):
