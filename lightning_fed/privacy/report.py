@@ -1,5 +1,7 @@
 """The run's privacy report: every channel a client's data reaches the server through, its
-protection and its ``(epsilon, delta)``. :meth:`PrivacyReport.section` is the ``privacy``
+protection and its ``(epsilon, delta)``, and the epsilon that holds against each party
+(:data:`PARTIES`: whoever gets the model, whoever reads the run folder, the server, another
+client; :meth:`PrivacyReport.adversaries`). :meth:`PrivacyReport.section` is the ``privacy``
 section of ``summary.json``; :meth:`PrivacyReport.epsilon_at` is ``privacy/epsilon`` per round.
 
 Channels (what a client sends, per method):
@@ -354,13 +356,11 @@ class PrivacyReport:
         batches drawn from the client's secret randomness, so its epsilon (amplified by ``B / |D_k|``)
         holds against every party but the client itself."""
         delta = next((a.delta for a in (self.client_dp, self.example_dp) if a is not None), None)
+        amplified = self._client_epsilon(rounds, amplified=True)
+        server = self._client_epsilon(rounds, amplified=False) if self.secure_sum else math.inf
         out: dict[str, dict[str, Any]] = {}
         for party in PARTIES:
-            if party == "server":
-                client = self._client_epsilon(rounds, amplified=False) if self.secure_sum else math.inf
-            else:
-                client = self._client_epsilon(rounds, amplified=True)
-            epsilon: dict[str, float] = {"client": client}
+            epsilon: dict[str, float] = {"client": server if party == "server" else amplified}
             reasons = [self._client_reason(party)]
             if self.example_level_on:
                 epsilon["example"] = self._example_epsilon(rounds) if self.example_dp is not None else 0.0
