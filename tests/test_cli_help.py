@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,15 @@ def test_the_live_parser_answers_when_the_page_may_differ(monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")
     monkeypatch.setenv(help_pages.LIVE_ENV, "1")
     assert help_pages.stored_help(["fit", "--help"]) is None
+
+
+def test_every_evaluate_option_has_a_description_and_each_group_a_whole_title():
+    page = help_text.PAGES["evaluate"]  # the live parser's page (test above)
+    undescribed = re.findall(r"^  (--\S+)[^\n]*\n\s+\(type:", page, re.M) + re.findall(
+        r"^  (--\S+) \S+ +\(type:", page, re.M
+    )
+    assert undescribed == []
+    for title in ("lm-evaluation-harness tasks (--benchmarks '[lm_eval]'):", "HumanEval pass@1 (--benchmarks"):
+        assert f"\n{title}" in page
+    assert "\nLLM-as-judge evaluation (--benchmarks '[judge]'):\n  The judge is exactly one of --judge.url" in page
+    assert "``" not in page.split("options:")[0]  # the description, without reST quotes

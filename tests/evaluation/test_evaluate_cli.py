@@ -198,3 +198,46 @@ def test_run_on_a_local_task_humaneval_and_an_endpoint_judge(tmp_path):
         and again["lm_eval"] == results["lm_eval"]
         and again["judge"] == results["judge"]
     )
+
+
+NOISE = (
+    "fatal: not a git repository",  # lm-eval runs `git describe` in the working folder
+    "`pretrained` model kwarg is not of type `str`",  # the model is ours, built in memory
+    "Passed an already-initialized model through `pretrained`",
+    "Custom kwargs can be passed to `--metadata`",  # an lm-eval console flag this CLI does not have
+    "--metadata=",
+)
+
+
+def test_outside_a_git_checkout_lm_eval_prints_none_of_its_notices(tmp_path):
+    run = tmp_path / "version_0"
+    make_run(run, seed=3)
+    elsewhere = tmp_path / "elsewhere"  # under the temporary folder: no git checkout above it
+    elsewhere.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed.cli", "evaluate", "--run", str(run), "--benchmarks", "[lm_eval]"]
+        + ["--lm_eval.tasks", "[lf_arithmetic_mc]", "--lm_eval.limit", "2", "--batch_size", "2"],
+        cwd=elsewhere,
+        env={**ENV, "PYTHONPATH": str(ROOT), "GIT_CEILING_DIRECTORIES": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [n for n in NOISE if n in proc.stderr] == [], proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == f"results: {run / 'eval_results.json'}"
+
+
+def test_the_lm_eval_notice_filter_drops_those_notices_only():
+    import logging
+
+    from lightning_fed.evaluation.lm_eval_tasks import DropLmEvalNotices
+
+    def record(msg: str, level: int = logging.WARNING) -> logging.LogRecord:
+        return logging.LogRecord("lm_eval.api.task", level, __file__, 1, msg, None, None)
+
+    drop = DropLmEvalNotices()
+    assert not drop.filter(record("lf_arithmetic_mc: Custom kwargs can be passed to `--metadata` in console"))
+    assert not drop.filter(record("Passed an already-initialized model through `pretrained`, assuming ..."))
+    assert drop.filter(record("[Task: gsm8k] metric exact_match is defined, but aggregation is not."))
+    assert drop.filter(record("Custom kwargs can be passed to `--metadata`", logging.ERROR))  # errors always show
