@@ -30,7 +30,8 @@ class FederatedProgressBar(TQDMProgressBar):
         loop = self._loop(trainer)
         turn = loop.turn if loop is not None else None
         if turn is not None:
-            metrics["client"] = turn.client_id
+            if not turn.private:  # a private run's sample is secret: its bar names no client
+                metrics["client"] = turn.client_id
             metrics["local_step"] = self._local_step(trainer, pl_module, loop)
         return metrics
 

@@ -191,9 +191,8 @@ def example_level_accountant(
     """The accountant of one client's DP-SGD with a given ``z``: one step per local optimizer step,
     rate ``B / |D_k|``. Runs account per client (:class:`~lightning_fed.privacy.example_budget.ExampleBudget`).
 
-    The amplification by ``B / |D_k|`` assumes Poisson batches (Opacus' ``DPDataLoader``); with
-    shuffled fixed-size batches it is the usual approximation, not a proof (see
-    :mod:`lightning_fed.privacy.accountant`).
+    The amplification by ``B / |D_k|`` assumes Poisson batches (Opacus' ``DPDataLoader``), which
+    is how a federated run draws them, from secret randomness (see the module docstring).
     """
     if settings.noise_multiplier is None:
         raise ValueError("example_level_accountant needs model.dp_sgd.noise_multiplier (a budget: ExampleBudget)")

@@ -245,6 +245,13 @@ class ClientGrouping(RoundHook):
         module.use_selector(selector)  # raises if not in [0, U)
         module.client_selectors = {**module.client_selectors, client_id: selector}
 
+    def on_client_start(self, turn: Any, trainer: Any, module: pl.LightningModule, client_id: int) -> None:
+        # In process every client of the round is prepared before the first turn and all share
+        # one module, which was left on the last client's selector: the turn's own one again.
+        selector = getattr(module, "client_selectors", {}).get(client_id)
+        if selector is not None:
+            module.use_selector(int(selector))
+
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"groupings": self.groupings}
         if self.noised_groupings:

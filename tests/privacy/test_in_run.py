@@ -201,7 +201,7 @@ def test_dp_sgd_budget_is_calibrated_and_accounted_per_client_in_both_transports
     assert local.server.privacy.example_budget.noise_multiplier_for(18) == pytest.approx(z)
     a, b = local.server.privacy_section(), server.server.privacy_section()
     assert a == b
-    assert all("clients" not in r for r in local.report.history)  # the sample is secret: not written
+    assert all("clients" not in r for r in local.report.history.lines())  # the sample is secret: not written
     rounds = [local.server.sample(r) for r in range(2)]  # the seeded test run's sample
     most = max(sum(c in r for r in rounds) for c in range(4))  # the client sampled most often
     expected = PrivacyAccountant(z, 0.25, 1e-5).epsilon(2 * most)

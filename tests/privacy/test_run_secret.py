@@ -127,3 +127,22 @@ def test_a_private_run_writes_no_client_list(tmp_path, monkeypatch):
     for record in lines + summary["rounds"]:
         assert record["sample"] == "withheld"
         assert not {"clients", "aggregated", "failed", "rejected"} & record.keys()
+
+
+@pytest.mark.parametrize("private", [False, True])
+def test_the_progress_bar_names_the_client_only_outside_a_private_run(private, monkeypatch):
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import TQDMProgressBar
+
+    from lightning_fed.callbacks.progress import FederatedProgressBar
+
+    monkeypatch.setattr(TQDMProgressBar, "get_metrics", lambda self, trainer, module: {})
+    bar = FederatedProgressBar()
+    loop = SimpleNamespace(turn=SimpleNamespace(client_id=5, private=private), turn_progress=lambda i: (i, 4))
+    monkeypatch.setattr(bar, "_loop", lambda trainer: loop)
+    trainer = SimpleNamespace(
+        fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_idx=2)), accumulate_grad_batches=1
+    )
+    metrics = bar.get_metrics(trainer, SimpleNamespace(accumulate_grad_batches=1))
+    assert ("client" in metrics) is not private and metrics["local_step"] == 3
