@@ -1,6 +1,6 @@
 """``lightning-fed``: the process entry point.
 
-``lightning-fed fit --config configs/demo.yaml`` builds the model, the data and the federated
+``lightning-fed fit --config demo`` builds the model, the data and the federated
 loop through :class:`~lightning_fed.federated_cli.FederatedCLI` (a LightningCLI), then fits.
 
 This module is what starts first, so it imports nothing heavy: ``lightning-fed --help`` and
@@ -66,7 +66,7 @@ INTRO = f"""usage: {PROG} [--debug] [--verbose]
 FedPDPO, FedBiOT, FedHDS) on PyTorch Lightning, simulated in one process or run over Flower.
 
 subcommands:
-  fit        train a federation: {PROG} fit --config configs/demo.yaml
+  fit        train a federation: {PROG} fit --config demo
   validate   evaluate a model on the clients' validation data
   test       evaluate a model on the clients' test data
   evaluate   score a finished run (preference accuracy, ROUGE-L, win rate...)
