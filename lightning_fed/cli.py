@@ -1,6 +1,6 @@
 """``lightning-fed``: the process entry point.
 
-``lightning-fed fit --config configs/demo.yaml`` builds the model, the data and the federated
+``lightning-fed fit --config demo`` builds the model, the data and the federated
 loop through :class:`~lightning_fed.federated_cli.FederatedCLI` (a LightningCLI), then fits.
 
 This module is what starts first, so it imports nothing heavy: ``lightning-fed --help`` and

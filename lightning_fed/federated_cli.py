@@ -1,6 +1,6 @@
 """The LightningCLI of ``lightning-fed``: the ``fit``, ``validate`` and ``test`` subcommands.
 
-``lightning-fed fit --config configs/demo.yaml`` builds the model (a
+``lightning-fed fit --config demo`` builds the model (a
 :class:`~lightning_fed.modules.FederatedModule` subclass), the data (a
 :class:`~lightning_fed.datamodules.FederatedDataModule` subclass) and the
 :class:`~lightning_fed.callbacks.FederatedLoop` (the ``federation:`` section), then fits.

@@ -40,8 +40,9 @@ HELP_FLAGS = ("-h", "--help")
 LIVE_ENV = "LIGHTNING_FED_LIVE_HELP"
 COLUMNS = 80
 """The width the pages are generated at (argparse's default when the output is not a terminal)."""
-LIBRARIES = ("lightning", "torch", "jsonargparse", "docstring-parser", "typeshed-client", "transformers", "peft")
-"""Distributions whose version changes a page: their options, docstrings, known subclasses, layout."""
+LIBRARIES = ("lightning", "torch", "jsonargparse", "transformers", "peft")
+"""Distributions whose version changes a page (their options, docstrings, known subclasses, layout),
+as pinned in ``requirements.txt``; compared without a local label (``2.13.0+cpu`` is ``2.13.0``)."""
 PLUGIN_GROUPS = ("lightning_fed.strategies", "lightning_fed.modules")
 PAGES_FILE = Path(__file__).resolve().parent / "help_text.py"
 
@@ -51,7 +52,7 @@ def versions() -> dict[str, str]:
 
     def _version(name: str) -> str:
         try:
-            return version(name)
+            return version(name).split("+")[0]
         except PackageNotFoundError:
             return "absent"
 

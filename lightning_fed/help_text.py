@@ -8,10 +8,8 @@ checks them against the live parsers.
 VERSIONS = {
     "python": "3.11",
     "lightning": "2.6.6",
-    "torch": "2.13.0+cpu",
+    "torch": "2.13.0",
     "jsonargparse": "4.53.0",
-    "docstring-parser": "0.18.0",
-    "typeshed-client": "2.15.0",
     "transformers": "5.23.0",
     "peft": "0.21.2"
 }
