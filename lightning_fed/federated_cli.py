@@ -202,7 +202,7 @@ class FederatedCLI(LightningCLI):
             ckpt = read_checkpoint(ckpt_path, stage=subcommand)
             if "reference_cache" in ckpt and (problem := cache_state_problem(ckpt["reference_cache"])):
                 raise CheckpointError(f"ckpt_path {str(ckpt_path)!r}: {problem}")  # the DPO module would restore it
-            self._saved_config, self._saved_weights = saved_config(ckpt), ckpt["state_dict"]
+            self._saved_config, self._saved_weights = saved_config(ckpt), ckpt  # checked by check_weights
 
     def _ckpt_path(self) -> Any:
         return (self.config_init.get(self.subcommand) or {}).get("ckpt_path") if self.subcommand else None
@@ -277,7 +277,7 @@ class FederatedCLI(LightningCLI):
 
     def _check_weights(self, ckpt: Any) -> None:
         if getattr(self, "_saved_weights", None) is not None:
-            check_weights(ckpt, self._saved_weights, self.model.state_dict())
+            check_weights(ckpt, self._saved_weights, self.model)
 
     def _before_evaluation(self, stage: str) -> None:
         # As before_fit: the checkpoint and the data are checked before the Trainer writes logs.

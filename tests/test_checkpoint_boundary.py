@@ -82,7 +82,7 @@ def test_weights_of_another_shape_are_refused_before_the_run_folder(tmp_path, tr
     proc = _cli("validate", tmp_path / "run", f"--ckpt_path={path}")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert _errors(proc) == [
-        f"error: ckpt_path {str(path)!r} does not fit this model: {key!r} has shape (8, 32), the model's is (4, 32);"
+        f"error: ckpt_path {str(path)!r}: state_dict {key!r} has shape (8, 32), the model's is (4, 32);"
         " use a checkpoint of this config's model"
     ]
     assert not (tmp_path / "run").exists()
@@ -118,5 +118,49 @@ def test_a_crafted_reference_cache_is_refused_before_the_run_folder(tmp_path, tr
     assert _errors(proc) == [
         f"error: ckpt_path {str(path)!r}: reference_cache.values must be a float64 tensor of shape ({n}, 2),"
         f" got float32 of shape ({n}, 2)"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+def _lora_key(state: dict, part: str = "lora_B") -> str:
+    return next(k for k in state if f"{part}.default.weight" in k)
+
+
+GLOBAL_STATE_CASES = {  # issue 34 item 1: each was exit 0 (off by 0.0141), or exit 1 after a round was written
+    "deleted": (lambda g, k: g.pop(k), "{key!r} is missing"),
+    "nan": (lambda g, k: g[k].fill_(float("nan")), "{key!r} has NaN or infinite values"),
+    "reshaped": (lambda g, k: g.__setitem__(k, torch.zeros(4, 4)), "{key!r} has shape (4, 4), the model's is (96, 4)"),
+    "retyped": (lambda g, k: g.__setitem__(k, g[k].double()), "{key!r} is float64, the model's is float32"),
+    "added": (lambda g, k: g.__setitem__("model.x.lora_A.default.weight", torch.zeros(1)), ""),
+}
+
+
+@pytest.mark.parametrize("case", list(GLOBAL_STATE_CASES))
+def test_a_corrupt_global_state_is_refused_before_the_run_folder(tmp_path, trained, case):
+    change, problem = GLOBAL_STATE_CASES[case]
+    ckpt = torch.load(trained, weights_only=True)
+    key = _lora_key(ckpt["federation"]["global_state"])
+    change(ckpt["federation"]["global_state"], key)
+    if case == "added":
+        problem = "'model.x.lora_A.default.weight' is not a shared parameter of this model"
+    path = _crafted(tmp_path, ckpt)
+    proc = _cli("fit", tmp_path / "run", f"--ckpt_path={path}", "--federation.rounds=2", "--federation.local_steps=1")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        f"error: ckpt_path {str(path)!r}: federation.global_state {problem.format(key=key)};"
+        " use a checkpoint of this config's model"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_global_state_that_is_not_a_mapping_is_refused(tmp_path, trained):
+    ckpt = torch.load(trained, weights_only=True)
+    ckpt["federation"]["global_state"] = "x"  # was AttributeError, exit 1
+    path = _crafted(tmp_path, ckpt)
+    proc = _cli("validate", tmp_path / "run", f"--ckpt_path={path}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        f"error: ckpt_path {str(path)!r}: federation.global_state is a str, expected a mapping of names to tensors;"
+        " use a checkpoint of this config's model"
     ]
     assert not (tmp_path / "run").exists()

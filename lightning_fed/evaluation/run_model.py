@@ -31,11 +31,12 @@ from typing import Any
 import torch
 import yaml
 
+from lightning_fed.errors import CheckpointError
 from lightning_fed.federation.checkpoint_io import read_checkpoint
+from lightning_fed.federation.state_check import check_state, named
+from lightning_fed.modules.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_adapter_weights
 from lightning_fed.modules.backbone import DTYPES, BackboneConfig, load_backbone
 from lightning_fed.modules.lora import LoraSettings, apply_lora
-
-ADAPTER_CONFIG = "adapter_config.json"
 
 
 @dataclass
@@ -193,13 +194,22 @@ def _from_adapter(adapter: Path, run_dir: Path, seed: int | None) -> LoadedModel
 
 
 def _apply_adapter_folder(model: torch.nn.Module, adapter: Path, flag: str) -> torch.nn.Module:
-    from peft import PeftModel
+    """``model`` with the PEFT adapter in ``adapter``, whose weights must be exactly the adapter's:
+    PEFT only warns about a missing tensor (left at its random start) and ignores one for a
+    layer the model does not have."""
+    from peft import PeftModel, get_peft_model_state_dict
 
+    weights_path = adapter / ADAPTER_WEIGHTS
+    weights = read_adapter_weights(weights_path, flag) if weights_path.is_file() else None
     try:
-        return PeftModel.from_pretrained(model, str(adapter))
+        model = PeftModel.from_pretrained(model, str(adapter))
     except (ValueError, RuntimeError, KeyError) as err:
         first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
         raise ValueError(f"{flag} {str(adapter)!r}: the adapter does not fit the model: {first}") from None
+    if weights is not None:
+        expected = get_peft_model_state_dict(model)
+        check_state(weights, expected, named(flag, weights_path), unknown="weight of this model's adapter")
+    return model
 
 
 def _from_checkpoint(path: Path, run_dir: Path, seed: int | None) -> LoadedModel:
@@ -217,20 +227,60 @@ def _from_checkpoint(path: Path, run_dir: Path, seed: int | None) -> LoadedModel
         callbacks = (ckpt.get("callbacks") or {}).values()
         seed = next((s["seed"] for s in callbacks if isinstance(s, dict) and "seed" in s), None)
         seed = seed if seed is not None else _int_or_none(config.get("seed_everything"))
-    lora = hp.get("lora")
+    module_args = hp if "lora" in hp else _config_module_args(config)
+    lora = module_args.get("lora")
     lora = LoraSettings(**lora) if isinstance(lora, dict) else (lora or LoraSettings())
     model, tokenizer = build_backbone(backbone, seed)
     model = apply_lora(model, lora)
-    state = (ckpt.get("federation") or {}).get("global_state") or ckpt.get("state_dict") or {}
-    adapter_state = {k.removeprefix("model."): v for k, v in state.items() if "lora_" in k}
-    params = dict(model.named_parameters())
-    unknown = [k for k in adapter_state if k not in params]
-    if not adapter_state or unknown:
-        detail = f"e.g. {unknown[0]!r}" if unknown else "none found"
-        raise ValueError(f"--run {str(path)!r}: LoRA weights do not fit a causal LM with LoRA ({detail})")
+    section, state = _checkpoint_adapter(ckpt, path)
+    params = {f"model.{k}": v for k, v in model.named_parameters() if "lora_" in k}
+    check_state(
+        state,
+        params,
+        named("--run", path, section),
+        required=[k for k in params if not _personal(module_args, k)],
+        exact_dtype=section == "federation.global_state",
+        unknown="LoRA weight of this model",
+        hint="evaluate a checkpoint of the run whose config.yaml is beside it",
+    )
+    model_params = dict(model.named_parameters())
     with torch.no_grad():
-        for name, value in adapter_state.items():
-            params[name].copy_(value)
+        for name, value in state.items():
+            model_params[name.removeprefix("model.")].copy_(value)
     model.eval()
     description = {"run": str(run_dir), "checkpoint": str(path), "backbone": backbone, "seed": seed}
     return LoadedModel(model, tokenizer, run_dir, description, config)
+
+
+def _config_module_args(config: dict[str, Any]) -> dict[str, Any]:
+    """The module's init args in a run's ``config.yaml``, with its class path as ``_class_path``
+    (as Lightning's ``hyper_parameters`` hold them)."""
+    model = config.get("model") or {}
+    args = dict(model.get("init_args") or {})
+    return {**args, "_class_path": model.get("class_path")} if "class_path" in model else args
+
+
+def _checkpoint_adapter(ckpt: dict[str, Any], path: Path) -> tuple[str, Any]:
+    """The LoRA weights a checkpoint holds, and where: the federation's global state when the
+    checkpoint has one (what the run ended with), else the module's ``state_dict`` (its adapter
+    keys: it also holds personal heads and bottlenecks, which are not part of the evaluated LM)."""
+    fed = ckpt.get("federation")
+    if fed is not None:
+        if not isinstance(fed, dict):
+            raise CheckpointError(f"--run {str(path)!r}: 'federation' is a {type(fed).__name__}, expected a mapping")
+        if "global_state" in fed:
+            return "federation.global_state", fed["global_state"]
+    return "state_dict", {k: v for k, v in ckpt["state_dict"].items() if "lora_" in k}
+
+
+def _personal(module_args: dict[str, Any], key: str) -> bool:
+    """Whether the run kept LoRA weight ``key`` on its clients (FedPer's upper layers): a global
+    state does not hold it, and the evaluated model keeps it at its start (no change: B = 0)."""
+    from lightning_fed.modules.fedper import FedPerModule, layer_index
+
+    class_path = str(module_args.get("_class_path") or "")
+    if class_path.rsplit(".", 1)[-1] != FedPerModule.__name__:
+        return False
+    index = layer_index(key)
+    shared_layers = module_args.get("shared_layers", 2)
+    return index is not None and isinstance(shared_layers, int) and index >= shared_layers

@@ -22,6 +22,8 @@ from typing import Any
 
 from lightning_fed.errors import CheckpointError
 from lightning_fed.federation.checkpoint_io import read_checkpoint
+from lightning_fed.federation.state_check import check_state, named
+from lightning_fed.federation.store import ClientStateStore, state_layout
 
 RESULT_SECTIONS = ("model", "data", "federation", "seed_everything", "optimizer", "lr_scheduler")
 """Top-level config sections whose every key decides the result, unless in :data:`MAY_CHANGE`."""
@@ -166,27 +168,52 @@ def check_evaluation(path: str | Path, config: dict[str, Any], old: dict[str, An
         )
 
 
-def check_weights(path: str | Path, saved: Mapping[str, Any], model: Mapping[str, Any]) -> None:
-    """Check that every tensor of a checkpoint's ``state_dict`` fits a parameter of the model.
+def check_weights(path: str | Path, ckpt: Mapping[str, Any], module: Any) -> None:
+    """Check every tensor a checkpoint gives the run against the module about to use it.
 
-    A checkpoint holds trainable state only (its keys are a subset of the model's); Lightning
-    loads it with ``strict=False``, so an unknown key would be skipped silently and a wrong
-    shape would fail only after the run folder was made.
+    Lightning loads ``state_dict`` with ``strict=False`` and the loop copies
+    ``federation.global_state`` in as it is: an unknown key would be skipped silently, a missing
+    one would leave that parameter at its random start, and a wrong shape, a NaN or a string
+    would fail only after the run folder was made (or not at all: a NaN update is rejected every
+    round). Here, before anything is written (:mod:`~lightning_fed.federation.state_check`):
+
+    * ``state_dict``: each tensor names a parameter of the model, with its shape, finite;
+    * ``federation.global_state`` (what drives the federation): exactly the module's shared
+      parameters, each of its shape and dtype, finite;
+    * the client state files ``federation.clients`` references: each is the file the checkpoint
+      names, of that client, finite, and fits the module's personal parameters
+      (:meth:`~lightning_fed.federation.store.ClientStateStore.check_files`).
+
+    Args:
+        path: The checkpoint file (for the message; its run's ``client_states/`` is looked for
+            beside it when the index's folder is gone).
+        ckpt: The checkpoint as :func:`~lightning_fed.federation.checkpoint_io.read_checkpoint` read it.
+        module: The :class:`~lightning_fed.modules.base.FederatedModule` of this run (or any
+            ``nn.Module``: then only ``state_dict`` is checked).
 
     Raises:
-        CheckpointError: naming the first unknown key or wrong shape, and how many more.
+        CheckpointError: One line naming the file, the section and the first bad key.
     """
-    problems = []
-    for key, value in saved.items():
-        if key not in model:
-            problems.append(f"{key!r} is not a parameter of this model")
-        elif tuple(value.shape) != tuple(model[key].shape):
-            problems.append(f"{key!r} has shape {tuple(value.shape)}, the model's is {tuple(model[key].shape)}")
-        elif value.is_floating_point() != model[key].is_floating_point():
-            problems.append(f"{key!r} is {str(value.dtype)[6:]}, the model's is {str(model[key].dtype)[6:]}")
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise CheckpointError(
-            f"ckpt_path {str(path)!r} does not fit this model: {problems[0]}{more};"
-            " use a checkpoint of this config's model"
-        )
+    hint = "use a checkpoint of this config's model"
+    check_state(ckpt["state_dict"], module.state_dict(), named("ckpt_path", path, "state_dict"), required=(), hint=hint)
+    fed = ckpt.get("federation")
+    if fed is None or not hasattr(module, "shared_parameters"):
+        return  # not written by a FederatedLoop: Lightning restores the weights, the federation starts afresh
+    if not isinstance(fed, Mapping):
+        raise CheckpointError(f"ckpt_path {str(path)!r}: 'federation' is a {type(fed).__name__}, expected a mapping")
+    where = named("ckpt_path", path, "federation.global_state")
+    if "global_state" not in fed:
+        raise CheckpointError(f"{where} is missing: the federation resumes from it; {hint}")
+    shared = module.shared_parameters()
+    check_state(
+        fed["global_state"], shared, where, exact_dtype=True, unknown="shared parameter of this model", hint=hint
+    )
+    clients = fed.get("clients")
+    if clients:
+        if not isinstance(clients, Mapping):
+            raise CheckpointError(
+                f"ckpt_path {str(path)!r}: 'federation.clients' is a {type(clients).__name__}, expected a mapping"
+            )
+        store = ClientStateStore()
+        store.load_state_dict(dict(clients), folder=Path(path).absolute().parent.parent / "client_states")
+        store.check_files(state_layout(module.personal_parameters(), shared, memory_shapes=False))

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from lightning_fed.errors import CheckpointError
+from lightning_fed.federation.state_check import check_state, named, tensor_problem
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -87,25 +90,23 @@ def check_finite(state: Mapping[str, Any], field: str, path: str | Path) -> None
         ValueError: naming ``field``, ``path`` and the first bad key.
     """
     for key, value in state.items():
-        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-            kind = str(value.dtype)[6:] if isinstance(value, torch.Tensor) else type(value).__name__
-            raise ValueError(f"{field} {str(path)!r}: {key!r} is {kind}, expected floating point weights")
-        if not bool(torch.isfinite(value).all()):
-            raise ValueError(f"{field} {str(path)!r}: {key!r} has NaN or infinite values")
+        if problem := tensor_problem(key, value, None):
+            raise CheckpointError(f"{named(field, path)} {problem}")
 
 
-def check_shapes(state: Mapping[str, torch.Tensor], expected: Mapping[str, Any], field: str, path: str | Path) -> None:
-    """Every tensor of ``state`` names a tensor of ``expected`` (parameters, or PEFT's state dict)
-    and has its shape.
+def check_shapes(
+    state: Mapping[str, torch.Tensor],
+    expected: Mapping[str, Any],
+    field: str,
+    path: str | Path,
+    required: Collection[str] | None = None,
+) -> None:
+    """``state`` is exactly an adapter of the model: every tensor names a tensor of ``expected``
+    (parameters, or PEFT's state dict) and has its shape, finite floating point, and none of
+    ``required`` (default: every tensor of ``expected``) is missing: PEFT only warns about a
+    missing one and leaves it at its random start (:func:`~lightning_fed.federation.state_check.check_state`).
 
     Raises:
-        ValueError: naming ``field``, ``path`` and the first unknown key or wrong shape.
+        ValueError: naming ``field``, ``path`` and the first unknown, missing or bad key.
     """
-    for key, value in state.items():
-        if key not in expected:
-            raise ValueError(f"{field} {str(path)!r}: {key!r} is not a weight of this model's adapter")
-        if tuple(value.shape) != tuple(expected[key].shape):
-            raise ValueError(
-                f"{field} {str(path)!r}: {key!r} has shape {tuple(value.shape)}, the model's is"
-                f" {tuple(expected[key].shape)}"
-            )
+    check_state(state, expected, named(field, path), required=required, unknown="weight of this model's adapter")
