@@ -21,11 +21,15 @@ count as user errors too; once training runs, only :class:`UserError` does.
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import errno
+import importlib
 import os
 import re
 import signal
 import sys
+import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -124,6 +128,7 @@ _ARG_REASON = re.compile(r"^(\w+): (.+)$")  # an argument of the class named in 
 _NOT_FOUND = ("has no attribute", "No module named", "Unable to import", "not a subclass", "import")
 _SHORT_NAME = re.compile(r"Expected a dot import path string: (\S+)")
 _TOP_SHORT_NAME = re.compile(r"Errors: - Expected a dot import path string: (\S+)")  # the union's own value
+_NESTED = re.compile(r"NestedArg\(key='[^']*', val=(.*)\)")
 _NOT_ACCEPTED = re.compile(r"Option '(\w+)' is not accepted")
 _REPLACED_OPTIONS = {  # an option that was removed -> what replaces it
     "eval_clients": "data.eval_clients (the first k clients) was removed: use federation.eval_clients"
@@ -165,6 +170,8 @@ def simplify_parse_error(message: str, objectives: Callable[[], Iterable[str]] |
         if _PARSER_KEY.match(reason):  # the class is fine, one of its arguments is not
             return _join(key, simplify_parse_error(message[m.start(2) :]))
         if arg := _ARG_REASON.match(reason):  # "lora: Expected a dot import path string: big"
+            if scalar := _scalar_for_mapping(class_path, arg.group(1), message):
+                return f"{_join(key, arg.group(1))} must be a mapping with keys {scalar[0]}, got {scalar[1]}"
             return f"{_join(key, arg.group(1))}: {arg.group(2)}"
         if any(s in reason for s in _NOT_FOUND):
             return f"{key + ': ' if key else ''}unknown class_path {class_path!r} ({reason})"
@@ -177,6 +184,43 @@ def simplify_parse_error(message: str, objectives: Callable[[], Iterable[str]] |
     if key and (rest := _PARSER_KEY.match(message).group(2).lstrip(" -")):
         return f"{key}: {rest.split(' - ')[0][:300]}"
     return message[:500]
+
+
+def _scalar_for_mapping(class_path: str, arg: str, message: str) -> tuple[str, str] | None:
+    """(its keys, the value given) when argument ``arg`` of ``class_path`` takes a dataclass (a
+    mapping in YAML, e.g. ``model.lora``) and was given a scalar or a list; else ``None``.
+
+    jsonargparse reads a scalar there as a class path ("Expected a dot import path string:
+    big") or an implicit subclass ("Not a valid subclass of LoraSettings"), naming neither what
+    the option is nor its keys (issue 34 item 10).
+    """
+    if "Given value: " not in message:
+        return None
+    text = message.rsplit("Given value: ", 1)[1]
+    if nested := _NESTED.fullmatch(text):
+        text = nested.group(1)
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(value, dict):  # the section given as a mapping: the scalar is inside it
+        value = (value.get("init_args") or {}).get(arg, {})
+    if isinstance(value, dict):
+        return None  # a mapping: its own keys are checked by the parser
+    try:
+        module, _, name = class_path.rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    for klass in getattr(cls, "__mro__", ()):
+        try:
+            hint = typing.get_type_hints(klass.__init__).get(arg)
+        except Exception:  # noqa: BLE001 - an annotation that does not resolve: look no further up
+            continue
+        for option in typing.get_args(hint) or (hint,):
+            if dataclasses.is_dataclass(option):
+                return ", ".join(f.name for f in dataclasses.fields(option)), repr(value)
+    return None
 
 
 def config_shape_error(path: str, loaded: Any) -> str | None:

@@ -76,7 +76,7 @@ def test_verbose_brings_the_libraries_notices_back(tmp_path):
 def test_a_config_error_is_exactly_one_line_and_the_hint(tmp_path):
     proc, _ = _cli(tmp_path, *_tiny(tmp_path / "run", "--model.init_args.lr=-0.1"))
     assert proc.returncode == 2
-    assert proc.stderr == f"error: model.lr must be > 0, got -0.1\n{HINT}\n"
+    assert proc.stderr == f"error: model.lr must be in (0, 10.0], got -0.1\n{HINT}\n"
     assert proc.stdout == ""
     assert not (tmp_path / "run").exists()
 

@@ -56,21 +56,44 @@ def test_a_binary_config_is_named(tmp_path, binary):
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        # was "unknown class_path 'lightning_fed.modules.DPOModule'" (the word "import" in the reason)
-        ("--model.init_args.lora=big", "error: model.lora: Expected a dot import path string: big"),
+        # was "unknown class_path 'lightning_fed.modules.DPOModule'" (the word "import" in the reason),
+        # then "model.lora: Expected a dot import path string: big" (issue 34 item 10)
+        (
+            "--model.init_args.lora=big",
+            "error: model.lora must be a mapping with keys r, alpha, dropout, target_modules, got 'big'",
+        ),
+        (
+            "--model.init_args.backbone=big",
+            "error: model.backbone must be a mapping with keys name_or_path, config, tokenizer, dtype, cache_dir,"
+            " quantization, activation_checkpointing, got 'big'",
+        ),
         # was an allocation failure (exit 1) naming no option
         (
             "--model.init_args.lora.r=100000000",
             "error: lora.r must be <= 32 (the full rank of the largest target module), got 100000000",
         ),
     ],
-    ids=["lora_scalar", "huge_rank"],
+    ids=["lora_scalar", "backbone_scalar", "huge_rank"],
 )
 def test_model_options_are_named(tmp_path, override, message):
     proc = _cli("fit", "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={tmp_path / 'run'}", override)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert _errors(proc) == [message]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_scalar_lora_in_a_config_file_is_named_with_its_keys(tmp_path):
+    """Issue 34 item 10: ``lora: 5`` in YAML said "Not a valid subclass of LoraSettings"."""
+    config = tmp_path / "lora.yaml"
+    config.write_text("model:\n  init_args:\n    lora: 5\n")
+    root = tmp_path / "run"
+    proc = _cli("fit", "--config", "configs/tiny.yaml", "--config", str(config), f"--trainer.default_root_dir={root}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[0] == (
+        "error: model.lora must be a mapping with keys r, alpha, dropout, target_modules, got 5"
+    )
+    assert _errors(proc) == [proc.stderr.splitlines()[0]] and len(proc.stderr.splitlines()) == 2
+    assert not root.exists()
 
 
 @pytest.mark.parametrize("number", [errno.EROFS, errno.EACCES, errno.ENAMETOOLONG])

@@ -49,6 +49,7 @@ from lightning_fed.datamodules.tokenize import (
 )
 from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
 from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.limits import MAX_CLIENTS
 
 MIN_PROMPT_LENGTH = 16
 """Default of ``data.min_prompt_length`` (capped at half of ``max_length``)."""
@@ -141,8 +142,8 @@ class FederatedDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         problems = []
-        if num_clients < 1:
-            problems.append(f"data.num_clients must be >= 1, got {num_clients}")
+        if not 1 <= num_clients <= MAX_CLIENTS:
+            problems.append(f"data.num_clients must be in [1, {MAX_CLIENTS}], got {num_clients}")
         if batch_size < 1:
             problems.append(f"data.batch_size must be >= 1, got {batch_size}")
         if max_length < 2:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lightning_fed.datamodules.synthetic import SYNTHETIC
+from lightning_fed.limits import MAX_SYNTHETIC_ROWS
 
 # kind -> (required fields, optional fields)
 FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -95,10 +96,25 @@ def read_source(dataset: str, split: str = "train", synthetic_args: Mapping | No
         if name not in SYNTHETIC:
             valid = [SYNTHETIC_PREFIX + key for key in SYNTHETIC]
             raise ValueError(f"data.dataset {dataset!r}: unknown synthetic set; valid: {valid}")
+        check_synthetic_size(dict(synthetic_args or {}))
         return SYNTHETIC[name](**dict(synthetic_args or {}))
     if (files := local_files(dataset)) is not None:
         return load_local(dataset, *files)
     return _load_hub(dataset, split)
+
+
+def check_synthetic_size(synthetic_args: Mapping) -> None:
+    """Refuse a synthetic set of more than :data:`~lightning_fed.limits.MAX_SYNTHETIC_ROWS` rows
+    before it is drawn (a billion clients was a 179 GiB ``MemoryError``, exit 1)."""
+    clients, per_client = synthetic_args.get("num_clients", 1), synthetic_args.get("examples_per_client", 1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (clients, per_client)):
+        return  # the generator names a value that is not a positive integer
+    if clients * per_client > MAX_SYNTHETIC_ROWS:
+        raise ValueError(
+            f"data.num_clients={clients} x data.synthetic_args.examples_per_client={per_client}"
+            f" = {clients * per_client} rows: a synthetic set holds at most {MAX_SYNTHETIC_ROWS}"
+            " (about 1 KiB each while drawn); use fewer, or a data file"
+        )
 
 
 def local_files(dataset: str) -> tuple[str, list[str]] | None:

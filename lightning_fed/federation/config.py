@@ -19,6 +19,7 @@ from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
 from lightning_fed.federation.evaluation_plan import DEFAULT_PANEL_SIZE, EvaluationPlan
 from lightning_fed.federation.sampling import SAMPLINGS
 from lightning_fed.federation.screening import MODES
+from lightning_fed.limits import MAX_LOCAL_EPOCHS, MAX_LOCAL_STEPS, MAX_ROUNDS
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,8 @@ class FederationConfig:
     def problems(self) -> list[str]:
         """Every invalid field, each a one-line message naming its ``federation.`` key."""
         out = EvaluationPlan.problems(self.eval_clients, self.eval_panel_size, self.eval_every)
-        if self.rounds < 1:
-            out.append(f"federation.rounds must be >= 1, got {self.rounds}")
+        if not 1 <= self.rounds <= MAX_ROUNDS:
+            out.append(f"federation.rounds must be in [1, {MAX_ROUNDS}], got {self.rounds}")
         if self.clients_per_round < 1:
             out.append(f"federation.clients_per_round must be >= 1, got {self.clients_per_round}")
         steps, epochs = self.local_steps, self.local_epochs
@@ -102,9 +103,14 @@ class FederationConfig:
             out.append(
                 f"set exactly one of federation.local_steps and federation.local_epochs, got {steps} and {epochs}"
             )
-        elif (value := steps if steps is not None else epochs) < 1:
-            name = "local_steps" if steps is not None else "local_epochs"
-            out.append(f"federation.{name} must be >= 1, got {value}")
+        else:
+            name, value, most = (
+                ("local_steps", steps, MAX_LOCAL_STEPS)
+                if steps is not None
+                else ("local_epochs", epochs, MAX_LOCAL_EPOCHS)
+            )
+            if not 1 <= value <= most:
+                out.append(f"federation.{name} must be in [1, {most}], got {value}")
         out += self._sampling_problems()
         if self.sampling == "poisson":
             if self.min_clients < 1:

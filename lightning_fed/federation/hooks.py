@@ -59,6 +59,8 @@ class ServerRound(Protocol):
     num_clients: int
     report: RoundReport
     datamodule: Any  # in-process the run's FederatedDataModule; under Flower the config's, not set up
+    module: Any  # the run's module, set when the run is bound (``None`` before)
+    engine: str
 
     def add_round_bytes(self, up: int = 0, down: int = 0) -> None: ...
 
@@ -95,8 +97,10 @@ class RoundHook:
 
     def check_server(self, server: ServerRound) -> None:
         """Server half, when the run is bound to its clients (``server.num_clients``,
-        ``server.datamodule``), before anything is written: raise a one-line ``ValueError`` for a
-        configuration that cannot run. In process the data module is set up here; under Flower it
+        ``server.datamodule``, ``server.module``, ``server.strategy``), before anything is written:
+        raise a one-line ``ValueError`` for a configuration that cannot run. Every check that
+        needs no trained state belongs here, not in :meth:`setup_server` (which runs after the
+        run folder is written). In process the data module is set up here; under Flower it
         is the config's, not set up (the server holds no client data)."""
 
     # ------------------------------------------------------- client work before a round

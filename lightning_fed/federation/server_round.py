@@ -90,8 +90,8 @@ class ServerRound:
     server; :meth:`bind` plans it, :meth:`close` accounts each round and sets :attr:`stopping`
     when the next round would exceed the budget.
 
-    Set by :meth:`bind`: ``num_clients`` and ``datamodule`` (in-process the run's
-    ``FederatedDataModule``; under Flower the config's, not set up).
+    Set by :meth:`bind`: ``num_clients``, ``datamodule`` (in-process the run's
+    ``FederatedDataModule``; under Flower the config's, not set up) and ``module``.
     """
 
     def __init__(
@@ -120,6 +120,7 @@ class ServerRound:
         self.global_state: StateDict = {}
         self.num_clients = 0
         self.datamodule: Any = None
+        self.module: Any = None  # the run's module (its shared parameters: the global state to be), set by bind
         self.engine = "in-process"  # the transport running the rounds, set by bind
         self.failed_clients = self.rejected_updates = self.clipped_updates = 0
         self._extra_bytes = [0, 0]  # [up, down] added by hooks, reset when a round is closed
@@ -161,6 +162,7 @@ class ServerRound:
         if self.sampling == "fixed_size":
             check_clients_per_round(self.clients_per_round, num_clients)
         self.num_clients, self.datamodule, self.engine = num_clients, datamodule, engine
+        self.module = module
         for hook in self.hooks:  # e.g. ClientRanks reads a data column: a bad one fails before anything is written
             hook.check_server(self)
         if self.privacy is not None:

@@ -74,7 +74,7 @@ class AsyncArrivals(RoundHook):
         self.concurrent = False
         self.concurrency, self.seed = concurrency, seed
         self.system = SystemProfile(
-            local_steps, step_time, slow_fraction, slow_factor, availability, dropout, trace, seed
+            local_steps, step_time, slow_fraction, slow_factor, availability, dropout, trace, seed, FIELD
         )  # validates the arguments now
         self.sim: AsyncRoundSimulator | None = None
         self.pending: Arrival | None = None  # an arrival that opens the next round
@@ -83,10 +83,37 @@ class AsyncArrivals(RoundHook):
         self._sim_state: dict[str, Any] = {}
 
     def check_server(self, server: ServerRound) -> None:
-        """``arrivals: real`` in process is refused when the run is bound, before anything is written
-        (the Flower transport decides at setup whether its clients really train concurrently)."""
-        if self.arrivals == "real" and server.engine != "flower":
-            raise ValueError(self._not_concurrent)
+        """When the run is bound, before anything is written: the strategy must be FedBuff (not
+        wrapped: client-level DP accounts synchronous sampled rounds, which arrivals replace),
+        ``arrivals: real`` needs Flower (the Flower transport decides at setup whether its clients
+        really train concurrently), and ``concurrency`` and the profiles must fit the clients."""
+        strategy = server.strategy
+        if not callable(getattr(strategy, "keep_versions", None)):
+            inner = getattr(strategy, "strategy", None)
+            if callable(getattr(inner, "keep_versions", None)):
+                raise ValueError(
+                    f"{FIELD} cannot run under federation.strategy={type(strategy).__name__}: its privacy"
+                    " accounting assumes synchronous rounds of sampled clients, which asynchronous arrivals"
+                    f" replace; use FedBuff without {type(strategy).__name__}, or drop AsyncArrivals"
+                )
+            raise ValueError(f"{FIELD} needs federation.strategy=FedBuff, got {type(strategy).__name__}")
+        if self.arrivals == "real":
+            if server.engine != "flower":
+                raise ValueError(self._not_concurrent)
+            return
+        if self.concurrency > server.num_clients:
+            raise ValueError(
+                f"{FIELD}: concurrency must be in [1, data.num_clients={server.num_clients}], got {self.concurrency}"
+            )
+        self._simulator(server.num_clients)
+
+    def _simulator(self, num_clients: int) -> AsyncRoundSimulator:
+        try:
+            return AsyncRoundSimulator(
+                self.system.profiles(num_clients), self.system.local_steps, self.concurrency, self.seed
+            )
+        except ValueError as err:
+            raise ValueError(f"{FIELD}: {err}") from None
 
     _not_concurrent = (
         f"{FIELD}: arrivals=real needs clients that train concurrently (a Flower deployment); in one"
@@ -100,13 +127,7 @@ class AsyncArrivals(RoundHook):
             if not self.concurrent:
                 raise ValueError(self._not_concurrent)
             return  # the replies' real order decides: no virtual clock
-        n = server.num_clients
-        try:
-            self.sim = AsyncRoundSimulator(
-                self.system.profiles(n), self.system.local_steps, self.concurrency, self.seed
-            )
-        except ValueError as err:
-            raise ValueError(f"{FIELD}: {err}") from None
+        self.sim = self._simulator(server.num_clients)
         if self._sim_state:
             self.sim.load_state_dict(self._sim_state)
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning_fed.federation.hooks import Payload, RoundHook
 from lightning_fed.heterogeneity.rank_assignment import SECTION, RankAssignment
+from lightning_fed.strategies.lora_factors import state_rank
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -74,28 +75,31 @@ class ClientRanks(RoundHook):
         self.ranks: list[int] = []
 
     def check_server(self, server: ServerRound) -> None:
-        """Refuse a strategy without client ranks, and (in process) a bad data column, when the run is
-        bound: before anything is written. Ranks above ``r_max`` are refused at ``setup_server``, when
-        the strategy knows the global adapter's rank."""
+        """Refuse a strategy without client ranks, ranks that do not fit the clients or exceed
+        ``r_max`` (the module's LoRA rank), and (in process) a bad data column, when the run is
+        bound: before anything is written."""
         strategy = server.strategy
         if not callable(getattr(strategy, "set_client_ranks", None)):
             raise ValueError(
-                f"federation.hooks: ClientRanks needs a heterogeneous-rank strategy (HetLoRA, FlexLoRA, FLoRA),"
+                f"{SECTION} needs a heterogeneous-rank strategy (HetLoRA, FlexLoRA, FLoRA),"
                 f" got federation.strategy={type(strategy).__name__}"
             )
         column = self.assignment.column
         if column is None:
-            return
-        clients = [server.datamodule.client(c) for c in range(server.num_clients)] if _set_up(server) else None
-        if clients is None:
-            return  # under Flower: asked of the clients before the first round (client_queries)
-        for c, data in enumerate(clients):
-            if column not in data.columns:
-                raise ValueError(self.assignment.missing_column(c, list(data.columns)))
-        self.ranks = self.assignment.ranks(server.num_clients, [data.columns[column] for data in clients])
+            self.ranks = self.assignment.ranks(server.num_clients)
+        elif _set_up(server):
+            clients = [server.datamodule.client(c) for c in range(server.num_clients)]
+            for c, data in enumerate(clients):
+                if column not in data.columns:
+                    raise ValueError(self.assignment.missing_column(c, list(data.columns)))
+            self.ranks = self.assignment.ranks(server.num_clients, [data.columns[column] for data in clients])
+        # else under Flower: asked of the clients before the first round (client_queries)
+        module = getattr(server, "module", None)
+        if self.ranks and module is not None:
+            self._check_max_rank(state_rank(module.shared_parameters()))
 
     def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
-        if self.assignment.column is None:
+        if self.assignment.column is None and not self.ranks:
             self.ranks = self.assignment.ranks(server.num_clients)
         if self.ranks:
             self._set(server)
@@ -137,15 +141,17 @@ class ClientRanks(RoundHook):
         self.ranks = [int(replies[c]["rank"]) for c in range(server.num_clients)]
         self._set(server)
 
-    def _set(self, server: ServerRound) -> None:
-        strategy = server.strategy
-        max_rank = strategy.max_rank
+    def _check_max_rank(self, max_rank: int) -> None:
         too_high = [(c, r) for c, r in enumerate(self.ranks) if r > max_rank]
         if too_high:
             raise ValueError(
-                f"{SECTION}: ranks above the global LoRA rank r_max={max_rank} (model lora.r);"
+                f"{SECTION}: ranks above the global LoRA rank r_max={max_rank} (model.lora.r);"
                 f" got (client, rank) {too_high[:5]}"
             )
+
+    def _set(self, server: ServerRound) -> None:
+        strategy = server.strategy
+        self._check_max_rank(strategy.max_rank)
         if strategy.client_ranks is None:  # restored ranks (a resumed run, HetLoRA's pruned ranks) stay
             strategy.set_client_ranks(self.ranks)
 

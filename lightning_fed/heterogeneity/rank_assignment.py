@@ -1,13 +1,14 @@
 """Which LoRA rank each client trains: from a per-client list, a seeded distribution, or a data column.
 
 Configuration is data (one dataclass, validated once); its fields are named as they will be in
-a config file under :data:`SECTION`, and every error names the field and the value:
+a config file under the ``ClientRanks`` hook (:data:`SECTION`), and every error names the field
+and the value:
 
 .. code-block:: yaml
 
-   lora_ranks: {per_client: [4, 4, 8, 16]}                       # one rank per client
-   lora_ranks: {choices: [4, 8, 16], probabilities: [0.5, 0.3, 0.2], seed: 0}
-   lora_ranks: {column: device_rank}                             # each client's data says it
+   init_args: {per_client: [4, 4, 8, 16]}                       # one rank per client
+   init_args: {choices: [4, 8, 16], probabilities: [0.5, 0.3, 0.2], seed: 0}
+   init_args: {column: device_rank}                             # each client's data says it
 
 The rank scaling ``s = alpha / r`` of PEFT would make a rank-4 and a rank-16 client's ``B A``
 mean different weight changes; :func:`alpha_for_rank` gives each client the ``alpha`` that
@@ -25,7 +26,8 @@ import numpy as np
 
 from lightning_fed.federation.sampling import derive_seed
 
-SECTION = "heterogeneity.lora_ranks"
+SECTION = "federation.hooks: ClientRanks"
+"""How errors name these settings: the ``init_args`` of the ``ClientRanks`` hook."""
 _RANK_TAG = 0x524B  # keeps these draws apart from the sampler's
 
 

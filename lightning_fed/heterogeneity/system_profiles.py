@@ -11,12 +11,13 @@ e.g. from device logs).
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.limits import MAX_LOCAL_STEPS
 
 TRACE_COLUMNS = ("client", "step_time", "availability", "dropout")
 _PROFILE_TAG = 0x5359  # keeps these draws apart from the sampler's
@@ -56,19 +57,26 @@ def profiles_from_distribution(
     availability: float = 1.0,
     dropout: float = 0.0,
     seed: int = 0,
+    where: str = "system profile",
 ) -> list[ClientProfile]:
     """``round(slow_fraction * N)`` clients ``slow_factor`` times slower, the rest at ``step_time``.
 
-    Which clients are slow is a seeded permutation (the same seed, the same slow clients).
+    Which clients are slow is a seeded permutation (the same seed, the same slow clients). The
+    same ``availability`` and ``dropout`` hold for every client, so ``availability: 0`` or
+    ``dropout: 1`` would leave no client that ever reports: both are refused.
 
     Raises:
-        ValueError: One line naming each bad argument.
+        ValueError: One line naming each bad argument (prefixed by ``where``, the config key).
     """
-    problems = ClientProfile(step_time, availability, dropout).problems("system profile")
+    problems = ClientProfile(step_time, availability, dropout).problems(where)
+    if availability == 0.0:
+        problems.append(f"{where}: availability must be > 0 (no client would ever be online), got {availability!r}")
+    if dropout == 1.0:
+        problems.append(f"{where}: dropout must be < 1 (every client would drop out), got {dropout!r}")
     if not 0.0 <= slow_fraction <= 1.0:
-        problems.append(f"system profile: slow_fraction must be in [0, 1], got {slow_fraction!r}")
+        problems.append(f"{where}: slow_fraction must be in [0, 1], got {slow_fraction!r}")
     if not slow_factor >= 1.0:
-        problems.append(f"system profile: slow_factor must be >= 1, got {slow_factor!r}")
+        problems.append(f"{where}: slow_factor must be >= 1, got {slow_factor!r}")
     if problems:
         raise ValueError("; ".join(problems))
     rng = np.random.default_rng(derive_seed(seed, _PROFILE_TAG))
@@ -110,6 +118,8 @@ def load_trace(path: str | Path, num_clients: int) -> list[ClientProfile]:
     absent = [c for c in range(num_clients) if c not in rows]
     if absent:
         raise ValueError(f"trace {path}: no row for client(s) {absent[:5]} of data.num_clients={num_clients}")
+    if all(p.availability == 0.0 or p.dropout == 1.0 for p in rows.values()):
+        raise ValueError(f"trace {path}: no client ever reports (each has availability 0 or dropout 1)")
     return [rows[c] for c in range(num_clients)]
 
 
@@ -126,6 +136,7 @@ class SystemProfile:
         dropout: Probability an online client drops out before reporting.
         trace: A CSV file ``client,step_time,availability,dropout`` (replaces the five above).
         seed: Seed of the slow clients' choice and of the availability and dropout draws.
+        where: The config key errors are named by (the hook holding this profile).
 
     Raises:
         ValueError: On construction, one line naming every bad field.
@@ -139,13 +150,14 @@ class SystemProfile:
     dropout: float = 0.0
     trace: str | None = None
     seed: int = 0
+    where: str = field(default="system profile", compare=False)
 
     def __post_init__(self) -> None:
-        problems = (
-            [] if self.local_steps >= 1 else [f"system profile: local_steps must be >= 1, got {self.local_steps!r}"]
-        )
+        problems = []
+        if not 1 <= self.local_steps <= MAX_LOCAL_STEPS:
+            problems.append(f"{self.where}: local_steps must be in [1, {MAX_LOCAL_STEPS}], got {self.local_steps!r}")
         try:
-            profiles_from_distribution(1, **self._distribution())
+            profiles_from_distribution(1, **self._distribution(), where=self.where)
         except ValueError as err:
             problems.append(str(err))
         if problems:
@@ -165,4 +177,4 @@ class SystemProfile:
         """Every client's :class:`ClientProfile`: from the trace if one is given, else drawn."""
         if self.trace:
             return load_trace(self.trace, num_clients)
-        return profiles_from_distribution(num_clients, **self._distribution())
+        return profiles_from_distribution(num_clients, **self._distribution(), where=self.where)

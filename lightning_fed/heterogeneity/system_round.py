@@ -121,7 +121,7 @@ class SystemHeterogeneity(RoundHook):
             )
         self.clock_kind, self.reply_margin = clock, float(reply_margin)
         self.system = SystemProfile(
-            local_steps, step_time, slow_fraction, slow_factor, availability, dropout, trace, seed
+            local_steps, step_time, slow_fraction, slow_factor, availability, dropout, trace, seed, FIELD
         )  # validates the arguments now
         self.deadline, self.target, self.partial_work = deadline, target, partial_work
         self.sim: SyncRoundSimulator | None = None
@@ -136,8 +136,18 @@ class SystemHeterogeneity(RoundHook):
         return self.clock_kind == "wall"
 
     def check_server(self, server: ServerRound) -> None:
-        """``clock: wall`` in process is refused when the run is bound, before anything is written."""
+        """When the run is bound, before anything is written: ``clock: wall`` in process, a
+        ``target`` above the clients a round selects, and the clients' profiles (a trace file
+        read now) are checked."""
         self._check_engine(server.engine)
+        clients_per_round = getattr(server, "clients_per_round", server.num_clients)
+        if getattr(server, "sampling", "fixed_size") == "poisson":
+            clients_per_round = server.num_clients  # a Poisson round selects any number of clients
+        if self.target is not None and self.target > clients_per_round:
+            raise ValueError(
+                f"{FIELD}.target={self.target} exceeds federation.clients_per_round={clients_per_round} (the selected)"
+            )
+        self.system.profiles(server.num_clients)
 
     def _check_engine(self, engine: str) -> None:
         if self.wall and engine != "flower":
@@ -147,12 +157,7 @@ class SystemHeterogeneity(RoundHook):
             )
 
     def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
-        self._check_engine(context.engine)
-        clients_per_round = getattr(server, "clients_per_round", server.num_clients)
-        if self.target is not None and self.target > clients_per_round:
-            raise ValueError(
-                f"{FIELD}.target={self.target} exceeds federation.clients_per_round={clients_per_round} (the selected)"
-            )
+        self._check_engine(context.engine)  # the bound run's check (check_server), in case it was not bound
         system = self.system
         profiles = system.profiles(server.num_clients)
         self.sim = SyncRoundSimulator(

@@ -16,6 +16,7 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor, nn
 
+from lightning_fed.limits import MAX_LR
 from lightning_fed.modules.backbone import BackboneConfig, load_backbone
 from lightning_fed.modules.lora import LoraSettings, apply_lora, is_adapter_param
 
@@ -55,8 +56,8 @@ class FederatedModule(pl.LightningModule):
         lora = LoraSettings(**lora) if isinstance(lora, dict) else lora
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"model.optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-        if lr <= 0:
-            raise ValueError(f"model.lr must be > 0, got {lr}")
+        if not 0 < lr <= MAX_LR:
+            raise ValueError(f"model.lr must be in (0, {MAX_LR}], got {lr}")
         self.save_hyperparameters()
         model, self.tokenizer = load_backbone(backbone)
         model.requires_grad_(False)

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lightning_fed.limits import MAX_BETA
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
 from lightning_fed.modules.losses import dpo_loss, preference_metrics
 from lightning_fed.modules.preference import (
@@ -53,8 +54,8 @@ class DPOModule(PreferenceModule):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        if beta <= 0:
-            raise ValueError(f"model.beta must be > 0, got {beta}")
+        if not 0 < beta <= MAX_BETA:
+            raise ValueError(f"model.beta must be in (0, {MAX_BETA}], got {beta}")
         if not reference_cache_bytes >= 0:
             raise ValueError(f"model.reference_cache_bytes must be >= 0, got {reference_cache_bytes}")
         self.beta = beta

@@ -24,6 +24,7 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor, nn
 
+from lightning_fed.limits import MAX_LR
 from lightning_fed.modules.backbone import BackboneConfig, load_backbone
 from lightning_fed.modules.base import OPTIMIZERS, FederatedModule
 from lightning_fed.modules.layer_extract import LayerLayout, decoder_path, layer_extract, offsite_layout
@@ -85,8 +86,8 @@ class OffsiteModule(FederatedModule):
             problems.append(f"model.layout must be one of {LAYOUTS}, got {layout!r}")
         if optimizer not in OPTIMIZERS:
             problems.append(f"model.optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-        if not lr > 0:
-            problems.append(f"model.lr must be > 0, got {lr}")
+        if not 0 < lr <= MAX_LR:
+            problems.append(f"model.lr must be in (0, {MAX_LR}], got {lr}")
         if generation_metric is not None and generation_metric not in GENERATION_METRICS:
             problems.append(
                 f"model.generation_metric must be None or one of {GENERATION_METRICS}, got {generation_metric!r}"

@@ -16,6 +16,8 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
+from lightning_fed.limits import MAX_LORA_ALPHA
+
 _LLAMA_LIKE = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 DEFAULT_TARGET_MODULES: dict[str, list[str]] = {
@@ -65,8 +67,8 @@ class LoraSettings:
         problems = []
         if not self.r > 0:
             problems.append(f"lora.r must be > 0, got {self.r!r}")
-        if not self.alpha > 0:
-            problems.append(f"lora.alpha must be > 0, got {self.alpha!r}")
+        if not 0 < self.alpha <= MAX_LORA_ALPHA:
+            problems.append(f"lora.alpha must be in (0, {MAX_LORA_ALPHA}], got {self.alpha!r}")
         if not 0 <= self.dropout < 1:
             problems.append(f"lora.dropout must be in [0, 1), got {self.dropout!r}")
         if self.target_modules is not None and not self.target_modules:

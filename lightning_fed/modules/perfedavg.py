@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.limits import MAX_LR
 from lightning_fed.modules.dpo import DPOModule
 
 
@@ -56,8 +57,8 @@ class PerFedAvgModule(DPOModule):
         **kwargs: Any,
     ) -> None:
         problems = []
-        if not inner_lr > 0:
-            problems.append(f"model.inner_lr must be > 0, got {inner_lr}")
+        if not 0 < inner_lr <= MAX_LR:
+            problems.append(f"model.inner_lr must be in (0, {MAX_LR}], got {inner_lr}")
         if inner_steps < 1:
             problems.append(f"model.inner_steps must be >= 1, got {inner_steps}")
         if eval_adapt_steps < 0:

@@ -21,6 +21,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightning_fed.limits import MAX_BETA
 from lightning_fed.modules.losses import preference_metrics
 from lightning_fed.modules.preference import (
     PreferenceModule,
@@ -72,8 +73,8 @@ class SimPOModule(PreferenceModule):
     ) -> None:
         super().__init__(*args, **kwargs)
         problems = []
-        if not beta > 0:
-            problems.append(f"model.beta must be > 0, got {beta}")
+        if not 0 < beta <= MAX_BETA:
+            problems.append(f"model.beta must be in (0, {MAX_BETA}], got {beta}")
         if not gamma >= 0:
             problems.append(f"model.gamma must be >= 0, got {gamma}")
         if problems:

@@ -209,7 +209,7 @@ def test_local_epochs_lay_out_whole_passes(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"rounds": 0}, "federation.rounds must be >= 1, got 0"),
+        ({"rounds": 0}, r"federation.rounds must be in \[1, 1000000\], got 0"),
         ({"local_steps": None}, "set exactly one of federation.local_steps and federation.local_epochs"),
         ({"local_steps": 2, "local_epochs": 1}, "set exactly one of"),
         ({"min_clients": 3}, r"federation.min_clients must be in \[1, clients_per_round=2\], got 3"),

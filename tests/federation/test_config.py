@@ -11,7 +11,7 @@ def test_problems_are_named_together():
         FederationConfig(rounds=0, local_steps=None, min_clients=3, max_update_norm=-1.0, on_large_update="drop")
     msg = str(info.value)
     for part in (
-        "federation.rounds must be >= 1, got 0",
+        "federation.rounds must be in [1, 1000000], got 0",
         "set exactly one of federation.local_steps and federation.local_epochs, got None and None",
         "federation.min_clients must be in [1, clients_per_round=2], got 3",
         "federation.max_update_norm must be > 0, got -1.0",

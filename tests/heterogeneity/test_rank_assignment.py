@@ -5,7 +5,7 @@ from lightning_fed.heterogeneity import RankAssignment, alpha_for_rank
 
 def test_per_client_list():
     assert RankAssignment(per_client=[4, 8, 16]).ranks(3) == [4, 8, 16]
-    with pytest.raises(ValueError, match=r"^heterogeneity.lora_ranks.per_client: 3 ranks for data.num_clients=4$"):
+    with pytest.raises(ValueError, match=r"^federation.hooks: ClientRanks.per_client: 3 ranks for data.num_clients=4$"):
         RankAssignment(per_client=[4, 8, 16]).ranks(4)
 
 
@@ -22,7 +22,8 @@ def test_data_column():
     assert spec.ranks(2, [[4, 4], [16]]) == [4, 16]
     with pytest.raises(
         ValueError,
-        match=r"^heterogeneity.lora_ranks.column='device_rank': client 1 needs one positive integer rank, got \[4, 8\]",
+        match=r"^federation.hooks: ClientRanks.column='device_rank': client 1 needs one positive integer rank,"
+        r" got \[4, 8\]",
     ):
         spec.ranks(2, [[4], [4, 8]])
     with pytest.raises(ValueError, match="needs the values of 2 clients, got none"):
@@ -35,10 +36,10 @@ def test_config_errors_name_the_field_and_value():
     ):
         RankAssignment(per_client=[4], column="r")
     with pytest.raises(
-        ValueError, match=r"^heterogeneity.lora_ranks.per_client\[1\]: a rank must be a positive integer, got 0$"
+        ValueError, match=r"^federation.hooks: ClientRanks.per_client\[1\]: a rank must be a positive integer, got 0$"
     ):
         RankAssignment(per_client=[4, 0])
-    with pytest.raises(ValueError, match=r"heterogeneity.lora_ranks.probabilities: 2 values for 3 choices"):
+    with pytest.raises(ValueError, match=r"federation.hooks: ClientRanks.probabilities: 2 values for 3 choices"):
         RankAssignment(choices=[4, 8, 16], probabilities=[0.5, 0.5])
 
 

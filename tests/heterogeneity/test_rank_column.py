@@ -81,12 +81,12 @@ def test_a_client_answers_from_its_own_rows():
     hook = ClientRanks(column="rank")
     assert "rank" not in data.client(0).columns and data.client(0).columns["client"] == [0] * 8
     assert hook.answer_query(None, data.client(2), 2, 0, {"column": "rank"}) == {
-        "error": "heterogeneity.lora_ranks.column='rank': no such column in client 2's data"
+        "error": "federation.hooks: ClientRanks.column='rank': no such column in client 2's data"
         " (its non-text columns: client, group)"
     }
     data.client(2).columns["rank"] = [8, 8, 4]
     assert hook.answer_query(None, data.client(2), 2, 0, {"column": "rank"}) == {
-        "error": "heterogeneity.lora_ranks.column='rank': client 2 needs one positive integer rank, got [4, 8]"
+        "error": "federation.hooks: ClientRanks.column='rank': client 2 needs one positive integer rank, got [4, 8]"
     }
     data.client(2).columns["rank"] = [8, 8]
     assert hook.answer_query(None, data.client(2), 2, 0, {"column": "rank"}) == {"rank": 8}
@@ -102,7 +102,9 @@ def test_the_server_sets_the_ranks_from_the_replies_or_raises_the_clients_error(
     )
     hook = ClientRanks(column="rank")
     assert hook.client_queries(Server, None, None, 0, [0]) == {0: {"column": "rank"}, 1: {"column": "rank"}}
-    with pytest.raises(ValueError, match=r"^heterogeneity.lora_ranks.column='rank': client 1 did not report its rank$"):
+    with pytest.raises(
+        ValueError, match=r"^federation.hooks: ClientRanks.column='rank': client 1 did not report its rank$"
+    ):
         hook.on_replies(Server, None, None, 0, [0], {0: {"rank": 2}})
     with pytest.raises(ValueError, match=r"^boom$"):
         hook.on_replies(Server, None, None, 0, [0], {0: {"rank": 2}, 1: {"error": "boom"}})
@@ -126,13 +128,13 @@ def _cli(config: str, root: Path) -> subprocess.CompletedProcess:
         (
             "device_rank",
             lambda client, row: RANKS[client],
-            "error: heterogeneity.lora_ranks.column='device_rank': no such column in client 0's data"
+            "error: federation.hooks: ClientRanks.column='device_rank': no such column in client 0's data"
             " (its non-text columns: client, group, rank)",
         ),
         (
             "rank",
             lambda client, row: 8 if (client, row % 2) == (1, 1) else RANKS[client],
-            "error: heterogeneity.lora_ranks.column='rank': client 1 needs one positive integer rank, got [2, 8]",
+            "error: federation.hooks: ClientRanks.column='rank': client 1 needs one positive integer rank, got [2, 8]",
         ),
     ],
     ids=["missing", "not_constant"],

@@ -42,5 +42,5 @@ def test_system_profile_holds_the_eight_arguments_and_names_every_bad_one(tmp_pa
     with pytest.raises(ValueError) as info:
         SystemProfile(local_steps=0, dropout=2.0)
     assert str(info.value) == (
-        "system profile: local_steps must be >= 1, got 0; system profile: dropout must be in [0, 1], got 2.0"
+        "system profile: local_steps must be in [1, 1000000], got 0; system profile: dropout must be in [0, 1], got 2.0"
     )

@@ -60,8 +60,9 @@ def test_target_above_the_selected_is_one_line_error(tmp_path):
 
 
 def test_a_round_with_too_few_reports_fails_naming_why(tmp_path):
-    """Every client offline (availability 0): round 1 fails before an empty round is laid out."""
-    hook = SystemHeterogeneity(local_steps=1, availability=0.0)
+    """Clients almost never online (availability 0.01; 0 is refused up front): round 1 fails before an
+    empty round is laid out."""
+    hook = SystemHeterogeneity(local_steps=1, availability=0.01)
     loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=1, seed=0, hooks=[hook], isolate_failures=True)
     with pytest.raises(RuntimeError) as info:
         fit(tiny_dpo(), preference_data(), loop, str(tmp_path))

@@ -81,7 +81,7 @@ def test_bad_hyperparameters_are_named():
     from lightning_fed.modules import BackboneConfig, DPOModule
 
     cfg = BackboneConfig(config={"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2}, tokenizer="bytes")
-    with pytest.raises(ValueError, match="model.beta must be > 0, got 0"):
+    with pytest.raises(ValueError, match=r"model.beta must be in \(0, 1000.0\], got 0"):
         DPOModule(cfg, beta=0)
     with pytest.raises(ValueError, match="model.optimizer must be one of"):
         DPOModule(cfg, optimizer="adam")

@@ -55,7 +55,8 @@ def test_settings_collect_all_problems():
     with pytest.raises(ValueError) as info:
         LoraSettings(r=0, alpha=-1, dropout=1.0)
     assert str(info.value) == (
-        "lora.r must be > 0, got 0; lora.alpha must be > 0, got -1; lora.dropout must be in [0, 1), got 1.0"
+        "lora.r must be > 0, got 0; lora.alpha must be in (0, 1000000.0], got -1;"
+        " lora.dropout must be in [0, 1), got 1.0"
     )
 
 

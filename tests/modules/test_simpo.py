@@ -87,7 +87,9 @@ def test_training_step_moves_only_adapters(module_and_batch):
 
 
 def test_bad_hyperparameters_are_named_together():
-    with pytest.raises(ValueError, match=r"^model.beta must be > 0, got 0; model.gamma must be >= 0, got -1$"):
+    with pytest.raises(
+        ValueError, match=r"^model.beta must be in \(0, 1000.0\], got 0; model.gamma must be >= 0, got -1$"
+    ):
         tiny_simpo(beta=0, gamma=-1)
 
 
