@@ -88,7 +88,11 @@ def _runner(config: str, overrides: str, run_id: int = 0) -> ClientRunner:
     # from a fresh module and data) and holding one: a previous run's backbone is freed.
     started = time.monotonic()
     module, datamodule, loop, trainer_config = load_run(config, overrides)
-    runner = ClientRunner(module, datamodule, loop.config, loop.strategy, loop.hooks, loop.seed, trainer_config)
+    privacy = loop.server.privacy
+    report_validation = privacy is not None and privacy.report_validation
+    runner = ClientRunner(
+        module, datamodule, loop.config, loop.strategy, loop.hooks, loop.seed, trainer_config, report_validation
+    )
     if isinstance(module, ExampleLevelDP):  # DP-SGD's plan (delta, rounds, steps): each client calibrates its own z
         loop.server.privacy.plan_example_budget(
             module, datamodule.num_clients, datamodule.batch_size, loop.config.rounds

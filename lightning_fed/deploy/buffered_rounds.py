@@ -135,7 +135,7 @@ class BufferedRounds:
             self.hook.log_step(self.fed.context, round_idx, self.admitted)
             self.fedbuff.keep_versions({f.version for f in self.flights.values()} | {self.fedbuff.version})
             record = server.report.history[-1]
-            counts = {k: len(record[k]) for k in ("aggregated", "failed", "rejected")}
+            counts = {k: len(record[k]) for k in ("aggregated", "failed", "rejected") if k in record}
             result.arrays = to_arrays(server.global_state)
             result.train_metrics_clientapp[round_idx + 1] = MetricRecord(counts)
             if server.stopping:

@@ -14,6 +14,13 @@ Lightning ``Trainer`` per round, positioned at the round's epoch so that round-d
 schedules (FedPDPO's ``w_r``) see the right round. It answers the round hooks' pre-round
 queries (:meth:`ClientRunner.answer`) and runs their ``prepare_client`` with the server's
 instructions before laying out the turn (:meth:`ClientRunner.train`).
+
+In a private run (differential privacy on) a client's evaluation reply follows the rule of the
+in-process run's report (:class:`~lightning_fed.federation.report.RoundReport`): without
+``federation.privacy.report_validation`` nothing computed on the client's validation data leaves
+it (no metric, a count of 0: the client does not even evaluate); with it, its metric means and
+its validation count bucketed to a power of two (:func:`~lightning_fed.federation.report.bucket_count`),
+never the exact count (:meth:`ClientRunner.evaluate`).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.hooks import Payload, RoundHook, answer_query, prepare_client
-from lightning_fed.federation.report import RoundReport
+from lightning_fed.federation.report import RoundReport, bucket_count
 from lightning_fed.federation.round_plan import FixedPlan, RoundPlan, poisson_batch_seed
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
@@ -151,6 +158,8 @@ class ClientRunner:
         seed: The federation seed as the server resolved it (default: ``config.seed``, else the
             run's ``seed_everything`` value).
         trainer_kwargs: Extra ``Trainer`` arguments for local training (precision...).
+        report_validation: ``federation.privacy.report_validation``: in a private run, whether the
+            client sends its validation means (with a bucketed count) at all.
     """
 
     def __init__(
@@ -162,8 +171,10 @@ class ClientRunner:
         hooks: Sequence[RoundHook] = (),
         seed: int | None = None,
         trainer_kwargs: dict[str, Any] | None = None,
+        report_validation: bool = False,
     ) -> None:
         self.module, self.datamodule = module, datamodule
+        self.report_validation = report_validation
         self.strategy: Strategy = strategy
         self.hooks = list(hooks)
         self.rounds = config.rounds
@@ -281,9 +292,17 @@ class ClientRunner:
         entry: dict[str, StateDict],
         instructions: Mapping[int, Payload] | None = None,
     ) -> tuple[dict[str, float], int]:
-        """The per-example means of the module's validation metrics on the client's val split
-        (``instructions``: the hooks' evaluation payloads by hook index, for their ``prepare_evaluation``)."""
+        """The per-example means of the module's validation metrics on the client's val split and
+        its number of examples (``instructions``: the hooks' evaluation payloads by hook index, for
+        their ``prepare_evaluation``).
+
+        In a private run: ``({}, 0)`` unless ``report_validation``, and then the count bucketed
+        (the in-process report's rule; see the module docstring).
+        """
         self._check_client(client_id)
+        private = privacy_enabled(self.strategy, self.module)
+        if private and not self.report_validation:
+            return {}, 0
         self.module.load_state(match_rank(state, self.module.shared_parameters()))  # a rank-r_k client: padded
         if entry.get("personal"):
             self.module.load_state(entry["personal"])
@@ -303,7 +322,8 @@ class ClientRunner:
             **self.trainer_kwargs,
         )
         trainer.validate(self.module, dataloaders=data.val_dataloader(), verbose=False)
-        return collector.report.client_means(client_id)
+        means, count = collector.report.client_means(client_id)
+        return (means, bucket_count(count)) if private and count else (means, count)
 
     def _check_client(self, client_id: int) -> None:
         if not 0 <= client_id < self.datamodule.num_clients:

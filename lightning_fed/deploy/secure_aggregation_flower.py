@@ -204,5 +204,5 @@ def secure_train_round(server: TrainRoundServer, server_round: int, grid: Grid, 
             rounds.receive(ClientUpdate(cid, max(int(weight), 1), dict(rounds.sent(cid))))
     rounds.close(server.context, server.module)
     record = rounds.report.history[-1]
-    counts = {k: len(record[k]) for k in ("aggregated", "failed", "rejected")}
+    counts = {k: len(record[k]) for k in ("aggregated", "failed", "rejected") if k in record}
     return to_arrays(rounds.global_state), MetricRecord(counts)

@@ -214,7 +214,7 @@ class FederatedServer(FlowerStrategy):
             server.fail(cid)  # no reply: timed out
         server.close(self.context, self.module)
         record = server.report.history[-1]
-        counts = {k: len(record[k]) for k in ("aggregated", "failed", "rejected")}
+        counts = {k: len(record[k]) for k in ("aggregated", "failed", "rejected") if k in record}
         return to_arrays(server.global_state), MetricRecord(counts)
 
     def _checked_update(self, cid: int, msg: Message) -> ClientUpdate:

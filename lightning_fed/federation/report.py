@@ -173,6 +173,8 @@ class RoundReport:
             record["sample"] = "withheld"
         if not self.private:
             record["train"] = {str(u.client_id): u.metrics for u in updates}
+        else:  # who was rejected, and why (its norm), are per-client figures: the run's total only
+            del record["rejected"]
         extra = dict(scalars or {})
         if extra:
             record["scalars"] = extra
@@ -185,9 +187,10 @@ class RoundReport:
             "comm/down_bytes": float(down_bytes),
             "round/seconds": seconds,
             "round/failed_clients": float(len(failed)),
-            "round/rejected_updates": float(len(rejected)),
             **{f"round/{k}": v for k, v in stats.items()},  # e.g. round/train_loss_client_p50
         }
+        if not self.private:
+            scalars["round/rejected_updates"] = float(len(rejected))
         scalars.update(
             per_client_logging(
                 trainer,

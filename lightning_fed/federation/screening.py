@@ -6,6 +6,10 @@ its change by 1e6) passes that check; :class:`UpdateScreen` bounds the L2 norm o
 ``w_k - w`` over all shared tensors. Either such an update is rejected like a malformed
 one, or its change is scaled down to the bound (the clipping of Sun et al., 2019, "Can You
 Really Backdoor Federated Learning?"). Both the in-process loop and the Flower server use it.
+
+The rejection's reason names the client and its norm; a private run (differential privacy on)
+writes and logs neither (:data:`PRIVATE_REJECTION` instead, see
+:meth:`~lightning_fed.federation.server_round.ServerRound.reject`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from torch import Tensor
 from lightning_fed.strategies.base import AggregationError, ClientUpdate
 
 MODES = ("reject", "clip")
+#: What a private run says of a rejected update: neither the client nor its norm (a per-client
+#: figure of its data that no epsilon covers); the run's total is in ``summary.json``'s faults.
+PRIVATE_REJECTION = "an update was rejected (a private run names neither the client nor its norm)"
 
 
 def update_norm(received: Mapping[str, Tensor], state: Mapping[str, Tensor]) -> float:

@@ -25,7 +25,7 @@ from lightning_fed.compression.uplink import compressor_from_spec, decompress_cl
 from lightning_fed.federation.hooks import Payload, RoundHook
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.sampling import check_clients_per_round, poisson_sample_clients, sample_clients
-from lightning_fed.federation.screening import UpdateScreen, update_norm
+from lightning_fed.federation.screening import PRIVATE_REJECTION, UpdateScreen, update_norm
 from lightning_fed.state import StateDict, clone_state, state_nbytes
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, check_update
 
@@ -252,10 +252,17 @@ class ServerRound:
         self.failed_clients += 1
 
     def reject(self, client_id: int, reason: str) -> None:
-        """``client_id``'s update is rejected (malformed, or too large), counted, with a warning."""
+        """``client_id``'s update is rejected (malformed, or too large), counted, with a warning.
+
+        In a private run the warning names neither the client nor the reason (a norm is a
+        per-client figure no epsilon covers), and the round's record keeps neither (:class:`RoundReport`).
+        """
         self.rejected[client_id] = reason
         self.rejected_updates += 1
-        rank_zero_warn(f"round {self.round_idx + 1}: update of client {client_id} rejected: {reason}")
+        if self.report.private:
+            rank_zero_warn(f"round {self.round_idx + 1}: {PRIVATE_REJECTION}")
+        else:
+            rank_zero_warn(f"round {self.round_idx + 1}: update of client {client_id} rejected: {reason}")
 
     def receive(self, update: ClientUpdate) -> None:
         """Count ``update``'s upload (compressed: the payload's bytes), decode it, then :meth:`admit`
@@ -301,7 +308,11 @@ class ServerRound:
             raise RuntimeError(
                 f"round {round_idx + 1}: only {len(valid)} of {len(self.clients)} clients returned a valid update,"
                 f" fewer than federation.min_clients={self.min_clients}"
-                f" (failed: {sorted(self.failed)}, rejected: {sorted(self.rejected)})"
+                + (
+                    ""
+                    if self.report.private
+                    else f" (failed: {sorted(self.failed)}, rejected: {sorted(self.rejected)})"
+                )
             )
         if valid or getattr(self.strategy, "releases_empty_rounds", False):
             self.global_state = clone_state(self.strategy.aggregate(self.global_state, valid))
