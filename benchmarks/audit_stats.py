@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 from scipy.stats import binom
 
 
@@ -44,12 +45,11 @@ def one_run_p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     if not 0 <= v <= r <= m:
         raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
     q = 1.0 / (1.0 + math.exp(-eps))  # accuracy of eps-DP randomized response
-
-    def tail(k: int) -> float:  # f(k) = P[Binomial(r, q) >= k]
-        return float(binom.sf(k - 1, r, q))
-
-    f_v = tail(v)
-    slack = max(((tail(v - i) - f_v) / i for i in range(1, v + 1)), default=0.0)
+    # f(k) = P[Binomial(r, q) >= k] for k = 0..v, in one vectorised call (v can be ~10^4)
+    tails = binom.sf(np.arange(-1, v), r, q)
+    f_v = float(tails[v])
+    i = np.arange(1, v + 1)
+    slack = float(np.max((tails[v - i] - f_v) / i)) if v > 0 else 0.0
     return min(1.0, f_v + 2.0 * m * delta * slack)
 
 
@@ -66,3 +66,45 @@ def empirical_epsilon(m: int, r: int, v: int, delta: float, beta: float = 0.05) 
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if one_run_p_value(m, r, v, mid, delta) < beta else (lo, mid)
     return lo
+
+
+def guess_counts(m: int, guesses: tuple[float, float]) -> tuple[int, int]:
+    """``(k+, k-)``: the fractions ``guesses`` of the ``m`` canaries guessed "in" and "out"."""
+    kp, km = int(m * guesses[0]), int(m * guesses[1])
+    if kp < 0 or km < 0 or kp + km == 0 or kp + km > m:
+        raise ValueError(f"guesses must be two fractions >= 0 with 0 < sum <= 1, got {guesses!r}")
+    return kp, km
+
+
+def largest_showable(m: int, delta: float, guesses: tuple[float, float] = (0.5, 0.5), beta: float = 0.05) -> float:
+    """The largest bound :func:`one_run_audit` can report with ``m`` canaries and ``guesses``: every
+    guess right. An audit whose largest showable bound is below the accountant's epsilon cannot
+    fail (issue 32): it could never flag a mechanism that breaks its guarantee. It does not grow
+    without bound in ``m``: the ``2 m delta`` term of Theorem 3 caps it (about 8.2 at delta 1e-5)."""
+    kp, km = guess_counts(m, guesses)
+    return empirical_epsilon(m, kp + km, kp + km, delta, beta)
+
+
+def one_run_audit(
+    scores: Sequence[float],
+    included: Sequence[bool],
+    delta: float,
+    guesses: tuple[float, float] = (0.5, 0.5),
+    beta: float = 0.05,
+) -> float:
+    """Steinke et al.'s one-run audit of ``m = len(scores)`` canaries (Algorithm 1, Theorem 3).
+
+    ``scores[i]`` is the auditor's membership score of canary ``i`` (higher: more likely "in"),
+    ``included[i]`` the fair coin that put it in the training. The ``k+`` highest scores are
+    guessed "in" and the ``k-`` lowest "out" (``guesses``: the two fractions of ``m``, fixed before
+    any score is seen; the rest abstain); the result is the largest epsilon that the ``v`` right
+    guesses of ``r = k+ + k-`` reject at confidence ``1 - beta`` (:func:`empirical_epsilon`). Ties
+    are broken by index (the order the canaries were drawn in, independent of inclusion).
+    """
+    m = len(scores)
+    if m != len(included) or m == 0:
+        raise ValueError(f"need one inclusion flag per score, got {m} scores and {len(included)} flags")
+    kp, km = guess_counts(m, guesses)
+    order = sorted(range(m), key=lambda i: (-scores[i], i))
+    right = sum(1 for i in order[:kp] if included[i]) + sum(1 for i in order[m - km :] if not included[i])
+    return empirical_epsilon(m, kp + km, right, delta, beta)

@@ -18,6 +18,13 @@ template (its name's prompt):
   empirical epsilon at 95% confidence next to the accountant's (Opacus RDP via
   ``lightning_fed.privacy.PrivacyConfig.plan``), and the check that it is not above it.
 
+This black-box audit cannot fail at the shipped epsilons: 64 canaries with 32 guesses can show at
+most epsilon 2.32 (``audit_stats.largest_showable``), so "empirical <= accountant" says nothing at
+epsilon 8. It shows that training through the model exposes canaries without DP and not with it;
+the audit that can fail is the white-box one of ``benchmarks/mechanism_audit.py`` (issue 32).
+The noise is the mechanism's own secret noise (no seed is given), and an excluded canary's client
+holds ordinary rows, so ``N`` and ``m`` do not depend on the coins.
+
 Model: a tiny GPT-2 built from a config (2 layers, width 64, byte tokenizer, LoRA r=16 on
 attention and MLP), not SmolLM2-135M: on this shared 2-core CPU one SmolLM2 FedIT round of ~40
 clients would take over an hour per setting. Client-level DP: ``ClientLevelDP(FedAvg)`` with
@@ -132,7 +139,9 @@ def build_federation(
     """The canaries (name, code, included) and the training rows of the included ones and the fillers.
 
     ``clients == 0``: every canary is its own client (client-level unit) next to ``fillers``
-    filler clients. ``clients > 0``: the example-level unit, the included canaries dealt
+    filler clients; an excluded canary's client holds ``repeats`` ordinary rows instead, so the
+    number of clients (and ``ClientLevelDP``'s ``m``) is the same whichever canaries are included.
+    ``clients > 0``: the example-level unit, the included canaries dealt
     round-robin to ``clients`` clients that also hold ``filler_rows_per_client`` filler rows each.
     """
     rng = random.Random(1000 + seed)
@@ -152,11 +161,13 @@ def build_federation(
         for j in range(clients):
             rows += filler_rows(rng, f"client{j}", filler_rows_per_client)
         return {"canaries": table, "rows": rows}
-    for c in table:
+    for c in table:  # an excluded canary's client holds ordinary rows: N (and so m) does not depend on the coins
         if c["included"]:
             rows += [
                 {"instruction": canary_prompt(c["name"]), "output": canary_answer(c["code"]), "user": c["user"]}
             ] * (repeats)
+        else:
+            rows += filler_rows(rng, c["user"], repeats)
     for j in range(fillers):
         rows += filler_rows(rng, f"filler{j:03d}", filler_rows_per_client)
     return {"canaries": table, "rows": rows}
@@ -233,8 +244,8 @@ def train(rows: list[dict], seed: int, epsilon: float, args: argparse.Namespace,
     if example_plan is not None:
         from lightning_fed.privacy import DPSFTModule, DPSGDSettings
 
-        # the noise seed derives from the run's seed (reproducible benchmark, not a deployment)
-        settings = DPSGDSettings(clip_norm=args.clip_norm, noise_multiplier=z, seed=10_000 + seed)
+        # no seed: the mechanism's own secret noise (an audit of a known noise would audit nothing)
+        settings = DPSGDSettings(clip_norm=args.clip_norm, noise_multiplier=z)
         module = DPSFTModule(backbone, lora=lora, lr=args.lr, dp_sgd=settings)
     else:
         module = SFTModule(backbone, lora=lora, lr=args.lr)
@@ -249,9 +260,8 @@ def train(rows: list[dict], seed: int, epsilon: float, args: argparse.Namespace,
     )
     strategy = FedAvg()
     if acc is not None:
-        strategy = ClientLevelDP(
-            FedAvg(), noise_multiplier=z, clip_norm=args.clip_norm, expected_clients=num_clients, seed=seed
-        )
+        # no seed: the mechanism's own secret noise
+        strategy = ClientLevelDP(FedAvg(), noise_multiplier=z, clip_norm=args.clip_norm, expected_clients=num_clients)
     loop = FederatedLoop(
         rounds=args.rounds,
         clients_per_round=num_clients,

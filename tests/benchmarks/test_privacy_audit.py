@@ -27,11 +27,22 @@ def test_example_unit_puts_each_included_canary_once_round_robin_and_no_excluded
     assert len(fed["rows"]) == len(included) + 6
 
 
-def test_client_unit_is_unchanged_each_canary_its_own_client_with_repeats():
-    fed = build_federation(seed=0, canaries=8, fillers=2, repeats=3, filler_rows_per_client=2)
-    included = [c for c in fed["canaries"] if c["included"]]
-    assert len(fed["rows"]) == 3 * len(included) + 2 * 2
-    assert {r["user"] for r in fed["rows"]} == {c["user"] for c in included} | {"filler000", "filler001"}
+def test_client_unit_each_canary_its_own_client_with_repeats_and_n_independent_of_the_coins():
+    """An excluded canary's client holds ordinary rows, so N (and ClientLevelDP's m = N) is the
+    same whichever canaries are included (issue 32: m depended on the coins)."""
+    sizes = set()
+    for seed in range(4):
+        fed = build_federation(seed=seed, canaries=8, fillers=2, repeats=3, filler_rows_per_client=2)
+        included = [c for c in fed["canaries"] if c["included"]]
+        assert 0 < len(included) < 8 or seed > 0
+        assert len(fed["rows"]) == 3 * 8 + 2 * 2
+        users = {r["user"] for r in fed["rows"]}
+        assert users == {c["user"] for c in fed["canaries"]} | {"filler000", "filler001"}
+        for c in fed["canaries"]:
+            holds = any(c["code"] in r["output"] for r in fed["rows"] if r["user"] == c["user"])
+            assert holds == c["included"]
+        sizes.add(len(users))
+    assert sizes == {10}
 
 
 def test_example_plan_spends_the_target_and_no_amplification_spends_more():

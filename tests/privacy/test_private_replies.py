@@ -134,3 +134,26 @@ def test_a_non_private_run_still_names_the_rejected_client_and_its_norm(tmp_path
     (record,) = local.report.history.lines()
     assert list(record["rejected"]) in (["0"], [0]) and "update norm" in next(iter(record["rejected"].values()))
     assert torch.is_tensor(next(iter(local.server.global_state.values())))
+
+
+def test_a_private_secagg_client_sends_no_evaluation_either(tmp_path):
+    """SecAgg+ with client-level DP (distributed noise shares): the evaluate replies are the same
+    handler's, so they carry no metric and a count of 0 there too."""
+    cfg, _ = _config(tmp_path)
+    fed = cfg["federation"]
+    fed.update(rounds=1, clients_per_round=3)
+    fed["strategy"] = {
+        "class_path": "lightning_fed.deploy.secure_aggregation.SecureAggregation",
+        "init_args": {
+            "protocol": "secagg+",
+            "num_shares": 3,
+            "reconstruction_threshold": 2,
+            "clipping_range": 0.5,
+            "max_weight": 1.0,
+            "strategy": fed["strategy"],
+        },
+    }
+    config = tmp_path / "secagg.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    replies = _evaluate_replies(config, tmp_path / "flower")
+    assert replies and all(r == {"client-id": r["client-id"], "num-examples": 0} for r in replies)
