@@ -44,7 +44,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.federation.server_round import ServerRound
@@ -203,7 +203,7 @@ class RunPrivacy:
             self.secret = RunSecret.read(self.key_path)
             self._key_written = True
         else:
-            where = self.key_path if self.key_path is not None else "<run folder>.key"
+            where = self.key_path if self.key_path is not None else "(none: no run folder)"
             rank_zero_warn(
                 f"resuming a private run without its key file {where}: client sampling, DP-SGD batches and noise"
                 " continue from fresh secret randomness, not those of the uninterrupted run"
@@ -217,6 +217,10 @@ class RunPrivacy:
             self.key_path.parent.mkdir(parents=True, exist_ok=True)
             self.secret.write(self.key_path)
             self._key_written = True
+            rank_zero_info(
+                f"private run: its secret randomness is in {self.key_path} (mode 0600): keep it to resume"
+                " exactly, never share it with the run folder"
+            )
 
     def plan_example_budget(
         self, module: ExampleLevelDP, num_clients: int, batch_size: int, rounds: int
