@@ -78,10 +78,12 @@ class DPSGDSettings:
             one): each client's ``z`` is calibrated before training for its own sampling rate over
             the planned rounds (:class:`~lightning_fed.privacy.example_budget.ExampleBudget`), at
             the run's ``delta``.
-        expected_batch_size: ``|L|``, what the noised sum is divided by; ``None`` uses the
-            batch's own number of examples (right for fixed-size batches).
+        expected_batch_size: ``|L|``, what the noised sum is divided by; ``None`` uses
+            ``data.batch_size`` in a federated run (its Poisson batches' expected size) and the
+            batch's own number of examples outside one.
         ffa_lora: Freeze LoRA ``A``; only ``B`` is trained and sent (FFA-LoRA).
-        seed: Seed of the noise; ``None`` (default) draws a secret one from the OS.
+        seed: Seed of the noise and the Poisson batches; ``None`` (default): secret, from the
+            run's secret (:mod:`~lightning_fed.privacy.secret`). A given seed is for tests only.
     """
 
     clip_norm: float = 1.0

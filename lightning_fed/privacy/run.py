@@ -44,7 +44,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.federation.server_round import ServerRound
@@ -201,17 +201,17 @@ class RunPrivacy:
             self.key_path = key_file(run_dir)
 
     def _resume_secret(self) -> None:
-        """On resume: the key file's secret (an exact resume), or a fresh one, said in one warning."""
-        if self.secret is None or self.seeded:
+        """On a resumed fit: the key file's secret (an exact resume), or a fresh one, said in one
+        warning. Not for ``validate``/``test`` of a checkpoint (no run attached: nothing is drawn)."""
+        if self.secret is None or self.seeded or self.key_path is None:
             return
-        if self.key_path is not None and self.key_path.is_file():
+        if self.key_path.is_file():
             self.secret = RunSecret.read(self.key_path)
             self._key_written = True
         else:
-            where = self.key_path if self.key_path is not None else "<run folder>.key"
             rank_zero_warn(
-                f"resuming a private run without its key file {where}: client sampling, DP-SGD batches and noise"
-                " continue from fresh secret randomness, not those of the uninterrupted run"
+                f"resuming a private run without its key file {self.key_path}: client sampling, DP-SGD batches and"
+                " noise continue from fresh secret randomness, not those of the uninterrupted run"
             )
             self.secret = RunSecret.fresh()
             self._key_written = False
@@ -222,6 +222,10 @@ class RunPrivacy:
             self.key_path.parent.mkdir(parents=True, exist_ok=True)
             self.secret.write(self.key_path)
             self._key_written = True
+            rank_zero_info(
+                f"private run: its secret randomness is in {self.key_path} (mode 0600): keep it to resume"
+                " exactly, never share it with the run folder"
+            )
 
     def plan_example_budget(
         self, module: ExampleLevelDP, num_clients: int, batch_size: int, rounds: int

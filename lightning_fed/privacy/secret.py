@@ -14,9 +14,10 @@ of the others), which seeds a ``torch.Generator`` for that draw, so a draw depen
 (secret, label) and a resumed run repeats the uninterrupted one.
 
 The secret is never in a checkpoint, a report or a log line. It is written only to the run's
-**key file** :func:`key_file`, ``<run folder>.key`` next to (not inside) the run folder,
-created with mode 0600. Resuming from ``<run folder>/checkpoints/last.ckpt`` reads it back and
-continues exactly; without it the run resumes with a fresh secret and says so in one warning.
+**key file** :func:`key_file`, ``.<run folder name>.key`` next to (not inside) the run folder,
+created with mode 0600 (hidden, so a ``report 'runs/x/lightning_logs/*'`` glob never picks it
+up). Resuming from ``<run folder>/checkpoints/last.ckpt`` reads it back and continues exactly;
+without it the run resumes with a fresh secret and says so in one warning.
 Share a run folder freely; keep the key file to yourself (or delete it once the run is done).
 """
 
@@ -33,9 +34,9 @@ KEY_SUFFIX = ".key"
 
 
 def key_file(run_dir: str | os.PathLike[str]) -> Path:
-    """The key file of the run in ``run_dir``: ``<parent>/<run folder name>.key``, outside the folder."""
+    """The key file of the run in ``run_dir``: ``<parent>/.<run folder name>.key``, outside the folder."""
     run = Path(run_dir).absolute()
-    return run.parent / f"{run.name}{KEY_SUFFIX}"
+    return run.parent / f".{run.name}{KEY_SUFFIX}"
 
 
 class RunSecret:

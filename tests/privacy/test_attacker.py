@@ -123,7 +123,7 @@ def private_run(name: str, tmp_path: Path) -> tuple[Path, dict, dict]:
             [TurnPlan(client, STEPS)], *layout[:3], 0, r, poisson_seed=module.poisson_batch_seed(r)
         )
         truth.update(batches=list(sampler), layout=layout)
-    assert (out / "lightning_logs" / "version_0.key").is_file()  # the key exists, outside the run folder
+    assert (out / "lightning_logs" / ".version_0.key").is_file()  # the key exists, outside the run folder
     return run_dir, yaml.safe_load(config_path.read_text()), truth
 
 

@@ -27,7 +27,7 @@ def test_key_file_is_0600_outside_the_run_folder_and_reads_back(tmp_path):
         path = RunSecret(KEY_A).write(key_file(tmp_path / "version_0"))
     finally:
         os.umask(old)
-    assert path == tmp_path / "version_0.key"
+    assert path == tmp_path / ".version_0.key"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert RunSecret.read(path) == RunSecret(KEY_A)
     assert KEY_A.hex() not in repr(RunSecret(KEY_A))
@@ -80,7 +80,7 @@ def _leaves(obj):
 def test_resume_with_the_key_is_the_uninterrupted_run_and_the_folder_holds_no_secret(tmp_path, monkeypatch):
     straight = _run(tmp_path, "straight", 3, KEY_A, monkeypatch)
     first = _run(tmp_path, "first", 2, KEY_A, monkeypatch)
-    key = tmp_path / "first.key"
+    key = tmp_path / ".first.key"
     assert stat.S_IMODE(key.stat().st_mode) == 0o600 and RunSecret.read(key) == RunSecret(KEY_A)
     # nothing in the run folder (checkpoint, rounds.jsonl, summary) holds the key or a seed derived from it
     privacy = first.server.privacy
@@ -94,7 +94,7 @@ def test_resume_with_the_key_is_the_uninterrupted_run_and_the_folder_holds_no_se
             data = path.read_bytes()
             assert not [n for n in needles if n in data], path
     # a new process (another OS secret) resumed from the checkpoint with the key next to its run folder
-    (tmp_path / "resumed.key").write_bytes(key.read_bytes())
+    (tmp_path / ".resumed.key").write_bytes(key.read_bytes())
     resumed = _run(tmp_path, "resumed", 3, KEY_B, monkeypatch, ckpt=str(ckpt))
     assert_same_state(resumed.global_state, straight.global_state)
     assert [resumed.server.sample(r) for r in range(3)] == [straight.server.sample(r) for r in range(3)]
@@ -107,11 +107,11 @@ def test_resume_without_the_key_warns_once_and_draws_fresh_randomness(tmp_path, 
     with pytest.warns(UserWarning, match="resuming a private run without its key file") as caught:
         resumed = _run(tmp_path, "lost", 3, KEY_B, monkeypatch, ckpt=ckpt)
     assert len([w for w in caught if "key file" in str(w.message)]) == 1
-    assert str(tmp_path / "lost.key") in str(next(w.message for w in caught if "key file" in str(w.message)))
+    assert str(tmp_path / ".lost.key") in str(next(w.message for w in caught if "key file" in str(w.message)))
     assert len(resumed.report.history) == 3
     with pytest.raises(AssertionError):  # round 3 drew other noise (and sample, and batches)
         assert_same_state(resumed.global_state, straight.global_state)
-    assert RunSecret.read(tmp_path / "lost.key") == RunSecret(KEY_B)  # its own key, for a later resume
+    assert RunSecret.read(tmp_path / ".lost.key") == RunSecret(KEY_B)  # its own key, for a later resume
 
 
 def test_a_private_run_writes_no_client_list(tmp_path, monkeypatch):
