@@ -107,6 +107,12 @@ def read_entry(path: Path, client_id: int | None = None, layout: Layout | None =
         if problem:
             raise CheckpointError(f"{who} {str(path)!r}: {key!r} {problem}")
         entry[part][name] = value
+    missing = sorted(set(layout["personal"]) - set(entry["personal"])) if layout and entry["personal"] else []
+    if missing:  # the turn would load the others only, keeping the previous client's values of these
+        raise CheckpointError(
+            f"{who} {str(path)!r}: 'personal/{missing[0]}' is missing (a client's personal state holds every"
+            " personal parameter)"
+        )
     return entry
 
 
