@@ -35,6 +35,7 @@ from lightning_fed.errors import CheckpointError
 from lightning_fed.federation.checkpoint_io import read_checkpoint
 from lightning_fed.federation.state_check import check_state, named
 from lightning_fed.modules.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_adapter_weights
+from lightning_fed.modules.adapter_files import check_shapes as check_adapter_state
 from lightning_fed.modules.backbone import DTYPES, BackboneConfig, load_backbone
 from lightning_fed.modules.lora import LoraSettings, apply_lora
 
@@ -208,7 +209,7 @@ def _apply_adapter_folder(model: torch.nn.Module, adapter: Path, flag: str) -> t
         raise ValueError(f"{flag} {str(adapter)!r}: the adapter does not fit the model: {first}") from None
     if weights is not None:
         expected = get_peft_model_state_dict(model)
-        check_state(weights, expected, named(flag, weights_path), unknown="weight of this model's adapter")
+        check_adapter_state(weights, expected, flag, weights_path)
     return model
 
 

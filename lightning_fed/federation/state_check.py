@@ -59,6 +59,7 @@ def state_problems(
     required: Collection[str] | None = None,
     exact_dtype: bool = False,
     unknown: str = "parameter of this model",
+    one_dtype: bool = False,
 ) -> list[str]:
     """Everything wrong with ``state`` against ``expected``, first problem first (empty if it fits).
 
@@ -69,10 +70,14 @@ def state_problems(
         exact_dtype: Each tensor must have the dtype of the run's (else any floating point where
             the run's is floating point).
         unknown: What a name of ``state`` must be, for the message ("parameter of this model").
+        one_dtype: Every tensor must have the dtype of the first (an adapter file is written from
+            parameters of one dtype, whichever the run trained in: one tensor of another dtype
+            is not what the run wrote).
     """
     if not isinstance(state, Mapping):
         return [f"is a {type(state).__name__}, expected a mapping of names to tensors"]
     problems = []
+    first = next((v.dtype for v in state.values() if isinstance(v, torch.Tensor)), None)
     for key, value in state.items():
         if not isinstance(key, str) or key not in expected:
             problems.append(f"{key!r} is not a {unknown}")
@@ -82,6 +87,8 @@ def state_problems(
         problem = tensor_problem(key, value, tuple(ref.shape), ANY_FLOAT if floating else ref.dtype)
         if problem:
             problems.append(problem)
+        elif one_dtype and value.dtype != first:
+            problems.append(f"{key!r} is {dtype_name(value.dtype)}, the other weights are {dtype_name(first)}")
     missing = [k for k in (expected if required is None else required) if k not in state]
     if missing:
         problems.append(f"{missing[0]!r} is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
@@ -96,6 +103,7 @@ def check_state(
     exact_dtype: bool = False,
     unknown: str = "parameter of this model",
     hint: str = "",
+    one_dtype: bool = False,
 ) -> None:
     """:func:`state_problems`, raised.
 
@@ -106,7 +114,7 @@ def check_state(
     Raises:
         CheckpointError: ``"<where> <first problem> (and N more problems)[; <hint>]"``, one line.
     """
-    problems = state_problems(state, expected, required, exact_dtype, unknown)
+    problems = state_problems(state, expected, required, exact_dtype, unknown, one_dtype)
     if problems:
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise CheckpointError(f"{where} {problems[0]}{more}" + (f"; {hint}" if hint else ""))

@@ -102,11 +102,13 @@ def check_shapes(
     required: Collection[str] | None = None,
 ) -> None:
     """``state`` is exactly an adapter of the model: every tensor names a tensor of ``expected``
-    (parameters, or PEFT's state dict) and has its shape, finite floating point, and none of
+    (parameters, or PEFT's state dict) and has its shape, finite floating point, all of one dtype, and none of
     ``required`` (default: every tensor of ``expected``) is missing: PEFT only warns about a
     missing one and leaves it at its random start (:func:`~lightning_fed.federation.state_check.check_state`).
 
     Raises:
         ValueError: naming ``field``, ``path`` and the first unknown, missing or bad key.
     """
-    check_state(state, expected, named(field, path), required=required, unknown="weight of this model's adapter")
+    check_state(
+        state, expected, named(field, path), required=required, unknown="weight of this model's adapter", one_dtype=True
+    )
