@@ -115,3 +115,21 @@ def test_predict_is_removed_with_what_to_use_instead(tmp_path):
     ]
     assert not (tmp_path / "run").exists()
     assert "predict" not in _cli("--help").stdout
+
+
+@pytest.mark.parametrize("flag", [["--debug", "false"], ["--debug=false"], ["--debug", "true"], ["--debug=true"]])
+def test_debug_takes_a_boolean_after_the_subcommand(tmp_path, flag):
+    """Issue 34 item 8: `--debug false` turned debug on and left `false` as a stray argument
+    (exit 2 with a traceback and jsonargparse's DEBUG log lines); only `--debug=true` worked."""
+    missing = tmp_path / "no-run"
+    proc = _cli("evaluate", "--run", str(missing), "--benchmarks", "[judge]", *flag)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = (
+        f"lightning-fed evaluate: error: --run {str(missing)!r}: no such file or folder; --judge: set exactly one of"
+        " --judge.url (with --judge.model), --judge.model or --judge.backbone, got none"
+    )
+    assert " - DEBUG - " not in proc.stderr
+    if flag[-1].endswith("false"):
+        assert proc.stderr == f"{line}\n"
+    else:
+        assert "Traceback (most recent call last)" in proc.stderr and proc.stderr.endswith(f"\n{line}\n")

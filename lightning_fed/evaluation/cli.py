@@ -34,7 +34,7 @@ from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, Namespace
 
-from lightning_fed.errors import UserError, debug_requested, one_line
+from lightning_fed.errors import UserError, one_line, take_debug
 from lightning_fed.evaluation.humaneval import HumanEvalOptions
 from lightning_fed.evaluation.judge_run import JudgeOptions
 from lightning_fed.evaluation.lm_eval_tasks import LmEvalOptions
@@ -300,7 +300,7 @@ def main(argv: list[str]) -> int:
         0 on success, 2 for a user error, 1 for a failure during evaluation.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    debug = "--debug" in argv or "--debug=true" in argv or debug_requested([])  # `lightning-fed --debug evaluate`
+    debug, argv = take_debug(argv)  # `--debug`, `--debug=false`, `--debug true`; else LIGHTNING_FED_DEBUG
     parser = build_parser()
     try:
         cfg = parser.parse_args(argv)
