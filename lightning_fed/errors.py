@@ -29,8 +29,10 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import typing
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 EXIT_OK = 0
@@ -252,6 +254,27 @@ def _scalar_for_mapping(class_path: str, arg: str, message: str) -> tuple[str, s
         for option in typing.get_args(hint) or (hint,):
             if dataclasses.is_dataclass(option):
                 return ", ".join(f.name for f in dataclasses.fields(option)), repr(value)
+    return None
+
+
+def unwritable(folder: str | Path) -> str | None:
+    """Why no file can be written into ``folder`` (created first if missing), or ``None`` if one can.
+
+    Probed with a temporary file in ``folder`` or in its nearest existing parent, removed at once
+    (permission bits say nothing for root or on a read-only mount): checked before a model is
+    loaded or an evaluation runs, instead of failing when the results are written (issue 34
+    item 6).
+    """
+    existing = Path(folder).expanduser().absolute()
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{str(existing)!r} is a file, not a folder"
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        return f"cannot write into {str(existing)!r} ({err.strerror or type(err).__name__})"
     return None
 
 
