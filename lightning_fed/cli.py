@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from lightning_fed import console
 from lightning_fed.errors import (
     DEBUG_ENV,
-    DEBUG_FLAG,
     EXIT_OK,
     EXIT_SIGINT,
     EXIT_SIGTERM,
@@ -40,9 +39,9 @@ from lightning_fed.errors import (
     HINT,
     Terminated,
     UserError,
-    debug_requested,
     exit_code,
     one_line,
+    take_debug,
 )
 
 if TYPE_CHECKING:
@@ -184,13 +183,11 @@ def console_main(argv: list[str] | None = None) -> int:
     """The ``lightning-fed`` process: run a subcommand, return the exit status (see :mod:`lightning_fed.errors`)."""
     from_sys = argv is None
     argv = list(sys.argv[1:] if from_sys else argv)
-    debug = debug_requested(argv)
+    debug, argv = take_debug(argv)  # `--debug`, `--debug=false`, `--debug true`, anywhere
     console.configure(verbose=console.verbose_requested(argv))
-    argv = [a for a in argv if a not in (DEBUG_FLAG, console.VERBOSE_FLAG)]
+    argv = [a for a in argv if a != console.VERBOSE_FLAG]
     if from_sys:  # LightningCLI warns when given args while sys.argv holds arguments too
         sys.argv[1:] = argv
-    if debug:
-        os.environ["JSONARGPARSE_DEBUG"] = "true"  # jsonargparse raises with its traceback instead of exiting
     if not argv or argv[0] in ("-h", "--help"):
         (sys.stdout if argv else sys.stderr).write(INTRO)
         return EXIT_OK if argv else EXIT_USER_ERROR
@@ -207,6 +204,8 @@ def console_main(argv: list[str] | None = None) -> int:
                 return _dispatch(argv[0], argv[1:])
         except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
             return _outcome(err, debug, None)
+    if debug:  # jsonargparse raises with its traceback instead of exiting (the subcommands above: their own)
+        os.environ["JSONARGPARSE_DEBUG"] = "true"
     from lightning_fed.callbacks.signals import ProcessSignals, handle_termination
 
     signals = ProcessSignals()

@@ -29,8 +29,10 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import typing
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 EXIT_OK = 0
@@ -115,9 +117,41 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}"
 
 
+_BOOLEAN = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+def take_debug(argv: list[str]) -> tuple[bool, list[str]]:
+    """Whether a traceback was asked for, and ``argv`` without the ``--debug`` flag.
+
+    ``--debug``, ``--debug=<bool>`` and ``--debug <bool>`` (``true``/``false``, ``yes``/``no``,
+    ``on``/``off``, ``1``/``0``) are read before or after the subcommand; without one,
+    ``LIGHTNING_FED_DEBUG`` decides. (``--debug false`` used to turn debug *on* and leave
+    ``false`` behind as a stray argument: issue 34 item 8.) A ``--debug=<value>`` that is not a
+    boolean is left in ``argv`` for the subcommand's parser to refuse.
+    """
+    debug: bool | None = None
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == DEBUG_FLAG:
+            value = argv[i + 1].lower() if i + 1 < len(argv) else ""
+            debug = _BOOLEAN.get(value, True)
+            i += 2 if value in _BOOLEAN else 1
+            continue
+        if arg.startswith(DEBUG_FLAG + "=") and arg.split("=", 1)[1].lower() in _BOOLEAN:
+            debug = _BOOLEAN[arg.split("=", 1)[1].lower()]
+        else:
+            rest.append(arg)
+        i += 1
+    if debug is None:
+        debug = os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return debug, rest
+
+
 def debug_requested(argv: list[str]) -> bool:
-    """``--debug`` among the arguments or ``LIGHTNING_FED_DEBUG`` set to a true value."""
-    return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    """``--debug`` (or ``--debug=true``...) among the arguments, or ``LIGHTNING_FED_DEBUG`` set to a true value."""
+    return take_debug(argv)[0]
 
 
 # ---------------------------------------------------------------- jsonargparse messages
@@ -220,6 +254,27 @@ def _scalar_for_mapping(class_path: str, arg: str, message: str) -> tuple[str, s
         for option in typing.get_args(hint) or (hint,):
             if dataclasses.is_dataclass(option):
                 return ", ".join(f.name for f in dataclasses.fields(option)), repr(value)
+    return None
+
+
+def unwritable(folder: str | Path) -> str | None:
+    """Why no file can be written into ``folder`` (created first if missing), or ``None`` if one can.
+
+    Probed with a temporary file in ``folder`` or in its nearest existing parent, removed at once
+    (permission bits say nothing for root or on a read-only mount): checked before a model is
+    loaded or an evaluation runs, instead of failing when the results are written (issue 34
+    item 6).
+    """
+    existing = Path(folder).expanduser().absolute()
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{str(existing)!r} is a file, not a folder"
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        return f"cannot write into {str(existing)!r} ({err.strerror or type(err).__name__})"
     return None
 
 

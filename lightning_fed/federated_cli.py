@@ -31,7 +31,14 @@ from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
 from lightning_fed.callbacks.signals import ProcessSignals
 from lightning_fed.console import PROG
 from lightning_fed.datamodules import FederatedDataModule
-from lightning_fed.errors import EXIT_USER_ERROR, CheckpointError, UserError, config_shape_error, simplify_parse_error
+from lightning_fed.errors import (
+    EXIT_USER_ERROR,
+    CheckpointError,
+    UserError,
+    config_shape_error,
+    simplify_parse_error,
+    unwritable,
+)
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, check_weights, saved_config
@@ -249,6 +256,7 @@ class FederatedCLI(LightningCLI):
     def before_fit(self) -> None:
         # Load, validate and partition the data now, before the Trainer creates log folders:
         # a data error then leaves nothing behind.
+        self._check_writable()
         if getattr(self.datamodule, "tokenizer", None) is None and hasattr(self.model, "tokenizer"):
             self.datamodule.tokenizer = self.model.tokenizer
         loop = next(c for c in self.trainer.callbacks if isinstance(c, FederatedLoop))
@@ -275,6 +283,12 @@ class FederatedCLI(LightningCLI):
         if self.trainer.is_global_zero:
             print(closing_line(RoundReport.output_dir(self.trainer)), flush=True)
 
+    def _check_writable(self) -> None:
+        """A folder the run cannot write is named by its option before anything is loaded or run."""
+        root = self.trainer.default_root_dir
+        if "://" not in str(root) and (why := unwritable(root)):
+            raise UserError(f"trainer.default_root_dir {str(root)!r}: {why}")
+
     def _check_weights(self, ckpt: Any) -> None:
         if getattr(self, "_saved_weights", None) is not None:
             check_weights(ckpt, self._saved_weights, self.model)
@@ -282,6 +296,14 @@ class FederatedCLI(LightningCLI):
     def _before_evaluation(self, stage: str) -> None:
         # As before_fit: the checkpoint and the data are checked before the Trainer writes logs.
         ckpt = self._ckpt_path()
+        self._check_writable()
+        if ckpt and "://" not in str(ckpt) and Path(ckpt).is_file():  # <stage>_results.json goes beside it
+            from lightning_fed.evaluation.stage_results import results_dir
+
+            if why := unwritable(results_dir(str(ckpt), Path())):
+                raise UserError(
+                    f"ckpt_path {str(ckpt)!r}: {stage} writes {stage}_results.json into its run folder: {why}"
+                )
         if ckpt and "://" not in str(ckpt) and getattr(self, "_saved_weights", None) is not None:
             config = yaml.safe_load(
                 self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False, skip_validation=True)

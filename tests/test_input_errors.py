@@ -115,3 +115,54 @@ def test_predict_is_removed_with_what_to_use_instead(tmp_path):
     ]
     assert not (tmp_path / "run").exists()
     assert "predict" not in _cli("--help").stdout
+
+
+@pytest.mark.parametrize("flag", [["--debug", "false"], ["--debug=false"], ["--debug", "true"], ["--debug=true"]])
+def test_debug_takes_a_boolean_after_the_subcommand(tmp_path, flag):
+    """Issue 34 item 8: `--debug false` turned debug on and left `false` as a stray argument
+    (exit 2 with a traceback and jsonargparse's DEBUG log lines); only `--debug=true` worked."""
+    missing = tmp_path / "no-run"
+    proc = _cli("evaluate", "--run", str(missing), "--benchmarks", "[judge]", *flag)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = (
+        f"lightning-fed evaluate: error: --run {str(missing)!r}: no such file or folder; --judge: set exactly one of"
+        " --judge.url (with --judge.model), --judge.model or --judge.backbone, got none"
+    )
+    assert " - DEBUG - " not in proc.stderr
+    if flag[-1].endswith("false"):
+        assert proc.stderr == f"{line}\n"
+    else:
+        assert "Traceback (most recent call last)" in proc.stderr and proc.stderr.endswith(f"\n{line}\n")
+
+
+def _read_only_folder() -> Path:
+    """A folder nobody can create files in, root included (``/sys`` is mounted so); else skip."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir="/sys"):
+            pass
+    except OSError:
+        return Path("/sys")
+    pytest.skip("/sys is writable here")
+
+
+def test_a_read_only_root_dir_is_named_by_its_option():
+    """Issue 34 (also seen): the read-only ``fit`` message did not name trainer.default_root_dir."""
+    root = _read_only_folder() / "lf-run"
+    proc = _cli("fit", "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={root}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [f"error: trainer.default_root_dir '{root}': cannot write into '/sys' (Permission denied)"]
+    assert len(proc.stderr.splitlines()) == 2
+
+
+def test_evaluate_output_read_only_is_refused_before_the_model_loads(tmp_path):
+    """Issue 34 item 6: ``evaluate --output <read-only>`` exited 1 after loading the model."""
+    output = _read_only_folder() / "lf-results"
+    adapter = tmp_path / "adapter"  # never read: --output is checked with the other options
+    proc = _cli("evaluate", "--run", str(adapter), "--benchmarks", "[judge]", "--judge.model=x", f"--output={output}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr == (
+        f"lightning-fed evaluate: error: --run {str(adapter)!r}: no such file or folder;"
+        f" --output '{output}': cannot write into '/sys' (Permission denied)\n"
+    )

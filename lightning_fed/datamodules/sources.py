@@ -8,8 +8,10 @@ one-line error naming the field, value or row.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import datasets
@@ -225,7 +227,8 @@ def load_local(dataset: str, builder: str, data_files: list[str]) -> datasets.Da
     for file in data_files:
         _check_text(dataset, file, text=builder in ("json", "csv"))
     try:
-        return datasets.load_dataset(builder, data_files=data_files, split="train")
+        with _datasets_log_silenced():
+            return datasets.load_dataset(builder, data_files=data_files, split="train")
     except Exception as err:  # noqa: BLE001 - any reader failure becomes one line naming the file
         cause = err
         while cause.__cause__ is not None:
@@ -237,6 +240,20 @@ def load_local(dataset: str, builder: str, data_files: list[str]) -> datasets.Da
                 if (bad := _first_bad_json_record(file)) is not None:
                     raise ValueError(f"data.dataset {dataset!r}: {file!r}: {bad}") from None
         raise ValueError(f"data.dataset {dataset!r}: cannot read {where!r} as {builder}: {reason}") from None
+
+
+@contextlib.contextmanager
+def _datasets_log_silenced() -> Iterator[None]:
+    """The ``datasets`` loggers quiet while it reads: a malformed line made it log "Failed to load
+    JSON from file ..." twice (once timestamped) before the package's own one-line error, which
+    names the file and the line (issue 34 item 11)."""
+    logger = logging.getLogger("datasets")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _check_text(dataset: str, file: str, text: bool) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, Namespace, set_parsing_settings
 
-from lightning_fed.errors import UserError, debug_requested, one_line
+from lightning_fed.errors import UserError, one_line, take_debug, unwritable
 from lightning_fed.evaluation.humaneval import HumanEvalOptions
 from lightning_fed.evaluation.judge_run import JudgeOptions
 from lightning_fed.evaluation.lm_eval_tasks import LmEvalOptions
@@ -139,6 +139,8 @@ def prepare(cfg: Namespace) -> dict[str, Any]:
         problems.append(str(err))
     if cfg.run is None and cfg.adapter is None and cfg.output is None and cfg.model is not None:
         problems.append("--output is required with --model and no --adapter (there is no run folder to write into)")
+    if cfg.output and (why := unwritable(cfg.output)):
+        problems.append(f"--output {cfg.output!r}: {why}")
     for name, cls in (("lm_eval", LmEvalOptions), ("humaneval", HumanEvalOptions), ("judge", JudgeOptions)):
         if name in cfg.benchmarks:
             try:
@@ -224,6 +226,8 @@ def evaluate(cfg: Namespace, plan: dict[str, Any]) -> tuple[Path, dict[str, Any]
         if cfg.output
         else loaded.output_dir or Path(cfg.adapter).expanduser().resolve().parent
     )
+    if why := unwritable(out):  # the run's or the adapter's folder, known once the model is read
+        raise UserError(f"cannot write the results into {str(out)!r}: {why}; give --output <folder>")
     out.mkdir(parents=True, exist_ok=True)
     lm = lm_eval_tasks.make_lm(
         loaded.model, loaded.tokenizer, cfg.batch_size, plan["lm_eval"].max_length if "lm_eval" in plan else None
@@ -317,7 +321,7 @@ def main(argv: list[str]) -> int:
         0 on success, 2 for a user error, 1 for a failure during evaluation.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    debug = "--debug" in argv or "--debug=true" in argv or debug_requested([])  # `lightning-fed --debug evaluate`
+    debug, argv = take_debug(argv)  # `--debug`, `--debug=false`, `--debug true`; else LIGHTNING_FED_DEBUG
     parser = build_parser()
     try:
         cfg = parser.parse_args(argv)

@@ -68,3 +68,37 @@ def test_any_preference_file_is_served_or_refused_in_one_line(spec, num_clients,
     for client in dm.clients:
         for item in client.full_train:
             assert 0 < len(item["chosen_input_ids"]) <= max_length and 0 < len(item["rejected_input_ids"]) <= max_length
+
+
+def test_a_broken_jsonl_line_prints_only_the_package_error(tmp_path):
+    """Issue 34 item 11: ``datasets`` logged "Failed to load JSON from file ..." twice (once with a
+    timestamp) before the package's own line; as a process, stderr is that line and the hint."""
+    import os
+    import subprocess
+    import sys
+
+    from lightning_fed.errors import HINT
+
+    root = Path(__file__).resolve().parents[2]
+    path = tmp_path / "pairs.jsonl"
+    good = "".join(json.dumps({"prompt": f"p{i}", "chosen": "a", "rejected": "b"}) + "\n" for i in range(4))
+    path.write_text(good + '{"prompt": "x", "chosen": \n')
+    run = tmp_path / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(root)}
+    env.pop("LIGHTNING_FED_DEBUG", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/tiny.yaml"]
+        + [f"--data.init_args.dataset={path}", "--data.init_args.num_clients=2", "--data.init_args.val_fraction=0"]
+        + ["--federation.clients_per_round=1", f"--trainer.default_root_dir={run}"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert (
+        proc.stderr
+        == f"error: data.dataset {str(path)!r}: {str(path)!r}: line 5 is not valid JSON: Expecting value\n{HINT}\n"
+    )
+    assert not run.exists()
