@@ -40,6 +40,7 @@ from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
 from lightning_fed.pipelines import prepare_stages
 from lightning_fed.report.table import DEFAULT_METRICS
+from lightning_fed.run_parser import add_federation_arguments
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
 
@@ -154,7 +155,7 @@ class FederatedCLI(LightningCLI):
         return {k: v for k, v in LightningCLI.subcommands().items() if k not in REMOVED}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_lightning_class_args(FederatedLoop, "federation")
+        add_federation_arguments(parser)
 
     def _set_seed(self) -> None:
         # numpy's bounds, named: Lightning's message ("-1 is not in bounds, numpy accepts from 0
@@ -213,6 +214,8 @@ class FederatedCLI(LightningCLI):
         # per round, replaced atomically: the top-1 checkpoint without a monitor, named `last`
         # (`save_last=True` would write it twice; `save_top_k=0` only at the end of fit;
         # `save_last="link"` removes the old epoch file before the link points at the new one).
+        loop = FederatedLoop(self._get(self.config_init, "federation"))  # the run, in Lightning's fit
+        callbacks.insert(0, loop)
         given = list(callbacks) + list(config.get("callbacks") or [])
         if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in given):
             callbacks.append(FederatedProgressBar())
@@ -223,10 +226,9 @@ class FederatedCLI(LightningCLI):
         if not config.get("plugins"):  # a kill during a save never leaves half a checkpoint
             config["plugins"] = [AtomicCheckpointIO()]
         callbacks.append(self.signals)
-        loop = next((c for c in callbacks if isinstance(c, FederatedLoop)), None)
-        if loop is not None and config.get("max_epochs") is None:
+        if config.get("max_epochs") is None:
             config["max_epochs"] = loop.rounds  # federation.rounds decides; no "Setting it to 1000" notice
-        if loop is not None and config.get("log_every_n_steps") is None and loop.local_steps:
+        if config.get("log_every_n_steps") is None and loop.local_steps:
             # Lightning's 50 is more optimizer steps than a small run takes in all (tiny: 30), which
             # left TensorBoard without a `train/*` scalar; once per client turn at the least.
             config["log_every_n_steps"] = min(LOG_EVERY_N_STEPS, loop.local_steps)
