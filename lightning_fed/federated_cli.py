@@ -2,8 +2,9 @@
 
 ``lightning-fed fit --config configs/demo.yaml`` builds the model (a
 :class:`~lightning_fed.modules.FederatedModule` subclass), the data (a
-:class:`~lightning_fed.datamodules.FederatedDataModule` subclass) and the
-:class:`~lightning_fed.callbacks.FederatedLoop` (the ``federation:`` section), then fits.
+:class:`~lightning_fed.datamodules.FederatedDataModule` subclass) and the run
+(:class:`~lightning_fed.federation.run.FederatedRun`, the ``federation:`` section), which a
+:class:`~lightning_fed.callbacks.FederatedLoop` callback runs; then fits.
 Every option is listed by ``lightning-fed fit --help``. The process around it (exit status,
 one-line errors, signals, the other subcommands) is :mod:`lightning_fed.cli`.
 """
@@ -139,7 +140,7 @@ def _next_version(folder: Path) -> Path:
 
 
 class FederatedCLI(LightningCLI):
-    """LightningCLI with a ``federation:`` section for the :class:`FederatedLoop`.
+    """LightningCLI with a ``federation:`` section (a ``FederatedRun``, run by a :class:`FederatedLoop`).
 
     Args:
         signals: Records what the process exit status needs (see :class:`ProcessSignals`).

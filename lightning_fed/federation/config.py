@@ -21,7 +21,8 @@ from lightning_fed.federation.screening import MODES
 
 @dataclass(frozen=True)
 class FederationConfig:
-    """The ``federation:`` section of a run, less its strategy and hooks."""
+    """The ``federation:`` section of a run, less its objects (strategy, hooks, privacy: see
+    :class:`~lightning_fed.federation.run.FederatedRun`)."""
 
     rounds: int = 10
     """Number of communication rounds (sets ``trainer.max_epochs``)."""
