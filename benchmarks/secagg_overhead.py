@@ -89,7 +89,7 @@ def run_grid(config: Path, out: Path) -> tuple[list[float], float]:
     module, datamodule, loop, _ = load_run(str(config))
     server = FederatedServer(loop, module, datamodule.num_clients, out, timeout=600)
     server.start(Grid(client_app, datamodule.num_clients, {"config": str(config)}), min_nodes=datamodule.num_clients)
-    return [r["seconds"] for r in server.loop.report.history], time.process_time() - cpu
+    return [r["seconds"] for r in server.server.report.history], time.process_time() - cpu
 
 
 def deployment_cpu() -> float:

@@ -2,8 +2,9 @@
 
 ``lightning-fed fit --config demo`` builds the model (a
 :class:`~lightning_fed.modules.FederatedModule` subclass), the data (a
-:class:`~lightning_fed.datamodules.FederatedDataModule` subclass) and the
-:class:`~lightning_fed.callbacks.FederatedLoop` (the ``federation:`` section), then fits.
+:class:`~lightning_fed.datamodules.FederatedDataModule` subclass) and the run
+(:class:`~lightning_fed.federation.run.FederatedRun`, the ``federation:`` section), which a
+:class:`~lightning_fed.callbacks.FederatedLoop` callback runs; then fits.
 Every option is listed by ``lightning-fed fit --help``. The process around it (exit status,
 one-line errors, signals, the other subcommands) is :mod:`lightning_fed.cli`.
 """
@@ -47,6 +48,7 @@ from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
 from lightning_fed.pipelines import prepare_stages
 from lightning_fed.report.table import DEFAULT_METRICS
+from lightning_fed.run_parser import add_federation_arguments
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
 
@@ -145,7 +147,7 @@ def _next_version(folder: Path) -> Path:
 
 
 class FederatedCLI(LightningCLI):
-    """LightningCLI with a ``federation:`` section for the :class:`FederatedLoop`.
+    """LightningCLI with a ``federation:`` section (a ``FederatedRun``, run by a :class:`FederatedLoop`).
 
     Args:
         signals: Records what the process exit status needs (see :class:`ProcessSignals`).
@@ -161,7 +163,7 @@ class FederatedCLI(LightningCLI):
         return {k: v for k, v in LightningCLI.subcommands().items() if k not in REMOVED}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_lightning_class_args(FederatedLoop, "federation")
+        add_federation_arguments(parser)
 
     def _set_seed(self) -> None:
         # numpy's bounds, named: Lightning's message ("-1 is not in bounds, numpy accepts from 0
@@ -220,6 +222,8 @@ class FederatedCLI(LightningCLI):
         # per round, replaced atomically: the top-1 checkpoint without a monitor, named `last`
         # (`save_last=True` would write it twice; `save_top_k=0` only at the end of fit;
         # `save_last="link"` removes the old epoch file before the link points at the new one).
+        loop = FederatedLoop(self._get(self.config_init, "federation"))  # the run, in Lightning's fit
+        callbacks.insert(0, loop)
         given = list(callbacks) + list(config.get("callbacks") or [])
         if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in given):
             callbacks.append(FederatedProgressBar())
@@ -230,10 +234,9 @@ class FederatedCLI(LightningCLI):
         if not config.get("plugins"):  # a kill during a save never leaves half a checkpoint
             config["plugins"] = [AtomicCheckpointIO()]
         callbacks.append(self.signals)
-        loop = next((c for c in callbacks if isinstance(c, FederatedLoop)), None)
-        if loop is not None and config.get("max_epochs") is None:
+        if config.get("max_epochs") is None:
             config["max_epochs"] = loop.rounds  # federation.rounds decides; no "Setting it to 1000" notice
-        if loop is not None and config.get("log_every_n_steps") is None and loop.local_steps:
+        if config.get("log_every_n_steps") is None and loop.local_steps:
             # Lightning's 50 is more optimizer steps than a small run takes in all (tiny: 30), which
             # left TensorBoard without a `train/*` scalar; once per client turn at the least.
             config["log_every_n_steps"] = min(LOG_EVERY_N_STEPS, loop.local_steps)

@@ -21,16 +21,12 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
-from lightning_fed.compression.uplink import compressor_from_spec
-from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
-from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.context import RoundContext
-from lightning_fed.federation.evaluation_plan import DEFAULT_PANEL_SIZE, EvaluationPlan, take_over_validation
+from lightning_fed.federation.evaluation_plan import take_over_validation
 from lightning_fed.federation.failures import guard_training_step, unguard_training_step
 from lightning_fed.federation.hooks import (
     WITH_GLOBAL_STATE,
     Payload,
-    RoundHook,
     answer_query,
     payload_nbytes,
     prepare_client,
@@ -38,15 +34,10 @@ from lightning_fed.federation.hooks import (
 )
 from lightning_fed.federation.report import totals_only
 from lightning_fed.federation.round_plan import RoundPlan, poisson_batch_seed
-from lightning_fed.federation.server_round import ServerRound
-from lightning_fed.federation.store import ClientStateStore
+from lightning_fed.federation.run import FederatedRun
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import instructed_steps
-from lightning_fed.privacy.config import PrivacyConfig
-from lightning_fed.privacy.run import RunPrivacy
 from lightning_fed.state import clone_state, state_nbytes
-from lightning_fed.strategies.base import Strategy
-from lightning_fed.strategies.fedavg import FedAvg
 
 
 def _server_attr(name: str, doc: str) -> property:
@@ -63,101 +54,22 @@ class FederatedLoop(LoopEvaluation):
     inject its ``DistributedSampler`` into that batch sampler (a ``TypeError`` naming the flag).
 
     Args:
-        rounds: Number of communication rounds (sets ``trainer.max_epochs``).
-        clients_per_round: Clients sampled uniformly without replacement each round.
-        local_steps: Optimizer steps per client per round (K). Exclusive with ``local_epochs``.
-        local_epochs: Passes over the client's data per round instead of fixed steps.
-        strategy: Server aggregation rule (default: FedAvg weighted by ``|D_k|``).
-        min_clients: A round fails unless at least this many clients return a valid update.
-        isolate_failures: Leave a client that raises during local training out of the round
-            (with a warning and a counter) instead of stopping the run.
-        hooks: Round-level method hooks (data selection, server-side training...).
-        seed: Seed of client sampling and of local randomness (default: the run's
-            ``seed_everything`` value).
-        max_state_memory_bytes: Keep at most this many bytes of per-client state in memory;
-            the rest is read from its file in ``state_offload_dir`` on the client's next turn.
-        state_offload_dir: Folder of the per-client state files (one per client and version,
-            referenced by the checkpoints; default ``<run>/client_states``; one folder per run).
-        save_adapter: Write the final global adapter as a PEFT folder at the end of fit.
-        max_update_norm: Bound on the L2 norm of a client's change ``w_k - w``; a larger (e.g.
-            poisoned, scaled) update is handled per ``on_large_update``. ``None``: no bound.
-        on_large_update: ``reject`` such an update (counted as rejected) or ``clip`` its change
-            to ``max_update_norm`` (counted as clipped).
-        per_client_scalars: A TensorBoard scalar per client and metric (``client_<k>/*``) while a
-            round reports at most this many clients; beyond it, one histogram per metric
-            (``clients/*``). Either way the per-client values are in ``<run>/client_metrics/``
-            and each metric's percentiles over clients are logged (``round/*_client_p50``...).
-        eval_clients: Clients evaluated with the global state: ``all``, the round's ``sampled``
-            clients, or a fixed random ``panel`` (see
-            :mod:`~lightning_fed.federation.evaluation_plan`). Default (``None``): ``panel`` in
-            ``fit``; a standalone ``validate``/``test`` then evaluates all clients.
-        eval_panel_size: Clients in the panel, drawn once from ``seed`` (``>= N``: all clients).
-        eval_every: Evaluate after every n-th round and after the last; the initial evaluation
-            (before round 1) runs unless ``trainer.num_sanity_val_steps`` is 0.
-        sampling: ``fixed_size`` (``clients_per_round`` each round) or ``poisson`` (each client
-            with probability ``sampling_rate``).
-        sampling_rate: ``q`` of Poisson sampling.
-        privacy: Client-level privacy budget (:class:`~lightning_fed.privacy.PrivacyConfig`; needs
-            ``strategy: ClientLevelDP``): see :mod:`lightning_fed.privacy.run` and ``docs/privacy.md``.
-        compression: Compress each client's upload (``int8``, ``int4``, ``+ef``, ``topk:<fraction>``;
-            see :mod:`lightning_fed.compression.uplink`); ``None``: full precision.
+        run: The run (:class:`~lightning_fed.federation.run.FederatedRun`: the ``federation:``
+            section, its strategy, hooks and privacy budget); the loop runs it and holds the
+            server half :meth:`~lightning_fed.federation.run.FederatedRun.server_round` builds
+            (``loop.server``). Instead of a run, its settings may be given by name
+            (``FederatedLoop(rounds=2, strategy=Scaffold())`` is ``FederatedLoop(FederatedRun(...))``).
     """
 
-    def __init__(
-        self,
-        rounds: int = 10,
-        clients_per_round: int = 2,
-        local_steps: int | None = 10,
-        local_epochs: int | None = None,
-        strategy: Strategy | None = None,
-        min_clients: int = 1,
-        isolate_failures: bool = True,
-        hooks: list[RoundHook] | None = None,
-        seed: int | None = None,
-        max_state_memory_bytes: int | None = None,
-        state_offload_dir: str | None = None,
-        save_adapter: bool = True,
-        max_update_norm: float | None = None,
-        on_large_update: str = "reject",
-        per_client_scalars: int = DEFAULT_PER_CLIENT_SCALARS,
-        eval_clients: str | None = None,
-        eval_panel_size: int = DEFAULT_PANEL_SIZE,
-        eval_every: int = 1,
-        sampling: str = "fixed_size",
-        sampling_rate: float | None = None,
-        privacy: PrivacyConfig | None = None,
-        compression: str | None = None,
-    ) -> None:
-        self.config = FederationConfig(
-            rounds=rounds,
-            clients_per_round=clients_per_round,
-            local_steps=local_steps,
-            local_epochs=local_epochs,
-            min_clients=min_clients,
-            isolate_failures=isolate_failures,
-            seed=seed,
-            max_state_memory_bytes=max_state_memory_bytes,
-            state_offload_dir=state_offload_dir,
-            save_adapter=save_adapter,
-            max_update_norm=max_update_norm,
-            on_large_update=on_large_update,
-            per_client_scalars=per_client_scalars,
-            eval_clients=eval_clients,
-            eval_panel_size=eval_panel_size,
-            eval_every=eval_every,
-            sampling=sampling,
-            sampling_rate=sampling_rate,
-            compression=compression,
-        )
-        config = self.config
-        super().__init__(
-            ServerRound.from_config(config, strategy or FedAvg(), list(hooks or [])),
-            ClientStateStore(config.max_state_memory_bytes, config.state_offload_dir),
-            EvaluationPlan(config.eval_clients, config.eval_panel_size, config.eval_every, config.rounds),
-        )
+    def __init__(self, run: FederatedRun | None = None, **settings: Any) -> None:
+        if run is None:
+            run = FederatedRun(**settings)
+        elif settings:
+            raise TypeError(f"FederatedLoop takes a FederatedRun or its settings, not both (got {sorted(settings)})")
+        self.run = run
+        self.config = run.config
+        super().__init__(run.server_round(), run.store(), run.evaluation_plan())
         self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
-        self.report.per_client_scalars = config.per_client_scalars
-        self.server.privacy = RunPrivacy(privacy, config.local_steps, config.local_epochs)
         self._plan: RoundPlan | None = None  # the round decided last (next_round)
 
     # The run's settings are the config's (one place); these read it.
@@ -300,18 +212,9 @@ class FederatedLoop(LoopEvaluation):
     @override
     def start_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
         cid = plan.client_id
-        turn = ClientTurn(
-            cid,
-            trainer.current_epoch,
-            self.rounds,
-            self.seed,
-            self.strategy,
-            self.store,
-            self.datamodule.client_sizes[cid],
-            self.hooks,
-            self.initial_personal,
-            compressor_from_spec(self.config.compression),
-            private=self.server.report.private,
+        size = self.datamodule.client_sizes[cid]
+        turn = self.run.client_turn(
+            cid, trainer.current_epoch, self.store, size, self.initial_personal, pl_module, self.seed
         )
         turn.begin(trainer, pl_module, *self.server.send(cid))
         return turn

@@ -33,7 +33,6 @@ handler sits behind ``secaggplus_mod`` and answers with its masked contribution.
 from __future__ import annotations
 
 import os
-import shlex
 import time
 from functools import lru_cache
 from logging import INFO
@@ -63,18 +62,17 @@ from lightning_fed.deploy.records import (
 )
 from lightning_fed.deploy.secure_aggregation_flower import contribution_reply, is_secure, secure_train_mod
 from lightning_fed.deploy.server import FederatedServer
+from lightning_fed.federation.run import FederatedRun
 from lightning_fed.privacy.dp_sgd import ExampleLevelDP
+from lightning_fed.run_parser import parse_run
 from lightning_fed.shipped_configs import resolve_config
 
 
-def load_run(config: str, overrides: str = "") -> tuple[Any, Any, Any, dict[str, Any]]:
-    """``(module, datamodule, loop, trainer_config)`` of a ``lightning-fed`` config, not run."""
-    from lightning_fed.callbacks import FederatedLoop
-    from lightning_fed.cli import main
-
-    cli = main(["--config", config, *shlex.split(overrides)], run=False)
-    loop = next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop))
-    return cli.model, cli.datamodule, loop, dict(cli.config.get("trainer") or {})
+def load_run(config: str, overrides: str = "") -> tuple[Any, Any, FederatedRun, dict[str, Any]]:
+    """``(module, datamodule, run, trainer_config)`` of a ``lightning-fed`` config: the objects of
+    its sections (:func:`~lightning_fed.run_parser.parse_run`), no Trainer and no LightningCLI."""
+    parsed = parse_run(config, overrides)
+    return parsed.module, parsed.datamodule, parsed.run, parsed.trainer
 
 
 @lru_cache(maxsize=1)
@@ -87,16 +85,10 @@ def _runner(config: str, overrides: str, run_id: int = 0) -> ClientRunner:
     # `flwr-clientapp` per task, so there each round loads again. Keyed by run (a new run starts
     # from a fresh module and data) and holding one: a previous run's backbone is freed.
     started = time.monotonic()
-    module, datamodule, loop, trainer_config = load_run(config, overrides)
-    privacy = loop.server.privacy
-    report_validation = privacy is not None and privacy.report_validation
-    runner = ClientRunner(
-        module, datamodule, loop.config, loop.strategy, loop.hooks, loop.seed, trainer_config, report_validation
-    )
+    module, datamodule, run, trainer_config = load_run(config, overrides)
+    runner = ClientRunner(module, datamodule, run, trainer_kwargs=trainer_config)
     if isinstance(module, ExampleLevelDP):  # DP-SGD's plan (delta, rounds, steps): each client calibrates its own z
-        loop.server.privacy.plan_example_budget(
-            module, datamodule.num_clients, datamodule.batch_size, loop.config.rounds
-        )
+        run.run_privacy().plan_example_budget(module, datamodule.num_clients, datamodule.batch_size, run.rounds)
     flwr_log(
         INFO,
         "[lightning-fed] client runner built (backbone loaded) for run %s in %.2fs, pid %d",
@@ -224,7 +216,7 @@ def make_server_app(**defaults: Any) -> ServerApp:
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         cfg = _settings(context, defaults)
-        module, datamodule, loop, trainer_config = load_run(cfg["config"], cfg["overrides"])
+        module, datamodule, run, trainer_config = load_run(cfg["config"], cfg["overrides"])
         # The server never loads the clients' data: it knows their number, sizes come with updates.
         out = str(cfg.get("output-dir") or trainer_config.get("default_root_dir") or "runs/flower")
         limits = ReplyLimits(
@@ -235,7 +227,7 @@ def make_server_app(**defaults: Any) -> ServerApp:
             }
         )
         server = FederatedServer(
-            loop,
+            run,
             module,
             datamodule.num_clients,
             out,
@@ -243,7 +235,7 @@ def make_server_app(**defaults: Any) -> ServerApp:
             limits=limits,
             datamodule=datamodule,  # not set up: what hooks read on the server (e.g. FedHDS anchors' encoding)
         )
-        min_nodes = int(cfg.get("min-nodes", 0)) or loop.config.clients_per_round
+        min_nodes = int(cfg.get("min-nodes", 0)) or run.clients_per_round
         server.start(grid, min_nodes=min_nodes)
 
     return app

@@ -140,7 +140,7 @@ class BufferedRounds:
             result.train_metrics_clientapp[round_idx + 1] = MetricRecord(counts)
             if server.stopping:
                 rank_zero_warn(f"stopping: {server.stop_reason}")
-            if self.fed.loop.evaluation.evaluates(round_idx + 1):
+            if self.fed.evaluation.evaluates(round_idx + 1):
                 self._evaluate(round_idx + 1, result)
             if server.stopping:
                 break

@@ -25,27 +25,24 @@ never the exact count (:meth:`ClientRunner.evaluate`).
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lightning_fed.compression.uplink import compressor_from_spec
 from lightning_fed.datamodules.federated import FederatedDataModule
-from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.driver import TurnDriver
-from lightning_fed.federation.hooks import Payload, RoundHook, answer_query, prepare_client
+from lightning_fed.federation.hooks import Payload, answer_query, prepare_client
 from lightning_fed.federation.report import RoundReport, bucket_count
 from lightning_fed.federation.round_plan import FixedPlan, RoundPlan, poisson_batch_seed
+from lightning_fed.federation.run import FederatedRun
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import CUT_SHORT, LOCAL_STEPS, instructed_budget, instructed_steps
 from lightning_fed.modules.base import FederatedModule
-from lightning_fed.privacy.run import privacy_enabled
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import ClientUpdate, Strategy
 from lightning_fed.strategies.lora_factors import match_rank
@@ -151,38 +148,30 @@ class ClientRunner:
     Args:
         module: The local objective (its backbone stays loaded between rounds).
         datamodule: The federated data; this machine uses only its clients' part.
-        config: The run's :class:`~lightning_fed.federation.config.FederationConfig` (rounds,
-            local steps or epochs, seed).
-        strategy: The run's strategy (its client side). hooks: the run's round hooks (their
-            client half runs here).
-        seed: The federation seed as the server resolved it (default: ``config.seed``, else the
-            run's ``seed_everything`` value).
+        run: The run (:class:`~lightning_fed.federation.run.FederatedRun`: rounds, local steps or
+            epochs, compression, the strategy's client side, the round hooks' client half).
+        seed: The federation seed as the server resolved it (default: ``run.seed``, else the
+            run's ``seed_everything`` value: :attr:`~lightning_fed.federation.run.FederatedRun.resolved_seed`).
         trainer_kwargs: Extra ``Trainer`` arguments for local training (precision...).
-        report_validation: ``federation.privacy.report_validation``: in a private run, whether the
-            client sends its validation means (with a bucketed count) at all.
     """
 
     def __init__(
         self,
         module: FederatedModule,
         datamodule: FederatedDataModule,
-        config: FederationConfig,
-        strategy: Strategy,
-        hooks: Sequence[RoundHook] = (),
+        run: FederatedRun,
         seed: int | None = None,
         trainer_kwargs: dict[str, Any] | None = None,
-        report_validation: bool = False,
     ) -> None:
         self.module, self.datamodule = module, datamodule
-        self.report_validation = report_validation
-        self.strategy: Strategy = strategy
-        self.hooks = list(hooks)
-        self.rounds = config.rounds
-        if seed is None:  # as ServerRound.seed: the run's seed_everything value
-            seed = config.seed if config.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
-        self.seed = seed
-        self.local_steps, self.local_epochs = config.local_steps, config.local_epochs
-        self.compressor = compressor_from_spec(config.compression)
+        self.run = run
+        self.strategy: Strategy = run.strategy
+        self.hooks = run.hooks
+        self.seed = run.resolved_seed if seed is None else seed  # as ServerRound.seed
+        self.local_steps, self.local_epochs = run.local_steps, run.local_epochs
+        #: ``federation.privacy.report_validation``: in a private run, whether the client sends its
+        #: validation means (with a bucketed count) at all.
+        self.report_validation = run.privacy is not None and run.privacy.report_validation
         self.trainer_kwargs = {
             k: v for k, v in (trainer_kwargs or {}).items() if k in CLIENT_TRAINER_KEYS and v is not None
         }
@@ -254,18 +243,8 @@ class ClientRunner:
         )  # prepare_client sees the state the server sent, as in-process
         prepare_client(self.hooks, self.module, data, client_id, round_idx, instructions or {})
         num_examples = self.datamodule.client_sizes[client_id]
-        turn = ClientTurn(
-            client_id,
-            round_idx,
-            self.rounds,
-            self.seed,
-            self.strategy,
-            store,
-            num_examples,
-            self.hooks,
-            self.initial_personal,
-            self.compressor,
-            private=privacy_enabled(self.strategy, self.module),
+        turn = self.run.client_turn(
+            client_id, round_idx, store, num_examples, self.initial_personal, self.module, self.seed
         )
         # Lightning's accumulation and a manual-optimization module's own, as in the simulation.
         accumulate = int(self.trainer_kwargs.get("accumulate_grad_batches", 1))
@@ -300,7 +279,7 @@ class ClientRunner:
         (the in-process report's rule; see the module docstring).
         """
         self._check_client(client_id)
-        private = privacy_enabled(self.strategy, self.module)
+        private = self.run.is_private(self.module)
         if private and not self.report_validation:
             return {}, 0
         self.module.load_state(match_rank(state, self.module.shared_parameters()))  # a rank-r_k client: padded

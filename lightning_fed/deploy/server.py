@@ -1,14 +1,16 @@
 """Our server strategy inside a Flower strategy, for real multi-machine runs.
 
-:class:`FederatedServer` is a ``flwr.serverapp.strategy.Strategy``. Its rounds follow the
-in-process :class:`~lightning_fed.callbacks.FederatedLoop` exactly: the same clients are
+:class:`FederatedServer` is a ``flwr.serverapp.strategy.Strategy`` built from the run's
+:class:`~lightning_fed.federation.run.FederatedRun` (no Trainer). Its rounds follow the
+in-process ``FederatedLoop`` exactly: the same clients are
 sampled (a pure function of seed and round), each gets ``strategy.client_model`` and
 ``strategy.downlink``, replies are checked with
 :func:`~lightning_fed.strategies.check_update`, a client whose node fails or times out is
 left out, the round fails below ``min_clients``, and the strategy aggregates. Server round
 hooks run here (with a :class:`~lightning_fed.federation.context.RoundContext`, as in process), through the same
-:class:`~lightning_fed.federation.ServerRound` the in-process loop holds (``server.server``). The run's record is
-the same ``summary.json`` and TensorBoard scalars, plus the final adapter folder.
+:class:`~lightning_fed.federation.ServerRound` the in-process loop holds, built by the run
+(``server.server``). The run's record is the same ``summary.json`` and TensorBoard scalars,
+plus the final adapter folder.
 
 A client is a partition of the data (``partition-id`` in the SuperNode's node config); the
 server asks every node which partition it holds before the first round.
@@ -58,6 +60,7 @@ from lightning_fed.deploy.secure_aggregation_flower import secure_train_round
 from lightning_fed.deploy.wall_clock import collect_until, wall_clock_hook
 from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.hooks import Payload, payload_nbytes, reads_client_data
+from lightning_fed.federation.run import FederatedRun
 from lightning_fed.heterogeneity.system_round import CUT_SHORT, SystemHeterogeneity
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.pipelines import flower_refusals
@@ -68,11 +71,14 @@ PARTITION_QUERY = "query.partition"
 
 
 class FederatedServer(FlowerStrategy):
-    """Runs a :class:`~lightning_fed.callbacks.FederatedLoop`'s rounds over a Flower ``Grid``.
+    """Runs a :class:`~lightning_fed.federation.run.FederatedRun`'s rounds over a Flower ``Grid``.
 
     Args:
-        loop: The run's loop: its :class:`~lightning_fed.federation.ServerRound` (``loop.server``:
-            rounds, clients per round, strategy, hooks, seed, min_clients) runs the rounds here.
+        run: The run (the config's ``federation:`` section): its
+            :meth:`~lightning_fed.federation.run.FederatedRun.server_round` (rounds, clients per
+            round, strategy, hooks, seed, min_clients, privacy) runs the rounds here (``server.server``)
+            and its :meth:`~lightning_fed.federation.run.FederatedRun.evaluation_plan` decides
+            which clients evaluate (``server.evaluation``), as in process.
         module: The server's copy of the model: its shared parameters are the initial global
             state, round hooks work on it, and the final adapter is saved from it.
         num_clients: Number of data partitions (clients) in the federation.
@@ -86,7 +92,7 @@ class FederatedServer(FlowerStrategy):
 
     def __init__(
         self,
-        loop: Any,
+        run: FederatedRun,
         module: FederatedModule,
         num_clients: int,
         output_dir: str | Path,
@@ -94,9 +100,9 @@ class FederatedServer(FlowerStrategy):
         limits: ReplyLimits | None = None,
         datamodule: Any = None,
     ) -> None:
-        self.loop, self.server = loop, loop.server  # the same ServerRound: loop.global_state is the server's
+        self.run, self.server, self.evaluation = run, run.server_round(), run.evaluation_plan()
         self.server.bind(num_clients, datamodule, module, engine="flower")  # plans the privacy budget too
-        self.save_adapter = loop.config.save_adapter
+        self.save_adapter = run.save_adapter
         self.module, self.num_clients, self.timeout = module, num_clients, timeout
         self.limits = limits or ReplyLimits()
         self.rejected_evaluations = self.missing_replies = 0
@@ -260,7 +266,7 @@ class FederatedServer(FlowerStrategy):
     ) -> Iterable[Message]:
         """The clients of the run's evaluation plan (``federation.eval_clients``, the in-process
         loop's rule) that a node holds evaluate the new global state."""
-        planned = self.loop.evaluation.clients_for(self.server, server_round - 1)
+        planned = self.evaluation.clients_for(self.server, server_round - 1)
         self.eval_asked = {cid for cid in planned if cid in self.nodes}
         self._asked = {}
         sent = 0
@@ -370,7 +376,7 @@ class FederatedServer(FlowerStrategy):
             result.arrays, result.train_metrics_clientapp[server_round] = arrays, metrics
             if server.stopping:  # the next round would exceed the privacy budget
                 rank_zero_warn(f"stopping: {server.stop_reason}")
-            if not self.loop.evaluation.evaluates(server_round):  # federation.eval_every
+            if not self.evaluation.evaluates(server_round):  # federation.eval_every
                 if server.stopping:
                     break
                 continue

@@ -1,12 +1,10 @@
 """FederationConfig: how a federated run is organised, as data (litgpt ``args.py`` style).
 
 One dataclass, validated once in ``__post_init__`` (every problem named by its YAML key, all of
-them in one message), from which the three engines are built: the in-process
-:class:`~lightning_fed.callbacks.FederatedLoop` holds one (``loop.config``), and the Flower
-:class:`~lightning_fed.deploy.FederatedServer` and :class:`~lightning_fed.deploy.ClientRunner`
-read their settings from it, so ``rounds`` or ``local_steps`` live in one place. The YAML keys
-under ``federation:`` are its field names (the loop's ``__init__`` takes the same arguments,
-plus the two objects that are not data: the ``strategy`` and the ``hooks``).
+them in one message). :class:`~lightning_fed.federation.run.FederatedRun` extends it with the
+three settings that are objects (``strategy``, ``hooks``, ``privacy``) and is what the
+``federation:`` section parses into, so the YAML keys under ``federation:`` are the fields of
+the two classes, each declared once; both transports are built from the run.
 """
 
 from __future__ import annotations
@@ -24,7 +22,8 @@ from lightning_fed.limits import MAX_LOCAL_EPOCHS, MAX_LOCAL_STEPS, MAX_ROUNDS
 
 @dataclass(frozen=True)
 class FederationConfig:
-    """The ``federation:`` section of a run, less its strategy and hooks."""
+    """The ``federation:`` section of a run, less its objects (strategy, hooks, privacy: see
+    :class:`~lightning_fed.federation.run.FederatedRun`)."""
 
     rounds: int = 10
     """Number of communication rounds (sets ``trainer.max_epochs``)."""
@@ -55,32 +54,39 @@ class FederationConfig:
     """Seed of client sampling and local randomness (``None``: the run's ``seed_everything``)."""
 
     max_state_memory_bytes: int | None = None
-    """Per-client state kept in memory; the rest is read from ``state_offload_dir``."""
+    """Keep at most this many bytes of per-client state in memory; the rest is read from its file
+    in ``state_offload_dir`` on the client's next turn."""
 
     state_offload_dir: str | None = None
-    """Folder of the per-client state files (default ``<run>/client_states``)."""
+    """Folder of the per-client state files (one per client and version, referenced by the
+    checkpoints; default ``<run>/client_states``; one folder per run)."""
 
     save_adapter: bool = True
     """Write the final global adapter as a PEFT folder at the end of fit."""
 
     max_update_norm: float | None = None
-    """Bound on the L2 norm of a client's change ``w_k - w`` (``None``: no bound)."""
+    """Bound on the L2 norm of a client's change ``w_k - w``; a larger (e.g. poisoned, scaled)
+    update is handled per ``on_large_update`` (``None``: no bound)."""
 
     on_large_update: str = "reject"
     """``reject`` an update beyond ``max_update_norm`` or ``clip`` its change to it."""
 
     per_client_scalars: int = DEFAULT_PER_CLIENT_SCALARS
-    """A TensorBoard scalar per client and metric while a round reports at most this many clients."""
+    """A TensorBoard scalar per client and metric (``client_<k>/*``) while a round reports at most
+    this many clients; beyond it, one histogram per metric (``clients/*``). Either way the
+    per-client values are in ``<run>/client_metrics/`` and each metric's percentiles over clients
+    are logged (``round/*_client_p50``...)."""
 
     eval_clients: str | None = None
     """Clients evaluated with the global state: ``all``, ``sampled`` or ``panel`` (``None``: the
     ``panel`` in ``fit``, all clients in a standalone ``validate``/``test``)."""
 
     eval_panel_size: int = DEFAULT_PANEL_SIZE
-    """Clients in the evaluation panel, drawn once from ``seed``."""
+    """Clients in the evaluation panel, drawn once from ``seed`` (``>= N``: all clients)."""
 
     eval_every: int = 1
-    """Evaluate after every n-th round and after the last."""
+    """Evaluate after every n-th round and after the last; the initial evaluation (before round 1)
+    runs unless ``trainer.num_sanity_val_steps`` is 0."""
 
     compression: str | None = None
     """Compress each client's upload: ``int8``, ``int4`` (``+ef``: error feedback),

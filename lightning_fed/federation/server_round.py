@@ -127,10 +127,19 @@ class ServerRound:
         self._open_round(-1, [])
 
     @classmethod
-    def from_config(cls, config: FederationConfig, strategy: Strategy, hooks: list[RoundHook]) -> ServerRound:
-        """The server half of a run described by ``config`` (both transports build it so)."""
+    def from_config(
+        cls,
+        config: FederationConfig,
+        strategy: Strategy,
+        hooks: list[RoundHook],
+        compressor: UpdateCompressor | None = None,
+    ) -> ServerRound:
+        """The server half of a run described by ``config`` (both transports build it so, through
+        :meth:`~lightning_fed.federation.run.FederatedRun.server_round`, which gives the run's
+        ``compressor``, parsed once; without one it is parsed from ``config.compression``)."""
         screen = UpdateScreen(config.max_update_norm, config.on_large_update)
-        compressor = compressor_from_spec(config.compression)
+        if compressor is None:
+            compressor = compressor_from_spec(config.compression)
         return cls(
             strategy,
             hooks,

@@ -45,7 +45,7 @@ def test_runner_answers_queries_and_trains_like_the_in_process_turn(tmp_path):
     module = tiny_dpo()
     start = {k: v.detach().clone() for k, v in module.shared_parameters().items()}  # round 1's global state
     loop = _loop(remote)
-    runner = ClientRunner(module, preference_data(), loop.config, loop.strategy, loop.hooks)
+    runner = ClientRunner(module, preference_data(), loop.run)
     shifted = {k: v + 1.0 for k, v in start.items()}
     reply = runner.answer(0, clients[0], 0, {"with_global_state": True}, shifted)
     assert reply["value"] == float(next(iter(shifted.values())).flatten()[0])  # the sent state was loaded

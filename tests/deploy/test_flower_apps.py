@@ -51,9 +51,9 @@ def test_flower_matches_in_process(tmp_path, strategy):
     overrides = ["--federation.rounds=2", f"--federation.strategy=lightning_fed.strategies.{strategy}"]
     local = _in_process(tmp_path, overrides)
     server, grid = _flower(tmp_path, overrides)
-    assert local.keys() == server.loop.global_state.keys()
+    assert local.keys() == server.server.global_state.keys()
     for k, v in local.items():  # same code path, same seeds: equal up to float summation order
-        torch.testing.assert_close(server.loop.global_state[k], v, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(server.server.global_state[k], v, rtol=1e-5, atol=1e-6)
     moved = max((v - server.module.shared_parameters()[k]).abs().max().item() for k, v in local.items())
     assert moved < 1e-5
     summary = json.loads((tmp_path / "flower" / "summary.json").read_text())
@@ -96,7 +96,7 @@ def test_only_named_tensors_travel(tmp_path):
     for msg in grid.sent:
         for name, record in msg.content.array_records.items():
             assert set(record.keys()) <= shared, name  # LoRA only, never the backbone
-    up = server.loop.report.history[0]["up_bytes"]
+    up = server.server.report.history[0]["up_bytes"]
     lora_bytes = sum(p.numel() * p.element_size() for p in server.module.shared_parameters().values())
     assert up == 2 * lora_bytes  # two clients, each uploads its LoRA once
 
@@ -104,7 +104,7 @@ def test_only_named_tensors_travel(tmp_path):
 def test_dead_node_is_left_out_and_run_continues(tmp_path):
     overrides = ["--federation.rounds=2", "--federation.min_clients=1"]
     server, _ = _flower(tmp_path, overrides, dead={1})  # node 1 holds client 0
-    hist = server.loop.report.history
+    hist = server.server.report.history
     assert all(0 not in r["aggregated"] for r in hist)
     sampled_zero = [r for r in hist if 0 in r["clients"]]
     assert all(0 in r["failed"] for r in sampled_zero)

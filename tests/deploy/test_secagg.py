@@ -81,12 +81,12 @@ def test_deployed_secure_sum_equals_the_simulated_one_and_the_plain_mean_within_
     plain = _in_process(tmp_path / "plain", ["--federation.rounds=1", "--federation.clients_per_round=3"])
     simulated = _in_process(tmp_path / "sim", ["--federation.rounds=1", *SECAGG])
     server, _ = _flower(tmp_path, ["--federation.rounds=1", *SECAGG])
-    deployed = server.loop.global_state
+    deployed = server.server.global_state
     bound = 3 * quantization_error_bound(0.5, 2**22) / (3 * 18 / 32)
     for k, v in plain.items():
         assert torch.equal(deployed[k], simulated[k]), k  # same encoding, same rounding seeds
         assert (deployed[k] - v).abs().max().item() <= bound + 1e-7, k  # + float32 rounding of x + mean
-    assert server.loop.report.history[0]["aggregated"] == server.loop.report.history[0]["clients"]
+    assert server.server.report.history[0]["aggregated"] == server.server.report.history[0]["clients"]
 
 
 def test_server_receives_no_individual_update(tmp_path):
@@ -112,7 +112,7 @@ def test_a_client_dropping_out_within_the_threshold_does_not_stop_the_round(tmp_
     the shares its neighbours hold (2 of 3 needed), the others' mean goes on."""
     overrides = ["--federation.rounds=1", "--federation.clients_per_round=4", *SECAGG[1:]]
     server, _ = _flower(tmp_path, overrides, drop_at={1: Stage.COLLECT_MASKED_VECTORS})
-    record = server.loop.report.history[0]
+    record = server.server.report.history[0]
     assert record["failed"] == [0] and record["aggregated"] == [1, 2, 3]
     start = server.module.shared_parameters()  # the module holds the new global state; compare with round 1's start
     module, _, _, _ = load_run(CONFIG, " ".join(overrides))

@@ -119,7 +119,7 @@ def test_impostor_claiming_another_sampled_client_is_rejected_and_the_real_one_c
     assert list(rnd["rejected"]) == [str(impostor)] and "claims client-id" in rnd["rejected"][str(impostor)]
     assert summary["rejected_updates"] == 1
     for k, v in honest_state.items():  # FedAvg of the real client alone: its state, not the impostor's 5.0
-        torch.testing.assert_close(server.loop.global_state[k], v)
+        torch.testing.assert_close(server.server.global_state[k], v)
 
 
 def _extras_record(honest: ClientUpdate, extras: dict[str, torch.Tensor]) -> RecordDict:
@@ -257,7 +257,7 @@ def test_a_reply_replayed_from_an_earlier_round_is_refused(tmp_path, replay):
     second = summary["rounds"][1]
     assert second["aggregated"] == [0] and second["failed"] == [3] and summary["failed_clients"] == 1
     for k, v in honest_zero.items():  # round 2 is client 0's update alone
-        torch.testing.assert_close(server.loop.global_state[k], v)
+        torch.testing.assert_close(server.server.global_state[k], v)
 
 
 def test_a_reply_without_its_binding_is_refused(tmp_path):

@@ -106,16 +106,13 @@ def test_clients_per_round_is_checked_against_the_federation():
 
 def test_flower_refuses_a_hook_that_reads_client_data_on_the_server(tmp_path):
     from lightning_fed.deploy.server import FederatedServer
-    from lightning_fed.federation.config import FederationConfig
+    from lightning_fed.federation.run import FederatedRun
 
     class Local(RoundHook):
         def on_client_data(self, server, context, module, round_idx, clients, data):
             pass
 
-    loop = SimpleNamespace(
-        server=ServerRound(FedAvg(), [RoundHook(), Local()], rounds=1, clients_per_round=1, min_clients=1),
-        config=FederationConfig(rounds=1, clients_per_round=1, save_adapter=False),
-    )
-    server = FederatedServer(loop, module=None, num_clients=2, output_dir=tmp_path)
+    run = FederatedRun(rounds=1, clients_per_round=1, save_adapter=False, hooks=[RoundHook(), Local()])
+    server = FederatedServer(run, module=None, num_clients=2, output_dir=tmp_path)
     with pytest.raises(ValueError, match=r"^federation.hooks: Local cannot run under Flower: it reads client data"):
         server.start(grid=None)  # raised before the grid is used
