@@ -22,6 +22,7 @@ from lightning_fed.errors import UserError
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 CATALOG = CONFIG_DIR / "catalog.csv"
 CATALOG_COLUMNS = ("name", "method", "paper", "description")
+LIST = "lightning-fed configs"
 
 
 def shipped_configs() -> dict[str, Path]:
@@ -36,11 +37,20 @@ def catalog() -> dict[str, dict[str, str]]:
 
 
 def resolve_config(value: str) -> str:
-    """The path of the shipped config ``value`` names, or ``value`` itself (a path, or unknown)."""
+    """The path of the shipped config ``value`` names, or ``value`` itself (a path).
+
+    Raises:
+        UserError: ``value`` is empty, or neither an existing file, nor a path, nor a shipped name
+            (it used to reach the parser as "Unexpected config:" or "File does not exist").
+    """
+    if not value.strip():
+        raise UserError(f"--config {value!r} is empty: give a config file or a shipped name (`{LIST}` lists them)")
     if Path(value).exists() or Path(value).suffix in (".yaml", ".yml") or "/" in value or "\\" in value:
         return value
     path = shipped_configs().get(value)
-    return str(path) if path is not None else value
+    if path is None:
+        raise UserError(f"--config {value!r}: no such file, and no shipped config of that name (`{LIST}` lists them)")
+    return str(path)
 
 
 def resolve_config_args(args: list[str]) -> list[str]:

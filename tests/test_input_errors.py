@@ -166,3 +166,23 @@ def test_evaluate_output_read_only_is_refused_before_the_model_loads(tmp_path):
         f"lightning-fed evaluate: error: --run {str(adapter)!r}: no such file or folder;"
         f" --output '{output}': cannot write into '/sys' (Permission denied)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "line"),
+    [
+        (
+            "no-such-name",
+            "error: --config 'no-such-name': no such file, and no shipped config of that name"
+            " (`lightning-fed configs` lists them)",
+        ),
+        ("", "error: --config '' is empty: give a config file or a shipped name (`lightning-fed configs` lists them)"),
+    ],
+    ids=["unknown_name", "empty"],
+)
+def test_a_config_that_names_nothing_points_at_the_shipped_list(tmp_path, given, line):
+    """Issue 34 (also seen): "File does not exist: '<cwd>/no-such-name'" and "Unexpected config:"."""
+    proc = _cli("fit", "--config", given, f"--trainer.default_root_dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [line] and len(proc.stderr.splitlines()) == 2
+    assert not (tmp_path / "run").exists()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fed.errors import HINT
+from lightning_fed.errors import HINT, UserError
 from lightning_fed.shipped_configs import CONFIG_DIR, catalog, resolve_config, resolve_config_args, shipped_configs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,11 +43,17 @@ def test_every_shipped_config_has_one_catalog_row_with_every_field():
 def test_a_shipped_name_resolves_to_its_file_and_anything_else_is_left_alone(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert resolve_config("feddpo") == str(CONFIG_DIR / "feddpo.yaml")
-    # an existing path, a .yaml name, a path with a folder and an unknown name go to the parser as given
+    # an existing path, a .yaml name and a path with a folder go to the parser as given
     (tmp_path / "feddpo").write_text("seed_everything: 1\n")
     assert resolve_config("feddpo") == "feddpo"
-    for given in ("tiny.yaml", "configs/tiny", "no_such_config"):
+    for given in ("tiny.yaml", "configs/tiny"):
         assert resolve_config(given) == given
+    # an unknown name or nothing points at `lightning-fed configs` (issue 34: the parser said
+    # "File does not exist" or only "Unexpected config:")
+    with pytest.raises(UserError, match=r"^--config 'no_such_config': no such file, and no shipped config of that"):
+        resolve_config("no_such_config")
+    with pytest.raises(UserError, match=r"^--config '' is empty: .*`lightning-fed configs` lists them"):
+        resolve_config("")
     assert resolve_config_args(["fit", "-c", "tiny", "--config=demo", "--model.lr", "tiny"]) == [
         "fit",
         "-c",
