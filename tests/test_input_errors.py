@@ -186,3 +186,27 @@ def test_a_config_that_names_nothing_points_at_the_shipped_list(tmp_path, given,
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert _errors(proc) == [line] and len(proc.stderr.splitlines()) == 2
     assert not (tmp_path / "run").exists()
+
+
+def test_sigterm_while_importing_exits_143(tmp_path):
+    """Issue 34 (also seen): a SIGTERM in the first seconds (Lightning still importing, before the
+    handler existed) ended the process by the default action (-15, not 143)."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/tiny.yaml"]
+        + [f"--trainer.default_root_dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        env=ENV,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.5)  # `import lightning_fed.cli` takes < 0.1 s; Lightning's import several seconds
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-3000:]
+    assert stderr.splitlines()[-1] == (
+        "lightning-fed: stopped by SIGTERM; no round completed in this run, so no checkpoint was written by it"
+    )
+    assert not (tmp_path / "run").exists()
