@@ -148,6 +148,27 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def _sigterm_after() -> Iterator[None]:
+    """A SIGTERM within the block raises :class:`Terminated` (exit 143) when the block ends.
+
+    For the import of Lightning (seconds) before the Lightning subcommands' own handler exists:
+    raised inside an import, the exception can be swallowed by a library's ``except`` or leave
+    modules half imported, so it is only recorded there.
+    """
+    if threading.current_thread() is not threading.main_thread():  # signal.signal would raise
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if received:
+        raise Terminated(received[0])
+
+
 def _report(err: BaseException, code: int, debug: bool, last_checkpoint: Any) -> None:
     if code in (EXIT_SIGINT, EXIT_SIGTERM):
         name = "SIGTERM" if code == EXIT_SIGTERM else "SIGINT (Ctrl-C)"
@@ -206,7 +227,11 @@ def console_main(argv: list[str] | None = None) -> int:
             return _outcome(err, debug, None)
     if debug:  # jsonargparse raises with its traceback instead of exiting (the subcommands above: their own)
         os.environ["JSONARGPARSE_DEBUG"] = "true"
-    from lightning_fed.callbacks.signals import ProcessSignals, handle_termination
+    try:  # importing Lightning takes seconds: a SIGTERM meanwhile is exit 143, not the default action
+        with _sigterm_after():
+            from lightning_fed.callbacks.signals import ProcessSignals, handle_termination
+    except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
+        return _outcome(err, debug, None)
 
     signals = ProcessSignals()
     with handle_termination(signals):

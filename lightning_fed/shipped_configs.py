@@ -31,6 +31,7 @@ FLOWER_APP = "flower_app"
 FLOWER_APP_DIR = PACKAGE_DIR / "deploy" / FLOWER_APP
 CATALOG = CONFIG_DIR / "catalog.csv"
 CATALOG_COLUMNS = ("name", "method", "paper", "description")
+LIST = "lightning-fed configs"
 
 
 def shipped_configs() -> dict[str, Path]:
@@ -45,12 +46,16 @@ def catalog() -> dict[str, dict[str, str]]:
 
 
 def resolve_config(value: str) -> str:
-    """The path of the shipped config ``value`` names, or ``value`` itself (a path, or unknown).
+    """The path of the shipped config ``value`` names, or ``value`` itself (a path).
 
     Raises:
-        UserError: ``value`` is a missing file named like a shipped config (``configs/demo.yaml``
-            from an installed package), with the name to use instead.
+        UserError: ``value`` is empty; a missing file named like a shipped config
+            (``configs/demo.yaml`` from an installed package), with the name to use instead; or
+            neither an existing file, nor a path, nor a shipped name (it used to reach the parser
+            as "Unexpected config:" or "File does not exist").
     """
+    if not value.strip():
+        raise UserError(f"--config {value!r} is empty: give a config file or a shipped name (`{LIST}` lists them)")
     path = Path(value)
     if path.exists():
         return value
@@ -62,7 +67,9 @@ def resolve_config(value: str) -> str:
             )
         return value
     path = shipped_configs().get(value)
-    return str(path) if path is not None else value
+    if path is None:
+        raise UserError(f"--config {value!r}: no such file, and no shipped config of that name (`{LIST}` lists them)")
+    return str(path)
 
 
 def resolve_config_args(args: list[str]) -> list[str]:

@@ -166,3 +166,96 @@ def test_evaluate_output_read_only_is_refused_before_the_model_loads(tmp_path):
         f"lightning-fed evaluate: error: --run {str(adapter)!r}: no such file or folder;"
         f" --output '{output}': cannot write into '/sys' (Permission denied)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "line"),
+    [
+        (
+            "no-such-name",
+            "error: --config 'no-such-name': no such file, and no shipped config of that name"
+            " (`lightning-fed configs` lists them)",
+        ),
+        ("", "error: --config '' is empty: give a config file or a shipped name (`lightning-fed configs` lists them)"),
+    ],
+    ids=["unknown_name", "empty"],
+)
+def test_a_config_that_names_nothing_points_at_the_shipped_list(tmp_path, given, line):
+    """Issue 34 (also seen): "File does not exist: '<cwd>/no-such-name'" and "Unexpected config:"."""
+    proc = _cli("fit", "--config", given, f"--trainer.default_root_dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [line] and len(proc.stderr.splitlines()) == 2
+    assert not (tmp_path / "run").exists()
+
+
+def test_sigterm_while_importing_exits_143(tmp_path):
+    """Issue 34 (also seen): a SIGTERM in the first seconds (Lightning still importing, before the
+    handler existed) ended the process by the default action (-15, not 143)."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/tiny.yaml"]
+        + [f"--trainer.default_root_dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        env=ENV,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.5)  # `import lightning_fed.cli` takes < 0.1 s; Lightning's import several seconds
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-3000:]
+    assert stderr.splitlines()[-1] == (
+        "lightning-fed: stopped by SIGTERM; no round completed in this run, so no checkpoint was written by it"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_validate_of_a_checkpoint_in_a_read_only_run_folder_is_refused_first(tmp_path):
+    """Issue 34 item 6: ``validate`` of a checkpoint in a read-only run folder ran the whole
+    evaluation, then exited 2 without its metrics (``validate_results.json`` goes into the
+    checkpoint's run folder, outside ``default_root_dir``). As root no folder is read-only by its
+    mode, so the run folder is made unwritable for the child process by a ``sitecustomize``."""
+    trained = tmp_path / "trained"
+    fit = _cli(
+        "fit",
+        "--config",
+        "configs/tiny.yaml",
+        f"--trainer.default_root_dir={trained}",
+        "--federation.rounds=1",
+        "--federation.local_steps=1",
+        "--trainer.enable_progress_bar=false",
+    )
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    run = trained / "lightning_logs" / "version_0"
+    ckpt = run / "checkpoints" / "last.ckpt"
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import errno, os, tempfile\n"
+        "_made = tempfile.TemporaryFile\n"
+        "def _refuse(*args, dir=None, **kwargs):\n"
+        f"    if dir is not None and os.path.abspath(dir) == {str(run)!r}:\n"
+        "        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(dir))\n"
+        "    return _made(*args, dir=dir, **kwargs)\n"
+        "tempfile.TemporaryFile = _refuse\n"
+    )
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    root = tmp_path / "elsewhere"
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed.cli", "validate", "--config", "configs/tiny.yaml"]
+        + [f"--ckpt_path={ckpt}", f"--trainer.default_root_dir={root}", "--trainer.enable_progress_bar=false"],
+        cwd=ROOT,
+        env={**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        f"error: ckpt_path '{ckpt}': validate writes validate_results.json into its run folder:"
+        f" cannot write into '{run}' (Permission denied)"
+    ]
+    assert len(proc.stderr.splitlines()) == 2, proc.stderr[-3000:]
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before and not root.exists()

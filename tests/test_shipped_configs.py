@@ -43,15 +43,21 @@ def test_every_shipped_config_has_one_catalog_row_with_every_field():
 def test_a_shipped_name_resolves_to_its_file_and_anything_else_is_left_alone(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert resolve_config("feddpo") == str(CONFIG_DIR / "feddpo.yaml")
-    # an existing path, a .yaml name, a path with a folder and an unknown name go to the parser as given
+    # an existing path, a .yaml name and a path with a folder go to the parser as given
     (tmp_path / "feddpo").write_text("seed_everything: 1\n")
     assert resolve_config("feddpo") == "feddpo"
-    for given in ("my_run.yaml", "configs/tiny", "no_such_config"):
+    for given in ("my_run.yaml", "configs/tiny"):
         assert resolve_config(given) == given
     # a missing file named like a shipped config (a clone's path, outside a clone): the name to use
     for given in ("tiny.yaml", "configs/tiny.yaml"):
         with pytest.raises(UserError, match=rf"^--config: no file '{given}' \(in .*\); did you mean `--config tiny`"):
             resolve_config(given)
+    # an unknown name or nothing points at `lightning-fed configs` (issue 34: the parser said
+    # "File does not exist" or only "Unexpected config:")
+    with pytest.raises(UserError, match=r"^--config 'no_such_config': no such file, and no shipped config of that"):
+        resolve_config("no_such_config")
+    with pytest.raises(UserError, match=r"^--config '' is empty: .*`lightning-fed configs` lists them"):
+        resolve_config("")
     assert resolve_config_args(["fit", "-c", "tiny", "--config=demo", "--model.lr", "tiny"]) == [
         "fit",
         "-c",
