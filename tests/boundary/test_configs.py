@@ -34,6 +34,7 @@ OPTIONS = {
     "federation.rounds": "rounds",
     "federation.clients_per_round": "clients_per_round",
     "federation.local_steps": "local_steps",
+    "federation.local_epochs": "local_epochs",
     "seed_everything": "seed_everything",
 }
 values = st.one_of(
