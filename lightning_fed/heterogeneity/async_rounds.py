@@ -82,6 +82,10 @@ class AsyncArrivals(RoundHook):
         self.dispatches = self.timed_out = 0  # real arrivals: clients dispatched, replies never received
         self._sim_state: dict[str, Any] = {}
 
+    def server_path(self) -> str | None:
+        """``"buffered"`` with ``arrivals: real`` (the Flower server keeps clients in flight)."""
+        return "buffered" if self.arrivals == "real" else None
+
     def check_server(self, server: ServerRound) -> None:
         """When the run is bound, before anything is written: the strategy must be FedBuff (not
         wrapped: client-level DP accounts synchronous sampled rounds, which arrivals replace),

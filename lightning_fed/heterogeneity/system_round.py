@@ -135,6 +135,10 @@ class SystemHeterogeneity(RoundHook):
         """Whether the deadline is wall seconds (real time-outs over Flower)."""
         return self.clock_kind == "wall"
 
+    def server_path(self) -> str | None:
+        """``"wall_clock"`` with ``clock: wall`` (the Flower server closes a round at its deadline)."""
+        return "wall_clock" if self.wall else None
+
     def check_server(self, server: ServerRound) -> None:
         """When the run is bound, before anything is written: ``clock: wall`` in process, a
         ``target`` above the clients a round selects, and the clients' profiles (a trace file
