@@ -246,13 +246,7 @@ class FederatedLoop(LoopEvaluation):
         data = self.datamodule.data_report() if hasattr(self.datamodule, "data_report") else {}
         if self.server.report.private:  # differential privacy: no per-client figure in the reports
             data = totals_only(data)
-        extra = {
-            **self.server.fault_counts(),
-            "hooks": self.server.hook_summaries(),
-            "data": data,
-            "privacy": self.server.privacy_section(),
-        }
-        self.report.write_summary(trainer, extra=extra)
+        self._write_summary(trainer, data=data)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -269,10 +263,14 @@ class FederatedLoop(LoopEvaluation):
         }
         if self.server.report.private:  # the sample is secret: no client named
             del stopped["failed"], stopped["rejected"]
+        self._write_summary(trainer, stopped=stopped)
+
+    def _write_summary(self, trainer: pl.Trainer, **sections: Any) -> None:
+        """``summary.json``: the fault counters, the hooks' summaries, ``sections``, the privacy section."""
         extra = {
             **self.server.fault_counts(),
             "hooks": self.server.hook_summaries(),
-            "stopped": stopped,
+            **sections,
             "privacy": self.server.privacy_section(),
         }
         self.report.write_summary(trainer, extra=extra)

@@ -135,6 +135,20 @@ PREFERENCE_GROUPS: dict[str, tuple[str, int]] = {
 }
 
 
+def _template_draws(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    """The template draws of ``n`` preference pairs, in this order (both generators' streams
+    start with them): prompt, subject, body, sentiment word, sign-off, and the ``background`` side
+    of the property that is *not* planted (shared by chosen and rejected)."""
+    return {
+        "prompt": rng.integers(len(PROMPT_TEMPLATES), size=n),
+        "subject": rng.integers(len(SUBJECTS), size=n),
+        "body": rng.integers(len(RESPONSE_TEMPLATES), size=n),
+        "sentiment": rng.integers(len(SENTIMENT_WORDS), size=n),
+        "sign_off": rng.integers(len(SIGN_OFFS), size=n),
+        "background": rng.integers(2, size=n),
+    }
+
+
 def planted_preferences(
     num_clients: int = 8,
     examples_per_client: int = 64,
@@ -179,15 +193,7 @@ def planted_preferences(
 
     n = num_clients * examples_per_client
     rng = np.random.default_rng(seed)
-    draws = {
-        "prompt": rng.integers(len(PROMPT_TEMPLATES), size=n),
-        "subject": rng.integers(len(SUBJECTS), size=n),
-        "body": rng.integers(len(RESPONSE_TEMPLATES), size=n),
-        "sentiment": rng.integers(len(SENTIMENT_WORDS), size=n),
-        "sign_off": rng.integers(len(SIGN_OFFS), size=n),
-        # side of the property that is *not* planted; shared by chosen and rejected
-        "background": rng.integers(2, size=n),
-    }
+    draws = _template_draws(rng, n)
     rows: dict[str, list] = {"prompt": [], "chosen": [], "rejected": [], "client": [], "group": []}
     for i in range(n):
         client = i // examples_per_client
@@ -278,12 +284,7 @@ def planted_hard_preferences(
     n = num_clients * examples_per_client
     rng = np.random.default_rng(seed)
     draws = {
-        "prompt": rng.integers(len(PROMPT_TEMPLATES), size=n),
-        "subject": rng.integers(len(SUBJECTS), size=n),
-        "body": rng.integers(len(RESPONSE_TEMPLATES), size=n),
-        "sentiment": rng.integers(len(SENTIMENT_WORDS), size=n),
-        "sign_off": rng.integers(len(SIGN_OFFS), size=n),
-        "background": rng.integers(2, size=n),
+        **_template_draws(rng, n),
         "distract": rng.random(n) < distractor,
         "follows": rng.random(n) < purity,
         "flip": rng.random(n) < label_noise,

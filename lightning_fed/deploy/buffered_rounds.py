@@ -45,13 +45,13 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_fed.deploy.records import check_binding, new_nonce, record_to_update, to_arrays, train_instruction
 from lightning_fed.federation.sampling import derive_seed
-from lightning_fed.heterogeneity.async_rounds import AsyncArrivals
 from lightning_fed.strategies.base import AggregationError, ClientUpdate
 
 if TYPE_CHECKING:
     from flwr.serverapp import Grid
 
     from lightning_fed.federation.hooks import RoundHook
+    from lightning_fed.heterogeneity.async_rounds import AsyncArrivals
 
 POLL_SECONDS = 0.05
 """How long the server sleeps when a poll brings no reply."""
@@ -60,9 +60,10 @@ _DISPATCH_TAG = 0x0B0F  # derive_seed tag of the draws of which idle client star
 
 
 def real_arrivals(hooks: list[RoundHook]) -> AsyncArrivals | None:
-    """The run's :class:`AsyncArrivals` hook if it asks for the real arrival order (then marked as
+    """The run's hook that asks for the real arrival order (:class:`AsyncArrivals`'s
+    ``server_path()`` is ``"buffered"`` with ``arrivals: real``; it is then marked as
     running on a transport with clients in flight, so its ``setup_server`` accepts it), else ``None``."""
-    hook = next((h for h in hooks if isinstance(h, AsyncArrivals) and h.arrivals == "real"), None)
+    hook = next((h for h in hooks if h.server_path() == "buffered"), None)
     if hook is not None:
         hook.concurrent = True
     return hook

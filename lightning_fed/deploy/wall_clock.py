@@ -16,19 +16,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import Message
 
-from lightning_fed.heterogeneity.system_round import SystemHeterogeneity
+if TYPE_CHECKING:
+    from lightning_fed.heterogeneity.system_round import SystemHeterogeneity
 
 #: Seconds between two pulls while a round waits for replies.
 POLL_SECONDS = 0.05
 
 
 def wall_clock_hook(hooks: Iterable[Any]) -> SystemHeterogeneity | None:
-    """The run's :class:`SystemHeterogeneity` with ``clock: wall``, if any."""
-    return next((h for h in hooks if isinstance(h, SystemHeterogeneity) and h.wall), None)
+    """The run's hook that asks for the wall-clock path (``server_path()``: ``"wall_clock"``:
+    :class:`SystemHeterogeneity` with ``clock: wall``), if any."""
+    return next((h for h in hooks if h.server_path() == "wall_clock"), None)
 
 
 def collect_until(

@@ -201,6 +201,26 @@ class RoundHook:
     ) -> None:
         """After the new global state is loaded into the module, before evaluation."""
 
+    # ------------------------------------------------- what the run's machinery asks
+    def privacy_channels(self, privacy: Any) -> dict[str, Any]:
+        """What this hook releases of the clients' data, for the run's privacy accounting
+        (``privacy`` is the server's :class:`~lightning_fed.privacy.run.RunPrivacy`; ``{}``: nothing).
+
+        Keys: keyword arguments of :class:`~lightning_fed.privacy.PrivacyReport` naming the
+        channel (``centroids``: FedHDS' accountant report; ``selector_losses``: ``True``), and
+        ``mechanism``: ``{"noise_multiplier": z, "clip": L, "releases": n}`` of a Gaussian
+        mechanism every client answers (rate 1), ``n`` releases so far, that the run composes
+        with the update channel (``privacy/epsilon_all_channels``); absent when not noised.
+        """
+        return {}
+
+    def server_path(self) -> str | None:
+        """The Flower server's train-round path this hook asks for: ``"buffered"`` (clients kept
+        in flight, replies in their real order: ``deploy/buffered_rounds.py``), ``"wall_clock"``
+        (a round closed at a wall deadline or target: ``deploy/wall_clock.py``); ``None``: the
+        synchronous one."""
+        return None
+
     def summary(self) -> dict[str, Any]:
         """What this hook adds to ``summary.json`` (under ``hooks.<ClassName>``); JSON-serialisable."""
         return {}

@@ -45,9 +45,15 @@ class AsyncArrivals(RoundHook):
     Args:
         concurrency: Clients training at once (``C``).
         local_steps: Steps of a client's task as the clock counts them: ``federation.local_steps``.
-        step_time, slow_fraction, slow_factor, availability, dropout, trace, seed: The clients'
-            profiles, as for :class:`~lightning_fed.heterogeneity.SystemHeterogeneity` (virtual
-            arrivals only); ``seed`` also seeds which idle client a real-arrival server dispatches.
+        step_time: Virtual seconds of one local step on a normal client. This and the next five
+            are the clients' profiles, as for :class:`~lightning_fed.heterogeneity.SystemHeterogeneity`
+            (virtual arrivals only).
+        slow_fraction: Share of the clients that are slow.
+        slow_factor: How many times slower a slow client is.
+        availability: Probability that a dispatched client is online.
+        dropout: Probability that a client drops out before its reply.
+        trace: A CSV file of per-client profiles (instead of the five options above).
+        seed: Seed of the profiles' draws and of which idle client a real-arrival server dispatches.
         arrivals: ``"virtual"`` (the virtual clock orders the updates) or ``"real"`` (a Flower
             deployment's replies, in the order they arrive; see the module docstring).
     """
@@ -81,6 +87,10 @@ class AsyncArrivals(RoundHook):
         self.clock = 0.0  # virtual time, or with real arrivals the wall-clock seconds of the run
         self.dispatches = self.timed_out = 0  # real arrivals: clients dispatched, replies never received
         self._sim_state: dict[str, Any] = {}
+
+    def server_path(self) -> str | None:
+        """``"buffered"`` with ``arrivals: real`` (the Flower server keeps clients in flight)."""
+        return "buffered" if self.arrivals == "real" else None
 
     def check_server(self, server: ServerRound) -> None:
         """When the run is bound, before anything is written: the strategy must be FedBuff (not

@@ -75,9 +75,16 @@ class SystemHeterogeneity(RoundHook):
     """Per-client speed, availability and dropouts on a virtual clock, with a round deadline.
 
     Args:
-        local_steps, step_time, slow_fraction, slow_factor, availability, dropout, trace, seed: The
-            clients' behaviour, held as one :class:`~lightning_fed.heterogeneity.SystemProfile`
-            (``self.system``; its fields say what each is).
+        local_steps: Steps of a full turn as the clock counts them (``federation.local_steps``). This
+            and the next seven are the clients' behaviour, held as one
+            :class:`~lightning_fed.heterogeneity.SystemProfile` (``self.system``).
+        step_time: Virtual seconds of one local step on a normal client.
+        slow_fraction: Share of the clients that are ``slow_factor`` times slower (a seeded choice).
+        slow_factor: How many times slower a slow client is.
+        availability: Probability that a selected client is online.
+        dropout: Probability that an online client drops out before reporting.
+        trace: A CSV file ``client,step_time,availability,dropout`` (instead of the five options above).
+        seed: Seed of the slow clients' choice and of the availability and dropout draws.
         deadline: Seconds a round may last, virtual or wall (``clock``); ``None``: no deadline.
         target: Reports that close the round (``None``: every selected client).
         partial_work: At the deadline, stragglers send the steps they finished.
@@ -134,6 +141,10 @@ class SystemHeterogeneity(RoundHook):
     def wall(self) -> bool:
         """Whether the deadline is wall seconds (real time-outs over Flower)."""
         return self.clock_kind == "wall"
+
+    def server_path(self) -> str | None:
+        """``"wall_clock"`` with ``clock: wall`` (the Flower server closes a round at its deadline)."""
+        return "wall_clock" if self.wall else None
 
     def check_server(self, server: ServerRound) -> None:
         """When the run is bound, before anything is written: ``clock: wall`` in process, a

@@ -12,7 +12,6 @@ from lightning_fed.modules.lora import adapter_layers, adapters_disabled
 from lightning_fed.modules.losses import dpo_loss, preference_metrics
 from lightning_fed.modules.preference import (
     PreferenceModule,
-    concatenated_log_probs,
     zero_dropout,
 )
 from lightning_fed.modules.reference_cache import DEFAULT_MEMORY_BYTES, ReferenceCache
@@ -90,10 +89,6 @@ class DPOModule(PreferenceModule):
         super().on_load_checkpoint(checkpoint)
         if self.reference_cache is not None and "reference_cache" in checkpoint:
             self.reference_cache.load_state_dict(checkpoint["reference_cache"])
-
-    def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """``(log p(y_w|x), log p(y_l|x))`` under the current model, in one forward."""
-        return concatenated_log_probs(self.model, batch)
 
     def reference_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """The same under the reference model (adapters disabled, no gradient), from the cache

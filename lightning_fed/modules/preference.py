@@ -84,3 +84,8 @@ class PreferenceModule(FederatedModule):
     @torch.no_grad()
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         return self.pair_metrics(batch)
+
+    def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """``(log p(y_w|x), log p(y_l|x))`` under the current model, summed over response tokens,
+        in one forward (the evaluation's contract: :mod:`~lightning_fed.evaluation.test_step`)."""
+        return concatenated_log_probs(self.model, batch)

@@ -83,10 +83,6 @@ class SimPOModule(PreferenceModule):
         if disable_dropout:
             zero_dropout(self.model)
 
-    def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """``(log p(y_w|x), log p(y_l|x))``, summed over response tokens (the evaluation's contract)."""
-        return concatenated_log_probs(self.model, batch)
-
     def pair_metrics(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         chosen, rejected = concatenated_log_probs(self.model, batch, average=True)
         losses, r_chosen, r_rejected = simpo_loss(chosen, rejected, self.beta, self.gamma)

@@ -193,10 +193,7 @@ class ClientLevelDP(Strategy):
         return self.strategy.downlink(client_id)
 
     def local_correction(
-        self,
-        global_state: Mapping[str, Tensor],
-        downlink: Mapping[str, Tensor],
-        client_memory: dict[str, Tensor],
+        self, global_state: Mapping[str, Tensor], downlink: Mapping[str, Tensor], client_memory: dict[str, Tensor]
     ) -> LocalCorrection:
         return self.strategy.local_correction(global_state, downlink, client_memory)
 

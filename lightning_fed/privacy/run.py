@@ -60,8 +60,6 @@ from lightning_fed.privacy.dp_sgd import ExampleLevelDP
 from lightning_fed.privacy.example_budget import ExampleBudget
 from lightning_fed.privacy.report import PrivacyReport
 from lightning_fed.privacy.secret import RunSecret, key_file, seeded_secret
-from lightning_fed.round_hooks.client_grouping import ClientGrouping
-from lightning_fed.selection.hds import HierarchicalDataSelection
 
 
 def privacy_enabled(strategy: Any, module: Any) -> bool:
@@ -319,12 +317,14 @@ class RunPrivacy:
     def selector_channel(self) -> tuple[PrivacyAccountant, int, float] | None:
         """``(accountant, groupings, L)`` of FedBiscuit's noised selector losses: the Gaussian
         mechanism with ``z_s`` at rate 1 (every client answers every grouping), the groupings
-        noised so far, the clip bound; ``None`` without a grouping hook or without DP."""
+        noised so far, the clip bound; ``None`` without a grouping hook or without DP. The first
+        hook whose :meth:`~lightning_fed.federation.RoundHook.privacy_channels` names a
+        ``mechanism`` gives it."""
         for hook in self._server.hooks if self._server is not None else []:
-            mechanism = hook.selector_mechanism(self) if isinstance(hook, ClientGrouping) else None
+            mechanism = hook.privacy_channels(self).get("mechanism")
             if mechanism is not None and self.delta is not None:
                 acc = PrivacyAccountant(mechanism["noise_multiplier"], 1.0, self.delta, mechanism=self.mechanism)
-                return acc, hook.noised_groupings, mechanism["clip"]
+                return acc, int(mechanism["releases"]), mechanism["clip"]
         return None
 
     def _count_of(self, client_id: int) -> int | None:
@@ -372,10 +372,11 @@ class RunPrivacy:
     def report(self) -> PrivacyReport:
         """The channels of this run (:class:`~lightning_fed.privacy.PrivacyReport`)."""
         hooks = self._server.hooks if self._server is not None else []
+        channels = [hook.privacy_channels(self) for hook in hooks]  # RoundHook.privacy_channels
         centroids = None
-        for hook in hooks:
-            if isinstance(hook, HierarchicalDataSelection):
-                centroids = hook.accountant.report() if hook.accountant is not None else {}
+        for channel in channels:
+            if "centroids" in channel:
+                centroids = channel["centroids"]
         selector_dp, groupings, clip = self.selector_channel() or (None, 0, None)
         binding = self.binding_client() if self.example_budget is not None else None
         example_dp, example_steps = None, 0
@@ -390,7 +391,7 @@ class RunPrivacy:
             example_level_on=self.example_budget is not None,
             personal_parameters=self._personal,
             centroids=centroids,
-            selector_losses=any(isinstance(h, ClientGrouping) for h in hooks),
+            selector_losses=any(channel.get("selector_losses", False) for channel in channels),
             selector_dp=selector_dp,
             selector_groupings=groupings,
             selector_clip=clip,

@@ -132,6 +132,15 @@ class ClientGrouping(RoundHook):
             z = privacy.client_noise_multiplier
         return {"noise_multiplier": DEFAULT_NOISE_MULTIPLIER if z is None else float(z), "clip": self.clip_loss}
 
+    def privacy_channels(self, privacy: Any) -> dict[str, Any]:
+        """The selector losses (every client's, each grouping round); noised in a private run:
+        the mechanism of :meth:`selector_mechanism` over :attr:`noised_groupings` releases."""
+        out: dict[str, Any] = {"selector_losses": True}
+        mechanism = self.selector_mechanism(privacy)
+        if mechanism is not None:
+            out["mechanism"] = {**mechanism, "releases": self.noised_groupings}
+        return out
+
     # ------------------------------------------------------ the pre-round exchange
     def client_queries(
         self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]

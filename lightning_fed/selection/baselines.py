@@ -183,7 +183,7 @@ class CentralizedCoreset(ServerSideCoreset):
         )
 
 
-class GlobalSelect(HierarchicalDataSelection):
+class GlobalSelect(ServerSideCoreset, HierarchicalDataSelection):
     """FedHDS's fused features of *every* sample go to the server, which clusters them all.
 
     Same arguments as :class:`HierarchicalDataSelection`; the server runs HDBSCAN with
@@ -195,17 +195,6 @@ class GlobalSelect(HierarchicalDataSelection):
         self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> dict[int, Payload]:
         return {}  # no pre-round exchange: :meth:`choose` runs on the server (in-process)
-
-    def on_client_data(
-        self,
-        server: ServerRound,
-        context: Any,
-        module: pl.LightningModule,
-        round_idx: int,
-        clients: list[int],
-        data: Any,
-    ) -> None:
-        self.select_from_data(server, context, module, round_idx, clients, data)
 
     def choose(
         self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]

@@ -390,6 +390,10 @@ class HierarchicalDataSelection(CoresetSelection):
         return self.decide(server, round_idx, clients, replies)
 
     # ------------------------------------------------------- privacy accounting
+    def privacy_channels(self, privacy: Any) -> dict[str, Any]:
+        """The group centroids each client sends: their accountant's report (``{}``: not noised)."""
+        return {"centroids": self.accountant.report() if self.accountant is not None else {}}
+
     def summary(self) -> dict[str, Any]:
         out = super().summary()
         if self.accountant is not None:

@@ -159,10 +159,7 @@ class Strategy(ABC):
         return {}
 
     def local_correction(
-        self,
-        global_state: Mapping[str, Tensor],
-        downlink: Mapping[str, Tensor],
-        client_memory: dict[str, Tensor],
+        self, global_state: Mapping[str, Tensor], downlink: Mapping[str, Tensor], client_memory: dict[str, Tensor]
     ) -> LocalCorrection:
         """The client-side correction for one client's local training.
 

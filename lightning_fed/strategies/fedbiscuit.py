@@ -34,11 +34,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from lightning_fed.state import StateDict, compute_dtype
-from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy
+from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, weighted_average
 from lightning_fed.strategies.fedavg import WEIGHTINGS
 
 EQ6_SCOPES = ("cluster", "all")
@@ -117,13 +116,7 @@ def eq8_update(states: Sequence[Mapping[str, Tensor]], p: Sequence[float]) -> St
     total = float(sum(p))
     if not total > 0:
         raise AggregationError(f"Eq. (8) needs a positive sum of p_m, got {total}")
-    out: StateDict = {}
-    for key, ref in states[0].items():
-        acc = torch.zeros_like(ref, dtype=compute_dtype(ref.dtype))
-        for state, w in zip(states, p):
-            acc.add_(state[key].to(acc.dtype), alpha=float(w) / total)
-        out[key] = acc.to(ref.dtype)
-    return out
+    return weighted_average(states, p)
 
 
 def majority_vote(votes: Tensor) -> Tensor:

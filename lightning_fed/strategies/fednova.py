@@ -83,10 +83,7 @@ class FedNova(FedAvg):
         self.local_momentum = float(local_momentum)
 
     def local_correction(
-        self,
-        global_state: Mapping[str, Tensor],
-        downlink: Mapping[str, Tensor],
-        client_memory: dict[str, Tensor],
+        self, global_state: Mapping[str, Tensor], downlink: Mapping[str, Tensor], client_memory: dict[str, Tensor]
     ) -> StepCount:
         """A :class:`StepCount`: the client reports ``tau_i`` with its update."""
         return StepCount()

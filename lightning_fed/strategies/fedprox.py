@@ -93,10 +93,7 @@ class FedProx(FedAvg):
         self.mu = float(mu)
 
     def local_correction(
-        self,
-        global_state: Mapping[str, Tensor],
-        downlink: Mapping[str, Tensor],
-        client_memory: dict[str, Tensor],
+        self, global_state: Mapping[str, Tensor], downlink: Mapping[str, Tensor], client_memory: dict[str, Tensor]
     ) -> ProximalCorrection:
         """A :class:`ProximalCorrection` anchored at ``global_state``."""
         return ProximalCorrection(global_state, self.mu)

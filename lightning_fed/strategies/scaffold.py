@@ -196,10 +196,7 @@ class Scaffold(Strategy):
         return {PREFIX + k: v.clone() for k, v in self._require_setup().items()}
 
     def local_correction(
-        self,
-        global_state: Mapping[str, Tensor],
-        downlink: Mapping[str, Tensor],
-        client_memory: dict[str, Tensor],
+        self, global_state: Mapping[str, Tensor], downlink: Mapping[str, Tensor], client_memory: dict[str, Tensor]
     ) -> ControlVariateCorrection:
         """A :class:`ControlVariateCorrection` from the downlinked ``c`` and the client's ``c_i``."""
         missing = sorted(PREFIX + k for k in global_state if PREFIX + k not in downlink)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from lightning_fed.federation.config import FederationConfig
+from lightning_fed.federation.hooks import RoundHook
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.privacy import ClientLevelDP, PrivacyAccountant, PrivacyConfig
 from lightning_fed.privacy.run import RunPrivacy
@@ -209,3 +210,32 @@ def test_secure_sum_noise_shares_carry_the_planned_noise_down_to_min_clients():
     x = {"w": torch.zeros(20000)}
     two = [secagg.contribution(x, ClientUpdate(k, 1, {"w": torch.zeros(20000)}), round_idx=0).arrays[0] for k in (0, 1)]
     assert np.std(np.sum(two, axis=0)) == pytest.approx(0.05, rel=0.03)
+
+
+def test_a_new_hook_declares_what_it_releases_without_an_edit_in_privacy():
+    """``RoundHook.privacy_channels`` is the whole contract: a hook class the privacy package has
+    never seen adds a noised release (composed with the update channel) and a centroid channel."""
+
+    class NoisedRelease(RoundHook):
+        def privacy_channels(self, privacy):
+            return {"selector_losses": True, "mechanism": {"noise_multiplier": 2.0, "clip": 0.5, "releases": 3}}
+
+    class PlainCentroids(RoundHook):
+        def privacy_channels(self, privacy):
+            return {"centroids": {}}
+
+    def served(hooks):
+        server = ServerRound.from_config(FederationConfig(rounds=4), ClientLevelDP(FedAvg()), hooks)
+        server.privacy = RunPrivacy(PrivacyConfig(noise_multiplier=1.0), 10)
+        server.bind(10)
+        return server
+
+    server = served([RoundHook(), NoisedRelease(), PlainCentroids()])
+    acc, releases, clip = server.privacy.selector_channel()
+    assert (acc.noise_multiplier, acc.sample_rate, releases, clip) == (2.0, 1.0, 3, 0.5)
+    channels = server.privacy_section()["channels"]
+    assert channels["selector_losses"]["protection"] == "gaussian"
+    assert channels["fedhds_centroids"]["protection"] == "none"
+    plain = served([RoundHook()])
+    assert plain.privacy.selector_channel() is None
+    assert {"selector_losses", "fedhds_centroids"}.isdisjoint(plain.privacy_section()["channels"])
