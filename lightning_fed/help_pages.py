@@ -3,7 +3,7 @@
 The parsers of ``fit``, ``validate`` and ``test`` are LightningCLI's: building one imports torch,
 Lightning, transformers and PEFT (seconds), and so do the modules behind ``evaluate``, ``plan``
 and ``report``. Their ``--help`` pages are therefore generated from the live parsers and stored
-in :mod:`lightning_fed.help_text`; ``lightning-fed <subcommand> --help`` prints the stored page
+in ``lightning_fed/help_pages.json`` (data, generated); ``lightning-fed <subcommand> --help`` prints the stored page
 when it is known to be the same as the live one:
 
 - the versions of the libraries that shape the page (Python, Lightning, torch, jsonargparse...)
@@ -33,6 +33,7 @@ import sys
 import tempfile
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
+from typing import Any
 
 SUBCOMMANDS = ("fit", "validate", "test", "evaluate", "plan", "report")
 """Subcommands whose ``--help`` builds a parser that imports torch or Lightning."""
@@ -44,7 +45,7 @@ LIBRARIES = ("lightning", "torch", "jsonargparse", "transformers", "peft")
 """Distributions whose version changes a page (their options, docstrings, known subclasses, layout),
 as pinned in ``requirements.txt``; compared without a local label (``2.13.0+cpu`` is ``2.13.0``)."""
 PLUGIN_GROUPS = ("lightning_fed.strategies", "lightning_fed.modules")
-PAGES_FILE = Path(__file__).resolve().parent / "help_text.py"
+PAGES_FILE = Path(__file__).resolve().parent / "help_pages.json"
 
 
 def versions() -> dict[str, str]:
@@ -67,11 +68,15 @@ def stored_help(argv: list[str]) -> str | None:
         return None
     if shutil.get_terminal_size((COLUMNS, 24)).columns < COLUMNS:
         return None
-    from lightning_fed import help_text
-
-    if help_text.VERSIONS != versions() or any(entry_points(group=group) for group in PLUGIN_GROUPS):
+    pages = stored()
+    if pages["versions"] != versions() or any(entry_points(group=group) for group in PLUGIN_GROUPS):
         return None
-    return help_text.PAGES.get(argv[0])
+    return pages["pages"].get(argv[0])
+
+
+def stored() -> dict[str, Any]:
+    """The stored pages: ``{"versions": {...}, "pages": {subcommand: text}}`` (:data:`PAGES_FILE`)."""
+    return json.loads(PAGES_FILE.read_text(encoding="utf-8"))
 
 
 _PRINT_PAGES = """
@@ -124,25 +129,13 @@ def live_pages(subcommands: tuple[str, ...] = SUBCOMMANDS) -> dict[str, str]:
 
 
 def render(pages: dict[str, str], found_versions: dict[str, str]) -> str:
-    """The source of :mod:`lightning_fed.help_text`: the versions and one string per page, a line per line."""
-    out = [
-        '"""The stored ``--help`` pages (:mod:`lightning_fed.help_pages`); generated, do not edit.',
-        "",
-        "Regenerate with ``python -m lightning_fed.help_pages --write``; ``tests/test_cli_help.py``",
-        "checks them against the live parsers.",
-        '"""',
-        "",
-        "# fmt: off",
-        f"VERSIONS = {json.dumps(found_versions, indent=4)}",
-        "",
-        "PAGES = {",
-    ]
-    for name, text in pages.items():
-        out.append(f"    {json.dumps(name)}: (")
-        out += [f"        {json.dumps(line)}" for line in text.splitlines(keepends=True)]
-        out.append("    ),")
-    out += ["}", "# fmt: on", ""]
-    return "\n".join(out)
+    """The text of :data:`PAGES_FILE`: the versions the pages were generated with, and the pages."""
+    stored = {
+        "generated_by": "python -m lightning_fed.help_pages --write (do not edit)",
+        "versions": found_versions,
+        "pages": pages,
+    }
+    return json.dumps(stored, indent=1, ensure_ascii=False) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fed import help_pages, help_text
+from lightning_fed import help_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -23,16 +23,17 @@ for name in ("LIGHTNING_FED_DEBUG", "LIGHTNING_FED_VERBOSE", help_pages.LIVE_ENV
     ENV.pop(name, None)
 HEAVY = ("torch", "lightning", "transformers", "peft", "bitsandbytes", "datasets", "lm_eval", "pandas")
 REGENERATE = (
-    "stale stored --help page: run `python -m lightning_fed.help_pages --write` and commit lightning_fed/help_text.py"
+    "stale stored --help page: run `python -m lightning_fed.help_pages --write`"
+    " and commit lightning_fed/help_pages.json"
 )
 
 
 def test_the_stored_pages_are_the_live_parsers_pages():
-    assert help_text.VERSIONS == help_pages.versions(), REGENERATE
+    assert help_pages.stored()["versions"] == help_pages.versions(), REGENERATE
     live = help_pages.live_pages()
-    assert sorted(help_text.PAGES) == sorted(help_pages.SUBCOMMANDS)
+    assert sorted(help_pages.stored()["pages"]) == sorted(help_pages.SUBCOMMANDS)
     for name in help_pages.SUBCOMMANDS:
-        assert help_text.PAGES[name] == live[name], f"`{name} --help`: {REGENERATE}"
+        assert help_pages.stored()["pages"][name] == live[name], f"`{name} --help`: {REGENERATE}"
     assert "--federation.rounds" in live["fit"] and "--benchmarks" in live["evaluate"]
 
 
@@ -55,7 +56,7 @@ def test_every_subcommand_help_answers_without_importing_torch():
     found = json.loads(proc.stdout)
     assert found["heavy"] == []
     for name in help_pages.SUBCOMMANDS:
-        assert found["pages"][name] == [0, help_text.PAGES[name]], name
+        assert found["pages"][name] == [0, help_pages.stored()["pages"][name]], name
 
 
 @pytest.mark.parametrize(
@@ -64,15 +65,15 @@ def test_every_subcommand_help_answers_without_importing_torch():
 )
 def test_only_the_bare_help_of_a_stored_subcommand_is_answered_from_the_page(argv, monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")
-    assert help_pages.stored_help(["fit", "--help"]) == help_text.PAGES["fit"]
-    assert help_pages.stored_help(["plan", "-h"]) == help_text.PAGES["plan"]
+    assert help_pages.stored_help(["fit", "--help"]) == help_pages.stored()["pages"]["fit"]
+    assert help_pages.stored_help(["plan", "-h"]) == help_pages.stored()["pages"]["plan"]
     assert help_pages.stored_help(argv) is None
 
 
 def test_the_live_parser_answers_when_the_page_may_differ(monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")
     assert help_pages.stored_help(["fit", "--help"]) is not None
-    monkeypatch.setattr(help_pages, "versions", lambda: {**help_text.VERSIONS, "lightning": "9.9.9"})
+    monkeypatch.setattr(help_pages, "versions", lambda: {**help_pages.stored()["versions"], "lightning": "9.9.9"})
     assert help_pages.stored_help(["fit", "--help"]) is None  # another Lightning: other Trainer options
     monkeypatch.undo()
     monkeypatch.setattr(help_pages, "entry_points", lambda group: ["a plugin"] if group.endswith("modules") else [])
@@ -86,7 +87,7 @@ def test_the_live_parser_answers_when_the_page_may_differ(monkeypatch):
 
 
 def test_every_evaluate_option_has_a_description_and_each_group_a_whole_title():
-    page = help_text.PAGES["evaluate"]  # the live parser's page (test above)
+    page = help_pages.stored()["pages"]["evaluate"]  # the live parser's page (test above)
     undescribed = re.findall(r"^  (--\S+)[^\n]*\n\s+\(type:", page, re.M) + re.findall(
         r"^  (--\S+) \S+ +\(type:", page, re.M
     )
