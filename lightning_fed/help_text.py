@@ -8,10 +8,8 @@ checks them against the live parsers.
 VERSIONS = {
     "python": "3.11",
     "lightning": "2.6.6",
-    "torch": "2.13.0+cpu",
+    "torch": "2.13.0",
     "jsonargparse": "4.53.0",
-    "docstring-parser": "0.18.0",
-    "typeshed-client": "2.15.0",
     "transformers": "5.23.0",
     "peft": "0.21.2"
 }
@@ -2105,8 +2103,8 @@ PAGES = {
         "                              [--judge.timeout TIMEOUT]\n"
         "                              [--judge.concurrency CONCURRENCY]\n"
         "\n"
-        "``lightning-fed evaluate``: a finished run (or a base model + PEFT adapter) on\n"
-        "the field's benchmarks.\n"
+        "lightning-fed evaluate: a finished run (or a base model + PEFT adapter) on the\n"
+        "field's benchmarks.\n"
         "\n"
         "options:\n"
         "  -h, --help            Show this help message and exit.\n"
@@ -2143,7 +2141,7 @@ PAGES = {
         "                        batch size). (type: int, default: 8)\n"
         "  --debug {true,false}  Show tracebacks. (type: bool, default: False)\n"
         "\n"
-        "lm-evaluation-harness tasks (``--benchmarks [lm_eval]``):\n"
+        "lm-evaluation-harness tasks (--benchmarks '[lm_eval]'):\n"
         "  --lm_eval CONFIG      Path to a configuration file.\n"
         "  --lm_eval.tasks [ITEM,...], --lm_eval.tasks+ [ITEM,...]\n"
         "                        lm-eval task, group or tag names (``gsm8k``, ``mmlu``,\n"
@@ -2179,7 +2177,7 @@ PAGES = {
         "                        Bootstrap resamples for the standard error of non-mean\n"
         "                        metrics (0: no stderr). (type: int, default: 1000)\n"
         "\n"
-        "HumanEval pass@1 (``--benchmarks [humaneval]``):\n"
+        "HumanEval pass@1 (--benchmarks '[humaneval]'):\n"
         "  --humaneval CONFIG    Path to a configuration file.\n"
         "  --humaneval.limit LIMIT\n"
         "                        Evaluate the first ``limit`` problems only (default:\n"
@@ -2202,7 +2200,11 @@ PAGES = {
         "                        Completions executed in parallel. (type: int, default:\n"
         "                        2)\n"
         "\n"
-        "LLM-as-judge evaluation (``--benchmarks [judge]``). The judge is exactly one of ``url``:\n"
+        "LLM-as-judge evaluation (--benchmarks '[judge]'):\n"
+        "  The judge is exactly one of --judge.url (an OpenAI-compatible endpoint,\n"
+        "  --judge.model naming its model), --judge.model (a local model) or\n"
+        "  --judge.backbone (a local model built from a backbone config).\n"
+        "\n"
         "  --judge CONFIG        Path to a configuration file.\n"
         "  --judge.modes [ITEM,...], --judge.modes+ [ITEM,...]\n"
         "                        ``pairwise`` (win rate) and/or ``single`` (MT-Bench\n"
