@@ -127,8 +127,8 @@ def test_debug_shows_the_traceback_and_keeps_the_exit_status(tmp_path):
 
 
 def test_training_failure_exits_1_and_still_writes_summary(tmp_path):
-    # lr=1e6: every update is non-finite or rejected by the norm bound, the round fails.
-    proc = _run(_tiny(tmp_path, "--model.init_args.lr=1e6", "--federation.max_update_norm=10", "--federation.rounds=2"))
+    # lr=10 (the largest model.lr accepts) with Adam: every update is rejected by the norm bound, the round fails.
+    proc = _run(_tiny(tmp_path, "--model.init_args.lr=10", "--federation.max_update_norm=10", "--federation.rounds=2"))
     assert proc.returncode == 1, proc.stderr[-3000:]
     errors = _error_lines(proc)
     assert len(errors) == 1 and "min_clients" in errors[0], proc.stderr[-3000:]
@@ -136,7 +136,7 @@ def test_training_failure_exits_1_and_still_writes_summary(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["rejected_updates"] == 2 and summary["stopped"]["round"] == 1
     assert len(summary["stopped"]["rejected"]) == 2 and summary["rounds"] == []
-    assert summary["config"]["model"]["init_args"]["lr"] == 1e6
+    assert summary["config"]["model"]["init_args"]["lr"] == 10
 
 
 def _wait_for(path_glob: str, root: Path, proc: subprocess.Popen, timeout: float = 300) -> Path:
