@@ -283,8 +283,10 @@ class FederatedCLI(LightningCLI):
         loop.server.bind(self.datamodule.num_clients, self.datamodule, self.model)
 
     def after_fit(self) -> None:
+        # trainer.log_dir is a collective under DDP (a broadcast from rank 0): every rank asks
+        folder = RoundReport.output_dir(self.trainer)
         if self.trainer.is_global_zero:
-            print(closing_line(RoundReport.output_dir(self.trainer)), flush=True)
+            print(closing_line(folder), flush=True)
 
     def _check_writable(self) -> None:
         """A folder the run cannot write is named by its option before anything is loaded or run."""
