@@ -14,10 +14,11 @@ rule above with its values, which is what is implemented.)
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
+
+NO_LOSS = float(torch.finfo(torch.float32).max)
+"""``last_loss`` before the first closed round: no loss is above it, so the first never decays."""
 
 
 class LossTriggeredDecay(nn.Module):
@@ -46,7 +47,9 @@ class LossTriggeredDecay(nn.Module):
         self.factor, self.min_lr = float(factor), float(min_lr)
         for name, value in (
             ("scale", 1.0),
-            ("last_loss", math.inf),
+            # "no closed round yet": the largest float32, not inf, since a client's saved state must
+            # be finite (federation/client_files.py refuses NaN and inf in a state file)
+            ("last_loss", NO_LOSS),
             ("loss_sum", 0.0),
             ("loss_count", 0.0),
             ("round", -1.0),
