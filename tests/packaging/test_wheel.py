@@ -7,8 +7,8 @@ The virtualenv lives in pytest's temporary folder (not under the repository, and
 install needs the package index (or pip's own mirror settings); it takes about 5 minutes on 2
 cores, the commands about as long again. ``WHEEL_TEST_VENV=<folder>`` keeps the virtualenv
 there and, when it already exists, only reinstalls the freshly built wheel (for iterating on
-the test, not for CI). Run it with ``pytest -m slow tests/packaging/test_wheel.py``; ``.ci/run``
-runs it after ``make test``.
+the test, not for CI). Run it with ``make test-wheel`` (``pytest -m slow tests/packaging/test_wheel.py``);
+``.ci/run`` does not run it (its comment says why; docs/developer/testing.md).
 """
 
 from __future__ import annotations
