@@ -142,11 +142,12 @@ class FederatedDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         problems = []
-        if not 1 <= num_clients <= MAX_CLIENTS:
+        # `null` reaches here from a YAML or `--data.init_args.batch_size=null` (found by tests/boundary)
+        if not _is_int(num_clients) or not 1 <= num_clients <= MAX_CLIENTS:
             problems.append(f"data.num_clients must be in [1, {MAX_CLIENTS}], got {num_clients}")
-        if batch_size < 1:
+        if not _is_int(batch_size) or batch_size < 1:
             problems.append(f"data.batch_size must be >= 1, got {batch_size}")
-        if max_length < 2:
+        if not _is_int(max_length) or max_length < 2:
             problems.append(f"data.max_length must be >= 2, got {max_length}")
         if on_overflow not in OVERFLOW_CHOICES:
             problems.append(f"data.on_overflow must be one of {OVERFLOW_CHOICES}, got {on_overflow!r}")
@@ -454,3 +455,8 @@ def _budget_problems(
     elif max_prompt is not None and min_prompt > max_prompt:
         problems.append(f"data.min_prompt_length={min_prompt} must be <= data.max_prompt_length={max_prompt}")
     return problems
+
+
+def _is_int(value: Any) -> bool:
+    """An int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -62,6 +62,7 @@ from lightning_fed.deploy.records import (
 )
 from lightning_fed.deploy.secure_aggregation_flower import contribution_reply, is_secure, secure_train_mod
 from lightning_fed.deploy.server import FederatedServer
+from lightning_fed.errors import UserError
 from lightning_fed.federation.run import FederatedRun
 from lightning_fed.privacy.dp_sgd import ExampleLevelDP
 from lightning_fed.run_parser import parse_run
@@ -108,7 +109,10 @@ def _settings(context: Context, defaults: dict[str, Any]) -> dict[str, Any]:
     cfg = {**defaults, **{k: v for k, v in context.run_config.items() if v not in ("", None)}}
     if not cfg.get("config"):
         raise ValueError("run config: missing 'config' (a shipped config's name, or the YAML config's path)")
-    cfg["config"] = resolve_config(str(cfg["config"]))  # a shipped name (`tiny`) is its file's path
+    try:
+        cfg["config"] = resolve_config(str(cfg["config"]))  # a shipped name (`tiny`) is its file's path
+    except UserError:  # neither a file nor a shipped name: said below, for the run config
+        pass
     if not Path(cfg["config"]).is_file():
         raise FileNotFoundError(
             f"run config: config={cfg['config']!r} is neither a shipped config (lightning-fed configs) "
