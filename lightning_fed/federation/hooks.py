@@ -216,8 +216,8 @@ class RoundHook:
 
     def server_path(self) -> str | None:
         """The Flower server's train-round path this hook asks for: ``"buffered"`` (clients kept
-        in flight, replies in their real order: ``deploy/buffered_rounds.py``), ``"wall_clock"``
-        (a round closed at a wall deadline or target: ``deploy/wall_clock.py``); ``None``: the
+        in flight, replies in their real order: ``deploy/train_rounds/buffered.py``), ``"wall_clock"``
+        (a round closed at a wall deadline or target: ``deploy/train_rounds/wall_clock.py``); ``None``: the
         synchronous one."""
         return None
 

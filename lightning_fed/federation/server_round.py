@@ -251,6 +251,12 @@ class ServerRound:
         self._down += state_nbytes(start) + state_nbytes(downlink)
         return start, downlink
 
+    def join(self, client_id: int) -> tuple[StateDict, StateDict]:
+        """``client_id`` joins the open round as it arrives (an asynchronous step's clients are its
+        arrivals, in their order): listed in :attr:`clients`, then :meth:`send`."""
+        self.clients.append(client_id)
+        return self.send(client_id)
+
     def sent(self, client_id: int) -> StateDict | None:
         """The start state ``client_id`` was sent this round (``None``: it was not sent one)."""
         return self._sent.get(client_id)

@@ -15,7 +15,7 @@ would arrive twice in one round closes the round early (its second update opens 
 ``arrivals`` says whose clock orders the updates. ``"virtual"`` (the default): the virtual clock's,
 in both transports (the hook runs on the server), so a Flower run trains the same clients from the
 same versions as the in-process run. ``"real"``: the order in which a Flower deployment's replies
-really arrive: :mod:`lightning_fed.deploy.buffered_rounds` keeps ``concurrency`` clients in flight
+really arrive: :mod:`lightning_fed.deploy.train_rounds.buffered` keeps ``concurrency`` clients in flight
 and steps each time ``buffer_size`` replies are in; the profiles (speeds, availability, dropouts)
 are then the nodes' own, not drawn. In one process clients train one after another, so there is no
 arrival order to take: ``arrivals: real`` is refused there.
@@ -76,7 +76,7 @@ class AsyncArrivals(RoundHook):
         if not (isinstance(concurrency, int) and concurrency >= 1):
             raise ValueError(f"{FIELD}: concurrency must be an integer >= 1, got {concurrency!r}")
         self.arrivals = arrivals
-        #: Set by a transport that really keeps clients in flight (:mod:`lightning_fed.deploy.buffered_rounds`).
+        #: Set by a transport that really keeps clients in flight (:mod:`lightning_fed.deploy.train_rounds.buffered`).
         self.concurrent = False
         self.concurrency, self.seed = concurrency, seed
         self.system = SystemProfile(
@@ -145,7 +145,7 @@ class AsyncArrivals(RoundHook):
         self, server: ServerRound, trainer: Any, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
         if self.arrivals == "real":
-            return  # the transport dispatches and collects (deploy/buffered_rounds.py)
+            return  # the transport dispatches and collects (deploy/train_rounds/buffered.py)
         fedbuff = server.strategy
         fedbuff.remember(server.global_state)
         want = fedbuff.buffer_size - fedbuff.buffered

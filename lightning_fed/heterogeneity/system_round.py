@@ -20,7 +20,7 @@ Flower (the Flower server's real ``timeout`` stays the transport's own bound; th
 virtual seconds).
 
 With ``clock: wall`` (Flower only) the same options act on real time-outs: the Flower server
-(``deploy/wall_clock.py``) waits at most ``deadline`` wall seconds for the round's replies and
+(``deploy/train_rounds/wall_clock.py``) waits at most ``deadline`` wall seconds for the round's replies and
 aggregates those that arrived, the first ``target`` of them (over-selection); a client that has not
 answered by then is late (not failed), and its reply, if it comes later, answers an earlier round's
 message and is refused. With ``partial_work`` each client is sent a time budget
@@ -180,7 +180,7 @@ class SystemHeterogeneity(RoundHook):
     ) -> None:
         target = len(clients) if self.target is None else min(self.target, len(clients))
         self.round_target = target
-        if self.wall:  # who reports is decided by the real replies (deploy/wall_clock.py)
+        if self.wall:  # who reports is decided by the real replies (deploy/train_rounds/wall_clock.py)
             return
         outcome = self.sim.run_round(round_idx, list(clients), target, start=self.clock)
         reporting = {r.client: r for r in outcome.reports}

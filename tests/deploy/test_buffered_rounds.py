@@ -1,4 +1,4 @@
-"""FedBuff over Flower with real arrival order (deploy/buffered_rounds.py), on the in-process grid
+"""FedBuff over Flower with real arrival order (deploy/train_rounds/buffered.py), on the in-process grid
 with scripted reply delays on the grid's own clock."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import torch
 import yaml
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from lightning_fed.deploy import buffered_rounds
 from lightning_fed.deploy.apps import client_app, load_run
 from lightning_fed.deploy.records import CONFIG, METRICS, REPLY, STATE, from_arrays, reply_binding, update_to_record
 from lightning_fed.deploy.server import FederatedServer
+from lightning_fed.deploy.train_rounds import buffered
 from lightning_fed.strategies import ClientUpdate
 from tests.helpers.flower_grid import InProcessGrid
 
@@ -83,8 +83,8 @@ def _server(config: str, out: Path, app=toy_app, timeout: float = 100.0, state: 
 
 
 def _run(server, grid, monkeypatch, nodes: int):
-    monkeypatch.setattr(buffered_rounds, "monotonic", grid.clock)
-    monkeypatch.setattr(buffered_rounds, "sleep", grid.sleep)
+    monkeypatch.setattr(buffered, "monotonic", grid.clock)
+    monkeypatch.setattr(buffered, "sleep", grid.sleep)
     server.start(grid, min_nodes=nodes)
 
 
@@ -116,7 +116,7 @@ def test_replies_are_aggregated_in_arrival_order_and_a_slow_one_lands_later_with
     # 2 was still training; client 2's reply was pulled at the first poll after t = 9.5.
     times = [t for t, _ in grid.pulled]
     assert 8.0 <= times[7] < 8.5 and grid.pulled[9][1].metadata.src_node_id == 3
-    assert 9.5 <= times[9] < 9.5 + 2 * buffered_rounds.POLL_SECONDS
+    assert 9.5 <= times[9] < 9.5 + 2 * buffered.POLL_SECONDS
     assert len(grid.waiting) == 1  # client 1's fifth task is abandoned at the end, not waited for
     assert grid.now < 10.0
 

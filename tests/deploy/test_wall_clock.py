@@ -1,4 +1,4 @@
-"""Real time-outs over Flower: SystemHeterogeneity(clock='wall') (deploy/wall_clock.py).
+"""Real time-outs over Flower: SystemHeterogeneity(clock='wall') (deploy/train_rounds/wall_clock.py).
 
 The server-side cases run :class:`LatencyGrid`: the scripted honest clients of
 ``test_server_replies.py`` (no local training) behind Flower's push/pull, each reply released a

@@ -10,27 +10,47 @@ late (counted by the hook, not as a failed client). A reply that comes after its
 answers an earlier round's message: it is never pulled again (the server pulls by the new round's
 message ids), and one a transport hands over all the same is refused by the reply's binding to its
 round (:meth:`~lightning_fed.deploy.FederatedServer.aggregate_train`).
+
+Asked for by the hook's ``server_path()`` (``"wall_clock"``); refused with secure aggregation
+(:func:`~lightning_fed.deploy.train_rounds.choose_train_round`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-from flwr.app import Message
+from flwr.app import ConfigRecord, Message
 
-if TYPE_CHECKING:
-    from lightning_fed.heterogeneity.system_round import SystemHeterogeneity
+from lightning_fed.deploy.records import to_arrays
+from lightning_fed.deploy.train_rounds.protocol import TrainRound
+from lightning_fed.heterogeneity.system_round import CUT_SHORT
 
 #: Seconds between two pulls while a round waits for replies.
 POLL_SECONDS = 0.05
 
 
-def wall_clock_hook(hooks: Iterable[Any]) -> SystemHeterogeneity | None:
-    """The run's hook that asks for the wall-clock path (``server_path()``: ``"wall_clock"``:
-    :class:`SystemHeterogeneity` with ``clock: wall``), if any."""
-    return next((h for h in hooks if h.server_path() == "wall_clock"), None)
+class WallClockRound(TrainRound):
+    """A train round on real time-outs: the first ``target`` replies within ``deadline`` seconds
+    (else the transport's ``timeout``) are aggregated, the rest are late (the hook counts them)."""
+
+    asked_by, instead = "SystemHeterogeneity.clock='wall'", "use clock='virtual'"
+
+    def run(self, round_idx: int) -> None:
+        fed, hook, server_round = self.fed, self.hook, round_idx + 1
+        started = time.monotonic()
+        messages = list(
+            fed.configure_train(server_round, to_arrays(self.server.global_state), ConfigRecord(), self.grid)
+        )
+        wait = self.timeout if hook.deadline is None else hook.deadline
+        kept, _surplus = collect_until(self.grid, messages, wait, hook.round_target)
+        fed.aggregate_train(server_round, kept, silent_are_late=True)
+        record = self.server.report.history[-1]
+        train = record.get("train", {})  # absent with private metrics: partial work is then not counted
+        partial = [c for c in record["aggregated"] if train.get(str(c), {}).get(CUT_SHORT)]
+        seconds = time.monotonic() - started
+        hook.record_wall_round(fed.context, round_idx, len(record["aggregated"]), partial, fed.late, seconds)
 
 
 def collect_until(
