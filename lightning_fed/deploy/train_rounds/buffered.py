@@ -52,7 +52,7 @@ from lightning_fed.strategies.base import AggregationError
 if TYPE_CHECKING:
     from flwr.serverapp import Grid
 
-    from lightning_fed.deploy.server import FederatedServer
+    from lightning_fed.deploy.train_rounds.protocol import RoundServer
     from lightning_fed.heterogeneity.async_rounds import AsyncArrivals
     from lightning_fed.state import StateDict
 
@@ -85,7 +85,7 @@ class BufferedRound(TrainRound):
 
     asked_by, instead = "AsyncArrivals(arrivals=real)", "use arrivals=virtual"
 
-    def __init__(self, fed: FederatedServer, grid: Grid, timeout: float, hook: AsyncArrivals) -> None:
+    def __init__(self, fed: RoundServer, grid: Grid, timeout: float, hook: AsyncArrivals) -> None:
         super().__init__(fed, grid, timeout, hook)
         hook.concurrent = True
         self.fedbuff = self.server.strategy

@@ -25,13 +25,13 @@ from lightning_fed.pipelines import flower_refusals
 if TYPE_CHECKING:
     from flwr.serverapp import Grid
 
-    from lightning_fed.deploy.server import FederatedServer
+    from lightning_fed.deploy.train_rounds.protocol import RoundServer
 
 #: The paths a round hook may ask for, by the name its ``server_path()`` returns.
 HOOK_PATHS: dict[str, type[TrainRound]] = {"buffered": BufferedRound, "wall_clock": WallClockRound}
 
 
-def choose_train_round(fed: FederatedServer, grid: Grid, timeout: float) -> TrainRound:
+def choose_train_round(fed: RoundServer, grid: Grid, timeout: float) -> TrainRound:
     """The run's train round; a one-line ``ValueError`` for a run the Flower server cannot run:
 
     - a hook that reads the clients' data on the server (it implements ``on_client_data``);

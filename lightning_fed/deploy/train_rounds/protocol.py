@@ -16,23 +16,46 @@ new path needs no edit there, in ``privacy/`` or in the outer loop.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from flwr.app import ArrayRecord, ConfigRecord, Message
     from flwr.serverapp import Grid
 
-    from lightning_fed.deploy.server import FederatedServer
+    from lightning_fed.deploy.records import ReplyLimits
+    from lightning_fed.federation.context import RoundContext
     from lightning_fed.federation.hooks import RoundHook
+    from lightning_fed.federation.server_round import ServerRound
     from lightning_fed.state import StateDict
 
 
+class RoundServer(Protocol):
+    """What a path uses of :class:`lightning_fed.deploy.server.FederatedServer` (a Protocol:
+    ``server.py`` imports the paths, so they do not import it)."""
+
+    server: ServerRound
+    context: RoundContext
+    module: Any
+    nodes: dict[int, int]
+    limits: ReplyLimits
+    late: list[int]
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]: ...
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message], silent_are_late: bool = False) -> Any: ...
+
+
 class TrainRound(ABC):
-    """One way of running a Flower train round, behind :class:`FederatedServer`'s outer loop.
+    """One way of running a Flower train round, behind the outer loop of
+    :class:`~lightning_fed.deploy.server.FederatedServer`.
 
     Args:
-        fed: The Flower server (its ``server`` round, ``nodes``, ``context``, ``module``, reply
-            ``limits`` and the synchronous exchange :meth:`~FederatedServer.configure_train` /
-            :meth:`~FederatedServer.aggregate_train`).
+        fed: The Flower server (:class:`RoundServer`: its ``server`` round, ``nodes``,
+            ``context``, ``module``, reply ``limits`` and the synchronous exchange
+            ``configure_train`` / ``aggregate_train``).
         grid: Flower's grid.
         timeout: Seconds a client may take to answer.
         hook: The round hook that asked for this path (its ``server_path()``), if one did.
@@ -43,7 +66,7 @@ class TrainRound(ABC):
     #: What to use instead where the path cannot run (the end of a refusal).
     instead = ""
 
-    def __init__(self, fed: FederatedServer, grid: Grid, timeout: float, hook: RoundHook | None = None) -> None:
+    def __init__(self, fed: RoundServer, grid: Grid, timeout: float, hook: RoundHook | None = None) -> None:
         self.fed, self.server, self.grid, self.timeout, self.hook = fed, fed.server, grid, timeout, hook
 
     def begin(self) -> None:
