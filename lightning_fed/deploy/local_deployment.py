@@ -51,15 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.deploy.flower_cli import FlwrCommands, RunResult, format_config_string, write_cli_config, write_toml
-from lightning_fed.deploy.processes import (  # noqa: F401  (_descendants, _pid_alive: used by the tests)
-    ManagedProcess,
-    ProcessGroup,
-    _descendants,
-    _pid_alive,
-    _port_open,
-    _signal_pid,
-    free_port,
-)
+from lightning_fed.deploy.processes import ManagedProcess, ProcessGroup, _port_open, _signal_pid, free_port
 from lightning_fed.deploy.tls import (
     SuperNodeKey,
     TlsFiles,

@@ -31,8 +31,8 @@ import yaml
 
 from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.cli import main
-from lightning_fed.deploy.local_deployment import LocalDeployment, _descendants
-from lightning_fed.deploy.processes import ManagedProcess, free_port
+from lightning_fed.deploy.local_deployment import LocalDeployment
+from lightning_fed.deploy.processes import ManagedProcess, _descendants, free_port
 from lightning_fed.deploy.tls import make_supernode_key
 from lightning_fed.federation.sampling import sample_clients
 

@@ -23,11 +23,8 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from lightning_fed.deploy.local_deployment import (  # noqa: E402
-    LocalDeployment,
-    _descendants,
-    _pid_alive,
-)
+from lightning_fed.deploy.local_deployment import LocalDeployment  # noqa: E402
+from lightning_fed.deploy.processes import _descendants, _pid_alive  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 
