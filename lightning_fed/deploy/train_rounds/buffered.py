@@ -27,8 +27,9 @@ A client's download is counted in the step its reply lands in (with its upload),
 virtual-clock mode; clients still in flight when the run ends are abandoned (their downloads are
 in no round). Federated evaluation stays a synchronous exchange at a step's end (a node busy
 training answers after its task). Hooks other than :class:`AsyncArrivals` see each step open with
-an empty client list (a step's clients are its arrivals, not known in advance) and may not query
-clients. The run continues from ``len(report.history)``: a server whose state was loaded
+an empty client list (a step's clients are its arrivals, not known in advance: each joins the
+open step, ``ServerRound.join``) and may not query clients. The outer loop goes on from
+``len(report.history)``: a server whose state was loaded
 (:meth:`ServerRound.load_state_dict <lightning_fed.federation.ServerRound.load_state_dict>`) goes on
 with the next step; the clients in flight before it stopped are forgotten (their replies answer
 messages this server never sent), so no update is counted twice.
