@@ -104,3 +104,16 @@ def test_a_path_no_train_round_implements_is_refused_in_one_line(tmp_path):
         f" the Flower server has {sorted(choice.HOOK_PATHS)}"
     )
     assert not (tmp_path / "flower").exists()
+
+
+def test_a_server_given_a_saved_state_goes_on_with_its_next_round_on_every_path(tmp_path):
+    """The outer loop starts at ``len(report.history)`` whatever the path (here the plain one): a
+    server loaded with round 1's state runs round 2 only, and its record lists rounds 1 and 2."""
+    first = _server(tmp_path / "first", [], "--federation.rounds=1")
+    first.start(CountingGrid(), min_nodes=NUM_CLIENTS)
+    resumed = _server(tmp_path / "resumed", [], "--federation.rounds=2")
+    resumed.server.load_state_dict(first.server.state_dict())
+    grid = CountingGrid()
+    resumed.start(grid, min_nodes=NUM_CLIENTS)
+    assert grid.train_batches == [2]  # round 2's two clients, once
+    assert [r["round"] for r in resumed.server.report.history] == [1, 2]
