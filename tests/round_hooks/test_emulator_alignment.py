@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lightning_fed.round_hooks import EmulatorAlignment
-from lightning_fed.round_hooks.emulator_alignment import alignment_loss
+from lightning_fed.round_hooks.alignment_loss import alignment_loss
 from tests.helpers.offsite import offsite_module, one_thread, public_alignment, run_method  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -124,7 +124,7 @@ def test_resume_equals_uninterrupted(tmp_path):
 
 def test_l2_term_reductions_by_hand():
     """``emulator_l2`` on a 2-token, d=2 toy: each reduction against hand arithmetic."""
-    from lightning_fed.round_hooks.emulator_alignment import emulator_l2
+    from lightning_fed.round_hooks.alignment_loss import emulator_l2
 
     h_full = torch.tensor([[[1.0, 3.0], [2.0, 0.0], [9.0, 9.0]]])  # third token is padding
     h_emu = torch.tensor([[[0.0, 1.0], [2.0, 2.0], [0.0, 0.0]]])
