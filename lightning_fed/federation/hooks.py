@@ -216,11 +216,14 @@ class RoundHook:
         """What this hook releases of the clients' data, for the run's privacy accounting
         (``privacy`` is the server's :class:`~lightning_fed.privacy.run.RunPrivacy`; ``{}``: nothing).
 
-        Keys: keyword arguments of :class:`~lightning_fed.privacy.PrivacyReport` naming the
-        channel (``centroids``: FedHDS' accountant report; ``selector_losses``: ``True``), and
-        ``mechanism``: ``{"noise_multiplier": z, "clip": L, "releases": n}`` of a Gaussian
-        mechanism every client answers (rate 1), ``n`` releases so far, that the run composes
-        with the update channel (``privacy/epsilon_all_channels``); absent when not noised.
+        Keys: ``channels``: a list of :class:`~lightning_fed.privacy.ChannelReport`, each a line
+        of the report for something this hook's clients send (its name, protection, guarantees,
+        note), listed as given; one without guarantees counts as not covered for the server and
+        the run folder. ``mechanism``: ``{"noise_multiplier": z, "clip": L, "releases": n}`` of a
+        Gaussian mechanism every client answers (rate 1), ``n`` releases so far, that the run
+        composes with the update channel (``privacy/epsilon_all_channels``); absent when not
+        noised. Also the channels the report names itself (``centroids``: FedHDS' accountant
+        report; ``selector_losses``: ``True``, FedBiscuit's, whose line the ``mechanism`` fills).
         """
         return {}
 

@@ -24,7 +24,7 @@ it should have done.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightning_fed.federation.report import bucket_count
@@ -64,6 +64,8 @@ class PrivacyReport:
         losses_sent: Whether the clients sent their training loss (``False`` with DP on).
         secure_sum: Whether the server only held the sum of the updates (SecAgg+; then each
             client adds its share of the client-level noise: distributed DP).
+        hook_channels: What the run's hooks send beyond the channels above, each as its hook
+            names it (``RoundHook.privacy_channels(...)["channels"]``).
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class PrivacyReport:
         selector_groupings: int = 0,
         selector_clip: float | None = None,
         losses_sent: bool = True,
+        hook_channels: Sequence[ChannelReport] = (),
     ) -> None:
         self.client_dp, self.example_dp = client_dp, example_dp
         self.local_steps_per_round = int(local_steps_per_round)
@@ -98,6 +101,7 @@ class PrivacyReport:
         self.selector_dp, self.selector_groupings = selector_dp, int(selector_groupings)
         self.selector_clip = selector_clip
         self.losses_sent = losses_sent
+        self.hook_channels = list(hook_channels)
         self.stop: dict[str, Any] | None = None
 
     def _example_epsilon(self, rounds: int) -> float:
@@ -183,6 +187,7 @@ class PrivacyReport:
                 out.append(ChannelReport("fedhds_centroids", "none"))
         if self.selector_losses:
             out.append(self._selector_channel())
+        out.extend(self.hook_channels)
         if self.personal_parameters:
             out.append(
                 ChannelReport(
@@ -271,6 +276,7 @@ class PrivacyReport:
             out.append("selector_losses")
         if self.centroids is not None and not self.centroids:
             out.append("fedhds_centroids")
+        out.extend(c.channel for c in self.hook_channels if not c.guarantees)
         if not server and self.client_dp is not None and self.client_dp.sample_rate < 1.0:
             out.append("sample_size")  # a Poisson round's number of clients: its byte counts show it
         return out

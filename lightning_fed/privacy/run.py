@@ -375,6 +375,7 @@ class RunPrivacy:
             if self.enabled
             else "none",
             secure_sum=self._server is not None and self._server.strategy.secure_sum,
+            hook_channels=[c for channel in channels for c in channel.get("channels", ())],
         )
         if self.stop is not None:  # reports number rounds from 1
             report.stopped(self.stop + 1, self._stop_option)
