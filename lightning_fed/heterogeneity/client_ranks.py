@@ -106,7 +106,7 @@ class ClientRanks(RoundHook):
 
     # --------------------------------------- a data column under Flower: the clients say their rank
     def client_queries(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> dict[int, Payload]:
         if self.assignment.column is None or self.ranks:
             return {}

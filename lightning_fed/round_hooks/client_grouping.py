@@ -144,7 +144,7 @@ class ClientGrouping(RoundHook):
 
     # ------------------------------------------------------ the pre-round exchange
     def client_queries(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> dict[int, Payload]:
         """On a grouping round, every client with all U selectors (the global state); else none.
 
@@ -229,7 +229,7 @@ class ClientGrouping(RoundHook):
 
     # ------------------------------------------------------------------ the round
     def on_round_start(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
         strategy = self._strategy(server)
         strategy.start_round(round_idx)

@@ -269,7 +269,7 @@ class EmulatorAlignment(RoundHook):
         self._bind(module)  # a resumed run's emulator is in the module before any evaluation
 
     def on_round_start(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
         """Distil (once), align for E steps with the global adapter, then count the broadcast."""
         self._bind(module)
@@ -281,8 +281,8 @@ class EmulatorAlignment(RoundHook):
         if self.steps_per_round:
             record = self.align(module, self.steps_per_round, derive_seed(server.seed, _TAG, round_idx + 1))
             self.history.append({"round": round_idx + 1, "phase": "align", **record})
-            if trainer.is_global_zero and record:
-                for logger in trainer.loggers:
+            if context.is_global_zero and record:
+                for logger in context.loggers:
                     logger.log_metrics({f"align/{k}": v for k, v in record.items()}, step=round_idx + 1)
         self._count_broadcast(server, module, round_idx, clients)
 

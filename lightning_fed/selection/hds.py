@@ -291,7 +291,7 @@ class HierarchicalDataSelection(CoresetSelection):
 
     # ------------------------------------------------------ the pre-round exchange
     def client_queries(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> dict[int, Payload]:
         """Each sampled client gets the shared frame (if anchored) and its round seed; FedHDS
         (no proxy) also the global state, whose features it clusters."""
