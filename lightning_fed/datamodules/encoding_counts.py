@@ -8,6 +8,7 @@ that the current example was cut (``on_truncate``) or kept under half its prompt
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_warn
@@ -57,28 +58,35 @@ class EncodingCounts:
 
     def warn(self, max_length: int, truncation: str, min_prompt_length: int) -> None:
         """One warning per set and kind that counted anything, naming the setting to change."""
-        for name in ("truncated", "dropped"):
-            for what, per_client in self.counts[name].items():
-                if sum(per_client):
-                    how = f"data.truncation={truncation!r}" if name == "truncated" else "data.on_overflow='drop'"
-                    rank_zero_warn(
-                        f"data: {sum(per_client)} {what} examples {name} to fit data.max_length={max_length} ({how});"
-                        f" per client: {per_client}"
-                    )
-        for what, per_client in self.counts["prompt_dropped"].items():
+        fit = f"data.max_length={max_length}"
+        raise_it = "set data.max_completion_length or raise data.max_length"
+        self._warn_sets(
+            "truncated", lambda n, what: f"{n} {what} examples truncated to fit {fit} (data.truncation={truncation!r})"
+        )
+        self._warn_sets(
+            "dropped", lambda n, what: f"{n} {what} examples dropped to fit {fit} (data.on_overflow='drop')"
+        )
+        self._warn_sets(
+            "prompt_dropped",
+            lambda n, what: (
+                f"{n} {what} examples dropped: fewer than data.min_prompt_length={min_prompt_length}"
+                f" of their prompt tokens fit {fit} ({raise_it})"
+            ),
+        )
+        self._warn_sets(
+            "prompt_lost",
+            lambda n, what: (
+                f"{n} of {sum(self.counts['truncated'][what])} truncated {what} examples lost most of"
+                f" their prompt (kept under half its tokens; {raise_it})"
+            ),
+        )
+
+    def _warn_sets(self, kind: str, message: Callable[[int, str], str]) -> None:
+        """One warning per set that counted anything under ``kind``: ``message(total, set)``, then
+        the per-client counts."""
+        for what, per_client in self.counts[kind].items():
             if sum(per_client):
-                rank_zero_warn(
-                    f"data: {sum(per_client)} {what} examples dropped: fewer than data.min_prompt_length="
-                    f"{min_prompt_length} of their prompt tokens fit data.max_length={max_length}"
-                    f" (set data.max_completion_length or raise data.max_length); per client: {per_client}"
-                )
-        for what, per_client in self.counts["prompt_lost"].items():
-            if sum(per_client):
-                rank_zero_warn(
-                    f"data: {sum(per_client)} of {sum(self.counts['truncated'][what])} truncated {what} examples lost"
-                    f" most of their prompt (kept under half its tokens; set data.max_completion_length or raise"
-                    f" data.max_length); per client: {per_client}"
-                )
+                rank_zero_warn(f"data: {message(sum(per_client), what)}; per client: {per_client}")
 
     def report(self) -> dict[str, Any]:
         """Kind -> set -> per-client counts (the ``data`` section of ``summary.json``)."""

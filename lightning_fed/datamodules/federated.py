@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lightning_fed.datamodules.client_data import ClientData
+from lightning_fed.datamodules.client_encoding import encode_clients, length_budget_problems
 from lightning_fed.datamodules.encoding_counts import EncodingCounts
 from lightning_fed.datamodules.eval_partition import evaluation_clients
 from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, check_partition
@@ -40,13 +41,7 @@ from lightning_fed.datamodules.sources import (
     validate_records,
 )
 from lightning_fed.datamodules.templates import CHAT, TEMPLATE_CHOICES, require_chat_template
-from lightning_fed.datamodules.tokenize import (
-    OVERFLOW_CHOICES,
-    TRUNCATION_CHOICES,
-    Overflow,
-    PadCollator,
-    PromptTooShort,
-)
+from lightning_fed.datamodules.tokenize import OVERFLOW_CHOICES, TRUNCATION_CHOICES, PadCollator
 from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
 from lightning_fed.federation.sampling import derive_seed
 from lightning_fed.limits import MAX_CLIENTS
@@ -162,7 +157,7 @@ class FederatedDataModule(pl.LightningDataModule):
             problems.append(f"data.truncation must be one of {TRUNCATION_CHOICES}, got {truncation!r}")
         if min_prompt_length is None:
             min_prompt_length = max(1, min(MIN_PROMPT_LENGTH, max_length // 2, (max_prompt_length or max_length) // 2))
-        problems += _budget_problems(
+        problems += length_budget_problems(
             max_length, max_prompt_length, max_completion_length, min_prompt_length, on_overflow == "truncate"
         )
         given = (synthetic_args or {}).get("num_clients", num_clients)
@@ -378,33 +373,9 @@ class FederatedDataModule(pl.LightningDataModule):
         self, name: str, records: Any, parts: list[list[int]], source: str, groups: list[int] | None = None
     ) -> list[list[dict[str, Any]]]:
         """Encode each client's rows; count truncated and dropped examples under ``name``."""
-        rows = records.to_list()
-        self.encoding.start(name, self.num_clients)
-        out = []
-        for cid, indices in enumerate(parts):
-            encoded = []
-            for i in indices:
-                self.encoding.begin_example()
-                try:
-                    item = self.encode(rows[i])
-                except PromptTooShort:
-                    self.encoding.left_out("prompt_dropped", name, cid)
-                    continue
-                except Overflow as err:
-                    if self.on_overflow == "drop":
-                        self.encoding.left_out("dropped", name, cid)
-                        continue
-                    raise ValueError(
-                        f"data.max_length: row {i} of {source!r} (client {cid}) has {err};"
-                        " raise data.max_length or set data.on_overflow=truncate|drop"
-                    ) from None
-                self.encoding.kept(name, cid)
-                item = {**item, "client_id": cid}
-                if groups is not None:
-                    item["group_id"] = groups[i]
-                encoded.append(item)
-            out.append(encoded)
-        return out
+        return encode_clients(
+            records.to_list(), parts, self.encode, self.encoding, name, source, self.on_overflow, groups
+        )
 
     def _note_truncation(self) -> None:
         """``on_truncate`` callback of the tokenizers (:meth:`encode`): the current example was cut."""
@@ -436,25 +407,6 @@ class FederatedDataModule(pl.LightningDataModule):
         g = torch.Generator().manual_seed(derive_seed(self.seed, cid, 7))
         order = torch.randperm(len(items), generator=g).tolist()
         return [items[i] for i in order[n_val:]], [items[i] for i in order[:n_val]]
-
-
-def _budget_problems(
-    max_length: int, max_prompt: int | None, max_completion: int | None, min_prompt: int, truncate: bool
-) -> list[str]:
-    """What is wrong with the length budgets (each problem names its field and value).
-
-    ``min_prompt_length`` is held against ``max_length`` only when examples are truncated to
-    fit it (``truncate``); otherwise only a prompt budget can cut a prompt.
-    """
-    problems = []
-    for name, value in (("max_prompt_length", max_prompt), ("max_completion_length", max_completion)):
-        if value is not None and not 1 <= value < max_length:
-            problems.append(f"data.{name} must be in [1, data.max_length={max_length}), got {value}")
-    if min_prompt < 1 or (truncate and min_prompt >= max_length):
-        problems.append(f"data.min_prompt_length must be in [1, data.max_length={max_length}), got {min_prompt}")
-    elif max_prompt is not None and min_prompt > max_prompt:
-        problems.append(f"data.min_prompt_length={min_prompt} must be <= data.max_prompt_length={max_prompt}")
-    return problems
 
 
 def _is_int(value: Any) -> bool:

@@ -23,6 +23,7 @@ from lightning_fed.federation.hooks import RoundHook
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from lightning_fed.federation.context import RoundContext
     from lightning_fed.federation.server_round import ServerRound
 
 
@@ -132,7 +133,7 @@ class HeldOutRouge(RoundHook):
         self._examples: list[dict[str, str]] | None = None
 
     def after_aggregate(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int
     ) -> None:
         number = round_idx + 1
         if number % self.every_n_rounds and number != server.rounds:
@@ -167,12 +168,12 @@ class HeldOutRouge(RoundHook):
                 "examples": [{"reference": e["output"], "answer": a} for e, a in zip(examples[:5], answers[:5])],
             }
         )
-        if trainer is not None and trainer.is_global_zero:
-            for logger in trainer.loggers:
+        if context is not None and context.is_global_zero:
+            for logger in context.loggers:
                 logger.log_metrics({f"round/{k}": v for k, v in scores.items()}, step=number)
             from lightning_fed.federation.report import RoundReport
 
-            (RoundReport.output_dir(trainer) / "rouge.json").write_text(json.dumps(self.history, indent=1))
+            (RoundReport.output_dir(context) / "rouge.json").write_text(json.dumps(self.history, indent=1))
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": self.history}

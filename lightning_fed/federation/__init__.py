@@ -3,7 +3,7 @@ client sampling and per-round randomness, client state, update screening and the
 
 from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.driver import TurnDriver, find_driver
-from lightning_fed.federation.hooks import Payload, RoundHook
+from lightning_fed.federation.hooks import Payload, Replies, RoundHook
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.sampling import check_clients_per_round, derive_seed, sample_clients
 from lightning_fed.federation.server_round import ServerRound
@@ -15,6 +15,7 @@ __all__ = [
     "ClientTurn",
     "FederationConfig",
     "Payload",
+    "Replies",
     "RoundHook",
     "RoundReport",
     "ServerRound",

@@ -24,6 +24,7 @@ then once per fit ``setup_server`` / ``setup_client``. Order per round, in both 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -63,6 +64,20 @@ class ServerRound(Protocol):
     engine: str
 
     def add_round_bytes(self, up: int = 0, down: int = 0) -> None: ...
+
+
+@dataclass
+class Replies:
+    """What :meth:`RoundHook.on_replies` gets: one round's answers to one hook's queries."""
+
+    round_idx: int
+    """The round (0-based)."""
+
+    clients: list[int]
+    """The round's clients, the list the round trains: edit it in place to leave clients out."""
+
+    answers: dict[int, Payload]
+    """Each asked client's :meth:`RoundHook.answer_query` reply, by client id."""
 
 
 class ClientTurn(Protocol):
@@ -105,7 +120,7 @@ class RoundHook:
 
     # ------------------------------------------------------- client work before a round
     def client_queries(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> dict[int, Payload]:
         """Which clients to ask before the round, and what to send each (``{}``: no exchange).
 
@@ -125,22 +140,17 @@ class RoundHook:
         return {}
 
     def on_replies(
-        self,
-        server: ServerRound,
-        trainer: pl.Trainer,
-        module: pl.LightningModule,
-        round_idx: int,
-        clients: list[int],
-        replies: dict[int, Payload],
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, replies: Replies
     ) -> None:
-        """Server side: the gathered replies (a client that failed or timed out is missing).
+        """Server side: the gathered :class:`Replies` to this hook's queries (a client that failed
+        or timed out is missing from ``replies.answers``).
 
         Runs before :meth:`on_round_start`; may remove clients from the round by editing
-        ``clients`` in place.
+        ``replies.clients`` in place.
         """
 
     def on_round_start(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
         """Before the round's data is laid out.
 
@@ -197,7 +207,7 @@ class RoundHook:
         """After the client's last local step; ``update`` is what it uploads."""
 
     def after_aggregate(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int
     ) -> None:
         """After the new global state is loaded into the module, before evaluation."""
 
@@ -206,11 +216,14 @@ class RoundHook:
         """What this hook releases of the clients' data, for the run's privacy accounting
         (``privacy`` is the server's :class:`~lightning_fed.privacy.run.RunPrivacy`; ``{}``: nothing).
 
-        Keys: keyword arguments of :class:`~lightning_fed.privacy.PrivacyReport` naming the
-        channel (``centroids``: FedHDS' accountant report; ``selector_losses``: ``True``), and
-        ``mechanism``: ``{"noise_multiplier": z, "clip": L, "releases": n}`` of a Gaussian
-        mechanism every client answers (rate 1), ``n`` releases so far, that the run composes
-        with the update channel (``privacy/epsilon_all_channels``); absent when not noised.
+        Keys: ``channels``: a list of :class:`~lightning_fed.privacy.ChannelReport`, each a line
+        of the report for something this hook's clients send (its name, protection, guarantees,
+        note), listed as given; one without guarantees counts as not covered for the server and
+        the run folder. ``mechanism``: ``{"noise_multiplier": z, "clip": L, "releases": n}`` of a
+        Gaussian mechanism every client answers (rate 1), ``n`` releases so far, that the run
+        composes with the update channel (``privacy/epsilon_all_channels``); absent when not
+        noised. Also the channels the report names itself (``centroids``: FedHDS' accountant
+        report; ``selector_losses``: ``True``, FedBiscuit's, whose line the ``mechanism`` fills).
         """
         return {}
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_fed.compression.uplink import compressor_from_spec, decompress_client_update
-from lightning_fed.federation.hooks import Payload, RoundHook
+from lightning_fed.federation.hooks import Payload, Replies, RoundHook
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.sampling import check_clients_per_round, poisson_sample_clients, sample_clients
 from lightning_fed.federation.screening import PRIVATE_REJECTION, UpdateScreen, update_norm
@@ -208,7 +208,7 @@ class ServerRound:
         for i, hook in enumerate(self.hooks):
             queries = hook.client_queries(self, trainer, module, round_idx, list(clients))
             if queries:
-                hook.on_replies(self, trainer, module, round_idx, clients, ask(i, queries))
+                hook.on_replies(self, trainer, module, Replies(round_idx, clients, ask(i, queries)))
         for hook in self.hooks:
             hook.on_round_start(self, trainer, module, round_idx, clients)
 

@@ -142,7 +142,7 @@ class AsyncArrivals(RoundHook):
             self.sim.load_state_dict(self._sim_state)
 
     def on_round_start(
-        self, server: ServerRound, trainer: Any, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
         if self.arrivals == "real":
             return  # the transport dispatches and collects (deploy/train_rounds/buffered.py)
@@ -164,7 +164,7 @@ class AsyncArrivals(RoundHook):
         if self.pending is not None:
             needed.add(self.pending.start_version)
         fedbuff.keep_versions(needed)
-        self.log_step(trainer, round_idx, [fedbuff.version - a.start_version for a in arrivals])
+        self.log_step(context, round_idx, [fedbuff.version - a.start_version for a in arrivals])
 
     def log_step(self, context: Any, round_idx: int, staleness: list[int]) -> None:
         """Log server step ``round_idx``: ``system/virtual_time`` (virtual arrivals) or

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lightning_fed.federation.hooks import Payload, RoundHook
+from lightning_fed.federation.hooks import Payload, Replies, RoundHook
 from lightning_fed.heterogeneity.rank_assignment import SECTION, RankAssignment
 from lightning_fed.strategies.lora_factors import state_rank
 
@@ -106,7 +106,7 @@ class ClientRanks(RoundHook):
 
     # --------------------------------------- a data column under Flower: the clients say their rank
     def client_queries(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> dict[int, Payload]:
         if self.assignment.column is None or self.ranks:
             return {}
@@ -124,21 +124,15 @@ class ClientRanks(RoundHook):
             return {"error": str(err)}
 
     def on_replies(
-        self,
-        server: ServerRound,
-        trainer: pl.Trainer,
-        module: pl.LightningModule,
-        round_idx: int,
-        clients: list[int],
-        replies: dict[int, Payload],
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, replies: Replies
     ) -> None:
         for c in range(server.num_clients):
-            reply = replies.get(c)
+            reply = replies.answers.get(c)
             if reply is None:
                 raise ValueError(f"{SECTION}.column={self.assignment.column!r}: client {c} did not report its rank")
             if "error" in reply:
                 raise ValueError(reply["error"])
-        self.ranks = [int(replies[c]["rank"]) for c in range(server.num_clients)]
+        self.ranks = [int(replies.answers[c]["rank"]) for c in range(server.num_clients)]
         self._set(server)
 
     def _check_max_rank(self, max_rank: int) -> None:

@@ -219,6 +219,6 @@ class FLoRAMerge(RoundHook):
         merged_base(module).set_delta(strategy.base_delta, strategy.rounds_done)
 
     def after_aggregate(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int
     ) -> None:
         self._merge_server(server, module)

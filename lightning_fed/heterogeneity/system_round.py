@@ -176,7 +176,7 @@ class SystemHeterogeneity(RoundHook):
         )
 
     def on_round_start(
-        self, server: ServerRound, trainer: Any, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
         target = len(clients) if self.target is None else min(self.target, len(clients))
         self.round_target = target
@@ -203,7 +203,7 @@ class SystemHeterogeneity(RoundHook):
             "system/dropped": float(len(outcome.dropped)),
             "system/late": float(len(outcome.late)),
         }
-        for logger in getattr(trainer, "loggers", []) or []:
+        for logger in getattr(context, "loggers", []) or []:
             logger.log_metrics(metrics, step=round_idx + 1)
 
     def client_instruction(self, server: ServerRound, client_id: int, round_idx: int) -> Payload:

@@ -4,26 +4,8 @@ protection and its ``(epsilon, delta)``, and the epsilon that holds against each
 client; :meth:`PrivacyReport.adversaries`). :meth:`PrivacyReport.section` is the ``privacy``
 section of ``summary.json``; :meth:`PrivacyReport.epsilon_at` is ``privacy/epsilon`` per round.
 
-Channels (what a client sends, per method):
-
-* ``update``: the change of the shared state (every method); client-level DP
-  (:class:`~lightning_fed.privacy.ClientLevelDP`) and/or example-level DP-SGD
-  (:mod:`lightning_fed.privacy.dp_sgd`) bound it; the two guarantees have different units
-  (one client's whole data set vs one example) and are listed separately;
-* ``metrics``: per-client training losses, accuracies and update norms (with DP on the client
-  sends no training loss; the update norm is the server's own figure);
-* ``validation``: what the clients' validation data gives the server: per-client validation
-  metrics and their example-weighted means over the evaluated clients;
-* ``example_counts``: ``|D_k|`` (FedAvg's weights, the report's client sizes);
-* ``fedhds_centroids``: FedHDS' group centroids (noised by
-  :mod:`lightning_fed.selection.privacy` when ``dp_epsilon`` is set);
-* ``selector_losses``: FedBiscuit's per-selector validation losses (they decide the grouping);
-  with DP on a Gaussian mechanism on the client (:mod:`lightning_fed.privacy.selector_noise`),
-  accounted at rate 1 over the groupings; its client-level epsilon composed with the update
-  channel's is ``epsilon.client_all_channels`` (the budget ``target_epsilon`` stays the update
-  channel's);
-* ``personal_parameters``: FedPDPO/FedPer/FedRep's personal modules: they never leave the
-  client and are outside every guarantee here.
+The channels, their protections and the parties are named in
+:mod:`~lightning_fed.privacy.channels`.
 
 The defaults when DP is on (the choice, see ``docs/privacy.md``): the client does *not send*
 its training loss, and the per-client figures the server has (update norms, a time budget's
@@ -42,77 +24,25 @@ it should have done.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.privacy.accountant import PrivacyAccountant, composed_epsilon
+from lightning_fed.privacy.channels import (
+    PARTIES,
+    PROTECTIONS,
+    VALIDATION_CHOICES,
+    VALIDATION_NOTES,
+    ChannelReport,
+)
 
 __all__ = ["PARTIES", "PROTECTIONS", "ChannelReport", "PrivacyReport", "bucket_count", "redact_client_metrics"]
-
-#: Who may try to learn about a client or an example, and what each one sees (docs/privacy.md, threat model).
-PARTIES = {
-    "final_model": "whoever gets the released model: the last global state",
-    "run_folder": "whoever reads the run folder: every global state, checkpoints, reports, logs",
-    "server": "the server (its operator), during the run",
-    "other_client": "another client: the global states it is sent in the rounds it takes part in",
-}
-
-#: What each protection means, as written into the report.
-PROTECTIONS = {
-    "client_dp": "clipped per client, Gaussian noise on the sum (central DP: the server sees each clipped update)",
-    "secure_sum": "summed by Flower's SecAgg+: the server sees only the masked sum of the updates",
-    "example_dp": "DP-SGD inside the client: per-example clipping and Gaussian noise on every step",
-    "gaussian": "Gaussian noise added on the client before sending",
-    "bucketed": "rounded down to a power of two before sending",
-    "withheld": "sent to the server but never written to reports or logs",
-    "not_sent": "the client does not send it",
-    "reported": "written to the reports (summary.json, rounds.jsonl, TensorBoard, checkpoints) without noise",
-    "local": "never leaves the client; outside the guarantee",
-    "none": "sent in the clear",
-}
-
-
-_VALIDATION_NOTES = {
-    "none": "per-client validation metrics and their means over clients, not covered by any epsilon",
-    "withheld": "no validation metric computed on the clients' data is written, not even a mean over clients"
-    " (federation.privacy.report_validation: true reports the means, unprotected)",
-    "reported": "federation.privacy.report_validation: the example-weighted means over the evaluated clients are"
-    " written, per-client values withheld; not covered by any epsilon (one evaluated client: its own loss)",
-}
 
 
 def redact_client_metrics(metrics: Mapping[str, Any], private: bool) -> dict[str, Any]:
     """Per-client metrics as they may be reported: all of them without DP, none with DP."""
     return {} if private else dict(metrics)
-
-
-@dataclass
-class ChannelReport:
-    """One channel's line of the report.
-
-    Attributes:
-        channel: Its name (``update``, ``metrics``, ...).
-        protection: A key of :data:`PROTECTIONS`, or several joined by ``+``.
-        guarantees: ``[{"unit": "client"|"example", "epsilon": ..., "delta": ...}]``; empty
-            when no DP guarantee covers the channel.
-        note: What a reader must know besides.
-    """
-
-    channel: str
-    protection: str
-    guarantees: list[dict[str, Any]] = field(default_factory=list)
-    note: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        described = " + ".join(PROTECTIONS[p] for p in self.protection.split("+"))
-        return {
-            "protection": self.protection,
-            "means": described,
-            "guarantees": self.guarantees,
-            "note": self.note,
-        }
 
 
 class PrivacyReport:
@@ -134,6 +64,8 @@ class PrivacyReport:
         losses_sent: Whether the clients sent their training loss (``False`` with DP on).
         secure_sum: Whether the server only held the sum of the updates (SecAgg+; then each
             client adds its share of the client-level noise: distributed DP).
+        hook_channels: What the run's hooks send beyond the channels above, each as its hook
+            names it (``RoundHook.privacy_channels(...)["channels"]``).
     """
 
     def __init__(
@@ -154,6 +86,7 @@ class PrivacyReport:
         selector_groupings: int = 0,
         selector_clip: float | None = None,
         losses_sent: bool = True,
+        hook_channels: Sequence[ChannelReport] = (),
     ) -> None:
         self.client_dp, self.example_dp = client_dp, example_dp
         self.local_steps_per_round = int(local_steps_per_round)
@@ -161,13 +94,14 @@ class PrivacyReport:
         self.example_level_on = example_level_on or example_dp is not None
         self.personal_parameters, self.centroids, self.selector_losses = personal_parameters, centroids, selector_losses
         self.counts_bucketed, self.metrics_withheld = counts_bucketed, metrics_withheld
-        if validation not in ("none", "withheld", "reported"):
-            raise ValueError(f"validation must be one of ('none', 'withheld', 'reported'), got {validation!r}")
+        if validation not in VALIDATION_CHOICES:
+            raise ValueError(f"validation must be one of {VALIDATION_CHOICES}, got {validation!r}")
         self.validation = validation
         self.secure_sum = secure_sum
         self.selector_dp, self.selector_groupings = selector_dp, int(selector_groupings)
         self.selector_clip = selector_clip
         self.losses_sent = losses_sent
+        self.hook_channels = list(hook_channels)
         self.stop: dict[str, Any] | None = None
 
     def _example_epsilon(self, rounds: int) -> float:
@@ -237,7 +171,7 @@ class PrivacyReport:
                 "" if self.client_dp else "without client-level DP the server sees each client's exact update",
             ),
             self._metrics_channel(),
-            ChannelReport("validation", self.validation, note=_VALIDATION_NOTES[self.validation]),
+            ChannelReport("validation", self.validation, note=VALIDATION_NOTES[self.validation]),
             ChannelReport(
                 "example_counts",
                 "bucketed" if self.counts_bucketed else "none",
@@ -253,6 +187,7 @@ class PrivacyReport:
                 out.append(ChannelReport("fedhds_centroids", "none"))
         if self.selector_losses:
             out.append(self._selector_channel())
+        out.extend(self.hook_channels)
         if self.personal_parameters:
             out.append(
                 ChannelReport(
@@ -341,6 +276,7 @@ class PrivacyReport:
             out.append("selector_losses")
         if self.centroids is not None and not self.centroids:
             out.append("fedhds_centroids")
+        out.extend(c.channel for c in self.hook_channels if not c.guarantees)
         if not server and self.client_dp is not None and self.client_dp.sample_rate < 1.0:
             out.append("sample_size")  # a Poisson round's number of clients: its byte counts show it
         return out

@@ -44,8 +44,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.privacy.accountant import (
@@ -59,7 +57,7 @@ from lightning_fed.privacy.config import PrivacyConfig, default_delta
 from lightning_fed.privacy.dp_sgd import ExampleLevelDP
 from lightning_fed.privacy.example_budget import ExampleBudget
 from lightning_fed.privacy.report import PrivacyReport
-from lightning_fed.privacy.secret import RunSecret, key_file, seeded_secret
+from lightning_fed.privacy.secret import RunKey, RunSecret, seeded_secret
 
 
 def privacy_enabled(strategy: Any, module: Any) -> bool:
@@ -96,13 +94,9 @@ class RunPrivacy:
         self._stop_option = "federation.privacy.target_epsilon"
         #: ``delta`` of the run's guarantees (``federation.privacy.delta``, or ``1 / N^1.1``), set by :meth:`plan`.
         self.delta: float | None = None
-        #: The run's secret randomness (:mod:`~lightning_fed.privacy.secret`), drawn by :meth:`plan` in a private run.
-        self.secret: RunSecret | None = None
-        #: Whether the secret comes from a noise seed fixed in the config (tests: not private).
-        self.seeded = False
-        #: The run's key file (:func:`~lightning_fed.privacy.secret.key_file`), set by :meth:`attach_run`.
-        self.key_path: Path | None = None
-        self._key_written = False
+        #: The run's secret randomness and its key file (:mod:`~lightning_fed.privacy.secret`), drawn by
+        #: :meth:`plan` in a private run.
+        self.key: RunKey | None = None
         self._module: Any = None
 
     @property
@@ -130,6 +124,11 @@ class RunPrivacy:
         return self.secret.seed("client sampling") if self.secret is not None else None
 
     @property
+    def secret(self) -> RunSecret | None:
+        """The run's secret randomness; ``None`` in a run that is not private."""
+        return self.key.secret if self.key is not None else None
+
+    @property
     def report_validation(self) -> bool:
         """Whether a private run reports its validation means (``federation.privacy.report_validation``)."""
         return self.config is not None and self.config.report_validation
@@ -154,8 +153,7 @@ class RunPrivacy:
         self._module = module
         if self.enabled:
             given = self._given_seed(dp, module)
-            self.seeded = given is not None
-            self.secret = seeded_secret(given) if self.seeded else RunSecret.fresh()
+            self.key = RunKey(RunSecret.fresh()) if given is None else RunKey(seeded_secret(given), seeded=True)
             self._apply_secret()
         if module is not None and hasattr(module, "training_logs"):  # a client's training loss goes nowhere
             module.training_logs = not self.enabled
@@ -195,35 +193,8 @@ class RunPrivacy:
     def attach_run(self, run_dir: str | Path) -> None:
         """The run folder is known (the Trainer's ``log_dir``): a private run keeps its secret in the key
         file next to it (written with the first checkpoint, mode 0600), and a resume reads it back."""
-        if self.enabled and not self.seeded:
-            self.key_path = key_file(run_dir)
-
-    def _resume_secret(self) -> None:
-        """On a resumed fit: the key file's secret (an exact resume), or a fresh one, said in one
-        warning. Not for ``validate``/``test`` of a checkpoint (no run attached: nothing is drawn)."""
-        if self.secret is None or self.seeded or self.key_path is None:
-            return
-        if self.key_path.is_file():
-            self.secret = RunSecret.read(self.key_path)
-            self._key_written = True
-        else:
-            rank_zero_warn(
-                f"resuming a private run without its key file {self.key_path}: client sampling, DP-SGD batches and"
-                " noise continue from fresh secret randomness, not those of the uninterrupted run"
-            )
-            self.secret = RunSecret.fresh()
-            self._key_written = False
-        self._apply_secret()
-
-    def _save_secret(self) -> None:
-        if self.key_path is not None and self.secret is not None and not self._key_written:
-            self.key_path.parent.mkdir(parents=True, exist_ok=True)
-            self.secret.write(self.key_path)
-            self._key_written = True
-            rank_zero_info(
-                f"private run: its secret randomness is in {self.key_path} (mode 0600): keep it to resume"
-                " exactly, never share it with the run folder"
-            )
+        if self.key is not None:
+            self.key.attach(run_dir)
 
     def plan_example_budget(
         self, module: ExampleLevelDP, num_clients: int, batch_size: int, rounds: int
@@ -404,6 +375,7 @@ class RunPrivacy:
             if self.enabled
             else "none",
             secure_sum=self._server is not None and self._server.strategy.secure_sum,
+            hook_channels=[c for channel in channels for c in channel.get("channels", ())],
         )
         if self.stop is not None:  # reports number rounds from 1
             report.stopped(self.stop + 1, self._stop_option)
@@ -418,7 +390,8 @@ class RunPrivacy:
         """The rounds accounted, the noise multiplier in use and DP-SGD's per-client ledger and
         planned rounds (a resume keeps all of them). Never the secret: a private run's first
         checkpoint writes it to the key file instead (:meth:`attach_run`)."""
-        self._save_secret()
+        if self.key is not None:
+            self.key.save()
         state: dict[str, Any] = {"rounds_accounted": self.rounds_accounted, "stop": self.stop}
         if self.example_budget is not None:
             state["example_clients"] = {int(c): list(v) for c, v in self._trained.items()}
@@ -428,7 +401,8 @@ class RunPrivacy:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._resume_secret()
+        if self.key is not None and self.key.resume():
+            self._apply_secret()
         self.rounds_accounted = int(state.get("rounds_accounted", self.rounds_accounted))
         self.stop = state.get("stop", self.stop)
         if self.example_budget is not None:

@@ -29,6 +29,8 @@ import os
 import secrets
 from pathlib import Path
 
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
 KEY_BYTES = 32
 KEY_SUFFIX = ".key"
 
@@ -99,3 +101,53 @@ def seeded_secret(seed: int) -> RunSecret:
     ``model.dp_sgd.seed``): derived from that seed, so such a run is reproducible and *not*
     private against anyone who has its config (tests only)."""
     return RunSecret(hashlib.sha256(f"lightning-fed test seed/{int(seed)}".encode()).digest())
+
+
+class RunKey:
+    """A private run's secret and its key file: drawn before training, written with the first
+    checkpoint, read back on resume.
+
+    Args:
+        secret: The run's secret (:meth:`RunSecret.fresh`, or :func:`seeded_secret` in a test).
+        seeded: Whether it comes from a noise seed fixed in the config (tests: not private, no key file).
+    """
+
+    def __init__(self, secret: RunSecret, seeded: bool = False) -> None:
+        self.secret, self.seeded = secret, seeded
+        #: The run's key file (:func:`key_file`), set by :meth:`attach`.
+        self.path: Path | None = None
+        self._written = False
+
+    def attach(self, run_dir: str | os.PathLike[str]) -> None:
+        """The run folder is known: a private run keeps its secret in the key file next to it."""
+        if not self.seeded:
+            self.path = key_file(run_dir)
+
+    def save(self) -> None:
+        """Write the key file once (mode 0600), with one line saying where it is."""
+        if self.path is not None and not self._written:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.secret.write(self.path)
+            self._written = True
+            rank_zero_info(
+                f"private run: its secret randomness is in {self.path} (mode 0600): keep it to resume"
+                " exactly, never share it with the run folder"
+            )
+
+    def resume(self) -> bool:
+        """On a resumed fit: the key file's secret (an exact resume), or a fresh one, said in one
+        warning. ``False``: nothing to resume (a seeded run, or no run attached: ``validate``/``test``
+        of a checkpoint draws nothing)."""
+        if self.seeded or self.path is None:
+            return False
+        if self.path.is_file():
+            self.secret = RunSecret.read(self.path)
+            self._written = True
+        else:
+            rank_zero_warn(
+                f"resuming a private run without its key file {self.path}: client sampling, DP-SGD batches and"
+                " noise continue from fresh secret randomness, not those of the uninterrupted run"
+            )
+            self.secret = RunSecret.fresh()
+            self._written = False
+        return True

@@ -32,7 +32,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload, RoundHook
+from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload, Replies, RoundHook
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.privacy.selector_noise import (
     DEFAULT_CLIP,
@@ -47,6 +47,7 @@ from lightning_fed.strategies.fedbiscuit import FedBiscuit, balanced_assignment
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from lightning_fed.federation.context import RoundContext
     from lightning_fed.federation.server_round import ServerRound
 
 
@@ -143,7 +144,7 @@ class ClientGrouping(RoundHook):
 
     # ------------------------------------------------------ the pre-round exchange
     def client_queries(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> dict[int, Payload]:
         """On a grouping round, every client with all U selectors (the global state); else none.
 
@@ -179,25 +180,19 @@ class ClientGrouping(RoundHook):
         return {"losses": losses, "num_examples": num_examples}
 
     def on_replies(
-        self,
-        server: ServerRound,
-        trainer: pl.Trainer,
-        module: pl.LightningModule,
-        round_idx: int,
-        clients: list[int],
-        replies: dict[int, Payload],
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, replies: Replies
     ) -> None:
         """Balanced min-loss assignment (Step 2.1) from the clients' loss rows."""
-        strategy = self._strategy(server)
+        strategy, round_idx = self._strategy(server), replies.round_idx
         if not strategy.is_grouping_round(round_idx):
             return
         m, u = strategy.num_clients, strategy.num_selectors
         rows, sizes = {}, {}
         for c in range(m):
             try:
-                rows[c], sizes[c] = self._checked_reply(replies[c], u)
+                rows[c], sizes[c] = self._checked_reply(replies.answers[c], u)
             except (KeyError, ValueError, TypeError) as err:
-                reason = "no reply" if c not in replies else str(err)
+                reason = "no reply" if c not in replies.answers else str(err)
                 rank_zero_warn(f"round {round_idx + 1}: client {c} is grouped without its losses: {reason}")
         missing = [c for c in range(m) if c not in rows]
         if not rows:
@@ -219,7 +214,7 @@ class ClientGrouping(RoundHook):
         if self._noise_std is not None:
             record["noise_std"] = self._noise_std
         self.groupings.append(record)
-        self._log_image(trainer, strategy, round_idx)
+        self._log_image(context, strategy, round_idx)
 
     @staticmethod
     def _checked_reply(reply: Payload, num_selectors: int) -> tuple[Tensor, int]:
@@ -234,7 +229,7 @@ class ClientGrouping(RoundHook):
 
     # ------------------------------------------------------------------ the round
     def on_round_start(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
         strategy = self._strategy(server)
         strategy.start_round(round_idx)

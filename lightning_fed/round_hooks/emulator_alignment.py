@@ -27,7 +27,6 @@ sent: a client builds them from the run's config.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -36,6 +35,7 @@ from torch import Tensor
 from lightning_fed.datamodules.templates import TEMPLATE_CHOICES, format_prompt, format_response
 from lightning_fed.federation.hooks import Payload, RoundHook
 from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.round_hooks.alignment_loss import KL_DIRECTIONS, L2_TERMS, alignment_loss
 from lightning_fed.state import clone_state, state_nbytes
 
 if TYPE_CHECKING:
@@ -45,73 +45,8 @@ if TYPE_CHECKING:
     from lightning_fed.federation.server_round import ServerRound
     from lightning_fed.modules.fedbiot import OffsiteModule
 
-KL_DIRECTIONS = ("eq2", "teacher_first")
-L2_TERMS = ("sum", "mean", "rms", "off")
 OPTIMIZERS = ("sgd", "adamw")
 _TAG = 20240625  # separates the alignment's random draws from the loop's
-
-
-def emulator_l2(h_emu: Tensor, h_full: Tensor, real: Tensor, l2_term: str = "sum") -> Tensor:
-    """The first term of Eq. (2), ``||E(x) - E*(x)||^2``, reduced over the real tokens.
-
-    Args:
-        h_emu: ``E(x)``, shape ``(batch, seq, d)``.
-        h_full: ``E*(x)``, same shape.
-        real: Boolean mask ``(batch, seq)`` of the real (non-padding) tokens.
-        l2_term: ``sum``: the squared Euclidean norm over the ``d`` hidden dimensions, mean
-            over tokens (Eq. (2) as printed); ``mean``: the same divided by ``d`` (a
-            per-dimension mean); ``rms``: the squared difference divided by the mean square of
-            ``E*(x)`` (the authors' FederatedScope ``l2_norm``, from offsite-tuning, there over
-            padding too); ``off``: zero, the KL term alone.
-
-    Returns:
-        A scalar in float32.
-    """
-    if l2_term not in L2_TERMS:
-        raise ValueError(f"`l2_term` must be one of {L2_TERMS}, got {l2_term!r}")
-    diff2 = (h_emu.float() - h_full.float()).pow(2)[real]  # (tokens, d)
-    if l2_term == "off":
-        return diff2.sum() * 0.0  # keeps the graph and the dtype; contributes nothing
-    if l2_term == "sum":
-        return diff2.sum(-1).mean()
-    if l2_term == "mean":
-        return diff2.mean()
-    # rms: mean((E - E*)^2) / mean(E*^2) = mean(((E - E*) / std)^2), std = sqrt(mean(E*^2))
-    return diff2.mean() / h_full.float().pow(2)[real].mean()
-
-
-def alignment_loss(
-    module: OffsiteModule, batch: Mapping[str, Tensor], lam: float, kl_direction: str = "eq2", l2_term: str = "sum"
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Eq. (2) on one batch: ``(loss, l2, kl)``, each a mean over the batch's real tokens.
-
-    ``l2`` is the emulator's output minus the non-compressed emulator's, reduced by
-    :func:`emulator_l2` (``l2_term``); ``kl`` the per-token KL divergence of the next-token
-    distributions, ``KL(M(x;A,E) || M(x;A,E*))`` as printed in Eq. (2) (``eq2``) or
-    ``KL(M(x;A,E*) || M(x;A,E))`` (``teacher_first``, the usual distillation order).
-    With ``l2_term="off"`` the returned ``l2`` is still the ``sum`` value, for monitoring, but
-    ``loss = lam * kl``. Gradients flow into the emulator only through whatever requires grad.
-    """
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    real = mask.bool()
-    with torch.no_grad(), module.composition("full"), module.emulator_output("full") as h_full:
-        logits_full = module.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-    with module.emulator_output("emulator") as h_emu:
-        logits_emu = module.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-    h_emu, h_full = h_emu[0], h_full[0]
-    l2 = emulator_l2(h_emu, h_full, real, l2_term)
-    logp_emu = logits_emu.float().log_softmax(-1)
-    logp_full = logits_full.float().log_softmax(-1)
-    if kl_direction == "eq2":
-        kl = (logp_emu.exp() * (logp_emu - logp_full)).sum(-1)
-    else:
-        kl = (logp_full.exp() * (logp_full - logp_emu)).sum(-1)
-    kl = kl[real].mean()
-    loss = l2 + lam * kl
-    if l2_term == "off":
-        with torch.no_grad():
-            l2 = emulator_l2(h_emu, h_full, real, "sum")
-    return loss, l2, kl
 
 
 class EmulatorAlignment(RoundHook):
@@ -141,8 +76,9 @@ class EmulatorAlignment(RoundHook):
             steps that can raise the KL after a round's adapter change (measured on the tiny
             test model: 0.018 -> 0.040 in 5 steps, where SGD goes 0.072 -> 0.066).
         kl_direction: ``eq2`` (as printed) or ``teacher_first``.
-        l2_term: How Eq. (2)'s first term is reduced, see :func:`emulator_l2`: ``sum`` (as
-            printed, the default), ``mean`` (per hidden dimension), ``rms`` (normalised by
+        l2_term: How Eq. (2)'s first term is reduced, see
+            :func:`~lightning_fed.round_hooks.alignment_loss.emulator_l2`: ``sum`` (as printed, the
+            default), ``mean`` (per hidden dimension), ``rms`` (normalised by
             ``E*(x)``'s mean square, the authors' code) or ``off`` (KL only). On SmolLM2 the
             ``sum`` term is ~1e7 per token against a KL of ~3 (massive activations), so the
             KL has no say; ``mean``/``rms`` bring the two to comparable scales. Note that the
@@ -333,7 +269,7 @@ class EmulatorAlignment(RoundHook):
         self._bind(module)  # a resumed run's emulator is in the module before any evaluation
 
     def on_round_start(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> None:
         """Distil (once), align for E steps with the global adapter, then count the broadcast."""
         self._bind(module)
@@ -345,8 +281,8 @@ class EmulatorAlignment(RoundHook):
         if self.steps_per_round:
             record = self.align(module, self.steps_per_round, derive_seed(server.seed, _TAG, round_idx + 1))
             self.history.append({"round": round_idx + 1, "phase": "align", **record})
-            if trainer.is_global_zero and record:
-                for logger in trainer.loggers:
+            if context.is_global_zero and record:
+                for logger in context.loggers:
                     logger.log_metrics({f"align/{k}": v for k, v in record.items()}, step=round_idx + 1)
         self._count_broadcast(server, module, round_idx, clients)
 

@@ -27,6 +27,7 @@ from lightning_fed.selection.hds import HierarchicalDataSelection
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from lightning_fed.federation.context import RoundContext
     from lightning_fed.federation.hooks import Payload
     from lightning_fed.federation.server_round import ServerRound
 
@@ -192,7 +193,7 @@ class GlobalSelect(ServerSideCoreset, HierarchicalDataSelection):
     """
 
     def client_queries(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> dict[int, Payload]:
         return {}  # no pre-round exchange: :meth:`choose` runs on the server (in-process)
 

@@ -40,6 +40,7 @@ from lightning_fed.federation.sampling import derive_seed
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from lightning_fed.federation.context import RoundContext
     from lightning_fed.federation.hooks import Payload
     from lightning_fed.federation.server_round import ServerRound
     from lightning_fed.federation.turn import ClientTurn
@@ -249,7 +250,7 @@ class CoresetSelection(RoundHook):
             self._record["seconds"].setdefault(cid, {})["train"] = time.perf_counter() - self._t0.pop(cid)
 
     def after_aggregate(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int
     ) -> None:
         record, self._record = self._record, None
         if record is None or record["round"] != round_idx + 1:
@@ -269,7 +270,7 @@ class CoresetSelection(RoundHook):
         record["mean_phase_seconds"] = means
         self.history.append(record)
         self._log(
-            trainer,
+            context,
             round_idx,
             {
                 "selection/client_seconds": record["mean_client_seconds"],
@@ -277,7 +278,7 @@ class CoresetSelection(RoundHook):
                 **{f"selection/{p}_seconds": v for p, v in means.items()},
             },
         )
-        self._write(trainer)
+        self._write(context)
 
     # ------------------------------------------------------------------------ output
     def summary(self) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload
+from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload, Replies
 from lightning_fed.model_packages import require_package_dir
 from lightning_fed.selection.anchors import FRAMES, load_anchor_items
 from lightning_fed.selection.clustering import (
@@ -60,6 +60,7 @@ from lightning_fed.selection.privacy import (
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from lightning_fed.federation.context import RoundContext
     from lightning_fed.federation.server_round import ServerRound
 
 
@@ -290,7 +291,7 @@ class HierarchicalDataSelection(CoresetSelection):
 
     # ------------------------------------------------------ the pre-round exchange
     def client_queries(
-        self, server: ServerRound, trainer: pl.Trainer, module: pl.LightningModule, round_idx: int, clients: list[int]
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int, clients: list[int]
     ) -> dict[int, Payload]:
         """Each sampled client gets the shared frame (if anchored) and its round seed; FedHDS
         (no proxy) also the global state, whose features it clusters."""
@@ -319,29 +320,23 @@ class HierarchicalDataSelection(CoresetSelection):
         return view_reply(view, len(items), points=bool(query.get("points")))
 
     def on_replies(
-        self,
-        server: ServerRound,
-        trainer: pl.Trainer,
-        module: pl.LightningModule,
-        round_idx: int,
-        clients: list[int],
-        replies: dict[int, Payload],
+        self, server: ServerRound, context: RoundContext, module: pl.LightningModule, replies: Replies
     ) -> None:
         """Inter-client selection over the replies (Eq. (8)-(9)); a client that did not answer,
         or answered out of shape, is left out of the round."""
-        answered = {}
+        answered, clients, round_idx = {}, replies.clients, replies.round_idx
         for c in clients:
             try:
-                answered[c] = check_reply(replies[c], self.dim)
+                answered[c] = check_reply(replies.answers[c], self.dim)
             except (KeyError, ValueError, TypeError) as err:
-                reason = "no reply" if c not in replies else str(err)
+                reason = "no reply" if c not in replies.answers else str(err)
                 rank_zero_warn(f"round {round_idx + 1}: client {c} is left out of FedHDS selection: {reason}")
         missing = len(clients) - len(answered)
         clients[:] = [c for c in clients if c in answered]
         sel = self.decide(server, round_idx, clients, answered)
         sel.info["missing_replies"] = missing
         full = {c: answered[c]["num_samples"] for c in clients}
-        self.apply(server, trainer, round_idx, clients, sel, full, from_replies=True)
+        self.apply(server, context, round_idx, clients, sel, full, from_replies=True)
 
     # ----------------------------------------------------------------- the round
     def decide(self, server: ServerRound, round_idx: int, clients: list[int], replies: dict[int, Payload]) -> Selection:

@@ -164,8 +164,8 @@ def test_flower_server_evaluates_the_same_plan(tmp_path):
     grid = LoggingGrid(_train_replies(lambda m, h: None), honest_eval)
     grid.asked = []
     overrides = "--federation.rounds=3 --federation.eval_clients=sampled --federation.eval_every=2"
-    module, datamodule, loop, _ = load_run("configs/tiny.yaml", overrides)
-    server = FederatedServer(loop, module, datamodule.num_clients, tmp_path / "flower", timeout=5)
+    module, datamodule, run, _ = load_run("configs/tiny.yaml", overrides)
+    server = FederatedServer(run, module, datamodule.num_clients, tmp_path / "flower", timeout=5)
     server.start(grid, min_nodes=NUM_CLIENTS)
-    per_round = loop.clients_per_round
+    per_round = run.clients_per_round
     assert grid.asked == [sample_clients(NUM_CLIENTS, per_round, 0, r) for r in (1, 2)]

@@ -27,10 +27,10 @@ class Contract(RoundHook):
         self.events.append(("answer", client_id))
         return {"n": len(data.full_train), "value": value, "t": torch.zeros(3, dtype=torch.float64)}
 
-    def on_replies(self, server, trainer, module, round_idx, clients, replies):
-        self.events.append(("replies", round_idx))
-        self.replies = replies
-        self.dropped = clients.pop()
+    def on_replies(self, server, context, module, replies):
+        self.events.append(("replies", replies.round_idx))
+        self.replies = replies.answers
+        self.dropped = replies.clients.pop()
 
     def on_round_start(self, server, trainer, module, round_idx, clients):
         self.events.append(("round_start", tuple(clients)))

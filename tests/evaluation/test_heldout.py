@@ -21,9 +21,9 @@ def test_final_round_uses_the_full_held_out_set(tmp_path, monkeypatch, final_ful
 
     monkeypatch.setattr(heldout, "evaluate_rouge", fake_rouge)
     hook = HeldOutRouge(dataset=str(path), split="train", max_examples=3, every_n_rounds=2, final_full=final_full)
-    loop = SimpleNamespace(rounds=5, datamodule=SimpleNamespace(template="plain"))
+    server = SimpleNamespace(rounds=5, datamodule=SimpleNamespace(template="plain"))
     for round_idx in range(5):
-        hook.after_aggregate(loop, None, None, round_idx)
+        hook.after_aggregate(server, None, None, round_idx)
     # rounds 2 and 4 (every 2nd) on the 3-example subset; round 5, the last, on all 7 (or the subset)
     assert seen == [3, 3, final_count]
     assert [(r["round"], r["num_examples"]) for r in hook.history] == [(2, 3), (4, 3), (5, final_count)]

@@ -19,9 +19,9 @@ class Order(RoundHook):
         self.log.append(("queries", list(clients)))
         return {0: {"x": torch.zeros(4)}}  # 16 bytes
 
-    def on_replies(self, server, trainer, module, round_idx, clients, replies):
-        self.log.append(("replies", dict(replies)))
-        clients.remove(max(clients))
+    def on_replies(self, server, context, module, replies):
+        self.log.append(("replies", dict(replies.answers)))
+        replies.clients.remove(max(replies.clients))
 
     def on_round_start(self, server, trainer, module, round_idx, clients):
         self.log.append(("round_start", list(clients)))

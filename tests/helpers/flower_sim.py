@@ -43,8 +43,8 @@ def run_on_grid(config: str, out: Path, overrides: list[str], tamper: Any = None
     from tests.helpers.flower_grid import InProcessGrid
 
     run_config = {"config": config, "overrides": " ".join(overrides)}
-    module, datamodule, loop, _ = load_run(config, run_config["overrides"])
-    server = FederatedServer(loop, module, datamodule.num_clients, out, timeout=30, datamodule=datamodule)
+    module, datamodule, run, _ = load_run(config, run_config["overrides"])
+    server = FederatedServer(run, module, datamodule.num_clients, out, timeout=30, datamodule=datamodule)
     grid = InProcessGrid(client_app, datamodule.num_clients, run_config, tamper=tamper)
     grid.dead.update(dead)
     server.start(grid, min_nodes=datamodule.num_clients - len(dead))

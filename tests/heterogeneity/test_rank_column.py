@@ -12,6 +12,7 @@ import torch
 import yaml
 
 from lightning_fed.datamodules.sources import read_source
+from lightning_fed.federation import Replies
 from lightning_fed.heterogeneity import ClientRanks
 from lightning_fed.strategies import HetLoRA
 from tests.helpers.files import snapshot
@@ -105,10 +106,10 @@ def test_the_server_sets_the_ranks_from_the_replies_or_raises_the_clients_error(
     with pytest.raises(
         ValueError, match=r"^federation.hooks: ClientRanks.column='rank': client 1 did not report its rank$"
     ):
-        hook.on_replies(Server, None, None, 0, [0], {0: {"rank": 2}})
+        hook.on_replies(Server, None, None, Replies(0, [0], {0: {"rank": 2}}))
     with pytest.raises(ValueError, match=r"^boom$"):
-        hook.on_replies(Server, None, None, 0, [0], {0: {"rank": 2}, 1: {"error": "boom"}})
-    hook.on_replies(Server, None, None, 0, [0], {0: {"rank": 2}, 1: {"rank": 4}})
+        hook.on_replies(Server, None, None, Replies(0, [0], {0: {"rank": 2}, 1: {"error": "boom"}}))
+    hook.on_replies(Server, None, None, Replies(0, [0], {0: {"rank": 2}, 1: {"rank": 4}}))
     assert hook.ranks == [2, 4] and Server.strategy.client_ranks == [2, 4]
     assert hook.client_queries(Server, None, None, 1, [0]) == {}  # asked once
 

@@ -10,6 +10,7 @@ from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.hooks import RoundHook
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.privacy import ClientLevelDP, PrivacyAccountant, PrivacyConfig
+from lightning_fed.privacy.channels import PROTECTIONS, ChannelReport
 from lightning_fed.privacy.run import RunPrivacy
 from lightning_fed.round_hooks.client_grouping import ClientGrouping
 from lightning_fed.strategies import FedAvg, FedBiscuit, FlexLoRA, FLoRA, HetLoRA
@@ -239,3 +240,27 @@ def test_a_new_hook_declares_what_it_releases_without_an_edit_in_privacy():
     plain = served([RoundHook()])
     assert plain.privacy.selector_channel() is None
     assert {"selector_losses", "fedhds_centroids"}.isdisjoint(plain.privacy_section()["channels"])
+
+
+def test_a_new_hook_reports_a_channel_of_its_own_without_an_edit_in_privacy():
+    """A hook that sends something the report has no word for names it as a ``ChannelReport`` of its
+    own (``privacy_channels(...)["channels"]``): listed as given, and, with no guarantee, among what no
+    epsilon covers for the parties that see the clients' replies (the server, the run folder)."""
+
+    class LabelHistogram(RoundHook):
+        def privacy_channels(self, privacy):
+            return {"channels": [ChannelReport("label_histogram", "bucketed", note="per-client label counts")]}
+
+    server = ServerRound.from_config(FederationConfig(rounds=4), ClientLevelDP(FedAvg()), [LabelHistogram()])
+    server.privacy = RunPrivacy(PrivacyConfig(noise_multiplier=1.0), 10)
+    server.bind(10)
+    section = server.privacy_section()
+    assert section["channels"]["label_histogram"] == {
+        "protection": "bucketed",
+        "means": PROTECTIONS["bucketed"],
+        "guarantees": [],
+        "note": "per-client label counts",
+    }
+    not_covered = {party: seen["not_covered"] for party, seen in section["adversaries"].items()}
+    assert "label_histogram" in not_covered["server"] and "label_histogram" in not_covered["run_folder"]
+    assert "label_histogram" not in not_covered["final_model"] + not_covered["other_client"]

@@ -5,6 +5,7 @@ import torch
 from sklearn.metrics import adjusted_rand_score
 
 from lightning_fed.callbacks import FederatedLoop
+from lightning_fed.federation import Replies
 from lightning_fed.round_hooks.client_grouping import ClientGrouping, selector_losses
 from lightning_fed.strategies import FedAvg, FedBiscuit
 from tests.helpers.runs import fit
@@ -169,7 +170,7 @@ def test_grouping_exchange_by_hand():
         2: {"losses": torch.tensor([0.1, float("nan"), 0.2]), "num_examples": 5},  # not finite: unheard
     }
     with pytest.warns(UserWarning, match="client 2 is grouped without its losses: 'losses' must be finite"):
-        hook.on_replies(server, trainer, None, 3, [0, 1], replies)
+        hook.on_replies(server, trainer, None, Replies(3, [0, 1], replies))
     # client 2 gets the mean row [0.25, 0.4, 0.85]: best 0, but client 0 fits 0 better (0.1); then 1,
     # where client 1 fits better (0.3 < 0.4); so 2. Its size is the mean of the others, 15.
     (grouping,) = hook.groupings
@@ -223,7 +224,7 @@ def test_private_grouping_exchange_by_hand():
     torch.testing.assert_close(reply["losses"], torch.tensor([0.0, 0.4, 1.0]) + noise)
     assert reply["num_examples"] == 16
     other = hook.answer_query(FixedLossSelectors([0.3, 0.3, 0.3]), data, 0, 3, queries[0])
-    hook.on_replies(server, trainer, None, 3, [0], {0: other, 1: reply})
+    hook.on_replies(server, trainer, None, Replies(3, [0], {0: other, 1: reply}))
     (grouping,) = hook.groupings
     torch.testing.assert_close(torch.tensor(grouping["losses"][1]), reply["losses"])  # the noised row, not the raw
     assert grouping["noise_std"] == pytest.approx(sigma) and hook.summary()["noised_groupings"] == 1

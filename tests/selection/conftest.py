@@ -1,4 +1,4 @@
-"""Shared pieces of the selection tests: tiny models, planted data, a stand-in loop."""
+"""Shared pieces of the selection tests: tiny models, planted data, a stand-in server."""
 
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ def planted(
     return dm
 
 
-def stand_in_loop(dm, seed: int = 0, min_clients: int = 1):
-    """What a selection hook reads from the FederatedLoop, without training."""
+def stand_in_server(dm, seed: int = 0, min_clients: int = 1):
+    """What a selection hook reads from the server (its ``ServerRound``), without training."""
     return SimpleNamespace(datamodule=dm, seed=seed, global_state={}, min_clients=min_clients, rounds=1)
 
 

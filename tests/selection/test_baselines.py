@@ -5,7 +5,7 @@ import pytest
 
 from lightning_fed.selection import CentralizedCoreset, GlobalSelect, PerplexitySelection, RandomSelection
 from lightning_fed.selection.baselines import perplexities
-from tests.selection.conftest import PROXY, planted, stand_in_loop, tiny_sft
+from tests.selection.conftest import PROXY, planted, stand_in_server, tiny_sft
 
 
 @pytest.fixture(scope="module")
@@ -16,18 +16,18 @@ def setting():
 
 def test_random_keeps_a_seeded_ratio(setting):
     module, dm = setting
-    loop = stand_in_loop(dm)
-    first = RandomSelection(ratio=0.1, seed=1).choose(loop, None, module, 2, [0, 3])
+    server = stand_in_server(dm)
+    first = RandomSelection(ratio=0.1, seed=1).choose(server, None, module, 2, [0, 3])
     assert {c: len(v) for c, v in first.indices.items()} == {0: 3, 3: 3}
-    assert first.indices == RandomSelection(ratio=0.1, seed=1).choose(loop, None, module, 2, [0, 3]).indices
-    assert first.indices != RandomSelection(ratio=0.1, seed=1).choose(loop, None, module, 3, [0, 3]).indices
+    assert first.indices == RandomSelection(ratio=0.1, seed=1).choose(server, None, module, 2, [0, 3]).indices
+    assert first.indices != RandomSelection(ratio=0.1, seed=1).choose(server, None, module, 3, [0, 3]).indices
     with pytest.raises(ValueError, match="`ratio` must be in"):
         RandomSelection(ratio=0.0)
 
 
 def test_perplexity_keeps_the_lowest_perplexity_samples(setting):
     module, dm = setting
-    sel = PerplexitySelection(ratio=0.2).choose(stand_in_loop(dm), None, module, 0, [1])
+    sel = PerplexitySelection(ratio=0.2).choose(stand_in_server(dm), None, module, 0, [1])
     scores = perplexities(module.model, dm.client(1).full_train, module.tokenizer.pad_token_id)
     assert len(sel.indices[1]) == 6
     assert max(scores[sel.indices[1]]) <= np.sort(scores)[5] + 1e-9
@@ -35,7 +35,7 @@ def test_perplexity_keeps_the_lowest_perplexity_samples(setting):
 
 def test_centralized_coreset_sees_all_data_and_keeps_one_sample_per_centre(setting):
     module, dm = setting
-    sel = CentralizedCoreset(ratio=0.05, seed=0).choose(stand_in_loop(dm), None, module, 0, [0, 1, 2, 3])
+    sel = CentralizedCoreset(ratio=0.05, seed=0).choose(stand_in_server(dm), None, module, 0, [0, 1, 2, 3])
     assert sum(len(v) for v in sel.indices.values()) == sel.info["selected_groups"] == 6  # ceil(0.05 * 120)
     assert sel.up_bytes > 0 and sel.server_seconds > 0
 
@@ -43,7 +43,7 @@ def test_centralized_coreset_sees_all_data_and_keeps_one_sample_per_centre(setti
 def test_global_select_clusters_all_fused_features_on_the_server(setting):
     module, dm = setting
     sel = GlobalSelect(proxy=PROXY, min_cluster_size=5, figures=False).choose(
-        stand_in_loop(dm), None, module, 0, [0, 2]
+        stand_in_server(dm), None, module, 0, [0, 2]
     )
     assert sel.up_bytes == 4 * 2 * 60  # every sample's 2-D feature
     assert 1 <= sum(len(v) for v in sel.indices.values()) == sel.info["selected_groups"] <= 12

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lightning_fed.selection import HierarchicalDataSelection
-from tests.selection.conftest import PROXY, family_of, planted, stand_in_loop, tiny_sft
+from tests.selection.conftest import PROXY, family_of, planted, stand_in_server, tiny_sft
 
 FAMILIES = ("uppercase", "last_word", "count_words")
 # the server's public anchors: a small sample of the same kind of data (other rows, other seed)
@@ -44,10 +44,10 @@ def test_inter_client_selection_removes_cross_client_duplicates(setting, seed):
     hold the same 3 families. Measured: 18 client groups, 3 server groups, one sample of each
     family, 3 of 240 samples, for seeds 0, 1 and 2 (the paper's local frame: 1 of 3 seeds)."""
     module, dm = setting
-    loop, clients = stand_in_loop(dm), list(range(6))
+    server, clients = stand_in_server(dm), list(range(6))
     hook = shipped_hook("fedhds_turbo.yaml", seed=seed)
     assert hook.frame == "anchored"
-    sel = hook.choose(loop, None, module, 0, clients)
+    sel = hook.choose(server, None, module, 0, clients)
     chosen = [dm.client(c).full_train[i] for c in clients for i in sel.indices[c]]
     # about one group per planted family, and every family kept once
     assert abs(sel.info["selected_groups"] - len(FAMILIES)) <= 1, sel.info
@@ -59,17 +59,17 @@ def test_inter_client_selection_removes_cross_client_duplicates(setting, seed):
     # only 2-D centroids travel: 2 float32 per client group
     assert sel.up_bytes == 4 * 2 * sel.info["client_groups"]
     # without the server step (FedHDS-dagger) every client keeps its groups: duplicates stay
-    intra = turbo(inter_client=False).choose(loop, None, module, 0, clients)
+    intra = turbo(inter_client=False).choose(server, None, module, 0, clients)
     kept = [family_of(module, dm.client(c).full_train[i]) for c in clients for i in intra.indices[c]]
     assert len(kept) >= 3 * len(FAMILIES) and set(kept) == set(FAMILIES)
 
 
 def test_selection_is_deterministic_given_a_seed(setting):
     module, dm = setting
-    loop, clients = stand_in_loop(dm), [0, 2, 4]
+    server, clients = stand_in_server(dm), [0, 2, 4]
     for kwargs in ({"frame": "local"}, {"frame": "anchored", "dp_sigma": 0.05}):
-        first = turbo(seed=7, **kwargs).choose(loop, None, module, 3, clients)
-        second = turbo(seed=7, **kwargs).choose(loop, None, module, 3, clients)
+        first = turbo(seed=7, **kwargs).choose(server, None, module, 3, clients)
+        second = turbo(seed=7, **kwargs).choose(server, None, module, 3, clients)
         assert first.indices == second.indices
         for c in clients:
             assert np.array_equal(first.points[c], second.points[c])
@@ -78,7 +78,7 @@ def test_selection_is_deterministic_given_a_seed(setting):
 def test_fedhds_uses_the_tuned_models_features_and_the_papers_local_frame(setting):
     module, dm = setting
     hook = HierarchicalDataSelection(min_cluster_size=5, frame="local", figures=False)
-    sel = hook.choose(stand_in_loop(dm), None, module, 0, [1, 3])
+    sel = hook.choose(stand_in_server(dm), None, module, 0, [1, 3])
     assert sel.info["client_groups"] >= 2 and 1 <= sel.info["selected_groups"] <= sel.info["client_groups"]
     assert set(sel.seconds[1]) == {"extract", "fusion", "cluster"}
     assert all(v.shape == (len(dm.client(c).full_train), 2) for c, v in sel.points.items())
@@ -88,7 +88,7 @@ def test_round_start_restricts_clients_and_skips_empty_coresets(setting):
     module, dm = setting
     hook = turbo()
     clients = [0, 1, 2, 3]
-    hook.select_from_data(stand_in_loop(dm), None, module, 0, clients, dm)
+    hook.select_from_data(stand_in_server(dm), None, module, 0, clients, dm)
     record = hook._record
     assert clients == record["trained"] and 1 <= len(clients) <= 3  # 3 groups: at most 3 clients train
     for c in clients:
@@ -96,7 +96,7 @@ def test_round_start_restricts_clients_and_skips_empty_coresets(setting):
     assert record["data_fraction"] == sum(record["selected_sizes"].values()) / 160
     # a client the server did not choose keeps training when min_clients requires it
     clients = [0, 1, 2, 3]
-    hook.select_from_data(stand_in_loop(dm, min_clients=4), None, module, 1, clients, dm)
+    hook.select_from_data(stand_in_server(dm, min_clients=4), None, module, 1, clients, dm)
     assert clients == [0, 1, 2, 3]
     for c in range(6):
         dm.client(c).select(None)

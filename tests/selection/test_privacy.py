@@ -104,13 +104,13 @@ def test_accountant_counts_releases_per_client_and_resumes():
 
 def test_hook_accounts_every_sent_centroid():
     """On planted data: each sampled client's releases = the centroids it sent, in the summary."""
-    from tests.selection.conftest import planted, stand_in_loop, tiny_sft
+    from tests.selection.conftest import planted, stand_in_server, tiny_sft
     from tests.selection.test_hds import turbo
 
     module = tiny_sft()
     dm = planted(module, num_clients=3, per_client=30, families=("uppercase", "last_word", "count_words"), per=3)
     hook = turbo(dp_sigma=0.5, tsne_iters=250)
-    sel = hook.choose(stand_in_loop(dm), None, module, 0, [0, 2])
+    sel = hook.choose(stand_in_server(dm), None, module, 0, [0, 2])
     sent = sel.up_bytes // (4 * 2)  # float32 x 2-D per centroid
     assert sum(hook.accountant.releases.values()) == sent and set(hook.accountant.releases) == {0, 2}
     privacy = hook.summary()["privacy"]

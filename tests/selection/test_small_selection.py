@@ -4,7 +4,7 @@ import pytest
 
 from lightning_fed.selection.baselines import RandomSelection
 from lightning_fed.selection.coreset import CoresetSelection
-from tests.selection.conftest import planted, stand_in_loop, tiny_sft
+from tests.selection.conftest import planted, stand_in_server, tiny_sft
 
 
 def test_small_coresets_warn_or_stop_before_training():
@@ -16,15 +16,15 @@ def test_small_coresets_warn_or_stop_before_training():
         match=r"round 1: RandomSelection left 2 client\(s\) fewer examples than one batch \(data.batch_size=8\):"
         r" client 0: 2 of 40, client 1: 2 of 40",
     ):
-        small.on_client_data(stand_in_loop(dm), None, module, 0, [0, 1], dm)
+        small.on_client_data(stand_in_server(dm), None, module, 0, [0, 1], dm)
     small.on_small_selection = "error"
     with pytest.raises(ValueError, match="on_small_selection='error'"):
-        small.on_client_data(stand_in_loop(dm), None, module, 1, [0, 1], dm)
+        small.on_client_data(stand_in_server(dm), None, module, 1, [0, 1], dm)
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        enough.on_client_data(stand_in_loop(dm), None, module, 0, [0, 1], dm)
+        enough.on_client_data(stand_in_server(dm), None, module, 0, [0, 1], dm)
     assert [len(dm.client(c).train_set) for c in (0, 1)] == [20, 20]
     with pytest.raises(
         ValueError, match=r"`on_small_selection` must be one of \('warn', 'error', 'ignore'\), got 'refuse'"

@@ -1,0 +1,76 @@
+"""Each client's rows encoded to fit ``data.max_length``: the length budget's checks, and the
+loop that tokenizes every row, drops or refuses what does not fit and counts it per set and
+client (:class:`~lightning_fed.datamodules.encoding_counts.EncodingCounts`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from lightning_fed.datamodules.encoding_counts import EncodingCounts
+from lightning_fed.datamodules.tokenize import Overflow, PromptTooShort
+
+
+def encode_clients(
+    rows: Sequence[Mapping[str, Any]],
+    parts: list[list[int]],
+    encode: Callable[[Mapping[str, Any]], dict[str, list[int]]],
+    counts: EncodingCounts,
+    name: str,
+    source: str,
+    on_overflow: str,
+    groups: list[int] | None = None,
+) -> list[list[dict[str, Any]]]:
+    """Each client's rows (``parts[c]``: indices into ``rows``) through ``encode``, tagged with
+    ``client_id`` (and ``group_id`` from ``groups``); what was cut or left out is counted in
+    ``counts`` under the set ``name``.
+
+    Raises:
+        ValueError: A row too long for ``data.max_length`` under ``on_overflow="error"``, naming
+            the row, the ``source`` and the client.
+    """
+    counts.start(name, len(parts))
+    out = []
+    for cid, indices in enumerate(parts):
+        encoded = []
+        for i in indices:
+            counts.begin_example()
+            try:
+                item = encode(rows[i])
+            except PromptTooShort:
+                counts.left_out("prompt_dropped", name, cid)
+                continue
+            except Overflow as err:
+                if on_overflow == "drop":
+                    counts.left_out("dropped", name, cid)
+                    continue
+                raise ValueError(
+                    f"data.max_length: row {i} of {source!r} (client {cid}) has {err};"
+                    " raise data.max_length or set data.on_overflow=truncate|drop"
+                ) from None
+            counts.kept(name, cid)
+            item = {**item, "client_id": cid}
+            if groups is not None:
+                item["group_id"] = groups[i]
+            encoded.append(item)
+        out.append(encoded)
+    return out
+
+
+def length_budget_problems(
+    max_length: int, max_prompt: int | None, max_completion: int | None, min_prompt: int, truncate: bool
+) -> list[str]:
+    """What is wrong with the length budgets (each problem names its field and value).
+
+    ``min_prompt_length`` is held against ``max_length`` only when examples are truncated to
+    fit it (``truncate``); otherwise only a prompt budget can cut a prompt.
+    """
+    problems = []
+    for name, value in (("max_prompt_length", max_prompt), ("max_completion_length", max_completion)):
+        if value is not None and not 1 <= value < max_length:
+            problems.append(f"data.{name} must be in [1, data.max_length={max_length}), got {value}")
+    if min_prompt < 1 or (truncate and min_prompt >= max_length):
+        problems.append(f"data.min_prompt_length must be in [1, data.max_length={max_length}), got {min_prompt}")
+    elif max_prompt is not None and min_prompt > max_prompt:
+        problems.append(f"data.min_prompt_length={min_prompt} must be <= data.max_prompt_length={max_prompt}")
+    return problems
