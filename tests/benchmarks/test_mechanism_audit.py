@@ -15,6 +15,7 @@ probability at most 5% per audit, and far less here, where the audit is loose. O
 package's own mechanism is flagged: those tests are expected failures until the seed is gone.
 """
 
+import json
 import math
 import sys
 from dataclasses import replace
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from scipy.stats import binom
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -30,12 +32,13 @@ from audit_stats import empirical_epsilon, largest_showable, one_run_audit, one_
 from count_audit import FEDDPO_DP, released_scores  # noqa: E402
 from count_audit import audit as count_audit  # noqa: E402
 from count_audit import largest_showable as count_largest_showable  # noqa: E402
-from mechanism_audit import CANARIES, CONTROLS, SHIPPED, audit  # noqa: E402
+from mechanism_audit import CANARIES, CONTROLS, SHIPPED, audit, coins  # noqa: E402
 
-from lightning_fed.privacy import ClientLevelDP, PrivacyAccountant  # noqa: E402
+from lightning_fed.privacy import ClientLevelDP  # noqa: E402
 from lightning_fed.strategies import FedAvg  # noqa: E402
 
 M = 2**12
+CONFIGS = Path(__file__).resolve().parents[2] / "lightning_fed" / "configs"
 #: On main ClientLevelDP saves its noise seed with the server's state (issue 32, item 2): the audit
 #: then regenerates the noise and rightly flags the package's own mechanism.
 LEAKS_SEED = "seed" in ClientLevelDP(FedAvg(), 1.0, 1.0).state_dict()
@@ -58,16 +61,49 @@ def test_p_value_matches_the_cumulative_form_of_theorem_3(m, r, v, eps, delta):
 
 
 def test_the_old_audit_could_not_fail_and_this_one_can():
-    """64 canaries with 32 guesses show at most 2.32; 2^15 with every canary guessed show 8.24,
-    above each shipped config's epsilon that a one-run audit can reach. secagg.yaml's 19.05 (10
-    rounds at rate 1) is beyond any: the 2 m delta term caps the bound near 8.2 at delta 1e-5."""
+    """64 canaries with 32 guesses show at most 2.32; 2^15 with every canary guessed show 8.24. The
+    2 m delta term caps the bound near 8.2 at delta 1e-5 (2^10 to 2^19 canaries)."""
     assert empirical_epsilon(64, 32, 32, 1e-5) == pytest.approx(2.32, abs=0.01)
     showable = largest_showable(CANARIES, 1e-5)
     assert showable == pytest.approx(8.24, abs=0.01)
-    for setting in SHIPPED.values():
-        assert largest_showable(setting.canaries, setting.delta, setting.guesses) > setting.epsilon(), setting.name
-    assert SHIPPED["fedit_dpsgd"].epsilon() == pytest.approx(8.0, abs=0.01)
-    assert PrivacyAccountant(1.0, 1.0, 1e-5).epsilon(10) > max(largest_showable(2**k, 1e-5) for k in range(10, 20))
+    assert max(largest_showable(2**k, 1e-5) for k in range(10, 20)) < 8.3
+
+
+def _private_configs():
+    """Every shipped config with a DP mechanism (ClientLevelDP anywhere in its strategy, or DP-SGD)."""
+    for path in sorted(CONFIGS.glob("*.yaml")):
+        cfg = yaml.safe_load(path.read_text())
+        text = json.dumps(cfg)  # the parsed config: a comment naming ClientLevelDP does not count
+        if '"lightning_fed.privacy.ClientLevelDP"' in text or '"dp_sgd":' in text:
+            yield path.stem, cfg
+
+
+def test_the_audit_can_show_more_than_each_shipped_private_config_spends():
+    """For every shipped private config (found in configs/, not listed by hand) the audit holds a
+    setting with the config's budget, rounds (steps) and accounted sample rate, and its largest
+    showable bound exceeds that setting's accountant epsilon and is reached by a perfect score (the
+    guesses, 48% "in" and 48% "out", are all right whatever the coins). secagg.yaml shipped z = 1 at rate 1 over
+    10 rounds (epsilon 19.05, beyond any one-run audit); it now calibrates z for epsilon 8."""
+    found = dict(_private_configs())
+    assert set(found) == set(SHIPPED) == {"feddpo_dp", "fedit_dpsgd", "secagg"}
+    for name, cfg in found.items():
+        setting, fed = SHIPPED[name], cfg["federation"]
+        if setting.unit == "client":
+            target = fed["privacy"]["target_epsilon"]
+            rate = fed["sampling_rate"] if fed.get("sampling") == "poisson" else 1.0
+            assert (setting.sample_rate, setting.steps) == (rate, fed["rounds"]), name
+        else:  # DP-SGD: rounds x local steps, at rate B / 32 (57 training examples bucketed to 32)
+            target = cfg["model"]["init_args"]["dp_sgd"]["target_epsilon"]
+            assert setting.steps == fed["rounds"] * fed["local_steps"], name
+            assert setting.sample_rate == cfg["data"]["init_args"]["batch_size"] / 32, name
+        assert target - 0.01 <= setting.epsilon() <= target, name
+        showable = largest_showable(setting.canaries, setting.delta, setting.guesses)
+        assert showable > setting.epsilon(), name
+        # reachable: a score that separates the included canaries perfectly gets every guess right
+        for seed in range(3):
+            included = coins(setting.canaries, torch.Generator().manual_seed(seed))
+            perfect = one_run_audit([float(i) for i in included], included, setting.delta, setting.guesses)
+            assert perfect == showable > setting.epsilon(), (name, seed)
 
 
 def test_one_run_audit_counts_top_and_bottom_guesses():
