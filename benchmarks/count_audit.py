@@ -43,7 +43,7 @@ Gaussian mechanism, against the claimed 3.62).
 bound is ``ln((1 - delta - FNR+) / FPR+)`` with both rates' upper bounds at 0 errors:
 :func:`largest_showable` (12.51 with ``2 * 10^6`` trials per side, ``n = 10^6``; 11.82 with the CI's
 ``10^6``), far above the claimed 3.62. Measured (``benchmarks/RESULTS.md``): the package's count
-audits at 2.3-3.0, the uncentred one at 4.6-5.8, over seeds 0-4.
+audits at 2.30-3.01, the uncentred one at 5.08-5.75, over seeds 0-4.
 
     OMP_NUM_THREADS=1 python benchmarks/count_audit.py --seeds 0 1 2 3 4 --out runs/count_audit.jsonl
 """
