@@ -119,9 +119,35 @@ class AdaptiveClipping:
         Returns:
             The next ``C`` and the noised unclipped fraction ``b~``.
         """
-        if not 0 <= unclipped <= participants:
-            raise ValueError(f"adaptive clipping: unclipped={unclipped} must be in [0, participants={participants}]")
-        noise = float(torch.randn((), generator=generator, dtype=torch.float64)) * self.stddev(expected_clients)
-        centred = unclipped - COUNT_SENSITIVITY * participants  # sum_i (b_i - 1/2)
-        fraction = (centred + noise) / float(expected_clients) + COUNT_SENSITIVITY  # b~
+        fraction = float(self.noised_fraction(unclipped, expected_clients, generator, participants=participants))
         return clip_norm * math.exp(-self.learning_rate * (fraction - self.target_quantile)), fraction
+
+    def noised_fraction(
+        self,
+        unclipped: int | torch.Tensor,
+        expected_clients: float,
+        generator: torch.Generator | None = None,
+        *,
+        participants: int | torch.Tensor,
+    ) -> torch.Tensor:
+        """The count's release, ``b~ = (sum_i (b_i - 1/2) + N(0, sigma_b^2)) / m + 1/2`` (module docstring).
+
+        ``unclipped`` and ``participants`` may be tensors of one shape (independent releases, one
+        noise draw each, e.g. the trials of ``benchmarks/count_audit.py``); a round releases one.
+
+        Args:
+            unclipped: ``sum_i b_i``, how many participants had ``||Delta_i|| <= C``.
+            expected_clients: ``m``.
+            generator: Source of the count's noise.
+            participants: ``|S|``, the participants whose ``b_i`` were counted.
+
+        Returns:
+            ``b~`` (float64), shaped as ``unclipped``.
+        """
+        count = torch.as_tensor(unclipped, dtype=torch.float64)
+        size = torch.as_tensor(participants, dtype=torch.float64)
+        if bool(((count < 0) | (count > size)).any()):
+            raise ValueError(f"adaptive clipping: unclipped={unclipped} must be in [0, participants={participants}]")
+        noise = torch.randn(count.shape, generator=generator, dtype=torch.float64) * self.stddev(expected_clients)
+        centred = count - COUNT_SENSITIVITY * size  # sum_i (b_i - 1/2)
+        return (centred + noise) / float(expected_clients) + COUNT_SENSITIVITY  # b~

@@ -94,3 +94,17 @@ def test_the_centred_count_by_hand():
     assert clip == pytest.approx(math.exp(-0.2 * 0.125))
     with pytest.raises(ValueError, match=r"unclipped=4 must be in \[0, participants=3\]"):
         rule.next_clip_norm(1.0, unclipped=4, expected_clients=4, participants=3)
+
+
+def test_the_count_release_runs_batched_as_in_a_round():
+    """``noised_fraction`` is what ``next_clip_norm`` releases (same generator, same b~), and on a
+    tensor of trials each gets its own draw (the count audit, ``benchmarks/count_audit.py``, runs it
+    so): sigma_b / m = 2 / 16 = 0.125; 4000 trials, the std's relative spread 1.1%, 5% is > 4 spreads."""
+    rule = AdaptiveClipping(count_stddev=2.0)
+    _, fraction = rule.next_clip_norm(1.0, 8, 16, torch.Generator().manual_seed(3), participants=16)
+    assert float(rule.noised_fraction(8, 16, torch.Generator().manual_seed(3), participants=16)) == fraction
+    trials = rule.noised_fraction(torch.full((4000,), 9.0), 16, torch.Generator().manual_seed(0),
+                                  participants=torch.full((4000,), 17.0))  # fmt: skip
+    assert trials.shape == (4000,)
+    assert float(trials.std()) == pytest.approx(0.125, rel=0.05)
+    assert float(trials.mean()) == pytest.approx((9 - 8.5) / 16 + 0.5, abs=4 * 0.125 / math.sqrt(4000))
