@@ -67,13 +67,13 @@ def sft_data(num_clients: int = 4, batch_size: int = 3) -> InstructionDataModule
     )
 
 
-def dpo_module() -> DPOModule:
+def dpo_module(cache_reference: bool = True) -> DPOModule:
     return DPOModule(
         BackboneConfig(config=dict(NO_DROPOUT), tokenizer="bytes"),
         lora=LoraSettings(r=4, alpha=8, dropout=0.0),
         lr=LR,
         beta=0.5,
-        cache_reference=True,
+        cache_reference=cache_reference,
     )
 
 
@@ -130,12 +130,16 @@ def test_a_mean_over_all_rows_is_caught(tmp_path, monkeypatch):
         assert_same_uploads(seq, bad)
 
 
-def test_feddpo_with_reference_cache_uploads_match(tmp_path):
+@pytest.mark.parametrize("cache_reference", [True, False])
+def test_feddpo_uploads_match(tmp_path, cache_reference):
+    """With the reference cache (each example's reference computed alone, adapters disabled, inside
+    the batched step) and without it (the reference forward over the whole group's rows)."""
+
     def data():
         return preference_data(num_clients=4, per_client=12, batch_size=2, max_length=160)
 
-    seq, _ = run_round(tmp_path, "seq", dpo_module, data, "off")
-    bat, loop = run_round(tmp_path, "bat", dpo_module, data, 4)
+    seq, _ = run_round(tmp_path, "seq", lambda: dpo_module(cache_reference), data, "off")
+    bat, loop = run_round(tmp_path, "bat", lambda: dpo_module(cache_reference), data, 4)
     assert loop.group_size == 4
     assert_same_uploads(seq, bat)
 
