@@ -64,6 +64,30 @@ def test_each_row_gets_its_clients_adapter_including_mixed_adapters_and_copies()
     assert all(p.dim() == 2 for p in module.shared_parameters().values())
 
 
+def test_equal_segments_take_the_batched_matmul_and_match_each_clients_forward():
+    """The usual step (every client's batch of the same size, in slot order, one adapter): the
+    segmented batched matmul, over the rows and over the rows twice stacked (chosen, rejected)."""
+    module = selector()
+    ids = torch.randint(0, 256, (6, 5))
+    rows = ClientRows.of([0, 0, 1, 1, 2, 2], 3)
+    assert rows.per_client == 2 and ClientRows.of([0, 1, 1, 2], 3).per_client is None
+    stacked = StackedLora(module.model, module.shared_parameters(), lambda: rows)
+    expected = []
+    for k in range(3):
+        randomize(module, seed=10 + k)
+        stacked.capture()
+        with torch.no_grad():
+            expected.append(logits(module, ids[2 * k : 2 * k + 2]))
+    stacked.stack()
+    try:
+        with torch.no_grad():
+            out = logits(module, torch.cat([ids, ids]))
+    finally:
+        stacked.unstack()
+    want = torch.cat(expected)
+    torch.testing.assert_close(out, torch.cat([want, want]), rtol=0, atol=1e-5)
+
+
 def test_per_client_reductions():
     rows = ClientRows(torch.tensor([0, 0, 1]), 2)
     assert client_mean(torch.tensor([1.0, 3.0, 10.0]), rows).item() == 12.0  # mean 2 + mean 10
