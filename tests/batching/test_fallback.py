@@ -169,3 +169,27 @@ def test_batch_clients_bad_value_is_one_line(value):
     with pytest.raises(ValueError) as err:
         FederationConfig(batch_clients=value)
     assert str(err.value) == f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {value!r}"
+
+
+def test_a_raising_step_leaves_its_whole_group_out(tmp_path):
+    """One batch holds every client of a group: a step that raises fails all of them (and only them)."""
+    module = sft_module()
+    own_step = module.training_step
+
+    def step(batch, batch_idx):
+        if 2 in batch["client_id"].tolist():
+            raise RuntimeError("client 2's data breaks the step")
+        return own_step(batch, batch_idx)
+
+    module.training_step = step
+    recorder = RecordUpdates()
+    loop = FederatedLoop(
+        rounds=1, clients_per_round=4, local_steps=2, seed=0, batch_clients=2, hooks=[recorder], save_adapter=False
+    )
+    with pytest.warns(UserWarning, match="failed in round 1 and is left out"):
+        fit(module, sft_data(), loop, str(tmp_path), limit_val_batches=0)
+    groups = [[t.client_id for t in g] for g in loop.next_round().groups]
+    broken = next(g for g in groups if 2 in g)
+    assert len(groups) == 2 and len(broken) == 2
+    assert sorted(loop.server.report.history[0]["failed"]) == sorted(broken)
+    assert sorted(c for _, c in recorder.updates) == sorted(c for g in groups if g is not broken for c in g)
