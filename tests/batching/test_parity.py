@@ -23,7 +23,7 @@ from lightning_fed.datamodules import InstructionDataModule
 from lightning_fed.federation import RoundHook
 from lightning_fed.modules import BackboneConfig, BinarySelectorModule, DPOModule, LoraSettings, SFTModule
 from lightning_fed.round_hooks.client_grouping import ClientGrouping
-from lightning_fed.strategies import FedBiscuit, FedProx, Scaffold
+from lightning_fed.strategies import FedBiscuit, FedProx, HetLoRA, Scaffold
 from tests.helpers.runs import TINY_GPT2, fit, preference_data
 from tests.helpers.selector_data import one_thread, write_planted_selector_data
 
@@ -242,4 +242,24 @@ def test_fedbiscuit_selector_training_uploads_match(tmp_path):
         )
     assert loop.group_size == 6
     assert len({loop.strategy.selector_of(c) for c in range(6)}) > 1  # the last round mixed selectors
+    assert_same_uploads(seq, bat)
+
+
+def test_hetlora_ranks_and_rank_penalty_per_client(tmp_path):
+    """Clients of ranks 1, 2 and 4 in one group (each zero-padded to the module's rank, cut back on
+    upload), HetLoRA's rank penalty on each client's own slot, two rounds (self-pruning decided)."""
+
+    def data():
+        return preference_data(num_clients=4, per_client=12, batch_size=2, max_length=160)
+
+    def strategy():
+        return HetLoRA(client_ranks=[1, 2, 4, 4], prune_gamma=0.5, rank_penalty=0.1)
+
+    seq, _ = run_round(tmp_path, "seq", dpo_module, data, "off", rounds=2, strategy=strategy())
+    bat, loop = run_round(tmp_path, "bat", dpo_module, data, 4, rounds=2, strategy=strategy())
+    assert loop.group_size == 4
+    ranks = {
+        key: [v.shape for n, v in up.items() if n.endswith("lora_A.default.weight")][0][0] for key, up in seq.items()
+    }
+    assert sorted(set(ranks.values())) == [1, 2, 4]
     assert_same_uploads(seq, bat)
