@@ -47,9 +47,21 @@ class RecordUpdates(RoundHook):
         self.updates[(turn.round_idx, update.client_id)]["loss"] = torch.tensor(update.metrics["train_loss"])
 
 
-def sft_module(r: int = 4) -> SFTModule:
+#: A tiny Llama (rotary positions, grouped-query attention, gated MLP: SmolLM2's architecture).
+TINY_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "initializer_range": 0.1,
+}
+
+
+def sft_module(r: int = 4, config: dict | None = None) -> SFTModule:
     return SFTModule(
-        BackboneConfig(config=dict(NO_DROPOUT), tokenizer="bytes"),
+        BackboneConfig(config=dict(config or NO_DROPOUT), tokenizer="bytes"),
         lora=LoraSettings(r=r, alpha=2 * r, dropout=0.0),
         lr=LR,
     )
@@ -107,9 +119,10 @@ def assert_same_uploads(a, b, atol=ATOL):
             assert diff <= tol, f"round {key[0]} client {key[1]} {name}: differs by {diff}"
 
 
-def test_fedit_sft_uploads_match(tmp_path):
-    seq, loop_seq = run_round(tmp_path, "seq", sft_module, sft_data, "off")
-    bat, loop_bat = run_round(tmp_path, "bat", sft_module, sft_data, 4)
+@pytest.mark.parametrize("config", [NO_DROPOUT, TINY_LLAMA], ids=["gpt2", "llama"])
+def test_fedit_sft_uploads_match(tmp_path, config):
+    seq, loop_seq = run_round(tmp_path, "seq", lambda: sft_module(config=config), sft_data, "off")
+    bat, loop_bat = run_round(tmp_path, "bat", lambda: sft_module(config=config), sft_data, 4)
     assert loop_seq.group_size == 1 and loop_bat.group_size == 4
     assert_same_uploads(seq, bat)
 
