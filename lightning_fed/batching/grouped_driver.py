@@ -58,6 +58,12 @@ class GroupedTurns(TurnDriver):
             k = batched_group_size(pl_module, datamodule, trainer, clients)
         return int(k)
 
+    def close_group(self, trainer: pl.Trainer) -> None:
+        """A group in progress (the run stopped inside it): the module's own shapes and forward again."""
+        if isinstance(self.turn, TurnGroup):
+            self.turn.close(trainer)
+            self.turn = None
+
     @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int

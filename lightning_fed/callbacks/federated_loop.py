@@ -261,6 +261,7 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self.close_group(trainer)
         # A run that stops (every update rejected, a crash, SIGTERM) still leaves summary.json of
         # what happened: rounds done, rejections, the round it stopped in. Bad input, raised
         # before fit started, writes nothing.
