@@ -286,3 +286,18 @@ def test_hetlora_ranks_and_rank_penalty_per_client(tmp_path):
     }
     assert sorted(set(ranks.values())) == [1, 2, 4]
     assert_same_uploads(seq, bat)
+
+
+class LastLosses(RecordUpdates):
+    def on_client_end(self, turn, trainer, module, update) -> None:
+        self.updates[update.client_id] = turn.losses[-1]
+
+
+def test_the_logged_training_loss_of_a_batched_step_is_the_clients_mean(tmp_path):
+    """``train/loss`` of a batched step is the mean of the clients' own losses (not the summed objective)."""
+    module, last = sft_module(), LastLosses()
+    loop = FederatedLoop(rounds=1, clients_per_round=4, local_steps=2, seed=0, hooks=[last], batch_clients=4)
+    trainer = fit(module, sft_data(), loop, str(tmp_path), limit_val_batches=0)
+    assert len(last.updates) == 4
+    mean = sum(last.updates.values()) / 4
+    assert abs(trainer.callback_metrics["train/loss"].item() - mean) < 1e-5, (trainer.callback_metrics, last.updates)
