@@ -20,6 +20,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
+from lightning_fed.batching.group_size import group_turns
+from lightning_fed.batching.grouped_driver import GroupedTurns
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
 from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.evaluation_plan import take_over_validation
@@ -45,8 +47,10 @@ def _server_attr(name: str, doc: str) -> property:
     return property(lambda self: getattr(self.server, name), lambda self, v: setattr(self.server, name, v), doc=doc)
 
 
-class FederatedLoop(LoopEvaluation):
+class FederatedLoop(GroupedTurns, LoopEvaluation):
     """Orchestrates federated rounds over a :class:`~lightning_fed.datamodules.FederatedDataModule`.
+
+    With ``federation.batch_clients`` a round's clients may train in groups (:class:`GroupedTurns`).
 
     Under data parallelism build the Trainer with ``use_distributed_sampler=False`` (the CLI's
     default): the round loader splits each global batch over the DDP processes itself
@@ -127,6 +131,7 @@ class FederatedLoop(LoopEvaluation):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fit_started = True
         self.context = RoundContext.from_trainer(trainer, self.rounds, self.seed, self.server.add_round_bytes)
+        self.group_size = self.decide_group_size(self.config, trainer, pl_module, self.datamodule)
         for hook in self.hooks:
             hook.setup_server(self.server, self.context, pl_module)
             hook.setup_client(pl_module)  # in process the clients share the server's module
@@ -167,7 +172,9 @@ class FederatedLoop(LoopEvaluation):
             prepare_client(self.hooks, self.module, self.datamodule.client(c), c, round_idx, instructions[c])
             steps[c] = instructed_steps(instructions[c], self.local_steps)  # a straggler's partial work
         turns = tuple(TurnPlan(c, self._num_batches(c, steps[c])) for c in clients)
-        return RoundPlan(round_idx, tuple(sampled), turns, instructions, poisson_batch_seed(self.module, round_idx))
+        groups = group_turns(turns, self.group_size) if self.group_size > 1 else ()
+        batch_seed = poisson_batch_seed(self.module, round_idx)
+        return RoundPlan(round_idx, tuple(sampled), turns, instructions, batch_seed, groups)
 
     def _ask(self, round_idx: int) -> Any:
         """In-process answers to a hook's queries: each client answers from its own data; the
@@ -204,19 +211,23 @@ class FederatedLoop(LoopEvaluation):
                 f"round {plan.round_idx + 1} was planned but Lightning trains epoch {trainer.current_epoch}:"
                 " the checkpoint's federation state and its loop state disagree"
             )
-        self.lay_out(list(plan.turns))
+        self.lay_out(list(plan.units))
         self.server.open(plan.round_idx, plan.clients)
         if not plan.turns:  # Poisson sampling drew no client: a round without update, closed now
             self.end_round(trainer, pl_module)
 
     @override
-    def start_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
+    def new_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
         cid = plan.client_id
         size = self.datamodule.client_sizes[cid]
-        turn = self.run.client_turn(
+        return self.run.client_turn(
             cid, trainer.current_epoch, self.store, size, self.initial_personal, pl_module, self.seed
         )
-        turn.begin(trainer, pl_module, *self.server.send(cid))
+
+    @override
+    def start_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
+        turn = self.new_turn(trainer, pl_module, plan)
+        turn.begin(trainer, pl_module, *self.server.send(plan.client_id))
         return turn
 
     @override
@@ -250,6 +261,7 @@ class FederatedLoop(LoopEvaluation):
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self.close_group(trainer)
         # A run that stops (every update rejected, a crash, SIGTERM) still leaves summary.json of
         # what happened: rounds done, rejections, the round it stopped in. Bad input, raised
         # before fit started, writes nothing.
