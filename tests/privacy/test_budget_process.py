@@ -67,11 +67,7 @@ def _example_level(cfg, dp_sgd):
     ("edit", "message"),
     [
         (lambda cfg: _client_level(cfg, {"target_epsilon": 0.01, "delta": 1e-5}), UNREACHABLE),
-        pytest.param(  # 41 s measured on the shared CI machine (the others 19-35 s): slow
-            lambda cfg: _client_level(cfg, {"target_epsilon": 0.5, "noise_multiplier": 1.0}),
-            FIRST_ROUND,
-            marks=pytest.mark.slow,
-        ),
+        (lambda cfg: _client_level(cfg, {"target_epsilon": 0.5, "noise_multiplier": 1.0}), FIRST_ROUND),
         (lambda cfg: _adaptive(cfg, {"target_epsilon": 1.5, "delta": 1e-5}), ADAPTIVE_SPLIT),
         # the default delta (N = 4: min(4^-1.1 = 0.22, 1e-5)): a delta of 0.22 would "meet" any budget
         (lambda cfg: _example_level(cfg, {"clip_norm": 1.0, "target_epsilon": 0.01}), DP_SGD_UNREACHABLE),

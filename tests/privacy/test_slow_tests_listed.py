@@ -28,7 +28,8 @@ def test_the_docs_list_every_slow_privacy_test_and_no_other():
         text=True,
         timeout=600,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # exit 5: "no tests collected" (none is slow today); anything else is a collection error
+    assert proc.returncode in (0, 5), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "deselected" in proc.stdout, proc.stdout[-3000:]  # the privacy tests were collected
     marked = {line for line in proc.stdout.splitlines() if line.startswith("tests/privacy/")}
-    assert marked, proc.stdout[-3000:]
     assert _listed() == marked

@@ -1,13 +1,12 @@
 """A standalone ``lightning-fed test`` of a private run writes nothing of the clients' test data, or with
-``report_validation`` the means over the clients only. Both tests are slow (a fit, then a ``test``
-subprocess: 53 s and 42 s measured on the shared CI machine)."""
+``report_validation`` the means over the clients only. Each is a fit, then a ``test``
+subprocess: about 12 s on an idle 2-core machine."""
 
 import json
 import os
 import subprocess
 import sys
 
-import pytest
 import yaml
 
 from tests.helpers.flower_sim import ROOT, run_in_process
@@ -46,7 +45,6 @@ def _scalar_tags(folder) -> set[str]:
     return tags - {"hp_metric", "epoch"}  # Lightning's own
 
 
-@pytest.mark.slow
 def test_test_of_a_private_run_writes_nothing_of_the_clients_test_data(tmp_path):
     """fit (1 round, DP on, a synthetic test set), then ``lightning-fed test`` as a subprocess: exit 0,
     only the warning on stderr, no ``test_results.json``, no ``test/`` scalar in any TensorBoard event."""
@@ -58,7 +56,6 @@ def test_test_of_a_private_run_writes_nothing_of_the_clients_test_data(tmp_path)
     assert "test/" not in proc.stdout + proc.stderr  # no results table either
 
 
-@pytest.mark.slow
 def test_test_of_a_private_run_with_report_validation_writes_only_the_means(tmp_path):
     """As above with ``report_validation: true``: exit 0; ``test_results.json`` holds the overall
     means and no client, group or distribution over clients; TensorBoard has only ``test/<m>``."""
