@@ -109,6 +109,7 @@ def count_saved_activations(
     lora_targets: list[str] | None = None,
     lora_dropout: float = 0.0,
     dtype: str = "float32",
+    dropout: bool = True,
 ) -> SavedActivations:
     """Bytes autograd keeps after the forward of ``sequences x length`` tokens through the model.
 
@@ -120,6 +121,9 @@ def count_saved_activations(
         lora_targets: Target module names; default the package's list for the model type.
         lora_dropout: LoRA dropout (each target then keeps a mask and a dropped copy of its input).
         dtype: The backbone's dtype (``float32``, ``bfloat16``, ``float16``).
+        dropout: Whether the backbone's dropout is active; ``False`` counts the model as the
+            preference objectives train it (``disable_dropout``: every dropout zeroed, LoRA's
+            included, so GPT-2's attention runs the fused kernel and no mask is kept).
 
     Returns:
         The saved bytes per decoder layer and outside the layers.
@@ -141,6 +145,10 @@ def count_saved_activations(
         model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype])
         settings = LoraSettings(r=lora_r, alpha=2 * lora_r, dropout=lora_dropout, target_modules=lora_targets)
         model = get_peft_model(model, lora_config(model, settings))
+    if not dropout:
+        from lightning_fed.modules.preference import zero_dropout
+
+        zero_dropout(model)
     model.train()
     params = {StorageWeakRef(t.untyped_storage()).cdata for t in [*model.parameters(), *model.buffers()]}
     layers = _decoder_layers(model, n_layers)

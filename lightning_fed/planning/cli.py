@@ -59,6 +59,7 @@ def inputs_from_config(config: dict[str, Any]) -> tuple[dict[str, Any], PlanInpu
         lora_r=int(lora.get("r", 8)),
         lora_targets=lora.get("target_modules"),
         lora_dropout=float(lora.get("dropout", 0.05)),
+        disable_dropout=margs.get("disable_dropout"),
         objective=_objective(str(model.get("class_path", ""))),
         dtype=dtype,
         quantization=backbone.get("quantization", "none"),

@@ -49,15 +49,18 @@ def test_tiny_llama_saved_bytes_by_hand():
     assert saved.checkpointed() == 2 * 480 + 8280 + 540
 
 
-def _real_saved_bytes(model_type, config, sequences, length, dropout, dtype=torch.float32):
+def _real_saved_bytes(model_type, config, sequences, length, dropout, dtype=torch.float32, zeroed=False):
     """The same count on real CPU tensors with PyTorch's own attention kernel."""
     from peft import get_peft_model
 
     from lightning_fed.modules.lora import LoraSettings, lora_config
+    from lightning_fed.modules.preference import zero_dropout
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **config), dtype=dtype)
     model = get_peft_model(model, lora_config(model, LoraSettings(r=2, dropout=dropout)))
+    if zeroed:
+        zero_dropout(model)
     model.train()
     params = {StorageWeakRef(t.untyped_storage()).cdata for t in [*model.parameters(), *model.buffers()]}
     seen, kept = {}, []
@@ -89,3 +92,13 @@ def test_meta_count_equals_real_tensors_bfloat16():
     meta = count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.1, dtype="bfloat16")
     assert meta.total == _real_saved_bytes("llama", TINY_LLAMA, 3, 16, 0.1, torch.bfloat16)
     assert meta.total > count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.1).total / 2
+
+
+def test_meta_count_without_dropout_equals_real_tensors_of_a_preference_module():
+    """GPT-2 with its dropout zeroed as the DPO modules do (``disable_dropout``): no masks, no
+    dropped copies, and the fused attention kernel instead of the math kernel's T x T matrix."""
+    cfg = AutoConfig.for_model("gpt2", **TINY_GPT2)  # attn_pdrop, resid_pdrop, embd_pdrop 0.1
+    zeroed = count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.1, dropout=False)
+    assert zeroed.total == _real_saved_bytes("gpt2", TINY_GPT2, 3, 16, 0.1, zeroed=True)
+    assert zeroed.total == count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.0, dropout=False).total
+    assert zeroed.total < count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.0).total

@@ -1,0 +1,397 @@
+"""K clients trained together vs one after another: round time, tokens per second, peak memory.
+
+Two measurements, each on the tiny config-built GPT-2 (``--model tiny``, configs/tiny.yaml's
+settings) or SmolLM2-135M-Instruct (``--model smollm2``):
+
+* **time** (default): for each K in ``--clients``, ``--repeats`` rounds in each mode, interleaved
+  (sequential, batched, sequential, ...), after one untimed round of each. A round is K clients x
+  ``--local-steps`` AdamW steps on ``--batch`` random pairs (DPO) or sequences (SFT) of
+  ``--length`` tokens, every token real (the planner's full-length case), each client from the
+  same global LoRA state with its own optimizer. Sequential: the clients' turns one after
+  another. Batched: the K clients' batches in one step (:class:`GroupStep`).
+  Reported per mode: the median round's process CPU time (steadier than wall time on a shared
+  CPU) and wall time, their batched / sequential ratio (median of per-repeat ratios), and
+  tokens per second per client (a client's tokens in the round / the round's wall time). On a
+  GPU (``--device cuda``) the round is timed in wall time after ``torch.cuda.synchronize``, the
+  GPU's utilisation is sampled during each mode (``torch.cuda.utilization``, else
+  ``nvidia-smi``), and the peak is ``torch.cuda.max_memory_allocated`` per mode.
+* **memory** (``--memory``): for each K in ``--clients``, ascending, one group step in a child
+  process started with ``MALLOC_MMAP_THRESHOLD_=65536`` (as ``benchmarks/peak_memory.py
+  --live``: freed blocks go back to the OS, so ``ru_maxrss`` is the peak of live memory, what
+  the planner estimates); the child reports ``ru_maxrss`` after each K, and the peak grows with
+  K, so each K's figure is its own step's peak. Beside it the planner's
+  :func:`~lightning_fed.planning.group.estimate_group` and their ratio. ``--fit-gib`` adds the
+  largest K the planner fits in that many GiB
+  (:func:`~lightning_fed.planning.group.batched_group_size`).
+
+Torch runs with ``--threads`` intra-op threads (default 1: the CPU is shared).
+
+    nice -n 10 .venv/bin/python benchmarks/batched_clients.py --model tiny --clients 4 16
+    nice -n 10 .venv/bin/python benchmarks/batched_clients.py --model tiny --memory --clients 1 4 16
+    nice -n 10 .venv/bin/python benchmarks/batched_clients.py --model smollm2 --clients 4 16 --repeats 3
+    nice -n 10 .venv/bin/python benchmarks/batched_clients.py --model smollm2 --memory --clients 1 4 16 --fit-gib 24
+    python benchmarks/batched_clients.py --model smollm2 --clients 16 --device cuda --precision bf16-mixed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(ROOT / "benchmarks"))  # a site-packages "benchmarks" would shadow this folder
+
+from peak_memory import SMOLLM2, rss_now  # noqa: E402  (the planner benchmark's measuring code)
+
+TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 256}
+# name -> (backbone section, LoRA r, default batch, default length); tiny: configs/tiny.yaml's settings
+MODELS = {
+    "tiny": ({"config": dict(TINY_GPT2), "tokenizer": "bytes"}, 4, 4, 160),
+    "smollm2": ({"name_or_path": SMOLLM2}, 8, 1, 64),
+}
+PRECISIONS = {"32-true": "float32", "bf16-mixed": "bfloat16"}
+GIB = 2**30
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def build_module(model: str, objective: str, seed: int = 0):
+    import lightning.pytorch as pl
+
+    from lightning_fed.modules import BackboneConfig, DPOModule, LoraSettings, SFTModule
+
+    backbone, r, _, _ = MODELS[model]
+    pl.seed_everything(seed, verbose=False)
+    cls = DPOModule if objective == "dpo" else SFTModule
+    kwargs = {"beta": 0.1, "cache_reference": False} if objective == "dpo" else {}
+    return cls(BackboneConfig(**backbone), lora=LoraSettings(r=r, alpha=2 * r, dropout=0.0), lr=1e-4, **kwargs)
+
+
+def client_batches(module, objective: str, clients: int, steps: int, batch: int, length: int, seed: int = 0):
+    """``[client][step] -> batch`` of random full-length token ids (the second half scored)."""
+    import torch
+
+    vocab = module.model.get_base_model().config.vocab_size
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(clients):
+        turn = []
+        for _ in range(steps):
+            ids = torch.randint(0, vocab, (2 * batch if objective == "dpo" else batch, length), generator=g)
+            labels = ids.clone()
+            labels[:, : length // 2] = -100
+            mask = torch.ones_like(ids)
+            if objective == "dpo":
+                turn.append(
+                    {
+                        "chosen_input_ids": ids[:batch],
+                        "rejected_input_ids": ids[batch:],
+                        "chosen_attention_mask": mask[:batch],
+                        "rejected_attention_mask": mask[batch:],
+                        "chosen_labels": labels[:batch],
+                        "rejected_labels": labels[batch:],
+                    }
+                )
+            else:
+                turn.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+        out.append(turn)
+    return out
+
+
+def planner_inputs(model: str, objective: str, batch: int, length: int, dtype: str = "float32"):
+    from lightning_fed.planning.estimate import PlanInputs, model_shape
+
+    backbone, r, _, _ = MODELS[model]
+    shape = model_shape(backbone)
+    return shape, PlanInputs(
+        batch_size=batch, max_length=length, lora_r=r, lora_dropout=0.0, objective=objective, dtype=dtype
+    )
+
+
+# ---------------------------------------------------------------- the two ways of running a round
+def _loss(module, objective: str, batch: dict):
+    from lightning_fed.modules.losses import sft_loss
+
+    if objective == "dpo":
+        return module.pair_metrics(batch)["loss"].mean()
+    return sft_loss(module(batch), batch["labels"])
+
+
+def sequential_round(module, objective: str, batches: list[list[dict]]) -> float:
+    """The clients' turns one after another, each from the same global LoRA state, own AdamW."""
+    shared = {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
+    params = dict(module.named_parameters())
+    loss = 0.0
+    for turn in batches:
+        for n, value in shared.items():
+            params[n].data.copy_(value)
+        optimizer = module.configure_optimizers()
+        for batch in turn:
+            step_loss = _loss(module, objective, batch)
+            optimizer.zero_grad()
+            step_loss.backward()
+            optimizer.step()
+            loss = float(step_loss.detach())
+    for n, value in shared.items():
+        params[n].data.copy_(value)
+    return loss
+
+
+class GroupStep:
+    """A group of K clients trained together: each step, their K batches concatenated in one step."""
+
+    def __init__(self, module, objective: str, clients: int) -> None:
+        self.module, self.objective, self.clients = module, objective, clients
+        self.optimizer = module.configure_optimizers()
+
+    def step(self, batches: list[dict]) -> float:
+        import torch
+
+        batch = {n: torch.cat([b[n] for b in batches]) for n in batches[0]}
+        loss = _loss(self.module, self.objective, batch)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.detach())
+
+    def round(self, batches: list[list[dict]]) -> float:
+        loss = 0.0
+        for step in zip(*batches):
+            loss = self.step(list(step))
+        return loss
+
+
+# ---------------------------------------------------------------- memory
+def memory_child(model: str, objective: str, ks: list[int], batch: int, length: int) -> list[dict]:
+    import torch
+
+    torch.manual_seed(0)
+    before = rss_now()
+    module = build_module(model, objective)
+    module.train()
+    loaded = rss_now()
+    rows = []
+    for k in sorted(ks):
+        batches = client_batches(module, objective, k, 1, batch, length)
+        group = GroupStep(module, objective, k)
+        loss = group.step([turn[0] for turn in batches])
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        rows.append({"clients": k, "rss_before_load": before, "rss_after_load": loaded, "peak_rss": peak, "loss": loss})
+        del group, batches
+    return rows
+
+
+def run_memory(args) -> list[dict]:
+    from lightning_fed.planning.group import batched_group_size, estimate_group
+
+    cmd = [sys.executable, __file__, "--child-memory", "--model", args.model, "--objective", args.objective]
+    cmd += ["--batch", str(args.batch), "--length", str(args.length), "--threads", str(args.threads)]
+    cmd += ["--clients", *map(str, args.clients)]
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(f"memory child failed with exit code {proc.returncode}")
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    shape, p = planner_inputs(args.model, args.objective, args.batch, args.length)
+    for row in rows:
+        plan = estimate_group(shape, p, row["clients"])
+        row["estimate"] = plan.total
+        row["estimate_items"] = plan.items
+        row["ratio"] = plan.total / row["peak_rss"]
+    print(
+        f"\nmemory: {args.model}, {args.objective}, batch {args.batch} x {args.length} tokens per client,"
+        f" one group step, MALLOC_MMAP_THRESHOLD_=65536"
+    )
+    print(f"{'K':>4} {'peak RSS MiB':>13} {'planner MiB':>12} {'planner/peak':>13}")
+    for row in rows:
+        print(
+            f"{row['clients']:>4} {row['peak_rss'] / 2**20:13.0f} {row['estimate'] / 2**20:12.0f} {row['ratio']:13.2f}"
+        )
+    if args.fit_gib:
+        k = batched_group_size(shape, p, args.fit_clients, budget_bytes=int(args.fit_gib * GIB))
+        print(f"largest K the planner fits in {args.fit_gib} GiB (of {args.fit_clients} clients): {k}")
+        rows.append({"fit_gib": args.fit_gib, "largest_k": k})
+    return rows
+
+
+# ---------------------------------------------------------------- time
+class UtilisationSampler:
+    """GPU utilisation (%) sampled every 0.1 s in a thread: ``torch.cuda.utilization`` or ``nvidia-smi``."""
+
+    def __init__(self, device) -> None:
+        self.device, self.samples, self._stop = device, [], threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _read(self) -> float | None:
+        import torch
+
+        try:
+            return float(torch.cuda.utilization(self.device))
+        except Exception:  # no pynvml: ask nvidia-smi
+            try:
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                ).stdout
+                return float(out.split()[0])
+            except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+                return None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            value = self._read()
+            if value is not None:
+                self.samples.append(value)
+            self._stop.wait(0.1)
+
+    def __enter__(self) -> UtilisationSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.samples) if self.samples else None
+
+
+def run_time(args) -> list[dict]:
+    import torch
+
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    autocast = args.precision == "bf16-mixed"
+    module = build_module(args.model, args.objective).to(device)
+    module.train()
+    rows = []
+    for k in args.clients:
+        batches = client_batches(module, args.objective, k, args.local_steps, args.batch, args.length)
+        batches = [[{n: t.to(device) for n, t in b.items()} for b in turn] for turn in batches]
+        tokens_per_client = args.local_steps * sum(t.numel() for n, t in batches[0][0].items() if "input_ids" in n)
+
+        def run(mode: str, k: int = k, batches: list = batches) -> tuple[float, float]:
+            if cuda:
+                torch.cuda.synchronize(device)
+            c, t = time.process_time(), time.perf_counter()
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                if mode == "sequential":
+                    sequential_round(module, args.objective, batches)
+                else:
+                    GroupStep(module, args.objective, k).round(batches)
+            if cuda:
+                torch.cuda.synchronize(device)
+            return time.process_time() - c, time.perf_counter() - t
+
+        run("sequential"), run("batched")  # warm-up, untimed
+        times: dict[str, list[tuple[float, float]]] = {"sequential": [], "batched": []}
+        util: dict[str, list[float]] = {"sequential": [], "batched": []}
+        peak: dict[str, int] = {}
+        for rep in range(args.repeats):
+            for mode in ("sequential", "batched") if rep % 2 == 0 else ("batched", "sequential"):
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats(device)
+                    with UtilisationSampler(device) as sampler:
+                        times[mode].append(run(mode))
+                    if sampler.mean is not None:
+                        util[mode].append(sampler.mean)
+                    peak[mode] = max(peak.get(mode, 0), torch.cuda.max_memory_allocated(device))
+                else:
+                    times[mode].append(run(mode))
+        row = {"clients": k, "tokens_per_client": tokens_per_client}
+        for mode, ts in times.items():
+            row[f"{mode}_cpu_s"] = statistics.median(c for c, _ in ts)
+            row[f"{mode}_wall_s"] = statistics.median(w for _, w in ts)
+            row[f"{mode}_tokens_per_s_per_client"] = tokens_per_client / row[f"{mode}_wall_s"]
+            if util[mode]:
+                row[f"{mode}_gpu_util_pct"] = statistics.fmean(util[mode])
+            if mode in peak:
+                row[f"{mode}_peak_allocated"] = peak[mode]
+        row["ratio_cpu"] = statistics.median(b[0] / s[0] for s, b in zip(times["sequential"], times["batched"]))
+        row["ratio_wall"] = statistics.median(b[1] / s[1] for s, b in zip(times["sequential"], times["batched"]))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print(
+        f"\ntime: {args.model}, {args.objective}, {args.local_steps} local steps of {args.batch} x {args.length}"
+        f" tokens per client, {args.repeats} repeats, {args.device} {args.precision}, torch threads {args.threads},"
+        f" {cpu_model() if not cuda else torch.cuda.get_device_name(device)}"
+    )
+    print(
+        f"{'K':>4} {'seq CPU s':>10} {'batched CPU s':>14} {'ratio CPU':>10} {'seq wall s':>11} {'batched wall s':>15}"
+        f" {'ratio wall':>11} {'tok/s/client seq':>17} {'batched':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r['clients']:>4} {r['sequential_cpu_s']:10.2f} {r['batched_cpu_s']:14.2f} {r['ratio_cpu']:10.3f}"
+            f" {r['sequential_wall_s']:11.2f} {r['batched_wall_s']:15.2f} {r['ratio_wall']:11.3f}"
+            f" {r['sequential_tokens_per_s_per_client']:17.1f} {r['batched_tokens_per_s_per_client']:8.1f}"
+        )
+        if cuda:
+            print(
+                f"     GPU utilisation seq {r.get('sequential_gpu_util_pct', float('nan')):.0f}%,"
+                f" batched {r.get('batched_gpu_util_pct', float('nan')):.0f}%; peak allocated seq"
+                f" {r['sequential_peak_allocated'] / GIB:.2f} GiB, batched {r['batched_peak_allocated'] / GIB:.2f} GiB"
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="tiny")
+    parser.add_argument("--objective", choices=["dpo", "sft"], default="dpo")
+    parser.add_argument("--clients", type=int, nargs="+", default=[4, 16], help="K values")
+    parser.add_argument("--batch", type=int, help="pairs (dpo) or sequences (sft) per client step")
+    parser.add_argument("--length", type=int, help="tokens per sequence")
+    parser.add_argument("--local-steps", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="32-true")
+    parser.add_argument("--memory", action="store_true", help="peak memory per K against the planner")
+    parser.add_argument("--fit-gib", type=float, help="with --memory: the planner's largest K in this many GiB")
+    parser.add_argument("--fit-clients", type=int, default=1024, help="clients per round for --fit-gib")
+    parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--child-memory", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    _, _, batch, length = MODELS[args.model]
+    args.batch, args.length = args.batch or batch, args.length or length
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.child_memory:
+        print(json.dumps(memory_child(args.model, args.objective, args.clients, args.batch, args.length)))
+        return
+    rows = run_memory(args) if args.memory else run_time(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
