@@ -389,6 +389,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(memory_child(args.model, args.objective, args.clients, args.batch, args.length)))
         return
     rows = run_memory(args) if args.memory else run_time(args)
+    print(json.dumps(rows))  # the last line: the rows, for scripts and tests
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

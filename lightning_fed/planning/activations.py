@@ -139,6 +139,9 @@ def count_saved_activations(
     hidden = getattr(text, "hidden_size", None) or text.n_embd
     n_layers = min(all_layers, 2)
     text.num_hidden_layers = n_layers  # GPT-2's config maps it to n_layer
+    # Full-length sequences, no padding: GPT-2's forward looks for a pad token in the ids (an
+    # .item() that meta tensors cannot give) when the config names one, as a loaded backbone's does.
+    text.pad_token_id = None
     if isinstance(getattr(text, "layer_types", None), list):
         text.layer_types = text.layer_types[:n_layers]
     with torch.device("meta"):

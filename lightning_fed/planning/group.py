@@ -25,6 +25,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from lightning_fed.planning.activations import DTYPES
 from lightning_fed.planning.estimate import ModelShape, Plan, PlanInputs, estimate, model_shape, model_shape_from_config
 
 #: Items of :class:`~lightning_fed.planning.estimate.Plan` that every client of a group holds a copy of.
@@ -149,3 +150,47 @@ def batched_group_size(
         else:
             hi = mid - 1
     return fits
+
+
+def inputs_from_module(module: Any, datamodule: Any) -> tuple[ModelShape, PlanInputs]:
+    """``(shape, PlanInputs)`` of a built module and its data module, as the config would give them.
+
+    The batch and length are the data module's (``batch_size``, ``max_length``: full-length
+    sequences, the planner's assumption, which bounds padded batches from above); LoRA, the
+    optimizer, the backbone's dtype, quantization and checkpointing are the module's.
+    """
+    from lightning_fed.planning.cli import _objective
+
+    hp = getattr(module, "hparams", {}) or {}
+    backbone = hp.get("backbone") or {}
+    backbone = backbone if isinstance(backbone, dict) else vars(backbone)
+    lora = getattr(module, "lora_settings", None)
+    model = module.model.get_base_model() if hasattr(module.model, "get_base_model") else module.model
+    frozen = next((p for p in model.parameters() if not p.requires_grad and p.is_floating_point()), None)
+    dtype = {v: k for k, v in DTYPES.items()}.get(getattr(frozen, "dtype", None), "float32")
+    p = PlanInputs(
+        batch_size=int(datamodule.batch_size),
+        max_length=int(datamodule.max_length),
+        lora_r=int(getattr(lora, "r", 8)),
+        lora_targets=getattr(lora, "target_modules", None),
+        lora_dropout=float(getattr(lora, "dropout", 0.0)),
+        disable_dropout=hp.get("disable_dropout"),
+        objective=_objective(type(module).__name__),
+        dtype=dtype,
+        quantization=backbone.get("quantization", "none"),
+        activation_checkpointing=bool(backbone.get("activation_checkpointing", False)),
+        optimizer=hp.get("optimizer", "adamw"),
+        personal_dtype=hp.get("personal_dtype", "float32"),
+        bottleneck_dim=int(hp.get("bottleneck_dim", 256)),
+        reward_hidden=int(hp.get("reward_hidden", 256)),
+    )
+    return model_shape_from_config(model.config), p
+
+
+def run_group_size(module: Any, datamodule: Any, trainer: Any, clients_per_round: int) -> int:
+    """``federation.batch_clients: auto`` for a built run: :func:`batched_group_size` of the
+    module's model and settings (:func:`inputs_from_module`) against :func:`memory_budget` of the
+    device the module trains on. ``trainer`` is accepted for the loop's call and not read."""
+    shape, p = inputs_from_module(module, datamodule)
+    device = getattr(module, "device", "cpu")
+    return batched_group_size(shape, p, clients_per_round, device=device)
