@@ -3,18 +3,19 @@
 Two measurements, each on the tiny config-built GPT-2 (``--model tiny``, configs/tiny.yaml's
 settings) or SmolLM2-135M-Instruct (``--model smollm2``):
 
-* **time** (default): for each K in ``--clients``, ``--repeats`` rounds in each mode, interleaved
-  (sequential, batched, sequential, ...), after one untimed round of each. A round is K clients x
-  ``--local-steps`` AdamW steps on ``--batch`` random pairs (DPO) or sequences (SFT) of
-  ``--length`` tokens, every token real (the planner's full-length case), each client from the
-  same global LoRA state with its own optimizer. Sequential: the clients' turns one after
-  another. Batched: the K clients' batches in one step (:class:`GroupStep`).
-  Reported per mode: the median round's process CPU time (steadier than wall time on a shared
-  CPU) and wall time, their batched / sequential ratio (median of per-repeat ratios), and
-  tokens per second per client (a client's tokens in the round / the round's wall time). On a
-  GPU (``--device cuda``) the round is timed in wall time after ``torch.cuda.synchronize``, the
-  GPU's utilisation is sampled during each mode (``torch.cuda.utilization``, else
-  ``nvidia-smi``), and the peak is ``torch.cuda.max_memory_allocated`` per mode.
+* **time** (default): for each K in ``--clients``, ``--fits`` fits per mode, alternating
+  (sequential, batched, batched, sequential, ...), each ``--rounds`` rounds of K clients
+  (``clients_per_round = K``) x ``--local-steps`` steps of ``--batch`` pairs (DPO) of at most
+  ``--length`` tokens (the synthetic preference set, truncated), through the
+  :class:`~lightning_fed.callbacks.FederatedLoop` with ``federation.batch_clients`` ``off``
+  (sequential) or K (batched). A round is one Lightning epoch: its process CPU time (steadier
+  than wall time on a shared CPU) and wall time are taken from the epoch's start to its end; the
+  first round of each fit is a warm-up and untimed. Reported per mode: the median round over
+  the fits, the batched / sequential ratio of the medians, and tokens per second per client (a
+  client's tokens in the round, attention mask summed, / the round's wall time). On a GPU
+  (``--device cuda``) the rounds are timed after ``torch.cuda.synchronize``, the GPU's
+  utilisation is sampled every 0.1 s during each fit (``torch.cuda.utilization``, else
+  ``nvidia-smi``), and the peak is ``torch.cuda.max_memory_allocated`` per fit.
 * **memory** (``--memory``): for each K in ``--clients``, ascending, one group step in a child
   process started with ``MALLOC_MMAP_THRESHOLD_=65536`` (as ``benchmarks/peak_memory.py
   --live``: freed blocks go back to the OS, so ``ru_maxrss`` is the peak of live memory, what
@@ -28,7 +29,7 @@ Torch runs with ``--threads`` intra-op threads (default 1: the CPU is shared).
 
     nice -n 10 .venv/bin/python benchmarks/batched_clients.py --model tiny --clients 4 16
     nice -n 10 .venv/bin/python benchmarks/batched_clients.py --model tiny --memory --clients 1 4 16
-    nice -n 10 .venv/bin/python benchmarks/batched_clients.py --model smollm2 --clients 4 16 --repeats 3
+    nice -n 10 .venv/bin/python benchmarks/batched_clients.py --model smollm2 --clients 4 16 --rounds 3
     nice -n 10 .venv/bin/python benchmarks/batched_clients.py --model smollm2 --memory --clients 1 4 16 --fit-gib 24
     python benchmarks/batched_clients.py --model smollm2 --clients 16 --device cuda --precision bf16-mixed
 """
@@ -138,26 +139,6 @@ def _loss(module, objective: str, batch: dict):
     if objective == "dpo":
         return module.pair_metrics(batch)["loss"].mean()
     return sft_loss(module(batch), batch["labels"])
-
-
-def sequential_round(module, objective: str, batches: list[list[dict]]) -> float:
-    """The clients' turns one after another, each from the same global LoRA state, own AdamW."""
-    shared = {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
-    params = dict(module.named_parameters())
-    loss = 0.0
-    for turn in batches:
-        for n, value in shared.items():
-            params[n].data.copy_(value)
-        optimizer = module.configure_optimizers()
-        for batch in turn:
-            step_loss = _loss(module, objective, batch)
-            optimizer.zero_grad()
-            step_loss.backward()
-            optimizer.step()
-            loss = float(step_loss.detach())
-    for n, value in shared.items():
-        params[n].data.copy_(value)
-    return loss
 
 
 class GroupStep:
@@ -283,65 +264,140 @@ class UtilisationSampler:
         return statistics.fmean(self.samples) if self.samples else None
 
 
+class RoundTimer:
+    """A callback: process CPU and wall time of each round (one Lightning epoch), and its tokens."""
+
+    def __init__(self, cuda: bool) -> None:
+        from lightning.pytorch.callbacks import Callback
+
+        timer = self
+
+        class _Timer(Callback):
+            def on_train_epoch_start(self, trainer, pl_module) -> None:
+                timer._sync()
+                timer.tokens.append(0)
+                timer._start = (time.process_time(), time.perf_counter())
+
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+                timer.tokens[-1] += sum(int(t.sum()) for n, t in batch.items() if n.endswith("attention_mask"))
+
+            def on_train_epoch_end(self, trainer, pl_module) -> None:
+                timer._sync()
+                c, w = timer._start
+                timer.rounds.append((time.process_time() - c, time.perf_counter() - w))
+
+        self.cuda, self.rounds, self.tokens = cuda, [], []
+        self.callback = _Timer()
+
+    def _sync(self) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+
+
+def round_data(module, clients: int, steps: int, batch: int, length: int):
+    """The synthetic preference set of ``clients`` clients, enough pairs for ``steps`` batches each."""
+    from lightning_fed.datamodules import PreferenceDataModule
+
+    dm = PreferenceDataModule(
+        num_clients=clients,
+        synthetic_args={"num_clients": clients, "examples_per_client": steps * batch, "groups": ["positive"]},
+        batch_size=batch,
+        max_length=length,
+        on_overflow="truncate",
+        val_fraction=0.0,
+    )
+    dm.tokenizer = module.tokenizer
+    dm.setup("fit")
+    return dm
+
+
+def fit_rounds(args, k: int, batch_clients, dm, device) -> dict:
+    """``args.rounds`` rounds of ``k`` clients, ``batch_clients`` (``off`` or K); per-round times."""
+    import tempfile
+
+    import lightning.pytorch as pl
+    import torch
+
+    from lightning_fed.callbacks import FederatedLoop
+    from lightning_fed.strategies import FedAvg
+
+    cuda = device.type == "cuda"
+    module = build_module(args.model, args.objective)
+    settings = {"batch_clients": batch_clients} if batch_clients != "off" else {}
+    loop = FederatedLoop(
+        rounds=args.rounds,
+        clients_per_round=k,
+        local_steps=args.local_steps,
+        strategy=FedAvg(),
+        seed=0,
+        save_adapter=False,
+        **settings,
+    )
+    timer = RoundTimer(cuda)
+    with tempfile.TemporaryDirectory(prefix="lf_batched_") as root:
+        trainer = pl.Trainer(
+            accelerator="gpu" if cuda else "cpu",
+            devices=1,
+            precision=args.precision,
+            default_root_dir=root,
+            callbacks=[timer.callback, loop],
+            enable_progress_bar=False,
+            logger=False,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+        )
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+            with UtilisationSampler(device) as sampler:
+                trainer.fit(module, datamodule=dm)
+        else:
+            sampler = None
+            trainer.fit(module, datamodule=dm)
+    out = {"rounds": timer.rounds[1:], "tokens": timer.tokens[1:], "group_size": getattr(loop, "group_size", 1)}
+    if cuda:
+        out["peak_allocated"] = torch.cuda.max_memory_allocated(device)
+        out["gpu_util_pct"] = sampler.mean
+    return out
+
+
 def run_time(args) -> list[dict]:
     import torch
 
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    autocast = args.precision == "bf16-mixed"
-    module = build_module(args.model, args.objective).to(device)
-    module.train()
     rows = []
     for k in args.clients:
-        batches = client_batches(module, args.objective, k, args.local_steps, args.batch, args.length)
-        batches = [[{n: t.to(device) for n, t in b.items()} for b in turn] for turn in batches]
-        tokens_per_client = args.local_steps * sum(t.numel() for n, t in batches[0][0].items() if "input_ids" in n)
-
-        def run(mode: str, k: int = k, batches: list = batches) -> tuple[float, float]:
-            if cuda:
-                torch.cuda.synchronize(device)
-            c, t = time.process_time(), time.perf_counter()
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                if mode == "sequential":
-                    sequential_round(module, args.objective, batches)
-                else:
-                    GroupStep(module, args.objective, k).round(batches)
-            if cuda:
-                torch.cuda.synchronize(device)
-            return time.process_time() - c, time.perf_counter() - t
-
-        run("sequential"), run("batched")  # warm-up, untimed
-        times: dict[str, list[tuple[float, float]]] = {"sequential": [], "batched": []}
-        util: dict[str, list[float]] = {"sequential": [], "batched": []}
-        peak: dict[str, int] = {}
-        for rep in range(args.repeats):
+        dm = round_data(build_module(args.model, args.objective), k, args.local_steps, args.batch, args.length)
+        runs: dict[str, list[dict]] = {"sequential": [], "batched": []}
+        for rep in range(args.fits):
             for mode in ("sequential", "batched") if rep % 2 == 0 else ("batched", "sequential"):
-                if cuda:
-                    torch.cuda.reset_peak_memory_stats(device)
-                    with UtilisationSampler(device) as sampler:
-                        times[mode].append(run(mode))
-                    if sampler.mean is not None:
-                        util[mode].append(sampler.mean)
-                    peak[mode] = max(peak.get(mode, 0), torch.cuda.max_memory_allocated(device))
-                else:
-                    times[mode].append(run(mode))
-        row = {"clients": k, "tokens_per_client": tokens_per_client}
-        for mode, ts in times.items():
-            row[f"{mode}_cpu_s"] = statistics.median(c for c, _ in ts)
-            row[f"{mode}_wall_s"] = statistics.median(w for _, w in ts)
-            row[f"{mode}_tokens_per_s_per_client"] = tokens_per_client / row[f"{mode}_wall_s"]
-            if util[mode]:
-                row[f"{mode}_gpu_util_pct"] = statistics.fmean(util[mode])
-            if mode in peak:
-                row[f"{mode}_peak_allocated"] = peak[mode]
-        row["ratio_cpu"] = statistics.median(b[0] / s[0] for s, b in zip(times["sequential"], times["batched"]))
-        row["ratio_wall"] = statistics.median(b[1] / s[1] for s, b in zip(times["sequential"], times["batched"]))
+                runs[mode].append(fit_rounds(args, k, "off" if mode == "sequential" else k, dm, device))
+        row = {"clients": k}
+        for mode, fits in runs.items():
+            rounds = [r for f in fits for r in f["rounds"]]
+            tokens = statistics.median(t for f in fits for t in f["tokens"])
+            row[f"{mode}_cpu_s"] = statistics.median(c for c, _ in rounds)
+            row[f"{mode}_wall_s"] = statistics.median(w for _, w in rounds)
+            row[f"{mode}_tokens_per_s_per_client"] = tokens / k / row[f"{mode}_wall_s"]
+            row[f"{mode}_group_size"] = fits[0]["group_size"]
+            row[f"{mode}_rounds_timed"] = len(rounds)
+            if cuda:
+                row[f"{mode}_peak_allocated"] = max(f["peak_allocated"] for f in fits)
+                utils = [f["gpu_util_pct"] for f in fits if f["gpu_util_pct"] is not None]
+                row[f"{mode}_gpu_util_pct"] = statistics.fmean(utils) if utils else None
+        row["ratio_cpu"] = row["batched_cpu_s"] / row["sequential_cpu_s"]
+        row["ratio_wall"] = row["batched_wall_s"] / row["sequential_wall_s"]
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(
-        f"\ntime: {args.model}, {args.objective}, {args.local_steps} local steps of {args.batch} x {args.length}"
-        f" tokens per client, {args.repeats} repeats, {args.device} {args.precision}, torch threads {args.threads},"
-        f" {cpu_model() if not cuda else torch.cuda.get_device_name(device)}"
+        f"\ntime: {args.model}, {args.objective}, {args.local_steps} local steps of {args.batch} x <= {args.length}"
+        f" tokens per client, {args.fits} fits per mode of {args.rounds} rounds (first round of each untimed),"
+        f" {args.device} {args.precision}, torch threads {args.threads},"
+        f" {torch.cuda.get_device_name(device) if cuda else cpu_model()}"
     )
     print(
         f"{'K':>4} {'seq CPU s':>10} {'batched CPU s':>14} {'ratio CPU':>10} {'seq wall s':>11} {'batched wall s':>15}"
@@ -355,8 +411,8 @@ def run_time(args) -> list[dict]:
         )
         if cuda:
             print(
-                f"     GPU utilisation seq {r.get('sequential_gpu_util_pct', float('nan')):.0f}%,"
-                f" batched {r.get('batched_gpu_util_pct', float('nan')):.0f}%; peak allocated seq"
+                f"     GPU utilisation seq {r['sequential_gpu_util_pct'] or float('nan'):.0f}%,"
+                f" batched {r['batched_gpu_util_pct'] or float('nan'):.0f}%; peak allocated seq"
                 f" {r['sequential_peak_allocated'] / GIB:.2f} GiB, batched {r['batched_peak_allocated'] / GIB:.2f} GiB"
             )
     return rows
@@ -370,7 +426,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, help="pairs (dpo) or sequences (sft) per client step")
     parser.add_argument("--length", type=int, help="tokens per sequence")
     parser.add_argument("--local-steps", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per fit (the first is untimed)")
+    parser.add_argument("--fits", type=int, default=2, help="fits per mode, alternating")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", choices=sorted(PRECISIONS), default="32-true")
