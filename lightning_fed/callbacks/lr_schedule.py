@@ -116,6 +116,9 @@ class RoundLRSchedule(RoundHook):
                 f"with {[len(g) for g in self.base_lrs]} param groups, the module has {shape}"
             )
 
+    #: Every client of a round gets the same rate: batched turns may train them together.
+    batch_safe = True
+
     def on_client_start(
         self, turn: ClientTurn, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
     ) -> None:

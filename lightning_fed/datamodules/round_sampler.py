@@ -42,6 +42,9 @@ class RoundBatchSampler(Sampler[list[int]]):
     With ``poisson_seed`` (a DP-SGD run; one process) each of a turn's batches is instead a
     Poisson sample of the client's examples at rate ``min(1, batch_size / |D_k|)``, drawn from
     ``(poisson_seed, round, client)``: batches of varying size, possibly empty.
+
+    ``groups`` (turns trained together, ``federation.batch_clients``): each batch of a group is
+    one batch of each of its turns, concatenated; every client keeps its own order.
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class RoundBatchSampler(Sampler[list[int]]):
         rank: int = 0,
         num_replicas: int = 1,
         poisson_seed: int | None = None,
+        groups: Sequence[Sequence[TurnPlan]] = (),
     ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
@@ -67,26 +71,34 @@ class RoundBatchSampler(Sampler[list[int]]):
         self.batch_size, self.seed, self.round_idx = batch_size, seed, round_idx
         self.rank, self.num_replicas = rank, num_replicas
         self.poisson_seed = poisson_seed
+        if groups and (poisson_seed is not None or num_replicas != 1):
+            raise ValueError("turns trained together (federation.batch_clients) need one process and shuffled batches")
+        self.groups = [list(g) for g in groups] or [[t] for t in self.turns]
 
     def __len__(self) -> int:
         # A round with no turn (Poisson sampling drew no client) is an epoch without batches;
         # Lightning ends the whole fit on a loader of length 0, so it is told 1 and gets none.
-        return sum(t.num_batches for t in self.turns) or 1
+        return sum(g[0].num_batches for g in self.groups) or 1
 
     def __iter__(self) -> Iterator[list[int]]:
         if self.poisson_seed is not None:
             yield from self._poisson()
             return
-        for turn in self.turns:
-            n, base = self.sizes[turn.client_id], self.offsets[turn.client_id]
-            g = torch.Generator().manual_seed(derive_seed(self.seed, self.round_idx, turn.client_id))
-            stream: list[int] = []
-            bs = min(self.batch_size * self.num_replicas, n)
-            for _ in range(turn.num_batches):
-                while len(stream) < bs:
-                    stream.extend((torch.randperm(n, generator=g) + base).tolist())
-                yield stream[:bs][self.rank :: self.num_replicas]
-                stream = stream[bs:]
+        for group in self.groups:  # a group's batch: one batch of each of its turns, concatenated
+            for batches in zip(*(self._turn_batches(turn) for turn in group)):
+                yield [i for batch in batches for i in batch]
+
+    def _turn_batches(self, turn: TurnPlan) -> Iterator[list[int]]:
+        """One turn's batches, in the order its sequential turn takes them."""
+        n, base = self.sizes[turn.client_id], self.offsets[turn.client_id]
+        g = torch.Generator().manual_seed(derive_seed(self.seed, self.round_idx, turn.client_id))
+        stream: list[int] = []
+        bs = min(self.batch_size * self.num_replicas, n)
+        for _ in range(turn.num_batches):
+            while len(stream) < bs:
+                stream.extend((torch.randperm(n, generator=g) + base).tolist())
+            yield stream[:bs][self.rank :: self.num_replicas]
+            stream = stream[bs:]
 
     def _poisson(self) -> Iterator[list[int]]:
         """Each batch: every example of the client with probability ``min(1, B / |D_k|)``."""

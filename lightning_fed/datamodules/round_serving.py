@@ -102,7 +102,7 @@ class RoundServing:
         self.plan = plan = self.planner.next_round()  # planned first: round-start hooks may select client data
         sizes, offsets = self._sizes, self.round_offsets()
         sampler = RoundBatchSampler(
-            plan.turns, offsets, sizes, batch_size, seed, plan.round_idx, rank, world, plan.batch_seed
+            plan.turns, offsets, sizes, batch_size, seed, plan.round_idx, rank, world, plan.batch_seed, plan.groups
         )
         # The round's clients' sets as they are now (a round hook may have selected a subset of a
         # client's data), indexed as a concatenation of all clients' sets: O(clients per round).

@@ -92,6 +92,17 @@ class FederationConfig:
     """Compress each client's upload: ``int8``, ``int4`` (``+ef``: error feedback),
     ``topk:<fraction>`` (``-noef``: without error feedback); ``None``: full precision."""
 
+    batch_clients: int | str = "off"
+    """Train a round's clients together, in process: ``off`` (one after another), an integer K
+    (groups of up to K clients) or ``auto`` (the largest K the memory allows). Each step then runs
+    one backbone forward over the group's concatenated batches, each client's LoRA factors applied
+    to its own rows; each client's update is the one its sequential turn uploads (within float32
+    rounding). Clients with different local step counts train in different groups. Falls back to
+    sequential turns, said in one line at start, for a module that does not opt in (personal
+    heads, Per-FedAvg, ...), DP-SGD, active dropout (LoRA's or the backbone's), per-client round
+    hooks, manual optimization, a per-step lr scheduler, ``16-mixed`` precision and data
+    parallelism; a Flower client trains one client anyway (see ``docs/federation.md``)."""
+
     def __post_init__(self) -> None:
         problems = self.problems()
         if problems:
@@ -133,6 +144,9 @@ class FederationConfig:
         if self.on_large_update not in MODES:
             out.append(f"federation.on_large_update must be one of {MODES}, got {self.on_large_update!r}")
         out.extend(spec_problems(self.compression))
+        k = self.batch_clients
+        if k not in ("off", "auto") and not (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
+            out.append(f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {k!r}")
         return out
 
     def _sampling_problems(self) -> list[str]:

@@ -25,6 +25,18 @@ from lightning_fed.federation.turn import TurnPlan
 
 
 @dataclass(frozen=True)
+class GroupPlan:
+    """Turns that train together (``federation.batch_clients``): each of the group's batches
+    concatenates one batch of every turn; all its turns have the same number of batches."""
+
+    turns: tuple[TurnPlan, ...]
+
+    @property
+    def num_batches(self) -> int:
+        return self.turns[0].num_batches
+
+
+@dataclass(frozen=True)
 class RoundPlan:
     """One round as decided on the server, before any local step.
 
@@ -35,6 +47,8 @@ class RoundPlan:
         instructions: Client -> the hooks' payloads for it (by hook index; empty ones left out).
         batch_seed: The secret seed of Poisson batches (a DP-SGD module's
             :func:`poisson_batch_seed`); ``None``: shuffled passes seeded by the run's ``seed``.
+        groups: ``turns`` cut into groups that train together (``federation.batch_clients``);
+            empty: one turn after another.
     """
 
     round_idx: int
@@ -42,6 +56,14 @@ class RoundPlan:
     turns: tuple[TurnPlan, ...]
     instructions: Mapping[int, Mapping[int, Any]] = field(default_factory=dict)
     batch_seed: int | None = None
+    groups: tuple[tuple[TurnPlan, ...], ...] = ()
+
+    @property
+    def units(self) -> tuple[TurnPlan | GroupPlan, ...]:
+        """What trains, in batch order: a turn, or a :class:`GroupPlan` of turns trained together."""
+        if not self.groups:
+            return self.turns
+        return tuple(g[0] if len(g) == 1 else GroupPlan(tuple(g)) for g in self.groups)
 
     @property
     def clients(self) -> list[int]:
@@ -51,7 +73,7 @@ class RoundPlan:
     @property
     def num_batches(self) -> int:
         """Batches of the whole round (the round's Lightning epoch)."""
-        return sum(t.num_batches for t in self.turns)
+        return sum(u.num_batches for u in self.units)
 
 
 def poisson_batch_seed(module: Any, round_idx: int) -> int | None:

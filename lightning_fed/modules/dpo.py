@@ -42,6 +42,9 @@ class DPOModule(PreferenceModule):
         **kwargs: See :class:`~lightning_fed.modules.base.FederatedModule`.
     """
 
+    #: Clients may train together (``federation.batch_clients``): the loss is reduced per client.
+    batchable = True
+
     def __init__(
         self,
         *args: Any,

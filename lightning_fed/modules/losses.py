@@ -106,6 +106,18 @@ def sft_loss(logits: Tensor, labels: Tensor) -> Tensor:
     return F.cross_entropy(logits[:, :-1, :].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX)
 
 
+def sft_client_loss(logits: Tensor, labels: Tensor, rows: Any) -> Tensor:
+    """:func:`sft_loss` of each client of a batched step over its own rows, summed over clients
+    (``rows``: :class:`~lightning_fed.batching.client_rows.ClientRows`)."""
+    from lightning_fed.batching.client_rows import client_token_mean
+
+    target = labels[:, 1:]
+    nll = F.cross_entropy(
+        logits[:, :-1, :].flatten(0, 1).float(), target.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
+    )
+    return client_token_mean(nll.view_as(target), target != IGNORE_INDEX, rows)
+
+
 def dpo_loss(
     policy_chosen: Tensor,
     policy_rejected: Tensor,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor, nn
 
+from lightning_fed.batching.client_rows import client_mean, rows_of
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.losses import IGNORE_INDEX, sequence_log_probs
 
@@ -79,7 +80,8 @@ class PreferenceModule(FederatedModule):
         bs = metrics["loss"].shape[0]
         for name, value in metrics.items():
             self.log(f"train/{name}", value.mean(), prog_bar=name in ("loss", "reward_acc"), batch_size=bs)
-        return metrics["loss"].mean()
+        rows = rows_of(self)  # a batched step: each client's mean, summed over clients
+        return metrics["loss"].mean() if rows is None else client_mean(metrics["loss"], rows)
 
     @torch.no_grad()
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightning_fed.batching.client_rows import client_mean, rows_of
 from lightning_fed.modules.backbone import BackboneConfig
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.lora import LoraSettings, add_adapter, is_adapter_param
@@ -81,6 +82,9 @@ class BinarySelectorModule(FederatedModule):
     ``backbone``, ``lora``, ``lr``, ``weight_decay`` and ``optimizer`` are those of
     :class:`~lightning_fed.modules.base.FederatedModule`.
     """
+
+    #: Clients may train together (``federation.batch_clients``): the loss is reduced per client.
+    batchable = True
 
     def __init__(
         self,
@@ -156,7 +160,8 @@ class BinarySelectorModule(FederatedModule):
         bs = metrics["loss"].shape[0]
         for name, value in metrics.items():
             self.log(f"train/{name}", value.mean(), prog_bar=name in ("loss", "acc"), batch_size=bs)
-        return metrics["loss"].mean()
+        rows = rows_of(self)  # a batched step: each client's mean, summed over clients
+        return metrics["loss"].mean() if rows is None else client_mean(metrics["loss"], rows)
 
     @property
     def evaluates_per_client(self) -> bool:

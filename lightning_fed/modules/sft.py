@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lightning_fed.batching.client_rows import rows_of
 from lightning_fed.modules.base import FederatedModule
-from lightning_fed.modules.losses import sft_loss, token_log_probs
+from lightning_fed.modules.losses import sft_client_loss, sft_loss, token_log_probs
 
 
 class SFTModule(FederatedModule):
@@ -16,11 +17,19 @@ class SFTModule(FederatedModule):
     (greedy next-token accuracy on response tokens).
     """
 
+    #: Clients may train together (``federation.batch_clients``): the loss is reduced per client.
+    batchable = True
+
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        loss = sft_loss(self(batch), batch["labels"])
+        rows = rows_of(self)  # a batched step: each client's token mean, summed over clients
+        loss = (
+            sft_loss(self(batch), batch["labels"])
+            if rows is None
+            else sft_client_loss(self(batch), batch["labels"], rows)
+        )
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
         return loss
 

@@ -254,6 +254,10 @@ class ClientGrouping(RoundHook):
         module.use_selector(selector)  # raises if not in [0, U)
         module.client_selectors = {**module.client_selectors, client_id: selector}
 
+    #: Its per-client act (the client's selector) is captured per client by batched turns
+    #: (each client's active adapter: :class:`~lightning_fed.batching.multi_lora.StackedLora`).
+    batch_safe = True
+
     def on_client_start(self, turn: Any, trainer: Any, module: pl.LightningModule, client_id: int) -> None:
         # In process every client of the round is prepared before the first turn and all share
         # one module, which was left on the last client's selector: the turn's own one again.

@@ -1,0 +1,151 @@
+"""A group of client turns trained together: K :class:`~lightning_fed.federation.turn.ClientTurn`
+objects, one stacked adapter, one step per batch.
+
+:class:`TurnGroup` runs each turn's own code: every turn :meth:`~ClientTurn.begin` s in order (its
+start state, optimizer state cleared, its hooks) and its adapter values become its slot of the
+stacked adapter (:class:`~lightning_fed.batching.multi_lora.StackedLora`); before each optimizer
+step every turn's correction acts on its own slot (SCAFFOLD's ``c - c_i``, FedProx's proximal
+term) and the gradient is clipped per client (:func:`clip_per_client`, in place of Lightning's
+global clip); each turn records its own loss; at the last batch every turn
+:meth:`~ClientTurn.end` s with its own slot, so each uploads the same
+:class:`~lightning_fed.strategies.ClientUpdate` as its sequential turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+
+from lightning_fed.batching.client_rows import ROWS_ATTR, ClientRows
+from lightning_fed.batching.multi_lora import StackedLora
+from lightning_fed.federation.turn import ClientTurn
+
+
+class TurnGroup:
+    """The turns of one group while they train together (read by the failure guard and the
+    progress bar as the loop's current ``turn``).
+
+    Args:
+        turns: The group's turns, not begun, in slot order.
+        module: The module they train (``batchable``).
+    """
+
+    def __init__(self, turns: Sequence[ClientTurn], module: Any) -> None:
+        self.turns = list(turns)
+        self.module = module
+        self.slot_of = {t.client_id: k for k, t in enumerate(self.turns)}
+        self.rows: ClientRows | None = None
+        self.stacked = StackedLora(module.model, module.shared_parameters(), lambda: self.rows)
+        self._clip: Any = None
+
+    # ------------------------------------------------------------ what a turn's readers see
+    @property
+    def client_id(self) -> str:
+        return ", ".join(str(t.client_id) for t in self.turns)
+
+    @property
+    def private(self) -> bool:
+        return any(t.private for t in self.turns)
+
+    @property
+    def round_idx(self) -> int:
+        return self.turns[0].round_idx
+
+    @property
+    def failed(self) -> bool:
+        return any(t.failed for t in self.turns)
+
+    def fail(self) -> None:
+        """A step of the group raised: every client of the group is left out (one batch held all)."""
+        for t in self.turns:
+            t.fail()
+
+    # ---------------------------------------------------------------------------- lifecycle
+    def begin(self, trainer: Any, starts: Sequence[tuple[Any, Any]]) -> None:
+        """Begin every turn with its ``(start, downlink)`` and stack their adapters."""
+        for turn, (start, downlink) in zip(self.turns, starts):
+            turn.begin(trainer, self.module, start, downlink)
+            self.stacked.capture()
+        self.stacked.stack()
+        for opt in trainer.optimizers:  # the state of the stacked shapes starts empty
+            opt.state.clear()
+        self._clip = self.module.__dict__.get("configure_gradient_clipping")
+        self.module.configure_gradient_clipping = self._configure_gradient_clipping
+        for k, turn in enumerate(self.turns):
+            turn._live = self.stacked.views(k)
+
+    def start_step(self, batch: Any) -> None:
+        """The rows of this step's batch, by each row's ``client_id``."""
+        ids = batch["client_id"]
+        slots = torch.tensor([self.slot_of[int(c)] for c in ids.tolist()], device=ids.device)
+        self.rows = ClientRows(slots, len(self.turns))
+        setattr(self.module, ROWS_ATTR, self.rows)
+
+    def before_optimizer_step(self, lr: float) -> None:
+        for k, turn in enumerate(self.turns):
+            turn._live = self.stacked.views(k)
+            turn.before_optimizer_step(lr)
+
+    def end_step(self, accumulate: int) -> None:
+        """After the optimizer step: each turn's weight correction and its own loss."""
+        losses = self.rows.losses if self.rows is not None else []
+        for k, turn in enumerate(self.turns):
+            turn._live = self.stacked.views(k)
+            turn.after_optimizer_step()
+            if k < len(losses) and losses[k] is not None and not turn.failed:
+                turn.record_loss(losses[k] / accumulate)
+
+    def end(self, trainer: Any) -> list[ClientTurn]:
+        """End every turn (each uploads its own slot), then unstack; returns the turns."""
+        try:
+            for k, turn in enumerate(self.turns):
+                turn._live = self.stacked.views(k)
+                turn.end(trainer, self.module)
+        finally:
+            self.close(trainer)
+        return self.turns
+
+    def close(self, trainer: Any) -> None:
+        """The module as it was: its own parameter shapes, forward and gradient clipping."""
+        self.stacked.unstack()
+        for opt in trainer.optimizers:
+            opt.state.clear()
+        if self._clip is None:
+            self.module.__dict__.pop("configure_gradient_clipping", None)
+        else:
+            self.module.configure_gradient_clipping = self._clip
+        setattr(self.module, ROWS_ATTR, None)
+        self.rows = None
+
+    # ----------------------------------------------------------------- per-client clipping
+    def _configure_gradient_clipping(
+        self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
+    ) -> None:
+        if not gradient_clip_val:
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if gradient_clip_algorithm == "value":  # elementwise: per client already
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+            return
+        clip_per_client([p for p in params if p.dim() > 0 and p.shape[0] == len(self.turns)], gradient_clip_val)
+
+
+@torch.no_grad()
+def clip_per_client(params: Sequence[torch.Tensor], max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_`` applied to each client's slot (dim 0) on its own: the
+    clip each client's sequential turn applies to its gradient."""
+    if not params:
+        return
+    norms = torch.stack([torch.linalg.vector_norm(p.grad.flatten(1), dim=1) for p in params])  # (P, K)
+    total = torch.linalg.vector_norm(norms, dim=0)  # (K,)
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for p in params:
+        p.grad.mul_(coef.view(-1, *([1] * (p.grad.dim() - 1))).to(p.grad.dtype))
+
+
+def warn_fallback(reason: str) -> None:
+    """The one line that says why a run with ``federation.batch_clients`` trains sequentially."""
+    rank_zero_warn(f"federation.batch_clients: clients train one after another: {reason}")

@@ -1,0 +1,87 @@
+"""When a run's clients cannot train together: the one reason, said once at start.
+
+Batched turns (``federation.batch_clients``) are exact only when each client's step is a
+function of its own rows and its own adapter slice. Anything that couples clients inside a step
+or keeps per-client state outside the stacked adapters makes the run fall back to sequential
+turns, with the first reason found (:func:`batching_fallback`):
+
+- a module that does not opt in (``batchable = True``: it reduces its loss per client), e.g. the
+  personal-head methods (FedPer, FedRep, FedPDPO), Per-FedAvg, FedBiOT, RLFT, ORPO/SimPO;
+- a module with personal parameters (kept per client outside the adapters);
+- DP-SGD (per-example clipping and noise of one client's batch: Opacus runs one client);
+- active dropout, LoRA's or the backbone's (the masks could not match the sequential draw);
+- a LoRA layer that is not a plain linear one (DoRA, embeddings, merged adapters);
+- a round hook that acts per client (``on_client_start``/``on_client_end``) and does not say it
+  is batch-safe (``batch_safe = True``);
+- manual optimization, a learning-rate scheduler stepped every batch, ``16-mixed`` precision (one
+  loss scale and one overflow check for all clients), data parallelism (several processes).
+
+Clients of a round with different numbers of local steps are not a fallback of the run: they
+train in different groups (:func:`~lightning_fed.batching.group_size.group_turns`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from lightning_fed.batching.multi_lora import unsupported_layer
+from lightning_fed.federation.hooks import RoundHook
+
+
+def per_client_hook(hook: Any) -> bool:
+    """Whether ``hook`` acts in each client's turn and has not declared itself batch-safe."""
+    if getattr(hook, "batch_safe", False):
+        return False
+    cls = type(hook)
+    return cls.on_client_start is not RoundHook.on_client_start or cls.on_client_end is not RoundHook.on_client_end
+
+
+def active_dropout(model: nn.Module) -> str | None:
+    """The first module of ``model`` whose dropout is active in training, or ``None``."""
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Dropout) and m.p > 0:
+            return name
+        for attr in ("attention_dropout", "dropout"):
+            value = getattr(m, attr, None)
+            if isinstance(value, float) and value > 0:
+                return f"{name}.{attr}" if name else attr
+    return None
+
+
+def batching_fallback(module: Any, hooks: list[Any], trainer: Any = None) -> str | None:
+    """Why the clients of this run train one after another despite ``federation.batch_clients``
+    (see the module docstring), or ``None`` when they can train together."""
+    cls = type(module).__name__
+    if not type(module).__dict__.get("batchable", False):  # each class opts in itself, not by inheritance
+        return f"{cls} does not declare that it reduces its loss per client (batchable = True)"
+    if module.personal_parameters():
+        return f"{cls} has personal parameters"
+    if callable(getattr(type(module), "poisson_batch_seed", None)):
+        return f"{cls} trains with DP-SGD (per-example clipping of one client's batch)"
+    if not getattr(module, "automatic_optimization", True):
+        return f"{cls} steps its optimizers itself (manual optimization)"
+    layer = unsupported_layer(module.model)
+    if layer is not None:
+        return f"{cls}: {layer}"
+    dropout = active_dropout(module.model)
+    if dropout is not None:
+        return f"dropout is active in {dropout} (set lora.dropout: 0 and the backbone's dropout to 0)"
+    hook = next((h for h in hooks if per_client_hook(h)), None)
+    if hook is not None:
+        return f"the round hook {type(hook).__name__} acts per client (not batch_safe)"
+    if trainer is not None:
+        return _trainer_fallback(trainer)
+    return None
+
+
+def _trainer_fallback(trainer: Any) -> str | None:
+    if getattr(trainer, "world_size", 1) > 1:
+        return f"data parallelism over {trainer.world_size} processes"
+    if str(getattr(trainer, "precision", "")).startswith("16"):
+        return f"precision {trainer.precision} (one loss scale for all clients)"
+    for config in getattr(trainer, "lr_scheduler_configs", None) or []:
+        if config.interval == "step":
+            return "a learning-rate scheduler steps every batch (its rate would move between clients)"
+    return None

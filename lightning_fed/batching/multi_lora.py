@@ -1,0 +1,144 @@
+"""Many clients' LoRA adapters on one frozen backbone, in one training forward.
+
+PEFT's mixed-adapter batches (``adapter_names=``) are for inference only: they loop over the
+adapters present in the batch, each an ``nn.Module`` of its own. Punica/S-LoRA batch many
+adapters over one base model with a segmented gather matmul (SGMV): each row is multiplied by
+its own adapter's factors, the base weight is read once. SkyRL's tx trains several LoRAs at
+once the same way. Here, while a group of K clients trains together:
+
+- each adapted layer's factors are **stacked over clients**: the same ``nn.Parameter`` objects
+  the optimizer holds get ``.data`` of shape ``(K, r, in)`` (``lora_A``) and ``(K, out, r)``
+  (``lora_B``), slot ``k`` holding client ``k``'s values (:meth:`StackedLora.stack`). AdamW and
+  SGD are elementwise, so their state is per client by construction; every client takes the
+  same number of steps, so the shared step count is each client's own;
+- the layer's forward is ``base(x) + scaling * (x A[k]^T) B[k]^T`` for the rows of client ``k``
+  (:func:`batched_lora_forward`: the factors gathered per row, one batched matmul each); the base
+  layer runs once on all rows; ``disable_adapters`` (the DPO reference) still means the base alone;
+- each client's factors are seen by the rest of the package as views of its slot
+  (:meth:`StackedLora.views`: tensors whose ``.grad`` is the slot of the gradient), so the
+  strategy's local correction and the turn's upload act on client ``k`` alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from peft.tuners.lora.layer import Linear as LoraLinear
+from peft.tuners.lora.layer import LoraLayer
+from torch import Tensor, nn
+
+from lightning_fed.batching.client_rows import ClientRows
+from lightning_fed.state import StateDict
+
+
+def lora_layers(model: nn.Module) -> list[LoraLayer]:
+    """The LoRA layers of ``model``, in module order."""
+    return [m for m in model.modules() if isinstance(m, LoraLayer)]
+
+
+def unsupported_layer(model: nn.Module) -> str | None:
+    """Why ``model``'s adapters cannot be stacked (a LoRA layer that is not a plain linear one, or
+    DoRA/another variant, or a merged adapter), or ``None``."""
+    for name, m in model.named_modules():
+        if not isinstance(m, LoraLayer):
+            continue
+        if not isinstance(m, LoraLinear):
+            return f"its LoRA layer {name} is a {type(m).__name__}, not a linear one"
+        if getattr(m, "lora_variant", None) or any(getattr(m, "use_dora", {}).values()):
+            return f"its LoRA layer {name} uses a LoRA variant (DoRA)"
+        if m.merged:
+            return f"its LoRA layer {name} has merged adapters"
+    return None
+
+
+def batched_lora_forward(layer: LoraLinear, rows: ClientRows, adapters: list[str], x: Tensor, *args: Any) -> Tensor:
+    """``layer``'s output when its factors are stacked over the group's clients.
+
+    Args:
+        layer: A PEFT LoRA ``Linear`` whose ``lora_A``/``lora_B`` weights are ``(K, r, in)`` / ``(K, out, r)``.
+        rows: The slot of each row of the step.
+        adapters: The adapter each slot's client trains (its active adapter in its own turn).
+        x: The input, ``(n, ..., in)``; ``n`` is the step's rows or copies of them.
+    """
+    result = layer.base_layer(x, *args)
+    if layer.disable_adapters:
+        return result
+    dtype = result.dtype
+    slots = rows.for_rows(x.shape[0])
+    for name in dict.fromkeys(adapters):
+        if name not in layer.lora_A:
+            continue
+        mine = [k for k, a in enumerate(adapters) if a == name]
+        a_w, b_w = layer.lora_A[name].weight, layer.lora_B[name].weight
+        xa = layer._cast_input_dtype(layer.lora_dropout[name](x), a_w.dtype)
+        shape = (x.shape[0], -1, x.shape[-1])
+        if len(mine) == len(adapters):  # every row: the common case, no row selection
+            h = torch.matmul(xa.reshape(shape), a_w[slots].transpose(1, 2))
+            delta = torch.matmul(h, b_w[slots].transpose(1, 2)).reshape(*x.shape[:-1], -1)
+            result = result + delta * layer.scaling[name]
+            continue
+        sel = torch.isin(slots, torch.tensor(mine, device=slots.device)).nonzero().flatten()
+        h = torch.matmul(xa[sel].reshape(len(sel), -1, x.shape[-1]), a_w[slots[sel]].transpose(1, 2))
+        delta = torch.matmul(h, b_w[slots[sel]].transpose(1, 2)).reshape(len(sel), *x.shape[1:-1], -1)
+        result = result.index_add(0, sel, (delta * layer.scaling[name]).to(dtype))
+    return result.to(dtype)
+
+
+class StackedLora:
+    """A group's adapters stacked over its clients, and the layers' batched forward.
+
+    Args:
+        model: The PEFT model.
+        params: The module's shared parameters by name (the optimizer's ``nn.Parameter`` objects).
+        rows_of: Returns the current step's :class:`ClientRows`.
+    """
+
+    def __init__(self, model: nn.Module, params: Mapping[str, nn.Parameter], rows_of: Any) -> None:
+        self.model, self.params, self.rows_of = model, dict(params), rows_of
+        self.layers = lora_layers(model)
+        self.slots: list[StateDict] = []
+        self.adapters: list[str] = []
+        self._original: dict[str, Tensor] = {}
+
+    def capture(self) -> None:
+        """Append the module's current adapter values and active adapter as the next client's slot."""
+        self.slots.append({n: p.detach().clone() for n, p in self.params.items()})
+        active = {a for layer in self.layers for a in layer.active_adapters}
+        if len(active) != 1:
+            raise RuntimeError(f"a batched client trains one adapter, got {sorted(active)}")
+        self.adapters.append(active.pop())
+
+    def stack(self) -> None:
+        """Give every shared parameter its stacked ``(K, ...)`` data and switch the layers' forward."""
+        for name, p in self.params.items():
+            self._original[name] = p.data
+            p.data = torch.stack([slot[name] for slot in self.slots])
+        for layer in self.layers:
+            layer.forward = self._forward_of(layer)
+
+    def _forward_of(self, layer: LoraLinear) -> Any:
+        def forward(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+            return batched_lora_forward(layer, self.rows_of(), self.adapters, x, *args)
+
+        return forward
+
+    def views(self, k: int) -> dict[str, Tensor]:
+        """Client ``k``'s parameters: views of slot ``k`` whose ``.grad`` is slot ``k`` of the gradient."""
+        out = {}
+        for name, p in self.params.items():
+            v = p.data[k]
+            if p.grad is not None:
+                v.grad = p.grad[k]
+            out[name] = v
+        return out
+
+    def unstack(self) -> None:
+        """The parameters' own data and the layers' own forward again (the values they had before)."""
+        for layer in self.layers:
+            layer.__dict__.pop("forward", None)
+        for name, p in self.params.items():
+            p.data = self._original[name]
+            p.grad = None
+        self._original, self.slots, self.adapters = {}, [], []
