@@ -132,37 +132,48 @@ def planner_inputs(model: str, objective: str, batch: int, length: int, dtype: s
     )
 
 
-# ---------------------------------------------------------------- the two ways of running a round
-def _loss(module, objective: str, batch: dict):
-    from lightning_fed.modules.losses import sft_loss
-
-    if objective == "dpo":
-        return module.pair_metrics(batch)["loss"].mean()
-    return sft_loss(module(batch), batch["labels"])
-
-
+# ---------------------------------------------------------------- one group step, for memory
 class GroupStep:
-    """A group of K clients trained together: each step, their K batches concatenated in one step."""
+    """K clients' step through the batching engine, outside the loop: the module's adapters
+    stacked K times (:class:`~lightning_fed.batching.multi_lora.StackedLora`), each row tagged
+    with its client (:class:`~lightning_fed.batching.client_rows.ClientRows`), the loss reduced
+    per client as the module's ``training_step`` does, one AdamW step over the stacked factors."""
 
-    def __init__(self, module, objective: str, clients: int) -> None:
-        self.module, self.objective, self.clients = module, objective, clients
+    def __init__(self, module, objective: str, clients: int, batch: int) -> None:
+        import torch
+
+        from lightning_fed.batching.client_rows import ROWS_ATTR, ClientRows
+        from lightning_fed.batching.multi_lora import StackedLora
+
+        self.module, self.objective = module, objective
+        self.rows = ClientRows(torch.arange(clients).repeat_interleave(batch), clients)
+        self.stacked = StackedLora(module.model, module.shared_parameters(), lambda: self.rows)
+        for _ in range(clients):
+            self.stacked.capture()
+        self.stacked.stack()
+        setattr(module, ROWS_ATTR, self.rows)
         self.optimizer = module.configure_optimizers()
+        self._rows_attr = ROWS_ATTR
 
     def step(self, batches: list[dict]) -> float:
         import torch
 
+        from lightning_fed.batching.client_rows import client_mean
+        from lightning_fed.modules.losses import sft_client_loss
+
         batch = {n: torch.cat([b[n] for b in batches]) for n in batches[0]}
-        loss = _loss(self.module, self.objective, batch)
+        if self.objective == "dpo":
+            loss = client_mean(self.module.pair_metrics(batch)["loss"], self.rows)
+        else:
+            loss = sft_client_loss(self.module(batch), batch["labels"], self.rows)
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
         return float(loss.detach())
 
-    def round(self, batches: list[list[dict]]) -> float:
-        loss = 0.0
-        for step in zip(*batches):
-            loss = self.step(list(step))
-        return loss
+    def close(self) -> None:
+        self.stacked.unstack()
+        setattr(self.module, self._rows_attr, None)
 
 
 # ---------------------------------------------------------------- memory
@@ -177,8 +188,9 @@ def memory_child(model: str, objective: str, ks: list[int], batch: int, length: 
     rows = []
     for k in sorted(ks):
         batches = client_batches(module, objective, k, 1, batch, length)
-        group = GroupStep(module, objective, k)
+        group = GroupStep(module, objective, k, batch)
         loss = group.step([turn[0] for turn in batches])
+        group.close()
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         rows.append({"clients": k, "rss_before_load": before, "rss_after_load": loaded, "peak_rss": peak, "loss": loss})
         del group, batches

@@ -101,6 +101,22 @@ def _decoder_layers(model: nn.Module, n_layers: int) -> nn.ModuleList:
     raise ValueError(f"planner: no list of {n_layers} decoder layers in {type(model).__name__}")
 
 
+def _stack_clients(model: nn.Module, sequences: int, clients: int) -> Any:
+    """Stack ``model``'s adapters over ``clients`` slots, rows split evenly, as a batched step does."""
+    from lightning_fed.batching.client_rows import ClientRows
+    from lightning_fed.batching.multi_lora import StackedLora
+
+    if sequences % clients:
+        raise ValueError(f"planner: {sequences} sequences do not split evenly among {clients} clients")
+    rows = ClientRows(torch.arange(clients, device="meta").repeat_interleave(sequences // clients), clients)
+    shared = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    stacked = StackedLora(model, shared, lambda: rows)
+    for _ in range(clients):
+        stacked.capture()
+    stacked.stack()
+    return stacked
+
+
 def count_saved_activations(
     config: Any,
     sequences: int,
@@ -110,6 +126,7 @@ def count_saved_activations(
     lora_dropout: float = 0.0,
     dtype: str = "float32",
     dropout: bool = True,
+    clients: int = 1,
 ) -> SavedActivations:
     """Bytes autograd keeps after the forward of ``sequences x length`` tokens through the model.
 
@@ -124,6 +141,10 @@ def count_saved_activations(
         dropout: Whether the backbone's dropout is active; ``False`` counts the model as the
             preference objectives train it (``disable_dropout``: every dropout zeroed, LoRA's
             included, so GPT-2's attention runs the fused kernel and no mask is kept).
+        clients: Clients trained together (``federation.batch_clients``): above 1 the adapters
+            are stacked over ``clients`` slots and the layers run the batching engine's forward
+            (:mod:`lightning_fed.batching.multi_lora`: each row's factors gathered, so a row also
+            keeps its client's ``A`` and ``B``), the ``sequences`` split evenly among the clients.
 
     Returns:
         The saved bytes per decoder layer and outside the layers.
@@ -153,6 +174,7 @@ def count_saved_activations(
 
         zero_dropout(model)
     model.train()
+    stacked = _stack_clients(model, sequences, clients) if clients > 1 else None
     params = {StorageWeakRef(t.untyped_storage()).cdata for t in [*model.parameters(), *model.buffers()]}
     layers = _decoder_layers(model, n_layers)
     where = {"layer": None}
@@ -177,6 +199,8 @@ def count_saved_activations(
     finally:
         for handle in handles:
             handle.remove()
+        if stacked is not None:
+            stacked.unstack()
     counted = [0] * n_layers
     outside = 0
     for layer, nbytes in seen.values():

@@ -237,8 +237,12 @@ def personal_params(shape: ModelShape, p: PlanInputs) -> int:
     return n
 
 
-def estimate(shape: ModelShape, p: PlanInputs) -> Plan:
-    """Peak memory of one client's local step and the bytes of one round; see the module doc."""
+def estimate(shape: ModelShape, p: PlanInputs, clients: int = 1) -> Plan:
+    """Peak memory of one client's local step and the bytes of one round; see the module doc.
+
+    ``clients`` above 1 counts the activations of ``p.batch_size`` split among that many clients
+    trained together (the batching engine's forward); the rest of the plan is one client's
+    (:func:`~lightning_fed.planning.group.estimate_group` builds the group's plan from it)."""
     if p.objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {p.objective!r}")
     if p.dtype not in BYTES or p.personal_dtype not in BYTES:
@@ -261,6 +265,7 @@ def estimate(shape: ModelShape, p: PlanInputs) -> Plan:
         0.0 if no_dropout else p.lora_dropout,
         p.dtype,
         dropout=not no_dropout,
+        clients=clients,
     )
     activations = saved.checkpointed() if p.activation_checkpointing else saved.total
     plan = Plan()

@@ -102,3 +102,44 @@ def test_meta_count_without_dropout_equals_real_tensors_of_a_preference_module()
     assert zeroed.total == _real_saved_bytes("gpt2", TINY_GPT2, 3, 16, 0.1, zeroed=True)
     assert zeroed.total == count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.0, dropout=False).total
     assert zeroed.total < count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.0).total
+
+
+def test_meta_count_of_clients_trained_together_equals_real_tensors():
+    """The batching engine's forward (adapters stacked over 3 clients, each row's factors gathered)
+    keeps per row its client's gathered ``A`` and ``B`` on top of what one adapter's forward keeps."""
+    from peft import get_peft_model
+
+    from lightning_fed.batching.client_rows import ClientRows
+    from lightning_fed.batching.multi_lora import StackedLora
+    from lightning_fed.modules.lora import LoraSettings, lora_config
+
+    cfg = AutoConfig.for_model("llama", **TINY_LLAMA)
+    meta = count_saved_activations(cfg, 6, 16, lora_r=2, clients=3)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model("llama", **TINY_LLAMA))
+    model = get_peft_model(model, lora_config(model, LoraSettings(r=2, dropout=0.0)))
+    model.train()
+    rows = ClientRows(torch.arange(3).repeat_interleave(2), 3)
+    stacked = StackedLora(model, {n: p for n, p in model.named_parameters() if p.requires_grad}, lambda: rows)
+    for _ in range(3):
+        stacked.capture()
+    stacked.stack()
+    params = {StorageWeakRef(t.untyped_storage()).cdata for t in [*model.parameters(), *model.buffers()]}
+    seen, kept = {}, []
+
+    def pack(t):
+        key = StorageWeakRef(t.untyped_storage()).cdata
+        if key not in params and key not in seen:
+            seen[key] = t.untyped_storage().nbytes()
+            kept.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=torch.randint(0, 10, (6, 16))).logits.sum().backward()
+    assert meta.total == sum(seen.values())
+    # Per row, each of the 7 adapted linears of a layer whose input needs grad keeps its gathered
+    # A (r x in) and B (out x r): q 2(8+8), k and v 2(8+4), o 2(8+8), gate/up/down 2(8+16), float32.
+    one = count_saved_activations(cfg, 6, 16, lora_r=2)
+    gathered = 4 * (32 + 24 + 24 + 32 + 3 * 48)
+    assert meta.per_layer[1] - one.per_layer[1] == 6 * gathered == 6144
+    assert 0 < meta.per_layer[0] - one.per_layer[0] < 6 * gathered  # layer 0's q/k/v input needs no grad
