@@ -12,7 +12,8 @@ settings) or SmolLM2-135M-Instruct (``--model smollm2``):
   than wall time on a shared CPU) and wall time are taken from the epoch's start to its end; the
   first round of each fit is a warm-up and untimed. Reported per mode: the median round over
   the fits, the batched / sequential ratio of the medians, and tokens per second per client (a
-  client's tokens in the round, attention mask summed, / the round's wall time). On a GPU
+  client's tokens in the round, attention mask summed, / the round's wall time; also per CPU
+  second, which a loaded shared machine does not distort). On a GPU
   (``--device cuda``) the rounds are timed after ``torch.cuda.synchronize``, the GPU's
   utilisation is sampled every 0.1 s during each fit (``torch.cuda.utilization``, else
   ``nvidia-smi``), and the peak is ``torch.cuda.max_memory_allocated`` per fit.
@@ -394,7 +395,9 @@ def run_time(args) -> list[dict]:
             tokens = statistics.median(t for f in fits for t in f["tokens"])
             row[f"{mode}_cpu_s"] = statistics.median(c for c, _ in rounds)
             row[f"{mode}_wall_s"] = statistics.median(w for _, w in rounds)
+            row[f"{mode}_tokens_per_client"] = tokens / k
             row[f"{mode}_tokens_per_s_per_client"] = tokens / k / row[f"{mode}_wall_s"]
+            row[f"{mode}_tokens_per_cpu_s_per_client"] = tokens / k / row[f"{mode}_cpu_s"]
             row[f"{mode}_group_size"] = fits[0]["group_size"]
             row[f"{mode}_rounds_timed"] = len(rounds)
             if cuda:
