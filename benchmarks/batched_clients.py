@@ -16,8 +16,9 @@ settings) or SmolLM2-135M-Instruct (``--model smollm2``):
   second, which a loaded shared machine does not distort). On a GPU
   (``--device cuda``) the rounds are timed after ``torch.cuda.synchronize``, the GPU's
   utilisation is sampled every 0.1 s during each fit (``torch.cuda.utilization``, else
-  ``nvidia-smi``), and the peak is ``torch.cuda.max_memory_allocated`` per fit.
-* **memory** (``--memory``): for each K in ``--clients``, ascending, one group step in a child
+  ``nvidia-smi``), the peak is ``torch.cuda.max_memory_allocated`` per fit, and the planner's
+  largest K for the device's memory is printed (:func:`~lightning_fed.planning.group.batched_group_size`).
+* **memory** (``--memory``, CPU only): for each K in ``--clients``, ascending, one group step in a child
   process started with ``MALLOC_MMAP_THRESHOLD_=65536`` (as ``benchmarks/peak_memory.py
   --live``: freed blocks go back to the OS, so ``ru_maxrss`` is the peak of live memory, what
   the planner estimates); the child reports ``ru_maxrss`` after each K, and the peak grows with
@@ -404,6 +405,11 @@ def run_time(args) -> list[dict]:
                 row[f"{mode}_peak_allocated"] = max(f["peak_allocated"] for f in fits)
                 utils = [f["gpu_util_pct"] for f in fits if f["gpu_util_pct"] is not None]
                 row[f"{mode}_gpu_util_pct"] = statistics.fmean(utils) if utils else None
+        if cuda:  # the largest group the planner fits in this device's memory (batch_clients: auto)
+            from lightning_fed.planning.group import batched_group_size
+
+            shape, p = planner_inputs(args.model, args.objective, args.batch, args.length, PRECISIONS[args.precision])
+            row["planner_largest_k_on_device"] = batched_group_size(shape, p, 4096, device=device)
         row["ratio_cpu"] = row["batched_cpu_s"] / row["sequential_cpu_s"]
         row["ratio_wall"] = row["batched_wall_s"] / row["sequential_wall_s"]
         rows.append(row)
@@ -428,7 +434,8 @@ def run_time(args) -> list[dict]:
             print(
                 f"     GPU utilisation seq {r['sequential_gpu_util_pct'] or float('nan'):.0f}%,"
                 f" batched {r['batched_gpu_util_pct'] or float('nan'):.0f}%; peak allocated seq"
-                f" {r['sequential_peak_allocated'] / GIB:.2f} GiB, batched {r['batched_peak_allocated'] / GIB:.2f} GiB"
+                f" {r['sequential_peak_allocated'] / GIB:.2f} GiB, batched {r['batched_peak_allocated'] / GIB:.2f} GiB;"
+                f" planner's largest K on this device {r['planner_largest_k_on_device']}"
             )
     return rows
 
