@@ -51,6 +51,8 @@ def _data(file: str, num_clients: int = 2) -> list[str]:
 CASES = {
     # ------------------------------------------------------------ CLI arguments and config values
     "rounds_zero": ({}, ["--federation.rounds=0"], ["federation.rounds", "got 0"]),
+    "batch_clients_zero": ({}, ["--federation.batch_clients=0"], ["federation.batch_clients", "got 0"]),
+    "batch_clients_word": ({}, ["--federation.batch_clients=many"], ["federation.batch_clients", "got 'many'"]),
     "local_steps_zero": (
         {},
         ["--federation.local_steps=0"],

@@ -80,8 +80,7 @@ class TurnGroup:
     def start_step(self, batch: Any) -> None:
         """The rows of this step's batch, by each row's ``client_id``."""
         ids = batch["client_id"]
-        slots = torch.tensor([self.slot_of[int(c)] for c in ids.tolist()], device=ids.device)
-        self.rows = ClientRows(slots, len(self.turns))
+        self.rows = ClientRows.of([self.slot_of[int(c)] for c in ids.tolist()], len(self.turns), ids.device)
         setattr(self.module, ROWS_ATTR, self.rows)
 
     def before_optimizer_step(self, lr: float) -> None:

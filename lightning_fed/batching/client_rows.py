@@ -29,11 +29,21 @@ class ClientRows:
         slots: ``(N,)`` the group slot (0..K-1) of each row of the batch.
         size: K, the clients of the group.
         losses: Each slot's loss of this step (detached), set by the module's reduction.
+        per_client: ``n`` when the rows are ``n`` rows of slot 0, then ``n`` of slot 1, ... (every
+            client's batch of the same size, in slot order: the usual step); ``None`` otherwise.
     """
 
     slots: Tensor
     size: int
     losses: list[Tensor | None] = field(default_factory=list)
+    per_client: int | None = None
+
+    @classmethod
+    def of(cls, slots: list[int], size: int, device: torch.device | None = None) -> ClientRows:
+        """The rows of a step whose rows belong to ``slots`` (0..size-1)."""
+        n, rest = divmod(len(slots), size)
+        uniform = not rest and slots == [k for k in range(size) for _ in range(n)]
+        return cls(torch.tensor(slots, device=device), size, per_client=n if uniform else None)
 
     def for_rows(self, n: int) -> Tensor:
         """The slots of a forward over ``n`` rows: the batch's rows, or ``m`` copies of them

@@ -31,10 +31,10 @@ from lightning_fed.federation.hooks import RoundHook
 
 
 def per_client_hook(hook: Any) -> bool:
-    """Whether ``hook`` acts in each client's turn and has not declared itself batch-safe."""
+    """Whether ``hook`` (a hook or its class) acts in each client's turn and has not declared itself batch-safe."""
     if getattr(hook, "batch_safe", False):
         return False
-    cls = type(hook)
+    cls = hook if isinstance(hook, type) else type(hook)
     return cls.on_client_start is not RoundHook.on_client_start or cls.on_client_end is not RoundHook.on_client_end
 
 
@@ -70,7 +70,8 @@ def batching_fallback(module: Any, hooks: list[Any], trainer: Any = None) -> str
         return f"dropout is active in {dropout} (set lora.dropout: 0 and the backbone's dropout to 0)"
     hook = next((h for h in hooks if per_client_hook(h)), None)
     if hook is not None:
-        return f"the round hook {type(hook).__name__} acts per client (not batch_safe)"
+        name = hook.__name__ if isinstance(hook, type) else type(hook).__name__
+        return f"the round hook {name} acts per client (not batch_safe)"
     if trainer is not None:
         return _trainer_fallback(trainer)
     return None

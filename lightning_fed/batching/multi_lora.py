@@ -66,7 +66,9 @@ def batched_lora_forward(layer: LoraLinear, rows: ClientRows, adapters: list[str
     if layer.disable_adapters:
         return result
     dtype = result.dtype
-    slots = rows.for_rows(x.shape[0])
+    slots = rows.for_rows(x.shape[0]) if rows.per_client is None or len(set(adapters)) > 1 else None
+    if slots is None and x.shape[0] % (rows.size * rows.per_client):
+        raise RuntimeError(f"a batched forward over {x.shape[0]} rows, which are not copies of the step's rows")
     for name in dict.fromkeys(adapters):
         if name not in layer.lora_A:
             continue
@@ -74,7 +76,10 @@ def batched_lora_forward(layer: LoraLinear, rows: ClientRows, adapters: list[str
         a_w, b_w = layer.lora_A[name].weight, layer.lora_B[name].weight
         xa = layer._cast_input_dtype(layer.lora_dropout[name](x), a_w.dtype)
         shape = (x.shape[0], -1, x.shape[-1])
-        if len(mine) == len(adapters):  # every row: the common case, no row selection
+        if slots is None:  # the usual step (one adapter, equal segments in slot order): no gather
+            result = result + _segment_matmul(xa, a_w, b_w, rows.size, rows.per_client) * layer.scaling[name]
+            continue
+        if len(mine) == len(adapters):  # every row, in any order: the factors gathered per row
             h = torch.matmul(xa.reshape(shape), a_w[slots].transpose(1, 2))
             delta = torch.matmul(h, b_w[slots].transpose(1, 2)).reshape(*x.shape[:-1], -1)
             result = result + delta * layer.scaling[name]
@@ -84,6 +89,18 @@ def batched_lora_forward(layer: LoraLinear, rows: ClientRows, adapters: list[str
         delta = torch.matmul(h, b_w[slots[sel]].transpose(1, 2)).reshape(len(sel), *x.shape[1:-1], -1)
         result = result.index_add(0, sel, (delta * layer.scaling[name]).to(dtype))
     return result.to(dtype)
+
+
+def _segment_matmul(x: Tensor, a: Tensor, b: Tensor, k: int, rows: int) -> Tensor:
+    """``x_k A_k^T B_k^T`` for rows laid out as ``m`` copies of ``k`` segments of ``rows`` rows (one
+    segment per client): one batched matmul per factor over the clients, the factors read in place
+    (Punica's SGMV with equal segments), nothing gathered per row."""
+    m = x.shape[0] // (k * rows)  # copies of the step's rows (chosen and rejected: 2)
+    inner = x.shape[1:-1]
+    xs = x.reshape(m, k, rows, *inner, x.shape[-1]).transpose(0, 1).reshape(k, -1, x.shape[-1])
+    h = torch.bmm(xs, a.transpose(1, 2))
+    out = torch.bmm(h, b.transpose(1, 2))  # (k, m * rows * inner, out)
+    return out.reshape(k, m, rows, *inner, -1).transpose(0, 1).reshape(*x.shape[:-1], -1)
 
 
 class StackedLora:

@@ -101,7 +101,7 @@ class FederationConfig:
     sequential turns, said in one line at start, for a module that does not opt in (personal
     heads, Per-FedAvg, ...), DP-SGD, active dropout (LoRA's or the backbone's), per-client round
     hooks, manual optimization, a per-step lr scheduler, ``16-mixed`` precision and data
-    parallelism; a Flower client trains one client anyway (see ``docs/federation.md``)."""
+    parallelism; a Flower client trains one client anyway (see ``docs/guides/configs.md``)."""
 
     def __post_init__(self) -> None:
         problems = self.problems()

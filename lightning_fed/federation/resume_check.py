@@ -45,6 +45,7 @@ MAY_CHANGE = frozenset(
         "federation.save_adapter",
         "federation.max_state_memory_bytes",
         "federation.state_offload_dir",
+        "federation.batch_clients",  # each client's update is its sequential one (tests/batching/test_parity.py)
         "data.num_workers",
     }
 )

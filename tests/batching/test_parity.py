@@ -23,7 +23,7 @@ from lightning_fed.datamodules import InstructionDataModule
 from lightning_fed.federation import RoundHook
 from lightning_fed.modules import BackboneConfig, BinarySelectorModule, DPOModule, LoraSettings, SFTModule
 from lightning_fed.round_hooks.client_grouping import ClientGrouping
-from lightning_fed.strategies import FedBiscuit, FedProx, Scaffold
+from lightning_fed.strategies import FedBiscuit, FedProx, HetLoRA, Scaffold
 from tests.helpers.runs import TINY_GPT2, fit, preference_data
 from tests.helpers.selector_data import one_thread, write_planted_selector_data
 
@@ -67,13 +67,13 @@ def sft_data(num_clients: int = 4, batch_size: int = 3) -> InstructionDataModule
     )
 
 
-def dpo_module() -> DPOModule:
+def dpo_module(cache_reference: bool = True) -> DPOModule:
     return DPOModule(
         BackboneConfig(config=dict(NO_DROPOUT), tokenizer="bytes"),
         lora=LoraSettings(r=4, alpha=8, dropout=0.0),
         lr=LR,
         beta=0.5,
-        cache_reference=True,
+        cache_reference=cache_reference,
     )
 
 
@@ -130,12 +130,16 @@ def test_a_mean_over_all_rows_is_caught(tmp_path, monkeypatch):
         assert_same_uploads(seq, bad)
 
 
-def test_feddpo_with_reference_cache_uploads_match(tmp_path):
+@pytest.mark.parametrize("cache_reference", [True, False])
+def test_feddpo_uploads_match(tmp_path, cache_reference):
+    """With the reference cache (each example's reference computed alone, adapters disabled, inside
+    the batched step) and without it (the reference forward over the whole group's rows)."""
+
     def data():
         return preference_data(num_clients=4, per_client=12, batch_size=2, max_length=160)
 
-    seq, _ = run_round(tmp_path, "seq", dpo_module, data, "off")
-    bat, loop = run_round(tmp_path, "bat", dpo_module, data, 4)
+    seq, _ = run_round(tmp_path, "seq", lambda: dpo_module(cache_reference), data, "off")
+    bat, loop = run_round(tmp_path, "bat", lambda: dpo_module(cache_reference), data, 4)
     assert loop.group_size == 4
     assert_same_uploads(seq, bat)
 
@@ -238,4 +242,24 @@ def test_fedbiscuit_selector_training_uploads_match(tmp_path):
         )
     assert loop.group_size == 6
     assert len({loop.strategy.selector_of(c) for c in range(6)}) > 1  # the last round mixed selectors
+    assert_same_uploads(seq, bat)
+
+
+def test_hetlora_ranks_and_rank_penalty_per_client(tmp_path):
+    """Clients of ranks 1, 2 and 4 in one group (each zero-padded to the module's rank, cut back on
+    upload), HetLoRA's rank penalty on each client's own slot, two rounds (self-pruning decided)."""
+
+    def data():
+        return preference_data(num_clients=4, per_client=12, batch_size=2, max_length=160)
+
+    def strategy():
+        return HetLoRA(client_ranks=[1, 2, 4, 4], prune_gamma=0.5, rank_penalty=0.1)
+
+    seq, _ = run_round(tmp_path, "seq", dpo_module, data, "off", rounds=2, strategy=strategy())
+    bat, loop = run_round(tmp_path, "bat", dpo_module, data, 4, rounds=2, strategy=strategy())
+    assert loop.group_size == 4
+    ranks = {
+        key: [v.shape for n, v in up.items() if n.endswith("lora_A.default.weight")][0][0] for key, up in seq.items()
+    }
+    assert sorted(set(ranks.values())) == [1, 2, 4]
     assert_same_uploads(seq, bat)

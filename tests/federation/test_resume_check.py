@@ -92,3 +92,9 @@ def test_check_resume_names_key_old_and_new_and_a_bad_file(tmp_path):
     ckpt.write_bytes(ckpt.read_bytes()[:40])
     with pytest.raises(CheckpointError, match="last.ckpt.*incomplete or corrupt"):
         check_resume(ckpt, OLD)
+
+
+def test_batching_clients_may_change_on_resume():
+    """``federation.batch_clients`` changes how the clients train, not what they upload."""
+    old, new = _with(federation__batch_clients="off"), _with(federation__batch_clients=8)
+    assert compare_configs(old, new) == ([], ["federation.batch_clients: 'off' -> 8"])

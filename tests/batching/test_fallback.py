@@ -1,0 +1,195 @@
+"""Which runs train their clients together, and the one line a run that cannot says at start."""
+
+from __future__ import annotations
+
+import importlib
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+
+from lightning_fed.batching.fallback import batching_fallback
+from lightning_fed.callbacks import FederatedLoop
+from lightning_fed.federation import FederationConfig
+from lightning_fed.modules import BackboneConfig
+from lightning_fed.shipped_configs import CONFIG_DIR, shipped_configs
+from tests.batching.test_parity import RecordUpdates, sft_data, sft_module
+from tests.helpers.runs import fit
+
+#: A tiny Llama (the shipped configs' target modules are Llama names), deep enough for FedPer's 10 shared blocks.
+TINY_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
+
+DROPOUT = "dropout is active"
+NOT_OPTED_IN = "does not declare that it reduces its loss per client"
+
+#: Every shipped config: ``None`` (its clients train together under ``federation.batch_clients``)
+#: or a part of the reason it falls back (the first one found).
+EXPECTED = {
+    "demo": None,
+    "fedamp": None,
+    "fedbiot": NOT_OPTED_IN,
+    "fedbis": DROPOUT,
+    "fedbis_baseline_dpo": None,
+    "fedbis_baseline_sft": DROPOUT,
+    "fedbis_rlft": None,
+    "fedbis_tiny": DROPOUT,
+    "fedbis_tldr": DROPOUT,
+    "fedbiscuit": DROPOUT,
+    "fedbiscuit_rlft": None,
+    "fedbiscuit_shp": DROPOUT,
+    "fedbiscuit_tiny": DROPOUT,
+    "feddpo": None,
+    "feddpo_dp": None,
+    "feddpo_fedbuff": None,
+    "feddpo_flexlora": None,
+    "feddpo_flora": "the round hook FLoRAMerge acts per client",
+    "feddpo_hetlora": None,
+    "feddpo_int8": None,
+    "feddpo_stragglers": None,
+    "fedhds": DROPOUT,
+    "fedhds_coreset_cent": DROPOUT,
+    "fedhds_dolly": DROPOUT,
+    "fedhds_global_select": DROPOUT,
+    "fedhds_perplexity": DROPOUT,
+    "fedhds_random": DROPOUT,
+    "fedhds_turbo": DROPOUT,
+    "fedhds_turbo_tiny": DROPOUT,
+    "fedit": DROPOUT,
+    "fedit_dpsgd": "DPSFTModule " + NOT_OPTED_IN,
+    "fednova": None,
+    "fedot": "OffsiteModule " + NOT_OPTED_IN,
+    "fedpdpo": "PDPOModule " + NOT_OPTED_IN,
+    "fedpdpo_imdb": "PDPOModule " + NOT_OPTED_IN,
+    "fedper": "FedPerModule " + NOT_OPTED_IN,
+    "fedrep": "FedRepModule " + NOT_OPTED_IN,
+    "fedsimpo": "SimPOModule " + NOT_OPTED_IN,
+    "offsite_tuning": "OffsiteModule " + NOT_OPTED_IN,
+    "orpo": "ORPOModule " + NOT_OPTED_IN,
+    "own_data": None,
+    "perfedavg": "PerFedAvgModule " + NOT_OPTED_IN,
+    "real_text_feddpo": None,
+    "real_text_fedit": None,
+    "real_text_fedpdpo": "PDPOModule " + NOT_OPTED_IN,
+    "robust": None,
+    "secagg": None,
+    "tiny": None,
+}
+
+
+def _load(path: str):
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def config_fallback(name: str) -> str | None:
+    """The fallback of shipped config ``name``: its module class and settings on a tiny backbone
+    (its own when the config builds one; a quantized or hub model's layers are not built here),
+    its round hooks' classes."""
+    cfg = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
+    args = dict(cfg["model"].get("init_args") or {})
+    backbone = args.pop("backbone", {})
+    if "config" in backbone:
+        args["backbone"] = BackboneConfig(config=backbone["config"], tokenizer=backbone.get("tokenizer"))
+    else:
+        args["backbone"] = BackboneConfig(config=dict(TINY_LLAMA), tokenizer="bytes")
+    torch.manual_seed(0)
+    module = _load(cfg["model"]["class_path"])(**args)
+    hooks = [_load(h["class_path"]) for h in (cfg.get("federation") or {}).get("hooks") or []]
+    return batching_fallback(module, hooks)
+
+
+def test_every_shipped_config_batches_or_says_why():
+    assert sorted(EXPECTED) == sorted(shipped_configs()), "add the new config's expected fallback here"
+    for name, expected in EXPECTED.items():
+        reason = config_fallback(name)
+        if expected is None:
+            assert reason is None, (name, reason)
+        else:
+            assert reason is not None and expected in reason, (name, reason)
+
+
+def test_active_dropout_falls_back_in_one_line_at_start(tmp_path):
+    """LoRA dropout 0.05 (the default): the run says why in one line and trains one client at a time."""
+    from lightning_fed.modules import LoraSettings, SFTModule
+    from tests.batching.test_parity import NO_DROPOUT
+
+    module = SFTModule(BackboneConfig(config=dict(NO_DROPOUT), tokenizer="bytes"), lora=LoraSettings(r=4, alpha=8))
+    loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=1, seed=0, batch_clients=2, save_adapter=False)
+    with pytest.warns(UserWarning) as warned:
+        fit(module, sft_data(), loop, str(tmp_path), limit_val_batches=0)
+    lines = [str(w.message) for w in warned if "batch_clients" in str(w.message)]
+    assert lines == [
+        "federation.batch_clients: clients train one after another: dropout is active in"
+        " base_model.model.transformer.h.0.attn.c_attn.lora_dropout.default"
+        " (set lora.dropout: 0 and the backbone's dropout to 0)"
+    ]
+    assert loop.group_size == 1 and not loop.next_round().groups
+
+
+def test_per_client_hook_falls_back_unless_batch_safe():
+    class Timing(RecordUpdates):
+        batch_safe = False
+
+    module = sft_module()
+    assert batching_fallback(module, [Timing()]) == "the round hook Timing acts per client (not batch_safe)"
+    assert batching_fallback(module, [RecordUpdates()]) is None
+
+
+@pytest.mark.parametrize(
+    ("trainer", "reason"),
+    [
+        (SimpleNamespace(world_size=2, precision="32-true"), "data parallelism over 2 processes"),
+        (SimpleNamespace(world_size=1, precision="16-mixed"), "precision 16-mixed (one loss scale for all clients)"),
+        (
+            SimpleNamespace(world_size=1, precision="32-true", lr_scheduler_configs=[SimpleNamespace(interval="step")]),
+            "a learning-rate scheduler steps every batch (its rate would move between clients)",
+        ),
+        (SimpleNamespace(world_size=1, precision="bf16-mixed", lr_scheduler_configs=[]), None),
+    ],
+)
+def test_trainer_settings_that_fall_back(trainer, reason):
+    assert batching_fallback(sft_module(), [], trainer) == reason
+
+
+@pytest.mark.parametrize("value", ["off", "auto", 1, 16])
+def test_batch_clients_values(value):
+    assert FederationConfig(batch_clients=value).batch_clients == value
+
+
+@pytest.mark.parametrize("value", [0, -1, "4x", True, 2.5])
+def test_batch_clients_bad_value_is_one_line(value):
+    with pytest.raises(ValueError) as err:
+        FederationConfig(batch_clients=value)
+    assert str(err.value) == f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {value!r}"
+
+
+def test_a_raising_step_leaves_its_whole_group_out(tmp_path):
+    """One batch holds every client of a group: a step that raises fails all of them (and only them)."""
+    module = sft_module()
+    own_step = module.training_step
+
+    def step(batch, batch_idx):
+        if 2 in batch["client_id"].tolist():
+            raise RuntimeError("client 2's data breaks the step")
+        return own_step(batch, batch_idx)
+
+    module.training_step = step
+    recorder = RecordUpdates()
+    loop = FederatedLoop(
+        rounds=1, clients_per_round=4, local_steps=2, seed=0, batch_clients=2, hooks=[recorder], save_adapter=False
+    )
+    with pytest.warns(UserWarning, match="failed in round 1 and is left out"):
+        fit(module, sft_data(), loop, str(tmp_path), limit_val_batches=0)
+    groups = [[t.client_id for t in g] for g in loop.next_round().groups]
+    broken = next(g for g in groups if 2 in g)
+    assert len(groups) == 2 and len(broken) == 2
+    assert sorted(loop.server.report.history[0]["failed"]) == sorted(broken)
+    assert sorted(c for _, c in recorder.updates) == sorted(c for g in groups if g is not broken for c in g)
