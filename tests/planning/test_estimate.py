@@ -147,6 +147,12 @@ def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "local step: pdpo, batch 3 x 5 tokens, LoRA r=2" in out and "activation checkpointing on" in out
     assert "personal state" in out and "(bfloat16)" in out and "traffic per round (4 clients)" in out
+    assert "clients trained together" not in out
+    cfg["federation"]["batch_clients"] = 8  # capped at the round's 4 clients
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "clients trained together (federation.batch_clients: 8): K = 4 (at most clients_per_round)" in out
     assert main(["--config", str(tmp_path / "nope.yaml")]) == 2
     assert "--config: no file" in capsys.readouterr().err
     path.write_text(yaml.safe_dump({"model": {"init_args": {}}}))
