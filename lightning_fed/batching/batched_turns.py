@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning_fed.batching.client_rows import ROWS_ATTR, ClientRows
 from lightning_fed.batching.multi_lora import StackedLora
 from lightning_fed.federation.turn import ClientTurn
+from lightning_fed.strategies.base import LocalCorrection
 
 
 class TurnGroup:
@@ -85,15 +86,15 @@ class TurnGroup:
 
     def before_optimizer_step(self, lr: float) -> None:
         for k, turn in enumerate(self.turns):
-            turn._live = self.stacked.views(k)
+            if corrects_gradients(turn):  # the slot's gradients, for the correction to read and change
+                turn._live = self.stacked.refresh_grads(k)
             turn.before_optimizer_step(lr)
 
     def end_step(self, accumulate: int) -> None:
         """After the optimizer step: each turn's weight correction and its own loss."""
         losses = self.rows.losses if self.rows is not None else []
         for k, turn in enumerate(self.turns):
-            turn._live = self.stacked.views(k)
-            turn.after_optimizer_step()
+            turn.after_optimizer_step()  # on the slot's views: the step updated their data in place
             if k < len(losses) and losses[k] is not None and not turn.failed:
                 turn.record_loss(losses[k] / accumulate)
 
@@ -130,6 +131,12 @@ class TurnGroup:
             torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
             return
         clip_per_client([p for p in params if p.dim() > 0 and p.shape[0] == len(self.turns)], gradient_clip_val)
+
+
+def corrects_gradients(turn: ClientTurn) -> bool:
+    """Whether ``turn``'s strategy correction acts on the gradients (reads them per step)."""
+    correction = turn.correction
+    return correction is not None and type(correction).correct_gradients is not LocalCorrection.correct_gradients
 
 
 @torch.no_grad()

@@ -118,6 +118,7 @@ class StackedLora:
         self.slots: list[StateDict] = []
         self.adapters: list[str] = []
         self._original: dict[str, Tensor] = {}
+        self._views: dict[int, dict[str, Tensor]] = {}
 
     def capture(self) -> None:
         """Append the module's current adapter values and active adapter as the next client's slot."""
@@ -142,13 +143,19 @@ class StackedLora:
         return forward
 
     def views(self, k: int) -> dict[str, Tensor]:
-        """Client ``k``'s parameters: views of slot ``k`` whose ``.grad`` is slot ``k`` of the gradient."""
-        out = {}
+        """Client ``k``'s parameters: views of slot ``k`` (made once per group: the optimizer updates
+        the stacked data in place), whose ``.grad`` is slot ``k`` of the gradient as of the last
+        :meth:`refresh_grads`."""
+        out = self._views.get(k)
+        if out is None:
+            out = self._views[k] = {name: p.data[k] for name, p in self.params.items()}
+        return out
+
+    def refresh_grads(self, k: int) -> dict[str, Tensor]:
+        """:meth:`views` of client ``k`` with ``.grad`` set to slot ``k`` of the current gradients."""
+        out = self.views(k)
         for name, p in self.params.items():
-            v = p.data[k]
-            if p.grad is not None:
-                v.grad = p.grad[k]
-            out[name] = v
+            out[name].grad = None if p.grad is None else p.grad[k]
         return out
 
     def unstack(self) -> None:
@@ -158,4 +165,4 @@ class StackedLora:
         for name, p in self.params.items():
             p.data = self._original[name]
             p.grad = None
-        self._original, self.slots, self.adapters = {}, [], []
+        self._original, self.slots, self.adapters, self._views = {}, [], [], {}

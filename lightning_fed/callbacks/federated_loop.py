@@ -20,9 +20,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
-from lightning_fed.batching.batched_turns import TurnGroup, warn_fallback
-from lightning_fed.batching.fallback import batching_fallback
-from lightning_fed.batching.group_size import batched_group_size, expected_clients, group_turns
+from lightning_fed.batching.group_size import group_turns
+from lightning_fed.batching.grouped_driver import GroupedTurns
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
 from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.evaluation_plan import take_over_validation
@@ -36,7 +35,7 @@ from lightning_fed.federation.hooks import (
     reads_client_data,
 )
 from lightning_fed.federation.report import totals_only
-from lightning_fed.federation.round_plan import GroupPlan, RoundPlan, poisson_batch_seed
+from lightning_fed.federation.round_plan import RoundPlan, poisson_batch_seed
 from lightning_fed.federation.run import FederatedRun
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import instructed_steps
@@ -48,8 +47,10 @@ def _server_attr(name: str, doc: str) -> property:
     return property(lambda self: getattr(self.server, name), lambda self, v: setattr(self.server, name, v), doc=doc)
 
 
-class FederatedLoop(LoopEvaluation):
+class FederatedLoop(GroupedTurns, LoopEvaluation):
     """Orchestrates federated rounds over a :class:`~lightning_fed.datamodules.FederatedDataModule`.
+
+    With ``federation.batch_clients`` a round's clients may train in groups (:class:`GroupedTurns`).
 
     Under data parallelism build the Trainer with ``use_distributed_sampler=False`` (the CLI's
     default): the round loader splits each global batch over the DDP processes itself
@@ -74,7 +75,6 @@ class FederatedLoop(LoopEvaluation):
         super().__init__(run.server_round(), run.store(), run.evaluation_plan())
         self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
         self._plan: RoundPlan | None = None  # the round decided last (next_round)
-        self.group_size = 1  # clients trained together (federation.batch_clients; decided at fit start)
 
     # The run's settings are the config's (one place); these read it.
     rounds = property(lambda self: self.config.rounds, doc="Number of communication rounds.")
@@ -131,7 +131,7 @@ class FederatedLoop(LoopEvaluation):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fit_started = True
         self.context = RoundContext.from_trainer(trainer, self.rounds, self.seed, self.server.add_round_bytes)
-        self.group_size = self._group_size(trainer, pl_module)
+        self.group_size = self.decide_group_size(self.config, trainer, pl_module, self.datamodule)
         for hook in self.hooks:
             hook.setup_server(self.server, self.context, pl_module)
             hook.setup_client(pl_module)  # in process the clients share the server's module
@@ -141,27 +141,6 @@ class FederatedLoop(LoopEvaluation):
         if self.server.stopping:  # resumed, and the next round would exceed the privacy budget: none runs
             rank_zero_warn(f"stopping: {self.server.stop_reason}")
             trainer.should_stop = True
-
-    def _group_size(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> int:
-        """Clients trained together (``federation.batch_clients``); 1 with a one-line reason when
-        this run cannot (:func:`~lightning_fed.batching.fallback.batching_fallback`)."""
-        k = self.config.batch_clients
-        if k == "off":
-            return 1
-        reason = batching_fallback(pl_module, self.hooks, trainer)
-        if reason is not None:
-            warn_fallback(reason)
-            return 1
-        if k == "auto":
-            c = self.config
-            dm = self.datamodule
-            k = batched_group_size(
-                pl_module,
-                dm,
-                trainer,
-                expected_clients(c.clients_per_round, c.sampling, c.sampling_rate, dm.num_clients),
-            )
-        return int(k)
 
     def next_round(self) -> RoundPlan:
         """The plan of the server's next round (``len(report.history)``), decided once.
@@ -238,65 +217,18 @@ class FederatedLoop(LoopEvaluation):
             self.end_round(trainer, pl_module)
 
     @override
-    def start_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
+    def new_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
         cid = plan.client_id
         size = self.datamodule.client_sizes[cid]
-        turn = self.run.client_turn(
+        return self.run.client_turn(
             cid, trainer.current_epoch, self.store, size, self.initial_personal, pl_module, self.seed
         )
-        turn.begin(trainer, pl_module, *self.server.send(cid))
+
+    @override
+    def start_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
+        turn = self.new_turn(trainer, pl_module, plan)
+        turn.begin(trainer, pl_module, *self.server.send(plan.client_id))
         return turn
-
-    # ------------------------------------------------- groups of turns trained together
-    @override
-    def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        i, first, _ = self.turn_at(batch_idx)
-        unit = self.plans[i]
-        if not isinstance(unit, GroupPlan):
-            super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
-            return
-        if first:
-            turns = [
-                self.run.client_turn(
-                    t.client_id,
-                    trainer.current_epoch,
-                    self.store,
-                    self.datamodule.client_sizes[t.client_id],
-                    self.initial_personal,
-                    pl_module,
-                    self.seed,
-                )
-                for t in unit.turns
-            ]
-            self.turn = TurnGroup(turns, pl_module)
-            self.turn.begin(trainer, [self.server.send(t.client_id) for t in unit.turns])
-        self.turn.start_step(batch)
-
-    @override
-    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
-        if isinstance(self.turn, TurnGroup):
-            self.turn.before_optimizer_step(optimizer.param_groups[0]["lr"])
-        else:
-            super().on_before_optimizer_step(trainer, pl_module, optimizer)
-
-    @override
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        group = self.turn
-        if not isinstance(group, TurnGroup):
-            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-            return
-        group.end_step(trainer.accumulate_grad_batches)
-        if self.turn_at(batch_idx)[2]:
-            self.turn = None
-            for turn in group.end(trainer):
-                self.last_turn = turn
-                self.end_turn(trainer, pl_module, turn)
-            if batch_idx == self._ends[-1] - 1:
-                self.end_round(trainer, pl_module)
 
     @override
     def end_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, turn: ClientTurn) -> None:
@@ -329,6 +261,7 @@ class FederatedLoop(LoopEvaluation):
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self.close_group(trainer)
         # A run that stops (every update rejected, a crash, SIGTERM) still leaves summary.json of
         # what happened: rounds done, rejections, the round it stopped in. Bad input, raised
         # before fit started, writes nothing.

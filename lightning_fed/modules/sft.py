@@ -30,7 +30,8 @@ class SFTModule(FederatedModule):
             if rows is None
             else sft_client_loss(self(batch), batch["labels"], rows)
         )
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        shown = loss if rows is None else loss.detach() / rows.size  # the clients' mean, not their sum
+        self.log("train/loss", shown, prog_bar=True, batch_size=batch["input_ids"].shape[0])
         return loss
 
     @torch.no_grad()

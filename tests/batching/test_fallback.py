@@ -193,3 +193,32 @@ def test_a_raising_step_leaves_its_whole_group_out(tmp_path):
     assert len(groups) == 2 and len(broken) == 2
     assert sorted(loop.server.report.history[0]["failed"]) == sorted(broken)
     assert sorted(c for _, c in recorder.updates) == sorted(c for g in groups if g is not broken for c in g)
+
+
+def test_a_run_stopped_inside_a_group_leaves_the_module_as_it_was(tmp_path):
+    """Without fault isolation the error stops the fit; the module has its own shapes and forward again."""
+    module = sft_module()
+    own_step = module.training_step
+
+    def step(batch, batch_idx):
+        if batch_idx == 1:
+            raise RuntimeError("stop inside the group")
+        return own_step(batch, batch_idx)
+
+    module.training_step = step
+    loop = FederatedLoop(
+        rounds=1,
+        clients_per_round=4,
+        local_steps=3,
+        seed=0,
+        batch_clients=4,
+        isolate_failures=False,
+        save_adapter=False,
+    )
+    with pytest.raises(RuntimeError, match="stop inside the group"):
+        fit(module, sft_data(), loop, str(tmp_path), limit_val_batches=0)
+    assert all(p.dim() == 2 for p in module.shared_parameters().values())
+    assert (
+        module.batched_rows is None
+        and "forward" not in module.model.base_model.model.transformer.h[0].attn.c_attn.__dict__
+    )

@@ -1,0 +1,104 @@
+"""The driver side of batched turns: a round's units are turns or groups of turns.
+
+:class:`GroupedTurns` extends the :class:`~lightning_fed.federation.driver.TurnDriver` so that a
+unit of the round's layout may be a :class:`~lightning_fed.federation.round_plan.GroupPlan`: at its
+first batch every turn of the group is created (:meth:`GroupedTurns.new_turn`) and begun with what
+the server sends it, as one :class:`~lightning_fed.batching.batched_turns.TurnGroup`; each batch,
+optimizer step and end of the group goes to that group; every ended turn is handed to
+:meth:`~lightning_fed.federation.driver.TurnDriver.end_turn` like a sequential one. A plain
+:class:`~lightning_fed.federation.turn.TurnPlan` unit runs as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from typing_extensions import override
+
+from lightning_fed.batching.batched_turns import TurnGroup, warn_fallback
+from lightning_fed.batching.fallback import batching_fallback
+from lightning_fed.batching.group_size import batched_group_size, expected_clients
+from lightning_fed.federation.config import FederationConfig
+from lightning_fed.federation.driver import TurnDriver
+from lightning_fed.federation.round_plan import GroupPlan
+from lightning_fed.federation.turn import ClientTurn, TurnPlan
+
+
+class GroupedTurns(TurnDriver):
+    """A :class:`TurnDriver` whose units may be groups of turns trained together.
+
+    Subclasses provide :meth:`new_turn` and a ``server`` with ``send(client_id)`` (the start
+    state and downlink of a client), and set :attr:`group_size` (:meth:`decide_group_size`).
+    """
+
+    #: Clients trained together (``federation.batch_clients``); 1: one after another.
+    group_size: int = 1
+
+    def new_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
+        """The turn of ``plan``, not begun."""
+        raise NotImplementedError
+
+    def decide_group_size(
+        self, config: FederationConfig, trainer: pl.Trainer, pl_module: pl.LightningModule, datamodule: Any
+    ) -> int:
+        """``config.batch_clients`` as a number of clients; 1, with the one-line reason, when this run
+        cannot train its clients together (:func:`~lightning_fed.batching.fallback.batching_fallback`)."""
+        k = config.batch_clients
+        if k == "off":
+            return 1
+        reason = batching_fallback(pl_module, list(getattr(self, "hooks", None) or []), trainer)
+        if reason is not None:
+            warn_fallback(reason)
+            return 1
+        if k == "auto":
+            clients = expected_clients(
+                config.clients_per_round, config.sampling, config.sampling_rate, datamodule.num_clients
+            )
+            k = batched_group_size(pl_module, datamodule, trainer, clients)
+        return int(k)
+
+    def close_group(self, trainer: pl.Trainer) -> None:
+        """A group in progress (the run stopped inside it): the module's own shapes and forward again."""
+        if isinstance(self.turn, TurnGroup):
+            self.turn.close(trainer)
+            self.turn = None
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        i, first, _ = self.turn_at(batch_idx)
+        unit = self.plans[i]
+        if not isinstance(unit, GroupPlan):
+            super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
+            return
+        if first:
+            group = TurnGroup([self.new_turn(trainer, pl_module, t) for t in unit.turns], pl_module)
+            self.turn = group
+            group.begin(trainer, [self.server.send(t.client_id) for t in unit.turns])
+        self.turn.start_step(batch)
+
+    @override
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        if isinstance(self.turn, TurnGroup):
+            self.turn.before_optimizer_step(optimizer.param_groups[0]["lr"])
+        else:
+            super().on_before_optimizer_step(trainer, pl_module, optimizer)
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        group = self.turn
+        if not isinstance(group, TurnGroup):
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+            return
+        group.end_step(trainer.accumulate_grad_batches)
+        if self.turn_at(batch_idx)[2]:
+            self.turn = None
+            for turn in group.end(trainer):
+                self.last_turn = turn
+                self.end_turn(trainer, pl_module, turn)
+            if batch_idx == self._ends[-1] - 1:
+                self.end_round(trainer, pl_module)
