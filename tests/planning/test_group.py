@@ -143,3 +143,31 @@ def test_group_estimate_within_25_percent_of_measured_peak_smollm2():
     assert rows[16]["peak_rss"] > 3e9, rows  # sixteen clients' activations, not an empty child
     for row in rows.values():
         assert abs(row["ratio"] - 1) <= 0.25, row
+
+
+def test_auto_through_the_loop_with_the_planner(monkeypatch, tmp_path):
+    """``batch_clients: auto`` in a real fit, sized by :func:`run_group_size` (given the arguments
+    the loop hands its group-size function): 4 clients a round, a budget that holds 3."""
+    from lightning_fed.callbacks import FederatedLoop
+    from lightning_fed.strategies import FedAvg
+    from tests.helpers.runs import fit, preference_data, tiny_dpo
+
+    module, data = tiny_dpo(r=4), preference_data(num_clients=4, batch_size=4, max_length=160)
+    shape, p = inputs_from_module(module, data)
+    totals = {k: estimate_group(shape, p, k).total for k in (3, 4)}
+    monkeypatch.setattr(
+        "lightning_fed.planning.group.memory_budget", lambda device: (totals[3] + totals[4]) / 2 / SAFETY
+    )
+    monkeypatch.setattr("lightning_fed.batching.grouped_driver.batched_group_size", run_group_size)
+    loop = FederatedLoop(
+        rounds=1,
+        clients_per_round=4,
+        local_steps=2,
+        strategy=FedAvg(),
+        seed=0,
+        save_adapter=False,
+        batch_clients="auto",
+    )
+    fit(module, data, loop, str(tmp_path), accelerator="cpu", limit_val_batches=0)
+    assert loop.group_size == 3
+    assert len(loop.report.history) == 1
