@@ -142,13 +142,12 @@ class GroupStep:
     per client as the module's ``training_step`` does, one AdamW step over the stacked factors."""
 
     def __init__(self, module, objective: str, clients: int, batch: int) -> None:
-        import torch
 
         from lightning_fed.batching.client_rows import ROWS_ATTR, ClientRows
         from lightning_fed.batching.multi_lora import StackedLora
 
         self.module, self.objective = module, objective
-        self.rows = ClientRows(torch.arange(clients).repeat_interleave(batch), clients)
+        self.rows = ClientRows.of([k for k in range(clients) for _ in range(batch)], clients)  # the usual step
         self.stacked = StackedLora(module.model, module.shared_parameters(), lambda: self.rows)
         for _ in range(clients):
             self.stacked.capture()

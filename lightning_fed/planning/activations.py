@@ -102,13 +102,14 @@ def _decoder_layers(model: nn.Module, n_layers: int) -> nn.ModuleList:
 
 
 def _stack_clients(model: nn.Module, sequences: int, clients: int) -> Any:
-    """Stack ``model``'s adapters over ``clients`` slots, rows split evenly, as a batched step does."""
+    """Stack ``model``'s adapters over ``clients`` slots, the step's ``sequences`` rows split evenly."""
     from lightning_fed.batching.client_rows import ClientRows
     from lightning_fed.batching.multi_lora import StackedLora
 
     if sequences % clients:
         raise ValueError(f"planner: {sequences} sequences do not split evenly among {clients} clients")
-    rows = ClientRows(torch.arange(clients, device="meta").repeat_interleave(sequences // clients), clients)
+    per_client = sequences // clients  # each client's rows together, in slot order: the engine's usual step
+    rows = ClientRows.of([k for k in range(clients) for _ in range(per_client)], clients, torch.device("meta"))
     shared = {n: p for n, p in model.named_parameters() if p.requires_grad}
     stacked = StackedLora(model, shared, lambda: rows)
     for _ in range(clients):
@@ -127,6 +128,7 @@ def count_saved_activations(
     dtype: str = "float32",
     dropout: bool = True,
     clients: int = 1,
+    row_copies: int = 1,
 ) -> SavedActivations:
     """Bytes autograd keeps after the forward of ``sequences x length`` tokens through the model.
 
@@ -143,8 +145,11 @@ def count_saved_activations(
             included, so GPT-2's attention runs the fused kernel and no mask is kept).
         clients: Clients trained together (``federation.batch_clients``): above 1 the adapters
             are stacked over ``clients`` slots and the layers run the batching engine's forward
-            (:mod:`lightning_fed.batching.multi_lora`: each row's factors gathered, so a row also
-            keeps its client's ``A`` and ``B``), the ``sequences`` split evenly among the clients.
+            (:mod:`lightning_fed.batching.multi_lora`) on its usual step: the ``sequences`` split
+            evenly among the clients, each client's rows together (a segmented matmul over the
+            clients, whose regrouped inputs it keeps).
+        row_copies: With ``clients``: the forward's rows are this many copies of the step's rows
+            (2 for a preference step: its pairs' chosen rows, then their rejected rows).
 
     Returns:
         The saved bytes per decoder layer and outside the layers.
@@ -174,7 +179,7 @@ def count_saved_activations(
 
         zero_dropout(model)
     model.train()
-    stacked = _stack_clients(model, sequences, clients) if clients > 1 else None
+    stacked = _stack_clients(model, sequences // row_copies, clients) if clients > 1 else None
     params = {StorageWeakRef(t.untyped_storage()).cdata for t in [*model.parameters(), *model.buffers()]}
     layers = _decoder_layers(model, n_layers)
     where = {"layer": None}

@@ -266,6 +266,7 @@ def estimate(shape: ModelShape, p: PlanInputs, clients: int = 1) -> Plan:
         p.dtype,
         dropout=not no_dropout,
         clients=clients,
+        row_copies=1 if p.objective == "sft" else 2,  # chosen rows, then rejected rows
     )
     activations = saved.checkpointed() if p.activation_checkpointing else saved.total
     plan = Plan()
