@@ -101,6 +101,23 @@ def _decoder_layers(model: nn.Module, n_layers: int) -> nn.ModuleList:
     raise ValueError(f"planner: no list of {n_layers} decoder layers in {type(model).__name__}")
 
 
+def _stack_clients(model: nn.Module, sequences: int, clients: int) -> Any:
+    """Stack ``model``'s adapters over ``clients`` slots, the step's ``sequences`` rows split evenly."""
+    from lightning_fed.batching.client_rows import ClientRows
+    from lightning_fed.batching.multi_lora import StackedLora
+
+    if sequences % clients:
+        raise ValueError(f"planner: {sequences} sequences do not split evenly among {clients} clients")
+    per_client = sequences // clients  # each client's rows together, in slot order: the engine's usual step
+    rows = ClientRows.of([k for k in range(clients) for _ in range(per_client)], clients, torch.device("meta"))
+    shared = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    stacked = StackedLora(model, shared, lambda: rows)
+    for _ in range(clients):
+        stacked.capture()
+    stacked.stack()
+    return stacked
+
+
 def count_saved_activations(
     config: Any,
     sequences: int,
@@ -109,6 +126,9 @@ def count_saved_activations(
     lora_targets: list[str] | None = None,
     lora_dropout: float = 0.0,
     dtype: str = "float32",
+    dropout: bool = True,
+    clients: int = 1,
+    row_copies: int = 1,
 ) -> SavedActivations:
     """Bytes autograd keeps after the forward of ``sequences x length`` tokens through the model.
 
@@ -120,6 +140,16 @@ def count_saved_activations(
         lora_targets: Target module names; default the package's list for the model type.
         lora_dropout: LoRA dropout (each target then keeps a mask and a dropped copy of its input).
         dtype: The backbone's dtype (``float32``, ``bfloat16``, ``float16``).
+        dropout: Whether the backbone's dropout is active; ``False`` counts the model as the
+            preference objectives train it (``disable_dropout``: every dropout zeroed, LoRA's
+            included, so GPT-2's attention runs the fused kernel and no mask is kept).
+        clients: Clients trained together (``federation.batch_clients``): above 1 the adapters
+            are stacked over ``clients`` slots and the layers run the batching engine's forward
+            (:mod:`lightning_fed.batching.multi_lora`) on its usual step: the ``sequences`` split
+            evenly among the clients, each client's rows together (a segmented matmul over the
+            clients, whose regrouped inputs it keeps).
+        row_copies: With ``clients``: the forward's rows are this many copies of the step's rows
+            (2 for a preference step: its pairs' chosen rows, then their rejected rows).
 
     Returns:
         The saved bytes per decoder layer and outside the layers.
@@ -135,13 +165,21 @@ def count_saved_activations(
     hidden = getattr(text, "hidden_size", None) or text.n_embd
     n_layers = min(all_layers, 2)
     text.num_hidden_layers = n_layers  # GPT-2's config maps it to n_layer
+    # Full-length sequences, no padding: GPT-2's forward looks for a pad token in the ids (an
+    # .item() that meta tensors cannot give) when the config names one, as a loaded backbone's does.
+    text.pad_token_id = None
     if isinstance(getattr(text, "layer_types", None), list):
         text.layer_types = text.layer_types[:n_layers]
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype])
         settings = LoraSettings(r=lora_r, alpha=2 * lora_r, dropout=lora_dropout, target_modules=lora_targets)
         model = get_peft_model(model, lora_config(model, settings))
+    if not dropout:
+        from lightning_fed.modules.preference import zero_dropout
+
+        zero_dropout(model)
     model.train()
+    stacked = _stack_clients(model, sequences // row_copies, clients) if clients > 1 else None
     params = {StorageWeakRef(t.untyped_storage()).cdata for t in [*model.parameters(), *model.buffers()]}
     layers = _decoder_layers(model, n_layers)
     where = {"layer": None}
@@ -166,6 +204,8 @@ def count_saved_activations(
     finally:
         for handle in handles:
             handle.remove()
+        if stacked is not None:
+            stacked.unstack()
     counted = [0] * n_layers
     outside = 0
     for layer, nbytes in seen.values():

@@ -59,6 +59,7 @@ def inputs_from_config(config: dict[str, Any]) -> tuple[dict[str, Any], PlanInpu
         lora_r=int(lora.get("r", 8)),
         lora_targets=lora.get("target_modules"),
         lora_dropout=float(lora.get("dropout", 0.05)),
+        disable_dropout=margs.get("disable_dropout"),
         objective=_objective(str(model.get("class_path", ""))),
         dtype=dtype,
         quantization=backbone.get("quantization", "none"),
@@ -76,8 +77,29 @@ def _mb(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB" if n < 2**30 else f"{n / 2**30:,.2f} GiB"
 
 
-def report(backbone: dict[str, Any], p: PlanInputs) -> str:
-    """The planner's printout for ``backbone`` and ``p``."""
+def group_lines(shape: Any, p: PlanInputs, batch_clients: Any) -> list[str]:
+    """The printout's part for ``federation.batch_clients`` (none when it is unset or ``off``)."""
+    from lightning_fed.planning.group import batched_group_size, estimate_group
+
+    if batch_clients in (None, "off"):
+        return []
+    if batch_clients == "auto":
+        k, how = batched_group_size(shape, p, p.clients_per_round), "the largest that fits this machine's memory"
+    else:
+        k, how = min(int(batch_clients), p.clients_per_round), "at most clients_per_round"
+    plan = estimate_group(shape, p, k)
+    per_client = sum(plan.items[n] for n in ("lora", "lora_grads", "personal", "personal_grads", "optimizer"))
+    return [
+        "",
+        f"clients trained together (federation.batch_clients: {batch_clients}): K = {k} ({how})",
+        f"  activations     {_mb(plan.items['activations']):>14}",
+        f"  K clients' adapters, gradients, optimizer {_mb(per_client)}",
+        f"  total           {_mb(plan.total):>14}",
+    ]
+
+
+def report(backbone: dict[str, Any], p: PlanInputs, batch_clients: Any = None) -> str:
+    """The planner's printout for ``backbone`` and ``p`` (and ``federation.batch_clients``)."""
     shape = model_shape(backbone)
     plan = estimate(shape, p)
     other = PlanInputs(**{**p.__dict__, "activation_checkpointing": not p.activation_checkpointing})
@@ -107,6 +129,7 @@ def report(backbone: dict[str, Any], p: PlanInputs) -> str:
         f"  down per client {_mb(plan.down_bytes_per_client):>14}",
         f"  round total     {_mb(plan.round_bytes):>14}",
     ]
+    lines += group_lines(shape, p, batch_clients)
     return "\n".join(lines)
 
 
@@ -156,7 +179,7 @@ def main(argv: list[str]) -> int:
                 setattr(p, field_name, getattr(args, opt))
         if args.runtime_mb is not None:
             p.runtime_bytes = int(args.runtime_mb * 2**20)
-        print(report(backbone, p))
+        print(report(backbone, p, ((loaded or {}).get("federation") or {}).get("batch_clients")))
     except (ValueError, OSError) as err:
         print(f"lightning-fed plan: error: {err}", file=sys.stderr)
         return 2

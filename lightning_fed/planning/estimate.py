@@ -18,6 +18,8 @@ planned on a laptop. Bytes are then added up item by item (:class:`Plan`):
   batch and length (:func:`~lightning_fed.planning.activations.count_saved_activations`:
   the distinct storages ``torch.autograd.graph.saved_tensors_hooks`` sees, parameters
   excluded). With checkpointing: each layer's input plus one layer recomputed at a time.
+  The preference objectives zero every dropout (their ``disable_dropout``), so they are
+  counted without dropout: no masks, and GPT-2's attention on the fused kernel.
 * ``logits``: two ``tokens x vocab`` float32 buffers at the backward peak, the logits (saved
   by :func:`~lightning_fed.modules.losses.selective_log_softmax`, which makes no log-softmax
   copy) and their gradient. Measured 2.0-2.6 buffers (tests/modules/test_losses.py: the excess
@@ -88,6 +90,9 @@ class PlanInputs:
     """LoRA target module names; default the package's per-model-type list."""
     lora_dropout: float = 0.05
     """LoRA dropout (``LoraSettings``' default); above 0 each target keeps a dropped copy of its input."""
+    disable_dropout: bool | None = None
+    """Every dropout of the model zeroed, LoRA's included (the preference modules'
+    ``disable_dropout``); default ``None``: on for every objective but ``sft``, as those modules do."""
     objective: str = "dpo"
     """``sft`` (one forward), ``dpo`` (chosen + rejected), ``personal_head`` (DPO through a
     personal LM head: FedPer/FedRep), ``pdpo`` (plus bottleneck and reward head)."""
@@ -232,8 +237,12 @@ def personal_params(shape: ModelShape, p: PlanInputs) -> int:
     return n
 
 
-def estimate(shape: ModelShape, p: PlanInputs) -> Plan:
-    """Peak memory of one client's local step and the bytes of one round; see the module doc."""
+def estimate(shape: ModelShape, p: PlanInputs, clients: int = 1) -> Plan:
+    """Peak memory of one client's local step and the bytes of one round; see the module doc.
+
+    ``clients`` above 1 counts the activations of ``p.batch_size`` split among that many clients
+    trained together (the batching engine's forward); the rest of the plan is one client's
+    (:func:`~lightning_fed.planning.group.estimate_group` builds the group's plan from it)."""
     if p.objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {p.objective!r}")
     if p.dtype not in BYTES or p.personal_dtype not in BYTES:
@@ -246,7 +255,19 @@ def estimate(shape: ModelShape, p: PlanInputs) -> Plan:
     tokens = seqs * p.max_length
     if shape.config is None:
         raise ValueError("planner: the model shape has no config to count activations on; use model_shape()")
-    saved = count_saved_activations(shape.config, seqs, p.max_length, p.lora_r, p.lora_targets, p.lora_dropout, p.dtype)
+    no_dropout = p.objective != "sft" if p.disable_dropout is None else p.disable_dropout
+    saved = count_saved_activations(
+        shape.config,
+        seqs,
+        p.max_length,
+        p.lora_r,
+        p.lora_targets,
+        0.0 if no_dropout else p.lora_dropout,
+        p.dtype,
+        dropout=not no_dropout,
+        clients=clients,
+        row_copies=1 if p.objective == "sft" else 2,  # chosen rows, then rejected rows
+    )
     activations = saved.checkpointed() if p.activation_checkpointing else saved.total
     plan = Plan()
     plan.items = {

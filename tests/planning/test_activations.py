@@ -49,15 +49,18 @@ def test_tiny_llama_saved_bytes_by_hand():
     assert saved.checkpointed() == 2 * 480 + 8280 + 540
 
 
-def _real_saved_bytes(model_type, config, sequences, length, dropout, dtype=torch.float32):
+def _real_saved_bytes(model_type, config, sequences, length, dropout, dtype=torch.float32, zeroed=False):
     """The same count on real CPU tensors with PyTorch's own attention kernel."""
     from peft import get_peft_model
 
     from lightning_fed.modules.lora import LoraSettings, lora_config
+    from lightning_fed.modules.preference import zero_dropout
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **config), dtype=dtype)
     model = get_peft_model(model, lora_config(model, LoraSettings(r=2, dropout=dropout)))
+    if zeroed:
+        zero_dropout(model)
     model.train()
     params = {StorageWeakRef(t.untyped_storage()).cdata for t in [*model.parameters(), *model.buffers()]}
     seen, kept = {}, []
@@ -89,3 +92,52 @@ def test_meta_count_equals_real_tensors_bfloat16():
     meta = count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.1, dtype="bfloat16")
     assert meta.total == _real_saved_bytes("llama", TINY_LLAMA, 3, 16, 0.1, torch.bfloat16)
     assert meta.total > count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.1).total / 2
+
+
+def test_meta_count_without_dropout_equals_real_tensors_of_a_preference_module():
+    """GPT-2 with its dropout zeroed as the DPO modules do (``disable_dropout``): no masks, no
+    dropped copies, and the fused attention kernel instead of the math kernel's T x T matrix."""
+    cfg = AutoConfig.for_model("gpt2", **TINY_GPT2)  # attn_pdrop, resid_pdrop, embd_pdrop 0.1
+    zeroed = count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.1, dropout=False)
+    assert zeroed.total == _real_saved_bytes("gpt2", TINY_GPT2, 3, 16, 0.1, zeroed=True)
+    assert zeroed.total == count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.0, dropout=False).total
+    assert zeroed.total < count_saved_activations(cfg, 3, 16, lora_r=2, lora_dropout=0.0).total
+
+
+def test_meta_count_of_clients_trained_together_equals_real_tensors():
+    """The batching engine's usual step: adapters stacked over 3 clients, 2 pairs each, the forward
+    over the pairs' chosen rows then their rejected rows (two copies of the step's rows), each
+    layer one segmented matmul over the clients, which keeps each target's regrouped input (a copy
+    per target: q, k and v no longer share theirs)."""
+    from peft import get_peft_model
+
+    from lightning_fed.batching.client_rows import ClientRows
+    from lightning_fed.batching.multi_lora import StackedLora
+    from lightning_fed.modules.lora import LoraSettings, lora_config
+
+    cfg = AutoConfig.for_model("llama", **TINY_LLAMA)
+    meta = count_saved_activations(cfg, 12, 16, lora_r=2, clients=3, row_copies=2)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model("llama", **TINY_LLAMA))
+    model = get_peft_model(model, lora_config(model, LoraSettings(r=2, dropout=0.0)))
+    model.train()
+    rows = ClientRows.of([0, 0, 1, 1, 2, 2], 3)
+    assert rows.per_client == 2  # the usual step, not the per-row gather
+    stacked = StackedLora(model, {n: p for n, p in model.named_parameters() if p.requires_grad}, lambda: rows)
+    for _ in range(3):
+        stacked.capture()
+    stacked.stack()
+    params = {StorageWeakRef(t.untyped_storage()).cdata for t in [*model.parameters(), *model.buffers()]}
+    seen, kept = {}, []
+
+    def pack(t):
+        key = StorageWeakRef(t.untyped_storage()).cdata
+        if key not in params and key not in seen:
+            seen[key] = t.untyped_storage().nbytes()
+            kept.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=torch.randint(0, 10, (12, 16))).logits.sum().backward()
+    assert meta.total == sum(seen.values())
+    assert meta.total > count_saved_activations(cfg, 12, 16, lora_r=2).total  # one adapter's forward

@@ -46,7 +46,7 @@ def test_tiny_config_by_hand():
     assert shape.linear_params == 2 * per_layer == 1152
     assert shape.embedding_params == 80 and shape.lm_head_params == 80
     assert shape.other_params == 2 * 2 * 8 + 8  # two RMSNorms per layer, the final norm
-    p = PlanInputs(batch_size=3, max_length=5, lora_r=2, objective="dpo", runtime_bytes=0)
+    p = PlanInputs(batch_size=3, max_length=5, lora_r=2, objective="dpo", runtime_bytes=0, disable_dropout=False)
     plan = estimate(shape, p)
     # LoRA r (in + out) with r = 2: q 2*16, k 2*12, v 2*12, o 2*16, gate/up/down 2*24, two layers
     lora = 2 * (2 * 16 + 2 * 12 + 2 * 12 + 2 * 16 + 3 * 2 * 24)
@@ -58,6 +58,9 @@ def test_tiny_config_by_hand():
     # the PlanInputs default lora.dropout 0.05 keeps a dropped copy and a mask per target: more than without.
     saved = count_saved_activations(shape.config, 6, 5, lora_r=2, lora_dropout=0.05)
     assert plan.items["activations"] == saved.total > count_saved_activations(shape.config, 6, 5, lora_r=2).total
+    # By default a DPO module zeroes every dropout (disable_dropout=True): counted without the copies.
+    default = estimate(shape, PlanInputs(**{**p.__dict__, "disable_dropout": None}))
+    assert default.items["activations"] == count_saved_activations(shape.config, 6, 5, lora_r=2).total
     assert plan.items["logits"] == 2 * tokens * 10 * 4  # the logits and their gradient, float32
     assert plan.up_bytes_per_client == plan.down_bytes_per_client == 4 * lora
     assert plan.round_bytes == 2 * 2 * 4 * lora
@@ -144,6 +147,12 @@ def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "local step: pdpo, batch 3 x 5 tokens, LoRA r=2" in out and "activation checkpointing on" in out
     assert "personal state" in out and "(bfloat16)" in out and "traffic per round (4 clients)" in out
+    assert "clients trained together" not in out
+    cfg["federation"]["batch_clients"] = 8  # capped at the round's 4 clients
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "clients trained together (federation.batch_clients: 8): K = 4 (at most clients_per_round)" in out
     assert main(["--config", str(tmp_path / "nope.yaml")]) == 2
     assert "--config: no file" in capsys.readouterr().err
     path.write_text(yaml.safe_dump({"model": {"init_args": {}}}))

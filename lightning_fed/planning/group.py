@@ -1,0 +1,199 @@
+"""Peak memory of K clients trained together, and the largest K that fits (``batch_clients: auto``).
+
+When a round's clients train in one loop (``federation.batch_clients``), every step runs the
+K clients' batches through the frozen backbone as one concatenated batch, and each adapted
+layer applies each client's own LoRA factors to its rows. Against one client's step
+(:func:`~lightning_fed.planning.estimate.estimate`), item by item:
+
+* ``weights``, ``runtime``: once. The backbone is read once per step for all K clients.
+* ``lora``, ``lora_grads``, ``optimizer`` (and ``personal``/``personal_grads`` for methods that
+  have them): K copies, one per client (stacked factors, their gradients, AdamW's moments).
+* ``activations`` and ``logits``: those of one forward of ``K x batch`` sequences, counted on
+  the ``meta`` device like a single client's
+  (:func:`~lightning_fed.planning.activations.count_saved_activations`) with the adapters
+  stacked over the K clients and the batching engine's forward on its usual step (each client's
+  rows together, one segmented matmul over the clients per factor), which keeps each adapted
+  linear's regrouped input where one adapter's forward shares it (q, k and v each keep a copy;
+  +23% on SmolLM2-135M's DPO step at K = 16). They grow linearly with K; they decide K.
+
+:func:`batched_group_size` is the largest ``K <= clients_per_round`` whose estimate fits
+:data:`SAFETY` of :func:`memory_budget`: the estimate is held to within 25% of the measured
+peak (tests/planning/test_group.py, benchmarks/RESULTS.md), so a group planned at
+``1 / 1.25 = 0.8`` of the budget still fits when the real peak is 25% above the estimate.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+from lightning_fed.planning.activations import DTYPES
+from lightning_fed.planning.estimate import ModelShape, Plan, PlanInputs, estimate, model_shape, model_shape_from_config
+
+#: Items of :class:`~lightning_fed.planning.estimate.Plan` that every client of a group holds a copy of.
+PER_CLIENT_ITEMS = ("lora", "lora_grads", "personal", "personal_grads", "optimizer")
+#: Fraction of the budget a group is planned into (the estimate's 25% tolerance: ``1 / 1.25``).
+SAFETY = 0.8
+
+
+def estimate_group(shape: ModelShape, p: PlanInputs, clients: int) -> Plan:
+    """Peak memory of one step of ``clients`` clients trained together; see the module doc.
+
+    Args:
+        shape: The model's shape (:func:`~lightning_fed.planning.estimate.model_shape`).
+        p: One client's settings (``batch_size`` is one client's batch).
+        clients: K, the clients in the group.
+
+    Returns:
+        The plan of the group's step; its traffic fields are one client's, as in :func:`estimate`.
+    """
+    if clients < 1:
+        raise ValueError(f"federation.batch_clients: a group has at least 1 client, got {clients!r}")
+    one = estimate(shape, p)
+    group = estimate(shape, replace(p, batch_size=clients * p.batch_size), clients=clients)  # K x batch
+    plan = replace(one, items=dict(one.items))
+    plan.items["activations"] = group.items["activations"]
+    plan.items["logits"] = group.items["logits"]
+    for name in PER_CLIENT_ITEMS:
+        plan.items[name] = clients * one.items[name]
+    return plan
+
+
+def _cgroup_limit() -> int | None:
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:  # "max" or a huge number: no limit
+            return int(text)
+    return None
+
+
+def _meminfo(field: str) -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/meminfo")
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def memory_budget(device: Any = "cpu") -> int:
+    """Bytes a training process on ``device`` can hold in all: what is free now plus what it holds.
+
+    The planner's estimate is of the whole process (backbone, runtime and step), so its budget
+    is the memory this process could reach: on a CPU the machine's available memory
+    (``MemAvailable``, which leaves out what other processes use) plus this process's resident
+    set, capped by the cgroup's limit; on a CUDA device the device's free memory plus what this
+    process's caching allocator has reserved.
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device))
+    if device.type != "cpu":
+        raise ValueError(f"federation.batch_clients: auto sizes groups on cpu or cuda, not on {device.type!r}")
+    budget = _meminfo("MemAvailable") + _rss()
+    limit = _cgroup_limit()
+    return min(budget, limit) if limit is not None else budget
+
+
+def _shape(model: ModelShape | dict[str, Any] | Any) -> ModelShape:
+    if isinstance(model, ModelShape):
+        return model
+    if isinstance(model, dict):
+        return model_shape(model)  # a backbone: config section
+    return model_shape_from_config(model)  # a transformers PretrainedConfig
+
+
+def batched_group_size(
+    model: ModelShape | dict[str, Any] | Any,
+    p: PlanInputs,
+    clients_per_round: int,
+    budget_bytes: int | None = None,
+    device: Any = "cpu",
+    safety: float = SAFETY,
+) -> int:
+    """The largest K <= ``clients_per_round`` whose group step fits ``safety x`` the memory budget.
+
+    Args:
+        model: A :class:`ModelShape`, a ``backbone:`` config section, or a transformers config.
+        p: One client's settings (batch, length, LoRA, objective, dtype, optimizer).
+        clients_per_round: The round's clients: K never exceeds it.
+        budget_bytes: The memory budget; default :func:`memory_budget` of ``device``.
+        device: Where the group trains (``cpu`` or ``cuda[:i]``), for the default budget.
+        safety: Fraction of the budget the estimate may fill (:data:`SAFETY`).
+
+    Returns:
+        K >= 1: with K = 1 (one client at a time) even when one client alone does not fit,
+        which is the sequential turn's memory and is not the group planner's to refuse.
+    """
+    if clients_per_round < 1:
+        raise ValueError(f"federation.clients_per_round must be >= 1, got {clients_per_round!r}")
+    if not 0 < safety <= 1:
+        raise ValueError(f"safety must be in (0, 1], got {safety!r}")
+    shape = _shape(model)
+    budget = memory_budget(device) if budget_bytes is None else int(budget_bytes)
+    limit = safety * budget
+    fits = 1
+    lo, hi = 2, clients_per_round  # the estimate grows with K: bisect for the largest that fits
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if estimate_group(shape, p, mid).total <= limit:
+            fits, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return fits
+
+
+def inputs_from_module(module: Any, datamodule: Any) -> tuple[ModelShape, PlanInputs]:
+    """``(shape, PlanInputs)`` of a built module and its data module, as the config would give them.
+
+    The batch and length are the data module's (``batch_size``, ``max_length``: full-length
+    sequences, the planner's assumption, which bounds padded batches from above); LoRA, the
+    optimizer, the backbone's dtype, quantization and checkpointing are the module's.
+    """
+    from lightning_fed.planning.cli import _objective
+
+    hp = getattr(module, "hparams", {}) or {}
+    backbone = hp.get("backbone") or {}
+    backbone = backbone if isinstance(backbone, dict) else vars(backbone)
+    lora = getattr(module, "lora_settings", None)
+    model = module.model.get_base_model() if hasattr(module.model, "get_base_model") else module.model
+    frozen = next((p for p in model.parameters() if not p.requires_grad and p.is_floating_point()), None)
+    dtype = {v: k for k, v in DTYPES.items()}.get(getattr(frozen, "dtype", None), "float32")
+    p = PlanInputs(
+        batch_size=int(datamodule.batch_size),
+        max_length=int(datamodule.max_length),
+        lora_r=int(getattr(lora, "r", 8)),
+        lora_targets=getattr(lora, "target_modules", None),
+        lora_dropout=float(getattr(lora, "dropout", 0.0)),
+        disable_dropout=hp.get("disable_dropout"),
+        objective=_objective(type(module).__name__),
+        dtype=dtype,
+        quantization=backbone.get("quantization", "none"),
+        activation_checkpointing=bool(backbone.get("activation_checkpointing", False)),
+        optimizer=hp.get("optimizer", "adamw"),
+        personal_dtype=hp.get("personal_dtype", "float32"),
+        bottleneck_dim=int(hp.get("bottleneck_dim", 256)),
+        reward_hidden=int(hp.get("reward_hidden", 256)),
+    )
+    return model_shape_from_config(model.config), p
+
+
+def run_group_size(module: Any, datamodule: Any, trainer: Any, clients_per_round: int) -> int:
+    """``federation.batch_clients: auto`` for a built run: :func:`batched_group_size` of the
+    module's model and settings (:func:`inputs_from_module`) against :func:`memory_budget` of the
+    device the module trains on. ``trainer`` is accepted for the loop's call and not read."""
+    shape, p = inputs_from_module(module, datamodule)
+    device = getattr(module, "device", "cpu")
+    return batched_group_size(shape, p, clients_per_round, device=device)
