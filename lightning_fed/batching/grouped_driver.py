@@ -18,11 +18,12 @@ from typing_extensions import override
 
 from lightning_fed.batching.batched_turns import TurnGroup, warn_fallback
 from lightning_fed.batching.fallback import batching_fallback
-from lightning_fed.batching.group_size import batched_group_size, expected_clients
+from lightning_fed.batching.group_size import expected_clients
 from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.round_plan import GroupPlan
 from lightning_fed.federation.turn import ClientTurn, TurnPlan
+from lightning_fed.planning.group import run_group_size
 
 
 class GroupedTurns(TurnDriver):
@@ -55,7 +56,7 @@ class GroupedTurns(TurnDriver):
             clients = expected_clients(
                 config.clients_per_round, config.sampling, config.sampling_rate, datamodule.num_clients
             )
-            k = batched_group_size(pl_module, datamodule, trainer, clients)
+            k = run_group_size(pl_module, datamodule, trainer, clients)
         return int(k)
 
     def close_group(self, trainer: pl.Trainer) -> None:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.planning.estimate import PlanInputs, estimate, model_shape
+from lightning_fed.planning.estimate import PlanInputs, estimate, model_shape, objective_of
 
 PRECISION_DTYPES = {"bf16-true": "bfloat16", "16-true": "float16", "bf16": "bfloat16", "bf16-mixed": "bfloat16"}
 
@@ -26,17 +26,6 @@ def _args(section: Any) -> dict[str, Any]:
     if not isinstance(section, dict):
         return {}
     return dict(section.get("init_args") or {k: v for k, v in section.items() if k != "class_path"})
-
-
-def _objective(class_path: str) -> str:
-    name = class_path.rsplit(".", 1)[-1]
-    if name == "PDPOModule":
-        return "pdpo"
-    if name in ("FedPerModule", "FedRepModule", "PersonalHeadDPO"):
-        return "personal_head"
-    if "DPO" in name or name in ("PerFedAvgModule", "FedAMPModule"):
-        return "dpo"
-    return "sft"  # SFT, the binary selector and the offsite modules: one forward per example
 
 
 def inputs_from_config(config: dict[str, Any]) -> tuple[dict[str, Any], PlanInputs]:
@@ -60,7 +49,7 @@ def inputs_from_config(config: dict[str, Any]) -> tuple[dict[str, Any], PlanInpu
         lora_targets=lora.get("target_modules"),
         lora_dropout=float(lora.get("dropout", 0.05)),
         disable_dropout=margs.get("disable_dropout"),
-        objective=_objective(str(model.get("class_path", ""))),
+        objective=objective_of(str(model.get("class_path", ""))),
         dtype=dtype,
         quantization=backbone.get("quantization", "none"),
         activation_checkpointing=bool(backbone.get("activation_checkpointing", False)),

@@ -286,3 +286,15 @@ def estimate(shape: ModelShape, p: PlanInputs, clients: int = 1) -> Plan:
     plan.up_bytes_per_client = plan.down_bytes_per_client = factor * plan.shared_bytes
     plan.round_bytes = p.clients_per_round * (plan.up_bytes_per_client + plan.down_bytes_per_client)
     return plan
+
+
+def objective_of(class_path: str) -> str:
+    """The planner's ``objective`` of a module class (its path or name): how many forwards a step takes."""
+    name = class_path.rsplit(".", 1)[-1]
+    if name == "PDPOModule":
+        return "pdpo"
+    if name in ("FedPerModule", "FedRepModule", "PersonalHeadDPO"):
+        return "personal_head"
+    if "DPO" in name or name in ("PerFedAvgModule", "FedAMPModule"):
+        return "dpo"
+    return "sft"  # SFT, the binary selector and the offsite modules: one forward per example

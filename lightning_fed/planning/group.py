@@ -29,7 +29,15 @@ from dataclasses import replace
 from typing import Any
 
 from lightning_fed.planning.activations import DTYPES
-from lightning_fed.planning.estimate import ModelShape, Plan, PlanInputs, estimate, model_shape, model_shape_from_config
+from lightning_fed.planning.estimate import (
+    ModelShape,
+    Plan,
+    PlanInputs,
+    estimate,
+    model_shape,
+    model_shape_from_config,
+    objective_of,
+)
 
 #: Items of :class:`~lightning_fed.planning.estimate.Plan` that every client of a group holds a copy of.
 PER_CLIENT_ITEMS = ("lora", "lora_grads", "personal", "personal_grads", "optimizer")
@@ -162,7 +170,6 @@ def inputs_from_module(module: Any, datamodule: Any) -> tuple[ModelShape, PlanIn
     sequences, the planner's assumption, which bounds padded batches from above); LoRA, the
     optimizer, the backbone's dtype, quantization and checkpointing are the module's.
     """
-    from lightning_fed.planning.cli import _objective
 
     hp = getattr(module, "hparams", {}) or {}
     backbone = hp.get("backbone") or {}
@@ -178,7 +185,7 @@ def inputs_from_module(module: Any, datamodule: Any) -> tuple[ModelShape, PlanIn
         lora_targets=getattr(lora, "target_modules", None),
         lora_dropout=float(getattr(lora, "dropout", 0.0)),
         disable_dropout=hp.get("disable_dropout"),
-        objective=_objective(type(module).__name__),
+        objective=objective_of(type(module).__name__),
         dtype=dtype,
         quantization=backbone.get("quantization", "none"),
         activation_checkpointing=bool(backbone.get("activation_checkpointing", False)),

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-from lightning_fed.batching.group_size import batched_group_size, expected_clients, group_turns
+from lightning_fed.batching.group_size import expected_clients, group_turns
 from lightning_fed.datamodules.round_sampler import RoundBatchSampler
 from lightning_fed.federation.round_plan import GroupPlan, RoundPlan
 from lightning_fed.federation.turn import TurnPlan
@@ -31,12 +29,5 @@ def test_a_groups_batch_is_each_clients_own_batch_concatenated():
     assert list(grouped) == [a + b + c for a, b, c in zip(*per_client)]
 
 
-def test_auto_is_at_most_the_round_and_at_least_one():
-    module = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(n_embd=32, n_layer=2)))
-    data = SimpleNamespace(batch_size=4, max_length=128)
-    assert batched_group_size(module, data, None, 8) == 8  # a tiny model: the round's clients
-    huge = SimpleNamespace(
-        model=SimpleNamespace(config=SimpleNamespace(hidden_size=1 << 20, num_hidden_layers=1 << 10))
-    )
-    assert batched_group_size(huge, data, None, 8) == 1
+def test_expected_clients_of_a_round():
     assert expected_clients(4, "poisson", 0.25, 30) == 8 and expected_clients(4, "fixed_size", None, 30) == 4

@@ -147,8 +147,8 @@ def test_group_estimate_within_25_percent_of_measured_peak_smollm2():
 
 
 def test_auto_through_the_loop_with_the_planner(monkeypatch, tmp_path):
-    """``batch_clients: auto`` in a real fit, sized by :func:`run_group_size` (given the arguments
-    the loop hands its group-size function): 4 clients a round, a budget that holds 3."""
+    """``batch_clients: auto`` in a real fit is sized by :func:`run_group_size`: 4 clients a round,
+    a budget that holds 3."""
     from lightning_fed.callbacks import FederatedLoop
     from lightning_fed.strategies import FedAvg
     from tests.helpers.runs import fit, preference_data, tiny_dpo
@@ -159,7 +159,6 @@ def test_auto_through_the_loop_with_the_planner(monkeypatch, tmp_path):
     monkeypatch.setattr(
         "lightning_fed.planning.group.memory_budget", lambda device: (totals[3] + totals[4]) / 2 / SAFETY
     )
-    monkeypatch.setattr("lightning_fed.batching.grouped_driver.batched_group_size", run_group_size)
     loop = FederatedLoop(
         rounds=1,
         clients_per_round=4,
