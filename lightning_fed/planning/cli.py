@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.planning.estimate import PlanInputs, estimate, model_shape, objective_of
+from lightning_fed.planning.estimate import PlanInputs, estimate, model_shape, module_inputs, objective_of
 
 PRECISION_DTYPES = {"bf16-true": "bfloat16", "16-true": "float16", "bf16": "bfloat16", "bf16-mixed": "bfloat16"}
 
@@ -40,23 +40,15 @@ def inputs_from_config(config: dict[str, Any]) -> tuple[dict[str, Any], PlanInpu
     trainer = config.get("trainer") or {}
     strategy = fed.get("strategy") or {}
     strategy_name = strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy)
-    lora = margs.get("lora") or {}
     dtype = backbone.get("dtype") or PRECISION_DTYPES.get(str(trainer.get("precision")), "float32")
-    return backbone, PlanInputs(
-        batch_size=int(data.get("batch_size", 4)),
-        max_length=int(data.get("max_length", 512)),
-        lora_r=int(lora.get("r", 8)),
-        lora_targets=lora.get("target_modules"),
-        lora_dropout=float(lora.get("dropout", 0.05)),
-        disable_dropout=margs.get("disable_dropout"),
+    return backbone, module_inputs(
+        margs,
+        backbone,
+        margs.get("lora") or {},
+        batch_size=data.get("batch_size", 4),
+        max_length=data.get("max_length", 512),
         objective=objective_of(str(model.get("class_path", ""))),
         dtype=dtype,
-        quantization=backbone.get("quantization", "none"),
-        activation_checkpointing=bool(backbone.get("activation_checkpointing", False)),
-        optimizer=margs.get("optimizer", "adamw"),
-        personal_dtype=margs.get("personal_dtype", "float32"),
-        bottleneck_dim=int(margs.get("bottleneck_dim", 256)),
-        reward_hidden=int(margs.get("reward_hidden", 256)),
         clients_per_round=int(fed.get("clients_per_round", 2)),
         scaffold="scaffold" in strategy_name.lower(),
     )

@@ -33,6 +33,7 @@ planned on a laptop. Bytes are then added up item by item (:class:`Plan`):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -298,3 +299,36 @@ def objective_of(class_path: str) -> str:
     if "DPO" in name or name in ("PerFedAvgModule", "FedAMPModule"):
         return "dpo"
     return "sft"  # SFT, the binary selector and the offsite modules: one forward per example
+
+
+def module_inputs(
+    model_args: Mapping[str, Any],
+    backbone: Mapping[str, Any],
+    lora: Mapping[str, Any],
+    *,
+    batch_size: int,
+    max_length: int,
+    objective: str,
+    dtype: str,
+    **federation: Any,
+) -> PlanInputs:
+    """:class:`PlanInputs` from a model's arguments (``model.init_args`` or a module's
+    hyper-parameters), its ``backbone`` and ``lora`` settings, and the data's batch shape;
+    ``federation``: the run's fields of :class:`PlanInputs` (``clients_per_round``, ``scaffold``)."""
+    return PlanInputs(
+        batch_size=int(batch_size),
+        max_length=int(max_length),
+        lora_r=int(lora.get("r", 8)),
+        lora_targets=lora.get("target_modules"),
+        lora_dropout=float(lora.get("dropout", 0.05)),
+        disable_dropout=model_args.get("disable_dropout"),
+        objective=objective,
+        dtype=dtype,
+        quantization=backbone.get("quantization", "none"),
+        activation_checkpointing=bool(backbone.get("activation_checkpointing", False)),
+        optimizer=model_args.get("optimizer", "adamw"),
+        personal_dtype=model_args.get("personal_dtype", "float32"),
+        bottleneck_dim=int(model_args.get("bottleneck_dim", 256)),
+        reward_hidden=int(model_args.get("reward_hidden", 256)),
+        **federation,
+    )

@@ -36,6 +36,7 @@ from lightning_fed.planning.estimate import (
     estimate,
     model_shape,
     model_shape_from_config,
+    module_inputs,
     objective_of,
 )
 
@@ -178,21 +179,14 @@ def inputs_from_module(module: Any, datamodule: Any) -> tuple[ModelShape, PlanIn
     model = module.model.get_base_model() if hasattr(module.model, "get_base_model") else module.model
     frozen = next((p for p in model.parameters() if not p.requires_grad and p.is_floating_point()), None)
     dtype = {v: k for k, v in DTYPES.items()}.get(getattr(frozen, "dtype", None), "float32")
-    p = PlanInputs(
-        batch_size=int(datamodule.batch_size),
-        max_length=int(datamodule.max_length),
-        lora_r=int(getattr(lora, "r", 8)),
-        lora_targets=getattr(lora, "target_modules", None),
-        lora_dropout=float(getattr(lora, "dropout", 0.0)),
-        disable_dropout=hp.get("disable_dropout"),
+    p = module_inputs(
+        hp,
+        backbone,
+        vars(lora) if lora is not None else {"dropout": 0.0},
+        batch_size=datamodule.batch_size,
+        max_length=datamodule.max_length,
         objective=objective_of(type(module).__name__),
         dtype=dtype,
-        quantization=backbone.get("quantization", "none"),
-        activation_checkpointing=bool(backbone.get("activation_checkpointing", False)),
-        optimizer=hp.get("optimizer", "adamw"),
-        personal_dtype=hp.get("personal_dtype", "float32"),
-        bottleneck_dim=int(hp.get("bottleneck_dim", 256)),
-        reward_hidden=int(hp.get("reward_hidden", 256)),
     )
     return model_shape_from_config(model.config), p
 
