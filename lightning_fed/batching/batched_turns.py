@@ -130,7 +130,8 @@ class TurnGroup:
         if gradient_clip_algorithm == "value":  # elementwise: per client already
             torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
             return
-        clip_per_client([p for p in params if p.dim() > 0 and p.shape[0] == len(self.turns)], gradient_clip_val)
+        stacked = {id(p) for p in self.stacked.params.values()}  # (K, ...): every trainable one (fallback.py)
+        clip_per_client([p for p in params if id(p) in stacked], gradient_clip_val)
 
 
 def corrects_gradients(turn: ClientTurn) -> bool:

@@ -7,7 +7,8 @@ turns, with the first reason found (:func:`batching_fallback`):
 
 - a module that does not opt in (``batchable = True``: it reduces its loss per client), e.g. the
   personal-head methods (FedPer, FedRep, FedPDPO), Per-FedAvg, FedBiOT, RLFT, ORPO/SimPO;
-- a module with personal parameters (kept per client outside the adapters);
+- a module with personal parameters (kept per client outside the adapters), or one that trains a
+  tensor that is neither shared nor personal (not stacked: every client's gradient would meet in it);
 - DP-SGD (per-example clipping and noise of one client's batch: Opacus runs one client);
 - active dropout, LoRA's or the backbone's (the masks could not match the sequential draw);
 - a LoRA layer that is not a plain linear one (DoRA, embeddings, merged adapters);
@@ -58,6 +59,10 @@ def batching_fallback(module: Any, hooks: list[Any], trainer: Any = None) -> str
         return f"{cls} does not declare that it reduces its loss per client (batchable = True)"
     if module.personal_parameters():
         return f"{cls} has personal parameters"
+    shared = module.shared_parameters()
+    local = next((n for n, p in module.named_parameters() if p.requires_grad and n not in shared), None)
+    if local is not None:  # it would not be stacked: one tensor, every client's gradient summed into it
+        return f"{cls} trains {local}, which is neither shared nor personal"
     if callable(getattr(type(module), "poisson_batch_seed", None)):
         return f"{cls} trains with DP-SGD (per-example clipping of one client's batch)"
     if not getattr(module, "automatic_optimization", True):

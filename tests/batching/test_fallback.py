@@ -143,6 +143,15 @@ def test_per_client_hook_falls_back_unless_batch_safe():
     assert batching_fallback(module, [RecordUpdates()]) is None
 
 
+def test_a_trained_parameter_outside_the_adapters_falls_back():
+    """A trainable tensor that is neither shared nor personal is not stacked over clients: one
+    tensor would sum every client's gradient, so the run trains one client at a time."""
+    module = sft_module()
+    assert batching_fallback(module, []) is None
+    module.extra = torch.nn.Parameter(torch.zeros(3))
+    assert batching_fallback(module, []) == "SFTModule trains extra, which is neither shared nor personal"
+
+
 @pytest.mark.parametrize(
     ("trainer", "reason"),
     [
