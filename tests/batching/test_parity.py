@@ -5,7 +5,8 @@ once with the clients trained together, and compares every client's uploaded sta
 The tolerance is float32 rounding: the batched forward multiplies the LoRA factors in another
 order (a gathered batched matmul) and pads each step to the widest of the group's batches, which
 moves the logits by about 1e-7; AdamW divides each gradient by its own running norm, so on a
-near-zero gradient component that rounding can move the update by a visible fraction of ``lr``.
+near-zero gradient component that rounding can move the update by a visible fraction of ``lr``
+(two sequential runs that differ only in tensor shapes differ as much: benchmarks/batched_rounding.py).
 Measured largest difference of an uploaded value: 1.4e-6 (FedIT), 2.7e-5 (FedBiscuit's third
 round), against a largest LoRA value of 0.015 (3 steps of lr 5e-3). The tolerance is 1% of one
 AdamW step's largest move, ``0.01 * lr = 5e-5``; a deliberately broken reduction (one mean over all
