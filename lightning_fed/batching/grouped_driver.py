@@ -11,6 +11,7 @@ optimizer step and end of the group goes to that group; every ended turn is hand
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any
 
 import lightning.pytorch as pl
@@ -36,9 +37,9 @@ class GroupedTurns(TurnDriver):
     #: Clients trained together (``federation.batch_clients``); 1: one after another.
     group_size: int = 1
 
+    @abstractmethod
     def new_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
         """The turn of ``plan``, not begun."""
-        raise NotImplementedError
 
     def decide_group_size(
         self, config: FederationConfig, trainer: pl.Trainer, pl_module: pl.LightningModule, datamodule: Any
