@@ -26,7 +26,7 @@ def _cli(sub: str, root: Path, *extra: str) -> subprocess.CompletedProcess:
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
     )
 
 

@@ -41,7 +41,7 @@ def test_the_own_data_example_splits_by_taste_and_pref_acc_follows_length(tmp_pa
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = (tmp_path / "feddpo").iterdir()

@@ -44,7 +44,7 @@ def _popen(args: list[str], **env: str) -> subprocess.Popen:
 
 def _run(args: list[str], **env: str) -> subprocess.CompletedProcess:
     proc = _popen(args, **env)
-    out, err = proc.communicate(timeout=600)
+    out, err = proc.communicate(timeout=1800)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
@@ -139,7 +139,7 @@ def test_training_failure_exits_1_and_still_writes_summary(tmp_path):
     assert summary["config"]["model"]["init_args"]["lr"] == 10.0
 
 
-def _wait_for(path_glob: str, root: Path, proc: subprocess.Popen, timeout: float = 300) -> Path:
+def _wait_for(path_glob: str, root: Path, proc: subprocess.Popen, timeout: float = 1800) -> Path:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         found = sorted(root.glob(path_glob))
@@ -158,7 +158,7 @@ def _stop_after_round(root: Path, args: list[str], round_number: int, sig: int) 
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(0.05)
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=1800)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 

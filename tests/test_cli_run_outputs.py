@@ -31,7 +31,7 @@ def tiny_run(tmp_path_factory):
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, root / "lightning_logs" / "version_0"

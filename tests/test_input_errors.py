@@ -26,7 +26,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
     )
 
 
@@ -204,7 +204,7 @@ def test_sigterm_while_importing_exits_143(tmp_path):
     )
     time.sleep(0.5)  # `import lightning_fed.cli` takes < 0.1 s; Lightning's import several seconds
     proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=120)
+    _, stderr = proc.communicate(timeout=1800)
     assert proc.returncode == 143, stderr[-3000:]
     assert stderr.splitlines()[-1] == (
         "lightning-fed: stopped by SIGTERM; no round completed in this run, so no checkpoint was written by it"
@@ -250,7 +250,7 @@ def test_validate_of_a_checkpoint_in_a_read_only_run_folder_is_refused_first(tmp
         env={**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert _errors(proc) == [

@@ -103,7 +103,7 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_the_configs_by_name(tmp_path):
     install whose .pth is not read from PYTHONPATH): demo resolves by name, tiny trains."""
     wheel = build_wheel(tmp_path / "dist")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=1800)
     python = str(venv / "bin" / "python")
     # without PYTHONPATH: pip would take the checkout's lightning_fed.egg-info for an installed copy
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -111,7 +111,7 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_the_configs_by_name(tmp_path):
         [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", str(wheel)],
         check=True,
         capture_output=True,
-        timeout=300,
+        timeout=1800,
         env=clean,
     )
     deps = {"PYTHONPATH": sysconfig.get_paths()["purelib"]}

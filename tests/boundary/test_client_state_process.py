@@ -25,7 +25,7 @@ ARGS = ["--trainer.enable_progress_bar=false", "--federation.local_steps=1", "--
 def _fit(root: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/tiny.yaml"]
     cmd += [f"--trainer.default_root_dir={root}", *ARGS, *extra]
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1800)
 
 
 @pytest.fixture(scope="module")

@@ -94,7 +94,7 @@ def test_a_broken_jsonl_line_prints_only_the_package_error(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert (

@@ -140,7 +140,7 @@ def test_a_bad_value_is_refused_in_one_line_before_anything_is_written(tmp_path,
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == f"{line}\n{HINT}\n"

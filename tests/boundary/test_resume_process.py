@@ -26,7 +26,7 @@ REPLACEMENTS = [None, -1, "x", [], {}, 10**9, torch.zeros(3)]
 def _fit(root: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/tiny.yaml"]
     cmd += [f"--trainer.default_root_dir={root}", *ARGS, *extra]
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1800)
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,7 @@ def _fit(root: Path, *overrides: str) -> subprocess.CompletedProcess:
         *overrides,
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
 
 
 def test_ddp_two_processes_match_one(tmp_path):

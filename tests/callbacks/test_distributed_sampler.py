@@ -43,7 +43,7 @@ def test_cli_refuses_use_distributed_sampler_true_in_one_line(tmp_path):
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.splitlines()[0] == (

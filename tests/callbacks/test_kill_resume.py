@@ -62,7 +62,7 @@ def _run(
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
     )
 
 

@@ -35,7 +35,7 @@ def _fit(root: Path, *extra: str, phase: str | None = None) -> subprocess.Comple
         if phase
         else [sys.executable, "-m", "lightning_fed.cli", *args]
     )
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1800)
 
 
 @pytest.fixture(scope="module")

@@ -240,7 +240,7 @@ def test_real_arrivals_are_refused_in_process(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", _config(tmp_path, rounds=1)]
     cmd += [f"--trainer.default_root_dir={tmp_path / 'run'}"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 2
     assert proc.stderr.splitlines(keepends=True)[-2:] == [
         "error: federation.hooks: AsyncArrivals: arrivals=real needs clients that train concurrently (a Flower"

@@ -208,7 +208,7 @@ def test_cli_rejects_a_bad_runtime_api_address():
         "nope",
         "--insecure",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[0] == "error: --runtime-api-address must be host:port, got 'nope'"
     assert proc.stdout == ""

@@ -81,7 +81,7 @@ def test_flower_simulation_engine_matches_in_process(tmp_path):
         "4",
         " ".join(overrides),
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     remote = torch.load(tmp_path / "sim" / "global_state.pt", weights_only=True)
     assert remote.keys() == local.keys()

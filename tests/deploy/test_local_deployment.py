@@ -60,12 +60,12 @@ def test_two_nodes_two_rounds_and_cleanup(tmp_path):
         assert (dep.cli_flwr_home / "config.toml").is_file()
 
         # A failing ServerApp: `flwr run --stream` still exits 0, the status tells.
-        failed = dep.run({"server-raise": True}, timeout=180)
+        failed = dep.run({"server-raise": True}, timeout=1800)
         assert failed.returncode == 0 and failed.status == "finished:failed", failed.output
         assert not failed.ok
         assert "server-raise=true" in (failed.status_details or "")
 
-        result = dep.run({"output-path": str(out), "num-rounds": 2}, timeout=180)
+        result = dep.run({"output-path": str(out), "num-rounds": 2}, timeout=1800)
         assert result.ok, (result.status, result.status_details, result.output)
         pids = _started_pids(dep)
     elapsed = time.monotonic() - t0
@@ -87,9 +87,9 @@ def test_two_nodes_two_rounds_and_cleanup(tmp_path):
 def _kill_during_round(dep: LocalDeployment, index: int, sig: int, run_config: dict):
     """Start the run in a thread, kill SuperNode ``index`` while its ClientApp runs."""
     box = {}
-    thread = threading.Thread(target=lambda: box.update(r=dep.run(run_config, timeout=240)))
+    thread = threading.Thread(target=lambda: box.update(r=dep.run(run_config, timeout=1800)))
     thread.start()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 1800
     while not any("flwr-clientapp" in _cmdline(pid) for pid in _descendants([dep.supernodes[index].pid])):
         assert time.monotonic() < deadline, "flwr-clientapp never started"
         assert thread.is_alive(), box.get("r")

@@ -103,7 +103,7 @@ def test_secagg_over_a_real_deployment(tmp_path):
         supernode_auth=True,
     )
     with deployment as dep:
-        result = dep.run({"config": str(config), "output-dir": str(tmp_path / "flower"), "timeout": 120.0}, timeout=600)
+        result = dep.run({"config": str(config), "output-dir": str(tmp_path / "flower"), "timeout": 120.0}, timeout=1800)
         assert result.ok, result.output[-4000:]
         remote = torch.load(tmp_path / "flower" / "global_state.pt", weights_only=True)
         bound = NUM_CLIENTS * quantization_error_bound(0.5, 2**22) / (NUM_CLIENTS * 12 / 32)  # 12 train examples each
@@ -114,7 +114,7 @@ def test_secagg_over_a_real_deployment(tmp_path):
         stop = threading.Event()
         killer = threading.Thread(target=_kill_at_train_message, args=(dep, 0, 3, stop), daemon=True)
         killer.start()
-        result = dep.run({"config": str(config), "output-dir": str(tmp_path / "faulty"), "timeout": 90.0}, timeout=900)
+        result = dep.run({"config": str(config), "output-dir": str(tmp_path / "faulty"), "timeout": 90.0}, timeout=1800)
         stop.set()
         killer.join(5)
         assert result.ok, result.output[-4000:]

@@ -19,7 +19,7 @@ def test_mkdocs_build_strict(tmp_path):
         env=env,
         text=True,
         capture_output=True,
-        timeout=600,
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     page = (tmp_path / "site" / "methods" / "fedpdpo" / "index.html").read_text()

@@ -67,6 +67,6 @@ def test_runnable_snippet(snippet, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     command = snippet_command(snippet, work, sys.executable)
-    proc = subprocess.run(command, cwd=work, env=env, text=True, capture_output=True, timeout=900)
+    proc = subprocess.run(command, cwd=work, env=env, text=True, capture_output=True, timeout=1800)
     assert proc.returncode == 0, f"{DOCS / snippet.page}:{snippet.line}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     check_output(snippet, proc.stdout)

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def evaluate(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def evaluate(*args: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "lightning_fed.cli", "evaluate", *args],  # what `lightning-fed evaluate` runs
         cwd=ROOT,
@@ -221,7 +221,7 @@ def test_outside_a_git_checkout_lm_eval_prints_none_of_its_notices(tmp_path):
         env={**ENV, "PYTHONPATH": str(ROOT), "GIT_CEILING_DIRECTORIES": str(tmp_path)},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [n for n in NOISE if n in proc.stderr] == [], proc.stderr[-3000:]

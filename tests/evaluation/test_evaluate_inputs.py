@@ -33,7 +33,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
     )
 
 

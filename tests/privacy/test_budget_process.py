@@ -86,7 +86,7 @@ def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, me
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == f"error: {message}\n{HINT}\n"

@@ -50,7 +50,7 @@ def test_poisson_sampling_under_secagg_with_dp_is_refused_before_anything_is_wri
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == f"error: {REFUSED}\n{HINT}\n"

@@ -31,7 +31,7 @@ def _fit_then_test(tmp_path, report_validation: bool) -> subprocess.CompletedPro
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "lightning_fed.cli", "test", "--config", str(config), "--ckpt_path", str(ckpt)]
     cmd += [f"--trainer.default_root_dir={tmp_path / 'test'}", "--trainer.enable_progress_bar=false"]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
 
 
 def _scalar_tags(folder) -> set[str]:
