@@ -29,7 +29,8 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from lightning_fed import console
+from lightning_fed import console, startup
+from lightning_fed.config_precheck import precheck_arguments
 from lightning_fed.errors import (
     DEBUG_ENV,
     EXIT_OK,
@@ -43,6 +44,7 @@ from lightning_fed.errors import (
     one_line,
     take_debug,
 )
+from lightning_fed.startup import stop_line
 
 if TYPE_CHECKING:
     from lightning_fed.callbacks.signals import ProcessSignals
@@ -106,11 +108,11 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
-def _dispatch(name: str, argv: list[str]) -> int:
-    """``lightning-fed evaluate|plan ...``: the subcommand's own ``main(argv) -> int``, imported late."""
+def _subcommand_module(name: str) -> Any:
+    """The module behind ``lightning-fed <name>`` (:data:`ELSEWHERE`), imported late."""
     module_name = ELSEWHERE[name]
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name is None or not module_name.startswith(err.name):
             raise
@@ -118,6 +120,10 @@ def _dispatch(name: str, argv: list[str]) -> int:
             f"`{PROG} {name}` is not available in this installation (no module {module_name});"
             " subcommands: fit, validate, test"
         ) from None
+
+
+def _dispatch(name: str, argv: list[str], module: Any) -> int:
+    """``lightning-fed evaluate|plan ...``: the subcommand's own ``main(argv) -> int``."""
     if name == "plan":  # `--config feddpo`: a shipped config by name
         from lightning_fed.shipped_configs import resolve_config_args
 
@@ -148,34 +154,13 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-@contextlib.contextmanager
-def _sigterm_after() -> Iterator[None]:
-    """A SIGTERM within the block raises :class:`Terminated` (exit 143) when the block ends.
-
-    For the import of Lightning (seconds) before the Lightning subcommands' own handler exists:
-    raised inside an import, the exception can be swallowed by a library's ``except`` or leave
-    modules half imported, so it is only recorded there.
-    """
-    if threading.current_thread() is not threading.main_thread():  # signal.signal would raise
-        yield
-        return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if received:
-        raise Terminated(received[0])
-
-
 def _report(err: BaseException, code: int, debug: bool, last_checkpoint: Any) -> None:
     if code in (EXIT_SIGINT, EXIT_SIGTERM):
         name = "SIGTERM" if code == EXIT_SIGTERM else "SIGINT (Ctrl-C)"
-        if last_checkpoint is not None:
-            where = f"the last complete round is in {last_checkpoint}; resume with --ckpt_path {last_checkpoint}"
-        else:
-            where = "no round completed in this run, so no checkpoint was written by it"
+        if last_checkpoint is None:
+            sys.stderr.write(stop_line(signal.SIGTERM if code == EXIT_SIGTERM else signal.SIGINT) + "\n")
+            return
+        where = f"the last complete round is in {last_checkpoint}; resume with --ckpt_path {last_checkpoint}"
         sys.stderr.write(f"{PROG}: stopped by {name}; {where}\n")
         return
     if debug:
@@ -201,8 +186,15 @@ def _outcome(err: BaseException, debug: bool, signals: ProcessSignals | None) ->
 
 
 def console_main(argv: list[str] | None = None) -> int:
-    """The ``lightning-fed`` process: run a subcommand, return the exit status (see :mod:`lightning_fed.errors`)."""
+    """The ``lightning-fed`` process: run a subcommand, return the exit status (see :mod:`lightning_fed.errors`).
+
+    Called without ``argv`` (the process), SIGTERM and SIGINT stop it at once with exit 143 / 130
+    until the command runs (:mod:`lightning_fed.startup`); with ``argv`` (in-process use) the
+    caller's signal handlers stay as they are.
+    """
     from_sys = argv is None
+    if from_sys:
+        startup.guard()  # already done by the console script; `python -m lightning_fed.cli` starts here
     argv = list(sys.argv[1:] if from_sys else argv)
     debug, argv = take_debug(argv)  # `--debug`, `--debug=false`, `--debug true`, anywhere
     console.configure(verbose=console.verbose_requested(argv))
@@ -221,20 +213,26 @@ def console_main(argv: list[str] | None = None) -> int:
         if debug:  # `--debug` was taken out above; the subcommand reads it from the environment
             os.environ[DEBUG_ENV] = "1"
         try:
+            module = _subcommand_module(argv[0])  # seconds; a signal meanwhile: startup's exit
+            startup.release()
             with _sigterm_raises():
-                return _dispatch(argv[0], argv[1:])
+                return _dispatch(argv[0], argv[1:], module)
         except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
             return _outcome(err, debug, None)
     if debug:  # jsonargparse raises with its traceback instead of exiting (the subcommands above: their own)
         os.environ["JSONARGPARSE_DEBUG"] = "true"
-    try:  # importing Lightning takes seconds: a SIGTERM meanwhile is exit 143, not the default action
-        with _sigterm_after():
-            from lightning_fed.callbacks.signals import ProcessSignals, handle_termination
+    try:
+        precheck_arguments(argv)  # what can be checked before torch is imported (seconds of CPU)
+        # Lightning, torch, transformers: seconds (minutes on a loaded machine); a signal
+        # meanwhile ends the process at once (lightning_fed/startup.py), nothing is written yet.
+        import lightning_fed.federated_cli  # noqa: F401
+        from lightning_fed.callbacks.signals import ProcessSignals, handle_termination
     except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
         return _outcome(err, debug, None)
 
     signals = ProcessSignals()
-    with handle_termination(signals):
+    with handle_termination(signals):  # replaces startup's SIGTERM handler: a fit saves what it can
+        startup.release()
         try:
             main(None if from_sys else argv, signals=signals)
             return EXIT_OK

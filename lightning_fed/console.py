@@ -25,13 +25,12 @@ import logging
 import os
 import sys
 import warnings
-from pathlib import Path
 from typing import Any
 
 PROG = "lightning-fed"
 VERBOSE_FLAG = "--verbose"
 VERBOSE_ENV = "LIGHTNING_FED_VERBOSE"
-PACKAGE_DIR = str(Path(__file__).resolve().parent)
+PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__))  # not pathlib: this module starts every process
 
 BNB_CPU_LOGGER = "bitsandbytes.backends.cpu.ops"
 BNB_KERNELS_NOTICE = "Failed to load CPU gemm_4bit_forward from kernels-community"

@@ -367,9 +367,14 @@ def run_cli(args: list[str] | None = None, run: bool = True, signals: ProcessSig
         parser_class=FederatedArgumentParser,
         # `--help` names the program and keeps its usage to one line (jsonargparse lists every
         # option there too); the sections below it list each option with its help.
+        # No abbreviations: argparse took `--federation.local_step=2` as `local_steps` (issue 41 item 8).
         parser_kwargs={
             "prog": PROG,
-            **{name: {"usage": _usage(name), "description": text} for name, text in SUBCOMMANDS.items()},
+            "allow_abbrev": False,
+            **{
+                name: {"usage": _usage(name), "description": text, "allow_abbrev": False}
+                for name, text in SUBCOMMANDS.items()
+            },
         },
         # A full evaluation before round 1 gives the `initial` metrics of summary.json. The
         # round's loader is rank-aware (RoundBatchSampler): no DistributedSampler from Lightning.

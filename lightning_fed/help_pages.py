@@ -6,8 +6,14 @@ and ``report``. Their ``--help`` pages are therefore generated from the live par
 in ``lightning_fed/help_pages.json`` (data, generated); ``lightning-fed <subcommand> --help`` prints the stored page
 when it is known to be the same as the live one:
 
-- the versions of the libraries that shape the page (Python, Lightning, torch, jsonargparse...)
-  are those the page was generated with,
+- the versions of the libraries that shape the page are those the page was generated with:
+  Python (argparse's layout), Lightning (the ``--trainer.*`` options, their docstrings and known
+  subclasses), torch (the optimizers and schedulers listed under ``--optimizer`` and
+  ``--lr_scheduler``), jsonargparse and the two libraries it reads docstrings and stubs with
+  (docstring-parser, typeshed-client). Other libraries (transformers, PEFT, datasets...) put
+  nothing on a page (``tests/test_cli_help.py`` checks that no page names them), so a newer
+  transformers than the pinned one (what ``pip install`` resolves a week after a release) keeps
+  the fast pages,
 - no plugin adds strategies or objectives (entry points ``lightning_fed.strategies`` /
   ``lightning_fed.modules``: their classes would join the page),
 - the terminal is at least as wide as the page (80 columns), and
@@ -16,9 +22,11 @@ when it is known to be the same as the live one:
 
 Otherwise, or with ``LIGHTNING_FED_LIVE_HELP=1``, the live parser answers as before.
 ``tests/test_cli_help.py`` compares every stored page with the live parser's, so the two cannot
-drift; after changing an option or its documentation, regenerate the pages with::
+drift: when they differ it writes the live pages into :data:`PAGES_FILE` and fails, saying to
+commit the file (the same as ``python -m lightning_fed.help_pages --write``).
 
-    python -m lightning_fed.help_pages --write
+The option names of the stored pages also serve :mod:`lightning_fed.config_precheck`, which
+refuses an unknown key before torch is imported (:func:`stored_page`).
 """
 
 from __future__ import annotations
@@ -41,9 +49,10 @@ HELP_FLAGS = ("-h", "--help")
 LIVE_ENV = "LIGHTNING_FED_LIVE_HELP"
 COLUMNS = 80
 """The width the pages are generated at (argparse's default when the output is not a terminal)."""
-LIBRARIES = ("lightning", "torch", "jsonargparse", "transformers", "peft")
+LIBRARIES = ("lightning", "torch", "jsonargparse", "docstring-parser", "typeshed-client")
 """Distributions whose version changes a page (their options, docstrings, known subclasses, layout),
-as pinned in ``requirements.txt``; compared without a local label (``2.13.0+cpu`` is ``2.13.0``)."""
+as pinned in ``requirements.txt``; compared without a local label (``2.13.0+cpu`` is ``2.13.0``).
+Not transformers or PEFT: no page shows anything of theirs (module docstring)."""
 PLUGIN_GROUPS = ("lightning_fed.strategies", "lightning_fed.modules")
 PAGES_FILE = Path(__file__).resolve().parent / "help_pages.json"
 
@@ -68,10 +77,15 @@ def stored_help(argv: list[str]) -> str | None:
         return None
     if shutil.get_terminal_size((COLUMNS, 24)).columns < COLUMNS:
         return None
+    return stored_page(argv[0])
+
+
+def stored_page(subcommand: str) -> str | None:
+    """The stored page of ``subcommand`` if it is the live parser's with the libraries installed now, else ``None``."""
     pages = stored()
     if pages["versions"] != versions() or any(entry_points(group=group) for group in PLUGIN_GROUPS):
         return None
-    return pages["pages"].get(argv[0])
+    return pages["pages"].get(subcommand)
 
 
 def stored() -> dict[str, Any]:

@@ -1,0 +1,156 @@
+"""What ``lightning-fed fit|validate|test`` can check before torch is imported (seconds of CPU).
+
+Building the LightningCLI's parser imports torch, Lightning, transformers and PEFT: 10-20 s of
+CPU before a mistyped key could be reported. These checks need only the YAML files, the shipped
+configs' names and the option names of the stored ``--help`` page
+(:mod:`lightning_fed.help_pages`), which ``tests/test_cli_help.py`` keeps equal to the live
+parser's:
+
+- a shipped config's name (``--config feddpo``) is resolved, an unknown one refused
+  (:func:`~lightning_fed.shipped_configs.resolve_config`);
+- each ``--config`` file is UTF-8, valid YAML (the error names the file, line and column) and a
+  mapping;
+- every key of a config file and every ``--section.option`` on the command line is an option of
+  the subcommand, or the error names the file and the closest option. Abbreviations are not
+  options (``--federation.local_step`` is not ``local_steps``; the live parser refuses them too,
+  ``allow_abbrev=False``). Below a class-valued option (``model``, ``data``,
+  ``federation.strategy``, ``trainer.callbacks``...: its ``init_args`` depend on the class)
+  nothing is checked here: the live parser checks those, and the values of every option.
+
+The option names are used only when the stored page is the live parser's page for the installed
+libraries (:func:`lightning_fed.help_pages.stored_page`); otherwise only the files are checked.
+An error is one line on stderr and exit status 2 (:data:`~lightning_fed.errors.EXIT_USER_ERROR`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from lightning_fed.errors import _REPLACED_OPTIONS, EXIT_USER_ERROR, UserError, config_shape_error
+
+LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
+_OPTION = re.compile(r"^  (-\w, )?--([\w.]+)", re.M)
+CONFIG_FLAGS = ("--config", "-c")
+
+
+class Options:
+    """The option names of one subcommand's ``--help`` page, and the ones whose values are classes."""
+
+    def __init__(self, page: str) -> None:
+        self.names = {m.group(2) for m in _OPTION.finditer(page)}
+        # `--model.help CLASS_PATH_OR_NAME`: `model` takes a class, its keys (init_args) depend on it
+        self.classes = {name[: -len(".help")] for name in self.names if name.endswith(".help")}
+        self.groups = {
+            name
+            for name in self.names
+            if name not in self.classes and any(other.startswith(name + ".") for other in self.names)
+        }
+
+    def known(self, key: str) -> bool:
+        """Whether ``key`` (dotted) is an option, or lies below an option that takes a class."""
+        parts = key.split(".")
+        return key in self.names or any(".".join(parts[:i]) in self.classes for i in range(1, len(parts)))
+
+    def closest(self, key: str) -> str | None:
+        """The option most like ``key``, preferring those of the same section."""
+        section = key.rsplit(".", 1)[0] if "." in key else ""
+        candidates = sorted(n for n in self.names if not n.endswith(".help"))
+        same = [n for n in candidates if section and n.startswith(section + ".")]
+        for pool in (same, candidates):
+            if match := difflib.get_close_matches(key, pool, n=1, cutoff=0.6):
+                return match[0]
+        return None
+
+    def unknown_keys(self, mapping: dict[Any, Any], prefix: str = "") -> Iterator[str]:
+        """The keys of a config mapping (dotted, in file order) that are no option."""
+        for raw, value in mapping.items():
+            key = f"{prefix}{raw}"
+            if key in self.groups and isinstance(value, dict):
+                yield from self.unknown_keys(value, key + ".")
+            elif not self.known(key) and str(raw) not in _REPLACED_OPTIONS:
+                yield key
+
+
+def _refuse(message: str) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    raise SystemExit(EXIT_USER_ERROR)
+
+
+def _config_paths(args: list[str]) -> Iterator[str]:
+    for i, arg in enumerate(args):
+        if arg in CONFIG_FLAGS and i + 1 < len(args):
+            yield args[i + 1]
+        elif arg.startswith("--config="):
+            yield arg.split("=", 1)[1]
+
+
+def _load(path: str) -> Any:
+    import yaml  # jsonargparse's dependency; a few milliseconds
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"config {path!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise UserError(f"config {path!r} is not valid YAML{where}: {err.problem or err.context}") from None
+    except yaml.YAMLError as err:
+        raise UserError(f"config {path!r} is not valid YAML: {' '.join(str(err).split())}") from None
+
+
+def _check_file(path: str, options: Options | None, subcommand: str) -> None:
+    loaded = _load(path)
+    if problem := config_shape_error(path, loaded):
+        raise UserError(problem)
+    if options is None:
+        return
+    for key in options.unknown_keys(loaded):
+        near = options.closest(key)
+        hint = f"; did you mean {near}?" if near else f"; lightning-fed {subcommand} --help lists every option"
+        _refuse(f"config {path!r}: unknown key {key}{hint}")
+
+
+def _check_option(arg: str, options: Options, subcommand: str) -> None:
+    name = arg[2:].split("=", 1)[0].rstrip("+")
+    if not name or arg in CONFIG_FLAGS or name == "config" or options.known(name) or name in _REPLACED_OPTIONS:
+        return
+    near = options.closest(name)
+    hint = f"; did you mean --{near}?" if near else f"; lightning-fed {subcommand} --help lists every option"
+    _refuse(f"unknown option --{name} for `lightning-fed {subcommand}`{hint}")
+
+
+def precheck_arguments(argv: list[str]) -> None:
+    """Refuse, before torch is imported, what the live parser would refuse (module docstring).
+
+    ``argv`` is the command line after ``lightning-fed``. Raises :class:`UserError` or
+    ``SystemExit(2)`` (the message already written); returns when nothing is wrong that can be
+    seen here.
+    """
+    if not argv or argv[0] not in LIGHTNING_SUBCOMMANDS:
+        return
+    subcommand, args = argv[0], argv[1:]
+    if any(a in ("-h", "--help") or a.startswith("--print_config") for a in args):
+        return  # the live parser prints what was asked for
+    from lightning_fed.help_pages import stored_page
+    from lightning_fed.shipped_configs import resolve_config_args
+
+    args = resolve_config_args(args)
+    page = stored_page(subcommand)
+    options = Options(page) if page is not None else None
+    for path in _config_paths(args):
+        if Path(path).is_file():
+            _check_file(path, options, subcommand)
+    if options is None:
+        return
+    values = {i + 1 for i, a in enumerate(args) if a.startswith("--") and "=" not in a}  # `--key value`
+    for i, arg in enumerate(args):
+        if arg.startswith("--") and i not in values:
+            _check_option(arg, options, subcommand)
