@@ -29,7 +29,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from lightning_fed.errors import _REPLACED_OPTIONS, EXIT_USER_ERROR, UserError, config_shape_error
 
@@ -76,7 +76,7 @@ class Options:
                 yield key
 
 
-def _refuse(message: str) -> None:
+def _refuse(message: str) -> NoReturn:
     sys.stderr.write(f"error: {message}\n")
     raise SystemExit(EXIT_USER_ERROR)
 
@@ -101,9 +101,9 @@ def _load(path: str) -> Any:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise UserError(f"config {path!r} is not valid YAML{where}: {err.problem or err.context}") from None
+        _refuse(f"config {path!r} is not valid YAML{where}: {err.problem or err.context}")
     except yaml.YAMLError as err:
-        raise UserError(f"config {path!r} is not valid YAML: {' '.join(str(err).split())}") from None
+        _refuse(f"config {path!r} is not valid YAML: {' '.join(str(err).split())}")
 
 
 def _check_file(path: str, options: Options | None, subcommand: str) -> None:

@@ -99,7 +99,9 @@ def test_a_flower_argument_error_is_one_line_before_any_model_library_is_importe
         "heavy = sorted(m for m in heavy if m in sys.modules)\n"
         "print(code, heavy)"
     )
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1800
+    )
     assert proc.stdout.strip() == "2 []"
     assert proc.stderr == "error: --runtime-api-address must be host:port, got 'nope'\n"
 
@@ -112,7 +114,9 @@ def test_help_imports_nothing_heavy():
         "    code = console_main(['--help'])\n"
         "print(code, sorted(m for m in ('torch', 'lightning', 'transformers', 'peft') if m in sys.modules))"
     )
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1800
+    )
     assert proc.stdout.strip() == "0 []" and proc.stderr == ""
 
 
@@ -176,5 +180,7 @@ def test_a_lightning_record_prints_once_when_a_library_configured_the_root_logge
         "import lightning.pytorch; console.filter_library_handlers()\n"
         "logging.getLogger('lightning.pytorch.utilities.rank_zero').info('resuming x: a -> b (allowed)')"
     )
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1800
+    )
     assert proc.stderr.count("(allowed)") == 1, proc.stderr

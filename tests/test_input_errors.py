@@ -188,30 +188,6 @@ def test_a_config_that_names_nothing_points_at_the_shipped_list(tmp_path, given,
     assert not (tmp_path / "run").exists()
 
 
-def test_sigterm_while_importing_exits_143(tmp_path):
-    """Issue 34 (also seen): a SIGTERM in the first seconds (Lightning still importing, before the
-    handler existed) ended the process by the default action (-15, not 143)."""
-    import signal
-    import time
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/tiny.yaml"]
-        + [f"--trainer.default_root_dir={tmp_path / 'run'}"],
-        cwd=ROOT,
-        env=ENV,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(0.5)  # `import lightning_fed.cli` takes < 0.1 s; Lightning's import several seconds
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=1800)
-    assert proc.returncode == 143, stderr[-3000:]
-    assert stderr.splitlines()[-1] == (
-        "lightning-fed: stopped by SIGTERM; no round completed in this run, so no checkpoint was written by it"
-    )
-    assert not (tmp_path / "run").exists()
-
-
 def test_validate_of_a_checkpoint_in_a_read_only_run_folder_is_refused_first(tmp_path):
     """Issue 34 item 6: ``validate`` of a checkpoint in a read-only run folder ran the whole
     evaluation, then exited 2 without its metrics (``validate_results.json`` goes into the

@@ -62,7 +62,9 @@ def test_clientapp_process_loads_the_backbone_once_per_run(tmp_path):
         isolation="process",
     )
     with deployment as dep:
-        result = dep.run({"config": str(config), "output-dir": str(tmp_path / "flower"), "timeout": 120.0}, timeout=1800)
+        result = dep.run(
+            {"config": str(config), "output-dir": str(tmp_path / "flower"), "timeout": 120.0}, timeout=1800
+        )
         assert result.ok, result.output[-4000:]
         workers = list(dep.clientapps)
         assert len(workers) == NUM_CLIENTS and all(w.alive() for w in workers)

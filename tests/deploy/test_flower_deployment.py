@@ -124,7 +124,9 @@ def test_feddpo_over_a_real_deployment(tmp_path):
         _assert_tls(dep)
         assert len(dep.supernode_keys) == NUM_CLIENTS and all(dep.node_ids)
         rogue = _start_unregistered_supernode(dep, tmp_path / "rogue")  # refused while the run goes on
-        result = dep.run({"config": str(config), "output-dir": str(tmp_path / "flower"), "timeout": 120.0}, timeout=1800)
+        result = dep.run(
+            {"config": str(config), "output-dir": str(tmp_path / "flower"), "timeout": 120.0}, timeout=1800
+        )
         assert result.ok, result.output[-4000:]
         assert rogue.popen.wait(timeout=1800) != 0, rogue.log_tail()
         assert "No SuperNode found with the given public key" in dep.superlink.log_tail(400)

@@ -103,7 +103,9 @@ def test_secagg_over_a_real_deployment(tmp_path):
         supernode_auth=True,
     )
     with deployment as dep:
-        result = dep.run({"config": str(config), "output-dir": str(tmp_path / "flower"), "timeout": 120.0}, timeout=1800)
+        result = dep.run(
+            {"config": str(config), "output-dir": str(tmp_path / "flower"), "timeout": 120.0}, timeout=1800
+        )
         assert result.ok, result.output[-4000:]
         remote = torch.load(tmp_path / "flower" / "global_state.pt", weights_only=True)
         bound = NUM_CLIENTS * quantization_error_bound(0.5, 2**22) / (NUM_CLIENTS * 12 / 32)  # 12 train examples each
