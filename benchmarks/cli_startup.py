@@ -8,6 +8,14 @@ the two can be compared as a ratio::
 
     .venv/bin/python benchmarks/cli_startup.py --rev 7af9c5c --repeat 5
 
+``--installed VENV`` measures a pip install instead (the ``lightning-fed`` console script of
+``VENV``, run from an empty folder, nothing on ``PYTHONPATH``): the wheel as a user gets it,
+with the library versions pip resolved (docs/get-started/install.md)::
+
+    python -m venv /tmp/v && /tmp/v/bin/pip install torch==2.13.0
+    /tmp/v/bin/pip install "dist/lightning_fed-0.1.0-py3-none-any.whl[flower,eval,offline-models]"
+    .venv/bin/python benchmarks/cli_startup.py --installed /tmp/v --repeat 3
+
 The targets of issues 21 and 33 (``--help`` and every subcommand's ``--help`` under 1.5 s of
 process time, an argument error before any model import) are checked by the tests only as
 "imports nothing heavy" (``tests/test_console.py``, ``tests/test_cli_help.py``: the subcommands'
@@ -34,24 +42,27 @@ COMMANDS = {
     "evaluate --help": ["evaluate", "--help"],
     "plan --help": ["plan", "--help"],
     "bad argument": ["flower", "clientapp", "--runtime-api-address", "nope", "--insecure"],
-    "config error": [
-        "fit",
-        "--config",
-        "configs/tiny.yaml",
-        "--model.init_args.lr=-1",
-        "--trainer.default_root_dir=/x",
-    ],
+    "config key error": ["fit", "--config", "tiny", "--federation.local_step=2", "--trainer.default_root_dir=/x"],
+    "config file error": ["fit", "--config", "broken.yaml", "--trainer.default_root_dir=/x"],
+    "config value error": ["fit", "--config", "tiny", "--model.init_args.lr=-1", "--trainer.default_root_dir=/x"],
 }
+BROKEN = "federation:\n  rounds: [1\n"
+"""``broken.yaml``, written into the folder each command runs in (a YAML syntax error)."""
 
 
 def _time(args: list[str], tree: Path) -> tuple[float, float, int]:
-    # `python -m` puts the working directory first on sys.path: run in the tree measured.
-    env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    if (tree / "bin" / "lightning-fed").is_file():  # an installed venv: its console script
+        env.pop("PYTHONPATH", None)
+        cmd = [str(tree / "bin" / "lightning-fed")]
+    else:  # the tree measured first on the path
+        env["PYTHONPATH"] = str(tree)
+        cmd = [sys.executable, "-m", "lightning_fed.cli"]
+    cwd = Path(tempfile.mkdtemp())  # an empty folder but for broken.yaml
+    (cwd / "broken.yaml").write_text(BROKEN)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", *args], cwd=tree, env=env, capture_output=True, check=False
-    )
+    proc = subprocess.run([*cmd, *args], cwd=cwd, env=env, capture_output=True, check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -70,8 +81,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per command (median reported)")
     parser.add_argument("--rev", default=None, help="also measure the package at this git revision (e.g. 7af9c5c)")
+    parser.add_argument("--installed", default=None, help="measure this virtualenv's lightning-fed instead of the tree")
     args = parser.parse_args()
-    trees = {"now": ROOT}
+    trees = {"installed": Path(args.installed)} if args.installed else {"now": ROOT}
     with tempfile.TemporaryDirectory() as tmp:
         if args.rev:
             archive = subprocess.run(
@@ -80,12 +92,12 @@ def main() -> None:
             subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
             trees = {args.rev: Path(tmp), **trees}
         results = {label: measure(path, args.repeat) for label, path in trees.items()}
-    print(f"{'command':<16}" + "".join(f"{label + ' wall/cpu s (exit)':>34}" for label in results))
+    print(f"{'command':<20}" + "".join(f"{label + ' wall/cpu s (exit)':>34}" for label in results))
     for name in COMMANDS:
         cells = "".join(f"{f'{r[name][0]:.2f} / {r[name][1]:.2f} ({r[name][2]})':>34}" for r in results.values())
-        print(f"{name:<16}{cells}")
+        print(f"{name:<20}{cells}")
     if args.rev:
-        before, after = results[args.rev], results["now"]
+        before, after = results[args.rev], results["installed" if args.installed else "now"]
         ratios = " ".join(f"{name.replace(' ', '_')}={after[name][1] / before[name][1]:.2f}" for name in COMMANDS)
         print(f"cli_startup: cpu_ratio_now_vs_{args.rev} {ratios}")
 
