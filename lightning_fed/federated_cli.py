@@ -379,6 +379,11 @@ def run_cli(args: list[str] | None = None, run: bool = True, signals: ProcessSig
         # A full evaluation before round 1 gives the `initial` metrics of summary.json. The
         # round's loader is rank-aware (RoundBatchSampler): no DistributedSampler from Lightning.
         trainer_defaults={"num_sanity_val_steps": -1, "use_distributed_sampler": False},
+        # No `--optimizer` / `--lr_scheduler`: each objective builds its own optimizer from
+        # `model.optimizer` and `model.lr` (one per client turn); Lightning's would replace the
+        # module's `configure_optimizers`. Their pages listed every Optimizer subclass imported
+        # at the time (accelerate's, bitsandbytes'), which tied `fit --help` to those versions.
+        auto_configure_optimizers=False,
         seed_everything_default=0,
         save_config_kwargs={"overwrite": True},
         args=args,

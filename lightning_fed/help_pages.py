@@ -8,12 +8,12 @@ when it is known to be the same as the live one:
 
 - the versions of the libraries that shape the page are those the page was generated with:
   Python (argparse's layout), Lightning (the ``--trainer.*`` options, their docstrings and known
-  subclasses), torch (the optimizers and schedulers listed under ``--optimizer`` and
-  ``--lr_scheduler``), jsonargparse and the two libraries it reads docstrings and stubs with
-  (docstring-parser, typeshed-client). Other libraries (transformers, PEFT, datasets...) put
-  nothing on a page (``tests/test_cli_help.py`` checks that no page names them), so a newer
-  transformers than the pinned one (what ``pip install`` resolves a week after a release) keeps
-  the fast pages,
+  subclasses), torch (what Lightning offers depends on it), jsonargparse and the two libraries
+  it reads docstrings and stubs with (docstring-parser, typeshed-client). No other library's
+  class is named on a page (``tests/test_cli_help.py`` checks it: ``fit`` has no ``--optimizer``,
+  whose list of every imported Optimizer subclass named accelerate's and bitsandbytes'), so a
+  newer transformers or PEFT than the pinned one (what ``pip install`` resolves a week after a
+  release) keeps the fast pages,
 - no plugin adds strategies or objectives (entry points ``lightning_fed.strategies`` /
   ``lightning_fed.modules``: their classes would join the page),
 - the terminal is at least as wide as the page (80 columns), and
