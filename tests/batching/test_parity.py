@@ -7,10 +7,14 @@ order (a gathered batched matmul) and pads each step to the widest of the group'
 moves the logits by about 1e-7; AdamW divides each gradient by its own running norm, so on a
 near-zero gradient component that rounding can move the update by a visible fraction of ``lr``
 (two sequential runs that differ only in tensor shapes differ as much: benchmarks/batched_rounding.py).
-Measured largest difference of an uploaded value: 1.4e-6 (FedIT), 2.7e-5 (FedBiscuit's third
-round), against a largest LoRA value of 0.015 (3 steps of lr 5e-3). The tolerance is 1% of one
-AdamW step's largest move, ``0.01 * lr = 5e-5``; a deliberately broken reduction (one mean over all
-rows instead of per client) is off by 7e-3 (``test_a_mean_over_all_rows_is_caught``).
+Measured largest difference of an uploaded value: 1.4e-6 (FedIT), 2.7e-5 and 6.8e-6 (FedBiscuit's
+third round, two sessions), against a largest LoRA value of 0.015 (3 steps of lr 5e-3), and 9.7e-5
+for FedBiscuit on another machine of two busy cores (issue 41). What moves it is the CPU's kernels
+(ATen's vectorized ones, MKL's), not the load or the thread count: ``benchmarks/float_paths.py``
+runs the comparison with AVX512, AVX2 and plain kernels and 1 or 2 threads (benchmarks/RESULTS.md,
+"Float paths"). The tolerance is 10% of one AdamW step's largest move, ``0.1 * lr = 5e-4``: five
+times the largest spread seen anywhere; a deliberately broken reduction (one mean over all rows
+instead of per client) is off by 7e-3, 14 times the tolerance (``test_a_mean_over_all_rows_is_caught``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from tests.helpers.selector_data import one_thread, write_planted_selector_data
 #: A tiny GPT-2 without dropout (batched turns fall back under active dropout).
 NO_DROPOUT = {**TINY_GPT2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "initializer_range": 0.1}
 STEPS, LR = 3, 5e-3  # local steps and learning rate of every run here
-ATOL = 0.01 * LR
+ATOL = 0.1 * LR  # module docstring: 5x the largest spread across CPU kernels and machines
 
 
 class RecordUpdates(RoundHook):
