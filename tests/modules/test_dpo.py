@@ -242,11 +242,17 @@ def test_federated_run_is_the_same_with_and_without_the_cache(tmp_path):
             assert module.reference_cache.hits > 0 and module.reference_cache.misses > 0
     # Bit-identical as long as every example is seen in one batch composition; a seen example
     # in another batch gets the value of its first batch, which the recomputation may round
-    # differently in the last bit (float32 reductions depend on the batch's shape), so the
-    # two runs agree to float32 precision. LoRA B starts at 0 and ends ~4e-2 from it.
+    # differently in the last bit (float32 reductions depend on the batch's shape and on the
+    # CPU's kernels), and AdamW, dividing each gradient by its own running scale, can turn that
+    # last bit into a visible part of a step on a near-zero component. Measured: identical with
+    # this machine's AVX512 kernels (1 or 2 threads), and past rtol 1e-5 on a LoRA B tensor on
+    # another machine (issue 41; benchmarks/float_paths.py, RESULTS.md "Float paths"). So the
+    # tolerance is tests/batching/test_parity.py's: 10% of one AdamW step, 0.1 * lr = 5e-4,
+    # against LoRA B values of ~4e-2; a cache serving wrong reference log-probs changes the DPO
+    # loss itself, so every step, by up to lr.
     assert states[True].keys() == states[False].keys()
     for name in states[True]:
-        torch.testing.assert_close(states[True][name], states[False][name], rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(states[True][name], states[False][name], rtol=0, atol=0.1 * 5e-3, msg=name)
     assert max(v.abs().max() for k, v in states[True].items() if "lora_B" in k) > 1e-2
 
 
