@@ -40,9 +40,10 @@ from lightning_fed.errors import (
     simplify_parse_error,
     unwritable,
 )
+from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from lightning_fed.federation.report import RoundReport
-from lightning_fed.federation.resume_check import check_evaluation, check_resume, check_weights, saved_config
+from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
@@ -272,9 +273,9 @@ class FederatedCLI(LightningCLI):
                 raise FileNotFoundError(f"ckpt_path {ckpt!r}: no such checkpoint file")
             if "://" not in str(ckpt):  # readable, and written by a run of this config
                 self.signals.resume_from = Path(ckpt)  # stopped before a round ends: resume from it again
+                self._check_weights(ckpt, loop.server)  # every part of it, before anything is written
                 for change in check_resume(ckpt, loop.report.config, getattr(self, "_saved_config", None)):
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
-                self._check_weights(ckpt)
         # Earlier stages of a multi-stage method (FedBis: train the selector, label D_gen with it)
         # run here, each through this CLI, before the data is served.
         prepare_stages(self.model, self.datamodule, fit=run_cli, device=self.trainer.strategy.root_device)
@@ -294,9 +295,9 @@ class FederatedCLI(LightningCLI):
         if "://" not in str(root) and (why := unwritable(root)):
             raise UserError(f"trainer.default_root_dir {str(root)!r}: {why}")
 
-    def _check_weights(self, ckpt: Any) -> None:
+    def _check_weights(self, ckpt: Any, server: Any = None) -> None:
         if getattr(self, "_saved_weights", None) is not None:
-            check_weights(ckpt, self._saved_weights, self.model)
+            check_checkpoint(ckpt, self._saved_weights, self.model, server, stage=self.subcommand)
 
     def _before_evaluation(self, stage: str) -> None:
         # As before_fit: the checkpoint and the data are checked before the Trainer writes logs.
