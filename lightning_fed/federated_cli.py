@@ -44,6 +44,7 @@ from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
+from lightning_fed.federation.run_folder import RunConfigFile
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
@@ -376,6 +377,7 @@ def run_cli(args: list[str] | None = None, run: bool = True, signals: ProcessSig
         # round's loader is rank-aware (RoundBatchSampler): no DistributedSampler from Lightning.
         trainer_defaults={"num_sanity_val_steps": -1, "use_distributed_sampler": False},
         seed_everything_default=0,
+        save_config_callback=RunConfigFile,  # an earlier run's config.yaml is replaced after a round
         save_config_kwargs={"overwrite": True},
         args=args,
         run=run,
