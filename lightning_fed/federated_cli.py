@@ -53,6 +53,7 @@ from lightning_fed.report.table import DEFAULT_METRICS
 from lightning_fed.run_parser import add_federation_arguments
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
+from lightning_fed.trainer_options import trainer_option_problem
 
 LOG_EVERY_N_STEPS = 50
 """Lightning's default ``trainer.log_every_n_steps``; a run logs at least once per client turn."""
@@ -182,6 +183,9 @@ class FederatedCLI(LightningCLI):
         if bad := _non_finite(config):
             key, value = bad[0]
             raise UserError(f"{key} must be a finite number, got {value}")
+        trainer = config.get("trainer")
+        if problem := trainer_option_problem(vars(trainer) if isinstance(trainer, Namespace) else trainer or {}):
+            raise UserError(problem)  # the Trainer's own bounds, before it (or the backbone) is built
         if config.get("trainer.use_distributed_sampler"):  # the default here is False (trainer_defaults)
             raise UserError(
                 "trainer.use_distributed_sampler must be false (the round loader splits each batch over the"
