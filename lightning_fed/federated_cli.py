@@ -44,6 +44,7 @@ from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
+from lightning_fed.federation.run_checks import federation_problem
 from lightning_fed.federation.run_folder import RunConfigFile
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
@@ -186,6 +187,8 @@ class FederatedCLI(LightningCLI):
         trainer = config.get("trainer")
         if problem := trainer_option_problem(vars(trainer) if isinstance(trainer, Namespace) else trainer or {}):
             raise UserError(problem)  # the Trainer's own bounds, before it (or the backbone) is built
+        if self.subcommand == "fit" and (problem := federation_problem(config.get("federation"))):
+            raise UserError(problem)  # strategy, hooks, compression, privacy: before the backbone loads
         if config.get("trainer.use_distributed_sampler"):  # the default here is False (trainer_defaults)
             raise UserError(
                 "trainer.use_distributed_sampler must be false (the round loader splits each batch over the"
