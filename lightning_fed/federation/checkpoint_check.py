@@ -51,6 +51,14 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
+def _show(value: Any) -> str:
+    """``value`` for a one-line message: a tensor by its shape, anything else by a short repr."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -145,7 +153,7 @@ def report_problem(report: Any) -> Problem | None:
     else:
         rounds = report.get("rounds")
         if not _is_int(rounds) or rounds < 0:
-            return f"{where}.rounds", f"is {rounds!r}, expected a number of rounds >= 0"
+            return f"{where}.rounds", f"is {_show(rounds)}, expected a number of rounds >= 0"
         folder = report.get("folder")
         if folder is not None and not isinstance(folder, str):
             return f"{where}.folder", f"is a {_kind(folder)}, expected a path"
@@ -206,7 +214,7 @@ def privacy_problem(state: Any, rounds: int, private: bool) -> Problem | None:
         if check is None:
             return f"{where}.{key}", f"is not a field of a run's privacy state (one of {sorted(PRIVACY_FIELDS)})"
         if not check(value):
-            return f"{where}.{key}", f"is {value!r}, not what a run's privacy state holds"
+            return f"{where}.{key}", f"is {_show(value)}, not what a run's privacy state holds"
     accounted = state.get("rounds_accounted")
     if _is_int(accounted) and accounted > rounds:
         return f"{where}.rounds_accounted", f"is {accounted}, more than the {rounds} rounds recorded"
@@ -284,7 +292,7 @@ def optimizer_problem(ckpt: Mapping[str, Any], module: Any) -> Problem | None:
         params = [p for group in opt.param_groups for p in group["params"]]
         for index, entry in state["state"].items():
             if not _is_int(index) or not 0 <= index < len(params) or not isinstance(entry, Mapping):
-                return f"{where}.state", f"entry {index!r} names no parameter of this model's optimizer"
+                return f"{where}.state", f"entry {_show(index)} names no parameter of this model's optimizer"
             for name, t in entry.items():
                 if isinstance(t, torch.Tensor) and t.dim() > 0 and tuple(t.shape) != tuple(params[index].shape):
                     return (
@@ -305,7 +313,7 @@ def callbacks_problem(ckpt: Mapping[str, Any]) -> Problem | None:
         return "callbacks.FederatedLoop", f"is a {_kind(state)}, expected a mapping"
     for key, value in state.items():
         if not _is_int(value) or value < 0:
-            return f"callbacks.FederatedLoop.{key}", f"is {value!r}, expected a count >= 0"
+            return f"callbacks.FederatedLoop.{key}", f"is {_show(value)}, expected a count >= 0"
     return None
 
 
@@ -351,5 +359,5 @@ def check_checkpoint(
     problem = checkpoint_problem(ckpt, module, server, stage)
     if problem is not None:
         part, what = problem
-        raise CheckpointError(f"ckpt_path {str(path)!r}: {part} {what}")
+        raise CheckpointError(" ".join(f"ckpt_path {str(path)!r}: {part} {what}".split()))
     check_weights(path, ckpt, module)
