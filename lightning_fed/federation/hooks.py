@@ -112,7 +112,7 @@ class RoundHook:
 
     def check_run(self, run: Any) -> None:
         """Before the model or the data is built (:mod:`~lightning_fed.federation.run_checks`):
-        raise a one-line ``ValueError`` for a conflict with the run's other settings (its
+        raise a one-line ``ValueError`` (or ``TypeError``) for a conflict with the run's other settings (its
         ``strategy``, ``compression``, ``privacy``: ``run`` is the
         :class:`~lightning_fed.federation.run.FederatedRun`)."""
 

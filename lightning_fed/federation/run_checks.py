@@ -46,7 +46,7 @@ def run_problem(run: Any) -> str | None:
             continue
         try:
             check(run)
-        except ValueError as err:
+        except (ValueError, TypeError) as err:  # a hook's one-line refusal
             return str(err)
     return None
 

@@ -122,7 +122,7 @@ class ClientGrouping(RoundHook):
         # Behind client-level DP (lightning_fed.privacy.ClientLevelDP) the FedBiscuit is its `wrapped`.
         strategy = getattr(server.strategy, "wrapped", server.strategy)
         if not isinstance(strategy, FedBiscuit):
-            raise ValueError(
+            raise TypeError(
                 f"ClientGrouping needs federation.strategy=FedBiscuit, got {type(server.strategy).__name__}"
             )
         return strategy
