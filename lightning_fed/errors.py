@@ -175,6 +175,9 @@ def _join(key: str | None, sub: str) -> str:
     return f"{key}.{sub}" if key else sub
 
 
+_NON_FINITE_GIVEN = re.compile(r"Given value: ([+-]?(?:nan|inf|infinity))$", re.IGNORECASE)
+
+
 def simplify_parse_error(message: str, objectives: Callable[[], Iterable[str]] | None = None) -> str:
     """Say which class_path is unknown or which key is missing instead of jsonargparse's union dump.
 
@@ -186,6 +189,8 @@ def simplify_parse_error(message: str, objectives: Callable[[], Iterable[str]] |
     """
     message = " ".join(message.split())
     key = m.group(1) if (m := _PARSER_KEY.match(message)) else None
+    if key and "<class 'float'>" in message and (m := _NON_FINITE_GIVEN.search(message)):  # `=nan` for a number
+        return f"{key} must be a finite number, got {m.group(1)}"
     if (m := _NOT_ACCEPTED.search(message)) and m.group(1) in _REPLACED_OPTIONS:
         return _REPLACED_OPTIONS[m.group(1)]
     if m := _REQUIRED.search(message):

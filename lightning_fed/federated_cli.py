@@ -40,9 +40,12 @@ from lightning_fed.errors import (
     simplify_parse_error,
     unwritable,
 )
+from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from lightning_fed.federation.report import RoundReport
-from lightning_fed.federation.resume_check import check_evaluation, check_resume, check_weights, saved_config
+from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
+from lightning_fed.federation.run_checks import federation_problem
+from lightning_fed.federation.run_folder import RunConfigFile
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
@@ -51,6 +54,7 @@ from lightning_fed.report.table import DEFAULT_METRICS
 from lightning_fed.run_parser import add_federation_arguments
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
+from lightning_fed.trainer_options import trainer_option_problem
 
 LOG_EVERY_N_STEPS = 50
 """Lightning's default ``trainer.log_every_n_steps``; a run logs at least once per client turn."""
@@ -180,6 +184,11 @@ class FederatedCLI(LightningCLI):
         if bad := _non_finite(config):
             key, value = bad[0]
             raise UserError(f"{key} must be a finite number, got {value}")
+        trainer = config.get("trainer")
+        if problem := trainer_option_problem(vars(trainer) if isinstance(trainer, Namespace) else trainer or {}):
+            raise UserError(problem)  # the Trainer's own bounds, before it (or the backbone) is built
+        if self.subcommand == "fit" and (problem := federation_problem(config.get("federation"))):
+            raise UserError(problem)  # strategy, hooks, compression, privacy: before the backbone loads
         if config.get("trainer.use_distributed_sampler"):  # the default here is False (trainer_defaults)
             raise UserError(
                 "trainer.use_distributed_sampler must be false (the round loader splits each batch over the"
@@ -272,9 +281,9 @@ class FederatedCLI(LightningCLI):
                 raise FileNotFoundError(f"ckpt_path {ckpt!r}: no such checkpoint file")
             if "://" not in str(ckpt):  # readable, and written by a run of this config
                 self.signals.resume_from = Path(ckpt)  # stopped before a round ends: resume from it again
+                self._check_weights(ckpt, loop.server)  # every part of it, before anything is written
                 for change in check_resume(ckpt, loop.report.config, getattr(self, "_saved_config", None)):
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
-                self._check_weights(ckpt)
         # Earlier stages of a multi-stage method (FedBis: train the selector, label D_gen with it)
         # run here, each through this CLI, before the data is served.
         prepare_stages(self.model, self.datamodule, fit=run_cli, device=self.trainer.strategy.root_device)
@@ -294,9 +303,9 @@ class FederatedCLI(LightningCLI):
         if "://" not in str(root) and (why := unwritable(root)):
             raise UserError(f"trainer.default_root_dir {str(root)!r}: {why}")
 
-    def _check_weights(self, ckpt: Any) -> None:
+    def _check_weights(self, ckpt: Any, server: Any = None) -> None:
         if getattr(self, "_saved_weights", None) is not None:
-            check_weights(ckpt, self._saved_weights, self.model)
+            check_checkpoint(ckpt, self._saved_weights, self.model, server, stage=self.subcommand)
 
     def _before_evaluation(self, stage: str) -> None:
         # As before_fit: the checkpoint and the data are checked before the Trainer writes logs.
@@ -385,6 +394,7 @@ def run_cli(args: list[str] | None = None, run: bool = True, signals: ProcessSig
         # at the time (accelerate's, bitsandbytes'), which tied `fit --help` to those versions.
         auto_configure_optimizers=False,
         seed_everything_default=0,
+        save_config_callback=RunConfigFile,  # an earlier run's config.yaml is replaced after a round
         save_config_kwargs={"overwrite": True},
         args=args,
         run=run,

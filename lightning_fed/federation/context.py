@@ -55,7 +55,9 @@ class RoundContext:
     @classmethod
     def from_trainer(cls, trainer: Any, rounds: int, seed: int, add_round_bytes: Callable[..., None]) -> RoundContext:
         """The in-process run's context (``trainer.log_dir`` is collective: call on every rank)."""
-        return cls(
+        from lightning_fed.federation.run_folder import share_earlier_files
+
+        context = cls(
             rounds=rounds,
             seed=seed,
             log_dir=str(trainer.log_dir or trainer.default_root_dir),
@@ -63,3 +65,5 @@ class RoundContext:
             global_rank=int(trainer.global_rank),
             add_round_bytes=add_round_bytes,
         )
+        share_earlier_files(trainer, context)  # one run: what the trainer's writers and the report's wait for
+        return context

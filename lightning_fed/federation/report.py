@@ -44,6 +44,7 @@ from lightning_fed.federation.client_stats import (
     per_client_logging,
 )
 from lightning_fed.federation.round_history import CLIENTS_DIR, ROUNDS_FILE, RoundHistory
+from lightning_fed.federation.run_folder import earlier_files
 from lightning_fed.strategies.base import ClientUpdate
 
 SIZES_FILE = "client_sizes.parquet"
@@ -64,6 +65,13 @@ def totals_only(report: Any) -> Any:
     if isinstance(report, list) and report and all(isinstance(v, (int, float)) for v in report):
         return sum(report)
     return report
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: a crash never leaves half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def log_scalars(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> None:
@@ -107,9 +115,11 @@ class RoundReport:
         if self._history.attached or trainer is None:
             return
         folder = getattr(trainer, "log_dir", None) or getattr(trainer, "default_root_dir", None)
+        guard = None
         if folder is not None:
+            guard = earlier_files(trainer, folder)  # before this run writes there
             Path(folder).mkdir(parents=True, exist_ok=True)
-        self._history.attach(folder, writer=getattr(trainer, "is_global_zero", True))
+        self._history.attach(folder, writer=getattr(trainer, "is_global_zero", True), guard=guard)
 
     @staticmethod
     def output_dir(trainer: pl.Trainer) -> Path:
@@ -311,11 +321,13 @@ class RoundReport:
         }
         path = self.output_dir(trainer) / "summary.json"
         if trainer.is_global_zero:
+            # An earlier run's files (a resume in its folder) are replaced once this run has
+            # completed a round; a run that fails before leaves them as they were.
+            guard = earlier_files(trainer, path.parent)
             if self._sizes[0]:
-                self._write_sizes(path.parent / SIZES_FILE)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(summary, indent=2, default=str))
-            os.replace(tmp, path)  # atomic: a crash never leaves half a summary
+                guard.write(path.parent / SIZES_FILE, lambda: self._write_sizes(path.parent / SIZES_FILE))
+            text = json.dumps(summary, indent=2, default=str)
+            guard.write(path, lambda: _replace_text(path, text))
         return path
 
     def _write_sizes(self, path: Path) -> None:

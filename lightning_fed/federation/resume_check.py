@@ -60,8 +60,9 @@ DERIVED_SEEDS = ("data.seed", "federation.seed")
 
 def saved_config(ckpt: dict[str, Any]) -> dict[str, Any] | None:
     """The resolved config stored in a lightning-fed checkpoint (``None`` for older checkpoints)."""
-    report = (ckpt.get("federation") or {}).get("report") or {}
-    config = report.get("config")
+    fed = ckpt.get("federation")
+    report = fed.get("report") if isinstance(fed, Mapping) else None
+    config = report.get("config") if isinstance(report, Mapping) else None
     return config if isinstance(config, dict) else None
 
 
@@ -196,7 +197,12 @@ def check_weights(path: str | Path, ckpt: Mapping[str, Any], module: Any) -> Non
         CheckpointError: One line naming the file, the section and the first bad key.
     """
     hint = "use a checkpoint of this config's model"
-    check_state(ckpt["state_dict"], module.state_dict(), named("ckpt_path", path, "state_dict"), required=(), hint=hint)
+    # Every shared parameter is in the state_dict a run writes (personal ones are left out between
+    # turns, the frozen backbone always): a missing one would silently keep its random start.
+    required = list(module.shared_parameters()) if hasattr(module, "shared_parameters") else ()
+    check_state(
+        ckpt["state_dict"], module.state_dict(), named("ckpt_path", path, "state_dict"), required=required, hint=hint
+    )
     fed = ckpt.get("federation")
     if fed is None or not hasattr(module, "shared_parameters"):
         return  # not written by a FederatedLoop: Lightning restores the weights, the federation starts afresh

@@ -35,6 +35,8 @@ from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
+from lightning_fed.federation.run_folder import EarlierFiles
+
 ROUNDS_FILE = "rounds.jsonl"
 CLIENTS_DIR = "client_metrics"
 PER_CLIENT = {"train": "train", "val": "val_clients"}
@@ -168,11 +170,13 @@ class RoundHistory(Sequence):
         self._writer = True  # only the global-zero process writes
         self._last: dict[str, Any] | None = None  # the last round's full record, once in the files
         self._last_offset = 0  # where its line starts in rounds.jsonl
+        self._guard: EarlierFiles | None = None  # an earlier run's files in the folder wait for a round
+        self._reading: Path | None = None  # where the records are read until the folder is prepared
 
     @property
     def folder(self) -> Path | None:
         """The folder holding the records' files (``None``: in memory only)."""
-        return self._dir or self._source
+        return self._reading or self._dir or self._source
 
     @property
     def attached(self) -> bool:
@@ -229,12 +233,14 @@ class RoundHistory(Sequence):
         return record
 
     # ------------------------------------------------------------------------ writing
-    def attach(self, run_dir: Path | None, writer: bool = True) -> None:
+    def attach(self, run_dir: Path | None, writer: bool = True, guard: EarlierFiles | None = None) -> None:
         """Keep the records in ``run_dir`` from now on (the first call decides; later ones do nothing).
 
         A new run starts the files afresh; a resumed one cuts them back to the checkpoint's
         count (copying them from the checkpoint's folder if that is another one). Records
-        made before (in memory) are written out.
+        made before (in memory) are written out. With ``guard``, files an earlier run left in
+        ``run_dir`` are cut, replaced or deleted only once this run appends its first round
+        (:mod:`~lightning_fed.federation.run_folder`): a run that fails before keeps them.
         """
         if self._dir is not None:
             return
@@ -244,25 +250,36 @@ class RoundHistory(Sequence):
         pending, examples = self._records, self._examples
         self._records, self._examples = [], []
         self._count -= len(pending)
-        self._dir, self._writer = run_dir, writer
+        self._dir, self._writer, self._guard = run_dir, writer, guard
         if writer:
-            self._prepare(self._count)
+            n, source = self._count, self._source
+            if guard is not None and not guard.committed and guard.holds_earlier(run_dir):
+                self._reading = source  # the records stay readable where they are until then
+                guard.write(run_dir, lambda: self._prepare(n, source))
+            else:
+                self._prepare(n, source)
         self._source = None
         for record, counts in zip(pending, examples):
             self._count += 1
             self._last = record
             self._persist(record, counts)
 
-    def _prepare(self, n: int) -> None:
-        """Make the folder's files hold exactly the first ``n`` rounds."""
-        path, source = self._dir / ROUNDS_FILE, self._source
+    def _drop(self, path: Path) -> None:
+        """Delete ``path``: a file of an earlier run (one this run wrote since is kept)."""
+        if self._guard is None or self._guard.is_earlier(path):
+            path.unlink(missing_ok=True)
+
+    def _prepare(self, n: int, source: Path | None) -> None:
+        """Make the folder's files hold exactly the first ``n`` rounds (of ``source``'s, if any)."""
+        self._reading = None
+        path = self._dir / ROUNDS_FILE
         src = source / ROUNDS_FILE if source is not None else path
         copy = source is not None and source.resolve() != self._dir.resolve() and src.is_file()
         if source is None or copy:  # nothing of another run in this folder is kept
-            path.unlink(missing_ok=True)
+            self._drop(path)
             for stage in PER_CLIENT:
                 for _, p in _round_files(self._dir, stage):
-                    p.unlink()
+                    self._drop(p)
         if source is None:
             self._last_offset = 0
             return
@@ -284,7 +301,7 @@ class RoundHistory(Sequence):
             for stage in PER_CLIENT:
                 for r, p in _round_files(self._dir, stage):
                     if r > n:
-                        p.unlink()
+                        self._drop(p)
         if path.is_file():
             _fsync(path)
         if len(offsets) - 1 < n:
@@ -302,12 +319,22 @@ class RoundHistory(Sequence):
             self._examples.append({"train": dict(examples)})
             return
         self._last = record
+        if self._guard is not None:  # a round is done: its records replace an earlier run's
+            self._guard.commit()
         self._persist(record, {"train": examples})
 
     def write_clients(self, stage: str, round_number: int, per_client: Mapping[Any, Any], examples: Any) -> None:
         """Write per-client metrics that are no round's record (the evaluation before round 1)."""
         if self._dir is not None and self._writer:
-            write_client_file(client_file(self._dir, stage, round_number), stage, round_number, per_client, examples)
+            path = client_file(self._dir, stage, round_number)
+            self._write(path, lambda: write_client_file(path, stage, round_number, per_client, examples))
+
+    def _write(self, path: Path, action: Any) -> None:
+        """``action`` now, or (an earlier run's file) once this run has completed a round."""
+        if self._guard is None:
+            action()
+        else:
+            self._guard.write(path, action)
 
     def update_last(self, fields: dict[str, Any], examples: Mapping[int, int]) -> None:
         """Add ``fields`` (the round's evaluation) to the last record; ``examples`` are the
@@ -320,14 +347,18 @@ class RoundHistory(Sequence):
             self._last = self[-1]
         self._last.update(fields)
         if self._writer:
-            with open(self._dir / ROUNDS_FILE, "r+b") as f:
-                f.seek(self._last_offset)
-                f.truncate()
-                f.write(_encode(_line(self._last)))
-                f.flush()
-                os.fsync(f.fileno())
+            line, offset = _encode(_line(self._last)), self._last_offset
+            self._write(self._dir / ROUNDS_FILE, lambda: self._rewrite_from(offset, line))
             if "val_clients" in fields:
                 self.write_clients("val", self._last["round"], fields["val_clients"], examples)
+
+    def _rewrite_from(self, offset: int, line: bytes) -> None:
+        with open(self._dir / ROUNDS_FILE, "r+b") as f:
+            f.seek(offset)
+            f.truncate()
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
 
     def _persist(self, record: dict[str, Any], examples: Mapping[str, Mapping[int, int]]) -> None:
         if not self._writer:

@@ -113,6 +113,10 @@ class ClientGrouping(RoundHook):
         self.noised_groupings = 0
         self._noise_std: float | None = None  # of the current grouping round's query
 
+    def check_run(self, run: Any) -> None:
+        """The strategy is FedBiscuit (behind client-level DP, its ``wrapped``), found before the model loads."""
+        self._strategy(run)
+
     @staticmethod
     def _strategy(server: ServerRound) -> FedBiscuit:
         # Behind client-level DP (lightning_fed.privacy.ClientLevelDP) the FedBiscuit is its `wrapped`.

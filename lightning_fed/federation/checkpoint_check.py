@@ -1,0 +1,363 @@
+"""One check of a whole checkpoint against the run about to use it, before anything is written.
+
+A resumed fit reads much more than its weights: the federation's report, strategy, hooks and
+privacy state, Lightning's loop counters, ``global_step``, the optimizer and scheduler states,
+the callbacks' states. Each part is input, and a part that does not fit the run fails late if
+at all: an ``AttributeError`` when ``federation`` is a list, a negative ``len`` when
+``report.rounds`` is ``-1``, ten files rewritten before ``report.rounds = 10**9`` meets the loop
+counter, a ``TypeError`` in round 3 from junk in ``federation.privacy``, every update rejected
+when a weight is ``3e38``. :func:`checkpoint_problem` checks every part against what this run's
+config implies (its module, its server with its strategy, hooks and privacy plan) and returns
+the first problem as ``(part, what is wrong)``; :func:`check_checkpoint` raises it as one line:
+the CLI calls it before the data is set up and before the run folder is touched.
+
+What a run of this config writes, and so what is accepted:
+
+* ``federation``: a mapping (a fit resumes the federation from it: without it the round, the
+  history and the global state would start afresh while Lightning's loop continues);
+* ``federation.report.rounds``: the rounds Lightning's loop completed
+  (``loops.fit_loop.epoch_progress``), and ``global_step`` the optimizer steps it counted;
+* ``federation.strategy`` / ``hooks`` / ``privacy``: what this run's objects load without error
+  (tried on copies), every tensor finite; the privacy state is there when the run is private;
+* ``optimizer_states`` / ``lr_schedulers``: one per optimizer/scheduler the module configures,
+  each loadable by it (tried on a fresh one), state tensors finite, of their parameter's shape;
+* ``state_dict`` and ``federation.global_state``: every shared parameter, of its shape, finite
+  and at most :data:`MAX_WEIGHT` in magnitude (:func:`~lightning_fed.federation.resume_check.check_weights`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lightning_fed.errors import CheckpointError
+
+MAX_WEIGHT = 1e6
+"""The largest magnitude of a weight a checkpoint may hand the run. No run of this package trains
+a LoRA or head weight near it (they stay below ~10); far below float32's 3.4e38, it keeps the
+squared norms of updates (sums over up to ~1e9 entries) finite, so a weight past it is damage, not
+training: with ``3e38`` every update's norm overflowed and every update was rejected."""
+
+Problem = tuple[str, str]
+"""``(part, what is wrong)``: ``("federation.report.rounds", "is -1, expected ...")``."""
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+def _show(value: Any) -> str:
+    """``value`` for a one-line message: a tensor by its shape, anything else by a short repr."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def tensors(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor inside nested mappings/lists, with its path (``"strategy.momentum['w']"``)."""
+    if isinstance(value, torch.Tensor):
+        yield prefix, value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from tensors(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from tensors(v, f"{prefix}[{i}]")
+
+
+def non_finite(value: Any, prefix: str) -> Problem | None:
+    """The first tensor (or float) inside ``value`` holding NaN or infinity."""
+    for where, t in tensors(value, prefix):
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return where, "has NaN or infinite values"
+    for where, x in _floats(value, prefix):
+        if not math.isfinite(x):
+            return where, f"is {x}, expected a finite number"
+    return None
+
+
+def _floats(value: Any, prefix: str) -> Iterator[tuple[str, float]]:
+    if isinstance(value, float):
+        yield prefix, value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _floats(v, f"{prefix}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _floats(v, f"{prefix}[{i}]")
+
+
+def too_large(state: Any, prefix: str) -> Problem | None:
+    """The first floating-point tensor of ``state`` with a value beyond :data:`MAX_WEIGHT`."""
+    for where, t in tensors(state, prefix):
+        if t.is_floating_point() and t.numel() and bool(torch.isfinite(t).all()):
+            peak = float(t.abs().max())
+            if peak > MAX_WEIGHT:
+                return where, f"holds {peak:.3g}, beyond any trained weight (at most {MAX_WEIGHT:g})"
+    return None
+
+
+def _count(loops: Any, *path: str) -> int | None:
+    """An int inside Lightning's loop state (``None`` when absent or not an int)."""
+    value = loops
+    for key in path:
+        if not isinstance(value, Mapping) or key not in value:
+            return None
+        value = value[key]
+    return value if _is_int(value) else None
+
+
+def loop_problem(ckpt: Mapping[str, Any], rounds: int) -> Problem | None:
+    """``federation.report.rounds`` and ``global_step`` against Lightning's loop counters."""
+    fit = ckpt["loops"].get("fit_loop")
+    if not isinstance(fit, Mapping):
+        return "loops.fit_loop", f"is a {_kind(fit)}, expected a mapping"
+    epochs = fit.get("epoch_progress")
+    done = {_count(epochs, "current", k) for k in ("processed", "completed")} - {None}
+    if done and rounds not in done:
+        return (
+            "federation.report.rounds",
+            f"is {rounds}, but Lightning's loop state completed {max(done)} rounds (loops.fit_loop.epoch_progress)",
+        )
+    auto = _count(fit, "epoch_loop.automatic_optimization.optim_progress", "optimizer", "step", "total", "completed")
+    manual = _count(fit, "epoch_loop.manual_optimization.optim_step_progress", "total", "completed")
+    if auto is not None or manual is not None:
+        steps = (auto or 0) + (manual or 0)
+        if ckpt["global_step"] != steps:
+            return (
+                "global_step",
+                f"is {ckpt['global_step']}, but Lightning's loop state counted {steps} optimizer steps",
+            )
+    return None
+
+
+def report_problem(report: Any) -> Problem | None:
+    """What is wrong with ``federation.report`` (:meth:`RoundReport.state_dict`)."""
+    where = "federation.report"
+    if not isinstance(report, Mapping):
+        return where, f"is a {_kind(report)}, expected a mapping"
+    if "history" in report:  # an earlier version's checkpoint: the records themselves
+        history = report["history"]
+        if not isinstance(history, list) or not all(isinstance(r, Mapping) for r in history):
+            return f"{where}.history", f"is a {_kind(history)}, expected a list of round records"
+    else:
+        rounds = report.get("rounds")
+        if not _is_int(rounds) or rounds < 0:
+            return f"{where}.rounds", f"is {_show(rounds)}, expected a number of rounds >= 0"
+        folder = report.get("folder")
+        if folder is not None and not isinstance(folder, str):
+            return f"{where}.folder", f"is a {_kind(folder)}, expected a path"
+    for key in ("initial_eval", "config"):
+        value = report.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            return f"{where}.{key}", f"is a {_kind(value)}, expected a mapping"
+    return non_finite(report.get("initial_eval"), f"{where}.initial_eval")
+
+
+def recorded_rounds(report: Mapping[str, Any]) -> int:
+    return len(report["history"]) if "history" in report else report["rounds"]
+
+
+def loads(obj: Any, state: Any, where: str) -> Problem | None:
+    """Try ``obj.load_state_dict(state)`` on a copy of ``obj``: its error, if any, as a problem."""
+    if not isinstance(state, Mapping):
+        return where, f"is a {_kind(state)}, expected a mapping"
+    if problem := non_finite(state, where):
+        return problem
+    try:
+        copy.deepcopy(obj).load_state_dict(copy.deepcopy(dict(state)))
+    except Exception as err:  # noqa: BLE001 - any way the run's object refuses it is the checkpoint's fault
+        first = " ".join(str(err).split())[:160]
+        return where, f"does not load into this run's {_kind(obj)} ({_kind(err)}: {first})"
+    return None
+
+
+PRIVACY_FIELDS: dict[str, Any] = {
+    "rounds_accounted": lambda v: _is_int(v) and v >= 0,
+    "stop": lambda v: v is None or (_is_int(v) and v >= 0),
+    "example_clients": lambda v: (
+        isinstance(v, Mapping)
+        and all(
+            _is_int(k) and isinstance(x, (list, tuple)) and len(x) == 2 and all(_is_int(i) and i >= 0 for i in x)
+            for k, x in v.items()
+        )
+    ),
+    "example_planned_rounds": lambda v: _is_int(v) and v >= 0,
+    "noise_multiplier": lambda v: (
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    ),
+}
+"""Each field of :meth:`~lightning_fed.privacy.run.RunPrivacy.state_dict` and what it must be."""
+
+
+def privacy_problem(state: Any, rounds: int, private: bool) -> Problem | None:
+    """``federation.privacy`` (checked by its fields: loading it resumes the run's key file)."""
+    where = "federation.privacy"
+    if state is None:
+        if private and rounds > 0:
+            return where, f"is missing, but this run is private and {rounds} rounds were accounted"
+        return None
+    if not isinstance(state, Mapping):
+        return where, f"is a {_kind(state)}, expected a mapping"
+    for key, value in state.items():
+        check = PRIVACY_FIELDS.get(key)
+        if check is None:
+            return f"{where}.{key}", f"is not a field of a run's privacy state (one of {sorted(PRIVACY_FIELDS)})"
+        if not check(value):
+            return f"{where}.{key}", f"is {_show(value)}, not what a run's privacy state holds"
+    accounted = state.get("rounds_accounted")
+    if _is_int(accounted) and accounted > rounds:
+        return f"{where}.rounds_accounted", f"is {accounted}, more than the {rounds} rounds recorded"
+    return None
+
+
+def federation_problem(ckpt: Mapping[str, Any], server: Any) -> Problem | None:
+    """The ``federation`` section against the run's server (its strategy, hooks and privacy plan)."""
+    fed = ckpt.get("federation")
+    if fed is None:
+        return (
+            "federation",
+            "is missing: the federation's rounds, history and global state would start afresh while"
+            " Lightning's loop continues; resume from a checkpoint lightning-fed fit wrote",
+        )
+    if not isinstance(fed, Mapping):
+        return "federation", f"is a {_kind(fed)}, expected a mapping"
+    if problem := report_problem(fed.get("report", {})):
+        return problem
+    rounds = recorded_rounds(fed.get("report", {}) or {"rounds": 0})
+    if problem := loop_problem(ckpt, rounds):
+        return problem
+    if server is None:
+        return None
+    if problem := loads(server.strategy, fed.get("strategy", {}), "federation.strategy"):
+        return problem
+    hooks = fed.get("hooks", [])
+    if not isinstance(hooks, list) or len(hooks) not in (0, len(server.hooks)):
+        n = len(hooks) if isinstance(hooks, list) else _kind(hooks)
+        return "federation.hooks", f"holds {n} states, this run has {len(server.hooks)} round hooks"
+    for i, (hook, state) in enumerate(zip(server.hooks, hooks)):
+        if problem := loads(hook, state, f"federation.hooks[{i}]"):
+            return problem
+    private = getattr(server, "privacy", None) is not None and getattr(server.privacy, "config", None) is not None
+    return privacy_problem(fed.get("privacy"), rounds, private)
+
+
+def configured(module: Any) -> tuple[list[torch.optim.Optimizer], list[Any]] | None:
+    """The optimizers and schedulers ``module.configure_optimizers()`` returns (``None``: unknown form)."""
+    try:
+        out = module.configure_optimizers()
+    except Exception:  # noqa: BLE001 - a module whose optimizers need the Trainer: not checked here
+        return None
+    if isinstance(out, torch.optim.Optimizer):
+        return [out], []
+    if isinstance(out, Mapping) and isinstance(out.get("optimizer"), torch.optim.Optimizer):
+        return [out["optimizer"]], [out["lr_scheduler"]] if out.get("lr_scheduler") is not None else []
+    if isinstance(out, (list, tuple)) and len(out) == 2 and isinstance(out[0], (list, tuple)):
+        return list(out[0]), list(out[1])
+    if isinstance(out, (list, tuple)) and all(isinstance(o, torch.optim.Optimizer) for o in out):
+        return list(out), []
+    return None
+
+
+def optimizer_problem(ckpt: Mapping[str, Any], module: Any) -> Problem | None:
+    """``optimizer_states`` and ``lr_schedulers`` against what the module configures."""
+    states = ckpt["optimizer_states"]
+    if problem := non_finite(states, "optimizer_states"):
+        return problem
+    made = configured(module)
+    if made is None:
+        return None
+    optimizers, schedulers = made
+    if len(states) != len(optimizers):
+        return "optimizer_states", f"holds {len(states)} optimizer states, this model configures {len(optimizers)}"
+    if len(ckpt["lr_schedulers"]) != len(schedulers):
+        return (
+            "lr_schedulers",
+            f"holds {len(ckpt['lr_schedulers'])} scheduler states, this model configures {len(schedulers)}",
+        )
+    for i, (state, opt) in enumerate(zip(states, optimizers)):
+        where = f"optimizer_states[{i}]"
+        if not isinstance(state, Mapping) or not isinstance(state.get("state"), Mapping):
+            return where, "is not an optimizer's state (a mapping with 'state' and 'param_groups')"
+        params = [p for group in opt.param_groups for p in group["params"]]
+        for index, entry in state["state"].items():
+            if not _is_int(index) or not 0 <= index < len(params) or not isinstance(entry, Mapping):
+                return f"{where}.state", f"entry {_show(index)} names no parameter of this model's optimizer"
+            for name, t in entry.items():
+                if isinstance(t, torch.Tensor) and t.dim() > 0 and tuple(t.shape) != tuple(params[index].shape):
+                    return (
+                        f"{where}.state[{index}].{name}",
+                        f"has shape {tuple(t.shape)}, its parameter's is {tuple(params[index].shape)}",
+                    )
+        if problem := loads(opt, state, where):
+            return problem
+    return None
+
+
+def callbacks_problem(ckpt: Mapping[str, Any]) -> Problem | None:
+    """The loop's own callback state: its counters."""
+    state = ckpt["callbacks"].get("FederatedLoop")
+    if state is None:
+        return None
+    if not isinstance(state, Mapping):
+        return "callbacks.FederatedLoop", f"is a {_kind(state)}, expected a mapping"
+    for key, value in state.items():
+        if not _is_int(value) or value < 0:
+            return f"callbacks.FederatedLoop.{key}", f"is {_show(value)}, expected a count >= 0"
+    return None
+
+
+def checkpoint_problem(ckpt: Mapping[str, Any], module: Any, server: Any = None, stage: str = "fit") -> Problem | None:
+    """The first part of ``ckpt`` that does not fit this run, or ``None``.
+
+    Args:
+        ckpt: The checkpoint as :func:`~lightning_fed.federation.checkpoint_io.read_checkpoint`
+            read it for ``stage`` (its top-level fields have the types Lightning needs).
+        module: The run's module (a :class:`~lightning_fed.modules.base.FederatedModule`).
+        server: The run's :class:`~lightning_fed.federation.server_round.ServerRound` (``fit``).
+        stage: ``"fit"`` checks everything a resume restores; other stages only the weights.
+    """
+    weights = [("state_dict", ckpt.get("state_dict"))]
+    fed = ckpt.get("federation")
+    if isinstance(fed, Mapping) and isinstance(fed.get("global_state"), Mapping):
+        weights.append(("federation.global_state", fed["global_state"]))
+    for where, state in weights:
+        if problem := too_large(state, where):
+            return problem
+    if stage != "fit":
+        if fed is not None and not isinstance(fed, Mapping):
+            return "federation", f"is a {_kind(fed)}, expected a mapping"
+        return None
+    if hasattr(module, "shared_parameters"):
+        if problem := federation_problem(ckpt, server):
+            return problem
+    if problem := optimizer_problem(ckpt, module):
+        return problem
+    return callbacks_problem(ckpt)
+
+
+def check_checkpoint(
+    path: str | Path, ckpt: Mapping[str, Any], module: Any, server: Any = None, stage: str = "fit"
+) -> None:
+    """:func:`checkpoint_problem`, then the weights (:func:`~lightning_fed.federation.resume_check.check_weights`).
+
+    Raises:
+        CheckpointError: ``"ckpt_path '<file>': <part> <what is wrong>"``, one line.
+    """
+    from lightning_fed.federation.resume_check import check_weights
+
+    problem = checkpoint_problem(ckpt, module, server, stage)
+    if problem is not None:
+        part, what = problem
+        raise CheckpointError(" ".join(f"ckpt_path {str(path)!r}: {part} {what}".split()))
+    check_weights(path, ckpt, module)

@@ -1,0 +1,138 @@
+"""A failed run never deletes or rewrites a file an earlier run wrote.
+
+A run resumed in its own folder (``--ckpt_path <run>/checkpoints/last.ckpt``), or started in a
+folder that holds another run's files, replaces files it did not create: ``config.yaml``,
+``summary.json``, ``client_sizes.parquet``, and it cuts ``rounds.jsonl`` and the per-client
+Parquet files back to the checkpoint's rounds. Done at start-up, a run that then fails (a
+checkpoint part that does not fit, a round where every update is rejected, a crash) would leave
+the earlier run's records deleted or rewritten with nothing in their place.
+
+:class:`EarlierFiles` remembers which files were in the folder when this run first touched it.
+A write, a replacement or a deletion of one of them (:meth:`EarlierFiles.write`) waits until this
+run has completed a round (:meth:`EarlierFiles.commit`, called when the round's record is
+appended); a run that fails before that leaves them byte for byte as they were. Files this run
+creates are written at once. :class:`RunConfigFile` is LightningCLI's ``config.yaml`` writer
+under the same rule.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.cli import SaveConfigCallback
+from typing_extensions import override
+
+ATTRIBUTE = "_lightning_fed_earlier_files"
+"""Where a Trainer (or a Flower server's context) keeps its run's :class:`EarlierFiles`."""
+
+
+class EarlierFiles:
+    """The files of ``folder`` that were there before this run, and the writes to them that wait.
+
+    Args:
+        folder: The run folder (the logger's version folder).
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        root = self.folder
+        self._earlier = {self._key(p) for p in root.rglob("*") if p.is_file()} if root.is_dir() else set()
+        self.committed = False
+        self._pending: dict[str, Callable[[], None]] = {}
+
+    @staticmethod
+    def _key(path: str | Path) -> str:
+        return os.path.abspath(path)
+
+    def is_earlier(self, path: str | Path) -> bool:
+        """Whether ``path`` held a file before this run touched the folder."""
+        return self._key(path) in self._earlier
+
+    def holds_earlier(self, under: str | Path) -> bool:
+        """Whether any earlier file is ``under`` (a file or a folder)."""
+        key = self._key(under)
+        return any(p == key or p.startswith(key + os.sep) for p in self._earlier)
+
+    def write(self, path: str | Path, action: Callable[[], None]) -> bool:
+        """Run ``action`` (which writes, replaces or deletes ``path``) now if this run may touch
+        ``path``, else once it has completed a round (the last action per path wins).
+
+        Returns:
+            Whether ``action`` ran now.
+        """
+        if self.committed or not self.holds_earlier(path):
+            action()
+            return True
+        self._pending[self._key(path)] = action
+        return False
+
+    def commit(self) -> None:
+        """This run completed a round: its records replace the earlier run's (the waiting writes run)."""
+        if self.committed:
+            return
+        self.committed = True
+        pending, self._pending = self._pending, {}
+        for action in pending.values():
+            action()
+
+
+def earlier_files(owner: Any, folder: str | Path) -> EarlierFiles:
+    """The run's :class:`EarlierFiles` of ``folder``, made on first use (kept on ``owner``, the
+    Trainer: one per run). An owner that takes no attribute gets a fresh one per call."""
+    guards = getattr(owner, ATTRIBUTE, None)
+    if guards is None:
+        guards = {}
+        try:
+            setattr(owner, ATTRIBUTE, guards)
+        except AttributeError:
+            pass
+    key = os.path.abspath(folder)
+    if key not in guards:
+        guards[key] = EarlierFiles(folder)
+    return guards[key]
+
+
+def share_earlier_files(owner: Any, other: Any) -> None:
+    """Give ``other`` (the run's ``RoundContext``) the :class:`EarlierFiles` of ``owner`` (its Trainer)."""
+    guards = getattr(owner, ATTRIBUTE, None)
+    if guards is None:
+        guards = {}
+        setattr(owner, ATTRIBUTE, guards)
+    setattr(other, ATTRIBUTE, guards)
+
+
+class RunConfigFile(SaveConfigCallback):
+    """LightningCLI's ``config.yaml``, which does not replace an earlier run's before this run
+    has completed a round (:class:`EarlierFiles`)."""
+
+    @override
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.already_saved or not self.save_to_log_dir:
+            return super().setup(trainer, pl_module, stage)
+        log_dir = trainer.log_dir  # a broadcast: every rank asks
+        path = Path(log_dir) / self.config_filename
+        if "file" not in _protocols(log_dir) or not path.is_file():
+            return super().setup(trainer, pl_module, stage)
+        if trainer.is_global_zero:
+            text = self.parser.dump(self.config, skip_none=False)
+            if path.read_text(encoding="utf-8", errors="replace") != text:
+                earlier_files(trainer, log_dir).write(path, lambda: _replace_text(path, text))
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
+        return None
+
+
+def _protocols(path: Any) -> tuple[str, ...]:
+    protocol = get_filesystem(path).protocol
+    return protocol if isinstance(protocol, tuple) else (protocol,)
+
+
+def _replace_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

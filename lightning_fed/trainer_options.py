@@ -1,0 +1,50 @@
+"""Lightning's own ``trainer.*`` options, checked with the run's config before anything is built.
+
+The ``Trainer`` checks most of these itself, but only when it is constructed, and its
+``MisconfigurationException`` is not a config error to the CLI (exit 1, no option named). Here
+each bound is the Trainer's own (``lightning/pytorch/trainer/connectors``), stated once, checked
+in :meth:`~lightning_fed.federated_cli.FederatedCLI.before_instantiate_classes`: one line naming
+``trainer.<option>`` and its value, exit 2, before the backbone loads or a folder is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+COUNTS_OR_UNLIMITED = ("max_epochs", "max_steps")
+"""``-1`` means no limit (``None`` the default); any other negative is refused."""
+COUNTS = ("min_epochs", "min_steps", "check_val_every_n_epoch", "log_every_n_steps", "accumulate_grad_batches")
+"""Integers ``>= 0`` (``check_val_every_n_epoch``, ``accumulate_grad_batches``: ``>= 1``)."""
+AT_LEAST_ONE = ("check_val_every_n_epoch", "accumulate_grad_batches")
+FRACTION_OR_COUNT = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
+"""A float in ``[0, 1]`` (a fraction of the batches) or an integer ``>= 0`` (a number of batches)."""
+NON_NEGATIVE = ("gradient_clip_val",)
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def trainer_option_problem(trainer: Mapping[str, Any]) -> str | None:
+    """The first ``trainer.*`` option outside the Trainer's bounds, as one line, or ``None``."""
+    for name in COUNTS_OR_UNLIMITED:
+        value = trainer.get(name)
+        if _int(value) and value < -1:
+            return f"trainer.{name} must be >= 0, or -1 for no limit, got {value}"
+    for name in COUNTS:
+        value = trainer.get(name)
+        low = 1 if name in AT_LEAST_ONE else 0
+        if _int(value) and value < low:
+            return f"trainer.{name} must be an integer >= {low}, got {value}"
+    for name in FRACTION_OR_COUNT:
+        value = trainer.get(name)
+        if isinstance(value, float) and not 0.0 <= value <= 1.0:
+            return f"trainer.{name} must be a fraction in [0, 1] or a number of batches >= 0, got {value}"
+        if _int(value) and value < 0:
+            return f"trainer.{name} must be a fraction in [0, 1] or a number of batches >= 0, got {value}"
+    for name in NON_NEGATIVE:
+        value = trainer.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not value >= 0:
+            return f"trainer.{name} must be >= 0, got {value}"
+    return None
