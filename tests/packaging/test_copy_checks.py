@@ -61,3 +61,20 @@ def test_the_copied_tiny_header_command_runs_in_the_copy_folder(tmp_path):
     printed = _cli(tmp_path, "fit", "--config", "tiny.yaml", "--print_config")
     assert printed.returncode == 0, printed.stderr
     assert "n_positions: 256" in printed.stdout
+
+
+def test_the_flower_app_says_how_to_simulate_it_with_flwr_run(tmp_path):
+    """Issue 41 item 11: the copied app's header and the README show `flwr run` on the local
+    SuperLink with one virtual SuperNode per client of the app's default config (not the
+    deprecated `run_simulation`)."""
+    import yaml
+
+    proc = _cli(tmp_path, "configs", "--copy", "flower_app")
+    assert proc.returncode == 0, proc.stderr
+    header = (tmp_path / "flower_app" / "pyproject.toml").read_text()
+    clients = yaml.safe_load(shipped_configs()["tiny"].read_text())["data"]["init_args"]["num_clients"]
+    command = f'flwr run . --stream --federation-config "num-supernodes={clients} client-resources-num-cpus=1"'
+    assert command in header and '\nconfig = "tiny" ' in header
+    readme = (ROOT / "README.md").read_text()
+    flower = readme[readme.index("## Flower:") : readme.index("## Where things are")]
+    assert command in flower and "run_simulation(" not in flower
