@@ -9,7 +9,9 @@ figures inline). The Markdown is printed too. Everything is checked before anyth
 
 A run that repeats another (the same config and seed, see :func:`~lightning_fed.report.runs.drop_repeats`)
 is counted once, and a group holding two runs of one seed is pointed out: both on stderr as
-``warning:`` lines and in the report under "Notes".
+``warning:`` lines and in the report under "Notes". So is a run that cannot be reported among
+the runs a glob or a folder of runs matches (an interrupted run: no ``summary.json``, a damaged
+file, no evaluated round): it is left out (:func:`~lightning_fed.report.runs.find_runs`).
 """
 
 from __future__ import annotations
