@@ -49,9 +49,11 @@ def test_an_emptied_rounds_file_is_read_from_the_summary_with_a_warning(tmp_path
     row = proc.stdout.splitlines()[3]
     # final, client min / p10 / median (the final evaluation's clients, not round 0's), round 0, gain, ...
     assert row.startswith(
-        "| method=DPOModule/FedAvg, partition=default | 1 | 0 | pref_acc | 1.000 | 1.000 | 1.000 | 1.000 | 0.250 | 0.750 |"
+        "| method=DPOModule/FedAvg, partition=default | 1 | 0 | pref_acc"
+        " | 1.000 | 1.000 | 1.000 | 1.000 | 0.250 | 0.750 |"
     )
-    assert row.endswith("| 2.00 | c0 1.00, c1 1.00, c2 1.00, c3 1.00 |"), row  # seconds per round: the summary's rounds
+    # seconds per round: from the summary's rounds; per client: the final evaluation's
+    assert row.endswith("| 2.00 | c0 1.00, c1 1.00, c2 1.00, c3 1.00 |"), row
     assert _files(run) == before
 
 
