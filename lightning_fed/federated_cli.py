@@ -11,7 +11,6 @@ one-line errors, signals, the other subcommands) is :mod:`lightning_fed.cli`.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -50,7 +49,7 @@ from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
 from lightning_fed.pipelines import prepare_stages
-from lightning_fed.report.table import DEFAULT_METRICS
+from lightning_fed.report.closing import closing_line  # what fit says last
 from lightning_fed.run_parser import add_federation_arguments
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
@@ -58,25 +57,6 @@ from lightning_fed.trainer_options import trainer_option_problem
 
 LOG_EVERY_N_STEPS = 50
 """Lightning's default ``trainer.log_every_n_steps``; a run logs at least once per client turn."""
-
-
-def closing_line(run_dir: Path) -> str:
-    """What ``fit`` says last: the run folder and the headline metric, first and last evaluated round.
-
-    The headline metric is the first of :data:`~lightning_fed.report.table.DEFAULT_METRICS` the
-    run's validation has (``pref_acc``, ``accuracy``, ``rougeL``, ``token_acc``, ``loss``), as in
-    ``lightning-fed report``.
-    """
-    summary_file = run_dir / "summary.json"
-    rounds = json.loads(summary_file.read_text())["rounds"] if summary_file.is_file() else []
-    evaluated = [r for r in rounds if r.get("val")]
-    metric = next((m for m in DEFAULT_METRICS if evaluated and m in evaluated[-1]["val"]), None)
-    if metric is None:
-        return f"run folder: {run_dir}; no validation metrics (no validation data or no evaluated round)"
-    points = [
-        f"{r['val'][metric]:.3f} (round {r['round']})" for r in (evaluated[0], evaluated[-1]) if metric in r["val"]
-    ]
-    return f"run folder: {run_dir}; {metric} {' -> '.join(dict.fromkeys(points))}"
 
 
 class FederatedArgumentParser(LightningArgumentParser):

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from lightning_fed.errors import UserError
+from lightning_fed.errors import UserError, unwritable
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONFIG_DIR = PACKAGE_DIR / "configs"
@@ -130,9 +130,20 @@ def copy_shipped(name: str, dest: Path) -> list[str]:
         UserError: unknown ``name``, or a file that would be overwritten (nothing is written then).
     """
     files = copy_files(name)
-    existing = [rel for rel in files if (dest / rel).exists()]
-    if existing:
-        raise UserError(f"lightning-fed configs: --copy {name}: {dest / existing[0]} exists; not overwriting it")
+    for rel in files:  # every file and folder checked before the first is written
+        target = dest / rel
+        blocked = next(
+            (f for f in reversed(target.parents) if f.is_relative_to(dest) and f.exists() and not f.is_dir()), None
+        )
+        if blocked is not None:
+            raise UserError(
+                f"lightning-fed configs: --copy {name}: {blocked} is a file, not a folder (it would hold {rel});"
+                " nothing written"
+            )
+        if target.exists() or target.is_symlink():
+            raise UserError(f"lightning-fed configs: --copy {name}: {target} exists; not overwriting it")
+    if why := unwritable(dest):
+        raise UserError(f"lightning-fed configs: --copy {name}: cannot write into {str(dest)!r}: {why}")
     for rel, source in files.items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         (dest / rel).write_bytes(source.read_bytes())

@@ -48,6 +48,7 @@ from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from lightning_fed.deploy.failure_cause import failure_cause
 from lightning_fed.deploy.partitions import discover_partitions
 from lightning_fed.deploy.queries import ask_clients
 from lightning_fed.deploy.records import ReplyLimits, from_arrays, record_to_evaluation, to_arrays
@@ -181,7 +182,7 @@ class FederatedServer(FlowerStrategy):
                 continue
             answered.add(cid)
             if msg.has_error():
-                server.fail(cid)
+                server.fail(cid, failure_cause(msg.error.reason))
                 rank_zero_warn(f"round {server_round}: client {cid} failed and is left out: {msg.error.reason}")
                 continue
             try:

@@ -208,9 +208,15 @@ def check_model_files(cfg: Namespace) -> None:
 
 
 def evaluate(cfg: Namespace, plan: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
-    """Load the model once, run the benchmarks, write JSON and TensorBoard; return both."""
-    from lightning_fed.evaluation import humaneval, judge_run, lm_eval_tasks
-    from lightning_fed.evaluation.run_model import load_model, run_prompt_format
+    """Load the model once, run the benchmarks, write JSON and TensorBoard; return both.
+
+    Generation lengths are checked against the model's maximum sequence length before the first
+    benchmark runs (:mod:`.generation_limits`). Each benchmark's results are written as soon as it
+    ends, so a later benchmark that fails leaves them in ``eval_results.json`` (its error says so).
+    """
+    from lightning_fed.evaluation import lm_eval_tasks
+    from lightning_fed.evaluation.generation_limits import generation_problems, length_source
+    from lightning_fed.evaluation.run_model import load_model
 
     try:
         loaded = load_model(plan["source"])
@@ -220,7 +226,6 @@ def evaluate(cfg: Namespace, plan: dict[str, Any]) -> tuple[Path, dict[str, Any]
         raise UserError(
             f"the model to evaluate could not be built from the files given: {one_line(err)[:300]}"
         ) from err
-    run_template, run_system_prompt = run_prompt_format(loaded.run_config)
     out = (
         Path(cfg.output).expanduser()
         if cfg.output
@@ -228,42 +233,56 @@ def evaluate(cfg: Namespace, plan: dict[str, Any]) -> tuple[Path, dict[str, Any]
     )
     if why := unwritable(out):  # the run's or the adapter's folder, known once the model is read
         raise UserError(f"cannot write the results into {str(out)!r}: {why}; give --output <folder>")
+    max_length = plan["lm_eval"].max_length if "lm_eval" in plan else None
+    lm = lm_eval_tasks.make_lm(loaded.model, loaded.tokenizer, cfg.batch_size, max_length)
+    if problems := generation_problems(plan, lm.max_length, length_source(max_length)):
+        raise UserError("; ".join(problems))  # before any benchmark runs or any file is written
     out.mkdir(parents=True, exist_ok=True)
-    lm = lm_eval_tasks.make_lm(
-        loaded.model, loaded.tokenizer, cfg.batch_size, plan["lm_eval"].max_length if "lm_eval" in plan else None
-    )
     seed = cfg.seed if cfg.seed is not None else 0
     results: dict[str, Any] = {}
-    scalars: dict[str, float] = {}
-    if "lm_eval" in plan:
+    path = out / RESULTS_FILE
+    for name in (b for b in BENCHMARKS if b in plan):
+        try:
+            results[name], found = _run_benchmark(name, plan, lm, loaded, out, cfg.batch_size, seed)
+        except Exception as err:  # noqa: BLE001 - re-raised with what was kept
+            if not results:
+                raise
+            # Keep what the earlier benchmarks computed (written just after each ended) and say so.
+            message = f"--benchmarks {name}: {one_line(err)}; the results of {', '.join(results)} are kept in {path}"
+            raise (UserError if isinstance(err, UserError) else RuntimeError)(message) from err
+        path = write_results(out, loaded.description, {name: results[name]})
+        if found:
+            log_scalars(out / "eval", found)
+    return path, results
+
+
+def _run_benchmark(
+    name: str, plan: dict[str, Any], lm: Any, loaded: Any, out: Path, batch_size: int, seed: int
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Run benchmark ``name`` on the loaded model; its results and its TensorBoard scalars."""
+    from lightning_fed.evaluation import humaneval, judge_run, lm_eval_tasks
+    from lightning_fed.evaluation.run_model import run_prompt_format
+
+    run_template, run_system_prompt = run_prompt_format(loaded.run_config)
+    if name == "lm_eval":
         manager, tasks = plan["lm_eval_tasks"]
         options = lm_eval_tasks.follow_run_format(plan["lm_eval"], run_template, run_system_prompt)
-        results["lm_eval"] = lm_eval_tasks.run_lm_eval(lm, options, manager, tasks, seed)
-        scalars.update(lm_eval_tasks.scalars(results["lm_eval"]))
-    if "humaneval" in plan:
-        results["humaneval"] = humaneval.evaluate_humaneval(lm, plan["humaneval"], out / "eval")
-        scalars["humaneval/pass@1"] = results["humaneval"]["pass@1"]
-    if "judge" in plan:
-        options = plan["judge"]
-        template, system_prompt = judge_run.prompt_format(options, run_template, run_system_prompt)
-        judge = judge_run.make_judge(options, cfg.batch_size)
-        results["judge"] = judge_run.evaluate_judge(
-            loaded.model,
-            loaded.tokenizer,
-            lm,
-            judge,
-            plan["judge_rows"],
-            options,
-            template,
-            out / "eval",
-            system_prompt,
-        )
-        for mode, key in (("pairwise", "win_rate"), ("single", "score")):
-            if results["judge"].get(mode, {}).get(key) is not None:
-                scalars[f"judge/{mode}/{key}"] = results["judge"][mode][key]
-    path = write_results(out, loaded.description, results)
-    log_scalars(out / "eval", scalars)
-    return path, results
+        result = lm_eval_tasks.run_lm_eval(lm, options, manager, tasks, seed)
+        return result, lm_eval_tasks.scalars(result)
+    if name == "humaneval":
+        result = humaneval.evaluate_humaneval(lm, plan["humaneval"], out / "eval")
+        return result, {"humaneval/pass@1": result["pass@1"]}
+    options = plan["judge"]
+    template, system_prompt = judge_run.prompt_format(options, run_template, run_system_prompt)
+    judge = judge_run.make_judge(options, batch_size)
+    result = judge_run.evaluate_judge(
+        loaded.model, loaded.tokenizer, lm, judge, plan["judge_rows"], options, template, out / "eval", system_prompt
+    )
+    found = {}
+    for mode, key in (("pairwise", "win_rate"), ("single", "score")):
+        if result.get(mode, {}).get(key) is not None:
+            found[f"judge/{mode}/{key}"] = result[mode][key]
+    return result, found
 
 
 def write_results(out: Path, description: dict[str, Any], results: dict[str, Any]) -> Path:

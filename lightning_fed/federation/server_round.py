@@ -232,6 +232,7 @@ class ServerRound:
         self._sent: dict[int, StateDict] = {}
         self._valid: list[ClientUpdate] = []
         self.failed: list[int] = []
+        self.causes: dict[int, str] = {}
         self.rejected: dict[int, str] = {}
         self._up = self._down = 0
         self._t0 = time.perf_counter()
@@ -261,9 +262,12 @@ class ServerRound:
         """The start state ``client_id`` was sent this round (``None``: it was not sent one)."""
         return self._sent.get(client_id)
 
-    def fail(self, client_id: int) -> None:
-        """``client_id`` failed (raised, or never answered): left out of the round, counted."""
+    def fail(self, client_id: int, cause: str | None = None) -> None:
+        """``client_id`` failed (raised, or never answered): left out of the round, counted; ``cause``
+        (one line) is named if the round then fails."""
         self.failed.append(client_id)
+        if cause:
+            self.causes.setdefault(client_id, cause)
         self.failed_clients += 1
 
     def reject(self, client_id: int, reason: str) -> None:
@@ -328,6 +332,7 @@ class ServerRound:
                     if self.report.private
                     else f" (failed: {sorted(self.failed)}, rejected: {sorted(self.rejected)})"
                 )
+                + "".join(f"; client {c} failed: {why}" for c, why in sorted(self.causes.items())[:1])
             )
         if valid or getattr(self.strategy, "releases_empty_rounds", False):
             self.global_state = clone_state(self.strategy.aggregate(self.global_state, valid))

@@ -21,6 +21,7 @@ import torch
 
 from lightning_fed.errors import CheckpointError
 from lightning_fed.federation.state_check import check_state, named, tensor_problem
+from lightning_fed.limits import MAX_LORA_ALPHA
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -49,6 +50,8 @@ def check_adapter_folder(folder: str | Path, field: str) -> dict[str, Any]:
         raise ValueError(f"{field} {str(config_path)!r}: 'r' must be a positive integer, got {r!r}")
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha):
         raise ValueError(f"{field} {str(config_path)!r}: 'lora_alpha' must be a finite number, got {alpha!r}")
+    if not 0 < alpha <= MAX_LORA_ALPHA:  # the bound fit puts on lora.alpha (PEFT scales by alpha / r)
+        raise ValueError(f"{field} {str(config_path)!r}: 'lora_alpha' must be in (0, {MAX_LORA_ALPHA}], got {alpha!r}")
     weights = read_adapter_weights(weights_path, field)
     ranks = config.get("rank_pattern") or {}
     for key, value in weights.items():

@@ -13,6 +13,7 @@ Exit codes: 0 printed, 2 for a config problem (one line on stderr).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,48 @@ def inputs_from_config(config: dict[str, Any]) -> tuple[dict[str, Any], PlanInpu
     )
 
 
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def value_problems(config: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """Every size the plan is computed from that no run could have, each naming its option.
+
+    A command-line option is named as given (``--batch-size``), a config value by its key
+    (``data.batch_size``, as ``fit`` names it); the values fit refuses are refused here too, before any
+    shape is read (a batch of 0 used to reach the activation count as a RuntimeError).
+    """
+    data, fed = _args(config.get("data")), config.get("federation") or {}
+    problems = []
+    for flag, dest, least in (("--batch-size", "batch_size", 1), ("--max-length", "max_length", 2)):
+        given = getattr(args, dest)  # the same bounds as the data module's (data.batch_size >= 1, ...)
+        name, value = (flag, given) if given is not None else (f"data.{dest}", data.get(dest))
+        if (given is not None or dest in data) and not (_positive_int(value) and value >= least):
+            problems.append(f"{name} must be an integer >= {least}, got {value!r}")
+    if not isinstance(fed, dict):
+        fed = {}
+    cpr = fed.get("clients_per_round", 2)
+    if not _positive_int(cpr):
+        problems.append(f"federation.clients_per_round must be an integer >= 1, got {cpr!r}")
+    k = fed.get("batch_clients")
+    if k is not None and k not in ("off", "auto") and not _positive_int(k):
+        problems.append(f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {k!r}")
+    if args.runtime_mb is not None and not (math.isfinite(args.runtime_mb) and args.runtime_mb >= 0):
+        problems.append(f"--runtime-mb must be a finite number >= 0, got {args.runtime_mb}")
+    return problems
+
+
+def max_positions(shape: Any) -> int | None:
+    """The longest sequence the model's position embeddings hold (``None`` when its config has no such limit)."""
+    config = shape.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+        value = getattr(text, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def _mb(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB" if n < 2**30 else f"{n / 2**30:,.2f} GiB"
 
@@ -79,9 +122,20 @@ def group_lines(shape: Any, p: PlanInputs, batch_clients: Any) -> list[str]:
     ]
 
 
-def report(backbone: dict[str, Any], p: PlanInputs, batch_clients: Any = None) -> str:
-    """The planner's printout for ``backbone`` and ``p`` (and ``federation.batch_clients``)."""
+def report(backbone: dict[str, Any], p: PlanInputs, batch_clients: Any = None, length_from: str = "max_length") -> str:
+    """The planner's printout for ``backbone`` and ``p`` (and ``federation.batch_clients``).
+
+    Raises:
+        ValueError: ``p.max_length`` is longer than the model's position embeddings hold,
+            naming ``length_from`` (the option or config key it came from).
+    """
     shape = model_shape(backbone)
+    most = max_positions(shape)
+    if most is not None and p.max_length > most:
+        raise ValueError(
+            f"{length_from} {p.max_length} is longer than the model's {most} positions"
+            f" ({shape.model_type} config); the plan would count tokens the model cannot take"
+        )
     plan = estimate(shape, p)
     other = PlanInputs(**{**p.__dict__, "activation_checkpointing": not p.activation_checkpointing})
     alt = estimate(shape, other).items["activations"]
@@ -147,6 +201,8 @@ def main(argv: list[str]) -> int:
             raise ValueError(f"--config {args.config!r} is not valid YAML ({' '.join(str(err).split())})") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(f"--config {args.config!r} holds a {type(loaded).__name__}, expected a mapping")
+        if problems := value_problems(loaded or {}, args):
+            raise ValueError("; ".join(problems))
         backbone, p = inputs_from_config(loaded or {})
         for opt, field_name in (
             ("batch_size", "batch_size"),
@@ -160,7 +216,8 @@ def main(argv: list[str]) -> int:
                 setattr(p, field_name, getattr(args, opt))
         if args.runtime_mb is not None:
             p.runtime_bytes = int(args.runtime_mb * 2**20)
-        print(report(backbone, p, ((loaded or {}).get("federation") or {}).get("batch_clients")))
+        length_from = "--max-length" if args.max_length is not None else "data.max_length"
+        print(report(backbone, p, ((loaded or {}).get("federation") or {}).get("batch_clients"), length_from))
     except (ValueError, OSError) as err:
         print(f"lightning-fed plan: error: {err}", file=sys.stderr)
         return 2

@@ -9,7 +9,9 @@ figures inline). The Markdown is printed too. Everything is checked before anyth
 
 A run that repeats another (the same config and seed, see :func:`~lightning_fed.report.runs.drop_repeats`)
 is counted once, and a group holding two runs of one seed is pointed out: both on stderr as
-``warning:`` lines and in the report under "Notes".
+``warning:`` lines and in the report under "Notes". So is a run that cannot be reported among
+the runs a glob or a folder of runs matches (an interrupted run: no ``summary.json``, a damaged
+file, no evaluated round): it is left out (:func:`~lightning_fed.report.runs.find_runs`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from lightning_fed.errors import UserError
+from lightning_fed.errors import UserError, unwritable
 from lightning_fed.report.figures import FIGURES, save
 from lightning_fed.report.html import page
 from lightning_fed.report.runs import Run, drop_repeats, find_runs
@@ -102,7 +104,10 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {args.out!r}: a file, not a folder")
-    runs, repeats = drop_repeats(find_runs(args.runs))
+    if why := unwritable(out):  # a file above it, a read-only or virtual file system (/proc)
+        raise UserError(f"--out {args.out!r}: {why}")
+    skipped: list[str] = []
+    runs, repeats = drop_repeats(find_runs(args.runs, skipped))
     _check_by(runs, by)
     metric = _metric(runs, args.metric)
 
@@ -112,29 +117,33 @@ def main(argv: list[str]) -> int:
     ordered = sorted(sets.values(), key=len, reverse=True)  # table 1: the largest set (stable: then first seen)
     tables = [group_rows(members, by, metric) for members in ordered]
     reference = ordered[0][0]
-    notes = [
+    notes = skipped + [note for run in runs for note in run.notes]
+    notes += [
         f"{again.path} repeats {first.path} (same config and seed {first.seed}): counted once"
         for again, first in repeats
     ]
     notes += [line for rows in tables for line in repeated_seeds(rows)]
 
-    out.mkdir(parents=True, exist_ok=True)
-    sections, md = [], [f"# {args.title}", ""]
-    tables_from = len(md)
-    if notes:
-        md += ["## Notes", "", *(f"- {n}" for n in notes), ""]
-        tables_from = len(md)  # stdout: the tables (the notes go to stderr as warnings)
-    for k, (rows, members) in enumerate(zip(tables, ordered), start=1):
-        why = "" if k == 1 else difference(members[0], reference)
-        figures = [save(draw(rows), out / f"table{k}_{name}.png") for name, draw in FIGURES.items()]
-        table = markdown(rows)
-        heading = f"Table {k}: {len(members)} run{'s' if len(members) != 1 else ''}, {metric}"
-        sections.append((heading, why, table, figures))
-        md += [f"## {heading}", *([why, ""] if why else []), table, ""]
-        md += [f"![{p.stem}]({p.name})" for p in figures] + [""]
-    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
-    (out / "report.csv").write_text(csv_text(tables), encoding="utf-8")
-    (out / "report.html").write_text(page(args.title, sections, notes), encoding="utf-8")
+    try:  # checked above; a disk that fills up or a folder that changes meanwhile still names --out
+        out.mkdir(parents=True, exist_ok=True)
+        sections, md = [], [f"# {args.title}", ""]
+        tables_from = len(md)
+        if notes:
+            md += ["## Notes", "", *(f"- {n}" for n in notes), ""]
+            tables_from = len(md)  # stdout: the tables (the notes go to stderr as warnings)
+        for k, (rows, members) in enumerate(zip(tables, ordered), start=1):
+            why = "" if k == 1 else difference(members[0], reference)
+            figures = [save(draw(rows), out / f"table{k}_{name}.png") for name, draw in FIGURES.items()]
+            table = markdown(rows)
+            heading = f"Table {k}: {len(members)} run{'s' if len(members) != 1 else ''}, {metric}"
+            sections.append((heading, why, table, figures))
+            md += [f"## {heading}", *([why, ""] if why else []), table, ""]
+            md += [f"![{p.stem}]({p.name})" for p in figures] + [""]
+        (out / "report.md").write_text("\n".join(md), encoding="utf-8")
+        (out / "report.csv").write_text(csv_text(tables), encoding="utf-8")
+        (out / "report.html").write_text(page(args.title, sections, notes), encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"--out {args.out!r}: cannot write the report ({err.strerror or type(err).__name__})") from None
     for note in notes:
         sys.stderr.write(f"warning: {note}\n")
     sys.stdout.write(

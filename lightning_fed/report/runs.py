@@ -86,6 +86,8 @@ class Run:
     summary: dict[str, Any]
     rounds: list[dict[str, Any]]
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    """What was found wrong with the run's files and how it was read around (``warning:`` lines)."""
 
     @property
     def config(self) -> dict[str, Any]:
@@ -136,10 +138,15 @@ class Run:
         return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
     def client_values(self, metric: str, round_number: int | None = None) -> dict[int, float]:
-        """Per-client ``metric`` of an evaluated round (the last by default), from its Parquet file;
-        from ``summary.json`` when the file is not there."""
+        """Per-client ``metric`` of an evaluated round: by default the final evaluation's
+        (``summary.json`` ``final.val_clients``, else the last evaluated round's Parquet file), else
+        the round's Parquet file, from ``summary.json`` when the file is not there."""
         import pyarrow.parquet as pq
 
+        final_clients = (self.summary.get("final") or {}).get("val_clients")
+        if round_number is None and isinstance(final_clients, Mapping) and final_clients:
+            # the same evaluation as the final column (summary.json), whatever the round files hold
+            return {int(c): float(m[metric]) for c, m in final_clients.items() if metric in m}
         rounds = self.evaluated_rounds()
         number = rounds[-1] if round_number is None and rounds else round_number
         path = self.path / CLIENTS_DIR / "val" / f"round_{number:06d}.parquet" if number is not None else None
@@ -236,35 +243,68 @@ def load_run(folder: Path) -> Run:
         saved = folder / "config.yaml"
         summary["config"] = _read_yaml(saved) if saved.is_file() else {}
     rounds_file = folder / ROUNDS_FILE
-    if rounds_file.is_file():
-        rounds = _read_rounds(rounds_file)
-    else:
-        rounds = list(summary.get("rounds") or [])
+    recorded = [r for r in summary.get("rounds") or [] if isinstance(r, dict) and isinstance(r.get("round"), int)]
+    notes = []
+    rounds = _read_rounds(rounds_file) if rounds_file.is_file() else recorded
+    if len(rounds) < len(recorded):  # emptied or cut after the run ended: its columns would mix rounds
+        notes.append(
+            f"{rounds_file}: holds {len(rounds)} of the {len(recorded)} rounds {SUMMARY} records;"
+            f" the round figures are read from {SUMMARY}"
+        )
+        rounds = recorded
     stages = {name: _read_json(folder / f) for name, f in STAGE_FILES.items() if (folder / f).is_file()}
-    return Run(folder, summary, rounds, stages)
+    return Run(folder, summary, rounds, stages, notes)
 
 
-def find_runs(patterns: list[str]) -> list[Run]:
+def find_runs(patterns: list[str], skipped: list[str] | None = None) -> list[Run]:
     """The runs named by ``patterns``: run folders, folders holding runs (searched below), globs.
 
+    Args:
+        patterns: Run folders, folders of runs, globs.
+        skipped: When given, a run found by a glob or below a folder that cannot be reported (no
+            ``summary.json``, a damaged file, no final evaluation: an interrupted run) is left out
+            and why is appended here, instead of failing the whole report. A run folder named
+            on its own is always read or refused.
+
     Raises:
-        UserError: a pattern that matches nothing, or a folder with no ``summary.json`` under it.
+        UserError: a pattern that matches nothing, a folder with no ``summary.json`` under it, a
+            run named on its own that cannot be read, or no run left to report.
     """
-    folders: list[Path] = []
+    folders: dict[Path, bool] = {}  # folder -> may be left out
     for pattern in patterns:
-        matches = sorted(Path(p) for p in glob.glob(pattern)) if glob.has_magic(pattern) else [Path(pattern)]
+        magic = glob.has_magic(pattern)
+        matches = sorted(Path(p) for p in glob.glob(pattern)) if magic else [Path(pattern)]
         matches = [m for m in matches if m.exists()]
         if not matches:
             raise UserError(f"RUN {pattern!r}: no such run folder")
         for match in matches:
             if match.is_file():
                 match = match.parent if match.name == SUMMARY else match
-            found = [match] if (match / SUMMARY).is_file() else sorted(p.parent for p in match.rglob(SUMMARY))
+            direct = (match / SUMMARY).is_file()
+            found = [match] if direct else sorted(p.parent for p in match.rglob(SUMMARY))
             if not found:
+                if magic and skipped is not None and len(matches) > 1:
+                    skipped.append(f"{match}: no {SUMMARY} in it or below it (not a finished run): left out")
+                    continue
                 raise UserError(f"RUN {str(match)!r}: no {SUMMARY} in it or below it (not a finished run)")
-            folders += found
-    unique = list(dict.fromkeys(f.resolve() for f in folders))
-    return [load_run(f) for f in unique]
+            for folder in found:
+                key = folder.resolve()
+                folders[key] = folders.get(key, True) and skipped is not None and (magic or not direct)
+    runs = []
+    for folder, optional in folders.items():
+        try:
+            run = load_run(folder)
+            if optional and not run.metrics():
+                raise UserError(f"{folder / SUMMARY}: no final evaluation (interrupted before a round was evaluated?)")
+        except UserError as err:
+            if not optional:
+                raise
+            skipped.append(f"{err}: left out")  # type: ignore[union-attr]  # optional implies a list
+            continue
+        runs.append(run)
+    if not runs:
+        raise UserError(f"RUN {' '.join(patterns)}: no finished run to report ({len(skipped or [])} left out)")
+    return runs
 
 
 def drop_repeats(runs: list[Run]) -> tuple[list[Run], list[tuple[Run, Run]]]:

@@ -1,0 +1,65 @@
+"""The line ``fit`` ends with: the run folder and what the run learned, from before training to the end.
+
+The evaluation before round 1 (``summary.json`` ``initial``, round 0) is the start point; a run
+without it starts from its first evaluated round. Up to three validation metrics are shown, in
+this order, each from the start point to the last evaluated round:
+
+* the headline metric: the first of :data:`~lightning_fed.report.table.DEFAULT_METRICS` the
+  validation has (``pref_acc``, ``accuracy``, ``rougeL``, ``token_acc``, ``loss``), as
+  ``lightning-fed report`` picks it;
+* ``reward_acc`` (DPO's implicit reward, the policy's log-ratio to the reference, ranks the
+  chosen response first): what a DPO-family objective moves, while ``pref_acc`` (summed
+  log-probs) can stay put when the chosen responses are the longer ones;
+* ``loss``: the objective itself, which every module logs.
+
+So ``tiny`` closes with ``pref_acc 0.292 -> 1.000, reward_acc 0.542 -> 1.000, loss 0.693 ->
+0.268 (round 0 -> round 3)`` (it used to compare round 1, already at 1.000, with round 3), and a
+run whose ``pref_acc`` does not move still shows its loss falling.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lightning_fed.report.table import DEFAULT_METRICS
+
+LEARNING_METRICS = ("reward_acc", "loss")
+"""Shown after the headline metric when the validation has them (see the module docstring)."""
+
+
+def _evaluations(summary: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """``(round, val metrics)`` of every evaluation: round 0 (before training) first when there is one."""
+    points = []
+    initial = summary.get("initial") or {}
+    if isinstance(initial, dict) and initial.get("val"):
+        points.append((0, initial["val"]))
+    for record in summary.get("rounds") or []:
+        if isinstance(record, dict) and record.get("val"):
+            points.append((int(record.get("round", 0)), record["val"]))
+    return points
+
+
+def closing_line(run_dir: Path) -> str:
+    """What ``fit`` says last: the run folder and the metrics of the module docstring, first to last evaluation."""
+    summary_file = run_dir / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    points = _evaluations(summary)
+    last_val = points[-1][1] if points else {}
+    headline = next((m for m in DEFAULT_METRICS if m in last_val), None)
+    if headline is None:
+        return f"run folder: {run_dir}; no validation metrics (no validation data or no evaluated round)"
+    names = list(dict.fromkeys([headline, *(m for m in LEARNING_METRICS if m in last_val)]))
+    first_round = next(r for r, val in points if headline in val)
+    last_round = points[-1][0]
+    first_val = dict(points)[first_round]
+    shown = []
+    for name in names:
+        start = first_val.get(name)
+        end = last_val[name]
+        shown.append(
+            f"{name} {end:.3f}" if first_round == last_round or start is None else f"{name} {start:.3f} -> {end:.3f}"
+        )
+    rounds = f"round {last_round}" if first_round == last_round else f"round {first_round} -> round {last_round}"
+    return f"run folder: {run_dir}; {', '.join(shown)} ({rounds})"
