@@ -18,13 +18,18 @@ cut inside the module) passes it. Here nothing of the mechanism is the auditor's
   update is ``B e_i`` (``B`` = 100 times the initial clip: clipping matters), when "out" it is
   ``B e_N``, a coordinate no canary owns (every sampled update is then clipped alike, so the
   adaptive clip's count does not depend on the coins). The auditor records the global state each
-  round releases (what ``close`` loads into the module) and scores canary ``i`` on coordinate ``i``:
+  round releases (what ``close`` loads into the module) and scores canary ``i`` on coordinate ``i``.
+  The adversary does not know whether the package is broken: it always runs its attack.
 
-  - ``final_model``: ``w_T - w_0``, the released final model (whoever gets the model; a 1-round run);
-  - ``every_round``: the sequence of states (a party that sees every round, e.g. a client sampled in
-    consecutive rounds); ``FedAdam``'s momentum is peeled off with the public ``beta_1``:
-    ``s_t = (w_{t+1} - w_t) - beta_1 (w_t - w_{t-1})`` is the round's noised mean up to Adam's
-    slowly moving scale. Without knowledge of the sample the score is ``sum_t s_t``.
+  - ``final_model`` (whoever gets the model): first the key search (:func:`recover_key`: every key
+    of a shrunk space of ``2^key_bits``, the constant key included, tried on the state released after
+    round 1); with a key found, ``|w_T - replay_T|`` (the run replayed with every canary out), else
+    ``w_T - w_0``;
+  - ``every_round`` (a party that sees every round's state, e.g. a client sampled in consecutive
+    rounds): ``FedAdam``'s momentum is peeled off with the public ``beta_1``,
+    ``s_t = (w_{t+1} - w_t) - beta_1 (w_t - w_{t-1})`` (the round's noised mean up to Adam's slowly
+    moving scale), and the sample is recomputed from the config's seed (:func:`_known_sample_score`:
+    against a secret sample that guess is wrong and the score is noise).
 
 * **Example level** (:func:`example_level_run`): the shipped ``fedit_dpsgd``'s module
   (``DPSFTModule``, FFA-LoRA, parsed as above) privatizes the steps itself: per local step the
@@ -43,16 +48,14 @@ cut inside the module) passes it. Here nothing of the mechanism is the auditor's
   accountant keeps ``z``);
 * ``clipping_off``: ``clip_to_norm`` where the mechanisms call it returns the vector unclipped;
 * ``public_sample``: ``RunPrivacy.sampling_seed`` is ``None``, so the server samples from the
-  config's ``seed``; the auditor recomputes each round's sample from the config (the package's
-  :func:`poisson_sample_clients` and the seed the run resolves) and scores a canary by
-  the likelihood ratio of its steps over the rounds it was sampled in. Amplification
-  only shows where it is large: this control runs at ``q = 0.01`` over 400 rounds;
-* ``weak_key``: ``RunSecret.fresh`` draws its 32 bytes from a space of ``2^bits`` (``0``: a
-  constant key). The attacker (:func:`recover_key`) tries every key of that space on the state
-  released after round 1 (the model of a 1-round run, or what every client of round 2 receives):
-  a replica federation with the candidate key releases noise alone, which equals the real release
-  on every coordinate whose sum was 0 (canaries out or not sampled). With the key found it replays
-  the whole run with every canary out and scores ``|w_T - replay_T|`` per coordinate;
+  config's ``seed``, which the ``every_round`` adversary recomputes (the package's
+  :func:`poisson_sample_clients` and the seed the run resolves). Amplification only shows where it
+  is large: this control runs at ``q = 0.01`` over 400 rounds;
+* ``weak_key``: ``RunSecret.fresh`` draws its 32 bytes from a space of ``2^key_bits`` (``0``: a
+  constant key), which the ``final_model`` adversary searches: a replica federation (the package's
+  own round) with the candidate key releases noise alone, equal to the real release after round 1
+  (the model of a 1-round run, or what every client of round 2 receives) on every coordinate whose
+  sum was 0 (canaries out or not sampled);
 * ``dp_sgd noise/10``: ``ExampleLevelDP.noise_multiplier_now`` returns a tenth (the module's
   budget, and so the reported epsilon, keep the calibrated ``z``).
 
@@ -132,7 +135,7 @@ class Setting:
     canaries: int = CANARIES
     guesses: tuple[float, float] = (0.25, 0.0)
     observation: str = "final_model"
-    key_bits: int = 8
+    key_bits: int = 4
 
 
 #: The shipped private configs, audited as shipped (the observation of whoever gets the final model,
@@ -374,7 +377,7 @@ def client_level_run(setting: Setting, included: Sequence[bool], variant: str = 
         raise ValueError(f"client-level variants are {CLIENT_VARIANTS}, got {variant!r}")
     scores: list[float] = []
     eps = math.nan
-    with broken(variant, setting.key_bits) as known:
+    with broken(variant, setting.key_bits):
         offset = 0
         while offset < len(included):
             fed = Federation(setting)
@@ -388,17 +391,12 @@ def client_level_run(setting: Setting, included: Sequence[bool], variant: str = 
                     break
             eps = fed.epsilon()
             states = stage.states
-            if variant == "weak_key":
-                secret = recover_key(fed, states[1], known["key_bits"])
+            # the adversary does not know which variant runs: it always tries its attack
+            if setting.observation == "final_model":  # a key of the shrunk space, else the plain score
+                secret = recover_key(fed, states[1], setting.key_bits)
                 score = _replay_score(fed, secret, states)
-            elif setting.observation == "final_model":
-                score = states[-1] - states[0]
-            else:
-                steps = _every_round_steps(states, _beta_1(fed.server.strategy))
-                if variant == "public_sample":
-                    score = _known_sample_score(fed, steps)
-                else:
-                    score = sum(steps)
+            else:  # the sample recomputed from the config's seed
+                score = _known_sample_score(fed, _every_round_steps(states, _beta_1(fed.server.strategy)))
             scores.extend(score[: fed.n].tolist()[: len(included) - offset])
             offset += fed.n
     return scores, eps
