@@ -356,6 +356,8 @@ def recover_key(fed: Federation, released: torch.Tensor, bits: int) -> RunSecret
     replica federation (the package's own round, planned as the run's), matches ``released`` (the
     state after round 1) on most canary coordinates (those whose sum was 0: a fraction ``1 - q / 2``
     for the right key, none for another)."""
+    if not getattr(fed.server.strategy, "releases_empty_rounds", False):
+        return None  # SecAgg+: the noise is drawn in per-client shares, never alone (not searched here)
     replica = Federation(fed.setting)  # the same config, fresh objects
     strategy, dp = replica.server.strategy, replica.dp
     for index in range(2**bits):
