@@ -5,11 +5,12 @@ flagged, the package as shipped is not, and ``benchmarks/mechanism_audit.py`` mi
 that live outside the functions it calls.
 
 The tests run ``m = 2^12`` canaries (the benchmark: ``2^15``); largest showable bound 5.72 with the
-guesses (1/4, 0), above feddpo_dp's reported 4.00. Measured (m = 2^12, seed 0; the benchmark's three
-seeds in ``benchmarks/RESULTS.md``): the shipped feddpo_dp 0.45-0.60 (seeds 0-2) against 4.00; the
-broken variants: noise / 10 5.72 (every guess right), clipping off 5.04, a constant or 4-bit key 5.72
-(the brute force finds it in round 1's release and the replay denoises), DP-SGD's noise / 10 inside
-the module 5.31 against the module's 1.99, the sample from the config's seed 3.64 against 1.50.
+guesses (1/4, 0), above feddpo_dp's reported 4.00. Measured (m = 2^12; ``benchmarks/RESULTS.md``):
+the shipped feddpo_dp 0.54-0.67 (seeds 0-2) against 4.00, its every-round view 0.13, DP-SGD
+0.36-0.45 against 1.99; the broken variants (seed 0): noise / 10 5.72 (every guess right), clipping
+off 5.04, an 8-bit key 5.72 (the search finds it in round 1's release and the replay denoises; a
+constant and a 4-bit key are flagged too), DP-SGD's noise / 10 inside the module 5.31 against the
+module's 1.99, the sample from the config's seed 3.64 against 1.50.
 So each margin is at least 1 (asserted: 0.5 for the public sample, 1.0 else). By Theorem 3 a correct
 mechanism is flagged with probability at most 5% per audit; the measured margins are far larger.
 """
