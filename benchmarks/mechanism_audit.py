@@ -1,5 +1,10 @@
 """White-box one-run audit of the package's DP mechanisms, with negative controls (issue 32, item 9).
 
+It calls the mechanisms itself (its own sampler seed, noise multiplier and canaries of norm ``C``), so
+it sees only the functions it calls: a package broken elsewhere (clipping off, the sample from the
+config's seed, a weak key, DP-SGD's noise cut inside the module) passes it. The end-to-end audit,
+``benchmarks/run_audit.py`` (issue 40), runs the run's own objects and flags each of those.
+
 The audit of ``benchmarks/privacy_audit.py`` trains a model and scores canaries through it: 64
 canaries with 32 guesses can show at most epsilon 2.3, so "empirical <= accountant" was vacuous at
 epsilon 8. Here the canaries are *white-box*: the mechanism itself is run on canary updates
