@@ -7,11 +7,10 @@ positions only (the default), and every trainable tensor must agree to float32 r
 difference of any tensor, 3 SGD steps): 0 (bitwise) for FedIT, FedDPO, FedPDPO, FedBiOT and the
 selector on GPT-2 and Llama: the head's matmul reads fewer rows but computes every row it keeps
 alike, and the sums add the same terms in the same order. The batched engine's round (K = 4, the new
-path) against sequential turns on the old path: 1.9e-6 (FedIT and FedDPO, SGD lr 0.5; the batching's
-own rounding, tests/batching/test_parity.py). 1e-5 leaves
-room for a BLAS whose blocking changes with the number of rows (a few ulps of a 1e-2 value is
-1e-6 relative); a deliberately broken path (the head reading each scored position's left neighbour) is off by
-more than 1e-1 (``test_a_misaligned_head_is_caught``).
+path) against sequential turns on the old path: 1.9e-6 (FedIT and FedDPO, SGD lr 0.5: the batching's
+own rounding, tests/batching/test_parity.py). 1e-5 is 5x that, and leaves room for a BLAS whose
+blocking changes with the number of rows; a deliberately broken path (the head reading each scored
+position's left neighbour) is off by more than 1e-1 (``test_a_misaligned_head_is_caught``).
 """
 
 from __future__ import annotations
