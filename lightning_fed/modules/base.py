@@ -111,6 +111,12 @@ class FederatedModule(pl.LightningModule):
     #: a client's training loss is a raw figure of its data.
     training_logs: bool = True
 
+    #: Whether the LM head runs on the scored positions only (issue 43: the logits of the prompt and
+    #: the padding are never read; :mod:`~lightning_fed.modules.scored_logits`). ``False`` runs it on
+    #: every position, the path before; kept for ``benchmarks/step_flops.py`` and for the tests that
+    #: show both paths train to the same values.
+    scored_head: bool = True
+
     def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
         """Lightning's ``log``; while training, nothing when :attr:`training_logs` is off."""
         if not self.training_logs and self._trainer is not None and self._trainer.training:

@@ -29,6 +29,7 @@ from lightning_fed.modules.backbone import BackboneConfig, load_backbone
 from lightning_fed.modules.base import OPTIMIZERS, FederatedModule
 from lightning_fed.modules.layer_extract import LayerLayout, decoder_path, layer_extract, offsite_layout
 from lightning_fed.modules.losses import sft_loss, token_log_probs
+from lightning_fed.modules.scored_logits import ScoredLogits, scored_logits
 from lightning_fed.state import state_nbytes
 from lightning_fed.strategies.fedprox import proximal_term
 
@@ -215,8 +216,13 @@ class OffsiteModule(FederatedModule):
     def forward(self, batch: Mapping[str, Tensor]) -> Tensor:
         return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
 
+    def scored(self, batch: Mapping[str, Tensor]) -> ScoredLogits:
+        """The logits of the response positions only (:mod:`~lightning_fed.modules.scored_logits`)."""
+        return scored_logits(self.model, batch["input_ids"], batch["attention_mask"], batch["labels"], use_cache=False)
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        loss = sft_loss(self(batch), batch["labels"])  # F_m of Eq. (1); the prox term is FedProx's
+        # F_m of Eq. (1), the response-token NLL; the prox term is FedProx's
+        loss = self.scored(batch).nll().mean() if self.scored_head else sft_loss(self(batch), batch["labels"])
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
         return loss
 
@@ -225,11 +231,15 @@ class OffsiteModule(FederatedModule):
         out: dict[str, Tensor] = {}
         for name, which in (("adapemu", "emulator"), ("adapfu", "full")):
             with self.composition(which):
-                logits = self(batch)
-                logps, mask = token_log_probs(logits, batch["labels"])
+                if self.scored_head:
+                    scored = self.scored(batch)
+                    (logps, mask), hits = scored.token_log_probs(), scored.hits()
+                else:
+                    logits = self(batch)
+                    logps, mask = token_log_probs(logits, batch["labels"])
+                    hits = (logits[:, :-1].argmax(-1) == batch["labels"][:, 1:]) & mask
                 n = mask.sum(-1).clamp(min=1)
                 nll = -logps.sum(-1) / n
-                hits = (logits[:, :-1].argmax(-1) == batch["labels"][:, 1:]) & mask
                 out[f"{name}_loss"], out[f"{name}_ppl"] = nll, nll.clamp(max=50).exp()
                 out[f"{name}_token_acc"] = hits.sum(-1) / n
                 if self.hparams.generation_metric:

@@ -26,6 +26,7 @@ from lightning_fed.modules.dpo import DPOModule
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
 from lightning_fed.modules.losses import sequence_log_probs
 from lightning_fed.modules.preference import concatenated_inputs
+from lightning_fed.modules.scored_logits import head_logits
 
 
 @contextmanager
@@ -170,7 +171,10 @@ class PersonalHeadDPO(DPOModule):
         """
         inputs = concatenated_inputs(batch)
         z = self.features(inputs["input_ids"], inputs["attention_mask"], backbone)
-        logps = sequence_log_probs(self.lm_head(z), inputs["labels"])
+        if self.scored_head:  # the personal head on the response positions only (issue 43)
+            logps = head_logits(self.lm_head, z, inputs["labels"]).sequence_log_probs()
+        else:
+            logps = sequence_log_probs(self.lm_head(z), inputs["labels"])
         return logps, z, inputs
 
     def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from lightning_fed.batching.client_rows import client_mean, rows_of
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.losses import IGNORE_INDEX, sequence_log_probs
+from lightning_fed.modules.scored_logits import scored_logits
 
 PAIR_FIELDS = ("input_ids", "attention_mask", "labels")
 
@@ -41,7 +42,7 @@ def concatenated_inputs(batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 def concatenated_log_probs(
-    model: Callable[..., object], batch: Mapping[str, Tensor], average: bool = False
+    model: Callable[..., object], batch: Mapping[str, Tensor], average: bool = False, scored_only: bool = True
 ) -> tuple[Tensor, Tensor]:
     """``(log p(y_w|x), log p(y_l|x))``, each ``(B,)``, from one forward of ``model``.
 
@@ -51,10 +52,19 @@ def concatenated_log_probs(
         batch: A preference batch (``chosen_*`` and ``rejected_*`` keys).
         average: Divide each sum by the number of scored response tokens (the length
             normalisation of ORPO and SimPO) instead of returning the sum.
+        scored_only: Run the LM head on the response positions only
+            (:func:`~lightning_fed.modules.scored_logits.scored_logits`); ``False`` runs it on every
+            position (the path before issue 43, kept for ``benchmarks/step_flops.py`` and the tests
+            that show both give the same values).
     """
     inputs = concatenated_inputs(batch)
-    logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
-    logps = sequence_log_probs(logits, inputs["labels"])
+    if scored_only:
+        logps = scored_logits(
+            model, inputs["input_ids"], inputs["attention_mask"], inputs["labels"]
+        ).sequence_log_probs()
+    else:
+        logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+        logps = sequence_log_probs(logits, inputs["labels"])
     if average:
         logps = logps / response_lengths(inputs["labels"])
     return logps.chunk(2)
@@ -90,4 +100,4 @@ class PreferenceModule(FederatedModule):
     def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """``(log p(y_w|x), log p(y_l|x))`` under the current model, summed over response tokens,
         in one forward (the evaluation's contract: :mod:`~lightning_fed.evaluation.test_step`)."""
-        return concatenated_log_probs(self.model, batch)
+        return concatenated_log_probs(self.model, batch, scored_only=self.scored_head)

@@ -25,6 +25,7 @@ from lightning_fed.batching.client_rows import client_mean, rows_of
 from lightning_fed.modules.backbone import BackboneConfig
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.lora import LoraSettings, add_adapter, is_adapter_param
+from lightning_fed.modules.scored_logits import head_on_positions, output_head
 
 
 def selector_name(u: int) -> str:
@@ -138,10 +139,17 @@ class BinarySelectorModule(FederatedModule):
     # ------------------------------------------------------------------------- objective
     def choice_forward(self, ids: Tensor, mask: Tensor) -> Tensor:
         """``(B, 2)`` answer logits; the LM head projects only each row's last real position
-        (``logits_to_keep``), not every position onto the whole vocabulary."""
-        last = (mask.sum(dim=1) - 1).unsqueeze(1)  # right padding
-        logits = self.model(input_ids=ids, attention_mask=mask, logits_to_keep=last).logits  # (B, 1, V)
-        return logits[:, 0, list(self.choice_ids)]
+        (:func:`~lightning_fed.modules.scored_logits.head_on_positions`), not every position onto
+        the whole vocabulary."""
+        last = mask.sum(dim=1) - 1  # right padding
+        keep = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
+        keep[torch.arange(ids.shape[0], device=ids.device), last] = True
+        head = output_head(self.model) if self.scored_head else None
+        if head is None:  # every position's logits, then the answer position's
+            return choice_logits(self.model(input_ids=ids, attention_mask=mask).logits, mask, self.choice_ids)
+        with head_on_positions(head, keep):
+            logits = self.model(input_ids=ids, attention_mask=mask).logits  # (1, B, V): one row each
+        return logits[0][:, list(self.choice_ids)]
 
     def choice_logits(self, batch: Mapping[str, Tensor], order: str) -> Tensor:
         return self.choice_forward(batch[f"{order}_input_ids"], batch[f"{order}_attention_mask"])
