@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.federation.report import bucket_count
+from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.privacy.accountant import (
     POISSON_UNDER_SECURE_SUM,
@@ -117,7 +118,7 @@ class RunPrivacy:
         return dp.seed if dp is not None and dp.seed_given else None
 
     @property
-    def sampling_seed(self) -> int | None:
+    def sampling_seed(self) -> SecretSeed | None:
         """The seed of client sampling in a private run: from the run's secret, never the config's
         ``seed`` (anyone with the config could recompute a public sample, and Poisson amplification
         would not hold against them); ``None`` without DP (the server samples from ``seed``)."""

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from lightning_fed.federation.secret_seed import SecretSeed
+
 KEY_BYTES = 32
 KEY_SUFFIX = ".key"
 
@@ -65,11 +67,14 @@ class RunSecret:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def seed(self, *label: int | str) -> int:
-        """The 63-bit seed of the draw named ``label`` (e.g. ``("sampling", round)``)."""
-        message = "/".join(str(p) for p in label).encode()
-        digest = hmac.new(self._key, message, hashlib.sha256).digest()
-        return int.from_bytes(digest[:8], "big") >> 1
+    def seed(self, *label: int | str) -> SecretSeed:
+        """The secret seed of the draws named ``label`` (e.g. ``("client sampling",)``): all 256 bits
+        of ``HMAC-SHA256(key, label)`` (:class:`~lightning_fed.federation.secret_seed.SecretSeed`)."""
+        return SecretSeed(self._key).child("run secret", *label)
+
+    def fingerprint(self) -> str:
+        """16 hex digits a checkpoint keeps to recognise this key on resume, revealing nothing of it."""
+        return SecretSeed(self._key).fingerprint("key fingerprint")
 
     # ------------------------------------------------------------------ the key file
     def write(self, path: str | os.PathLike[str]) -> Path:
