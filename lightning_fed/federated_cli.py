@@ -47,6 +47,7 @@ from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
 from lightning_fed.pipelines import prepare_stages
+from lightning_fed.privacy.run import privacy_enabled
 from lightning_fed.privacy.secret import check_checkpoint_key
 from lightning_fed.report.table import DEFAULT_METRICS
 from lightning_fed.run_parser import add_federation_arguments
@@ -285,6 +286,7 @@ class FederatedCLI(LightningCLI):
         # Earlier stages of a multi-stage method (FedBis: train the selector, label D_gen with it)
         # run here, each through this CLI, before the data is served.
         prepare_stages(self.model, self.datamodule, fit=run_cli, device=self.trainer.strategy.root_device)
+        self.datamodule.private = privacy_enabled(loop.server.strategy, self.model)  # private: no per-client log figure
         self.datamodule.setup("fit")
         # validates clients_per_round and plans the privacy budget (an impossible one: exit 2, nothing written)
         loop.server.bind(self.datamodule.num_clients, self.datamodule, self.model)
