@@ -41,8 +41,12 @@ def _evaluations(summary: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
     return points
 
 
-def closing_line(run_dir: Path) -> str:
-    """What ``fit`` says last: the run folder and the metrics of the module docstring, first to last evaluation."""
+def closing_line(run_dir: Path, key_file: Path | None = None) -> str:
+    """What ``fit`` says last: the run folder and the metrics of the module docstring, first to last evaluation;
+    a private run's ``key_file`` (outside the run folder) after them."""
+    if key_file is not None:
+        key = f"; secret key: {key_file} (not in the run folder; deleting it makes the run's randomness unrecoverable)"
+        return closing_line(run_dir) + key
     summary_file = run_dir / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
     points = _evaluations(summary)
