@@ -323,7 +323,7 @@ class RoundReport:
         if trainer.is_global_zero:
             # An earlier run's files (a resume in its folder) are replaced once this run has
             # completed a round; a run that fails before leaves them as they were.
-            guard = earlier_files(trainer, path.parent)
+            guard = self._history.guard or earlier_files(trainer, path.parent)
             if self._sizes[0]:
                 guard.write(path.parent / SIZES_FILE, lambda: self._write_sizes(path.parent / SIZES_FILE))
             text = json.dumps(summary, indent=2, default=str)

@@ -179,6 +179,11 @@ class RoundHistory(Sequence):
         return self._reading or self._dir or self._source
 
     @property
+    def guard(self) -> EarlierFiles | None:
+        """What waits for this run's first round in its folder (``None``: nothing is guarded)."""
+        return self._guard
+
+    @property
     def attached(self) -> bool:
         return self._dir is not None
 
