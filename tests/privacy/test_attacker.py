@@ -113,7 +113,13 @@ def attack(run_dir: Path, config: dict, truth: dict) -> dict[str, bool]:
         tries = [RoundBatchSampler(turn, offsets, sizes, batch, s, r) for s in ints]
         tries += [  # the module's own derivation of the batches' seed, from each guessed noise seed
             RoundBatchSampler(
-                turn, offsets, sizes, batch, 0, r, poisson_seed=ExampleLevelDP.poisson_batch_seed(Guess(s), r)
+                turn,
+                offsets,
+                sizes,
+                batch,
+                0,
+                r,
+                poisson_seed=ExampleLevelDP.poisson_batch_seed(Guess(noise_seed=s), r),
             )
             for s in guesses["noise"]
             if not isinstance(s, int) or s >= 0
