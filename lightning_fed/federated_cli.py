@@ -47,6 +47,8 @@ from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
 from lightning_fed.pipelines import prepare_stages
+from lightning_fed.privacy.run import privacy_enabled
+from lightning_fed.privacy.secret import check_checkpoint_key
 from lightning_fed.report.table import DEFAULT_METRICS
 from lightning_fed.run_parser import add_federation_arguments
 from lightning_fed.shipped_configs import resolve_config_args
@@ -56,13 +58,17 @@ LOG_EVERY_N_STEPS = 50
 """Lightning's default ``trainer.log_every_n_steps``; a run logs at least once per client turn."""
 
 
-def closing_line(run_dir: Path) -> str:
-    """What ``fit`` says last: the run folder and the headline metric, first and last evaluated round.
+def closing_line(run_dir: Path, key_file: Path | None = None) -> str:
+    """What ``fit`` says last: the run folder and the headline metric, first and last evaluated round;
+    a private run's ``key_file`` (outside the run folder) after them.
 
     The headline metric is the first of :data:`~lightning_fed.report.table.DEFAULT_METRICS` the
     run's validation has (``pref_acc``, ``accuracy``, ``rougeL``, ``token_acc``, ``loss``), as in
     ``lightning-fed report``.
     """
+    if key_file is not None:
+        key = f"; secret key: {key_file} (not in the run folder; deleting it makes the run's randomness unrecoverable)"
+        return closing_line(run_dir) + key
     summary_file = run_dir / "summary.json"
     rounds = json.loads(summary_file.read_text())["rounds"] if summary_file.is_file() else []
     evaluated = [r for r in rounds if r.get("val")]
@@ -275,9 +281,12 @@ class FederatedCLI(LightningCLI):
                 for change in check_resume(ckpt, loop.report.config, getattr(self, "_saved_config", None)):
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
                 self._check_weights(ckpt)
+                if getattr(self, "_saved_weights", None) is not None:  # another run's key: exit 2, nothing written
+                    check_checkpoint_key(self._saved_weights)
         # Earlier stages of a multi-stage method (FedBis: train the selector, label D_gen with it)
         # run here, each through this CLI, before the data is served.
         prepare_stages(self.model, self.datamodule, fit=run_cli, device=self.trainer.strategy.root_device)
+        self.datamodule.private = privacy_enabled(loop.server.strategy, self.model)  # private: no per-client log figure
         self.datamodule.setup("fit")
         # validates clients_per_round and plans the privacy budget (an impossible one: exit 2, nothing written)
         loop.server.bind(self.datamodule.num_clients, self.datamodule, self.model)
@@ -286,7 +295,9 @@ class FederatedCLI(LightningCLI):
         # trainer.log_dir is a collective under DDP (a broadcast from rank 0): every rank asks
         folder = RoundReport.output_dir(self.trainer)
         if self.trainer.is_global_zero:
-            print(closing_line(folder), flush=True)
+            loop = next(c for c in self.trainer.callbacks if isinstance(c, FederatedLoop))
+            privacy = loop.server.privacy
+            print(closing_line(folder, getattr(privacy, "key_path", None)), flush=True)
 
     def _check_writable(self) -> None:
         """A folder the run cannot write is named by its option before anything is loaded or run."""

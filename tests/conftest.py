@@ -24,6 +24,15 @@ def tiny_backbone():
 
 
 @pytest.fixture(autouse=True)
+def key_store(tmp_path_factory, monkeypatch):
+    """Private runs keep their key files in a temporary key store, never in the real home
+    (``LIGHTNING_FED_KEY_DIR``, inherited by the CLI subprocesses a test starts)."""
+    folder = tmp_path_factory.mktemp("keys") / "lightning-fed-keys"
+    monkeypatch.setenv("LIGHTNING_FED_KEY_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture(autouse=True)
 def same_global_state(monkeypatch):
     """Every test starts from the same global state, whatever ran before it in its worker.
 

@@ -29,6 +29,7 @@ class EncodingCounts:
     def __init__(self) -> None:
         self.counts: dict[str, dict[str, list[int]]] = {kind: {} for kind in KINDS}
         self._cut = self._lost = False  # flags of the example being encoded
+        self._private = False  # the warnings of a private run give totals only
 
     def start(self, name: str, num_clients: int) -> None:
         """Count the set ``name`` from zero."""
@@ -56,8 +57,10 @@ class EncodingCounts:
         """The current example was left out: ``kind`` is ``dropped`` or ``prompt_dropped``."""
         self.counts[kind][name][client_id] += 1
 
-    def warn(self, max_length: int, truncation: str, min_prompt_length: int) -> None:
-        """One warning per set and kind that counted anything, naming the setting to change."""
+    def warn(self, max_length: int, truncation: str, min_prompt_length: int, private: bool = False) -> None:
+        """One warning per set and kind that counted anything, naming the setting to change; in a
+        ``private`` run (differential privacy) with the total only, never a figure per client."""
+        self._private = private
         fit = f"data.max_length={max_length}"
         raise_it = "set data.max_completion_length or raise data.max_length"
         self._warn_sets(
@@ -86,7 +89,8 @@ class EncodingCounts:
         the per-client counts."""
         for what, per_client in self.counts[kind].items():
             if sum(per_client):
-                rank_zero_warn(f"data: {message(sum(per_client), what)}; per client: {per_client}")
+                each = "" if self._private else f"; per client: {per_client}"  # private: totals only
+                rank_zero_warn(f"data: {message(sum(per_client), what)}{each}")
 
     def report(self) -> dict[str, Any]:
         """Kind -> set -> per-client counts (the ``data`` section of ``summary.json``)."""

@@ -183,6 +183,9 @@ class FederatedDataModule(pl.LightningDataModule):
         self.serving = RoundServing()  # the rounds' and evaluations' loaders (given the clients in setup)
         self.group_names: list[str] = []  # group_id -> value of `group_key` (val/test items)
         self.encoding = EncodingCounts()  # examples truncated and dropped per set and client
+        #: Whether the run is private (differential privacy): its log lines then carry no figure per
+        #: client. Set by the CLI and the Flower client before :meth:`setup`; ``None``: asked of the Trainer.
+        self.private: bool | None = None
 
     @property
     def seed(self) -> int:
@@ -327,7 +330,20 @@ class FederatedDataModule(pl.LightningDataModule):
                 ClientData(cid, train[cid], val[cid], self.batch_size, collate, test[cid], columns=columns)
             )
         self.serving.serve(self.clients, collate)
-        self.encoding.warn(self.max_length, self.truncation, self.min_prompt_length)
+        self.encoding.warn(self.max_length, self.truncation, self.min_prompt_length, self._private_run())
+
+    def _private_run(self) -> bool:
+        """:attr:`private`, else whether the Trainer's module or federated loop runs a DP mechanism."""
+        if self.private is not None:
+            return self.private
+        from lightning_fed.privacy.run import privacy_enabled  # the privacy package imports data modules
+
+        trainer = self.trainer
+        if trainer is None:
+            return False
+        loops = [c for c in trainer.callbacks if hasattr(c, "server") and hasattr(c.server, "strategy")]
+        strategy = loops[0].server.strategy if loops else None
+        return privacy_enabled(strategy, trainer.lightning_module)
 
     def _synthetic_args(self, dataset: str, salt: int) -> dict[str, Any]:
         """``synthetic_args`` with ``num_clients``; a separate val/test set (``salt``) is a fresh draw."""

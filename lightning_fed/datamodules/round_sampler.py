@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import Sampler
 
 from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.federation.secret_seed import SecretSeed, as_secret_seed, uniform
 from lightning_fed.federation.turn import TurnPlan
 
 #: The key of the batch a Poisson draw left empty (:class:`EmptyBatchCollate`).
@@ -57,7 +58,7 @@ class RoundBatchSampler(Sampler[list[int]]):
         round_idx: int,
         rank: int = 0,
         num_replicas: int = 1,
-        poisson_seed: int | None = None,
+        poisson_seed: SecretSeed | int | None = None,
         groups: Sequence[Sequence[TurnPlan]] = (),
     ) -> None:
         if not 0 <= rank < num_replicas:
@@ -104,10 +105,10 @@ class RoundBatchSampler(Sampler[list[int]]):
         """Each batch: every example of the client with probability ``min(1, B / |D_k|)``."""
         for turn in self.turns:
             n, base = self.sizes[turn.client_id], self.offsets[turn.client_id]
-            g = torch.Generator().manual_seed(derive_seed(self.poisson_seed, self.round_idx, turn.client_id))
+            g = as_secret_seed(self.poisson_seed).generator("poisson batch", self.round_idx, turn.client_id)
             rate = min(1.0, self.batch_size / n) if n else 0.0
             for _ in range(turn.num_batches):
-                drawn = torch.rand(n, generator=g, dtype=torch.float64) < rate
+                drawn = uniform(n, g) < rate
                 yield (torch.nonzero(drawn).flatten() + base).tolist()
 
 

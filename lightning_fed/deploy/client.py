@@ -43,6 +43,7 @@ from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import CUT_SHORT, LOCAL_STEPS, instructed_budget, instructed_steps
 from lightning_fed.modules.base import FederatedModule
+from lightning_fed.privacy.run import privacy_enabled
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import ClientUpdate, Strategy
 from lightning_fed.strategies.lora_factors import match_rank
@@ -177,6 +178,7 @@ class ClientRunner:
         }
         if getattr(datamodule, "tokenizer", None) is None:
             datamodule.tokenizer = module.tokenizer
+        datamodule.private = privacy_enabled(self.strategy, module)  # a private run logs no per-client figure
         datamodule.setup("fit")
         # Personal parameters as initialised: what a client without personal state yet uses.
         self.initial_personal = clone_state(module.personal_parameters())

@@ -67,6 +67,7 @@ from flwr.common.secure_aggregation.quantization import dequantize, quantize
 from torch import Tensor
 
 from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.federation.secret_seed import as_secret_seed, standard_normal
 from lightning_fed.privacy.client_dp import ClientLevelDP
 from lightning_fed.privacy.clipping import clip_to_norm
 from lightning_fed.state import StateDict, compute_dtype
@@ -233,8 +234,8 @@ class SecureAggregation(Strategy):
         if dp is not None:
             delta, _ = clip_to_norm(delta, dp.clip_norm)
             std = self.noise_share_stddev() if noise_stddev is None else float(noise_stddev)
-            g = torch.Generator().manual_seed(derive_seed(dp.seed, _NOISE_SHARE_TAG, round_idx, update.client_id))
-            delta = {k: v + torch.randn(v.shape, generator=g, dtype=v.dtype) * std for k, v in delta.items()}
+            g = as_secret_seed(dp.seed).generator("secagg noise share", _NOISE_SHARE_TAG, round_idx, update.client_id)
+            delta = {k: v + standard_normal(v.shape, g, v.dtype) * std for k, v in delta.items()}
             weight = self.max_weight  # uniform: the fixed-denominator estimator needs the plain sum
         elif getattr(self.averaging, "weighting", "num_examples") == "uniform":
             weight = self.max_weight

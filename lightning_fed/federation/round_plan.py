@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.federation.turn import TurnPlan
 
 
@@ -55,7 +56,7 @@ class RoundPlan:
     sampled: tuple[int, ...]
     turns: tuple[TurnPlan, ...]
     instructions: Mapping[int, Mapping[int, Any]] = field(default_factory=dict)
-    batch_seed: int | None = None
+    batch_seed: SecretSeed | None = None
     groups: tuple[tuple[TurnPlan, ...], ...] = ()
 
     @property
@@ -76,7 +77,7 @@ class RoundPlan:
         return sum(u.num_batches for u in self.units)
 
 
-def poisson_batch_seed(module: Any, round_idx: int) -> int | None:
+def poisson_batch_seed(module: Any, round_idx: int) -> SecretSeed | None:
     """The secret seed of a round's Poisson batches when ``module`` trains with DP-SGD (its
     ``poisson_batch_seed``, from the run's secret: the accountant's amplification by ``B / |D_k|``
     assumes batches nobody can recompute); ``None`` for any other module."""

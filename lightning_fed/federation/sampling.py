@@ -11,12 +11,18 @@ Two samplers, each with the accounting that matches it
 * ``poisson`` (:func:`poisson_sample_clients`): every client independently with probability
   ``q``, so the round's size is Binomial(N, q). This is the sampling under which the
   subsampled-Gaussian accountants (Opacus RDP/PRV) amplify privacy by ``q``.
+
+A private run samples from its secret: ``seed`` is then a
+:class:`~lightning_fed.federation.secret_seed.SecretSeed`, whose draws are keyed by all of its 256
+bits; an integer ``seed`` (a run without DP) draws from torch's generator, as before.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+from lightning_fed.federation.secret_seed import SecretSeed, permutation, uniform
 
 SAMPLINGS = ("fixed_size", "poisson")
 _POISSON_TAG = 0x5053  # keeps the Poisson draws apart from the fixed-size ones of the same round
@@ -33,11 +39,14 @@ def check_clients_per_round(clients_per_round: int, num_clients: int) -> None:
         raise ValueError(f"federation.clients_per_round={clients_per_round} exceeds data.num_clients={num_clients}")
 
 
-def sample_clients(num_clients: int, clients_per_round: int, seed: int, round_idx: int) -> list[int]:
+def sample_clients(num_clients: int, clients_per_round: int, seed: int | SecretSeed, round_idx: int) -> list[int]:
     """Uniform sampling without replacement of ``clients_per_round`` clients, sorted."""
     check_clients_per_round(clients_per_round, num_clients)
-    g = torch.Generator().manual_seed(derive_seed(seed, round_idx))
-    return sorted(torch.randperm(num_clients, generator=g)[:clients_per_round].tolist())
+    if isinstance(seed, SecretSeed):  # a private run: keyed by the whole secret
+        order = permutation(num_clients, seed.generator("fixed-size sample", round_idx))
+    else:
+        order = torch.randperm(num_clients, generator=torch.Generator().manual_seed(derive_seed(seed, round_idx)))
+    return sorted(order[:clients_per_round].tolist())
 
 
 def check_sampling_rate(rate: float) -> None:
@@ -46,11 +55,15 @@ def check_sampling_rate(rate: float) -> None:
         raise ValueError(f"federation.sampling_rate must be in (0, 1], got {rate!r}")
 
 
-def poisson_sample_clients(num_clients: int, rate: float, seed: int, round_idx: int) -> list[int]:
+def poisson_sample_clients(num_clients: int, rate: float, seed: int | SecretSeed, round_idx: int) -> list[int]:
     """Each client independently with probability ``rate`` (Poisson sampling), sorted; may be empty."""
     check_sampling_rate(rate)
-    g = torch.Generator().manual_seed(derive_seed(seed, _POISSON_TAG, round_idx))
-    return torch.nonzero(torch.rand(num_clients, generator=g, dtype=torch.float64) < rate).flatten().tolist()
+    if isinstance(seed, SecretSeed):  # a private run: keyed by the whole secret
+        draws = uniform(num_clients, seed.generator("poisson sample", round_idx))
+    else:
+        g = torch.Generator().manual_seed(derive_seed(seed, _POISSON_TAG, round_idx))
+        draws = torch.rand(num_clients, generator=g, dtype=torch.float64)
+    return torch.nonzero(draws < rate).flatten().tolist()
 
 
 def expected_clients(num_clients: int, sampling: str, clients_per_round: int = 0, rate: float = 0.0) -> float:

@@ -26,6 +26,7 @@ from lightning_fed.federation.hooks import Payload, Replies, RoundHook
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.sampling import check_clients_per_round, poisson_sample_clients, sample_clients
 from lightning_fed.federation.screening import PRIVATE_REJECTION, UpdateScreen, update_norm
+from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.state import StateDict, clone_state, state_nbytes
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, check_update
 
@@ -49,7 +50,7 @@ class RoundPrivacy(Protocol):
     report_validation: bool
     exceeded: str | None
     #: The seed of client sampling in a private run (secret); ``None``: the server's ``seed``.
-    sampling_seed: int | None
+    sampling_seed: SecretSeed | None
 
     def plan(self, server: ServerRound, module: Any) -> None:
         """Before training: calibrate and check the budget (one-line ``ValueError``)."""

@@ -32,7 +32,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from lightning_fed.federation.secret_seed import standard_normal
 
 #: How far one client moves the centred count ``sum_i (b_i - 1/2)`` (added or removed).
 COUNT_SENSITIVITY = 0.5
@@ -103,7 +106,7 @@ class AdaptiveClipping:
         clip_norm: float,
         unclipped: int,
         expected_clients: float,
-        generator: torch.Generator | None = None,
+        generator: np.random.Generator | torch.Generator | None = None,
         *,
         participants: int,
     ) -> tuple[float, float]:
@@ -113,7 +116,7 @@ class AdaptiveClipping:
             clip_norm: The current ``C``.
             unclipped: ``sum_i b_i``, how many participants had ``||Delta_i|| <= C``.
             expected_clients: ``m``.
-            generator: Source of the count's noise.
+            generator: Source of the count's noise (a run's: a secret draw's numpy generator).
             participants: ``|S|``, the participants whose ``b_i`` were counted.
 
         Returns:
@@ -126,7 +129,7 @@ class AdaptiveClipping:
         self,
         unclipped: int | torch.Tensor,
         expected_clients: float,
-        generator: torch.Generator | None = None,
+        generator: np.random.Generator | torch.Generator | None = None,
         *,
         participants: int | torch.Tensor,
     ) -> torch.Tensor:
@@ -138,7 +141,7 @@ class AdaptiveClipping:
         Args:
             unclipped: ``sum_i b_i``, how many participants had ``||Delta_i|| <= C``.
             expected_clients: ``m``.
-            generator: Source of the count's noise.
+            generator: Source of the count's noise (a run's: a secret draw's numpy generator).
             participants: ``|S|``, the participants whose ``b_i`` were counted.
 
         Returns:
@@ -148,6 +151,6 @@ class AdaptiveClipping:
         size = torch.as_tensor(participants, dtype=torch.float64)
         if bool(((count < 0) | (count > size)).any()):
             raise ValueError(f"adaptive clipping: unclipped={unclipped} must be in [0, participants={participants}]")
-        noise = torch.randn(count.shape, generator=generator, dtype=torch.float64) * self.stddev(expected_clients)
+        noise = standard_normal(count.shape, generator, torch.float64) * self.stddev(expected_clients)
         centred = count - COUNT_SENSITIVITY * size  # sum_i (b_i - 1/2)
         return (centred + noise) / float(expected_clients) + COUNT_SENSITIVITY  # b~

@@ -41,8 +41,9 @@ personalised aggregates), CoordinateMedian and TrimmedMean (order statistics).
 
 The wrapped strategy sees only pseudo-updates: one per participant (its id, weight 1,
 ``x + Delta~`` on the keys it trained), so every weighting rule returns ``Delta~`` and the
-ids that FedBiscuit needs to find clusters are kept. Noise comes from a generator seeded by
-``(seed, round)``; in a run the seed comes from the run's secret
+ids that FedBiscuit needs to find clusters are kept. Noise comes from the generator of
+``(seed, round)``, keyed by all 256 bits of the seed
+(:class:`~lightning_fed.federation.secret_seed.SecretSeed`); in a run the seed comes from the run's secret
 (:mod:`~lightning_fed.privacy.secret`), never from the config or the checkpoint, so a run
 resumed with its key file draws the same noise as an uninterrupted one.
 
@@ -54,7 +55,6 @@ no client was sampled, which the noise otherwise hides.
 
 from __future__ import annotations
 
-import secrets
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -62,7 +62,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.federation.secret_seed import SecretSeed, as_secret_seed, standard_normal
 from lightning_fed.privacy.adaptive_clipping import AdaptiveClipping, update_noise_multiplier
 from lightning_fed.privacy.clipping import clip_to_norm
 from lightning_fed.state import StateDict, compute_dtype
@@ -106,7 +106,7 @@ class ClientLevelDP(Strategy):
             sets it from its sampler; leave it out of a config).
         adaptive: Track a target quantile of the update norms instead of a fixed ``C``.
         control_scale: SCAFFOLD only: factor on the control change before the joint clip.
-        seed: Seed of the noise (per round: ``derive_seed(seed, round)``). ``None`` (the
+        seed: Seed of the noise (per round: ``SecretSeed.of_int(seed).generator(tag, round)``). ``None`` (the
             default) draws a secret one (the run replaces it by one derived from its secret,
             :class:`~lightning_fed.privacy.run.RunPrivacy`): anyone who knows the seed can
             regenerate and subtract the noise, so a seed written in a shared config is for tests
@@ -146,7 +146,7 @@ class ClientLevelDP(Strategy):
         self.control_scale = float(control_scale)
         #: Noise is released in a round without update (:meth:`aggregate` of no update).
         self.releases_empty_rounds = True
-        self.seed = secrets.randbits(63) if seed is None else int(seed)
+        self.seed: int | SecretSeed = SecretSeed.fresh() if seed is None else int(seed)
         #: Whether ``seed`` was given (tests): other client-level noise of the run (FedBiscuit's
         #: selector losses) is then derived from it too; else each draws its own secret seed.
         self.seed_given = seed is not None
@@ -255,7 +255,7 @@ class ClientLevelDP(Strategy):
         stray = sorted(k for k in sums if not k.startswith(CONTROL_PREFIX) and shares[k] == 0.0)
         if stray:  # the per-key denominator m * share would be 0
             raise AggregationError(f"ClientLevelDP: keys {stray[:5]} were uploaded but no client's model holds them")
-        g = torch.Generator().manual_seed(derive_seed(self.seed, _NOISE_TAG, self.rounds_done))
+        g = as_secret_seed(self.seed).generator("client-level noise", _NOISE_TAG, self.rounds_done)
         noised: StateDict = {}
         for k in list(global_state) + sorted(CONTROL_PREFIX + p for p in global_state):
             param = k[len(CONTROL_PREFIX) :] if k.startswith(CONTROL_PREFIX) else k
@@ -264,7 +264,7 @@ class ClientLevelDP(Strategy):
                 continue  # no client could have sent it: no noise, no change (controls only if sent)
             ref = global_state[param]
             total = sums.get(k, torch.zeros(ref.shape, dtype=compute_dtype(ref.dtype)))
-            noise = torch.randn(total.shape, generator=g, dtype=total.dtype) * (z_update * clip)
+            noise = standard_normal(total.shape, g, total.dtype) * (z_update * clip)
             noised[k] = total + noise  # sum_i Delta_i + N(0, z^2 C^2), the numerator of f~_f
         mean: StateDict = {}
         for k, v in noised.items():
@@ -286,7 +286,7 @@ class ClientLevelDP(Strategy):
         ]
         self.last_round = {"clip_norm": clip, "noise_stddev": z_update * clip, "unclipped": float(unclipped)}
         if self.adaptive is not None:
-            gen = torch.Generator().manual_seed(derive_seed(self.seed, _NOISE_TAG + 1, self.rounds_done))
+            gen = as_secret_seed(self.seed).generator("count noise", _NOISE_TAG + 1, self.rounds_done)
             self.clip_norm, fraction = self.adaptive.next_clip_norm(clip, unclipped, m, gen, participants=len(updates))
             self.last_round["unclipped_fraction"] = fraction
         self.rounds_done += 1

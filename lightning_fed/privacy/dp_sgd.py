@@ -44,18 +44,18 @@ Accounting: :func:`example_level_accountant`.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from opacus import GradSampleModule
 from torch import Tensor
 
 from lightning_fed.datamodules.round_sampler import EMPTY_BATCH
 from lightning_fed.federation.driver import find_driver
-from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.federation.secret_seed import SecretSeed, as_secret_seed, standard_normal
 from lightning_fed.modules.dpo import DPOModule
 from lightning_fed.modules.losses import token_log_probs
 from lightning_fed.modules.sft import SFTModule
@@ -158,7 +158,7 @@ def privatize_per_example(
     clip_norm: float,
     noise_multiplier: float,
     batch_size: float,
-    generator: torch.Generator | None = None,
+    generator: np.random.Generator | torch.Generator | None = None,
 ) -> tuple[StateDict, Tensor]:
     """Clip each example's gradient, sum, add ``N(0, z^2 C^2)``, divide by ``batch_size`` (Algorithm 1).
 
@@ -167,7 +167,8 @@ def privatize_per_example(
         clip_norm: ``C``.
         noise_multiplier: ``z``.
         batch_size: The lot size ``|L|`` the noised sum is divided by.
-        generator: Source of the noise (a CPU generator; the noise is moved to the gradients' device).
+        generator: Source of the noise (a run's: a secret draw's numpy generator; a torch CPU one in
+            tests); drawn on the CPU, then moved to the gradients' device.
 
     Returns:
         The noised mean gradient ``{name: shape}`` and the per-example norms before clipping.
@@ -182,7 +183,7 @@ def privatize_per_example(
     for name, g in per_example.items():
         summed = torch.einsum("n,n...->...", factors, g.detach().float())
         # drawn on the CPU (the generator is a CPU one), then moved: LoRA-sized, so cheap
-        noise = torch.randn(summed.shape, generator=generator).to(summed.device) * (noise_multiplier * clip_norm)
+        noise = standard_normal(summed.shape, generator).to(summed.device) * (noise_multiplier * clip_norm)
         out[name] = ((summed + noise) / float(batch_size)).to(g.dtype)
     return out, norms
 
@@ -238,7 +239,7 @@ class ExampleLevelDP:
                     p.requires_grad_(False)
         #: Seed of the noise and of the Poisson batches (secret unless ``dp_sgd.seed`` is set); never
         #: in the checkpoint (a run sets it from its secret, :class:`~lightning_fed.privacy.run.RunPrivacy`).
-        self.noise_seed = secrets.randbits(63) if settings.seed is None else int(settings.seed)
+        self.noise_seed: int | SecretSeed = SecretSeed.fresh() if settings.seed is None else int(settings.seed)
         self.__dict__["_grad_sampler"] = None
         #: Per-example gradient norms (before clipping) of the last step, for monitoring.
         self.last_example_norms: Tensor | None = None
@@ -290,9 +291,9 @@ class ExampleLevelDP:
             )
         return self.example_budget.noise_multiplier_for(turn.num_examples)
 
-    def noise_generator(self) -> torch.Generator:
-        """The generator of this step's noise: seeded by ``(seed, round, client, local step)`` of
-        the turn in progress, or ``(seed, epoch, global step)`` outside a federated turn."""
+    def noise_generator(self) -> np.random.Generator:
+        """The generator of this step's noise: the secret draw ``(seed, round, client, local step)``
+        of the turn in progress, or ``(seed, epoch, global step)`` outside a federated turn."""
         trainer, turn = self._trainer_and_turn()
         if turn is not None:
             key = (turn.round_idx, turn.client_id, turn.steps)  # steps: those before this one
@@ -300,12 +301,12 @@ class ExampleLevelDP:
             key = (_NO_TURN, trainer.current_epoch, trainer.global_step)
         else:
             key = (_NO_TURN,)
-        return torch.Generator().manual_seed(derive_seed(self.noise_seed, _NOISE_TAG, *key))
+        return as_secret_seed(self.noise_seed).generator("dp-sgd noise", _NOISE_TAG, *key)
 
-    def poisson_batch_seed(self, round_idx: int) -> int:
-        """The seed of round ``round_idx``'s Poisson batches (read by
+    def poisson_batch_seed(self, round_idx: int) -> SecretSeed:
+        """The secret seed of round ``round_idx``'s Poisson batches (read by
         :func:`~lightning_fed.federation.round_plan.poisson_batch_seed`)."""
-        return derive_seed(self.noise_seed, _BATCH_TAG, int(round_idx))
+        return as_secret_seed(self.noise_seed).child("poisson batches", _BATCH_TAG, int(round_idx))
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.federation.report import bucket_count
+from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.privacy.accountant import (
     POISSON_UNDER_SECURE_SUM,
@@ -117,7 +118,7 @@ class RunPrivacy:
         return dp.seed if dp is not None and dp.seed_given else None
 
     @property
-    def sampling_seed(self) -> int | None:
+    def sampling_seed(self) -> SecretSeed | None:
         """The seed of client sampling in a private run: from the run's secret, never the config's
         ``seed`` (anyone with the config could recompute a public sample, and Poisson amplification
         would not hold against them); ``None`` without DP (the server samples from ``seed``)."""
@@ -191,10 +192,16 @@ class RunPrivacy:
             module.noise_seed = self.secret.seed("dp-sgd noise")
 
     def attach_run(self, run_dir: str | Path) -> None:
-        """The run folder is known (the Trainer's ``log_dir``): a private run keeps its secret in the key
-        file next to it (written with the first checkpoint, mode 0600), and a resume reads it back."""
+        """The run trains (in the Trainer's ``log_dir``): a private run keeps its secret in its key file
+        in the key store, outside the run folder (written with the first checkpoint, mode 0600), and a
+        resume reads it back (:mod:`~lightning_fed.privacy.secret`)."""
         if self.key is not None:
-            self.key.attach(run_dir)
+            self.key.attach()
+
+    @property
+    def key_path(self) -> Path | None:
+        """The run's key file (``None``: not a private training run, or a test's seeded one)."""
+        return self.key.path if self.key is not None else None
 
     def plan_example_budget(
         self, module: ExampleLevelDP, num_clients: int, batch_size: int, rounds: int
@@ -398,10 +405,12 @@ class RunPrivacy:
             state["example_planned_rounds"] = self.example_budget.rounds
         if self.client_dp is not None:
             state["noise_multiplier"] = self.client_dp.noise_multiplier
+        if self.key is not None and self.key.state_dict():
+            state["run_key"] = self.key.state_dict()  # the run id and the key's fingerprint, not the key
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self.key is not None and self.key.resume():
+        if self.key is not None and self.key.resume(state.get("run_key") or {}):
             self._apply_secret()
         self.rounds_accounted = int(state.get("rounds_accounted", self.rounds_accounted))
         self.stop = state.get("stop", self.stop)

@@ -1,4 +1,4 @@
-"""The secret randomness of a private run, and the key file that lets it resume exactly (issue 32).
+"""The secret randomness of a private run, and the key file that lets it resume exactly (issues 32, 40).
 
 In a private run (client-level DP, DP-SGD, or FedBiscuit's noised selector losses) every random
 choice the privacy guarantee relies on is drawn from one secret: which clients a round samples
@@ -7,18 +7,22 @@ choice the privacy guarantee relies on is drawn from one secret: which clients a
 recompute them could subtract the noise or condition on the sample, so none of them may come
 from the config's public ``seed``.
 
-:class:`RunSecret` is 32 bytes from the operating system's CSPRNG (:func:`secrets.token_bytes`,
-as Opacus' ``secure_mode`` seeds from ``os.urandom``). Each use gets its own 63-bit seed,
-``HMAC-SHA256(key, label)`` (the standard library's PRF: one seed reveals nothing of the key or
-of the others), which seeds a ``torch.Generator`` for that draw, so a draw depends only on
-(secret, label) and a resumed run repeats the uninterrupted one.
+:class:`RunSecret` is 32 bytes (256 bits) from the operating system's CSPRNG
+(:func:`secrets.token_bytes`, as Opacus' ``secure_mode`` seeds from ``os.urandom``). Each use gets
+its own :class:`~lightning_fed.federation.secret_seed.SecretSeed`, ``HMAC-SHA256(key, label)``
+(the standard library's PRF: one reveals nothing of the key or of the others), and each draw a
+Philox generator keyed by all of its bits, so a draw depends only on (secret, label) and a
+resumed run repeats the uninterrupted one.
 
 The secret is never in a checkpoint, a report or a log line. It is written only to the run's
-**key file** :func:`key_file`, ``.<run folder name>.key`` next to (not inside) the run folder,
-created with mode 0600 (hidden, so a ``report 'runs/x/lightning_logs/*'`` glob never picks it
-up). Resuming from ``<run folder>/checkpoints/last.ckpt`` reads it back and continues exactly;
-without it the run resumes with a fresh secret and says so in one warning.
-Share a run folder freely; keep the key file to yourself (or delete it once the run is done).
+**key file** in the per-user **key store** (:func:`key_dir`: ``$LIGHTNING_FED_KEY_DIR``, else
+``$XDG_DATA_HOME/lightning-fed/keys``, else ``~/.local/share/lightning-fed/keys``; created 0700),
+``<run id>.key`` with mode 0600, outside any run folder, so copying or sharing a run folder never
+carries it. The run id is 128 random bits, not derived from the config. The checkpoint keeps the
+run id and a 64-bit fingerprint of the key (a PRF output: it reveals nothing of the key), so a
+resume finds the key file, refuses one that is not the run's own key (another valid key swapped
+in: exit 2, before anything is written), and, without it, resumes with a fresh secret and says so
+in one warning. Deleting the key file makes the run's noise, sample and batches unrecoverable.
 """
 
 from __future__ import annotations
@@ -26,19 +30,47 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from lightning_fed.errors import CheckpointError
+from lightning_fed.federation.secret_seed import SecretSeed
+
 KEY_BYTES = 32
 KEY_SUFFIX = ".key"
+KEY_DIR_ENV = "LIGHTNING_FED_KEY_DIR"
+"""The environment variable that moves the key store (:func:`key_dir`)."""
 
 
-def key_file(run_dir: str | os.PathLike[str]) -> Path:
-    """The key file of the run in ``run_dir``: ``<parent>/.<run folder name>.key``, outside the folder."""
-    run = Path(run_dir).absolute()
-    return run.parent / f".{run.name}{KEY_SUFFIX}"
+def key_dir() -> Path:
+    """The per-user key store: ``$LIGHTNING_FED_KEY_DIR``, else ``$XDG_DATA_HOME/lightning-fed/keys``,
+    else ``~/.local/share/lightning-fed/keys``."""
+    given = os.environ.get(KEY_DIR_ENV)
+    if given:
+        return Path(given).expanduser().absolute()
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data).expanduser().absolute() / "lightning-fed" / "keys"
+
+
+def key_file(run_id: str) -> Path:
+    """The key file of the run ``run_id`` in the key store: ``<key_dir()>/<run id>.key``."""
+    if not RUN_ID.fullmatch(run_id):
+        raise ValueError(f"not a lightning-fed run id: {run_id!r}")
+    return key_dir() / f"{run_id}{KEY_SUFFIX}"
+
+
+RUN_ID = re.compile(r"[0-9a-f]{32}")
+"""A run id: 128 random bits in hex."""
+
+
+def new_run_id() -> str:
+    """A fresh run id (128 bits from the OS, unrelated to the key and the config)."""
+    return os.urandom(16).hex()
 
 
 class RunSecret:
@@ -65,11 +97,14 @@ class RunSecret:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def seed(self, *label: int | str) -> int:
-        """The 63-bit seed of the draw named ``label`` (e.g. ``("sampling", round)``)."""
-        message = "/".join(str(p) for p in label).encode()
-        digest = hmac.new(self._key, message, hashlib.sha256).digest()
-        return int.from_bytes(digest[:8], "big") >> 1
+    def seed(self, *label: int | str) -> SecretSeed:
+        """The secret seed of the draws named ``label`` (e.g. ``("client sampling",)``): all 256 bits
+        of ``HMAC-SHA256(key, label)`` (:class:`~lightning_fed.federation.secret_seed.SecretSeed`)."""
+        return SecretSeed(self._key).child("run secret", *label)
+
+    def fingerprint(self) -> str:
+        """16 hex digits a checkpoint keeps to recognise this key on resume, revealing nothing of it."""
+        return SecretSeed(self._key).fingerprint("key fingerprint")
 
     # ------------------------------------------------------------------ the key file
     def write(self, path: str | os.PathLike[str]) -> Path:
@@ -103,6 +138,51 @@ def seeded_secret(seed: int) -> RunSecret:
     return RunSecret(hashlib.sha256(f"lightning-fed test seed/{int(seed)}".encode()).digest())
 
 
+def _make_key_dir(folder: Path) -> None:
+    """Create the key store with mode 0700 (the folders it creates; an existing one is left as it is)."""
+    missing = []
+    for parent in [folder, *folder.parents]:
+        if parent.exists():
+            break
+        missing.append(parent)
+    for path in reversed(missing):
+        path.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)  # mkdir's mode is narrowed by the umask, never widened: set it
+
+
+def check_key(state: Mapping[str, Any]) -> RunSecret | None:
+    """The key file's secret for a checkpoint's ``run_key`` state (``{"id", "fingerprint"}``);
+    ``None`` when the file is missing (or the checkpoint has no key state).
+
+    Raises:
+        CheckpointError: One line naming the key file when it holds another run's key.
+        ValueError: One line naming the key file when it is not a key at all.
+    """
+    run_id, fingerprint = state.get("id"), state.get("fingerprint")
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
+        return None
+    path = key_file(run_id)
+    if not path.is_file():
+        return None
+    secret = RunSecret.read(path)
+    if fingerprint is not None and not hmac.compare_digest(secret.fingerprint(), str(fingerprint)):
+        raise CheckpointError(
+            f"{path}: not the key of the run that wrote this checkpoint (its fingerprint differs): put the run's"
+            " own key file back, or delete this one to resume with fresh secret randomness"
+        )
+    return secret
+
+
+def check_checkpoint_key(checkpoint: Mapping[str, Any]) -> None:
+    """Before a resume writes anything: refuse a checkpoint whose run's key file holds another key
+    (:func:`check_key`). ``checkpoint`` is the loaded checkpoint (its ``federation.privacy.run_key``)."""
+    federation = checkpoint.get("federation") or {}
+    privacy = federation.get("privacy") if isinstance(federation, Mapping) else None
+    state = privacy.get("run_key") if isinstance(privacy, Mapping) else None
+    if isinstance(state, Mapping):
+        check_key(state)
+
+
 class RunKey:
     """A private run's secret and its key file: drawn before training, written with the first
     checkpoint, read back on resume.
@@ -114,40 +194,52 @@ class RunKey:
 
     def __init__(self, secret: RunSecret, seeded: bool = False) -> None:
         self.secret, self.seeded = secret, seeded
-        #: The run's key file (:func:`key_file`), set by :meth:`attach`.
+        #: The run's id (128 random bits; names its key file), kept in the checkpoint.
+        self.run_id = new_run_id()
+        #: The run's key file (:func:`key_file`), set by :meth:`attach` (a training run).
         self.path: Path | None = None
         self._written = False
 
-    def attach(self, run_dir: str | os.PathLike[str]) -> None:
-        """The run folder is known: a private run keeps its secret in the key file next to it."""
+    def attach(self) -> None:
+        """The run trains: a private run keeps its secret in its key file in the key store."""
         if not self.seeded:
-            self.path = key_file(run_dir)
+            self.path = key_file(self.run_id)
 
     def save(self) -> None:
-        """Write the key file once (mode 0600), with one line saying where it is."""
+        """Write the key file once (mode 0600, key store 0700), with one line saying where it is."""
         if self.path is not None and not self._written:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _make_key_dir(self.path.parent)
             self.secret.write(self.path)
             self._written = True
             rank_zero_info(
-                f"private run: its secret randomness is in {self.path} (mode 0600): keep it to resume"
-                " exactly, never share it with the run folder"
+                f"private run: its secret randomness is in {self.path} (mode 0600, outside the run folder): keep it"
+                " to resume exactly, never share it; deleting it makes the run's noise and sample unrecoverable"
             )
 
-    def resume(self) -> bool:
-        """On a resumed fit: the key file's secret (an exact resume), or a fresh one, said in one
-        warning. ``False``: nothing to resume (a seeded run, or no run attached: ``validate``/``test``
-        of a checkpoint draws nothing)."""
+    def state_dict(self) -> dict[str, str]:
+        """What the checkpoint keeps: the run id and the key's fingerprint (nothing of the key)."""
+        if self.seeded:
+            return {}
+        return {"id": self.run_id, "fingerprint": self.secret.fingerprint()}
+
+    def resume(self, state: Mapping[str, Any]) -> bool:
+        """On a resumed fit from a checkpoint's :meth:`state_dict`: the key file's secret (an exact
+        resume), or a fresh one (new run id), said in one warning; a key file with another key is
+        refused (:func:`check_key`). ``False``: nothing to resume (a seeded run, or no run attached:
+        ``validate``/``test`` of a checkpoint draws nothing)."""
         if self.seeded or self.path is None:
             return False
-        if self.path.is_file():
-            self.secret = RunSecret.read(self.path)
-            self._written = True
-        else:
-            rank_zero_warn(
-                f"resuming a private run without its key file {self.path}: client sampling, DP-SGD batches and"
-                " noise continue from fresh secret randomness, not those of the uninterrupted run"
-            )
-            self.secret = RunSecret.fresh()
-            self._written = False
+        run_id = state.get("id")
+        secret = check_key(state)
+        if secret is not None:
+            self.secret, self.run_id = secret, str(run_id)
+            self.path, self._written = key_file(self.run_id), True
+            return True
+        where = key_file(run_id) if isinstance(run_id, str) and RUN_ID.fullmatch(run_id) else "(none recorded)"
+        self.secret, self.run_id = RunSecret.fresh(), new_run_id()
+        self.path, self._written = key_file(self.run_id), False
+        rank_zero_warn(
+            f"resuming a private run without its key file {where}: client sampling, DP-SGD batches and"
+            f" noise continue from fresh secret randomness (key file {self.path}), not those of the uninterrupted run"
+        )
         return True

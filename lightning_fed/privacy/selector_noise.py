@@ -16,20 +16,19 @@ the Gaussian mechanism with multiplier ``z_s`` taken ``G`` times:
 one protect the same unit (a client's whole data), so their composition is one client-level
 figure: :func:`~lightning_fed.privacy.accountant.composed_epsilon`.
 
-The noise is drawn on the client from a generator seeded from the OS (secret: whoever knows
-the seed can subtract the noise), unless the run's ``ClientLevelDP`` was given a ``seed`` (tests):
-then from ``(seed, round, client)``, so an in-process and a Flower run draw the same noise.
+The noise is drawn on the client from a fresh 256-bit secret seed from the OS (secret: whoever
+knows it can subtract the noise; :class:`~lightning_fed.federation.secret_seed.SecretSeed`),
+unless the run's ``ClientLevelDP`` was given a ``seed`` (tests): then from ``(seed, round,
+client)``, so an in-process and a Flower run draw the same noise.
 """
 
 from __future__ import annotations
 
 import math
-import secrets
 
-import torch
 from torch import Tensor
 
-from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.federation.secret_seed import SecretSeed, as_secret_seed, standard_normal
 
 #: ``L`` by default: the selector's pair loss is a two-way cross-entropy (``selector_loss``), ``ln 2 = 0.69``
 #: at chance, so ``[0, 1]`` keeps apart every selector that does better than chance (and a little worse).
@@ -52,16 +51,15 @@ def selector_noise_std(noise_multiplier: float, clip: float, num_selectors: int)
     return float(noise_multiplier) * float(clip) * math.sqrt(num_selectors)
 
 
-def selector_noise_seed(seed: int | None, round_idx: int, client_id: int) -> int:
+def selector_noise_seed(seed: int | None, round_idx: int, client_id: int) -> SecretSeed:
     """The noise seed of ``client_id`` in round ``round_idx``: from ``(seed, round, client)`` when
-    the run's ``ClientLevelDP`` has a given seed, else a secret one from the OS."""
+    the run's ``ClientLevelDP`` has a given seed, else a fresh secret one from the OS."""
     if seed is None:
-        return secrets.randbits(63)
-    return derive_seed(int(seed), SELECTOR_NOISE_TAG, int(round_idx), int(client_id))
+        return SecretSeed.fresh()
+    return SecretSeed.of_int(int(seed)).child("selector noise", SELECTOR_NOISE_TAG, int(round_idx), int(client_id))
 
 
-def noised_selector_losses(losses: Tensor, clip: float, std: float, seed: int) -> Tensor:
+def noised_selector_losses(losses: Tensor, clip: float, std: float, seed: SecretSeed | int) -> Tensor:
     """``clip(losses, 0, L) + N(0, std^2)`` per coordinate, the noise drawn from ``seed``."""
-    g = torch.Generator().manual_seed(int(seed))
     clipped = losses.float().clamp(0.0, float(clip))
-    return clipped + torch.randn(clipped.shape, generator=g) * float(std)
+    return clipped + standard_normal(clipped.shape, as_secret_seed(seed).generator("selector noise")) * float(std)

@@ -16,17 +16,20 @@ into the checkpoint, the client sample drawn from the config's seed.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from types import SimpleNamespace as Guess
 
 import pytest
 import torch
 import yaml
 
 from lightning_fed.datamodules.round_sampler import RoundBatchSampler
-from lightning_fed.federation.sampling import derive_seed, poisson_sample_clients, sample_clients
+from lightning_fed.federation.sampling import poisson_sample_clients, sample_clients
+from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.federation.turn import TurnPlan
 from lightning_fed.privacy import ClientLevelDP
-from lightning_fed.privacy.dp_sgd import _BATCH_TAG, ExampleLevelDP
+from lightning_fed.privacy.dp_sgd import ExampleLevelDP
 from lightning_fed.privacy.run import RunPrivacy
 from lightning_fed.privacy.secret import RunSecret, seeded_secret
 from tests.helpers.flower_sim import ROOT, run_in_process
@@ -62,17 +65,30 @@ def _ints(obj) -> set[int]:
     return set()
 
 
-def attacker_guesses(run_dir: Path, config: dict) -> dict[str, set[int]]:
+def _secret_seeds(obj) -> set[SecretSeed]:
+    """Every 256-bit hex string in ``obj``, read as a secret seed's material."""
+    if isinstance(obj, dict):
+        return {i for x in list(obj.keys()) + list(obj.values()) for i in _secret_seeds(x)}
+    if isinstance(obj, (list, tuple, set)):
+        return {i for x in obj for i in _secret_seeds(x)}
+    if isinstance(obj, str) and re.fullmatch(r"[0-9a-f]{64}", obj):
+        return {SecretSeed(bytes.fromhex(obj))}
+    return set()
+
+
+def attacker_guesses(run_dir: Path, config: dict) -> dict[str, set]:
     """Every seed the attacker can find or derive: for the sample, the noise and the batches."""
-    found = _ints(config) | {0}
+    found, seeds = _ints(config) | {0}, set()
     for path in run_dir.rglob("*"):
         if path.suffix == ".ckpt":
-            found |= _ints(torch.load(path, weights_only=True))
+            loaded = torch.load(path, weights_only=True)
+            found, seeds = found | _ints(loaded), seeds | _secret_seeds(loaded)
         elif path.suffix == ".json":
             found |= _ints(json.loads(path.read_text()))
         elif path.suffix == ".jsonl":
             found |= {i for line in path.read_text().splitlines() if line.strip() for i in _ints(json.loads(line))}
     derived = {seeded_secret(s).seed(label) for s in found if abs(s) < 2**62 for label in LABELS}
+    derived |= {SecretSeed.of_int(s) for s in found} | seeds  # a seed given in the config, or written
     return {"sample": found | derived, "noise": found | derived}
 
 
@@ -87,17 +103,20 @@ def attack(run_dir: Path, config: dict, truth: dict) -> dict[str, bool]:
         return [sample_clients(n, fed["clients_per_round"], seed, r) for r in range(ROUNDS)]
 
     out = {
-        "sample": any(sample(s) == truth["sample"] for s in guesses["sample"] if s >= 0),
+        "sample": any(sample(s) == truth["sample"] for s in guesses["sample"] if not isinstance(s, int) or s >= 0),
         "noise": bool(guesses["noise"] & truth["noise"]),
     }
     if "batches" in truth:  # round 0, its first client: Poisson from a guessed seed, or shuffled passes
         offsets, sizes, batch, r, client = truth["layout"]
         turn = [TurnPlan(client, STEPS)]
-        tries = [RoundBatchSampler(turn, offsets, sizes, batch, s, r) for s in guesses["noise"] if s >= 0]
-        tries += [
-            RoundBatchSampler(turn, offsets, sizes, batch, 0, r, poisson_seed=derive_seed(s, _BATCH_TAG, r))
+        ints = [s for s in guesses["noise"] if isinstance(s, int) and s >= 0]
+        tries = [RoundBatchSampler(turn, offsets, sizes, batch, s, r) for s in ints]
+        tries += [  # the module's own derivation of the batches' seed, from each guessed noise seed
+            RoundBatchSampler(
+                turn, offsets, sizes, batch, 0, r, poisson_seed=ExampleLevelDP.poisson_batch_seed(Guess(s), r)
+            )
             for s in guesses["noise"]
-            if s >= 0
+            if not isinstance(s, int) or s >= 0
         ]
         out["batches"] = any(list(t) == truth["batches"] for t in tries)
     return out
@@ -123,7 +142,8 @@ def private_run(name: str, tmp_path: Path) -> tuple[Path, dict, dict]:
             [TurnPlan(client, STEPS)], *layout[:3], 0, r, poisson_seed=module.poisson_batch_seed(r)
         )
         truth.update(batches=list(sampler), layout=layout)
-    assert (out / "lightning_logs" / ".version_0.key").is_file()  # the key exists, outside the run folder
+    key = loop.server.privacy.key_path
+    assert key.is_file() and out not in key.parents  # the key exists, outside the run folder
     return run_dir, yaml.safe_load(config_path.read_text()), truth
 
 
@@ -140,13 +160,18 @@ def _secret_from_the_config(monkeypatch):
 
 def _noise_seeds_in_the_checkpoint(monkeypatch):
     plain_dp = ClientLevelDP.state_dict
-    monkeypatch.setattr(ClientLevelDP, "state_dict", lambda self: {**plain_dp(self), "seed": self.seed})
+    monkeypatch.setattr(ClientLevelDP, "state_dict", lambda self: {**plain_dp(self), "seed": _written(self.seed)})
 
     def save(self, checkpoint):
         super(ExampleLevelDP, self).on_save_checkpoint(checkpoint)
-        checkpoint["dp_sgd_noise_seed"] = self.noise_seed
+        checkpoint["dp_sgd_noise_seed"] = _written(self.noise_seed)
 
     monkeypatch.setattr(ExampleLevelDP, "on_save_checkpoint", save, raising=False)
+
+
+def _written(seed):
+    """A seed as a broken run would write it into a checkpoint: its material in hex."""
+    return seed._material.hex() if isinstance(seed, SecretSeed) else seed
 
 
 def _sample_from_the_config(monkeypatch):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lightning_fed.datamodules.round_sampler import EMPTY_BATCH, EmptyBatchCollate, RoundBatchSampler
-from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.federation.secret_seed import SecretSeed, standard_normal
 from lightning_fed.federation.turn import TurnPlan
 from lightning_fed.privacy.dp_sgd import _NO_TURN, _NOISE_TAG
 
@@ -67,8 +67,8 @@ def test_a_dp_sgd_step_on_an_empty_batch_is_the_noise_alone_by_hand():
     loss = module.training_step({EMPTY_BATCH: torch.zeros(0, dtype=torch.long)}, 0)
     loss.backward()
     module.on_after_backward()
-    g = torch.Generator().manual_seed(derive_seed(11, _NOISE_TAG, _NO_TURN))
+    g = SecretSeed.of_int(11).generator("dp-sgd noise", _NOISE_TAG, _NO_TURN)
     params = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
     assert params
     for name, p in params:
-        torch.testing.assert_close(p.grad, torch.randn(p.shape, generator=g) * 0.25, msg=name)
+        torch.testing.assert_close(p.grad, standard_normal(p.shape, g) * 0.25, msg=name)

@@ -12,8 +12,10 @@ import torch
 
 import lightning_fed.privacy.secret as secret_mod
 from lightning_fed.callbacks import FederatedLoop
+from lightning_fed.errors import CheckpointError
+from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.privacy import ClientLevelDP, PrivacyConfig
-from lightning_fed.privacy.secret import RunSecret, key_file
+from lightning_fed.privacy.secret import RunKey, RunSecret, key_dir, key_file
 from lightning_fed.strategies import FedAvg
 from tests.helpers.flower_sim import assert_same_state
 from tests.helpers.runs import fit, preference_data
@@ -21,19 +23,37 @@ from tests.helpers.runs import fit, preference_data
 KEY_A, KEY_B = bytes(range(32)), bytes(range(1, 33))
 
 
-def test_key_file_is_0600_outside_the_run_folder_and_reads_back(tmp_path):
-    old = os.umask(0)  # even a permissive umask leaves the file to its owner
+def test_key_file_is_0600_in_a_0700_key_store_and_reads_back(key_store):
+    old = os.umask(0)  # even a permissive umask leaves the file and the store to their owner
     try:
-        path = RunSecret(KEY_A).write(key_file(tmp_path / "version_0"))
+        key = RunKey(RunSecret(KEY_A))
+        key.attach()
+        key.save()
     finally:
         os.umask(old)
-    assert path == tmp_path / ".version_0.key"
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert RunSecret.read(path) == RunSecret(KEY_A)
-    assert KEY_A.hex() not in repr(RunSecret(KEY_A))
-    seeds = {RunSecret(KEY_A).seed(label, r) for label in ("client sampling", "dp-sgd noise") for r in range(3)}
-    assert len(seeds) == 6 and all(0 <= s < 2**63 for s in seeds)
+    assert key.path == key_store / f"{key.run_id}.key" == key_file(key.run_id)
+    assert stat.S_IMODE(key.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key_store.stat().st_mode) == 0o700
+    assert RunSecret.read(key.path) == RunSecret(KEY_A)
+    assert KEY_A.hex() not in repr(RunSecret(KEY_A)) and KEY_A.hex() not in repr(RunSecret(KEY_A).seed("x"))
+    seeds = [RunSecret(KEY_A).seed(label, r) for label in ("client sampling", "dp-sgd noise") for r in range(3)]
+    assert len(set(seeds)) == 6 and all(isinstance(s, SecretSeed) for s in seeds)
     assert RunSecret(KEY_A).seed("x") != RunSecret(KEY_B).seed("x")
+    # the checkpoint keeps the run id and a fingerprint, nothing of the key
+    state = key.state_dict()
+    assert state == {"id": key.run_id, "fingerprint": RunSecret(KEY_A).fingerprint()}
+    assert RunSecret(KEY_A).fingerprint() != RunSecret(KEY_B).fingerprint()
+
+
+def test_key_store_location_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("LIGHTNING_FED_KEY_DIR", str(tmp_path / "k"))
+    assert key_dir() == tmp_path / "k"
+    monkeypatch.delenv("LIGHTNING_FED_KEY_DIR")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert key_dir() == tmp_path / "data" / "lightning-fed" / "keys"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert key_dir() == tmp_path / "home" / ".local" / "share" / "lightning-fed" / "keys"
 
 
 def _module():
@@ -77,41 +97,60 @@ def _leaves(obj):
     return [obj]
 
 
-def test_resume_with_the_key_is_the_uninterrupted_run_and_the_folder_holds_no_secret(tmp_path, monkeypatch):
+def _key_of(loop):
+    return loop.server.privacy.key
+
+
+def test_resume_with_the_key_is_the_uninterrupted_run_and_the_folder_holds_no_secret(tmp_path, monkeypatch, key_store):
     straight = _run(tmp_path, "straight", 3, KEY_A, monkeypatch)
     first = _run(tmp_path, "first", 2, KEY_A, monkeypatch)
-    key = tmp_path / ".first.key"
-    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and RunSecret.read(key) == RunSecret(KEY_A)
+    key = _key_of(first).path
+    assert key.parent == key_store and stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert RunSecret.read(key) == RunSecret(KEY_A)
+    assert not [p for p in tmp_path.rglob("*.key")]  # no key file in or next to any run folder
     # nothing in the run folder (checkpoint, rounds.jsonl, summary) holds the key or a seed derived from it
     privacy = first.server.privacy
     dp, module = first.strategy, privacy._module
-    secrets_ = {privacy.sampling_seed, dp.seed, module.noise_seed, module.poisson_batch_seed(0)}
-    ckpt = tmp_path / "first" / "ckpt" / "last.ckpt"
-    assert not secrets_ & {v for v in _leaves(torch.load(ckpt, weights_only=True)) if isinstance(v, int)}
-    needles = [KEY_A.hex().encode(), KEY_A] + [str(s).encode() for s in secrets_]
+    seeds = [privacy.sampling_seed, dp.seed, module.noise_seed, module.poisson_batch_seed(0)]
+    needles = [KEY_A.hex().encode(), KEY_A] + [m for s in seeds for m in (s._material, s._material.hex().encode())]
     for path in (tmp_path / "first").rglob("*"):
         if path.is_file():
             data = path.read_bytes()
             assert not [n for n in needles if n in data], path
-    # a new process (another OS secret) resumed from the checkpoint with the key next to its run folder
-    (tmp_path / ".resumed.key").write_bytes(key.read_bytes())
+    ckpt = tmp_path / "first" / "ckpt" / "last.ckpt"
+    state = torch.load(ckpt, weights_only=True)["federation"]["privacy"]["run_key"]
+    assert state == {"id": _key_of(first).run_id, "fingerprint": RunSecret(KEY_A).fingerprint()}
+    # a new process (another OS secret) resumed from the checkpoint finds the key in the key store
     resumed = _run(tmp_path, "resumed", 3, KEY_B, monkeypatch, ckpt=str(ckpt))
+    assert _key_of(resumed).path == key and _key_of(resumed).secret == RunSecret(KEY_A)
     assert_same_state(resumed.global_state, straight.global_state)
     assert [resumed.server.sample(r) for r in range(3)] == [straight.server.sample(r) for r in range(3)]
 
 
 def test_resume_without_the_key_warns_once_and_draws_fresh_randomness(tmp_path, monkeypatch):
     straight = _run(tmp_path, "straight", 3, KEY_A, monkeypatch)
-    _run(tmp_path, "first", 2, KEY_A, monkeypatch)
+    first = _run(tmp_path, "first", 2, KEY_A, monkeypatch)
+    lost = _key_of(first).path
+    lost.unlink()
     ckpt = str(tmp_path / "first" / "ckpt" / "last.ckpt")
     with pytest.warns(UserWarning, match="resuming a private run without its key file") as caught:
         resumed = _run(tmp_path, "lost", 3, KEY_B, monkeypatch, ckpt=ckpt)
-    assert len([w for w in caught if "key file" in str(w.message)]) == 1
-    assert str(tmp_path / ".lost.key") in str(next(w.message for w in caught if "key file" in str(w.message)))
+    messages = [str(w.message) for w in caught if "key file" in str(w.message)]
+    assert len(messages) == 1 and str(lost) in messages[0]
     assert len(resumed.report.history) == 3
     with pytest.raises(AssertionError):  # round 3 drew other noise (and sample, and batches)
         assert_same_state(resumed.global_state, straight.global_state)
-    assert RunSecret.read(tmp_path / ".lost.key") == RunSecret(KEY_B)  # its own key, for a later resume
+    new = _key_of(resumed)
+    assert new.run_id != _key_of(first).run_id and str(new.path) in messages[0]
+    assert RunSecret.read(new.path) == RunSecret(KEY_B)  # its own key, for a later resume
+
+
+def test_resume_with_another_runs_key_is_refused_naming_the_key_file(tmp_path, monkeypatch):
+    first = _run(tmp_path, "first", 2, KEY_A, monkeypatch)
+    key = _key_of(first).path
+    RunSecret(KEY_B).write(key)  # a valid key, but not this run's
+    with pytest.raises(CheckpointError, match=f"^{key}: not the key of the run that wrote this checkpoint"):
+        _run(tmp_path, "swapped", 3, KEY_B, monkeypatch, ckpt=str(tmp_path / "first" / "ckpt" / "last.ckpt"))
 
 
 def test_a_private_run_writes_no_client_list(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from opacus.accountants import RDPAccountant
 
-from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.privacy import PrivacyAccountant, PrivacyReport
 from lightning_fed.privacy.accountant import composed_epsilon
 from lightning_fed.privacy.selector_noise import (
@@ -28,12 +28,13 @@ def test_noise_std_by_hand():
 def test_clip_to_zero_and_l_then_the_seeded_noise():
     losses = torch.tensor([-0.2, 0.5, 1.7])
     torch.testing.assert_close(noised_selector_losses(losses, 1.0, 0.0, seed=3), torch.tensor([0.0, 0.5, 1.0]))
-    noise = torch.randn(3, generator=torch.Generator().manual_seed(3)) * 0.25
+    g = SecretSeed.of_int(3).generator("selector noise")
+    noise = torch.from_numpy(g.standard_normal(3, dtype="float32")) * 0.25
     torch.testing.assert_close(noised_selector_losses(losses, 1.0, 0.25, seed=3), torch.tensor([0.0, 0.5, 1.0]) + noise)
 
 
 def test_seed_from_the_run_or_from_the_os():
-    assert selector_noise_seed(5, 2, 3) == derive_seed(5, SELECTOR_NOISE_TAG, 2, 3)
+    assert selector_noise_seed(5, 2, 3) == SecretSeed.of_int(5).child("selector noise", SELECTOR_NOISE_TAG, 2, 3)
     assert len({selector_noise_seed(5, r, c) for r in range(3) for c in range(3)}) == 9
     assert selector_noise_seed(None, 2, 3) != selector_noise_seed(None, 2, 3)  # secret, fresh per draw
 

@@ -201,7 +201,7 @@ def test_private_grouping_exchange_by_hand():
     and buckets its 18 training examples to 16; the record holds the noised row."""
     from types import SimpleNamespace
 
-    from lightning_fed.federation.sampling import derive_seed
+    from lightning_fed.federation.secret_seed import SecretSeed, standard_normal
     from lightning_fed.privacy.selector_noise import SELECTOR_NOISE_TAG
 
     strategy = FedBiscuit(num_selectors=3, warmup_rounds=1, regroup_every=2)
@@ -220,7 +220,8 @@ def test_private_grouping_exchange_by_hand():
     assert queries[1] == {**expected, "noise_std": pytest.approx(sigma)} and hook.noised_groupings == 1
     data = SimpleNamespace(val_dataloader=lambda: [{"x": torch.zeros(2)}], train_set=range(18))
     reply = hook.answer_query(FixedLossSelectors([-0.1, 0.4, 2.5]), data, 1, 3, queries[1])
-    noise = torch.randn(3, generator=torch.Generator().manual_seed(derive_seed(7, SELECTOR_NOISE_TAG, 3, 1))) * sigma
+    seed = SecretSeed.of_int(7).child("selector noise", SELECTOR_NOISE_TAG, 3, 1)
+    noise = standard_normal((3,), seed.generator("selector noise")) * sigma
     torch.testing.assert_close(reply["losses"], torch.tensor([0.0, 0.4, 1.0]) + noise)
     assert reply["num_examples"] == 16
     other = hook.answer_query(FixedLossSelectors([0.3, 0.3, 0.3]), data, 0, 3, queries[0])

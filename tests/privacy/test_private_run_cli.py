@@ -1,0 +1,94 @@
+"""A private run through ``lightning-fed fit`` as people run it (issue 40, items 2-4): its key file
+is in the key store, named on the closing line, and a key file swapped for another valid key is
+refused on resume (exit 2, one line naming it, the run folder untouched); its log lines carry no
+figure per client, while a run without DP shows them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_fed.errors import HINT
+from lightning_fed.privacy.secret import RunSecret
+
+ROOT = Path(__file__).resolve().parents[2]
+PER_CLIENT = re.compile(r"per client: \[[\d, ]+\]")
+
+
+def _config(tmp_path: Path, private: str) -> Path:
+    """``configs/tiny.yaml`` cut to 1 round of 2 steps, ``max_length`` 64 so that examples are
+    truncated (the warning that named per-client counts), with ``private`` DP."""
+    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    cfg["federation"].update(rounds=1, local_steps=2)
+    cfg["data"]["init_args"].update(max_length=64, on_overflow="truncate")
+    if private == "dp_sgd":  # as configs/fedit_dpsgd.yaml: DP-SGD inside every client
+        cfg["model"]["class_path"] = "lightning_fed.privacy.DPDPOModule"
+        cfg["model"]["init_args"]["dp_sgd"] = {"clip_norm": 1.0, "noise_multiplier": 1.0}
+    elif private == "client_level":  # as configs/feddpo_dp.yaml: ClientLevelDP around the server strategy
+        cfg["federation"]["privacy"] = {"noise_multiplier": 1.0}
+        cfg["federation"]["strategy"] = {
+            "class_path": "lightning_fed.privacy.ClientLevelDP",
+            "init_args": {"strategy": {"class_path": "lightning_fed.strategies.FedAvg"}, "clip_norm": 0.5},
+        }
+    cfg["trainer"]["default_root_dir"] = str(tmp_path / "run")
+    path = tmp_path / f"{private}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _fit(config: Path, key_store: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    env.update(OMP_NUM_THREADS="1", LIGHTNING_FED_KEY_DIR=str(key_store))
+    env.pop("LIGHTNING_FED_DEBUG", None)
+    cmd = [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", str(config), *extra]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("private", ["none", "client_level"])
+def test_per_client_figures_only_outside_a_private_run(tmp_path, key_store, private):
+    proc = _fit(_config(tmp_path, private), key_store)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "examples truncated to fit data.max_length=64" in out  # the warning is there, with its total
+    assert bool(PER_CLIENT.search(out)) is (private == "none"), out[-3000:]
+
+
+def test_a_dp_sgd_run_keeps_its_key_in_the_store_and_refuses_a_swapped_one(tmp_path, key_store):
+    config = _config(tmp_path, "dp_sgd")
+    proc = _fit(config, key_store)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "examples truncated to fit data.max_length=64" in out and not PER_CLIENT.search(out)
+    (key,) = key_store.glob("*.key")
+    assert re.fullmatch(r"[0-9a-f]{32}\.key", key.name)
+    closing = proc.stdout.strip().splitlines()[-1]
+    assert closing.endswith(
+        f"; secret key: {key} (not in the run folder; deleting it makes the run's randomness unrecoverable)"
+    )
+    run = tmp_path / "run"
+    assert not list(run.rglob("*.key")) and not list(tmp_path.glob(".*.key"))
+    ckpt = next(run.rglob("last.ckpt"))
+
+    RunSecret.fresh().write(key)  # another valid key in the run's key file
+    before = _hashes(run)
+    resumed = _fit(config, key_store, "--ckpt_path", str(ckpt))
+    assert resumed.returncode == 2, resumed.stderr[-3000:]
+    message = (
+        f"{key}: not the key of the run that wrote this checkpoint (its fingerprint differs): put the run's own"
+        " key file back, or delete this one to resume with fresh secret randomness"
+    )
+    assert resumed.stderr == f"error: {message}\n{HINT}\n"
+    assert _hashes(run) == before
