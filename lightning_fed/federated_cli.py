@@ -272,6 +272,8 @@ class FederatedCLI(LightningCLI):
         # run here, each through this CLI, before the data is served.
         prepare_stages(self.model, self.datamodule, fit=run_cli, device=self.trainer.strategy.root_device)
         self.datamodule.private = privacy_enabled(loop.server.strategy, self.model)  # private: no per-client log figure
+        if self.datamodule.private:  # no record of which examples were trained on (e.g. DPO's reference cache)
+            self.model.keep_no_example_record()
         self.datamodule.setup("fit")
         # validates clients_per_round and plans the privacy budget (an impossible one: exit 2, nothing written)
         loop.server.bind(self.datamodule.num_clients, self.datamodule, self.model)

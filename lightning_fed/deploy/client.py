@@ -179,6 +179,8 @@ class ClientRunner:
         if getattr(datamodule, "tokenizer", None) is None:
             datamodule.tokenizer = module.tokenizer
         datamodule.private = privacy_enabled(self.strategy, module)  # a private run logs no per-client figure
+        if datamodule.private:  # no record of which examples were trained on (e.g. DPO's reference cache)
+            module.keep_no_example_record()
         datamodule.setup("fit")
         # Personal parameters as initialised: what a client without personal state yet uses.
         self.initial_personal = clone_state(module.personal_parameters())

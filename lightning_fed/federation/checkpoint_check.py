@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,15 @@ PRIVACY_FIELDS: dict[str, Any] = {
     "example_planned_rounds": lambda v: _is_int(v) and v >= 0,
     "noise_multiplier": lambda v: (
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    ),
+    # the run id and the key's fingerprint (privacy/secret.py RunKey.state_dict): never the key
+    "run_key": lambda v: (
+        isinstance(v, Mapping)
+        and set(v) == {"id", "fingerprint"}
+        and isinstance(v["id"], str)
+        and re.fullmatch(r"[0-9a-f]{32}", v["id"]) is not None
+        and isinstance(v["fingerprint"], str)
+        and re.fullmatch(r"[0-9a-f]{16}", v["fingerprint"]) is not None
     ),
 }
 """Each field of :meth:`~lightning_fed.privacy.run.RunPrivacy.state_dict` and what it must be."""

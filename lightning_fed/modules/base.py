@@ -123,6 +123,11 @@ class FederatedModule(pl.LightningModule):
             return
         super().log(name, value, *args, **kwargs)
 
+    def keep_no_example_record(self) -> None:
+        """Called before a private run starts (client-level DP or DP-SGD): drop any record of which
+        examples were trained on that the run would keep or checkpoint. Nothing here; a module with
+        such a record (DPO's reference cache) overrides it."""
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         params = [p for p in self.parameters() if p.requires_grad]
         hp = self.hparams

@@ -76,12 +76,27 @@ class DPOModule(PreferenceModule):
                 f"model.cache_reference=true needs a deterministic reference, but dropout is active in {active[0]}"
                 " (and others): set model.disable_dropout=true or model.cache_reference=false"
             )
+        self._cache_requested = cache_reference
         #: The reference log-probs cache, or ``None`` when the reference is recomputed every step.
         self.reference_cache = (
             ReferenceCache(reference_cache_bytes, reference_cache_dir)
             if (cache_reference if cache_reference is not None else not active)
             else None
         )
+
+    def keep_no_example_record(self) -> None:
+        """A private run has no reference cache (issue 40): the cache is keyed by each example's
+        content, fills as examples are trained on and is saved in the checkpoint, so whoever holds
+        the run folder could hash a client's data and learn whether that client was sampled (and
+        which examples DP-SGD's Poisson batches took). The reference is recomputed every step;
+        ``model.cache_reference=true`` in a private run is refused."""
+        if self._cache_requested:
+            raise ValueError(
+                "model.cache_reference=true in a private run: the cache would record which examples were"
+                " trained on in the checkpoint; set model.cache_reference=false (or leave it unset)"
+            )
+        if self.reference_cache is not None:
+            self.reference_cache = None
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)

@@ -261,6 +261,11 @@ class PrivacyReport:
         sampling = f"Poisson sampling at rate {q:g} amplifies" if q < 1.0 else "accounted at rate 1 (fixed-size sample)"
         return f"{sees}: {sampling}{selector}"
 
+    def _ledger_shows_sample(self) -> bool:
+        """Whether the run folder shows the client sample: DP-SGD's per-client ledger is in the checkpoint
+        and client-level DP claims amplification by Poisson sampling."""
+        return self.example_level_on and self.client_dp is not None and self.client_dp.sample_rate < 1.0
+
     def _not_covered(self, party: str) -> list[str]:
         """Channels ``party`` sees that no epsilon covers."""
         out = [] if self.client_dp is not None or self.example_level_on else ["update"]
@@ -279,6 +284,8 @@ class PrivacyReport:
         out.extend(c.channel for c in self.hook_channels if not c.guarantees)
         if not server and self.client_dp is not None and self.client_dp.sample_rate < 1.0:
             out.append("sample_size")  # a Poisson round's number of clients: its byte counts show it
+        if party == "run_folder" and self.example_level_on:
+            out.append("per_client_rounds")  # DP-SGD's ledger in the checkpoint (see adversaries)
         return out
 
     def adversaries(self, rounds: int) -> dict[str, dict[str, Any]]:
@@ -298,6 +305,15 @@ class PrivacyReport:
         for party in PARTIES:
             epsilon: dict[str, float] = {"client": server if party == "server" else amplified}
             reasons = [self._client_reason(party)]
+            if party == "run_folder" and self._ledger_shows_sample():
+                # DP-SGD's per-client ledger (how many rounds each client trained: its example-level
+                # accounting, resumed from the checkpoint) shows who was sampled to whoever has the run
+                # folder, so no amplification by sampling holds against it (found from outside, issue 40)
+                epsilon["client"] = self._client_epsilon(rounds, amplified=False)
+                reasons[0] = (
+                    "the checkpoint keeps DP-SGD's per-client ledger (rounds each client trained), which shows"
+                    " the sample: accounted at rate 1"
+                )
             if self.example_level_on:
                 epsilon["example"] = self._example_epsilon(rounds) if self.example_dp is not None else 0.0
                 reasons.append(

@@ -274,3 +274,20 @@ def test_pdpo_reference_is_fixed_so_its_cache_is_exact():
     for a, b, c in zip(cached, recomputed, served):
         assert torch.equal(a, b) and torch.equal(a, c)
     assert not torch.equal(module.sequence_log_probs(first)[0], cached[0])  # the policy did move
+
+
+def test_a_private_run_keeps_no_reference_cache():
+    """The cache is keyed by each example's content and saved in the checkpoint: in a private run it
+    would show whoever holds the run folder which clients were sampled (found from outside, issue 40)."""
+    from lightning_fed.modules import BackboneConfig, DPOModule
+
+    cfg = BackboneConfig(config={"model_type": "gpt2", "n_layer": 1, "n_embd": 16, "n_head": 2}, tokenizer="bytes")
+    module = DPOModule(cfg)
+    assert module.reference_cache is not None
+    module.keep_no_example_record()
+    assert module.reference_cache is None
+    checkpoint: dict = {"state_dict": {}}
+    module.on_save_checkpoint(checkpoint)
+    assert "reference_cache" not in checkpoint
+    with pytest.raises(ValueError, match=r"^model.cache_reference=true in a private run: the cache would record"):
+        DPOModule(cfg, cache_reference=True).keep_no_example_record()

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from lightning_fed.errors import HINT
@@ -81,7 +82,11 @@ def test_a_dp_sgd_run_keeps_its_key_in_the_store_and_refuses_a_swapped_one(tmp_p
     run = tmp_path / "run"
     assert not list(run.rglob("*.key")) and not list(tmp_path.glob(".*.key"))
     ckpt = next(run.rglob("last.ckpt"))
+    # No record of which examples were trained on: DPO's reference cache (keyed by each example's
+    # content) is off in a private run, so the checkpoint cannot tell whose data was sampled.
+    assert "reference_cache" not in torch.load(ckpt, map_location="cpu", weights_only=True)
 
+    original = RunSecret.read(key)
     RunSecret.fresh().write(key)  # another valid key in the run's key file
     before = _hashes(run)
     resumed = _fit(config, key_store, "--ckpt_path", str(ckpt))
@@ -92,3 +97,8 @@ def test_a_dp_sgd_run_keeps_its_key_in_the_store_and_refuses_a_swapped_one(tmp_p
     )
     assert resumed.stderr == f"error: {message}\n{HINT}\n"
     assert _hashes(run) == before
+
+    # The run's own key back: the resume goes on (the checkpoint checker knows the key's fingerprint).
+    original.write(key)
+    resumed = _fit(config, key_store, "--ckpt_path", str(ckpt), "--federation.rounds=2")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -128,3 +128,19 @@ def test_example_level_dp_alone_holds_against_every_party_for_examples_only():
         assert "secret randomness" in entry["why"]
     without = PrivacyReport().section(rounds=1)["adversaries"]
     assert all(e["epsilon"] == {"client": "inf"} and "update" in e["not_covered"] for e in without.values())
+
+
+def test_dp_sgd_ledger_in_the_checkpoint_costs_the_run_folder_its_amplification():
+    """DP-SGD's per-client ledger (rounds each client trained) is in the checkpoint, so whoever has the
+    run folder sees the sample: no amplification by sampling against it (found from outside, issue 40);
+    whoever gets only the final model keeps it."""
+    client = PrivacyAccountant(1.0, 0.25, 1e-5)
+    report = PrivacyReport(client_dp=client, example_dp=PrivacyAccountant(2.0, 0.05, 1e-6), example_steps=10)
+    parties = report.adversaries(rounds=3)
+    unamplified = PrivacyAccountant(1.0, 1.0, 1e-5).epsilon(3)
+    assert parties["final_model"]["epsilon"]["client"] == client.epsilon(3) < unamplified
+    assert parties["run_folder"]["epsilon"]["client"] == unamplified
+    assert "per_client_rounds" in parties["run_folder"]["not_covered"]
+    assert "per_client_rounds" not in parties["final_model"]["not_covered"]
+    without_dp_sgd = PrivacyReport(client_dp=client).adversaries(rounds=3)
+    assert without_dp_sgd["run_folder"]["epsilon"]["client"] == client.epsilon(3)
