@@ -22,6 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 HOOK = """
 import os, signal, sys
 
+# As from a terminal: pytest-xdist's workers ignore SIGINT, and an ignored signal stays ignored
+# in the processes they start (the guard leaves an ignored Ctrl-C ignored, as nohup wants).
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 class SignalAt:
     fired = False
 
