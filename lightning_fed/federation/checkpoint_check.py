@@ -124,6 +124,13 @@ def loop_problem(ckpt: Mapping[str, Any], rounds: int) -> Problem | None:
     if not isinstance(fit, Mapping):
         return "loops.fit_loop", f"is a {_kind(fit)}, expected a mapping"
     epochs = fit.get("epoch_progress")
+    for scope in ("current", "total"):  # Lightning resumes at current.completed: never past the rounds recorded
+        completed = _count(epochs, scope, "completed")
+        if completed is not None and completed > rounds:
+            return (
+                f"loops.fit_loop.epoch_progress.{scope}.completed",
+                f"is {completed}, more than the {rounds} rounds recorded (federation.report.rounds)",
+            )
     done = {_count(epochs, "current", k) for k in ("processed", "completed")} - {None}
     if done and rounds not in done:
         return (

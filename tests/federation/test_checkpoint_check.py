@@ -143,3 +143,20 @@ def test_byte_damage_is_refused_or_read_as_a_checkpoint_that_fits(tmp_path_facto
         _check(path, module, server)  # a flip inside a tensor's bytes is not detectable: it may pass
     except CheckpointError as err:
         assert str(err).startswith(f"ckpt_path {str(path)!r}: ") and "\n" not in str(err)
+
+
+def test_an_epoch_counter_past_the_rounds_recorded_is_refused():
+    """Lightning resumes at ``epoch_progress.current.completed``: a checkpoint whose completed counters
+    say 7 rounds while the run recorded 2 failed with Lightning's exit 1 (found from outside, issue 41)."""
+    from lightning_fed.federation.checkpoint_check import loop_problem
+
+    def ckpt(current: int, total: int) -> dict:
+        progress = {"current": {"processed": 2, "completed": current}, "total": {"processed": 2, "completed": total}}
+        return {"loops": {"fit_loop": {"epoch_progress": progress}}, "global_step": 0}
+
+    assert loop_problem(ckpt(2, 2), rounds=2) is None
+    assert loop_problem(ckpt(7, 7), rounds=2) == (
+        "loops.fit_loop.epoch_progress.current.completed",
+        "is 7, more than the 2 rounds recorded (federation.report.rounds)",
+    )
+    assert loop_problem(ckpt(2, 9), rounds=2)[0] == "loops.fit_loop.epoch_progress.total.completed"
