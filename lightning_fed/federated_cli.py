@@ -285,6 +285,7 @@ class FederatedCLI(LightningCLI):
             loop = next(c for c in self.trainer.callbacks if isinstance(c, FederatedLoop))
             privacy = loop.server.privacy
             print(closing_line(folder, getattr(privacy, "key_path", None)), flush=True)
+        self.signals.finished = True  # a SIGTERM from now on does not make a completed run exit 143
 
     def _check_writable(self) -> None:
         """A folder the run cannot write is named by its option before anything is loaded or run."""

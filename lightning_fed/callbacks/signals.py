@@ -44,6 +44,8 @@ class ProcessSignals(Callback):
         in_fit: between ``setup`` and ``teardown`` (SIGTERM is Lightning's once its handler is in place).
         stopped_by: ``"SIGTERM"`` or ``"SIGINT"`` when a signal ended the fit.
         resume_from: the checkpoint this run resumed from (set by the CLI), if any.
+        finished: the run completed and said so (set by the CLI after the closing line): a SIGTERM
+            from then on does not turn its exit 0 into 143.
     """
 
     def __init__(self) -> None:
@@ -51,6 +53,7 @@ class ProcessSignals(Callback):
         self.in_fit = False
         self.stopped_by: str | None = None
         self.resume_from: Path | None = None
+        self.finished = False
         self._saved: Path | None = None  # the checkpoint this run last wrote
         self._wrote = False
 
@@ -110,6 +113,8 @@ def handle_termination(signals: ProcessSignals) -> Iterator[ProcessSignals]:
         return
 
     def on_sigterm(signum: int, frame: Any) -> None:
+        if signals.finished:  # the run completed: it ends with exit 0, not "stopped, no checkpoint" (issue 41)
+            return
         if signal.getsignal(signal.SIGTERM) is on_sigterm:  # Lightning's handler is not in place
             raise Terminated(signum)
 

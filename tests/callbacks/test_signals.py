@@ -68,3 +68,19 @@ def test_sigterm_during_a_fresh_run_setup_exits_143(tmp_path):
         "lightning-fed: stopped by SIGTERM; no round completed in this run, so no checkpoint was written by it"
         in proc.stderr.splitlines()
     ), proc.stderr[-3000:]
+
+
+def test_a_sigterm_after_the_run_completed_does_not_make_it_exit_143():
+    """SIGTERM arriving after ``fit``'s closing line turned a completed run into exit 143 with a false
+    "no round completed" line (found from outside, issue 41): once the CLI marks the run finished,
+    the handler lets it end with its own status; before that, it raises as it did."""
+    import signal
+
+    from lightning_fed.callbacks.signals import ProcessSignals, Terminated, handle_termination
+
+    signals = ProcessSignals()
+    with handle_termination(signals):
+        with pytest.raises(Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs at the next bytecode, in this block
+        signals.finished = True
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered to the handler in this thread: it returns
