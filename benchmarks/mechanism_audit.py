@@ -80,6 +80,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -173,12 +174,12 @@ def coins(m: int, generator: torch.Generator) -> list[bool]:
     return (torch.rand(m, generator=generator) < 0.5).tolist()
 
 
-def _replayed_noise(seed: int, rounds_done: int, setting: Setting, state: dict, m_exp: float) -> torch.Tensor:
-    """The noise sum (in units of ``C``) a ``ClientLevelDP`` seeded ``seed`` drew in its round
-    ``rounds_done``: what an attacker holding the seed regenerates (one zero update: the sum is the noise)."""
-    replica = ClientLevelDP(
-        FedAvg(weighting="uniform"), setting.noise_multiplier, 1.0, expected_clients=m_exp, seed=seed
-    )
+def _replayed_noise(seed: Any, rounds_done: int, setting: Setting, state: dict, m_exp: float) -> torch.Tensor:
+    """The noise sum (in units of ``C``) a ``ClientLevelDP`` seeded ``seed`` (the run's secret seed, or
+    a test's int) drew in its round ``rounds_done``: what an attacker holding the seed regenerates
+    (one zero update: the sum is the noise)."""
+    replica = ClientLevelDP(FedAvg(weighting="uniform"), setting.noise_multiplier, 1.0, expected_clients=m_exp)
+    replica.seed = seed  # the seed as the checkpoint held it (a SecretSeed is not an int)
     replica.setup(state, len(state["w"]))
     replica.rounds_done = rounds_done
     out = replica.aggregate(state, [ClientUpdate(0, 1, {"w": state["w"].clone()})])

@@ -1,7 +1,7 @@
-"""``python -m lightning_fed``: the ``lightning-fed`` process (:func:`lightning_fed.startup.main`)."""
+"""``python -m lightning_fed``: the ``lightning-fed`` process (:func:`lightning_fed.process.main`)."""
 
 import sys
 
-from lightning_fed.startup import main
+from lightning_fed.process import main
 
 sys.exit(main())

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 
 PROG = "lightning-fed"
@@ -57,15 +56,3 @@ def release() -> None:
 def guarding() -> bool:
     """Whether :func:`guard` is the SIGTERM handler now."""
     return signal.getsignal(signal.SIGTERM) is _stop_now
-
-
-def main() -> int:
-    """The ``lightning-fed`` console script: :func:`guard`, then :func:`lightning_fed.cli.console_main`."""
-    guard()
-    from lightning_fed.cli import console_main
-
-    return console_main()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -72,7 +72,7 @@ CASES = {
     "config_file_invalid_yaml": (
         {"bad.yaml": b"federation: [rounds: 1\n"},
         ["--config", "{data}/bad.yaml"],
-        ["config", "line 1"],
+        ["config", "bad.yaml", "not valid YAML"],
     ),
     "checkpoint_missing_for_resume": (
         {},

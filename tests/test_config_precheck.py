@@ -125,7 +125,6 @@ def test_keys_below_a_class_and_mappings_of_an_option_are_left_to_the_live_parse
         "model": {"class_path": "DPOModule", "init_args": {"anything": 1}},
         "trainer": {"max_time": {"hours": 1}, "callbacks": [{"class_path": "x", "init_args": {"y": 1}}]},
         "federation": {"strategy": {"class_path": "FedProx", "init_args": {"mu": 0.1}}, "rounds": 2},
-        "optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1}},
     }
     assert list(options.unknown_keys(config)) == []
     assert options.known("model.init_args.lr") and options.known("federation.strategy.init_args.mu")

@@ -333,17 +333,13 @@ class FederatedDataModule(pl.LightningDataModule):
         self.encoding.warn(self.max_length, self.truncation, self.min_prompt_length, self._private_run())
 
     def _private_run(self) -> bool:
-        """:attr:`private`, else whether the Trainer's module or federated loop runs a DP mechanism."""
+        """:attr:`private`, else what the Trainer's federated loop reports (its round report's
+        ``private``; read through the loop, not the privacy package, which imports data modules)."""
         if self.private is not None:
             return self.private
-        from lightning_fed.privacy.run import privacy_enabled  # the privacy package imports data modules
-
         trainer = self.trainer
-        if trainer is None:
-            return False
-        loops = [c for c in trainer.callbacks if hasattr(c, "server") and hasattr(c.server, "strategy")]
-        strategy = loops[0].server.strategy if loops else None
-        return privacy_enabled(strategy, trainer.lightning_module)
+        loops = [c for c in trainer.callbacks if hasattr(c, "server")] if trainer is not None else []
+        return bool(loops and getattr(getattr(loops[0].server, "report", None), "private", False))
 
     def _synthetic_args(self, dataset: str, salt: int) -> dict[str, Any]:
         """``synthetic_args`` with ``num_clients``; a separate val/test set (``salt``) is a fresh draw."""
