@@ -30,7 +30,7 @@ lint: setup
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 
 test: setup lint
-	$(PY) -m pytest -m "not slow" -n 2 --dist loadfile
+	$(PY) -m pytest -m "not slow" -n 2 --dist loadfile --durations=40
 
 test-all: setup
 	$(PY) -m pytest -n 2 --dist loadfile
