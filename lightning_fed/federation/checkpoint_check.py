@@ -39,7 +39,8 @@ from typing import Any
 import torch
 
 from lightning_fed.errors import CheckpointError
-from lightning_fed.federation.optimizer_check import optimizer_problem, same
+from lightning_fed.federation.optimizer_check import optimizer_problem
+from lightning_fed.federation.strategy_check import counter_problem, kept_problem
 
 MAX_WEIGHT = 1e6
 """The largest magnitude of a weight a checkpoint may hand the run. No run of this package trains
@@ -193,53 +194,14 @@ def loads(obj: Any, state: Any, where: str) -> Problem | None:
     return None
 
 
-def _names_shared(key: Any, names: set[str]) -> bool:
-    """``key`` names a shared parameter, or a module holding some (FLoRA's and FlexLoRA's per-module products)."""
-    return isinstance(key, str) and (key in names or any(n.startswith(f"{key}.") for n in names))
-
-
-def kept_problem(
-    state: Any, kept: Any, fresh: Any, where: str, owner: str, names: set[str] | None = None
-) -> Problem | None:
-    """The first key path of ``state`` that its ``owner`` does not keep as it is, or lacks.
-
-    ``kept`` is the owner's ``state_dict()`` after loading ``state``: a key the owner ignores
-    (``FedAvg {'m': ...}``) is missing from it, a value it converts (a step of ``1.5``) differs.
-    ``fresh`` is the ``state_dict()`` of a fresh owner: each of its keys is written by every run,
-    so a state without one is not what a run wrote. In a mapping of tensors (a state over the
-    parameters), each name must be one of ``names`` (the model's shared parameters, or a module
-    holding some), and a state over the parameters themselves names all of them.
-    """
-    if isinstance(state, Mapping):
-        if not isinstance(kept, Mapping):
-            return where, f"is a mapping, {owner} state has {_show(kept)} here"
-        fresh = fresh if isinstance(fresh, Mapping) else {}
-        for key in fresh:
-            if key not in state:
-                return f"{where}.{key}", f"is missing ({owner} state always has it)"
-        over_parameters = bool(state) and all(isinstance(v, torch.Tensor) for v in state.values())
-        for key, value in state.items():
-            at = f"{where}.{key}"
-            if key not in kept:
-                return at, f"is not part of {owner} state (its keys: {sorted(map(str, kept))})"
-            if over_parameters and names is not None and not _names_shared(key, names):
-                return at, f"names no shared parameter of this model ({owner} state is kept per parameter)"
-            if problem := kept_problem(value, kept[key], fresh.get(key), at, owner, names):
-                return problem
-        if over_parameters and names and set(state) <= names and set(state) != names:
-            missing = sorted(names - set(state))
-            return f"{where}.{missing[0]}", f"is missing ({owner} state holds every shared parameter)"
-        return None
-    if not same(state, kept):
-        return where, f"is {_show(state)}, {owner} state keeps {_show(kept)}"
-    return None
-
-
-def strategy_problem(state: Any, strategy: Any, module: Any = None) -> Problem | None:
-    """``federation.strategy``: loadable into a copy of the run's strategy, finite, and every key
-    there and kept as it is (:func:`kept_problem`): an unknown key was accepted silently."""
+def strategy_problem(state: Any, strategy: Any, module: Any = None, rounds: int | None = None) -> Problem | None:
+    """``federation.strategy``: loadable into a copy of the run's strategy, finite, its server-step
+    counters within the ``rounds`` recorded, and every key there and kept as it is
+    (:func:`kept_problem`): an unknown key was accepted silently."""
     where = "federation.strategy"
     if problem := loads(strategy, state, where):
+        return problem
+    if rounds is not None and (problem := counter_problem(state, rounds, where)):
         return problem
     trial = copy.deepcopy(strategy)
     trial.load_state_dict(copy.deepcopy(dict(state)))
@@ -314,7 +276,7 @@ def federation_problem(ckpt: Mapping[str, Any], server: Any, module: Any = None)
         return problem
     if server is None:
         return None
-    if problem := strategy_problem(fed.get("strategy", {}), server.strategy, module):
+    if problem := strategy_problem(fed.get("strategy", {}), server.strategy, module, rounds):
         return problem
     hooks = fed.get("hooks", [])
     if not isinstance(hooks, list) or len(hooks) not in (0, len(server.hooks)):

@@ -10,8 +10,8 @@ rate nobody configured). What a run of this config writes, and so what is accept
   (``betas``, ``eps``, ``weight_decay``, ``amsgrad``...) as the freshly configured optimizer (the
   config decides them; :func:`~lightning_fed.federation.resume_check.check_resume` holds the config
   to the run's), no setting it does not have, and the configured ``lr``, unless the run sets the
-  rate itself before every client's steps (a round schedule, FedPDPO's decay: :func:`sets_lr`),
-  when it is the last rate set: a finite number >= 0;
+  rate itself before every client's steps (a round schedule, FedPDPO's decay: :func:`sets_lr`) or
+  a scheduler sets it, when it is the last rate set: a finite number >= 0;
 * ``state``: entries only for those indices, each holding what a step of this optimizer keeps
   (``step``, ``exp_avg``...), tensors of the parameter's shape, finite (a client's turn clears the
   state before its first step, so a run saved between turns writes none);
@@ -170,13 +170,16 @@ def _optimizer_problem(saved: Any, opt: torch.optim.Optimizer, where: str, free_
     groups = saved["param_groups"]
     if not isinstance(groups, (list, tuple)) or len(groups) != len(fresh):
         n = len(groups) if isinstance(groups, (list, tuple)) else type(groups).__name__
-        return f"{where}.param_groups", f"holds {n} param groups, this run's optimizer has {len(fresh)}"
+        return f"{where}.param_groups", f"holds {n} param groups, this run's configured optimizer has {len(fresh)}"
     for i, (group, want) in enumerate(zip(groups, fresh)):
         at = f"{where}.param_groups[{i}]"
         if not isinstance(group, Mapping):
             return at, f"is a {type(group).__name__}, expected a mapping of settings"
         if not same(group.get("params"), want["params"]):  # the indices the state is keyed by
-            return f"{at}.params", f"is {_show(group.get('params'))}, this run's optimizer has {_show(want['params'])}"
+            return (
+                f"{at}.params",
+                f"is {_show(group.get('params'))}, this run's configured optimizer has {_show(want['params'])}",
+            )
     params = [p for group in opt.param_groups for p in group["params"]]
     if problem := _state_problem(saved["state"], params, _step_names(opt), f"{where}.state"):
         return problem
@@ -225,7 +228,7 @@ def optimizer_problem(ckpt: Mapping[str, Any], module: Any, server: Any = None) 
             "lr_schedulers",
             f"holds {len(schedulers_saved)} scheduler states, this model configures {len(schedulers)}",
         )
-    free_lr = sets_lr(module, server)
+    free_lr = sets_lr(module, server) or bool(schedulers)  # a scheduler's rate: its own fields are checked
     for i, (state, opt) in enumerate(zip(states, optimizers)):
         if problem := _optimizer_problem(state, opt, f"optimizer_states[{i}]", free_lr):
             return problem
