@@ -72,8 +72,11 @@ def counter_problem(state: Any, rounds: int, where: str) -> Problem | None:
     if not isinstance(state, Mapping):
         return None
     for key, value in state.items():
-        if key in ROUND_COUNTERS and _is_int(value) and value > rounds:
-            return f"{where}.{key}", f"is {value}, more than the {rounds} rounds recorded (federation.report.rounds)"
+        if key in ROUND_COUNTERS and not (_is_int(value) and 0 <= value <= rounds):
+            return (
+                f"{where}.{key}",
+                f"is {_show(value)}, expected a count of server steps in [0, {rounds}] (the rounds recorded)",
+            )
         if problem := counter_problem(value, rounds, f"{where}.{key}"):
             return problem
     return None
