@@ -1,5 +1,6 @@
 """A run that fails never deletes or rewrites a file an earlier run wrote, and every part of a
-checkpoint is checked before the run folder is touched (issue 41, items 1-4), as a process:
+checkpoint (the optimizer's settings and the strategy's keys included) is checked before the run
+folder is touched (issue 41, items 1-4), as a process:
 exit 2, one ``error:`` line naming the part or option and its value, the folder byte for byte."""
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def _big_weight(ckpt: dict) -> None:
     state[key][0, 0] = 3e38  # finite: was every update rejected, exit 1 after training
 
 
+GROUP = ("optimizer_states", 0, "param_groups", 0)
 KEY = "model.base_model.model.transformer.h.0.attn.c_attn.lora_A.default.weight"
 CASES = {  # each was exit 1, or exit 2 after files were written, or accepted (issue 41 items 1 and 2)
     "no federation": (
@@ -95,6 +97,32 @@ CASES = {  # each was exit 1, or exit 2 after files were written, or accepted (i
     "empty optimizer state": (
         _set(("optimizer_states",), []),
         "optimizer_states holds 0 optimizer states, this model configures 1",
+    ),
+    # found from outside (the closing note of the last session, B2): exit 1 once training started
+    "lr 1e9": (
+        _set(GROUP + ("lr",), 1e9),
+        "optimizer_states[0].param_groups[0].lr is 1000000000.0, this run's configured optimizer has 0.005",
+    ),
+    "lr a string": (
+        _set(GROUP + ("lr",), "x"),
+        "optimizer_states[0].param_groups[0].lr is 'x', this run's configured optimizer has 0.005",
+    ),
+    "betas": (
+        _set(GROUP + ("betas",), (0.5, 0.5)),
+        "optimizer_states[0].param_groups[0].betas is (0.5, 0.5), this run's configured optimizer has (0.9, 0.999)",
+    ),
+    "params past the model's": (
+        _set(GROUP + ("params",), list(range(1, 17))),
+        "optimizer_states[0].param_groups[0].params is [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],"
+        " this run's configured optimizer has [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]",
+    ),
+    "optimizer state of another shape": (
+        _set(("optimizer_states", 0, "state"), {0: {"step": torch.tensor(1.0), "exp_avg": torch.zeros(5)}}),
+        "optimizer_states[0].state[0].exp_avg has shape (5,), its parameter's is (4, 32)",
+    ),
+    "unknown key in the strategy's state": (
+        _set(("federation", "strategy"), {"m": {KEY: torch.zeros(4, 32)}}),
+        "federation.strategy.m is not part of this run's FedAvg state (its keys: [])",
     ),
 }
 
@@ -135,6 +163,18 @@ OPTIONS = {  # issue 41 items 3 and 4: each was exit 1, or found after the run f
         "error: federation.compression='int8' cannot run under federation.strategy=SecureAggregation: the server"
         " sees only the masked sum of the updates, so it cannot decode each client's compressed upload (SecAgg+"
         " quantizes the updates itself); drop federation.compression",
+    ),
+    # each was found when the run was bound, after the backbone loaded (here: a backbone that cannot load)
+    "AsyncArrivals with FedAvg": (
+        ["--federation.strategy=FedAvg", "--model.init_args.backbone.name_or_path=/nonexistent/model"],
+        "feddpo_fedbuff",
+        "error: federation.hooks: AsyncArrivals needs federation.strategy=FedBuff, got FedAvg",
+    ),
+    "ClientRanks with FedAvg": (
+        ["--federation.strategy=FedAvg", "--model.init_args.backbone.name_or_path=/nonexistent/model"],
+        "feddpo_flexlora",
+        "error: federation.hooks: ClientRanks needs a heterogeneous-rank strategy (HetLoRA, FlexLoRA, FLoRA),"
+        " got federation.strategy=FedAvg",
     ),
     "max_epochs -5": (
         ["--trainer.max_epochs=-5"],

@@ -55,6 +55,10 @@ def round_lr(
     raise ValueError(f"lr_schedule.schedule must be one of {SCHEDULES}, got {schedule!r}")
 
 
+def _rate(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
 class RoundLRSchedule(RoundHook):
     """Sets every local optimizer's learning rate to its round's value at each client start.
 
@@ -119,6 +123,9 @@ class RoundLRSchedule(RoundHook):
     #: Every client of a round gets the same rate: batched turns may train them together.
     batch_safe = True
 
+    #: The rate is set at each client start (from the base rates in this hook's state).
+    sets_lr = True
+
     def on_client_start(
         self, turn: ClientTurn, trainer: pl.Trainer, module: pl.LightningModule, client_id: int
     ) -> None:
@@ -141,4 +148,9 @@ class RoundLRSchedule(RoundHook):
         return {"base_lrs": self.base_lrs}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.base_lrs = state.get("base_lrs", self.base_lrs)
+        base = state.get("base_lrs", self.base_lrs)
+        if base is not None and not (
+            isinstance(base, list) and all(isinstance(g, list) and all(_rate(b) for b in g) for g in base)
+        ):  # the rates every later round is scaled from
+            raise ValueError(f"lr_schedule: base_lrs must be lists of finite learning rates > 0, got {base!r}")
+        self.base_lrs = base

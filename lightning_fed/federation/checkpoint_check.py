@@ -18,9 +18,11 @@ What a run of this config writes, and so what is accepted:
 * ``federation.report.rounds``: the rounds Lightning's loop completed
   (``loops.fit_loop.epoch_progress``), and ``global_step`` the optimizer steps it counted;
 * ``federation.strategy`` / ``hooks`` / ``privacy``: what this run's objects load without error
-  (tried on copies), every tensor finite; the privacy state is there when the run is private;
-* ``optimizer_states`` / ``lr_schedulers``: one per optimizer/scheduler the module configures,
-  each loadable by it (tried on a fresh one), state tensors finite, of their parameter's shape;
+  (tried on copies), every tensor finite; the strategy keeps every key of its state as it is
+  (no key it ignores, tensors named by the shared parameters); the privacy state is there when
+  the run is private;
+* ``optimizer_states`` / ``lr_schedulers``: field by field against the optimizers and schedulers
+  the module configures (:mod:`~lightning_fed.federation.optimizer_check`);
 * ``state_dict`` and ``federation.global_state``: every shared parameter, of its shape, finite
   and at most :data:`MAX_WEIGHT` in magnitude (:func:`~lightning_fed.federation.resume_check.check_weights`).
 """
@@ -37,6 +39,8 @@ from typing import Any
 import torch
 
 from lightning_fed.errors import CheckpointError
+from lightning_fed.federation.optimizer_check import optimizer_problem
+from lightning_fed.federation.strategy_check import counter_problem, kept_problem
 
 MAX_WEIGHT = 1e6
 """The largest magnitude of a weight a checkpoint may hand the run. No run of this package trains
@@ -190,6 +194,22 @@ def loads(obj: Any, state: Any, where: str) -> Problem | None:
     return None
 
 
+def strategy_problem(state: Any, strategy: Any, module: Any = None, rounds: int | None = None) -> Problem | None:
+    """``federation.strategy``: loadable into a copy of the run's strategy, finite, its server-step
+    counters within the ``rounds`` recorded, and every key there and kept as it is
+    (:func:`kept_problem`): an unknown key was accepted silently."""
+    where = "federation.strategy"
+    if problem := loads(strategy, state, where):
+        return problem
+    if rounds is not None and (problem := counter_problem(state, rounds, where)):
+        return problem
+    trial = copy.deepcopy(strategy)
+    trial.load_state_dict(copy.deepcopy(dict(state)))
+    names = set(module.shared_parameters()) if hasattr(module, "shared_parameters") else None
+    owner = f"this run's {_kind(strategy)}"
+    return kept_problem(state, trial.state_dict(), strategy.state_dict(), where, owner, names)
+
+
 PRIVACY_FIELDS: dict[str, Any] = {
     "rounds_accounted": lambda v: _is_int(v) and v >= 0,
     "stop": lambda v: v is None or (_is_int(v) and v >= 0),
@@ -238,7 +258,7 @@ def privacy_problem(state: Any, rounds: int, private: bool) -> Problem | None:
     return None
 
 
-def federation_problem(ckpt: Mapping[str, Any], server: Any) -> Problem | None:
+def federation_problem(ckpt: Mapping[str, Any], server: Any, module: Any = None) -> Problem | None:
     """The ``federation`` section against the run's server (its strategy, hooks and privacy plan)."""
     fed = ckpt.get("federation")
     if fed is None:
@@ -256,7 +276,7 @@ def federation_problem(ckpt: Mapping[str, Any], server: Any) -> Problem | None:
         return problem
     if server is None:
         return None
-    if problem := loads(server.strategy, fed.get("strategy", {}), "federation.strategy"):
+    if problem := strategy_problem(fed.get("strategy", {}), server.strategy, module, rounds):
         return problem
     hooks = fed.get("hooks", [])
     if not isinstance(hooks, list) or len(hooks) not in (0, len(server.hooks)):
@@ -267,58 +287,6 @@ def federation_problem(ckpt: Mapping[str, Any], server: Any) -> Problem | None:
             return problem
     private = getattr(server, "privacy", None) is not None and getattr(server.privacy, "config", None) is not None
     return privacy_problem(fed.get("privacy"), rounds, private)
-
-
-def configured(module: Any) -> tuple[list[torch.optim.Optimizer], list[Any]] | None:
-    """The optimizers and schedulers ``module.configure_optimizers()`` returns (``None``: unknown form)."""
-    try:
-        out = module.configure_optimizers()
-    except Exception:  # noqa: BLE001 - a module whose optimizers need the Trainer: not checked here
-        return None
-    if isinstance(out, torch.optim.Optimizer):
-        return [out], []
-    if isinstance(out, Mapping) and isinstance(out.get("optimizer"), torch.optim.Optimizer):
-        return [out["optimizer"]], [out["lr_scheduler"]] if out.get("lr_scheduler") is not None else []
-    if isinstance(out, (list, tuple)) and len(out) == 2 and isinstance(out[0], (list, tuple)):
-        return list(out[0]), list(out[1])
-    if isinstance(out, (list, tuple)) and all(isinstance(o, torch.optim.Optimizer) for o in out):
-        return list(out), []
-    return None
-
-
-def optimizer_problem(ckpt: Mapping[str, Any], module: Any) -> Problem | None:
-    """``optimizer_states`` and ``lr_schedulers`` against what the module configures."""
-    states = ckpt["optimizer_states"]
-    if problem := non_finite(states, "optimizer_states"):
-        return problem
-    made = configured(module)
-    if made is None:
-        return None
-    optimizers, schedulers = made
-    if len(states) != len(optimizers):
-        return "optimizer_states", f"holds {len(states)} optimizer states, this model configures {len(optimizers)}"
-    if len(ckpt["lr_schedulers"]) != len(schedulers):
-        return (
-            "lr_schedulers",
-            f"holds {len(ckpt['lr_schedulers'])} scheduler states, this model configures {len(schedulers)}",
-        )
-    for i, (state, opt) in enumerate(zip(states, optimizers)):
-        where = f"optimizer_states[{i}]"
-        if not isinstance(state, Mapping) or not isinstance(state.get("state"), Mapping):
-            return where, "is not an optimizer's state (a mapping with 'state' and 'param_groups')"
-        params = [p for group in opt.param_groups for p in group["params"]]
-        for index, entry in state["state"].items():
-            if not _is_int(index) or not 0 <= index < len(params) or not isinstance(entry, Mapping):
-                return f"{where}.state", f"entry {_show(index)} names no parameter of this model's optimizer"
-            for name, t in entry.items():
-                if isinstance(t, torch.Tensor) and t.dim() > 0 and tuple(t.shape) != tuple(params[index].shape):
-                    return (
-                        f"{where}.state[{index}].{name}",
-                        f"has shape {tuple(t.shape)}, its parameter's is {tuple(params[index].shape)}",
-                    )
-        if problem := loads(opt, state, where):
-            return problem
-    return None
 
 
 def callbacks_problem(ckpt: Mapping[str, Any]) -> Problem | None:
@@ -356,9 +324,9 @@ def checkpoint_problem(ckpt: Mapping[str, Any], module: Any, server: Any = None,
             return "federation", f"is a {_kind(fed)}, expected a mapping"
         return None
     if hasattr(module, "shared_parameters"):
-        if problem := federation_problem(ckpt, server):
+        if problem := federation_problem(ckpt, server, module):
             return problem
-    if problem := optimizer_problem(ckpt, module):
+    if problem := optimizer_problem(ckpt, module, server):
         return problem
     return callbacks_problem(ckpt)
 

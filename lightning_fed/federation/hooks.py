@@ -102,6 +102,11 @@ class RoundHook:
     :meth:`state_dict` (tensors allowed).
     """
 
+    #: Whether the hook sets the local optimizers' learning rate before each client's steps (a
+    #: round schedule): a checkpoint then holds the last rate set, not the configured one, and
+    #: the checkpoint checker (:mod:`~lightning_fed.federation.optimizer_check`) allows it.
+    sets_lr: bool = False
+
     # ------------------------------------------------------------------ the two setups
     def setup_server(self, server: ServerRound, context: RoundContext, module: pl.LightningModule) -> None:
         """Server half, once per fit, after a resumed run's state is loaded, before any evaluation

@@ -92,12 +92,9 @@ class AsyncArrivals(RoundHook):
         """``"buffered"`` with ``arrivals: real`` (the Flower server keeps clients in flight)."""
         return "buffered" if self.arrivals == "real" else None
 
-    def check_server(self, server: ServerRound) -> None:
-        """When the run is bound, before anything is written: the strategy must be FedBuff (not
-        wrapped: client-level DP accounts synchronous sampled rounds, which arrivals replace),
-        ``arrivals: real`` needs Flower (the Flower transport decides at setup whether its clients
-        really train concurrently), and ``concurrency`` and the profiles must fit the clients."""
-        strategy = server.strategy
+    def check_run(self, run: Any) -> None:
+        """The strategy is FedBuff, not wrapped (found from the ``federation:`` section, before the model loads)."""
+        strategy = run.strategy
         if not callable(getattr(strategy, "keep_versions", None)):
             inner = getattr(strategy, "strategy", None)
             if callable(getattr(inner, "keep_versions", None)):
@@ -107,6 +104,13 @@ class AsyncArrivals(RoundHook):
                     f" replace; use FedBuff without {type(strategy).__name__}, or drop AsyncArrivals"
                 )
             raise ValueError(f"{FIELD} needs federation.strategy=FedBuff, got {type(strategy).__name__}")
+
+    def check_server(self, server: ServerRound) -> None:
+        """When the run is bound, before anything is written: the strategy must be FedBuff (not
+        wrapped: client-level DP accounts synchronous sampled rounds, which arrivals replace),
+        ``arrivals: real`` needs Flower (the Flower transport decides at setup whether its clients
+        really train concurrently), and ``concurrency`` and the profiles must fit the clients."""
+        self.check_run(server)
         if self.arrivals == "real":
             if server.engine != "flower":
                 raise ValueError(self._not_concurrent)

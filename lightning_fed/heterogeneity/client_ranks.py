@@ -74,16 +74,20 @@ class ClientRanks(RoundHook):
         )
         self.ranks: list[int] = []
 
-    def check_server(self, server: ServerRound) -> None:
-        """Refuse a strategy without client ranks, ranks that do not fit the clients or exceed
-        ``r_max`` (the module's LoRA rank), and (in process) a bad data column, when the run is
-        bound: before anything is written."""
-        strategy = server.strategy
+    def check_run(self, run: Any) -> None:
+        """The strategy takes client ranks (found from the ``federation:`` section, before the model loads)."""
+        strategy = run.strategy
         if not callable(getattr(strategy, "set_client_ranks", None)):
             raise ValueError(
                 f"{SECTION} needs a heterogeneous-rank strategy (HetLoRA, FlexLoRA, FLoRA),"
                 f" got federation.strategy={type(strategy).__name__}"
             )
+
+    def check_server(self, server: ServerRound) -> None:
+        """Refuse a strategy without client ranks, ranks that do not fit the clients or exceed
+        ``r_max`` (the module's LoRA rank), and (in process) a bad data column, when the run is
+        bound: before anything is written."""
+        self.check_run(server)
         column = self.assignment.column
         if column is None:
             self.ranks = self.assignment.ranks(server.num_clients)

@@ -196,6 +196,13 @@ class PDPOModule(PersonalHeadDPO):
         self.exclusion_k, self.exclusion_max_ratio = exclusion_k, exclusion_max_ratio
         self.reuse_backbone_forward = bool(reuse_backbone_forward)
 
+    @property
+    def sets_lr(self) -> bool:
+        """Whether each step sets the optimizers' rates (App. D.3's decay, from ``lr_h``/``lr_w``):
+        a checkpoint's param-group ``lr`` is then the last rate set (see
+        :mod:`~lightning_fed.federation.optimizer_check`)."""
+        return self.lr_decay is not None
+
     # -------------------------------------------------------------------------- schedule
     def _federated_loop(self) -> Any:
         from lightning_fed.federation.driver import find_driver

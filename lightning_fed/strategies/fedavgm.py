@@ -88,8 +88,14 @@ class FedAvgM(FedAvg):
         return {"velocity": clone_state(self.velocity or {}), "step": self.step}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore ``v``; a missing entry keeps the current one."""
+        """Restore ``v``; a missing entry keeps the current one.
+
+        Raises:
+            ValueError: a negative step count, or steps taken without a velocity (each step keeps one).
+        """
         velocity = state.get("velocity")
-        if velocity is not None:
-            self.velocity = clone_state(velocity)
-        self.step = int(state.get("step", self.step))
+        step = int(state.get("step", self.step))
+        kept = clone_state(velocity) if velocity is not None else self.velocity
+        if step < 0 or (step > 0 and not kept):
+            raise ValueError(f"FedAvgM state: {step} server steps with no velocity (each step keeps one)")
+        self.velocity, self.step = kept, step

@@ -138,7 +138,17 @@ class FedOpt(FedAvg):
         return {"m": clone_state(self.m), "v": clone_state(self.v), "step": self.step}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the moments and step count; missing entries keep their current values."""
-        self.m = clone_state(state.get("m", self.m))
-        self.v = clone_state(state.get("v", self.v))
-        self.step = int(state.get("step", self.step))
+        """Restore the moments and step count; missing entries keep their current values.
+
+        Raises:
+            ValueError: a state no run writes: a negative step count, or steps taken without both
+                moments for the same parameters (every step writes ``m`` and ``v`` of each one).
+        """
+        m, v = clone_state(state.get("m", self.m)), clone_state(state.get("v", self.v))
+        step = int(state.get("step", self.step))
+        if step < 0 or (step > 0 and (not m or m.keys() != v.keys())):
+            raise ValueError(
+                f"{type(self).__name__} state: {step} server steps with moments m of {len(m)} and v of {len(v)}"
+                " parameters (each step keeps both, for every parameter)"
+            )
+        self.m, self.v, self.step = m, v, step

@@ -103,9 +103,11 @@ def _kill_during_round(dep: LocalDeployment, index: int, sig: int, run_config: d
 def test_stopped_supernode_during_round_is_an_error_reply(tmp_path):
     """SIGTERM one SuperNode while its ClientApp is running: the SuperNode deactivates
     itself, and the server promptly gets an error reply NODE_UNAVAILABLE (code 5) for it
-    instead of waiting for ``round-timeout``; the next round is sent only to the live node."""
+    instead of waiting for ``round-timeout``; the next round is sent only to the live node. The
+    time-out is far past any round on a busy machine: only the error reply (not a missing node)
+    can close round 1 with the dead node counted, so no wall time is asserted."""
     out = tmp_path / "result.json"
-    timeout = 120.0
+    timeout = 1800.0
     with LocalDeployment(TOY_APP, num_supernodes=2, workdir=tmp_path / "dep") as dep:
         alive_id, dead_id = dep.node_ids
         result, _ = _kill_during_round(
@@ -120,7 +122,7 @@ def test_stopped_supernode_during_round_is_an_error_reply(tmp_path):
     round1, round2 = _report(out)["rounds"]
     assert round1["ok"] == [str(alive_id)]
     assert round1["errors"][str(dead_id)]["code"] == NODE_UNAVAILABLE
-    assert round1["seconds"] < timeout / 2
+    assert round1["missing"] == []  # answered by the error reply, not cut by the time-out
     assert round2["sent_to"] == [alive_id] and round2["ok"] == [str(alive_id)]
     assert _report(out)["final"] == [[2.0, 2.0, 2.0]]
     _assert_all_gone(dep, pids)

@@ -10,7 +10,7 @@ from lightning_fed.evaluation.humaneval import HumanEvalOptions, load_problems, 
 
 
 def test_canonical_solutions_pass_and_wrong_ones_fail(tmp_path):
-    options = HumanEvalOptions(limit=3, timeout=5.0)
+    options = HumanEvalOptions(limit=3, timeout=600.0)  # a sandbox process on a busy machine: never cut short
     problems = load_problems(options)
     assert list(problems) == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
     right = score_completions(
@@ -25,7 +25,7 @@ def test_canonical_solutions_pass_and_wrong_ones_fail(tmp_path):
         "HumanEval/1": "    while True:\n        pass\n",
         "HumanEval/2": "    return 0.5\n",
     }
-    options.timeout = 1.0
+    options.timeout = 30.0  # stops the endless loop; far past a right answer's start-up under load
     result = score_completions(problems, mixed, options, tmp_path / "mixed")
     assert result["pass@1"] == pytest.approx(1 / 3) and result["passed"] == 1
     lines = Path(result["samples"]).read_text().splitlines()

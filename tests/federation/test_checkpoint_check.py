@@ -1,7 +1,8 @@
 """The checkpoint checker the CLI calls (:func:`check_checkpoint`), in-process, against every part
 of a checkpoint and byte-level damage (issue 41 item 2): each corruption is refused as a
-:class:`CheckpointError` naming the file, or accepted only when the weights the run would use are
-those of the checkpoint it came from. Never another exception (that would be exit 1)."""
+:class:`CheckpointError` naming the file, or accepted only when what the resumed run would use (the
+weights, each optimizer's settings as Lightning loads them, the strategy's state as the strategy
+loads it) is that of the checkpoint it came from. Never another exception (that would be exit 1)."""
 
 from __future__ import annotations
 
@@ -20,24 +21,26 @@ from hypothesis import strategies as st
 from lightning_fed.errors import CheckpointError
 from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import read_checkpoint
+from lightning_fed.federation.optimizer_check import configured, same
 from lightning_fed.run_parser import parse_run
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 ENV.pop("LIGHTNING_FED_DEBUG", None)
+STRATEGY = "--federation.strategy=FedAdam"
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """(checkpoint bytes, module, server) of one round of configs/tiny.yaml."""
+    """(checkpoint bytes, module, server) of one round of configs/tiny.yaml with FedAdam (a strategy with state)."""
     root = tmp_path_factory.mktemp("trained")
     cmd = [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/tiny.yaml"]
     cmd += [f"--trainer.default_root_dir={root}", "--trainer.enable_progress_bar=false"]
-    cmd += ["--federation.rounds=1", "--federation.local_steps=1", "--trainer.logger=false"]
+    cmd += ["--federation.rounds=1", "--federation.local_steps=1", "--trainer.logger=false", STRATEGY]
     proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = next(root.rglob("last.ckpt")).read_bytes()
-    parsed = parse_run(str(ROOT / "configs" / "tiny.yaml"))
+    parsed = parse_run(str(ROOT / "configs" / "tiny.yaml"), STRATEGY)
     return data, parsed.module, parsed.run.server_round()
 
 
@@ -55,6 +58,18 @@ PARTS = [
     ("optimizer_states",),
     ("optimizer_states", 0, "state"),
     ("optimizer_states", 0, "param_groups", 0, "lr"),
+    ("optimizer_states", 0, "param_groups", 0, "betas"),
+    ("optimizer_states", 0, "param_groups", 0, "eps"),
+    ("optimizer_states", 0, "param_groups", 0, "weight_decay"),
+    ("optimizer_states", 0, "param_groups", 0, "params"),
+    ("optimizer_states", 0, "param_groups", 0, "junk"),
+    ("optimizer_states", 0, "param_groups"),
+    ("optimizer_states", 0, "state", 0),
+    ("optimizer_states", 0, "state", 0, "exp_avg"),
+    ("federation", "strategy", "m"),
+    ("federation", "strategy", "m", "*"),
+    ("federation", "strategy", "step"),
+    ("federation", "strategy", "junk"),
     ("lr_schedulers",),
     ("callbacks", "FederatedLoop"),
     ("callbacks", "FederatedLoop", "seed"),
@@ -78,6 +93,13 @@ VALUES = [
     torch.full((4, 32), float("nan")),
     torch.full((4, 32), 3e38),
     {0: {"exp_avg": torch.zeros(5)}},
+    1e300,
+    -1.0,
+    1.5,
+    (0.5, 0.5),
+    (0.9,),
+    {"exp_avg": torch.zeros(4, 32), "junk": torch.zeros(4, 32)},
+    {"model.x": torch.zeros(2)},
 ]
 
 
@@ -98,8 +120,28 @@ def _weights(ckpt: dict) -> dict:
     return {**ckpt["state_dict"], **{f"g/{k}": v for k, v in ckpt["federation"]["global_state"].items()}}
 
 
+def _flat(value, prefix: str) -> dict:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}/{key}").items()}
+    return {prefix: value}
+
+
+def _used(ckpt: dict, module, server) -> dict:
+    """What a resume from ``ckpt`` would use: the weights, each optimizer's settings as Lightning
+    loads them into this run's optimizer, the strategy's state as this run's strategy loads it."""
+    used = _weights(ckpt)
+    optimizers, _ = configured(module)
+    for i, (opt, state) in enumerate(zip(optimizers, ckpt["optimizer_states"])):
+        opt.load_state_dict(copy.deepcopy(state))
+        for j, group in enumerate(opt.param_groups):
+            used.update({f"opt{i}/{j}/{k}": v for k, v in group.items() if k != "params"})
+    strategy = copy.deepcopy(server.strategy)
+    strategy.load_state_dict(copy.deepcopy(ckpt["federation"]["strategy"]))
+    return {**used, **_flat(strategy.state_dict(), "strategy")}
+
+
 def _same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
 
 
 def _check(path: Path, module, server) -> dict:
@@ -109,8 +151,8 @@ def _check(path: Path, module, server) -> dict:
 
 
 @given(part=st.sampled_from(PARTS), value=st.sampled_from(VALUES))
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_every_corrupted_part_is_refused_or_leaves_the_weights(tmp_path_factory, run, part, value):
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_every_corrupted_part_is_refused_or_leaves_what_the_run_uses(tmp_path_factory, run, part, value):
     data, module, server = run
     original = torch.load(io.BytesIO(data), weights_only=True)
     ckpt = copy.deepcopy(original)
@@ -125,7 +167,7 @@ def test_every_corrupted_part_is_refused_or_leaves_the_weights(tmp_path_factory,
     except CheckpointError as err:
         assert str(err).startswith(f"ckpt_path {str(path)!r}: ") and "\n" not in str(err)
         return
-    assert _same(_weights(accepted), _weights(original)), (part, value)
+    assert _same(_used(accepted, module, server), _used(original, module, server)), (part, value)
 
 
 @given(cut=st.floats(0.0, 0.999), flips=st.lists(st.tuples(st.floats(0.0, 0.999), st.integers(1, 255)), max_size=3))
