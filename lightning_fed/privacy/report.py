@@ -66,6 +66,9 @@ class PrivacyReport:
             client adds its share of the client-level noise: distributed DP).
         hook_channels: What the run's hooks send beyond the channels above, each as its hook
             names it (``RoundHook.privacy_channels(...)["channels"]``).
+        client_states: Whether the run folder holds the clients' own state (``client_states/``
+            and the checkpoint's index of it, in process: SCAFFOLD's control variates, personal
+            parameters), unnoised and present only for the clients that have trained.
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class PrivacyReport:
         selector_clip: float | None = None,
         losses_sent: bool = True,
         hook_channels: Sequence[ChannelReport] = (),
+        client_states: bool = False,
     ) -> None:
         self.client_dp, self.example_dp = client_dp, example_dp
         self.local_steps_per_round = int(local_steps_per_round)
@@ -102,6 +106,7 @@ class PrivacyReport:
         self.selector_clip = selector_clip
         self.losses_sent = losses_sent
         self.hook_channels = list(hook_channels)
+        self.client_states = client_states
         self.stop: dict[str, Any] | None = None
 
     def _example_epsilon(self, rounds: int) -> float:
@@ -286,6 +291,8 @@ class PrivacyReport:
             out.append("sample_size")  # a Poisson round's number of clients: its byte counts show it
         if party == "run_folder" and self.example_level_on:
             out.append("per_client_rounds")  # DP-SGD's ledger in the checkpoint (see adversaries)
+        if party == "run_folder" and self.client_states:
+            out.append("client_states")  # each trained client's own state (see adversaries)
         return out
 
     def adversaries(self, rounds: int) -> dict[str, dict[str, Any]]:
@@ -313,6 +320,16 @@ class PrivacyReport:
                 reasons[0] = (
                     "the checkpoint keeps DP-SGD's per-client ledger (rounds each client trained), which shows"
                     " the sample: accounted at rate 1"
+                )
+            if party == "run_folder" and self.client_states and self.client_dp is not None:
+                # client_states/ holds a file per client that has trained (who was sampled) with that
+                # client's own state, unnoised (SCAFFOLD's c_i+ is its mean local gradient): no
+                # client-level guarantee holds against whoever has the run folder (issue 40)
+                epsilon["client"] = math.inf
+                reasons[0] = (
+                    "client_states/ and the checkpoint hold each trained client's own state (SCAFFOLD's"
+                    " control variate, personal parameters), unnoised: they show the sample and a function"
+                    " of the client's data, so no client-level guarantee"
                 )
             if self.example_level_on:
                 epsilon["example"] = self._example_epsilon(rounds) if self.example_dp is not None else 0.0

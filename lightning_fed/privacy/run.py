@@ -90,6 +90,8 @@ class RunPrivacy:
         self.exceeded: str | None = None
         self._server: ServerRound | None = None
         self._personal = False
+        #: Whether this run trains in process: its run folder then holds the clients' own states.
+        self._in_process = False
         #: DP-SGD's ledger: client -> [bucketed example count (0: not reported), rounds trained].
         self._trained: dict[int, list[int]] = {}
         self._stop_option = "federation.privacy.target_epsilon"
@@ -194,7 +196,9 @@ class RunPrivacy:
     def attach_run(self, run_dir: str | Path) -> None:
         """The run trains (in the Trainer's ``log_dir``): a private run keeps its secret in its key file
         in the key store, outside the run folder (written with the first checkpoint, mode 0600), and a
-        resume reads it back (:mod:`~lightning_fed.privacy.secret`)."""
+        resume reads it back (:mod:`~lightning_fed.privacy.secret`). The run folder of an in-process
+        run also holds the clients' own states (``client_states/``), reported against it."""
+        self._in_process = True
         if self.key is not None:
             self.key.attach()
 
@@ -383,10 +387,16 @@ class RunPrivacy:
             else "none",
             secure_sum=self._server is not None and self._server.strategy.secure_sum,
             hook_channels=[c for channel in channels for c in channel.get("channels", ())],
+            client_states=self._in_process and (self._personal or self._keeps_controls()),
         )
         if self.stop is not None:  # reports number rounds from 1
             report.stopped(self.stop + 1, self._stop_option)
         return report
+
+    def _keeps_controls(self) -> bool:
+        """Whether each client keeps a control variate across rounds (SCAFFOLD under ``ClientLevelDP``)."""
+        dp = client_level_dp(self._server.strategy) if self._server is not None else None
+        return dp is not None and dp.has_controls
 
     def section(self, rounds: int) -> dict[str, Any]:
         """``summary.json``'s ``privacy`` section after ``rounds`` rounds."""
