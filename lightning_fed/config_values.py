@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.option_rules import FEDERATION, SECTIONS, Rule, class_rules, problems
+from lightning_fed.option_rules import FEDERATION_ALL, LORA, SECTIONS, TAKES_LORA, Rule, class_rules, problems
 from lightning_fed.trainer_options import trainer_option_problem
 
 _UNKNOWN = object()
@@ -164,8 +164,16 @@ class Merged:
             if isinstance(value, dict) and (rules := class_rules(section, value["class_path"])) is not None:
                 if found := problems(rules, _parsed(rules, value["init_args"])):
                     return "; ".join(found)
+                lora = value["init_args"].get("lora")
+                if (
+                    section == "model"
+                    and value["class_path"].rpartition(".")[2] in TAKES_LORA
+                    and isinstance(lora, dict)
+                ):
+                    if found := problems(LORA, _parsed(LORA, lora)):
+                        return "; ".join(found)
         federation = self.sections.get("federation")
-        if isinstance(federation, dict) and (found := problems(FEDERATION, _parsed(FEDERATION, federation))):
+        if isinstance(federation, dict) and (found := problems(FEDERATION_ALL, _parsed(FEDERATION_ALL, federation))):
             return "; ".join(found)
         trainer = self.sections.get("trainer")
         if isinstance(trainer, dict):

@@ -30,6 +30,7 @@ from lightning_fed.limits import (
     MAX_CLIENTS,
     MAX_LOCAL_EPOCHS,
     MAX_LOCAL_STEPS,
+    MAX_LORA_ALPHA,
     MAX_LR,
     MAX_ROUNDS,
 )
@@ -48,6 +49,8 @@ SAMPLINGS = ("fixed_size", "poisson")
 """``federation.sampling``."""
 SCREENING_MODES = ("reject", "clip")
 """``federation.on_large_update``."""
+EVAL_CLIENTS_CHOICES = ("all", "sampled", "panel")
+"""``federation.eval_clients`` (``null``: a panel in ``fit``, every client in ``validate``/``test``)."""
 
 
 def _number(value: float) -> str:
@@ -172,6 +175,16 @@ FEDREP_OWN = (
 )
 OFFSITE = (one_of("model.layout", LAYOUTS), one_of("model.optimizer", OPTIMIZERS), LR)
 
+LORA = (
+    at_least("lora.r", 0, low_open=True, integer=True),
+    in_range("lora.alpha", 0, MAX_LORA_ALPHA, low_open=True),
+    in_range("lora.dropout", 0, 1, high_open=True),
+)
+""":class:`~lightning_fed.modules.LoraSettings`: ``model.lora`` of every objective but
+``OffsiteModule`` (the messages say ``lora.r``, as the dataclass is also built on its own)."""
+MODEL_NESTED: dict[str, tuple[Rule, ...]] = {"lora": LORA}
+"""Options of ``model:`` that are dataclasses of their own, with their rules."""
+
 MODEL_RULES: dict[str, tuple[Rule, ...]] = {
     "FederatedModule": FEDERATED_MODULE,
     "SFTModule": FEDERATED_MODULE,
@@ -189,6 +202,8 @@ MODEL_RULES: dict[str, tuple[Rule, ...]] = {
 """``model:``'s rules by class name (each with its base classes' rules). ``PDPOModule``'s and
 ``BinarySelectorModule``'s own options (schedules, an odd number of selectors) are checked by the
 class only (``tests/test_option_rules.py`` lists them)."""
+TAKES_LORA = frozenset(MODEL_RULES) - {"OffsiteModule"}
+"""The classes whose ``lora`` option is a :class:`~lightning_fed.modules.LoraSettings`."""
 
 # ------------------------------------------------------------------------------- data:
 FEDERATED_DATA = (
@@ -203,7 +218,6 @@ FEDERATED_DATA = (
 DATA_RULES: dict[str, tuple[Rule, ...]] = {
     name: FEDERATED_DATA
     for name in (
-        "FederatedDataModule",
         "PreferenceDataModule",
         "InstructionDataModule",
         "SelectorDataModule",
@@ -227,7 +241,15 @@ FEDERATION = (
 )
 """:class:`~lightning_fed.federation.config.FederationConfig`'s plain-data fields with a range
 or choices (not a class: the section is the same for every run)."""
+EVALUATION = (
+    one_of("federation.eval_clients", EVAL_CLIENTS_CHOICES, nullable=True),
+    at_least("federation.eval_panel_size", 1, integer=True),
+    at_least("federation.eval_every", 1, integer=True),
+)
+""":class:`~lightning_fed.federation.evaluation_plan.EvaluationPlan`'s options (also ``federation.*``)."""
 
+FEDERATION_ALL = FEDERATION + EVALUATION
+"""Every rule of the ``federation:`` section (what the precheck applies)."""
 SECTIONS: dict[str, dict[str, tuple[Rule, ...]]] = {"model": MODEL_RULES, "data": DATA_RULES}
 """The class-valued sections whose rules depend on the class."""
 PACKAGES = {"model": "lightning_fed.modules", "data": "lightning_fed.datamodules"}

@@ -111,8 +111,7 @@ class FederationConfig:
         """Every invalid field, each a one-line message naming its ``federation.`` key."""
         out = EvaluationPlan.problems(self.eval_clients, self.eval_panel_size, self.eval_every)
         ranged = rule_problems(FEDERATION, self.__dict__)  # lightning_fed/option_rules.py, also the precheck's
-        if ranged:  # the checks below compare these values
-            return ranged + out
+        out += ranged
         steps, epochs = self.local_steps, self.local_epochs
         if (steps is None) == (epochs is None):
             out.append(
@@ -122,7 +121,9 @@ class FederationConfig:
         if self.sampling == "poisson":
             if self.min_clients < 1:
                 out.append(f"federation.min_clients must be >= 1, got {self.min_clients}")
-        elif self.clients_per_round >= 1 and not 1 <= self.min_clients <= self.clients_per_round:
+        elif not any(p.startswith("federation.clients_per_round ") for p in ranged) and not (
+            1 <= self.min_clients <= self.clients_per_round
+        ):
             out.append(
                 f"federation.min_clients must be in [1, clients_per_round={self.clients_per_round}],"
                 f" got {self.min_clients}"
