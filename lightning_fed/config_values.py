@@ -82,6 +82,14 @@ def _class_section(value: Any) -> Any:
     return _UNKNOWN
 
 
+def _same_class(section: str, a: str, b: str) -> bool:
+    """``DPOModule`` and ``lightning_fed.modules.DPOModule`` are one class (jsonargparse resolves both)."""
+    if a == b:
+        return True
+    known = class_rules(section, a) is not None and class_rules(section, b) is not None
+    return known and a.rpartition(".")[2] == b.rpartition(".")[2]
+
+
 def _merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in new.items():
@@ -115,7 +123,7 @@ class Merged:
                 self.sections[section] = new
             elif isinstance(value, dict) and "class_path" not in value:
                 self.sections[section] = _UNKNOWN  # init_args alone: only with a class_path before
-            elif new["class_path"] != old["class_path"]:
+            elif not _same_class(section, new["class_path"], old["class_path"]):
                 self.sections[section] = new  # another class: the earlier init_args are not followed
             else:
                 self.sections[section] = {**old, "init_args": _merge(old["init_args"], new["init_args"])}
