@@ -161,4 +161,4 @@ def precheck_arguments(argv: list[str]) -> None:
             if arg.startswith("--") and i not in values:
                 _check_option(arg, options, subcommand)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
-        _refuse(problem)
+        raise UserError(problem)  # reported as the live CLI reports the class's error: the line and the hint

@@ -17,6 +17,7 @@ after the imports, as before.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,6 +81,48 @@ def _class_section(value: Any) -> Any:
         init = value.get("init_args", {})
         return {"class_path": value["class_path"], "init_args": dict(init) if isinstance(init, dict) else {}}
     return _UNKNOWN
+
+
+def non_finite(value: Any, key: str = "") -> list[tuple[str, float]]:
+    """(key, value) of every NaN or infinite float in a config, keys as on the command line."""
+    if type(value).__name__ == "Namespace":  # jsonargparse's, parsed (the live CLI's check)
+        value = vars(value)
+    if isinstance(value, dict):
+        found = []
+        for k, v in value.items():
+            name = key if k == "init_args" else (f"{key}.{k}" if key else str(k))
+            found += non_finite(v, name)
+        return found
+    if isinstance(value, (list, tuple)):
+        return [hit for i, v in enumerate(value) for hit in non_finite(v, f"{key}[{i}]")]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [(key, value)]
+    return []
+
+
+def non_finite_problem(config: Any) -> str | None:
+    """One check for every float option (lr, beta, mu, alpha, max_update_norm...), before any
+    class's own: NaN passes ``lr <= 0`` and inf passes most bounds. The live CLI applies it to the
+    parsed config (:meth:`~lightning_fed.federated_cli.FederatedCLI.before_instantiate_classes`),
+    the precheck to the merged one."""
+    if bad := non_finite(config):
+        key, value = bad[0]
+        return f"{key} must be a finite number, got {value}"
+    return None
+
+
+def _string_problem(rules: tuple[Rule, ...], values: dict[str, Any]) -> str | None:
+    """``nan`` / ``inf`` written for a number: the parser refuses the string with this line
+    (:func:`lightning_fed.errors.simplify_parse_error`)."""
+    for rule in rules:
+        value = values.get(rule.name)
+        if rule.choices is None and not rule.integer and _non_finite_word(value):
+            return f"{rule.option} must be a finite number, got {value}"
+    return None
+
+
+def _non_finite_word(value: Any) -> bool:
+    return isinstance(value, str) and value.lower().lstrip("+-") in ("nan", "inf", "infinity")
 
 
 def _same_class(section: str, a: str, b: str) -> bool:
@@ -166,26 +209,34 @@ class Merged:
             target[parts[-1]] = value
 
     def problem(self) -> str | None:
-        """The first refused value's line(s), section by section, or ``None``."""
+        """The first refused value's line(s), or ``None``: in the live CLI's order, a non-finite
+        number anywhere, then ``trainer.*``, then the classes' rules section by section."""
+        followed = {
+            k: (v["init_args"] if k in SECTIONS else v) for k, v in self.sections.items() if isinstance(v, dict)
+        }
+        if problem := non_finite_problem(followed):
+            return problem
+        trainer = self.sections.get("trainer")
+        if isinstance(trainer, dict) and (problem := trainer_option_problem(trainer)):
+            return problem
         for section in SECTIONS:
             value = self.sections.get(section)
             if isinstance(value, dict) and (rules := class_rules(section, value["class_path"])) is not None:
+                if problem := _string_problem(rules, value["init_args"]):
+                    return problem
                 if found := problems(rules, _parsed(rules, value["init_args"])):
                     return "; ".join(found)
                 lora = value["init_args"].get("lora")
-                if (
-                    section == "model"
-                    and value["class_path"].rpartition(".")[2] in TAKES_LORA
-                    and isinstance(lora, dict)
-                ):
+                takes = section == "model" and value["class_path"].rpartition(".")[2] in TAKES_LORA
+                if takes and isinstance(lora, dict) and not any(_non_finite_word(v) for v in lora.values()):
                     if found := problems(LORA, _parsed(LORA, lora)):
                         return "; ".join(found)
         federation = self.sections.get("federation")
-        if isinstance(federation, dict) and (found := problems(FEDERATION_ALL, _parsed(FEDERATION_ALL, federation))):
-            return "; ".join(found)
-        trainer = self.sections.get("trainer")
-        if isinstance(trainer, dict):
-            return trainer_option_problem(trainer)
+        if isinstance(federation, dict):
+            if problem := _string_problem(FEDERATION_ALL, federation):
+                return problem
+            if found := problems(FEDERATION_ALL, _parsed(FEDERATION_ALL, federation)):
+                return "; ".join(found)
         return None
 
 

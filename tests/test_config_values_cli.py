@@ -1,12 +1,14 @@
-"""A bad config value is refused before torch is imported: one line, exit 2, nothing written (issue 41, item 9).
+"""A bad config value is refused before torch is imported: its line, exit 2, nothing written (issue 41, item 9).
 
 Before, ``fit --config tiny --model.init_args.lr=-1`` said the same line only once the LightningCLI
 had imported torch, Lightning, transformers and PEFT and built the class (11.2 s of CPU from the
-installed wheel, benchmarks/RESULTS.md). The child processes here cannot import torch (a
-``sitecustomize`` refuses it): a refusal that needed the live classes would end in that import
-error instead of the option's line. Files and overrides are merged in the order given, as
-jsonargparse merges them; what the precheck cannot know (a user's own class) goes on to the
-live parser, shown here by reaching the refused torch import.
+installed wheel, benchmarks/RESULTS.md). The error is reported as the live CLI reports the
+class's: the line, then the ``--debug`` hint (``--debug`` shows the precheck's traceback). The
+child processes here cannot import torch (a ``sitecustomize`` refuses it): a refusal that needed
+the live classes would end in that import error instead of the option's line. Files and
+overrides are merged in the order given, as jsonargparse merges them; what the precheck cannot
+know (a user's own class) goes on to the live parser, shown here by reaching the refused torch
+import.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from lightning_fed.errors import HINT
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_TORCH = """
@@ -53,7 +57,8 @@ def _file(tmp_path: Path, name: str, text: str) -> str:
 CASES = {
     "lr_negative": (["--model.init_args.lr=-1"], "model.lr must be in (0, 10.0], got -1.0"),
     "lr_without_init_args_space_form": (["--model.lr", "20"], "model.lr must be in (0, 10.0], got 20.0"),
-    "beta_nan": (["--model.init_args.beta=.nan"], "model.beta must be in (0, 1000.0], got nan"),
+    "beta_nan": (["--model.init_args.beta=.nan"], "model.beta must be a finite number, got nan"),
+    "beta_nan_string": (["--model.init_args.beta=nan"], "model.beta must be a finite number, got nan"),
     "lora_alpha_huge": (["--model.init_args.lora.alpha=1e300"], "lora.alpha must be in (0, 1000000.0], got 1e+300"),
     "perfedavg_shorthand": (
         ["--model", "PerFedAvgModule", "--model.inner_lr=0"],
@@ -77,7 +82,7 @@ CASES = {
 @pytest.mark.parametrize(("overrides", "line"), list(CASES.values()), ids=list(CASES))
 def test_a_bad_value_on_the_command_line_is_refused_before_torch(tmp_path, overrides, line):
     proc = _cli(tmp_path, "fit", "--config", "tiny", *overrides)
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
     assert not (tmp_path / "run").exists()
 
 
@@ -86,19 +91,22 @@ def test_a_bad_value_in_a_later_config_file_is_refused(tmp_path):
         tmp_path, "later.yaml", "model:\n  class_path: lightning_fed.modules.DPOModule\n  init_args:\n    beta: 0\n"
     )
     proc = _cli(tmp_path, "validate", "--config", "tiny", "--config", later)
-    assert (proc.returncode, proc.stderr) == (2, "error: model.beta must be in (0, 1000.0], got 0.0\n")
+    assert (proc.returncode, proc.stderr) == (2, f"error: model.beta must be in (0, 1000.0], got 0.0\n{HINT}\n")
     assert not (tmp_path / "run").exists()
 
 
 def test_a_later_override_replaces_an_earlier_bad_value(tmp_path):
     bad = _file(tmp_path, "bad.yaml", "federation:\n  rounds: 0\n")
     refused = _cli(tmp_path, "fit", "--config", "tiny", "--config", bad)
-    assert (refused.returncode, refused.stderr) == (2, "error: federation.rounds must be in [1, 1000000], got 0\n")
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        f"error: federation.rounds must be in [1, 1000000], got 0\n{HINT}\n",
+    )
     fixed = _cli(tmp_path, "fit", "--config", "tiny", "--config", bad, "--federation.rounds=2")
     assert REACHED_TORCH in fixed.stderr and "must be" not in fixed.stderr
     # and the other way round: a file after the override wins
     again = _cli(tmp_path, "fit", "--config", "tiny", "--federation.rounds=2", "--config", bad)
-    assert (again.returncode, again.stderr) == (2, "error: federation.rounds must be in [1, 1000000], got 0\n")
+    assert (again.returncode, again.stderr) == (2, f"error: federation.rounds must be in [1, 1000000], got 0\n{HINT}\n")
 
 
 def test_a_user_s_own_class_is_left_to_the_live_parser(tmp_path):

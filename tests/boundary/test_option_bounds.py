@@ -126,12 +126,6 @@ CASES = {
 }
 
 
-PRECHECKED = [
-    CASES[name][0]
-    for name in ("lr_1e300", "beta_1e300", "lora_alpha_1e300", "a_billion_clients", "rounds_1e12", "local_steps_1e12")
-]
-
-
 @pytest.mark.parametrize(("overrides", "line"), list(CASES.values()), ids=list(CASES))
 def test_a_bad_value_is_refused_in_one_line_before_anything_is_written(tmp_path, overrides, line):
     args = ["fit", "--config", "configs/tiny.yaml", "--federation.rounds=1", "--trainer.enable_progress_bar=false"]
@@ -149,8 +143,5 @@ def test_a_bad_value_is_refused_in_one_line_before_anything_is_written(tmp_path,
         timeout=1800,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
-    # a value the declared rules refuse is answered before torch (lightning_fed/option_rules.py):
-    # its one line alone; the checks that need the classes add the --debug hint
-    assert proc.stderr in (f"{line}\n", f"{line}\n{HINT}\n")
-    assert (proc.stderr == f"{line}\n") == (overrides in PRECHECKED)
+    assert proc.stderr == f"{line}\n{HINT}\n"
     assert not root.exists()
