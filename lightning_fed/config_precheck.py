@@ -15,10 +15,16 @@ parser's:
   options (``--federation.local_step`` is not ``local_steps``; the live parser refuses them too,
   ``allow_abbrev=False``). Below a class-valued option (``model``, ``data``,
   ``federation.strategy``, ``trainer.callbacks``...: its ``init_args`` depend on the class)
-  nothing is checked here: the live parser checks those, and the values of every option.
+  no key is checked here: the live parser checks those;
+- the values, merged from the files and overrides as jsonargparse merges them, against the
+  rules the package's config classes raise with (:mod:`lightning_fed.option_rules`: ranges,
+  integers, choices of ``model.*`` and ``data.*`` per class, ``federation.*``) and Lightning's
+  ``trainer.*`` bounds (:mod:`lightning_fed.config_values`). A user's own class, and what
+  depends on another option, are left to the live parser.
 
 The option names are used only when the stored page is the live parser's page for the installed
-libraries (:func:`lightning_fed.help_pages.stored_page`); otherwise only the files are checked.
+libraries (:func:`lightning_fed.help_pages.stored_page`); otherwise the files and the values are
+checked, not the names.
 An error is one line on stderr and exit status 2 (:data:`~lightning_fed.errors.EXIT_USER_ERROR`).
 """
 
@@ -31,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+from lightning_fed.config_values import value_problem
 from lightning_fed.errors import _REPLACED_OPTIONS, EXIT_USER_ERROR, UserError, config_shape_error
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
@@ -148,9 +155,10 @@ def precheck_arguments(argv: list[str]) -> None:
     for path in _config_paths(args):
         if Path(path).is_file():
             _check_file(path, options, subcommand)
-    if options is None:
-        return
-    values = {i + 1 for i, a in enumerate(args) if a.startswith("--") and "=" not in a}  # `--key value`
-    for i, arg in enumerate(args):
-        if arg.startswith("--") and i not in values:
-            _check_option(arg, options, subcommand)
+    if options is not None:
+        values = {i + 1 for i, a in enumerate(args) if a.startswith("--") and "=" not in a}  # `--key value`
+        for i, arg in enumerate(args):
+            if arg.startswith("--") and i not in values:
+                _check_option(arg, options, subcommand)
+    if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
+        raise UserError(problem)  # reported as the live CLI reports the class's error: the line and the hint

@@ -11,7 +11,6 @@ one-line errors, signals, the other subcommands) is :mod:`lightning_fed.cli`.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
@@ -29,6 +28,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning_fed import console
 from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
 from lightning_fed.callbacks.signals import ProcessSignals
+from lightning_fed.config_values import non_finite_problem
 from lightning_fed.console import PROG
 from lightning_fed.datamodules import FederatedDataModule
 from lightning_fed.errors import (
@@ -71,23 +71,6 @@ class FederatedArgumentParser(LightningArgumentParser):
         prog = self.prog.replace(" [options]", "")
         sys.stderr.write(f"error: {message}\ntip: {prog} --help lists every option\n")
         sys.exit(EXIT_USER_ERROR)
-
-
-def _non_finite(value: Any, key: str = "") -> list[tuple[str, float]]:
-    """(key, value) of every NaN or infinite float in a parsed config, keys as on the command line."""
-    if isinstance(value, Namespace):
-        value = vars(value)
-    if isinstance(value, dict):
-        found = []
-        for k, v in value.items():
-            name = key if k == "init_args" else (f"{key}.{k}" if key else str(k))
-            found += _non_finite(v, name)
-        return found
-    if isinstance(value, (list, tuple)):
-        return [hit for i, v in enumerate(value) for hit in _non_finite(v, f"{key}[{i}]")]
-    if isinstance(value, float) and not math.isfinite(value):
-        return [(key, value)]
-    return []
 
 
 def _check_config_files(args: list[str]) -> None:
@@ -163,9 +146,8 @@ class FederatedCLI(LightningCLI):
         # One check for every float option (lr, beta, mu, alpha, max_update_norm...): NaN passes
         # `lr <= 0` and inf passes most bounds.
         config = self.config[self.subcommand] if self.subcommand else self.config
-        if bad := _non_finite(config):
-            key, value = bad[0]
-            raise UserError(f"{key} must be a finite number, got {value}")
+        if problem := non_finite_problem(config):  # the precheck's own check (lightning_fed/config_values.py)
+            raise UserError(problem)
         trainer = config.get("trainer")
         if problem := trainer_option_problem(vars(trainer) if isinstance(trainer, Namespace) else trainer or {}):
             raise UserError(problem)  # the Trainer's own bounds, before it (or the backbone) is built

@@ -41,10 +41,11 @@ from lightning_fed.datamodules.sources import (
     validate_records,
 )
 from lightning_fed.datamodules.templates import CHAT, TEMPLATE_CHOICES, require_chat_template
-from lightning_fed.datamodules.tokenize import OVERFLOW_CHOICES, TRUNCATION_CHOICES, PadCollator
+from lightning_fed.datamodules.tokenize import PadCollator
 from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
 from lightning_fed.federation.sampling import derive_seed
-from lightning_fed.limits import MAX_CLIENTS
+from lightning_fed.option_rules import FEDERATED_DATA
+from lightning_fed.option_rules import problems as rule_problems
 
 MIN_PROMPT_LENGTH = 16
 """Default of ``data.min_prompt_length`` (capped at half of ``max_length``)."""
@@ -136,25 +137,18 @@ class FederatedDataModule(pl.LightningDataModule):
         group_key: str | None = None,
     ) -> None:
         super().__init__()
-        problems = []
-        # `null` reaches here from a YAML or `--data.init_args.batch_size=null` (found by tests/boundary)
-        if not _is_int(num_clients) or not 1 <= num_clients <= MAX_CLIENTS:
-            problems.append(f"data.num_clients must be in [1, {MAX_CLIENTS}], got {num_clients}")
-        if not _is_int(batch_size) or batch_size < 1:
-            problems.append(f"data.batch_size must be >= 1, got {batch_size}")
-        if not _is_int(max_length) or max_length < 2:
-            problems.append(f"data.max_length must be >= 2, got {max_length}")
-        if on_overflow not in OVERFLOW_CHOICES:
-            problems.append(f"data.on_overflow must be one of {OVERFLOW_CHOICES}, got {on_overflow!r}")
-        if not 0.0 <= val_fraction < 1.0:
-            problems.append(f"data.val_fraction must be in [0, 1), got {val_fraction}")
+        # lightning_fed/option_rules.py (the precheck applies the same rules before torch). `null`
+        # reaches here from a YAML or `--data.init_args.batch_size=null` (found by tests/boundary)
+        values = dict(num_clients=num_clients, batch_size=batch_size, max_length=max_length)
+        values.update(on_overflow=on_overflow, val_fraction=val_fraction, truncation=truncation)
+        problems = rule_problems(FEDERATED_DATA, values)
+        if problems:  # the checks below assume these values are in range
+            raise ValueError("; ".join(problems))
         template = template or self.default_template
         if template not in self.template_choices():
             problems.append(f"data.template must be one of {list(self.template_choices())}, got {template!r}")
         if system_prompt is not None and not template.startswith(CHAT):
             problems.append(f"data.system_prompt is used by data.template=chat only, got data.template={template!r}")
-        if truncation not in TRUNCATION_CHOICES:
-            problems.append(f"data.truncation must be one of {TRUNCATION_CHOICES}, got {truncation!r}")
         if min_prompt_length is None:
             min_prompt_length = max(1, min(MIN_PROMPT_LENGTH, max_length // 2, (max_prompt_length or max_length) // 2))
         problems += length_budget_problems(
@@ -419,8 +413,3 @@ class FederatedDataModule(pl.LightningDataModule):
         g = torch.Generator().manual_seed(derive_seed(self.seed, cid, 7))
         order = torch.randperm(len(items), generator=g).tolist()
         return [items[i] for i in order[n_val:]], [items[i] for i in order[:n_val]]
-
-
-def _is_int(value: Any) -> bool:
-    """An int that is not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)

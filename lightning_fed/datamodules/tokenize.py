@@ -37,14 +37,12 @@ from typing import Any
 
 import torch
 
+from lightning_fed.option_rules import TRUNCATION_CHOICES  # declared once, torch-free
+
 IGNORE_INDEX = -100
 """Label of an unscored position: torch's ``cross_entropy`` default ``ignore_index`` (the same
 value as :data:`lightning_fed.modules.losses.IGNORE_INDEX`; the data package does not import
 the modules package)."""
-
-
-OVERFLOW_CHOICES = ("error", "truncate", "drop")
-TRUNCATION_CHOICES = ("prompt_left", "prompt_middle", "response")
 
 
 class Overflow(ValueError):

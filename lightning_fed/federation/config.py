@@ -15,9 +15,8 @@ from typing import Any
 from lightning_fed.compression.uplink import spec_problems
 from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
 from lightning_fed.federation.evaluation_plan import DEFAULT_PANEL_SIZE, EvaluationPlan
-from lightning_fed.federation.sampling import SAMPLINGS
-from lightning_fed.federation.screening import MODES
-from lightning_fed.limits import MAX_LOCAL_EPOCHS, MAX_LOCAL_STEPS, MAX_ROUNDS
+from lightning_fed.option_rules import FEDERATION
+from lightning_fed.option_rules import problems as rule_problems
 
 
 @dataclass(frozen=True)
@@ -111,38 +110,24 @@ class FederationConfig:
     def problems(self) -> list[str]:
         """Every invalid field, each a one-line message naming its ``federation.`` key."""
         out = EvaluationPlan.problems(self.eval_clients, self.eval_panel_size, self.eval_every)
-        if not 1 <= self.rounds <= MAX_ROUNDS:
-            out.append(f"federation.rounds must be in [1, {MAX_ROUNDS}], got {self.rounds}")
-        if self.clients_per_round < 1:
-            out.append(f"federation.clients_per_round must be >= 1, got {self.clients_per_round}")
+        ranged = rule_problems(FEDERATION, self.__dict__)  # lightning_fed/option_rules.py, also the precheck's
+        out += ranged
         steps, epochs = self.local_steps, self.local_epochs
         if (steps is None) == (epochs is None):
             out.append(
                 f"set exactly one of federation.local_steps and federation.local_epochs, got {steps} and {epochs}"
             )
-        else:
-            name, value, most = (
-                ("local_steps", steps, MAX_LOCAL_STEPS)
-                if steps is not None
-                else ("local_epochs", epochs, MAX_LOCAL_EPOCHS)
-            )
-            if not 1 <= value <= most:
-                out.append(f"federation.{name} must be in [1, {most}], got {value}")
         out += self._sampling_problems()
         if self.sampling == "poisson":
             if self.min_clients < 1:
                 out.append(f"federation.min_clients must be >= 1, got {self.min_clients}")
-        elif self.clients_per_round >= 1 and not 1 <= self.min_clients <= self.clients_per_round:
+        elif not any(p.startswith("federation.clients_per_round ") for p in ranged) and not (
+            1 <= self.min_clients <= self.clients_per_round
+        ):
             out.append(
                 f"federation.min_clients must be in [1, clients_per_round={self.clients_per_round}],"
                 f" got {self.min_clients}"
             )
-        if self.per_client_scalars < 0:
-            out.append(f"federation.per_client_scalars must be >= 0, got {self.per_client_scalars}")
-        if self.max_update_norm is not None and not self.max_update_norm > 0:
-            out.append(f"federation.max_update_norm must be > 0, got {self.max_update_norm}")
-        if self.on_large_update not in MODES:
-            out.append(f"federation.on_large_update must be one of {MODES}, got {self.on_large_update!r}")
         out.extend(spec_problems(self.compression))
         k = self.batch_clients
         if k not in ("off", "auto") and not (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
@@ -150,8 +135,6 @@ class FederationConfig:
         return out
 
     def _sampling_problems(self) -> list[str]:
-        if self.sampling not in SAMPLINGS:
-            return [f"federation.sampling must be one of {SAMPLINGS}, got {self.sampling!r}"]
         rate = self.sampling_rate
         if self.sampling == "poisson" and (rate is None or not 0.0 < rate <= 1.0):
             return [f"federation.sampling_rate must be in (0, 1] with federation.sampling=poisson, got {rate!r}"]

@@ -16,11 +16,9 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor, nn
 
-from lightning_fed.limits import MAX_LR
 from lightning_fed.modules.backbone import BackboneConfig, load_backbone
 from lightning_fed.modules.lora import LoraSettings, apply_lora, is_adapter_param
-
-OPTIMIZERS = ("adamw", "sgd")
+from lightning_fed.option_rules import FEDERATED_MODULE, check
 
 # The config dataclasses are part of the hyper-parameters saved in every checkpoint; allow
 # them under torch.load(weights_only=True), which Lightning uses when resuming.
@@ -54,10 +52,7 @@ class FederatedModule(pl.LightningModule):
         # Hyper-parameters come back as plain dicts from some checkpoints and CLI paths.
         backbone = BackboneConfig(**backbone) if isinstance(backbone, dict) else backbone
         lora = LoraSettings(**lora) if isinstance(lora, dict) else lora
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"model.optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-        if not 0 < lr <= MAX_LR:
-            raise ValueError(f"model.lr must be in (0, {MAX_LR}], got {lr}")
+        check(FEDERATED_MODULE, optimizer=optimizer, lr=lr)  # lightning_fed/option_rules.py
         self.save_hyperparameters()
         model, self.tokenizer = load_backbone(backbone)
         model.requires_grad_(False)

@@ -7,7 +7,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lightning_fed.limits import MAX_BETA
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
 from lightning_fed.modules.losses import dpo_loss, preference_metrics
 from lightning_fed.modules.preference import (
@@ -15,6 +14,7 @@ from lightning_fed.modules.preference import (
     zero_dropout,
 )
 from lightning_fed.modules.reference_cache import DEFAULT_MEMORY_BYTES, ReferenceCache
+from lightning_fed.option_rules import DPO_OWN, check
 
 
 class DPOModule(PreferenceModule):
@@ -55,11 +55,8 @@ class DPOModule(PreferenceModule):
         reference_cache_dir: str | None = None,
         **kwargs: Any,
     ) -> None:
+        check(DPO_OWN, beta=beta, reference_cache_bytes=reference_cache_bytes)  # before the backbone loads
         super().__init__(*args, **kwargs)
-        if not 0 < beta <= MAX_BETA:
-            raise ValueError(f"model.beta must be in (0, {MAX_BETA}], got {beta}")
-        if not reference_cache_bytes >= 0:
-            raise ValueError(f"model.reference_cache_bytes must be >= 0, got {reference_cache_bytes}")
         self.beta = beta
         self._adapter_layers: list | None = None
         if disable_dropout:

@@ -24,16 +24,16 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor, nn
 
-from lightning_fed.limits import MAX_LR
 from lightning_fed.modules.backbone import BackboneConfig, load_backbone
-from lightning_fed.modules.base import OPTIMIZERS, FederatedModule
+from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.layer_extract import LayerLayout, decoder_path, layer_extract, offsite_layout
 from lightning_fed.modules.losses import sft_loss, token_log_probs
 from lightning_fed.modules.scored_logits import ScoredLogits, scored_logits
+from lightning_fed.option_rules import OFFSITE
+from lightning_fed.option_rules import problems as rule_problems
 from lightning_fed.state import state_nbytes
 from lightning_fed.strategies.fedprox import proximal_term
 
-LAYOUTS = ("fedbiot", "offsite")
 COMPOSITIONS = ("emulator", "full")
 GENERATION_METRICS = ("exact_match", "rougeL")
 
@@ -82,13 +82,7 @@ class OffsiteModule(FederatedModule):
         # of whole decoder layers, so only LightningModule's own initialisation runs here.
         pl.LightningModule.__init__(self)
         backbone = BackboneConfig(**backbone) if isinstance(backbone, dict) else backbone
-        problems = []
-        if layout not in LAYOUTS:
-            problems.append(f"model.layout must be one of {LAYOUTS}, got {layout!r}")
-        if optimizer not in OPTIMIZERS:
-            problems.append(f"model.optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-        if not 0 < lr <= MAX_LR:
-            problems.append(f"model.lr must be in (0, {MAX_LR}], got {lr}")
+        problems = rule_problems(OFFSITE, {"layout": layout, "optimizer": optimizer, "lr": lr})
         if generation_metric is not None and generation_metric not in GENERATION_METRICS:
             problems.append(
                 f"model.generation_metric must be None or one of {GENERATION_METRICS}, got {generation_metric!r}"

@@ -14,6 +14,7 @@ from typing import Any
 
 from lightning_fed.modules.lora import is_adapter_param
 from lightning_fed.modules.personal_head import PersonalHeadDPO
+from lightning_fed.option_rules import FEDPER_OWN, check
 
 # ``transformer.h.3.`` (GPT-2), ``model.layers.3.`` (Llama family), ``layer.3``/``blocks.3``.
 _LAYER = re.compile(r"\.(?:h|layers|layer|blocks|block)\.(\d+)\.")
@@ -34,8 +35,7 @@ class FedPerModule(PersonalHeadDPO):
     """
 
     def __init__(self, *args: Any, shared_layers: int = 2, **kwargs: Any) -> None:
-        if shared_layers < 1:
-            raise ValueError(f"model.shared_layers must be >= 1, got {shared_layers}")
+        check(FEDPER_OWN, shared_layers=shared_layers)
         super().__init__(*args, **kwargs)
         self.shared_layers = shared_layers
         blocks = sorted({layer_index(n) for n, _ in self.named_parameters() if is_adapter_param(n)} - {None})

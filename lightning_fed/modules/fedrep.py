@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.modules.personal_head import PersonalHeadDPO, build_optimizer, frozen
+from lightning_fed.option_rules import FEDREP_OWN, check
 
 
 class FedRepModule(PersonalHeadDPO):
@@ -36,14 +37,7 @@ class FedRepModule(PersonalHeadDPO):
     def __init__(
         self, *args: Any, head_steps: int = 5, lr_head: float | None = None, lr_body: float | None = None, **kwargs: Any
     ) -> None:
-        problems = []
-        if head_steps < 1:
-            problems.append(f"model.head_steps must be >= 1, got {head_steps}")
-        for name, value in (("lr_head", lr_head), ("lr_body", lr_body)):
-            if value is not None and not value > 0:
-                problems.append(f"model.{name} must be > 0, got {value}")
-        if problems:
-            raise ValueError("; ".join(problems))
+        check(FEDREP_OWN, head_steps=head_steps, lr_head=lr_head, lr_body=lr_body)
         super().__init__(*args, **kwargs)
         self.automatic_optimization = False
         self.head_steps = head_steps

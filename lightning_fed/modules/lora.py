@@ -16,7 +16,8 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
-from lightning_fed.limits import MAX_LORA_ALPHA
+from lightning_fed.option_rules import LORA
+from lightning_fed.option_rules import problems as rule_problems
 
 _LLAMA_LIKE = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -64,13 +65,7 @@ class LoraSettings:
     ``DEFAULT_TARGET_MODULES`` for the model type."""
 
     def __post_init__(self) -> None:
-        problems = []
-        if not self.r > 0:
-            problems.append(f"lora.r must be > 0, got {self.r!r}")
-        if not 0 < self.alpha <= MAX_LORA_ALPHA:
-            problems.append(f"lora.alpha must be in (0, {MAX_LORA_ALPHA}], got {self.alpha!r}")
-        if not 0 <= self.dropout < 1:
-            problems.append(f"lora.dropout must be in [0, 1), got {self.dropout!r}")
+        problems = rule_problems(LORA, {"r": self.r, "alpha": self.alpha, "dropout": self.dropout})
         if self.target_modules is not None and not self.target_modules:
             problems.append("lora.target_modules must be None or a non-empty list, got []")
         if problems:

@@ -32,6 +32,7 @@ from lightning_fed.modules.preference import (
     response_lengths,
     zero_dropout,
 )
+from lightning_fed.option_rules import ORPO_OWN, check
 
 
 def log_odds(mean_log_prob: Tensor) -> Tensor:
@@ -80,9 +81,8 @@ class ORPOModule(PreferenceModule):
     """
 
     def __init__(self, *args: Any, odds_ratio_weight: float = 0.1, disable_dropout: bool = True, **kwargs: Any) -> None:
+        check(ORPO_OWN, odds_ratio_weight=odds_ratio_weight)  # before the backbone loads
         super().__init__(*args, **kwargs)
-        if not odds_ratio_weight > 0:
-            raise ValueError(f"model.odds_ratio_weight must be > 0, got {odds_ratio_weight}")
         self.odds_ratio_weight = float(odds_ratio_weight)
         if disable_dropout:
             zero_dropout(self.model)

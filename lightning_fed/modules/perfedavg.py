@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.limits import MAX_LR
 from lightning_fed.modules.dpo import DPOModule
+from lightning_fed.option_rules import PERFEDAVG_OWN, check
 
 
 def split_pairs(batch: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
@@ -56,17 +56,13 @@ class PerFedAvgModule(DPOModule):
         gradient_clip_val: float | None = None,
         **kwargs: Any,
     ) -> None:
-        problems = []
-        if not 0 < inner_lr <= MAX_LR:
-            problems.append(f"model.inner_lr must be in (0, {MAX_LR}], got {inner_lr}")
-        if inner_steps < 1:
-            problems.append(f"model.inner_steps must be >= 1, got {inner_steps}")
-        if eval_adapt_steps < 0:
-            problems.append(f"model.eval_adapt_steps must be >= 0, got {eval_adapt_steps}")
-        if gradient_clip_val is not None and not gradient_clip_val > 0:
-            problems.append(f"model.gradient_clip_val must be > 0 or null, got {gradient_clip_val}")
-        if problems:
-            raise ValueError("; ".join(problems))
+        check(
+            PERFEDAVG_OWN,
+            inner_lr=inner_lr,
+            inner_steps=inner_steps,
+            eval_adapt_steps=eval_adapt_steps,
+            gradient_clip_val=gradient_clip_val,
+        )
         super().__init__(*args, **kwargs)
         self.automatic_optimization = False
         self.inner_lr, self.inner_steps, self.eval_adapt_steps = inner_lr, inner_steps, eval_adapt_steps

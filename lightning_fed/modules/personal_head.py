@@ -27,6 +27,7 @@ from lightning_fed.modules.lora import adapter_layers, adapters_disabled
 from lightning_fed.modules.losses import sequence_log_probs
 from lightning_fed.modules.preference import concatenated_inputs
 from lightning_fed.modules.scored_logits import head_logits
+from lightning_fed.option_rules import PERSONAL_HEAD_OWN, check
 
 
 @contextmanager
@@ -78,11 +79,8 @@ class PersonalHeadDPO(DPOModule):
         gradient_clip_val: float | None = None,
         **kwargs: Any,
     ) -> None:
-        if personal_dtype not in DTYPES:
-            raise ValueError(f"model.personal_dtype must be one of {sorted(DTYPES)}, got {personal_dtype!r}")
+        check(PERSONAL_HEAD_OWN, personal_dtype=personal_dtype, gradient_clip_val=gradient_clip_val)
         super().__init__(*args, **kwargs)
-        if gradient_clip_val is not None and not gradient_clip_val > 0:
-            raise ValueError(f"model.gradient_clip_val must be > 0 or null, got {gradient_clip_val}")
         self.gradient_clip_val = gradient_clip_val
         self.personal_dtype = DTYPES[personal_dtype]
         base = self.model.get_base_model()

@@ -21,7 +21,6 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_fed.limits import MAX_BETA
 from lightning_fed.modules.losses import preference_metrics
 from lightning_fed.modules.preference import (
     PreferenceModule,
@@ -29,6 +28,7 @@ from lightning_fed.modules.preference import (
     response_lengths,
     zero_dropout,
 )
+from lightning_fed.option_rules import SIMPO_OWN, check
 
 
 def simpo_loss(chosen: Tensor, rejected: Tensor, beta: float, gamma: float) -> tuple[Tensor, Tensor, Tensor]:
@@ -71,14 +71,8 @@ class SimPOModule(PreferenceModule):
     def __init__(
         self, *args: Any, beta: float = 2.0, gamma: float = 1.0, disable_dropout: bool = True, **kwargs: Any
     ) -> None:
+        check(SIMPO_OWN, beta=beta, gamma=gamma)  # before the backbone loads
         super().__init__(*args, **kwargs)
-        problems = []
-        if not 0 < beta <= MAX_BETA:
-            problems.append(f"model.beta must be in (0, {MAX_BETA}], got {beta}")
-        if not gamma >= 0:
-            problems.append(f"model.gamma must be >= 0, got {gamma}")
-        if problems:
-            raise ValueError("; ".join(problems))
         self.beta, self.gamma = float(beta), float(gamma)
         if disable_dropout:
             zero_dropout(self.model)

@@ -93,7 +93,7 @@ CASES = {
     ),
     "local_steps_1e12": (
         ["--federation.local_steps=1000000000000"],
-        "error: federation.local_steps must be in [1, 1000000], got 1000000000000",
+        "error: federation.local_steps must be in [1, 1000000] or null, got 1000000000000",
     ),
     "straggler_dropout_one": (
         "straggler_dropout_one",

@@ -14,7 +14,7 @@ def test_problems_are_named_together():
         "federation.rounds must be in [1, 1000000], got 0",
         "set exactly one of federation.local_steps and federation.local_epochs, got None and None",
         "federation.min_clients must be in [1, clients_per_round=2], got 3",
-        "federation.max_update_norm must be > 0, got -1.0",
+        "federation.max_update_norm must be > 0 or null, got -1.0",
         "federation.on_large_update must be one of ('reject', 'clip'), got 'drop'",
     ):
         assert part in msg

@@ -11,7 +11,7 @@ from tests.helpers.runs import fit, preference_data
 
 def test_bad_personal_dtype_is_named():
     with pytest.raises(
-        ValueError, match="model.personal_dtype must be one of \\['bfloat16', 'float16', 'float32'\\], got 'int8'"
+        ValueError, match="model.personal_dtype must be one of \\('bfloat16', 'float16', 'float32'\\), got 'int8'"
     ):
         tiny(PDPOModule, personal_dtype="int8")
 

@@ -1,0 +1,276 @@
+"""The values of ``fit``/``validate``/``test``'s options, merged and checked before torch is imported.
+
+Building the LightningCLI's parser imports torch, Lightning, transformers and PEFT (10-20 s of
+CPU), so a value a config class refuses (``--model.init_args.lr=-1``) used to be reported only
+after all of that. :func:`value_problem` merges what the command line gives the way jsonargparse
+does (each ``--config`` file and each ``--section.option`` override in the order given, later
+ones winning; a class-valued section's ``init_args`` kept while its ``class_path`` stays the
+same) and applies the rules of :mod:`lightning_fed.option_rules`, the ones the classes
+themselves raise with, and Lightning's ``trainer.*`` bounds
+(:func:`lightning_fed.trainer_options.trainer_option_problem`).
+
+It stays silent where it cannot know: a class that is not the package's (its own rules), a
+section given as a file or in a form not read here, a string where a number is expected (the
+parser's type check says it), a value another option decides. The live parser checks those
+after the imports, as before.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from lightning_fed.option_rules import FEDERATION_ALL, LORA, SECTIONS, TAKES_LORA, Rule, class_rules, problems
+from lightning_fed.trainer_options import trainer_option_problem
+
+_UNKNOWN = object()
+"""A section whose value this module cannot follow (nothing is checked in it)."""
+_CLASS_KEYS = ("class_path", "init_args", "dict_kwargs")
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+"""jsonargparse's float resolver (``jsonargparse._loaders_dumpers``): ``1e-5`` is a float, as it
+reads it, not YAML 1.1's string."""
+
+
+def _loader() -> type:
+    import yaml  # jsonargparse's dependency; a few milliseconds
+
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        pass
+
+    resolvers = {
+        first: [
+            (tag, rx) for tag, rx in mappings if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp")
+        ]
+        for first, mappings in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.yaml_implicit_resolvers = resolvers
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+    return Loader
+
+
+def load(text: str) -> Any:
+    """``text`` as jsonargparse reads a config file or a command-line value."""
+    import yaml
+
+    return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
+
+
+def _value(raw: str) -> Any:
+    try:
+        return load(raw)
+    except Exception:  # noqa: BLE001 - not YAML: the string itself, as jsonargparse keeps it
+        return raw
+
+
+def _class_section(value: Any) -> Any:
+    """A class-valued section (``model``, ``data``) as ``{"class_path", "init_args"}``, or unknown."""
+    if isinstance(value, str) and not value.endswith((".yaml", ".yml", ".json")):
+        return {"class_path": value, "init_args": {}}
+    if isinstance(value, dict) and isinstance(value.get("class_path"), str):
+        init = value.get("init_args", {})
+        return {"class_path": value["class_path"], "init_args": dict(init) if isinstance(init, dict) else {}}
+    return _UNKNOWN
+
+
+def non_finite(value: Any, key: str = "") -> list[tuple[str, float]]:
+    """(key, value) of every NaN or infinite float in a config, keys as on the command line."""
+    if type(value).__name__ == "Namespace":  # jsonargparse's, parsed (the live CLI's check)
+        value = vars(value)
+    if isinstance(value, dict):
+        found = []
+        for k, v in value.items():
+            name = key if k == "init_args" else (f"{key}.{k}" if key else str(k))
+            found += non_finite(v, name)
+        return found
+    if isinstance(value, (list, tuple)):
+        return [hit for i, v in enumerate(value) for hit in non_finite(v, f"{key}[{i}]")]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [(key, value)]
+    return []
+
+
+def non_finite_problem(config: Any) -> str | None:
+    """One check for every float option (lr, beta, mu, alpha, max_update_norm...), before any
+    class's own: NaN passes ``lr <= 0`` and inf passes most bounds. The live CLI applies it to the
+    parsed config (:meth:`~lightning_fed.federated_cli.FederatedCLI.before_instantiate_classes`),
+    the precheck to the merged one."""
+    if bad := non_finite(config):
+        key, value = bad[0]
+        return f"{key} must be a finite number, got {value}"
+    return None
+
+
+def _string_problem(rules: tuple[Rule, ...], values: dict[str, Any]) -> str | None:
+    """``nan`` / ``inf`` written for a number: the parser refuses the string with this line
+    (:func:`lightning_fed.errors.simplify_parse_error`)."""
+    for rule in rules:
+        value = values.get(rule.name)
+        if rule.choices is None and not rule.integer and _non_finite_word(value):
+            return f"{rule.option} must be a finite number, got {value}"
+    return None
+
+
+def _non_finite_word(value: Any) -> bool:
+    return isinstance(value, str) and value.lower().lstrip("+-") in ("nan", "inf", "infinity")
+
+
+def _same_class(section: str, a: str, b: str) -> bool:
+    """``DPOModule`` and ``lightning_fed.modules.DPOModule`` are one class (jsonargparse resolves both)."""
+    if a == b:
+        return True
+    known = class_rules(section, a) is not None and class_rules(section, b) is not None
+    return known and a.rpartition(".")[2] == b.rpartition(".")[2]
+
+
+def _merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in new.items():
+        old = out.get(key)
+        out[key] = _merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
+
+
+def _parsed(rules: tuple[Rule, ...], values: dict[str, Any]) -> dict[str, Any]:
+    by_name = {rule.name: rule for rule in rules}
+    return {k: by_name[k].parsed(v) if k in by_name else v for k, v in values.items()}
+
+
+class Merged:
+    """The config as jsonargparse would hold it after each ``--config`` and override, as far as followed."""
+
+    def __init__(self) -> None:
+        self.sections: dict[str, Any] = {}
+
+    def apply_file(self, loaded: Any) -> None:
+        if not isinstance(loaded, dict):
+            return
+        for section, value in loaded.items():
+            self.set_section(str(section), value)
+
+    def set_section(self, section: str, value: Any) -> None:
+        if section in SECTIONS:
+            new = _class_section(value)
+            old = self.sections.get(section)
+            if new is _UNKNOWN or old is _UNKNOWN or old is None:
+                self.sections[section] = new
+            elif isinstance(value, dict) and "class_path" not in value:
+                self.sections[section] = _UNKNOWN  # init_args alone: only with a class_path before
+            elif not _same_class(section, new["class_path"], old["class_path"]):
+                self.sections[section] = new  # another class: the earlier init_args are not followed
+            else:
+                self.sections[section] = {**old, "init_args": _merge(old["init_args"], new["init_args"])}
+        elif isinstance(value, dict):
+            old = self.sections.get(section)
+            self.sections[section] = _merge(old if isinstance(old, dict) else {}, value)
+        else:
+            self.sections[section] = value
+
+    def apply_option(self, key: str, value: Any) -> None:
+        """``--key value`` (``key`` dotted, without the dashes)."""
+        section, _, rest = key.partition(".")
+        if not rest:
+            self.set_section(section, value)
+            return
+        parts = rest.split(".")
+        if section in SECTIONS:
+            current = self.sections.get(section)
+            if parts == ["class_path"]:
+                self.set_section(section, {"class_path": value} if isinstance(value, str) else _UNKNOWN)
+                return
+            if not isinstance(current, dict):
+                return  # no class yet (or not followed): the live parser decides
+            if parts[0] == "init_args":
+                parts = parts[1:]
+            elif parts[0] in _CLASS_KEYS:
+                return
+            target = current["init_args"]
+        else:
+            current = self.sections.get(section)
+            if not isinstance(current, dict):
+                current = self.sections[section] = {}
+            target = current
+        for part in parts[:-1]:
+            nxt = target.get(part)
+            if not isinstance(nxt, dict):
+                nxt = target[part] = {}
+            target = nxt
+        if parts:
+            target[parts[-1]] = value
+
+    def problem(self) -> str | None:
+        """The first refused value's line(s), or ``None``: in the live CLI's order, a non-finite
+        number anywhere, then ``trainer.*``, then the classes' rules section by section."""
+        followed = {
+            k: (v["init_args"] if k in SECTIONS else v) for k, v in self.sections.items() if isinstance(v, dict)
+        }
+        if problem := non_finite_problem(followed):
+            return problem
+        trainer = self.sections.get("trainer")
+        if isinstance(trainer, dict) and (problem := trainer_option_problem(trainer)):
+            return problem
+        for section in SECTIONS:
+            value = self.sections.get(section)
+            if isinstance(value, dict) and (rules := class_rules(section, value["class_path"])) is not None:
+                if problem := _string_problem(rules, value["init_args"]):
+                    return problem
+                if found := problems(rules, _parsed(rules, value["init_args"])):
+                    return "; ".join(found)
+                lora = value["init_args"].get("lora")
+                takes = section == "model" and value["class_path"].rpartition(".")[2] in TAKES_LORA
+                if takes and isinstance(lora, dict) and not any(_non_finite_word(v) for v in lora.values()):
+                    if found := problems(LORA, _parsed(LORA, lora)):
+                        return "; ".join(found)
+        federation = self.sections.get("federation")
+        if isinstance(federation, dict):
+            if problem := _string_problem(FEDERATION_ALL, federation):
+                return problem
+            if found := problems(FEDERATION_ALL, _parsed(FEDERATION_ALL, federation)):
+                return "; ".join(found)
+        return None
+
+
+def _arguments(args: list[str]) -> Iterator[tuple[str, str]]:
+    """``(key, raw value)`` of each ``--key=value`` / ``--key value`` and ``("config", path)``, in order."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            yield "config", args[i + 1]
+            i += 2
+            continue
+        if arg.startswith("--") and "=" in arg:
+            key, raw = arg[2:].split("=", 1)
+            yield key, raw
+        elif arg.startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            yield arg[2:], args[i + 1]
+            i += 1
+        i += 1
+
+
+def value_problem(args: list[str]) -> str | None:
+    """The line refusing a value in ``args`` (a subcommand's arguments, shipped configs resolved),
+    or ``None``. Files that are not readable YAML mappings were refused before this is called;
+    any other file is skipped."""
+    merged = Merged()
+    for key, raw in _arguments(args):
+        if key == "config":
+            path = Path(raw)
+            if path.is_file():
+                try:
+                    merged.apply_file(load(path.read_text(encoding="utf-8")))
+                except Exception:  # noqa: BLE001 - refused (or not) by the file checks before
+                    return None
+        elif not key.endswith("+") and key != "print_config":
+            merged.apply_option(key, _value(raw))
+    return merged.problem()

@@ -1,0 +1,265 @@
+"""The value rules of the package's config options, declared once, without torch (issue 41, item 9).
+
+Each :class:`Rule` is one option as the user writes it (``model.lr``, ``data.num_clients``,
+``federation.rounds``) with what it accepts: an integer or a number in a range (open or closed
+at each end, finite), one of some choices, or also ``null``. The config classes refuse a bad
+value through these rules (:func:`check`: a ``ValueError`` with the rule's one line), and
+:mod:`lightning_fed.config_precheck` applies the same rules to the merged config before torch is
+imported, so ``fit --config tiny --model.init_args.lr=-1`` is refused in a fraction of a second
+instead of after 10-20 s of imports, with the line the class would have raised.
+
+Which rules apply to ``model:`` and ``data:`` depends on the class: :data:`MODEL_RULES` and
+:data:`DATA_RULES` are keyed by the class's name as the package exports it
+(``lightning_fed.modules.DPOModule``, written ``DPOModule`` or in full). A class not listed (a
+user's own) gets no precheck; the live parser decides. ``tests/test_option_rules.py`` walks the
+listed classes' signatures: every parameter a class refuses a value of must be declared here, and
+class and precheck must refuse each value with the same line.
+
+Imports nothing but :mod:`lightning_fed.limits` and the standard library.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lightning_fed.limits import (
+    MAX_BETA,
+    MAX_CLIENTS,
+    MAX_LOCAL_EPOCHS,
+    MAX_LOCAL_STEPS,
+    MAX_LORA_ALPHA,
+    MAX_LR,
+    MAX_ROUNDS,
+)
+
+OPTIMIZERS = ("adamw", "sgd")
+"""``model.optimizer`` of every objective."""
+DTYPES = ("bfloat16", "float16", "float32")
+"""``model.personal_dtype`` (and ``backbone.dtype``): the torch dtypes by name, sorted."""
+LAYOUTS = ("fedbiot", "offsite")
+"""``model.layout`` of :class:`~lightning_fed.modules.OffsiteModule`."""
+OVERFLOW_CHOICES = ("error", "truncate", "drop")
+"""``data.on_overflow``: what happens to an example longer than ``data.max_length``."""
+TRUNCATION_CHOICES = ("prompt_left", "prompt_middle", "response")
+"""``data.truncation``: which part of a too-long example is cut."""
+SAMPLINGS = ("fixed_size", "poisson")
+"""``federation.sampling``."""
+SCREENING_MODES = ("reject", "clip")
+"""``federation.on_large_update``."""
+EVAL_CLIENTS_CHOICES = ("all", "sampled", "panel")
+"""``federation.eval_clients`` (``null``: a panel in ``fit``, every client in ``validate``/``test``)."""
+
+
+def _number(value: float) -> str:
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one option accepts; :meth:`problem` is the one line that refuses a value."""
+
+    option: str
+    """The option as the user writes it, section first: ``model.lr``."""
+    integer: bool = False
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    """``low`` itself is refused (``(0, ...``)."""
+    high_open: bool = False
+    nullable: bool = False
+    """``null`` (``None``) is accepted."""
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def name(self) -> str:
+        """The parameter's name in its class (the option without its section)."""
+        return self.option.rsplit(".", 1)[-1]
+
+    def describe(self) -> str:
+        """What is accepted, as the message says it: ``in (0, 10.0]``, ``>= 1``, ``one of (...)``."""
+        if self.choices is not None:
+            text = f"one of {self.choices}"
+        elif self.low is not None and self.high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            text = f"in {left}{_number(self.low)}, {_number(self.high)}{right}"
+        elif self.low is not None:
+            text = f"{'>' if self.low_open else '>='} {_number(self.low)}"
+        elif self.high is not None:
+            text = f"{'<' if self.high_open else '<='} {_number(self.high)}"
+        else:
+            text = "finite"
+        return text + (" or null" if self.nullable else "")
+
+    def parsed(self, value: Any) -> Any:
+        """``value`` as the CLI's parser hands it to the class: an integer given for a number is a float."""
+        numeric = self.choices is None and not self.integer
+        return float(value) if numeric and isinstance(value, int) and not isinstance(value, bool) else value
+
+    def problem(self, value: Any) -> str | None:
+        """The one line refusing ``value``, or ``None`` if it is accepted."""
+        if value is None:
+            return None if self.nullable else f"{self.option} must be {self.describe()}, got None"
+        if self.choices is not None:
+            ok = isinstance(value, str) and value in self.choices
+            return None if ok else f"{self.option} must be {self.describe()}, got {value!r}"
+        kind = "an integer" if self.integer else "a number"
+        if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
+            return f"{self.option} must be {kind} {self.describe()}, got {value!r}"
+        if not math.isfinite(value):
+            if self.high is None:  # e.g. `>= 0`: inf is no value either
+                return f"{self.option} must be finite and {self.describe()}, got {value}"
+            return f"{self.option} must be {self.describe()}, got {value}"
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return f"{self.option} must be {self.describe()}, got {value}"
+        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+            return f"{self.option} must be {self.describe()}, got {value}"
+        return None
+
+
+def in_range(option: str, low: float, high: float, **kw: Any) -> Rule:
+    """A number (``integer=True``: an integer) in ``[low, high]`` (``low_open``/``high_open``: excluded)."""
+    return Rule(option, low=low, high=high, **kw)
+
+
+def at_least(option: str, low: float, **kw: Any) -> Rule:
+    """A finite number (``integer=True``: an integer) ``>= low`` (``low_open=True``: ``> low``)."""
+    return Rule(option, low=low, **kw)
+
+
+def one_of(option: str, choices: Iterable[str], **kw: Any) -> Rule:
+    """One of ``choices`` (strings)."""
+    return Rule(option, choices=tuple(choices), **kw)
+
+
+def problems(rules: Iterable[Rule], values: Mapping[str, Any]) -> list[str]:
+    """The line of each rule (in declaration order) whose parameter is in ``values`` and refused."""
+    return [p for rule in rules if rule.name in values and (p := rule.problem(values[rule.name])) is not None]
+
+
+def check(rules: Iterable[Rule], **values: Any) -> None:
+    """Raise ``ValueError`` with every refused value's line (``"; "``-joined), as the classes do."""
+    if found := problems(rules, values):
+        raise ValueError("; ".join(found))
+
+
+# ------------------------------------------------------------------------------- model: (objectives)
+LR = in_range("model.lr", 0, MAX_LR, low_open=True)
+FEDERATED_MODULE = (one_of("model.optimizer", OPTIMIZERS), LR)
+""":class:`~lightning_fed.modules.FederatedModule` (every objective but ``OffsiteModule``)."""
+DPO_OWN = (
+    in_range("model.beta", 0, MAX_BETA, low_open=True),
+    at_least("model.reference_cache_bytes", 0, integer=True),
+)
+DPO = FEDERATED_MODULE + DPO_OWN
+SIMPO_OWN = (in_range("model.beta", 0, MAX_BETA, low_open=True), at_least("model.gamma", 0))
+ORPO_OWN = (at_least("model.odds_ratio_weight", 0, low_open=True),)
+PERFEDAVG_OWN = (
+    in_range("model.inner_lr", 0, MAX_LR, low_open=True),
+    at_least("model.inner_steps", 1, integer=True),
+    at_least("model.eval_adapt_steps", 0, integer=True),
+    at_least("model.gradient_clip_val", 0, low_open=True, nullable=True),
+)
+PERSONAL_HEAD_OWN = (
+    one_of("model.personal_dtype", DTYPES),
+    at_least("model.gradient_clip_val", 0, low_open=True, nullable=True),
+)
+PERSONAL_HEAD = DPO + PERSONAL_HEAD_OWN
+FEDPER_OWN = (at_least("model.shared_layers", 1, integer=True),)
+FEDREP_OWN = (
+    at_least("model.head_steps", 1, integer=True),
+    at_least("model.lr_head", 0, low_open=True, nullable=True),
+    at_least("model.lr_body", 0, low_open=True, nullable=True),
+)
+OFFSITE = (one_of("model.layout", LAYOUTS), one_of("model.optimizer", OPTIMIZERS), LR)
+
+LORA = (
+    at_least("lora.r", 0, low_open=True, integer=True),
+    in_range("lora.alpha", 0, MAX_LORA_ALPHA, low_open=True),
+    in_range("lora.dropout", 0, 1, high_open=True),
+)
+""":class:`~lightning_fed.modules.LoraSettings`: ``model.lora`` of every objective but
+``OffsiteModule`` (the messages say ``lora.r``, as the dataclass is also built on its own)."""
+MODEL_NESTED: dict[str, tuple[Rule, ...]] = {"lora": LORA}
+"""Options of ``model:`` that are dataclasses of their own, with their rules."""
+
+MODEL_RULES: dict[str, tuple[Rule, ...]] = {
+    "FederatedModule": FEDERATED_MODULE,
+    "SFTModule": FEDERATED_MODULE,
+    "DPOModule": DPO,
+    "SimPOModule": FEDERATED_MODULE + SIMPO_OWN,
+    "ORPOModule": FEDERATED_MODULE + ORPO_OWN,
+    "PerFedAvgModule": DPO + PERFEDAVG_OWN,
+    "PersonalHeadDPO": PERSONAL_HEAD,
+    "FedPerModule": PERSONAL_HEAD + FEDPER_OWN,
+    "FedRepModule": PERSONAL_HEAD + FEDREP_OWN,
+    "PDPOModule": PERSONAL_HEAD,
+    "BinarySelectorModule": FEDERATED_MODULE,
+    "OffsiteModule": OFFSITE,
+}
+"""``model:``'s rules by class name (each with its base classes' rules). ``PDPOModule``'s and
+``BinarySelectorModule``'s own options (schedules, an odd number of selectors) are checked by the
+class only (``tests/test_option_rules.py`` lists them)."""
+TAKES_LORA = frozenset(MODEL_RULES) - {"OffsiteModule"}
+"""The classes whose ``lora`` option is a :class:`~lightning_fed.modules.LoraSettings`."""
+
+# ------------------------------------------------------------------------------- data:
+FEDERATED_DATA = (
+    in_range("data.num_clients", 1, MAX_CLIENTS, integer=True),
+    at_least("data.batch_size", 1, integer=True),
+    at_least("data.max_length", 2, integer=True),
+    one_of("data.on_overflow", OVERFLOW_CHOICES),
+    in_range("data.val_fraction", 0, 1, high_open=True),
+    one_of("data.truncation", TRUNCATION_CHOICES),
+)
+""":class:`~lightning_fed.datamodules.FederatedDataModule` and every data module of the package."""
+DATA_RULES: dict[str, tuple[Rule, ...]] = {
+    name: FEDERATED_DATA
+    for name in (
+        "PreferenceDataModule",
+        "InstructionDataModule",
+        "SelectorDataModule",
+        "RLFTDataModule",
+        "FeedbackPreferenceDataModule",
+        "FeedbackSelectorDataModule",
+        "FeedbackSFTDataModule",
+    )
+}
+
+# ------------------------------------------------------------------------------- federation:
+FEDERATION = (
+    in_range("federation.rounds", 1, MAX_ROUNDS, integer=True),
+    at_least("federation.clients_per_round", 1, integer=True),
+    one_of("federation.sampling", SAMPLINGS),
+    in_range("federation.local_steps", 1, MAX_LOCAL_STEPS, integer=True, nullable=True),
+    in_range("federation.local_epochs", 1, MAX_LOCAL_EPOCHS, integer=True, nullable=True),
+    at_least("federation.per_client_scalars", 0, integer=True),
+    at_least("federation.max_update_norm", 0, low_open=True, nullable=True),
+    one_of("federation.on_large_update", SCREENING_MODES),
+)
+""":class:`~lightning_fed.federation.config.FederationConfig`'s plain-data fields with a range
+or choices (not a class: the section is the same for every run)."""
+EVALUATION = (
+    one_of("federation.eval_clients", EVAL_CLIENTS_CHOICES, nullable=True),
+    at_least("federation.eval_panel_size", 1, integer=True),
+    at_least("federation.eval_every", 1, integer=True),
+)
+""":class:`~lightning_fed.federation.evaluation_plan.EvaluationPlan`'s options (also ``federation.*``)."""
+
+FEDERATION_ALL = FEDERATION + EVALUATION
+"""Every rule of the ``federation:`` section (what the precheck applies)."""
+SECTIONS: dict[str, dict[str, tuple[Rule, ...]]] = {"model": MODEL_RULES, "data": DATA_RULES}
+"""The class-valued sections whose rules depend on the class."""
+PACKAGES = {"model": "lightning_fed.modules", "data": "lightning_fed.datamodules"}
+"""Where each section's classes live: ``class_path`` ``lightning_fed.modules[.<file>].<Name>``."""
+
+
+def class_rules(section: str, class_path: str) -> tuple[Rule, ...] | None:
+    """The rules of ``section``'s class named ``class_path`` (short or full), or ``None`` if it is
+    not one of the package's (a user's class: the live parser decides)."""
+    module, _, name = class_path.rpartition(".")
+    if module and not (module == PACKAGES[section] or module.startswith(PACKAGES[section] + ".")):
+        return None
+    return SECTIONS[section].get(name)

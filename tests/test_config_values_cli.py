@@ -1,0 +1,121 @@
+"""A bad config value is refused before torch is imported: its line, exit 2, nothing written (issue 41, item 9).
+
+Before, ``fit --config tiny --model.init_args.lr=-1`` said the same line only once the LightningCLI
+had imported torch, Lightning, transformers and PEFT and built the class (11.2 s of CPU from the
+installed wheel, benchmarks/RESULTS.md). The error is reported as the live CLI reports the
+class's: the line, then the ``--debug`` hint (``--debug`` shows the precheck's traceback). The
+child processes here cannot import torch (a ``sitecustomize`` refuses it): a refusal that needed
+the live classes would end in that import error instead of the option's line. Files and
+overrides are merged in the order given, as jsonargparse merges them; what the precheck cannot
+know (a user's own class) goes on to the live parser, shown here by reaching the refused torch
+import.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_fed.errors import HINT
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_TORCH = """
+import sys
+
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise ImportError("torch imported before the config was checked")
+        return None
+
+sys.meta_path.insert(0, NoTorch())
+"""
+REACHED_TORCH = "torch imported before the config was checked"
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    hook = tmp_path / "hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(NO_TORCH)
+    env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    for name in ("LIGHTNING_FED_DEBUG", "LIGHTNING_FED_VERBOSE", "LIGHTNING_FED_LIVE_HELP"):
+        env.pop(name, None)
+    cmd = [sys.executable, "-m", "lightning_fed", *args, f"--trainer.default_root_dir={tmp_path / 'run'}"]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+
+
+def _file(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+CASES = {
+    "lr_negative": (["--model.init_args.lr=-1"], "model.lr must be in (0, 10.0], got -1.0"),
+    "lr_without_init_args_space_form": (["--model.lr", "20"], "model.lr must be in (0, 10.0], got 20.0"),
+    "beta_nan": (["--model.init_args.beta=.nan"], "model.beta must be a finite number, got nan"),
+    "beta_nan_string": (["--model.init_args.beta=nan"], "model.beta must be a finite number, got nan"),
+    "lora_alpha_huge": (["--model.init_args.lora.alpha=1e300"], "lora.alpha must be in (0, 1000000.0], got 1e+300"),
+    "perfedavg_shorthand": (
+        ["--model", "PerFedAvgModule", "--model.inner_lr=0"],
+        "model.inner_lr must be in (0, 10.0], got 0.0",
+    ),
+    "rounds_zero": (["--federation.rounds=0"], "federation.rounds must be in [1, 1000000], got 0"),
+    "local_steps_float": (
+        ["--federation.local_steps=2.5"],
+        "federation.local_steps must be an integer in [1, 1000000] or null, got 2.5",
+    ),
+    "eval_every_zero": (["--federation.eval_every=0"], "federation.eval_every must be >= 1, got 0"),
+    "num_clients_zero": (["--data.init_args.num_clients=0"], "data.num_clients must be in [1, 1000000], got 0"),
+    "on_overflow_choice": (
+        ["--data.on_overflow=cut"],
+        "data.on_overflow must be one of ('error', 'truncate', 'drop'), got 'cut'",
+    ),
+    "trainer_max_epochs": (["--trainer.max_epochs=-5"], "trainer.max_epochs must be >= 0, or -1 for no limit, got -5"),
+}
+
+
+@pytest.mark.parametrize(("overrides", "line"), list(CASES.values()), ids=list(CASES))
+def test_a_bad_value_on_the_command_line_is_refused_before_torch(tmp_path, overrides, line):
+    proc = _cli(tmp_path, "fit", "--config", "tiny", *overrides)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_value_in_a_later_config_file_is_refused(tmp_path):
+    later = _file(
+        tmp_path, "later.yaml", "model:\n  class_path: lightning_fed.modules.DPOModule\n  init_args:\n    beta: 0\n"
+    )
+    proc = _cli(tmp_path, "validate", "--config", "tiny", "--config", later)
+    assert (proc.returncode, proc.stderr) == (2, f"error: model.beta must be in (0, 1000.0], got 0.0\n{HINT}\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_later_override_replaces_an_earlier_bad_value(tmp_path):
+    bad = _file(tmp_path, "bad.yaml", "federation:\n  rounds: 0\n")
+    refused = _cli(tmp_path, "fit", "--config", "tiny", "--config", bad)
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        f"error: federation.rounds must be in [1, 1000000], got 0\n{HINT}\n",
+    )
+    fixed = _cli(tmp_path, "fit", "--config", "tiny", "--config", bad, "--federation.rounds=2")
+    assert REACHED_TORCH in fixed.stderr and "must be" not in fixed.stderr
+    # and the other way round: a file after the override wins
+    again = _cli(tmp_path, "fit", "--config", "tiny", "--federation.rounds=2", "--config", bad)
+    assert (again.returncode, again.stderr) == (2, f"error: federation.rounds must be in [1, 1000000], got 0\n{HINT}\n")
+
+
+def test_a_user_s_own_class_is_left_to_the_live_parser(tmp_path):
+    proc = _cli(tmp_path, "fit", "--config", "tiny", "--model", "my_package.DPOModule", "--model.lr=-1")
+    assert REACHED_TORCH in proc.stderr and "must be" not in proc.stderr
+
+
+def test_another_class_drops_the_earlier_class_s_values(tmp_path):
+    """tiny's DPOModule values are not judged as SFTModule's (jsonargparse decides what carries over)."""
+    bad_beta = _file(tmp_path, "b.yaml", "model:\n  class_path: DPOModule\n  init_args:\n    beta: -1\n")
+    proc = _cli(tmp_path, "fit", "--config", "tiny", "--config", bad_beta, "--model", "SFTModule")
+    assert REACHED_TORCH in proc.stderr and "must be" not in proc.stderr

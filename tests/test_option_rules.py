@@ -1,0 +1,258 @@
+"""One declaration of each option's values (lightning_fed/option_rules.py), used by the classes and
+by the precheck (issue 41, item 9).
+
+Two properties keep the two from drifting:
+
+- every parameter of a listed config class that the class refuses a value of (tried with values
+  past any range: huge, negative, zero, NaN, inf, an unknown word) is declared for that class;
+- for every declared rule, the live class and the precheck's merged config refuse the same values
+  (Hypothesis: at and past each boundary, NaN/inf, wrong types) with the same line.
+
+The classes are built with ``load_backbone`` replaced by one that raises ``Accepted``: a value the
+class takes never loads a model, so each try costs microseconds. Every rule is applied before the
+backbone loads (``check(...)`` first in each ``__init__``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import fields
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lightning_fed.datamodules as datamodules
+import lightning_fed.modules as modules
+from lightning_fed.config_values import Merged
+from lightning_fed.federation.config import FederationConfig
+from lightning_fed.modules.backbone import DTYPES
+from lightning_fed.option_rules import (
+    DATA_RULES,
+    FEDERATION_ALL,
+    LORA,
+    MODEL_RULES,
+    PACKAGES,
+    TAKES_LORA,
+    Rule,
+    class_rules,
+)
+
+TINY = {
+    "config": {"model_type": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2, "n_positions": 32},
+    "tokenizer": "bytes",
+}
+UNDECLARED = {
+    # (class, option): why the precheck leaves it to the class
+    ("PDPOModule", "*"): "PDPO's schedule options depend on each other (local_schedule, exclusion_*, reward_weight_*)",
+    ("BinarySelectorModule", "num_selectors"): "a positive odd number: not a range",
+    ("OffsiteModule", "generation_metric"): "None or a metric name, checked with the evaluation stage",
+    ("*", "data.preset"): "a preset of lightning_fed/datamodules/presets.py (names with their data files)",
+    ("*", "federation.batch_clients"): "'off', 'auto' or an integer >= 1: a union, not a range",
+    ("*", "federation.compression"): "a spec (int8, int4+ef, topk:<fraction>...) parsed by compression/uplink.py",
+    ("*", "federation.min_clients"): "in [1, federation.clients_per_round]: depends on another option",
+    ("*", "data.template"): "the choices depend on the data module's kind (template_choices())",
+    ("*", "data.max_prompt_length"): "a length budget against data.max_length (length_budget_problems)",
+    ("*", "data.max_completion_length"): "a length budget against data.max_length (length_budget_problems)",
+    ("*", "data.min_prompt_length"): "a length budget against data.max_length (length_budget_problems)",
+}
+
+
+class Accepted(Exception):
+    """The class took every value and went on to load its backbone."""
+
+
+@pytest.fixture(autouse=True)
+def _no_backbone(monkeypatch):
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise Accepted
+
+    monkeypatch.setattr("lightning_fed.modules.base.load_backbone", refuse)
+    monkeypatch.setattr("lightning_fed.modules.fedbiot.load_backbone", refuse)
+
+
+def _parameters(cls: type) -> dict[str, inspect.Parameter]:
+    """The keyword parameters ``cls`` takes, through ``**kwargs`` to its bases."""
+    out: dict[str, inspect.Parameter] = {}
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass.__module__.split(".")[0] != "lightning_fed":
+            continue
+        params = inspect.signature(klass.__init__).parameters
+        for name, param in params.items():
+            if name != "self" and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD):
+                out.setdefault(name, param)
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            break
+    return out
+
+
+def _build(section: str, cls: Any, values: dict[str, Any]) -> str | None:
+    """What the class says of ``values``: its ``ValueError``'s line, or ``None`` if it took them."""
+    kwargs = dict(values)
+    if section == "model":
+        kwargs.setdefault("backbone", TINY)
+    elif section == "data" and "preset" in _parameters(cls):
+        kwargs.setdefault("preset", "hh-rlhf")
+    elif section == "federation" and "local_epochs" in kwargs:
+        kwargs.setdefault("local_steps", None)
+    try:
+        cls(**kwargs)
+    except Accepted:
+        return None
+    except (ValueError, TypeError, AttributeError) as err:
+        return str(err)
+    return None
+
+
+def _classes() -> list[tuple[str, str, Any]]:
+    out = [("model", name, getattr(modules, name)) for name in MODEL_RULES]
+    out += [("data", name, getattr(datamodules, name)) for name in DATA_RULES]
+    return [*out, ("federation", "FederationConfig", FederationConfig)]
+
+
+def _declared(section: str, name: str) -> tuple[Rule, ...]:
+    return FEDERATION_ALL if section == "federation" else {"model": MODEL_RULES, "data": DATA_RULES}[section][name]
+
+
+PROBES = (-(10**12), -1, 0, 10**12, -1e300, 1e300, math.nan, math.inf, "no-such-choice")
+
+
+@pytest.mark.parametrize(("section", "name", "cls"), _classes(), ids=[c[1] for c in _classes()])
+def test_every_parameter_a_class_bounds_is_declared(section, name, cls):
+    declared = {rule.option for rule in _declared(section, name)}
+    params = (
+        {f.name for f in fields(FederationConfig)} if section == "federation" else set(_parameters(cls)) - {"backbone"}
+    )
+    assert {rule.name for rule in _declared(section, name)} <= params, "a rule for an option the class does not take"
+    bounded = set()
+    for param in sorted(params):
+        option = f"{section}.{param}"
+        for probe in PROBES:
+            said = _build(section, cls, {param: probe})
+            if said is not None and said.startswith(f"{option} must"):
+                bounded.add(option)
+    exempt = {
+        option
+        for option in bounded
+        if (name, "*") in UNDECLARED or (name, option.split(".")[1]) in UNDECLARED or ("*", option) in UNDECLARED
+    }
+    assert bounded - exempt <= declared, (
+        f"{name} bounds options the precheck does not know: {sorted(bounded - exempt - declared)}"
+    )
+    assert declared <= bounded, f"{name}: declared rules the class does not apply: {sorted(declared - bounded)}"
+
+
+def test_the_torch_free_choices_are_the_classes_choices():
+    from lightning_fed.option_rules import DTYPES as RULE_DTYPES
+
+    assert RULE_DTYPES == tuple(sorted(DTYPES))
+
+
+def _boundaries(rule: Rule) -> list[Any]:
+    if rule.choices is not None:
+        return [*rule.choices, "", rule.choices[0].upper(), 1, None]
+    out: list[Any] = [None, True, "1", math.nan, math.inf, -math.inf]
+    for edge in (rule.low, rule.high):
+        if edge is None:
+            continue
+        if rule.integer:
+            out += [int(edge) - 1, int(edge), int(edge) + 1, float(edge)]
+        else:
+            out += [edge, math.nextafter(edge, -math.inf), math.nextafter(edge, math.inf), int(edge)]
+    return out
+
+
+def _values(rule: Rule) -> st.SearchStrategy:
+    numbers = st.integers(-(10**13), 10**13) if rule.integer else st.floats(allow_nan=True, allow_infinity=True)
+    other = st.one_of(st.integers(-5, 5), st.floats(-5, 5), st.text(max_size=3), st.booleans(), st.none())
+    return st.one_of(st.sampled_from(_boundaries(rule)), numbers, other)
+
+
+def _through_cli(rule: Rule, value: Any, expected: str | None) -> str | None:
+    """What the CLI says of ``value``: a NaN or inf anywhere is refused by one check before any
+    class's (``config_values.non_finite_problem``, as ``FederatedCLI.before_instantiate_classes``),
+    and so is ``nan``/``inf`` written for a number (the parser's type check, simplified)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{rule.option} must be a finite number, got {value}"
+    if _word(value) and rule.choices is None and not rule.integer:
+        return f"{rule.option} must be a finite number, got {value}"
+    return expected
+
+
+def _word(value: Any) -> bool:
+    return isinstance(value, str) and value.lower().lstrip("+-") in ("nan", "inf", "infinity")
+
+
+CASES = [(s, n, c, r) for s, n, c in _classes() for r in _declared(s, n)]
+
+
+def _precheck(section: str, name: str, rule: Rule, value: Any) -> str | None:
+    merged = Merged()
+    if section == "federation":
+        merged.set_section(
+            "federation", {rule.name: value, **({"local_steps": None} if rule.name == "local_epochs" else {})}
+        )
+    else:
+        merged.set_section(section, {"class_path": f"{PACKAGES[section]}.{name}", "init_args": {rule.name: value}})
+    return merged.problem()
+
+
+@pytest.mark.parametrize(("section", "name", "cls", "rule"), CASES, ids=[f"{c[1]}-{c[3].name}" for c in CASES])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_the_class_and_the_precheck_refuse_the_same_values_with_the_same_line(section, name, cls, rule, data):
+    value = data.draw(_values(rule))
+    expected = rule.problem(rule.parsed(value))
+    said = _build(section, cls, {rule.name: rule.parsed(value)})  # what jsonargparse hands the class
+    if expected is None:
+        assert said is None or not said.startswith(f"{rule.option} must"), said
+    else:
+        assert said == expected
+    assert _precheck(section, name, rule, value) == _through_cli(rule, value, expected)
+
+
+@pytest.mark.parametrize("rule", LORA, ids=[r.name for r in LORA])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_lora_settings_and_the_precheck_refuse_the_same_values(rule, data):
+    value = data.draw(_values(rule))
+    expected = rule.problem(rule.parsed(value))
+    try:
+        modules.LoraSettings(**{rule.name: rule.parsed(value)})
+        said = None
+    except (ValueError, TypeError) as err:
+        said = str(err)
+    assert said == expected or (expected is None and not said.startswith(rule.option))
+    merged = Merged()
+    merged.set_section("model", {"class_path": "DPOModule", "init_args": {"lora": {rule.name: value}}})
+    if isinstance(value, float) and not math.isfinite(value):
+        expected = f"model.{rule.option} must be a finite number, got {value}"
+    elif _word(value):
+        expected = None  # the parser's own type check says it (a key inside a dataclass)
+    assert merged.problem() == expected
+    assert "DPOModule" in TAKES_LORA
+
+
+@pytest.mark.parametrize(
+    ("section", "class_path", "known"),
+    [
+        ("model", "DPOModule", True),
+        ("model", "lightning_fed.modules.DPOModule", True),
+        ("model", "lightning_fed.modules.dpo.DPOModule", True),
+        ("model", "my_package.DPOModule", False),
+        ("model", "MyModule", False),
+        ("data", "lightning_fed.datamodules.PreferenceDataModule", True),
+        ("data", "lightning_fed.modules.PreferenceDataModule", False),
+    ],
+)
+def test_a_class_path_selects_rules_only_for_the_package_s_own_classes(section, class_path, known):
+    assert (class_rules(section, class_path) is not None) == known
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True))
+def test_a_rule_s_interval_is_what_its_message_says(value):
+    rule = Rule("model.x", low=0, high=1, low_open=True)
+    assert (rule.problem(value) is None) == (math.isfinite(value) and 0 < value <= 1)
+    assert rule.problem(value) in (None, f"model.x must be in (0, 1], got {value}")
