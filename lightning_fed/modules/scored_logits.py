@@ -100,11 +100,14 @@ def output_head(model: nn.Module) -> nn.Module | None:
 @contextmanager
 def head_on_positions(head: nn.Module, keep: Tensor) -> Iterator[None]:
     """Inside the block, ``head`` reads ``hidden[keep]`` as one ``(1, M, d)`` sequence instead of
-    ``hidden`` ``(B, T, d)``: its output (and the model's ``.logits``) is ``(1, M, V)``."""
+    ``hidden`` ``(B, T, d)``: its output (and the model's ``.logits``) is ``(1, M, V)``. ``keep`` is a
+    ``(B, T)`` bool mask, or ``(M,)`` indices into the ``B * T`` positions (one may repeat: the shared
+    prefix's last position is read by both sides, :mod:`~lightning_fed.modules.shared_prefix`)."""
 
     def gather(_module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        hidden = args[0]
-        return (hidden[keep.to(hidden.device)].unsqueeze(0), *args[1:])
+        hidden, where = args[0], keep.to(args[0].device)
+        rows = hidden[where] if where.dtype == torch.bool else hidden.flatten(0, 1)[where]
+        return (rows.unsqueeze(0), *args[1:])
 
     handle = head.register_forward_pre_hook(gather)
     try:

@@ -78,7 +78,9 @@ class SimPOModule(PreferenceModule):
             zero_dropout(self.model)
 
     def pair_metrics(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        chosen, rejected = concatenated_log_probs(self.model, batch, average=True, scored_only=self.scored_head)
+        chosen, rejected = concatenated_log_probs(
+            self.model, batch, average=True, scored_only=self.scored_head, shared_prefix=self.shared_prefix
+        )
         losses, r_chosen, r_rejected = simpo_loss(chosen, rejected, self.beta, self.gamma)
         chosen_sum = chosen.detach() * response_lengths(batch["chosen_labels"])
         rejected_sum = rejected.detach() * response_lengths(batch["rejected_labels"])

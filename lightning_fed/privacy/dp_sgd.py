@@ -388,6 +388,10 @@ class DPDPOModule(ExampleLevelDP, DPOModule):
         return self.pair_metrics(batch)["loss"]
 
     def rows_to_examples(self, grad_sample: Tensor, num_examples: int) -> Tensor:
-        """The concatenated forward holds chosen rows then rejected rows: pair ``i`` is rows ``i`` and ``B + i``."""
+        """The shared-prefix forward (:mod:`~lightning_fed.modules.shared_prefix`) holds one row per
+        pair: row ``i`` is pair ``i``. The concatenated forward holds chosen rows then rejected rows:
+        pair ``i`` is rows ``i`` and ``B + i``."""
+        if grad_sample.shape[0] == num_examples:
+            return grad_sample
         chosen, rejected = grad_sample[:num_examples], grad_sample[num_examples:]
         return chosen + rejected
