@@ -214,7 +214,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--max-length", type=int, default=224)
+    parser.add_argument("--max-length", type=int, default=512, help="training and test rows (no test row may overflow)")
     parser.add_argument("--max-input-words", type=int, default=60)
     parser.add_argument("--max-output-words", type=int, default=10)
     parser.add_argument("--max-instruction-words", type=int, default=40)
