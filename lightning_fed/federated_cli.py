@@ -3,7 +3,7 @@
 ``lightning-fed fit --config demo`` builds the model (a
 :class:`~lightning_fed.modules.FederatedModule` subclass), the data (a
 :class:`~lightning_fed.datamodules.FederatedDataModule` subclass) and the run
-(:class:`~lightning_fed.federation.run.FederatedRun`, the ``federation:`` section), which a
+(:class:`~lightning_fed.run.FederatedRun`, the ``federation:`` section), which a
 :class:`~lightning_fed.callbacks.FederatedLoop` callback runs; then fits.
 Every option is listed by ``lightning-fed fit --help``. The process around it (exit status,
 one-line errors, signals, the other subcommands) is :mod:`lightning_fed.cli`.

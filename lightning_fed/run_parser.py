@@ -5,7 +5,7 @@ applied once, by the classes' own signatures (``data.batch_size`` is the data mo
 every check ``lightning-fed fit`` makes before it builds anything (:func:`config_problem`: the
 seed's range, non-finite numbers, the Trainer's own bounds, conflicts between the federation's
 settings). Its ``federation:`` section becomes the run's
-:class:`~lightning_fed.federation.run.FederatedRun` through :func:`build_run`, with no model and no
+:class:`~lightning_fed.run.FederatedRun` through :func:`build_run`, with no model and no
 data: that is what ``lightning-fed plan`` reads. The Flower apps add the module and the data
 module (:func:`parse_run`, no Trainer); ``lightning-fed fit``'s LightningCLI declares the same
 sections with the same calls (:func:`add_federation_arguments`) and runs the same checks from
@@ -31,10 +31,10 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from lightning_fed.datamodules import FederatedDataModule
 from lightning_fed.errors import UserError, simplify_parse_error
-from lightning_fed.federation.run import FederatedRun
-from lightning_fed.federation.run_checks import run_problem
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.registry import available_modules, load_module_plugins
+from lightning_fed.run import FederatedRun
+from lightning_fed.run_checks import run_problem
 from lightning_fed.shipped_configs import resolve_config
 from lightning_fed.strategies import load_strategy_plugins
 from lightning_fed.trainer_options import trainer_option_problem
@@ -50,7 +50,7 @@ before round 1 gives the ``initial`` metrics of summary.json; the round's loader
 
 
 def add_federation_arguments(parser: LightningArgumentParser) -> None:
-    """The ``federation:`` section: the fields of :class:`~lightning_fed.federation.run.FederatedRun`
+    """The ``federation:`` section: the fields of :class:`~lightning_fed.run.FederatedRun`
     (each option declared once, there; its help is the field's docstring)."""
     jsonargparse.set_parsing_settings(docstring_parse_attribute_docstrings=True)
     parser.add_class_arguments(FederatedRun, "federation", fail_untyped=False, sub_configs=True)
@@ -138,7 +138,7 @@ def _constructor_error(err: ValueError) -> ValueError:
 
 
 def build_run(section: Namespace | None) -> FederatedRun:
-    """The :class:`~lightning_fed.federation.run.FederatedRun` of a parsed ``federation:`` section, alone:
+    """The :class:`~lightning_fed.run.FederatedRun` of a parsed ``federation:`` section, alone:
     no model, no data, and the random number generators' states as they were (so the run's model
     is initialised exactly as without this call).
 
@@ -159,7 +159,7 @@ def build_run(section: Namespace | None) -> FederatedRun:
 
 
 def federation_problem(section: Namespace | None) -> str | None:
-    """:func:`~lightning_fed.federation.run_checks.run_problem` of a parsed ``federation:`` section.
+    """:func:`~lightning_fed.run_checks.run_problem` of a parsed ``federation:`` section.
 
     A constructor's own refusal is left to the full instantiation, which reports it.
     """

@@ -26,11 +26,10 @@ from typing import Any
 import torch
 
 from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.run_options import DEFAULT_PANEL_SIZE, EVAL_CLIENTS_CHOICES, evaluation_problems  # noqa: F401
 
-EVAL_CLIENTS_CHOICES = ("all", "sampled", "panel")
 DEFAULT_EVAL_CLIENTS = "panel"
 """``federation.eval_clients`` left unset: a panel during ``fit``; ``validate``/``test`` evaluate all."""
-DEFAULT_PANEL_SIZE = 16  # benchmarks/eval_cost.py: 12% of a round at N=1000 (32: 18%); N <= 16: every client
 PANEL_SALT = 31  # separates the panel draw from client sampling (derive_seed(seed, round))
 PER_CLIENT_ATTR = "evaluates_per_client"
 """Attribute (module or callback) saying that evaluation batches must not mix clients."""
@@ -86,15 +85,8 @@ class EvaluationPlan:
 
     @staticmethod
     def problems(clients: str | None, panel_size: int, every: int) -> list[str]:
-        """Every invalid option, each as a one-line message naming the flag."""
-        out = []
-        if clients is not None and clients not in EVAL_CLIENTS_CHOICES:
-            out.append(f"federation.eval_clients must be one of {list(EVAL_CLIENTS_CHOICES)}, got {clients!r}")
-        if panel_size < 1:
-            out.append(f"federation.eval_panel_size must be >= 1, got {panel_size}")
-        if every < 1:
-            out.append(f"federation.eval_every must be >= 1, got {every}")
-        return out
+        """Every invalid option, each as a one-line message naming the flag (:func:`evaluation_problems`)."""
+        return evaluation_problems(clients, panel_size, every)
 
     def evaluates(self, round_number: int) -> bool:
         """Whether the evaluation after round ``round_number`` (1-based; 0 = initial) runs."""

@@ -18,9 +18,9 @@ import math
 import sys
 from typing import Any
 
-from lightning_fed.federation.run import FederatedRun
-from lightning_fed.federation.run_checks import inner_strategy
 from lightning_fed.planning.estimate import PlanInputs, estimate, model_shape, module_inputs, objective_of
+from lightning_fed.run import FederatedRun
+from lightning_fed.run_checks import inner_strategy
 from lightning_fed.strategies.scaffold import Scaffold
 
 PRECISION_DTYPES = {"bf16-true": "bfloat16", "16-true": "float16", "bf16": "bfloat16", "bf16-mixed": "bfloat16"}

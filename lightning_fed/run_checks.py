@@ -25,11 +25,10 @@ def inner_strategy(strategy: Any) -> Any:
 
 def run_problem(run: Any) -> str | None:
     """The first conflict between the settings of ``run`` (a ``FederatedRun``), or ``None``."""
-    from lightning_fed.deploy.secure_aggregation import SecureAggregation
     from lightning_fed.privacy.client_dp import client_level_dp
 
     strategy = run.strategy
-    if run.compression and isinstance(strategy, SecureAggregation):
+    if run.compression and getattr(strategy, "secure_sum", False):  # the strategy declares it (SecureAggregation)
         return (
             f"federation.compression={run.compression!r} cannot run under federation.strategy=SecureAggregation:"
             " the server sees only the masked sum of the updates, so it cannot decode each client's compressed"

@@ -1,10 +1,10 @@
-"""FederationConfig: how a federated run is organised, as data (litgpt ``args.py`` style).
+"""FederationConfig: how a federated run is organised, as plain data (litgpt ``Config`` style).
 
 One dataclass, validated once in ``__post_init__`` (every problem named by its YAML key, all of
-them in one message). :class:`~lightning_fed.federation.run.FederatedRun` extends it with the
-three settings that are objects (``strategy``, ``hooks``, ``privacy``) and is what the
-``federation:`` section parses into, so the YAML keys under ``federation:`` are the fields of
-the two classes, each declared once; both transports are built from the run.
+them in one message). :class:`~lightning_fed.run.FederatedRun` extends it with the three
+settings that are objects (``strategy``, ``hooks``, ``privacy``) and is what the
+``federation:`` section parses into. Importing this module imports no torch: the choices the
+fields are checked against are :mod:`lightning_fed.run_options`.
 """
 
 from __future__ import annotations
@@ -12,18 +12,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lightning_fed.compression.uplink import spec_problems
-from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
-from lightning_fed.federation.evaluation_plan import DEFAULT_PANEL_SIZE, EvaluationPlan
-from lightning_fed.federation.sampling import SAMPLINGS
-from lightning_fed.federation.screening import MODES
 from lightning_fed.limits import MAX_LOCAL_EPOCHS, MAX_LOCAL_STEPS, MAX_ROUNDS
+from lightning_fed.run_options import (
+    DEFAULT_PANEL_SIZE,
+    DEFAULT_PER_CLIENT_SCALARS,
+    LARGE_UPDATE_MODES,
+    SAMPLINGS,
+    compression_problems,
+    evaluation_problems,
+)
 
 
 @dataclass(frozen=True)
 class FederationConfig:
     """The ``federation:`` section of a run, less its objects (strategy, hooks, privacy: see
-    :class:`~lightning_fed.federation.run.FederatedRun`)."""
+    :class:`~lightning_fed.run.FederatedRun`)."""
 
     rounds: int = 10
     """Number of communication rounds (sets ``trainer.max_epochs``)."""
@@ -110,7 +113,7 @@ class FederationConfig:
 
     def problems(self) -> list[str]:
         """Every invalid field, each a one-line message naming its ``federation.`` key."""
-        out = EvaluationPlan.problems(self.eval_clients, self.eval_panel_size, self.eval_every)
+        out = evaluation_problems(self.eval_clients, self.eval_panel_size, self.eval_every)
         if not 1 <= self.rounds <= MAX_ROUNDS:
             out.append(f"federation.rounds must be in [1, {MAX_ROUNDS}], got {self.rounds}")
         if self.clients_per_round < 1:
@@ -141,9 +144,9 @@ class FederationConfig:
             out.append(f"federation.per_client_scalars must be >= 0, got {self.per_client_scalars}")
         if self.max_update_norm is not None and not self.max_update_norm > 0:
             out.append(f"federation.max_update_norm must be > 0, got {self.max_update_norm}")
-        if self.on_large_update not in MODES:
-            out.append(f"federation.on_large_update must be one of {MODES}, got {self.on_large_update!r}")
-        out.extend(spec_problems(self.compression))
+        if self.on_large_update not in LARGE_UPDATE_MODES:
+            out.append(f"federation.on_large_update must be one of {LARGE_UPDATE_MODES}, got {self.on_large_update!r}")
+        out.extend(compression_problems(self.compression))
         k = self.batch_clients
         if k not in ("off", "auto") and not (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
             out.append(f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {k!r}")

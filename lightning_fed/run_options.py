@@ -1,0 +1,71 @@
+"""The choices and defaults of the run's options, as plain data (no torch): what
+:class:`~lightning_fed.run.FederationConfig` validates against, and what the packages that
+implement each option import from here (so a value is named in one place)."""
+
+from __future__ import annotations
+
+SAMPLINGS = ("fixed_size", "poisson")
+"""``federation.sampling``: the ways a round's clients are drawn (federation/sampling.py)."""
+
+LARGE_UPDATE_MODES = ("reject", "clip")
+"""``federation.on_large_update``: what happens to an update over ``max_update_norm`` (federation/screening.py)."""
+
+DEFAULT_PER_CLIENT_SCALARS = 32
+"""Per-client TensorBoard scalars while a round reports at most this many clients."""
+
+EVAL_CLIENTS_CHOICES = ("all", "sampled", "panel")
+"""``federation.eval_clients``: which clients an evaluation covers (federation/evaluation_plan.py)."""
+
+DEFAULT_PANEL_SIZE = 16  # benchmarks/eval_cost.py: 12% of a round at N=1000 (32: 18%); N <= 16: every client
+"""``federation.eval_panel_size``'s default."""
+
+COMPRESSION_FIELD = "federation.compression"
+QUANTIZED = {"int8": 8, "int4": 4}
+"""Quantized uplinks by name: bits per value."""
+COMPRESSION_EXAMPLES = "int8, int8+ef, int4, int4+ef, topk:<fraction> or topk:<fraction>-noef"
+
+
+def evaluation_problems(clients: str | None, panel_size: int, every: int) -> list[str]:
+    """Every invalid evaluation option, each as a one-line message naming the flag."""
+    out = []
+    if clients is not None and clients not in EVAL_CLIENTS_CHOICES:
+        out.append(f"federation.eval_clients must be one of {list(EVAL_CLIENTS_CHOICES)}, got {clients!r}")
+    if panel_size < 1:
+        out.append(f"federation.eval_panel_size must be >= 1, got {panel_size}")
+    if every < 1:
+        out.append(f"federation.eval_every must be >= 1, got {every}")
+    return out
+
+
+def parse_compression(spec: str | None) -> tuple[str, float, bool] | None:
+    """``(kind, amount, error_feedback)`` of a ``federation.compression`` spec: ``("quantize", bits,
+    ef)`` or ``("topk", fraction, ef)``; ``None`` for no compression.
+
+    Raises:
+        ValueError: One line naming :data:`COMPRESSION_FIELD` and the value.
+    """
+    if spec is None:
+        return None
+    text = str(spec).strip()
+    base, ef = (text[: -len("+ef")], True) if text.endswith("+ef") else (text, False)
+    if base in QUANTIZED:
+        return "quantize", QUANTIZED[base], ef
+    if text.startswith("topk:"):
+        value, ef = (text[5 : -len("-noef")], False) if text.endswith("-noef") else (text[5:], True)
+        try:
+            fraction = float(value)
+        except ValueError:
+            fraction = float("nan")
+        if 0.0 < fraction <= 1.0:
+            return "topk", fraction, ef
+        raise ValueError(f"{COMPRESSION_FIELD}: the top-k fraction must be in (0, 1], got {spec!r}")
+    raise ValueError(f"{COMPRESSION_FIELD} must be one of {COMPRESSION_EXAMPLES}, got {spec!r}")
+
+
+def compression_problems(spec: str | None) -> list[str]:
+    """``[]`` if ``spec`` names a compressor (or is ``None``), else its one-line error."""
+    try:
+        parse_compression(spec)
+    except ValueError as err:
+        return [str(err)]
+    return []
