@@ -9,7 +9,7 @@ cut inside the module) passes it. Here nothing of the mechanism is the auditor's
 * **Client level** (:func:`client_level_run`): the shipped config (``feddpo_dp``, ``secagg``) is
   parsed by the CLI's own parser (:func:`lightning_fed.run_parser.parse_run`, a tiny backbone in
   place of the GGUF one: the backbone never enters the server's half), and each federation is the
-  run's own :meth:`~lightning_fed.federation.run.FederatedRun.server_round`: its
+  run's own :func:`~lightning_fed.run_factory.server_round`: its
   :class:`~lightning_fed.privacy.RunPrivacy` plans ``z`` from the budget and draws the run's secret,
   the server samples the round's clients from it, admits each update (``send``/``receive``) and
   ``close``\\ s the round through the configured strategy (``ClientLevelDP`` with its adaptive clip
@@ -93,6 +93,7 @@ sys.path.insert(0, str(ROOT))
 
 from audit_stats import largest_showable, one_run_audit  # noqa: E402  (a sibling file)
 
+from lightning_fed import run_factory  # noqa: E402
 from lightning_fed.datamodules.round_sampler import RoundBatchSampler  # noqa: E402
 from lightning_fed.federation.sampling import poisson_sample_clients  # noqa: E402
 from lightning_fed.federation.turn import TurnPlan  # noqa: E402
@@ -313,7 +314,7 @@ class Federation:
         run = parsed.run
         self.run = dataclasses.replace(run, strategy=copy.deepcopy(run.strategy))
         self.n = int(cfg["data"]["init_args"]["num_clients"])
-        self.server = self.run.server_round()
+        self.server = run_factory.server_round(self.run)
         self.server.bind(self.n)
         self.dp = client_level_dp(self.server.strategy)
         self.clip0 = self.dp.clip_norm
@@ -410,7 +411,7 @@ def _known_sample_score(fed: Federation, steps: list[torch.Tensor]) -> torch.Ten
     its spread over the canary coordinates (nearly all noise) and ``mu = 1 / z``, the shift one
     clipped update makes (``z``: the noise multiplier the run reports)."""
     total = torch.zeros(fed.n + 1, dtype=torch.float64)
-    seed, rate = fed.run.resolved_seed, float(fed.run.sampling_rate)
+    seed, rate = run_factory.resolved_seed(fed.run), float(fed.run.sampling_rate)
     mu = 1.0 / float(fed.server.privacy.client_noise_multiplier)
     for t, s in enumerate(steps):
         sampled = poisson_sample_clients(fed.n, rate, seed, t)

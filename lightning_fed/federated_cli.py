@@ -3,7 +3,7 @@
 ``lightning-fed fit --config demo`` builds the model (a
 :class:`~lightning_fed.modules.FederatedModule` subclass), the data (a
 :class:`~lightning_fed.datamodules.FederatedDataModule` subclass) and the run
-(:class:`~lightning_fed.federation.run.FederatedRun`, the ``federation:`` section), which a
+(:class:`~lightning_fed.run.FederatedRun`, the ``federation:`` section), which a
 :class:`~lightning_fed.callbacks.FederatedLoop` callback runs; then fits.
 Every option is listed by ``lightning-fed fit --help``. The process around it (exit status,
 one-line errors, signals, the other subcommands) is :mod:`lightning_fed.cli`.
@@ -19,7 +19,6 @@ from typing import Any, NoReturn
 
 import fsspec
 import yaml
-from jsonargparse import Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -28,7 +27,6 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning_fed import console
 from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
 from lightning_fed.callbacks.signals import ProcessSignals
-from lightning_fed.config_values import non_finite_problem
 from lightning_fed.console import PROG
 from lightning_fed.datamodules import FederatedDataModule
 from lightning_fed.errors import (
@@ -43,7 +41,6 @@ from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
-from lightning_fed.federation.run_checks import federation_problem
 from lightning_fed.federation.run_folder import RunConfigFile
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
@@ -52,10 +49,15 @@ from lightning_fed.pipelines import prepare_stages
 from lightning_fed.privacy.run import privacy_enabled
 from lightning_fed.privacy.secret import check_checkpoint_key
 from lightning_fed.report.closing import closing_line  # what fit says last
-from lightning_fed.run_parser import add_federation_arguments
+from lightning_fed.run_parser import (
+    SEED_DEFAULT,
+    TRAINER_DEFAULTS,
+    add_federation_arguments,
+    config_problem,
+    seed_problem,
+)
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names
-from lightning_fed.trainer_options import trainer_option_problem
 
 LOG_EVERY_N_STEPS = 50
 """Lightning's default ``trainer.log_every_n_steps``; a run logs at least once per client turn."""
@@ -137,27 +139,15 @@ class FederatedCLI(LightningCLI):
     def _set_seed(self) -> None:
         # numpy's bounds, named: Lightning's message ("-1 is not in bounds, numpy accepts from 0
         # to 4294967295") does not say which option (found by tests/boundary/test_configs.py).
-        seed = self._get(self.config, "seed_everything")
-        if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed <= 2**32 - 1:
-            raise UserError(f"seed_everything must be in [0, {2**32 - 1}], got {seed}")
+        if problem := seed_problem(self._get(self.config, "seed_everything")):
+            raise UserError(problem)
         super()._set_seed()
 
     def before_instantiate_classes(self) -> None:
-        # One check for every float option (lr, beta, mu, alpha, max_update_norm...): NaN passes
-        # `lr <= 0` and inf passes most bounds.
+        # The checks every reader of a config makes (run_parser.config_problem), before anything is built.
         config = self.config[self.subcommand] if self.subcommand else self.config
-        if problem := non_finite_problem(config):  # the precheck's own check (lightning_fed/config_values.py)
+        if problem := config_problem(config, fit=self.subcommand == "fit"):
             raise UserError(problem)
-        trainer = config.get("trainer")
-        if problem := trainer_option_problem(vars(trainer) if isinstance(trainer, Namespace) else trainer or {}):
-            raise UserError(problem)  # the Trainer's own bounds, before it (or the backbone) is built
-        if self.subcommand == "fit" and (problem := federation_problem(config.get("federation"))):
-            raise UserError(problem)  # strategy, hooks, compression, privacy: before the backbone loads
-        if config.get("trainer.use_distributed_sampler"):  # the default here is False (trainer_defaults)
-            raise UserError(
-                "trainer.use_distributed_sampler must be false (the round loader splits each batch over the"
-                " DDP processes itself), got True"
-            )
 
     def instantiate_classes(self) -> None:
         # jsonargparse wraps a constructor's ValueError ("model.lr must be > 0, got -0.1") in a
@@ -357,15 +347,13 @@ def run_cli(args: list[str] | None = None, run: bool = True, signals: ProcessSig
                 for name, text in SUBCOMMANDS.items()
             },
         },
-        # A full evaluation before round 1 gives the `initial` metrics of summary.json. The
-        # round's loader is rank-aware (RoundBatchSampler): no DistributedSampler from Lightning.
-        trainer_defaults={"num_sanity_val_steps": -1, "use_distributed_sampler": False},
+        trainer_defaults=TRAINER_DEFAULTS,  # the same as every reader's (run_parser)
         # No `--optimizer` / `--lr_scheduler`: each objective builds its own optimizer from
         # `model.optimizer` and `model.lr` (one per client turn); Lightning's would replace the
         # module's `configure_optimizers`. Their pages listed every Optimizer subclass imported
         # at the time (accelerate's, bitsandbytes'), which tied `fit --help` to those versions.
         auto_configure_optimizers=False,
-        seed_everything_default=0,
+        seed_everything_default=SEED_DEFAULT,
         save_config_callback=RunConfigFile,  # an earlier run's config.yaml is replaced after a round
         save_config_kwargs={"overwrite": True},
         args=args,

@@ -239,7 +239,7 @@ FEDERATION = (
     at_least("federation.max_update_norm", 0, low_open=True, nullable=True),
     one_of("federation.on_large_update", SCREENING_MODES),
 )
-""":class:`~lightning_fed.federation.config.FederationConfig`'s plain-data fields with a range
+""":class:`~lightning_fed.run_config.FederationConfig`'s plain-data fields with a range
 or choices (not a class: the section is the same for every run)."""
 EVALUATION = (
     one_of("federation.eval_clients", EVAL_CLIENTS_CHOICES, nullable=True),

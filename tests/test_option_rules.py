@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import lightning_fed.datamodules as datamodules
 import lightning_fed.modules as modules
 from lightning_fed.config_values import Merged
-from lightning_fed.federation.config import FederationConfig
+from lightning_fed.run_config import FederationConfig
 from lightning_fed.modules.backbone import DTYPES
 from lightning_fed.option_rules import (
     DATA_RULES,

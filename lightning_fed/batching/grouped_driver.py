@@ -20,11 +20,11 @@ from typing_extensions import override
 from lightning_fed.batching.batched_turns import TurnGroup, warn_fallback
 from lightning_fed.batching.fallback import batching_fallback
 from lightning_fed.batching.group_size import expected_clients
-from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.round_plan import GroupPlan
 from lightning_fed.federation.turn import ClientTurn, TurnPlan
 from lightning_fed.planning.group import run_group_size
+from lightning_fed.run_config import FederationConfig
 
 
 class GroupedTurns(TurnDriver):

@@ -20,6 +20,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
+from lightning_fed import run_factory
 from lightning_fed.batching.group_size import group_turns
 from lightning_fed.batching.grouped_driver import GroupedTurns
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
@@ -36,9 +37,9 @@ from lightning_fed.federation.hooks import (
 )
 from lightning_fed.federation.report import totals_only
 from lightning_fed.federation.round_plan import RoundPlan, poisson_batch_seed
-from lightning_fed.federation.run import FederatedRun
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import instructed_steps
+from lightning_fed.run import FederatedRun
 from lightning_fed.state import clone_state, state_nbytes
 
 
@@ -58,9 +59,9 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
     inject its ``DistributedSampler`` into that batch sampler (a ``TypeError`` naming the flag).
 
     Args:
-        run: The run (:class:`~lightning_fed.federation.run.FederatedRun`: the ``federation:``
+        run: The run (:class:`~lightning_fed.run.FederatedRun`: the ``federation:``
             section, its strategy, hooks and privacy budget); the loop runs it and holds the
-            server half :meth:`~lightning_fed.federation.run.FederatedRun.server_round` builds
+            server half :func:`~lightning_fed.run_factory.server_round` builds
             (``loop.server``). Instead of a run, its settings may be given by name
             (``FederatedLoop(rounds=2, strategy=Scaffold())`` is ``FederatedLoop(FederatedRun(...))``).
     """
@@ -72,7 +73,7 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
             raise TypeError(f"FederatedLoop takes a FederatedRun or its settings, not both (got {sorted(settings)})")
         self.run = run
         self.config = run.config
-        super().__init__(run.server_round(), run.store(), run.evaluation_plan())
+        super().__init__(run_factory.server_round(run), run_factory.store(run), run_factory.evaluation_plan(run))
         self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
         self._plan: RoundPlan | None = None  # the round decided last (next_round)
 
@@ -220,8 +221,8 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
     def new_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
         cid = plan.client_id
         size = self.datamodule.client_sizes[cid]
-        return self.run.client_turn(
-            cid, trainer.current_epoch, self.store, size, self.initial_personal, pl_module, self.seed
+        return run_factory.client_turn(
+            self.run, cid, trainer.current_epoch, self.store, size, self.initial_personal, pl_module, self.seed
         )
 
     @override

@@ -34,12 +34,17 @@ from lightning_fed.compression.compressor import (
     decode_update,
     encode_update,
 )
+from lightning_fed.run_options import (
+    COMPRESSION_EXAMPLES,
+    COMPRESSION_FIELD,
+    compression_problems,
+    parse_compression,
+)
 from lightning_fed.state import StateDict
 from lightning_fed.strategies.base import AggregationError, ClientUpdate
 
-SPEC_FIELD = "federation.compression"
-QUANTIZED = {"int8": 8, "int4": 4}
-EXAMPLES = "int8, int8+ef, int4, int4+ef, topk:<fraction> or topk:<fraction>-noef"
+SPEC_FIELD = COMPRESSION_FIELD
+EXAMPLES = COMPRESSION_EXAMPLES
 
 
 def compressor_from_spec(spec: str | None) -> UpdateCompressor | None:
@@ -48,31 +53,17 @@ def compressor_from_spec(spec: str | None) -> UpdateCompressor | None:
     Raises:
         ValueError: One line naming :data:`SPEC_FIELD` and the value.
     """
-    if spec is None:
+    parsed = parse_compression(spec)  # the spec's grammar, checked without torch (lightning_fed/run_options.py)
+    if parsed is None:
         return None
-    text = str(spec).strip()
-    base, ef = (text[: -len("+ef")], True) if text.endswith("+ef") else (text, False)
-    if base in QUANTIZED:
-        return BlockwiseQuantization(bits=QUANTIZED[base], error_feedback=ef)
-    if text.startswith("topk:"):
-        value, ef = (text[5 : -len("-noef")], False) if text.endswith("-noef") else (text[5:], True)
-        try:
-            fraction = float(value)
-        except ValueError:
-            fraction = float("nan")
-        if 0.0 < fraction <= 1.0:
-            return TopKSparsification(fraction=fraction, error_feedback=ef)
-        raise ValueError(f"{SPEC_FIELD}: the top-k fraction must be in (0, 1], got {spec!r}")
-    raise ValueError(f"{SPEC_FIELD} must be one of {EXAMPLES}, got {spec!r}")
+    kind, amount, ef = parsed
+    if kind == "quantize":
+        return BlockwiseQuantization(bits=int(amount), error_feedback=ef)
+    return TopKSparsification(fraction=amount, error_feedback=ef)
 
 
-def spec_problems(spec: str | None) -> list[str]:
-    """``[]`` if ``spec`` names a compressor (or is ``None``), else its one-line error."""
-    try:
-        compressor_from_spec(spec)
-    except ValueError as err:
-        return [str(err)]
-    return []
+spec_problems = compression_problems
+"""``[]`` if a spec names a compressor (or is ``None``), else its one-line error."""
 
 
 def compress_client_update(

@@ -44,6 +44,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log as flwr_log
 
+from lightning_fed import run_factory
 from lightning_fed.deploy.client import ClientRunner
 from lightning_fed.deploy.records import (
     CONFIG,
@@ -63,8 +64,8 @@ from lightning_fed.deploy.records import (
 from lightning_fed.deploy.secure_aggregation_flower import contribution_reply, is_secure, secure_train_mod
 from lightning_fed.deploy.server import FederatedServer
 from lightning_fed.errors import UserError
-from lightning_fed.federation.run import FederatedRun
 from lightning_fed.privacy.dp_sgd import ExampleLevelDP
+from lightning_fed.run import FederatedRun
 from lightning_fed.run_parser import parse_run
 from lightning_fed.shipped_configs import resolve_config
 
@@ -89,7 +90,9 @@ def _runner(config: str, overrides: str, run_id: int = 0) -> ClientRunner:
     module, datamodule, run, trainer_config = load_run(config, overrides)
     runner = ClientRunner(module, datamodule, run, trainer_kwargs=trainer_config)
     if isinstance(module, ExampleLevelDP):  # DP-SGD's plan (delta, rounds, steps): each client calibrates its own z
-        run.run_privacy().plan_example_budget(module, datamodule.num_clients, datamodule.batch_size, run.rounds)
+        run_factory.run_privacy(run).plan_example_budget(
+            module, datamodule.num_clients, datamodule.batch_size, run.rounds
+        )
     flwr_log(
         INFO,
         "[lightning-fed] client runner built (backbone loaded) for run %s in %.2fs, pid %d",

@@ -33,17 +33,18 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
+from lightning_fed import run_factory
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.hooks import Payload, answer_query, prepare_client
 from lightning_fed.federation.report import RoundReport, bucket_count
 from lightning_fed.federation.round_plan import FixedPlan, RoundPlan, poisson_batch_seed
-from lightning_fed.federation.run import FederatedRun
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import CUT_SHORT, LOCAL_STEPS, instructed_budget, instructed_steps
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.privacy.run import privacy_enabled
+from lightning_fed.run import FederatedRun
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import ClientUpdate, Strategy
 from lightning_fed.strategies.lora_factors import match_rank
@@ -149,10 +150,10 @@ class ClientRunner:
     Args:
         module: The local objective (its backbone stays loaded between rounds).
         datamodule: The federated data; this machine uses only its clients' part.
-        run: The run (:class:`~lightning_fed.federation.run.FederatedRun`: rounds, local steps or
+        run: The run (:class:`~lightning_fed.run.FederatedRun`: rounds, local steps or
             epochs, compression, the strategy's client side, the round hooks' client half).
         seed: The federation seed as the server resolved it (default: ``run.seed``, else the
-            run's ``seed_everything`` value: :attr:`~lightning_fed.federation.run.FederatedRun.resolved_seed`).
+            run's ``seed_everything`` value: :func:`~lightning_fed.run_factory.resolved_seed`).
         trainer_kwargs: Extra ``Trainer`` arguments for local training (precision...).
     """
 
@@ -168,7 +169,7 @@ class ClientRunner:
         self.run = run
         self.strategy: Strategy = run.strategy
         self.hooks = run.hooks
-        self.seed = run.resolved_seed if seed is None else seed  # as ServerRound.seed
+        self.seed = run_factory.resolved_seed(run) if seed is None else seed  # as ServerRound.seed
         self.local_steps, self.local_epochs = run.local_steps, run.local_epochs
         #: ``federation.privacy.report_validation``: in a private run, whether the client sends its
         #: validation means (with a bucketed count) at all.
@@ -247,8 +248,8 @@ class ClientRunner:
         )  # prepare_client sees the state the server sent, as in-process
         prepare_client(self.hooks, self.module, data, client_id, round_idx, instructions or {})
         num_examples = self.datamodule.client_sizes[client_id]
-        turn = self.run.client_turn(
-            client_id, round_idx, store, num_examples, self.initial_personal, self.module, self.seed
+        turn = run_factory.client_turn(
+            self.run, client_id, round_idx, store, num_examples, self.initial_personal, self.module, self.seed
         )
         # Lightning's accumulation and a manual-optimization module's own, as in the simulation.
         accumulate = int(self.trainer_kwargs.get("accumulate_grad_batches", 1))
@@ -283,7 +284,7 @@ class ClientRunner:
         (the in-process report's rule; see the module docstring).
         """
         self._check_client(client_id)
-        private = self.run.is_private(self.module)
+        private = run_factory.is_private(self.run, self.module)
         if private and not self.report_validation:
             return {}, 0
         self.module.load_state(match_rank(state, self.module.shared_parameters()))  # a rank-r_k client: padded

@@ -1,7 +1,7 @@
 """Our server strategy inside a Flower strategy, for real multi-machine runs.
 
 :class:`FederatedServer` is a ``flwr.serverapp.strategy.Strategy`` built from the run's
-:class:`~lightning_fed.federation.run.FederatedRun` (no Trainer). Its rounds follow the
+:class:`~lightning_fed.run.FederatedRun` (no Trainer). Its rounds follow the
 in-process ``FederatedLoop`` exactly: the same clients are
 sampled (a pure function of seed and round), each gets ``strategy.client_model`` and
 ``strategy.downlink``, replies are checked with
@@ -48,6 +48,7 @@ from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from lightning_fed import run_factory
 from lightning_fed.deploy.failure_cause import failure_cause
 from lightning_fed.deploy.partitions import discover_partitions
 from lightning_fed.deploy.queries import ask_clients
@@ -56,8 +57,8 @@ from lightning_fed.deploy.tasks import Task, checked_update, new_task, unbound, 
 from lightning_fed.deploy.train_rounds import TrainRound, choose_train_round
 from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.hooks import Payload, payload_nbytes
-from lightning_fed.federation.run import FederatedRun
 from lightning_fed.modules.base import FederatedModule
+from lightning_fed.run import FederatedRun
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import AggregationError
 
@@ -65,13 +66,13 @@ __all__ = ["FederatedServer", "round_counts"]
 
 
 class FederatedServer(FlowerStrategy):
-    """Runs a :class:`~lightning_fed.federation.run.FederatedRun`'s rounds over a Flower ``Grid``.
+    """Runs a :class:`~lightning_fed.run.FederatedRun`'s rounds over a Flower ``Grid``.
 
     Args:
         run: The run (the config's ``federation:`` section): its
-            :meth:`~lightning_fed.federation.run.FederatedRun.server_round` (rounds, clients per
+            :func:`~lightning_fed.run_factory.server_round` (rounds, clients per
             round, strategy, hooks, seed, min_clients, privacy) runs the rounds here (``server.server``)
-            and its :meth:`~lightning_fed.federation.run.FederatedRun.evaluation_plan` decides
+            and its :func:`~lightning_fed.run_factory.evaluation_plan` decides
             which clients evaluate (``server.evaluation``), as in process.
         module: The server's copy of the model: its shared parameters are the initial global
             state, round hooks work on it, and the final adapter is saved from it.
@@ -94,7 +95,7 @@ class FederatedServer(FlowerStrategy):
         limits: ReplyLimits | None = None,
         datamodule: Any = None,
     ) -> None:
-        self.run, self.server, self.evaluation = run, run.server_round(), run.evaluation_plan()
+        self.run, self.server, self.evaluation = run, run_factory.server_round(run), run_factory.evaluation_plan(run)
         self.server.bind(num_clients, datamodule, module, engine="flower")  # plans the privacy budget too
         self.save_adapter = run.save_adapter
         self.module, self.num_clients, self.timeout = module, num_clients, timeout

@@ -1,7 +1,6 @@
 """The round engine: the server's half of a round, one client's turn, the round-hook contract,
 client sampling and per-round randomness, client state, update screening and the run's report."""
 
-from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.driver import TurnDriver, find_driver
 from lightning_fed.federation.hooks import Payload, Replies, RoundHook
 from lightning_fed.federation.report import RoundReport
@@ -9,6 +8,7 @@ from lightning_fed.federation.sampling import check_clients_per_round, derive_se
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
+from lightning_fed.run_config import FederationConfig
 
 __all__ = [
     "ClientStateStore",

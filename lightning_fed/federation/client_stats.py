@@ -16,11 +16,10 @@ from typing import Any
 
 import torch
 
+from lightning_fed.run_options import DEFAULT_PER_CLIENT_SCALARS  # noqa: F401 - the run's option
+
 STATS = ("mean", "min", "max", "p10", "p50", "p90")
 """The summary of a metric's distribution over clients, as ``<metric>_client_<stat>``."""
-
-DEFAULT_PER_CLIENT_SCALARS = 32
-"""Per-client TensorBoard scalars while a round reports at most this many clients."""
 
 
 def distribution(values: list[float]) -> dict[str, float]:

@@ -26,12 +26,10 @@ from typing import Any
 import torch
 
 from lightning_fed.federation.sampling import derive_seed
-from lightning_fed.option_rules import EVALUATION
-from lightning_fed.option_rules import problems as rule_problems
+from lightning_fed.run_options import DEFAULT_PANEL_SIZE, EVAL_CLIENTS_CHOICES, evaluation_problems  # noqa: F401
 
 DEFAULT_EVAL_CLIENTS = "panel"
 """``federation.eval_clients`` left unset: a panel during ``fit``; ``validate``/``test`` evaluate all."""
-DEFAULT_PANEL_SIZE = 16  # benchmarks/eval_cost.py: 12% of a round at N=1000 (32: 18%); N <= 16: every client
 PANEL_SALT = 31  # separates the panel draw from client sampling (derive_seed(seed, round))
 PER_CLIENT_ATTR = "evaluates_per_client"
 """Attribute (module or callback) saying that evaluation batches must not mix clients."""
@@ -87,9 +85,8 @@ class EvaluationPlan:
 
     @staticmethod
     def problems(clients: str | None, panel_size: int, every: int) -> list[str]:
-        """Every invalid option, each as a one-line message naming the flag."""
-        values = {"eval_clients": clients, "eval_panel_size": panel_size, "eval_every": every}
-        return rule_problems(EVALUATION, values)  # lightning_fed/option_rules.py, also the precheck's
+        """Every invalid option, each as a one-line message naming the flag (:func:`evaluation_problems`)."""
+        return evaluation_problems(clients, panel_size, every)
 
     def evaluates(self, round_number: int) -> bool:
         """Whether the evaluation after round ``round_number`` (1-based; 0 = initial) runs."""

@@ -116,10 +116,10 @@ class RoundHook:
         """Client half, once per client process (in process: once per fit, on the same module)."""
 
     def check_run(self, run: Any) -> None:
-        """Before the model or the data is built (:mod:`~lightning_fed.federation.run_checks`):
+        """Before the model or the data is built (:mod:`~lightning_fed.run_checks`):
         raise a one-line ``ValueError`` (or ``TypeError``) for a conflict with the run's other settings (its
         ``strategy``, ``compression``, ``privacy``: ``run`` is the
-        :class:`~lightning_fed.federation.run.FederatedRun`)."""
+        :class:`~lightning_fed.run.FederatedRun`)."""
 
     def check_server(self, server: ServerRound) -> None:
         """Server half, when the run is bound to its clients (``server.num_clients``,

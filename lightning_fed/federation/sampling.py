@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from lightning_fed.federation.secret_seed import SecretSeed, permutation, uniform
-from lightning_fed.option_rules import SAMPLINGS
+from lightning_fed.run_options import SAMPLINGS  # noqa: F401 - declared with the run's options
 
 _POISSON_TAG = 0x5053  # keeps the Poisson draws apart from the fixed-size ones of the same round
 

@@ -20,10 +20,9 @@ from dataclasses import replace
 
 from torch import Tensor
 
-from lightning_fed.option_rules import SCREENING_MODES
+from lightning_fed.run_options import LARGE_UPDATE_MODES as MODES  # noqa: F401 - the run's option
 from lightning_fed.strategies.base import AggregationError, ClientUpdate
 
-MODES = SCREENING_MODES  # declared in lightning_fed/option_rules.py (the precheck reads it without torch)
 #: What a private run says of a rejected update: neither the client nor its norm (a per-client
 #: figure of its data that no epsilon covers); the run's total is in ``summary.json``'s faults.
 PRIVATE_REJECTION = "an update was rejected (a private run names neither the client nor its norm)"

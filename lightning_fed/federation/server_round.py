@@ -32,7 +32,7 @@ from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strate
 
 if TYPE_CHECKING:
     from lightning_fed.compression import UpdateCompressor
-    from lightning_fed.federation.config import FederationConfig
+    from lightning_fed.run_config import FederationConfig
 
 Ask = Callable[[int, dict[int, Payload]], dict[int, Payload]]
 """How a transport gets one hook's queries answered: ``(hook index, {client: query}) -> {client: reply}``."""
@@ -136,7 +136,7 @@ class ServerRound:
         compressor: UpdateCompressor | None = None,
     ) -> ServerRound:
         """The server half of a run described by ``config`` (both transports build it so, through
-        :meth:`~lightning_fed.federation.run.FederatedRun.server_round`, which gives the run's
+        :func:`~lightning_fed.run_factory.server_round`, which gives the run's
         ``compressor``, parsed once; without one it is parsed from ``config.compression``)."""
         screen = UpdateScreen(config.max_update_norm, config.on_large_update)
         if compressor is None:

@@ -1,7 +1,8 @@
 """``lightning-fed plan --config X``: a client's memory and a round's traffic, before running.
 
-Reads the run's YAML config as plain data (nothing is instantiated, no weight is loaded) and
-prints :func:`~lightning_fed.planning.estimate.estimate`'s items::
+Reads the run's config as ``lightning-fed fit`` does (:func:`plan_config`: one parser, the same
+defaults and checks; the run and the data module are built, no weight is loaded) and prints
+:func:`~lightning_fed.planning.estimate.estimate`'s items::
 
     lightning-fed plan --config configs/fedpdpo.yaml
     python -m lightning_fed.planning.cli --config configs/demo.yaml --quantization nf4 --activation-checkpointing
@@ -15,43 +16,57 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 from lightning_fed.planning.estimate import PlanInputs, estimate, model_shape, module_inputs, objective_of
+from lightning_fed.run import FederatedRun
+from lightning_fed.run_checks import inner_strategy
+from lightning_fed.strategies.scaffold import Scaffold
 
 PRECISION_DTYPES = {"bf16-true": "bfloat16", "16-true": "float16", "bf16": "bfloat16", "bf16-mixed": "bfloat16"}
 
 
-def _args(section: Any) -> dict[str, Any]:
-    if not isinstance(section, dict):
-        return {}
-    return dict(section.get("init_args") or {k: v for k, v in section.items() if k != "class_path"})
+def plan_config(config: str) -> tuple[dict[str, Any], FederatedRun]:
+    """``config`` (a YAML path or a shipped config's name) as ``lightning-fed fit`` reads it: parsed
+    by :func:`~lightning_fed.run_parser.parse_config` (every default applied once, every check
+    ``fit`` makes before it builds anything), its :class:`FederatedRun` and its data module built
+    (their own checks); no weight is loaded. Returns the parsed config as plain data and the run.
+
+    Raises:
+        ValueError: A problem ``fit`` reports, in its words.
+    """
+    from lightning_fed.run_parser import build_data, build_run, parse_config
+
+    parsed = parse_config(config)
+    run = build_run(parsed.get("federation"))
+    build_data(parsed)  # data.batch_size, data.max_length...: the data module's own bounds
+    return parsed.as_dict(), run
 
 
-def inputs_from_config(config: dict[str, Any]) -> tuple[dict[str, Any], PlanInputs]:
-    """``(backbone section, PlanInputs)`` read from a parsed ``lightning-fed`` YAML config."""
-    model = config.get("model") or {}
-    margs = _args(model)
+def inputs_from_config(config: dict[str, Any], run: FederatedRun) -> tuple[dict[str, Any], PlanInputs]:
+    """``(backbone section, PlanInputs)`` of a parsed config (:func:`plan_config`) and its run."""
+    model = config["model"]
+    margs = model["init_args"]
     backbone = margs.get("backbone")
     if not isinstance(backbone, dict):
         raise ValueError("model.init_args.backbone: missing; the planner needs the backbone section")
-    data = _args(config.get("data"))
-    fed = config.get("federation") or {}
-    trainer = config.get("trainer") or {}
-    strategy = fed.get("strategy") or {}
-    strategy_name = strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy)
-    dtype = backbone.get("dtype") or PRECISION_DTYPES.get(str(trainer.get("precision")), "float32")
+    data = config["data"]["init_args"]
+    precision = str((config.get("trainer") or {}).get("precision"))
+    dtype = (
+        backbone["dtype"]
+        if backbone.get("dtype") not in (None, "float32")
+        else PRECISION_DTYPES.get(precision, "float32")
+    )
     return backbone, module_inputs(
         margs,
         backbone,
         margs.get("lora") or {},
-        batch_size=data.get("batch_size", 4),
-        max_length=data.get("max_length", 512),
-        objective=objective_of(str(model.get("class_path", ""))),
+        batch_size=data["batch_size"],
+        max_length=data["max_length"],
+        objective=objective_of(str(model["class_path"])),
         dtype=dtype,
-        clients_per_round=int(fed.get("clients_per_round", 2)),
-        scaffold="scaffold" in strategy_name.lower(),
+        clients_per_round=run.clients_per_round,
+        scaffold=isinstance(inner_strategy(run.strategy), Scaffold),
     )
 
 
@@ -59,28 +74,14 @@ def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-def value_problems(config: dict[str, Any], args: argparse.Namespace) -> list[str]:
-    """Every size the plan is computed from that no run could have, each naming its option.
-
-    A command-line option is named as given (``--batch-size``), a config value by its key
-    (``data.batch_size``, as ``fit`` names it); the values fit refuses are refused here too, before any
-    shape is read (a batch of 0 used to reach the activation count as a RuntimeError).
-    """
-    data, fed = _args(config.get("data")), config.get("federation") or {}
+def value_problems(args: argparse.Namespace) -> list[str]:
+    """Every size given on the command line that no run could have, each naming its option
+    (``--batch-size``); the config's own values are checked as ``fit`` checks them (:func:`plan_config`)."""
     problems = []
     for flag, dest, least in (("--batch-size", "batch_size", 1), ("--max-length", "max_length", 2)):
         given = getattr(args, dest)  # the same bounds as the data module's (data.batch_size >= 1, ...)
-        name, value = (flag, given) if given is not None else (f"data.{dest}", data.get(dest))
-        if (given is not None or dest in data) and not (_positive_int(value) and value >= least):
-            problems.append(f"{name} must be an integer >= {least}, got {value!r}")
-    if not isinstance(fed, dict):
-        fed = {}
-    cpr = fed.get("clients_per_round", 2)
-    if not _positive_int(cpr):
-        problems.append(f"federation.clients_per_round must be an integer >= 1, got {cpr!r}")
-    k = fed.get("batch_clients")
-    if k is not None and k not in ("off", "auto") and not _positive_int(k):
-        problems.append(f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {k!r}")
+        if given is not None and not (_positive_int(given) and given >= least):
+            problems.append(f"{flag} must be an integer >= {least}, got {given!r}")
     if args.runtime_mb is not None and not (math.isfinite(args.runtime_mb) and args.runtime_mb >= 0):
         problems.append(f"--runtime-mb must be a finite number >= 0, got {args.runtime_mb}")
     return problems
@@ -102,10 +103,10 @@ def _mb(n: float) -> str:
 
 
 def group_lines(shape: Any, p: PlanInputs, batch_clients: Any) -> list[str]:
-    """The printout's part for ``federation.batch_clients`` (none when it is unset or ``off``)."""
+    """The printout's part for ``federation.batch_clients`` (none when it is ``off``)."""
     from lightning_fed.planning.group import batched_group_size, estimate_group
 
-    if batch_clients in (None, "off"):
+    if batch_clients == "off":
         return []
     if batch_clients == "auto":
         k, how = batched_group_size(shape, p, p.clients_per_round), "the largest that fits this machine's memory"
@@ -175,7 +176,7 @@ def main(argv: list[str]) -> int:
         0 on success, 2 for a problem with the arguments or the config.
     """
     parser = argparse.ArgumentParser(prog="lightning-fed plan", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="a lightning-fed YAML config")
+    parser.add_argument("--config", required=True, help="a lightning-fed YAML config, or a shipped config's name")
     parser.add_argument("--batch-size", type=int, help="sequences (pairs) per local step")
     parser.add_argument("--max-length", type=int, help="tokens per sequence")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
@@ -188,22 +189,10 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0) and 2
     try:
-        import yaml
-
-        path = Path(args.config)
-        if not path.is_file():
-            raise ValueError(f"--config: no file {args.config!r}")
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as err:
-            raise ValueError(f"--config {args.config!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
-        except yaml.YAMLError as err:
-            raise ValueError(f"--config {args.config!r} is not valid YAML ({' '.join(str(err).split())})") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ValueError(f"--config {args.config!r} holds a {type(loaded).__name__}, expected a mapping")
-        if problems := value_problems(loaded or {}, args):
+        if problems := value_problems(args):
             raise ValueError("; ".join(problems))
-        backbone, p = inputs_from_config(loaded or {})
+        config, run = plan_config(args.config)
+        backbone, p = inputs_from_config(config, run)
         for opt, field_name in (
             ("batch_size", "batch_size"),
             ("max_length", "max_length"),
@@ -217,7 +206,7 @@ def main(argv: list[str]) -> int:
         if args.runtime_mb is not None:
             p.runtime_bytes = int(args.runtime_mb * 2**20)
         length_from = "--max-length" if args.max_length is not None else "data.max_length"
-        print(report(backbone, p, ((loaded or {}).get("federation") or {}).get("batch_clients"), length_from))
+        print(report(backbone, p, run.batch_clients, length_from))
     except (ValueError, OSError) as err:
         print(f"lightning-fed plan: error: {err}", file=sys.stderr)
         return 2

@@ -67,7 +67,10 @@ def test_trainer_check_val_every_n_epoch_counts_as_eval_every():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"eval_clients": "first"}, "federation.eval_clients must be one of ('all', 'sampled', 'panel') or null, got 'first'"),
+        (
+            {"eval_clients": "first"},
+            "federation.eval_clients must be one of ('all', 'sampled', 'panel') or null, got 'first'",
+        ),
         ({"eval_panel_size": 0}, "federation.eval_panel_size must be >= 1, got 0"),
         ({"eval_every": 0}, "federation.eval_every must be >= 1, got 0"),
     ],

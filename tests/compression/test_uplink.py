@@ -6,7 +6,7 @@ import torch
 from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.compression import RESIDUAL_PREFIX, BlockwiseQuantization, TopKSparsification, quantized_nbytes
 from lightning_fed.compression.uplink import compress_client_update, compressor_from_spec, decompress_client_update
-from lightning_fed.federation.config import FederationConfig
+from lightning_fed.run_config import FederationConfig
 from lightning_fed.strategies import AggregationError, ClientUpdate, FedAvg
 from tests.helpers.runs import fit, preference_data, tiny_dpo
 

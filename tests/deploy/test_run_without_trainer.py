@@ -9,9 +9,10 @@ import json
 
 import lightning.pytorch as pl
 
+from lightning_fed import run_factory
 from lightning_fed.deploy.apps import client_app, load_run
 from lightning_fed.deploy.server import FederatedServer
-from lightning_fed.federation.run import FederatedRun
+from lightning_fed.run import FederatedRun
 from tests.helpers.flower_grid import InProcessGrid
 from tests.test_import_graph import import_graph
 
@@ -58,7 +59,7 @@ def test_the_flower_server_builds_no_trainer(tmp_path, monkeypatch):
     module, datamodule, run, trainer_config = load_run(CONFIG, overrides)
     assert isinstance(run, FederatedRun) and run.rounds == 1 and trainer_config["default_root_dir"] == "runs/tiny"
     server = FederatedServer(run, module, datamodule.num_clients, tmp_path / "flower", timeout=30)
-    assert server.server.hooks is run.hooks and server.server.compressor is run.compressor
+    assert server.server.hooks is run.hooks and type(server.server.compressor) is type(run_factory.compressor(run))
     grid = InProcessGrid(client_app, datamodule.num_clients, {"config": CONFIG, "overrides": overrides})
     server.start(grid, min_nodes=datamodule.num_clients)
     summary = json.loads((tmp_path / "flower" / "summary.json").read_text())

@@ -19,8 +19,8 @@ from lightning_fed.deploy.records import to_arrays
 from lightning_fed.deploy.server import FederatedServer
 from lightning_fed.deploy.train_rounds import HOOK_PATHS, PlainRound, TrainRound, choice, choose_train_round
 from lightning_fed.federation.hooks import RoundHook
-from lightning_fed.federation.run import FederatedRun
 from lightning_fed.heterogeneity import AsyncArrivals, SystemHeterogeneity
+from lightning_fed.run import FederatedRun
 from lightning_fed.strategies import FedBuff
 from tests.deploy.test_server_replies import CONFIG_PATH, NUM_CLIENTS, ScriptedGrid, _train_replies, honest_eval
 

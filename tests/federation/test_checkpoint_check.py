@@ -18,6 +18,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lightning_fed import run_factory
 from lightning_fed.errors import CheckpointError
 from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import read_checkpoint
@@ -41,7 +42,7 @@ def run(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = next(root.rglob("last.ckpt")).read_bytes()
     parsed = parse_run(str(ROOT / "configs" / "tiny.yaml"), STRATEGY)
-    return data, parsed.module, parsed.run.server_round()
+    return data, parsed.module, run_factory.server_round(parsed.run)
 
 
 PARTS = [

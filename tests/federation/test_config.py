@@ -3,7 +3,7 @@
 import pytest
 
 from lightning_fed.callbacks import FederatedLoop
-from lightning_fed.federation.config import FederationConfig
+from lightning_fed.run_config import FederationConfig
 
 
 def test_problems_are_named_together():

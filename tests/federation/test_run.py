@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lightning_fed import run_factory
 from lightning_fed.callbacks import FederatedLoop
-from lightning_fed.federation import run as run_module
-from lightning_fed.federation import server_round as server_round_module
-from lightning_fed.federation.run import FederatedRun
 from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.privacy import ClientLevelDP
+from lightning_fed.run import FederatedRun
 from lightning_fed.strategies import FedAvg, FedProx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,27 +57,30 @@ def test_the_loop_is_built_from_a_run_or_its_settings_never_both():
         FederatedRun(rounds=0)
 
 
-def test_the_compression_spec_is_parsed_once_per_run(monkeypatch):
+def test_the_compression_spec_is_read_from_the_run_in_one_place(monkeypatch):
+    """The server's decoder and every turn's encoder are built by ``run_factory.compressor`` from
+    ``run.compression`` (no module keeps its own copy of the spec)."""
     calls = []
-    original = run_module.compressor_from_spec
+    original = run_factory.compressor_from_spec
 
     def counted(spec):
         calls.append(spec)
         return original(spec)
 
-    monkeypatch.setattr(run_module, "compressor_from_spec", counted)
-    monkeypatch.setattr(server_round_module, "compressor_from_spec", counted)
+    monkeypatch.setattr(run_factory, "compressor_from_spec", counted)
     run = FederatedRun(rounds=2, compression="int8+ef")
     loop = FederatedLoop(run)
-    turns = [run.client_turn(c, 0, ClientStateStore(), 8, {}, module=None) for c in range(3)]
-    assert calls == ["int8+ef"]
-    assert loop.server.compressor is run.compressor and all(t.compressor is run.compressor for t in turns)
+    turns = [run_factory.client_turn(run, c, 0, ClientStateStore(), 8, {}, module=None) for c in range(3)]
+    assert calls == ["int8+ef"] * 4
+    built = [loop.server.compressor, *(t.compressor for t in turns)]
+    assert all(type(c) is type(built[0]) and vars(c) == vars(built[0]) for c in built)
+    assert built[0].error_feedback and getattr(built[0], "bits", None) == 8
 
 
 def test_is_this_run_private_has_one_answer_for_every_turn():
     plain = FederatedRun(rounds=1)
     private = FederatedRun(rounds=1, strategy=ClientLevelDP(FedAvg(), noise_multiplier=1.0, clip_norm=1.0))
-    assert not plain.is_private(None) and private.is_private(None)
-    assert not plain.client_turn(0, 0, ClientStateStore(), 5, {}, module=None).private
-    turn = private.client_turn(0, 0, ClientStateStore(), 5, {}, module=None)
+    assert not run_factory.is_private(plain, None) and run_factory.is_private(private, None)
+    assert not run_factory.client_turn(plain, 0, 0, ClientStateStore(), 5, {}, module=None).private
+    turn = run_factory.client_turn(private, 0, 0, ClientStateStore(), 5, {}, module=None)
     assert turn.private and turn.num_examples != 5  # a private client reports a bucketed count

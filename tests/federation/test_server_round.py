@@ -106,7 +106,7 @@ def test_clients_per_round_is_checked_against_the_federation():
 
 def test_flower_refuses_a_hook_that_reads_client_data_on_the_server(tmp_path):
     from lightning_fed.deploy.server import FederatedServer
-    from lightning_fed.federation.run import FederatedRun
+    from lightning_fed.run import FederatedRun
 
     class Local(RoundHook):
         def on_client_data(self, server, context, module, round_idx, clients, data):

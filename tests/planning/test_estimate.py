@@ -138,7 +138,10 @@ def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
             "class_path": "lightning_fed.modules.PDPOModule",
             "init_args": {"backbone": {"config": TINY}, "lora": {"r": 2}, "personal_dtype": "bfloat16"},
         },
-        "data": {"init_args": {"batch_size": 3, "max_length": 5}},
+        "data": {
+            "class_path": "lightning_fed.datamodules.PreferenceDataModule",
+            "init_args": {"dataset": "synthetic:preferences", "batch_size": 3, "max_length": 5},
+        },
         "federation": {"clients_per_round": 4},
     }
     path = tmp_path / "run.yaml"
@@ -154,11 +157,12 @@ def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "clients trained together (federation.batch_clients: 8): K = 4 (at most clients_per_round)" in out
     assert main(["--config", str(tmp_path / "nope.yaml")]) == 2
-    assert "--config: no file" in capsys.readouterr().err
-    path.write_text(yaml.safe_dump({"model": {"init_args": {}}}))
+    assert "nope.yaml" in (err := capsys.readouterr().err) and "File does not exist" in err  # as fit says it
+    path.write_text(yaml.safe_dump({**cfg, "model": {"init_args": {}}}))
     assert main(["--config", str(path)]) == 2
     capsys.readouterr()
-    path.write_text(yaml.safe_dump({"model": {"init_args": {"backbone": {"name_or_path": "no-such-org/no-such-lm"}}}}))
+    cfg["model"]["init_args"]["backbone"] = {"name_or_path": "no-such-org/no-such-lm"}
+    path.write_text(yaml.safe_dump(cfg))
     assert main(["--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert "backbone.name_or_path: no config.json for 'no-such-org/no-such-lm'" in err and "backbone.config" in err

@@ -77,7 +77,7 @@ def test_bad_option_as_a_process_exits_2_with_one_line(tmp_path, args, message):
             ("rounds: 3", "rounds: 3\n  batch_clients: x"),
             "federation.batch_clients must be 'off', 'auto' or an integer >= 1, got 'x'",
         ),
-        (("batch_size: 4", "batch_size: 0"), "data.batch_size must be an integer >= 1, got 0"),
+        (("batch_size: 4", "batch_size: 0"), "data.batch_size must be >= 1, got 0"),  # the data module's words, as fit
         (
             ("max_length: 160", "max_length: 512"),
             "data.max_length 512 is longer than the model's 256 positions (gpt2 config);"

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opacus.accountants.utils import get_noise_multiplier
 
-from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.privacy import DPSGDSettings, PrivacyAccountant, PrivacyConfig, calibrate_noise_multiplier
 from lightning_fed.privacy.config import default_delta
 from lightning_fed.privacy.example_budget import ExampleBudget
 from lightning_fed.privacy.run import RunPrivacy
+from lightning_fed.run_config import FederationConfig
 from lightning_fed.strategies import FedAvg
 from lightning_fed.strategies.base import ClientUpdate
 

@@ -6,13 +6,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lightning_fed.federation.config import FederationConfig
 from lightning_fed.federation.hooks import RoundHook
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.privacy import ClientLevelDP, PrivacyAccountant, PrivacyConfig
 from lightning_fed.privacy.channels import PROTECTIONS, ChannelReport
 from lightning_fed.privacy.run import RunPrivacy
 from lightning_fed.round_hooks.client_grouping import ClientGrouping
+from lightning_fed.run_config import FederationConfig
 from lightning_fed.strategies import FedAvg, FedBiscuit, FlexLoRA, FLoRA, HetLoRA
 
 NO_LOGGER = SimpleNamespace(is_global_zero=True, loggers=[], log_dir=None, default_root_dir=None)

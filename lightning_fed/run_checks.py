@@ -1,9 +1,9 @@
 """Conflicts between a run's settings, found from the ``federation:`` section alone.
 
 A conflict between the strategy, the round hooks, the compression and the privacy budget
-needs neither the model nor the data, so it is found before either is built (the CLI calls
-:func:`run_problem` in ``before_instantiate_classes``, on the section instantiated by itself:
-no backbone loads, no folder is made) and again when a Flower server binds the run. Checks that
+needs neither the model nor the data, so it is found before either is built (every reader of a config calls
+:func:`run_problem` through :func:`lightning_fed.run_parser.config_problem`, on the section
+instantiated by itself: no backbone loads, no folder is made) and again when a Flower server binds the run. Checks that
 need the clients' data or the module stay in :meth:`RoundHook.check_server`.
 """
 
@@ -25,11 +25,10 @@ def inner_strategy(strategy: Any) -> Any:
 
 def run_problem(run: Any) -> str | None:
     """The first conflict between the settings of ``run`` (a ``FederatedRun``), or ``None``."""
-    from lightning_fed.deploy.secure_aggregation import SecureAggregation
     from lightning_fed.privacy.client_dp import client_level_dp
 
     strategy = run.strategy
-    if run.compression and isinstance(strategy, SecureAggregation):
+    if run.compression and getattr(strategy, "secure_sum", False):  # the strategy declares it (SecureAggregation)
         return (
             f"federation.compression={run.compression!r} cannot run under federation.strategy=SecureAggregation:"
             " the server sees only the masked sum of the updates, so it cannot decode each client's compressed"
@@ -49,30 +48,3 @@ def run_problem(run: Any) -> str | None:
         except (ValueError, TypeError) as err:  # a hook's one-line refusal
             return str(err)
     return None
-
-
-def federation_problem(section: Any) -> str | None:
-    """:func:`run_problem` of a parsed (not instantiated) ``federation:`` section.
-
-    The section is instantiated on its own (strategy, hooks, privacy: small objects), with the
-    random number generators' states put back afterwards, so the run's model is initialised
-    exactly as without this check.
-    """
-    if section is None:
-        return None
-    from jsonargparse import Namespace
-    from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
-    from lightning.pytorch.cli import LightningArgumentParser
-
-    from lightning_fed.run_parser import add_federation_arguments
-
-    parser = LightningArgumentParser(exit_on_error=False)
-    add_federation_arguments(parser)
-    states = _collect_rng_states()
-    try:
-        run = parser.instantiate_classes(Namespace(federation=section)).federation
-    except Exception:  # noqa: BLE001 - the full instantiation reports a constructor's own error
-        return None
-    finally:
-        _set_rng_states(states)
-    return run_problem(run)

@@ -1,10 +1,10 @@
-"""FederationConfig: how a federated run is organised, as data (litgpt ``args.py`` style).
+"""FederationConfig: how a federated run is organised, as plain data (litgpt ``Config`` style).
 
 One dataclass, validated once in ``__post_init__`` (every problem named by its YAML key, all of
-them in one message). :class:`~lightning_fed.federation.run.FederatedRun` extends it with the
-three settings that are objects (``strategy``, ``hooks``, ``privacy``) and is what the
-``federation:`` section parses into, so the YAML keys under ``federation:`` are the fields of
-the two classes, each declared once; both transports are built from the run.
+them in one message). :class:`~lightning_fed.run.FederatedRun` extends it with the three
+settings that are objects (``strategy``, ``hooks``, ``privacy``) and is what the
+``federation:`` section parses into. Importing this module imports no torch: the choices the
+fields are checked against are :mod:`lightning_fed.run_options`.
 """
 
 from __future__ import annotations
@@ -12,17 +12,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lightning_fed.compression.uplink import spec_problems
-from lightning_fed.federation.client_stats import DEFAULT_PER_CLIENT_SCALARS
-from lightning_fed.federation.evaluation_plan import DEFAULT_PANEL_SIZE, EvaluationPlan
 from lightning_fed.option_rules import FEDERATION
 from lightning_fed.option_rules import problems as rule_problems
+from lightning_fed.run_options import (
+    DEFAULT_PANEL_SIZE,
+    DEFAULT_PER_CLIENT_SCALARS,
+    compression_problems,
+    evaluation_problems,
+)
 
 
 @dataclass(frozen=True)
 class FederationConfig:
     """The ``federation:`` section of a run, less its objects (strategy, hooks, privacy: see
-    :class:`~lightning_fed.federation.run.FederatedRun`)."""
+    :class:`~lightning_fed.run.FederatedRun`)."""
 
     rounds: int = 10
     """Number of communication rounds (sets ``trainer.max_epochs``)."""
@@ -109,7 +112,7 @@ class FederationConfig:
 
     def problems(self) -> list[str]:
         """Every invalid field, each a one-line message naming its ``federation.`` key."""
-        out = EvaluationPlan.problems(self.eval_clients, self.eval_panel_size, self.eval_every)
+        out = evaluation_problems(self.eval_clients, self.eval_panel_size, self.eval_every)
         ranged = rule_problems(FEDERATION, self.__dict__)  # lightning_fed/option_rules.py, also the precheck's
         out += ranged
         steps, epochs = self.local_steps, self.local_epochs
@@ -128,7 +131,7 @@ class FederationConfig:
                 f"federation.min_clients must be in [1, clients_per_round={self.clients_per_round}],"
                 f" got {self.min_clients}"
             )
-        out.extend(spec_problems(self.compression))
+        out.extend(compression_problems(self.compression))
         k = self.batch_clients
         if k not in ("off", "auto") and not (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
             out.append(f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {k!r}")
