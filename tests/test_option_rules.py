@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 import lightning_fed.datamodules as datamodules
 import lightning_fed.modules as modules
 from lightning_fed.config_values import Merged
-from lightning_fed.run_config import FederationConfig
 from lightning_fed.modules.backbone import DTYPES
 from lightning_fed.option_rules import (
     DATA_RULES,
@@ -39,6 +38,7 @@ from lightning_fed.option_rules import (
     Rule,
     class_rules,
 )
+from lightning_fed.run_config import FederationConfig
 
 TINY = {
     "config": {"model_type": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2, "n_positions": 32},
