@@ -16,6 +16,7 @@ LAYERS: list[set[str]] = [
     # 0: plain data and process plumbing, no package below them
     {
         "limits",
+        "option_rules",
         "run_options",
         "run_config",
         "state",
@@ -30,7 +31,7 @@ LAYERS: list[set[str]] = [
     {"strategies"},
     # 2: one-line errors (they name the registry's strategies) and what raises them without torch;
     # the compressed uplink
-    {"errors", "compression", "config_precheck", "model_packages", "shipped_configs"},
+    {"errors", "compression", "config_precheck", "config_values", "model_packages", "shipped_configs"},
     # 3: the engine
     {"federation"},
     # 4: what serves and batches a round's clients

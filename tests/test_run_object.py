@@ -62,6 +62,7 @@ def test_the_run_builds_nothing():
             "dataclasses",
             "typing",
             "lightning_fed.limits",
+            "lightning_fed.option_rules",  # the value rules, torch-free (the precheck's too)
             "lightning_fed.run_config",
             "lightning_fed.run_options",
         }, (name, modules)
