@@ -133,6 +133,11 @@ def _same_class(section: str, a: str, b: str) -> bool:
     return known and a.rpartition(".")[2] == b.rpartition(".")[2]
 
 
+def _init_args_only(value: Any) -> bool:
+    """A class-valued section given as ``{init_args: {...}}`` alone (a file layered over another)."""
+    return isinstance(value, dict) and set(value) == {"init_args"} and isinstance(value["init_args"], dict)
+
+
 def _merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in new.items():
@@ -162,7 +167,10 @@ class Merged:
         if section in SECTIONS:
             new = _class_section(value)
             old = self.sections.get(section)
-            if new is _UNKNOWN or old is _UNKNOWN or old is None:
+            if _init_args_only(value) and isinstance(old, dict):
+                # `model: {init_args: {...}}` over an earlier class: the same class, its values merged
+                self.sections[section] = {**old, "init_args": _merge(old["init_args"], value["init_args"])}
+            elif new is _UNKNOWN or old is _UNKNOWN or old is None:
                 self.sections[section] = new
             elif isinstance(value, dict) and "class_path" not in value:
                 self.sections[section] = _UNKNOWN  # init_args alone: only with a class_path before

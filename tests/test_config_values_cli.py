@@ -95,6 +95,15 @@ def test_a_bad_value_in_a_later_config_file_is_refused(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_init_args_alone_in_a_later_file_apply_to_the_earlier_class(tmp_path):
+    """Found from outside: ``model: {init_args: {lr: -1}}`` layered over ``tiny`` (no ``class_path``)
+    was left to the live parser (same line, 12 s of CPU); the class is the earlier one's."""
+    later = _file(tmp_path, "later.yaml", "model:\n  init_args:\n    lr: -1\ndata:\n  init_args:\n    num_clients: 2\n")
+    proc = _cli(tmp_path, "fit", "--config", "tiny", "--config", later)
+    assert (proc.returncode, proc.stderr) == (2, f"error: model.lr must be in (0, 10.0], got -1.0\n{HINT}\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_later_override_replaces_an_earlier_bad_value(tmp_path):
     bad = _file(tmp_path, "bad.yaml", "federation:\n  rounds: 0\n")
     refused = _cli(tmp_path, "fit", "--config", "tiny", "--config", bad)

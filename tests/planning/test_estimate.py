@@ -107,7 +107,10 @@ def test_lightning_fed_plan_prints_a_7b_qlora_plan_offline(tmp_path):
             "class_path": "lightning_fed.modules.DPOModule",
             "init_args": {"backbone": backbone, "lora": {"r": 16}},
         },
-        "data": {"init_args": {"batch_size": 1, "max_length": 512}},
+        "data": {
+            "class_path": "lightning_fed.datamodules.PreferenceDataModule",
+            "init_args": {"dataset": "synthetic:preferences", "batch_size": 1, "max_length": 512},
+        },
     }
     path = tmp_path / "llama2_7b_qlora.yaml"
     path.write_text(yaml.safe_dump(cfg))
