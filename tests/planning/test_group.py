@@ -44,7 +44,8 @@ def test_group_plan_item_by_item():
     # 4 clients x 3 pairs = 24 sequences (chosen and rejected) of 5 tokens in one forward, no dropout
     # (DPO), through the batching engine's layers (each target keeps its regrouped input)
     saved = count_saved_activations(shape.config, 24, 5, lora_r=2, clients=4, row_copies=2)
-    assert group.items["activations"] == saved.total
+    # plus the shared-prefix attention probabilities: 12 pairs x 2 heads x W^2 (W = 2 x 5) x 2 layers, float32
+    assert group.items["activations"] == saved.total + 4 * 12 * 2 * 10 * 10 * 2
     assert group.items["activations"] > count_saved_activations(shape.config, 24, 5, lora_r=2).total
     assert group.items["logits"] == 2 * 24 * 5 * 10 * 4
     assert estimate_group(shape, p, 1).items == one.items
