@@ -40,7 +40,7 @@ import torch
 
 from lightning_fed.errors import CheckpointError
 from lightning_fed.federation.optimizer_check import optimizer_problem
-from lightning_fed.federation.strategy_check import counter_problem, kept_problem
+from lightning_fed.federation.strategy_check import counter_problem, kept_problem, per_parameter_problem
 
 MAX_WEIGHT = 1e6
 """The largest magnitude of a weight a checkpoint may hand the run. No run of this package trains
@@ -205,7 +205,10 @@ def strategy_problem(state: Any, strategy: Any, module: Any = None, rounds: int 
         return problem
     trial = copy.deepcopy(strategy)
     trial.load_state_dict(copy.deepcopy(dict(state)))
-    names = set(module.shared_parameters()) if hasattr(module, "shared_parameters") else None
+    shared = module.shared_parameters() if hasattr(module, "shared_parameters") else None
+    names = set(shared) if shared is not None else None
+    if shared is not None and (problem := per_parameter_problem(state, {n: p.shape for n, p in shared.items()}, where)):
+        return problem
     owner = f"this run's {_kind(strategy)}"
     return kept_problem(state, trial.state_dict(), strategy.state_dict(), where, owner, names)
 

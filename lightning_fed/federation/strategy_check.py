@@ -24,6 +24,29 @@ def _names_shared(key: Any, names: set[str]) -> bool:
     return isinstance(key, str) and (key in names or any(n.startswith(f"{key}.") for n in names))
 
 
+SECOND_MOMENTS = frozenset({"v"})
+"""Per-parameter states of squares (FedAdam's, FedYogi's and FedAdagrad's ``v``): never negative
+(a negative entry makes the server step's square root NaN; found from outside: loss nan, exit 0)."""
+
+
+def per_parameter_problem(state: Any, shapes: Mapping[str, torch.Size], where: str) -> Problem | None:
+    """A tensor kept per shared parameter whose shape is not the parameter's (found from outside: a
+    FedAdam moment of the wrong shape ended in exit 1 with torch's size error), or a negative
+    second moment."""
+    if not isinstance(state, Mapping):
+        return None
+    for key, value in state.items():
+        at = f"{where}.{key}"
+        if isinstance(value, torch.Tensor) and isinstance(key, str) and key in shapes:
+            if tuple(value.shape) != tuple(shapes[key]):
+                return at, f"has shape {tuple(value.shape)}, the parameter has {tuple(shapes[key])}"
+            if where.rpartition(".")[2] in SECOND_MOMENTS and value.is_floating_point() and bool((value < 0).any()):
+                return at, "has negative entries (a second moment is a mean of squares)"
+        elif problem := per_parameter_problem(value, shapes, at):
+            return problem
+    return None
+
+
 def kept_problem(
     state: Any, kept: Any, fresh: Any, where: str, owner: str, names: set[str] | None = None
 ) -> Problem | None:

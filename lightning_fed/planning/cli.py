@@ -207,6 +207,12 @@ def main(argv: list[str]) -> int:
             p.runtime_bytes = int(args.runtime_mb * 2**20)
         length_from = "--max-length" if args.max_length is not None else "data.max_length"
         print(report(backbone, p, run.batch_clients, length_from))
+    except UnicodeDecodeError as err:  # a ValueError: named as fit names it (the file, the byte)
+        print(
+            f"lightning-fed plan: error: --config {args.config!r} is not UTF-8 text (byte {err.start}: {err.reason})",
+            file=sys.stderr,
+        )
+        return 2
     except (ValueError, OSError) as err:
         print(f"lightning-fed plan: error: {err}", file=sys.stderr)
         return 2
