@@ -207,7 +207,9 @@ def strategy_problem(state: Any, strategy: Any, module: Any = None, rounds: int 
     trial.load_state_dict(copy.deepcopy(dict(state)))
     shared = module.shared_parameters() if hasattr(module, "shared_parameters") else None
     names = set(shared) if shared is not None else None
-    if shared is not None and (problem := per_parameter_problem(state, {n: p.shape for n, p in shared.items()}, where)):
+    if shared is not None and (
+        problem := per_parameter_problem(state, {n: p.shape for n, p in shared.items()}, where, MAX_WEIGHT)
+    ):
         return problem
     owner = f"this run's {_kind(strategy)}"
     return kept_problem(state, trial.state_dict(), strategy.state_dict(), where, owner, names)

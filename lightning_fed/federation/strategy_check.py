@@ -24,12 +24,18 @@ def _names_shared(key: Any, names: set[str]) -> bool:
     return isinstance(key, str) and (key in names or any(n.startswith(f"{key}.") for n in names))
 
 
+PARAMETER_SHAPED = frozenset({"m", "v", "velocity", "control", "buffer"})
+"""Strategy states kept per shared parameter in the parameter's own shape (FedOpt's moments,
+FedAvgM's velocity, SCAFFOLD's control, FedBuff's buffer); others keyed by a parameter's name
+hold other shapes (FLoRA's stacked factors) and are left to the strategy's own load."""
 SECOND_MOMENTS = frozenset({"v"})
 """Per-parameter states of squares (FedAdam's, FedYogi's and FedAdagrad's ``v``): never negative
 (a negative entry makes the server step's square root NaN; found from outside: loss nan, exit 0)."""
 
 
-def per_parameter_problem(state: Any, shapes: Mapping[str, torch.Size], where: str) -> Problem | None:
+def per_parameter_problem(
+    state: Any, shapes: Mapping[str, torch.Size], where: str, bound: float = float("inf")
+) -> Problem | None:
     """A tensor kept per shared parameter whose shape is not the parameter's (found from outside: a
     FedAdam moment of the wrong shape ended in exit 1 with torch's size error), or a negative
     second moment."""
@@ -37,12 +43,16 @@ def per_parameter_problem(state: Any, shapes: Mapping[str, torch.Size], where: s
         return None
     for key, value in state.items():
         at = f"{where}.{key}"
-        if isinstance(value, torch.Tensor) and isinstance(key, str) and key in shapes:
+        parent = where.rpartition(".")[2]
+        if isinstance(value, torch.Tensor) and isinstance(key, str) and key in shapes and parent in PARAMETER_SHAPED:
             if tuple(value.shape) != tuple(shapes[key]):
                 return at, f"has shape {tuple(value.shape)}, the parameter has {tuple(shapes[key])}"
-            if where.rpartition(".")[2] in SECOND_MOMENTS and value.is_floating_point() and bool((value < 0).any()):
+            limit = bound**2 if parent in SECOND_MOMENTS else bound  # a second moment is of squares
+            if value.is_floating_point() and value.numel() and float(value.abs().max()) > limit:
+                return at, f"has entries past {limit:g} in magnitude (a weight is at most {bound:g})"
+            if parent in SECOND_MOMENTS and value.is_floating_point() and bool((value < 0).any()):
                 return at, "has negative entries (a second moment is a mean of squares)"
-        elif problem := per_parameter_problem(value, shapes, at):
+        elif problem := per_parameter_problem(value, shapes, at, bound):
             return problem
     return None
 
