@@ -223,6 +223,10 @@ def console_main(argv: list[str] | None = None) -> int:
         os.environ["JSONARGPARSE_DEBUG"] = "true"
     try:
         precheck_arguments(argv)  # what can be checked before torch is imported (seconds of CPU)
+        # a resumed checkpoint's own parts, with torch alone imported (lightning_fed/federation/early_check.py)
+        from lightning_fed.federation.early_check import precheck_checkpoint
+
+        precheck_checkpoint(argv)
         # Lightning, torch, transformers: seconds (minutes on a loaded machine); a signal
         # meanwhile ends the process at once (lightning_fed/startup.py), nothing is written yet.
         import lightning_fed.federated_cli  # noqa: F401

@@ -39,6 +39,7 @@ from lightning_fed.errors import (
 )
 from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
+from lightning_fed.federation.privacy_check import check_privacy_plan
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
 from lightning_fed.federation.run_folder import RunConfigFile
@@ -249,6 +250,8 @@ class FederatedCLI(LightningCLI):
         self.datamodule.setup("fit")
         # validates clients_per_round and plans the privacy budget (an impossible one: exit 2, nothing written)
         loop.server.bind(self.datamodule.num_clients, self.datamodule, self.model)
+        if ckpt and getattr(self, "_saved_weights", None) is not None:  # C and z against the plan just made
+            check_privacy_plan(ckpt, self._saved_weights, loop.server)
 
     def after_fit(self) -> None:
         # trainer.log_dir is a collective under DDP (a broadcast from rank 0): every rank asks

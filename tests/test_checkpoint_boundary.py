@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.tiny_run import CHECKPOINT, tiny_run
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 ENV.pop("LIGHTNING_FED_DEBUG", None)
@@ -36,11 +38,8 @@ def _errors(proc: subprocess.CompletedProcess) -> list[str]:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """A checkpoint of configs/tiny.yaml after one round of one step."""
-    root = tmp_path_factory.mktemp("trained")
-    proc = _cli("fit", root, "--federation.rounds=1", "--federation.local_steps=1")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    """A checkpoint of configs/tiny.yaml after one round of one step (trained once per session; read only)."""
+    return tiny_run(tmp_path_factory) / CHECKPOINT
 
 
 def _crafted(tmp_path: Path, ckpt: dict) -> Path:

@@ -5,16 +5,20 @@ exit 2, one ``error:`` line naming the part or option and its value, the folder 
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.helpers.files import assert_unchanged, snapshot
+from tests.helpers.tiny_run import tiny_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -22,10 +26,13 @@ ENV.pop("LIGHTNING_FED_DEBUG", None)
 QUIET = ["--trainer.enable_progress_bar=false", "--federation.local_steps=1"]
 
 
-def _fit(root: Path, *extra: str, config: str = "configs/tiny.yaml") -> subprocess.CompletedProcess:
+def _fit(
+    root: Path, *extra: str, config: str = "configs/tiny.yaml", env: dict | None = None
+) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", config]
     cmd += [f"--trainer.default_root_dir={root}", *QUIET, *extra]
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True)  # no time-out: a busy CPU is slow
+    # no time-out: a busy CPU is slow
+    return subprocess.run(cmd, cwd=ROOT, env=env or ENV, capture_output=True, text=True)
 
 
 def _errors(proc: subprocess.CompletedProcess) -> list[str]:
@@ -34,11 +41,8 @@ def _errors(proc: subprocess.CompletedProcess) -> list[str]:
 
 @pytest.fixture(scope="module")
 def earlier(tmp_path_factory) -> Path:
-    """The run folder of one round of configs/tiny.yaml."""
-    root = tmp_path_factory.mktemp("earlier")
-    proc = _fit(root, "--federation.rounds=1")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root
+    """The run folder of one round of configs/tiny.yaml (trained once per session, copied by each test)."""
+    return tiny_run(tmp_path_factory)
 
 
 def _copy(earlier: Path, tmp_path: Path) -> tuple[Path, Path]:
@@ -127,6 +131,74 @@ CASES = {  # each was exit 1, or exit 2 after files were written, or accepted (i
 }
 
 
+def _cache_value(value: float):
+    def change(ckpt: dict) -> None:
+        ckpt["reference_cache"]["values"][0, 0] = value
+
+    return change
+
+
+FIT_LOOP = ("loops", "fit_loop")
+EPOCHS = FIT_LOOP + ("epoch_progress",)
+CLIENT_FILE = "client_0-0123456789abcdef.safetensors"
+
+
+CASES.update(
+    {  # issue 41, the checkpoint part: each was accepted (training started), or named another part
+        "NaN in the DPO reference cache": (
+            _cache_value(float("nan")),
+            "reference_cache.values has NaN or infinite values",
+        ),
+        "inf in the DPO reference cache": (
+            _cache_value(float("-inf")),
+            "reference_cache.values has NaN or infinite values",
+        ),
+        "_batches_that_stepped -1": (
+            _set(FIT_LOOP + ("epoch_loop.state_dict", "_batches_that_stepped"), -1),
+            "loops.fit_loop.epoch_loop.state_dict._batches_that_stepped is -1, expected a count >= 0",
+        ),
+        "_batches_that_stepped past the batches": (
+            _set(FIT_LOOP + ("epoch_loop.state_dict", "_batches_that_stepped"), 10**6),
+            "loops.fit_loop.epoch_loop.state_dict._batches_that_stepped is 1000000, more than the 2 batches the loop"
+            " took (loops.fit_loop.epoch_loop.batch_progress.total.ready)",
+        ),
+        "epoch_progress.total.ready -1": (
+            _set(EPOCHS + ("total", "ready"), -1),
+            "loops.fit_loop.epoch_progress.total.ready is -1, expected a count >= 0",
+        ),
+        "batch_progress.current.completed 1.5": (
+            _set(FIT_LOOP + ("epoch_loop.batch_progress", "current", "completed"), 1.5),
+            "loops.fit_loop.epoch_loop.batch_progress.current.completed is 1.5, expected a count >= 0",
+        ),
+        "processed past started": (
+            _set(EPOCHS + ("current", "processed"), 5),
+            "loops.fit_loop.epoch_progress.current.processed is 5, more than"
+            " loops.fit_loop.epoch_progress.current.started (1): no item is processed before it is started",
+        ),
+        "current past total": (
+            _set(FIT_LOOP + ("epoch_loop.val_loop.batch_progress", "total", "completed"), 3),
+            "loops.fit_loop.epoch_loop.val_loop.batch_progress.current.completed is 6, more than"
+            " loops.fit_loop.epoch_loop.val_loop.batch_progress.total.completed (3) over the whole fit",
+        ),
+        "epoch past the loop's": (
+            _set(("epoch",), 5),
+            "epoch is 5, but Lightning's loop state completed 0 epochs"
+            " (loops.fit_loop.epoch_progress.current.completed)",
+        ),
+        # item 5: was named federation.privacy.rounds_accounted, the part left as it was
+        "rounds 0": (
+            _set(("federation", "report", "rounds"), 0),
+            "federation.report.rounds is 0, but the privacy accountant counted 1 rounds"
+            " (federation.privacy.rounds_accounted) and Lightning's loop state 1 (loops.fit_loop.epoch_progress)",
+        ),
+        "rounds_accounted 2": (
+            _set(("federation", "privacy", "rounds_accounted"), 2),
+            "federation.privacy.rounds_accounted is 2, more than the 1 rounds recorded (federation.report.rounds)",
+        ),
+    }
+)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_checkpoint_part_that_does_not_fit_is_refused_and_the_run_folder_kept(tmp_path, earlier, case):
     change, problem = CASES[case]
@@ -138,6 +210,123 @@ def test_a_checkpoint_part_that_does_not_fit_is_refused_and_the_run_folder_kept(
     proc = _fit(root, "--federation.rounds=2", f"--ckpt_path={ckpt_file}")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert _errors(proc) == [f"error: ckpt_path {str(ckpt_file)!r}: {problem}"]
+    assert_unchanged(before, root)
+
+
+def test_a_missing_client_file_is_named_after_the_checkpoint(tmp_path, earlier):
+    """Item 5: the error about a client state file the checkpoint references had no ``ckpt_path`` prefix."""
+    root, ckpt_file = _copy(earlier, tmp_path)
+    ckpt = torch.load(ckpt_file, weights_only=True)
+    clients = ckpt["federation"]["clients"]
+    clients["folder"] = str(ckpt_file.parent.parent / "client_states")  # this copy's, not the earlier run's
+    clients["files"] = {0: {"file": CLIENT_FILE, "nbytes": 10}}
+    torch.save(ckpt, ckpt_file)
+    before = snapshot(root)
+    proc = _fit(root, "--federation.rounds=2", f"--ckpt_path={ckpt_file}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    missing = ckpt_file.parent.parent / "client_states" / CLIENT_FILE
+    assert _errors(proc) == [
+        f"error: ckpt_path {str(ckpt_file)!r}: client 0's state file {str(missing)!r} is missing: the checkpoint"
+        " references it; copy the run's client_states/ folder with its checkpoints/ (same layout)"
+    ]
+    assert_unchanged(before, root)
+
+
+def _tensor_member(data: bytes) -> tuple[str, int]:
+    """The name and the offset of the first byte of the largest tensor's data in a ``torch.save`` zip."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        info = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26 : info.header_offset + 30])
+    return info.filename, info.header_offset + 30 + name_len + extra_len
+
+
+def _flip(data: bytes) -> tuple[bytes, str]:
+    member, start = _tensor_member(data)
+    damaged = bytearray(data)
+    damaged[start + 5] ^= 0x04  # one bit of one weight: torch.load read it as another weight
+    return bytes(damaged), (
+        f"not a safe, complete checkpoint: the file is incomplete or corrupt: zip member {member!r} fails its CRC-32"
+        " check (its bytes changed after it was saved)"
+    )
+
+
+def _cut(data: bytes) -> tuple[bytes, str]:
+    return data[: len(data) - 300], (
+        "not a safe, complete checkpoint: the file is incomplete or corrupt: it starts as a zip archive but its zip"
+        " directory is missing or damaged (truncated?): File is not a zip file"
+    )
+
+
+BYTES = {"a flipped bit in a tensor": _flip, "the last 300 bytes cut": _cut}  # item 3: the flip was accepted
+
+
+@pytest.mark.parametrize("case", list(BYTES))
+def test_damaged_bytes_are_refused_naming_the_member(tmp_path, earlier, case):
+    root, ckpt_file = _copy(earlier, tmp_path)
+    damaged, problem = BYTES[case](ckpt_file.read_bytes())
+    ckpt_file.write_bytes(damaged)
+    before = snapshot(root)
+    proc = _fit(root, "--federation.rounds=2", f"--ckpt_path={ckpt_file}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [f"error: ckpt_path {str(ckpt_file)!r}: {problem}"]
+    assert_unchanged(before, root)
+
+
+PRIVATE = """\
+federation:
+  clients_per_round: 2
+  privacy: {target_epsilon: 40.0}
+  strategy:
+    class_path: lightning_fed.privacy.ClientLevelDP
+    init_args:
+      strategy: {class_path: lightning_fed.strategies.FedAvg}
+      clip_norm: 0.05
+"""
+"""configs/tiny.yaml made private as configs/feddpo_dp.yaml is (client-level DP around the server strategy)."""
+
+
+@pytest.fixture(scope="module")
+def private(tmp_path_factory) -> tuple[Path, Path, dict]:
+    """(run root, the private overlay, the environment with its key store) after one private round."""
+    root = tmp_path_factory.mktemp("private")
+    overlay = root / "private.yaml"
+    overlay.write_text(PRIVATE)
+    env = {**ENV, "LIGHTNING_FED_KEY_DIR": str(root / "keys")}
+    proc = _fit(root / "run", "--federation.rounds=1", "--config", str(overlay), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "run", overlay, env
+
+
+PRIVATE_CASES = {  # item 4: each was accepted, the run trained with a clip or a noise nobody configured
+    "clip_norm -1": (
+        _set(("federation", "strategy", "clip_norm"), -1.0),
+        "federation.strategy.clip_norm is -1.0, expected a finite clipping norm > 0",
+    ),
+    "clip_norm not the configured one": (
+        _set(("federation", "strategy", "clip_norm"), 0.5),
+        "federation.strategy.clip_norm is 0.5, this run's configured clip_norm is 0.05",
+    ),
+    "noise_multiplier 0.01": (
+        _set(("federation", "privacy", "noise_multiplier"), 0.01),
+        "federation.privacy.noise_multiplier is 0.01, this run's privacy plan has {z!r} (calibrated for"
+        " federation.privacy.target_epsilon=40 over 1 rounds)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PRIVATE_CASES))
+def test_privacy_parameters_that_are_not_the_runs_are_refused(tmp_path, private, case):
+    earlier_root, overlay, env = private
+    change, problem = PRIVATE_CASES[case]
+    root, ckpt_file = _copy(earlier_root, tmp_path)
+    ckpt = torch.load(ckpt_file, weights_only=True)
+    z = ckpt["federation"]["privacy"]["noise_multiplier"]
+    change(ckpt)
+    torch.save(ckpt, ckpt_file)
+    before = snapshot(root)
+    proc = _fit(root, "--federation.rounds=2", "--config", str(overlay), f"--ckpt_path={ckpt_file}", env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [f"error: ckpt_path {str(ckpt_file)!r}: {problem.format(z=z)}"]
     assert_unchanged(before, root)
 
 

@@ -122,12 +122,59 @@ def _count(loops: Any, *path: str) -> int | None:
     return value if _is_int(value) else None
 
 
+PROGRESS_ORDER = ("ready", "started", "processed", "completed")
+"""The counters of one of Lightning's progress records (``loops.fit_loop.epoch_progress.total``...),
+in the order an item passes them: each is at most the one before it."""
+
+
+def counters_problem(loops: Any, where: str = "loops") -> Problem | None:
+    """Every counter of Lightning's loop state a whole number >= 0 (a negative
+    ``_batches_that_stepped`` was accepted, found from outside), each progress record in order
+    (ready >= started >= processed >= completed) and each ``total`` at least its ``current``."""
+    if not isinstance(loops, Mapping):
+        return None
+    for key, value in loops.items():
+        at = f"{where}.{key}"
+        if isinstance(value, Mapping):
+            if problem := counters_problem(value, at):
+                return problem
+        elif isinstance(value, bool) or value is None or isinstance(value, str):
+            continue  # is_last_batch; a loop's own flags and names
+        elif not _is_int(value) or value < 0:
+            return at, f"is {_show(value)}, expected a count >= 0"
+    counts = [(k, loops[k]) for k in PROGRESS_ORDER if _is_int(loops.get(k))]
+    for (before, a), (after, b) in zip(counts, counts[1:]):
+        if b > a:
+            return (
+                f"{where}.{after}",
+                f"is {b}, more than {where}.{before} ({a}): no item is {after} before it is {before}",
+            )
+    total, current = loops.get("total"), loops.get("current")
+    if isinstance(total, Mapping) and isinstance(current, Mapping):
+        for k in PROGRESS_ORDER:
+            t, c = total.get(k), current.get(k)
+            if _is_int(t) and _is_int(c) and c > t:
+                return f"{where}.current.{k}", f"is {c}, more than {where}.total.{k} ({t}) over the whole fit"
+    return None
+
+
 def loop_problem(ckpt: Mapping[str, Any], rounds: int) -> Problem | None:
-    """``federation.report.rounds`` and ``global_step`` against Lightning's loop counters."""
+    """``federation.report.rounds``, ``epoch`` and ``global_step`` against Lightning's loop counters,
+    and those counters against each other (:func:`counters_problem`)."""
     fit = ckpt["loops"].get("fit_loop")
     if not isinstance(fit, Mapping):
         return "loops.fit_loop", f"is a {_kind(fit)}, expected a mapping"
+    if problem := counters_problem(ckpt["loops"]):
+        return problem
     epochs = fit.get("epoch_progress")
+    completed = _count(epochs, "current", "completed")
+    if completed is not None and _is_int(ckpt.get("epoch")) and ckpt["epoch"] != completed:
+        # Lightning saves trainer.current_epoch, which is epoch_progress.current.completed
+        return (
+            "epoch",
+            f"is {ckpt['epoch']}, but Lightning's loop state completed {completed} epochs"
+            " (loops.fit_loop.epoch_progress.current.completed)",
+        )
     for scope in ("current", "total"):  # Lightning resumes at current.completed: never past the rounds recorded
         completed = _count(epochs, scope, "completed")
         if completed is not None and completed > rounds:
@@ -150,6 +197,14 @@ def loop_problem(ckpt: Mapping[str, Any], rounds: int) -> Problem | None:
                 "global_step",
                 f"is {ckpt['global_step']}, but Lightning's loop state counted {steps} optimizer steps",
             )
+    stepped = _count(fit, "epoch_loop.state_dict", "_batches_that_stepped")
+    batches = _count(fit, "epoch_loop.batch_progress", "total", "ready")
+    if stepped is not None and batches is not None and stepped > batches:
+        return (
+            "loops.fit_loop.epoch_loop.state_dict._batches_that_stepped",
+            f"is {stepped}, more than the {batches} batches the loop took"
+            " (loops.fit_loop.epoch_loop.batch_progress.total.ready)",
+        )
     return None
 
 
@@ -242,8 +297,11 @@ PRIVACY_FIELDS: dict[str, Any] = {
 """Each field of :meth:`~lightning_fed.privacy.run.RunPrivacy.state_dict` and what it must be."""
 
 
-def privacy_problem(state: Any, rounds: int, private: bool) -> Problem | None:
-    """``federation.privacy`` (checked by its fields: loading it resumes the run's key file)."""
+def privacy_problem(state: Any, rounds: int, private: bool, processed: int | None = None) -> Problem | None:
+    """``federation.privacy`` (checked by its fields: loading it resumes the run's key file).
+
+    ``processed`` is the rounds Lightning's loop state went through: where the accountant's count
+    and ``federation.report.rounds`` disagree, it says which of the two was changed."""
     where = "federation.privacy"
     if state is None:
         if private and rounds > 0:
@@ -259,12 +317,23 @@ def privacy_problem(state: Any, rounds: int, private: bool) -> Problem | None:
             return f"{where}.{key}", f"is {_show(value)}, not what a run's privacy state holds"
     accounted = state.get("rounds_accounted")
     if _is_int(accounted) and accounted > rounds:
-        return f"{where}.rounds_accounted", f"is {accounted}, more than the {rounds} rounds recorded"
+        if processed is not None and accounted == processed:  # the accountant and the loop agree
+            return (
+                "federation.report.rounds",
+                f"is {rounds}, but the privacy accountant counted {accounted} rounds"
+                f" (federation.privacy.rounds_accounted) and Lightning's loop state {processed}"
+                " (loops.fit_loop.epoch_progress)",
+            )
+        return (
+            f"{where}.rounds_accounted",
+            f"is {accounted}, more than the {rounds} rounds recorded (federation.report.rounds)",
+        )
     return None
 
 
 def federation_problem(ckpt: Mapping[str, Any], server: Any, module: Any = None) -> Problem | None:
-    """The ``federation`` section against the run's server (its strategy, hooks and privacy plan)."""
+    """The ``federation`` section: what it says of itself and of Lightning's loop (``server`` ``None``:
+    only that), then against the run's server (its strategy, hooks and privacy plan)."""
     fed = ckpt.get("federation")
     if fed is None:
         return (
@@ -279,6 +348,9 @@ def federation_problem(ckpt: Mapping[str, Any], server: Any, module: Any = None)
     rounds = recorded_rounds(fed.get("report", {}) or {"rounds": 0})
     if problem := loop_problem(ckpt, rounds):
         return problem
+    processed = _count(ckpt["loops"].get("fit_loop"), "epoch_progress", "current", "processed")
+    if problem := privacy_problem(fed.get("privacy"), rounds, False, processed):
+        return problem
     if server is None:
         return None
     if problem := strategy_problem(fed.get("strategy", {}), server.strategy, module, rounds):
@@ -291,7 +363,7 @@ def federation_problem(ckpt: Mapping[str, Any], server: Any, module: Any = None)
         if problem := loads(hook, state, f"federation.hooks[{i}]"):
             return problem
     private = getattr(server, "privacy", None) is not None and getattr(server.privacy, "config", None) is not None
-    return privacy_problem(fed.get("privacy"), rounds, private)
+    return privacy_problem(fed.get("privacy"), rounds, private, processed)
 
 
 def callbacks_problem(ckpt: Mapping[str, Any]) -> Problem | None:
@@ -307,15 +379,42 @@ def callbacks_problem(ckpt: Mapping[str, Any]) -> Problem | None:
     return None
 
 
-def checkpoint_problem(ckpt: Mapping[str, Any], module: Any, server: Any = None, stage: str = "fit") -> Problem | None:
-    """The first part of ``ckpt`` that does not fit this run, or ``None``.
+CHECKED_ELSEWHERE = ("state_dict", "federation.global_state", "optimizer_states")
+"""Checked against the model, with messages of their own naming the parameter: the weights by
+:func:`~lightning_fed.federation.resume_check.check_weights`, the optimizers' states by
+:func:`~lightning_fed.federation.optimizer_check.optimizer_problem`."""
+
+
+def finite_problem(ckpt: Mapping[str, Any]) -> Problem | None:
+    """Every tensor of the checkpoint finite (the DPO reference cache's log-probabilities, a
+    scheduler's, a hook's, the report's: a NaN there was accepted, found from outside), but those
+    of Lightning's own callbacks, where infinity means "no score yet" (``ModelCheckpoint``'s
+    ``kth_value``) and only NaN is refused; :data:`CHECKED_ELSEWHERE` is left to its own checks."""
+    for key, value in ckpt.items():
+        if key == "callbacks":
+            for where, t in tensors(value, "callbacks"):
+                if t.is_floating_point() and bool(torch.isnan(t).any()):
+                    return where, "has NaN values"
+            continue
+        for where, t in tensors(value, str(key)):
+            if any(where == w or where.startswith((w + ".", w + "[")) for w in CHECKED_ELSEWHERE):
+                continue
+            if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+                return where, "has NaN or infinite values"
+    return None
+
+
+def file_problem(ckpt: Mapping[str, Any], stage: str = "fit", federated: bool = True) -> Problem | None:
+    """The first part of ``ckpt`` that is wrong whatever the run's model: what the checkpoint says
+    of itself (its counters against each other, every tensor finite, no weight past
+    :data:`MAX_WEIGHT`). It needs neither the model nor the server, so the CLI checks it right after
+    the config, before Lightning is imported (:mod:`~lightning_fed.federation.early_check`);
+    :func:`checkpoint_problem` checks it first, so both say the same of the same checkpoint.
 
     Args:
-        ckpt: The checkpoint as :func:`~lightning_fed.federation.checkpoint_io.read_checkpoint`
-            read it for ``stage`` (its top-level fields have the types Lightning needs).
-        module: The run's module (a :class:`~lightning_fed.modules.base.FederatedModule`).
-        server: The run's :class:`~lightning_fed.federation.server_round.ServerRound` (``fit``).
+        ckpt: The checkpoint as :func:`~lightning_fed.federation.checkpoint_read.read_checkpoint` read it.
         stage: ``"fit"`` checks everything a resume restores; other stages only the weights.
+        federated: Whether the run's module is federated (it has a ``federation`` section to resume).
     """
     weights = [("state_dict", ckpt.get("state_dict"))]
     fed = ckpt.get("federation")
@@ -328,12 +427,39 @@ def checkpoint_problem(ckpt: Mapping[str, Any], module: Any, server: Any = None,
         if fed is not None and not isinstance(fed, Mapping):
             return "federation", f"is a {_kind(fed)}, expected a mapping"
         return None
-    if hasattr(module, "shared_parameters"):
-        if problem := federation_problem(ckpt, server, module):
-            return problem
-    if problem := optimizer_problem(ckpt, module, server):
+    if federated and (problem := federation_problem(ckpt, None)):
         return problem
-    return callbacks_problem(ckpt)
+    if problem := callbacks_problem(ckpt):
+        return problem
+    return finite_problem(ckpt)
+
+
+def checkpoint_problem(ckpt: Mapping[str, Any], module: Any, server: Any = None, stage: str = "fit") -> Problem | None:
+    """The first part of ``ckpt`` that does not fit this run, or ``None``: :func:`file_problem`, then
+    the parts against the run's objects (the strategy, hooks and privacy plan of ``server``, the
+    optimizers ``module`` configures).
+
+    Args:
+        ckpt: The checkpoint as :func:`~lightning_fed.federation.checkpoint_io.read_checkpoint`
+            read it for ``stage`` (its top-level fields have the types Lightning needs).
+        module: The run's module (a :class:`~lightning_fed.modules.base.FederatedModule`).
+        server: The run's :class:`~lightning_fed.federation.server_round.ServerRound` (``fit``).
+        stage: ``"fit"`` checks everything a resume restores; other stages only the weights.
+    """
+    federated = hasattr(module, "shared_parameters")
+    if problem := file_problem(ckpt, stage, federated):
+        return problem
+    if stage != "fit":
+        return None
+    if federated and server is not None and (problem := federation_problem(ckpt, server, module)):
+        return problem
+    return optimizer_problem(ckpt, module, server)
+
+
+def checkpoint_error(path: str | Path, problem: Problem) -> CheckpointError:
+    """``problem`` as the one line the CLI prints: ``ckpt_path '<file>': <part> <what is wrong>``."""
+    part, what = problem
+    return CheckpointError(" ".join(f"ckpt_path {str(path)!r}: {part} {what}".split()))
 
 
 def check_checkpoint(
@@ -348,6 +474,11 @@ def check_checkpoint(
 
     problem = checkpoint_problem(ckpt, module, server, stage)
     if problem is not None:
-        part, what = problem
-        raise CheckpointError(" ".join(f"ckpt_path {str(path)!r}: {part} {what}".split()))
-    check_weights(path, ckpt, module)
+        raise checkpoint_error(path, problem)
+    try:
+        check_weights(path, ckpt, module)
+    except CheckpointError as err:  # the client state files beside it: named after the checkpoint too
+        prefix = f"ckpt_path {str(path)!r}"
+        if str(err).startswith(prefix):
+            raise
+        raise CheckpointError(f"{prefix}: {err}") from None
