@@ -281,6 +281,7 @@ PRIVACY_FIELDS: dict[str, Any] = {
         )
     ),
     "example_planned_rounds": lambda v: _is_int(v) and v >= 0,
+    "planned_rounds": lambda v: _is_int(v) and v >= 1,
     "noise_multiplier": lambda v: (
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
     ),

@@ -11,8 +11,8 @@ or ``noise_multiplier=0.01`` resumed a run whose reported epsilon no longer desc
   every round, Andrew et al. 2021);
 * ``noise_multiplier``: the ``z`` this run's plan gives: ``federation.privacy.noise_multiplier``,
   the strategy's own, or the one calibrated from ``federation.privacy.target_epsilon`` for the rounds
-  the run planned when it started (its stored config's ``federation.rounds``: a resume keeps that
-  ``z`` when ``federation.rounds`` changes).
+  the run planned when it started (``federation.privacy.planned_rounds``, kept through every resume:
+  a resume keeps that ``z`` when ``federation.rounds`` changes).
 
 It needs the plan, so the CLI calls :func:`check_privacy_plan` after the server is bound (which
 writes nothing), still before the run folder is touched.
@@ -47,7 +47,12 @@ def _dp_state(strategy: Any, state: Any, dp: Any, where: str) -> tuple[Any, str]
 
 
 def _planned_rounds(ckpt: Mapping[str, Any], default: int) -> int:
-    """``federation.rounds`` of the config the checkpoint's run started with (its plan's rounds)."""
+    """The rounds the checkpoint's ``z`` was calibrated for: ``federation.privacy.planned_rounds``,
+    or (a checkpoint written before it was kept) its stored config's ``federation.rounds``."""
+    privacy = ckpt["federation"].get("privacy")
+    planned = privacy.get("planned_rounds") if isinstance(privacy, Mapping) else None
+    if isinstance(planned, int) and not isinstance(planned, bool) and planned > 0:
+        return planned
     report = ckpt["federation"].get("report")
     config = report.get("config") if isinstance(report, Mapping) else None
     federation = config.get("federation") if isinstance(config, Mapping) else None

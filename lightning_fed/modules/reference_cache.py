@@ -285,8 +285,6 @@ def cache_state_problem(state: object) -> str | None:
         return f"reference_cache.values must be a float64 tensor of shape ({len(keys)}, 2), got {_describe(values)}"
     if not bool(torch.isfinite(values).all()):  # found from outside: a NaN was served as a reference log-prob
         return "reference_cache.values has NaN or infinite values"
-    if len(keys) and torch.unique(keys, dim=0).shape[0] != len(keys):  # a dict keeps one value per key
-        return "reference_cache.keys holds an example's key twice, expected one entry per example"
     if not isinstance(dtype, str) or dtype not in SERVED_DTYPES:
         return f"reference_cache.dtype must be one of {sorted(SERVED_DTYPES)}, got {dtype!r}"
     return None

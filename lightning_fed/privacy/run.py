@@ -101,6 +101,8 @@ class RunPrivacy:
         #: :meth:`plan` in a private run.
         self.key: RunKey | None = None
         self._module: Any = None
+        #: The rounds a calibrated ``z`` was planned for (``None``: ``z`` given, not calibrated).
+        self.planned_rounds: int | None = None
 
     @property
     def mechanism(self) -> str:
@@ -256,6 +258,8 @@ class RunPrivacy:
                 " and federation.privacy; give it only in federation.privacy (noise_multiplier or target_epsilon)"
             )
         acc = self.config.plan(n, server.rounds, server.sampling, server.clients_per_round, rate)
+        if self.config.noise_multiplier is None:  # z calibrated for these rounds: a resume keeps both
+            self.planned_rounds = int(server.rounds)
         if acc.would_exceed(0):
             raise ValueError(
                 f"federation.privacy.target_epsilon={acc.target_epsilon:g} is spent by the first round at"
@@ -415,6 +419,8 @@ class RunPrivacy:
             state["example_planned_rounds"] = self.example_budget.rounds
         if self.client_dp is not None:
             state["noise_multiplier"] = self.client_dp.noise_multiplier
+            if self.planned_rounds is not None:  # what z was calibrated for (checked on resume)
+                state["planned_rounds"] = self.planned_rounds
         if self.key is not None and self.key.state_dict():
             state["run_key"] = self.key.state_dict()  # the run id and the key's fingerprint, not the key
         return state
@@ -429,6 +435,8 @@ class RunPrivacy:
             self.example_budget.replan(int(state.get("example_planned_rounds", self.example_budget.rounds)))
         if self.client_dp is not None:
             self.client_dp.steps_done = self.rounds_accounted
+            if state.get("planned_rounds") is not None and self.planned_rounds is not None:
+                self.planned_rounds = int(state["planned_rounds"])
             z = state.get("noise_multiplier")
             if z is not None:  # planned for the run's rounds when it started: keep that z
                 self.client_dp.noise_multiplier = float(z)
