@@ -386,3 +386,24 @@ def test_conflicting_options_are_refused_before_the_run_folder(tmp_path, case):
     assert _errors(proc) == [line]
     assert not (tmp_path / "run").exists()
     assert "Loading" not in proc.stderr and "%|" not in proc.stderr  # no weights were loaded before the error
+
+
+def test_a_checkpoint_wrong_in_itself_is_refused_before_lightning_is_imported(tmp_path, earlier):
+    """Item 6: what needs only the checkpoint is checked right after the config, with torch alone
+    imported (each refusal cost ~13 s of CPU for Lightning, transformers and PEFT; about 2 s now)."""
+    root, ckpt_file = _copy(earlier, tmp_path)
+    ckpt = torch.load(ckpt_file, weights_only=True)
+    ckpt["reference_cache"]["values"][0, 0] = float("nan")
+    torch.save(ckpt, ckpt_file)
+    before = snapshot(root)
+    cmd = [sys.executable, "-X", "importtime", "-m", "lightning_fed.cli", "fit", "--config", "configs/tiny.yaml"]
+    cmd += [f"--trainer.default_root_dir={root}", *QUIET, "--federation.rounds=2", f"--ckpt_path={ckpt_file}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [f"error: ckpt_path {str(ckpt_file)!r}: reference_cache.values has NaN or infinite values"]
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" in imported
+    assert not imported & {"lightning", "transformers", "peft"}, sorted(
+        imported & {"lightning", "transformers", "peft"}
+    )
+    assert_unchanged(before, root)
