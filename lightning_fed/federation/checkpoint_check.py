@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from lightning_fed.errors import CheckpointError
+from lightning_fed.federation.cache_state import cache_state_problem
 from lightning_fed.federation.optimizer_check import optimizer_problem
 from lightning_fed.federation.strategy_check import counter_problem, kept_problem, per_parameter_problem
 
@@ -417,6 +418,9 @@ def file_problem(ckpt: Mapping[str, Any], stage: str = "fit", federated: bool = 
         stage: ``"fit"`` checks everything a resume restores; other stages only the weights.
         federated: Whether the run's module is federated (it has a ``federation`` section to resume).
     """
+    if "reference_cache" in ckpt and (problem := cache_state_problem(ckpt["reference_cache"])):
+        part, _, what = problem.partition(" ")  # the DPO module restores it for every stage
+        return part, what
     weights = [("state_dict", ckpt.get("state_dict"))]
     fed = ckpt.get("federation")
     if isinstance(fed, Mapping) and isinstance(fed.get("global_state"), Mapping):

@@ -43,15 +43,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from lightning_fed.federation.cache_state import KEY_BYTES, SERVED_DTYPES, cache_state_problem
 from lightning_fed.modules.preference import PAIR_FIELDS
+
+__all__ = ["KEY_BYTES", "SERVED_DTYPES", "ReferenceCache", "cache_state_problem"]
 
 SIDES = ("chosen", "rejected")
 # One in-memory entry: a 16-byte key object, a tuple of two floats and the dict slot.
 ENTRY_BYTES = sys.getsizeof(b"\0" * 16) + sys.getsizeof((0.0, 0.0)) + 2 * sys.getsizeof(0.0) + 3 * 8
 DEFAULT_MEMORY_BYTES = 64 * 2**20
-KEY_BYTES = 16
-SERVED_DTYPES = frozenset({"", "float16", "bfloat16", "float32", "float64"})
-"""Dtypes a restored cache may serve its values in (``""``: nothing was computed yet)."""
 
 
 def precision_tag(device: torch.device) -> bytes:
@@ -272,28 +272,6 @@ class ReferenceCache:
         values = torch.tensor(found, dtype=self._dtype, device=batch["chosen_input_ids"].device)
         chosen, rejected = values.unbind(1)
         return chosen, rejected
-
-
-def cache_state_problem(state: object) -> str | None:
-    """What is wrong with a :meth:`ReferenceCache.state_dict` read from a checkpoint, or ``None``."""
-    if not isinstance(state, Mapping):
-        return f"reference_cache must be a mapping, got {_describe(state)}"
-    keys, values, dtype = state.get("keys"), state.get("values"), state.get("dtype")
-    if not (isinstance(keys, Tensor) and keys.dtype == torch.uint8 and keys.dim() == 2 and keys.shape[1] == KEY_BYTES):
-        return f"reference_cache.keys must be a uint8 tensor of shape (N, {KEY_BYTES}), got {_describe(keys)}"
-    if not (isinstance(values, Tensor) and values.dtype == torch.float64 and values.shape == (len(keys), 2)):
-        return f"reference_cache.values must be a float64 tensor of shape ({len(keys)}, 2), got {_describe(values)}"
-    if not bool(torch.isfinite(values).all()):  # found from outside: a NaN was served as a reference log-prob
-        return "reference_cache.values has NaN or infinite values"
-    if not isinstance(dtype, str) or dtype not in SERVED_DTYPES:
-        return f"reference_cache.dtype must be one of {sorted(SERVED_DTYPES)}, got {dtype!r}"
-    return None
-
-
-def _describe(value: object) -> str:
-    if isinstance(value, Tensor):
-        return f"{str(value.dtype)[6:]} of shape {tuple(value.shape)}"
-    return type(value).__name__
 
 
 def _close_db(db: sqlite3.Connection, remove: Path) -> None:
