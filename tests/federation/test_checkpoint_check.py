@@ -260,7 +260,11 @@ def test_an_epoch_counter_past_the_rounds_recorded_is_refused():
     from lightning_fed.federation.checkpoint_check import loop_problem
 
     def ckpt(current: int, total: int) -> dict:
-        progress = {"current": {"processed": 2, "completed": current}, "total": {"processed": 2, "completed": total}}
+        # each record in order (processed >= completed: checked first, counters_problem)
+        progress = {
+            "current": {"processed": max(2, current), "completed": current},
+            "total": {"processed": max(2, total), "completed": total},
+        }
         return {"loops": {"fit_loop": {"epoch_progress": progress}}, "global_step": 0}
 
     assert loop_problem(ckpt(2, 2), rounds=2) is None
