@@ -265,7 +265,9 @@ class Merged:
             return None
         init_args = value["init_args"]
         if problem := _string_problem(rules, init_args):
-            return problem if index is None else problem.replace("[]", f"[{index}]", 1)
+            return (
+                problem if index is None else problem.replace("federation.hooks[].", f"federation.hooks[{index}].", 1)
+            )
         parsed = _parsed(rules, init_args)
         if found := (problems(rules, parsed) if index is None else hook_problems(rules, parsed, index)):
             return "; ".join(found)
