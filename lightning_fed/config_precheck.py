@@ -41,6 +41,12 @@ from lightning_fed.config_values import value_problem
 from lightning_fed.errors import _REPLACED_OPTIONS, EXIT_USER_ERROR, UserError, config_shape_error
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
+REMOVED = {
+    "predict": "`lightning-fed predict` was removed: the objectives here score pairs and have no forward to"
+    " predict with; generate answers to a prompts file with `lightning-fed evaluate --run <run> --benchmarks [judge]`"
+    " (or [humaneval], [lm_eval])",
+}
+"""Subcommands that are gone, with what to use instead (exit 2, before torch is imported)."""
 _OPTION = re.compile(r"^  (-\w, )?--([\w.]+)", re.M)
 CONFIG_FLAGS = ("--config", "-c")
 
@@ -141,6 +147,8 @@ def precheck_arguments(argv: list[str]) -> None:
     ``SystemExit(2)`` (the message already written); returns when nothing is wrong that can be
     seen here.
     """
+    if argv and argv[0] in REMOVED:
+        raise UserError(REMOVED[argv[0]])
     if not argv or argv[0] not in LIGHTNING_SUBCOMMANDS:
         return
     subcommand, args = argv[0], argv[1:]

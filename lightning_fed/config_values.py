@@ -18,11 +18,13 @@ after the imports, as before.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.errors import unwritable
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
     LORA,
@@ -340,4 +342,17 @@ def value_problem(args: list[str]) -> str | None:
                     return None
         elif not key.endswith("+") and key != "print_config":
             merged.apply_option(key, _value(raw))
-    return merged.problem()
+    return merged.problem() or _root_problem(merged.sections.get("trainer"))
+
+
+def _root_problem(trainer: Any) -> str | None:
+    """``trainer.default_root_dir`` (the working folder when unset) where no file can be written:
+    the line :meth:`~lightning_fed.federated_cli.FederatedCLI._check_writable` says after the
+    imports and the model's build, said before them."""
+    root = trainer.get("default_root_dir") if isinstance(trainer, dict) else None
+    if root is None:
+        root = os.getcwd()
+    if not isinstance(root, str) or "://" in root:
+        return None
+    why = unwritable(root)
+    return f"trainer.default_root_dir {root!r}: {why}" if why else None

@@ -179,6 +179,21 @@ def test_a_strategy_or_hook_value_in_a_config_file_is_refused_before_torch(tmp_p
     assert not (tmp_path / "run").exists()
 
 
+def test_a_removed_subcommand_and_an_unwritable_root_are_refused_before_torch(tmp_path):
+    """Both were said after the imports (``predict``: 12 s of CPU; a read-only
+    ``trainer.default_root_dir``: after the model was built)."""
+    from lightning_fed.config_precheck import REMOVED
+
+    proc = _cli(tmp_path, "predict", "--config", "tiny")
+    assert (proc.returncode, proc.stderr) == (2, f"error: {REMOVED['predict']}\n{HINT}\n")
+    a_file = _file(tmp_path, "run", "")  # _cli's trainer.default_root_dir
+    proc = _cli(tmp_path, "fit", "--config", "tiny")
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: trainer.default_root_dir '{a_file}': '{a_file}' is a file, not a folder\n{HINT}\n",
+    )
+
+
 def test_a_strategy_of_another_package_is_left_to_the_live_parser(tmp_path):
     proc = _cli(
         tmp_path, "fit", "--config", "tiny", "--federation.strategy=my_package.FedProx", "--federation.strategy.mu=-1"
