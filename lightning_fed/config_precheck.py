@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-from lightning_fed.config_values import value_problem
+from lightning_fed.config_values import unknown_option, value_problem
 from lightning_fed.errors import _REPLACED_OPTIONS, EXIT_USER_ERROR, UserError, config_shape_error
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
@@ -168,5 +168,7 @@ def precheck_arguments(argv: list[str]) -> None:
         for i, arg in enumerate(args):
             if arg.startswith("--") and i not in values:
                 _check_option(arg, options, subcommand)
+    if problem := unknown_option(args):  # a strategy's or round hook's option (lightning_fed/class_parameters.py)
+        _refuse(problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
         raise UserError(problem)  # reported as the live CLI reports the class's error: the line and the hint

@@ -17,6 +17,7 @@ after the imports, as before.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -24,10 +25,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.class_parameters import parameters
 from lightning_fed.errors import unwritable
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
     LORA,
+    PACKAGES,
     SECTIONS,
     TAKES_LORA,
     Rule,
@@ -280,6 +283,29 @@ class Merged:
                 return "; ".join(found)
         return None
 
+    def unknown_option(self) -> str | None:
+        """An ``init_args`` key the package's strategy or hook does not take, named with the closest
+        option (the live parser refuses it while parsing, before any value is checked)."""
+        hooks = self.sections.get("federation.hooks")
+        items = [("federation.strategy", self.sections.get("federation.strategy"), "federation.strategy")]
+        items += [
+            ("federation.hooks", h, f"federation.hooks[{i}]")
+            for i, h in enumerate(hooks if isinstance(hooks, list) else [])
+        ]
+        for section, value, key in items:
+            if not isinstance(value, dict) or class_rules(section, value["class_path"]) is None:
+                continue
+            options = parameters(PACKAGES[section], value["class_path"])
+            if options is None:
+                continue
+            for name in value["init_args"]:
+                if name not in options:
+                    name_ = value["class_path"].rpartition(".")[2]
+                    near = difflib.get_close_matches(str(name), sorted(options), n=1, cutoff=0.6)
+                    hint = f"did you mean {key}.{near[0]}?" if near else f"its options: {', '.join(sorted(options))}"
+                    return f"{key}.{name} is not an option of {name_}; {hint}"
+        return None
+
     def problem(self) -> str | None:
         """The first refused value's line(s), or ``None``: in the live CLI's order, ``seed_everything``, a
         non-finite number anywhere, then ``trainer.*``, then the classes' rules section by section
@@ -327,10 +353,25 @@ def _arguments(args: list[str]) -> Iterator[tuple[str, str]]:
         i += 1
 
 
+def unknown_option(args: list[str]) -> str | None:
+    """The line refusing an option the package's strategy or round hook in ``args`` does not take
+    (:meth:`Merged.unknown_option`), or ``None``."""
+    merged = merged_config(args)
+    return merged.unknown_option() if merged is not None else None
+
+
 def value_problem(args: list[str]) -> str | None:
     """The line refusing a value in ``args`` (a subcommand's arguments, shipped configs resolved),
     or ``None``. Files that are not readable YAML mappings were refused before this is called;
     any other file is skipped."""
+    merged = merged_config(args)
+    if merged is None:
+        return None
+    return merged.problem() or _root_problem(merged.sections.get("trainer"))
+
+
+def merged_config(args: list[str]) -> Merged | None:
+    """``args``' files and overrides merged (:class:`Merged`), or ``None`` if a file cannot be read."""
     merged = Merged()
     for key, raw in _arguments(args):
         if key == "config":
@@ -342,7 +383,7 @@ def value_problem(args: list[str]) -> str | None:
                     return None
         elif not key.endswith("+") and key != "print_config":
             merged.apply_option(key, _value(raw))
-    return merged.problem() or _root_problem(merged.sections.get("trainer"))
+    return merged
 
 
 def _root_problem(trainer: Any) -> str | None:
