@@ -194,6 +194,40 @@ def test_a_removed_subcommand_and_an_unwritable_root_are_refused_before_torch(tm
     )
 
 
+UNKNOWN_OPTIONS = {
+    "fedadam_eta": (
+        ["--federation.strategy=FedAdam", "--federation.strategy.init_args.eta=0.1"],
+        "federation.strategy.eta is not an option of FedAdam; did you mean federation.strategy.tau?",
+    ),
+    "fedavg_mu": (
+        ["--federation.strategy.init_args.mu=-1"],
+        "federation.strategy.mu is not an option of FedAvg; its options: server_lr, weighting",
+    ),
+}
+
+
+@pytest.mark.parametrize(("overrides", "line"), list(UNKNOWN_OPTIONS.values()), ids=list(UNKNOWN_OPTIONS))
+def test_an_option_the_strategy_does_not_take_is_refused_before_torch(tmp_path, overrides, line):
+    """Found from outside: the live parser said "Option 'eta' is not accepted" after ~11 s of CPU."""
+    proc = _cli(tmp_path, "fit", "--config", "tiny", *overrides)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_option_a_hook_does_not_take_is_refused_before_torch(tmp_path):
+    later = _file(
+        tmp_path,
+        "later.yaml",
+        "federation:\n  hooks:\n    - class_path: ClientGrouping\n      init_args: {clip_los: 1.0}\n",
+    )
+    proc = _cli(tmp_path, "fit", "--config", "fedbiscuit_tiny", "--config", later)
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "error: federation.hooks[0].clip_los is not an option of ClientGrouping;"
+        " did you mean federation.hooks[0].clip_loss?\n",
+    )
+
+
 def test_a_strategy_of_another_package_is_left_to_the_live_parser(tmp_path):
     proc = _cli(
         tmp_path, "fit", "--config", "tiny", "--federation.strategy=my_package.FedProx", "--federation.strategy.mu=-1"

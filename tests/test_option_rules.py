@@ -295,3 +295,17 @@ def test_a_rule_s_interval_is_what_its_message_says(value):
     rule = Rule("model.x", low=0, high=1, low_open=True)
     assert (rule.problem(value) is None) == (math.isfinite(value) and 0 < value <= 1)
     assert rule.problem(value) in (None, f"model.x must be in (0, 1], got {value}")
+
+
+@pytest.mark.parametrize(
+    ("section", "name", "cls"),
+    [c for c in _classes() if c[0] in ("federation.strategy", "federation.hooks")],
+    ids=[c[1] for c in _classes() if c[0] in ("federation.strategy", "federation.hooks")],
+)
+def test_the_options_read_from_the_source_are_the_class_s_parameters(section, name, cls):
+    """lightning_fed/class_parameters.py reads them without importing the class (the precheck's
+    unknown-option check); here the class is imported and asked."""
+    from lightning_fed.class_parameters import parameters
+
+    assert parameters(PACKAGES[section], name) == set(_parameters(cls))
+    assert parameters(PACKAGES[section], f"{cls.__module__}.{name}") == set(_parameters(cls))
