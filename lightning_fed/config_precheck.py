@@ -15,11 +15,15 @@ parser's:
   options (``--federation.local_step`` is not ``local_steps``; the live parser refuses them too,
   ``allow_abbrev=False``). Below a class-valued option (``model``, ``data``,
   ``federation.strategy``, ``trainer.callbacks``...: its ``init_args`` depend on the class)
-  no key is checked here: the live parser checks those;
+  no key is checked against the help page; the options of the package's own strategies and round
+  hooks are read from their source (:mod:`lightning_fed.class_parameters`) and an option they do
+  not take is refused with the closest; the live parser checks the rest;
 - the values, merged from the files and overrides as jsonargparse merges them, against the
   rules the package's config classes raise with (:mod:`lightning_fed.option_rules`: ranges,
-  integers, choices of ``model.*`` and ``data.*`` per class, ``federation.*``) and Lightning's
-  ``trainer.*`` bounds (:mod:`lightning_fed.config_values`). A user's own class, and what
+  integers, choices of ``model.*`` and ``data.*`` per class, ``federation.*``, the package's
+  strategies and round hooks, ``seed_everything``) and Lightning's ``trainer.*`` bounds
+  (:mod:`lightning_fed.config_values`); then ``trainer.default_root_dir`` must be writable;
+- ``predict`` (removed) is refused with what to use instead. A user's own class, and what
   depends on another option, are left to the live parser.
 
 The option names are used only when the stored page is the live parser's page for the installed
