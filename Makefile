@@ -29,11 +29,14 @@ lint: setup
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 
+# --dist worksteal: a worker that runs out of tests takes the other's pending ones, so one long
+# file (tests/test_failed_run_keeps_files.py: ~25 CLI runs) no longer keeps a worker busy alone
+# while the other idles, as --dist loadfile (a file's tests on one worker) did.
 test: setup lint
-	$(PY) -m pytest -m "not slow" -n 2 --dist loadfile --durations=40
+	$(PY) -m pytest -m "not slow" -n 2 --dist worksteal --durations=40
 
 test-all: setup
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist worksteal
 
 # The wheel a user installs: built, installed as docs/get-started/install.md says into a new
 # virtualenv outside the repository, the documented commands run from an empty folder

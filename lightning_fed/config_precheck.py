@@ -15,11 +15,15 @@ parser's:
   options (``--federation.local_step`` is not ``local_steps``; the live parser refuses them too,
   ``allow_abbrev=False``). Below a class-valued option (``model``, ``data``,
   ``federation.strategy``, ``trainer.callbacks``...: its ``init_args`` depend on the class)
-  no key is checked here: the live parser checks those;
+  no key is checked against the help page; the options of the package's own strategies and round
+  hooks are read from their source (:mod:`lightning_fed.class_parameters`) and an option they do
+  not take is refused with the closest; the live parser checks the rest;
 - the values, merged from the files and overrides as jsonargparse merges them, against the
   rules the package's config classes raise with (:mod:`lightning_fed.option_rules`: ranges,
-  integers, choices of ``model.*`` and ``data.*`` per class, ``federation.*``) and Lightning's
-  ``trainer.*`` bounds (:mod:`lightning_fed.config_values`). A user's own class, and what
+  integers, choices of ``model.*`` and ``data.*`` per class, ``federation.*``, the package's
+  strategies and round hooks, ``seed_everything``) and Lightning's ``trainer.*`` bounds
+  (:mod:`lightning_fed.config_values`); then ``trainer.default_root_dir`` must be writable;
+- ``predict`` (removed) is refused with what to use instead. A user's own class, and what
   depends on another option, are left to the live parser.
 
 The option names are used only when the stored page is the live parser's page for the installed
@@ -37,10 +41,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-from lightning_fed.config_values import value_problem
+from lightning_fed.config_values import unknown_option, value_problem
 from lightning_fed.errors import _REPLACED_OPTIONS, EXIT_USER_ERROR, UserError, config_shape_error
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
+REMOVED = {
+    "predict": "`lightning-fed predict` was removed: the objectives here score pairs and have no forward to"
+    " predict with; generate answers to a prompts file with `lightning-fed evaluate --run <run> --benchmarks [judge]`"
+    " (or [humaneval], [lm_eval])",
+}
+"""Subcommands that are gone, with what to use instead (exit 2, before torch is imported)."""
 _OPTION = re.compile(r"^  (-\w, )?--([\w.]+)", re.M)
 CONFIG_FLAGS = ("--config", "-c")
 
@@ -141,6 +151,8 @@ def precheck_arguments(argv: list[str]) -> None:
     ``SystemExit(2)`` (the message already written); returns when nothing is wrong that can be
     seen here.
     """
+    if argv and argv[0] in REMOVED:
+        raise UserError(REMOVED[argv[0]])
     if not argv or argv[0] not in LIGHTNING_SUBCOMMANDS:
         return
     subcommand, args = argv[0], argv[1:]
@@ -160,5 +172,7 @@ def precheck_arguments(argv: list[str]) -> None:
         for i, arg in enumerate(args):
             if arg.startswith("--") and i not in values:
                 _check_option(arg, options, subcommand)
+    if problem := unknown_option(args):  # a strategy's or round hook's option (lightning_fed/class_parameters.py)
+        _refuse(problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
         raise UserError(problem)  # reported as the live CLI reports the class's error: the line and the hint

@@ -17,18 +17,35 @@ after the imports, as before.
 
 from __future__ import annotations
 
+import difflib
 import math
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.option_rules import FEDERATION_ALL, LORA, SECTIONS, TAKES_LORA, Rule, class_rules, problems
+from lightning_fed.class_parameters import parameters
+from lightning_fed.errors import unwritable
+from lightning_fed.option_rules import (
+    FEDERATION_ALL,
+    LORA,
+    PACKAGES,
+    SECTIONS,
+    TAKES_LORA,
+    Rule,
+    class_rules,
+    hook_problems,
+    problems,
+    seed_problem,
+)
 from lightning_fed.trainer_options import trainer_option_problem
 
 _UNKNOWN = object()
 """A section whose value this module cannot follow (nothing is checked in it)."""
 _CLASS_KEYS = ("class_path", "init_args", "dict_kwargs")
+NESTED_CLASSES = ("strategy", "hooks")
+"""``federation:``'s class-valued options: ``strategy`` a class, ``hooks`` a list of them."""
 _FLOAT = re.compile(
     r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
@@ -164,7 +181,17 @@ class Merged:
             self.set_section(str(section), value)
 
     def set_section(self, section: str, value: Any) -> None:
-        if section in SECTIONS:
+        if section == "federation" and isinstance(value, dict):
+            # its class-valued options (strategy, hooks) are followed as model: and data: are
+            value = dict(value)
+            for option in NESTED_CLASSES:
+                if option in value:
+                    self.set_section(f"federation.{option}", value.pop(option))
+        if section == "federation.hooks":
+            items = [] if value is None else value
+            hooks = [_class_section(item) for item in items] if isinstance(items, list) else _UNKNOWN
+            self.sections[section] = hooks  # a list given again replaces the earlier one
+        elif section in SECTIONS:
             new = _class_section(value)
             old = self.sections.get(section)
             if _init_args_only(value) and isinstance(old, dict):
@@ -187,6 +214,11 @@ class Merged:
     def apply_option(self, key: str, value: Any) -> None:
         """``--key value`` (``key`` dotted, without the dashes)."""
         section, _, rest = key.partition(".")
+        if section == "federation" and (option := rest.partition(".")[0]) in NESTED_CLASSES:
+            section, rest = f"federation.{option}", rest.partition(".")[2]
+            if rest and section == "federation.hooks":
+                self.sections[section] = _UNKNOWN  # an option of one item of the list: not followed
+                return
         if not rest:
             self.set_section(section, value)
             return
@@ -216,35 +248,90 @@ class Merged:
         if parts:
             target[parts[-1]] = value
 
-    def problem(self) -> str | None:
-        """The first refused value's line(s), or ``None``: in the live CLI's order, a non-finite
-        number anywhere, then ``trainer.*``, then the classes' rules section by section."""
-        followed = {
-            k: (v["init_args"] if k in SECTIONS else v) for k, v in self.sections.items() if isinstance(v, dict)
+    def _followed(self) -> dict[str, Any]:
+        """The merged config as the parser holds it, ``init_args`` left out (the keys as messages name them)."""
+        out = {
+            k: (v["init_args"] if k in SECTIONS else v)
+            for k, v in self.sections.items()
+            if isinstance(v, dict) and "." not in k
         }
-        if problem := non_finite_problem(followed):
+        federation = out["federation"] = dict(out.get("federation", {}))
+        strategy = self.sections.get("federation.strategy")
+        if isinstance(strategy, dict):
+            federation["strategy"] = strategy["init_args"]
+        hooks = self.sections.get("federation.hooks")
+        if isinstance(hooks, list):
+            federation["hooks"] = [h["init_args"] if isinstance(h, dict) else None for h in hooks]
+        return out
+
+    def _class_problem(self, section: str, value: Any, index: int | None = None) -> str | None:
+        """The line refusing a value of the package's class ``value`` (``{"class_path", "init_args"}``)."""
+        if not isinstance(value, dict) or (rules := class_rules(section, value["class_path"])) is None:
+            return None
+        init_args = value["init_args"]
+        if problem := _string_problem(rules, init_args):
+            return (
+                problem if index is None else problem.replace("federation.hooks[].", f"federation.hooks[{index}].", 1)
+            )
+        parsed = _parsed(rules, init_args)
+        if found := (problems(rules, parsed) if index is None else hook_problems(rules, parsed, index)):
+            return "; ".join(found)
+        lora = init_args.get("lora")
+        takes = section == "model" and value["class_path"].rpartition(".")[2] in TAKES_LORA
+        if takes and isinstance(lora, dict) and not any(_non_finite_word(v) for v in lora.values()):
+            if found := problems(LORA, _parsed(LORA, lora)):
+                return "; ".join(found)
+        return None
+
+    def unknown_option(self) -> str | None:
+        """An ``init_args`` key the package's strategy or hook does not take, named with the closest
+        option (the live parser refuses it while parsing, before any value is checked)."""
+        hooks = self.sections.get("federation.hooks")
+        items = [("federation.strategy", self.sections.get("federation.strategy"), "federation.strategy")]
+        items += [
+            ("federation.hooks", h, f"federation.hooks[{i}]")
+            for i, h in enumerate(hooks if isinstance(hooks, list) else [])
+        ]
+        for section, value, key in items:
+            if not isinstance(value, dict) or class_rules(section, value["class_path"]) is None:
+                continue
+            options = parameters(PACKAGES[section], value["class_path"])
+            if options is None:
+                continue
+            for name in value["init_args"]:
+                if name not in options:
+                    name_ = value["class_path"].rpartition(".")[2]
+                    near = difflib.get_close_matches(str(name), sorted(options), n=1, cutoff=0.6)
+                    hint = f"did you mean {key}.{near[0]}?" if near else f"its options: {', '.join(sorted(options))}"
+                    return f"{key}.{name} is not an option of {name_}; {hint}"
+        return None
+
+    def problem(self) -> str | None:
+        """The first refused value's line(s), or ``None``: in the live CLI's order, ``seed_everything``, a
+        non-finite number anywhere, then ``trainer.*``, then the classes' rules section by section
+        (``federation:``'s own options before its strategy's and hooks')."""
+        if problem := seed_problem(self.sections.get("seed_everything")):
+            return problem  # the CLI's _set_seed, before every other check
+        if problem := non_finite_problem(self._followed()):
             return problem
         trainer = self.sections.get("trainer")
         if isinstance(trainer, dict) and (problem := trainer_option_problem(trainer)):
             return problem
-        for section in SECTIONS:
-            value = self.sections.get(section)
-            if isinstance(value, dict) and (rules := class_rules(section, value["class_path"])) is not None:
-                if problem := _string_problem(rules, value["init_args"]):
-                    return problem
-                if found := problems(rules, _parsed(rules, value["init_args"])):
-                    return "; ".join(found)
-                lora = value["init_args"].get("lora")
-                takes = section == "model" and value["class_path"].rpartition(".")[2] in TAKES_LORA
-                if takes and isinstance(lora, dict) and not any(_non_finite_word(v) for v in lora.values()):
-                    if found := problems(LORA, _parsed(LORA, lora)):
-                        return "; ".join(found)
+        for section in ("model", "data"):
+            if problem := self._class_problem(section, self.sections.get(section)):
+                return problem
         federation = self.sections.get("federation")
         if isinstance(federation, dict):
             if problem := _string_problem(FEDERATION_ALL, federation):
                 return problem
             if found := problems(FEDERATION_ALL, _parsed(FEDERATION_ALL, federation)):
                 return "; ".join(found)
+        if problem := self._class_problem("federation.strategy", self.sections.get("federation.strategy")):
+            return problem
+        hooks = self.sections.get("federation.hooks")
+        for index, hook in enumerate(hooks if isinstance(hooks, list) else []):
+            if problem := self._class_problem("federation.hooks", hook, index):
+                return problem
         return None
 
 
@@ -266,10 +353,25 @@ def _arguments(args: list[str]) -> Iterator[tuple[str, str]]:
         i += 1
 
 
+def unknown_option(args: list[str]) -> str | None:
+    """The line refusing an option the package's strategy or round hook in ``args`` does not take
+    (:meth:`Merged.unknown_option`), or ``None``."""
+    merged = merged_config(args)
+    return merged.unknown_option() if merged is not None else None
+
+
 def value_problem(args: list[str]) -> str | None:
     """The line refusing a value in ``args`` (a subcommand's arguments, shipped configs resolved),
     or ``None``. Files that are not readable YAML mappings were refused before this is called;
     any other file is skipped."""
+    merged = merged_config(args)
+    if merged is None:
+        return None
+    return merged.problem() or _root_problem(merged.sections.get("trainer"))
+
+
+def merged_config(args: list[str]) -> Merged | None:
+    """``args``' files and overrides merged (:class:`Merged`), or ``None`` if a file cannot be read."""
     merged = Merged()
     for key, raw in _arguments(args):
         if key == "config":
@@ -281,4 +383,17 @@ def value_problem(args: list[str]) -> str | None:
                     return None
         elif not key.endswith("+") and key != "print_config":
             merged.apply_option(key, _value(raw))
-    return merged.problem()
+    return merged
+
+
+def _root_problem(trainer: Any) -> str | None:
+    """``trainer.default_root_dir`` (the working folder when unset) where no file can be written:
+    the line :meth:`~lightning_fed.federated_cli.FederatedCLI._check_writable` says after the
+    imports and the model's build, said before them."""
+    root = trainer.get("default_root_dir") if isinstance(trainer, dict) else None
+    if root is None:
+        root = os.getcwd()
+    if not isinstance(root, str) or "://" in root:
+        return None
+    why = unwritable(root)
+    return f"trainer.default_root_dir {root!r}: {why}" if why else None

@@ -27,6 +27,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning_fed import console
 from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
 from lightning_fed.callbacks.signals import ProcessSignals
+from lightning_fed.config_precheck import REMOVED
 from lightning_fed.console import PROG
 from lightning_fed.datamodules import FederatedDataModule
 from lightning_fed.errors import (
@@ -307,12 +308,6 @@ SUBCOMMANDS = {
     "test": "Evaluate a model on the clients' test data (data.test_dataset).",
 }
 """The subcommands LightningCLI runs, with their ``--help`` line (others: ``lightning_fed.cli.ELSEWHERE``)."""
-REMOVED = {
-    "predict": "`lightning-fed predict` was removed: the objectives here score pairs and have no forward to"
-    " predict with; generate answers to a prompts file with `lightning-fed evaluate --run <run> --benchmarks [judge]`"
-    " (or [humaneval], [lm_eval])",
-}
-"""Subcommands that are gone, with what to use instead (exit 2)."""
 
 
 def _usage(subcommand: str) -> str:

@@ -53,6 +53,18 @@ EVAL_CLIENTS_CHOICES = ("all", "sampled", "panel")
 """``federation.eval_clients`` (``null``: a panel in ``fit``, every client in ``validate``/``test``)."""
 
 
+SEED_MAX = 2**32 - 1
+"""numpy's bound on ``seed_everything``."""
+
+
+def seed_problem(seed: Any) -> str | None:
+    """``seed_everything`` out of numpy's bounds, named (Lightning's message names no option).
+    ``true`` (a random seed) and ``false`` are accepted."""
+    if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed <= SEED_MAX:
+        return f"seed_everything must be in [0, {SEED_MAX}], got {seed}"
+    return None
+
+
 def _number(value: float) -> str:
     return str(value)
 
@@ -250,9 +262,139 @@ EVALUATION = (
 
 FEDERATION_ALL = FEDERATION + EVALUATION
 """Every rule of the ``federation:`` section (what the precheck applies)."""
-SECTIONS: dict[str, dict[str, tuple[Rule, ...]]] = {"model": MODEL_RULES, "data": DATA_RULES}
-"""The class-valued sections whose rules depend on the class."""
-PACKAGES = {"model": "lightning_fed.modules", "data": "lightning_fed.datamodules"}
+
+# ------------------------------------------------------------------------------- federation.strategy:
+WEIGHTINGS = ("num_examples", "uniform")
+"""How the clients' models are averaged (``weighting`` of the FedAvg family, SCAFFOLD, FedBiscuit...)."""
+HETLORA_WEIGHTINGS = (*WEIGHTINGS, "sparsity")
+"""HetLoRA's ``weighting``: also per-module sparsity weights."""
+MOMENTUM_REFERENCES = ("hsu", "openfedllm")
+"""FedAvgM's ``reference``."""
+FEDOPT_REFERENCES = ("reddi", "openfedllm")
+"""FedAdam / FedYogi / FedAdagrad's ``reference``."""
+CORRECTIONS = ("gradient", "parameter")
+"""SCAFFOLD's ``correction``."""
+STALENESS = ("sqrt", "constant")
+"""FedBuff's ``staleness`` discount."""
+EQ6_SCOPES = ("cluster", "all")
+"""FedBiscuit's ``eq6_scope``."""
+
+_S = "federation.strategy."
+FEDAVG = (one_of(_S + "weighting", WEIGHTINGS), at_least(_S + "server_lr", 0, low_open=True))
+FEDPROX_OWN = (at_least(_S + "mu", 0, low_open=True),)
+FEDNOVA_OWN = (in_range(_S + "local_momentum", 0, 1, high_open=True),)
+FEDAVGM_OWN = (in_range(_S + "momentum", 0, 1, high_open=True), one_of(_S + "reference", MOMENTUM_REFERENCES))
+FEDOPT = (
+    one_of(_S + "reference", FEDOPT_REFERENCES),
+    one_of(_S + "weighting", WEIGHTINGS, nullable=True),
+    at_least(_S + "server_lr", 0, low_open=True, nullable=True),
+    in_range(_S + "beta_1", 0, 1, high_open=True),
+    in_range(_S + "beta_2", 0, 1, high_open=True),
+    at_least(_S + "tau", 0, low_open=True),
+)
+"""FedAdam, FedYogi, FedAdagrad (``null``: the ``reference``'s default ``server_lr`` / ``weighting``)."""
+SCAFFOLD = (
+    at_least(_S + "server_lr", 0, low_open=True),
+    one_of(_S + "correction", CORRECTIONS),
+    one_of(_S + "weighting", WEIGHTINGS),
+)
+TRIMMED_MEAN = (in_range(_S + "trim", 0, 0.5, high_open=True),)
+FEDAMP = (
+    at_least(_S + "temperature", 0, low_open=True),
+    in_range(_S + "self_weight_floor", 0, 1),
+    at_least(_S + "prox_mu", 0),
+)
+FEDBUFF = (
+    at_least(_S + "buffer_size", 1, integer=True),
+    at_least(_S + "server_lr", 0, low_open=True),
+    one_of(_S + "staleness", STALENESS),
+    at_least(_S + "max_staleness", 0, integer=True, nullable=True),
+)
+FEDBISCUIT = (
+    one_of(_S + "weighting", WEIGHTINGS),
+    one_of(_S + "eq6_scope", EQ6_SCOPES),
+    at_least(_S + "warmup_rounds", 0, integer=True),
+    at_least(_S + "regroup_every", 1, integer=True),
+)
+"""FedBiscuit's (``num_selectors``, a positive odd number, is checked by the class)."""
+HETEROGENEOUS_RANK = (one_of(_S + "weighting", WEIGHTINGS),)
+"""FLoRA, FlexLoRA (and their base)."""
+HETLORA = (
+    one_of(_S + "weighting", HETLORA_WEIGHTINGS),
+    in_range(_S + "prune_gamma", 0, 1, low_open=True, high_open=True, nullable=True),
+    at_least(_S + "rank_penalty", 0),
+)
+"""HetLoRA's (a ``rank_penalty`` > 0 without ``prune_gamma`` is refused by the class: two options)."""
+STRATEGY_RULES: dict[str, tuple[Rule, ...]] = {
+    "FedAvg": FEDAVG,
+    "FedProx": FEDAVG + FEDPROX_OWN,
+    "FedNova": FEDAVG + FEDNOVA_OWN,
+    "FedAvgM": FEDAVG + FEDAVGM_OWN,
+    "FedAdam": FEDOPT,
+    "FedYogi": FEDOPT,
+    "FedAdagrad": FEDOPT,
+    "Scaffold": SCAFFOLD,
+    "TrimmedMean": TRIMMED_MEAN,
+    "CoordinateMedian": (),
+    "FedAMP": FEDAMP,
+    "FedBuff": FEDBUFF,
+    "FedBiscuit": FEDBISCUIT,
+    "FLoRA": HETEROGENEOUS_RANK,
+    "FlexLoRA": HETEROGENEOUS_RANK,
+    "HetLoRA": HETLORA,
+}
+"""``federation.strategy:``'s rules by class name; the messages name ``federation.strategy.<option>``
+(as ``model.lr``: the key without ``init_args``, which jsonargparse accepts and names the same way)."""
+
+# ------------------------------------------------------------------------------- federation.hooks:
+ALIGNMENT_OPTIMIZERS = ("sgd", "adamw")
+"""EmulatorAlignment's ``optimizer``."""
+KL_DIRECTIONS = ("eq2", "teacher_first")
+"""EmulatorAlignment's ``kl_direction``."""
+L2_TERMS = ("sum", "mean", "rms", "off")
+"""EmulatorAlignment's ``l2_term``."""
+HOOK = "federation.hooks[]."
+"""A hook's options are named ``federation.hooks[i].<option>``; a class does not know its ``i``
+(the precheck fills it in, :func:`hook_problems`)."""
+CLIENT_GROUPING = (
+    at_least(HOOK + "clip_loss", 0, low_open=True),
+    at_least(HOOK + "noise_multiplier", 0, low_open=True, nullable=True),
+)
+EMULATOR_ALIGNMENT = (
+    at_least(HOOK + "steps_per_round", 0, integer=True),
+    at_least(HOOK + "distill_steps", 0, integer=True),
+    at_least(HOOK + "batch_size", 1, integer=True),
+    at_least(HOOK + "max_length", 2, integer=True),
+    at_least(HOOK + "max_examples", 1, integer=True, nullable=True),
+    at_least(HOOK + "lam", 0),
+    at_least(HOOK + "lr", 0, low_open=True),
+    one_of(HOOK + "optimizer", ALIGNMENT_OPTIMIZERS),
+    one_of(HOOK + "kl_direction", KL_DIRECTIONS),
+    one_of(HOOK + "l2_term", L2_TERMS),
+)
+"""EmulatorAlignment's (``template``'s choices are the data templates': checked by the class)."""
+HOOK_RULES: dict[str, tuple[Rule, ...]] = {"ClientGrouping": CLIENT_GROUPING, "EmulatorAlignment": EMULATOR_ALIGNMENT}
+"""``federation.hooks:``' rules by class name."""
+
+
+def hook_problems(rules: Iterable[Rule], values: Mapping[str, Any], index: int) -> list[str]:
+    """:func:`problems` of the hook at ``federation.hooks[index]``, its messages naming the index."""
+    return [p.replace("federation.hooks[].", f"federation.hooks[{index}].", 1) for p in problems(rules, values)]
+
+
+SECTIONS: dict[str, dict[str, tuple[Rule, ...]]] = {
+    "model": MODEL_RULES,
+    "data": DATA_RULES,
+    "federation.strategy": STRATEGY_RULES,
+    "federation.hooks": HOOK_RULES,
+}
+"""The class-valued options whose rules depend on the class (``federation.hooks``: each item of the list)."""
+PACKAGES = {
+    "model": "lightning_fed.modules",
+    "data": "lightning_fed.datamodules",
+    "federation.strategy": "lightning_fed.strategies",
+    "federation.hooks": "lightning_fed.round_hooks",
+}
 """Where each section's classes live: ``class_path`` ``lightning_fed.modules[.<file>].<Name>``."""
 
 

@@ -33,6 +33,7 @@ from lightning_fed.datamodules import FederatedDataModule
 from lightning_fed.errors import UserError, simplify_parse_error
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.registry import available_modules, load_module_plugins
+from lightning_fed.option_rules import SEED_MAX, seed_problem  # noqa: F401 - torch-free, also the precheck's
 from lightning_fed.run import FederatedRun
 from lightning_fed.run_checks import run_problem
 from lightning_fed.shipped_configs import resolve_config
@@ -41,8 +42,6 @@ from lightning_fed.trainer_options import trainer_option_problem
 
 SEED_DEFAULT = 0
 """``seed_everything`` when the config sets none (the CLI's ``seed_everything_default``)."""
-SEED_MAX = 2**32 - 1
-"""numpy's bound on a seed."""
 TRAINER_DEFAULTS = {"num_sanity_val_steps": -1, "use_distributed_sampler": False}
 """The ``trainer:`` defaults of a federated run (the CLI's ``trainer_defaults``): a full evaluation
 before round 1 gives the ``initial`` metrics of summary.json; the round's loader is rank-aware
@@ -79,13 +78,6 @@ def run_parser() -> LightningArgumentParser:
     parser.add_lightning_class_args(FederatedDataModule, "data", subclass_mode=True)
     add_federation_arguments(parser)
     return parser
-
-
-def seed_problem(seed: Any) -> str | None:
-    """``seed_everything`` out of numpy's bounds, named (Lightning's message names no option)."""
-    if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed <= SEED_MAX:
-        return f"seed_everything must be in [0, {SEED_MAX}], got {seed}"
-    return None
 
 
 def config_problem(config: Namespace, fit: bool = True) -> str | None:

@@ -76,6 +76,26 @@ CASES = {
         "data.on_overflow must be one of ('error', 'truncate', 'drop'), got 'cut'",
     ),
     "trainer_max_epochs": (["--trainer.max_epochs=-5"], "trainer.max_epochs must be >= 0, or -1 for no limit, got -5"),
+    # found from outside: these took the slow path (torch imported first, ~11 s of CPU)
+    "seed_negative": (["--seed_everything=-1"], "seed_everything must be in [0, 4294967295], got -1"),
+    "seed_too_big": (["--seed_everything", "4294967296"], "seed_everything must be in [0, 4294967295], got 4294967296"),
+    "fedprox_mu": (
+        ["--federation.strategy=FedProx", "--federation.strategy.init_args.mu=-1"],
+        "federation.strategy.mu must be > 0, got -1.0",
+    ),
+    "fedadam_beta_1": (
+        ["--federation.strategy=lightning_fed.strategies.FedAdam", "--federation.strategy.beta_1=1"],
+        "federation.strategy.beta_1 must be in [0, 1), got 1.0",
+    ),
+    "fedadam_tau_nan": (
+        ["--federation.strategy=FedAdam", "--federation.strategy.init_args.tau=nan"],
+        "federation.strategy.tau must be a finite number, got nan",
+    ),
+    "fedavg_server_lr": (["--federation.strategy.server_lr=0"], "federation.strategy.server_lr must be > 0, got 0.0"),
+    "trimmed_mean_trim": (
+        ["--federation.strategy", "TrimmedMean", "--federation.strategy.trim", "0.5"],
+        "federation.strategy.trim must be in [0, 0.5), got 0.5",
+    ),
 }
 
 
@@ -116,6 +136,103 @@ def test_a_later_override_replaces_an_earlier_bad_value(tmp_path):
     # and the other way round: a file after the override wins
     again = _cli(tmp_path, "fit", "--config", "tiny", "--federation.rounds=2", "--config", bad)
     assert (again.returncode, again.stderr) == (2, f"error: federation.rounds must be in [1, 1000000], got 0\n{HINT}\n")
+
+
+STRATEGY_FILES = {
+    "strategy_values_over_the_shipped_class": (
+        "fedbiot",
+        "federation:\n  strategy:\n    init_args: {mu: 0}\n",
+        "federation.strategy.mu must be > 0, got 0.0",
+    ),
+    "another_strategy_class": (
+        "tiny",
+        "federation:\n  strategy:\n    class_path: lightning_fed.strategies.fedavgm.FedAvgM\n"
+        "    init_args: {momentum: 1.0}\n",
+        "federation.strategy.momentum must be in [0, 1), got 1.0",
+    ),
+    "fedbiscuit_schedule": (
+        "fedbiscuit_tiny",
+        "federation:\n  strategy:\n    class_path: FedBiscuit\n    init_args: {regroup_every: 0}\n",
+        "federation.strategy.regroup_every must be >= 1, got 0",
+    ),
+    "hook_option": (
+        "fedbiscuit_tiny",
+        "federation:\n  hooks:\n    - class_path: lightning_fed.round_hooks.client_grouping.ClientGrouping\n"
+        "      init_args: {clip_loss: 0}\n",
+        "federation.hooks[0].clip_loss must be > 0, got 0.0",
+    ),
+    "second_hook_option": (
+        "fedbiot",
+        "federation:\n  hooks:\n    - EmulatorAlignment\n    - class_path: EmulatorAlignment\n"
+        "      init_args: {kl_direction: backward}\n",
+        "federation.hooks[1].kl_direction must be one of ('eq2', 'teacher_first'), got 'backward'",
+    ),
+    "seed_in_a_file": ("tiny", "seed_everything: -7\n", "seed_everything must be in [0, 4294967295], got -7"),
+}
+
+
+@pytest.mark.parametrize(("config", "later", "line"), list(STRATEGY_FILES.values()), ids=list(STRATEGY_FILES))
+def test_a_strategy_or_hook_value_in_a_config_file_is_refused_before_torch(tmp_path, config, later, line):
+    """The strategies' and round hooks' rules are declared beside the others (lightning_fed/option_rules.py)."""
+    proc = _cli(tmp_path, "fit", "--config", config, "--config", _file(tmp_path, "later.yaml", later))
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_removed_subcommand_and_an_unwritable_root_are_refused_before_torch(tmp_path):
+    """Both were said after the imports (``predict``: 12 s of CPU; a read-only
+    ``trainer.default_root_dir``: after the model was built)."""
+    from lightning_fed.config_precheck import REMOVED
+
+    proc = _cli(tmp_path, "predict", "--config", "tiny")
+    assert (proc.returncode, proc.stderr) == (2, f"error: {REMOVED['predict']}\n{HINT}\n")
+    a_file = _file(tmp_path, "run", "")  # _cli's trainer.default_root_dir
+    proc = _cli(tmp_path, "fit", "--config", "tiny")
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: trainer.default_root_dir '{a_file}': '{a_file}' is a file, not a folder\n{HINT}\n",
+    )
+
+
+UNKNOWN_OPTIONS = {
+    "fedadam_eta": (
+        ["--federation.strategy=FedAdam", "--federation.strategy.init_args.eta=0.1"],
+        "federation.strategy.eta is not an option of FedAdam; did you mean federation.strategy.tau?",
+    ),
+    "fedavg_mu": (
+        ["--federation.strategy.init_args.mu=-1"],
+        "federation.strategy.mu is not an option of FedAvg; its options: server_lr, weighting",
+    ),
+}
+
+
+@pytest.mark.parametrize(("overrides", "line"), list(UNKNOWN_OPTIONS.values()), ids=list(UNKNOWN_OPTIONS))
+def test_an_option_the_strategy_does_not_take_is_refused_before_torch(tmp_path, overrides, line):
+    """Found from outside: the live parser said "Option 'eta' is not accepted" after ~11 s of CPU."""
+    proc = _cli(tmp_path, "fit", "--config", "tiny", *overrides)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_option_a_hook_does_not_take_is_refused_before_torch(tmp_path):
+    later = _file(
+        tmp_path,
+        "later.yaml",
+        "federation:\n  hooks:\n    - class_path: ClientGrouping\n      init_args: {clip_los: 1.0}\n",
+    )
+    proc = _cli(tmp_path, "fit", "--config", "fedbiscuit_tiny", "--config", later)
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "error: federation.hooks[0].clip_los is not an option of ClientGrouping;"
+        " did you mean federation.hooks[0].clip_loss?\n",
+    )
+
+
+def test_a_strategy_of_another_package_is_left_to_the_live_parser(tmp_path):
+    proc = _cli(
+        tmp_path, "fit", "--config", "tiny", "--federation.strategy=my_package.FedProx", "--federation.strategy.mu=-1"
+    )
+    assert REACHED_TORCH in proc.stderr and "must be" not in proc.stderr
 
 
 def test_a_user_s_own_class_is_left_to_the_live_parser(tmp_path):

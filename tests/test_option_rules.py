@@ -26,14 +26,18 @@ from hypothesis import strategies as st
 
 import lightning_fed.datamodules as datamodules
 import lightning_fed.modules as modules
+import lightning_fed.round_hooks as round_hooks
+import lightning_fed.strategies as strategies
 from lightning_fed.config_values import Merged
 from lightning_fed.modules.backbone import DTYPES
 from lightning_fed.option_rules import (
     DATA_RULES,
     FEDERATION_ALL,
+    HOOK_RULES,
     LORA,
     MODEL_RULES,
     PACKAGES,
+    STRATEGY_RULES,
     TAKES_LORA,
     Rule,
     class_rules,
@@ -57,7 +61,11 @@ UNDECLARED = {
     ("*", "data.max_prompt_length"): "a length budget against data.max_length (length_budget_problems)",
     ("*", "data.max_completion_length"): "a length budget against data.max_length (length_budget_problems)",
     ("*", "data.min_prompt_length"): "a length budget against data.max_length (length_budget_problems)",
+    ("FedBiscuit", "num_selectors"): "a positive odd number: not a range",
+    ("EmulatorAlignment", "template"): "the data templates' names (lightning_fed/datamodules/templates.py)",
 }
+PREFIX = {"federation.hooks": "federation.hooks[]"}
+"""How a section's options are named in the messages (a hook does not know its index in the list)."""
 
 
 class Accepted(Exception):
@@ -101,7 +109,7 @@ def _build(section: str, cls: Any, values: dict[str, Any]) -> str | None:
         cls(**kwargs)
     except Accepted:
         return None
-    except (ValueError, TypeError, AttributeError) as err:
+    except (ValueError, TypeError, AttributeError, OverflowError) as err:
         return str(err)
     return None
 
@@ -109,11 +117,34 @@ def _build(section: str, cls: Any, values: dict[str, Any]) -> str | None:
 def _classes() -> list[tuple[str, str, Any]]:
     out = [("model", name, getattr(modules, name)) for name in MODEL_RULES]
     out += [("data", name, getattr(datamodules, name)) for name in DATA_RULES]
+    out += [("federation.strategy", name, getattr(strategies, name)) for name in STRATEGY_RULES]
+    out += [("federation.hooks", name, getattr(round_hooks, name)) for name in HOOK_RULES]
     return [*out, ("federation", "FederationConfig", FederationConfig)]
 
 
 def _declared(section: str, name: str) -> tuple[Rule, ...]:
-    return FEDERATION_ALL if section == "federation" else {"model": MODEL_RULES, "data": DATA_RULES}[section][name]
+    if section == "federation":
+        return FEDERATION_ALL
+    return {
+        "model": MODEL_RULES,
+        "data": DATA_RULES,
+        "federation.strategy": STRATEGY_RULES,
+        "federation.hooks": HOOK_RULES,
+    }[section][name]
+
+
+def test_every_strategy_and_hook_of_the_package_has_its_rules_declared():
+    """A strategy or round hook the package exports is in STRATEGY_RULES / HOOK_RULES (its values
+    are then checked before torch is imported), or a wrapper whose options are objects."""
+    from lightning_fed.federation.hooks import RoundHook
+    from lightning_fed.strategies.base import Strategy
+
+    exported = {n for n in strategies.__all__ if isinstance(getattr(strategies, n), type)}
+    concrete = {n for n in exported if issubclass(getattr(strategies, n), Strategy)}
+    concrete -= {n for n in concrete if inspect.isabstract(getattr(strategies, n))}
+    assert concrete - {"Strategy"} <= set(STRATEGY_RULES) | {"HeterogeneousRankLoRA"}, sorted(concrete)
+    hooks = {n for n in round_hooks.__all__ if issubclass(getattr(round_hooks, n), RoundHook)}
+    assert hooks == set(HOOK_RULES)
 
 
 PROBES = (-(10**12), -1, 0, 10**12, -1e300, 1e300, math.nan, math.inf, "no-such-choice")
@@ -128,7 +159,7 @@ def test_every_parameter_a_class_bounds_is_declared(section, name, cls):
     assert {rule.name for rule in _declared(section, name)} <= params, "a rule for an option the class does not take"
     bounded = set()
     for param in sorted(params):
-        option = f"{section}.{param}"
+        option = f"{PREFIX.get(section, section)}.{param}"
         for probe in PROBES:
             said = _build(section, cls, {param: probe})
             if said is not None and said.startswith(f"{option} must"):
@@ -136,7 +167,7 @@ def test_every_parameter_a_class_bounds_is_declared(section, name, cls):
     exempt = {
         option
         for option in bounded
-        if (name, "*") in UNDECLARED or (name, option.split(".")[1]) in UNDECLARED or ("*", option) in UNDECLARED
+        if (name, "*") in UNDECLARED or (name, option.rsplit(".", 1)[1]) in UNDECLARED or ("*", option) in UNDECLARED
     }
     assert bounded - exempt <= declared, (
         f"{name} bounds options the precheck does not know: {sorted(bounded - exempt - declared)}"
@@ -194,6 +225,11 @@ def _precheck(section: str, name: str, rule: Rule, value: Any) -> str | None:
         merged.set_section(
             "federation", {rule.name: value, **({"local_steps": None} if rule.name == "local_epochs" else {})}
         )
+    elif section == "federation.strategy":  # as a config file gives it, under federation:
+        merged.set_section("federation", {"strategy": {"class_path": name, "init_args": {rule.name: value}}})
+    elif section == "federation.hooks":  # the second hook of the list: its messages say [1]
+        hook = {"class_path": f"{PACKAGES[section]}.{name}", "init_args": {rule.name: value}}
+        merged.set_section("federation", {"hooks": [{"class_path": f"{PACKAGES[section]}.{name}"}, hook]})
     else:
         merged.set_section(section, {"class_path": f"{PACKAGES[section]}.{name}", "init_args": {rule.name: value}})
     return merged.problem()
@@ -210,7 +246,10 @@ def test_the_class_and_the_precheck_refuse_the_same_values_with_the_same_line(se
         assert said is None or not said.startswith(f"{rule.option} must"), said
     else:
         assert said == expected
-    assert _precheck(section, name, rule, value) == _through_cli(rule, value, expected)
+    via_cli = _through_cli(rule, value, expected)
+    if via_cli is not None and section == "federation.hooks":
+        via_cli = via_cli.replace("federation.hooks[].", "federation.hooks[1].", 1)
+    assert _precheck(section, name, rule, value) == via_cli
 
 
 @pytest.mark.parametrize("rule", LORA, ids=[r.name for r in LORA])
@@ -256,3 +295,17 @@ def test_a_rule_s_interval_is_what_its_message_says(value):
     rule = Rule("model.x", low=0, high=1, low_open=True)
     assert (rule.problem(value) is None) == (math.isfinite(value) and 0 < value <= 1)
     assert rule.problem(value) in (None, f"model.x must be in (0, 1], got {value}")
+
+
+@pytest.mark.parametrize(
+    ("section", "name", "cls"),
+    [c for c in _classes() if c[0] in ("federation.strategy", "federation.hooks")],
+    ids=[c[1] for c in _classes() if c[0] in ("federation.strategy", "federation.hooks")],
+)
+def test_the_options_read_from_the_source_are_the_class_s_parameters(section, name, cls):
+    """lightning_fed/class_parameters.py reads them without importing the class (the precheck's
+    unknown-option check); here the class is imported and asked."""
+    from lightning_fed.class_parameters import parameters
+
+    assert parameters(PACKAGES[section], name) == set(_parameters(cls))
+    assert parameters(PACKAGES[section], f"{cls.__module__}.{name}") == set(_parameters(cls))

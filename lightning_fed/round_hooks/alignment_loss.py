@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from lightning_fed.option_rules import L2_TERMS
+
 if TYPE_CHECKING:
     from lightning_fed.modules.fedbiot import OffsiteModule
 
-KL_DIRECTIONS = ("eq2", "teacher_first")
-"""``eq2``: ``KL(M(x;A,E) || M(x;A,E*))`` as printed; ``teacher_first``: the usual distillation order."""
 
-L2_TERMS = ("sum", "mean", "rms", "off")
-"""How the first term is reduced (:func:`emulator_l2`)."""
+# KL_DIRECTIONS: ``eq2`` is ``KL(M(x;A,E) || M(x;A,E*))`` as printed, ``teacher_first`` the usual
+# distillation order; L2_TERMS: how the first term is reduced (:func:`emulator_l2`). Declared with
+# the hook's other options (lightning_fed/option_rules.py).
 
 
 def emulator_l2(h_emu: Tensor, h_full: Tensor, real: Tensor, l2_term: str = "sum") -> Tensor:
@@ -41,7 +42,7 @@ def emulator_l2(h_emu: Tensor, h_full: Tensor, real: Tensor, l2_term: str = "sum
         A scalar in float32.
     """
     if l2_term not in L2_TERMS:
-        raise ValueError(f"`l2_term` must be one of {L2_TERMS}, got {l2_term!r}")
+        raise ValueError(f"l2_term must be one of {L2_TERMS}, got {l2_term!r}")
     diff2 = (h_emu.float() - h_full.float()).pow(2)[real]  # (tokens, d)
     if l2_term == "off":
         return diff2.sum() * 0.0  # keeps the graph and the dtype; contributes nothing

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload, Replies, RoundHook
 from lightning_fed.federation.report import bucket_count
+from lightning_fed.option_rules import CLIENT_GROUPING, check
 from lightning_fed.privacy.selector_noise import (
     DEFAULT_CLIP,
     DEFAULT_NOISE_MULTIPLIER,
@@ -99,13 +100,7 @@ class ClientGrouping(RoundHook):
     """
 
     def __init__(self, clip_loss: float = DEFAULT_CLIP, noise_multiplier: float | None = None) -> None:
-        problems = []
-        if not clip_loss > 0:
-            problems.append(f"clip_loss must be > 0, got {clip_loss!r}")
-        if noise_multiplier is not None and not noise_multiplier > 0:
-            problems.append(f"noise_multiplier must be > 0, got {noise_multiplier!r}")
-        if problems:
-            raise ValueError("ClientGrouping: " + "; ".join(problems))
+        check(CLIENT_GROUPING, clip_loss=clip_loss, noise_multiplier=noise_multiplier)  # lightning_fed/option_rules.py
         self.clip_loss = float(clip_loss)
         self.noise_multiplier = None if noise_multiplier is None else float(noise_multiplier)
         self.groupings: list[dict[str, Any]] = []

@@ -35,7 +35,8 @@ from torch import Tensor
 from lightning_fed.datamodules.templates import TEMPLATE_CHOICES, format_prompt, format_response
 from lightning_fed.federation.hooks import Payload, RoundHook
 from lightning_fed.federation.sampling import derive_seed
-from lightning_fed.round_hooks.alignment_loss import KL_DIRECTIONS, L2_TERMS, alignment_loss
+from lightning_fed.option_rules import ALIGNMENT_OPTIMIZERS, EMULATOR_ALIGNMENT, check
+from lightning_fed.round_hooks.alignment_loss import alignment_loss
 from lightning_fed.state import clone_state, state_nbytes
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from lightning_fed.federation.server_round import ServerRound
     from lightning_fed.modules.fedbiot import OffsiteModule
 
-OPTIMIZERS = ("sgd", "adamw")
+OPTIMIZERS = ALIGNMENT_OPTIMIZERS
 _TAG = 20240625  # separates the alignment's random draws from the loop's
 
 
@@ -107,31 +108,21 @@ class EmulatorAlignment(RoundHook):
         kl_direction: str = "eq2",
         l2_term: str = "sum",
     ) -> None:
-        problems = []
-        for name, value, low in (
-            ("steps_per_round", steps_per_round, 0),
-            ("distill_steps", distill_steps, 0),
-            ("batch_size", batch_size, 1),
-            ("max_length", max_length, 2),
-        ):
-            if not isinstance(value, int) or value < low:
-                problems.append(f"alignment.{name} must be an integer >= {low}, got {value!r}")
-        if max_examples is not None and max_examples < 1:
-            problems.append(f"alignment.max_examples must be None or >= 1, got {max_examples!r}")
-        if not lam >= 0:
-            problems.append(f"alignment.lam must be >= 0, got {lam!r}")
-        if not lr > 0:
-            problems.append(f"alignment.lr must be > 0, got {lr!r}")
-        if optimizer not in OPTIMIZERS:
-            problems.append(f"alignment.optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-        if kl_direction not in KL_DIRECTIONS:
-            problems.append(f"alignment.kl_direction must be one of {KL_DIRECTIONS}, got {kl_direction!r}")
-        if template not in TEMPLATE_CHOICES:
-            problems.append(f"alignment.template must be one of {TEMPLATE_CHOICES}, got {template!r}")
-        if l2_term not in L2_TERMS:
-            problems.append(f"alignment.l2_term must be one of {L2_TERMS}, got {l2_term!r}")
-        if problems:
-            raise ValueError("; ".join(problems))
+        check(  # lightning_fed/option_rules.py
+            EMULATOR_ALIGNMENT,
+            steps_per_round=steps_per_round,
+            distill_steps=distill_steps,
+            batch_size=batch_size,
+            max_length=max_length,
+            max_examples=max_examples,
+            lam=lam,
+            lr=lr,
+            optimizer=optimizer,
+            kl_direction=kl_direction,
+            l2_term=l2_term,
+        )
+        if template not in TEMPLATE_CHOICES:  # the data templates' names: not declared there
+            raise ValueError(f"federation.hooks[].template must be one of {TEMPLATE_CHOICES}, got {template!r}")
         self.l2_term = l2_term
         self.dataset, self.kind, self.field_map, self.split = dataset, kind, field_map, split
         self.synthetic_args, self.template, self.max_length = synthetic_args, template, max_length

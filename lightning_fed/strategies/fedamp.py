@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightning_fed.option_rules import FEDAMP, check
 from lightning_fed.state import StateDict, clone_state
 from lightning_fed.strategies.base import ClientUpdate, LocalCorrection, Strategy, weighted_average
 from lightning_fed.strategies.fedprox import ProximalCorrection
@@ -75,15 +76,7 @@ class FedAMP(Strategy):
     """
 
     def __init__(self, temperature: float = 0.5, self_weight_floor: float = 0.05, prox_mu: float = 0.0) -> None:
-        problems = []
-        if not temperature > 0:
-            problems.append(f"`temperature` must be > 0, got {temperature!r}")
-        if not 0 <= self_weight_floor <= 1:
-            problems.append(f"`self_weight_floor` must be in [0, 1], got {self_weight_floor!r}")
-        if not prox_mu >= 0:
-            problems.append(f"`prox_mu` must be >= 0, got {prox_mu!r}")
-        if problems:
-            raise ValueError("; ".join(problems))
+        check(FEDAMP, temperature=temperature, self_weight_floor=self_weight_floor, prox_mu=prox_mu)
         self.temperature, self.self_weight_floor, self.prox_mu = (
             float(temperature),
             float(self_weight_floor),

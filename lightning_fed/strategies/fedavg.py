@@ -15,10 +15,9 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from lightning_fed.option_rules import FEDAVG, check
 from lightning_fed.state import StateDict, compute_dtype
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, weighted_average
-
-WEIGHTINGS = ("num_examples", "uniform")
 
 
 class FedAvg(Strategy):
@@ -40,10 +39,7 @@ class FedAvg(Strategy):
     """
 
     def __init__(self, weighting: str = "num_examples", server_lr: float = 1.0) -> None:
-        if weighting not in WEIGHTINGS:
-            raise ValueError(f"`weighting` must be one of {set(WEIGHTINGS)}, got {weighting!r}")
-        if not server_lr > 0:
-            raise ValueError(f"`server_lr` must be > 0, got {server_lr!r}")
+        check(FEDAVG, weighting=weighting, server_lr=server_lr)  # lightning_fed/option_rules.py
         self.weighting = weighting
         self.server_lr = float(server_lr)
 

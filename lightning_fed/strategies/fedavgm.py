@@ -23,11 +23,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.option_rules import FEDAVGM_OWN, MOMENTUM_REFERENCES, check
 from lightning_fed.state import StateDict, clone_state, compute_dtype, zeros_like_state
 from lightning_fed.strategies.base import ClientUpdate
 from lightning_fed.strategies.fedavg import FedAvg
 
-REFERENCES = ("hsu", "openfedllm")
+REFERENCES = MOMENTUM_REFERENCES
 
 
 class FedAvgM(FedAvg):
@@ -46,10 +47,7 @@ class FedAvgM(FedAvg):
         self, server_lr: float = 1.0, momentum: float = 0.9, weighting: str = "num_examples", reference: str = "hsu"
     ) -> None:
         super().__init__(weighting=weighting, server_lr=server_lr)
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"`momentum` must be in [0, 1), got {momentum!r}")
-        if reference not in REFERENCES:
-            raise ValueError(f"`reference` must be one of {REFERENCES}, got {reference!r}")
+        check(FEDAVGM_OWN, momentum=momentum, reference=reference)  # lightning_fed/option_rules.py
         self.momentum = float(momentum)
         self.reference = reference
         self.velocity: StateDict | None = None

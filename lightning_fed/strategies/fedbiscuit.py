@@ -36,11 +36,9 @@ from typing import Any
 
 from torch import Tensor
 
+from lightning_fed.option_rules import FEDBISCUIT, check
 from lightning_fed.state import StateDict, compute_dtype
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, weighted_average
-from lightning_fed.strategies.fedavg import WEIGHTINGS
-
-EQ6_SCOPES = ("cluster", "all")
 
 
 def balanced_assignment(losses: Tensor) -> list[int]:
@@ -147,19 +145,17 @@ class FedBiscuit(Strategy):
         weighting: str = "uniform",
         eq6_scope: str = "cluster",
     ) -> None:
-        problems = []
-        if weighting not in WEIGHTINGS:
-            problems.append(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
-        if eq6_scope not in EQ6_SCOPES:
-            problems.append(f"eq6_scope must be one of {EQ6_SCOPES}, got {eq6_scope!r}")
-        if num_selectors < 1 or num_selectors % 2 == 0:
-            problems.append(f"num_selectors (U) must be a positive odd number, got {num_selectors}")
-        if warmup_rounds < 0:
-            problems.append(f"warmup_rounds (T) must be >= 0, got {warmup_rounds}")
-        if regroup_every < 1:
-            problems.append(f"regroup_every (tau) must be >= 1, got {regroup_every}")
-        if problems:
-            raise ValueError("; ".join(problems))
+        check(
+            FEDBISCUIT,
+            weighting=weighting,
+            eq6_scope=eq6_scope,
+            warmup_rounds=warmup_rounds,
+            regroup_every=regroup_every,
+        )
+        if not isinstance(num_selectors, int) or num_selectors < 1 or num_selectors % 2 == 0:
+            raise ValueError(
+                f"federation.strategy.num_selectors (U) must be a positive odd number, got {num_selectors}"
+            )
         self.num_selectors, self.warmup_rounds, self.regroup_every = num_selectors, warmup_rounds, regroup_every
         self.weighting, self.eq6_scope = weighting, eq6_scope
         self.round_idx = 0

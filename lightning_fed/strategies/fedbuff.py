@@ -27,10 +27,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.option_rules import FEDBUFF, check
 from lightning_fed.state import StateDict, compute_dtype
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy
-
-STALENESS = ("sqrt", "constant")
 
 
 def staleness_weight(tau: int, rule: str = "sqrt") -> float:
@@ -54,17 +53,7 @@ class FedBuff(Strategy):
     def __init__(
         self, buffer_size: int = 10, server_lr: float = 1.0, staleness: str = "sqrt", max_staleness: int | None = None
     ) -> None:
-        problems = []
-        if not (isinstance(buffer_size, int) and buffer_size >= 1):
-            problems.append(f"buffer_size must be an integer >= 1, got {buffer_size!r}")
-        if not server_lr > 0:
-            problems.append(f"server_lr must be > 0, got {server_lr!r}")
-        if staleness not in STALENESS:
-            problems.append(f"staleness must be one of {STALENESS}, got {staleness!r}")
-        if max_staleness is not None and not max_staleness >= 0:
-            problems.append(f"max_staleness must be >= 0, got {max_staleness!r}")
-        if problems:
-            raise ValueError("FedBuff: " + "; ".join(problems))
+        check(FEDBUFF, buffer_size=buffer_size, server_lr=server_lr, staleness=staleness, max_staleness=max_staleness)
         self.buffer_size, self.server_lr, self.staleness = buffer_size, float(server_lr), staleness
         self.max_staleness = max_staleness
         self.version = 0  # server steps taken

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from lightning_fed.option_rules import FEDNOVA_OWN, check
 from lightning_fed.state import StateDict, compute_dtype
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, LocalCorrection
 from lightning_fed.strategies.fedavg import FedAvg
@@ -78,8 +79,7 @@ class FedNova(FedAvg):
 
     def __init__(self, weighting: str = "num_examples", server_lr: float = 1.0, local_momentum: float = 0.0) -> None:
         super().__init__(weighting=weighting, server_lr=server_lr)
-        if not 0.0 <= local_momentum < 1.0:
-            raise ValueError(f"`local_momentum` must be in [0, 1), got {local_momentum!r}")
+        check(FEDNOVA_OWN, local_momentum=local_momentum)  # lightning_fed/option_rules.py
         self.local_momentum = float(local_momentum)
 
     def local_correction(

@@ -38,11 +38,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.option_rules import FEDOPT, FEDOPT_REFERENCES, check
 from lightning_fed.state import StateDict, clone_state, compute_dtype
 from lightning_fed.strategies.base import ClientUpdate
 from lightning_fed.strategies.fedavg import FedAvg
 
-REFERENCES = ("reddi", "openfedllm")
+REFERENCES = FEDOPT_REFERENCES
 _DEFAULTS = {"reddi": (1e-2, "num_examples"), "openfedllm": (1e-3, "uniform")}  # (server_lr, weighting)
 
 
@@ -73,19 +74,15 @@ class FedOpt(FedAvg):
         weighting: str | None = None,
         reference: str = "reddi",
     ) -> None:
-        if reference not in REFERENCES:
-            raise ValueError(f"`reference` must be one of {REFERENCES}, got {reference!r}")
+        check(
+            FEDOPT, reference=reference, weighting=weighting, server_lr=server_lr, beta_1=beta_1, beta_2=beta_2, tau=tau
+        )
         default_lr, default_weighting = _DEFAULTS[reference]
         self.reference = reference
         super().__init__(
             weighting=default_weighting if weighting is None else weighting,
             server_lr=default_lr if server_lr is None else server_lr,
         )
-        for name, beta in (("beta_1", beta_1), ("beta_2", beta_2)):
-            if not 0.0 <= beta < 1.0:
-                raise ValueError(f"`{name}` must be in [0, 1), got {beta!r}")
-        if not tau > 0:
-            raise ValueError(f"`tau` must be > 0, got {tau!r}")
         self.beta_1 = float(beta_1)
         self.beta_2 = float(beta_2)
         self.tau = float(tau)

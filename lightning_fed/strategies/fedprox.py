@@ -18,6 +18,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from lightning_fed.option_rules import FEDPROX_OWN, check
 from lightning_fed.strategies.base import LocalCorrection
 from lightning_fed.strategies.fedavg import FedAvg
 
@@ -88,8 +89,7 @@ class FedProx(FedAvg):
 
     def __init__(self, mu: float = 0.01, weighting: str = "num_examples", server_lr: float = 1.0) -> None:
         super().__init__(weighting=weighting, server_lr=server_lr)
-        if not mu > 0:
-            raise ValueError(f"`mu` must be > 0, got {mu!r}")
+        check(FEDPROX_OWN, mu=mu)  # lightning_fed/option_rules.py
         self.mu = float(mu)
 
     def local_correction(

@@ -18,9 +18,9 @@ from typing import Any
 
 from torch import Tensor
 
+from lightning_fed.option_rules import HETEROGENEOUS_RANK, check
 from lightning_fed.state import StateDict
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, weighted_average
-from lightning_fed.strategies.fedavg import WEIGHTINGS
 from lightning_fed.strategies.lora_factors import lora_keys, state_rank, truncate_rank
 
 
@@ -35,8 +35,7 @@ class HeterogeneousRankLoRA(Strategy):
     """
 
     def __init__(self, client_ranks: Sequence[int] | None = None, weighting: str = "num_examples") -> None:
-        if weighting not in WEIGHTINGS:
-            raise ValueError(f"`weighting` must be one of {set(WEIGHTINGS)}, got {weighting!r}")
+        check(HETEROGENEOUS_RANK, weighting=weighting)  # lightning_fed/option_rules.py
         self.weighting = weighting
         self.client_ranks = None if client_ranks is None else [int(r) for r in client_ranks]
         self.max_rank = 0

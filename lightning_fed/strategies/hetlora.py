@@ -27,13 +27,11 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from lightning_fed.option_rules import HETLORA, check
 from lightning_fed.state import StateDict, compute_dtype
 from lightning_fed.strategies.base import ClientUpdate, LocalCorrection
-from lightning_fed.strategies.fedavg import WEIGHTINGS
 from lightning_fed.strategies.heterogeneous_rank import HeterogeneousRankLoRA
 from lightning_fed.strategies.lora_factors import lora_pairs, lora_product, pad_rank, state_rank, truncate_rank
-
-HETLORA_WEIGHTINGS = (*WEIGHTINGS, "sparsity")
 
 
 def zero_padding_average(
@@ -166,15 +164,12 @@ class HetLoRA(HeterogeneousRankLoRA):
         prune_gamma: float | None = None,
         rank_penalty: float = 0.0,
     ) -> None:
-        problems = []
-        if weighting not in HETLORA_WEIGHTINGS:
-            problems.append(f"`weighting` must be one of {set(HETLORA_WEIGHTINGS)}, got {weighting!r}")
-        if prune_gamma is not None and not 0.0 < prune_gamma < 1.0:
-            problems.append(f"`prune_gamma` must be in (0, 1), got {prune_gamma!r}")
-        if not rank_penalty >= 0 or (rank_penalty > 0 and prune_gamma is None):
-            problems.append(f"`rank_penalty` must be >= 0 and needs `prune_gamma`, got {rank_penalty!r}")
-        if problems:
-            raise ValueError("HetLoRA: " + "; ".join(problems))
+        check(HETLORA, weighting=weighting, prune_gamma=prune_gamma, rank_penalty=rank_penalty)
+        if rank_penalty > 0 and prune_gamma is None:
+            raise ValueError(
+                f"federation.strategy.rank_penalty needs federation.strategy.prune_gamma, got {rank_penalty!r}"
+                " without it"
+            )
         super().__init__(client_ranks, "uniform" if weighting == "sparsity" else weighting)
         self.sparsity = weighting == "sparsity"
         self.prune_gamma, self.rank_penalty = prune_gamma, float(rank_penalty)

@@ -46,12 +46,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.option_rules import CORRECTIONS, SCAFFOLD, check
 from lightning_fed.state import StateDict, clone_state, compute_dtype, zeros_like_state
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, LocalCorrection, Strategy, weighted_average
-from lightning_fed.strategies.fedavg import WEIGHTINGS
 
 PREFIX = "control/"
-CORRECTIONS = ("gradient", "parameter")
 
 
 class ControlVariateCorrection(LocalCorrection):
@@ -164,15 +163,9 @@ class Scaffold(Strategy):
     """
 
     def __init__(self, server_lr: float = 1.0, correction: str = "gradient", weighting: str = "uniform") -> None:
-        problems = []
-        if not server_lr > 0:
-            problems.append(f"`server_lr` must be > 0, got {server_lr!r}")
-        if correction not in CORRECTIONS:
-            problems.append(f"`correction` must be one of {CORRECTIONS}, got {correction!r}")
-        if weighting not in WEIGHTINGS:
-            problems.append(f"`weighting` must be one of {WEIGHTINGS}, got {weighting!r}")
-        if problems:
-            raise ValueError("; ".join(problems))
+        check(
+            SCAFFOLD, server_lr=server_lr, correction=correction, weighting=weighting
+        )  # lightning_fed/option_rules.py
         self.server_lr = float(server_lr)
         self.correction = correction
         self.weighting = weighting

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 
 from torch import Tensor
 
+from lightning_fed.option_rules import TRIMMED_MEAN, check
 from lightning_fed.state import StateDict
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy
 from lightning_fed.strategies.median import stack_updates
@@ -57,8 +58,7 @@ class TrimmedMean(Strategy):
     """
 
     def __init__(self, trim: float = 0.1) -> None:
-        if isinstance(trim, bool) or not isinstance(trim, (int, float)) or not 0.0 <= trim < 0.5:
-            raise ValueError(f"`trim` must be a number in [0, 0.5), got {trim!r}")
+        check(TRIMMED_MEAN, trim=trim)  # lightning_fed/option_rules.py
         self.trim = float(trim)
 
     def aggregate(self, global_state: Mapping[str, Tensor], updates: Sequence[ClientUpdate]) -> StateDict:

@@ -241,6 +241,7 @@ def test_private_grouping_exchange_by_hand():
 
 def test_bad_noise_settings_are_listed_together():
     with pytest.raises(
-        ValueError, match=r"^ClientGrouping: clip_loss must be > 0, got 0; noise_multiplier must be > 0"
+        ValueError,
+        match=r"^federation.hooks\[\].clip_loss must be > 0, got 0; federation.hooks\[\].noise_multiplier must be > 0",
     ):
         ClientGrouping(clip_loss=0, noise_multiplier=-1.0)

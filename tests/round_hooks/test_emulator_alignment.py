@@ -80,17 +80,17 @@ def test_public_texts_follow_the_chat_template(tmp_path):
     text = tok.decode(hook.public_examples(tok)[0])
     assert text.endswith("<|im_start|>user\nPick one.<|im_end|>\n<|im_start|>assistant\nthis<|im_end|>")
     assert "SmolLM" in text  # the template's default system turn, as in training
-    with pytest.raises(ValueError, match="alignment.template must be one of"):
+    with pytest.raises(ValueError, match=r"federation.hooks\[\].template must be one of"):
         EmulatorAlignment(template="chatml")
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"steps_per_round": -1}, "alignment.steps_per_round must be an integer >= 0"),
-        ({"kl_direction": "backward"}, "alignment.kl_direction must be one of"),
-        ({"lam": -1.0}, "alignment.lam must be >= 0"),
-        ({"optimizer": "lbfgs"}, "alignment.optimizer must be one of"),
+        ({"steps_per_round": -1}, r"federation.hooks\[\].steps_per_round must be >= 0"),
+        ({"kl_direction": "backward"}, r"federation.hooks\[\].kl_direction must be one of"),
+        ({"lam": -1.0}, r"federation.hooks\[\].lam must be >= 0"),
+        ({"optimizer": "lbfgs"}, r"federation.hooks\[\].optimizer must be one of"),
     ],
 )
 def test_bad_settings_are_one_line_errors(kwargs, message):
@@ -123,5 +123,7 @@ def test_resume_equals_uninterrupted(tmp_path):
 
 
 def test_l2_term_is_validated():
-    with pytest.raises(ValueError, match=r"alignment.l2_term must be one of \('sum', 'mean', 'rms', 'off'\)"):
+    with pytest.raises(
+        ValueError, match=r"federation.hooks\[\].l2_term must be one of \('sum', 'mean', 'rms', 'off'\)"
+    ):
         EmulatorAlignment(l2_term="max")

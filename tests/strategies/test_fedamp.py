@@ -63,8 +63,8 @@ def test_proximal_pull_towards_the_personalized_model_is_optional():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"temperature": 0.0}, "`temperature` must be > 0, got 0.0"),
-        ({"self_weight_floor": 1.5}, r"`self_weight_floor` must be in \[0, 1\], got 1.5"),
+        ({"temperature": 0.0}, "federation.strategy.temperature must be > 0, got 0.0"),
+        ({"self_weight_floor": 1.5}, r"federation.strategy.self_weight_floor must be in \[0, 1\], got 1.5"),
     ],
 )
 def test_bad_arguments(kwargs, message):

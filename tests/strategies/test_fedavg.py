@@ -69,9 +69,9 @@ def test_zero_updates_raise():
 
 
 def test_invalid_hyper_parameters():
-    with pytest.raises(ValueError, match=r"`weighting` must be one of .*'num_examples'.*got 'size'"):
+    with pytest.raises(ValueError, match=r"federation.strategy.weighting must be one of .*'num_examples'.*got 'size'"):
         FedAvg(weighting="size")
-    with pytest.raises(ValueError, match="`server_lr` must be > 0, got 0"):
+    with pytest.raises(ValueError, match="federation.strategy.server_lr must be > 0, got 0"):
         FedAvg(server_lr=0)
 
 

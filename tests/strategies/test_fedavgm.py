@@ -64,7 +64,7 @@ def test_zero_updates_raise():
     ],
 )
 def test_invalid_hyper_parameters(kwargs, name):
-    with pytest.raises(ValueError, match=f"`{name}`"):
+    with pytest.raises(ValueError, match=f"^federation.strategy.{name} must"):
         FedAvgM(**kwargs)
 
 
@@ -114,5 +114,5 @@ def test_references_differ_by_one_over_one_minus_beta_at_steady_state():
             velocities[reference].append(strategy.velocity["w"].item())
     assert velocities["hsu"] == pytest.approx([1.0, 1.9, 2.71])
     assert velocities["openfedllm"] == pytest.approx([1.0, 1.0, 1.0])
-    with pytest.raises(ValueError, match=r"`reference` must be one of \('hsu', 'openfedllm'\)"):
+    with pytest.raises(ValueError, match=r"federation.strategy.reference must be one of \('hsu', 'openfedllm'\)"):
         FedAvgM(reference="flower")

@@ -112,7 +112,11 @@ def test_eq6_scope_and_weighting_by_hand(weighting, eq6_scope, sel0, sel1):
 
 
 def test_bad_weighting_and_scope_are_one_error():
-    with pytest.raises(ValueError, match=r"weighting must be one of .*eq6_scope must be one of \('cluster', 'all'\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"federation.strategy.weighting must be one of .*"
+        r"federation.strategy.eq6_scope must be one of \('cluster', 'all'\)",
+    ):
         FedBiscuit(weighting="size", eq6_scope="global")
 
 

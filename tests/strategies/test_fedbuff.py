@@ -63,5 +63,7 @@ def test_resume_between_flushes():
 
 
 def test_bad_settings_name_each_field():
-    with pytest.raises(ValueError, match=r"FedBuff: buffer_size must be an integer >= 1, got 0; staleness must be"):
+    with pytest.raises(
+        ValueError, match=r"federation.strategy.buffer_size must be >= 1, got 0; federation.strategy.staleness must be"
+    ):
         FedBuff(buffer_size=0, staleness="linear")

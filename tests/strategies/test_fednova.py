@@ -81,9 +81,9 @@ def test_bad_step_counts_are_named(extras, match):
 
 
 def test_invalid_hyper_parameters():
-    with pytest.raises(ValueError, match=r"`local_momentum` must be in \[0, 1\), got 1.0"):
+    with pytest.raises(ValueError, match=r"federation.strategy.local_momentum must be in \[0, 1\), got 1.0"):
         FedNova(local_momentum=1.0)
-    with pytest.raises(ValueError, match="`weighting` must be one of"):
+    with pytest.raises(ValueError, match="federation.strategy.weighting must be one of"):
         FedNova(weighting="steps")
 
 

@@ -55,12 +55,12 @@ def test_zero_updates_raise(cls):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"server_lr": 0.0}, "`server_lr` must be > 0, got 0.0"),
-        ({"beta_1": 1.0}, r"`beta_1` must be in \[0, 1\), got 1.0"),
-        ({"beta_1": -0.5}, r"`beta_1` must be in \[0, 1\), got -0.5"),
-        ({"beta_2": 1.5}, r"`beta_2` must be in \[0, 1\), got 1.5"),
-        ({"tau": 0.0}, "`tau` must be > 0, got 0.0"),
-        ({"weighting": "equal"}, "`weighting` must be one of"),
+        ({"server_lr": 0.0}, "federation.strategy.server_lr must be > 0 or null, got 0.0"),
+        ({"beta_1": 1.0}, r"federation.strategy.beta_1 must be in \[0, 1\), got 1.0"),
+        ({"beta_1": -0.5}, r"federation.strategy.beta_1 must be in \[0, 1\), got -0.5"),
+        ({"beta_2": 1.5}, r"federation.strategy.beta_2 must be in \[0, 1\), got 1.5"),
+        ({"tau": 0.0}, "federation.strategy.tau must be > 0, got 0.0"),
+        ({"weighting": "equal"}, "federation.strategy.weighting must be one of"),
     ],
 )
 def test_invalid_hyper_parameters(cls, kwargs, message):
@@ -84,7 +84,7 @@ def test_openfedllm_reference_defaults():
         assert (strategy.server_lr, strategy.weighting, strategy.tau) == (1e-3, "uniform", 1e-3)
         assert cls(reference="openfedllm", server_lr=0.5, weighting="num_examples").weighting == "num_examples"
         assert (cls().server_lr, cls().weighting) == (1e-2, "num_examples")
-    with pytest.raises(ValueError, match=r"`reference` must be one of \('reddi', 'openfedllm'\)"):
+    with pytest.raises(ValueError, match=r"federation.strategy.reference must be one of \('reddi', 'openfedllm'\)"):
         FedAdam(reference="flower")
 
 

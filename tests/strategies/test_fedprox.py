@@ -61,7 +61,7 @@ def test_aggregation_is_fedavg():
 
 @pytest.mark.parametrize("mu", [0.0, -0.1])
 def test_invalid_mu(mu):
-    with pytest.raises(ValueError, match=f"`mu` must be > 0, got {mu}"):
+    with pytest.raises(ValueError, match=f"federation.strategy.mu must be > 0, got {mu}"):
         FedProx(mu=mu)
 
 

@@ -61,7 +61,7 @@ def test_equal_ranks_is_fedavg_on_the_factors():
 def test_bad_ranks_and_updates_are_refused():
     with pytest.raises(ValueError, match=r"client ranks must be in \[1, 2\].*\(1, 3\)"):
         _strategy(client_ranks=[1, 3])
-    with pytest.raises(ValueError, match="`weighting` must be one of"):
+    with pytest.raises(ValueError, match="federation.strategy.weighting must be one of"):
         HetLoRA(weighting="norm")
     s = _strategy()
     too_big = {A: torch.zeros(3, 2), B: torch.zeros(2, 3), "head": torch.zeros(1)}

@@ -101,7 +101,7 @@ def test_aggregate_errors():
 
 
 def test_invalid_hyper_parameters():
-    with pytest.raises(ValueError, match="`server_lr` must be > 0, got -1.0"):
+    with pytest.raises(ValueError, match="federation.strategy.server_lr must be > 0, got -1.0"):
         Scaffold(server_lr=-1.0)
     with pytest.raises(ValueError, match="`num_clients` must be >= 1, got 0"):
         Scaffold().setup(X0, num_clients=0)
@@ -213,7 +213,9 @@ def test_server_weighting_option():
     torch.testing.assert_close(strategy.aggregate(X0, ups)["w"], torch.tensor([3.0, 3.0]))
     torch.testing.assert_close(strategy.control["w"], torch.tensor([2.0, 4.0]))
     with pytest.raises(
-        ValueError, match=r"`correction` must be one of \('gradient', 'parameter'\).*`weighting` must be one of"
+        ValueError,
+        match=r"federation.strategy.correction must be one of \('gradient', 'parameter'\).*"
+        r"federation.strategy.weighting must be one of",
     ):
         Scaffold(correction="weights", weighting="size")
 
