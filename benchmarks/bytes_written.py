@@ -96,7 +96,7 @@ class Recorder:
         from lightning_fed.state import state_nbytes
 
         personal = state_nbytes(loop.module.personal_parameters())
-        self.changed.append(len(loop.plans) * personal + state_nbytes(loop.global_state))
+        self.changed.append(len(loop.plans) * personal + state_nbytes(loop.server.global_state))
 
 
 def main(argv: list[str]) -> None:

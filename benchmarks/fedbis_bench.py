@@ -102,7 +102,7 @@ def run(method: str, backbone: BackboneConfig, args: argparse.Namespace) -> dict
         "local_s_per_round": local,
         "local_s_per_client_round": local / args.clients,
         "s_per_step": sum(timer.steps) / steps,
-        "round_s": statistics.mean(r["seconds"] for r in loop.report.history),
+        "round_s": statistics.mean(r["seconds"] for r in loop.server.report.history),
         "tokens_per_step": timer.tokens / steps,
     }
 

@@ -126,9 +126,9 @@ def run(name: str, setting: str, seed: int, args: argparse.Namespace, root: str)
     )
     t0 = time.perf_counter()
     trainer.fit(module, datamodule=data)
-    acc = client_accuracy(loop.report.history[-1])
+    acc = client_accuracy(loop.server.report.history[-1])
     acc["seconds"] = time.perf_counter() - t0
-    acc["up_bytes"] = loop.report.history[-1]["up_bytes"] // clients
+    acc["up_bytes"] = loop.server.report.history[-1]["up_bytes"] // clients
     acc["personal_bytes"] = sum(p.numel() * p.element_size() for p in module.personal_parameters().values())
     return acc
 

@@ -72,7 +72,7 @@ def run(
             num_sanity_val_steps=0,
         )
         trainer.fit(module, datamodule=data)
-        history = list(fed.report.history)  # read from the run folder: before it is removed
+        history = list(fed.server.report.history)  # read from the run folder: before it is removed
     last = history[-1]
     return {
         "loss": last["val"]["loss"],

@@ -126,7 +126,7 @@ def run(eps: float, seed: int, args: argparse.Namespace, clip_only: bool = False
         trainer.fit(module, datamodule=data)
     if privacy is not None:
         assert strategy.noise_multiplier == z, (strategy.noise_multiplier, z)
-    initial = loop.report.initial_eval
+    initial = loop.server.report.initial_eval
     return {
         "target_epsilon": eps,
         "setting": dp_settings.name(eps, clip_only),
@@ -138,7 +138,7 @@ def run(eps: float, seed: int, args: argparse.Namespace, clip_only: bool = False
         "noise_std_on_mean": z * args.clip_norm / m,
         "unclipped_last_round": strategy.last_round.get("unclipped") if z or clip_only else None,
         "initial_pref_acc": None if not initial else initial["val"]["pref_acc"],
-        "final_pref_acc": loop.report.history[-1]["val"]["pref_acc"],
+        "final_pref_acc": loop.server.report.history[-1]["val"]["pref_acc"],
         "seconds": time.perf_counter() - t0,
         "cpu_seconds": time.process_time() - c0,
         "args": {k: v for k, v in vars(args).items() if k not in ("epsilons", "seeds", "out", "table_only")},

@@ -450,7 +450,7 @@ def example_level_run(
     scores: list[float] = []
     eps = math.nan
     with broken(variant):
-        privacy = RunPrivacy(parsed.run.privacy, parsed.run.local_steps, parsed.run.local_epochs)
+        privacy = RunPrivacy(parsed.run.privacy, parsed.run)
         budget = privacy.plan_example_budget(module, 1, batch, rounds)
         eps = float(budget.epsilon(group, rounds))
         for offset in range(0, len(included), group):

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 PROG = console.PROG
 ELSEWHERE = {
     "evaluate": "lightning_fed.evaluation.cli",
-    "plan": "lightning_fed.planning.cli",
+    "plan": "lightning_fed.plan_cli",
     "flower": "lightning_fed.deploy.clientapp_process",
     "report": "lightning_fed.report.cli",
     "configs": "lightning_fed.shipped_configs",

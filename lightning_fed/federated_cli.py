@@ -200,11 +200,11 @@ class FederatedCLI(LightningCLI):
             config["plugins"] = [AtomicCheckpointIO()]
         callbacks.append(self.signals)
         if config.get("max_epochs") is None:
-            config["max_epochs"] = loop.rounds  # federation.rounds decides; no "Setting it to 1000" notice
-        if config.get("log_every_n_steps") is None and loop.local_steps:
+            config["max_epochs"] = loop.run.rounds  # federation.rounds decides; no "Setting it to 1000" notice
+        if config.get("log_every_n_steps") is None and loop.run.local_steps:
             # Lightning's 50 is more optimizer steps than a small run takes in all (tiny: 30), which
             # left TensorBoard without a `train/*` scalar; once per client turn at the least.
-            config["log_every_n_steps"] = min(LOG_EVERY_N_STEPS, loop.local_steps)
+            config["log_every_n_steps"] = min(LOG_EVERY_N_STEPS, loop.run.local_steps)
         resumed = _resumed_version(self._ckpt_path())
         if config.get("logger") is False:
             # Without a logger Lightning writes everything into default_root_dir itself, so two
@@ -229,7 +229,7 @@ class FederatedCLI(LightningCLI):
             self.datamodule.tokenizer = self.model.tokenizer
         loop = next(c for c in self.trainer.callbacks if isinstance(c, FederatedLoop))
         dumped = self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False, skip_validation=True)
-        loop.report.config = yaml.safe_load(dumped)
+        loop.server.report.config = yaml.safe_load(dumped)
         ckpt = self._ckpt_path()
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
             fs, path = fsspec.core.url_to_fs(str(ckpt))
@@ -238,7 +238,7 @@ class FederatedCLI(LightningCLI):
             if "://" not in str(ckpt):  # readable, and written by a run of this config
                 self.signals.resume_from = Path(ckpt)  # stopped before a round ends: resume from it again
                 self._check_weights(ckpt, loop.server)  # every part of it, before anything is written
-                for change in check_resume(ckpt, loop.report.config, getattr(self, "_saved_config", None)):
+                for change in check_resume(ckpt, loop.server.report.config, getattr(self, "_saved_config", None)):
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
                 if getattr(self, "_saved_weights", None) is not None:  # another run's key: exit 2, nothing written
                     check_checkpoint_key(self._saved_weights)

@@ -42,7 +42,7 @@ def compressor(run: FederatedRun) -> UpdateCompressor | None:
 
 def run_privacy(run: FederatedRun) -> RunPrivacy:
     """A fresh privacy plan of ``run`` (planned by :meth:`ServerRound.bind`)."""
-    return RunPrivacy(run.privacy, run.local_steps, run.local_epochs)
+    return RunPrivacy(run.privacy, run)
 
 
 def server_round(run: FederatedRun) -> ServerRound:

@@ -21,8 +21,8 @@ import torch
 import lightning_fed
 from lightning_fed import federated_cli, run_parser
 from lightning_fed.federated_cli import FederatedCLI, run_cli
-from lightning_fed.planning.cli import main as plan_main
-from lightning_fed.planning.cli import plan_config
+from lightning_fed.plan_cli import main as plan_main
+from lightning_fed.plan_cli import plan_config
 
 CONFIGS = sorted(p.stem for p in (Path(lightning_fed.__file__).parent / "configs").glob("*.yaml"))
 

@@ -12,8 +12,8 @@ turns, with the first reason found (:func:`batching_fallback`):
 - DP-SGD (per-example clipping and noise of one client's batch: Opacus runs one client);
 - active dropout, LoRA's or the backbone's (the masks could not match the sequential draw);
 - a LoRA layer that is not a plain linear one (DoRA, embeddings, merged adapters);
-- a round hook that acts per client (``on_client_start``/``on_client_end``) and does not say it
-  is batch-safe (``batch_safe = True``);
+- a round hook that acts per client (``on_client_start``/``on_client_end``) and does not declare
+  :attr:`~lightning_fed.federation.hooks.Capability.BATCH_SAFE` in its ``capabilities``;
 - manual optimization, a learning-rate scheduler stepped every batch, ``16-mixed`` precision (one
   loss scale and one overflow check for all clients), data parallelism (several processes).
 
@@ -28,12 +28,12 @@ from typing import Any
 from torch import nn
 
 from lightning_fed.batching.multi_lora import unsupported_layer
-from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.federation.hooks import Capability, RoundHook
 
 
 def per_client_hook(hook: Any) -> bool:
     """Whether ``hook`` (a hook or its class) acts in each client's turn and has not declared itself batch-safe."""
-    if getattr(hook, "batch_safe", False):
+    if Capability.BATCH_SAFE in getattr(hook, "capabilities", ()):
         return False
     cls = hook if isinstance(hook, type) else type(hook)
     return cls.on_client_start is not RoundHook.on_client_start or cls.on_client_end is not RoundHook.on_client_end

@@ -12,6 +12,7 @@ optimizer step and end of the group goes to that group; every ended turn is hand
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -23,7 +24,6 @@ from lightning_fed.batching.group_size import expected_clients
 from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.round_plan import GroupPlan
 from lightning_fed.federation.turn import ClientTurn, TurnPlan
-from lightning_fed.planning.group import run_group_size
 from lightning_fed.run_config import FederationConfig
 
 
@@ -42,14 +42,22 @@ class GroupedTurns(TurnDriver):
         """The turn of ``plan``, not begun."""
 
     def decide_group_size(
-        self, config: FederationConfig, trainer: pl.Trainer, pl_module: pl.LightningModule, datamodule: Any
+        self,
+        config: FederationConfig,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        datamodule: Any,
+        fits: Callable[[Any, Any, pl.Trainer, int], int],
     ) -> int:
         """``config.batch_clients`` as a number of clients; 1, with the one-line reason, when this run
-        cannot train its clients together (:func:`~lightning_fed.batching.fallback.batching_fallback`)."""
+        cannot train its clients together (:func:`~lightning_fed.batching.fallback.batching_fallback`).
+        ``auto`` is ``fits(module, datamodule, trainer, clients)``: the largest group the memory holds
+        (the caller's memory model, :func:`lightning_fed.planning.group.run_group_size`, which is
+        above this package)."""
         k = config.batch_clients
         if k == "off":
             return 1
-        reason = batching_fallback(pl_module, list(getattr(self, "hooks", None) or []), trainer)
+        reason = batching_fallback(pl_module, list(getattr(self.run, "hooks", None) or []), trainer)
         if reason is not None:
             warn_fallback(reason)
             return 1
@@ -57,7 +65,7 @@ class GroupedTurns(TurnDriver):
             clients = expected_clients(
                 config.clients_per_round, config.sampling, config.sampling_rate, datamodule.num_clients
             )
-            k = run_group_size(pl_module, datamodule, trainer, clients)
+            k = fits(pl_module, datamodule, trainer, clients)
         return int(k)
 
     def close_group(self, trainer: pl.Trainer) -> None:

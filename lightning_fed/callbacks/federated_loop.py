@@ -39,16 +39,12 @@ from lightning_fed.federation.report import totals_only
 from lightning_fed.federation.round_plan import RoundPlan, poisson_batch_seed
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import instructed_steps
+from lightning_fed.planning.group import run_group_size
 from lightning_fed.run import FederatedRun
-from lightning_fed.state import clone_state, state_nbytes
+from lightning_fed.state import StateDict, clone_state, state_nbytes
 
 
-def _server_attr(name: str, doc: str) -> property:
-    """A loop attribute that is the server's (``loop.global_state`` is ``loop.server.global_state``)."""
-    return property(lambda self: getattr(self.server, name), lambda self, v: setattr(self.server, name, v), doc=doc)
-
-
-class FederatedLoop(GroupedTurns, LoopEvaluation):
+class FederatedLoop(GroupedTurns):
     """Orchestrates federated rounds over a :class:`~lightning_fed.datamodules.FederatedDataModule`.
 
     With ``federation.batch_clients`` a round's clients may train in groups (:class:`GroupedTurns`).
@@ -71,30 +67,24 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
             run = FederatedRun(**settings)
         elif settings:
             raise TypeError(f"FederatedLoop takes a FederatedRun or its settings, not both (got {sorted(settings)})")
-        self.run = run
-        self.config = run.config
-        super().__init__(run_factory.server_round(run), run_factory.store(run), run_factory.evaluation_plan(run))
+        super().__init__(run)  # the run is read where it is needed (self.run.rounds...), never copied
+        self.server = run_factory.server_round(run)
+        self.store = run_factory.store(run)
+        #: Lightning's validation and test hooks (this loop hands them on): the evaluation half.
+        self.evaluator = LoopEvaluation(self.server, self.store, run_factory.evaluation_plan(run))
+        self.trainer: pl.Trainer | None = None
+        self.module: pl.LightningModule | None = None
+        self.datamodule: Any = None
+        self.initial_personal: StateDict = {}
         self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
         self._plan: RoundPlan | None = None  # the round decided last (next_round)
 
-    # The run's settings are the config's (one place); these read it.
-    rounds = property(lambda self: self.config.rounds, doc="Number of communication rounds.")
-    clients_per_round = property(lambda self: self.config.clients_per_round, doc="Clients sampled each round.")
-    local_steps = property(lambda self: self.config.local_steps, doc="Optimizer steps per turn (or None).")
-    local_epochs = property(lambda self: self.config.local_epochs, doc="Passes per turn (or None).")
-    isolate_failures = property(lambda self: self.config.isolate_failures, doc="Leave a raising client out.")
-    save_adapter = property(lambda self: self.config.save_adapter, doc="Write the final adapter folder.")
-    state_offload_dir = property(lambda self: self.config.state_offload_dir, doc="Per-client state files.")
-
-    strategy = _server_attr("strategy", "The server's aggregation rule.")
-    hooks = _server_attr("hooks", "The round hooks.")
-    global_state = _server_attr("global_state", "The current global shared state.")
-    report = _server_attr("report", "The run's round records (summary.json).")
-    seed = _server_attr("seed", "Seed of client sampling and local randomness.")
-    min_clients = _server_attr("min_clients", "Fewest admitted updates a round needs.")
-    failed_clients = _server_attr("failed_clients", "Clients left out after raising, so far.")
-    rejected_updates = _server_attr("rejected_updates", "Updates rejected, so far.")
-    clipped_updates = _server_attr("clipped_updates", "Updates clipped, so far.")
+    def bind(self, trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any) -> None:
+        """Attach the run; keep the module's personal parameters as initialised (what a client
+        without a personal state of its own uses)."""
+        self.trainer, self.module, self.datamodule = trainer, module, datamodule
+        self.initial_personal = clone_state(module.personal_parameters())
+        self.evaluator.bind(trainer, module, datamodule, self.initial_personal)
 
     # ===================================================================== setup and plan
     @override
@@ -110,30 +100,33 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
         self.bind(trainer, pl_module, dm)
         if self.server.datamodule is not dm:  # the CLI binds (and validates) before the Trainer runs
             self.server.bind(dm.num_clients, dm, pl_module)
-        dm.eval_plan = self.evaluation_layout
+        dm.eval_plan = self.evaluator.evaluation_layout
         if stage != "fit":
             return  # `validate`/`test`: the federation state comes from the checkpoint (on_load_checkpoint)
         run = Path(trainer.log_dir or trainer.default_root_dir).absolute()  # report.output_dir, not created yet
-        self.store.attach(self.state_offload_dir or run / "client_states", run=str(run))
+        self.store.attach(self.run.state_offload_dir or run / "client_states", run=str(run))
         if self.server.privacy is not None:  # a private run's key file lies next to the run folder
             self.server.privacy.attach_run(run)
-        self.evaluation, self._limit_val_batches = take_over_validation(trainer, self.evaluation)
+        evaluator = self.evaluator
+        evaluator.evaluation, self._limit_val_batches = take_over_validation(trainer, evaluator.evaluation)
         dm.connect(self)
-        trainer.fit_loop.max_epochs = self.rounds
+        trainer.fit_loop.max_epochs = self.run.rounds
         trainer.reload_dataloaders_every_n_epochs = 1  # each round lays out its own batches
-        self.global_state = clone_state(pl_module.shared_parameters())
-        if not self.global_state:
+        self.server.global_state = clone_state(pl_module.shared_parameters())
+        if not self.server.global_state:
             raise ValueError(f"{type(pl_module).__name__} has no shared parameters: nothing to federate")
-        self.strategy.setup(self.global_state, dm.num_clients)
-        self.report.set_clients(dm.client_sizes, [len(c.val_set) for c in dm.clients])
+        self.run.strategy.setup(self.server.global_state, dm.num_clients)
+        self.server.report.set_clients(dm.client_sizes, [len(c.val_set) for c in dm.clients])
         guard_training_step(self, pl_module)  # a raising client is left out; undone in teardown
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fit_started = True
-        self.context = RoundContext.from_trainer(trainer, self.rounds, self.seed, self.server.add_round_bytes)
-        self.group_size = self.decide_group_size(self.config, trainer, pl_module, self.datamodule)
-        for hook in self.hooks:
+        self.context = RoundContext.from_trainer(
+            trainer, self.run.rounds, self.server.seed, self.server.add_round_bytes
+        )
+        self.group_size = self.decide_group_size(self.run, trainer, pl_module, self.datamodule, run_group_size)
+        for hook in self.run.hooks:
             hook.setup_server(self.server, self.context, pl_module)
             hook.setup_client(pl_module)  # in process the clients share the server's module
 
@@ -151,7 +144,7 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
         Lightning's epoch counter: on resume Lightning may first request the loader of the round
         the checkpoint closed, and that round is never planned (its hooks never run) twice.
         """
-        round_idx = len(self.report.history)
+        round_idx = len(self.server.report.history)
         if self._plan is None or self._plan.round_idx != round_idx:
             self._plan = self.plan_round(round_idx)
         return self._plan
@@ -164,14 +157,14 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
         sampled = server.sample(round_idx)
         clients = list(sampled)
         server.prepare(self.context, self.module, round_idx, clients, self._ask(round_idx))
-        for hook in self.hooks:  # in one process the server may read the clients' data itself
+        for hook in self.run.hooks:  # in one process the server may read the clients' data itself
             if reads_client_data(hook):
                 hook.on_client_data(server, self.context, self.module, round_idx, clients, self.datamodule)
         instructions, steps = {}, {}
         for c in clients:
             instructions[c] = server.client_instructions(c, round_idx)
-            prepare_client(self.hooks, self.module, self.datamodule.client(c), c, round_idx, instructions[c])
-            steps[c] = instructed_steps(instructions[c], self.local_steps)  # a straggler's partial work
+            prepare_client(self.run.hooks, self.module, self.datamodule.client(c), c, round_idx, instructions[c])
+            steps[c] = instructed_steps(instructions[c], self.run.local_steps)  # a straggler's partial work
         turns = tuple(TurnPlan(c, self._num_batches(c, steps[c])) for c in clients)
         groups = group_turns(turns, self.group_size) if self.group_size > 1 else ()
         batch_seed = poisson_batch_seed(self.module, round_idx)
@@ -184,10 +177,10 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
         def ask(hook_index: int, queries: dict[int, Payload]) -> dict[int, Payload]:
             replies = {}
             for cid, query in queries.items():
-                state = self.global_state if query.get(WITH_GLOBAL_STATE) else None
+                state = self.server.global_state if query.get(WITH_GLOBAL_STATE) else None
                 self.server.add_round_bytes(down=payload_nbytes(query) + (state_nbytes(state) if state else 0))
                 data = self.datamodule.client(cid)
-                replies[cid] = answer_query(self.hooks, hook_index, self.module, data, cid, round_idx, query, state)
+                replies[cid] = answer_query(self.run.hooks, hook_index, self.module, data, cid, round_idx, query, state)
                 self.server.add_round_bytes(up=payload_nbytes(replies[cid]))
             return replies
 
@@ -198,13 +191,13 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
         # Lightning forbids on the Trainer), e.g. PDPOModule.accumulate_grad_batches.
         accumulate = self.trainer.accumulate_grad_batches * int(getattr(self.module, "accumulate_grad_batches", 1))
         n, b = self.datamodule.client_sizes[client_id], self.datamodule.batch_size
-        return turn_batches(local_steps or self.local_steps, self.local_epochs, n, b, accumulate)
+        return turn_batches(local_steps or self.run.local_steps, self.run.local_epochs, n, b, accumulate)
 
     # ============================================================ client turns (training)
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._limit_val_batches is not None:  # this round's evaluation runs, or not at all
-            evaluates = self.evaluation.evaluates(trainer.current_epoch + 1)
+            evaluates = self.evaluator.evaluation.evaluates(trainer.current_epoch + 1)
             trainer.limit_val_batches = self._limit_val_batches if evaluates else 0
         plan = self.next_round()
         if plan.round_idx != trainer.current_epoch:
@@ -222,7 +215,7 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
         cid = plan.client_id
         size = self.datamodule.client_sizes[cid]
         return run_factory.client_turn(
-            self.run, cid, trainer.current_epoch, self.store, size, self.initial_personal, pl_module, self.seed
+            self.run, cid, trainer.current_epoch, self.store, size, self.initial_personal, pl_module, self.server.seed
         )
 
     @override
@@ -245,12 +238,65 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
             rank_zero_warn(f"stopping: {self.server.stop_reason}")
             trainer.should_stop = True
 
+    # ========================================================= evaluation (the evaluator's)
+    @override
+    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.evaluator.on_validation_epoch_start(trainer, pl_module)
+
+    @override
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self.evaluator.on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
+
+    @override
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self.evaluator.on_validation_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
+
+    @override
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.evaluator.on_validation_epoch_end(trainer, pl_module)
+
+    @override
+    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.evaluator.on_test_epoch_start(trainer, pl_module)
+
+    @override
+    def on_test_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self.evaluator.on_test_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
+
+    @override
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self.evaluator.on_test_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
+
+    @override
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.evaluator.on_test_epoch_end(trainer, pl_module)
+
     # ============================================================================ the end
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        pl_module.load_state(self.global_state)
-        out = self.report.output_dir(trainer)
-        if self.save_adapter and trainer.is_global_zero:
+        pl_module.load_state(self.server.global_state)
+        out = self.server.report.output_dir(trainer)
+        if self.run.save_adapter and trainer.is_global_zero:
             pl_module.save_adapter(out / "adapter")
             if self.initial_personal and len(self.store):  # each client's personal state: its file
                 index = self.store.index()
@@ -286,7 +332,7 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
             **sections,
             "privacy": self.server.privacy_section(),
         }
-        self.report.write_summary(trainer, extra=extra)
+        self.server.report.write_summary(trainer, extra=extra)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -297,13 +343,13 @@ class FederatedLoop(GroupedTurns, LoopEvaluation):
     # ============================================================================= resume
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {**self.server.fault_counts(), "seed": self.seed}
+        return {**self.server.fault_counts(), "seed": self.server.seed}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.failed_clients = state_dict.get("failed_clients", 0)
-        self.rejected_updates = state_dict.get("rejected_updates", 0)
-        self.clipped_updates = state_dict.get("clipped_updates", 0)
+        self.server.failed_clients = state_dict.get("failed_clients", 0)
+        self.server.rejected_updates = state_dict.get("rejected_updates", 0)
+        self.server.clipped_updates = state_dict.get("clipped_updates", 0)
         if "seed" in state_dict:
             self.server.seed = state_dict["seed"]
 

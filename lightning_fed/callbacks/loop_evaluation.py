@@ -1,4 +1,5 @@
-"""The evaluation half of :class:`~lightning_fed.callbacks.FederatedLoop`.
+"""The evaluation half of :class:`~lightning_fed.callbacks.FederatedLoop`, a part it holds
+(``loop.evaluator``) and hands Lightning's validation and test hooks to.
 
 During ``fit``, Lightning's validation after a round evaluates the new global state on the
 clients of the :class:`~lightning_fed.federation.evaluation_plan.EvaluationPlan` (the initial
@@ -15,19 +16,19 @@ from __future__ import annotations
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_fed.callbacks.evaluation_stage import EvaluationStage
-from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.evaluation_plan import EvaluationPlan, packs_evaluation
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
-from lightning_fed.state import StateDict, clone_state
+from lightning_fed.state import StateDict
 
 
-class LoopEvaluation(TurnDriver):
+class LoopEvaluation(Callback):
     """Lightning's validation and test hooks of the federated loop (see the module docstring).
 
     Args:
@@ -36,23 +37,23 @@ class LoopEvaluation(TurnDriver):
         evaluation: Which clients each evaluation covers.
 
     The run's ``trainer``, ``module``, ``datamodule`` and ``initial_personal`` (the personal
-    parameters as initialised; empty for a module without personal parameters) are this class's,
-    set by :meth:`bind` when fit, validate or test sets up.
+    parameters as initialised; empty for a module without personal parameters) are given by
+    :meth:`bind` when fit, validate or test sets up.
     """
 
     def __init__(self, server: ServerRound, store: ClientStateStore, evaluation: EvaluationPlan) -> None:
-        super().__init__()
         self.server, self.store, self.evaluation = server, store, evaluation
         self.trainer: pl.Trainer | None = None
         self.module: pl.LightningModule | None = None
         self.datamodule: Any = None
         self.initial_personal: StateDict = {}
 
-    def bind(self, trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any) -> None:
-        """Attach the run; keep the module's personal parameters as initialised (what a client
-        without a personal state of its own uses)."""
+    def bind(
+        self, trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any, initial_personal: StateDict
+    ) -> None:
+        """Attach the run (``initial_personal``: what a client without a personal state of its own uses)."""
         self.trainer, self.module, self.datamodule = trainer, module, datamodule
-        self.initial_personal = clone_state(module.personal_parameters())
+        self.initial_personal = initial_personal
 
     @staticmethod
     def _standalone(trainer: pl.Trainer) -> bool:

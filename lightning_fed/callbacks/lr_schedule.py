@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.federation.hooks import Capability, RoundHook
 from lightning_fed.federation.report import log_scalars
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ class RoundLRSchedule(RoundHook):
             )
 
     #: Every client of a round gets the same rate: batched turns may train them together.
-    batch_safe = True
+    capabilities = frozenset({Capability.BATCH_SAFE})
 
     #: The rate is set at each client start (from the base rates in this hook's state).
     sets_lr = True

@@ -22,7 +22,7 @@ class FederatedProgressBar(TQDMProgressBar):
         super().on_train_epoch_start(trainer)
         loop = self._loop(trainer)
         if loop is not None:
-            self.train_progress_bar.set_description(f"Round {trainer.current_epoch + 1}/{loop.rounds}")
+            self.train_progress_bar.set_description(f"Round {trainer.current_epoch + 1}/{loop.run.rounds}")
 
     @override
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:

@@ -193,7 +193,7 @@ def make_client_app(**defaults: Any) -> ClientApp:
             received = from_arrays(content.array_records[STATE])
             downlink = from_arrays(content.array_records.get(DOWNLINK))
             reply = contribution_reply(
-                runner.strategy, received, update, int(instruction["round"]), instruction["nonce"], downlink
+                runner.run.strategy, received, update, int(instruction["round"]), instruction["nonce"], downlink
             )
             return Message(reply, reply_to=msg)
         return Message(update_to_record(update, answers=content), reply_to=msg)

@@ -46,7 +46,7 @@ from lightning_fed.modules.base import FederatedModule
 from lightning_fed.privacy.run import privacy_enabled
 from lightning_fed.run import FederatedRun
 from lightning_fed.state import StateDict, clone_state
-from lightning_fed.strategies.base import ClientUpdate, Strategy
+from lightning_fed.strategies.base import ClientUpdate
 from lightning_fed.strategies.lora_factors import match_rank
 
 # Trainer settings a client takes from the run's config; the rest (loggers, checkpoints,
@@ -68,7 +68,7 @@ class ClientLoop(TurnDriver):
         turn: The turn (client, round, strategy, the client's store, hooks).
         num_batches: Batches of the turn (laid out after the hooks' ``prepare_client``).
         start: The shared state the server sent. downlink: the strategy's downlink extras.
-        local_steps: The run's ``federation.local_steps`` (read by modules, e.g. FedRep).
+        run: The run (what modules read through the driver, e.g. FedRep's ``run.local_steps``).
     """
 
     def __init__(
@@ -77,11 +77,10 @@ class ClientLoop(TurnDriver):
         num_batches: int,
         start: StateDict,
         downlink: StateDict,
-        local_steps: int | None,
+        run: FederatedRun,
         stop_at: float | None = None,
     ) -> None:
-        super().__init__()
-        self.rounds, self.local_steps = turn.rounds, local_steps
+        super().__init__(run)
         self._next, self.start, self.downlink = turn, start, downlink
         self.plan = TurnPlan(turn.client_id, num_batches)
         self.stop_at = stop_at  # time.monotonic() past which no further local step starts (wall budget)
@@ -166,26 +165,20 @@ class ClientRunner:
         trainer_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.module, self.datamodule = module, datamodule
-        self.run = run
-        self.strategy: Strategy = run.strategy
-        self.hooks = run.hooks
+        self.run = run  # read, never copied: strategy, hooks, local work, privacy
         self.seed = run_factory.resolved_seed(run) if seed is None else seed  # as ServerRound.seed
-        self.local_steps, self.local_epochs = run.local_steps, run.local_epochs
-        #: ``federation.privacy.report_validation``: in a private run, whether the client sends its
-        #: validation means (with a bucketed count) at all.
-        self.report_validation = run.privacy is not None and run.privacy.report_validation
         self.trainer_kwargs = {
             k: v for k, v in (trainer_kwargs or {}).items() if k in CLIENT_TRAINER_KEYS and v is not None
         }
         if getattr(datamodule, "tokenizer", None) is None:
             datamodule.tokenizer = module.tokenizer
-        datamodule.private = privacy_enabled(self.strategy, module)  # a private run logs no per-client figure
+        datamodule.private = privacy_enabled(run.strategy, module)  # a private run logs no per-client figure
         if datamodule.private:  # no record of which examples were trained on (e.g. DPO's reference cache)
             module.keep_no_example_record()
         datamodule.setup("fit")
         # Personal parameters as initialised: what a client without personal state yet uses.
         self.initial_personal = clone_state(module.personal_parameters())
-        for hook in self.hooks:  # the hooks' client half, once per client process
+        for hook in run.hooks:  # the hooks' client half, once per client process
             hook.setup_client(module)
 
     def _trainer(self, round_idx: int, callbacks: list[pl.Callback]) -> pl.Trainer:
@@ -216,7 +209,7 @@ class ClientRunner:
         global state the query asked for, loaded first; ``None`` if it asked for none)."""
         self._check_client(client_id)
         data = self.datamodule.client(client_id)
-        return answer_query(self.hooks, hook_index, self.module, data, client_id, round_idx, query, state)
+        return answer_query(self.run.hooks, hook_index, self.module, data, client_id, round_idx, query, state)
 
     def train(
         self,
@@ -246,7 +239,7 @@ class ClientRunner:
         self.module.load_state(
             match_rank(state, self.module.shared_parameters())
         )  # prepare_client sees the state the server sent, as in-process
-        prepare_client(self.hooks, self.module, data, client_id, round_idx, instructions or {})
+        prepare_client(self.run.hooks, self.module, data, client_id, round_idx, instructions or {})
         num_examples = self.datamodule.client_sizes[client_id]
         turn = run_factory.client_turn(
             self.run, client_id, round_idx, store, num_examples, self.initial_personal, self.module, self.seed
@@ -254,13 +247,13 @@ class ClientRunner:
         # Lightning's accumulation and a manual-optimization module's own, as in the simulation.
         accumulate = int(self.trainer_kwargs.get("accumulate_grad_batches", 1))
         accumulate *= int(getattr(self.module, "accumulate_grad_batches", 1))
-        steps = instructed_steps(dict(instructions or {}), self.local_steps)  # a straggler's partial work
-        batches = turn_batches(steps, self.local_epochs, num_examples, self.datamodule.batch_size, accumulate)
+        steps = instructed_steps(dict(instructions or {}), self.run.local_steps)  # a straggler's partial work
+        batches = turn_batches(steps, self.run.local_epochs, num_examples, self.datamodule.batch_size, accumulate)
         # The client side of the strategy as the simulation sets it up (e.g. its client count).
-        self.strategy.setup(clone_state(self.module.shared_parameters()), self.datamodule.num_clients)
+        self.run.strategy.setup(clone_state(self.module.shared_parameters()), self.datamodule.num_clients)
         budget = instructed_budget(dict(instructions or {}))
         stop_at = None if budget is None else received + budget
-        loop = ClientLoop(turn, batches, state, downlink, self.local_steps, stop_at)
+        loop = ClientLoop(turn, batches, state, downlink, self.run, stop_at)
         self._trainer(round_idx, [loop]).fit(self.module, datamodule=self.datamodule)
         if turn.update is None:
             raise RuntimeError(f"client {client_id} produced no update in round {round_idx + 1}")
@@ -280,17 +273,17 @@ class ClientRunner:
         its number of examples (``instructions``: the hooks' evaluation payloads by hook index, for
         their ``prepare_evaluation``).
 
-        In a private run: ``({}, 0)`` unless ``report_validation``, and then the count bucketed
-        (the in-process report's rule; see the module docstring).
+        In a private run: ``({}, 0)`` unless ``federation.privacy.report_validation``, and then the
+        count bucketed (the in-process report's rule; see the module docstring).
         """
         self._check_client(client_id)
         private = run_factory.is_private(self.run, self.module)
-        if private and not self.report_validation:
+        if private and not (self.run.privacy is not None and self.run.privacy.report_validation):
             return {}, 0
         self.module.load_state(match_rank(state, self.module.shared_parameters()))  # a rank-r_k client: padded
         if entry.get("personal"):
             self.module.load_state(entry["personal"])
-        for i, hook in enumerate(self.hooks):
+        for i, hook in enumerate(self.run.hooks):
             hook.prepare_evaluation(self.module, client_id, dict((instructions or {}).get(i, {})))
         data = self.datamodule.client(client_id)
         if len(data.val_set) == 0:

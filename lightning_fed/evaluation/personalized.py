@@ -59,12 +59,12 @@ class PersonalizedEvaluation(Callback):
         if cid == self._client:
             return
         loop = self._loop(trainer)
-        if not loop.global_state:
+        if not loop.server.global_state:
             return
-        pl_module.load_state(loop.strategy.client_model(cid, loop.global_state))
+        pl_module.load_state(loop.run.strategy.client_model(cid, loop.server.global_state))
         personalize = getattr(pl_module, "personalize", None)
         if personalize is not None:
-            seed = derive_seed(loop.seed, trainer.current_epoch, cid, ADAPT_SALT)
+            seed = derive_seed(loop.server.seed, trainer.current_epoch, cid, ADAPT_SALT)
             with torch.inference_mode(False), torch.enable_grad():
                 personalize(trainer.datamodule.client(cid), seed)
         self._client = cid
@@ -72,8 +72,8 @@ class PersonalizedEvaluation(Callback):
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loop = self._loop(trainer)
-        if self._client is not None and loop.global_state:
-            pl_module.load_state(loop.global_state)
+        if self._client is not None and loop.server.global_state:
+            pl_module.load_state(loop.server.global_state)
         self._client = None
 
     # `lightning-fed test`: the same personalization, per client, on the test set.

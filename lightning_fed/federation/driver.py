@@ -23,25 +23,26 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from lightning_fed.federation.turn import ClientTurn, TurnPlan
+from lightning_fed.run_config import FederationConfig
 
 
 class TurnDriver(Callback, ABC):
     """Runs the turns of :attr:`plans` over a round's batches (see the module docstring).
 
+    Args:
+        run: The run's settings (:class:`~lightning_fed.run.FederatedRun`, or its plain
+            :class:`~lightning_fed.run_config.FederationConfig`): what a module reads of the run
+            through its driver (``driver.run.rounds``, ``driver.run.local_steps``) and the failure
+            guard's ``run.isolate_failures``. The driver keeps no copy of any of them.
+
     Attributes:
-        rounds: Number of rounds of the run.
-        local_steps: Optimizer steps per turn (``None``: a number of passes over the data).
         plans: The current round's turns, in batch order.
         turn: The turn in progress (``None`` between turns).
         last_turn: The last turn that ended.
-        isolate_failures: Whether a raising client is left out (read by the failure guard).
     """
 
-    rounds: int = 1
-    local_steps: int | None = None
-    isolate_failures: bool = False
-
-    def __init__(self) -> None:
+    def __init__(self, run: FederationConfig) -> None:
+        self.run = run
         self.plans: list[TurnPlan] = []
         self._ends: list[int] = []
         self.turn: ClientTurn | None = None

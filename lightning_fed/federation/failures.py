@@ -18,13 +18,15 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
 
     from lightning_fed.federation.turn import ClientTurn
+    from lightning_fed.run_config import FederationConfig
 
 
 class TurnOwner(Protocol):
-    """What the guard reads of its owner: the current turn (``None`` between turns) and the policy."""
+    """What the guard reads of its owner: the current turn (``None`` between turns) and the run
+    (its ``isolate_failures`` policy)."""
 
     turn: ClientTurn | None
-    isolate_failures: bool
+    run: FederationConfig
 
 
 def guard_training_step(owner: TurnOwner, module: pl.LightningModule) -> None:
@@ -41,7 +43,7 @@ def guard_training_step(owner: TurnOwner, module: pl.LightningModule) -> None:
         try:
             return step_fn(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - any client fault is isolated, then reported
-            if not owner.isolate_failures or turn is None:
+            if not owner.run.isolate_failures or turn is None:
                 raise
             turn.fail()
             who = "a client" if turn.private else f"client {turn.client_id}"  # private: the sample is secret

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
@@ -94,13 +95,47 @@ class ClientTurn(Protocol):
     failed: bool
 
 
+class Capability(str, Enum):
+    """What a round hook declares it does beyond the contract every hook keeps (its
+    :attr:`RoundHook.capabilities`). Generic code (the loop, the Flower server, batching) reads
+    the declaration; it never infers one from which methods a class overrides."""
+
+    READS_CLIENT_DATA = "reads_client_data"
+    """The server reads the clients' data itself (:meth:`RoundHook.on_client_data`): in one process
+    only; a Flower run refuses the hook. Only a hook declaring it is given the data."""
+
+    BATCH_SAFE = "batch_safe"
+    """Its per-client moments (``on_client_start``/``on_client_end``) may run for clients trained
+    together (``federation.batch_clients``): each turn still gets its own calls."""
+
+
 class RoundHook:
     """Does nothing by default; override the moments you need.
 
     Keep the server/client split (see the module docstring) so the same hook works in a
     Flower deployment. Anything a hook must remember across a resume goes in
-    :meth:`state_dict` (tensors allowed).
+    :meth:`state_dict` (tensors allowed). What a hook does beyond that contract it declares in
+    :attr:`capabilities` (e.g. ``capabilities = frozenset({Capability.READS_CLIENT_DATA})``).
     """
+
+    #: What this hook declares it does (:class:`Capability`); none by default.
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.capabilities = frozenset(cls.capabilities)
+        unknown = [c for c in cls.capabilities if not isinstance(c, Capability)]
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__}.capabilities: {unknown!r} is not a Capability ({[c.name for c in Capability]})"
+            )
+        # A moment that is only called for hooks declaring it: implementing it undeclared would
+        # never run, so the class is refused where it is written.
+        if "on_client_data" in cls.__dict__ and Capability.READS_CLIENT_DATA not in cls.capabilities:
+            raise TypeError(
+                f"{cls.__name__} implements on_client_data but does not declare"
+                " capabilities = frozenset({Capability.READS_CLIENT_DATA}): it would never be called"
+            )
 
     #: Whether the hook sets the local optimizers' learning rate before each client's steps (a
     #: round schedule): a checkpoint then holds the last rate set, not the configured one, and
@@ -183,9 +218,10 @@ class RoundHook:
 
         ``data`` is the run's federated data module (``data.client(c)`` is client ``c``'s
         ``ClientData``). Runs after every hook's :meth:`on_round_start`, before the clients'
-        instructions; may edit ``clients`` in place. A Flower server holds no client data, so a
-        hook that overrides this moment (:func:`reads_client_data`) is refused at the start of a
-        Flower run, with one line naming it: the centralized baselines of FedHDS do.
+        instructions; may edit ``clients`` in place. Called only for a hook that declares
+        :attr:`Capability.READS_CLIENT_DATA` (:func:`reads_client_data`). A Flower server holds no
+        client data, so such a hook is refused at the start of a Flower run, with one line naming
+        it: the centralized baselines of FedHDS do.
         """
 
     def client_instruction(self, server: ServerRound, client_id: int, round_idx: int) -> Payload:
@@ -257,9 +293,9 @@ class RoundHook:
 
 
 def reads_client_data(hook: RoundHook) -> bool:
-    """Whether ``hook`` needs the clients' data on the server: its class overrides
-    :meth:`RoundHook.on_client_data` (what it does, not a declared flag, decides)."""
-    return type(hook).on_client_data is not RoundHook.on_client_data
+    """Whether ``hook`` needs the clients' data on the server: it declares
+    :attr:`Capability.READS_CLIENT_DATA`."""
+    return Capability.READS_CLIENT_DATA in hook.capabilities
 
 
 def payload_nbytes(payload: Mapping[str, Any]) -> int:

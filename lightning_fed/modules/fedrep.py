@@ -50,10 +50,10 @@ class FedRepModule(PersonalHeadDPO):
         from lightning_fed.federation.driver import find_driver
 
         loop = find_driver(self.trainer)
-        if loop is not None and loop.local_steps is not None and loop.local_steps <= self.head_steps:
+        steps = loop.run.local_steps if loop is not None else None
+        if steps is not None and steps <= self.head_steps:
             raise ValueError(
-                f"model.head_steps={self.head_steps} must be < federation.local_steps={loop.local_steps}, or the body "
-                "never trains"
+                f"model.head_steps={self.head_steps} must be < federation.local_steps={steps}, or the body never trains"
             )
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:

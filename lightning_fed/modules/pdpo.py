@@ -214,7 +214,7 @@ class PDPOModule(PersonalHeadDPO):
         if self.rounds is not None:
             return self.rounds
         loop = self._federated_loop()
-        return loop.rounds if loop is not None else None
+        return loop.run.rounds if loop is not None else None
 
     def turn_position(self, batch_idx: int) -> tuple[int, int]:
         """(position in the client's turn, turn length) from the FederatedLoop; outside a

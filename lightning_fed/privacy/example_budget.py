@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.privacy.accountant import PrivacyAccountant, calibrate_noise_multiplier
+from lightning_fed.run_config import FederationConfig
 
 #: What to change when a client's DP-SGD budget cannot be met.
 EXAMPLE_LEVEL_HINT = (
@@ -48,8 +49,8 @@ class ExampleBudget:
         delta: The run's ``delta`` (``federation.privacy.delta``, or its default).
         batch_size: ``B``, examples per local step.
         rounds: Planned rounds ``T`` (what ``z_k`` is calibrated for).
-        local_steps: ``K`` of every client, or ``None`` (then ``local_epochs`` passes).
-        local_epochs: ``E`` passes per round when ``local_steps`` is ``None``.
+        federation: The run's local work: its ``local_steps`` ``K`` of every client, or (``None``)
+            its ``local_epochs`` ``E`` passes per round (read, not copied).
         mechanism: ``rdp`` or ``prv``.
     """
 
@@ -58,8 +59,7 @@ class ExampleBudget:
     delta: float
     batch_size: int
     rounds: int
-    local_steps: int | None = None
-    local_epochs: int | None = None
+    federation: FederationConfig = field(default_factory=lambda: FederationConfig(local_steps=None, local_epochs=1))
     mechanism: str = "rdp"
     _calibrated: dict[int, float] = field(default_factory=dict, repr=False)
     _epsilons: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
@@ -70,10 +70,11 @@ class ExampleBudget:
 
     def steps_per_round(self, count: int) -> int:
         """``K``, or ``E ceil((2 b - 1) / B)``: the most local steps a client of ``count`` examples takes."""
-        if self.local_steps is not None:
-            return int(self.local_steps)
+        work = self.federation
+        if work.local_steps is not None:
+            return int(work.local_steps)
         most = 2 * bucket_count(count) - 1  # b <= |D_k| < 2 b
-        return int(self.local_epochs or 1) * math.ceil(most / self.batch_size)
+        return int(work.local_epochs or 1) * math.ceil(most / self.batch_size)
 
     def noise_multiplier_for(self, count: int) -> float:
         """``z_k`` of a client of ``count`` examples: the given ``z``, or the one calibrated for

@@ -59,6 +59,7 @@ from lightning_fed.privacy.dp_sgd import ExampleLevelDP
 from lightning_fed.privacy.example_budget import ExampleBudget
 from lightning_fed.privacy.report import PrivacyReport
 from lightning_fed.privacy.secret import RunKey, RunSecret, seeded_secret
+from lightning_fed.run_config import FederationConfig
 
 
 def privacy_enabled(strategy: Any, module: Any) -> bool:
@@ -72,15 +73,13 @@ class RunPrivacy:
     Args:
         config: The ``federation.privacy`` section (``None``: none; DP may still be on through
             the strategy or the module, then only reported).
-        local_steps: ``federation.local_steps`` (example-level accounting).
-        local_epochs: ``federation.local_epochs`` (example-level accounting).
+        federation: The run (its ``local_steps``/``local_epochs``: example-level accounting; read, not copied).
     """
 
-    def __init__(
-        self, config: PrivacyConfig | None = None, local_steps: int | None = None, local_epochs: int | None = None
-    ) -> None:
+    def __init__(self, config: PrivacyConfig | None = None, federation: FederationConfig | None = None) -> None:
         self.config = config
-        self.local_steps, self.local_epochs = local_steps, local_epochs
+        # Without a run: one pass per round (what example-level accounting assumed without local steps).
+        self.federation = federation if federation is not None else FederationConfig(local_steps=None, local_epochs=1)
         self.enabled = False
         self.client_dp: PrivacyAccountant | None = None
         self.example_budget: ExampleBudget | None = None
@@ -223,8 +222,7 @@ class RunPrivacy:
             delta,
             int(batch_size),
             int(rounds),
-            self.local_steps,
-            self.local_epochs,
+            self.federation,
             mechanism,
         )
         module.example_budget = budget

@@ -32,7 +32,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload, Replies, RoundHook
+from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Capability, Payload, Replies, RoundHook
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.option_rules import CLIENT_GROUPING, check
 from lightning_fed.privacy.selector_noise import (
@@ -250,7 +250,7 @@ class ClientGrouping(RoundHook):
 
     #: Its per-client act (the client's selector) is captured per client by batched turns
     #: (each client's active adapter: :class:`~lightning_fed.batching.multi_lora.StackedLora`).
-    batch_safe = True
+    capabilities = frozenset({Capability.BATCH_SAFE})
 
     def on_client_start(self, turn: Any, trainer: Any, module: pl.LightningModule, client_id: int) -> None:
         # In process every client of the round is prepared before the first turn and all share

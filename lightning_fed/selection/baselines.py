@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from lightning_fed.federation.hooks import Capability
 from lightning_fed.selection.clustering import Groups, hdbscan_groups, nearest_members
 from lightning_fed.selection.coreset import CoresetSelection, Selection
 from lightning_fed.selection.features import _batches, _pad, layer_features
@@ -43,6 +44,8 @@ def _count(n: int, ratio: float) -> int:
 
 class ServerSideCoreset(CoresetSelection):
     """A coreset chosen on the server from the clients' data (:meth:`choose`): in one process only."""
+
+    capabilities = frozenset({Capability.READS_CLIENT_DATA})
 
     def on_client_data(
         self,

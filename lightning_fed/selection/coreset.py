@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.federation.hooks import Capability, RoundHook
 from lightning_fed.federation.sampling import derive_seed
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class CoresetSelection(RoundHook):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        asked = cls.on_client_data is not RoundHook.on_client_data or cls.on_replies is not RoundHook.on_replies
+        asked = Capability.READS_CLIENT_DATA in cls.capabilities or cls.on_replies is not RoundHook.on_replies
         if cls.choose is not CoresetSelection.choose and not asked:
             raise TypeError(
                 f"{cls.__name__} implements `choose` but nothing calls it (it overrides neither `on_client_data` nor"

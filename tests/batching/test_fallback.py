@@ -136,7 +136,7 @@ def test_active_dropout_falls_back_in_one_line_at_start(tmp_path):
 
 def test_per_client_hook_falls_back_unless_batch_safe():
     class Timing(RecordUpdates):
-        batch_safe = False
+        capabilities = frozenset()
 
     module = sft_module()
     assert batching_fallback(module, [Timing()]) == "the round hook Timing acts per client (not batch_safe)"

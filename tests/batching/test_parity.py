@@ -26,6 +26,7 @@ import lightning_fed.batching.client_rows as client_rows
 from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.datamodules import InstructionDataModule
 from lightning_fed.federation import RoundHook
+from lightning_fed.federation.hooks import Capability
 from lightning_fed.modules import BackboneConfig, BinarySelectorModule, DPOModule, LoraSettings, SFTModule
 from lightning_fed.round_hooks.client_grouping import ClientGrouping
 from lightning_fed.strategies import FedBiscuit, FedProx, HetLoRA, Scaffold
@@ -41,7 +42,7 @@ ATOL = 0.1 * LR  # module docstring: 5x the largest spread across CPU kernels an
 class RecordUpdates(RoundHook):
     """Every upload's state and extras, by client (batch-safe: it reads only the update)."""
 
-    batch_safe = True
+    capabilities = frozenset({Capability.BATCH_SAFE})
 
     def __init__(self) -> None:
         self.updates: dict[tuple[int, int], dict] = {}
@@ -269,7 +270,7 @@ def test_fedbiscuit_selector_training_uploads_match(tmp_path):
             extra_hooks=[ClientGrouping()],
         )
     assert loop.group_size == 6
-    assert len({loop.strategy.selector_of(c) for c in range(6)}) > 1  # the last round mixed selectors
+    assert len({loop.server.strategy.selector_of(c) for c in range(6)}) > 1  # the last round mixed selectors
     assert_same_uploads(seq, bat)
 
 

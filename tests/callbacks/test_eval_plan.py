@@ -140,12 +140,12 @@ def test_sampled_every_two_rounds_in_a_fit(tmp_path):
     """``sampled`` evaluates exactly the round's clients; ``eval_every=2`` over 3 rounds evaluates
     after rounds 2 and 3 (plus the initial evaluation, on round 1's clients)."""
     loop = _fit(tmp_path, eval_clients="sampled", eval_every=2)
-    history = loop.report.history
+    history = loop.server.report.history
     assert [r["round"] for r in history if "val" in r] == [2, 3]
     for record in history:
         if "val" in record:
             assert sorted(int(c) for c in record["val_clients"]) == record["clients"]
-    assert sorted(int(c) for c in loop.report.initial_eval["val_clients"]) == sample_clients(6, 2, 0, 0)
+    assert sorted(int(c) for c in loop.server.report.initial_eval["val_clients"]) == sample_clients(6, 2, 0, 0)
     assert loop.trainer.limit_val_batches == 1.0  # the Trainer's own value restored after fit
 
 

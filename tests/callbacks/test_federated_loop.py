@@ -30,8 +30,8 @@ def test_dpo_learns_planted_preference(tmp_path):
     """Preference accuracy on held-out pairs goes from chance-ish to >= 0.9 (FedAvg, 4 clients)."""
     loop = FederatedLoop(rounds=4, clients_per_round=2, local_steps=8, seed=0)
     fit(tiny_dpo(), preference_data(), loop, str(tmp_path), num_sanity_val_steps=-1)
-    initial = loop.report.initial_eval["val"]["pref_acc"]
-    final = loop.report.history[-1]["val"]["pref_acc"]
+    initial = loop.server.report.initial_eval["val"]["pref_acc"]
+    final = loop.server.report.history[-1]["val"]["pref_acc"]
     assert initial < 0.7, initial
     assert final >= 0.9, (initial, final)
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -51,24 +51,26 @@ def test_resume_equals_uninterrupted(tmp_path, strategy):
         name="resumed",
         ckpt_path=str(tmp_path / "first" / "ckpt" / "last.ckpt"),
     )
-    assert len(resumed.report.history) == 4  # 2 restored records + 2 new rounds
+    assert len(resumed.server.report.history) == 4  # 2 restored records + 2 new rounds
     with pytest.raises(AssertionError):  # the test is not trivial: round 2 != round 4
-        assert_states_close(first.global_state, straight.global_state)
-    assert_states_close(resumed.global_state, straight.global_state)
-    s1, s2 = resumed.strategy.state_dict(), straight.strategy.state_dict()
+        assert_states_close(first.server.global_state, straight.server.global_state)
+    assert_states_close(resumed.server.global_state, straight.server.global_state)
+    s1, s2 = resumed.server.strategy.state_dict(), straight.server.strategy.state_dict()
     for key, value in s2.items():
         if isinstance(value, dict):
             assert_states_close(s1[key], value)
     if strategy is Scaffold:  # client controls are client state, also restored
         for cid, entry in straight.store.state_dict().items():
             assert_states_close(resumed.store.get(cid)["memory"], entry["memory"])
-    assert [r["clients"] for r in resumed.report.history] == [r["clients"] for r in straight.report.history]
+    assert [r["clients"] for r in resumed.server.report.history] == [
+        r["clients"] for r in straight.server.report.history
+    ]
 
 
 def test_same_seed_same_result(tmp_path):
     a = run(tmp_path, name="a")
     b = run(tmp_path, name="b")
-    assert_states_close(a.global_state, b.global_state, rtol=0, atol=0)
+    assert_states_close(a.server.global_state, b.server.global_state, rtol=0, atol=0)
 
 
 class Poison(RoundHook):
@@ -98,18 +100,20 @@ class Poison(RoundHook):
 def test_poisoned_updates_are_rejected_and_counted(tmp_path):
     # Round 0 samples clients [0, 3] or similar: poison every client so each round loses some.
     loop = run(tmp_path, rounds=3, hooks=[Poison({0: "nan", 1: "shape", 2: "keys"})], clients_per_round=3)
-    rejected = [c for r in loop.report.history for c in r["rejected"]]
-    assert loop.rejected_updates == len(rejected) > 0
-    for record in loop.report.history:
+    rejected = [c for r in loop.server.report.history for c in r["rejected"]]
+    assert loop.server.rejected_updates == len(rejected) > 0
+    for record in loop.server.report.history:
         assert set(record["aggregated"]).isdisjoint(record["rejected"])
-        assert all(torch.isfinite(v).all() for v in loop.global_state.values())
+        assert all(torch.isfinite(v).all() for v in loop.server.global_state.values())
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["rejected_updates"] == loop.rejected_updates
+    assert summary["rejected_updates"] == loop.server.rejected_updates
 
 
 def test_inf_update_is_rejected(tmp_path):
     loop = run(tmp_path, rounds=2, hooks=[Poison({c: "inf" for c in (0, 1)})], clients_per_round=4)
-    assert loop.rejected_updates == 4 and all(sorted(r["rejected"]) == [0, 1] for r in loop.report.history)
+    assert loop.server.rejected_updates == 4 and all(
+        sorted(r["rejected"]) == [0, 1] for r in loop.server.report.history
+    )
 
 
 @pytest.mark.parametrize("mode", ["reject", "clip"])
@@ -117,7 +121,7 @@ def test_scaled_update_is_rejected_or_clipped_per_config(tmp_path, mode):
     from lightning_fed.federation.screening import update_norm
 
     clean = run(tmp_path, name="clean", rounds=1, clients_per_round=4)
-    honest = [m["update_norm"] for m in clean.report.history[0]["train"].values()]
+    honest = [m["update_norm"] for m in clean.server.report.history[0]["train"].values()]
     max_norm = 2 * max(honest)  # honest changes pass, a 1e6-scaled one does not
     start = tiny_dpo().shared_parameters()
     loop = run(
@@ -131,13 +135,13 @@ def test_scaled_update_is_rejected_or_clipped_per_config(tmp_path, mode):
     )
     summary = json.loads((tmp_path / mode / "summary.json").read_text())
     if mode == "reject":
-        assert loop.rejected_updates == summary["rejected_updates"] == 1 and summary["clipped_updates"] == 0
-        assert loop.report.history[0]["aggregated"] == [1, 2, 3]
+        assert loop.server.rejected_updates == summary["rejected_updates"] == 1 and summary["clipped_updates"] == 0
+        assert loop.server.report.history[0]["aggregated"] == [1, 2, 3]
     else:
-        assert loop.clipped_updates == summary["clipped_updates"] == 1 and summary["rejected_updates"] == 0
-        assert loop.report.history[0]["aggregated"] == [0, 1, 2, 3]
+        assert loop.server.clipped_updates == summary["clipped_updates"] == 1 and summary["rejected_updates"] == 0
+        assert loop.server.report.history[0]["aggregated"] == [0, 1, 2, 3]
     # FedAvg of changes each at most max_norm moves the global state by at most max_norm.
-    assert update_norm(start, loop.global_state) <= max_norm + 1e-6
+    assert update_norm(start, loop.server.global_state) <= max_norm + 1e-6
 
 
 def test_failing_client_is_dropped_and_counted(tmp_path):
@@ -152,10 +156,10 @@ def test_failing_client_is_dropped_and_counted(tmp_path):
     module.training_step = flaky
     with pytest.warns(UserWarning, match="client 1 failed"):
         loop = run(tmp_path, rounds=4, module=module, clients_per_round=3)
-    failed = [c for r in loop.report.history for c in r["failed"]]
+    failed = [c for r in loop.server.report.history for c in r["failed"]]
     assert failed and set(failed) == {1}
-    assert loop.failed_clients == len(failed)
-    assert all(1 not in r["aggregated"] for r in loop.report.history)
+    assert loop.server.failed_clients == len(failed)
+    assert all(1 not in r["aggregated"] for r in loop.server.report.history)
 
 
 def test_round_fails_below_min_clients(tmp_path):
@@ -187,16 +191,16 @@ def test_one_backbone_fresh_optimizer_and_global_start(tmp_path):
     assert len(probe.backbone_ptrs) == 1  # every client trained on the same backbone storage
     assert probe.optimizer_states == [0] * 8  # optimizer state never leaks between clients
     # Only adapters travel: the store holds no backbone tensors, the uploads are LoRA only.
-    assert all(".lora_" in k for k in loop.global_state)
-    nbytes = state_nbytes(loop.global_state)
-    for record in loop.report.history:
+    assert all(".lora_" in k for k in loop.server.global_state)
+    nbytes = state_nbytes(loop.server.global_state)
+    for record in loop.server.report.history:
         assert record["up_bytes"] == record["down_bytes"] == 4 * nbytes
 
 
 def test_scaffold_sends_controls_both_ways(tmp_path):
     loop = run(tmp_path, rounds=1, strategy=Scaffold(), clients_per_round=2)
-    nbytes = state_nbytes(loop.global_state)
-    assert loop.report.history[0]["up_bytes"] == loop.report.history[0]["down_bytes"] == 2 * 2 * nbytes
+    nbytes = state_nbytes(loop.server.global_state)
+    assert loop.server.report.history[0]["up_bytes"] == loop.server.report.history[0]["down_bytes"] == 2 * 2 * nbytes
 
 
 def test_local_epochs_lay_out_whole_passes(tmp_path):
@@ -298,7 +302,7 @@ def test_a_strategy_can_send_a_client_part_of_the_state(tmp_path):
             return {k: avg[k].to(v.dtype) if k in avg else v for k, v in global_state.items()}
 
     loop = run(tmp_path, rounds=2, strategy=HalfState())
-    sent = {k: v for k, v in loop.global_state.items() if "lora_A" in k}
-    record = loop.report.history[-1]
+    sent = {k: v for k, v in loop.server.global_state.items() if "lora_A" in k}
+    record = loop.server.report.history[-1]
     assert record["aggregated"] == record["clients"] and not record["rejected"]
     assert record["up_bytes"] == record["down_bytes"] == 2 * state_nbytes(sent)

@@ -66,8 +66,8 @@ def test_schedule_reaches_the_optimizer_and_survives_resume(tmp_path):
     resumed, seen_resumed = run(tmp_path, "resumed", 3, ckpt_path=str(tmp_path / "first" / "ckpt" / "last.ckpt"))
     # The restored optimizer holds round 2's (scaled) rate; the schedule keeps its base and goes on.
     assert seen_resumed == [(2, pytest.approx(expected[2]))]
-    for k, v in straight.global_state.items():
-        torch.testing.assert_close(resumed.global_state[k], v, rtol=1e-5, atol=1e-7, msg=k)
+    for k, v in straight.server.global_state.items():
+        torch.testing.assert_close(resumed.server.global_state[k], v, rtol=1e-5, atol=1e-7, msg=k)
 
 
 def test_schedule_runs_under_flower_as_in_process(tmp_path):
@@ -84,5 +84,5 @@ def test_schedule_runs_under_flower_as_in_process(tmp_path):
     path.write_text(yaml.safe_dump(config))
     local = run_in_process(str(path), tmp_path / "local", [])
     server, _ = run_on_grid(str(path), tmp_path / "flower", [])
-    assert_same_state(local.global_state, server.server.global_state)
-    assert local.hooks[0].current == [[pytest.approx(round_lr(0.005, 1, 2, "cosine", min_lr=1e-4))]]
+    assert_same_state(local.server.global_state, server.server.global_state)
+    assert local.server.hooks[0].current == [[pytest.approx(round_lr(0.005, 1, 2, "cosine", min_lr=1e-4))]]

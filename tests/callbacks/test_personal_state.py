@@ -23,14 +23,14 @@ def test_personal_state_never_travels_and_is_used_for_evaluation(tmp_path):
     fit(module, data, loop, str(tmp_path))
 
     personal_keys = set(module.personal_parameters())
-    assert personal_keys and personal_keys.isdisjoint(loop.global_state)
+    assert personal_keys and personal_keys.isdisjoint(loop.server.global_state)
     states = {cid: loop.store.get(cid)["personal"] for cid in range(4)}
     assert all(set(s) == personal_keys for s in states.values())
     key = next(iter(personal_keys))
     assert not torch.equal(states[0][key], states[1][key])  # each client has its own
     # Uploads are the shared keys only.
-    shared_bytes = sum(v.numel() * v.element_size() for v in loop.global_state.values())
-    assert loop.report.history[-1]["up_bytes"] == 4 * shared_bytes
+    shared_bytes = sum(v.numel() * v.element_size() for v in loop.server.global_state.values())
+    assert loop.server.report.history[-1]["up_bytes"] == 4 * shared_bytes
     # Evaluation swaps each client's personal state in: opposite groups are both served.
-    per_client = loop.report.history[-1]["val_clients"]
+    per_client = loop.server.report.history[-1]["val_clients"]
     assert min(m["reward_acc"] for m in per_client.values()) > 0.5

@@ -82,26 +82,26 @@ def _run(tmp_path, rounds, name, ckpt_path=None, compression="int8+ef"):
 
 def test_loop_counts_the_compressed_bytes_and_resumes_with_the_residuals(tmp_path):
     straight = _run(tmp_path, 3, "straight")
-    shapes = {k: v.shape for k, v in straight.global_state.items()}
+    shapes = {k: v.shape for k, v in straight.server.global_state.items()}
     per_client = sum(quantized_nbytes(s.numel(), len(s), 8, 64) for s in shapes.values())
     fp32 = sum(4 * s.numel() for s in shapes.values())
-    assert [r["up_bytes"] for r in straight.report.history] == [2 * per_client] * 3
+    assert [r["up_bytes"] for r in straight.server.report.history] == [2 * per_client] * 3
     assert per_client < fp32 / 3  # int8 codes + a scale per 64 values: about a quarter
-    trained = {c for r in straight.report.history for c in r["aggregated"]}
+    trained = {c for r in straight.server.report.history for c in r["aggregated"]}
     for cid in trained:
         memory = straight.store.get(cid)["memory"]
         assert sorted(memory) == sorted(RESIDUAL_PREFIX + k for k in shapes)
         assert any(v.abs().sum() > 0 for v in memory.values())
     first = _run(tmp_path, 2, "first")
     resumed = _run(tmp_path, 3, "resumed", ckpt_path=str(tmp_path / "first" / "ckpt" / "last.ckpt"))
-    for k, v in straight.global_state.items():
-        torch.testing.assert_close(resumed.global_state[k], v, rtol=1e-5, atol=1e-7)
+    for k, v in straight.server.global_state.items():
+        torch.testing.assert_close(resumed.server.global_state[k], v, rtol=1e-5, atol=1e-7)
     for cid in trained:
         for k, v in straight.store.get(cid)["memory"].items():
             torch.testing.assert_close(resumed.store.get(cid)["memory"][k], v, rtol=1e-5, atol=1e-7)
-    assert any(not torch.equal(first.global_state[k], v) for k, v in straight.global_state.items())
+    assert any(not torch.equal(first.server.global_state[k], v) for k, v in straight.server.global_state.items())
     full = _run(tmp_path, 1, "full", compression=None)
-    assert full.report.history[0]["up_bytes"] == 2 * fp32
+    assert full.server.report.history[0]["up_bytes"] == 2 * fp32
 
 
 def test_a_flower_reply_carries_integer_codes_only_in_a_compressed_run():

@@ -39,7 +39,7 @@ def test_runner_answers_queries_and_trains_like_the_in_process_turn(tmp_path):
     in_process = KeepSome()
     loop = _loop(in_process)
     fit(tiny_dpo(), preference_data(), loop, str(tmp_path))
-    clients = loop.report.history[0]["clients"]
+    clients = loop.server.report.history[0]["clients"]
 
     remote = KeepSome()
     module = tiny_dpo()

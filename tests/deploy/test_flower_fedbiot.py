@@ -45,6 +45,8 @@ def test_flower_clients_receive_the_aligned_emulator(config, tmp_path):
             for k, v in aligned.items():
                 torch.testing.assert_close(sent[k], v, rtol=0, atol=0, msg=k)
     # The clients trained on it: the adapters (and the traffic) are the in-process run's.
-    assert_same_state(local.global_state, server.server.global_state)
-    assert [r["down_bytes"] for r in server.server.report.history] == [r["down_bytes"] for r in local.report.history]
-    assert hook.summary()["received_per_round"] == local.hooks[0].summary()["received_per_round"]
+    assert_same_state(local.server.global_state, server.server.global_state)
+    assert [r["down_bytes"] for r in server.server.report.history] == [
+        r["down_bytes"] for r in local.server.report.history
+    ]
+    assert hook.summary()["received_per_round"] == local.server.hooks[0].summary()["received_per_round"]

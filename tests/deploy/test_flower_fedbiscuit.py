@@ -27,11 +27,11 @@ def test_fedbiscuit_on_a_flower_grid_matches_in_process(local, tmp_path):
     server, grid = run_on_grid(CONFIG, tmp_path / "flower", OVERRIDES)
     remote = server.server
     (grouping,) = remote.hooks[0].groupings
-    (expected,) = local.hooks[0].groupings
+    (expected,) = local.server.hooks[0].groupings
     assert grouping["round"] == expected["round"] == 4 and grouping["missing"] == []
     assert grouping["assignment"] == expected["assignment"] == remote.strategy.assignment
     torch.testing.assert_close(torch.tensor(grouping["losses"]), torch.tensor(expected["losses"]), rtol=1e-5, atol=0)
-    assert_same_state(local.global_state, remote.global_state)
+    assert_same_state(local.server.global_state, remote.global_state)
     # The queries: round 4 only, to all 6 clients (sampled or not), each with all 3 selectors.
     queries = [m for m in grid.sent if m.metadata.message_type == "query.hook"]
     assert sorted(int(m.content.config_records["config"]["client-id"]) for m in queries) == list(range(6))
@@ -45,8 +45,8 @@ def test_fedbiscuit_on_a_flower_grid_matches_in_process(local, tmp_path):
         selector = record_to_instructions(msg.content)[0]["selector"]
         assert selector == (round_idx if round_idx < 3 else grouping["assignment"][cid]), (round_idx, cid)
     # Same traffic, the broadcast and the loss replies included.
-    assert [r["down_bytes"] for r in remote.report.history] == [r["down_bytes"] for r in local.report.history]
-    assert [r["up_bytes"] for r in remote.report.history] == [r["up_bytes"] for r in local.report.history]
+    assert [r["down_bytes"] for r in remote.report.history] == [r["down_bytes"] for r in local.server.report.history]
+    assert [r["up_bytes"] for r in remote.report.history] == [r["up_bytes"] for r in local.server.report.history]
     assert remote.report.history[3]["down_bytes"] > 6 * sum(v.numel() * 4 for v in remote.global_state.values())
 
 
@@ -78,12 +78,12 @@ def test_fedbiscuit_under_the_simulation_engine_matches_in_process(local, tmp_pa
     proc = run_simulation_engine(CONFIG, tmp_path / "sim", 6, OVERRIDES)
     assert proc.returncode == 0, proc.stderr[-3000:]
     remote = torch.load(tmp_path / "sim" / "global_state.pt", weights_only=True)
-    assert_same_state(local.global_state, remote, atol=SIM_ATOL)
+    assert_same_state(local.server.global_state, remote, atol=SIM_ATOL)
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
     (grouping,) = summary["hooks"]["ClientGrouping"]["groupings"]
-    assert grouping["assignment"] == local.hooks[0].groupings[0]["assignment"]
+    assert grouping["assignment"] == local.server.hooks[0].groupings[0]["assignment"]
     for key in ("clients", "aggregated", "up_bytes", "down_bytes"):
-        assert [r[key] for r in summary["rounds"]] == [r[key] for r in local.report.history], key
+        assert [r[key] for r in summary["rounds"]] == [r[key] for r in local.server.report.history], key
 
 
 def test_a_hook_reading_client_data_on_the_server_is_refused_at_start(tmp_path):
@@ -92,7 +92,7 @@ def test_a_hook_reading_client_data_on_the_server_is_refused_at_start(tmp_path):
     from tests.helpers.flower_grid import InProcessGrid
 
     module, datamodule, loop, _ = load_run("configs/tiny.yaml")
-    loop.hooks.append(RandomSelection(ratio=0.5))
+    loop.server.hooks.append(RandomSelection(ratio=0.5))
     server = FederatedServer(loop, module, datamodule.num_clients, tmp_path, datamodule=datamodule)
     grid = InProcessGrid(client_app, datamodule.num_clients, {"config": "configs/tiny.yaml"})
     with pytest.raises(

@@ -30,11 +30,11 @@ def _selections(history: list[dict]) -> list[dict]:
 def test_fedhds_turbo_on_a_flower_grid_matches_in_process(local, tmp_path):
     server, grid = run_on_grid(CONFIG, tmp_path / "flower", OVERRIDES)
     remote = server.server.hooks[0]
-    expected = local.hooks[0].history
+    expected = local.server.hooks[0].history
     assert [r["round"] for r in remote.history] == [1, 2]
     assert _selections(remote.history) == _selections(expected)
     assert all(0 < r["data_fraction"] < 0.5 for r in remote.history)
-    assert_same_state(local.global_state, server.server.global_state)
+    assert_same_state(local.server.global_state, server.server.global_state)
     # Only the shared frame and a seed go down, only 2-D centroids and local indices come up.
     queries = [m for m in grid.sent if m.metadata.message_type == "query.hook"]
     assert len(queries) == 2 * 3 and all("state" not in m.content.array_records for m in queries)
@@ -47,9 +47,9 @@ def test_fedhds_turbo_on_a_flower_grid_matches_in_process(local, tmp_path):
         assert len(indices) == record["selected_sizes"][int(cfg["client-id"])] > 0
     # Same rounds: clients, traffic (frame down, centroids up, counted alike) and local steps.
     for key in ("clients", "aggregated", "up_bytes", "down_bytes"):
-        assert [r[key] for r in server.server.report.history] == [r[key] for r in local.report.history], key
+        assert [r[key] for r in server.server.report.history] == [r[key] for r in local.server.report.history], key
     steps = [{c: m.get("steps") for c, m in r["train"].items()} for r in server.server.report.history]
-    assert steps == [{c: m.get("steps") for c, m in r["train"].items()} for r in local.report.history]
+    assert steps == [{c: m.get("steps") for c, m in r["train"].items()} for r in local.server.report.history]
 
 
 @pytest.mark.slow
@@ -58,7 +58,7 @@ def test_fedhds_turbo_under_the_simulation_engine_matches_in_process(local, tmp_
     proc = run_simulation_engine(CONFIG, tmp_path / "sim", 4, OVERRIDES)
     assert proc.returncode == 0, proc.stderr[-3000:]
     remote = torch.load(tmp_path / "sim" / "global_state.pt", weights_only=True)
-    assert_same_state(local.global_state, remote, atol=SIM_ATOL)
+    assert_same_state(local.server.global_state, remote, atol=SIM_ATOL)
     summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
     selection = summary["hooks"]["HierarchicalDataSelection"]
-    assert selection["rounds"] == 2 and selection["data_fraction"] == local.hooks[0].summary()["data_fraction"]
+    assert selection["rounds"] == 2 and selection["data_fraction"] == local.server.hooks[0].summary()["data_fraction"]

@@ -150,11 +150,13 @@ def test_in_process_and_flower_reach_the_same_state(name, tmp_path):
     local = run_in_process(str(path), tmp_path / "local", [])
     server, _ = run_on_grid(str(path), tmp_path / "flower", [])
     remote = server.server
-    assert_same_state(local.global_state, remote.global_state)
+    assert_same_state(local.server.global_state, remote.global_state)
     keys = ("clients", "aggregated", "up_bytes", "down_bytes")
     if local.server.report.private:  # the sample is secret, in no record: the servers' own draws
         keys = ("up_bytes", "down_bytes")
-        rounds = range(len(local.report.history))
+        rounds = range(len(local.server.report.history))
         assert [remote.sample(r) for r in rounds] == [local.server.sample(r) for r in rounds]
     for key in keys:
-        assert [r[key] for r in remote.report.history.lines()] == [r[key] for r in local.report.history.lines()], key
+        assert [r[key] for r in remote.report.history.lines()] == [
+            r[key] for r in local.server.report.history.lines()
+        ], key

@@ -61,18 +61,18 @@ def fit_with_probe(module, strategy, tmp_path, clients_per_round):
 def test_fedamp_clients_are_evaluated_on_their_personalized_models(tmp_path):
     loop, probe = fit_with_probe(tiny(DPOModule), FedAMP(), tmp_path, clients_per_round=4)
     for cid, seen in probe.seen.items():
-        expected = loop.strategy.client_model(cid, loop.global_state)
+        expected = loop.server.strategy.client_model(cid, loop.server.global_state)
         assert all(torch.equal(seen[k], expected[k]) for k in seen)
-    key = next(iter(loop.global_state))
+    key = next(iter(loop.server.global_state))
     assert not torch.equal(probe.seen[0][key], probe.seen[1][key])
     after = loop.module.shared_parameters()  # the global state is back after evaluation
-    assert all(torch.equal(after[k].detach(), v) for k, v in loop.global_state.items())
+    assert all(torch.equal(after[k].detach(), v) for k, v in loop.server.global_state.items())
 
 
 def test_perfedavg_adapts_to_each_client_before_evaluation(tmp_path):
     loop, probe = fit_with_probe(tiny(PerFedAvgModule, inner_lr=0.5), None, tmp_path, clients_per_round=2)
-    key = next(k for k in loop.global_state if "lora_B" in k)
-    assert all(not torch.equal(seen[key], loop.global_state[key]) for seen in probe.seen.values())
+    key = next(k for k in loop.server.global_state if "lora_B" in k)
+    assert all(not torch.equal(seen[key], loop.server.global_state[key]) for seen in probe.seen.values())
     assert not torch.equal(probe.seen[0][key], probe.seen[1][key])
     after = loop.module.shared_parameters()
-    assert all(torch.equal(after[k].detach(), v) for k, v in loop.global_state.items())
+    assert all(torch.equal(after[k].detach(), v) for k, v in loop.server.global_state.items())

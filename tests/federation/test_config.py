@@ -23,9 +23,9 @@ def test_problems_are_named_together():
 
 def test_the_loop_reads_its_settings_from_its_config():
     loop = FederatedLoop(rounds=3, clients_per_round=2, local_steps=None, local_epochs=2, seed=7, eval_every=2)
-    assert loop.config == FederationConfig(rounds=3, local_steps=None, local_epochs=2, seed=7, eval_every=2)
-    assert (loop.rounds, loop.local_steps, loop.local_epochs) == (3, None, 2)
+    assert loop.run.config == FederationConfig(rounds=3, local_steps=None, local_epochs=2, seed=7, eval_every=2)
+    assert (loop.run.rounds, loop.run.local_steps, loop.run.local_epochs) == (3, None, 2)
     assert (loop.server.rounds, loop.server.clients_per_round, loop.server.seed) == (3, 2, 7)
-    assert loop.evaluation.every == 2 and loop.config.to_dict()["eval_every"] == 2
+    assert loop.evaluator.evaluation.every == 2 and loop.run.to_dict()["eval_every"] == 2
     with pytest.raises(AttributeError):
-        loop.rounds = 4  # one place: a config is replaced, not edited through the loop
+        loop.run.rounds = 4  # one place: a config is replaced, not edited through the loop

@@ -217,5 +217,5 @@ def test_per_client_scalars_is_a_federation_option():
 
     with pytest.raises(ValueError, match=r"federation.per_client_scalars must be >= 0, got -1"):
         FederatedLoop(per_client_scalars=-1)
-    assert FederatedLoop(per_client_scalars=0).report.per_client_scalars == 0
-    assert FederatedLoop().report.per_client_scalars == 32
+    assert FederatedLoop(per_client_scalars=0).server.report.per_client_scalars == 0
+    assert FederatedLoop().server.report.per_client_scalars == 32

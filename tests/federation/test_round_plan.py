@@ -1,6 +1,6 @@
 """The round plan as data, and what decides that a hook cannot run under Flower."""
 
-from lightning_fed.federation.hooks import RoundHook, reads_client_data
+from lightning_fed.federation.hooks import Capability, RoundHook, reads_client_data
 from lightning_fed.federation.round_plan import FixedPlan, RoundPlan
 from lightning_fed.federation.turn import TurnPlan
 from lightning_fed.selection.baselines import CentralizedCoreset, GlobalSelect, PerplexitySelection, RandomSelection
@@ -19,6 +19,8 @@ def test_what_a_hook_implements_decides_whether_it_reads_client_data_on_the_serv
             return {c: {} for c in clients}
 
     class Reads(RoundHook):
+        capabilities = frozenset({Capability.READS_CLIENT_DATA})
+
         def on_client_data(self, server, context, module, round_idx, clients, data):
             pass
 

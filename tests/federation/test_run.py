@@ -48,9 +48,9 @@ def test_yaml_keys_dataclass_fields_and_help_are_the_same_names():
 def test_the_loop_is_built_from_a_run_or_its_settings_never_both():
     run = FederatedRun(rounds=3, local_steps=2, strategy=FedProx(mu=0.1))
     loop = FederatedLoop(run)
-    assert loop.run is run and loop.config == run.config and loop.strategy is run.strategy
-    assert (loop.rounds, loop.server.rounds, loop.evaluation.rounds) == (3, 3, 3)
-    assert isinstance(FederatedLoop(rounds=2).strategy, FedAvg)  # the default strategy
+    assert loop.run is run and loop.server.strategy is run.strategy
+    assert (loop.run.rounds, loop.server.rounds, loop.evaluator.evaluation.rounds) == (3, 3, 3)
+    assert isinstance(FederatedLoop(rounds=2).run.strategy, FedAvg)  # the default strategy
     with pytest.raises(TypeError, match=r"^FederatedLoop takes a FederatedRun or its settings, not both"):
         FederatedLoop(run, rounds=2)
     with pytest.raises(ValueError, match=r"^federation.rounds must be in \[1, 1000000\], got 0$"):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from lightning_fed.federation import RoundHook, ServerRound
+from lightning_fed.federation.hooks import Capability
 from lightning_fed.strategies import FedAvg
 from lightning_fed.strategies.base import ClientUpdate
 
@@ -109,6 +110,8 @@ def test_flower_refuses_a_hook_that_reads_client_data_on_the_server(tmp_path):
     from lightning_fed.run import FederatedRun
 
     class Local(RoundHook):
+        capabilities = frozenset({Capability.READS_CLIENT_DATA})
+
         def on_client_data(self, server, context, module, round_idx, clients, data):
             pass
 

@@ -66,7 +66,7 @@ def test_the_loop_trains_the_clock_s_arrivals_from_their_start_versions(tmp_path
     loop = _run(tmp_path, "run", hooks=[recorder])
     sim = AsyncRoundSimulator(profiles_from_distribution(4, **PROFILE), 2, 3, 0)
     version, stale, pending = 0, 0, None
-    for record in loop.report.history:
+    for record in loop.server.report.history:
         r = record["round"] - 1
         arrivals = []
         while len(arrivals) < 2:
@@ -83,16 +83,18 @@ def test_the_loop_trains_the_clock_s_arrivals_from_their_start_versions(tmp_path
             assert all(torch.equal(got[k], want[k]) for k in want)
         version += len(arrivals) == 2
     assert stale >= 1  # some client trained from an older version: the test is not trivial
-    assert loop.strategy.version == version
+    assert loop.server.strategy.version == version
 
 
 def test_async_run_resumes_exactly(tmp_path):
     straight = _run(tmp_path, "straight", rounds=4)
     _run(tmp_path, "first", rounds=2)
     resumed = _run(tmp_path, "resumed", rounds=4, ckpt_path=str(tmp_path / "first" / "ckpt" / "last.ckpt"))
-    assert [r["clients"] for r in resumed.report.history] == [r["clients"] for r in straight.report.history]
-    for k, v in straight.global_state.items():
-        torch.testing.assert_close(resumed.global_state[k], v, rtol=1e-5, atol=1e-7)
+    assert [r["clients"] for r in resumed.server.report.history] == [
+        r["clients"] for r in straight.server.report.history
+    ]
+    for k, v in straight.server.global_state.items():
+        torch.testing.assert_close(resumed.server.global_state[k], v, rtol=1e-5, atol=1e-7)
 
 
 def test_async_arrivals_needs_fedbuff(tmp_path):

@@ -66,12 +66,12 @@ def test_each_client_gets_and_sends_its_own_rank(tmp_path, strategy):
     ranks = [1, 2, 4, 4]
     loop = _loop(strategy(), ClientRanks(per_client=ranks))
     fit(tiny_dpo(r=4), preference_data(), loop, str(tmp_path))
-    full = sum(4 * v.numel() for v in loop.global_state.values())  # float32, all LoRA at rank 4
-    for record in loop.report.history:
+    full = sum(4 * v.numel() for v in loop.server.global_state.values())  # float32, all LoRA at rank 4
+    for record in loop.server.report.history:
         expected = sum(full * ranks[c] // 4 for c in record["clients"])
         assert record["up_bytes"] == record["down_bytes"] == expected, record["clients"]
         assert record["aggregated"] == record["clients"]
-    assert state_rank(loop.global_state) == 4 and loop.strategy.client_ranks == ranks
+    assert state_rank(loop.server.global_state) == 4 and loop.server.strategy.client_ranks == ranks
     assert loop.server.hook_summaries() == {"ClientRanks": {"clients_per_rank": {"1": 1, "2": 1, "4": 2}}}
 
 
@@ -123,8 +123,8 @@ def test_a_pruned_client_is_sent_its_kept_rank_from_the_next_round(tmp_path):
         rounds=4, clients_per_round=4, local_steps=2, seed=0, strategy=strategy, hooks=[ClientRanks(per_client=[4] * 4)]
     )
     fit(tiny_dpo(r=4), preference_data(), loop, str(tmp_path))
-    full = sum(4 * v.numel() for v in loop.global_state.values())
-    downs = [r["down_bytes"] for r in loop.report.history]
+    full = sum(4 * v.numel() for v in loop.server.global_state.values())
+    downs = [r["down_bytes"] for r in loop.server.report.history]
     # rounds 1-2: the penalty grows as B leaves 0; round 3: it falls, all four prune to rank 2;
     # round 4: each is sent (and sends) rank 2, half the LoRA bytes
     assert downs == [4 * full, 4 * full, 4 * full, 2 * full], downs

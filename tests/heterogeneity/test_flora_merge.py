@@ -60,7 +60,7 @@ def test_after_one_round_the_merged_model_is_the_base_plus_the_mean_of_the_clien
         assert mean.abs().sum() > 0  # the clients trained
         expected = w0[name] + layers[name].scaling["default"] * mean.T  # GPT-2's Conv1D keeps W as (in, out)
         torch.testing.assert_close(layers[name].get_base_layer().weight, expected, rtol=1e-5, atol=1e-7)
-    assert all(v.abs().sum() == 0 for k, v in loop.global_state.items() if "lora_B" in k)  # B = 0: model = base
+    assert all(v.abs().sum() == 0 for k, v in loop.server.global_state.items() if "lora_B" in k)  # B = 0: model = base
 
 
 def test_clients_train_on_the_merged_base_every_round(tmp_path):
@@ -76,7 +76,7 @@ def test_clients_train_on_the_merged_base_every_round(tmp_path):
             delta = record.deltas[round_idx].get(name)
             expected = w0[name] if delta is None else w0[name] + layers[name].scaling["default"] * delta.T
             torch.testing.assert_close(w, expected, rtol=1e-5, atol=1e-7)
-    for name, delta in loop.strategy.base_delta.items():  # and the evaluated model is W_0 + s D_3
+    for name, delta in loop.server.strategy.base_delta.items():  # and the evaluated model is W_0 + s D_3
         expected = w0[name] + layers[name].scaling["default"] * delta.T
         torch.testing.assert_close(layers[name].get_base_layer().weight, expected, rtol=1e-5, atol=1e-7)
     assert not torch.equal(record.deltas[2][name], record.deltas[3][name])
@@ -126,8 +126,8 @@ def test_resume_is_exact(tmp_path):
         str(tmp_path / "resumed"),
         ckpt_path=str(tmp_path / "first" / "ckpt" / "last.ckpt"),
     )
-    for k, v in straight.global_state.items():
-        torch.testing.assert_close(resumed.global_state[k], v, rtol=1e-5, atol=1e-7)
+    for k, v in straight.server.global_state.items():
+        torch.testing.assert_close(resumed.server.global_state[k], v, rtol=1e-5, atol=1e-7)
     for name, w in _base(m_straight).items():
         torch.testing.assert_close(_base(m_resumed)[name], w, rtol=1e-5, atol=1e-7)
 
@@ -166,14 +166,14 @@ def test_flower_merges_the_same_base_as_in_process(both_transports):
     stack or whole-D path) and the same traffic, the D sent counted."""
     local, server, _ = both_transports
     remote = server.server
-    assert local.strategy.rounds_done == remote.strategy.rounds_done == 3
-    history = local.report.history  # some client of rounds 2-3 was not in the round before: it got all of D
+    assert local.server.strategy.rounds_done == remote.strategy.rounds_done == 3
+    history = local.server.report.history  # some client of rounds 2-3 was not in the round before: it got all of D
     assert any(c not in history[r - 1]["clients"] for r in (1, 2) for c in history[r]["clients"])
-    for name, delta in local.strategy.base_delta.items():
+    for name, delta in local.server.strategy.base_delta.items():
         assert delta.abs().sum() > 0
         torch.testing.assert_close(remote.strategy.base_delta[name], delta, rtol=1e-5, atol=1e-7)
     for key in ("clients", "up_bytes", "down_bytes"):
-        assert [r[key] for r in remote.report.history] == [r[key] for r in local.report.history], key
+        assert [r[key] for r in remote.report.history] == [r[key] for r in local.server.report.history], key
 
 
 def test_flower_evaluates_the_merged_base_as_in_process(both_transports):
@@ -189,7 +189,7 @@ def test_flower_evaluates_the_merged_base_as_in_process(both_transports):
     cached reference is computed per example, the policy in the transport's evaluation batch)."""
     local, server, evaluated = both_transports
     remote = server.server
-    for mine, theirs in zip(local.report.history, remote.report.history, strict=True):
+    for mine, theirs in zip(local.server.report.history, remote.report.history, strict=True):
         assert sorted(theirs["val_clients"]) == sorted(mine["val_clients"]) == [str(c) for c in range(6)]
         for cid, metrics in mine["val_clients"].items():
             assert abs(metrics["reward_margin"]) < 1e-4 and abs(theirs["val_clients"][cid]["reward_margin"]) < 1e-4
@@ -256,8 +256,8 @@ def test_flora_learns_the_planted_preference(tmp_path, seed):
     """
     loop = _loop(4, [], local_steps=8, lr_seed=seed)
     fit(tiny_dpo(seed=seed, r=4), preference_data(), loop, str(tmp_path), num_sanity_val_steps=-1)
-    initial = loop.report.initial_eval["val"]["pref_acc"]
-    final = loop.report.history[-1]["val"]["pref_acc"]
+    initial = loop.server.report.initial_eval["val"]["pref_acc"]
+    final = loop.server.report.history[-1]["val"]["pref_acc"]
     assert initial < 0.7 and final >= 0.9, (initial, final)
 
 
@@ -273,8 +273,8 @@ def test_without_the_merge_flora_learns_nothing(tmp_path):
         hooks=[ClientRanks(per_client=[1, 2, 4, 4])],
     )
     fit(tiny_dpo(seed=0, r=4), preference_data(), loop, str(tmp_path), num_sanity_val_steps=-1)
-    initial = loop.report.initial_eval["val"]["pref_acc"]
-    assert [r["val"]["pref_acc"] for r in loop.report.history] == [initial, initial]
+    initial = loop.server.report.initial_eval["val"]["pref_acc"]
+    assert [r["val"]["pref_acc"] for r in loop.server.report.history] == [initial, initial]
 
 
 def test_a_base_more_than_one_round_behind_with_only_the_stack_fails_the_turn():

@@ -57,8 +57,8 @@ def test_each_client_trains_the_rank_its_data_says_in_process(tmp_path):
     from tests.helpers.flower_sim import run_in_process
 
     loop = run_in_process(_config(tmp_path, _planted(tmp_path / "d.jsonl")), tmp_path / "run", [])
-    assert loop.strategy.client_ranks == RANKS
-    _check_bytes(loop.report.history, loop.global_state)
+    assert loop.server.strategy.client_ranks == RANKS
+    _check_bytes(loop.server.report.history, loop.server.global_state)
     assert loop.server.hook_summaries() == {"ClientRanks": {"clients_per_rank": {"1": 1, "2": 1, "4": 2}}}
 
 
@@ -72,7 +72,7 @@ def test_over_flower_the_clients_report_their_rank_and_the_bytes_match(tmp_path)
     assert server.server.strategy.client_ranks == RANKS
     _check_bytes(server.server.report.history, server.server.global_state)
     loop = run_in_process(config, tmp_path / "run", [])
-    assert [r["up_bytes"] for r in server.server.report.history] == [r["up_bytes"] for r in loop.report.history]
+    assert [r["up_bytes"] for r in server.server.report.history] == [r["up_bytes"] for r in loop.server.report.history]
 
 
 def test_a_client_answers_from_its_own_rows():

@@ -35,7 +35,7 @@ def test_the_loop_trains_the_reporters_for_the_steps_they_finished(tmp_path):
     # the same outcome from the simulator alone (a pure function of seed, round, client)
     sim = SyncRoundSimulator(profiles_from_distribution(4, slow_fraction=0.5, dropout=0.2), 3, 12.0, 0.0, True, 1, 0)
     clock, counts, partial = 0.0, {"unavailable": 0, "dropped": 0, "late": 0, "partial": 0}, 0
-    for record in loop.report.history:
+    for record in loop.server.report.history:
         r = record["round"] - 1
         outcome = sim.run_round(r, sample_clients(4, 3, 0, r), 2, start=clock)
         clock = outcome.end

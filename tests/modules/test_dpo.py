@@ -237,7 +237,7 @@ def test_federated_run_is_the_same_with_and_without_the_cache(tmp_path):
         fit(
             module, preference_data(num_clients=2, per_client=12), loop, str(tmp_path / str(cache)), limit_val_batches=0
         )
-        states[cache] = loop.global_state
+        states[cache] = loop.server.global_state
         if cache:
             assert module.reference_cache.hits > 0 and module.reference_cache.misses > 0
     # Bit-identical as long as every example is seen in one batch composition; a seen example

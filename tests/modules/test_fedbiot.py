@@ -152,7 +152,7 @@ def test_bytes_each_client_receives_are_in_the_summary(tmp_path, method):
     assert emulator == 4 * sum(p.numel() for p in module.emulator_parameters().values())
     assert adapter + emulator + frozen == offsite["client_model_bytes"] < offsite["full_model_bytes"]
     seen = set()
-    for record, round_ in zip(offsite["received_per_round"], loop.report.history):
+    for record, round_ in zip(offsite["received_per_round"], loop.server.report.history):
         expected = {}
         for cid in map(str, round_["clients"]):
             # FedBiOT re-sends the emulator every round (it is re-aligned); FedOT only once
@@ -163,7 +163,7 @@ def test_bytes_each_client_receives_are_in_the_summary(tmp_path, method):
         # the loop's downlink counts the same bytes (adapter by the loop, the rest by the hook)
         assert round_["down_bytes"] == sum(expected.values())
     assert all(b < offsite["full_model_bytes"] for r in offsite["received_per_round"] for b in r["bytes"].values())
-    summary = loop.report.history[-1]["val"]
+    summary = loop.server.report.history[-1]["val"]
     assert {"adapemu_loss", "adapfu_loss", "adapemu_ppl", "adapfu_token_acc"} <= set(summary)
 
 
@@ -176,7 +176,7 @@ def fedbiot_vs_fedot(tmp_path_factory):
     try:
         for method in ("fedbiot", "fedot"):
             loop, _, _ = run_method(method, str(tmp_path_factory.mktemp(method)), rounds=3, num_sanity_val_steps=-1)
-            results[method] = (loop.report.initial_eval["val"], loop.report.history[-1]["val"])
+            results[method] = (loop.server.report.initial_eval["val"], loop.server.report.history[-1]["val"])
     finally:
         torch.set_num_threads(threads)
     return results

@@ -21,7 +21,7 @@ def test_head_steps_then_body_steps_with_their_own_learning_rates(tmp_path):
     fit(m, preference_data(), loop, str(tmp_path))
     turn = [(1e-2, {"head"}), (1e-2, {"head"}), (1e-3, {"body"})]
     assert m.steps_seen == turn * 2
-    assert all(".lora_" in k for k in loop.global_state)
+    assert all(".lora_" in k for k in loop.server.global_state)
 
 
 def test_head_steps_must_leave_body_steps(tmp_path):

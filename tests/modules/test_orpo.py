@@ -99,8 +99,8 @@ def test_orpo_learns_planted_preference(tmp_path):
 
     loop = FederatedLoop(rounds=3, clients_per_round=2, local_steps=8, seed=0)
     fit(tiny_orpo(), preference_data(), loop, str(tmp_path), num_sanity_val_steps=-1)
-    initial = loop.report.initial_eval["val"]
-    final = loop.report.history[-1]["val"]
+    initial = loop.server.report.initial_eval["val"]
+    final = loop.server.report.history[-1]["val"]
     assert initial["reward_acc"] < 0.7 and initial["pref_acc"] < 0.7, initial
     assert final["reward_acc"] >= 0.9 and final["pref_acc"] >= 0.9, (initial, final)
     # the planted pairs differ in one word of a long response: the length-averaged odds move little

@@ -130,9 +130,9 @@ def test_alternating_steps_and_only_lora_is_uploaded(tmp_path):
     loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=2, seed=0)
     fit(m, preference_data(groups=("positive", "negative")), loop, str(tmp_path))
     assert m.steps_seen == [{"personal"}, {"shared"}] * 4  # Algorithm 1: personal step, then LoRA step
-    assert loop.global_state and all(".lora_" in k for k in loop.global_state)
-    assert loop.report.history[0]["up_bytes"] == 2 * state_nbytes(loop.global_state)
-    clients = loop.report.history[0]["clients"]
+    assert loop.server.global_state and all(".lora_" in k for k in loop.server.global_state)
+    assert loop.server.report.history[0]["up_bytes"] == 2 * state_nbytes(loop.server.global_state)
+    clients = loop.server.report.history[0]["clients"]
     states = [loop.store.get(c)["personal"] for c in clients]
     assert all(set(s) == set(m.personal_parameters()) for s in states)
     assert all(s["reward_scale.count"].item() == 2 for s in states)  # one EMA update per local batch
@@ -168,18 +168,18 @@ def test_resume_equals_uninterrupted(tmp_path):
     straight, m_straight = run(tmp_path, "straight", 3)
     first, _ = run(tmp_path, "first", 2)
     resumed, m_resumed = run(tmp_path, "resumed", 3, ckpt_path=str(tmp_path / "first" / "ckpt" / "last.ckpt"))
-    assert resumed.hooks[0].rounds == [2, 2]  # only the last round's 2 clients trained after the resume
+    assert resumed.server.hooks[0].rounds == [2, 2]  # only the last round's 2 clients trained after the resume
     with pytest.raises(AssertionError):  # not trivial: 2 rounds differ from 3
-        assert_states_close(first.global_state, straight.global_state)
-    assert_states_close(resumed.global_state, straight.global_state)
+        assert_states_close(first.server.global_state, straight.server.global_state)
+    assert_states_close(resumed.server.global_state, straight.server.global_state)
     expected = straight.store.state_dict()
     assert set(resumed.store.state_dict()) == set(expected)
     for cid, entry in expected.items():  # personal heads, bottlenecks, reward heads, EMA scales, lr decay
         assert_states_close(resumed.store.get(cid)["personal"], entry["personal"])
         assert {"lr_decay.scale", "lr_decay.last_loss", "lr_decay.round"} <= set(entry["personal"])
     assert m_resumed.current_reward_weight() == m_straight.current_reward_weight() == 1.5
-    assert [r["val"]["pref_acc"] for r in resumed.report.history] == pytest.approx(
-        [r["val"]["pref_acc"] for r in straight.report.history]
+    assert [r["val"]["pref_acc"] for r in resumed.server.report.history] == pytest.approx(
+        [r["val"]["pref_acc"] for r in straight.server.report.history]
     )
 
 
@@ -189,7 +189,7 @@ def test_beats_fedavg_dpo_when_clients_prefer_opposite_things(tmp_path):
     for name, module in (("fedavg_dpo", tiny_dpo()), ("fedpdpo", tiny(PDPOModule))):
         loop = FederatedLoop(rounds=2, clients_per_round=4, local_steps=3, seed=0)
         fit(module, preference_data(groups=("positive", "negative")), loop, str(tmp_path / name))
-        results[name] = loop.report.history[-1]["val"]
+        results[name] = loop.server.report.history[-1]["val"]
     pdpo, dpo = results["fedpdpo"], results["fedavg_dpo"]
     assert pdpo["pref_acc_client_mean"] >= dpo["pref_acc_client_mean"] + 0.25, (pdpo, dpo)
     assert pdpo["pref_acc_client_min"] >= 0.8 > dpo["pref_acc_client_min"], (pdpo, dpo)
@@ -352,5 +352,5 @@ def test_lora_step_reuses_the_backbone_forward_with_unchanged_gradients(tmp_path
         for ga, gb in zip(a, b):
             torch.testing.assert_close(ga, gb, rtol=1e-6, atol=1e-9)
     assert not torch.equal(reused.grads[0][0], reused.grads[2][0])  # not trivial: the steps move
-    assert_states_close(reused_loop.global_state, recomputed_loop.global_state)
+    assert_states_close(reused_loop.server.global_state, recomputed_loop.server.global_state)
     assert recomputed.backbone_runs - reused.backbone_runs == steps // 2  # one backbone forward saved per batch

@@ -93,7 +93,7 @@ def mean_accuracy(seed: int, **variant) -> float:
             num_sanity_val_steps=0,
         )
         trainer.fit(module, datamodule=data)
-    return client_accuracy(loop.report.history[-1])["mean"]
+    return client_accuracy(loop.server.report.history[-1])["mean"]
 
 
 @pytest.fixture(autouse=True)

@@ -139,7 +139,7 @@ def test_nf4_learns_planted_preference(tmp_path):
     module = dpo(TINY_LLAMA, quantization="nf4", activation_checkpointing=True)
     loop = FederatedLoop(rounds=4, clients_per_round=2, local_steps=8, seed=0)
     fit(module, preference_data(), loop, str(tmp_path), num_sanity_val_steps=-1)
-    initial = loop.report.initial_eval["val"]["pref_acc"]
-    final = loop.report.history[-1]["val"]["pref_acc"]
+    initial = loop.server.report.initial_eval["val"]["pref_acc"]
+    final = loop.server.report.history[-1]["val"]["pref_acc"]
     assert initial < 0.7 and final >= 0.9, (initial, final)
     assert_adapter_reloads(module, tmp_path / "adapter")

@@ -76,5 +76,5 @@ def test_fedbis_learns_planted_preferences(tmp_path):
     with one_thread():
         fit(module, data, loop, str(tmp_path))
     assert any(not torch.equal(before[k], v) for k, v in module.shared_parameters().items())
-    final = loop.report.history[-1]["val"]
+    final = loop.server.report.history[-1]["val"]
     assert final["acc"] >= 0.85 and final["consistency"] >= 0.7

@@ -106,8 +106,8 @@ def test_simpo_learns_planted_preference(tmp_path, seed):
 
     loop = FederatedLoop(rounds=3, clients_per_round=2, local_steps=8, seed=seed)
     fit(tiny_simpo(seed=seed), preference_data(), loop, str(tmp_path), num_sanity_val_steps=-1)
-    initial = loop.report.initial_eval["val"]
-    final = loop.report.history[-1]["val"]
+    initial = loop.server.report.initial_eval["val"]
+    final = loop.server.report.history[-1]["val"]
     assert initial["reward_acc"] < 0.7 and initial["pref_acc"] < 0.7, initial
     assert final["reward_acc"] >= 0.9 and final["pref_acc"] >= 0.9, (initial, final)
     assert final["reward_margin"] >= initial["reward_margin"] + 0.05 and final["loss"] < initial["loss"], final

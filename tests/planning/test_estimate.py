@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lightning_fed.plan_cli import main
 from lightning_fed.planning.activations import count_saved_activations
-from lightning_fed.planning.cli import main
 from lightning_fed.planning.estimate import NF4_BYTES_PER_WEIGHT, PlanInputs, estimate, model_shape
 
 ROOT = Path(__file__).resolve().parents[2]

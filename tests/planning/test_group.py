@@ -177,4 +177,4 @@ def test_auto_through_the_loop_with_the_planner(monkeypatch, tmp_path):
     )
     fit(module, data, loop, str(tmp_path), accelerator="cpu", limit_val_batches=0)
     assert loop.group_size == 3
-    assert len(loop.report.history) == 1
+    assert len(loop.server.report.history) == 1

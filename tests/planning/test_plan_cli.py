@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fed.planning.cli import main
+from lightning_fed.plan_cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"

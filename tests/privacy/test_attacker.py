@@ -136,8 +136,8 @@ def private_run(name: str, tmp_path: Path) -> tuple[Path, dict, dict]:
     run_dir = out / "lightning_logs" / "version_0"
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "rounds.jsonl").is_file()
     truth: dict = {"sample": [loop.server.sample(r) for r in range(ROUNDS)], "noise": set()}
-    if isinstance(loop.strategy, ClientLevelDP):
-        truth["noise"].add(loop.strategy.seed)
+    if isinstance(loop.server.strategy, ClientLevelDP):
+        truth["noise"].add(loop.server.strategy.seed)
     module = loop.module
     if isinstance(module, ExampleLevelDP):
         truth["noise"].add(module.noise_seed)

@@ -24,14 +24,16 @@ NO_LOGGER = SimpleNamespace(is_global_zero=True, loggers=[], log_dir=None, defau
 def test_rate_and_steps_are_bounds_from_the_bucketed_count():
     """B = 4: 18 examples -> bucket 16 -> rate 4/16; 3 examples -> bucket 2 -> rate 1 (capped).
     One local epoch: at most ceil((2 * 16 - 1) / 4) = 8 steps (a client of 16..31 examples)."""
-    budget = ExampleBudget(None, 1.0, 1e-5, batch_size=4, rounds=3, local_epochs=1)
+    budget = ExampleBudget(
+        None, 1.0, 1e-5, batch_size=4, rounds=3, federation=FederationConfig(local_steps=None, local_epochs=1)
+    )
     assert budget.sample_rate(18) == 0.25 and budget.sample_rate(16) == 0.25 and budget.sample_rate(3) == 1.0
     assert budget.steps_per_round(18) == 8 == budget.steps_per_round(31)
-    assert ExampleBudget(None, 1.0, 1e-5, 4, 3, local_steps=5).steps_per_round(1000) == 5
+    assert ExampleBudget(None, 1.0, 1e-5, 4, 3, federation=FederationConfig(local_steps=5)).steps_per_round(1000) == 5
 
 
 def test_calibrated_z_is_opacus_own_and_the_budget_holds_after_the_planned_rounds():
-    budget = ExampleBudget(8.0, None, 1e-5, batch_size=8, rounds=10, local_steps=10)
+    budget = ExampleBudget(8.0, None, 1e-5, batch_size=8, rounds=10, federation=FederationConfig(local_steps=10))
     z = get_noise_multiplier(target_epsilon=8.0, target_delta=1e-5, sample_rate=0.25, steps=100, accountant="rdp")
     assert budget.noise_multiplier_for(57) == pytest.approx(z) == pytest.approx(1.8225, abs=1e-4)
     assert budget.noise_multiplier_for(40) == budget.noise_multiplier_for(57)  # one bucket, one z
@@ -45,7 +47,9 @@ def test_calibrated_z_is_opacus_own_and_the_budget_holds_after_the_planned_round
 
 def test_an_unreachable_dp_sgd_budget_is_one_line_naming_the_options():
     with pytest.raises(ValueError) as info:
-        ExampleBudget(0.01, None, 1e-5, batch_size=4, rounds=3, local_steps=5).noise_multiplier_for(18)
+        ExampleBudget(
+            0.01, None, 1e-5, batch_size=4, rounds=3, federation=FederationConfig(local_steps=5)
+        ).noise_multiplier_for(18)
     message = str(info.value)
     assert "\n" not in message and message.startswith(
         "model.dp_sgd.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 15 local steps"
@@ -74,7 +78,7 @@ def _dp_server(dp_sgd, rounds=4, clients_per_round=2, sizes=(18, 18, 18, 18), lo
     steps = {"local_steps": None, "local_epochs": local_epochs} if local_epochs else {"local_steps": 2}
     fed = FederationConfig(rounds=rounds, clients_per_round=clients_per_round, **steps)
     server = ServerRound.from_config(fed, FedAvg(), [])
-    server.privacy = RunPrivacy(None, fed.local_steps, local_epochs)
+    server.privacy = RunPrivacy(None, fed)
     server.bind(len(sizes), SimpleNamespace(batch_size=4, client_sizes=list(sizes)), module)
     server.global_state = {}
     return server, module

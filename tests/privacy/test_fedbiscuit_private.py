@@ -35,18 +35,18 @@ def test_selector_losses_are_noised_and_accounted_in_both_transports(tmp_path):
     local = run_in_process(config, tmp_path / "local", [])
     server, _ = run_on_grid(config, tmp_path / "flower", [])
     remote = server.server
-    assert_same_state(local.global_state, remote.global_state)
+    assert_same_state(local.server.global_state, remote.global_state)
     summaries = [json.loads(next((tmp_path / t).rglob("summary.json")).read_text()) for t in ("local", "flower")]
-    (grouping,) = local.hooks[0].groupings
+    (grouping,) = local.server.hooks[0].groupings
     (remote_grouping,) = remote.hooks[0].groupings
     assert remote_grouping["assignment"] == grouping["assignment"] and grouping["round"] == 4
     torch.testing.assert_close(torch.tensor(remote_grouping["losses"]), torch.tensor(grouping["losses"]))
     rows = torch.tensor(grouping["losses"])
     assert ((rows < 0) | (rows > 1)).any()  # a clipped loss is in [0, 1]: these rows carry the noise
     assert grouping["noise_std"] == pytest.approx(3**0.5)
-    assert local.strategy.wrapped.client_sizes == [8] * 6  # 9 training examples each, bucketed
+    assert local.server.strategy.wrapped.client_sizes == [8] * 6  # 9 training examples each, bucketed
     for loop, summary in zip((local, remote), summaries):
-        assert loop.hooks[0].noised_groupings == 1
+        assert loop.server.hooks[0].noised_groupings == 1
         assert summary["hooks"]["ClientGrouping"]["groupings"][0]["losses"] == grouping["losses"]
         privacy = summary["privacy"]
         delta = privacy["client_level"]["delta"]
@@ -102,7 +102,7 @@ def test_the_grouping_count_survives_a_resume(tmp_path):
     straight = _private_grouping_run(tmp_path / "straight", 6, path)
     _private_grouping_run(tmp_path / "first", 4, path)
     resumed = _private_grouping_run(tmp_path / "resumed", 6, path, ckpt=str(tmp_path / "first" / "ckpt" / "last.ckpt"))
-    assert resumed.hooks[0].noised_groupings == straight.hooks[0].noised_groupings == 2
-    assert resumed.hooks[0].groupings == straight.hooks[0].groupings
+    assert resumed.server.hooks[0].noised_groupings == straight.server.hooks[0].noised_groupings == 2
+    assert resumed.server.hooks[0].groupings == straight.server.hooks[0].groupings
     a, b = resumed.server.privacy_section(), straight.server.privacy_section()
     assert a["epsilon"] == b["epsilon"] and a["selector_losses"]["groupings"] == 2

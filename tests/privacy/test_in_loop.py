@@ -22,11 +22,11 @@ def test_global_state_moves_by_the_noise_of_two_rounds(tmp_path):
     loop = FederatedLoop(rounds=2, clients_per_round=2, local_steps=2, strategy=dp, seed=0)
     fit(module, preference_data(), loop, str(tmp_path))
     assert dp.rounds_done == 2 and dp.last_round["noise_stddev"] == pytest.approx(1e-3)
-    change = torch.cat([(loop.global_state[k] - initial[k]).flatten() for k in initial])
+    change = torch.cat([(loop.server.global_state[k] - initial[k]).flatten() for k in initial])
     assert change.numel() > 1000
     assert float(change.std()) == pytest.approx(math.sqrt(2) * 5e-4, rel=0.1)
     torch.testing.assert_close(
-        module.shared_parameters()[next(iter(initial))].detach(), loop.global_state[next(iter(initial))]
+        module.shared_parameters()[next(iter(initial))].detach(), loop.server.global_state[next(iter(initial))]
     )
 
 
@@ -54,7 +54,7 @@ def test_dp_sgd_module_in_the_loop_sends_only_b_moved_by_its_noise(tmp_path):
     assert initial and all("lora_B" in k for k in initial)
     loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=2, strategy=FedAvg(), seed=0)
     fit(module, preference_data(), loop, str(tmp_path))
-    assert set(loop.global_state) == set(initial)
+    assert set(loop.server.global_state) == set(initial)
     assert all(torch.equal(p, a_before[n]) for n, p in module.named_parameters() if "lora_A" in n)
-    change = torch.cat([(loop.global_state[k] - initial[k]).flatten() for k in initial])
+    change = torch.cat([(loop.server.global_state[k] - initial[k]).flatten() for k in initial])
     assert float(change.std()) == pytest.approx(2.5e-5, rel=0.12)

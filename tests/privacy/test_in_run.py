@@ -37,7 +37,7 @@ def test_poisson_rounds_in_process_an_empty_one_has_no_update(tmp_path):
     snaps = Snapshots()
     loop = FederatedLoop(rounds=3, local_steps=1, sampling="poisson", sampling_rate=0.3, seed=18, hooks=[snaps])
     fit(tiny_dpo(), preference_data(), loop, str(tmp_path))
-    history = list(loop.report.history)
+    history = list(loop.server.report.history)
     assert [r["clients"] for r in history] == expected and [r["aggregated"] for r in history] == expected
     assert len(snaps.states) == 3
     for k, v in snaps.states[1].items():  # the empty round changed nothing
@@ -57,7 +57,7 @@ def test_the_run_stops_before_the_round_that_would_exceed_the_budget(tmp_path):
     loop = _dp_loop(4, target=2.5)
     logger = TensorBoardLogger(str(tmp_path), name="tb", version=0)
     trainer = fit(tiny_dpo(), preference_data(), loop, str(tmp_path), logger=logger)
-    assert len(loop.report.history) == 2 and trainer.current_epoch == 2
+    assert len(loop.server.report.history) == 2 and trainer.current_epoch == 2
     summary = json.loads((tmp_path / "tb" / "version_0" / "summary.json").read_text())
     privacy = summary["privacy"]
     assert privacy["stopped"] == {
@@ -83,7 +83,7 @@ def test_resume_continues_the_same_noise_and_epsilon(tmp_path):
     assert torch.load(ckpt, weights_only=True)["federation"]["privacy"]["rounds_accounted"] == 2
     resumed = _dp_loop(4)
     fit(tiny_dpo(), preference_data(), resumed, str(tmp_path / "resumed"), ckpt_path=str(ckpt))
-    assert_same_state(resumed.global_state, straight.global_state)
+    assert_same_state(resumed.server.global_state, straight.server.global_state)
     a, b = resumed.server.privacy_section(), straight.server.privacy_section()
     assert a["epsilon"] == b["epsilon"] and a["epsilon"]["client"] == pytest.approx(3.933, abs=1e-3)
     assert resumed.server.privacy.client_dp.steps_done == 4
@@ -145,7 +145,7 @@ def test_private_reports_hold_no_raw_client_figures_in_both_transports(tmp_path)
 
     local = run_in_process(config, tmp_path / "local", [])
     server, _ = run_on_grid(config, tmp_path / "flower", [], tamper=record)
-    assert_same_state(local.global_state, server.server.global_state)
+    assert_same_state(local.server.global_state, server.server.global_state)
     assert wire == [{"num-examples", "client-id"}] * 4
     assert len(uploads.SEEN) == 8  # 2 rounds x 2 clients x 2 transports
     assert {n for _, n, _ in uploads.SEEN} == {16}
@@ -196,12 +196,12 @@ def test_dp_sgd_budget_is_calibrated_and_accounted_per_client_in_both_transports
     path.write_text(yaml.safe_dump(cfg))
     local = run_in_process(str(path), tmp_path / "local", [])
     server, _ = run_on_grid(str(path), tmp_path / "flower", [])
-    assert_same_state(local.global_state, server.server.global_state)
+    assert_same_state(local.server.global_state, server.server.global_state)
     z = get_noise_multiplier(target_epsilon=8.0, target_delta=1e-5, sample_rate=0.25, steps=4, accountant="rdp")
     assert local.server.privacy.example_budget.noise_multiplier_for(18) == pytest.approx(z)
     a, b = local.server.privacy_section(), server.server.privacy_section()
     assert a == b
-    assert all("clients" not in r for r in local.report.history.lines())  # the sample is secret: not written
+    assert all("clients" not in r for r in local.server.report.history.lines())  # the sample is secret: not written
     rounds = [local.server.sample(r) for r in range(2)]  # the seeded test run's sample
     most = max(sum(c in r for r in rounds) for c in range(4))  # the client sampled most often
     expected = PrivacyAccountant(z, 0.25, 1e-5).epsilon(2 * most)
@@ -232,7 +232,7 @@ def test_dp_sgd_budget_stops_a_run_extended_past_its_plan(tmp_path):
     resumed = loop(4)
     logger = TensorBoardLogger(str(tmp_path), name="tb", version=0)
     trainer = fit(module(), preference_data(), resumed, str(tmp_path / "resumed"), ckpt_path=str(ckpt), logger=logger)
-    assert len(resumed.report.history) == 2 and trainer.current_epoch == 2
+    assert len(resumed.server.report.history) == 2 and trainer.current_epoch == 2
     summary = json.loads((tmp_path / "tb" / "version_0" / "summary.json").read_text())
     assert summary["privacy"]["stopped"] == {
         "before_round": 3,
@@ -333,7 +333,7 @@ def test_private_runs_write_no_validation_figure_in_both_transports(tmp_path, mo
     for loop in (local, server.server):
         section = loop.privacy_section() if loop is server.server else loop.server.privacy_section()
         assert section["channels"]["validation"]["protection"] == "withheld"
-        assert all("val" not in r for r in loop.report.history) and loop.report.initial_eval is None
+        assert all("val" not in r for r in loop.server.report.history) and loop.server.report.initial_eval is None
 
 
 def test_report_validation_writes_only_the_means_and_says_they_are_unprotected(tmp_path, monkeypatch):
@@ -343,8 +343,8 @@ def test_report_validation_writes_only_the_means_and_says_they_are_unprotected(t
     path = tmp_path / "opted.yaml"
     path.write_text(yaml.safe_dump(cfg))
     local = run_in_process(str(path), tmp_path / "local", [])
-    final = local.report.history[-1]["val"]
-    assert {"loss", "pref_acc"} <= set(final) and "val_clients" not in local.report.history[-1]
+    final = local.server.report.history[-1]["val"]
+    assert {"loss", "pref_acc"} <= set(final) and "val_clients" not in local.server.report.history[-1]
     assert any(math.isclose(final["loss"], v, rel_tol=1e-9) for v in raw.values)  # the mean, as received
     channel = local.server.privacy_section()["channels"]["validation"]
     assert channel["protection"] == "reported" and "not covered by any epsilon" in channel["note"]

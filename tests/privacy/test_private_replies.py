@@ -131,7 +131,7 @@ def test_a_non_private_run_still_names_the_rejected_client_and_its_norm(tmp_path
     config = tmp_path / "plain.yaml"
     config.write_text(yaml.safe_dump(cfg))
     local = run_in_process(str(config), tmp_path / "local", [])
-    (record,) = local.report.history.lines()
+    (record,) = local.server.report.history.lines()
     assert list(record["rejected"]) in (["0"], [0]) and "update norm" in next(iter(record["rejected"].values()))
     assert torch.is_tensor(next(iter(local.server.global_state.values())))
 

@@ -20,8 +20,9 @@ NO_LOGGER = SimpleNamespace(is_global_zero=True, loggers=[], log_dir=None, defau
 
 def _server(strategy, privacy=None, num_clients=10, **fed):
     fed.setdefault("rounds", 4)
-    server = ServerRound.from_config(FederationConfig(**fed), strategy, [])
-    server.privacy = RunPrivacy(privacy, fed.get("local_steps", 10))
+    config = FederationConfig(**fed)
+    server = ServerRound.from_config(config, strategy, [])
+    server.privacy = RunPrivacy(privacy, config)
     server.bind(num_clients)
     return server
 
@@ -227,7 +228,7 @@ def test_a_new_hook_declares_what_it_releases_without_an_edit_in_privacy():
 
     def served(hooks):
         server = ServerRound.from_config(FederationConfig(rounds=4), ClientLevelDP(FedAvg()), hooks)
-        server.privacy = RunPrivacy(PrivacyConfig(noise_multiplier=1.0), 10)
+        server.privacy = RunPrivacy(PrivacyConfig(noise_multiplier=1.0), FederationConfig(local_steps=10))
         server.bind(10)
         return server
 
@@ -252,7 +253,7 @@ def test_a_new_hook_reports_a_channel_of_its_own_without_an_edit_in_privacy():
             return {"channels": [ChannelReport("label_histogram", "bucketed", note="per-client label counts")]}
 
     server = ServerRound.from_config(FederationConfig(rounds=4), ClientLevelDP(FedAvg()), [LabelHistogram()])
-    server.privacy = RunPrivacy(PrivacyConfig(noise_multiplier=1.0), 10)
+    server.privacy = RunPrivacy(PrivacyConfig(noise_multiplier=1.0), FederationConfig(local_steps=10))
     server.bind(10)
     section = server.privacy_section()
     assert section["channels"]["label_histogram"] == {

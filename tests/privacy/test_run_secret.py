@@ -110,7 +110,7 @@ def test_resume_with_the_key_is_the_uninterrupted_run_and_the_folder_holds_no_se
     assert not [p for p in tmp_path.rglob("*.key")]  # no key file in or next to any run folder
     # nothing in the run folder (checkpoint, rounds.jsonl, summary) holds the key or a seed derived from it
     privacy = first.server.privacy
-    dp, module = first.strategy, privacy._module
+    dp, module = first.server.strategy, privacy._module
     seeds = [privacy.sampling_seed, dp.seed, module.noise_seed, module.poisson_batch_seed(0)]
     needles = [KEY_A.hex().encode(), KEY_A] + [m for s in seeds for m in (s._material, s._material.hex().encode())]
     for path in (tmp_path / "first").rglob("*"):
@@ -123,7 +123,7 @@ def test_resume_with_the_key_is_the_uninterrupted_run_and_the_folder_holds_no_se
     # a new process (another OS secret) resumed from the checkpoint finds the key in the key store
     resumed = _run(tmp_path, "resumed", 3, KEY_B, monkeypatch, ckpt=str(ckpt))
     assert _key_of(resumed).path == key and _key_of(resumed).secret == RunSecret(KEY_A)
-    assert_same_state(resumed.global_state, straight.global_state)
+    assert_same_state(resumed.server.global_state, straight.server.global_state)
     assert [resumed.server.sample(r) for r in range(3)] == [straight.server.sample(r) for r in range(3)]
 
 
@@ -137,9 +137,9 @@ def test_resume_without_the_key_warns_once_and_draws_fresh_randomness(tmp_path, 
         resumed = _run(tmp_path, "lost", 3, KEY_B, monkeypatch, ckpt=ckpt)
     messages = [str(w.message) for w in caught if "key file" in str(w.message)]
     assert len(messages) == 1 and str(lost) in messages[0]
-    assert len(resumed.report.history) == 3
+    assert len(resumed.server.report.history) == 3
     with pytest.raises(AssertionError):  # round 3 drew other noise (and sample, and batches)
-        assert_same_state(resumed.global_state, straight.global_state)
+        assert_same_state(resumed.server.global_state, straight.server.global_state)
     new = _key_of(resumed)
     assert new.run_id != _key_of(first).run_id and str(new.path) in messages[0]
     assert RunSecret.read(new.path) == RunSecret(KEY_B)  # its own key, for a later resume

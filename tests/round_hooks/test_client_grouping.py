@@ -45,13 +45,13 @@ def biscuit_vs_bis(tmp_path_factory):
         root = tmp_path_factory.mktemp(f"biscuit{seed}")
         path = write_planted_selector_data(root / "d.jsonl", NUM_CLIENTS, 40, groups=GROUPS, seed=seed)
         module, data, loop = _fedbiscuit_run(root / "biscuit", path, rounds=17, seed=seed)
-        assignment = loop.strategy.assignment
+        assignment = loop.server.strategy.assignment
         summary = json.loads((root / "biscuit" / "summary.json").read_text())
         groupings = summary["hooks"]["ClientGrouping"]["groupings"]
         assert groupings[-1]["assignment"] == assignment and len(groupings) == 4  # rounds 10, 12, 14, 16
         # The grouping broadcast (3 selectors to each of 6 clients) is part of round 10's downlink.
-        state_bytes = sum(v.numel() * 4 for v in loop.global_state.values())
-        assert loop.report.history[9]["down_bytes"] > 6 * 0.99 * state_bytes
+        state_bytes = sum(v.numel() * 4 for v in loop.server.global_state.values())
+        assert loop.server.report.history[9]["down_bytes"] > 6 * 0.99 * state_bytes
         acc = selector_losses(module, data, 3, metric="acc")  # (clients, selectors)
         fedbis = tiny_selector(seed=seed, lr=3e-3)
         bis_loop = FederatedLoop(
@@ -138,14 +138,16 @@ def test_resume_equals_uninterrupted(straight, k):
     root, path, full = straight
     first = _resume_run(root, f"first{k}", k, path)
     resumed = _resume_run(root, f"resumed{k}", 6, path, ckpt=str(root / f"first{k}" / "ckpt" / "last.ckpt"))
-    assert resumed.strategy.state_dict() == full.strategy.state_dict()
-    assert resumed.hooks[0].state_dict() == full.hooks[0].state_dict()
-    assert [r["clients"] for r in resumed.report.history] == [r["clients"] for r in full.report.history]
-    assert [r["down_bytes"] for r in resumed.report.history] == [r["down_bytes"] for r in full.report.history]
-    assert resumed.global_state.keys() == full.global_state.keys()
-    for key, value in full.global_state.items():
-        torch.testing.assert_close(resumed.global_state[key], value, rtol=1e-5, atol=1e-7, msg=key)
-    assert any(not torch.equal(first.global_state[k2], v) for k2, v in full.global_state.items())
+    assert resumed.server.strategy.state_dict() == full.server.strategy.state_dict()
+    assert resumed.server.hooks[0].state_dict() == full.server.hooks[0].state_dict()
+    assert [r["clients"] for r in resumed.server.report.history] == [r["clients"] for r in full.server.report.history]
+    assert [r["down_bytes"] for r in resumed.server.report.history] == [
+        r["down_bytes"] for r in full.server.report.history
+    ]
+    assert resumed.server.global_state.keys() == full.server.global_state.keys()
+    for key, value in full.server.global_state.items():
+        torch.testing.assert_close(resumed.server.global_state[key], value, rtol=1e-5, atol=1e-7, msg=key)
+    assert any(not torch.equal(first.server.global_state[k2], v) for k2, v in full.server.global_state.items())
 
 
 def test_grouping_exchange_by_hand():

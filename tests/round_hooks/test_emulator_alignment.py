@@ -112,13 +112,15 @@ def test_resume_equals_uninterrupted(tmp_path):
     first, f_hook, f_module = run_method("fedbiot", str(tmp_path / "first"), rounds=2, **short)
     ckpt = str(tmp_path / "first" / "ckpt" / "last.ckpt")
     resumed, r_hook, r_module = run_method("fedbiot", str(tmp_path / "resumed"), rounds=4, ckpt_path=ckpt, **short)
-    assert len(resumed.report.history) == 4 and r_hook.version == s_hook.version
+    assert len(resumed.server.report.history) == 4 and r_hook.version == s_hook.version
     emu_first, emu_straight, emu_resumed = (m.emulator_parameters() for m in (f_module, s_module, r_module))
     assert not all(torch.equal(emu_first[k], emu_straight[k]) for k in emu_straight)  # not trivial
     for k in emu_straight:
         torch.testing.assert_close(emu_resumed[k], emu_straight[k], rtol=1e-5, atol=1e-7, msg=k)
-    for k in straight.global_state:
-        torch.testing.assert_close(resumed.global_state[k], straight.global_state[k], rtol=1e-5, atol=1e-7, msg=k)
+    for k in straight.server.global_state:
+        torch.testing.assert_close(
+            resumed.server.global_state[k], straight.server.global_state[k], rtol=1e-5, atol=1e-7, msg=k
+        )
     assert r_hook.received == s_hook.received and r_hook.client_versions == s_hook.client_versions
 
 

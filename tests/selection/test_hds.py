@@ -139,7 +139,7 @@ def test_a_federated_run_logs_time_bytes_and_figures(tmp_path):
             assert set(record["seconds"][c]) == {"extract", "fusion", "cluster", "train"}
         assert 0 < record["selection_share"] < 1
     # FedAvg weights and local steps follow the coresets
-    assert loop.report.history[-1]["clients"] == hook.history[-1]["trained"]
+    assert loop.server.report.history[-1]["clients"] == hook.history[-1]["trained"]
     out = tmp_path / "tb" / "version_0"
     saved = json.loads((out / "selection.json").read_text())
     assert saved["summary"]["rounds"] == 2 and saved["summary"]["selection_up_bytes"] > 0

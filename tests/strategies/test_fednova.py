@@ -106,7 +106,7 @@ def test_learns_with_unequal_local_steps(tmp_path):
     fit(tiny_dpo(), data, loop, str(tmp_path), num_sanity_val_steps=-1)
     taus = {cid: tau for round_taus in seen for cid, tau in round_taus.items()}
     assert len(seen) == 1 and len(set(taus.values())) > 1, seen  # the clients' step counts differ
-    initial = loop.report.initial_eval["val"]
-    final = loop.report.history[-1]["val"]
+    initial = loop.server.report.initial_eval["val"]
+    final = loop.server.report.history[-1]["val"]
     assert final["loss"] < initial["loss"] - 0.1, (initial, final)
     assert initial["pref_acc"] < 0.7 and final["pref_acc"] >= 0.9, (initial, final)

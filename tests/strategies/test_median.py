@@ -106,4 +106,4 @@ def test_robust_config_selects_the_median():
 
     cli = main(["--config", "configs/robust.yaml", "--trainer.logger=false"], run=False)
     loop = next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop))
-    assert isinstance(loop.strategy, CoordinateMedian) and loop.clients_per_round == 3
+    assert isinstance(loop.server.strategy, CoordinateMedian) and loop.run.clients_per_round == 3

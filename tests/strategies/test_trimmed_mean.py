@@ -119,4 +119,8 @@ def test_selected_from_yaml_and_command_line():
     args = ["--config", "configs/robust.yaml", "--trainer.logger=false", "--federation.strategy=TrimmedMean"]
     cli = main(args + ["--federation.strategy.trim=0.34", "--federation.min_clients=3"], run=False)
     loop = next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop))
-    assert isinstance(loop.strategy, TrimmedMean) and loop.strategy.trim == 0.34 and loop.min_clients == 3
+    assert (
+        isinstance(loop.server.strategy, TrimmedMean)
+        and loop.server.strategy.trim == 0.34
+        and loop.server.min_clients == 3
+    )

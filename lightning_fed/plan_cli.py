@@ -5,8 +5,8 @@ defaults and checks; the run and the data module are built, no weight is loaded)
 :func:`~lightning_fed.planning.estimate.estimate`'s items::
 
     lightning-fed plan --config configs/fedpdpo.yaml
-    python -m lightning_fed.planning.cli --config configs/demo.yaml --quantization nf4 --activation-checkpointing
-    python -m lightning_fed.planning.cli --config my7b.yaml --batch-size 2 --max-length 1024 --dtype bfloat16
+    python -m lightning_fed.plan_cli --config configs/demo.yaml --quantization nf4 --activation-checkpointing
+    python -m lightning_fed.plan_cli --config my7b.yaml --batch-size 2 --max-length 1024 --dtype bfloat16
 
 Exit codes: 0 printed, 2 for a config problem (one line on stderr).
 """
