@@ -40,7 +40,6 @@ from lightning_fed.errors import (
 )
 from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
-from lightning_fed.federation.privacy_check import check_privacy_plan
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
 from lightning_fed.federation.run_folder import RunConfigFile
@@ -48,6 +47,7 @@ from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
 from lightning_fed.pipelines import prepare_stages
+from lightning_fed.privacy.checkpoint_plan import check_privacy_plan
 from lightning_fed.privacy.run import privacy_enabled
 from lightning_fed.privacy.secret import check_checkpoint_key
 from lightning_fed.report.closing import closing_line  # what fit says last
