@@ -43,3 +43,32 @@ def test_fedpdpo_against_a_global_model_counts_fedpdpo_seeds_and_binomial_sampli
     lines = fedpdpo.summarize([_pdpo(0, 0.55), _pdpo(1, 0.57)], test_rows_per_client=64)
     line = next(x for x in lines if x.startswith("FedPDPO minus 0.500"))
     assert "+0.060 ± 0.033 (seed SE 0.010, sampling SE 0.031, 2 seeds [0, 1]): not separated" in line
+
+
+def test_fedbiot_real_text_clients_and_public_set_are_disjoint_tasks(tmp_path):
+    """``papers/fedbiot.py --bigbench``: one task a client, the public set from other tasks,
+    each client ``per_client + held_per_client`` rows of its own task."""
+    import argparse
+    import json
+
+    import fedbiot
+
+    for t in range(8):
+        task = {
+            "description": f"Task {t}: answer.",
+            "examples": [{"input": f"q {t} {i}", "target": f"a{i}"} for i in range(12)],
+        }
+        (tmp_path / "bb" / f"task{t}").mkdir(parents=True)
+        (tmp_path / "bb" / f"task{t}" / "task.json").write_text(json.dumps(task))
+    args = argparse.Namespace(
+        bigbench=str(tmp_path / "bb"), data_seed=0, clients=3, per_client=4, held_per_client=6, public_tasks=2,
+        public_rows=5, max_length=128, max_input_words=40, max_output_words=10, max_instruction_words=40,
+    )  # fmt: skip
+    info = fedbiot.bigbench_data(args, tmp_path / "out")
+    rows = [json.loads(x) for x in (tmp_path / "out" / "clients.jsonl").read_text().splitlines()]
+    public = [json.loads(x) for x in (tmp_path / "out" / "public.jsonl").read_text().splitlines()]
+    assert len(info["clients"]) == 3 and len(info["public_tasks"]) == 2
+    assert not set(info["clients"]) & set(info["public_tasks"])
+    assert sorted({r["task"] for r in rows}) == info["clients"]
+    assert all(sum(r["task"] == t for r in rows) == 10 for t in info["clients"])
+    assert len(public) == 5 and {r["task"] for r in public} <= set(info["public_tasks"])
