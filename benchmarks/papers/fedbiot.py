@@ -12,11 +12,19 @@ answer NLL of every held-out row (not only the mean), more seeds, and a larger h
 (``--examples-per-client`` rows a client, ``--val-fraction`` of them held out; the default
 keeps 30 training rows a client as there and holds out 50 instead of 10).
 
+Real text (``--bigbench bigbench-1.0.0.tar.gz``, the ``bigbench`` sdist on PyPI, offline):
+the clients' families become BIG-bench JSON tasks, one task a client (non-IID, as the planted
+families), ``--per-client`` training rows and ``--held-per-client`` held-out rows of each, and
+the public alignment set ``--public-rows`` rows of ``--public-tasks`` other tasks (a shifted
+distribution, as Alpaca vs the clients' tasks in the paper); Alpaca template, rows over
+``--max-length`` tokens dropped. Everything else (model, layouts, rounds, steps, lrs) as above.
+
 FedOT minus FedBiOT (> 0: FedBiOT better), paired by seed and row: the mean over seeds of the
 per-seed mean difference, SE = sqrt(seed SD^2 / S + Var_i(d_i) / n) with d_i row i's
 difference averaged over seeds.
 
     nice -n 15 .venv/bin/python benchmarks/papers/fedbiot.py --seeds 0 1 2 3 4 --out fedbiot.jsonl
+    nice -n 15 .venv/bin/python benchmarks/papers/fedbiot.py --bigbench bigbench-1.0.0 --seeds 0 1 2 --out bb.jsonl
     .venv/bin/python benchmarks/papers/fedbiot.py --summarize fedbiot.jsonl
 """
 
@@ -32,7 +40,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fedbiot_bench as bench  # noqa: E402
+from fedhds import scorable  # noqa: E402
+
+from lightning_fed.datamodules import InstructionDataModule  # noqa: E402
+from lightning_fed.datamodules.bigbench import load_bigbench, write_jsonl  # noqa: E402
+from lightning_fed.datamodules.partition import ByKey  # noqa: E402
+from lightning_fed.round_hooks import EmulatorAlignment  # noqa: E402
 
 TUNED_LR = {"fedbiot": 0.01, "fedot": 0.002}  # fedbiot_bench.py's grid, chosen by the mean over seeds 0-2
 
@@ -49,6 +64,76 @@ def per_row(module, data) -> dict[str, list[float]]:
                 out[k] += step[k].float().tolist()
     module.train()
     return out
+
+
+def bigbench_data(args: argparse.Namespace, folder: Path) -> dict:
+    """clients.jsonl (``--clients`` tasks, training then held-out rows) and public.jsonl (other
+    tasks), fixed by ``--data-seed``; tasks whose answers ROUGE cannot score are left out, as in
+    ``fedhds.py``."""
+    need = args.per_client + args.held_per_client
+    records = load_bigbench(
+        args.bigbench,
+        min_per_task=need,
+        max_input_words=args.max_input_words,
+        max_output_words=args.max_output_words,
+        seed=args.data_seed,
+    )
+    by_task: dict[str, list[dict]] = {}
+    for r in records:
+        if scorable(r["output"]) and len(r["instruction"].split()) <= args.max_instruction_words:
+            by_task.setdefault(r["task"], []).append(r)
+    names = sorted(t for t, rows in by_task.items() if len(rows) >= need)
+    order = np.random.default_rng(args.data_seed).permutation(len(names))
+    clients = sorted(names[i] for i in order[: args.clients])
+    public_tasks = [names[i] for i in order[args.clients : args.clients + args.public_tasks]]
+    rows = []
+    for i, task in enumerate(clients):
+        pick = np.random.default_rng([args.data_seed, i]).permutation(len(by_task[task]))[:need]
+        rows += [by_task[task][j] for j in np.sort(pick)]
+    per = -(-args.public_rows // max(len(public_tasks), 1))
+    public = [r for t in public_tasks for r in by_task[t][:per]][: args.public_rows]
+    write_jsonl(rows, folder / "clients.jsonl")
+    write_jsonl(public, folder / "public.jsonl")
+    return {"clients": clients, "public_tasks": public_tasks, "folder": folder}
+
+
+def use_bigbench(args: argparse.Namespace, info: dict) -> None:
+    """Point ``fedbiot_bench``'s client data and alignment set at the BIG-bench files."""
+    folder = info["folder"]
+
+    def client_data(bargs: argparse.Namespace, pooled: bool) -> InstructionDataModule:
+        if pooled:
+            raise SystemExit("offsite-tuning (one pooled client) is not part of this comparison")
+        return InstructionDataModule(
+            dataset=str(folder / "clients.jsonl"),
+            num_clients=len(info["clients"]),
+            partition=ByKey("task"),
+            template="alpaca",
+            max_length=args.max_length,
+            on_overflow="drop",
+            val_fraction=args.held_per_client / (args.per_client + args.held_per_client),
+            batch_size=bargs.batch_size,
+            eval_batch_size=8,
+            seed=args.data_seed,
+        )
+
+    def alignment(bargs: argparse.Namespace, per_round: bool, l2_term: str = "sum") -> EmulatorAlignment:
+        return EmulatorAlignment(
+            dataset=str(folder / "public.jsonl"),
+            template="alpaca",
+            max_length=args.max_length,
+            max_examples=args.public_rows,
+            batch_size=4,
+            distill_steps=bargs.distill_steps,
+            steps_per_round=bargs.align_steps if per_round else 0,
+            lam=bargs.lam,
+            lr=bargs.align_lr,
+            optimizer=bargs.align_optimizer,
+            l2_term=l2_term,
+        )
+
+    bench.client_data = client_data
+    bench.alignment = alignment
 
 
 def paired(a: dict[int, list[float]], b: dict[int, list[float]]) -> tuple[float, float, float, float, int]:
@@ -97,6 +182,17 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--examples-per-client", type=int, default=80)
     parser.add_argument("--val-fraction", type=float, default=0.625, help="80 x 0.625 = 50 held out, 30 trained on")
+    parser.add_argument("--bigbench", default=None, help="real text: bigbench-1.0.0.tar.gz (or its folder)")
+    parser.add_argument("--data-seed", type=int, default=0, help="with --bigbench: which tasks and rows")
+    parser.add_argument("--clients", type=int, default=4, help="with --bigbench: tasks, one a client")
+    parser.add_argument("--per-client", type=int, default=24, help="with --bigbench: training rows a client")
+    parser.add_argument("--held-per-client", type=int, default=24, help="with --bigbench: held-out rows a client")
+    parser.add_argument("--public-tasks", type=int, default=8, help="with --bigbench: tasks of the public set")
+    parser.add_argument("--public-rows", type=int, default=128, help="with --bigbench: rows of the public set")
+    parser.add_argument("--max-length", type=int, default=128, help="with --bigbench: longer rows are dropped")
+    parser.add_argument("--max-input-words", type=int, default=40)
+    parser.add_argument("--max-output-words", type=int, default=10)
+    parser.add_argument("--max-instruction-words", type=int, default=40)
     parser.add_argument("--out", default=None, help="append each run as a JSON line here")
     parser.add_argument("--summarize", nargs="+", default=None, help="only print the tables of these --out files")
     args, rest = parser.parse_known_args()
@@ -109,11 +205,17 @@ def main() -> None:
     torch.set_num_threads(bargs.threads)
     bench.evaluate = per_row  # its run() then records every row's NLL, not the mean
     results = []
+    data_dir = tempfile.TemporaryDirectory()
+    if args.bigbench:
+        info = bigbench_data(args, Path(data_dir.name))
+        use_bigbench(args, info)
+        print(f"data: client tasks {info['clients']}, public set from {info['public_tasks']}", flush=True)
     for seed in args.seeds:
         for method in args.methods:
             with tempfile.TemporaryDirectory() as root:
                 r = bench.run(method, TUNED_LR[method], seed, bargs, root)
             r = {k: v for k, v in r.items() if k != "hook"}
+            r["data"] = "bigbench" if args.bigbench else "planted"
             results.append(r)
             print(
                 f"seed {seed} {method}: AdapFu {np.mean(r['final']['adapfu_loss']):.3f} "

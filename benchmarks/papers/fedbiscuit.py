@@ -137,6 +137,26 @@ def summarize(results: list[dict]) -> list[str]:
         lines.append(
             f"| {m} | {sorted(runs)} | {np.mean(a):.3f} ({np.std(a, ddof=1) if len(a) > 1 else 0:.3f}) | {per} |"
         )
+    if "fedbiscuit" in by:
+        # Against the construction: one selector (FedBis) scores exactly 0.500 on this test in every
+        # seed (each pair is asked once in each group's orientation), so FedBiscuit's mean minus
+        # 0.500 needs only FedBiscuit's seeds. Sampling unit: the test pair (its 4 users' rows share
+        # the two sentences, so they are not independent): SD over pairs of the pair means / sqrt(pairs).
+        runs = by["fedbiscuit"]
+        a = np.array(
+            [[np.mean([r["acc"][u][j] for u in USERS]) for j in range(len(r["acc"][USERS[0]]))] for r in runs.values()]
+        )
+        se_seed = a.mean(1).std(ddof=1) / np.sqrt(len(a)) if len(a) > 1 else 0.0
+        se_sample = a.mean(0).std(ddof=1) / np.sqrt(a.shape[1])
+        se = float(np.hypot(se_seed, se_sample))
+        diff = float(a.mean()) - 0.5
+        call = "FedBiscuit better" if diff > 2 * se else "FedBis better" if diff < -2 * se else "not separated"
+        lines.append(
+            f"FedBiscuit minus 0.500 (any single selector, FedBis included): {diff:+.3f} ± {se:.3f} "
+            f"(seed SE {se_seed:.3f}, sampling SE {se_sample:.3f} over {a.shape[1]} pairs, {len(a)} seeds "
+            f"{sorted(runs)}): {call}"
+        )
+        lines += [f"  seed {s} FedBiscuit assignment {r['assignment']}" for s, r in sorted(runs.items())]
     if "fedbis" in by and "fedbiscuit" in by:
         seeds = sorted(set(by["fedbis"]) & set(by["fedbiscuit"]))
         d = np.array([np.array(flat(by["fedbiscuit"][s])) - np.array(flat(by["fedbis"][s])) for s in seeds])
@@ -149,7 +169,6 @@ def summarize(results: list[dict]) -> list[str]:
             f"FedBiscuit minus FedBis: {diff:+.3f} ± {se:.3f} (seed SE {se_seed:.3f}, sampling SE {se_sample:.3f}, "
             f"{len(seeds)} seeds): {call}"
         )
-        lines += [f"  seed {s} FedBiscuit assignment {by['fedbiscuit'][s]['assignment']}" for s in seeds]
     return lines
 
 
