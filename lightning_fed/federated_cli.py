@@ -46,6 +46,7 @@ from lightning_fed.federation.run_folder import RunConfigFile
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
+from lightning_fed.option_rules import seed_problem
 from lightning_fed.pipelines import prepare_stages
 from lightning_fed.privacy.checkpoint_plan import check_privacy_plan
 from lightning_fed.privacy.run import privacy_enabled
@@ -56,7 +57,6 @@ from lightning_fed.run_parser import (
     TRAINER_DEFAULTS,
     add_federation_arguments,
     config_problem,
-    seed_problem,
 )
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.strategies import load_strategy_plugins  # the package's strategies: short names

@@ -33,7 +33,7 @@ from lightning_fed.datamodules import FederatedDataModule
 from lightning_fed.errors import UserError, simplify_parse_error
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.registry import available_modules, load_module_plugins
-from lightning_fed.option_rules import SEED_MAX, seed_problem  # noqa: F401 - torch-free, also the precheck's
+from lightning_fed.option_rules import seed_problem  # torch-free: the precheck applies it too
 from lightning_fed.run import FederatedRun
 from lightning_fed.run_checks import run_problem
 from lightning_fed.shipped_configs import resolve_config
