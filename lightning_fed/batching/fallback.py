@@ -5,8 +5,9 @@ function of its own rows and its own adapter slice. Anything that couples client
 or keeps per-client state outside the stacked adapters makes the run fall back to sequential
 turns, with the first reason found (:func:`batching_fallback`):
 
-- a module that does not opt in (``batchable = True``: it reduces its loss per client), e.g. the
-  personal-head methods (FedPer, FedRep, FedPDPO), Per-FedAvg, FedBiOT, RLFT, ORPO/SimPO;
+- a module that does not declare ``batchable`` (:attr:`~lightning_fed.modules.base.FederatedModule.batchable`,
+  inherited: its ``training_step`` returns the loss per client), e.g. FedRep, FedPDPO and Per-FedAvg
+  (they step their optimizers themselves), FedBiOT, RLFT;
 - a module with personal parameters (kept per client outside the adapters), or one that trains a
   tensor that is neither shared nor personal (not stacked: every client's gradient would meet in it);
 - DP-SGD (per-example clipping and noise of one client's batch: Opacus runs one client);
@@ -55,7 +56,7 @@ def batching_fallback(module: Any, hooks: list[Any], trainer: Any = None) -> str
     """Why the clients of this run train one after another despite ``federation.batch_clients``
     (see the module docstring), or ``None`` when they can train together."""
     cls = type(module).__name__
-    if not type(module).__dict__.get("batchable", False):  # each class opts in itself, not by inheritance
+    if not getattr(type(module), "batchable", False):  # declared: FederatedModule.batchable
         return f"{cls} does not declare that it reduces its loss per client (batchable = True)"
     if module.personal_parameters():
         return f"{cls} has personal parameters"
