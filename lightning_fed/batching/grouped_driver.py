@@ -15,6 +15,7 @@ from abc import abstractmethod
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_fed.batching.batched_turns import TurnGroup, warn_fallback
@@ -58,6 +59,7 @@ class GroupedTurns(TurnDriver):
                 config.clients_per_round, config.sampling, config.sampling_rate, datamodule.num_clients
             )
             k = run_group_size(pl_module, datamodule, trainer, clients)
+        rank_zero_info(f"federation.batch_clients: {config.batch_clients}: clients trained together K = {int(k)}")
         return int(k)
 
     def close_group(self, trainer: pl.Trainer) -> None:

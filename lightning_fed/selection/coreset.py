@@ -99,6 +99,10 @@ class CoresetSelection(RoundHook):
             its local steps.
     """
 
+    #: Its per-client hooks only time each turn (``seconds``): clients trained together
+    #: (``federation.batch_clients``) each record the group's time.
+    batch_safe = True
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         asked = cls.on_client_data is not RoundHook.on_client_data or cls.on_replies is not RoundHook.on_replies
