@@ -100,7 +100,7 @@ def client_batches(module, objective: str, clients: int, steps: int, batch: int,
     vocab = module.model.get_base_model().config.vocab_size
     g = torch.Generator().manual_seed(seed)
     out = []
-    for _ in range(clients):
+    for client in range(clients):
         turn = []
         for _ in range(steps):
             ids = torch.randint(0, vocab, (2 * batch if objective == "dpo" else batch, length), generator=g)
@@ -120,6 +120,7 @@ def client_batches(module, objective: str, clients: int, steps: int, batch: int,
                 )
             else:
                 turn.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+            turn[-1]["client_id"] = torch.full((batch,), client)  # each row's client (the loss per client)
         out.append(turn)
     return out
 
@@ -143,7 +144,7 @@ class GroupStep:
 
     def __init__(self, module, objective: str, clients: int, batch: int) -> None:
 
-        from lightning_fed.batching.client_rows import ROWS_ATTR, ClientRows
+        from lightning_fed.batching.client_rows import ClientRows
         from lightning_fed.batching.multi_lora import StackedLora
 
         self.module, self.objective = module, objective
@@ -152,21 +153,13 @@ class GroupStep:
         for _ in range(clients):
             self.stacked.capture()
         self.stacked.stack()
-        setattr(module, ROWS_ATTR, self.rows)
         self.optimizer = module.configure_optimizers()
-        self._rows_attr = ROWS_ATTR
 
     def step(self, batches: list[dict]) -> float:
         import torch
 
-        from lightning_fed.batching.client_rows import client_mean
-        from lightning_fed.modules.losses import sft_client_loss
-
         batch = {n: torch.cat([b[n] for b in batches]) for n in batches[0]}
-        if self.objective == "dpo":
-            loss = client_mean(self.module.pair_metrics(batch)["loss"], self.rows)
-        else:
-            loss = sft_client_loss(self.module(batch), batch["labels"], self.rows)
+        loss = self.module.training_step(batch, 0)["loss"]  # each row's client_id: the per-client loss
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
@@ -174,7 +167,6 @@ class GroupStep:
 
     def close(self) -> None:
         self.stacked.unstack()
-        setattr(self.module, self._rows_attr, None)
 
 
 # ---------------------------------------------------------------- memory

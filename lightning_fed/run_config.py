@@ -96,14 +96,15 @@ class FederationConfig:
 
     batch_clients: int | str = "off"
     """Train a round's clients together, in process: ``off`` (one after another), an integer K
-    (groups of up to K clients) or ``auto`` (the largest K the memory allows). Each step then runs
-    one backbone forward over the group's concatenated batches, each client's LoRA factors applied
-    to its own rows; each client's update is the one its sequential turn uploads (within float32
-    rounding). Clients with different local step counts train in different groups. Falls back to
-    sequential turns, said in one line at start, for a module that does not opt in (personal
-    heads, Per-FedAvg, ...), DP-SGD, active dropout (LoRA's or the backbone's), per-client round
-    hooks, manual optimization, a per-step lr scheduler, ``16-mixed`` precision and data
-    parallelism; a Flower client trains one client anyway (see ``docs/guides/configs.md``)."""
+    (groups of up to K clients) or ``auto`` (the largest K the memory allows, at most 4 on a CPU).
+    Each step then runs one backbone forward over the group's concatenated batches, each client's
+    LoRA factors applied to its own rows; each client's update is the one its sequential turn
+    uploads (within float32 rounding; under dropout, in distribution). Clients with different local
+    step counts train in different groups. Falls back to sequential turns, said in one line at
+    start, for a module that does not declare ``batchable`` (personal heads, Per-FedAvg, ...),
+    DP-SGD, per-client round hooks, manual optimization, a per-step lr scheduler, ``16-mixed``
+    precision and data parallelism; a Flower client trains one client anyway (see
+    ``docs/guides/configs.md``)."""
 
     def __post_init__(self) -> None:
         problems = self.problems()

@@ -5,8 +5,9 @@ objects, one stacked adapter, one step per batch.
 start state, optimizer state cleared, its hooks) and its adapter values become its slot of the
 stacked adapter (:class:`~lightning_fed.batching.multi_lora.StackedLora`); before each optimizer
 step every turn's correction acts on its own slot (SCAFFOLD's ``c - c_i``, FedProx's proximal
-term) and the gradient is clipped per client (:func:`clip_per_client`, in place of Lightning's
-global clip); each turn records its own loss; at the last batch every turn
+term) and the gradient is clipped per client (:func:`clip_per_client`, through the driver's
+clipping seam in place of Lightning's global clip); each turn records its own loss (the step's
+output holds each client's: :func:`~lightning_fed.batching.client_rows.per_client_loss`); at the last batch every turn
 :meth:`~ClientTurn.end` s with its own slot, so each uploads the same
 :class:`~lightning_fed.strategies.ClientUpdate` as its sequential turn.
 """
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
-from lightning_fed.batching.client_rows import ROWS_ATTR, ClientRows
+from lightning_fed.batching.client_rows import CLIENT_IDS, CLIENT_LOSSES, ClientRows
 from lightning_fed.batching.multi_lora import StackedLora
 from lightning_fed.federation.turn import ClientTurn
 from lightning_fed.strategies.base import LocalCorrection
@@ -40,7 +41,6 @@ class TurnGroup:
         self.slot_of = {t.client_id: k for k, t in enumerate(self.turns)}
         self.rows: ClientRows | None = None
         self.stacked = StackedLora(module.model, module.shared_parameters(), lambda: self.rows)
-        self._clip: Any = None
 
     # ------------------------------------------------------------ what a turn's readers see
     @property
@@ -73,57 +73,52 @@ class TurnGroup:
         self.stacked.stack()
         for opt in trainer.optimizers:  # the state of the stacked shapes starts empty
             opt.state.clear()
-        self._clip = self.module.__dict__.get("configure_gradient_clipping")
-        self.module.configure_gradient_clipping = self._configure_gradient_clipping
         for k, turn in enumerate(self.turns):
-            turn._live = self.stacked.views(k)
+            turn.train_on(self.stacked.views(k))
 
     def start_step(self, batch: Any) -> None:
         """The rows of this step's batch, by each row's ``client_id``."""
         ids = batch["client_id"]
         self.rows = ClientRows.of([self.slot_of[int(c)] for c in ids.tolist()], len(self.turns), ids.device)
-        setattr(self.module, ROWS_ATTR, self.rows)
 
     def before_optimizer_step(self, lr: float) -> None:
         for k, turn in enumerate(self.turns):
             if corrects_gradients(turn):  # the slot's gradients, for the correction to read and change
-                turn._live = self.stacked.refresh_grads(k)
+                turn.train_on(self.stacked.refresh_grads(k))
             turn.before_optimizer_step(lr)
 
-    def end_step(self, accumulate: int) -> None:
-        """After the optimizer step: each turn's weight correction and its own loss."""
-        losses = self.rows.losses if self.rows is not None else []
-        for k, turn in enumerate(self.turns):
+    def end_step(self, outputs: Any, accumulate: int) -> None:
+        """After the optimizer step: each turn's weight correction and its own loss (``outputs``: the
+        step's, :func:`~lightning_fed.batching.client_rows.per_client_loss`)."""
+        losses = _client_losses(outputs)
+        for turn in self.turns:
             turn.after_optimizer_step()  # on the slot's views: the step updated their data in place
-            if k < len(losses) and losses[k] is not None and not turn.failed:
-                turn.record_loss(losses[k] / accumulate)
+            loss = losses.get(turn.client_id)
+            if loss is not None and not turn.failed:
+                turn.record_loss(loss / accumulate)
 
     def end(self, trainer: Any) -> list[ClientTurn]:
         """End every turn (each uploads its own slot), then unstack; returns the turns."""
         try:
             for k, turn in enumerate(self.turns):
-                turn._live = self.stacked.views(k)
+                turn.train_on(self.stacked.views(k))
                 turn.end(trainer, self.module)
         finally:
             self.close(trainer)
         return self.turns
 
     def close(self, trainer: Any) -> None:
-        """The module as it was: its own parameter shapes, forward and gradient clipping."""
+        """The module as it was: its own parameter shapes and forward."""
         self.stacked.unstack()
         for opt in trainer.optimizers:
             opt.state.clear()
-        if self._clip is None:
-            self.module.__dict__.pop("configure_gradient_clipping", None)
-        else:
-            self.module.configure_gradient_clipping = self._clip
-        setattr(self.module, ROWS_ATTR, None)
         self.rows = None
 
     # ----------------------------------------------------------------- per-client clipping
-    def _configure_gradient_clipping(
-        self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
+    def clip_gradients(
+        self, optimizer: Any, gradient_clip_val: float | None, gradient_clip_algorithm: str | None
     ) -> None:
+        """Lightning's ``gradient_clip_val`` applied to each client's gradient on its own."""
         if not gradient_clip_val:
             return
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
@@ -132,6 +127,13 @@ class TurnGroup:
             return
         stacked = {id(p) for p in self.stacked.params.values()}  # (K, ...): every trainable one (fallback.py)
         clip_per_client([p for p in params if id(p) in stacked], gradient_clip_val)
+
+
+def _client_losses(outputs: Any) -> dict[int, Any]:
+    """Each client's loss in a step's output, by client id (none when the output does not say)."""
+    if not isinstance(outputs, dict) or CLIENT_IDS not in outputs:
+        return {}
+    return {int(c): v for c, v in zip(outputs[CLIENT_IDS].tolist(), outputs[CLIENT_LOSSES])}
 
 
 def corrects_gradients(turn: ClientTurn) -> bool:

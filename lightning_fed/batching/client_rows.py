@@ -1,24 +1,30 @@
-"""Which client each row of a batched step belongs to, and each client's own loss.
+"""Which client each row of a step belongs to, and the loss each client trains on.
 
 While a group of clients trains together (:mod:`lightning_fed.batching.batched_turns`), each
 step's batch is the clients' own batches concatenated, and :class:`ClientRows` says which slot
-of the group (0..K-1) each row belongs to. The adapted layers read it to apply each client's
-LoRA factors to its rows (:mod:`~lightning_fed.batching.multi_lora`); a module that opts in
-(``batchable = True``) reduces its loss per client with :func:`client_mean` or
-:func:`client_token_mean`: each client's loss exactly as its sequential turn reduces it, summed
-over clients (their parameters are disjoint, so each client's gradient is its own loss's).
+of the group (0..K-1) each row belongs to; the adapted layers read it to apply each client's
+LoRA factors to its rows (:mod:`~lightning_fed.batching.multi_lora`).
+
+**The loss per client** (the module contract of ``batchable``, docs/developer/batching.md): a
+module's ``training_step`` returns :func:`per_client_loss` of its per-row (or per-token) losses
+and the batch's ``client_id`` column. It is one reduction for both paths: a sequential step's
+batch holds one client, and the result is the plain mean; a batched step's holds K, and the result
+is each client's mean over its own rows, summed over clients (their parameters are disjoint, so
+each client's gradient is its own loss's). The per-client values travel in the step's output
+(``client_ids``, ``client_losses``), which is how each turn records its own training loss.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-#: The module attribute that holds the current step's :class:`ClientRows` (``None``: sequential).
-ROWS_ATTR = "batched_rows"
+#: The keys of a ``training_step`` output besides ``loss`` (Lightning passes them, detached, to
+#: ``on_train_batch_end``): the step's clients and each one's loss, in the same order.
+CLIENT_IDS, CLIENT_LOSSES = "client_ids", "client_losses"
 
 
 @dataclass
@@ -28,14 +34,12 @@ class ClientRows:
     Attributes:
         slots: ``(N,)`` the group slot (0..K-1) of each row of the batch.
         size: K, the clients of the group.
-        losses: Each slot's loss of this step (detached), set by the module's reduction.
         per_client: ``n`` when the rows are ``n`` rows of slot 0, then ``n`` of slot 1, ... (every
             client's batch of the same size, in slot order: the usual step); ``None`` otherwise.
     """
 
     slots: Tensor
     size: int
-    losses: list[Tensor | None] = field(default_factory=list)
     per_client: int | None = None
 
     @classmethod
@@ -56,31 +60,35 @@ class ClientRows:
         return self.slots.repeat(n // rows)
 
 
-def rows_of(module: Any) -> ClientRows | None:
-    """The current batched step's rows of ``module``, or ``None`` when it trains one client."""
-    return getattr(module, ROWS_ATTR, None)
+def per_client_loss(values: Tensor, client_ids: Tensor | None, mask: Tensor | None = None) -> dict[str, Any]:
+    """A training step's output: each client's mean loss over its own rows, summed over the clients.
+
+    Args:
+        values: ``(N,)`` a loss per row, or ``(N, T)`` a loss per token with ``mask``.
+        client_ids: ``(N,)`` the client of each row (the batch's ``client_id``); ``None``: one client.
+        mask: ``(N, T)`` the scored tokens: each client's loss is then its token mean (cross-entropy's
+            ``mean`` over the client's scored tokens; a client with none gives NaN, as
+            ``F.cross_entropy`` does).
+
+    Returns:
+        ``{"loss": sum_k mean_k, "client_ids": (K,), "client_losses": (K,) detached}``; with one
+        client ``loss`` is ``values.mean()`` (``values[mask].mean()``), the sequential step's loss.
+    """
+    if client_ids is None or client_ids.numel() == 0 or bool((client_ids == client_ids[0]).all()):
+        loss = values.mean() if mask is None else values[mask].mean()
+        ids = client_ids[:1] if client_ids is not None else torch.zeros(0, dtype=torch.long)
+        return {"loss": loss, CLIENT_IDS: ids, CLIENT_LOSSES: loss.detach().reshape(1)}
+    ids, slots = torch.unique(client_ids, return_inverse=True)
+    onehot = torch.nn.functional.one_hot(slots, len(ids)).to(values.dtype)  # (N, K)
+    if mask is None:
+        per_client = (values.unsqueeze(-1) * onehot).sum(0) / onehot.sum(0)
+    else:
+        m = mask.to(values.dtype)
+        per_client = ((values * m).sum(-1) @ onehot) / (m.sum(-1) @ onehot)
+    return {"loss": per_client.sum(), CLIENT_IDS: ids, CLIENT_LOSSES: per_client.detach()}
 
 
-def client_mean(values: Tensor, rows: ClientRows) -> Tensor:
-    """``sum_k mean(values[rows of k])``: each client's mean over its own rows (its sequential
-    step's loss), summed; records each client's value in ``rows.losses``."""
-    onehot = _onehot(rows.slots, rows.size, values.dtype)  # (N, K)
-    per_client = (values.unsqueeze(-1) * onehot).sum(0) / onehot.sum(0).clamp(min=1)
-    rows.losses = list(per_client.detach())
-    return per_client.sum()
-
-
-def client_token_mean(values: Tensor, mask: Tensor, rows: ClientRows) -> Tensor:
-    """``sum_k sum(values * mask over k's rows) / count(mask over k's rows)``: a token-level mean
-    per client (cross-entropy's ``mean`` over the client's scored tokens), summed over clients."""
-    onehot = _onehot(rows.slots, rows.size, values.dtype)
-    m = mask.to(values.dtype)
-    total = (values * m).sum(-1) @ onehot  # (K,)
-    count = m.sum(-1) @ onehot
-    per_client = total / count  # a client with no scored token gives NaN, as F.cross_entropy does
-    rows.losses = list(per_client.detach())
-    return per_client.sum()
-
-
-def _onehot(slots: Tensor, size: int, dtype: torch.dtype) -> Tensor:
-    return torch.nn.functional.one_hot(slots, size).to(dtype)
+def client_count(output: Any) -> int:
+    """How many clients a step's output (:func:`per_client_loss`) reduced over (1 when it does not say)."""
+    ids = output.get(CLIENT_IDS) if isinstance(output, dict) else None
+    return max(int(ids.numel()), 1) if ids is not None else 1

@@ -5,17 +5,22 @@ function of its own rows and its own adapter slice. Anything that couples client
 or keeps per-client state outside the stacked adapters makes the run fall back to sequential
 turns, with the first reason found (:func:`batching_fallback`):
 
-- a module that does not opt in (``batchable = True``: it reduces its loss per client), e.g. the
-  personal-head methods (FedPer, FedRep, FedPDPO), Per-FedAvg, FedBiOT, RLFT, ORPO/SimPO;
+- a module that does not declare ``batchable`` (:attr:`~lightning_fed.modules.base.FederatedModule.batchable`,
+  inherited: its ``training_step`` returns the loss per client), e.g. FedRep, FedPDPO and Per-FedAvg
+  (they step their optimizers themselves), FedBiOT, RLFT;
 - a module with personal parameters (kept per client outside the adapters), or one that trains a
   tensor that is neither shared nor personal (not stacked: every client's gradient would meet in it);
 - DP-SGD (per-example clipping and noise of one client's batch: Opacus runs one client);
-- active dropout, LoRA's or the backbone's (the masks could not match the sequential draw);
 - a LoRA layer that is not a plain linear one (DoRA, embeddings, merged adapters);
 - a round hook that acts per client (``on_client_start``/``on_client_end``) and does not declare
   :attr:`~lightning_fed.federation.hooks.Capability.BATCH_SAFE` in its ``capabilities``;
 - manual optimization, a learning-rate scheduler stepped every batch, ``16-mixed`` precision (one
   loss scale and one overflow check for all clients), data parallelism (several processes).
+
+Active dropout (LoRA's or the backbone's) is not a fallback (issue 43): each element's mask is an
+independent draw in a batched step as in a sequential one, so each client's step has the
+sequential step's distribution (not its bits: the draws come in another order);
+``tests/batching/test_dropout.py`` compares the two over seeds.
 
 Clients of a round with different numbers of local steps are not a fallback of the run: they
 train in different groups (:func:`~lightning_fed.batching.group_size.group_turns`).
@@ -24,8 +29,6 @@ train in different groups (:func:`~lightning_fed.batching.group_size.group_turns
 from __future__ import annotations
 
 from typing import Any
-
-from torch import nn
 
 from lightning_fed.batching.multi_lora import unsupported_layer
 from lightning_fed.federation.hooks import Capability, RoundHook
@@ -39,23 +42,11 @@ def per_client_hook(hook: Any) -> bool:
     return cls.on_client_start is not RoundHook.on_client_start or cls.on_client_end is not RoundHook.on_client_end
 
 
-def active_dropout(model: nn.Module) -> str | None:
-    """The first module of ``model`` whose dropout is active in training, or ``None``."""
-    for name, m in model.named_modules():
-        if isinstance(m, nn.Dropout) and m.p > 0:
-            return name
-        for attr in ("attention_dropout", "dropout"):
-            value = getattr(m, attr, None)
-            if isinstance(value, float) and value > 0:
-                return f"{name}.{attr}" if name else attr
-    return None
-
-
 def batching_fallback(module: Any, hooks: list[Any], trainer: Any = None) -> str | None:
     """Why the clients of this run train one after another despite ``federation.batch_clients``
     (see the module docstring), or ``None`` when they can train together."""
     cls = type(module).__name__
-    if not type(module).__dict__.get("batchable", False):  # each class opts in itself, not by inheritance
+    if not getattr(type(module), "batchable", False):  # declared: FederatedModule.batchable
         return f"{cls} does not declare that it reduces its loss per client (batchable = True)"
     if module.personal_parameters():
         return f"{cls} has personal parameters"
@@ -70,9 +61,6 @@ def batching_fallback(module: Any, hooks: list[Any], trainer: Any = None) -> str
     layer = unsupported_layer(module.model)
     if layer is not None:
         return f"{cls}: {layer}"
-    dropout = active_dropout(module.model)
-    if dropout is not None:
-        return f"dropout is active in {dropout} (set lora.dropout: 0 and the backbone's dropout to 0)"
     hook = next((h for h in hooks if per_client_hook(h)), None)
     if hook is not None:
         name = hook.__name__ if isinstance(hook, type) else type(hook).__name__

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_fed.batching.batched_turns import TurnGroup, warn_fallback
@@ -66,6 +67,7 @@ class GroupedTurns(TurnDriver):
                 config.clients_per_round, config.sampling, config.sampling_rate, datamodule.num_clients
             )
             k = fits(pl_module, datamodule, trainer, clients)
+        rank_zero_info(f"federation.batch_clients: {config.batch_clients}: clients trained together K = {int(k)}")
         return int(k)
 
     def close_group(self, trainer: pl.Trainer) -> None:
@@ -90,6 +92,16 @@ class GroupedTurns(TurnDriver):
         self.turn.start_step(batch)
 
     @override
+    def clip_gradients(
+        self, optimizer: Any, gradient_clip_val: float | None, gradient_clip_algorithm: str | None
+    ) -> bool:
+        """A group's step: each client's gradient clipped on its own (:meth:`TurnGroup.clip_gradients`)."""
+        if not isinstance(self.turn, TurnGroup):
+            return False
+        self.turn.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        return True
+
+    @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         if isinstance(self.turn, TurnGroup):
             self.turn.before_optimizer_step(optimizer.param_groups[0]["lr"])
@@ -104,7 +116,7 @@ class GroupedTurns(TurnDriver):
         if not isinstance(group, TurnGroup):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
             return
-        group.end_step(trainer.accumulate_grad_batches)
+        group.end_step(outputs, trainer.accumulate_grad_batches)
         if self.turn_at(batch_idx)[2]:
             self.turn = None
             for turn in group.end(trainer):

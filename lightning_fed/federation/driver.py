@@ -81,6 +81,17 @@ class TurnDriver(Callback, ABC):
     def end_round(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """After the round's last turn."""
 
+    # ---------------------------------------------------- gradient clipping (batching's seam)
+    def clip_gradients(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None, gradient_clip_algorithm: str | None
+    ) -> bool:
+        """Clip this step's gradients in place of Lightning's clip (called by the module's
+        ``configure_gradient_clipping``, :class:`~lightning_fed.modules.base.FederatedModule`);
+        ``False``: not clipped here, the module clips as Lightning does. A group of clients trained
+        together clips each client's gradient on its own
+        (:class:`~lightning_fed.batching.grouped_driver.GroupedTurns`)."""
+        return False
+
     # ------------------------------------------------------------------ Lightning hooks
     @override
     def on_train_batch_start(

@@ -136,6 +136,13 @@ class ClientTurn:
         for hook in self.hooks:
             hook.on_client_start(self, trainer, module, self.client_id)
 
+    def train_on(self, parameters: StateDict) -> None:
+        """The tensors that hold this client's shared parameters while it trains (its correction and
+        its upload read them): the module's own from :meth:`begin`; a group of clients trained
+        together gives each turn the views of its slot of the stacked adapters
+        (:mod:`~lightning_fed.batching.batched_turns`)."""
+        self._live = parameters
+
     @property
     def active(self) -> bool:
         """Begun, not ended, not failed: local steps count and are corrected."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
@@ -112,6 +112,14 @@ class FederatedModule(pl.LightningModule):
     #: show both paths train to the same values.
     scored_head: bool = True
 
+    #: Whether clients of this module may train together (``federation.batch_clients``): declared by a
+    #: module whose ``training_step`` returns
+    #: :func:`~lightning_fed.batching.client_rows.per_client_loss` of losses that are each a function of
+    #: one row (a pair, a sequence's tokens) and steps its optimizer automatically; subclasses inherit
+    #: it, and one that replaces ``training_step`` with another reduction sets it back to ``False``
+    #: (docs/developer/batching.md).
+    batchable: ClassVar[bool] = False
+
     def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
         """Lightning's ``log``; while training, nothing when :attr:`training_logs` is off."""
         if not self.training_logs and self._trainer is not None and self._trainer.training:
@@ -129,6 +137,21 @@ class FederatedModule(pl.LightningModule):
         if hp.optimizer == "sgd":
             return torch.optim.SGD(params, lr=hp.lr, weight_decay=hp.weight_decay)
         return torch.optim.AdamW(params, lr=hp.lr, weight_decay=hp.weight_decay)
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Lightning's clip (``trainer.gradient_clip_val``), unless the run's turn driver clips the
+        step itself (:meth:`~lightning_fed.federation.driver.TurnDriver.clip_gradients`: a group of
+        clients trained together clips each client's gradient on its own)."""
+        from lightning_fed.federation.driver import find_driver
+
+        driver = find_driver(self._trainer)
+        if driver is None or not driver.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm):
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         """``validation_step``'s per-example metrics plus preference accuracy on summed and

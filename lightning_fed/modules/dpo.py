@@ -7,8 +7,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lightning_fed.modules.dpo_losses import find_dpo_loss
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
-from lightning_fed.modules.losses import dpo_loss, preference_metrics
+from lightning_fed.modules.losses import preference_metrics
 from lightning_fed.modules.preference import (
     PreferenceModule,
     zero_dropout,
@@ -27,6 +28,10 @@ class DPOModule(PreferenceModule):
 
     Args:
         beta: DPO inverse temperature.
+        loss: The loss, by name (:mod:`~lightning_fed.modules.dpo_losses`): ``sigmoid`` (DPO),
+            ``ipo``, ``hinge``, ``conservative`` (label smoothing), or a dotted path to a function
+            of the same signature.
+        loss_options: Keyword arguments of the loss (``conservative``: ``label_smoothing``).
         disable_dropout: Set every dropout probability of the model (LoRA's included) to 0, as
             TRL does for DPO: the policy and the reference then score the same tokens with the
             same deterministic network, and the implicit reward is not dropout noise.
@@ -42,13 +47,12 @@ class DPOModule(PreferenceModule):
         **kwargs: See :class:`~lightning_fed.modules.base.FederatedModule`.
     """
 
-    #: Clients may train together (``federation.batch_clients``): the loss is reduced per client.
-    batchable = True
-
     def __init__(
         self,
         *args: Any,
         beta: float = 0.1,
+        loss: str = "sigmoid",
+        loss_options: dict[str, Any] | None = None,
         disable_dropout: bool = True,
         cache_reference: bool | None = None,
         reference_cache_bytes: int = DEFAULT_MEMORY_BYTES,
@@ -56,8 +60,11 @@ class DPOModule(PreferenceModule):
         **kwargs: Any,
     ) -> None:
         check(DPO_OWN, beta=beta, reference_cache_bytes=reference_cache_bytes)  # before the backbone loads
+        loss_fn = find_dpo_loss(loss, loss_options)
         super().__init__(*args, **kwargs)
         self.beta = beta
+        #: The loss of each pair (:mod:`~lightning_fed.modules.dpo_losses`) and its options.
+        self.loss_fn, self.loss_options = loss_fn, dict(loss_options or {})
         self._adapter_layers: list | None = None
         if disable_dropout:
             zero_dropout(self.model)
@@ -122,5 +129,7 @@ class DPOModule(PreferenceModule):
     def pair_metrics(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         chosen, rejected = self.sequence_log_probs(batch)
         ref_chosen, ref_rejected = self.reference_log_probs(batch)
-        losses, r_chosen, r_rejected = dpo_loss(chosen, rejected, ref_chosen, ref_rejected, self.beta)
+        losses, r_chosen, r_rejected = self.loss_fn(
+            chosen, rejected, ref_chosen, ref_rejected, self.beta, **self.loss_options
+        )
         return preference_metrics(losses, r_chosen, r_rejected, chosen, rejected)

@@ -34,6 +34,8 @@ class FedRepModule(PersonalHeadDPO):
         **kwargs: See :class:`~lightning_fed.modules.personal_head.PersonalHeadDPO`.
     """
 
+    batchable = False  # its training_step steps its optimizers itself (docs/developer/batching.md)
+
     def __init__(
         self, *args: Any, head_steps: int = 5, lr_head: float | None = None, lr_body: float | None = None, **kwargs: Any
     ) -> None:

@@ -106,16 +106,14 @@ def sft_loss(logits: Tensor, labels: Tensor) -> Tensor:
     return F.cross_entropy(logits[:, :-1, :].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX)
 
 
-def sft_client_loss(logits: Tensor, labels: Tensor, rows: Any) -> Tensor:
-    """:func:`sft_loss` of each client of a batched step over its own rows, summed over clients
-    (``rows``: :class:`~lightning_fed.batching.client_rows.ClientRows`)."""
-    from lightning_fed.batching.client_rows import client_token_mean
-
+def token_nll(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """``(nll, mask)``, each ``(B, T-1)``: the next-token cross-entropy of every position (float32 or
+    wider; 0 where not scored) and whether it is scored; ``nll[mask].mean()`` is :func:`sft_loss`."""
     target = labels[:, 1:]
     nll = F.cross_entropy(
         logits[:, :-1, :].flatten(0, 1).float(), target.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
     )
-    return client_token_mean(nll.view_as(target), target != IGNORE_INDEX, rows)
+    return nll.view_as(target), target != IGNORE_INDEX
 
 
 def dpo_loss(

@@ -112,6 +112,8 @@ class PDPOModule(PersonalHeadDPO):
             :class:`~lightning_fed.modules.DPOModule` (``backbone``, ``lora``, ``beta``...).
     """
 
+    batchable = False  # its training_step steps its optimizers itself (docs/developer/batching.md)
+
     personal_modules = ("lm_head", "bottleneck", "reward_head", "reward_scale", "lr_decay")
 
     def __init__(

@@ -47,6 +47,8 @@ class PerFedAvgModule(DPOModule):
         **kwargs: See :class:`~lightning_fed.modules.DPOModule` (``lr`` is ``beta``).
     """
 
+    batchable = False  # its training_step steps its optimizers itself (docs/developer/batching.md)
+
     def __init__(
         self,
         *args: Any,

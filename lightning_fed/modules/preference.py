@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor, nn
 
-from lightning_fed.batching.client_rows import client_mean, rows_of
+from lightning_fed.batching.client_rows import per_client_loss
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.losses import IGNORE_INDEX, sequence_log_probs
 from lightning_fed.modules.scored_logits import scored_logits
@@ -101,13 +101,16 @@ class PreferenceModule(FederatedModule):
     #: it. ``False`` runs chosen and rejected as two rows of the concatenated forward, the path before.
     shared_prefix: bool = True
 
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+    #: The loss is a function of each pair alone, reduced by the one per-client reduction below:
+    #: a subclass that only changes ``pair_metrics`` trains with others (docs/developer/batching.md).
+    batchable = True
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         metrics = self.pair_metrics(batch)
         bs = metrics["loss"].shape[0]
         for name, value in metrics.items():
             self.log(f"train/{name}", value.mean(), prog_bar=name in ("loss", "reward_acc"), batch_size=bs)
-        rows = rows_of(self)  # a batched step: each client's mean, summed over clients
-        return metrics["loss"].mean() if rows is None else client_mean(metrics["loss"], rows)
+        return per_client_loss(metrics["loss"], batch.get("client_id"))  # one client: the mean
 
     @torch.no_grad()
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_fed.batching.client_rows import client_mean, rows_of
+from lightning_fed.batching.client_rows import per_client_loss
 from lightning_fed.modules.backbone import BackboneConfig
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.lora import LoraSettings, add_adapter, is_adapter_param
@@ -84,8 +84,7 @@ class BinarySelectorModule(FederatedModule):
     :class:`~lightning_fed.modules.base.FederatedModule`.
     """
 
-    #: Clients may train together (``federation.batch_clients``): the loss is reduced per client.
-    batchable = True
+    batchable = True  # its training loss is per_client_loss of each pair's (docs/developer/batching.md)
 
     def __init__(
         self,
@@ -163,13 +162,12 @@ class BinarySelectorModule(FederatedModule):
         loss, acc, consistency = selector_loss(logits_ab, logits_ba, batch["label"])
         return {"loss": loss, "acc": acc, "consistency": consistency}
 
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         metrics = self.pair_metrics(batch)
         bs = metrics["loss"].shape[0]
         for name, value in metrics.items():
             self.log(f"train/{name}", value.mean(), prog_bar=name in ("loss", "acc"), batch_size=bs)
-        rows = rows_of(self)  # a batched step: each client's mean, summed over clients
-        return metrics["loss"].mean() if rows is None else client_mean(metrics["loss"], rows)
+        return per_client_loss(metrics["loss"], batch.get("client_id"))  # one client: the mean
 
     @property
     def evaluates_per_client(self) -> bool:

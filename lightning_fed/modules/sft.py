@@ -5,10 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lightning_fed.batching import client_rows
-from lightning_fed.batching.client_rows import ClientRows, rows_of
+from lightning_fed.batching.client_rows import client_count, per_client_loss
 from lightning_fed.modules.base import FederatedModule
-from lightning_fed.modules.losses import sft_client_loss, sft_loss, token_log_probs
+from lightning_fed.modules.losses import token_log_probs, token_nll
 from lightning_fed.modules.scored_logits import ScoredLogits, scored_logits
 
 
@@ -19,8 +18,7 @@ class SFTModule(FederatedModule):
     (greedy next-token accuracy on response tokens).
     """
 
-    #: Clients may train together (``federation.batch_clients``): the loss is reduced per client.
-    batchable = True
+    batchable = True  # its training loss is per_client_loss of the token NLL (docs/developer/batching.md)
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """The logits of every position, ``(B, T, V)``."""
@@ -30,21 +28,25 @@ class SFTModule(FederatedModule):
         """The logits of the response positions only (:mod:`~lightning_fed.modules.scored_logits`)."""
         return scored_logits(self.model, batch["input_ids"], batch["attention_mask"], batch["labels"])
 
-    def loss(self, batch: dict[str, Tensor], rows: ClientRows | None = None) -> Tensor:
-        """The mean response-token NLL (each client's, summed over clients, in a batched step)."""
+    def client_losses(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The mean response-token NLL of each client of the batch, summed over clients
+        (:func:`~lightning_fed.batching.client_rows.per_client_loss`; one client: its mean)."""
+        ids = batch.get("client_id")
         if not self.scored_head:  # every position's logits (the path before issue 43)
-            logits = self(batch)
-            return sft_loss(logits, batch["labels"]) if rows is None else sft_client_loss(logits, batch["labels"], rows)
+            nll, mask = token_nll(self(batch), batch["labels"])
+            return per_client_loss(nll, ids, mask)
         scored = self.scored(batch)
-        nll = scored.nll()
-        return nll.mean() if rows is None else client_rows.client_token_mean(scored.spread(nll), scored.mask, rows)
+        return per_client_loss(scored.spread(scored.nll()), ids, scored.mask)
 
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        rows = rows_of(self)  # a batched step: each client's token mean, summed over clients
-        loss = self.loss(batch, rows)
-        shown = loss if rows is None else loss.detach() / rows.size  # the clients' mean, not their sum
+    def loss(self, batch: dict[str, Tensor]) -> Tensor:
+        """The training loss of ``batch`` (each client's token mean, summed over its clients)."""
+        return self.client_losses(batch)["loss"]
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
+        out = self.client_losses(batch)
+        shown = out["loss"].detach() / client_count(out)  # the clients' mean, not their sum
         self.log("train/loss", shown, prog_bar=True, batch_size=batch["input_ids"].shape[0])
-        return loss
+        return out
 
     @torch.no_grad()
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:

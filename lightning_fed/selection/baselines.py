@@ -45,7 +45,7 @@ def _count(n: int, ratio: float) -> int:
 class ServerSideCoreset(CoresetSelection):
     """A coreset chosen on the server from the clients' data (:meth:`choose`): in one process only."""
 
-    capabilities = frozenset({Capability.READS_CLIENT_DATA})
+    capabilities = CoresetSelection.capabilities | {Capability.READS_CLIENT_DATA}
 
     def on_client_data(
         self,

@@ -99,6 +99,10 @@ class CoresetSelection(RoundHook):
             its local steps.
     """
 
+    #: Its per-client hooks only time each turn (``seconds``): clients trained together
+    #: (``federation.batch_clients``) each record the group's time.
+    capabilities = frozenset({Capability.BATCH_SAFE})
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         asked = Capability.READS_CLIENT_DATA in cls.capabilities or cls.on_replies is not RoundHook.on_replies

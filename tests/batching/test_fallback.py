@@ -27,7 +27,6 @@ TINY_LLAMA = {
     "num_key_value_heads": 1,
 }
 
-DROPOUT = "dropout is active"
 NOT_OPTED_IN = "does not declare that it reduces its loss per client"
 
 #: Every shipped config: ``None`` (its clients train together under ``federation.batch_clients``)
@@ -36,16 +35,16 @@ EXPECTED = {
     "demo": None,
     "fedamp": None,
     "fedbiot": NOT_OPTED_IN,
-    "fedbis": DROPOUT,
+    "fedbis": None,
     "fedbis_baseline_dpo": None,
-    "fedbis_baseline_sft": DROPOUT,
+    "fedbis_baseline_sft": None,
     "fedbis_rlft": None,
-    "fedbis_tiny": DROPOUT,
-    "fedbis_tldr": DROPOUT,
-    "fedbiscuit": DROPOUT,
+    "fedbis_tiny": None,
+    "fedbis_tldr": None,
+    "fedbiscuit": None,
     "fedbiscuit_rlft": None,
-    "fedbiscuit_shp": DROPOUT,
-    "fedbiscuit_tiny": DROPOUT,
+    "fedbiscuit_shp": None,
+    "fedbiscuit_tiny": None,
     "feddpo": None,
     "feddpo_dp": None,
     "feddpo_fedbuff": None,
@@ -54,25 +53,25 @@ EXPECTED = {
     "feddpo_hetlora": None,
     "feddpo_int8": None,
     "feddpo_stragglers": None,
-    "fedhds": DROPOUT,
-    "fedhds_coreset_cent": DROPOUT,
-    "fedhds_dolly": DROPOUT,
-    "fedhds_global_select": DROPOUT,
-    "fedhds_perplexity": DROPOUT,
-    "fedhds_random": DROPOUT,
-    "fedhds_turbo": DROPOUT,
-    "fedhds_turbo_tiny": DROPOUT,
-    "fedit": DROPOUT,
-    "fedit_dpsgd": "DPSFTModule " + NOT_OPTED_IN,
+    "fedhds": None,
+    "fedhds_coreset_cent": None,
+    "fedhds_dolly": None,
+    "fedhds_global_select": None,
+    "fedhds_perplexity": None,
+    "fedhds_random": None,
+    "fedhds_turbo": None,
+    "fedhds_turbo_tiny": None,
+    "fedit": None,
+    "fedit_dpsgd": "DPSFTModule trains with DP-SGD",
     "fednova": None,
     "fedot": "OffsiteModule " + NOT_OPTED_IN,
     "fedpdpo": "PDPOModule " + NOT_OPTED_IN,
     "fedpdpo_imdb": "PDPOModule " + NOT_OPTED_IN,
-    "fedper": "FedPerModule " + NOT_OPTED_IN,
+    "fedper": "FedPerModule has personal parameters",
     "fedrep": "FedRepModule " + NOT_OPTED_IN,
-    "fedsimpo": "SimPOModule " + NOT_OPTED_IN,
+    "fedsimpo": None,
     "offsite_tuning": "OffsiteModule " + NOT_OPTED_IN,
-    "orpo": "ORPOModule " + NOT_OPTED_IN,
+    "orpo": None,
     "own_data": None,
     "perfedavg": "PerFedAvgModule " + NOT_OPTED_IN,
     "real_text_feddpo": None,
@@ -107,7 +106,9 @@ def config_fallback(name: str) -> str | None:
 
 
 def test_every_shipped_config_batches_or_says_why():
+    """Issue 43's goal is 40 of the shipped configs; the rest are listed with their reason."""
     assert sorted(EXPECTED) == sorted(shipped_configs()), "add the new config's expected fallback here"
+    assert sum(v is None for v in EXPECTED.values()) >= 37  # 19 of 45 on 0660110
     for name, expected in EXPECTED.items():
         reason = config_fallback(name)
         if expected is None:
@@ -116,22 +117,19 @@ def test_every_shipped_config_batches_or_says_why():
             assert reason is not None and expected in reason, (name, reason)
 
 
-def test_active_dropout_falls_back_in_one_line_at_start(tmp_path):
-    """LoRA dropout 0.05 (the default): the run says why in one line and trains one client at a time."""
+def test_active_dropout_batches_and_k_is_said_in_one_line(tmp_path, caplog):
+    """LoRA dropout 0.05 (the default) and GPT-2's own: the clients train together (issue 43), and
+    the run says K in one line at start."""
     from lightning_fed.modules import LoraSettings, SFTModule
-    from tests.batching.test_parity import NO_DROPOUT
+    from tests.helpers.runs import TINY_GPT2
 
-    module = SFTModule(BackboneConfig(config=dict(NO_DROPOUT), tokenizer="bytes"), lora=LoraSettings(r=4, alpha=8))
+    module = SFTModule(BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"), lora=LoraSettings(r=4, alpha=8))
     loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=1, seed=0, batch_clients=2, save_adapter=False)
-    with pytest.warns(UserWarning) as warned:
+    with caplog.at_level("INFO"):
         fit(module, sft_data(), loop, str(tmp_path), limit_val_batches=0)
-    lines = [str(w.message) for w in warned if "batch_clients" in str(w.message)]
-    assert lines == [
-        "federation.batch_clients: clients train one after another: dropout is active in"
-        " base_model.model.transformer.h.0.attn.c_attn.lora_dropout.default"
-        " (set lora.dropout: 0 and the backbone's dropout to 0)"
-    ]
-    assert loop.group_size == 1 and not loop.next_round().groups
+    lines = [r.getMessage() for r in caplog.records if "batch_clients" in r.getMessage()]
+    assert lines == ["federation.batch_clients: 2: clients trained together K = 2"]
+    assert loop.group_size == 2 and loop.next_round().groups
 
 
 def test_per_client_hook_falls_back_unless_batch_safe():
@@ -227,7 +225,4 @@ def test_a_run_stopped_inside_a_group_leaves_the_module_as_it_was(tmp_path):
     with pytest.raises(RuntimeError, match="stop inside the group"):
         fit(module, sft_data(), loop, str(tmp_path), limit_val_batches=0)
     assert all(p.dim() == 2 for p in module.shared_parameters().values())
-    assert (
-        module.batched_rows is None
-        and "forward" not in module.model.base_model.model.transformer.h[0].attn.c_attn.__dict__
-    )
+    assert "forward" not in module.model.base_model.model.transformer.h[0].attn.c_attn.__dict__

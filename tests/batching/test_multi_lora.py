@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lightning_fed.batching.client_rows import ClientRows, client_mean, client_token_mean
+from lightning_fed.batching.client_rows import ClientRows, per_client_loss
 from lightning_fed.batching.multi_lora import StackedLora
 from lightning_fed.modules import BackboneConfig, BinarySelectorModule, LoraSettings
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
@@ -89,10 +89,17 @@ def test_equal_segments_take_the_batched_matmul_and_match_each_clients_forward()
 
 
 def test_per_client_reductions():
-    rows = ClientRows(torch.tensor([0, 0, 1]), 2)
-    assert client_mean(torch.tensor([1.0, 3.0, 10.0]), rows).item() == 12.0  # mean 2 + mean 10
-    assert [v.item() for v in rows.losses] == [2.0, 10.0]
+    """One reduction for both paths: each client's mean over its own rows (tokens), summed; one
+    client's batch gives the plain mean, bit for bit."""
+    ids = torch.tensor([7, 7, 3])
+    out = per_client_loss(torch.tensor([1.0, 3.0, 10.0]), ids)
+    assert out["loss"].item() == 12.0  # client 7: mean 2, client 3: mean 10
+    assert dict(zip(out["client_ids"].tolist(), out["client_losses"].tolist())) == {7: 2.0, 3: 10.0}
     values = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     mask = torch.tensor([[True, False], [True, True], [False, True]])
-    # client 0: tokens 1, 3, 4 -> 8 / 3; client 1: token 6
-    torch.testing.assert_close(client_token_mean(values, mask, rows), torch.tensor(8 / 3 + 6))
+    # client 7: tokens 1, 3, 4 -> 8 / 3; client 3: token 6
+    torch.testing.assert_close(per_client_loss(values, ids, mask)["loss"], torch.tensor(8 / 3 + 6))
+    one = torch.tensor([0.3, 1.7, 2.9])
+    assert torch.equal(per_client_loss(one, torch.tensor([5, 5, 5]))["loss"], one.mean())
+    assert torch.equal(per_client_loss(values, None, mask)["loss"], values[mask].mean())
+    assert per_client_loss(one, None)["client_losses"].shape == (1,)

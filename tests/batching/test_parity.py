@@ -22,7 +22,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import lightning_fed.batching.client_rows as client_rows
+import lightning_fed.modules.sft as sft
+from lightning_fed.batching.client_rows import per_client_loss
 from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.datamodules import InstructionDataModule
 from lightning_fed.federation import RoundHook
@@ -146,14 +147,13 @@ def test_with_sgd_the_uploads_agree_to_float32_rounding(tmp_path):
 def test_a_mean_over_all_rows_is_caught(tmp_path, monkeypatch):
     """The comparison can fail: one token mean over the whole group's rows (not per client)."""
 
-    def one_mean(values, mask, rows):
-        m = mask.to(values.dtype)
-        loss = (values * m).sum() / m.sum()
-        rows.losses = [loss.detach()] * rows.size
-        return loss
+    def one_mean(values, client_ids, mask):
+        out = per_client_loss(values, client_ids, mask)
+        out["loss"] = values[mask].mean()  # one mean over every client's tokens
+        return out
 
     seq, _ = run_round(tmp_path, "seq", sft_module, sft_data, "off")
-    monkeypatch.setattr(client_rows, "client_token_mean", one_mean)
+    monkeypatch.setattr(sft, "per_client_loss", one_mean)
     bad, _ = run_round(tmp_path, "bad", sft_module, sft_data, 4)
     with pytest.raises(AssertionError, match="differs by"):
         assert_same_uploads(seq, bad)

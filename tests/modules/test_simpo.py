@@ -81,7 +81,7 @@ def test_pair_metrics_equal_separate_length_averaged_forwards(module_and_batch):
 
 def test_training_step_moves_only_adapters(module_and_batch):
     module, batch = module_and_batch
-    module.training_step(batch, 0).backward()
+    module.training_step(batch, 0)["loss"].backward()
     grads = {n: p.grad for n, p in module.named_parameters() if p.grad is not None}
     assert grads and all("lora_" in n for n in grads)
 

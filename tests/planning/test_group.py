@@ -178,3 +178,16 @@ def test_auto_through_the_loop_with_the_planner(monkeypatch, tmp_path):
     fit(module, data, loop, str(tmp_path), accelerator="cpu", limit_val_batches=0)
     assert loop.group_size == 3
     assert len(loop.server.report.history) == 1
+
+
+def test_auto_on_a_cpu_stops_at_the_cap(monkeypatch):
+    """On a CPU ``auto`` takes at most ``CPU_GROUP_CAP`` clients however much memory there is (issue 43:
+    the gain of a group stops there); the planner's own K is not capped."""
+    from lightning_fed.planning.group import CPU_GROUP_CAP
+    from tests.helpers.runs import preference_data, tiny_dpo
+
+    module, data = tiny_dpo(r=4), preference_data(batch_size=4, max_length=160)
+    monkeypatch.setattr("lightning_fed.planning.group.memory_budget", lambda device: 1 << 50)
+    shape, p = inputs_from_module(module, data)
+    assert batched_group_size(shape, p, 16, budget_bytes=1 << 50) == 16
+    assert run_group_size(module, data, None, clients_per_round=16) == CPU_GROUP_CAP == 4
