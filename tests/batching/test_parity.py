@@ -193,8 +193,8 @@ def test_scaffold_corrections_and_two_rounds_reach_the_same_global_state(tmp_pat
     assert loop_bat.group_size > 1
     assert any(k.startswith("extra/control") for k in seq[(1, 0)])
     assert_same_uploads(seq, bat)
-    for name, value in loop_seq.global_state.items():
-        assert (value - loop_bat.global_state[name]).abs().max().item() <= ATOL, name
+    for name, value in loop_seq.server.global_state.items():
+        assert (value - loop_bat.server.global_state[name]).abs().max().item() <= ATOL, name
 
 
 def test_gradient_clipping_is_per_client(tmp_path):

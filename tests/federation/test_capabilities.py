@@ -10,6 +10,7 @@ from lightning_fed.callbacks.lr_schedule import RoundLRSchedule
 from lightning_fed.federation.hooks import Capability, RoundHook, reads_client_data
 from lightning_fed.round_hooks.client_grouping import ClientGrouping
 from lightning_fed.selection.baselines import RandomSelection, ServerSideCoreset
+from lightning_fed.selection.hds import HierarchicalDataSelection
 
 
 class ReadsData(RoundHook):
@@ -35,7 +36,9 @@ def test_the_declaration_decides_what_generic_code_does():
 
 
 def test_the_package_hooks_declare_theirs():
-    assert ServerSideCoreset.capabilities == RandomSelection.capabilities == {Capability.READS_CLIENT_DATA}
+    both = {Capability.READS_CLIENT_DATA, Capability.BATCH_SAFE}  # the coreset's per-client moments only time a turn
+    assert ServerSideCoreset.capabilities == RandomSelection.capabilities == both
+    assert HierarchicalDataSelection.capabilities == {Capability.BATCH_SAFE}
     assert (
         Capability.BATCH_SAFE in ClientGrouping.capabilities and Capability.BATCH_SAFE in RoundLRSchedule.capabilities
     )
