@@ -4,32 +4,22 @@ before anything is written (issue 22, items 6 and 8)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.helpers.cli import lightning_fed
 from tests.helpers.tiny_run import CHECKPOINT, tiny_run
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-ENV.pop("LIGHTNING_FED_DEBUG", None)
+
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 
 
 def _cli(sub: str, root: Path, *extra: str) -> subprocess.CompletedProcess:
-    args = [sub, "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={root}", *QUIET, *extra]
-    return subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", *args],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    return lightning_fed(sub, "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={root}", *QUIET, *extra)
 
 
 def _errors(proc: subprocess.CompletedProcess) -> list[str]:

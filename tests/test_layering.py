@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
         "startup",
         "help_pages",
         "trainer_options",
+        "json_lines",
         "lightning_fed",
     },
     # 1: pure tensor code

@@ -13,6 +13,7 @@ Lightning's own.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,16 @@ from lightning_fed.heterogeneity.system_round import instructed_steps
 from lightning_fed.planning.group import run_group_size
 from lightning_fed.run import FederatedRun
 from lightning_fed.state import StateDict, clone_state, state_nbytes
+
+
+def _evaluators(hook: str) -> Callable[..., None]:
+    """The Lightning hook ``hook`` of the loop, handed to its :class:`LoopEvaluation` (``loop.evaluator``)."""
+
+    def handed_on(self: FederatedLoop, trainer: pl.Trainer, pl_module: pl.LightningModule, *a: Any, **kw: Any) -> None:
+        getattr(self.evaluator, hook)(trainer, pl_module, *a, **kw)
+
+    handed_on.__name__ = hook
+    return handed_on
 
 
 class FederatedLoop(GroupedTurns):
@@ -239,57 +250,15 @@ class FederatedLoop(GroupedTurns):
             trainer.should_stop = True
 
     # ========================================================= evaluation (the evaluator's)
-    @override
-    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.evaluator.on_validation_epoch_start(trainer, pl_module)
-
-    @override
-    def on_validation_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self.evaluator.on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
-
-    @override
-    def on_validation_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self.evaluator.on_validation_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
-
-    @override
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.evaluator.on_validation_epoch_end(trainer, pl_module)
-
-    @override
-    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.evaluator.on_test_epoch_start(trainer, pl_module)
-
-    @override
-    def on_test_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self.evaluator.on_test_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
-
-    @override
-    def on_test_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self.evaluator.on_test_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
-
-    @override
-    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.evaluator.on_test_epoch_end(trainer, pl_module)
+    # Lightning's validation and test hooks are the evaluation half's (LoopEvaluation).
+    on_validation_epoch_start = _evaluators("on_validation_epoch_start")
+    on_validation_batch_start = _evaluators("on_validation_batch_start")
+    on_validation_batch_end = _evaluators("on_validation_batch_end")
+    on_validation_epoch_end = _evaluators("on_validation_epoch_end")
+    on_test_epoch_start = _evaluators("on_test_epoch_start")
+    on_test_batch_start = _evaluators("on_test_batch_start")
+    on_test_batch_end = _evaluators("on_test_batch_end")
+    on_test_epoch_end = _evaluators("on_test_epoch_end")
 
     # ============================================================================ the end
     @override

@@ -67,41 +67,34 @@ def build_parser() -> ArgumentParser:
     """The ``evaluate`` argument parser (options of every benchmark under its own prefix)."""
     parser = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0].replace("``", ""), exit_on_error=False)
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML file with any of these options.")
-    parser.add_argument(
-        "--run",
-        type=str | None,
-        default=None,
-        help="A finished run: its version folder, its adapter/ folder, or a .ckpt.",
-    )
-    parser.add_argument(
-        "--model",
-        type=str | None,
-        default=None,
-        help="A base model instead of a run: hub id, local folder or gguf:<package>/<file.gguf>.",
-    )
-    parser.add_argument("--adapter", type=str | None, default=None, help="A PEFT adapter folder applied on --model.")
-    parser.add_argument(
-        "--tokenizer", type=str | None, default=None, help="Tokenizer of --model (default: the model's own)."
-    )
-    parser.add_argument(
-        "--seed",
-        type=int | None,
-        default=None,
-        help="Seed of a config-built backbone (default: the run's seed_everything); also lm-eval's seeds.",
-    )
-    parser.add_argument("--dtype", type=str, default="float32", help=f"Dtype of --model, one of {sorted(DTYPES)}.")
+    # name, type, default, help: one row an option, in the order --help shows them
+    for name, kind, default, text in (
+        ("--run", str | None, None, "A finished run: its version folder, its adapter/ folder, or a .ckpt."),
+        (
+            "--model",
+            str | None,
+            None,
+            "A base model instead of a run: hub id, local folder or gguf:<package>/<file.gguf>.",
+        ),
+        ("--adapter", str | None, None, "A PEFT adapter folder applied on --model."),
+        ("--tokenizer", str | None, None, "Tokenizer of --model (default: the model's own)."),
+        (
+            "--seed",
+            int | None,
+            None,
+            "Seed of a config-built backbone (default: the run's seed_everything); also lm-eval's seeds.",
+        ),
+        ("--dtype", str, "float32", f"Dtype of --model, one of {sorted(DTYPES)}."),
+    ):
+        parser.add_argument(name, type=kind, default=default, help=text)
     parser.add_argument(
         "--benchmarks", type=list[str], required=True, help=f"Which benchmarks to run, a list of {list(BENCHMARKS)}."
     )
-    parser.add_argument(
-        "--output",
-        type=str | None,
-        default=None,
-        help="Results folder (default: the run folder, or the adapter's parent folder).",
-    )
-    parser.add_argument(
-        "--batch_size", type=int, default=8, help="Prompts per forward / generate call (lm-eval's HFLM batch size)."
-    )
+    for name, kind, default, text in (
+        ("--output", str | None, None, "Results folder (default: the run folder, or the adapter's parent folder)."),
+        ("--batch_size", int, 8, "Prompts per forward / generate call (lm-eval's HFLM batch size)."),
+    ):
+        parser.add_argument(name, type=kind, default=default, help=text)
     parser.add_argument("--debug", type=bool, default=False, help="Show tracebacks.")
     set_parsing_settings(docstring_parse_attribute_docstrings=True)  # the options' docstrings are their help
     for name, options in (("lm_eval", LmEvalOptions), ("humaneval", HumanEvalOptions), ("judge", JudgeOptions)):

@@ -17,6 +17,7 @@ from typing import Any
 
 from lightning_fed.datamodules.templates import TEMPLATE_CHOICES
 from lightning_fed.evaluation.judge import LLMJudge, LocalChatBackend, OpenAIChatBackend
+from lightning_fed.json_lines import numbered_records
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "tasks" / "judge_prompts.jsonl"
 MODES = ("pairwise", "single")
@@ -114,13 +115,10 @@ def load_prompts(options: JudgeOptions) -> list[dict[str, str]]:
     """The prompt rows, checked: each a JSON object with a non-empty string ``prompt``."""
     path = Path(options.prompts).expanduser() if options.prompts else DEFAULT_PROMPTS
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise ValueError(f"--judge.prompts {str(path)!r} line {number}: not JSON") from None
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, row in numbered_records(
+        lines, lambda n: ValueError(f"--judge.prompts {str(path)!r} line {n}: not JSON")
+    ):
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
             raise ValueError(f"--judge.prompts {str(path)!r} line {number}: needs a non-empty string 'prompt'")
         if "reference" in row and not isinstance(row["reference"], str):

@@ -20,6 +20,7 @@ from typing import Any
 
 from lightning_fed.errors import UserError
 from lightning_fed.federation.round_history import CLIENTS_DIR, ROUNDS_FILE
+from lightning_fed.json_lines import numbered_records
 
 SUMMARY = "summary.json"
 STAGE_FILES = {"validate": "validate_results.json", "test": "test_results.json"}
@@ -221,13 +222,8 @@ def _read_rounds(path: Path) -> list[dict[str, Any]]:
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: not a readable text file ({type(err).__name__})") from None
     rounds = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            raise UserError(f"{path}: line {number} is not JSON (a truncated or damaged file)") from None
+    damaged = "is not JSON (a truncated or damaged file)"
+    for number, record in numbered_records(lines, lambda n: UserError(f"{path}: line {n} {damaged}")):
         if not isinstance(record, dict) or not isinstance(record.get("round"), int):
             raise UserError(f"{path}: line {number} is not a round record (a JSON object with a round number)")
         rounds.append(record)

@@ -5,10 +5,8 @@ exit 2 with one line naming the file and the key, before anything is written."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,24 +15,17 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from tests.evaluation.eval_runs import make_run
+from tests.helpers.cli import lightning_fed
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-ENV.pop("LIGHTNING_FED_DEBUG", None)
+
 PROG = "lightning-fed evaluate: error:"
 BENCH = ["--benchmarks", "[lm_eval]", "--lm_eval.tasks", "[lf_arithmetic_mc]", "--lm_eval.limit", "1"]
 HINT = "; evaluate a checkpoint of the run whose config.yaml is beside it"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", *args],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    return lightning_fed(*args)
 
 
 def _errors(proc: subprocess.CompletedProcess, prefix: str) -> list[str]:

@@ -12,18 +12,10 @@ clients of a round, AsyncArrivals' ``concurrency`` or strategy) exited 2 only af
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from lightning_fed.errors import HINT
-
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-ENV.pop("LIGHTNING_FED_DEBUG", None)
+from tests.helpers.cli import lightning_fed
 
 HOOKS = {
     "ranks_above_r_max": """
@@ -134,14 +126,7 @@ def test_a_bad_value_is_refused_in_one_line_before_anything_is_written(tmp_path,
         config.write_text(HOOKS[overrides])
         overrides = ["--config", str(config)]
     root = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", *args, *overrides, f"--trainer.default_root_dir={root}"],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    proc = lightning_fed(*args, *overrides, f"--trainer.default_root_dir={root}")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == f"{line}\n{HINT}\n"
     assert not root.exists()

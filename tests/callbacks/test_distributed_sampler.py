@@ -9,16 +9,8 @@ private ``trainer._accelerator_connector`` (issue 23).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 from lightning_fed.federated_cli import run_cli
-
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-ENV.pop("LIGHTNING_FED_DEBUG", None)
+from tests.helpers.cli import ROOT, lightning_fed
 
 
 def test_cli_trainer_default_is_no_distributed_sampler(tmp_path):
@@ -28,22 +20,12 @@ def test_cli_trainer_default_is_no_distributed_sampler(tmp_path):
 
 
 def test_cli_refuses_use_distributed_sampler_true_in_one_line(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lightning_fed.cli",
-            "fit",
-            "--config",
-            str(ROOT / "configs/tiny.yaml"),
-            f"--trainer.default_root_dir={tmp_path / 'run'}",
-            "--trainer.use_distributed_sampler=true",
-        ],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=1800,
+    proc = lightning_fed(
+        "fit",
+        "--config",
+        str(ROOT / "configs/tiny.yaml"),
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        "--trainer.use_distributed_sampler=true",
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.splitlines()[0] == (

@@ -4,7 +4,6 @@ never exit 1, never a score of broken weights (issue 22, item 4)."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.evaluation.eval_runs import make_run
-from tests.evaluation.test_evaluate_cli import ENV, ROOT
+from tests.helpers.cli import lightning_fed
 
 PROG = "lightning-fed evaluate: error:"
 BENCH = ["--benchmarks", "[lm_eval]", "--lm_eval.tasks", "[lf_arithmetic_mc]", "--lm_eval.limit", "1"]
@@ -27,14 +26,7 @@ class _Payload:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", *args],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    return lightning_fed(*args)
 
 
 def test_a_crafted_run_checkpoint_exits_2_and_debug_reaches_evaluate(tmp_path):

@@ -6,16 +6,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from lightning_fed.planning.activations import count_saved_activations
+from tests.planning.tiny_llama import TINY_LLAMA
 
-TINY_LLAMA = {
-    "hidden_size": 8,
-    "intermediate_size": 16,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "vocab_size": 10,
-    "tie_word_embeddings": False,
-}
 TINY_GPT2 = {"n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 64, "vocab_size": 50}
 
 

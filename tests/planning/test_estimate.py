@@ -12,6 +12,7 @@ import yaml
 from lightning_fed.plan_cli import main
 from lightning_fed.planning.activations import count_saved_activations
 from lightning_fed.planning.estimate import NF4_BYTES_PER_WEIGHT, PlanInputs, estimate, model_shape
+from tests.planning.tiny_llama import TINY
 
 ROOT = Path(__file__).resolve().parents[2]
 # Llama-2-7B's config.json (meta-llama/Llama-2-7b-hf), the fields that fix its shape.
@@ -25,16 +26,6 @@ LLAMA2_7B = {
     "vocab_size": 32000,
     "max_position_embeddings": 4096,
     "rms_norm_eps": 1e-5,
-    "tie_word_embeddings": False,
-}
-TINY = {
-    "model_type": "llama",
-    "hidden_size": 8,
-    "intermediate_size": 16,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "vocab_size": 10,
     "tie_word_embeddings": False,
 }
 

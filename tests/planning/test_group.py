@@ -18,18 +18,9 @@ from lightning_fed.planning.group import (
     memory_budget,
     run_group_size,
 )
+from tests.planning.tiny_llama import TINY
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = {
-    "model_type": "llama",
-    "hidden_size": 8,
-    "intermediate_size": 16,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "vocab_size": 10,
-    "tie_word_embeddings": False,
-}
 
 
 def test_group_plan_item_by_item():

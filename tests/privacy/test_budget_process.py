@@ -3,19 +3,11 @@ the options, before anything is written (the budget is planned before training).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import yaml
 
 from lightning_fed.errors import HINT
-
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-ENV.pop("LIGHTNING_FED_DEBUG", None)
+from tests.helpers.cli import ROOT, lightning_fed
 
 UNREACHABLE = (
     "federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 3 rounds at"
@@ -80,14 +72,7 @@ def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, me
     cfg["trainer"]["default_root_dir"] = str(tmp_path / "run")
     config = tmp_path / "budget.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", str(config)],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    proc = lightning_fed("fit", "--config", str(config))
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == f"error: {message}\n{HINT}\n"
     assert not (tmp_path / "run").exists()

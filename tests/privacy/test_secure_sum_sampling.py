@@ -6,9 +6,6 @@ about 10 s on an idle 2-core machine) and an in-process check of the same refusa
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import yaml
 
@@ -16,7 +13,7 @@ from lightning_fed.errors import HINT
 from lightning_fed.privacy import ClientLevelDP, PrivacyConfig
 from lightning_fed.strategies import FedAvg
 from tests.deploy.test_transport_parity import tiny_variant
-from tests.privacy.test_budget_process import ENV, ROOT
+from tests.helpers.cli import lightning_fed
 
 REFUSED = (
     "federation.sampling=poisson cannot run with SecureAggregation around ClientLevelDP: the server picks the sample,"
@@ -44,14 +41,7 @@ def test_poisson_sampling_under_secagg_with_dp_is_refused_before_anything_is_wri
     cfg["trainer"]["default_root_dir"] = str(tmp_path / "run")
     config = tmp_path / "secagg_poisson.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", str(config)],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    proc = lightning_fed("fit", "--config", str(config))
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == f"error: {REFUSED}\n{HINT}\n"
     assert not (tmp_path / "run").exists()

@@ -1,8 +1,7 @@
-import io
-
 import torch
 
 from lightning_fed.strategies import ClientUpdate, FedAdagrad
+from tests.strategies.resume import resumed
 
 X0 = {"w": torch.tensor([1.0, 2.0])}
 
@@ -45,14 +44,6 @@ def test_two_rounds_hand_values():
 
 def test_state_dict_round_trip():
     rounds = [_round([1.0, 3.0], [3.0, 1.0]), _round([4.25, 0.0], [4.25, 2.0]), _round([0.0, 0.5], [2.0, 1.0])]
-    a = _strategy()
-    x = X0
-    for ups in rounds[:2]:
-        x = a.aggregate(x, ups)
-    buffer = io.BytesIO()
-    torch.save(a.state_dict(), buffer)
-    buffer.seek(0)
-    b = _strategy()
-    b.load_state_dict(torch.load(buffer, weights_only=True))
+    a, b, x = resumed(_strategy, rounds, X0)
     assert b.step == 2
     torch.testing.assert_close(a.aggregate(x, rounds[2])["w"], b.aggregate(x, rounds[2])["w"], rtol=0, atol=0)

@@ -1,8 +1,7 @@
-import io
-
 import torch
 
 from lightning_fed.strategies import ClientUpdate, FedAdam
+from tests.strategies.resume import resumed
 
 X0 = {"w": torch.tensor([1.0, 2.0])}
 
@@ -48,14 +47,6 @@ def test_two_rounds_hand_values():
 
 def test_state_dict_round_trip():
     rounds = [_round([2.5, 1.5], [3.0, 2.0]), _round([0.625, 3.0], [0.625, 3.75]), _round([0.0, 1.0], [1.0, 0.0])]
-    a = _strategy()
-    x = X0
-    for ups in rounds[:2]:
-        x = a.aggregate(x, ups)
-    buffer = io.BytesIO()
-    torch.save(a.state_dict(), buffer)
-    buffer.seek(0)
-    b = _strategy()
-    b.load_state_dict(torch.load(buffer, weights_only=True))
+    a, b, x = resumed(_strategy, rounds, X0)
     torch.testing.assert_close(a.aggregate(x, rounds[2])["w"], b.aggregate(x, rounds[2])["w"], rtol=0, atol=0)
     torch.testing.assert_close(a.v["w"], b.v["w"], rtol=0, atol=0)

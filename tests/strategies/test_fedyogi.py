@@ -1,8 +1,7 @@
-import io
-
 import torch
 
 from lightning_fed.strategies import ClientUpdate, FedYogi
+from tests.strategies.resume import resumed
 
 X0 = {"w": torch.tensor([1.0, 2.0])}
 
@@ -47,14 +46,6 @@ def test_two_rounds_hand_values():
 
 def test_state_dict_round_trip():
     rounds = [_round([5.0, -2.0], [3.0, 0.0]), _round([3.0, 3.0], [4.0, 4.0]), _round([2.0, 2.5], [1.0, 0.5])]
-    a = _strategy()
-    x = X0
-    for ups in rounds[:2]:
-        x = a.aggregate(x, ups)
-    buffer = io.BytesIO()
-    torch.save(a.state_dict(), buffer)
-    buffer.seek(0)
-    b = _strategy()
-    b.load_state_dict(torch.load(buffer, weights_only=True))
+    a, b, x = resumed(_strategy, rounds, X0)
     torch.testing.assert_close(a.aggregate(x, rounds[2])["w"], b.aggregate(x, rounds[2])["w"], rtol=0, atol=0)
     torch.testing.assert_close(a.m["w"], b.m["w"], rtol=0, atol=0)
