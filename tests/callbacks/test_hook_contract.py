@@ -51,7 +51,7 @@ class Contract(RoundHook):
 def test_hook_contract_order_instructions_and_bytes(tmp_path):
     hook = Contract()
     loop = run(tmp_path, rounds=2, hooks=[hook], clients_per_round=3, local_steps=None, local_epochs=1)
-    first = loop.report.history[0]
+    first = loop.server.report.history[0]
     kept = [e[1] for e in hook.events if e[0] == "round_start"][0]
     assert len(kept) == 2 and hook.dropped not in kept and first["clients"] == list(kept)
     # Order of round 1: queries, every client answers, replies, round start, then per client
@@ -76,7 +76,7 @@ def test_hook_contract_order_instructions_and_bytes(tmp_path):
     # Bytes of round 1: each trained client gets and returns the state (G bytes, FedAvg has no
     # extras); each of the 4 asked clients gets the state plus 2 float32 (8 bytes) and returns
     # 3 float64 (24 bytes). Round 2 asks nobody.
-    g = state_nbytes(loop.global_state)
+    g = state_nbytes(loop.server.global_state)
     assert first["down_bytes"] == 2 * g + 4 * (g + 8)
     assert first["up_bytes"] == 2 * g + 4 * 24
-    assert loop.report.history[1]["down_bytes"] == loop.report.history[1]["up_bytes"] == 3 * g
+    assert loop.server.report.history[1]["down_bytes"] == loop.server.report.history[1]["up_bytes"] == 3 * g
