@@ -63,6 +63,7 @@ UNDECLARED = {
     ("*", "data.min_prompt_length"): "a length budget against data.max_length (length_budget_problems)",
     ("FedBiscuit", "num_selectors"): "a positive odd number: not a range",
     ("EmulatorAlignment", "template"): "the data templates' names (lightning_fed/datamodules/templates.py)",
+    ("*", "model.loss"): "a name of modules/dpo_losses.py or a dotted path to a function: importing it is the check",
 }
 PREFIX = {"federation.hooks": "federation.hooks[]"}
 """How a section's options are named in the messages (a hook does not know its index in the list)."""

@@ -93,5 +93,7 @@ def test_a_bad_client_state_file_is_refused_before_the_run_folder(tmp_path, trai
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     line = problem.format(key=key, cid=cid, other=cid + 1)
-    assert errors == [f"error: client {cid}'s state file {str(state_file)!r}{line}"], proc.stderr[-3000:]
+    assert errors == [f"error: ckpt_path {str(path)!r}: client {cid}'s state file {str(state_file)!r}{line}"], (
+        proc.stderr[-3000:]
+    )
     assert not (tmp_path / "run").exists()

@@ -52,7 +52,7 @@ def _config(tmp_path: Path) -> Path:
 def test_clientapp_process_loads_the_backbone_once_per_run(tmp_path):
     config = _config(tmp_path)
     cli = main(["fit", "--config", str(config)])
-    local = next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).global_state
+    local = next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).server.global_state
 
     deployment = LocalDeployment(
         APP,

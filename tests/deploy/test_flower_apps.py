@@ -33,7 +33,7 @@ def _in_process(tmp_path, overrides: list[str]) -> dict[str, torch.Tensor]:
         *overrides,
     ]
     cli = main(args)
-    return next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).global_state
+    return next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).server.global_state
 
 
 def _flower(tmp_path, overrides: list[str], grid_kwargs=None, dead=()) -> tuple[FederatedServer, InProcessGrid]:

@@ -109,7 +109,7 @@ def _assert_tls(dep: LocalDeployment) -> None:
 def test_feddpo_over_a_real_deployment(tmp_path):
     config = _config(tmp_path)
     cli = main(["fit", "--config", str(config)])
-    local = next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).global_state
+    local = next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).server.global_state
 
     victim = sample_clients(NUM_CLIENTS, 2, 0, 0)[0]  # trains in round 1
     deployment = LocalDeployment(

@@ -92,7 +92,7 @@ def test_a_hook_reading_client_data_on_the_server_is_refused_at_start(tmp_path):
     from tests.helpers.flower_grid import InProcessGrid
 
     module, datamodule, loop, _ = load_run("configs/tiny.yaml")
-    loop.server.hooks.append(RandomSelection(ratio=0.5))
+    loop.hooks.append(RandomSelection(ratio=0.5))
     server = FederatedServer(loop, module, datamodule.num_clients, tmp_path, datamodule=datamodule)
     grid = InProcessGrid(client_app, datamodule.num_clients, {"config": "configs/tiny.yaml"})
     with pytest.raises(

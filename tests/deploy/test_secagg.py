@@ -61,7 +61,7 @@ def _in_process(tmp_path, overrides: list[str]) -> dict[str, torch.Tensor]:
     args = ["fit", "--config", CONFIG, f"--trainer.default_root_dir={tmp_path}/local", "--trainer.logger=false"]
     args += ["--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false", *overrides]
     cli = main(args)
-    return next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).global_state
+    return next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).server.global_state
 
 
 def _flower(tmp_path, overrides: list[str], **grid_kwargs) -> tuple[FederatedServer, TransportGrid]:

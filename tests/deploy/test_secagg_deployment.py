@@ -71,7 +71,7 @@ def _config(tmp_path: Path, name: str, secure: bool) -> Path:
 
 def _global_state(config: Path) -> dict[str, torch.Tensor]:
     cli = main(["fit", "--config", str(config)])
-    return next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).global_state
+    return next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).server.global_state
 
 
 def _kill_at_train_message(dep: LocalDeployment, index: int, nth: int, stop: threading.Event) -> None:

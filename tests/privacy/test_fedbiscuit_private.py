@@ -45,8 +45,8 @@ def test_selector_losses_are_noised_and_accounted_in_both_transports(tmp_path):
     assert ((rows < 0) | (rows > 1)).any()  # a clipped loss is in [0, 1]: these rows carry the noise
     assert grouping["noise_std"] == pytest.approx(3**0.5)
     assert local.server.strategy.wrapped.client_sizes == [8] * 6  # 9 training examples each, bucketed
-    for loop, summary in zip((local, remote), summaries):
-        assert loop.server.hooks[0].noised_groupings == 1
+    for server_round, summary in zip((local.server, remote), summaries):
+        assert server_round.hooks[0].noised_groupings == 1
         assert summary["hooks"]["ClientGrouping"]["groupings"][0]["losses"] == grouping["losses"]
         privacy = summary["privacy"]
         delta = privacy["client_level"]["delta"]

@@ -330,10 +330,10 @@ def test_private_runs_write_no_validation_figure_in_both_transports(tmp_path, mo
     losses = [v for v in raw.values if v != 0.0]  # the margin of the initial model is 0
     _assert_no_validation_written(tmp_path / "local", losses)
     _assert_no_validation_written(tmp_path / "flower", losses)
-    for loop in (local, server.server):
-        section = loop.privacy_section() if loop is server.server else loop.server.privacy_section()
+    for server_round in (local.server, server.server):
+        section = server_round.privacy_section()
         assert section["channels"]["validation"]["protection"] == "withheld"
-        assert all("val" not in r for r in loop.server.report.history) and loop.server.report.initial_eval is None
+        assert all("val" not in r for r in server_round.report.history) and server_round.report.initial_eval is None
 
 
 def test_report_validation_writes_only_the_means_and_says_they_are_unprotected(tmp_path, monkeypatch):
