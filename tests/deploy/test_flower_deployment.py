@@ -139,7 +139,7 @@ def test_feddpo_over_a_real_deployment(tmp_path):
         stop = threading.Event()
         killer = threading.Thread(target=_kill_when_training, args=(dep, victim, stop), daemon=True)
         killer.start()
-        result = dep.run({"config": str(config), "output-dir": str(tmp_path / "faulty"), "timeout": 30.0}, timeout=1800)
+        result = dep.run({"config": str(config), "output-dir": str(tmp_path / "faulty"), "timeout": 90.0}, timeout=1800)
         stop.set()
         killer.join(5)
         assert result.ok, result.output[-4000:]
