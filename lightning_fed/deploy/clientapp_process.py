@@ -32,6 +32,7 @@ same app is installed, but modules already imported are not re-imported).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -333,6 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.parent_pid is not None:
         start_parent_process_monitor(args.parent_pid)  # raises SIGINT here when the SuperNode is gone
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    # flwr's logger prints through a handler of its own; a library's `logging.basicConfig` at
+    # import (opacus', reached when a task loads the app) gives the root logger one as well,
+    # and every record would print twice.
+    logging.getLogger("flwr").propagate = False
     worker = ClientAppProcess(
         args.runtime_api_address,
         insecure=args.insecure,
