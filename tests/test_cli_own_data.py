@@ -10,13 +10,9 @@ the SmolLM2 numbers, which show the same pattern.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+from tests.helpers.cli import lightning_fed
+
 TINY = {
     "name_or_path": None,
     "config": {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2},
@@ -28,20 +24,11 @@ SHORT, DETAILED = (0, 2), (1, 3)  # ana, chen | ben, dara: ByKey numbers the use
 def test_the_own_data_example_splits_by_taste_and_pref_acc_follows_length(tmp_path):
     from lightning_fed.federation.round_history import read_client_metrics
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "own_data"]
-        + [f"--trainer.default_root_dir={tmp_path}", f"--trainer.logger.init_args.save_dir={tmp_path}"]
-        + [
-            "--trainer.enable_progress_bar=false",
-            "--federation.rounds=2",
-            f"--model.init_args.backbone={json.dumps(TINY)}",
-        ]
-        + ["--data.init_args.template=plain", "--data.init_args.system_prompt=null", "--model.init_args.lr=0.005"],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=1800,
+    proc = lightning_fed(
+        *["fit", "--config", "own_data", f"--trainer.default_root_dir={tmp_path}"],
+        *[f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.enable_progress_bar=false"],
+        *["--federation.rounds=2", f"--model.init_args.backbone={json.dumps(TINY)}", "--data.init_args.template=plain"],
+        *["--data.init_args.system_prompt=null", "--model.init_args.lr=0.005"],
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = (tmp_path / "feddpo").iterdir()

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from lightning_fed.federated_cli import closing_line
+from tests.helpers.cli import lightning_fed
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -25,14 +24,7 @@ for name in ("LIGHTNING_FED_DEBUG", "LIGHTNING_FED_VERBOSE"):
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "tiny", f"--trainer.default_root_dir={root}"],
-        cwd=root,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    proc = lightning_fed("fit", "--config", "tiny", f"--trainer.default_root_dir={root}", cwd=root, env=ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, root / "lightning_logs" / "version_0"
 

@@ -7,27 +7,13 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from lightning_fed.errors import exit_code
-
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-ENV.pop("LIGHTNING_FED_DEBUG", None)
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", *args],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+from tests.helpers.cli import ENV, ROOT
+from tests.helpers.cli import lightning_fed as _cli
 
 
 def _errors(proc: subprocess.CompletedProcess, prefix: str = "error:") -> list[str]:
@@ -219,14 +205,10 @@ def test_validate_of_a_checkpoint_in_a_read_only_run_folder_is_refused_first(tmp
     )
     before = sorted(p.relative_to(run) for p in run.rglob("*"))
     root = tmp_path / "elsewhere"
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", "validate", "--config", "configs/tiny.yaml"]
-        + [f"--ckpt_path={ckpt}", f"--trainer.default_root_dir={root}", "--trainer.enable_progress_bar=false"],
-        cwd=ROOT,
+    proc = _cli(
+        *["validate", "--config", "configs/tiny.yaml", f"--ckpt_path={ckpt}", f"--trainer.default_root_dir={root}"],
+        "--trainer.enable_progress_bar=false",
         env={**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"},
-        capture_output=True,
-        text=True,
-        timeout=1800,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert _errors(proc) == [

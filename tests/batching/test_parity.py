@@ -31,7 +31,7 @@ from lightning_fed.federation.hooks import Capability
 from lightning_fed.modules import BackboneConfig, BinarySelectorModule, DPOModule, LoraSettings, SFTModule
 from lightning_fed.round_hooks.client_grouping import ClientGrouping
 from lightning_fed.strategies import FedBiscuit, FedProx, HetLoRA, Scaffold
-from tests.helpers.runs import TINY_GPT2, fit, preference_data
+from tests.helpers.runs import TINY_GPT2, fit, preference_data, tiny_llama
 from tests.helpers.selector_data import one_thread, write_planted_selector_data
 
 #: A tiny GPT-2 without dropout (batched turns fall back under active dropout).
@@ -55,15 +55,7 @@ class RecordUpdates(RoundHook):
 
 
 #: A tiny Llama (rotary positions, grouped-query attention, gated MLP: SmolLM2's architecture).
-TINY_LLAMA = {
-    "model_type": "llama",
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "initializer_range": 0.1,
-}
+TINY_LLAMA = tiny_llama(initializer_range=0.1)
 
 
 def sft_module(r: int = 4, config: dict | None = None, optimizer: str = "adamw", lr: float = LR) -> SFTModule:

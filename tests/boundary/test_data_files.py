@@ -74,10 +74,9 @@ def test_a_broken_jsonl_line_prints_only_the_package_error(tmp_path):
     """Issue 34 item 11: ``datasets`` logged "Failed to load JSON from file ..." twice (once with a
     timestamp) before the package's own line; as a process, stderr is that line and the hint."""
     import os
-    import subprocess
-    import sys
 
     from lightning_fed.errors import HINT
+    from tests.helpers.cli import lightning_fed
 
     root = Path(__file__).resolve().parents[2]
     path = tmp_path / "pairs.jsonl"
@@ -86,15 +85,11 @@ def test_a_broken_jsonl_line_prints_only_the_package_error(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(root)}
     env.pop("LIGHTNING_FED_DEBUG", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/tiny.yaml"]
-        + [f"--data.init_args.dataset={path}", "--data.init_args.num_clients=2", "--data.init_args.val_fraction=0"]
-        + ["--federation.clients_per_round=1", f"--trainer.default_root_dir={run}"],
+    proc = lightning_fed(
+        *["fit", "--config", "configs/tiny.yaml", f"--data.init_args.dataset={path}", "--data.init_args.num_clients=2"],
+        *["--data.init_args.val_fraction=0", "--federation.clients_per_round=1", f"--trainer.default_root_dir={run}"],
         cwd=root,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert (

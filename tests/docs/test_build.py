@@ -4,22 +4,15 @@ of the navigation, docstring errors in the API reference (``mkdocs build --stric
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.cli import ROOT, run_process
 
 
 def test_mkdocs_build_strict(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=1800,
+    proc = run_process(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")], env=env
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     page = (tmp_path / "site" / "methods" / "fedpdpo" / "index.html").read_text()

@@ -2,39 +2,24 @@
 ``lightning-fed evaluate`` on the shipped local lm-eval task and HumanEval's first 5 problems."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.evaluation.test_evaluate_cli import ENV, ROOT, evaluate
+from tests.helpers.cli import run_process
 
 pytestmark = pytest.mark.slow
 
 
 def test_demo_adapter_on_local_task_and_humaneval(tmp_path):
-    fit = subprocess.run(
-        [
-            "nice",
-            "-n",
-            "10",
-            sys.executable,
-            "-m",
-            "lightning_fed.cli",
-            "fit",
-            "--config",
-            "configs/demo.yaml",
-            "--federation.rounds=1",
-            "--federation.local_steps=2",
-            f"--trainer.default_root_dir={tmp_path}",
-            f"--trainer.logger.init_args.save_dir={tmp_path}",
-            "--trainer.enable_progress_bar=false",
-        ],
+    fit = run_process(
+        ["nice", "-n", "10", sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/demo.yaml"]
+        + ["--federation.rounds=1", "--federation.local_steps=2", f"--trainer.default_root_dir={tmp_path}"]
+        + [f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.enable_progress_bar=false"],
         cwd=ROOT,
         env=ENV,
-        capture_output=True,
-        text=True,
         timeout=3600,
     )
     assert fit.returncode == 0, fit.stderr[-3000:]

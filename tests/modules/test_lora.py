@@ -15,18 +15,11 @@ from lightning_fed.modules.lora import (
     apply_lora,
     is_adapter_param,
 )
+from tests.helpers.runs import tiny_llama
 
 TINY = {
     "gpt2": {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 64},
-    "llama": {
-        "model_type": "llama",
-        "num_hidden_layers": 2,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 64,
-    },
+    "llama": tiny_llama(max_position_embeddings=64),
 }
 
 

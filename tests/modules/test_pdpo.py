@@ -16,7 +16,7 @@ from lightning_fed.modules.pdpo import PDPOModule
 from lightning_fed.state import state_nbytes
 from tests.callbacks.test_federated_loop import assert_states_close
 from tests.helpers.personal import tiny, tiny_kwargs
-from tests.helpers.runs import fit, preference_data, tiny_dpo
+from tests.helpers.runs import fit, preference_data, tiny_dpo, tiny_llama
 
 PERSONAL = ("lm_head.", "bottleneck.", "reward_head.", "reward_scale.")
 
@@ -272,15 +272,7 @@ def test_schedule_and_exclusion_settings_are_validated():
         tiny(PDPOModule, local_schedule="epochs", accumulate_grad_batches=0, exclusion_k=-1.0)
 
 
-TINY_LLAMA = {
-    "model_type": "llama",
-    "num_hidden_layers": 2,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 256,
-}
+TINY_LLAMA = tiny_llama(max_position_embeddings=256)
 
 
 @pytest.mark.parametrize("config", [None, TINY_LLAMA], ids=["gpt2-layernorm", "llama-rmsnorm"])

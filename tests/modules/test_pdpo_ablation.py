@@ -49,7 +49,6 @@ import tempfile
 
 import lightning.pytorch as pl
 import pytest
-import torch
 
 from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.datamodules import PreferenceDataModule
@@ -57,6 +56,7 @@ from lightning_fed.evaluation import client_accuracy
 from lightning_fed.modules.pdpo import PDPOModule
 from lightning_fed.strategies import FedAvg
 from tests.helpers.personal import tiny_kwargs
+from tests.helpers.threads import one_thread  # noqa: F401 (autouse)
 
 HARD = {"num_clients": 4, "examples_per_client": 96, "groups": ["positive", "negative"], "distractor": 1.0}
 
@@ -94,15 +94,6 @@ def mean_accuracy(seed: int, **variant) -> float:
         )
         trainer.fit(module, datamodule=data)
     return client_accuracy(loop.server.report.history[-1])["mean"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The figures above were measured with one intra-op thread (and it is faster on shared cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow  # six federated runs, ~1 min

@@ -11,17 +11,9 @@ from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.datamodules.tokenize import PadCollator, tokenize_preference
 from lightning_fed.modules import BackboneConfig, DPOModule, LoraSettings, load_backbone
 from lightning_fed.modules.quantization import is_quantized
-from tests.helpers.runs import fit, preference_data
+from tests.helpers.runs import fit, preference_data, tiny_llama
 
-TINY_LLAMA = {
-    "model_type": "llama",
-    "num_hidden_layers": 2,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 256,
-}
+TINY_LLAMA = tiny_llama(hidden_size=64, intermediate_size=128, max_position_embeddings=256)
 TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 256}
 needs_bnb = pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="bitsandbytes is not installed")
 

@@ -25,18 +25,11 @@ from lightning_fed.modules import BackboneConfig, BinarySelectorModule, DPOModul
 from lightning_fed.modules.pdpo import PDPOModule
 from lightning_fed.modules.scored_logits import output_head, scored_positions
 from tests.helpers.offsite import offsite_module
-from tests.helpers.runs import TINY_GPT2
+from tests.helpers.runs import TINY_GPT2, tiny_llama
+from tests.helpers.threads import one_thread  # noqa: F401 (autouse)
 
 NO_DROPOUT = {**TINY_GPT2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "initializer_range": 0.1}
-TINY_LLAMA = {
-    "model_type": "llama",
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "initializer_range": 0.1,
-}
+TINY_LLAMA = tiny_llama(initializer_range=0.1)
 CONFIGS = {"gpt2": NO_DROPOUT, "llama": TINY_LLAMA}
 RTOL, STEPS, LR = 1e-5, 3, 0.05
 
@@ -134,14 +127,6 @@ def train(module, start, batches, loss_fn, scored_head: bool) -> dict[str, torch
 
 def largest_relative_difference(new: dict, old: dict) -> float:
     return max(((new[n] - old[n]).abs().max() / old[n].abs().max().clamp(min=1e-30)).item() for n in old)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def run_both(objective: str, config: str) -> tuple[dict, dict, dict]:

@@ -26,6 +26,7 @@ import lightning_fed.modules.shared_prefix as shared_prefix
 from lightning_fed.modules import BackboneConfig, DPOModule, LoraSettings, ORPOModule, SimPOModule
 from lightning_fed.modules.reference_cache import ReferenceCache
 from lightning_fed.modules.shared_prefix import pair_layout, supports_shared_prefix
+from tests.helpers.threads import one_thread  # noqa: F401 (autouse)
 from tests.modules.test_scored_logits import CONFIGS as SCORED_CONFIGS
 from tests.modules.test_scored_logits import largest_relative_difference, start_state
 
@@ -92,14 +93,6 @@ def sgd(module, start, batches, shared: bool) -> dict[str, torch.Tensor]:
         module.pair_metrics(batch)["loss"].mean().backward()
         opt.step()
     return {n: p.detach().clone() for n, p in params.items()}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def build(objective: str, config: str):

@@ -14,20 +14,12 @@ from lightning_fed.privacy.dp_sgd import (
     example_level_accountant,
     privatize_per_example,
 )
-from tests.helpers.runs import TINY_GPT2
+from tests.helpers.runs import TINY_GPT2, tiny_llama
 
 # No backbone dropout: the batched and the one-by-one forwards must see the same network.
 CONFIG = {**TINY_GPT2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 # SmolLM2's architecture (rotary buffers, grouped-query attention), tiny
-LLAMA = {
-    "model_type": "llama",
-    "num_hidden_layers": 2,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 128,
-}
+LLAMA = tiny_llama(max_position_embeddings=128)
 
 
 def test_privatize_by_hand():

