@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 import fsspec
 import yaml
+from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -65,8 +66,32 @@ LOG_EVERY_N_STEPS = 50
 """Lightning's default ``trainer.log_every_n_steps``; a run logs at least once per client turn."""
 
 
+class SortedSubclassesFormatter(DefaultHelpFormatter):
+    """jsonargparse's help layout with each option's known subclasses sorted by class path.
+
+    jsonargparse lists them in the order the classes were imported, so ``ruff`` reordering an
+    ``import`` changed the ``--help`` pages (and the stored ones, :mod:`lightning_fed.help_pages`).
+    """
+
+    def _get_help_string(self, action: Any) -> str:
+        text = super()._get_help_string(action)
+        extra = action.extra_help() if hasattr(action, "extra_help") else ""
+        prefix, found, paths = extra.partition(KNOWN_SUBCLASSES)
+        if not found:
+            return text
+        return text.replace(extra, prefix + KNOWN_SUBCLASSES + ", ".join(sorted(paths.split(", "))), 1)
+
+
+KNOWN_SUBCLASSES = ", known subclasses: "
+"""How jsonargparse's ``extra_help`` introduces an option's subclasses (``ActionTypeHint.extra_help``)."""
+
+
 class FederatedArgumentParser(LightningArgumentParser):
-    """Parse errors in one line, saying which key is missing or which class_path is unknown."""
+    """Parse errors in one line, saying which key is missing or which class_path is unknown;
+    ``--help`` lists an option's known subclasses by name (:class:`SortedSubclassesFormatter`)."""
+
+    def __init__(self, *args: Any, formatter_class: type = SortedSubclassesFormatter, **kwargs: Any) -> None:
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         message = simplify_parse_error(str(message), available_modules)
