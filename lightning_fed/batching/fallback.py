@@ -12,8 +12,9 @@ turns, with the first reason found (:func:`batching_fallback`):
   tensor that is neither shared nor personal (not stacked: every client's gradient would meet in it);
 - DP-SGD (per-example clipping and noise of one client's batch: Opacus runs one client);
 - a LoRA layer that is not a plain linear one (DoRA, embeddings, merged adapters);
-- a round hook that acts per client (``on_client_start``/``on_client_end``) and does not declare
-  :attr:`~lightning_fed.federation.hooks.Capability.BATCH_SAFE` in its ``capabilities``;
+- a round hook that does not declare :attr:`~lightning_fed.federation.hooks.Capability.BATCH_SAFE`
+  in its ``capabilities`` (read, never inferred from which methods it overrides: a new hook is
+  batched only once its author says its per-client moments hold for clients trained together);
 - manual optimization, a learning-rate scheduler stepped every batch, ``16-mixed`` precision (one
   loss scale and one overflow check for all clients), data parallelism (several processes).
 
@@ -31,15 +32,12 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_fed.batching.multi_lora import unsupported_layer
-from lightning_fed.federation.hooks import Capability, RoundHook
+from lightning_fed.federation.hooks import Capability
 
 
-def per_client_hook(hook: Any) -> bool:
-    """Whether ``hook`` (a hook or its class) acts in each client's turn and has not declared itself batch-safe."""
-    if Capability.BATCH_SAFE in getattr(hook, "capabilities", ()):
-        return False
-    cls = hook if isinstance(hook, type) else type(hook)
-    return cls.on_client_start is not RoundHook.on_client_start or cls.on_client_end is not RoundHook.on_client_end
+def batch_safe(hook: Any) -> bool:
+    """Whether ``hook`` (a hook or its class) declares :attr:`Capability.BATCH_SAFE`."""
+    return Capability.BATCH_SAFE in getattr(hook, "capabilities", ())
 
 
 def batching_fallback(module: Any, hooks: list[Any], trainer: Any = None) -> str | None:
@@ -61,10 +59,10 @@ def batching_fallback(module: Any, hooks: list[Any], trainer: Any = None) -> str
     layer = unsupported_layer(module.model)
     if layer is not None:
         return f"{cls}: {layer}"
-    hook = next((h for h in hooks if per_client_hook(h)), None)
+    hook = next((h for h in hooks if not batch_safe(h)), None)
     if hook is not None:
         name = hook.__name__ if isinstance(hook, type) else type(hook).__name__
-        return f"the round hook {name} acts per client (not batch_safe)"
+        return f"the round hook {name} does not declare Capability.BATCH_SAFE"
     if trainer is not None:
         return _trainer_fallback(trainer)
     return None

@@ -18,7 +18,7 @@ import numpy as np
 
 from lightning_fed.evaluation.generation import generate_responses
 from lightning_fed.evaluation.rouge import ROUGE_TYPES, rouge_scores
-from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.federation.hooks import Capability, RoundHook
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -105,6 +105,9 @@ class HeldOutRouge(RoundHook):
         final_full: After the last round, evaluate on the full held-out set, not the
             ``max_examples`` subset (the paper's protocol; ``False`` keeps the subset).
     """
+
+    #: It generates on the server after aggregation: nothing runs in a client's turn.
+    capabilities = frozenset({Capability.BATCH_SAFE})
 
     def __init__(
         self,

@@ -105,8 +105,10 @@ class Capability(str, Enum):
     only; a Flower run refuses the hook. Only a hook declaring it is given the data."""
 
     BATCH_SAFE = "batch_safe"
-    """Its per-client moments (``on_client_start``/``on_client_end``) may run for clients trained
-    together (``federation.batch_clients``): each turn still gets its own calls."""
+    """It may run with clients trained together (``federation.batch_clients``): its per-client
+    moments (``prepare_client``, ``on_client_start``/``on_client_end``) hold when several turns
+    share one step, each turn still getting its own calls. Undeclared, the run trains its clients
+    one after another (said at start): the safe default for a hook whose author has not checked."""
 
 
 class RoundHook:

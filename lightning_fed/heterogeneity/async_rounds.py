@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lightning_fed.federation.hooks import RoundHook
+from lightning_fed.federation.hooks import Capability, RoundHook
 from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import Arrival, AsyncRoundSimulator
 
@@ -57,6 +57,9 @@ class AsyncArrivals(RoundHook):
         arrivals: ``"virtual"`` (the virtual clock orders the updates) or ``"real"`` (a Flower
             deployment's replies, in the order they arrive; see the module docstring).
     """
+
+    #: Its moments are the server's (arrival times): nothing runs in a client's turn.
+    capabilities = frozenset({Capability.BATCH_SAFE})
 
     def __init__(
         self,

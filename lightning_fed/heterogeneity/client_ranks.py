@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lightning_fed.federation.hooks import Payload, Replies, RoundHook
+from lightning_fed.federation.hooks import Capability, Payload, Replies, RoundHook
 from lightning_fed.heterogeneity.rank_assignment import SECTION, RankAssignment
 from lightning_fed.strategies.lora_factors import state_rank
 
@@ -60,6 +60,9 @@ class ClientRanks(RoundHook):
         column: A column of the data whose value, the same in all of a client's rows, is that
             client's rank (read from each client's own data; see the module docstring).
     """
+
+    #: It assigns the ranks on the server, before the round: nothing of it runs in a client's turn.
+    capabilities = frozenset({Capability.BATCH_SAFE})
 
     def __init__(
         self,

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lightning_fed.federation.hooks import Payload, RoundHook
+from lightning_fed.federation.hooks import Capability, Payload, RoundHook
 from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import SyncRoundSimulator
 
@@ -93,6 +93,10 @@ class SystemHeterogeneity(RoundHook):
         reply_margin: With ``clock: wall`` and ``partial_work``: the share of the deadline left for
             the upload (a client trains at most ``deadline * (1 - reply_margin)`` seconds).
     """
+
+    #: A client's step count comes with its instruction (clients with different counts train in
+    #: different groups); nothing else of it runs in a client's turn.
+    capabilities = frozenset({Capability.BATCH_SAFE})
 
     def __init__(
         self,

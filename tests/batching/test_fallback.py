@@ -49,7 +49,7 @@ EXPECTED = {
     "feddpo_dp": None,
     "feddpo_fedbuff": None,
     "feddpo_flexlora": None,
-    "feddpo_flora": "the round hook FLoRAMerge acts per client",
+    "feddpo_flora": "the round hook FLoRAMerge does not declare Capability.BATCH_SAFE",
     "feddpo_hetlora": None,
     "feddpo_int8": None,
     "feddpo_stragglers": None,
@@ -137,7 +137,7 @@ def test_per_client_hook_falls_back_unless_batch_safe():
         capabilities = frozenset()
 
     module = sft_module()
-    assert batching_fallback(module, [Timing()]) == "the round hook Timing acts per client (not batch_safe)"
+    assert batching_fallback(module, [Timing()]) == "the round hook Timing does not declare Capability.BATCH_SAFE"
     assert batching_fallback(module, [RecordUpdates()]) is None
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_fed.batching.fallback import per_client_hook
+from lightning_fed.batching.fallback import batch_safe, batching_fallback
 from lightning_fed.callbacks.lr_schedule import RoundLRSchedule
+from lightning_fed.evaluation.heldout import HeldOutRouge
 from lightning_fed.federation.hooks import Capability, RoundHook, reads_client_data
+from lightning_fed.heterogeneity import AsyncArrivals, ClientRanks, FLoRAMerge, SystemHeterogeneity
 from lightning_fed.round_hooks.client_grouping import ClientGrouping
 from lightning_fed.selection.baselines import RandomSelection, ServerSideCoreset
 from lightning_fed.selection.hds import HierarchicalDataSelection
@@ -31,7 +33,7 @@ class SafeTiming(Timing):
 
 def test_the_declaration_decides_what_generic_code_does():
     assert reads_client_data(ReadsData()) and not reads_client_data(RoundHook())
-    assert per_client_hook(Timing()) and not per_client_hook(SafeTiming()) and not per_client_hook(RoundHook())
+    assert batch_safe(SafeTiming()) and not batch_safe(Timing()) and not batch_safe(RoundHook())
     assert SafeTiming.capabilities == frozenset({Capability.BATCH_SAFE}) and Timing.capabilities == frozenset()
 
 
@@ -42,6 +44,36 @@ def test_the_package_hooks_declare_theirs():
     assert (
         Capability.BATCH_SAFE in ClientGrouping.capabilities and Capability.BATCH_SAFE in RoundLRSchedule.capabilities
     )
+    for hook in (AsyncArrivals, ClientRanks, SystemHeterogeneity, HeldOutRouge):  # nothing of theirs in a turn
+        assert Capability.BATCH_SAFE in hook.capabilities, hook
+    assert Capability.BATCH_SAFE not in FLoRAMerge.capabilities  # it merges factors into each client's base
+
+
+def test_a_new_hook_is_batched_only_once_it_declares_batch_safe(tiny_backbone):
+    """Whatever a new hook overrides (the per-client moments included, through a mixin or an
+    assignment where no method is written in the class), batching reads only its declaration:
+    undeclared, the clients train one after another, which is correct for any hook."""
+    from lightning_fed.modules import LoraSettings, SFTModule
+
+    def on_client_start(self, turn, trainer, module):
+        pass
+
+    class Mixin:
+        def on_client_end(self, turn, trainer, module, update):
+            pass
+
+    class Assigned(RoundHook):
+        pass
+
+    Assigned.on_client_start = on_client_start  # an override no look at the class body would see
+    module = SFTModule(tiny_backbone, lora=LoraSettings(r=2, alpha=4))
+    for cls in (Assigned, type("Mixed", (Mixin, RoundHook), {}), type("Quiet", (RoundHook,), {})):
+        assert (
+            batching_fallback(module, [cls()])
+            == f"the round hook {cls.__name__} does not declare Capability.BATCH_SAFE"
+        )
+        declared = type(f"Safe{cls.__name__}", (cls,), {"capabilities": frozenset({Capability.BATCH_SAFE})})
+        assert batching_fallback(module, [declared()]) is None
 
 
 def test_implementing_an_undeclared_moment_is_refused_where_the_class_is_written():
