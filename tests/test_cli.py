@@ -52,7 +52,7 @@ def test_every_server_algorithm_is_selectable_by_name(strategy, capsys):
 def test_tiny_config_runs_and_writes_outputs(tmp_path):
     from peft import PeftModel
 
-    from lightning_fed.federation.round_history import read_client_metrics
+    from lightning_fed.federation.client_metrics import read_client_metrics
 
     main(
         [

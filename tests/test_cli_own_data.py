@@ -22,7 +22,7 @@ SHORT, DETAILED = (0, 2), (1, 3)  # ana, chen | ben, dara: ByKey numbers the use
 
 
 def test_the_own_data_example_splits_by_taste_and_pref_acc_follows_length(tmp_path):
-    from lightning_fed.federation.round_history import read_client_metrics
+    from lightning_fed.federation.client_metrics import read_client_metrics
 
     proc = lightning_fed(
         *["fit", "--config", "own_data", f"--trainer.default_root_dir={tmp_path}"],

@@ -36,6 +36,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+from lightning_fed.federation.client_metrics import CLIENTS_DIR
 from lightning_fed.federation.client_stats import (
     DEFAULT_PER_CLIENT_SCALARS,
     client_summary,
@@ -43,7 +44,7 @@ from lightning_fed.federation.client_stats import (
     numeric,
     per_client_logging,
 )
-from lightning_fed.federation.round_history import CLIENTS_DIR, ROUNDS_FILE, RoundHistory
+from lightning_fed.federation.round_history import ROUNDS_FILE, RoundHistory
 from lightning_fed.federation.run_folder import earlier_files
 from lightning_fed.strategies.base import ClientUpdate
 

@@ -9,7 +9,8 @@ In the run folder (the logger's version folder):
 - ``client_metrics/<stage>/round_<r>.parquet``, ``stage`` ``train`` (the trained clients) or
   ``val`` (the evaluated clients; round 0 is the evaluation before round 1): one row per client,
   columns ``round``, ``client``, ``stage``, ``num_examples`` and one per metric.
-  :func:`read_client_metrics` reads a stage's rounds back as one table.
+  :func:`~lightning_fed.federation.client_metrics.read_client_metrics` reads a stage's rounds back
+  as one table (:mod:`~lightning_fed.federation.client_metrics`).
 
 :class:`RoundHistory` is the list-like view that the loop, the hooks, the Flower server and the
 tests read (``len(history)``, ``history[-1]``, ``history[i]``, iteration; each record as before,
@@ -27,7 +28,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -35,91 +35,17 @@ from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
+from lightning_fed.federation.client_metrics import (
+    PER_CLIENT,
+    client_file,
+    fsync_file,
+    read_client_file,
+    round_files,
+    write_client_file,
+)
 from lightning_fed.federation.run_folder import EarlierFiles
 
 ROUNDS_FILE = "rounds.jsonl"
-CLIENTS_DIR = "client_metrics"
-PER_CLIENT = {"train": "train", "val": "val_clients"}
-"""Stage of a Parquet file -> the key of a round record that holds its per-client metrics."""
-COLUMNS = ("round", "client", "stage", "num_examples")
-"""The columns of a per-client file besides one per metric."""
-_ROUND_FILE = re.compile(r"round_(\d+)\.parquet")
-
-
-def client_file(run_dir: Path, stage: str, round_number: int) -> Path:
-    """``<run>/client_metrics/<stage>/round_<r>.parquet``."""
-    return Path(run_dir) / CLIENTS_DIR / stage / f"round_{round_number:06d}.parquet"
-
-
-def _round_files(run_dir: Path, stage: str) -> list[tuple[int, Path]]:
-    folder = Path(run_dir) / CLIENTS_DIR / stage
-    if not folder.is_dir():
-        return []
-    return sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := _ROUND_FILE.fullmatch(p.name)))
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def write_client_file(
-    path: Path,
-    stage: str,
-    round_number: int,
-    per_client: Mapping[Any, Mapping[str, float]],
-    examples: Mapping[int, int],
-) -> None:
-    """Write one round's per-client metrics of one stage atomically (a kill never leaves half a file)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    clients = sorted(per_client, key=int)
-    names = sorted({k for m in per_client.values() for k in m} - set(COLUMNS))
-    columns = {
-        "round": pa.array([round_number] * len(clients), pa.int64()),
-        "client": pa.array([int(c) for c in clients], pa.int64()),
-        "stage": pa.array([stage] * len(clients), pa.string()),
-        "num_examples": pa.array([examples.get(int(c)) for c in clients], pa.int64()),
-        **{k: pa.array([_float(per_client[c].get(k)) for c in clients], pa.float64()) for k in names},
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(pa.table(columns), tmp)
-    _fsync(tmp)
-    os.replace(tmp, path)
-
-
-def _float(value: Any) -> float | None:
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def read_client_file(path: Path) -> dict[str, dict[str, float]]:
-    """``{client (str): {metric: value}}`` of one per-client file (as in a round record)."""
-    import pyarrow.parquet as pq
-
-    return {
-        str(row["client"]): {k: v for k, v in row.items() if k not in COLUMNS and v is not None}
-        for row in pq.read_table(path).to_pylist()
-    }
-
-
-def read_client_metrics(run_dir: str | Path, stage: str = "val") -> Any:
-    """Every round's per-client metrics of ``stage`` (``train`` or ``val``) as one ``pyarrow.Table``
-    (``.to_pandas()`` for a DataFrame); a metric missing from some rounds is null there."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    if stage not in PER_CLIENT:
-        raise ValueError(f"stage must be one of {sorted(PER_CLIENT)}, got {stage!r}")
-    files = _round_files(Path(run_dir), stage)
-    if not files:
-        raise FileNotFoundError(f"no per-client {stage} metrics under {Path(run_dir) / CLIENTS_DIR / stage}")
-    return pa.concat_tables([pq.read_table(p) for _, p in files], promote_options="default")
-
 
 SAMPLE_KEYS = ("clients", "aggregated", "failed", "rejected")
 """The keys of a round record that name its clients: kept in memory for the round's own use, never
@@ -283,7 +209,7 @@ class RoundHistory(Sequence):
         if source is None or copy:  # nothing of another run in this folder is kept
             self._drop(path)
             for stage in PER_CLIENT:
-                for _, p in _round_files(self._dir, stage):
+                for _, p in round_files(self._dir, stage):
                     self._drop(p)
         if source is None:
             self._last_offset = 0
@@ -293,7 +219,7 @@ class RoundHistory(Sequence):
             with open(src, "rb") as f:
                 path.write_bytes(f.read(offsets[-1]))
             for stage in PER_CLIENT:
-                for r, p in _round_files(source, stage):
+                for r, p in round_files(source, stage):
                     if r <= n:
                         client_file(self._dir, stage, r).parent.mkdir(parents=True, exist_ok=True)
                         shutil.copyfile(p, client_file(self._dir, stage, r))
@@ -304,11 +230,11 @@ class RoundHistory(Sequence):
                 with open(path, "r+b") as f:
                     f.truncate(offsets[-1])
             for stage in PER_CLIENT:
-                for r, p in _round_files(self._dir, stage):
+                for r, p in round_files(self._dir, stage):
                     if r > n:
                         self._drop(p)
         if path.is_file():
-            _fsync(path)
+            fsync_file(path)
         if len(offsets) - 1 < n:
             rank_zero_warn(
                 f"the checkpoint recorded {n} rounds but only {len(offsets) - 1} were found in"

@@ -17,7 +17,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from lightning_fed.federation.round_history import read_client_metrics
+from lightning_fed.federation.client_metrics import read_client_metrics
 from lightning_fed.federation.store import read_entry
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,9 +16,9 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_fed.evaluation.stage_results import StageResults, stage_scalars
+from lightning_fed.federation.client_metrics import client_file, read_client_metrics
 from lightning_fed.federation.client_stats import client_summary, distribution
 from lightning_fed.federation.report import RoundReport
-from lightning_fed.federation.round_history import client_file, read_client_metrics
 from lightning_fed.strategies.base import ClientUpdate
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from lightning_fed.federation.round_history import ROUNDS_FILE, RoundHistory, client_file, write_client_file
+from lightning_fed.federation.client_metrics import client_file, write_client_file
+from lightning_fed.federation.round_history import ROUNDS_FILE, RoundHistory
 from lightning_fed.federation.run_folder import EarlierFiles
 from tests.helpers.files import assert_unchanged, snapshot
 
