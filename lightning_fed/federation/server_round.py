@@ -17,16 +17,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_fed.compression.uplink import compressor_from_spec, decompress_client_update
 from lightning_fed.federation.hooks import Payload, Replies, RoundHook
 from lightning_fed.federation.report import RoundReport
+from lightning_fed.federation.round_privacy import RoundPrivacy
 from lightning_fed.federation.sampling import check_clients_per_round, poisson_sample_clients, sample_clients
 from lightning_fed.federation.screening import PRIVATE_REJECTION, UpdateScreen, update_norm
-from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.state import StateDict, clone_state, state_nbytes
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, Strategy, check_update
 
@@ -36,40 +36,6 @@ if TYPE_CHECKING:
 
 Ask = Callable[[int, dict[int, Payload]], dict[int, Payload]]
 """How a transport gets one hook's queries answered: ``(hook index, {client: query}) -> {client: reply}``."""
-
-
-class RoundPrivacy(Protocol):
-    """What the server asks of the run's privacy (:class:`lightning_fed.privacy.RunPrivacy`).
-
-    Attributes:
-        enabled: Whether any DP mechanism runs (then the reports withhold per-client metrics and
-            bucket example counts).
-    """
-
-    enabled: bool
-    report_validation: bool
-    exceeded: str | None
-    #: The seed of client sampling in a private run (secret); ``None``: the server's ``seed``.
-    sampling_seed: SecretSeed | None
-
-    def plan(self, server: ServerRound, module: Any) -> None:
-        """Before training: calibrate and check the budget (one-line ``ValueError``)."""
-
-    def end_round(self, round_idx: int, updates: list[ClientUpdate]) -> dict[str, float]:
-        """Account round ``round_idx`` (its admitted ``updates``); the scalars to log (``privacy/epsilon``)."""
-
-    def would_exceed(self, next_round: int) -> bool:
-        """Whether running ``next_round`` (0-based) would spend more than the budget."""
-
-    def stopped(self, next_round: int) -> None:
-        """Record that the run stops before ``next_round``."""
-
-    def section(self, rounds: int) -> dict[str, Any]:
-        """The ``privacy`` section of ``summary.json`` after ``rounds`` rounds."""
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class ServerRound:
