@@ -40,7 +40,6 @@ meet the settings of the federation:
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +47,15 @@ from lightning_fed.federation.report import bucket_count
 from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.privacy.accountant import (
-    POISSON_UNDER_SECURE_SUM,
     PrivacyAccountant,
-    accounted_sample_rate,
     composed_epsilon,
 )
 from lightning_fed.privacy.client_dp import ClientLevelDP, client_level_dp
+from lightning_fed.privacy.client_level_plan import plan_client_level
 from lightning_fed.privacy.config import PrivacyConfig, default_delta
 from lightning_fed.privacy.dp_sgd import ExampleLevelDP
 from lightning_fed.privacy.example_budget import ExampleBudget
+from lightning_fed.privacy.example_ledger import ExampleLedger
 from lightning_fed.privacy.report import PrivacyReport
 from lightning_fed.privacy.secret import RunKey, RunSecret, seeded_secret
 from lightning_fed.run_config import FederationConfig
@@ -91,8 +90,8 @@ class RunPrivacy:
         self._personal = False
         #: Whether this run trains in process: its run folder then holds the clients' own states.
         self._in_process = False
-        #: DP-SGD's ledger: client -> [bucketed example count (0: not reported), rounds trained].
-        self._trained: dict[int, list[int]] = {}
+        #: DP-SGD's per-client ledger (bucketed example counts, rounds trained).
+        self.ledger = ExampleLedger()
         self._stop_option = "federation.privacy.target_epsilon"
         #: ``delta`` of the run's guarantees (``federation.privacy.delta``, or ``1 / N^1.1``), set by :meth:`plan`.
         self.delta: float | None = None
@@ -165,7 +164,9 @@ class RunPrivacy:
         delta = self.config.delta_for(n) if self.config is not None else default_delta(n)
         self.delta = delta
         if dp is not None:
-            self.client_dp = self._plan_client_level(dp, server, delta)
+            self.client_dp = plan_client_level(dp, server, self.config, delta)
+            if self.config is not None and self.config.client_level and self.config.noise_multiplier is None:
+                self.planned_rounds = int(server.rounds)  # z calibrated for these rounds: a resume keeps both
         if isinstance(module, ExampleLevelDP):
             batch = int(server.datamodule.batch_size)
             self.example_budget = self.plan_example_budget(module, n, batch, server.rounds)
@@ -228,45 +229,6 @@ class RunPrivacy:
         module.example_budget = budget
         return budget
 
-    def _plan_client_level(self, dp: ClientLevelDP, server: ServerRound, delta: float) -> PrivacyAccountant:
-        m = server.expected_clients
-        if dp.expected_clients is not None and not math.isclose(dp.expected_clients, m, rel_tol=1e-9):
-            sampler = "clients_per_round" if server.sampling == "fixed_size" else "sampling_rate * data.num_clients"
-            raise ValueError(
-                f"federation.strategy.expected_clients={dp.expected_clients:g} disagrees with the sampler's"
-                f" expected clients per round {m:g} (federation.{sampler}): leave expected_clients out"
-            )
-        if server.strategy.secure_sum:  # distributed DP: the clients add the noise in shares
-            if server.sampling == "poisson":
-                raise ValueError(POISSON_UNDER_SECURE_SUM)
-            server.strategy.set_min_contributors(server.min_clients)  # any released sum carries z^2 C^2
-        dp.set_expected_clients(m)
-        n, rate = server.num_clients, server.sampling_rate or 0.0
-        q = accounted_sample_rate(server.sampling, n, server.clients_per_round, rate)
-        if self.config is None or not self.config.client_level:
-            if dp.noise_multiplier is None:
-                raise ValueError(
-                    "ClientLevelDP has no noise multiplier: give federation.privacy.noise_multiplier"
-                    " (or federation.privacy.target_epsilon to calibrate it)"
-                )
-            return PrivacyAccountant(dp.noise_multiplier, q, delta)
-        if dp.noise_multiplier is not None:
-            raise ValueError(
-                f"the noise multiplier is given twice: federation.strategy.noise_multiplier={dp.noise_multiplier:g}"
-                " and federation.privacy; give it only in federation.privacy (noise_multiplier or target_epsilon)"
-            )
-        acc = self.config.plan(n, server.rounds, server.sampling, server.clients_per_round, rate)
-        if self.config.noise_multiplier is None:  # z calibrated for these rounds: a resume keeps both
-            self.planned_rounds = int(server.rounds)
-        if acc.would_exceed(0):
-            raise ValueError(
-                f"federation.privacy.target_epsilon={acc.target_epsilon:g} is spent by the first round at"
-                f" federation.privacy.noise_multiplier={acc.noise_multiplier:g} (epsilon {acc.epsilon(1):.3g}"
-                f" per round, delta {acc.delta:.3g}): raise target_epsilon or noise_multiplier"
-            )
-        dp.set_noise_multiplier(acc.noise_multiplier)
-        return acc
-
     # ------------------------------------------------------------------ every round
     def end_round(self, round_idx: int, updates: Any = ()) -> dict[str, float]:
         """Account round ``round_idx`` (0-based) whose admitted ``updates`` are given;
@@ -286,13 +248,7 @@ class RunPrivacy:
                 parts = [(self.client_dp, self.rounds_accounted), selector[:2]]
                 out["privacy/epsilon_all_channels"] = composed_epsilon(parts, self.client_dp.delta, self.mechanism)
         if self.example_budget is not None:
-            counts = {int(u.client_id): int(u.num_examples) for u in updates}
-            sampled = self._server.clients if self._server is not None else []
-            for cid in sorted(set(sampled) | set(counts)):
-                entry = self._trained.setdefault(int(cid), [0, 0])
-                entry[1] += 1
-                if counts.get(cid, 0) > 0:
-                    entry[0] = bucket_count(counts[cid])
+            self.ledger.record(self._server.clients if self._server is not None else [], updates)
             binding = self.binding_client()
             if binding is not None:
                 out["privacy/example_epsilon"] = binding[1]
@@ -311,27 +267,6 @@ class RunPrivacy:
                 return acc, int(mechanism["releases"]), mechanism["clip"]
         return None
 
-    def _count_of(self, client_id: int) -> int | None:
-        """A client's bucketed count; one that never reported it is taken as the smallest reported
-        (a client that failed in every round it was sampled in)."""
-        count = self._trained.get(client_id, [0, 0])[0]
-        if count:
-            return count
-        known = [c for c, _ in self._trained.values() if c]
-        return min(known) if known else None
-
-    def binding_client(self) -> tuple[int, float] | None:
-        """``(client, epsilon)`` of the client with the largest DP-SGD epsilon so far (``None``: none trained)."""
-        best: tuple[int, float] | None = None
-        for cid, (_, trained) in sorted(self._trained.items()):
-            count = self._count_of(cid)
-            if count is None or trained == 0:
-                continue
-            eps = self.example_budget.epsilon(count, trained)
-            if best is None or eps > best[1]:
-                best = (cid, eps)
-        return best
-
     def would_exceed(self, next_round: int) -> bool:
         """Whether running round ``next_round`` (0-based) would spend more than a budget: the
         client-level one, or DP-SGD's for one of the clients the round samples
@@ -340,13 +275,14 @@ class RunPrivacy:
         if self.client_dp is not None and self.client_dp.would_exceed(next_round):
             self.exceeded = "federation.privacy.target_epsilon"
         elif self.example_budget is not None and self.example_budget.target_epsilon is not None:
-            for cid in self._server.sample(next_round) if self._server is not None else []:
-                count = self._count_of(cid)
-                trained = self._trained.get(cid, [0, 0])[1]
-                if count is not None and self.example_budget.would_exceed(count, trained):
-                    self.exceeded = "model.dp_sgd.target_epsilon"
-                    break
+            sampled = self._server.sample(next_round) if self._server is not None else []
+            if self.ledger.would_exceed(self.example_budget, sampled):
+                self.exceeded = "model.dp_sgd.target_epsilon"
         return self.exceeded is not None
+
+    def binding_client(self) -> tuple[int, float] | None:
+        """``(client, epsilon)`` of the client with the largest DP-SGD epsilon so far (``None``: none trained)."""
+        return self.ledger.binding_client(self.example_budget) if self.example_budget is not None else None
 
     def stopped(self, next_round: int) -> None:
         self.stop = int(next_round)
@@ -362,12 +298,12 @@ class RunPrivacy:
             if "centroids" in channel:
                 centroids = channel["centroids"]
         selector_dp, groupings, clip = self.selector_channel() or (None, 0, None)
-        binding = self.binding_client() if self.example_budget is not None else None
+        binding = self.binding_client()
         example_dp, example_steps = None, 0
         if binding is not None:
-            count = self._count_of(binding[0])
+            count = self.ledger.count_of(binding[0])
             example_dp = self.example_budget.accountant(count)
-            example_steps = self._trained[binding[0]][1] * self.example_budget.steps_per_round(count)
+            example_steps = self.ledger.rounds_trained(binding[0]) * self.example_budget.steps_per_round(count)
         report = PrivacyReport(
             client_dp=self.client_dp,
             example_dp=example_dp,
@@ -413,7 +349,7 @@ class RunPrivacy:
             self.key.save()
         state: dict[str, Any] = {"rounds_accounted": self.rounds_accounted, "stop": self.stop}
         if self.example_budget is not None:
-            state["example_clients"] = {int(c): list(v) for c, v in self._trained.items()}
+            state["example_clients"] = self.ledger.state_dict()
             state["example_planned_rounds"] = self.example_budget.rounds
         if self.client_dp is not None:
             state["noise_multiplier"] = self.client_dp.noise_multiplier
@@ -429,7 +365,7 @@ class RunPrivacy:
         self.rounds_accounted = int(state.get("rounds_accounted", self.rounds_accounted))
         self.stop = state.get("stop", self.stop)
         if self.example_budget is not None:
-            self._trained = {int(c): [int(v[0]), int(v[1])] for c, v in state.get("example_clients", {}).items()}
+            self.ledger.load_state_dict(state.get("example_clients", {}))
             self.example_budget.replan(int(state.get("example_planned_rounds", self.example_budget.rounds)))
         if self.client_dp is not None:
             self.client_dp.steps_done = self.rounds_accounted
