@@ -1,4 +1,5 @@
-"""Assign the rows of a separate validation or test set to the training clients.
+"""Assign evaluation rows to the training clients: a separate validation or test set, a client's own
+validation fraction (:func:`split_validation`), the groups of evaluation rows (:func:`group_ids`).
 
 A client's test rows must come from the same client as its training rows: with
 :class:`~lightning_fed.datamodules.ByKey` the same key value goes to the same client (the
@@ -11,10 +12,43 @@ evaluation rows (it is then not evaluated), but not every client may be empty.
 
 from __future__ import annotations
 
+from typing import Any
+
 import datasets
 import numpy as np
+import torch
 
 from lightning_fed.datamodules.partition import IID, ByColumn, ByKey, Partitioner
+from lightning_fed.federation.sampling import derive_seed
+
+
+def split_validation(items: list[Any], val_fraction: float, seed: int, client_id: int) -> tuple[list, list]:
+    """``(train, val)`` of one client's rows: a seeded ``val_fraction`` of them for validation
+    (at least one row when the fraction is positive and the client has two or more)."""
+    n_val = int(round(val_fraction * len(items)))
+    if val_fraction > 0 and len(items) >= 2:
+        n_val = max(1, n_val)
+    g = torch.Generator().manual_seed(derive_seed(seed, client_id, 7))
+    order = torch.randperm(len(items), generator=g).tolist()
+    return [items[i] for i in order[n_val:]], [items[i] for i in order[:n_val]]
+
+
+def group_ids(records: datasets.Dataset, group_key: str | None, group_names: list[str]) -> list[int] | None:
+    """Each evaluation row's group id: the index of its ``group_key`` value (default: a ``group``
+    column if there is one) in ``group_names``, which a new value is appended to; ``None``
+    without a group column."""
+    key = group_key or ("group" if "group" in records.column_names else None)
+    if key is None:
+        return None
+    if key not in records.column_names:
+        raise ValueError(f"data.group_key: no column {key!r} (columns: {', '.join(records.column_names)})")
+    ids = []
+    for value in records[key]:
+        name = str(value)
+        if name not in group_names:
+            group_names.append(name)
+        ids.append(group_names.index(name))
+    return ids
 
 
 def _values(ds: datasets.Dataset, column: str, field: str) -> np.ndarray:

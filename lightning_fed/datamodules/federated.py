@@ -23,13 +23,12 @@ from typing import Any, ClassVar
 
 import datasets
 import lightning.pytorch as pl
-import torch
 from torch.utils.data import DataLoader
 
 from lightning_fed.datamodules.client_data import ClientData
 from lightning_fed.datamodules.client_encoding import encode_clients, length_budget_problems
 from lightning_fed.datamodules.encoding_counts import EncodingCounts
-from lightning_fed.datamodules.eval_partition import evaluation_clients
+from lightning_fed.datamodules.eval_partition import evaluation_clients, group_ids, split_validation
 from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, check_partition
 from lightning_fed.datamodules.round_serving import EvaluationLayout, RoundServing
 from lightning_fed.datamodules.sources import (
@@ -43,7 +42,6 @@ from lightning_fed.datamodules.sources import (
 from lightning_fed.datamodules.templates import CHAT, TEMPLATE_CHOICES, require_chat_template
 from lightning_fed.datamodules.tokenize import PadCollator
 from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
-from lightning_fed.federation.sampling import derive_seed
 from lightning_fed.option_rules import FEDERATED_DATA
 from lightning_fed.option_rules import problems as rule_problems
 
@@ -311,7 +309,9 @@ class FederatedDataModule(pl.LightningDataModule):
         if self.val_dataset is not None:
             val = self._evaluation_set("val", self.val_dataset, self.val_split, records, 1)
         else:
-            train, val = zip(*(self._split(items, cid) for cid, items in enumerate(train)))
+            train, val = zip(
+                *(split_validation(items, self.val_fraction, self.seed, cid) for cid, items in enumerate(train))
+            )
         test = [[] for _ in range(self.num_clients)]
         if self.test_dataset is not None:
             test = self._evaluation_set("test", self.test_dataset, self.test_split, records, 2)
@@ -361,20 +361,6 @@ class FederatedDataModule(pl.LightningDataModule):
         except ValueError as err:
             raise ValueError(str(err).replace("data.dataset", field, 1)) from None
 
-    def _group_of(self, records: Any) -> list[int] | None:
-        key = self.group_key or ("group" if "group" in records.column_names else None)
-        if key is None:
-            return None
-        if key not in records.column_names:
-            raise ValueError(f"data.group_key: no column {key!r} (columns: {', '.join(records.column_names)})")
-        ids = []
-        for value in records[key]:
-            name = str(value)
-            if name not in self.group_names:
-                self.group_names.append(name)
-            ids.append(self.group_names.index(name))
-        return ids
-
     def _encode_set(
         self, name: str, records: Any, parts: list[list[int]], source: str, groups: list[int] | None = None
     ) -> list[list[dict[str, Any]]]:
@@ -400,16 +386,8 @@ class FederatedDataModule(pl.LightningDataModule):
         field = f"data.{name}_dataset"
         records = self._load(dataset, split, field, salt)
         parts = evaluation_clients(self.partition, train, records, self.num_clients, self.seed + salt, field)
-        return self._encode_set(name, records, parts, dataset, self._group_of(records))
+        return self._encode_set(name, records, parts, dataset, group_ids(records, self.group_key, self.group_names))
 
     def data_report(self) -> dict[str, Any]:
         """Examples truncated and dropped per set and client (written to ``summary.json``)."""
         return {"truncation": self.truncation, **self.encoding.report(), "groups": self.group_names}
-
-    def _split(self, items: list[dict[str, Any]], cid: int) -> tuple[list, list]:
-        n_val = int(round(self.val_fraction * len(items)))
-        if self.val_fraction > 0 and len(items) >= 2:
-            n_val = max(1, n_val)
-        g = torch.Generator().manual_seed(derive_seed(self.seed, cid, 7))
-        order = torch.randperm(len(items), generator=g).tolist()
-        return [items[i] for i in order[n_val:]], [items[i] for i in order[:n_val]]
