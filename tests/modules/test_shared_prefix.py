@@ -154,6 +154,11 @@ def test_the_prompt_runs_once():
     prompt = (batch["chosen_labels"] == -100).logical_and(batch["chosen_attention_mask"] == 1).sum(1)
     distinct = lengths - prompt
     n = batch["chosen_input_ids"].shape[0]
+    module.pack_rows = False  # a row per pair (packing: tests/modules/test_packed_rows.py)
+    seen.clear()
+    hook = embed.register_forward_hook(lambda m, a, out: seen.append(tuple(a[0].shape)))
+    module.pair_metrics(batch)
+    hook.remove()
     assert seen == [(n, int(distinct.max()))] * 2  # the policy, then the reference
     assert int(distinct.max()) < 2 * batch["chosen_input_ids"].shape[1]
 
@@ -162,8 +167,8 @@ def test_a_leaking_mask_is_caught(monkeypatch):
     """The comparison can fail: the rejected response also attends to the chosen one."""
     real = shared_prefix.pair_layout
 
-    def leaking(batch):
-        layout = real(batch)
+    def leaking(batch, *args):
+        layout = real(batch, *args)
         layout.attend = layout.attend | torch.ones_like(layout.attend).tril()  # causal in packed order
         return layout
 
@@ -238,25 +243,35 @@ def test_every_token_sees_its_own_rows_keys_at_its_own_positions(batch):
     layout = pair_layout(batch)
     if layout is None:
         return
+    assert_own_keys(batch, layout)
+
+
+def assert_own_keys(batch: dict[str, torch.Tensor], layout) -> None:
+    """Every packed position of either side: its token, its position id, and exactly the attended
+    positions ``<=`` it of its own row as keys (flat packed positions, ``layout.index``)."""
     n = batch["chosen_input_ids"].shape[0]
+    width = layout.input_ids.shape[1]
     for side_no, side in enumerate(("chosen", "rejected")):
         ids, mask = batch[f"{side}_input_ids"], batch[f"{side}_attention_mask"]
         for i in range(n):
             end = int(shared_prefix.last_attended(mask[i : i + 1]))
             at = layout.index[side_no * n + i, :end]
-            assert torch.equal(layout.input_ids[i, at], ids[i, :end])
-            assert torch.equal(layout.position_ids[i, at], torch.arange(end))
+            row = int(layout.row_of_pair[i])
+            assert bool((at // width == row).all())  # the pair's tokens are in its row
+            assert torch.equal(layout.input_ids.flatten()[at], ids[i, :end])
+            assert torch.equal(layout.position_ids.flatten()[at], torch.arange(end))
             for t in range(end):
                 if not mask[i, t]:
                     continue
-                keys = layout.attend[i, 0, at[t]].nonzero().flatten().tolist()
-                expected = sorted(int(at[u]) for u in range(t + 1) if mask[i, u])
+                keys = layout.attend[row, 0, at[t] % width].nonzero().flatten().tolist()
+                expected = sorted(int(at[u] % width) for u in range(t + 1) if mask[i, u])
                 assert sorted(keys) == expected
 
 
 @pytest.mark.parametrize("config", ["gpt2", "llama"])
 def test_batched_clients_share_the_prompt_and_upload_what_unshared_sequential_turns_did(tmp_path, config, monkeypatch):
-    """The batching engine (K = 4 clients in one forward, each packed row its pair's client's LoRA)
+    """The batching engine (K = 4 clients in one forward, each packed row one client's pairs, with
+    its client's LoRA)
     with the prompt once and the head on the scored positions, against sequential turns on the path
     before issue 43 (two rows per pair, the head on every position), SGD, the reference recomputed."""
     import lightning_fed.modules.preference as preference
@@ -264,13 +279,16 @@ def test_batched_clients_share_the_prompt_and_upload_what_unshared_sequential_tu
     from tests.helpers.runs import preference_data
 
     prefixes: list[int] = []
+    packed: list[tuple[int, int]] = []  # (pairs, packed rows) of each forward
     real = preference.shared_log_probs
 
     def spy(model, batch, layout, **kwargs):
         prefixes.extend(layout.prefix.tolist())
+        packed.append((len(layout.prefix), int(layout.row_of_pair[-1]) + 1))
         return real(model, batch, layout, **kwargs)
 
     monkeypatch.setattr(preference, "shared_log_probs", spy)
+    monkeypatch.setattr(shared_prefix, "PACK_TOKENS", 512)  # each client's 2 pairs in one row
 
     def module(new: bool):
         built = DPOModule(backbone(config), lora=lora(), lr=0.5, optimizer="sgd", beta=0.5, cache_reference=False)
@@ -285,6 +303,7 @@ def test_batched_clients_share_the_prompt_and_upload_what_unshared_sequential_tu
     new, loop = run_round(tmp_path, "new", lambda: module(True), data, 4)
     assert loop.group_size == 4 and old.keys() == new.keys()
     assert prefixes and min(prefixes) > 0  # every pair's prompt ran once
+    assert (8, 4) in packed  # a group step's 4 clients x 2 pairs: a packed row per client
     for key in old:
         state_old = {n: v for n, v in old[key].items() if "lora_" in n}
         state_new = {n: v for n, v in new[key].items() if "lora_" in n}
