@@ -12,7 +12,7 @@ over a longer, partly masked key axis); the prompt's tokens are computed once.
 
 :func:`pair_layout` builds that layout from a preference batch (right- or left-padded, rows of any
 prompt length, holes in the mask allowed): for pair ``i`` the shared prefix is the longest run of
-positions where both rows have the same token, the same mask bit and no scored label; the packed row
+positions where both rows have the same token, the same mask bit and the same label; the packed row
 is the prefix, then the chosen row's positions past it up to its last attended one, then the
 rejected row's; position ids are each token's index in its own row, which is what the unshared
 forward uses (Transformers numbers positions ``0..T-1`` whatever the padding). :func:`shared_log_probs`
@@ -39,7 +39,6 @@ import torch
 from torch import Tensor, nn
 
 from lightning_fed.batching.client_rows import packed_rows
-from lightning_fed.modules.losses import IGNORE_INDEX
 from lightning_fed.modules.scored_logits import ScoredLogits, head_on_positions, output_head, scored_positions
 
 #: ``model_type`` s whose decoder takes a custom 4D mask and ``position_ids`` as they are (absolute
@@ -147,12 +146,13 @@ def pair_layout(
         scored = scored_positions(labels[s])
         if bool((scored & (torch.arange(width, device=device) >= ends[s].unsqueeze(1))).any()):
             return None
-    # The prefix: positions where both rows agree (token, mask bit) and neither is scored.
+    # The prefix: positions where both rows agree (token, mask bit, label): the prompt, and the
+    # responses' common first tokens (the same keys, and each side's logits read there predict the same
+    # token, gathered once per side).
     differ = (
         (ids["chosen"] != ids["rejected"])
         | (masks["chosen"] != masks["rejected"])
-        | (labels["chosen"] != IGNORE_INDEX)
-        | (labels["rejected"] != IGNORE_INDEX)
+        | (labels["chosen"] != labels["rejected"])
     )
     common = torch.minimum(ends["chosen"], ends["rejected"])
     first_diff = torch.where(differ.any(-1), differ.int().argmax(-1), torch.full_like(common, width))

@@ -39,6 +39,8 @@ from tests.modules.test_shared_prefix import (
 )
 
 CLIENTS = torch.tensor([7, 7, 7, 9, 9])
+#: A batched round's bound (see its test): the rounding of six SGD steps.
+ROUND_RTOL = 3e-5
 
 
 @pytest.fixture(autouse=True)
@@ -156,3 +158,48 @@ def test_every_packed_token_sees_its_own_rows_keys_at_its_own_positions(drawn):
         assert len(clients[rows == r].unique()) == 1
     assert_own_keys(batch, layout)
     assert pack_rows is shared_prefix.pack_rows
+
+
+@pytest.mark.parametrize("config", ["gpt2", "llama"])
+def test_batched_clients_packed_upload_what_two_row_sequential_turns_did(tmp_path, config, monkeypatch):
+    """The batching engine (K = 4 clients in one forward) over packed rows, each row one client's
+    pairs with that client's LoRA, against sequential turns on the path before issue 43 (two rows per
+    pair, the head on every position): a round of SGD steps (lr 0.1), the reference recomputed.
+
+    The round's six steps compound the rounding: measured (largest relative difference of any client's
+    uploaded tensor, one thread) up to 7.2e-6 (GPT-2) and 1.07e-5 (Llama) packed, 6.9e-6 (Llama) with a
+    row per pair; :data:`ROUND_RTOL` is 2.8x the largest. An adapter applied to another client's row
+    is off by orders of magnitude more (``test_a_mask_across_pairs_is_caught``: > 1e-2 in one step)."""
+    import lightning_fed.modules.preference as preference
+    from lightning_fed.modules import DPOModule
+    from tests.batching.test_parity import run_round
+    from tests.helpers.runs import preference_data
+    from tests.modules.test_shared_prefix import backbone, lora
+
+    packed: list[tuple[int, int]] = []  # (pairs, packed rows) of each forward
+    real = preference.shared_log_probs
+
+    def spy(model, batch, layout, **kwargs):
+        packed.append((len(layout.prefix), int(layout.row_of_pair[-1]) + 1))
+        return real(model, batch, layout, **kwargs)
+
+    monkeypatch.setattr(preference, "shared_log_probs", spy)
+    monkeypatch.setattr(shared_prefix, "PACK_TOKENS", 256)  # a client's 2 pairs (~110 tokens each) in one row
+
+    def module(new: bool):
+        built = DPOModule(backbone(config), lora=lora(), lr=0.1, optimizer="sgd", beta=0.5, cache_reference=False)
+        built.scored_head = built.shared_prefix = built.pack_rows = new
+        return built
+
+    def data():
+        return preference_data(num_clients=4, per_client=12, batch_size=2, max_length=160)
+
+    old, _ = run_round(tmp_path, "old", lambda: module(False), data, "off")
+    assert not packed
+    new, loop = run_round(tmp_path, "new", lambda: module(True), data, 4)
+    assert loop.group_size == 4 and old.keys() == new.keys()
+    for key in old:
+        state_old = {n: v for n, v in old[key].items() if "lora_" in n}
+        state_new = {n: v for n, v in new[key].items() if "lora_" in n}
+        assert state_old and largest_relative_difference(state_new, state_old) <= ROUND_RTOL
+    assert (8, 4) in packed  # a group step's 4 clients x 2 pairs: a packed row per client
