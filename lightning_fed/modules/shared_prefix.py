@@ -21,6 +21,12 @@ runs the model once on it, with the LM head on the scored positions only
 gradient flowing back through both), and returns the rows' ``log p(y|x)`` in the order the unshared
 path returns them.
 
+**No padding between pairs**: with a ``capacity``, :func:`pack_rows` concatenates a client's
+consecutive pairs into rows of up to that many tokens (or the widest pair's), a block-diagonal mask
+between them and each token's position id unchanged, so a row is padded only at its end; a row holds
+one client's pairs (the batching engine gives each packed row its client's adapter, through
+:func:`~lightning_fed.batching.client_rows.packed_rows`).
+
 The model receives the mask as a 4D ``(B, 1, W, W)`` tensor, which Transformers' ``masking_utils``
 passes through unchanged ("If the mask is already 4D, simply return as-is (it was already prepared,
 or it is custom)"): boolean (``True`` attends) for SDPA, additive (0 or the dtype's minimum) for eager
