@@ -5,7 +5,7 @@ Each objective takes the loss and every gradient once with the pairs as two rows
 (``shared_prefix = False``, the path before issue 43) and once packed (the default), from the same start
 on the same batch: 5 pairs of two clients (``client_id`` 7, 7, 7, 9, 9), different prompt and response
 lengths, right padding, a pair whose prompts differ from the first token; packed with the default row
-size (each client's pairs in one row) and with rows of at most 40 tokens (a client's pairs over several
+size (each client's pairs in one row) and with rows of at most 60 tokens (a client's pairs over several
 rows); then three SGD steps each. Every tensor must agree to float32 rounding:
 ``max|new - old| <= 1e-5 * max|old|`` (the issue's bound). Measured on this machine's CPU (largest
 relative difference of any tensor, one thread, seeds 0-4, tiny GPT-2, Llama and Qwen2, DPO, SimPO and
@@ -28,6 +28,7 @@ from tests.modules.test_scored_logits import largest_relative_difference, start_
 from tests.modules.test_shared_prefix import (
     CONFIGS,
     OBJECTIVES,
+    ROUND_RTOL,
     RTOL,
     STEPS,
     assert_own_keys,
@@ -39,8 +40,6 @@ from tests.modules.test_shared_prefix import (
 )
 
 CLIENTS = torch.tensor([7, 7, 7, 9, 9])
-#: A batched round's bound (see its test): the rounding of six SGD steps.
-ROUND_RTOL = 3e-5
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +54,7 @@ def client_pairs(seed: int) -> dict[str, torch.Tensor]:
     return {**pairs(torch.Generator().manual_seed(seed), n=len(CLIENTS), unrelated=1), "client_id": CLIENTS}
 
 
-@pytest.mark.parametrize("capacity", [shared_prefix.PACK_TOKENS, 40])
+@pytest.mark.parametrize("capacity", [shared_prefix.PACK_TOKENS, 60])
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 @pytest.mark.parametrize("objective", sorted(OBJECTIVES))
 def test_packed_loss_gradients_and_steps_equal_the_two_row_path(objective, config, capacity, monkeypatch):
@@ -66,7 +65,7 @@ def test_packed_loss_gradients_and_steps_equal_the_two_row_path(objective, confi
     rows = layout.row_of_pair.tolist()
     assert rows[2] != rows[3]  # one client's pairs per row
     assert len(set(rows)) < len(rows)  # and rows shared by pairs
-    if capacity == 40:
+    if capacity == 60:
         assert len(set(rows)) > 2  # a client's pairs over several rows
     start = start_state(module)
     module.load_state_dict(start, strict=False)
