@@ -8,11 +8,14 @@ default 4); the paths:
 
 * ``main``: the path of main before issue 43 (5965431): clients one after another, chosen and rejected as
   two rows each, the LM head on every position (``scored_head = False``, ``shared_prefix = False``);
-* ``new``: clients one after another, the LM head on the scored positions only and each pair as one
-  sequence with its prompt once (:mod:`lightning_fed.modules.shared_prefix`; the defaults);
+* ``new``: clients one after another, the LM head on the scored positions only, each pair as one
+  sequence with its prompt once, and a client's pairs packed into rows of up to 128 tokens with no
+  padding between them (:mod:`lightning_fed.modules.shared_prefix`; the defaults);
 * ``new-KN``: ``new`` with the K clients in one batched step (``federation.batch_clients: K``: the
-  batching engine's stacked adapters, :class:`~batched_clients.GroupStep`), each client's rows padded to
-  the group's widest as the loop pads them.
+  batching engine's stacked adapters, :class:`~batched_clients.GroupStep`): each packed row one
+  client's, the rows padded to the group's widest packed row;
+* with ``--unpacked``, also ``rows`` and ``rows-KN``: ``new`` and ``new-KN`` with a row per pair
+  (``pack_rows = False``: each pair's row padded to the widest pair's, the path before packing).
 
 Shapes:
 
@@ -57,8 +60,9 @@ import yaml  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 CONFIG = ROOT / "configs" / "feddpo.yaml"
-#: Sequential paths: name -> (module.scored_head, module.shared_prefix).
-SEQUENTIAL = {"main": (False, False), "new": (True, True)}
+#: Sequential paths: name -> (module.scored_head, module.shared_prefix, module.pack_rows).
+SEQUENTIAL = {"main": (False, False, False), "new": (True, True, True)}
+UNPACKED = {"rows": (True, True, False)}
 LONG_PROMPT, LONG_COMPLETION = 256, 64
 
 
@@ -105,8 +109,8 @@ def feddpo_batches(settings: dict, tokenizer, clients: int) -> tuple[list[dict],
 def long_prompt_batches(pairs: int, vocab: int, clients: int) -> tuple[list[dict], dict]:
     gen = torch.Generator().manual_seed(0)
     batches = []
-    for _ in range(clients):
-        out = {}
+    for k in range(clients):
+        out = {"client_id": torch.full((pairs,), k)}
         prompt = torch.randint(0, vocab, (pairs, LONG_PROMPT), generator=gen)
         for side in ("chosen", "rejected"):
             response = torch.randint(0, vocab, (pairs, LONG_COMPLETION), generator=gen)
@@ -122,12 +126,12 @@ def long_prompt_batches(pairs: int, vocab: int, clients: int) -> tuple[list[dict
 class Sequential:
     """K clients one after another, each from the same start (a round's turns)."""
 
-    def __init__(self, module, scored: bool, shared: bool, batches: list[dict], start: dict) -> None:
-        self.module, self.scored, self.shared, self.batches, self.start = module, scored, shared, batches, start
+    def __init__(self, module, scored: bool, shared: bool, pack: bool, batches: list[dict], start: dict) -> None:
+        self.module, self.flags, self.batches, self.start = module, (scored, shared, pack), batches, start
         self.optimizer = module.configure_optimizers()
 
     def round(self) -> None:
-        self.module.scored_head, self.module.shared_prefix = self.scored, self.shared
+        self.module.scored_head, self.module.shared_prefix, self.module.pack_rows = self.flags
         for batch in self.batches:
             self.module.load_state(self.start)
             loss = self.module.pair_metrics(batch)["loss"].mean()
@@ -139,13 +143,13 @@ class Sequential:
 class Batched:
     """The K clients in one batched step (the new path), the adapters stacked for the round only."""
 
-    def __init__(self, module, group_batch: dict, clients: int, start: dict) -> None:
-        self.module, self.batch, self.clients, self.start = module, group_batch, clients, start
+    def __init__(self, module, group_batch: dict, clients: int, start: dict, pack: bool = True) -> None:
+        self.module, self.batch, self.clients, self.start, self.pack = module, group_batch, clients, start, pack
 
     def round(self) -> None:
         from batched_clients import GroupStep
 
-        self.module.scored_head, self.module.shared_prefix = True, True
+        self.module.scored_head, self.module.shared_prefix, self.module.pack_rows = True, True, self.pack
         self.module.load_state(self.start)
         group = GroupStep(self.module, "dpo", self.clients, self.batch["chosen_input_ids"].shape[0] // self.clients)
         try:
@@ -183,7 +187,11 @@ def describe(batches: list[dict]) -> str:
     rows = [torch.cat([b["chosen_attention_mask"], b["rejected_attention_mask"]]) for b in batches]
     labels = torch.cat([torch.cat([b["chosen_labels"], b["rejected_labels"]]).flatten() for b in batches])
     positions = sum(r.numel() for r in rows)
+    from lightning_fed.modules.shared_prefix import PACK_TOKENS, pair_layout
+
+    packed = [tuple(pair_layout(b, b.get("client_id"), PACK_TOKENS).input_ids.shape) for b in batches]
     return (
+        f"packed rows (rows, width) per client {packed}; "
         f"{len(batches)} client(s) x {batches[0]['chosen_input_ids'].shape[0]} pairs, widths"
         f" {[r.shape[1] for r in rows]}, attended tokens per row {torch.cat([r.sum(1) for r in rows]).tolist()},"
         f" scored labels {int((labels != -100).sum())} of {positions} positions,"
@@ -191,14 +199,19 @@ def describe(batches: list[dict]) -> str:
     )
 
 
-def run_shape(module, name: str, batches: list[dict], group: dict, cache: str, repeats: int) -> None:
+def run_shape(
+    module, name: str, batches: list[dict], group: dict, cache: str, repeats: int, unpacked: bool = False
+) -> None:
     from lightning_fed.modules.reference_cache import ReferenceCache
 
     clients = len(batches)
     start = {n: p.detach().clone() for n, p in module.shared_parameters().items()}
-    paths = {p: Sequential(module, *flags, batches, start) for p, flags in SEQUENTIAL.items()}
+    sequential = {**SEQUENTIAL, **(UNPACKED if unpacked else {})}
+    paths = {p: Sequential(module, *flags, batches, start) for p, flags in sequential.items()}
     if clients > 1:
         paths[f"new-K{clients}"] = Batched(module, group, clients, start)
+        if unpacked:
+            paths[f"rows-K{clients}"] = Batched(module, group, clients, start, pack=False)
     module.reference_cache = ReferenceCache() if cache == "warm" else None
     print(f"\n## {name}, reference {cache}: {describe(batches)}", flush=True)
     if cache == "warm":
@@ -243,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--long-clients", type=int, default=1, help="K at the long-prompt shape")
     parser.add_argument("--shapes", nargs="+", default=["feddpo", "long-prompt"], choices=["feddpo", "long-prompt"])
     parser.add_argument("--cache", nargs="+", default=["cold", "warm"], choices=["cold", "warm"])
+    parser.add_argument("--unpacked", action="store_true", help="also time the paths with a row per pair")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     settings = feddpo_settings()
@@ -261,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     for shape in args.shapes:
         batches, group = makers[shape](module)
         for cache in args.cache:
-            run_shape(module, shape, batches, group, cache, args.repeats)
+            run_shape(module, shape, batches, group, cache, args.repeats, args.unpacked)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

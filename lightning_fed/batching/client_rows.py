@@ -16,11 +16,18 @@ each client's gradient is its own loss's). The per-client values travel in the s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+
+#: ``(B,)`` the packed row of each of the batch's rows while a forward runs over packed rows
+#: (:func:`packed_rows`), else ``None``.
+_PACKED: ContextVar[Tensor | None] = ContextVar("packed_rows", default=None)
 
 #: The keys of a ``training_step`` output besides ``loss`` (Lightning passes them, detached, to
 #: ``on_train_batch_end``): the step's clients and each one's loss, in the same order.
@@ -58,6 +65,41 @@ class ClientRows:
         if n % rows:
             raise RuntimeError(f"a batched forward over {n} rows, which are not copies of the step's {rows} rows")
         return self.slots.repeat(n // rows)
+
+    def layout(self, n: int) -> tuple[Tensor | None, int | None]:
+        """``(slots, per_client)`` of a forward over ``n`` rows: ``per_client`` when the rows are
+        ``m`` copies of equal segments of the clients in slot order (one batched matmul per factor,
+        nothing gathered; ``slots`` then ``None``), else the slot of each of the ``n`` rows.
+
+        Inside :func:`packed_rows` a forward over the packed rows' count is over packed rows: each
+        row's slot is that of the batch rows packed into it, which must all be one client's."""
+        packing = _PACKED.get()
+        if packing is not None and n == int(packing[-1]) + 1 and n != self.slots.shape[0]:
+            slots = torch.zeros(n, dtype=self.slots.dtype, device=self.slots.device)
+            slots[packing] = self.slots
+            if not bool((slots[packing] == self.slots).all()):
+                raise RuntimeError("a packed row holds rows of more than one client")
+            counts = torch.bincount(slots, minlength=self.size)
+            per = int(counts[0])
+            if self.per_client is not None and bool((counts == per).all()):
+                return None, per  # sorted by slot: the rows are in the batch's order
+            return slots, None
+        if self.per_client is not None:
+            if n % (self.size * self.per_client):
+                raise RuntimeError(f"a batched forward over {n} rows, which are not copies of the step's rows")
+            return None, self.per_client
+        return self.for_rows(n), None
+
+
+@contextmanager
+def packed_rows(row_of: Tensor) -> Iterator[None]:
+    """While a forward runs over packed rows: ``row_of`` ``(B,)`` (non-decreasing) is the packed row
+    of each of the batch's rows, so the batching engine gives each packed row its rows' client."""
+    token = _PACKED.set(row_of)
+    try:
+        yield
+    finally:
+        _PACKED.reset(token)
 
 
 def per_client_loss(values: Tensor, client_ids: Tensor | None, mask: Tensor | None = None) -> dict[str, Any]:

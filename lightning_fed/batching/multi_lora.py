@@ -66,9 +66,13 @@ def batched_lora_forward(layer: LoraLinear, rows: ClientRows, adapters: list[str
     if layer.disable_adapters:
         return result
     dtype = result.dtype
-    slots = rows.for_rows(x.shape[0]) if rows.per_client is None or len(set(adapters)) > 1 else None
-    if slots is None and x.shape[0] % (rows.size * rows.per_client):
-        raise RuntimeError(f"a batched forward over {x.shape[0]} rows, which are not copies of the step's rows")
+    slots, per_client = rows.layout(x.shape[0])
+    if slots is None and len(set(adapters)) > 1:
+        slots = (
+            torch.arange(rows.size, device=x.device)
+            .repeat_interleave(per_client)
+            .repeat(x.shape[0] // (rows.size * per_client))
+        )
     for name in dict.fromkeys(adapters):
         if name not in layer.lora_A:
             continue
@@ -77,7 +81,7 @@ def batched_lora_forward(layer: LoraLinear, rows: ClientRows, adapters: list[str
         xa = layer._cast_input_dtype(layer.lora_dropout[name](x), a_w.dtype)
         shape = (x.shape[0], -1, x.shape[-1])
         if slots is None:  # the usual step (one adapter, equal segments in slot order): no gather
-            result = result + _segment_matmul(xa, a_w, b_w, rows.size, rows.per_client) * layer.scaling[name]
+            result = result + _segment_matmul(xa, a_w, b_w, rows.size, per_client) * layer.scaling[name]
             continue
         if len(mine) == len(adapters):  # every row, in any order: the factors gathered per row
             h = torch.matmul(xa.reshape(shape), a_w[slots].transpose(1, 2))

@@ -89,7 +89,12 @@ class ORPOModule(PreferenceModule):
 
     def pair_metrics(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         chosen, rejected = concatenated_log_probs(
-            self.model, batch, average=True, scored_only=self.scored_head, shared_prefix=self.shared_prefix
+            self.model,
+            batch,
+            average=True,
+            scored_only=self.scored_head,
+            shared_prefix=self.shared_prefix,
+            pack=self.pack_rows,
         )
         losses, nll, ratio = orpo_loss(chosen, rejected, self.odds_ratio_weight)
         chosen_sum = chosen.detach() * response_lengths(batch["chosen_labels"])

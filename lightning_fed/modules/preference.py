@@ -21,7 +21,7 @@ from lightning_fed.batching.client_rows import per_client_loss
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.losses import IGNORE_INDEX, sequence_log_probs
 from lightning_fed.modules.scored_logits import scored_logits
-from lightning_fed.modules.shared_prefix import pair_layout, shared_log_probs, supports_shared_prefix
+from lightning_fed.modules.shared_prefix import pack_capacity, pair_layout, shared_log_probs, supports_shared_prefix
 
 PAIR_FIELDS = ("input_ids", "attention_mask", "labels")
 
@@ -48,6 +48,7 @@ def concatenated_log_probs(
     average: bool = False,
     scored_only: bool = True,
     shared_prefix: bool = False,
+    pack: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """``(log p(y_w|x), log p(y_l|x))``, each ``(B,)``, from one forward of ``model``.
 
@@ -66,7 +67,9 @@ def concatenated_log_probs(
             (with ``scored_only`` only); else the concatenated forward.
     """
     inputs = concatenated_inputs(batch)
-    layout = pair_layout(batch) if scored_only and shared_prefix and supports_shared_prefix(model) else None
+    layout = None
+    if scored_only and shared_prefix and supports_shared_prefix(model):
+        layout = pair_layout(batch, batch.get("client_id"), pack_capacity(model) if pack else None)
     if layout is not None:
         logps = shared_log_probs(model, batch, layout)
     elif scored_only:
@@ -100,6 +103,9 @@ class PreferenceModule(FederatedModule):
     #: :mod:`~lightning_fed.modules.shared_prefix`; exact to float rounding), where the model allows
     #: it. ``False`` runs chosen and rejected as two rows of the concatenated forward, the path before.
     shared_prefix: bool = True
+    #: Whether, with ``shared_prefix``, a client's pairs are packed into rows without padding between
+    #: them (:func:`~lightning_fed.modules.shared_prefix.pack_rows`; exact to float rounding).
+    pack_rows: bool = True
 
     #: The loss is a function of each pair alone, reduced by the one per-client reduction below:
     #: a subclass that only changes ``pair_metrics`` trains with others (docs/developer/batching.md).
@@ -119,4 +125,6 @@ class PreferenceModule(FederatedModule):
     def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """``(log p(y_w|x), log p(y_l|x))`` under the current model, summed over response tokens,
         in one forward (the evaluation's contract: :mod:`~lightning_fed.evaluation.test_step`)."""
-        return concatenated_log_probs(self.model, batch, scored_only=self.scored_head, shared_prefix=self.shared_prefix)
+        return concatenated_log_probs(
+            self.model, batch, scored_only=self.scored_head, shared_prefix=self.shared_prefix, pack=self.pack_rows
+        )

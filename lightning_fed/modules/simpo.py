@@ -79,7 +79,12 @@ class SimPOModule(PreferenceModule):
 
     def pair_metrics(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         chosen, rejected = concatenated_log_probs(
-            self.model, batch, average=True, scored_only=self.scored_head, shared_prefix=self.shared_prefix
+            self.model,
+            batch,
+            average=True,
+            scored_only=self.scored_head,
+            shared_prefix=self.shared_prefix,
+            pack=self.pack_rows,
         )
         losses, r_chosen, r_rejected = simpo_loss(chosen, rejected, self.beta, self.gamma)
         chosen_sum = chosen.detach() * response_lengths(batch["chosen_labels"])

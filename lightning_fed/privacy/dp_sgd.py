@@ -384,6 +384,9 @@ class DPSFTModule(ExampleLevelDP, SFTModule):
 class DPDPOModule(ExampleLevelDP, DPOModule):
     """FedDPO's objective with DP-SGD: an example is one preference pair (chosen and rejected)."""
 
+    #: A row per pair: per-example gradients are per row, so pairs are not packed into shared rows.
+    pack_rows = False
+
     def per_example_losses(self, batch: dict[str, Tensor]) -> Tensor:
         return self.pair_metrics(batch)["loss"]
 
