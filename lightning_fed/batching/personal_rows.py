@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,9 +29,6 @@ from torch import Tensor, nn
 
 from lightning_fed.batching.client_rows import ClientRows
 from lightning_fed.batching.multi_lora import lora_layers
-
-#: Attribute of a stacked head while a group trains: the ``keep`` mask of a flat (scored) input.
-_KEEP = "_lightning_fed_rows_keep"
 
 
 def lora_parameter_ids(model: nn.Module) -> set[int]:
@@ -65,13 +61,12 @@ def unstackable_personal(module: nn.Module) -> str | None:
     return None
 
 
-def stacked_linear_forward(layer: nn.Linear, rows: ClientRows, x: Tensor) -> Tensor:
+def stacked_linear_forward(layer: nn.Linear, rows: ClientRows, x: Tensor, keep: Tensor | None = None) -> Tensor:
     """``layer(x)`` when its weight is ``(K, out, in)``: each leading row of ``x`` through its client's slot.
 
-    The rows of ``x`` are the step's rows (or copies of them: chosen then rejected); under
-    :func:`scored_rows` they are the scored positions ``hidden[keep]`` of those rows, in order.
+    The rows of ``x`` are the step's rows (or copies of them: chosen then rejected); with ``keep``
+    (:func:`scored_rows`) they are the scored positions ``hidden[keep]`` of those rows, in order.
     """
-    keep = getattr(layer, _KEEP, None)
     if keep is not None and x.dim() == 2 and x.shape[0] == int(keep.sum()):
         slots = rows.for_rows(keep.shape[0]).unsqueeze(1).expand_as(keep)[keep]
     else:
@@ -88,14 +83,30 @@ def stacked_linear_forward(layer: nn.Linear, rows: ClientRows, x: Tensor) -> Ten
 def scored_rows(head: nn.Module, keep: Tensor) -> Iterator[None]:
     """While the block runs, a stacked ``head`` called on ``hidden[keep]`` knows each position's row
     (nothing happens for a head that is not stacked)."""
-    if "forward" not in head.__dict__:  # not stacked: its own forward
+    forward = head.__dict__.get("forward")
+    if not isinstance(forward, StackedForward):  # not stacked: its own forward
         yield
         return
-    setattr(head, _KEEP, keep)
+    forward.keep = keep
     try:
         yield
     finally:
-        head.__dict__.pop(_KEEP, None)
+        forward.keep = None
+
+
+class StackedForward:
+    """The forward of a stacked head while a group trains (:func:`stacked_linear_forward`).
+
+    Attributes:
+        keep: The ``keep`` mask of a flat (scored) input, set by :func:`scored_rows`; else ``None``.
+    """
+
+    def __init__(self, head: nn.Linear, rows_of: Callable[[], ClientRows | None]) -> None:
+        self.head, self.rows_of = head, rows_of
+        self.keep: Tensor | None = None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return stacked_linear_forward(self.head, self.rows_of(), x, self.keep)
 
 
 class StackedHeads:
@@ -121,18 +132,11 @@ class StackedHeads:
             self._original[name] = p.data
             p.data = torch.stack([slot[name] for slot in self.slots])
         for head in self.heads.values():
-            head.forward = self._forward_of(head)
-
-    def _forward_of(self, head: nn.Linear) -> Any:
-        def forward(x: Tensor) -> Tensor:
-            return stacked_linear_forward(head, self.rows_of(), x)
-
-        return forward
+            head.forward = StackedForward(head, self.rows_of)
 
     def unstack(self) -> None:
         for head in self.heads.values():
             head.__dict__.pop("forward", None)
-            head.__dict__.pop(_KEEP, None)
         for name, p in self.params.items():
             if name in self._original:
                 p.data = self._original[name]

@@ -11,6 +11,7 @@ steps, with its own manual optimizer steps) trains in groups the same way.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lightning_fed.batching.fallback import batching_fallback
@@ -130,3 +131,20 @@ def test_fedper_with_adamw_stays_within_the_parity_tolerance(tmp_path):
     bat_up, bat_own, _ = personal_round(tmp_path, "bat", lambda: fedper_module("adamw", LR), 4, rounds=1)
     assert_same_uploads(seq_up, bat_up)
     assert_same_uploads(seq_own, bat_own)
+
+
+def test_a_row_read_through_another_clients_head_is_caught(tmp_path, monkeypatch):
+    """The comparison can fail: every row through slot 0's head (a stacking that ignores the rows)."""
+    import torch.nn.functional as F
+
+    import lightning_fed.batching.personal_rows as personal_rows
+
+    def slot_zero(layer, rows, x, keep=None):
+        return F.linear(x, layer.weight[0], None if layer.bias is None else layer.bias[0])
+
+    make = lambda: fedper_module("sgd", SGD_LR)  # noqa: E731
+    seq_up, seq_own, _ = personal_round(tmp_path, "seq", make, "off", rounds=1)
+    monkeypatch.setattr(personal_rows, "stacked_linear_forward", slot_zero)
+    bad_up, bad_own, _ = personal_round(tmp_path, "bad", make, 4, rounds=1)
+    with pytest.raises(AssertionError, match="differs by"):
+        assert_relatively_equal(seq_own, bad_own, RTOL)
