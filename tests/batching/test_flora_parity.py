@@ -24,7 +24,7 @@ def flora_round(tmp_path, name: str, batch_clients, seed: int = 0):
     module = DPOModule(
         BackboneConfig(config=dict(NO_DROPOUT), tokenizer="bytes"),
         lora=LoraSettings(r=4, alpha=8, dropout=0.0),
-        lr=0.5,
+        lr=0.05,  # at 0.5 the spread over seeds 0-4 reached 8.8e-6 (relative_rounding.py)
         optimizer="sgd",
         beta=0.5,
     )
