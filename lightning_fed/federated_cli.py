@@ -255,6 +255,9 @@ class FederatedCLI(LightningCLI):
         loop = next(c for c in self.trainer.callbacks if isinstance(c, FederatedLoop))
         dumped = self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False, skip_validation=True)
         loop.server.report.config = yaml.safe_load(dumped)
+        for callback in self.trainer.callbacks:  # config.yaml holds the K `batch_clients: auto` chose
+            if isinstance(callback, RunConfigFile):
+                callback.resolve = loop.resolved_options
         ckpt = self._ckpt_path()
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
             fs, path = fsspec.core.url_to_fs(str(ckpt))

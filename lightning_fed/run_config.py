@@ -94,17 +94,19 @@ class FederationConfig:
     """Compress each client's upload: ``int8``, ``int4`` (``+ef``: error feedback),
     ``topk:<fraction>`` (``-noef``: without error feedback); ``None``: full precision."""
 
-    batch_clients: int | str = "off"
-    """Train a round's clients together, in process: ``off`` (one after another), an integer K
-    (groups of up to K clients) or ``auto`` (the largest K the memory allows, at most 4 on a CPU).
-    Each step then runs one backbone forward over the group's concatenated batches, each client's
-    LoRA factors applied to its own rows; each client's update is the one its sequential turn
-    uploads (within float32 rounding; under dropout, in distribution). Clients with different local
-    step counts train in different groups. Falls back to sequential turns, said in one line at
-    start, for a module that does not declare ``batchable`` (personal heads, Per-FedAvg, ...),
-    DP-SGD, per-client round hooks, manual optimization, a per-step lr scheduler, ``16-mixed``
-    precision and data parallelism; a Flower client trains one client anyway (see
-    ``docs/guides/configs.md``)."""
+    batch_clients: int | str = "auto"
+    """Train a round's clients together, in process: ``auto`` (the default: the largest K the memory
+    allows, at most 4 on a CPU), an integer K (groups of up to K clients) or ``off`` (one after
+    another). Each step then runs one backbone forward over the group's concatenated batches, each
+    client's LoRA factors (and personal tensors) applied to its own rows; each client's update is the
+    one its sequential turn uploads (within float32 rounding; under dropout, in distribution). The K
+    ``auto`` chose is said in one line at start and recorded in the run's config (``config.yaml``,
+    ``summary.json``, the checkpoint), so a rerun of that config and a resume train with the same K.
+    Clients with different local step counts train in different groups. Falls back to sequential
+    turns, said in one line at start, for a module that does not declare ``batchable`` (FedRep,
+    FedPDPO, Per-FedAvg, FedBiOT...), DP-SGD, per-client round hooks, manual optimization, a
+    per-step lr scheduler, ``16-mixed`` precision and data parallelism; a Flower client trains one
+    client anyway (see ``docs/developer/batching.md``)."""
 
     def __post_init__(self) -> None:
         problems = self.problems()

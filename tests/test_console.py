@@ -26,6 +26,8 @@ for name in ("LIGHTNING_FED_DEBUG", console.VERBOSE_ENV, *QUIET_ENV):
     ENV.pop(name, None)
 HINT = "(run with --debug or LIGHTNING_FED_DEBUG=1 for the traceback)"
 FEDERATION_LINE = "federation: 4 clients, 72 training examples, per client min 18 / median 18 / max 18"
+# tiny's 2 clients a round train together under the default batch_clients: auto (issue 43), said once.
+GROUP_LINE = "federation.batch_clients: auto: clients trained together K = 2"
 # Lightning's progress bars: the round bar (FederatedProgressBar) and the validation bar.
 PROGRESS = re.compile(
     r"^\s*$|^(Round \d+/\d+|Epoch \d+|Training|Sanity Checking|Validation|Validation DataLoader \d+)\b.*"
@@ -59,7 +61,7 @@ def test_a_tiny_fit_prints_the_package_lines_and_the_progress_bar_only(tmp_path)
     proc, marker = _cli(tmp_path, *_tiny(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert marker.is_file(), "bitsandbytes did not take the AVX512-BF16 path: the test shows nothing"
-    assert proc.stderr == FEDERATION_LINE + "\n"
+    assert proc.stderr == FEDERATION_LINE + "\n" + GROUP_LINE + "\n"
     assert "Round 3/3" in proc.stdout  # Lightning's progress bar (TQDM writes to stdout), and fit's closing line
     (closing,) = _not_progress(proc.stdout)
     assert closing.startswith("run folder: "), closing
@@ -164,6 +166,7 @@ def test_a_truncation_warning_is_shown_as_one_warning_line(tmp_path):
         "warning: data: 1 of 59 truncated train examples lost most of their prompt (kept under half its tokens;"
         " set data.max_completion_length or raise data.max_length); per client: [0, 1, 0, 0]",
         "federation: 4 clients, 66 training examples, per client min 16 / median 17 / max 17",
+        GROUP_LINE,
     ]
 
 

@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_fed.batching.client_rows import CLIENT_IDS, CLIENT_LOSSES, ClientRows
 from lightning_fed.batching.multi_lora import StackedLora
+from lightning_fed.batching.personal_rows import StackedHeads, lora_parameter_ids, personal_heads
 from lightning_fed.federation.turn import ClientTurn
 from lightning_fed.strategies.base import LocalCorrection
 
@@ -40,7 +41,20 @@ class TurnGroup:
         self.module = module
         self.slot_of = {t.client_id: k for k, t in enumerate(self.turns)}
         self.rows: ClientRows | None = None
-        self.stacked = StackedLora(module.model, module.shared_parameters(), lambda: self.rows)
+        shared, personal = module.shared_parameters(), module.personal_parameters()
+        lora = lora_parameter_ids(module.model)  # personal LoRA factors (FedPer's upper blocks) stack with the shared
+        factors = {**shared, **{n: p for n, p in personal.items() if id(p) in lora}}
+        self.stacked = StackedLora(module.model, factors, lambda: self.rows)
+        self.heads = StackedHeads(personal_heads(module, personal), lambda: self.rows)  # personal linear heads
+        self.shared_names = tuple(shared)
+        self.personal = {n: p for n, p in personal.items() if n in factors or id(p) in self._head_ids()}
+
+    def _head_ids(self) -> set[int]:
+        return {id(p) for p in self.heads.params.values()}
+
+    def _shared(self, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The shared parameters of a slot's views: what the turn's correction and upload read."""
+        return {n: params[n] for n in self.shared_names}
 
     # ------------------------------------------------------------ what a turn's readers see
     @property
@@ -70,11 +84,13 @@ class TurnGroup:
         for turn, (start, downlink) in zip(self.turns, starts):
             turn.begin(trainer, self.module, start, downlink)
             self.stacked.capture()
+            self.heads.capture()
         self.stacked.stack()
+        self.heads.stack()
         for opt in trainer.optimizers:  # the state of the stacked shapes starts empty
             opt.state.clear()
         for k, turn in enumerate(self.turns):
-            turn.train_on(self.stacked.views(k))
+            turn.train_on(self._shared(self.stacked.views(k)))
 
     def start_step(self, batch: Any) -> None:
         """The rows of this step's batch, by each row's ``client_id``."""
@@ -84,7 +100,7 @@ class TurnGroup:
     def before_optimizer_step(self, lr: float) -> None:
         for k, turn in enumerate(self.turns):
             if corrects_gradients(turn):  # the slot's gradients, for the correction to read and change
-                turn.train_on(self.stacked.refresh_grads(k))
+                turn.train_on(self._shared(self.stacked.refresh_grads(k)))
             turn.before_optimizer_step(lr)
 
     def end_step(self, outputs: Any, accumulate: int) -> None:
@@ -99,17 +115,23 @@ class TurnGroup:
 
     def end(self, trainer: Any) -> list[ClientTurn]:
         """End every turn (each uploads its own slot), then unstack; returns the turns."""
+        stacked = {n: p.data for n, p in self.personal.items()}
         try:
             for k, turn in enumerate(self.turns):
-                turn.train_on(self.stacked.views(k))
+                turn.train_on(self._shared(self.stacked.views(k)))
+                for n, p in self.personal.items():  # the module's personal parameters: the client's own, stored
+                    p.data = stacked[n][k]
                 turn.end(trainer, self.module)
         finally:
+            for n, p in self.personal.items():
+                p.data = stacked[n]
             self.close(trainer)
         return self.turns
 
     def close(self, trainer: Any) -> None:
         """The module as it was: its own parameter shapes and forward."""
         self.stacked.unstack()
+        self.heads.unstack()
         for opt in trainer.optimizers:
             opt.state.clear()
         self.rows = None
@@ -125,7 +147,7 @@ class TurnGroup:
         if gradient_clip_algorithm == "value":  # elementwise: per client already
             torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
             return
-        stacked = {id(p) for p in self.stacked.params.values()}  # (K, ...): every trainable one (fallback.py)
+        stacked = {id(p) for p in self.stacked.params.values()} | self._head_ids()  # (K, ...): every trainable one
         clip_per_client([p for p in params if id(p) in stacked], gradient_clip_val)
 
 

@@ -8,8 +8,10 @@ turns, with the first reason found (:func:`batching_fallback`):
 - a module that does not declare ``batchable`` (:attr:`~lightning_fed.modules.base.FederatedModule.batchable`,
   inherited: its ``training_step`` returns the loss per client), e.g. FedRep, FedPDPO and Per-FedAvg
   (they step their optimizers themselves), FedBiOT, RLFT;
-- a module with personal parameters (kept per client outside the adapters), or one that trains a
-  tensor that is neither shared nor personal (not stacked: every client's gradient would meet in it);
+- a module with a personal parameter that is neither a LoRA factor nor a personal linear head's
+  (those are stacked per client, :mod:`~lightning_fed.batching.personal_rows`; a bottleneck's
+  LayerNorm is not), or one that trains a tensor that is neither shared nor personal (not stacked:
+  every client's gradient would meet in it);
 - DP-SGD (per-example clipping and noise of one client's batch: Opacus runs one client);
 - a LoRA layer that is not a plain linear one (DoRA, embeddings, merged adapters);
 - a round hook that does not declare :attr:`~lightning_fed.federation.hooks.Capability.BATCH_SAFE`
@@ -32,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_fed.batching.multi_lora import unsupported_layer
+from lightning_fed.batching.personal_rows import unstackable_personal
 from lightning_fed.federation.hooks import Capability
 
 
@@ -46,15 +49,20 @@ def batching_fallback(module: Any, hooks: list[Any], trainer: Any = None) -> str
     cls = type(module).__name__
     if not getattr(type(module), "batchable", False):  # declared: FederatedModule.batchable
         return f"{cls} does not declare that it reduces its loss per client (batchable = True)"
-    if module.personal_parameters():
-        return f"{cls} has personal parameters"
-    shared = module.shared_parameters()
-    local = next((n for n, p in module.named_parameters() if p.requires_grad and n not in shared), None)
+    personal = unstackable_personal(module)  # LoRA factors and linear heads are stacked per client
+    if personal is not None:
+        return f"{cls} has the personal parameter {personal}, neither a LoRA factor nor a linear head's"
+    shared, own = module.shared_parameters(), module.personal_parameters()
+    local = next(
+        (n for n, p in module.named_parameters() if p.requires_grad and n not in shared and n not in own), None
+    )
     if local is not None:  # it would not be stacked: one tensor, every client's gradient summed into it
         return f"{cls} trains {local}, which is neither shared nor personal"
     if callable(getattr(type(module), "poisson_batch_seed", None)):
         return f"{cls} trains with DP-SGD (per-example clipping of one client's batch)"
-    if not getattr(module, "automatic_optimization", True):
+    if not getattr(module, "automatic_optimization", True) and not getattr(
+        type(module), "manual_steps_per_client", False
+    ):
         return f"{cls} steps its optimizers itself (manual optimization)"
     layer = unsupported_layer(module.model)
     if layer is not None:

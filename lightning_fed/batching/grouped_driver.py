@@ -49,12 +49,14 @@ class GroupedTurns(TurnDriver):
         pl_module: pl.LightningModule,
         datamodule: Any,
         fits: Callable[[Any, Any, pl.Trainer, int], int],
+        recorded: int | None = None,
     ) -> int:
         """``config.batch_clients`` as a number of clients; 1, with the one-line reason, when this run
         cannot train its clients together (:func:`~lightning_fed.batching.fallback.batching_fallback`).
-        ``auto`` is ``fits(module, datamodule, trainer, clients)``: the largest group the memory holds
-        (the caller's memory model, :func:`lightning_fed.planning.group.run_group_size`, which is
-        above this package)."""
+        ``auto`` is ``recorded`` when the run resumed records a K (the K its first part chose: a resume
+        trains with it whatever the memory holds now), else ``fits(module, datamodule, trainer,
+        clients)``: the largest group the memory holds (the caller's memory model,
+        :func:`lightning_fed.planning.group.run_group_size`, which is above this package)."""
         k = config.batch_clients
         if k == "off":
             return 1
@@ -62,12 +64,15 @@ class GroupedTurns(TurnDriver):
         if reason is not None:
             warn_fallback(reason)
             return 1
-        if k == "auto":
+        how = ""
+        if k == "auto" and recorded is not None:
+            k, how = recorded, " (recorded by the run resumed)"
+        elif k == "auto":
             clients = expected_clients(
                 config.clients_per_round, config.sampling, config.sampling_rate, datamodule.num_clients
             )
             k = fits(pl_module, datamodule, trainer, clients)
-        rank_zero_info(f"federation.batch_clients: {config.batch_clients}: clients trained together K = {int(k)}")
+        rank_zero_info(f"federation.batch_clients: {config.batch_clients}: clients trained together K = {int(k)}{how}")
         return int(k)
 
     def close_group(self, trainer: pl.Trainer) -> None:

@@ -89,6 +89,7 @@ class FederatedLoop(GroupedTurns):
         self.initial_personal: StateDict = {}
         self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
         self._plan: RoundPlan | None = None  # the round decided last (next_round)
+        self._recorded_group_size: int | None = None  # the K of the run resumed (load_state_dict)
 
     def bind(self, trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any) -> None:
         """Attach the run; keep the module's personal parameters as initialised (what a client
@@ -136,10 +137,29 @@ class FederatedLoop(GroupedTurns):
         self.context = RoundContext.from_trainer(
             trainer, self.run.rounds, self.server.seed, self.server.add_round_bytes
         )
-        self.group_size = self.decide_group_size(self.run, trainer, pl_module, self.datamodule, run_group_size)
+        self.group_size = self.decide_group_size(
+            self.run, trainer, pl_module, self.datamodule, run_group_size, self._recorded_group_size
+        )
+        self._record_group_size()
         for hook in self.run.hooks:
             hook.setup_server(self.server, self.context, pl_module)
             hook.setup_client(pl_module)  # in process the clients share the server's module
+
+    def resolved_options(self) -> dict[str, Any]:
+        """The options this run resolved at start, as dotted config keys: ``federation.batch_clients``
+        the K ``auto`` chose (recorded in ``config.yaml`` and the report's config, so that a rerun of
+        the run's config and a resume train with that K); empty for any other setting."""
+        if self.run.batch_clients != "auto" or not getattr(self, "_fit_started", False):
+            return {}
+        return {"federation.batch_clients": int(self.group_size)}
+
+    def _record_group_size(self) -> None:
+        """The chosen K in the report's config (``summary.json``'s and the checkpoint's)."""
+        config = self.server.report.config
+        for key, value in self.resolved_options().items():
+            section, name = key.split(".")
+            if isinstance(config, dict) and isinstance(config.get(section), dict):
+                config[section][name] = value
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -312,7 +332,7 @@ class FederatedLoop(GroupedTurns):
     # ============================================================================= resume
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {**self.server.fault_counts(), "seed": self.server.seed}
+        return {**self.server.fault_counts(), "seed": self.server.seed, "batch_clients": int(self.group_size)}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -321,6 +341,8 @@ class FederatedLoop(GroupedTurns):
         self.server.clipped_updates = state_dict.get("clipped_updates", 0)
         if "seed" in state_dict:
             self.server.seed = state_dict["seed"]
+        k = state_dict.get("batch_clients")  # a resume trains with the run's K
+        self._recorded_group_size = k if isinstance(k, int) and k >= 1 else None
 
     @override
     def on_save_checkpoint(

@@ -106,11 +106,17 @@ def compare_configs(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str]
                 flat[key] = flat.get("seed_everything")
     forbidden, allowed = [], []
     for key in sorted(before.keys() & after.keys()):
-        if key in NOT_COMPARED or before[key] == after[key]:
+        if key in NOT_COMPARED or before[key] == after[key] or _resolved_auto(key, before[key], after[key]):
             continue
         change = f"{key}: {before[key]!r} -> {after[key]!r}"
         (forbidden if decides_result(key) else allowed).append(change)
     return forbidden, allowed
+
+
+def _resolved_auto(key: str, old: Any, new: Any) -> bool:
+    """``federation.batch_clients: auto`` against the K the run resolved it to: not a change (the
+    resume trains with the run's K, FederatedLoop.load_state_dict)."""
+    return key == "federation.batch_clients" and new == "auto" and isinstance(old, int)
 
 
 def check_resume(path: str | Path, config: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:

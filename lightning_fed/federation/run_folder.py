@@ -107,10 +107,33 @@ def share_earlier_files(owner: Any, other: Any) -> None:
 
 class RunConfigFile(SaveConfigCallback):
     """LightningCLI's ``config.yaml``, which does not replace an earlier run's before this run
-    has completed a round (:class:`EarlierFiles`)."""
+    has completed a round (:class:`EarlierFiles`).
+
+    A ``fit`` writes it at the start of fit (``on_fit_start``, after the loop's), with the options the
+    run resolved then (:attr:`resolve`: ``federation.batch_clients`` as the K ``auto`` chose), so that
+    the run's config reruns the run it describes."""
+
+    #: Returns the resolved options as dotted keys (``{"federation.batch_clients": 4}``); set by the CLI.
+    resolve: Callable[[], dict[str, Any]] | None = None
 
     @override
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage == "fit" and self.resolve is not None:
+            return None  # written in on_fit_start, once the run has resolved its options
+        return self._write(trainer, pl_module, stage)
+
+    @override
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.resolve is None or self.already_saved:
+            return
+        resolved = self.resolve()
+        if resolved:
+            self.config = self.config.clone()
+            for key, value in resolved.items():
+                self.config[key] = value
+        self._write(trainer, pl_module, "fit")
+
+    def _write(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if self.already_saved or not self.save_to_log_dir:
             return super().setup(trainer, pl_module, stage)
         log_dir = trainer.log_dir  # a broadcast: every rank asks

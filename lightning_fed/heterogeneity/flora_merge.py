@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from lightning_fed.federation.hooks import Payload, RoundHook, payload_nbytes
+from lightning_fed.federation.hooks import Capability, Payload, RoundHook, payload_nbytes
 from lightning_fed.modules.reference_cache import KEY_BYTES
 from lightning_fed.strategies.flora import STACK_PREFIX, FLoRA
 from lightning_fed.strategies.lora_factors import lora_pairs
@@ -132,6 +132,11 @@ class FLoRAMerge(RoundHook):
             behind, and the stack alone cannot bring it up to date (the turn then fails with a
             one-line error).
     """
+
+    #: Batch-safe (``federation.batch_clients``): in one process every client of a round starts from the
+    #: same merged base ``W_0 + s D`` (the first turn of a group merges it, the others find it current,
+    #: as in their sequential turns), and the turn's adapter is the module's, stacked per client.
+    capabilities = frozenset({Capability.BATCH_SAFE})
 
     def __init__(self, always_send_base: bool = False) -> None:
         self.always_send_base = bool(always_send_base)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.batching.client_rows import per_client_loss
 from lightning_fed.modules.personal_head import PersonalHeadDPO, build_optimizer, frozen
 from lightning_fed.option_rules import FEDREP_OWN, check
 
@@ -34,7 +35,10 @@ class FedRepModule(PersonalHeadDPO):
         **kwargs: See :class:`~lightning_fed.modules.personal_head.PersonalHeadDPO`.
     """
 
-    batchable = False  # its training_step steps its optimizers itself (docs/developer/batching.md)
+    batchable = True  # its steps reduce per_client_loss and clip per client (docs/developer/batching.md)
+    #: Its manual steps are per client in a group: the loss is per_client_loss, the clip goes through
+    #: configure_gradient_clipping, and every client of a group is in the same phase at each batch.
+    manual_steps_per_client = True
 
     def __init__(
         self, *args: Any, head_steps: int = 5, lr_head: float | None = None, lr_body: float | None = None, **kwargs: Any
@@ -80,6 +84,7 @@ class FedRepModule(PersonalHeadDPO):
             optimizer, fixed = opt_body, self.personal_parameters()  # representation update, head fixed
         with frozen(fixed.values()):
             metrics = self.pair_metrics(batch)
-            self.manual_step(optimizer, metrics["loss"].mean())
+            out = per_client_loss(metrics["loss"], batch.get("client_id"))  # one client: the plain mean
+            self.manual_step(optimizer, out["loss"])
         self.log_metrics({k: v.detach() for k, v in metrics.items()})
-        return metrics["loss"].mean().detach()
+        return {**out, "loss": out["loss"].detach()}

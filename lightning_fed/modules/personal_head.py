@@ -20,13 +20,14 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from lightning_fed.batching.personal_rows import scored_rows
 from lightning_fed.modules.backbone import DTYPES
 from lightning_fed.modules.bottleneck import BottleneckAdapter
 from lightning_fed.modules.dpo import DPOModule
 from lightning_fed.modules.lora import adapter_layers, adapters_disabled
 from lightning_fed.modules.losses import sequence_log_probs
 from lightning_fed.modules.preference import concatenated_inputs
-from lightning_fed.modules.scored_logits import head_logits
+from lightning_fed.modules.scored_logits import head_logits, scored_positions
 from lightning_fed.option_rules import PERSONAL_HEAD_OWN, check
 
 
@@ -170,7 +171,8 @@ class PersonalHeadDPO(DPOModule):
         inputs = concatenated_inputs(batch)
         z = self.features(inputs["input_ids"], inputs["attention_mask"], backbone)
         if self.scored_head:  # the personal head on the response positions only (issue 43)
-            logps = head_logits(self.lm_head, z, inputs["labels"]).sequence_log_probs()
+            with scored_rows(self.lm_head, scored_positions(inputs["labels"])):  # a group's stacked heads
+                logps = head_logits(self.lm_head, z, inputs["labels"]).sequence_log_probs()
         else:
             logps = sequence_log_probs(self.lm_head(z), inputs["labels"])
         return logps, z, inputs
@@ -203,8 +205,8 @@ class PersonalHeadDPO(DPOModule):
         """Backward, optional clipping, step (the loop's gradient correction runs in the step)."""
         optimizer.zero_grad()
         self.manual_backward(loss)
-        if self.gradient_clip_val is not None:
-            self.clip_gradients(optimizer, gradient_clip_val=self.gradient_clip_val, gradient_clip_algorithm="norm")
+        if self.gradient_clip_val is not None:  # through the driver: a group clips each client on its own
+            self.configure_gradient_clipping(optimizer, self.gradient_clip_val, "norm")
         optimizer.step()
         optimizer.zero_grad()
 

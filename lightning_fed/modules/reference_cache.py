@@ -220,7 +220,9 @@ class ReferenceCache:
         items = list(self._memory.items())
         if self._db is not None:
             items += [(k, (c, r)) for k, c, r in self._db.execute("SELECT key, chosen, rejected FROM ref")]
-        keys = torch.frombuffer(bytearray(b"".join(k for k, _ in items)), dtype=torch.uint8).reshape(-1, KEY_BYTES)
+        joined = bytearray(b"".join(k for k, _ in items))  # frombuffer refuses an empty buffer (an emptied cache)
+        keys = torch.frombuffer(joined, dtype=torch.uint8) if joined else torch.zeros(0, dtype=torch.uint8)
+        keys = keys.reshape(-1, KEY_BYTES)
         values = torch.tensor([v for _, v in items], dtype=torch.float64).reshape(-1, 2)
         return {"keys": keys, "values": values, "dtype": "" if self._dtype is None else str(self._dtype)[6:]}
 

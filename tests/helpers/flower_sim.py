@@ -18,7 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_in_process(config: str, out: Path, overrides: list[str]) -> Any:
-    """``lightning-fed fit`` in this process; returns the run's FederatedLoop."""
+    """``lightning-fed fit`` in this process; returns the run's FederatedLoop.
+
+    Its clients train one after another (``federation.batch_clients: off`` unless ``overrides`` say
+    otherwise): the Flower run it is compared with trains each client alone in its ClientApp, and
+    a batched in-process run equals that only to float rounding, and under dropout (the tiny
+    variants keep GPT-2's own) only in distribution; the batched path's own parity with the
+    sequential one is tests/batching/."""
     from lightning_fed.callbacks import FederatedLoop
     from lightning_fed.cli import main
 
@@ -30,6 +36,7 @@ def run_in_process(config: str, out: Path, overrides: list[str]) -> Any:
         "--trainer.logger=false",
         "--trainer.enable_checkpointing=false",
         "--trainer.enable_progress_bar=false",
+        "--federation.batch_clients=off",
         *overrides,
     ]
     cli = main(args)

@@ -15,12 +15,14 @@ class RecordingFedRep(FedRepModule):
         super().manual_step(optimizer, loss)
 
 
-def test_head_steps_then_body_steps_with_their_own_learning_rates(tmp_path):
+@pytest.mark.parametrize(("batch_clients", "turns"), [("off", 2), (2, 1)])
+def test_head_steps_then_body_steps_with_their_own_learning_rates(tmp_path, batch_clients, turns):
+    """Each client: head, head, body. Trained together (issue 43), both clients take each step at once."""
     m = tiny(RecordingFedRep, head_steps=2, lr_head=1e-2, lr_body=1e-3)
-    loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=3, seed=0)
+    loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=3, seed=0, batch_clients=batch_clients)
     fit(m, preference_data(), loop, str(tmp_path))
     turn = [(1e-2, {"head"}), (1e-2, {"head"}), (1e-3, {"body"})]
-    assert m.steps_seen == turn * 2
+    assert m.steps_seen == turn * turns
     assert all(".lora_" in k for k in loop.server.global_state)
 
 
