@@ -38,6 +38,7 @@ from lightning_fed.option_rules import (
     hook_problems,
     problems,
     seed_problem,
+    target_modules_problem,
 )
 from lightning_fed.trainer_options import trainer_option_problem
 
@@ -278,8 +279,13 @@ class Merged:
             return "; ".join(found)
         lora = init_args.get("lora")
         takes = section == "model" and value["class_path"].rpartition(".")[2] in TAKES_LORA
-        if takes and isinstance(lora, dict) and not any(_non_finite_word(v) for v in lora.values()):
-            if found := problems(LORA, _parsed(LORA, lora)):
+        if takes and isinstance(lora, dict):
+            if problem := _string_problem(LORA, lora):  # the parser's own line names no option
+                return problem
+            found = problems(LORA, _parsed(LORA, lora))
+            if problem := target_modules_problem(lora.get("target_modules")):
+                found.append(problem)
+            if found:
                 return "; ".join(found)
         return None
 

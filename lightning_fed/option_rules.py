@@ -188,12 +188,22 @@ FEDREP_OWN = (
 OFFSITE = (one_of("model.layout", LAYOUTS), one_of("model.optimizer", OPTIMIZERS), LR)
 
 LORA = (
-    at_least("lora.r", 0, low_open=True, integer=True),
-    in_range("lora.alpha", 0, MAX_LORA_ALPHA, low_open=True),
-    in_range("lora.dropout", 0, 1, high_open=True),
+    at_least("model.lora.r", 0, low_open=True, integer=True),
+    in_range("model.lora.alpha", 0, MAX_LORA_ALPHA, low_open=True),
+    in_range("model.lora.dropout", 0, 1, high_open=True),
 )
 """:class:`~lightning_fed.modules.LoraSettings`: ``model.lora`` of every objective but
-``OffsiteModule`` (the messages say ``lora.r``, as the dataclass is also built on its own)."""
+``OffsiteModule``; the messages name the option as every ``model:`` option's do, its key without
+``init_args`` (``model.lora.r``, as ``model.beta``)."""
+
+
+def target_modules_problem(value: Any) -> str | None:
+    """``model.lora.target_modules``: ``None`` (the model type's default) or a non-empty list."""
+    if isinstance(value, (list, tuple)) and not value:
+        return f"model.lora.target_modules must be None or a non-empty list, got {list(value)}"
+    return None
+
+
 MODEL_NESTED: dict[str, tuple[Rule, ...]] = {"lora": LORA}
 """Options of ``model:`` that are dataclasses of their own, with their rules."""
 

@@ -59,7 +59,19 @@ CASES = {
     "lr_without_init_args_space_form": (["--model.lr", "20"], "model.lr must be in (0, 10.0], got 20.0"),
     "beta_nan": (["--model.init_args.beta=.nan"], "model.beta must be a finite number, got nan"),
     "beta_nan_string": (["--model.init_args.beta=nan"], "model.beta must be a finite number, got nan"),
-    "lora_alpha_huge": (["--model.init_args.lora.alpha=1e300"], "lora.alpha must be in (0, 1000000.0], got 1e+300"),
+    # the LoRA options are named as every model option is, by their key without init_args (issue 41)
+    "lora_alpha_huge": (
+        ["--model.init_args.lora.alpha=1e300"],
+        "model.lora.alpha must be in (0, 1000000.0], got 1e+300",
+    ),
+    "lora_r_zero": (["--model.lora.r=0"], "model.lora.r must be > 0, got 0"),
+    "lora_r_word": (["--model.init_args.lora.r=abc"], "model.lora.r must be an integer > 0, got 'abc'"),
+    "lora_alpha_inf": (["--model.init_args.lora.alpha=inf"], "model.lora.alpha must be a finite number, got inf"),
+    "lora_dropout_nan": (["--model.lora.dropout=nan"], "model.lora.dropout must be a finite number, got nan"),
+    "lora_target_modules_empty": (
+        ["--model.init_args.lora.target_modules=[]"],
+        "model.lora.target_modules must be None or a non-empty list, got []",
+    ),
     "perfedavg_shorthand": (
         ["--model", "PerFedAvgModule", "--model.inner_lr=0"],
         "model.inner_lr must be in (0, 10.0], got 0.0",

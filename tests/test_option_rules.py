@@ -267,10 +267,8 @@ def test_lora_settings_and_the_precheck_refuse_the_same_values(rule, data):
     assert said == expected or (expected is None and not said.startswith(rule.option))
     merged = Merged()
     merged.set_section("model", {"class_path": "DPOModule", "init_args": {"lora": {rule.name: value}}})
-    if isinstance(value, float) and not math.isfinite(value):
-        expected = f"model.{rule.option} must be a finite number, got {value}"
-    elif _word(value):
-        expected = None  # the parser's own type check says it (a key inside a dataclass)
+    if (isinstance(value, float) and not math.isfinite(value)) or (_word(value) and not rule.integer):
+        expected = f"{rule.option} must be a finite number, got {value}"  # as model.beta's (issue 41)
     assert merged.problem() == expected
     assert "DPOModule" in TAKES_LORA
 
