@@ -28,6 +28,7 @@ from typing import Any
 from lightning_fed.class_parameters import parameters
 from lightning_fed.errors import unwritable
 from lightning_fed.option_rules import (
+    CROSS_CHECKS,
     FEDERATION_ALL,
     LORA,
     PACKAGES,
@@ -277,6 +278,8 @@ class Merged:
         parsed = _parsed(rules, init_args)
         if found := (problems(rules, parsed) if index is None else hook_problems(rules, parsed, index)):
             return "; ".join(found)
+        if (cross := CROSS_CHECKS.get(value["class_path"].rpartition(".")[2])) and (problem := cross(parsed)):
+            return problem
         lora = init_args.get("lora")
         takes = section == "model" and value["class_path"].rpartition(".")[2] in TAKES_LORA
         if takes and isinstance(lora, dict):

@@ -21,7 +21,7 @@ Imports nothing but :mod:`lightning_fed.limits` and the standard library.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,11 @@ SCREENING_MODES = ("reject", "clip")
 """``federation.on_large_update``."""
 EVAL_CLIENTS_CHOICES = ("all", "sampled", "panel")
 """``federation.eval_clients`` (``null``: a panel in ``fit``, every client in ``validate``/``test``)."""
+
+
+PROMPT_TEMPLATES = ("alpaca", "plain", "chat")
+"""The prompt templates by name (``lightning_fed.datamodules.templates.TEMPLATE_CHOICES``, which
+imports nothing heavy but sits in a package that does): EmulatorAlignment's ``template``."""
 
 
 SEED_MAX = 2**32 - 1
@@ -84,6 +89,8 @@ class Rule:
     nullable: bool = False
     """``null`` (``None``) is accepted."""
     choices: tuple[str, ...] | None = None
+    odd: bool = False
+    """Only odd integers (FedBiscuit's number of selectors: majority voting never ties)."""
 
     @property
     def name(self) -> str:
@@ -103,7 +110,7 @@ class Rule:
             text = f"{'<' if self.high_open else '<='} {_number(self.high)}"
         else:
             text = "finite"
-        return text + (" or null" if self.nullable else "")
+        return text + (" and odd" if self.odd else "") + (" or null" if self.nullable else "")
 
     def parsed(self, value: Any) -> Any:
         """``value`` as the CLI's parser hands it to the class: an integer given for a number is a float."""
@@ -127,6 +134,8 @@ class Rule:
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
             return f"{self.option} must be {self.describe()}, got {value}"
         if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+            return f"{self.option} must be {self.describe()}, got {value}"
+        if self.odd and value % 2 == 0:
             return f"{self.option} must be {self.describe()}, got {value}"
         return None
 
@@ -185,6 +194,8 @@ FEDREP_OWN = (
     at_least("model.lr_head", 0, low_open=True, nullable=True),
     at_least("model.lr_body", 0, low_open=True, nullable=True),
 )
+SELECTOR_OWN = (at_least("model.num_selectors", 1, integer=True, odd=True),)
+""":class:`~lightning_fed.modules.BinarySelectorModule`'s U (FedBiscuit votes by majority: odd, never a tie)."""
 OFFSITE = (one_of("model.layout", LAYOUTS), one_of("model.optimizer", OPTIMIZERS), LR)
 
 LORA = (
@@ -218,12 +229,12 @@ MODEL_RULES: dict[str, tuple[Rule, ...]] = {
     "FedPerModule": PERSONAL_HEAD + FEDPER_OWN,
     "FedRepModule": PERSONAL_HEAD + FEDREP_OWN,
     "PDPOModule": PERSONAL_HEAD,
-    "BinarySelectorModule": FEDERATED_MODULE,
+    "BinarySelectorModule": FEDERATED_MODULE + SELECTOR_OWN,
     "OffsiteModule": OFFSITE,
 }
-"""``model:``'s rules by class name (each with its base classes' rules). ``PDPOModule``'s and
-``BinarySelectorModule``'s own options (schedules, an odd number of selectors) are checked by the
-class only (``tests/test_option_rules.py`` lists them)."""
+"""``model:``'s rules by class name (each with its base classes' rules). ``PDPOModule``'s own
+options (schedules that depend on each other) are checked by the class only
+(``tests/test_option_rules.py`` lists them)."""
 TAKES_LORA = frozenset(MODEL_RULES) - {"OffsiteModule"}
 """The classes whose ``lora`` option is a :class:`~lightning_fed.modules.LoraSettings`."""
 
@@ -325,8 +336,9 @@ FEDBISCUIT = (
     one_of(_S + "eq6_scope", EQ6_SCOPES),
     at_least(_S + "warmup_rounds", 0, integer=True),
     at_least(_S + "regroup_every", 1, integer=True),
+    at_least(_S + "num_selectors", 1, integer=True, odd=True),
 )
-"""FedBiscuit's (``num_selectors``, a positive odd number, is checked by the class)."""
+"""FedBiscuit's (``num_selectors``: U, odd so that majority voting never ties)."""
 HETEROGENEOUS_RANK = (one_of(_S + "weighting", WEIGHTINGS),)
 """FLoRA, FlexLoRA (and their base)."""
 HETLORA = (
@@ -334,7 +346,18 @@ HETLORA = (
     in_range(_S + "prune_gamma", 0, 1, low_open=True, high_open=True, nullable=True),
     at_least(_S + "rank_penalty", 0),
 )
-"""HetLoRA's (a ``rank_penalty`` > 0 without ``prune_gamma`` is refused by the class: two options)."""
+"""HetLoRA's (and :func:`hetlora_problem`: a ``rank_penalty`` > 0 needs ``prune_gamma``)."""
+
+
+def hetlora_problem(values: Mapping[str, Any]) -> str | None:
+    """HetLoRA's ``rank_penalty`` > 0 (the self-pruning loss) without ``prune_gamma`` (its defaults:
+    0.0 and ``null``), refused; ``values`` already passed :data:`HETLORA`'s rules."""
+    penalty, gamma = values.get("rank_penalty", 0.0), values.get("prune_gamma")
+    if isinstance(penalty, (int, float)) and not isinstance(penalty, bool) and penalty > 0 and gamma is None:
+        return f"{_S}rank_penalty needs {_S}prune_gamma, got {penalty!r} without it"
+    return None
+
+
 STRATEGY_RULES: dict[str, tuple[Rule, ...]] = {
     "FedAvg": FEDAVG,
     "FedProx": FEDAVG + FEDPROX_OWN,
@@ -355,6 +378,8 @@ STRATEGY_RULES: dict[str, tuple[Rule, ...]] = {
 }
 """``federation.strategy:``'s rules by class name; the messages name ``federation.strategy.<option>``
 (as ``model.lr``: the key without ``init_args``, which jsonargparse accepts and names the same way)."""
+CROSS_CHECKS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {"HetLoRA": hetlora_problem}
+"""A class's checks that involve two of its options, by class name (applied after its rules)."""
 
 # ------------------------------------------------------------------------------- federation.hooks:
 ALIGNMENT_OPTIMIZERS = ("sgd", "adamw")
@@ -381,8 +406,9 @@ EMULATOR_ALIGNMENT = (
     one_of(HOOK + "optimizer", ALIGNMENT_OPTIMIZERS),
     one_of(HOOK + "kl_direction", KL_DIRECTIONS),
     one_of(HOOK + "l2_term", L2_TERMS),
+    one_of(HOOK + "template", PROMPT_TEMPLATES),
 )
-"""EmulatorAlignment's (``template``'s choices are the data templates': checked by the class)."""
+"""EmulatorAlignment's."""
 HOOK_RULES: dict[str, tuple[Rule, ...]] = {"ClientGrouping": CLIENT_GROUPING, "EmulatorAlignment": EMULATOR_ALIGNMENT}
 """``federation.hooks:``' rules by class name."""
 

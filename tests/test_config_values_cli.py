@@ -109,6 +109,50 @@ CASES = {
         "federation.strategy.trim must be in [0, 0.5), got 0.5",
     ),
 }
+# options the classes alone checked (after torch, ~11 s of CPU), declared in option_rules (issue 41)
+CONFIG_CASES = {
+    "fedbiscuit_even_selectors": (
+        ["--config", "fedbiscuit_tiny", "--federation.strategy.num_selectors=4"],
+        "federation.strategy.num_selectors must be >= 1 and odd, got 4",
+    ),
+    "selector_module_even_selectors": (
+        ["--config", "fedbiscuit_tiny", "--model.num_selectors=2"],
+        "model.num_selectors must be >= 1 and odd, got 2",
+    ),
+    "hetlora_penalty_without_gamma": (
+        ["--config", "feddpo_hetlora", "--federation.strategy.prune_gamma=null"],
+        "federation.strategy.rank_penalty needs federation.strategy.prune_gamma, got 0.1 without it",
+    ),
+    "hetlora_penalty_given_as_integer": (
+        [
+            "--config",
+            "feddpo_hetlora",
+            "--federation.strategy.prune_gamma=null",
+            "--federation.strategy.rank_penalty=2",
+        ],
+        "federation.strategy.rank_penalty needs federation.strategy.prune_gamma, got 2.0 without it",
+    ),
+}
+
+
+@pytest.mark.parametrize(("args", "line"), list(CONFIG_CASES.values()), ids=list(CONFIG_CASES))
+def test_a_class_only_check_is_made_before_torch(tmp_path, args, line):
+    proc = _cli(tmp_path, "fit", *args)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_hook_template_is_checked_before_torch(tmp_path):
+    later = _file(
+        tmp_path,
+        "later.yaml",
+        "federation:\n  hooks:\n    - class_path: lightning_fed.round_hooks.EmulatorAlignment\n"
+        "      init_args: {dataset: 'synthetic:instructions', template: markdown}\n",
+    )
+    proc = _cli(tmp_path, "fit", "--config", "fedbiot", "--config", later)
+    line = "federation.hooks[0].template must be one of ('alpaca', 'plain', 'chat'), got 'markdown'"
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(("overrides", "line"), list(CASES.values()), ids=list(CASES))
