@@ -310,7 +310,22 @@ def checkpoint_problem(ckpt: Mapping[str, Any], module: Any, server: Any = None,
         return None
     if federated and server is not None and (problem := federation_problem(ckpt, server, module)):
         return problem
+    if server is not None and (problem := seed_problem(ckpt, server)):
+        return problem
     return optimizer_problem(ckpt, module, server)
+
+
+def seed_problem(ckpt: Mapping[str, Any], server: Any) -> Problem | None:
+    """The seed the loop saved (restored on resume: it samples every round's clients) against this
+    run's: an edited one would sample other clients from the next round on."""
+    state = ckpt["callbacks"].get("FederatedLoop")
+    seed = getattr(server, "seed", None)
+    if isinstance(state, Mapping) and "seed" in state and seed is not None and state["seed"] != seed:
+        return (
+            "callbacks.FederatedLoop.seed",
+            f"is {show(state['seed'])}, but this run's federation seed is {seed} (it samples every round's clients)",
+        )
+    return None
 
 
 def checkpoint_error(path: str | Path, problem: Problem) -> CheckpointError:
