@@ -45,6 +45,22 @@ COMMANDS = {
     "config key error": ["fit", "--config", "tiny", "--federation.local_step=2", "--trainer.default_root_dir=/x"],
     "config file error": ["fit", "--config", "broken.yaml", "--trainer.default_root_dir=/x"],
     "config value error": ["fit", "--config", "tiny", "--model.init_args.lr=-1", "--trainer.default_root_dir=/x"],
+    "class check error": [
+        "fit",
+        "--config",
+        "fedbiscuit_tiny",
+        "--federation.strategy.num_selectors=4",
+        "--trainer.default_root_dir=/x",
+    ],
+    "lora key error": ["fit", "--config", "tiny", "--model.init_args.lora.alpha=nan", "--trainer.default_root_dir=/x"],
+    "model check error": [
+        "fit",
+        "--config",
+        "tiny",
+        "--model.init_args.lora.r=100000000",
+        "--trainer.default_root_dir=/x",
+    ],
+    "evaluate error": ["evaluate", "--run", "/nonexistent/run", "--benchmarks", "[lm_eval]"],
 }
 BROKEN = "federation:\n  rounds: [1\n"
 """``broken.yaml``, written into the folder each command runs in (a YAML syntax error)."""
@@ -82,7 +98,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs per command (median reported)")
     parser.add_argument("--rev", default=None, help="also measure the package at this git revision (e.g. 7af9c5c)")
     parser.add_argument("--installed", default=None, help="measure this virtualenv's lightning-fed instead of the tree")
+    parser.add_argument("--only", nargs="*", default=None, help="measure only these commands (names as printed)")
     args = parser.parse_args()
+    for name in set(COMMANDS) - set(args.only or COMMANDS):
+        del COMMANDS[name]
     trees = {"installed": Path(args.installed)} if args.installed else {"now": ROOT}
     with tempfile.TemporaryDirectory() as tmp:
         if args.rev:

@@ -28,6 +28,7 @@ from typing import Any
 from lightning_fed.class_parameters import parameters
 from lightning_fed.errors import unwritable
 from lightning_fed.option_rules import (
+    CROSS_CHECKS,
     FEDERATION_ALL,
     LORA,
     PACKAGES,
@@ -38,6 +39,7 @@ from lightning_fed.option_rules import (
     hook_problems,
     problems,
     seed_problem,
+    target_modules_problem,
 )
 from lightning_fed.trainer_options import trainer_option_problem
 
@@ -276,10 +278,17 @@ class Merged:
         parsed = _parsed(rules, init_args)
         if found := (problems(rules, parsed) if index is None else hook_problems(rules, parsed, index)):
             return "; ".join(found)
+        if (cross := CROSS_CHECKS.get(value["class_path"].rpartition(".")[2])) and (problem := cross(parsed)):
+            return problem
         lora = init_args.get("lora")
         takes = section == "model" and value["class_path"].rpartition(".")[2] in TAKES_LORA
-        if takes and isinstance(lora, dict) and not any(_non_finite_word(v) for v in lora.values()):
-            if found := problems(LORA, _parsed(LORA, lora)):
+        if takes and isinstance(lora, dict):
+            if problem := _string_problem(LORA, lora):  # the parser's own line names no option
+                return problem
+            found = problems(LORA, _parsed(LORA, lora))
+            if problem := target_modules_problem(lora.get("target_modules")):
+                found.append(problem)
+            if found:
                 return "; ".join(found)
         return None
 

@@ -1,6 +1,6 @@
 """The value rules of the package's config options, declared once, without torch (issue 41, item 9).
 
-Each :class:`Rule` is one option as the user writes it (``model.lr``, ``data.num_clients``,
+Each :class:`~lightning_fed.value_rules.Rule` is one option as the user writes it (``model.lr``, ``data.num_clients``,
 ``federation.rounds``) with what it accepts: an integer or a number in a range (open or closed
 at each end, finite), one of some choices, or also ``null``. The config classes refuse a bad
 value through these rules (:func:`check`: a ``ValueError`` with the rule's one line), and
@@ -15,14 +15,13 @@ user's own) gets no precheck; the live parser decides. ``tests/test_option_rules
 listed classes' signatures: every parameter a class refuses a value of must be declared here, and
 class and precheck must refuse each value with the same line.
 
-Imports nothing but :mod:`lightning_fed.limits` and the standard library.
+Imports nothing but :mod:`lightning_fed.limits`, :mod:`lightning_fed.value_rules` (what a rule is)
+and the standard library.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from lightning_fed.limits import (
@@ -34,6 +33,9 @@ from lightning_fed.limits import (
     MAX_LR,
     MAX_ROUNDS,
 )
+from lightning_fed.value_rules import Rule as Rule
+from lightning_fed.value_rules import at_least, in_range, one_of, problems
+from lightning_fed.value_rules import check as check
 
 OPTIMIZERS = ("adamw", "sgd")
 """``model.optimizer`` of every objective."""
@@ -53,6 +55,11 @@ EVAL_CLIENTS_CHOICES = ("all", "sampled", "panel")
 """``federation.eval_clients`` (``null``: a panel in ``fit``, every client in ``validate``/``test``)."""
 
 
+PROMPT_TEMPLATES = ("alpaca", "plain", "chat")
+"""The prompt templates by name (``lightning_fed.datamodules.templates.TEMPLATE_CHOICES``, which
+imports nothing heavy but sits in a package that does): EmulatorAlignment's ``template``."""
+
+
 SEED_MAX = 2**32 - 1
 """numpy's bound on ``seed_everything``."""
 
@@ -63,98 +70,6 @@ def seed_problem(seed: Any) -> str | None:
     if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed <= SEED_MAX:
         return f"seed_everything must be in [0, {SEED_MAX}], got {seed}"
     return None
-
-
-def _number(value: float) -> str:
-    return str(value)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """What one option accepts; :meth:`problem` is the one line that refuses a value."""
-
-    option: str
-    """The option as the user writes it, section first: ``model.lr``."""
-    integer: bool = False
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    """``low`` itself is refused (``(0, ...``)."""
-    high_open: bool = False
-    nullable: bool = False
-    """``null`` (``None``) is accepted."""
-    choices: tuple[str, ...] | None = None
-
-    @property
-    def name(self) -> str:
-        """The parameter's name in its class (the option without its section)."""
-        return self.option.rsplit(".", 1)[-1]
-
-    def describe(self) -> str:
-        """What is accepted, as the message says it: ``in (0, 10.0]``, ``>= 1``, ``one of (...)``."""
-        if self.choices is not None:
-            text = f"one of {self.choices}"
-        elif self.low is not None and self.high is not None:
-            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-            text = f"in {left}{_number(self.low)}, {_number(self.high)}{right}"
-        elif self.low is not None:
-            text = f"{'>' if self.low_open else '>='} {_number(self.low)}"
-        elif self.high is not None:
-            text = f"{'<' if self.high_open else '<='} {_number(self.high)}"
-        else:
-            text = "finite"
-        return text + (" or null" if self.nullable else "")
-
-    def parsed(self, value: Any) -> Any:
-        """``value`` as the CLI's parser hands it to the class: an integer given for a number is a float."""
-        numeric = self.choices is None and not self.integer
-        return float(value) if numeric and isinstance(value, int) and not isinstance(value, bool) else value
-
-    def problem(self, value: Any) -> str | None:
-        """The one line refusing ``value``, or ``None`` if it is accepted."""
-        if value is None:
-            return None if self.nullable else f"{self.option} must be {self.describe()}, got None"
-        if self.choices is not None:
-            ok = isinstance(value, str) and value in self.choices
-            return None if ok else f"{self.option} must be {self.describe()}, got {value!r}"
-        kind = "an integer" if self.integer else "a number"
-        if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
-            return f"{self.option} must be {kind} {self.describe()}, got {value!r}"
-        if not math.isfinite(value):
-            if self.high is None:  # e.g. `>= 0`: inf is no value either
-                return f"{self.option} must be finite and {self.describe()}, got {value}"
-            return f"{self.option} must be {self.describe()}, got {value}"
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            return f"{self.option} must be {self.describe()}, got {value}"
-        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
-            return f"{self.option} must be {self.describe()}, got {value}"
-        return None
-
-
-def in_range(option: str, low: float, high: float, **kw: Any) -> Rule:
-    """A number (``integer=True``: an integer) in ``[low, high]`` (``low_open``/``high_open``: excluded)."""
-    return Rule(option, low=low, high=high, **kw)
-
-
-def at_least(option: str, low: float, **kw: Any) -> Rule:
-    """A finite number (``integer=True``: an integer) ``>= low`` (``low_open=True``: ``> low``)."""
-    return Rule(option, low=low, **kw)
-
-
-def one_of(option: str, choices: Iterable[str], **kw: Any) -> Rule:
-    """One of ``choices`` (strings)."""
-    return Rule(option, choices=tuple(choices), **kw)
-
-
-def problems(rules: Iterable[Rule], values: Mapping[str, Any]) -> list[str]:
-    """The line of each rule (in declaration order) whose parameter is in ``values`` and refused."""
-    return [p for rule in rules if rule.name in values and (p := rule.problem(values[rule.name])) is not None]
-
-
-def check(rules: Iterable[Rule], **values: Any) -> None:
-    """Raise ``ValueError`` with every refused value's line (``"; "``-joined), as the classes do."""
-    if found := problems(rules, values):
-        raise ValueError("; ".join(found))
 
 
 # ------------------------------------------------------------------------------- model: (objectives)
@@ -185,15 +100,27 @@ FEDREP_OWN = (
     at_least("model.lr_head", 0, low_open=True, nullable=True),
     at_least("model.lr_body", 0, low_open=True, nullable=True),
 )
+SELECTOR_OWN = (at_least("model.num_selectors", 1, integer=True, odd=True),)
+""":class:`~lightning_fed.modules.BinarySelectorModule`'s U (FedBiscuit votes by majority: odd, never a tie)."""
 OFFSITE = (one_of("model.layout", LAYOUTS), one_of("model.optimizer", OPTIMIZERS), LR)
 
 LORA = (
-    at_least("lora.r", 0, low_open=True, integer=True),
-    in_range("lora.alpha", 0, MAX_LORA_ALPHA, low_open=True),
-    in_range("lora.dropout", 0, 1, high_open=True),
+    at_least("model.lora.r", 0, low_open=True, integer=True),
+    in_range("model.lora.alpha", 0, MAX_LORA_ALPHA, low_open=True),
+    in_range("model.lora.dropout", 0, 1, high_open=True),
 )
 """:class:`~lightning_fed.modules.LoraSettings`: ``model.lora`` of every objective but
-``OffsiteModule`` (the messages say ``lora.r``, as the dataclass is also built on its own)."""
+``OffsiteModule``; the messages name the option as every ``model:`` option's do, its key without
+``init_args`` (``model.lora.r``, as ``model.beta``)."""
+
+
+def target_modules_problem(value: Any) -> str | None:
+    """``model.lora.target_modules``: ``None`` (the model type's default) or a non-empty list."""
+    if isinstance(value, (list, tuple)) and not value:
+        return f"model.lora.target_modules must be None or a non-empty list, got {list(value)}"
+    return None
+
+
 MODEL_NESTED: dict[str, tuple[Rule, ...]] = {"lora": LORA}
 """Options of ``model:`` that are dataclasses of their own, with their rules."""
 
@@ -208,12 +135,12 @@ MODEL_RULES: dict[str, tuple[Rule, ...]] = {
     "FedPerModule": PERSONAL_HEAD + FEDPER_OWN,
     "FedRepModule": PERSONAL_HEAD + FEDREP_OWN,
     "PDPOModule": PERSONAL_HEAD,
-    "BinarySelectorModule": FEDERATED_MODULE,
+    "BinarySelectorModule": FEDERATED_MODULE + SELECTOR_OWN,
     "OffsiteModule": OFFSITE,
 }
-"""``model:``'s rules by class name (each with its base classes' rules). ``PDPOModule``'s and
-``BinarySelectorModule``'s own options (schedules, an odd number of selectors) are checked by the
-class only (``tests/test_option_rules.py`` lists them)."""
+"""``model:``'s rules by class name (each with its base classes' rules). ``PDPOModule``'s own
+options (schedules that depend on each other) are checked by the class only
+(``tests/test_option_rules.py`` lists them)."""
 TAKES_LORA = frozenset(MODEL_RULES) - {"OffsiteModule"}
 """The classes whose ``lora`` option is a :class:`~lightning_fed.modules.LoraSettings`."""
 
@@ -315,8 +242,9 @@ FEDBISCUIT = (
     one_of(_S + "eq6_scope", EQ6_SCOPES),
     at_least(_S + "warmup_rounds", 0, integer=True),
     at_least(_S + "regroup_every", 1, integer=True),
+    at_least(_S + "num_selectors", 1, integer=True, odd=True),
 )
-"""FedBiscuit's (``num_selectors``, a positive odd number, is checked by the class)."""
+"""FedBiscuit's (``num_selectors``: U, odd so that majority voting never ties)."""
 HETEROGENEOUS_RANK = (one_of(_S + "weighting", WEIGHTINGS),)
 """FLoRA, FlexLoRA (and their base)."""
 HETLORA = (
@@ -324,7 +252,18 @@ HETLORA = (
     in_range(_S + "prune_gamma", 0, 1, low_open=True, high_open=True, nullable=True),
     at_least(_S + "rank_penalty", 0),
 )
-"""HetLoRA's (a ``rank_penalty`` > 0 without ``prune_gamma`` is refused by the class: two options)."""
+"""HetLoRA's (and :func:`hetlora_problem`: a ``rank_penalty`` > 0 needs ``prune_gamma``)."""
+
+
+def hetlora_problem(values: Mapping[str, Any]) -> str | None:
+    """HetLoRA's ``rank_penalty`` > 0 (the self-pruning loss) without ``prune_gamma`` (its defaults:
+    0.0 and ``null``), refused; ``values`` already passed :data:`HETLORA`'s rules."""
+    penalty, gamma = values.get("rank_penalty", 0.0), values.get("prune_gamma")
+    if isinstance(penalty, (int, float)) and not isinstance(penalty, bool) and penalty > 0 and gamma is None:
+        return f"{_S}rank_penalty needs {_S}prune_gamma, got {penalty!r} without it"
+    return None
+
+
 STRATEGY_RULES: dict[str, tuple[Rule, ...]] = {
     "FedAvg": FEDAVG,
     "FedProx": FEDAVG + FEDPROX_OWN,
@@ -345,6 +284,8 @@ STRATEGY_RULES: dict[str, tuple[Rule, ...]] = {
 }
 """``federation.strategy:``'s rules by class name; the messages name ``federation.strategy.<option>``
 (as ``model.lr``: the key without ``init_args``, which jsonargparse accepts and names the same way)."""
+CROSS_CHECKS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {"HetLoRA": hetlora_problem}
+"""A class's checks that involve two of its options, by class name (applied after its rules)."""
 
 # ------------------------------------------------------------------------------- federation.hooks:
 ALIGNMENT_OPTIMIZERS = ("sgd", "adamw")
@@ -371,8 +312,9 @@ EMULATOR_ALIGNMENT = (
     one_of(HOOK + "optimizer", ALIGNMENT_OPTIMIZERS),
     one_of(HOOK + "kl_direction", KL_DIRECTIONS),
     one_of(HOOK + "l2_term", L2_TERMS),
+    one_of(HOOK + "template", PROMPT_TEMPLATES),
 )
-"""EmulatorAlignment's (``template``'s choices are the data templates': checked by the class)."""
+"""EmulatorAlignment's."""
 HOOK_RULES: dict[str, tuple[Rule, ...]] = {"ClientGrouping": CLIENT_GROUPING, "EmulatorAlignment": EMULATOR_ALIGNMENT}
 """``federation.hooks:``' rules by class name."""
 

@@ -153,3 +153,18 @@ def test_a_global_state_that_is_not_a_mapping_is_refused(tmp_path, trained):
         " use a checkpoint of this config's model"
     ]
     assert not (tmp_path / "run").exists()
+
+
+def test_an_edited_seed_is_refused_before_the_run_folder(tmp_path, trained):
+    """The loop restores its seed from the checkpoint and samples every round's clients with it: an
+    edited one used to be accepted (exit 0, round 2 sampled other clients) (issue 41, red team)."""
+    ckpt = torch.load(trained, weights_only=True)
+    ckpt["callbacks"]["FederatedLoop"]["seed"] = 12345
+    path = _crafted(tmp_path, ckpt)
+    proc = _cli("fit", tmp_path / "run", f"--ckpt_path={path}", "--federation.rounds=2", "--federation.local_steps=1")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert _errors(proc) == [
+        f"error: ckpt_path {str(path)!r}: callbacks.FederatedLoop.seed is 12345, but this run's federation seed"
+        " is 0 (it samples every round's clients)"
+    ]
+    assert not (tmp_path / "run").exists()

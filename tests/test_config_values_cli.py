@@ -59,7 +59,19 @@ CASES = {
     "lr_without_init_args_space_form": (["--model.lr", "20"], "model.lr must be in (0, 10.0], got 20.0"),
     "beta_nan": (["--model.init_args.beta=.nan"], "model.beta must be a finite number, got nan"),
     "beta_nan_string": (["--model.init_args.beta=nan"], "model.beta must be a finite number, got nan"),
-    "lora_alpha_huge": (["--model.init_args.lora.alpha=1e300"], "lora.alpha must be in (0, 1000000.0], got 1e+300"),
+    # the LoRA options are named as every model option is, by their key without init_args (issue 41)
+    "lora_alpha_huge": (
+        ["--model.init_args.lora.alpha=1e300"],
+        "model.lora.alpha must be in (0, 1000000.0], got 1e+300",
+    ),
+    "lora_r_zero": (["--model.lora.r=0"], "model.lora.r must be > 0, got 0"),
+    "lora_r_word": (["--model.init_args.lora.r=abc"], "model.lora.r must be an integer > 0, got 'abc'"),
+    "lora_alpha_inf": (["--model.init_args.lora.alpha=inf"], "model.lora.alpha must be a finite number, got inf"),
+    "lora_dropout_nan": (["--model.lora.dropout=nan"], "model.lora.dropout must be a finite number, got nan"),
+    "lora_target_modules_empty": (
+        ["--model.init_args.lora.target_modules=[]"],
+        "model.lora.target_modules must be None or a non-empty list, got []",
+    ),
     "perfedavg_shorthand": (
         ["--model", "PerFedAvgModule", "--model.inner_lr=0"],
         "model.inner_lr must be in (0, 10.0], got 0.0",
@@ -97,6 +109,50 @@ CASES = {
         "federation.strategy.trim must be in [0, 0.5), got 0.5",
     ),
 }
+# options the classes alone checked (after torch, ~11 s of CPU), declared in option_rules (issue 41)
+CONFIG_CASES = {
+    "fedbiscuit_even_selectors": (
+        ["--config", "fedbiscuit_tiny", "--federation.strategy.num_selectors=4"],
+        "federation.strategy.num_selectors must be >= 1 and odd, got 4",
+    ),
+    "selector_module_even_selectors": (
+        ["--config", "fedbiscuit_tiny", "--model.num_selectors=2"],
+        "model.num_selectors must be >= 1 and odd, got 2",
+    ),
+    "hetlora_penalty_without_gamma": (
+        ["--config", "feddpo_hetlora", "--federation.strategy.prune_gamma=null"],
+        "federation.strategy.rank_penalty needs federation.strategy.prune_gamma, got 0.1 without it",
+    ),
+    "hetlora_penalty_given_as_integer": (
+        [
+            "--config",
+            "feddpo_hetlora",
+            "--federation.strategy.prune_gamma=null",
+            "--federation.strategy.rank_penalty=2",
+        ],
+        "federation.strategy.rank_penalty needs federation.strategy.prune_gamma, got 2.0 without it",
+    ),
+}
+
+
+@pytest.mark.parametrize(("args", "line"), list(CONFIG_CASES.values()), ids=list(CONFIG_CASES))
+def test_a_class_only_check_is_made_before_torch(tmp_path, args, line):
+    proc = _cli(tmp_path, "fit", *args)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_hook_template_is_checked_before_torch(tmp_path):
+    later = _file(
+        tmp_path,
+        "later.yaml",
+        "federation:\n  hooks:\n    - class_path: lightning_fed.round_hooks.EmulatorAlignment\n"
+        "      init_args: {dataset: 'synthetic:instructions', template: markdown}\n",
+    )
+    proc = _cli(tmp_path, "fit", "--config", "fedbiot", "--config", later)
+    line = "federation.hooks[0].template must be one of ('alpaca', 'plain', 'chat'), got 'markdown'"
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(("overrides", "line"), list(CASES.values()), ids=list(CASES))

@@ -56,7 +56,7 @@ def test_a_binary_config_is_named(tmp_path, binary):
         # was an allocation failure (exit 1) naming no option
         (
             "--model.init_args.lora.r=100000000",
-            "error: lora.r must be <= 32 (the full rank of the largest target module), got 100000000",
+            "error: model.lora.r must be <= 32 (the full rank of the largest target module), got 100000000",
         ),
     ],
     ids=["lora_scalar", "backbone_scalar", "huge_rank"],

@@ -17,6 +17,7 @@ LAYERS: list[set[str]] = [
     {
         "limits",
         "option_rules",
+        "value_rules",
         "class_parameters",
         "run_options",
         "run_config",

@@ -31,6 +31,7 @@ import lightning_fed.strategies as strategies
 from lightning_fed.config_values import Merged
 from lightning_fed.modules.backbone import DTYPES
 from lightning_fed.option_rules import (
+    CROSS_CHECKS,
     DATA_RULES,
     FEDERATION_ALL,
     HOOK_RULES,
@@ -51,7 +52,6 @@ TINY = {
 UNDECLARED = {
     # (class, option): why the precheck leaves it to the class
     ("PDPOModule", "*"): "PDPO's schedule options depend on each other (local_schedule, exclusion_*, reward_weight_*)",
-    ("BinarySelectorModule", "num_selectors"): "a positive odd number: not a range",
     ("OffsiteModule", "generation_metric"): "None or a metric name, checked with the evaluation stage",
     ("*", "data.preset"): "a preset of lightning_fed/datamodules/presets.py (names with their data files)",
     ("*", "federation.batch_clients"): "'off', 'auto' or an integer >= 1: a union, not a range",
@@ -61,8 +61,6 @@ UNDECLARED = {
     ("*", "data.max_prompt_length"): "a length budget against data.max_length (length_budget_problems)",
     ("*", "data.max_completion_length"): "a length budget against data.max_length (length_budget_problems)",
     ("*", "data.min_prompt_length"): "a length budget against data.max_length (length_budget_problems)",
-    ("FedBiscuit", "num_selectors"): "a positive odd number: not a range",
-    ("EmulatorAlignment", "template"): "the data templates' names (lightning_fed/datamodules/templates.py)",
     ("*", "model.loss"): "a name of modules/dpo_losses.py or a dotted path to a function: importing it is the check",
 }
 PREFIX = {"federation.hooks": "federation.hooks[]"}
@@ -180,6 +178,25 @@ def test_the_torch_free_choices_are_the_classes_choices():
     from lightning_fed.option_rules import DTYPES as RULE_DTYPES
 
     assert RULE_DTYPES == tuple(sorted(DTYPES))
+    from lightning_fed.datamodules.templates import TEMPLATE_CHOICES
+    from lightning_fed.option_rules import PROMPT_TEMPLATES
+
+    assert PROMPT_TEMPLATES == TEMPLATE_CHOICES
+
+
+@pytest.mark.parametrize(
+    ("prune_gamma", "rank_penalty"), [(None, 0.0), (None, 0.1), (None, 2.0), (0.5, 0.1), (0.5, 0.0), (None, 1e-300)]
+)
+def test_hetlora_and_the_precheck_refuse_a_rank_penalty_without_prune_gamma_alike(prune_gamma, rank_penalty):
+    from lightning_fed.option_rules import hetlora_problem
+
+    said = _build("federation.strategy", strategies.HetLoRA, {"prune_gamma": prune_gamma, "rank_penalty": rank_penalty})
+    assert said == hetlora_problem({"prune_gamma": prune_gamma, "rank_penalty": rank_penalty})
+    merged = Merged()
+    strategy = {"class_path": "HetLoRA", "init_args": {"prune_gamma": prune_gamma, "rank_penalty": rank_penalty}}
+    merged.set_section("federation.strategy", strategy)
+    assert merged.problem() == said
+    assert (said is None) == (prune_gamma is not None or rank_penalty == 0)
 
 
 def _boundaries(rule: Rule) -> list[Any]:
@@ -248,6 +265,9 @@ def test_the_class_and_the_precheck_refuse_the_same_values_with_the_same_line(se
     else:
         assert said == expected
     via_cli = _through_cli(rule, value, expected)
+    if via_cli is None and expected is None and name in CROSS_CHECKS:  # e.g. HetLoRA's rank_penalty alone
+        via_cli = CROSS_CHECKS[name]({rule.name: rule.parsed(value)})
+        assert said == via_cli
     if via_cli is not None and section == "federation.hooks":
         via_cli = via_cli.replace("federation.hooks[].", "federation.hooks[1].", 1)
     assert _precheck(section, name, rule, value) == via_cli
@@ -267,10 +287,8 @@ def test_lora_settings_and_the_precheck_refuse_the_same_values(rule, data):
     assert said == expected or (expected is None and not said.startswith(rule.option))
     merged = Merged()
     merged.set_section("model", {"class_path": "DPOModule", "init_args": {"lora": {rule.name: value}}})
-    if isinstance(value, float) and not math.isfinite(value):
-        expected = f"model.{rule.option} must be a finite number, got {value}"
-    elif _word(value):
-        expected = None  # the parser's own type check says it (a key inside a dataclass)
+    if (isinstance(value, float) and not math.isfinite(value)) or (_word(value) and not rule.integer):
+        expected = f"{rule.option} must be a finite number, got {value}"  # as model.beta's (issue 41)
     assert merged.problem() == expected
     assert "DPOModule" in TAKES_LORA
 

@@ -49,7 +49,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_fed import run_factory
-from lightning_fed.deploy.failure_cause import failure_cause
+from lightning_fed.deploy.failure_cause import failure_cause, is_out_of_memory, out_of_memory_line
 from lightning_fed.deploy.partitions import discover_partitions
 from lightning_fed.deploy.queries import ask_clients
 from lightning_fed.deploy.records import ReplyLimits, from_arrays, record_to_evaluation, to_arrays
@@ -184,7 +184,9 @@ class FederatedServer(FlowerStrategy):
             answered.add(cid)
             if msg.has_error():
                 server.fail(cid, failure_cause(msg.error.reason))
-                rank_zero_warn(f"round {server_round}: client {cid} failed and is left out: {msg.error.reason}")
+                rank_zero_warn(
+                    f"round {server_round}: client {cid} failed and is left out: {failure_cause(msg.error.reason)}"
+                )
                 continue
             try:
                 update = checked_update(self.tasks[cid], msg, self.limits, compressed=server.compressor is not None)
@@ -195,7 +197,15 @@ class FederatedServer(FlowerStrategy):
         self.late = [c for c in server.clients if server.sent(c) is not None and c not in answered]
         for cid in [] if silent_are_late else self.late:
             server.fail(cid)  # no reply: timed out
-        server.close(self.context, self.module)
+        try:
+            server.close(self.context, self.module)
+        except RuntimeError:
+            killed = sorted(c for c, why in server.causes.items() if is_out_of_memory(why))
+            if not killed or server.report.private:  # a private run names no client
+                raise
+            whom = f"client{'s' if len(killed) > 1 else ''} {', '.join(map(str, killed))}"
+            outcome = f"round {server_round} had fewer than federation.min_clients={server.min_clients} valid updates"
+            raise RuntimeError(out_of_memory_line(whom, outcome)) from None
         return to_arrays(server.global_state), round_counts(server.report.history[-1])
 
     def configure_evaluate(

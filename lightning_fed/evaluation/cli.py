@@ -41,7 +41,8 @@ from lightning_fed.errors import UserError, one_line, take_debug, unwritable
 from lightning_fed.evaluation.humaneval import HumanEvalOptions
 from lightning_fed.evaluation.judge_run import JudgeOptions
 from lightning_fed.evaluation.lm_eval_tasks import LmEvalOptions
-from lightning_fed.evaluation.run_model import DTYPES
+from lightning_fed.evaluation.model_source import ModelSource
+from lightning_fed.option_rules import DTYPES
 
 BENCHMARKS = ("lm_eval", "humaneval", "judge")
 RESULTS_FILE = "eval_results.json"
@@ -115,8 +116,6 @@ def prepare(cfg: Namespace) -> dict[str, Any]:
     Raises:
         UserError: One line naming the option and value (problems of all groups together).
     """
-    from lightning_fed.evaluation.run_model import ModelSource
-
     problems: list[str] = []
     plan: dict[str, Any] = {}
     bad = [b for b in cfg.benchmarks if b not in BENCHMARKS]

@@ -32,56 +32,13 @@ import torch
 import yaml
 
 from lightning_fed.errors import CheckpointError
+from lightning_fed.evaluation.model_source import ModelSource
 from lightning_fed.federation.checkpoint_io import read_checkpoint
 from lightning_fed.federation.state_check import check_state, named
 from lightning_fed.modules.adapter_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_adapter_weights
 from lightning_fed.modules.adapter_files import check_shapes as check_adapter_state
-from lightning_fed.modules.backbone import DTYPES, BackboneConfig, load_backbone
+from lightning_fed.modules.backbone import BackboneConfig, load_backbone
 from lightning_fed.modules.lora import LoraSettings, apply_lora
-
-
-@dataclass
-class ModelSource:
-    """Which model to evaluate: a finished run, or a base model with an optional PEFT adapter."""
-
-    run: str | None = None
-    """A finished run: its version folder (``config.yaml`` + ``adapter/`` or
-    ``checkpoints/last.ckpt``), its ``adapter/`` folder, or a ``.ckpt`` file. Exclusive with
-    ``model``."""
-
-    model: str | None = None
-    """A base model instead of a run: hub id, local folder or ``gguf:<package>/<file.gguf>``."""
-
-    adapter: str | None = None
-    """A PEFT adapter folder applied on ``model``."""
-
-    tokenizer: str | None = None
-    """Tokenizer of ``model`` (default: the model's own)."""
-
-    seed: int | None = None
-    """Seed a backbone built from ``backbone.config`` was built with. Default: the run's
-    ``seed_everything`` (its ``config.yaml``) or the checkpoint's federation seed, else 0."""
-
-    dtype: str = "float32"
-    """Dtype of a model loaded by ``model``, one of float32, bfloat16, float16."""
-
-    def __post_init__(self) -> None:
-        problems = []
-        if (self.run is None) == (self.model is None):
-            given = "both" if self.run is not None else "neither"
-            problems.append(f"exactly one of --run and --model must be set, got {given}")
-        if self.adapter is not None and self.run is not None:
-            problems.append(f"--adapter goes with --model, not --run (got --adapter={self.adapter!r})")
-        if self.dtype not in DTYPES:
-            problems.append(f"--dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        for flag, value in (("--run", self.run), ("--adapter", self.adapter)):
-            if value is not None and not Path(value).expanduser().exists():
-                problems.append(f"{flag} {value!r}: no such file or folder")
-        if self.adapter is not None and Path(self.adapter).expanduser().is_dir():
-            if not (Path(self.adapter).expanduser() / ADAPTER_CONFIG).is_file():
-                problems.append(f"--adapter {self.adapter!r}: not a PEFT adapter folder (no {ADAPTER_CONFIG})")
-        if problems:
-            raise ValueError("; ".join(problems))
 
 
 @dataclass

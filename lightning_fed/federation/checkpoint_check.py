@@ -25,6 +25,10 @@ What a run of this config writes, and so what is accepted:
   the module configures (:mod:`~lightning_fed.federation.optimizer_check`);
 * ``state_dict`` and ``federation.global_state``: every shared parameter, of its shape, finite
   and at most :data:`MAX_WEIGHT` in magnitude (:func:`~lightning_fed.federation.resume_check.check_weights`).
+
+Lightning's loop counters are checked in :mod:`~lightning_fed.federation.checkpoint_loops`; the
+helpers that read values (tensors by path, non-finite, too large) are
+:mod:`~lightning_fed.federation.checkpoint_values`.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,195 +44,43 @@ import torch
 
 from lightning_fed.errors import CheckpointError
 from lightning_fed.federation.cache_state import cache_state_problem
+from lightning_fed.federation.checkpoint_loops import count, loop_problem
+from lightning_fed.federation.checkpoint_values import (
+    MAX_WEIGHT,
+    Problem,
+    is_int,
+    kind,
+    non_finite,
+    show,
+    tensors,
+    too_large,
+)
 from lightning_fed.federation.optimizer_check import optimizer_problem
 from lightning_fed.federation.strategy_check import counter_problem, kept_problem, per_parameter_problem
 
-MAX_WEIGHT = 1e6
-"""The largest magnitude of a weight a checkpoint may hand the run. No run of this package trains
-a LoRA or head weight near it (they stay below ~10); far below float32's 3.4e38, it keeps the
-squared norms of updates (sums over up to ~1e9 entries) finite, so a weight past it is damage, not
-training: with ``3e38`` every update's norm overflowed and every update was rejected."""
-
-Problem = tuple[str, str]
-"""``(part, what is wrong)``: ``("federation.report.rounds", "is -1, expected ...")``."""
-
-
-def _kind(value: Any) -> str:
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    """``value`` for a one-line message: a tensor by its shape, anything else by a short repr."""
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
-    text = " ".join(repr(value).split())
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def tensors(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor inside nested mappings/lists, with its path (``"strategy.momentum['w']"``)."""
-    if isinstance(value, torch.Tensor):
-        yield prefix, value
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from tensors(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            yield from tensors(v, f"{prefix}[{i}]")
-
-
-def non_finite(value: Any, prefix: str) -> Problem | None:
-    """The first tensor (or float) inside ``value`` holding NaN or infinity."""
-    for where, t in tensors(value, prefix):
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            return where, "has NaN or infinite values"
-    for where, x in _floats(value, prefix):
-        if not math.isfinite(x):
-            return where, f"is {x}, expected a finite number"
-    return None
-
-
-def _floats(value: Any, prefix: str) -> Iterator[tuple[str, float]]:
-    if isinstance(value, float):
-        yield prefix, value
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from _floats(v, f"{prefix}.{k}")
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            yield from _floats(v, f"{prefix}[{i}]")
-
-
-def too_large(state: Any, prefix: str) -> Problem | None:
-    """The first floating-point tensor of ``state`` with a value beyond :data:`MAX_WEIGHT`."""
-    for where, t in tensors(state, prefix):
-        if t.is_floating_point() and t.numel() and bool(torch.isfinite(t).all()):
-            peak = float(t.abs().max())
-            if peak > MAX_WEIGHT:
-                return where, f"holds {peak:.3g}, beyond any trained weight (at most {MAX_WEIGHT:g})"
-    return None
-
-
-def _count(loops: Any, *path: str) -> int | None:
-    """An int inside Lightning's loop state (``None`` when absent or not an int)."""
-    value = loops
-    for key in path:
-        if not isinstance(value, Mapping) or key not in value:
-            return None
-        value = value[key]
-    return value if _is_int(value) else None
-
-
-PROGRESS_ORDER = ("ready", "started", "processed", "completed")
-"""The counters of one of Lightning's progress records (``loops.fit_loop.epoch_progress.total``...),
-in the order an item passes them: each is at most the one before it."""
-
-
-def counters_problem(loops: Any, where: str = "loops") -> Problem | None:
-    """Every counter of Lightning's loop state a whole number >= 0 (a negative
-    ``_batches_that_stepped`` was accepted, found from outside), each progress record in order
-    (ready >= started >= processed >= completed) and each ``total`` at least its ``current``."""
-    if not isinstance(loops, Mapping):
-        return None
-    for key, value in loops.items():
-        at = f"{where}.{key}"
-        if isinstance(value, Mapping):
-            if problem := counters_problem(value, at):
-                return problem
-        elif isinstance(value, bool) or value is None or isinstance(value, str):
-            continue  # is_last_batch; a loop's own flags and names
-        elif not _is_int(value) or value < 0:
-            return at, f"is {_show(value)}, expected a count >= 0"
-    counts = [(k, loops[k]) for k in PROGRESS_ORDER if _is_int(loops.get(k))]
-    for (before, a), (after, b) in zip(counts, counts[1:]):
-        if b > a:
-            return (
-                f"{where}.{after}",
-                f"is {b}, more than {where}.{before} ({a}): no item is {after} before it is {before}",
-            )
-    total, current = loops.get("total"), loops.get("current")
-    if isinstance(total, Mapping) and isinstance(current, Mapping):
-        for k in PROGRESS_ORDER:
-            t, c = total.get(k), current.get(k)
-            if _is_int(t) and _is_int(c) and c > t:
-                return f"{where}.current.{k}", f"is {c}, more than {where}.total.{k} ({t}) over the whole fit"
-    return None
-
-
-def loop_problem(ckpt: Mapping[str, Any], rounds: int) -> Problem | None:
-    """``federation.report.rounds``, ``epoch`` and ``global_step`` against Lightning's loop counters,
-    and those counters against each other (:func:`counters_problem`)."""
-    fit = ckpt["loops"].get("fit_loop")
-    if not isinstance(fit, Mapping):
-        return "loops.fit_loop", f"is a {_kind(fit)}, expected a mapping"
-    if problem := counters_problem(ckpt["loops"]):
-        return problem
-    epochs = fit.get("epoch_progress")
-    completed = _count(epochs, "current", "completed")
-    if completed is not None and _is_int(ckpt.get("epoch")) and ckpt["epoch"] != completed:
-        # Lightning saves trainer.current_epoch, which is epoch_progress.current.completed
-        return (
-            "epoch",
-            f"is {ckpt['epoch']}, but Lightning's loop state completed {completed} epochs"
-            " (loops.fit_loop.epoch_progress.current.completed)",
-        )
-    for scope in ("current", "total"):  # Lightning resumes at current.completed: never past the rounds recorded
-        completed = _count(epochs, scope, "completed")
-        if completed is not None and completed > rounds:
-            return (
-                f"loops.fit_loop.epoch_progress.{scope}.completed",
-                f"is {completed}, more than the {rounds} rounds recorded (federation.report.rounds)",
-            )
-    done = {_count(epochs, "current", k) for k in ("processed", "completed")} - {None}
-    if done and rounds not in done:
-        return (
-            "federation.report.rounds",
-            f"is {rounds}, but Lightning's loop state completed {max(done)} rounds (loops.fit_loop.epoch_progress)",
-        )
-    auto = _count(fit, "epoch_loop.automatic_optimization.optim_progress", "optimizer", "step", "total", "completed")
-    manual = _count(fit, "epoch_loop.manual_optimization.optim_step_progress", "total", "completed")
-    if auto is not None or manual is not None:
-        steps = (auto or 0) + (manual or 0)
-        if ckpt["global_step"] != steps:
-            return (
-                "global_step",
-                f"is {ckpt['global_step']}, but Lightning's loop state counted {steps} optimizer steps",
-            )
-    stepped = _count(fit, "epoch_loop.state_dict", "_batches_that_stepped")
-    batches = _count(fit, "epoch_loop.batch_progress", "total", "ready")
-    if stepped is not None and batches is not None and stepped > batches:
-        return (
-            "loops.fit_loop.epoch_loop.state_dict._batches_that_stepped",
-            f"is {stepped}, more than the {batches} batches the loop took"
-            " (loops.fit_loop.epoch_loop.batch_progress.total.ready)",
-        )
-    return None
+__all__ = ["MAX_WEIGHT", "Problem", "check_checkpoint", "checkpoint_error", "checkpoint_problem", "file_problem"]
 
 
 def report_problem(report: Any) -> Problem | None:
     """What is wrong with ``federation.report`` (:meth:`RoundReport.state_dict`)."""
     where = "federation.report"
     if not isinstance(report, Mapping):
-        return where, f"is a {_kind(report)}, expected a mapping"
+        return where, f"is a {kind(report)}, expected a mapping"
     if "history" in report:  # an earlier version's checkpoint: the records themselves
         history = report["history"]
         if not isinstance(history, list) or not all(isinstance(r, Mapping) for r in history):
-            return f"{where}.history", f"is a {_kind(history)}, expected a list of round records"
+            return f"{where}.history", f"is a {kind(history)}, expected a list of round records"
     else:
         rounds = report.get("rounds")
-        if not _is_int(rounds) or rounds < 0:
-            return f"{where}.rounds", f"is {_show(rounds)}, expected a number of rounds >= 0"
+        if not is_int(rounds) or rounds < 0:
+            return f"{where}.rounds", f"is {show(rounds)}, expected a number of rounds >= 0"
         folder = report.get("folder")
         if folder is not None and not isinstance(folder, str):
-            return f"{where}.folder", f"is a {_kind(folder)}, expected a path"
+            return f"{where}.folder", f"is a {kind(folder)}, expected a path"
     for key in ("initial_eval", "config"):
         value = report.get(key)
         if value is not None and not isinstance(value, Mapping):
-            return f"{where}.{key}", f"is a {_kind(value)}, expected a mapping"
+            return f"{where}.{key}", f"is a {kind(value)}, expected a mapping"
     return non_finite(report.get("initial_eval"), f"{where}.initial_eval")
 
 
@@ -239,14 +91,14 @@ def recorded_rounds(report: Mapping[str, Any]) -> int:
 def loads(obj: Any, state: Any, where: str) -> Problem | None:
     """Try ``obj.load_state_dict(state)`` on a copy of ``obj``: its error, if any, as a problem."""
     if not isinstance(state, Mapping):
-        return where, f"is a {_kind(state)}, expected a mapping"
+        return where, f"is a {kind(state)}, expected a mapping"
     if problem := non_finite(state, where):
         return problem
     try:
         copy.deepcopy(obj).load_state_dict(copy.deepcopy(dict(state)))
     except Exception as err:  # noqa: BLE001 - any way the run's object refuses it is the checkpoint's fault
         first = " ".join(str(err).split())[:160]
-        return where, f"does not load into this run's {_kind(obj)} ({_kind(err)}: {first})"
+        return where, f"does not load into this run's {kind(obj)} ({kind(err)}: {first})"
     return None
 
 
@@ -267,22 +119,22 @@ def strategy_problem(state: Any, strategy: Any, module: Any = None, rounds: int 
         problem := per_parameter_problem(state, {n: p.shape for n, p in shared.items()}, where, MAX_WEIGHT)
     ):
         return problem
-    owner = f"this run's {_kind(strategy)}"
+    owner = f"this run's {kind(strategy)}"
     return kept_problem(state, trial.state_dict(), strategy.state_dict(), where, owner, names)
 
 
 PRIVACY_FIELDS: dict[str, Any] = {
-    "rounds_accounted": lambda v: _is_int(v) and v >= 0,
-    "stop": lambda v: v is None or (_is_int(v) and v >= 0),
+    "rounds_accounted": lambda v: is_int(v) and v >= 0,
+    "stop": lambda v: v is None or (is_int(v) and v >= 0),
     "example_clients": lambda v: (
         isinstance(v, Mapping)
         and all(
-            _is_int(k) and isinstance(x, (list, tuple)) and len(x) == 2 and all(_is_int(i) and i >= 0 for i in x)
+            is_int(k) and isinstance(x, (list, tuple)) and len(x) == 2 and all(is_int(i) and i >= 0 for i in x)
             for k, x in v.items()
         )
     ),
-    "example_planned_rounds": lambda v: _is_int(v) and v >= 0,
-    "planned_rounds": lambda v: _is_int(v) and v >= 1,
+    "example_planned_rounds": lambda v: is_int(v) and v >= 0,
+    "planned_rounds": lambda v: is_int(v) and v >= 1,
     "noise_multiplier": lambda v: (
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
     ),
@@ -310,15 +162,15 @@ def privacy_problem(state: Any, rounds: int, private: bool, processed: int | Non
             return where, f"is missing, but this run is private and {rounds} rounds were accounted"
         return None
     if not isinstance(state, Mapping):
-        return where, f"is a {_kind(state)}, expected a mapping"
+        return where, f"is a {kind(state)}, expected a mapping"
     for key, value in state.items():
         check = PRIVACY_FIELDS.get(key)
         if check is None:
             return f"{where}.{key}", f"is not a field of a run's privacy state (one of {sorted(PRIVACY_FIELDS)})"
         if not check(value):
-            return f"{where}.{key}", f"is {_show(value)}, not what a run's privacy state holds"
+            return f"{where}.{key}", f"is {show(value)}, not what a run's privacy state holds"
     accounted = state.get("rounds_accounted")
-    if _is_int(accounted) and accounted > rounds:
+    if is_int(accounted) and accounted > rounds:
         if processed is not None and accounted == processed:  # the accountant and the loop agree
             return (
                 "federation.report.rounds",
@@ -344,13 +196,13 @@ def federation_problem(ckpt: Mapping[str, Any], server: Any, module: Any = None)
             " Lightning's loop continues; resume from a checkpoint lightning-fed fit wrote",
         )
     if not isinstance(fed, Mapping):
-        return "federation", f"is a {_kind(fed)}, expected a mapping"
+        return "federation", f"is a {kind(fed)}, expected a mapping"
     if problem := report_problem(fed.get("report", {})):
         return problem
     rounds = recorded_rounds(fed.get("report", {}) or {"rounds": 0})
     if problem := loop_problem(ckpt, rounds):
         return problem
-    processed = _count(ckpt["loops"].get("fit_loop"), "epoch_progress", "current", "processed")
+    processed = count(ckpt["loops"].get("fit_loop"), "epoch_progress", "current", "processed")
     if problem := privacy_problem(fed.get("privacy"), rounds, False, processed):
         return problem
     if server is None:
@@ -359,7 +211,7 @@ def federation_problem(ckpt: Mapping[str, Any], server: Any, module: Any = None)
         return problem
     hooks = fed.get("hooks", [])
     if not isinstance(hooks, list) or len(hooks) not in (0, len(server.hooks)):
-        n = len(hooks) if isinstance(hooks, list) else _kind(hooks)
+        n = len(hooks) if isinstance(hooks, list) else kind(hooks)
         return "federation.hooks", f"holds {n} states, this run has {len(server.hooks)} round hooks"
     for i, (hook, state) in enumerate(zip(server.hooks, hooks)):
         if problem := loads(hook, state, f"federation.hooks[{i}]"):
@@ -374,10 +226,10 @@ def callbacks_problem(ckpt: Mapping[str, Any]) -> Problem | None:
     if state is None:
         return None
     if not isinstance(state, Mapping):
-        return "callbacks.FederatedLoop", f"is a {_kind(state)}, expected a mapping"
+        return "callbacks.FederatedLoop", f"is a {kind(state)}, expected a mapping"
     for key, value in state.items():
-        if not _is_int(value) or value < 0:
-            return f"callbacks.FederatedLoop.{key}", f"is {_show(value)}, expected a count >= 0"
+        if not is_int(value) or value < 0:
+            return f"callbacks.FederatedLoop.{key}", f"is {show(value)}, expected a count >= 0"
     return None
 
 
@@ -430,7 +282,7 @@ def file_problem(ckpt: Mapping[str, Any], stage: str = "fit", federated: bool = 
             return problem
     if stage != "fit":
         if fed is not None and not isinstance(fed, Mapping):
-            return "federation", f"is a {_kind(fed)}, expected a mapping"
+            return "federation", f"is a {kind(fed)}, expected a mapping"
         return None
     if federated and (problem := federation_problem(ckpt, None)):
         return problem
@@ -458,7 +310,22 @@ def checkpoint_problem(ckpt: Mapping[str, Any], module: Any, server: Any = None,
         return None
     if federated and server is not None and (problem := federation_problem(ckpt, server, module)):
         return problem
+    if server is not None and (problem := seed_problem(ckpt, server)):
+        return problem
     return optimizer_problem(ckpt, module, server)
+
+
+def seed_problem(ckpt: Mapping[str, Any], server: Any) -> Problem | None:
+    """The seed the loop saved (restored on resume: it samples every round's clients) against this
+    run's: an edited one would sample other clients from the next round on."""
+    state = ckpt["callbacks"].get("FederatedLoop")
+    seed = getattr(server, "seed", None)
+    if isinstance(state, Mapping) and "seed" in state and seed is not None and state["seed"] != seed:
+        return (
+            "callbacks.FederatedLoop.seed",
+            f"is {show(state['seed'])}, but this run's federation seed is {seed} (it samples every round's clients)",
+        )
+    return None
 
 
 def checkpoint_error(path: str | Path, problem: Problem) -> CheckpointError:

@@ -16,7 +16,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
-from lightning_fed.option_rules import LORA
+from lightning_fed.option_rules import LORA, target_modules_problem
 from lightning_fed.option_rules import problems as rule_problems
 
 _LLAMA_LIKE = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -66,8 +66,8 @@ class LoraSettings:
 
     def __post_init__(self) -> None:
         problems = rule_problems(LORA, {"r": self.r, "alpha": self.alpha, "dropout": self.dropout})
-        if self.target_modules is not None and not self.target_modules:
-            problems.append("lora.target_modules must be None or a non-empty list, got []")
+        if problem := target_modules_problem(self.target_modules):
+            problems.append(problem)
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -97,22 +97,24 @@ def lora_config(model: nn.Module, settings: LoraSettings) -> LoraConfig:
     if targets is None:
         if model_type not in DEFAULT_TARGET_MODULES:
             raise ValueError(
-                f"lora.target_modules: no default for model type {model_type!r}; set "
-                f"lora.target_modules to some of its Linear-like modules: {', '.join(candidates)}"
+                f"model.lora.target_modules: no default for model type {model_type!r}; set "
+                f"model.lora.target_modules to some of its Linear-like modules: {', '.join(candidates)}"
             )
         targets = DEFAULT_TARGET_MODULES[model_type]
     names = [name for name, _ in _base_modules(model)]
     missing = [t for t in targets if not any(n == t or n.endswith(f".{t}") for n in names)]
     if missing:
         raise ValueError(
-            f"lora.target_modules: model type {model_type!r} has no module named "
+            f"model.lora.target_modules: model type {model_type!r} has no module named "
             f"{', '.join(map(repr, missing))} (Linear-like modules it has: {', '.join(candidates)})"
         )
     # A rank above every target's full rank adds nothing and allocates r x (in + out) per
     # layer: `lora.r: 1e8` would fail in the allocator, naming no option (issue 22).
     full = max((_full_rank(m) for n, m in _base_modules(model) if n.rsplit(".", 1)[-1] in targets), default=None)
     if full is not None and settings.r > full:
-        raise ValueError(f"lora.r must be <= {full} (the full rank of the largest target module), got {settings.r}")
+        raise ValueError(
+            f"model.lora.r must be <= {full} (the full rank of the largest target module), got {settings.r}"
+        )
     # GPT-2 style Conv1D stores its weight transposed; tell PEFT instead of letting it warn.
     fan_in_fan_out = any(
         isinstance(module, Conv1D) and name.rsplit(".", 1)[-1] in targets for name, module in _base_modules(model)

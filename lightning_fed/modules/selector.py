@@ -26,6 +26,7 @@ from lightning_fed.modules.backbone import BackboneConfig
 from lightning_fed.modules.base import FederatedModule
 from lightning_fed.modules.lora import LoraSettings, add_adapter, is_adapter_param
 from lightning_fed.modules.scored_logits import head_on_positions, output_head
+from lightning_fed.option_rules import SELECTOR_OWN, check
 
 
 def selector_name(u: int) -> str:
@@ -95,9 +96,8 @@ class BinarySelectorModule(FederatedModule):
         optimizer: str = "adamw",
         num_selectors: int = 1,
     ) -> None:
-        if num_selectors < 1 or num_selectors % 2 == 0:
-            # FedBiscuit labels pairs by majority vote of the U selectors: an even U can tie.
-            raise ValueError(f"model.num_selectors must be a positive odd number, got {num_selectors}")
+        # FedBiscuit labels pairs by majority vote of the U selectors: an even U can tie.
+        check(SELECTOR_OWN, num_selectors=num_selectors)
         super().__init__(backbone, lora=lora, lr=lr, weight_decay=weight_decay, optimizer=optimizer)
         self.num_selectors = num_selectors
         for u in range(1, num_selectors):

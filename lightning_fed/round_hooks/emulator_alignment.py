@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from lightning_fed.datamodules.templates import TEMPLATE_CHOICES, format_prompt, format_response
+from lightning_fed.datamodules.templates import format_prompt, format_response
 from lightning_fed.federation.hooks import Payload, RoundHook
 from lightning_fed.federation.sampling import derive_seed
 from lightning_fed.option_rules import ALIGNMENT_OPTIMIZERS, EMULATOR_ALIGNMENT, check
@@ -120,9 +120,8 @@ class EmulatorAlignment(RoundHook):
             optimizer=optimizer,
             kl_direction=kl_direction,
             l2_term=l2_term,
+            template=template,
         )
-        if template not in TEMPLATE_CHOICES:  # the data templates' names: not declared there
-            raise ValueError(f"federation.hooks[].template must be one of {TEMPLATE_CHOICES}, got {template!r}")
         self.l2_term = l2_term
         self.dataset, self.kind, self.field_map, self.split = dataset, kind, field_map, split
         self.synthetic_args, self.template, self.max_length = synthetic_args, template, max_length

@@ -147,15 +147,12 @@ class FedBiscuit(Strategy):
     ) -> None:
         check(
             FEDBISCUIT,
+            num_selectors=num_selectors,
             weighting=weighting,
             eq6_scope=eq6_scope,
             warmup_rounds=warmup_rounds,
             regroup_every=regroup_every,
         )
-        if not isinstance(num_selectors, int) or num_selectors < 1 or num_selectors % 2 == 0:
-            raise ValueError(
-                f"federation.strategy.num_selectors (U) must be a positive odd number, got {num_selectors}"
-            )
         self.num_selectors, self.warmup_rounds, self.regroup_every = num_selectors, warmup_rounds, regroup_every
         self.weighting, self.eq6_scope = weighting, eq6_scope
         self.round_idx = 0

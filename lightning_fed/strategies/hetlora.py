@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from lightning_fed.option_rules import HETLORA, check
+from lightning_fed.option_rules import HETLORA, check, hetlora_problem
 from lightning_fed.state import StateDict, compute_dtype
 from lightning_fed.strategies.base import ClientUpdate, LocalCorrection
 from lightning_fed.strategies.heterogeneous_rank import HeterogeneousRankLoRA
@@ -165,11 +165,8 @@ class HetLoRA(HeterogeneousRankLoRA):
         rank_penalty: float = 0.0,
     ) -> None:
         check(HETLORA, weighting=weighting, prune_gamma=prune_gamma, rank_penalty=rank_penalty)
-        if rank_penalty > 0 and prune_gamma is None:
-            raise ValueError(
-                f"federation.strategy.rank_penalty needs federation.strategy.prune_gamma, got {rank_penalty!r}"
-                " without it"
-            )
+        if problem := hetlora_problem({"prune_gamma": prune_gamma, "rank_penalty": rank_penalty}):
+            raise ValueError(problem)
         super().__init__(client_ranks, "uniform" if weighting == "sparsity" else weighting)
         self.sparsity = weighting == "sparsity"
         self.prune_gamma, self.rank_penalty = prune_gamma, float(rank_penalty)

@@ -68,7 +68,7 @@ CASES = {
     "beta_1e300": (["--model.init_args.beta=1e300"], "error: model.beta must be in (0, 1000.0], got 1e+300"),
     "lora_alpha_1e300": (
         ["--model.init_args.lora.alpha=1e300"],
-        "error: lora.alpha must be in (0, 1000000.0], got 1e+300",
+        "error: model.lora.alpha must be in (0, 1000000.0], got 1e+300",
     ),
     "a_billion_clients": (
         ["--data.init_args.num_clients=1000000000"],

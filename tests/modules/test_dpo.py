@@ -224,6 +224,19 @@ def test_cache_reference_option_and_dropout(tmp_path):
 
 
 def test_federated_run_is_the_same_with_and_without_the_cache(tmp_path):
+    """Two federated runs, with and without the reference cache, end with the same global state.
+
+    Bit-identical as long as every example is seen in one batch composition; a seen example in
+    another batch gets the value of its first batch, which the recomputation may round differently
+    in the last bit (float32 reductions depend on the batch's shape and on the CPU's kernels), and
+    AdamW, dividing each gradient by its own running scale, can turn that last bit into a visible
+    part of a step on a near-zero component. Measured spread (``benchmarks/float_paths.py``,
+    RESULTS.md "Float paths"): 0 with AVX512 kernels (1 or 2 threads); with AVX2 kernels a relative
+    difference of 1.33e-3 on LoRA B values of at most ~4e-2, so at most ~5.3e-5 absolute; past rtol
+    1e-5 on another machine of two busy cores (issue 41). The tolerance is ``atol = 0.1 * lr =
+    5e-4`` (rtol 0), 10% of one AdamW step and ~9x the largest spread measured; a cache serving wrong
+    reference log-probs changes the DPO loss itself, so every step, by up to ``lr``.
+    """
     from lightning_fed.callbacks import FederatedLoop
     from tests.helpers.runs import fit, preference_data
 
@@ -240,19 +253,10 @@ def test_federated_run_is_the_same_with_and_without_the_cache(tmp_path):
         states[cache] = loop.server.global_state
         if cache:
             assert module.reference_cache.hits > 0 and module.reference_cache.misses > 0
-    # Bit-identical as long as every example is seen in one batch composition; a seen example
-    # in another batch gets the value of its first batch, which the recomputation may round
-    # differently in the last bit (float32 reductions depend on the batch's shape and on the
-    # CPU's kernels), and AdamW, dividing each gradient by its own running scale, can turn that
-    # last bit into a visible part of a step on a near-zero component. Measured: identical with
-    # this machine's AVX512 kernels (1 or 2 threads), and past rtol 1e-5 on a LoRA B tensor on
-    # another machine (issue 41; benchmarks/float_paths.py, RESULTS.md "Float paths"). So the
-    # tolerance is tests/batching/test_parity.py's: 10% of one AdamW step, 0.1 * lr = 5e-4,
-    # against LoRA B values of ~4e-2; a cache serving wrong reference log-probs changes the DPO
-    # loss itself, so every step, by up to lr.
     assert states[True].keys() == states[False].keys()
+    lr = 5e-3  # tiny_dpo's
     for name in states[True]:
-        torch.testing.assert_close(states[True][name], states[False][name], rtol=0, atol=0.1 * 5e-3, msg=name)
+        torch.testing.assert_close(states[True][name], states[False][name], rtol=0, atol=0.1 * lr, msg=name)
     assert max(v.abs().max() for k, v in states[True].items() if "lora_B" in k) > 1e-2
 
 

@@ -48,13 +48,13 @@ def test_settings_collect_all_problems():
     with pytest.raises(ValueError) as info:
         LoraSettings(r=0, alpha=-1, dropout=1.0)
     assert str(info.value) == (
-        "lora.r must be > 0, got 0; lora.alpha must be in (0, 1000000.0], got -1;"
-        " lora.dropout must be in [0, 1), got 1.0"
+        "model.lora.r must be > 0, got 0; model.lora.alpha must be in (0, 1000000.0], got -1;"
+        " model.lora.dropout must be in [0, 1), got 1.0"
     )
 
 
 def test_settings_reject_empty_targets():
-    with pytest.raises(ValueError, match=r"lora.target_modules must be None or a non-empty list"):
+    with pytest.raises(ValueError, match=r"model.lora.target_modules must be None or a non-empty list"):
         LoraSettings(target_modules=[])
 
 
@@ -151,7 +151,7 @@ def test_bad_target_module_message():
     with pytest.raises(ValueError) as info:
         apply_lora(model, LoraSettings(target_modules=["c_attn", "q_proj"]))
     assert str(info.value) == (
-        "lora.target_modules: model type 'gpt2' has no module named 'q_proj' "
+        "model.lora.target_modules: model type 'gpt2' has no module named 'q_proj' "
         "(Linear-like modules it has: c_attn, c_fc, c_proj, lm_head)"
     )
     assert not any(is_adapter_param(n) for n, _ in model.named_parameters())  # untouched
@@ -170,7 +170,7 @@ def test_unknown_model_type_needs_targets():
     with pytest.raises(ValueError) as info:
         apply_lora(model, LoraSettings())
     assert str(info.value) == (
-        "lora.target_modules: no default for model type 'phi'; set lora.target_modules to some "
+        "model.lora.target_modules: no default for model type 'phi'; set model.lora.target_modules to some "
         "of its Linear-like modules: dense, fc1, fc2, k_proj, lm_head, q_proj, v_proj"
     )
     assert apply_lora(model, LoraSettings(target_modules=["q_proj", "v_proj"])) is not None

@@ -129,7 +129,7 @@ def test_majority_vote_by_hand():
 
 @pytest.mark.parametrize("u", [2, 4, 0])
 def test_even_u_is_an_error(u):
-    with pytest.raises(ValueError, match=f"positive odd number, got {u}"):
+    with pytest.raises(ValueError, match=f"num_selectors must be >= 1 and odd, got {u}"):
         FedBiscuit(num_selectors=u)
 
 

@@ -1,0 +1,107 @@
+"""Lightning's loop counters in a checkpoint, against each other and against the rounds the
+federation recorded (``loops.fit_loop``, ``epoch``, ``global_step``): a resume goes on from them,
+so a counter past the recorded rounds would train rounds the report never had.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lightning_fed.federation.checkpoint_values import Problem, is_int, kind, show
+
+
+def count(loops: Any, *path: str) -> int | None:
+    """An int inside Lightning's loop state (``None`` when absent or not an int)."""
+    value = loops
+    for key in path:
+        if not isinstance(value, Mapping) or key not in value:
+            return None
+        value = value[key]
+    return value if is_int(value) else None
+
+
+PROGRESS_ORDER = ("ready", "started", "processed", "completed")
+"""The counters of one of Lightning's progress records (``loops.fit_loop.epoch_progress.total``...),
+in the order an item passes them: each is at most the one before it."""
+
+
+def counters_problem(loops: Any, where: str = "loops") -> Problem | None:
+    """Every counter of Lightning's loop state a whole number >= 0 (a negative
+    ``_batches_that_stepped`` was accepted, found from outside), each progress record in order
+    (ready >= started >= processed >= completed) and each ``total`` at least its ``current``."""
+    if not isinstance(loops, Mapping):
+        return None
+    for key, value in loops.items():
+        at = f"{where}.{key}"
+        if isinstance(value, Mapping):
+            if problem := counters_problem(value, at):
+                return problem
+        elif isinstance(value, bool) or value is None or isinstance(value, str):
+            continue  # is_last_batch; a loop's own flags and names
+        elif not is_int(value) or value < 0:
+            return at, f"is {show(value)}, expected a count >= 0"
+    counts = [(k, loops[k]) for k in PROGRESS_ORDER if is_int(loops.get(k))]
+    for (before, a), (after, b) in zip(counts, counts[1:]):
+        if b > a:
+            return (
+                f"{where}.{after}",
+                f"is {b}, more than {where}.{before} ({a}): no item is {after} before it is {before}",
+            )
+    total, current = loops.get("total"), loops.get("current")
+    if isinstance(total, Mapping) and isinstance(current, Mapping):
+        for k in PROGRESS_ORDER:
+            t, c = total.get(k), current.get(k)
+            if is_int(t) and is_int(c) and c > t:
+                return f"{where}.current.{k}", f"is {c}, more than {where}.total.{k} ({t}) over the whole fit"
+    return None
+
+
+def loop_problem(ckpt: Mapping[str, Any], rounds: int) -> Problem | None:
+    """``federation.report.rounds``, ``epoch`` and ``global_step`` against Lightning's loop counters,
+    and those counters against each other (:func:`counters_problem`)."""
+    fit = ckpt["loops"].get("fit_loop")
+    if not isinstance(fit, Mapping):
+        return "loops.fit_loop", f"is a {kind(fit)}, expected a mapping"
+    if problem := counters_problem(ckpt["loops"]):
+        return problem
+    epochs = fit.get("epoch_progress")
+    completed = count(epochs, "current", "completed")
+    if completed is not None and is_int(ckpt.get("epoch")) and ckpt["epoch"] != completed:
+        # Lightning saves trainer.current_epoch, which is epoch_progress.current.completed
+        return (
+            "epoch",
+            f"is {ckpt['epoch']}, but Lightning's loop state completed {completed} epochs"
+            " (loops.fit_loop.epoch_progress.current.completed)",
+        )
+    for scope in ("current", "total"):  # Lightning resumes at current.completed: never past the rounds recorded
+        completed = count(epochs, scope, "completed")
+        if completed is not None and completed > rounds:
+            return (
+                f"loops.fit_loop.epoch_progress.{scope}.completed",
+                f"is {completed}, more than the {rounds} rounds recorded (federation.report.rounds)",
+            )
+    done = {count(epochs, "current", k) for k in ("processed", "completed")} - {None}
+    if done and rounds not in done:
+        return (
+            "federation.report.rounds",
+            f"is {rounds}, but Lightning's loop state completed {max(done)} rounds (loops.fit_loop.epoch_progress)",
+        )
+    auto = count(fit, "epoch_loop.automatic_optimization.optim_progress", "optimizer", "step", "total", "completed")
+    manual = count(fit, "epoch_loop.manual_optimization.optim_step_progress", "total", "completed")
+    if auto is not None or manual is not None:
+        steps = (auto or 0) + (manual or 0)
+        if ckpt["global_step"] != steps:
+            return (
+                "global_step",
+                f"is {ckpt['global_step']}, but Lightning's loop state counted {steps} optimizer steps",
+            )
+    stepped = count(fit, "epoch_loop.state_dict", "_batches_that_stepped")
+    batches = count(fit, "epoch_loop.batch_progress", "total", "ready")
+    if stepped is not None and batches is not None and stepped > batches:
+        return (
+            "loops.fit_loop.epoch_loop.state_dict._batches_that_stepped",
+            f"is {stepped}, more than the {batches} batches the loop took"
+            " (loops.fit_loop.epoch_loop.batch_progress.total.ready)",
+        )
+    return None

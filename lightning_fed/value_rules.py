@@ -1,0 +1,112 @@
+"""A rule: what one config option accepts, and the one line that refuses a value.
+
+A :class:`Rule` is one option as the user writes it (``model.lr``) with an integer or a number in a
+range (open or closed at each end, finite, maybe odd), one of some choices, or also ``null``.
+:func:`check` raises the classes' ``ValueError``; :func:`problems` gives the lines to the precheck.
+What each option of the package accepts is declared with these in :mod:`lightning_fed.option_rules`.
+
+Imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+def _number(value: float) -> str:
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one option accepts; :meth:`problem` is the one line that refuses a value."""
+
+    option: str
+    """The option as the user writes it, section first: ``model.lr``."""
+    integer: bool = False
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    """``low`` itself is refused (``(0, ...``)."""
+    high_open: bool = False
+    nullable: bool = False
+    """``null`` (``None``) is accepted."""
+    choices: tuple[str, ...] | None = None
+    odd: bool = False
+    """Only odd integers (FedBiscuit's number of selectors: majority voting never ties)."""
+
+    @property
+    def name(self) -> str:
+        """The parameter's name in its class (the option without its section)."""
+        return self.option.rsplit(".", 1)[-1]
+
+    def describe(self) -> str:
+        """What is accepted, as the message says it: ``in (0, 10.0]``, ``>= 1``, ``one of (...)``."""
+        if self.choices is not None:
+            text = f"one of {self.choices}"
+        elif self.low is not None and self.high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            text = f"in {left}{_number(self.low)}, {_number(self.high)}{right}"
+        elif self.low is not None:
+            text = f"{'>' if self.low_open else '>='} {_number(self.low)}"
+        elif self.high is not None:
+            text = f"{'<' if self.high_open else '<='} {_number(self.high)}"
+        else:
+            text = "finite"
+        return text + (" and odd" if self.odd else "") + (" or null" if self.nullable else "")
+
+    def parsed(self, value: Any) -> Any:
+        """``value`` as the CLI's parser hands it to the class: an integer given for a number is a float."""
+        numeric = self.choices is None and not self.integer
+        return float(value) if numeric and isinstance(value, int) and not isinstance(value, bool) else value
+
+    def problem(self, value: Any) -> str | None:
+        """The one line refusing ``value``, or ``None`` if it is accepted."""
+        if value is None:
+            return None if self.nullable else f"{self.option} must be {self.describe()}, got None"
+        if self.choices is not None:
+            ok = isinstance(value, str) and value in self.choices
+            return None if ok else f"{self.option} must be {self.describe()}, got {value!r}"
+        kind = "an integer" if self.integer else "a number"
+        if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
+            return f"{self.option} must be {kind} {self.describe()}, got {value!r}"
+        if not math.isfinite(value):
+            if self.high is None:  # e.g. `>= 0`: inf is no value either
+                return f"{self.option} must be finite and {self.describe()}, got {value}"
+            return f"{self.option} must be {self.describe()}, got {value}"
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return f"{self.option} must be {self.describe()}, got {value}"
+        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+            return f"{self.option} must be {self.describe()}, got {value}"
+        if self.odd and value % 2 == 0:
+            return f"{self.option} must be {self.describe()}, got {value}"
+        return None
+
+
+def in_range(option: str, low: float, high: float, **kw: Any) -> Rule:
+    """A number (``integer=True``: an integer) in ``[low, high]`` (``low_open``/``high_open``: excluded)."""
+    return Rule(option, low=low, high=high, **kw)
+
+
+def at_least(option: str, low: float, **kw: Any) -> Rule:
+    """A finite number (``integer=True``: an integer) ``>= low`` (``low_open=True``: ``> low``)."""
+    return Rule(option, low=low, **kw)
+
+
+def one_of(option: str, choices: Iterable[str], **kw: Any) -> Rule:
+    """One of ``choices`` (strings)."""
+    return Rule(option, choices=tuple(choices), **kw)
+
+
+def problems(rules: Iterable[Rule], values: Mapping[str, Any]) -> list[str]:
+    """The line of each rule (in declaration order) whose parameter is in ``values`` and refused."""
+    return [p for rule in rules if rule.name in values and (p := rule.problem(values[rule.name])) is not None]
+
+
+def check(rules: Iterable[Rule], **values: Any) -> None:
+    """Raise ``ValueError`` with every refused value's line (``"; "``-joined), as the classes do."""
+    if found := problems(rules, values):
+        raise ValueError("; ".join(found))
