@@ -2,7 +2,8 @@
 in ``benchmarks/papers/results/``: each row's difference, its two error parts, its seed count
 and its verdict are read back from the script's ``summarize`` over the committed JSON lines,
 never typed by hand (the summaries' arithmetic is checked by hand in
-test_papers_summaries.py)."""
+test_papers_summaries.py). A verdict whose figure (a row's first) rests on fewer than 3 seeds must say it is
+provisional."""
 
 import re
 import sys
@@ -100,3 +101,5 @@ def test_docs_row_is_what_the_script_computes_from_the_committed_runs(claim):
         figures, call = parse(next(x for x in lines if x.startswith(prefix)))
         assert f"{figures}; {seeds}" in difference, f"{claim}: {figures!r}, {seeds!r} not in {difference!r}"
         assert f"**{TO_VERDICT[script][call]}**" in verdict, f"{claim}: {call!r} is not {verdict!r}"
+        if n < 3 and prefix == figures_lines[0][0]:  # the verdict's figure; the issue's bar is 3 seeds
+            assert f"provisional: {n} seed" in verdict, f"{claim}: {n} seeds, so the verdict must say provisional"
