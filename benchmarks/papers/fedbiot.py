@@ -31,7 +31,6 @@ difference averaged over seeds.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -42,6 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fedbiot_bench as bench  # noqa: E402
+from common import append_run, by_method, call, paired, read_runs, sd  # noqa: E402
 from fedhds import scorable  # noqa: E402
 
 from lightning_fed.datamodules import InstructionDataModule  # noqa: E402
@@ -136,19 +136,8 @@ def use_bigbench(args: argparse.Namespace, info: dict) -> None:
     bench.alignment = alignment
 
 
-def paired(a: dict[int, list[float]], b: dict[int, list[float]]) -> tuple[float, float, float, float, int]:
-    seeds = sorted(set(a) & set(b))
-    d = np.array([np.array(a[s]) - np.array(b[s]) for s in seeds])  # (S, n)
-    per_seed, per_row_ = d.mean(1), d.mean(0)
-    se_seed = float(per_seed.std(ddof=1) / np.sqrt(len(seeds))) if len(seeds) > 1 else 0.0
-    se_sample = float(per_row_.std(ddof=1) / np.sqrt(d.shape[1]))
-    return float(per_seed.mean()), float(np.hypot(se_seed, se_sample)), se_seed, se_sample, len(seeds)
-
-
 def summarize(results: list[dict]) -> list[str]:
-    by: dict[str, dict[int, dict]] = {}
-    for r in results:
-        by.setdefault(r["method"], {})[r["seed"]] = r
+    by = by_method(results)
     lines = [
         "| method | lr | seeds | AdapEmu NLL (seed SD) | AdapFu NLL (seed SD) | rows |",
         "|---|---|---|---|---|---|",
@@ -157,7 +146,7 @@ def summarize(results: list[dict]) -> list[str]:
         cells = []
         for k in bench.LOSSES:
             v = [np.mean(r["final"][k]) for r in runs.values()]
-            cells.append(f"{np.mean(v):.3f} ({np.std(v, ddof=1) if len(v) > 1 else 0:.3f})")
+            cells.append(f"{np.mean(v):.3f} ({sd(v):.3f})")
         n = len(next(iter(runs.values()))["final"]["adapfu_loss"])
         lines.append(f"| {m} | {next(iter(runs.values()))['lr']} | {sorted(runs)} | {cells[0]} | {cells[1]} | {n} |")
     if "fedbiot" in by and "fedot" in by:
@@ -165,10 +154,10 @@ def summarize(results: list[dict]) -> list[str]:
             p = paired(
                 {s: r["final"][k] for s, r in by["fedot"].items()}, {s: r["final"][k] for s, r in by["fedbiot"].items()}
             )
-            call = "FedBiOT better" if p[0] > 2 * p[1] else "FedOT better" if p[0] < -2 * p[1] else "not separated"
+            verdict = call(p.diff, p.se, "FedBiOT better", "FedOT better")
             lines.append(
-                f"FedOT minus FedBiOT, {k}: {p[0]:+.3f} ± {p[1]:.3f} nats/token "
-                f"(seed SE {p[2]:.3f}, sampling SE {p[3]:.3f}, {p[4]} seeds): {call}"
+                f"FedOT minus FedBiOT, {k}: {p.diff:+.3f} ± {p.se:.3f} nats/token (seed SE {p.se_seed:.3f}, "
+                f"sampling SE {p.se_sample:.3f}, {p.seeds} seeds): {verdict}"
             )
             seeds = sorted(set(by["fedot"]) & set(by["fedbiot"]))
             per_seed = [np.mean(by["fedot"][s]["final"][k]) - np.mean(by["fedbiot"][s]["final"][k]) for s in seeds]
@@ -197,8 +186,7 @@ def main() -> None:
     parser.add_argument("--summarize", nargs="+", default=None, help="only print the tables of these --out files")
     args, rest = parser.parse_known_args()
     if args.summarize:
-        rows = [json.loads(line) for f in args.summarize for line in Path(f).read_text().splitlines() if line]
-        print("\n".join(summarize(rows)))
+        print("\n".join(summarize(read_runs(args.summarize))))
         return
     # fedbiot_bench.py's settings (its defaults), with this script's data sizes
     bargs = bench_args(args, rest)
@@ -222,9 +210,7 @@ def main() -> None:
                 f"AdapEmu {np.mean(r['final']['adapemu_loss']):.3f} fit {r['fit_seconds']:.0f}s",
                 flush=True,
             )
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(r) + "\n")
+            append_run(args.out, r)
     print("\n".join(summarize(results)))
 
 

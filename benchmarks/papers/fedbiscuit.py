@@ -39,6 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import polarity_pairs  # noqa: E402
+from common import append_run, by_method, call, read_runs, sd  # noqa: E402
 
 from lightning_fed.callbacks import FederatedLoop  # noqa: E402
 from lightning_fed.datamodules.partition import ByKey  # noqa: E402
@@ -126,17 +127,13 @@ def run(method: str, seed: int, args: argparse.Namespace, folder: Path) -> dict:
 
 
 def summarize(results: list[dict]) -> list[str]:
-    by: dict[str, dict[int, dict]] = {}
-    for r in results:
-        by.setdefault(r["method"], {})[r["seed"]] = r
+    by = by_method(results)
     flat = lambda r: [x for u in USERS for x in r["acc"][u]]  # noqa: E731
     lines = ["| method | seeds | accuracy (seed SD) | per client (mean over seeds) |", "|---|---|---|---|"]
     for m, runs in by.items():
         a = [np.mean(flat(r)) for r in runs.values()]
         per = ", ".join(f"{u} {np.mean([np.mean(r['acc'][u]) for r in runs.values()]):.3f}" for u in USERS)
-        lines.append(
-            f"| {m} | {sorted(runs)} | {np.mean(a):.3f} ({np.std(a, ddof=1) if len(a) > 1 else 0:.3f}) | {per} |"
-        )
+        lines.append(f"| {m} | {sorted(runs)} | {np.mean(a):.3f} ({sd(a):.3f}) | {per} |")
     if "fedbiscuit" in by:
         # Against the construction: one selector (FedBis) scores exactly 0.500 on this test in every
         # seed (each pair is asked once in each group's orientation), so FedBiscuit's mean minus
@@ -146,28 +143,28 @@ def summarize(results: list[dict]) -> list[str]:
         a = np.array(
             [[np.mean([r["acc"][u][j] for u in USERS]) for j in range(len(r["acc"][USERS[0]]))] for r in runs.values()]
         )
-        se_seed = a.mean(1).std(ddof=1) / np.sqrt(len(a)) if len(a) > 1 else 0.0
+        se_seed = sd(a.mean(1)) / np.sqrt(len(a))
         se_sample = a.mean(0).std(ddof=1) / np.sqrt(a.shape[1])
         se = float(np.hypot(se_seed, se_sample))
         diff = float(a.mean()) - 0.5
-        call = "FedBiscuit better" if diff > 2 * se else "FedBis better" if diff < -2 * se else "not separated"
+        verdict = call(diff, se, "FedBiscuit better", "FedBis better")
         lines.append(
             f"FedBiscuit minus 0.500 (any single selector, FedBis included): {diff:+.3f} ± {se:.3f} "
             f"(seed SE {se_seed:.3f}, sampling SE {se_sample:.3f} over {a.shape[1]} pairs, {len(a)} seeds "
-            f"{sorted(runs)}): {call}"
+            f"{sorted(runs)}): {verdict}"
         )
         lines += [f"  seed {s} FedBiscuit assignment {r['assignment']}" for s, r in sorted(runs.items())]
     if "fedbis" in by and "fedbiscuit" in by:
         seeds = sorted(set(by["fedbis"]) & set(by["fedbiscuit"]))
         d = np.array([np.array(flat(by["fedbiscuit"][s])) - np.array(flat(by["fedbis"][s])) for s in seeds])
-        se_seed = d.mean(1).std(ddof=1) / np.sqrt(len(seeds)) if len(seeds) > 1 else 0.0
+        se_seed = sd(d.mean(1)) / np.sqrt(len(seeds))
         se_sample = d.mean(0).std(ddof=1) / np.sqrt(d.shape[1])
         se = float(np.hypot(se_seed, se_sample))
         diff = float(d.mean())
-        call = "FedBiscuit better" if diff > 2 * se else "FedBis better" if diff < -2 * se else "not separated"
+        verdict = call(diff, se, "FedBiscuit better", "FedBis better")
         lines.append(
             f"FedBiscuit minus FedBis: {diff:+.3f} ± {se:.3f} (seed SE {se_seed:.3f}, sampling SE {se_sample:.3f}, "
-            f"{len(seeds)} seeds): {call}"
+            f"{len(seeds)} seeds): {verdict}"
         )
     return lines
 
@@ -192,8 +189,7 @@ def main() -> None:
     parser.add_argument("--summarize", nargs="+", default=None)
     args = parser.parse_args()
     if args.summarize:
-        rows = [json.loads(line) for f in args.summarize for line in Path(f).read_text().splitlines() if line]
-        print("\n".join(summarize(rows)))
+        print("\n".join(summarize(read_runs(args.summarize))))
         return
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
@@ -216,9 +212,7 @@ def main() -> None:
                     f"assignment {r['assignment']} fit {r['fit_seconds']:.0f}s",
                     flush=True,
                 )
-                if args.out:
-                    with open(args.out, "a") as f:
-                        f.write(json.dumps(r) + "\n")
+                append_run(args.out, r)
     print("\n".join(summarize(results)))
 
 

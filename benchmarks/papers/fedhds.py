@@ -28,7 +28,6 @@ is prompt i's difference averaged over seeds (the test-set sampling error) and S
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import re
@@ -40,6 +39,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from common import append_run, by_method, call, paired, read_runs, sd
 
 from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.datamodules import InstructionDataModule
@@ -218,22 +218,8 @@ def label(r: dict) -> str:
     return r["method"] + ("-local" if r.get("frame") == "local" and r["method"] in ("fedhds", "turbo") else "")
 
 
-def paired(runs: dict[int, dict], base: dict[int, dict]) -> tuple[float, float, float, float] | None:
-    """Mean over seeds of ROUGE-L(method) - ROUGE-L(base) on the same prompts, its combined SE,
-    and the SE's two parts: seed-to-seed, and test-set sampling (prompt differences averaged
-    over seeds)."""
-    seeds = sorted(set(runs) & set(base))
-    if not seeds:
-        return None
-    d = np.array([np.array(runs[s]["rougeL"]) - np.array(base[s]["rougeL"]) for s in seeds])  # (S, n)
-    per_seed, per_prompt = d.mean(1), d.mean(0)
-    se_seed = float(per_seed.std(ddof=1) / np.sqrt(len(seeds))) if len(seeds) > 1 else 0.0
-    se_sample = float(per_prompt.std(ddof=1) / np.sqrt(d.shape[1]))
-    return float(per_seed.mean()), float(np.hypot(se_seed, se_sample)), se_seed, se_sample
-
-
 def verdict(diff: float, se: float) -> str:
-    return "higher" if diff > 2 * se else "lower" if diff < -2 * se else "not separated"
+    return call(diff, se, "higher", "lower")
 
 
 PAIRS = (("fedhds", "random"), ("turbo", "random"), ("turbo-local", "turbo"), ("fedhds-local", "fedhds"))
@@ -242,29 +228,27 @@ PAIRS = (("fedhds", "random"), ("turbo", "random"), ("turbo-local", "turbo"), ("
 def summarize(results: list[dict], baseline: str = "fedit") -> list[str]:
     """Per method: mean ROUGE-L, seed SD, NLL, data used; minus FedIT with its combined SE; then
     the coreset comparisons (FedHDS vs Random at the same budget) and the frame ablation."""
-    by: dict[str, dict[int, dict]] = {}
-    for r in results:
-        by.setdefault(label(r), {})[r["seed"]] = r
+    by = by_method(results, label)
+    rouge = {m: {s: r["rougeL"] for s, r in runs.items()} for m, runs in by.items()}
     lines = [
         "| method | ROUGE-L (mean over seeds) | seed SD | held-out NLL | data used "
         "| minus FedIT ± SE (seed, sampling) | verdict (2 SE) |",
         "|---|---|---|---|---|---|---|",
     ]
-    base = by.get(baseline, {})
     for method, runs in by.items():
         means = [np.mean(r["rougeL"]) for r in runs.values()]
         row = (
-            f"| {method} | {np.mean(means):.3f} | {np.std(means, ddof=1) if len(means) > 1 else 0:.3f} | "
+            f"| {method} | {np.mean(means):.3f} | {sd(means):.3f} | "
             f"{np.mean([np.mean(r['nll']) for r in runs.values()]):.3f} | "
             f"{100 * np.mean([r['data_fraction'] for r in runs.values()]):.1f}% |"
         )
-        p = None if method == baseline else paired(runs, base)
+        p = None if method == baseline else paired(rouge[method], rouge.get(baseline, {}))
         if p is None:
             lines.append(row + " - | - |")
         else:
             lines.append(row + f" {p[0]:+.3f} ± {p[1]:.3f} ({p[2]:.3f}, {p[3]:.3f}) | {verdict(p[0], p[1])} |")
     for a, b in PAIRS:
-        p = paired(by[a], by[b]) if a in by and b in by else None
+        p = paired(rouge[a], rouge[b]) if a in by and b in by else None
         if p is not None:
             lines.append(f"{a} minus {b}: {p[0]:+.3f} ± {p[1]:.3f} ({p[2]:.3f}, {p[3]:.3f}): {verdict(p[0], p[1])}")
     return lines
@@ -301,8 +285,7 @@ def main() -> None:
     parser.add_argument("--summarize", nargs="+", default=None, help="only print the tables of these --out files")
     args = parser.parse_args()
     if args.summarize:
-        rows = [json.loads(line) for f in args.summarize for line in Path(f).read_text().splitlines() if line]
-        print("\n".join(summarize(rows)))
+        print("\n".join(summarize(read_runs(args.summarize))))
         return
     if args.bigbench is None:
         parser.error("--bigbench is required (bigbench-1.0.0.tar.gz from `pip download --no-deps bigbench==1.0.0`)")
@@ -335,9 +318,7 @@ def main() -> None:
                     f"answers {r['answers']}",
                     flush=True,
                 )
-                if args.out:
-                    with open(args.out, "a") as f:
-                        f.write(json.dumps({"args": vars(args), **r}) + "\n")
+                append_run(args.out, {"args": vars(args), **r})
     print(
         f"model={args.model} seeds={args.seeds} rounds={args.rounds} clients={args.clients} "
         f"per_client={args.per_client} clients_per_round={args.clients_per_round} batch={args.batch_size} "

@@ -23,7 +23,6 @@ FedPDPO accuracy, averaged over seeds, exceeds FedDPO's by more than twice its o
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -35,15 +34,14 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "real_text"))
 import polarity_pairs  # noqa: E402
 import run as real_text  # noqa: E402
+from common import append_run, by_method, call, read_runs, sd  # noqa: E402
 
 SETTING = "groups_big"
 real_text.SETTINGS[SETTING] = ("polarity_groups_train.jsonl", "polarity_groups_bigtest.jsonl", "pref_acc")
 
 
 def summarize(results: list[dict], test_rows_per_client: int) -> list[str]:
-    by: dict[str, dict[int, dict]] = {}
-    for r in results:
-        by.setdefault(r["method"], {})[r["seed"]] = r
+    by = by_method(results)
     lines = [
         "| method | seeds | before | after (mean over seeds, seed SD) | per client after |",
         "|---|---|---|---|---|",
@@ -53,10 +51,9 @@ def summarize(results: list[dict], test_rows_per_client: int) -> list[str]:
         before = [r["initial"]["all"] for r in runs.values() if r["initial"]]
         clients = sorted(next(iter(runs.values()))["final"]["clients"])
         per = ", ".join(f"c{c} {np.mean([r['final']['clients'][c] for r in runs.values()]):.3f}" for c in clients)
-        sd = np.std(after, ddof=1) if len(after) > 1 else 0.0
         lines.append(
             f"| {m} | {sorted(runs)} | {np.mean(before) if before else float('nan'):.3f} | "
-            f"{np.mean(after):.3f} ({sd:.3f}) | {per} |"
+            f"{np.mean(after):.3f} ({sd(after):.3f}) | {per} |"
         )
     if "fedpdpo" in by:
         # Against the construction: any global model (FedDPO) scores exactly 0.500 on this test, in
@@ -64,7 +61,7 @@ def summarize(results: list[dict], test_rows_per_client: int) -> list[str]:
         # FedPDPO's binomial variance alone (the FedDPO runs confirm the 0.500).
         runs = by["fedpdpo"]
         a = [r["final"]["all"] for r in runs.values()]
-        se_seed = np.std(a, ddof=1) / np.sqrt(len(a)) if len(a) > 1 else 0.0
+        se_seed = sd(a) / np.sqrt(len(a))
         clients = next(iter(runs.values()))["final"]["clients"]
         var = sum(
             (p := np.mean([r["final"]["clients"][c] for r in runs.values()])) * (1 - p) / test_rows_per_client / 16
@@ -72,16 +69,16 @@ def summarize(results: list[dict], test_rows_per_client: int) -> list[str]:
         )
         se = float(np.hypot(se_seed, np.sqrt(var)))
         diff = float(np.mean(a)) - 0.5
-        call = "FedPDPO better" if diff > 2 * se else "FedDPO better" if diff < -2 * se else "not separated"
+        verdict = call(diff, se, "FedPDPO better", "FedDPO better")
         lines.append(
             f"FedPDPO minus 0.500 (any global model, FedDPO included): {diff:+.3f} ± {se:.3f} (seed SE {se_seed:.3f}, "
-            f"sampling SE {np.sqrt(var):.3f}, {len(a)} seeds {sorted(runs)}): {call}"
+            f"sampling SE {np.sqrt(var):.3f}, {len(a)} seeds {sorted(runs)}): {verdict}"
         )
     if "fedpdpo" in by and "feddpo" in by:
         seeds = sorted(set(by["fedpdpo"]) & set(by["feddpo"]))
         n = test_rows_per_client
         d = [by["fedpdpo"][s]["final"]["all"] - by["feddpo"][s]["final"]["all"] for s in seeds]
-        se_seed = np.std(d, ddof=1) / np.sqrt(len(d)) if len(d) > 1 else 0.0
+        se_seed = sd(d) / np.sqrt(len(d))
         var = 0.0
         for m in ("fedpdpo", "feddpo"):
             for c in by[m][seeds[0]]["final"]["clients"]:
@@ -89,10 +86,10 @@ def summarize(results: list[dict], test_rows_per_client: int) -> list[str]:
                 var += p * (1 - p) / n / 16  # the same rows in every seed: no 1 / S
         se = float(np.hypot(se_seed, np.sqrt(var)))
         diff = float(np.mean(d))
-        call = "FedPDPO better" if diff > 2 * se else "FedDPO better" if diff < -2 * se else "not separated"
+        verdict = call(diff, se, "FedPDPO better", "FedDPO better")
         lines.append(
             f"FedPDPO minus FedDPO: {diff:+.3f} ± {se:.3f} (seed SE {se_seed:.3f}, sampling SE {np.sqrt(var):.3f}, "
-            f"{len(seeds)} seeds): {call}"
+            f"{len(seeds)} seeds): {verdict}"
         )
         better = 0
         for c in by["fedpdpo"][seeds[0]]["final"]["clients"]:
@@ -100,7 +97,7 @@ def summarize(results: list[dict], test_rows_per_client: int) -> list[str]:
             b = [by["feddpo"][s]["final"]["clients"][c] for s in seeds]
             dc = np.array(a) - np.array(b)
             se_c = np.hypot(
-                np.std(dc, ddof=1) / np.sqrt(len(dc)) if len(dc) > 1 else 0.0,
+                sd(dc) / np.sqrt(len(dc)),
                 np.sqrt((np.mean(a) * (1 - np.mean(a)) + np.mean(b) * (1 - np.mean(b))) / n),
             )
             better += int(dc.mean() > 2 * se_c)
@@ -127,8 +124,7 @@ def main() -> None:
     parser.add_argument("--summarize", nargs="+", default=None)
     args, extra = parser.parse_known_args()  # anything else goes to `lightning-fed fit`
     if args.summarize:
-        rows = [json.loads(line) for f in args.summarize for line in Path(f).read_text().splitlines() if line]
-        print("\n".join(summarize(rows, args.test_pairs)))
+        print("\n".join(summarize(read_runs(args.summarize), args.test_pairs)))
         return
     root = real_text.ROOT
     data = root / real_text.DATA
@@ -141,8 +137,7 @@ def main() -> None:
             initial = method == "fedpdpo" and seed in args.initial_seeds
             r = real_text.run_job(SETTING, method, seed, initial, extra, "", logs)
             results.append(r)
-            with open(root / args.out, "a") as fh:
-                fh.write(json.dumps(r) + "\n")
+            append_run(root / args.out, r)
             print(
                 f"seed {seed} {method}: final {r['final']['all']:.3f} {r['final']['clients']} ({r['seconds']:.0f}s)",
                 flush=True,

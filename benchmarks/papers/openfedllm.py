@@ -32,7 +32,6 @@ sqrt(seed SD^2 / S + Var_i(d_i) / n) (seed spread, then test-set sampling, both 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -47,6 +46,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import append_run, by_method, call, paired, read_runs, sd  # noqa: E402
 from fedhds import build_module, scorable  # noqa: E402  (the same model and filters)
 
 from lightning_fed.callbacks import FederatedLoop  # noqa: E402
@@ -164,30 +164,17 @@ def run(method: str, seed: int, args: argparse.Namespace, folder: Path, info: di
     return {"method": method, "seed": seed, "seconds": time.perf_counter() - t0, **out}
 
 
-def paired(a: dict[int, list[float]], b: dict[int, list[float]]) -> tuple[float, float, float, float, int]:
-    """Mean of a - b over seeds and prompts, its combined SE, the seed and sampling parts, seeds."""
-    seeds = sorted(set(a) & set(b))
-    d = np.array([np.array(a[s]) - np.array(b[s]) for s in seeds])  # (S, n)
-    per_seed, per_prompt = d.mean(1), d.mean(0)
-    se_seed = float(per_seed.std(ddof=1) / np.sqrt(len(seeds))) if len(seeds) > 1 else 0.0
-    se_sample = float(per_prompt.std(ddof=1) / np.sqrt(d.shape[1]))
-    return float(per_seed.mean()), float(np.hypot(se_seed, se_sample)), se_seed, se_sample, len(seeds)
-
-
 def verdict(diff: float, se: float) -> str:
-    return "FedIT better" if diff < -2 * se else "local better" if diff > 2 * se else "not separated"
+    return call(diff, se, "local better", "FedIT better")
 
 
 def summarize(results: list[dict]) -> list[str]:
-    by: dict[str, dict[int, dict]] = {}
-    for r in results:
-        by.setdefault(r["method"], {})[r["seed"]] = r
+    by = by_method(results)
     flat = lambda r: [x for t in sorted(r["own"]) for x in r["own"][t]]  # noqa: E731
     lines = ["| method | seeds | held-out tasks NLL (seed SD) | own task NLL (seed SD) |", "|---|---|---|---|"]
     for m, runs in by.items():
         h = [np.mean(r["held_out"]) for r in runs.values()]
         o = [np.mean(flat(r)) for r in runs.values()]
-        sd = lambda v: np.std(v, ddof=1) if len(v) > 1 else 0.0  # noqa: E731
         lines.append(f"| {m} | {sorted(runs)} | {np.mean(h):.3f} ({sd(h):.3f}) | {np.mean(o):.3f} ({sd(o):.3f}) |")
     if "fedit" in by and "local" in by:
         for name, key in (("held-out tasks", lambda r: r["held_out"]), ("own task", flat)):
@@ -223,8 +210,7 @@ def main() -> None:
     parser.add_argument("--summarize", nargs="+", default=None, help="only print the tables of these --out files")
     args = parser.parse_args()
     if args.summarize:
-        rows = [json.loads(line) for f in args.summarize for line in Path(f).read_text().splitlines() if line]
-        print("\n".join(summarize(rows)))
+        print("\n".join(summarize(read_runs(args.summarize))))
         return
     if args.bigbench is None:
         parser.error("--bigbench is required (bigbench-1.0.0.tar.gz from `pip download --no-deps bigbench==1.0.0`)")
@@ -251,9 +237,7 @@ def main() -> None:
                     f"({r['seconds']:.0f}s)",
                     flush=True,
                 )
-                if args.out:
-                    with open(args.out, "a") as f:
-                        f.write(json.dumps({"args": vars(args), **r}) + "\n")
+                append_run(args.out, {"args": vars(args), **r})
     print(
         f"model={args.model} seeds={args.seeds} rounds={args.rounds} clients={args.clients} "
         f"per_client={args.per_client} batch={args.batch_size} lr={args.lr}"

@@ -1,14 +1,90 @@
-"""The papers' scripts' verdict lines against values worked out by hand: the method against its
-baseline's construction value 0.500 (``papers/fedpdpo.py``, ``papers/fedbiscuit.py``), with the
-seed and sampling parts of the error."""
+"""The papers' scripts' verdict lines against values worked out by hand: the paired difference of
+a method and its baseline (``papers/common.py``, used by ``fedhds.py``, ``fedbiot.py``,
+``openfedllm.py``) and the method against its baseline's construction value 0.500
+(``papers/fedpdpo.py``, ``papers/fedbiscuit.py``), with the seed and sampling parts of the
+error. docs/results.md's table is checked against these lines in test_papers_results_table.py."""
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "papers"))
 
+import common  # noqa: E402
 import fedbiscuit  # noqa: E402
 import fedpdpo  # noqa: E402
+
+
+def test_paired_splits_the_error_into_seed_spread_and_row_sampling():
+    # a - b: seed 0 rows (1, 2), mean 1.5; seed 1 rows (2, 2), mean 2: difference 1.75
+    # seed SE: SD(1.5, 2) / sqrt(2) = 0.354 / 1.414 = 0.25; rows averaged over seeds (1.5, 2): SD 0.354 / sqrt(2) = 0.25
+    # combined sqrt(0.25^2 + 0.25^2) = 0.354; 1.75 > 2 x 0.354: above
+    p = common.paired({0: [1, 2], 1: [3, 3], 2: [9, 9]}, {0: [0, 0], 1: [1, 1]})  # seed 2: a only, left out
+    assert p.seeds == 2 and p.diff == 1.75
+    assert (round(p.se_seed, 6), round(p.se_sample, 6), round(p.se, 6)) == (0.25, 0.25, round(0.25 * 2**0.5, 6))
+    assert common.call(p.diff, p.se, "above", "below") == "above"
+    assert common.call(-1.0, 0.5, "above", "below") == "not separated"  # exactly 2 SE is not beyond 2 SE
+    assert common.call(-1.01, 0.5, "above", "below") == "below"
+    assert common.paired({0: [1.0]}, {1: [1.0]}) is None
+
+
+def test_paired_with_one_seed_has_only_the_sampling_part():
+    # rows (3, 1) - (1, 1) = (2, 0): mean 1, SD 1.414 / sqrt(2) = 1
+    p = common.paired({0: [3, 1]}, {0: [1, 1]})
+    assert (p.diff, p.se_seed, round(p.se_sample, 6), round(p.se, 6), p.seeds) == (1.0, 0.0, 1.0, 1.0, 1)
+
+
+def test_fedhds_row_against_fedit_and_the_coreset_pair():
+    import fedhds
+
+    def run(method, seed, rouge, frac=0.02):
+        return {"method": method, "seed": seed, "rougeL": rouge, "nll": [2.0, 4.0], "data_fraction": frac}
+
+    # FedHDS - FedIT: seed 0 (0.2 - 0.5, 0.2 - 0.3) mean -0.2; seed 1 (0.2 - 0.4, 0.0 - 0.4) mean -0.3: -0.25
+    # seed SE SD(-0.2, -0.3) / sqrt(2) = 0.05; prompts averaged over seeds (-0.25, -0.25): sampling 0: -5 SE, lower
+    # FedHDS's own ROUGE-L: per seed 0.2, 0.1: mean 0.150, SD 0.071
+    results = [
+        run("fedit", 0, [0.5, 0.3], 1.0), run("fedit", 1, [0.4, 0.4], 1.0),
+        run("fedhds", 0, [0.2, 0.2]), run("fedhds", 1, [0.2, 0.0]),
+        run("random", 0, [0.2, 0.1]), run("random", 1, [0.1, 0.1]),
+    ]  # fmt: skip
+    lines = fedhds.summarize(results)
+    assert "| fedhds | 0.150 | 0.071 | 3.000 | 2.0% | -0.250 ± 0.050 (0.050, 0.000) | lower |" in lines
+    assert "| fedit | 0.400 | 0.000 | 3.000 | 100.0% | - | - |" in lines
+    # FedHDS - Random: seed 0 (0, 0.1) mean 0.05; seed 1 (0.1, -0.1) mean 0: +0.025
+    # seed SE SD(0.05, 0) / sqrt(2) = 0.025; prompts (0.05, 0): SD 0.0354 / sqrt(2) = 0.025; combined 0.035
+    assert "fedhds minus random: +0.025 ± 0.035 (0.025, 0.025): not separated" in lines
+
+
+def test_fedbiot_line_at_exactly_two_se_is_not_separated():
+    import fedbiot
+
+    def run(method, seed, loss):
+        return {"method": method, "seed": seed, "lr": 0.01, "final": {"adapemu_loss": loss, "adapfu_loss": loss}}
+
+    # FedOT - FedBiOT: seed 0 rows (1, 1), seed 1 rows (2, 0): both seeds 1.0, seed SE 0
+    # rows averaged over seeds (1.5, 0.5): SD 0.707 / sqrt(2) = 0.5: +1.000 ± 0.500, exactly 2 SE
+    results = [run("fedot", 0, [2, 2]), run("fedot", 1, [3, 1]), run("fedbiot", 0, [1, 1]), run("fedbiot", 1, [1, 1])]
+    lines = fedbiot.summarize(results)
+    expected = "+1.000 ± 0.500 nats/token (seed SE 0.000, sampling SE 0.500, 2 seeds): not separated"
+    assert f"FedOT minus FedBiOT, adapfu_loss: {expected}" in lines
+    assert "  per seed: 0: +1.000, 1: +1.000" in lines
+    assert "| fedot | 0.01 | [0, 1] | 2.000 (0.000) | 2.000 (0.000) | 2 |" in lines
+
+
+def test_openfedllm_lines_for_held_out_tasks_and_own_task():
+    import openfedllm
+
+    def run(method, held_out, own):
+        return {"method": method, "seed": 0, "held_out": held_out, "own": {"task": own}}
+
+    # held-out: (1 - 2, 2 - 2) = (-1, 0): -0.5, sampling SD 0.707 / sqrt(2) = 0.5: 1 SE, not separated
+    # own task: (1 - 0.5, 1 - 0.5): +0.5 ± 0: local better
+    lines = openfedllm.summarize([run("fedit", [1, 2], [1, 1]), run("local", [2, 2], [0.5, 0.5])])
+    assert (
+        "FedIT minus local, held-out tasks: -0.500 ± 0.500 nats/token (seed SE 0.000, sampling SE 0.500, 1 seeds): "
+        "not separated" in lines
+    )
+    assert lines[-1].startswith("FedIT minus local, own task: +0.500 ± 0.000") and lines[-1].endswith("local better")
 
 
 def _biscuit(seed: int, pair_scores: list[float]) -> dict:
