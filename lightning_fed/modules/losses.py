@@ -144,6 +144,16 @@ def dpo_loss(
     return losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach()
 
 
+TIE_RTOL = 1e-5
+"""A reward margin this small relative to the summed log-probabilities it compares is a tie.
+
+Before training the policy equals its reference, and every margin is the rounding between the two
+forwards: exactly 0 where both take the same kernels (tiny GPT-2 here, 1 or 2 threads, float32 or
+bfloat16, a batch of 4 against 1), but not on every path and CPU (``tiny``'s round 0 once printed
+``reward_acc 0.542`` instead of 0.500). 1e-5 is float32's rounding of a sum of a few hundred token
+log-probabilities; a trained margin is many orders larger (``beta`` times a log-ratio of O(0.1-10))."""
+
+
 def preference_metrics(
     losses: Tensor, chosen_rewards: Tensor, rejected_rewards: Tensor, chosen_logps: Tensor, rejected_logps: Tensor
 ) -> dict[str, Tensor]:
@@ -156,13 +166,17 @@ def preference_metrics(
 
     Returns:
         ``loss``; ``reward_margin`` (chosen minus rejected reward); ``reward_acc`` (margin > 0,
-        ties count one half); ``pref_acc`` (``log p(y_w|x) > log p(y_l|x)``, the papers'
-        preference accuracy).
+        ties count one half; a margin within float32 rounding of the log-probabilities it comes
+        from, :data:`TIE_RTOL` of their size, is a tie: before training the policy equals the
+        reference and every margin is rounding, which differs between CPUs and batch shapes);
+        ``pref_acc`` (``log p(y_w|x) > log p(y_l|x)``, the papers' preference accuracy).
     """
     margin = chosen_rewards - rejected_rewards
+    scale = chosen_logps.detach().abs() + rejected_logps.detach().abs()
+    tie = margin.abs() <= TIE_RTOL * scale
     return {
         "loss": losses,
         "reward_margin": margin,
-        "reward_acc": (margin > 0).float() + 0.5 * (margin == 0).float(),
+        "reward_acc": torch.where(tie, 0.5, (margin > 0).float()),
         "pref_acc": (chosen_logps.detach() > rejected_logps.detach()).float(),
     }

@@ -195,3 +195,15 @@ print((kib("VmHWM:") - before) * 1024 / (B * T * V * 4))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     buffers = float(out.strip().splitlines()[-1])
     assert 1.5 < buffers < 2.85, buffers
+
+
+def test_a_rounding_sized_margin_is_a_tie():
+    """Margins of float32 rounding size (relative to the summed log-probabilities, here 200 + 200)
+    count one half on every CPU, as an exact zero does; a margin just above TIE_RTOL of that size,
+    and any trained one, counts whole. By hand: 1e-5 * 400 = 4e-3."""
+    from lightning_fed.modules.losses import preference_metrics
+
+    margins = torch.tensor([0.0, 3e-5, -3e-5, 3.9e-3, 4.1e-3, -4.1e-3, 0.5])
+    logps = torch.full_like(margins, -200.0)
+    out = preference_metrics(torch.zeros_like(margins), margins, torch.zeros_like(margins), logps, logps)
+    torch.testing.assert_close(out["reward_acc"], torch.tensor([0.5, 0.5, 0.5, 0.5, 1.0, 0.0, 1.0]))
