@@ -315,7 +315,21 @@ EMULATOR_ALIGNMENT = (
     one_of(HOOK + "template", PROMPT_TEMPLATES),
 )
 """EmulatorAlignment's."""
-HOOK_RULES: dict[str, tuple[Rule, ...]] = {"ClientGrouping": CLIENT_GROUPING, "EmulatorAlignment": EMULATOR_ALIGNMENT}
+LR_SCHEDULES = ("constant", "cosine", "step")
+"""RoundLRSchedule's ``schedule``."""
+ROUND_LR_SCHEDULE = (
+    one_of(HOOK + "schedule", LR_SCHEDULES),
+    at_least(HOOK + "min_lr", 0),
+    at_least(HOOK + "step_size", 1, integer=True),
+    in_range(HOOK + "gamma", 0, 1, low_open=True),
+    at_least(HOOK + "rounds", 1, integer=True, nullable=True),
+)
+"""RoundLRSchedule's (a hook of ``callbacks/``, named by its short name in a config)."""
+HOOK_RULES: dict[str, tuple[Rule, ...]] = {
+    "ClientGrouping": CLIENT_GROUPING,
+    "EmulatorAlignment": EMULATOR_ALIGNMENT,
+    "RoundLRSchedule": ROUND_LR_SCHEDULE,
+}
 """``federation.hooks:``' rules by class name."""
 
 

@@ -223,6 +223,11 @@ STRATEGY_FILES = {
         "      init_args: {kl_direction: backward}\n",
         "federation.hooks[1].kl_direction must be one of ('eq2', 'teacher_first'), got 'backward'",
     ),
+    "lr_schedule_hook": (  # the red team's case: RoundLRSchedule lives in callbacks/, named by its short name
+        "tiny",
+        "federation:\n  hooks:\n    - class_path: RoundLRSchedule\n      init_args: {schedule: bogus}\n",
+        "federation.hooks[0].schedule must be one of ('constant', 'cosine', 'step'), got 'bogus'",
+    ),
     "seed_in_a_file": ("tiny", "seed_everything: -7\n", "seed_everything must be in [0, 4294967295], got -7"),
 }
 

@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from lightning_fed.federation.hooks import Capability, RoundHook
 from lightning_fed.federation.report import log_scalars
+from lightning_fed.option_rules import LR_SCHEDULES, ROUND_LR_SCHEDULE
+from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
     from lightning_fed.federation.turn import ClientTurn
 
-SCHEDULES = ("constant", "cosine", "step")
+SCHEDULES = LR_SCHEDULES
 
 
 def round_lr(
@@ -52,7 +54,7 @@ def round_lr(
         return min_lr + (base_lr - min_lr) * (1 + math.cos(math.pi * round_idx / rounds)) / 2
     if schedule == "step":
         return base_lr * gamma ** (round_idx // step_size)
-    raise ValueError(f"lr_schedule.schedule must be one of {SCHEDULES}, got {schedule!r}")
+    raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
 
 
 def _rate(value: Any) -> bool:
@@ -84,19 +86,9 @@ class RoundLRSchedule(RoundHook):
         gamma: float = 0.5,
         rounds: int | None = None,
     ) -> None:
-        problems = []
-        if schedule not in SCHEDULES:
-            problems.append(f"lr_schedule.schedule must be one of {SCHEDULES}, got {schedule!r}")
-        if not min_lr >= 0:
-            problems.append(f"lr_schedule.min_lr must be >= 0, got {min_lr}")
-        if step_size < 1:
-            problems.append(f"lr_schedule.step_size must be >= 1, got {step_size}")
-        if not 0 < gamma <= 1:
-            problems.append(f"lr_schedule.gamma must be in (0, 1], got {gamma}")
-        if rounds is not None and rounds < 1:
-            problems.append(f"lr_schedule.rounds must be >= 1, got {rounds}")
-        if problems:
-            raise ValueError("; ".join(problems))
+        check(  # lightning_fed/option_rules.py
+            ROUND_LR_SCHEDULE, schedule=schedule, min_lr=min_lr, step_size=step_size, gamma=gamma, rounds=rounds
+        )
         self.schedule, self.min_lr, self.step_size, self.gamma, self.rounds = schedule, min_lr, step_size, gamma, rounds
         self.base_lrs: list[list[float]] | None = None
         self.current: list[list[float]] = []

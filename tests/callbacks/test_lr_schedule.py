@@ -29,8 +29,9 @@ def test_bad_options_are_named_together():
     with pytest.raises(ValueError) as info:
         RoundLRSchedule(schedule="linear", gamma=0, step_size=0)
     msg = str(info.value)
-    assert "lr_schedule.schedule must be one of ('constant', 'cosine', 'step'), got 'linear'" in msg
-    assert "lr_schedule.gamma must be in (0, 1], got 0" in msg and "lr_schedule.step_size must be >= 1, got 0" in msg
+    assert "federation.hooks[].schedule must be one of" in msg and "got 'linear'" in msg
+    assert "federation.hooks[].gamma must be in (0, 1], got 0" in msg
+    assert "federation.hooks[].step_size must be >= 1, got 0" in msg
 
 
 class LRSeen(RoundHook):
