@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
         "startup",
         "help_pages",
         "trainer_options",
+        "strict_parser",
         "json_lines",
         "lightning_fed",
     },
