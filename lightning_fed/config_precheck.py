@@ -43,6 +43,7 @@ from typing import Any, NoReturn
 
 from lightning_fed.config_values import unknown_option, value_problem
 from lightning_fed.errors import _REPLACED_OPTIONS, EXIT_USER_ERROR, UserError, config_shape_error
+from lightning_fed.strict_parser import closest_name
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
 REMOVED = {
@@ -114,13 +115,43 @@ def _load(path: str) -> Any:
     except UnicodeDecodeError as err:
         raise UserError(f"config {path!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
     try:
-        return yaml.safe_load(text)
+        loaded = yaml.safe_load(text)
+        if duplicate := _duplicate_key(yaml.compose(text, Loader=yaml.SafeLoader)):
+            _refuse(f"config {path!r}: {duplicate}")
+        return loaded
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         _refuse(f"config {path!r} is not valid YAML{where}: {err.problem or err.context}")
     except yaml.YAMLError as err:
         _refuse(f"config {path!r} is not valid YAML: {' '.join(str(err).split())}")
+
+
+def _duplicate_key(node: Any, where: str = "") -> str | None:
+    """The first key given twice in one mapping of the YAML node tree, as ``line N: duplicate key ...``.
+
+    YAML forbids it, but PyYAML keeps the last value silently (``federation: {rounds: 2, rounds: 3}``
+    would run 3 rounds); jsonargparse reads the file the same way.
+    """
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            name = str(key.value) if isinstance(key, yaml.ScalarNode) else None
+            if name is not None and name != "<<":  # `<<: *anchor` (a merge) may repeat
+                if name in seen:
+                    section = f"in {where}" if where else "at the top level"
+                    return f"line {key.start_mark.line + 1}: duplicate key {name!r} {section}"
+                seen.add(name)
+            inner = f"{where}.{name}" if where and name is not None else (name or where)
+            if found := _duplicate_key(value, inner):
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            if found := _duplicate_key(item, f"{where}[{i}]"):
+                return found
+    return None
 
 
 def _check_file(path: str, options: Options | None, subcommand: str) -> None:
@@ -139,7 +170,7 @@ def _check_option(arg: str, options: Options, subcommand: str) -> None:
     name = arg[2:].split("=", 1)[0].rstrip("+")
     if not name or arg in CONFIG_FLAGS or name == "config" or options.known(name) or name in _REPLACED_OPTIONS:
         return
-    near = options.closest(name)
+    near = options.closest(name) or closest_name(name, ["config"])  # `-c CONFIG, --config`: not in Options.names
     hint = f"; did you mean --{near}?" if near else f"; lightning-fed {subcommand} --help lists every option"
     _refuse(f"unknown option --{name} for `lightning-fed {subcommand}`{hint}")
 

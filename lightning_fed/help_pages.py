@@ -31,7 +31,6 @@ refuses an unknown key before torch is imported (:func:`stored_page`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -42,6 +41,8 @@ import tempfile
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 from typing import Any
+
+from lightning_fed.strict_parser import StrictParser
 
 SUBCOMMANDS = ("fit", "validate", "test", "evaluate", "plan", "report")
 """Subcommands whose ``--help`` builds a parser that imports torch or Lightning."""
@@ -153,7 +154,7 @@ def render(pages: dict[str, str], found_versions: dict[str, str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = StrictParser(
         prog="python -m lightning_fed.help_pages", description="Generate or check the stored --help pages."
     )
     parser.add_argument("--write", action="store_true", help=f"write {PAGES_FILE.name} from the live parsers")

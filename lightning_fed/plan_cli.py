@@ -22,6 +22,7 @@ from lightning_fed.planning.estimate import PlanInputs, estimate, model_shape, m
 from lightning_fed.run import FederatedRun
 from lightning_fed.run_checks import inner_strategy
 from lightning_fed.strategies.scaffold import Scaffold
+from lightning_fed.strict_parser import StrictParser
 
 PRECISION_DTYPES = {"bf16-true": "bfloat16", "16-true": "float16", "bf16": "bfloat16", "bf16-mixed": "bfloat16"}
 
@@ -175,7 +176,7 @@ def main(argv: list[str]) -> int:
     Returns:
         0 on success, 2 for a problem with the arguments or the config.
     """
-    parser = argparse.ArgumentParser(prog="lightning-fed plan", description=__doc__.splitlines()[0])
+    parser = StrictParser(prog="lightning-fed plan", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="a lightning-fed YAML config, or a shipped config's name")
     parser.add_argument("--batch-size", type=int, help="sequences (pairs) per local step")
     parser.add_argument("--max-length", type=int, help="tokens per sequence")

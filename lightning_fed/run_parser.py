@@ -69,7 +69,7 @@ class ParsedRun:
 def run_parser() -> LightningArgumentParser:
     """The parser of a run's config: the sections of ``lightning-fed fit``'s, none instantiated as
     a Trainer (``trainer:`` is read as data)."""
-    parser = LightningArgumentParser(exit_on_error=False)
+    parser = LightningArgumentParser(exit_on_error=False, allow_abbrev=False)
     parser.add_argument("-c", "--config", action=ActionConfigFile, help="Path to the run's YAML config.")
     parser.add_argument("--seed_everything", type=bool | int, default=SEED_DEFAULT)
     parser.add_lightning_class_args(Trainer, "trainer")  # parsed, never instantiated
@@ -119,7 +119,7 @@ def build_run(section: Namespace | None) -> FederatedRun:
     """
     from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 
-    parser = LightningArgumentParser(exit_on_error=False)
+    parser = LightningArgumentParser(exit_on_error=False, allow_abbrev=False)
     add_federation_arguments(parser)
     states = _collect_rng_states()
     try:
@@ -164,7 +164,7 @@ def parse_config(config: str, overrides: str = "", fit: bool = True) -> Namespac
 
 
 def _instantiate_section(config: Namespace, key: str, base: type) -> Any:
-    parser = LightningArgumentParser(exit_on_error=False)
+    parser = LightningArgumentParser(exit_on_error=False, allow_abbrev=False)
     parser.add_lightning_class_args(base, key, subclass_mode=True)
     try:
         return getattr(parser.instantiate_classes(Namespace(**{key: config.get(key)})), key)

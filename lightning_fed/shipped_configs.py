@@ -16,13 +16,13 @@ the example data it reads, from ``lightning_fed/examples/``), or the Flower app 
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 from pathlib import Path
 from typing import NoReturn
 
 from lightning_fed.errors import UserError, unwritable
+from lightning_fed.strict_parser import StrictParser, close_option
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONFIG_DIR = PACKAGE_DIR / "configs"
@@ -150,9 +150,11 @@ def copy_shipped(name: str, dest: Path) -> list[str]:
     return list(files)
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(StrictParser):
     def error(self, message: str) -> NoReturn:
-        raise UserError(f"{self.prog}: {message}")  # one line, exit status 2 (lightning_fed/errors.py)
+        raise UserError(
+            f"{self.prog}: {close_option(self, message)}"
+        )  # one line, exit status 2 (lightning_fed/errors.py)
 
 
 def main(argv: list[str]) -> int:

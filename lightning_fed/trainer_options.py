@@ -20,10 +20,52 @@ AT_LEAST_ONE = ("check_val_every_n_epoch", "accumulate_grad_batches")
 FRACTION_OR_COUNT = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
 """A float in ``[0, 1]`` (a fraction of the batches) or an integer ``>= 0`` (a number of batches)."""
 NON_NEGATIVE = ("gradient_clip_val",)
+PRECISIONS = (
+    64,
+    32,
+    16,
+    "64",
+    "32",
+    "16",
+    "bf16",
+    "16-true",
+    "16-mixed",
+    "bf16-true",
+    "bf16-mixed",
+    "32-true",
+    "64-true",
+)
+"""``trainer.precision``: Lightning's ``_PRECISION_INPUT`` (``lightning.fabric.connector``; the
+Transformer Engine ones, which need that library, left to the Trainer); ``tests`` compare the two."""
+PLUGIN_ACCELERATORS = {"tpu": "torch_xla"}
+"""An accelerator Lightning names but needs another library for (``ModuleNotFoundError`` otherwise)."""
 
 
 def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _device_problem(trainer: Mapping[str, Any]) -> str | None:
+    """``trainer.devices``, ``trainer.precision`` and ``trainer.accelerator`` the Trainer would refuse."""
+    devices = trainer.get("devices")
+    count = int(devices) if isinstance(devices, str) and devices.strip().lstrip("-").isdigit() else devices
+    if (_int(count) and count < 1 and count != -1) or devices == []:
+        return (
+            "trainer.devices must be a number of devices >= 1, -1 (all of them), 'auto' or a list of device"
+            f" indices, got {devices!r}"
+        )
+    precision = trainer.get("precision")
+    if precision is not None and precision not in PRECISIONS:
+        if not (isinstance(precision, str) and precision.startswith("transformer-engine")):
+            accepted = ", ".join(str(p) for p in PRECISIONS if isinstance(p, str))
+            return f"trainer.precision must be one of {accepted}, got {precision!r}"
+    accelerator = trainer.get("accelerator")
+    if isinstance(accelerator, str) and (library := PLUGIN_ACCELERATORS.get(accelerator.lower())):
+        import importlib.util
+
+        if importlib.util.find_spec(library) is None:
+            return f"trainer.accelerator {accelerator!r} needs the {library} package, which is not installed"
+    return None
 
 
 def trainer_option_problem(trainer: Mapping[str, Any]) -> str | None:
@@ -43,6 +85,8 @@ def trainer_option_problem(trainer: Mapping[str, Any]) -> str | None:
             return f"trainer.{name} must be a fraction in [0, 1] or a number of batches >= 0, got {value}"
         if _int(value) and value < 0:
             return f"trainer.{name} must be a fraction in [0, 1] or a number of batches >= 0, got {value}"
+    if problem := _device_problem(trainer):
+        return problem
     for name in NON_NEGATIVE:
         value = trainer.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not value >= 0:

@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
         "startup",
         "help_pages",
         "trainer_options",
+        "strict_parser",
         "json_lines",
         "lightning_fed",
     },

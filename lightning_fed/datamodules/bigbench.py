@@ -24,7 +24,6 @@ From a shell (writes ``train.jsonl`` and ``test.jsonl``)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import tarfile
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from lightning_fed.strict_parser import StrictParser
 
 TASK_FILE = "task.json"
 # Top-level task files only (a task's subtask folders hold variants of the same task).
@@ -173,7 +174,7 @@ def write_jsonl(records: Sequence[dict[str, str]], path: str | Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="BIG-bench JSON tasks -> train.jsonl / test.jsonl (held-out tasks)")
+    parser = StrictParser(description="BIG-bench JSON tasks -> train.jsonl / test.jsonl (held-out tasks)")
     parser.add_argument("source", help="bigbench-1.0.0.tar.gz or a folder of <task>/task.json")
     parser.add_argument("out", help="output folder")
     parser.add_argument("--held-out", type=int, default=8, help="tasks held out for evaluation")

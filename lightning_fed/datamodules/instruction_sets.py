@@ -24,7 +24,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ import datasets
 import numpy as np
 
 from lightning_fed.datamodules.partition import Dirichlet, Partitioner, _column, _unique, check_partition
+from lightning_fed.strict_parser import StrictParser
 
 DOLLY = "databricks/databricks-dolly-15k"
 DOLLY_FIELD_MAP = {"instruction": "instruction", "input": "context", "output": "response"}
@@ -174,7 +174,7 @@ def prepare_natural_instructions(
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m lightning_fed.datamodules.instruction_sets ROOT OUT``: prepare Natural Instructions."""
-    parser = argparse.ArgumentParser(description=prepare_natural_instructions.__doc__.splitlines()[0])
+    parser = StrictParser(description=prepare_natural_instructions.__doc__.splitlines()[0])
     parser.add_argument("root")
     parser.add_argument("out_dir")
     parser.add_argument("--train-fraction", type=float, default=0.2)

@@ -64,6 +64,8 @@ from flwr.supercore.retry import RetryInvoker, make_simple_http_retry_invoker
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
 
+from lightning_fed.strict_parser import StrictParser
+
 #: What a claim may ask for: ClientApp tasks only (ServerApps run on the SuperLink's side).
 CLIENT_TASKS = [TaskType.CLIENT_APP.value]
 #: The Runtime API method flower-superexec signs when SuperExec auth is on.
@@ -264,7 +266,7 @@ def _task_heartbeat(client: RuntimeHttpClient, lost: threading.Event) -> Callabl
 
 # ------------------------------------------------------------------------------ command line
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = StrictParser(
         prog="lightning-fed flower",
         description="Flower deployment helpers of lightning-fed.",
     )

@@ -43,6 +43,7 @@ from lightning_fed.evaluation.judge_run import JudgeOptions
 from lightning_fed.evaluation.lm_eval_tasks import LmEvalOptions
 from lightning_fed.evaluation.model_source import ModelSource
 from lightning_fed.option_rules import DTYPES
+from lightning_fed.strict_parser import close_option
 
 BENCHMARKS = ("lm_eval", "humaneval", "judge")
 RESULTS_FILE = "eval_results.json"
@@ -66,7 +67,9 @@ refused pickle, an adapter that does not fit the backbone): exit 2, not a failur
 
 def build_parser() -> ArgumentParser:
     """The ``evaluate`` argument parser (options of every benchmark under its own prefix)."""
-    parser = ArgumentParser(prog=PROG, description=__doc__.split("\n")[0].replace("``", ""), exit_on_error=False)
+    parser = ArgumentParser(
+        prog=PROG, description=__doc__.split("\n")[0].replace("``", ""), exit_on_error=False, allow_abbrev=False
+    )
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML file with any of these options.")
     # name, type, default, help: one row an option, in the order --help shows them
     for name, kind, default, text in (
@@ -337,7 +340,9 @@ def main(argv: list[str]) -> int:
     try:
         cfg = parser.parse_args(argv)
         plan = prepare(cfg)
-    except (ArgumentError, ValueError, TypeError) as err:
+    except ArgumentError as err:  # an unknown option: the closest one named (lightning_fed/strict_parser.py)
+        return _fail(close_option(parser, str(_short(err))), 2, debug)
+    except (ValueError, TypeError) as err:
         return _fail(_short(err), 2, debug)
     try:
         path, results = evaluate(cfg, plan)

@@ -19,6 +19,8 @@ from typing import Any
 CKPT_FLAG = "--ckpt_path"
 NAMED = ("last", "best", "hpc", "registry")
 """``ckpt_path`` values Lightning resolves itself (no file to read here)."""
+NONE = ("null", "None", "none", "~")
+"""``ckpt_path`` values the parser reads as no checkpoint."""
 
 
 def resumed_path(args: list[str]) -> str | None:
@@ -49,6 +51,8 @@ def precheck_checkpoint(argv: list[str]) -> None:
 
     Raises:
         CheckpointError: the live CLI's line for the same checkpoint.
+        FileNotFoundError: no file at a local ``ckpt_path`` (``validate`` and ``test`` too, which
+            Lightning would refuse only after writing the run's log folder).
     """
     if not argv or argv[0] not in ("fit", "validate", "test"):
         return
@@ -58,8 +62,10 @@ def precheck_checkpoint(argv: list[str]) -> None:
     from lightning_fed.shipped_configs import resolve_config_args
 
     path = resumed_path(resolve_config_args(args))
-    if not path or path in NAMED or "://" in path or not Path(path).is_file():
+    if not path or path in NAMED or path in NONE or "://" in path:
         return  # the live CLI resolves or refuses it
+    if not Path(path).is_file():  # the live CLI's line (federated_cli.py), before anything is built or written
+        raise FileNotFoundError(f"ckpt_path {path!r}: no such checkpoint file")
     from lightning_fed.federation.checkpoint_check import checkpoint_error, file_problem
     from lightning_fed.federation.checkpoint_read import read_checkpoint
 

@@ -34,14 +34,17 @@ from lightning_fed.report.table import (
     markdown,
     repeated_seeds,
 )
+from lightning_fed.strict_parser import StrictParser, close_option
 
 PROG = "lightning-fed report"
 BUILT_IN_FIELDS = ("method", "partition", "strategy", "model", "seed")
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(StrictParser):
     def error(self, message: str) -> NoReturn:
-        raise UserError(f"{self.prog}: {message}")  # one line, exit status 2 (lightning_fed/errors.py)
+        raise UserError(
+            f"{self.prog}: {close_option(self, message)}"
+        )  # one line, exit status 2 (lightning_fed/errors.py)
 
 
 def build_parser() -> argparse.ArgumentParser:

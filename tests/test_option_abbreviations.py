@@ -1,0 +1,99 @@
+"""An option is never abbreviated, in any subcommand (docs/guides/running.md; issue 41, red team item 1).
+
+Before, argparse took any unambiguous prefix: ``configs --cop tiny`` wrote ``tiny.yaml``,
+``plan --batch 4`` was ``--batch-size 4``, ``report --met`` was ``--metric``; ``evaluate
+--bench`` got argparse's "ambiguous option" and ``fit --conf`` an error that did not name
+``--config``. Each is now refused with exit 2, the option meant named, and nothing written.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_fed.errors import HINT
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    for name in ("LIGHTNING_FED_DEBUG", "LIGHTNING_FED_VERBOSE", "LIGHTNING_FED_LIVE_HELP"):
+        env.pop(name, None)
+    return subprocess.run(
+        [sys.executable, "-m", "lightning_fed", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1800
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "stderr"),
+    [
+        (
+            ["configs", "--cop", "tiny"],
+            f"error: lightning-fed configs: unrecognized arguments: --cop tiny; did you mean --copy?\n{HINT}\n",
+        ),
+        (
+            ["report", "--met", "loss", "some_run"],
+            f"error: lightning-fed report: unrecognized arguments: --met; did you mean --metric?\n{HINT}\n",
+        ),
+        (
+            ["evaluate", "--run", "some_run", "--bench", "[lm_eval]"],
+            "lightning-fed evaluate: error: unrecognized arguments: --bench [lm_eval]; did you mean --benchmarks?\n",
+        ),
+        (
+            ["fit", "--conf", "tiny"],
+            "error: unknown option --conf for `lightning-fed fit`; did you mean --config?\n",
+        ),
+    ],
+    ids=["configs", "report", "evaluate", "fit"],
+)
+def test_an_abbreviated_option_is_refused_naming_the_option(tmp_path, args, stderr):
+    proc = _run(tmp_path, *args)
+    assert (proc.returncode, proc.stderr) == (2, stderr)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "last_line"),
+    [
+        (
+            ["plan", "--config", "tiny", "--batch", "4"],
+            "lightning-fed plan: error: unrecognized arguments: --batch 4; did you mean --batch-size?",
+        ),
+        (
+            ["flower", "clientapp", "--poll", "-1"],
+            "lightning-fed flower: error: unrecognized arguments: --poll -1; did you mean --poll-interval?",
+        ),
+    ],
+    ids=["plan", "flower"],
+)
+def test_an_abbreviation_in_an_argparse_subcommand_gets_its_usage_and_the_option(tmp_path, args, last_line):
+    """argparse's own form (the usage, then one error line), as these subcommands report every argument error."""
+    proc = _run(tmp_path, *args)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2
+    assert lines[0].startswith(f"usage: lightning-fed {args[0]}") and lines[-1] == last_line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_parser_of_the_package_refuses_abbreviations():
+    """A new ``ArgumentParser(...)`` would take abbreviations again: each is built with ``allow_abbrev=False``
+    (or is a :class:`~lightning_fed.strict_parser.StrictParser`)."""
+    plain = []
+    for path in sorted((ROOT / "lightning_fed").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            refused = any(
+                k.arg == "allow_abbrev" and isinstance(k.value, ast.Constant) and k.value.value is False
+                for k in node.keywords
+            )
+            if name.endswith("ArgumentParser") and not refused:
+                plain.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert plain == []
