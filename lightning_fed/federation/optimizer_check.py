@@ -28,21 +28,13 @@ from typing import Any
 
 import torch
 
+from lightning_fed.federation.checkpoint_values import is_int as _is_int
+from lightning_fed.federation.checkpoint_values import show as _show
+
 Problem = tuple[str, str]
 
 PROGRESS = frozenset({"last_epoch", "_step_count", "_last_lr", "_get_lr_called_within_step", "_is_initial"})
 """A scheduler's fields that count its progress: they differ from a fresh scheduler's."""
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
-    text = " ".join(repr(value).split())
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _rate(value: Any) -> bool:
