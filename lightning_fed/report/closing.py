@@ -12,7 +12,7 @@ this order, each from the start point to the last evaluated round:
   log-probs) can stay put when the chosen responses are the longer ones;
 * ``loss``: the objective itself, which every module logs.
 
-So ``tiny`` closes with ``pref_acc 0.292 -> 1.000, reward_acc 0.542 -> 1.000, loss 0.693 ->
+So ``tiny`` closes with ``pref_acc 0.292 -> 1.000, reward_acc 0.500 -> 1.000, loss 0.693 ->
 0.268 (round 0 -> round 3)`` (it used to compare round 1, already at 1.000, with round 3), and a
 run whose ``pref_acc`` does not move still shows its loss falling.
 """
