@@ -155,7 +155,7 @@ def test_failing_client_is_dropped_and_counted(tmp_path):
 
     module.training_step = flaky
     with pytest.warns(UserWarning, match="client 1 failed"):
-        loop = run(tmp_path, rounds=4, module=module, clients_per_round=3)
+        loop = run(tmp_path, rounds=4, module=module, clients_per_round=3, batch_clients="off")  # one client's failure
     failed = [c for r in loop.server.report.history for c in r["failed"]]
     assert failed and set(failed) == {1}
     assert loop.server.failed_clients == len(failed)
@@ -204,7 +204,7 @@ def test_scaffold_sends_controls_both_ways(tmp_path):
 
 
 def test_local_epochs_lay_out_whole_passes(tmp_path):
-    loop = run(tmp_path, rounds=1, local_steps=None, local_epochs=2)
+    loop = run(tmp_path, rounds=1, local_steps=None, local_epochs=2, batch_clients="off")  # one plan a client
     sizes = loop.datamodule.client_sizes
     turns = loop.plans
     assert [t.num_batches for t in turns] == [2 * -(-sizes[t.client_id] // 4) for t in turns]

@@ -50,7 +50,8 @@ def _run(
         "--trainer.logger=false",
         "--trainer.enable_progress_bar=false",
         f"--federation.rounds={rounds}",
-        *([] if defaults else [f"--federation.local_steps={LOCAL_STEPS}"]),
+        # BATCHES counts a sequential run's batches (a batched group of K takes one for K clients)
+        *([] if defaults else [f"--federation.local_steps={LOCAL_STEPS}", "--federation.batch_clients=off"]),
     ]
     last = _run_dir(root) / "checkpoints" / "last.ckpt"
     if resume and last.exists():

@@ -30,6 +30,7 @@ def _in_process(tmp_path, overrides: list[str]) -> dict[str, torch.Tensor]:
         "--trainer.logger=false",
         "--trainer.enable_checkpointing=false",
         "--trainer.enable_progress_bar=false",
+        "--federation.batch_clients=off",  # one client after another, as each Flower ClientApp trains
         *overrides,
     ]
     cli = main(args)

@@ -59,7 +59,8 @@ class TransportGrid(InProcessGrid):
 
 def _in_process(tmp_path, overrides: list[str]) -> dict[str, torch.Tensor]:
     args = ["fit", "--config", CONFIG, f"--trainer.default_root_dir={tmp_path}/local", "--trainer.logger=false"]
-    args += ["--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false", *overrides]
+    args += ["--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false"]
+    args += ["--federation.batch_clients=off", *overrides]  # one client after another, as each ClientApp
     cli = main(args)
     return next(c for c in cli.trainer.callbacks if isinstance(c, FederatedLoop)).server.global_state
 

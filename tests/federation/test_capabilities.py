@@ -46,7 +46,7 @@ def test_the_package_hooks_declare_theirs():
     )
     for hook in (AsyncArrivals, ClientRanks, SystemHeterogeneity, HeldOutRouge):  # nothing of theirs in a turn
         assert Capability.BATCH_SAFE in hook.capabilities, hook
-    assert Capability.BATCH_SAFE not in FLoRAMerge.capabilities  # it merges factors into each client's base
+    assert Capability.BATCH_SAFE in FLoRAMerge.capabilities  # in one process every client starts from one merged base
 
 
 def test_a_new_hook_is_batched_only_once_it_declares_batch_safe(tiny_backbone):

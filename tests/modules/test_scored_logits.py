@@ -32,6 +32,10 @@ NO_DROPOUT = {**TINY_GPT2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 
 TINY_LLAMA = tiny_llama(initializer_range=0.1)
 CONFIGS = {"gpt2": NO_DROPOUT, "llama": TINY_LLAMA}
 RTOL, STEPS, LR = 1e-5, 3, 0.05
+#: A batched round's bound (six SGD steps at lr 0.5 compound the rounding): measured up to 1.01e-5 here
+#: (feddpo, GPT-2) and 1.07e-5 on packed Llama rows (tests/modules/test_packed_rows.py); 3e-5 is 2.8x the
+#: largest, and a wrong adapter is off by more than 1e-2.
+ROUND_RTOL = 3e-5
 
 
 def backbone(config: str) -> BackboneConfig:
@@ -241,6 +245,7 @@ def test_batched_clients_on_the_scored_head_upload_what_sequential_turns_did_bef
     for key in old:
         state_old = {n: v for n, v in old[key].items() if "lora_" in n}
         state_new = {n: v for n, v in new[key].items() if "lora_" in n}
-        assert state_old and largest_relative_difference(state_new, state_old) <= RTOL, largest_relative_difference(
-            state_new, state_old
+        # a batched round at lr 0.5 (tests/modules/test_shared_prefix.py's ROUND_RTOL: measured up to 1.01e-5)
+        assert state_old and largest_relative_difference(state_new, state_old) <= ROUND_RTOL, (
+            largest_relative_difference(state_new, state_old)
         )

@@ -139,7 +139,7 @@ def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
             "class_path": "lightning_fed.datamodules.PreferenceDataModule",
             "init_args": {"dataset": "synthetic:preferences", "batch_size": 3, "max_length": 5},
         },
-        "federation": {"clients_per_round": 4},
+        "federation": {"clients_per_round": 4, "batch_clients": "off"},
     }
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
