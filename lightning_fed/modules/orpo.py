@@ -28,7 +28,6 @@ from torch import Tensor
 from lightning_fed.modules.losses import preference_metrics
 from lightning_fed.modules.preference import (
     PreferenceModule,
-    concatenated_log_probs,
     response_lengths,
     zero_dropout,
 )
@@ -88,14 +87,7 @@ class ORPOModule(PreferenceModule):
             zero_dropout(self.model)
 
     def pair_metrics(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        chosen, rejected = concatenated_log_probs(
-            self.model,
-            batch,
-            average=True,
-            scored_only=self.scored_head,
-            shared_prefix=self.shared_prefix,
-            pack=self.pack_rows,
-        )
+        chosen, rejected = self.sequence_log_probs(batch, average=True)
         losses, nll, ratio = orpo_loss(chosen, rejected, self.odds_ratio_weight)
         chosen_sum = chosen.detach() * response_lengths(batch["chosen_labels"])
         rejected_sum = rejected.detach() * response_lengths(batch["rejected_labels"])

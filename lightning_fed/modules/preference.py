@@ -122,9 +122,15 @@ class PreferenceModule(FederatedModule):
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         return self.pair_metrics(batch)
 
-    def sequence_log_probs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """``(log p(y_w|x), log p(y_l|x))`` under the current model, summed over response tokens,
-        in one forward (the evaluation's contract: :mod:`~lightning_fed.evaluation.test_step`)."""
+    def sequence_log_probs(self, batch: dict[str, Tensor], average: bool = False) -> tuple[Tensor, Tensor]:
+        """``(log p(y_w|x), log p(y_l|x))`` under the current model, summed over response tokens
+        (``average``: divided by the response lengths, ORPO's and SimPO's), in one forward (the
+        evaluation's contract: :mod:`~lightning_fed.evaluation.test_step`)."""
         return concatenated_log_probs(
-            self.model, batch, scored_only=self.scored_head, shared_prefix=self.shared_prefix, pack=self.pack_rows
+            self.model,
+            batch,
+            average=average,
+            scored_only=self.scored_head,
+            shared_prefix=self.shared_prefix,
+            pack=self.pack_rows,
         )

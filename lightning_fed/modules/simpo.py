@@ -24,7 +24,6 @@ from torch import Tensor
 from lightning_fed.modules.losses import preference_metrics
 from lightning_fed.modules.preference import (
     PreferenceModule,
-    concatenated_log_probs,
     response_lengths,
     zero_dropout,
 )
@@ -78,14 +77,7 @@ class SimPOModule(PreferenceModule):
             zero_dropout(self.model)
 
     def pair_metrics(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        chosen, rejected = concatenated_log_probs(
-            self.model,
-            batch,
-            average=True,
-            scored_only=self.scored_head,
-            shared_prefix=self.shared_prefix,
-            pack=self.pack_rows,
-        )
+        chosen, rejected = self.sequence_log_probs(batch, average=True)
         losses, r_chosen, r_rejected = simpo_loss(chosen, rejected, self.beta, self.gamma)
         chosen_sum = chosen.detach() * response_lengths(batch["chosen_labels"])
         rejected_sum = rejected.detach() * response_lengths(batch["rejected_labels"])
