@@ -60,32 +60,134 @@ def _class(module: str, name: str, depth: int = 0) -> tuple[str, ast.ClassDef] |
     return _class(source, name, depth + 1) if source else None
 
 
-def parameters(package: str, class_path: str, depth: int = 0) -> frozenset[str] | None:
-    """The keyword parameters of ``class_path`` (a short name or a path below ``package``), or
-    ``None`` if they cannot be read here."""
+Annotated = dict[str, tuple[ast.expr | None, str]]
+"""Parameter name -> (its annotation as written, or ``None``; the module it is written in)."""
+
+
+def signature(package: str, class_path: str, depth: int = 0) -> Annotated | None:
+    """The keyword parameters of ``class_path`` (a short name or a path below ``package``) with
+    their annotations, or ``None`` if they cannot be read here. A parameter a class takes itself
+    wins over its base's of the same name."""
     module, _, name = class_path.rpartition(".")
     found = _class(module or package, name)
     if found is None or depth > 8:
         return None
     where, node = found
     init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
-    own: set[str] = set()
+    own: Annotated = {}
     passes_on = init is None
     if init is not None:
         args = init.args
-        own = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs][1:]}
+        own = {a.arg: (a.annotation, where) for a in [*args.posonlyargs, *args.args, *args.kwonlyargs][1:]}
         passes_on = args.kwarg is not None
-        if args.vararg is not None:
+        if args.vararg is not None and not passes_on:  # `*args` alone: positional only, not followed
             return None
-    if passes_on:
+    if passes_on:  # `**kwargs` (and `*args`) go on to the base class, as jsonargparse follows them
         for base in node.bases:
             if not isinstance(base, ast.Name):
                 return None
             if base.id in ("object", "ABC", "Generic"):
                 continue
             source = _imported(_module(where) or ast.Module(body=[], type_ignores=[]), base.id) or where
-            inherited = parameters(source, base.id, depth + 1)
+            inherited = signature(source, base.id, depth + 1)
             if inherited is None:
                 return None
-            own |= inherited
-    return frozenset(own)
+            own = {**inherited, **own}
+    return own
+
+
+def parameters(package: str, class_path: str) -> frozenset[str] | None:
+    """The keyword parameters of ``class_path`` (a short name or a path below ``package``), or
+    ``None`` if they cannot be read here."""
+    found = signature(package, class_path)
+    return None if found is None else frozenset(found)
+
+
+def fields(module: str, name: str) -> Annotated | None:
+    """The fields of the dataclass ``name`` as seen from ``module`` (its annotated class-level
+    names, in order), or ``None`` if it is not found or not a plain ``@dataclass``."""
+    found = _class(module, name)
+    if found is None:
+        return None
+    where, node = found
+    if node.bases or not any(_decorator_name(d) == "dataclass" for d in node.decorator_list):
+        return None
+    return {
+        item.target.id: (item.annotation, where)
+        for item in node.body
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+    }
+
+
+def _decorator_name(node: ast.expr) -> str | None:
+    node = node.func if isinstance(node, ast.Call) else node
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+def table(module: str, name: str, depth: int = 0) -> object:
+    """The value of the module-level name table ``name`` as seen from ``module``, evaluated from
+    the source without importing it: string constants, tuples, and the keys of dictionaries
+    (``TEMPLATES: dict[str, PromptTemplate] = {"alpaca": ALPACA, ...}`` gives ``{"alpaca": None,
+    ...}``), combined as the source combines them (``(*TEMPLATES, CHAT)``). ``None`` if it
+    cannot be read here."""
+    tree = _module(module)
+    if tree is None or depth > 6:
+        return None
+    value = None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            value = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            value = node.value
+    if value is None:
+        source = _imported(tree, name)
+        return table(source, name, depth + 1) if source else None
+    if isinstance(value, ast.Dict):
+        keys = [table_expression(module, k, depth) if k is not None else None for k in value.keys]
+        return dict.fromkeys(keys) if all(isinstance(k, str) for k in keys) else None
+    return table_expression(module, value, depth)
+
+
+def table_expression(module: str, node: ast.expr, depth: int = 0) -> object:
+    """``node`` (an expression of ``module``) evaluated with the module's tables it names (:func:`table`)
+    and no builtins; ``None`` if a name cannot be read or the expression needs more."""
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    bound = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    scope: dict[str, object] = {"__builtins__": {}}
+    for used in names - bound:
+        scope[used] = table(module, used, depth + 1)
+        if scope[used] is None:
+            return None
+    try:
+        return eval(compile(ast.Expression(node), module, "eval"), scope)  # noqa: S307 - the package's own source
+    except Exception:  # noqa: BLE001 - an expression this reader cannot evaluate: unknown
+        return None
+
+
+def registered(module: str, decorator: str) -> tuple[str, ...]:
+    """The names functions of ``module`` are registered under with ``@decorator("name")``, in order."""
+    tree = _module(module)
+    names = []
+    for node in tree.body if tree is not None else []:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            for d in node.decorator_list:
+                if isinstance(d, ast.Call) and _decorator_name(d) == decorator and d.args:
+                    arg = d.args[0]
+                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                        names.append(arg.value)
+    return tuple(names)
+
+
+def subclasses(module: str, base: str) -> tuple[str, ...]:
+    """The classes of ``module`` that derive from ``base`` (directly or through one another)."""
+    tree = _module(module)
+    found = {base}
+    changed = True
+    classes = [n for n in (tree.body if tree is not None else []) if isinstance(n, ast.ClassDef)]
+    while changed:
+        changed = False
+        for node in classes:
+            if node.name not in found and any(isinstance(b, ast.Name) and b.id in found for b in node.bases):
+                found.add(node.name)
+                changed = True
+    return tuple(n.name for n in classes if n.name in found and n.name != base)

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-from lightning_fed.config_values import unknown_option, value_problem
+from lightning_fed.config_values import option_problem, unknown_option, value_problem
 from lightning_fed.errors import _REPLACED_OPTIONS, EXIT_USER_ERROR, UserError, config_shape_error
 from lightning_fed.strict_parser import closest_name
 
@@ -166,6 +166,17 @@ def _check_file(path: str, options: Options | None, subcommand: str) -> None:
         _refuse(f"config {path!r}: unknown key {key}{hint}")
 
 
+def _inline(text: str) -> bool:
+    """Whether a ``--config`` value that is no file is a config written inline (jsonargparse
+    reads ``--config '{seed_everything: 1}'`` as the file's text)."""
+    from lightning_fed.config_values import load
+
+    try:
+        return isinstance(load(text), dict)
+    except Exception:  # noqa: BLE001 - not YAML either: a path that does not exist
+        return False
+
+
 def _check_option(arg: str, options: Options, subcommand: str) -> None:
     name = arg[2:].split("=", 1)[0].rstrip("+")
     if not name or arg in CONFIG_FLAGS or name == "config" or options.known(name) or name in _REPLACED_OPTIONS:
@@ -198,12 +209,17 @@ def precheck_arguments(argv: list[str]) -> None:
     for path in _config_paths(args):
         if Path(path).is_file():
             _check_file(path, options, subcommand)
+        elif not _inline(path):
+            why = "is a folder, not a file" if Path(path).is_dir() else "does not exist"
+            _refuse(f"--config {path!r}: {why} (nor is it a shipped config: lightning-fed configs lists them)")
     if options is not None:
         values = {i + 1 for i, a in enumerate(args) if a.startswith("--") and "=" not in a}  # `--key value`
         for i, arg in enumerate(args):
             if arg.startswith("--") and i not in values:
                 _check_option(arg, options, subcommand)
     if problem := unknown_option(args):  # a strategy's or round hook's option (lightning_fed/class_parameters.py)
+        _refuse(problem)
+    if problem := option_problem(args):  # a key or value the model's / data's class cannot take (class_options.py)
         _refuse(problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
         raise UserError(problem)  # reported as the live CLI reports the class's error: the line and the hint

@@ -17,7 +17,6 @@ after the imports, as before.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -25,23 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.class_parameters import parameters
+from lightning_fed.class_options import class_option_problem, size_problem
+from lightning_fed.class_sections import class_problem, parsed, string_problem, unknown_option_of
 from lightning_fed.errors import unwritable
-from lightning_fed.option_rules import (
-    CROSS_CHECKS,
-    FEDERATION_ALL,
-    LORA,
-    PACKAGES,
-    SECTIONS,
-    TAKES_LORA,
-    Rule,
-    class_rules,
-    hook_problems,
-    problems,
-    seed_problem,
-    target_modules_problem,
-)
-from lightning_fed.trainer_options import trainer_option_problem
+from lightning_fed.option_rules import FEDERATION_ALL, SECTIONS, class_rules, problems, seed_problem, seed_type_problem
+from lightning_fed.trainer_options import logger_problem, trainer_option_problem
 
 _UNKNOWN = object()
 """A section whose value this module cannot follow (nothing is checked in it)."""
@@ -130,20 +117,6 @@ def non_finite_problem(config: Any) -> str | None:
     return None
 
 
-def _string_problem(rules: tuple[Rule, ...], values: dict[str, Any]) -> str | None:
-    """``nan`` / ``inf`` written for a number: the parser refuses the string with this line
-    (:func:`lightning_fed.errors.simplify_parse_error`)."""
-    for rule in rules:
-        value = values.get(rule.name)
-        if rule.choices is None and not rule.integer and _non_finite_word(value):
-            return f"{rule.option} must be a finite number, got {value}"
-    return None
-
-
-def _non_finite_word(value: Any) -> bool:
-    return isinstance(value, str) and value.lower().lstrip("+-") in ("nan", "inf", "infinity")
-
-
 def _same_class(section: str, a: str, b: str) -> bool:
     """``DPOModule`` and ``lightning_fed.modules.DPOModule`` are one class (jsonargparse resolves both)."""
     if a == b:
@@ -163,11 +136,6 @@ def _merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         old = out.get(key)
         out[key] = _merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
     return out
-
-
-def _parsed(rules: tuple[Rule, ...], values: dict[str, Any]) -> dict[str, Any]:
-    by_name = {rule.name: rule for rule in rules}
-    return {k: by_name[k].parsed(v) if k in by_name else v for k, v in values.items()}
 
 
 class Merged:
@@ -266,54 +234,22 @@ class Merged:
             federation["hooks"] = [h["init_args"] if isinstance(h, dict) else None for h in hooks]
         return out
 
-    def _class_problem(self, section: str, value: Any, index: int | None = None) -> str | None:
-        """The line refusing a value of the package's class ``value`` (``{"class_path", "init_args"}``)."""
-        if not isinstance(value, dict) or (rules := class_rules(section, value["class_path"])) is None:
-            return None
-        init_args = value["init_args"]
-        if problem := _string_problem(rules, init_args):
-            return (
-                problem if index is None else problem.replace("federation.hooks[].", f"federation.hooks[{index}].", 1)
-            )
-        parsed = _parsed(rules, init_args)
-        if found := (problems(rules, parsed) if index is None else hook_problems(rules, parsed, index)):
-            return "; ".join(found)
-        if (cross := CROSS_CHECKS.get(value["class_path"].rpartition(".")[2])) and (problem := cross(parsed)):
-            return problem
-        lora = init_args.get("lora")
-        takes = section == "model" and value["class_path"].rpartition(".")[2] in TAKES_LORA
-        if takes and isinstance(lora, dict):
-            if problem := _string_problem(LORA, lora):  # the parser's own line names no option
-                return problem
-            found = problems(LORA, _parsed(LORA, lora))
-            if problem := target_modules_problem(lora.get("target_modules")):
-                found.append(problem)
-            if found:
-                return "; ".join(found)
-        return None
-
     def unknown_option(self) -> str | None:
-        """An ``init_args`` key the package's strategy or hook does not take, named with the closest
-        option (the live parser refuses it while parsing, before any value is checked)."""
-        hooks = self.sections.get("federation.hooks")
-        items = [("federation.strategy", self.sections.get("federation.strategy"), "federation.strategy")]
-        items += [
-            ("federation.hooks", h, f"federation.hooks[{i}]")
-            for i, h in enumerate(hooks if isinstance(hooks, list) else [])
-        ]
-        for section, value, key in items:
-            if not isinstance(value, dict) or class_rules(section, value["class_path"]) is None:
-                continue
-            options = parameters(PACKAGES[section], value["class_path"])
-            if options is None:
-                continue
-            for name in value["init_args"]:
-                if name not in options:
-                    name_ = value["class_path"].rpartition(".")[2]
-                    near = difflib.get_close_matches(str(name), sorted(options), n=1, cutoff=0.6)
-                    hint = f"did you mean {key}.{near[0]}?" if near else f"its options: {', '.join(sorted(options))}"
-                    return f"{key}.{name} is not an option of {name_}; {hint}"
-        return None
+        """An ``init_args`` key the package's class does not take (:func:`unknown_option_of`)."""
+        return unknown_option_of(self.sections)
+
+    def option_problem(self) -> str | None:
+        """A key or value of the package's ``model:`` / ``data:`` class its source says is wrong
+        (:mod:`lightning_fed.class_options`), as the live parser refuses it while parsing."""
+        if problem := seed_type_problem(self.sections.get("seed_everything")):
+            return problem
+        trainer = self.sections.get("trainer")
+        if isinstance(trainer, dict) and (problem := logger_problem(trainer.get("logger"))):
+            return problem
+        for section in ("model", "data"):
+            if problem := class_option_problem(section, self.sections.get(section)):
+                return problem
+        return size_problem(self.sections.get("model"), self.sections.get("data"))
 
     def problem(self) -> str | None:
         """The first refused value's line(s), or ``None``: in the live CLI's order, ``seed_everything``, a
@@ -327,19 +263,19 @@ class Merged:
         if isinstance(trainer, dict) and (problem := trainer_option_problem(trainer)):
             return problem
         for section in ("model", "data"):
-            if problem := self._class_problem(section, self.sections.get(section)):
+            if problem := class_problem(section, self.sections.get(section)):
                 return problem
         federation = self.sections.get("federation")
         if isinstance(federation, dict):
-            if problem := _string_problem(FEDERATION_ALL, federation):
+            if problem := string_problem(FEDERATION_ALL, federation):
                 return problem
-            if found := problems(FEDERATION_ALL, _parsed(FEDERATION_ALL, federation)):
+            if found := problems(FEDERATION_ALL, parsed(FEDERATION_ALL, federation)):
                 return "; ".join(found)
-        if problem := self._class_problem("federation.strategy", self.sections.get("federation.strategy")):
+        if problem := class_problem("federation.strategy", self.sections.get("federation.strategy")):
             return problem
         hooks = self.sections.get("federation.hooks")
         for index, hook in enumerate(hooks if isinstance(hooks, list) else []):
-            if problem := self._class_problem("federation.hooks", hook, index):
+            if problem := class_problem("federation.hooks", hook, index):
                 return problem
         return None
 
@@ -367,6 +303,13 @@ def unknown_option(args: list[str]) -> str | None:
     (:meth:`Merged.unknown_option`), or ``None``."""
     merged = merged_config(args)
     return merged.unknown_option() if merged is not None else None
+
+
+def option_problem(args: list[str]) -> str | None:
+    """The line refusing a key or value of the package's ``model:`` / ``data:`` class that its
+    source says is wrong (:meth:`Merged.option_problem`), or ``None``."""
+    merged = merged_config(args)
+    return merged.option_problem() if merged is not None else None
 
 
 def value_problem(args: list[str]) -> str | None:

@@ -21,6 +21,7 @@ and the standard library.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -61,6 +62,8 @@ imports nothing heavy but sits in a package that does): EmulatorAlignment's ``te
 
 
 SEED_MAX = 2**32 - 1
+_SEED_WORD = re.compile(r"^([-+]?[0-9][0-9_]*|true|false|yes|no|on|off)$", re.I)
+"""A ``seed_everything`` string the parser may still read as an integer or a bool: left to it."""
 """numpy's bound on ``seed_everything``."""
 
 
@@ -69,6 +72,14 @@ def seed_problem(seed: Any) -> str | None:
     ``true`` (a random seed) and ``false`` are accepted."""
     if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed <= SEED_MAX:
         return f"seed_everything must be in [0, {SEED_MAX}], got {seed}"
+    return None
+
+
+def seed_type_problem(seed: Any) -> str | None:
+    """``seed_everything`` given as a word, a list or a mapping, which the parser refuses with
+    ``Expected a <class 'bool'>`` (naming neither the option's integers nor its value)."""
+    if isinstance(seed, (str, list, dict)) and not (isinstance(seed, str) and _SEED_WORD.match(seed.strip())):
+        return f"seed_everything must be an integer in [0, {SEED_MAX}], true (a random seed) or false, got {seed!r}"
     return None
 
 

@@ -41,6 +41,46 @@ PLUGIN_ACCELERATORS = {"tpu": "torch_xla"}
 """An accelerator Lightning names but needs another library for (``ModuleNotFoundError`` otherwise)."""
 
 
+LOGGER_FLAGS = ("true", "false")
+"""``trainer.logger: true`` (Lightning's default logger) and ``false`` (none)."""
+
+
+def lightning_loggers() -> tuple[str, ...] | None:
+    """The logger classes ``lightning.pytorch.loggers`` exports (its ``__all__``), read from its
+    source without importing Lightning (which imports torch); ``None`` if it cannot be read."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("lightning")  # the top-level package only: nothing imported
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "pytorch" / "loggers" / "__init__.py"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            try:
+                names = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            return tuple(names) if all(isinstance(n, str) for n in names) else None
+    return None
+
+
+def logger_problem(logger: Any) -> str | None:
+    """``trainer.logger`` given as a word that is no logger class Lightning has (``maybe``): the
+    parser resolves a name without dots only among those; a dotted path is left to it."""
+    if not isinstance(logger, str) or "." in logger or logger.strip().lower() in LOGGER_FLAGS:
+        return None
+    names = lightning_loggers()
+    if names is None or logger in names:
+        return None
+    return f"trainer.logger must be true, false, a logger class ({', '.join(names)}) or its class path, got {logger!r}"
+
+
 def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -87,6 +127,7 @@ def trainer_option_problem(trainer: Mapping[str, Any]) -> str | None:
             return f"trainer.{name} must be a fraction in [0, 1] or a number of batches >= 0, got {value}"
     if problem := _device_problem(trainer):
         return problem
+
     for name in NON_NEGATIVE:
         value = trainer.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not value >= 0:

@@ -1,0 +1,256 @@
+"""The options of the package's own ``model:`` and ``data:`` classes, checked from their source.
+
+:mod:`lightning_fed.option_rules` declares the ranges the classes refuse with; what is left to
+the live parser (10-20 s of CPU of imports first) is what the signatures themselves say: which
+keys a class takes, which type each has, and the name tables some options are looked up in
+(``data.template``, ``model.loss``, ``data.dataset``'s ``synthetic:`` sets, ``data.partition``,
+``model.backbone.dtype``). These are read here from the package's source with ``ast``
+(:mod:`lightning_fed.class_parameters`), never copied, so ``tests/test_class_options.py`` compares
+them with the imported classes and tables.
+
+Only what is certainly wrong is refused, as the live parser or the class would refuse it: a key
+the class (or its ``backbone`` / ``lora`` dataclass) does not take, with the closest key or the
+accepted ones; a word where an ``int``, ``float`` or ``bool`` is annotated; a name outside its
+table; a LoRA rank above the backbone's hidden size, and ``data.max_length`` above its
+positions, where the backbone's size is in the config or a local ``config.json``. Options are
+named as every ``model:`` option is (``model.backbone.dtype``: the key without ``init_args``).
+Anything else (an annotation not read here, a user's class, a dotted path) is left to the live
+parser.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from lightning_fed.class_parameters import (
+    Annotated,
+    _class,
+    _imported,
+    _module,
+    fields,
+    registered,
+    signature,
+    subclasses,
+    table,
+)
+from lightning_fed.option_rules import LORA, PACKAGES, TAKES_LORA, class_rules
+
+NESTED = {
+    "backbone": ("lightning_fed.modules.backbone", "BackboneConfig"),
+    "lora": ("lightning_fed.modules.lora", "LoraSettings"),
+}
+"""``model:``'s dataclass-valued options: their keys are that dataclass's fields."""
+BACKBONE_TABLES = {
+    "dtype": ("lightning_fed.modules.backbone", "DTYPES"),
+    "quantization": ("lightning_fed.modules.backbone", "QUANTIZATIONS"),
+}
+"""``model.backbone.<option>`` -> the table (module, name) its value must be a key of."""
+LOSSES = ("lightning_fed.modules.dpo_losses", "dpo_loss_function")
+"""``model.loss`` of :class:`~lightning_fed.modules.DPOModule` and its subclasses: the registered names."""
+SYNTHETIC = ("lightning_fed.datamodules.synthetic", "SYNTHETIC")
+PARTITIONERS = ("lightning_fed.datamodules.partition", "Partitioner")
+SYNTHETIC_PREFIX = "synthetic:"
+_INT = re.compile(r"^[-+]?[0-9][0-9_]*$")
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n"}
+HIDDEN_KEYS = ("n_embd", "hidden_size", "d_model")
+"""A transformers config's hidden size (GPT-2's name first)."""
+POSITION_KEYS = ("n_positions", "max_position_embeddings")
+"""A transformers config's number of positions (GPT-2's name first)."""
+
+
+def _type(annotation: ast.expr | None) -> tuple[str | None, bool]:
+    """``(int|float|bool|None, optional)`` of an annotation this module checks values against."""
+    if annotation is None:
+        return None, False
+    text = ast.unparse(annotation).replace(" ", "")
+    optional = text.endswith("|None") or text.startswith("None|")
+    base = text.removesuffix("|None").removeprefix("None|")
+    return (base if base in ("int", "float", "bool") else None), optional
+
+
+def type_problem(option: str, annotation: ast.expr | None, value: Any) -> str | None:
+    """The line refusing ``value`` for an ``int`` / ``float`` / ``bool`` option (``X | None`` too)
+    where the parser certainly refuses it: a word, a list or a mapping. ``None`` otherwise."""
+    kind, optional = _type(annotation)
+    if kind is None or value is None or isinstance(value, (int, float)):
+        return None
+    if isinstance(value, str):
+        word = value.strip()
+        if kind == "int" and _INT.match(word):
+            return None
+        if kind == "float":
+            try:
+                float(word.replace("_", ""))
+                return None
+            except ValueError:
+                pass
+        if kind == "bool" and word.lower() in _BOOL_WORDS:
+            return None
+    wanted = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
+    return f"{option} must be {wanted}{' or null' if optional else ''}, got {value!r}"
+
+
+def unknown_key(option: str, owner: str, key: str, accepted: Iterator[str] | list[str]) -> str:
+    """The line refusing ``option.key``, which ``owner`` does not take."""
+    names = sorted(accepted)
+    near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    hint = f"did you mean {option}.{near[0]}?" if near else f"its options: {', '.join(names)}"
+    return f"{option}.{key} is not an option of {owner}; {hint}"
+
+
+def _class_chain(package: str, class_path: str) -> Iterator[tuple[str, ast.ClassDef]]:
+    """The class and the package's base classes it derives from (nearest first)."""
+    module, _, name = class_path.rpartition(".")
+    found = _class(module or package, name)
+    seen = 0
+    while found is not None and seen < 8:
+        yield found
+        where, node = found
+        bases = [b.id for b in node.bases if isinstance(b, ast.Name)]
+        if not bases:
+            return
+        tree = _module(where)
+        source = (_imported(tree, bases[0]) if tree is not None else None) or where
+        found, seen = _class(source, bases[0]), seen + 1
+
+
+def template_choices(class_path: str) -> tuple[str, ...] | None:
+    """``data.template``'s choices of a data class: the table its ``template_choices`` returns."""
+    for where, node in _class_chain(PACKAGES["data"], class_path):
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "template_choices":
+                ret = item.body[-1]
+                if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Name):
+                    value = table(where, ret.value.id)
+                    return tuple(value) if isinstance(value, (tuple, list)) else None
+                return None
+    return None
+
+
+def _choice_problem(section: str, name: str, where: str, value: Any, class_path: str) -> str | None:
+    """A name outside the table the class looks ``value`` up in (``model.loss``, ``data.template``...)."""
+    if not isinstance(value, str):
+        return None
+    option = f"{section}.{name}"
+    if section == "model" and name == "loss" and where == "lightning_fed.modules.dpo" and "." not in value:
+        losses = registered(*LOSSES)
+        if losses and value not in losses:
+            return f"{option} must be one of {sorted(losses)} or a dotted path to a function, got {value!r}"
+    if section == "data" and name == "template" and (choices := template_choices(class_path)):
+        if value not in choices:
+            return f"{option} must be one of {list(choices)}, got {value!r}"
+    if section == "data" and name in ("dataset", "val_dataset", "test_dataset") and value.startswith(SYNTHETIC_PREFIX):
+        sets = table(*SYNTHETIC)
+        if isinstance(sets, dict) and value[len(SYNTHETIC_PREFIX) :] not in sets:
+            valid = [SYNTHETIC_PREFIX + key for key in sets]
+            return f"{option} {value!r}: unknown synthetic set; valid: {valid}"
+    if section == "data" and name == "partition" and "." not in value and value.isidentifier():
+        names = subclasses(*PARTITIONERS)
+        if names and value not in names:
+            return f"{option} {value!r} is not a partitioner; one of {', '.join(names)}, or a dotted class path"
+    return None
+
+
+def _nested_problem(option: str, owner: tuple[str, str], value: Mapping[str, Any], skip: set[str]) -> str | None:
+    """The keys, types and tables of a dataclass-valued option (``model.backbone``, ``model.lora``)."""
+    found = fields(*owner)
+    if found is None:
+        return None
+    for key, item in value.items():
+        if str(key) not in found:
+            return unknown_key(option, owner[1], str(key), list(found))
+        if str(key) in skip:
+            continue
+        if problem := type_problem(f"{option}.{key}", found[str(key)][0], item):
+            return problem
+        if owner[1] == "BackboneConfig" and key in BACKBONE_TABLES and isinstance(item, str):
+            choices = table(*BACKBONE_TABLES[str(key)])
+            if isinstance(choices, (dict, tuple)) and item not in choices:
+                shown = sorted(choices) if isinstance(choices, dict) else choices
+                return f"{option}.{key} must be one of {shown}, got {item!r}"
+    return None
+
+
+def backbone_size(backbone: Any) -> dict[str, Any] | None:
+    """The backbone's transformers config as far as known without torch: ``backbone.config``, or a
+    local folder's ``config.json`` (``name_or_path``); ``None`` otherwise."""
+    if not isinstance(backbone, Mapping):
+        return None
+    if isinstance(config := backbone.get("config"), Mapping):
+        return dict(config)
+    path = backbone.get("name_or_path")
+    if isinstance(path, str) and (Path(path).expanduser() / "config.json").is_file():
+        try:
+            loaded = json.loads((Path(path).expanduser() / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return loaded if isinstance(loaded, dict) else None
+    return None
+
+
+def _first_int(config: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, int] | None:
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return key, value
+    return None
+
+
+def size_problem(model: Any, data: Any) -> str | None:
+    """A LoRA rank above the backbone's hidden size (every target module, in or out, is that wide:
+    its full rank is at most that), or ``data.max_length`` above the backbone's positions."""
+    model_args = model.get("init_args") if isinstance(model, dict) else None
+    config = backbone_size(model_args.get("backbone")) if isinstance(model_args, dict) else None
+    if config is None:
+        return None
+    lora = model_args.get("lora")
+    hidden = _first_int(config, HIDDEN_KEYS)
+    takes_lora = str(model.get("class_path", "")).rpartition(".")[2] in TAKES_LORA
+    rank = lora.get("r") if isinstance(lora, dict) else None
+    if takes_lora and hidden and isinstance(rank, int) and not isinstance(rank, bool) and rank > hidden[1]:
+        why = f"the backbone's {hidden[0]}, the full rank of its widest target module"
+        return f"model.lora.r must be <= {hidden[1]} ({why}), got {rank}"
+    positions = _first_int(config, POSITION_KEYS)
+    data_args = data.get("init_args") if isinstance(data, dict) else None
+    length = data_args.get("max_length") if isinstance(data_args, dict) else None
+    if positions and isinstance(length, int) and not isinstance(length, bool) and length > positions[1]:
+        return f"data.max_length must be <= model.backbone.config's {positions[0]} ({positions[1]}), got {length}"
+    return None
+
+
+def class_option_problem(section: str, value: Any) -> str | None:
+    """The line refusing a key or a value of ``section``'s class (``{"class_path", "init_args"}``)
+    that its source says is certainly wrong, or ``None`` (the live parser decides)."""
+    if section not in ("model", "data") or not isinstance(value, dict):
+        return None
+    class_path = value["class_path"]
+    if class_rules(section, class_path) is None:
+        return None  # not one of the package's classes
+    params: Annotated | None = signature(PACKAGES[section], class_path)
+    if params is None:
+        return None
+    ruled = {rule.name for rule in class_rules(section, class_path) or ()}
+    owner = class_path.rpartition(".")[2]
+    for key, item in value["init_args"].items():
+        name = str(key)
+        if name not in params:
+            return unknown_key(section, owner, name, list(params))
+        annotation, where = params[name]
+        if section == "model" and name in NESTED and isinstance(item, Mapping):
+            skip = {rule.name for rule in LORA} if name == "lora" else set()
+            if name == "lora" and owner not in TAKES_LORA:
+                continue
+            if problem := _nested_problem(f"model.{name}", NESTED[name], item, skip):
+                return problem
+            continue
+        if name not in ruled and (problem := type_problem(f"{section}.{name}", annotation, item)):
+            return problem
+        if problem := _choice_problem(section, name, where, item, class_path):
+            return problem
+    return None

@@ -1,0 +1,96 @@
+"""The rules of the package's class-valued sections (``model:``, ``data:``, ``federation.strategy:``,
+``federation.hooks:``), applied to their merged ``init_args`` before torch is imported.
+
+:class:`lightning_fed.config_values.Merged` follows the config; this module says what is wrong in
+one class-valued section of it: an option the class does not take (:func:`unknown_option_of`,
+read from the class's source, :mod:`lightning_fed.class_parameters`), or a value its rules refuse
+(:func:`class_problem`, :mod:`lightning_fed.option_rules`), with the line the class raises.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from lightning_fed.class_parameters import parameters
+from lightning_fed.option_rules import (
+    CROSS_CHECKS,
+    LORA,
+    PACKAGES,
+    TAKES_LORA,
+    Rule,
+    class_rules,
+    hook_problems,
+    problems,
+    target_modules_problem,
+)
+
+
+def string_problem(rules: tuple[Rule, ...], values: dict[str, Any]) -> str | None:
+    """``nan`` / ``inf`` written for a number: the parser refuses the string with this line
+    (:func:`lightning_fed.errors.simplify_parse_error`)."""
+    for rule in rules:
+        value = values.get(rule.name)
+        if rule.choices is None and not rule.integer and _non_finite_word(value):
+            return f"{rule.option} must be a finite number, got {value}"
+    return None
+
+
+def _non_finite_word(value: Any) -> bool:
+    return isinstance(value, str) and value.lower().lstrip("+-") in ("nan", "inf", "infinity")
+
+
+def parsed(rules: tuple[Rule, ...], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` as the parser hands them to the class (:meth:`Rule.parsed`)."""
+    by_name = {rule.name: rule for rule in rules}
+    return {k: by_name[k].parsed(v) if k in by_name else v for k, v in values.items()}
+
+
+def class_problem(section: str, value: Any, index: int | None = None) -> str | None:
+    """The line refusing a value of the package's class ``value`` (``{"class_path", "init_args"}``)."""
+    if not isinstance(value, dict) or (rules := class_rules(section, value["class_path"])) is None:
+        return None
+    init_args = value["init_args"]
+    if problem := string_problem(rules, init_args):
+        return problem if index is None else problem.replace("federation.hooks[].", f"federation.hooks[{index}].", 1)
+    values = parsed(rules, init_args)
+    if found := (problems(rules, values) if index is None else hook_problems(rules, values, index)):
+        return "; ".join(found)
+    if (cross := CROSS_CHECKS.get(value["class_path"].rpartition(".")[2])) and (problem := cross(values)):
+        return problem
+    lora = init_args.get("lora")
+    takes = section == "model" and value["class_path"].rpartition(".")[2] in TAKES_LORA
+    if takes and isinstance(lora, dict):
+        if problem := string_problem(LORA, lora):  # the parser's own line names no option
+            return problem
+        found = problems(LORA, parsed(LORA, lora))
+        if problem := target_modules_problem(lora.get("target_modules")):
+            found.append(problem)
+        if found:
+            return "; ".join(found)
+    return None
+
+
+def unknown_option_of(sections: dict[str, Any]) -> str | None:
+    """An ``init_args`` key the package's strategy or hook does not take, named with the closest
+    option (the live parser refuses it while parsing, before any value is checked). ``sections``:
+    :attr:`lightning_fed.config_values.Merged.sections`."""
+    hooks = sections.get("federation.hooks")
+    items = [("federation.strategy", sections.get("federation.strategy"), "federation.strategy")]
+    items += [
+        ("federation.hooks", h, f"federation.hooks[{i}]")
+        for i, h in enumerate(hooks if isinstance(hooks, list) else [])
+    ]
+    for section, value, key in items:
+        if not isinstance(value, dict) or class_rules(section, value["class_path"]) is None:
+            continue
+        options = parameters(PACKAGES[section], value["class_path"])
+        if options is None:
+            continue
+        for name in value["init_args"]:
+            if name not in options:
+                name_ = value["class_path"].rpartition(".")[2]
+                near = difflib.get_close_matches(str(name), sorted(options), n=1, cutoff=0.6)
+                hint = f"did you mean {key}.{near[0]}?" if near else f"its options: {', '.join(sorted(options))}"
+                return f"{key}.{name} is not an option of {name_}; {hint}"
+    return None
