@@ -214,13 +214,18 @@ def size_problem(model: Any, data: Any) -> str | None:
     takes_lora = str(model.get("class_path", "")).rpartition(".")[2] in TAKES_LORA
     rank = lora.get("r") if isinstance(lora, dict) else None
     if takes_lora and hidden and isinstance(rank, int) and not isinstance(rank, bool) and rank > hidden[1]:
-        why = f"the backbone's {hidden[0]}, the full rank of its widest target module"
+        # GPT-2's every target (c_attn, c_proj, c_fc) has n_embd on one side: its full rank, as
+        # lightning_fed/modules/lora.py says it; another model's hidden size is an upper bound
+        gpt2 = hidden[0] == "n_embd"
+        why = (
+            "the full rank of the largest target module" if gpt2 else f"the backbone's {hidden[0]}: no target is wider"
+        )
         return f"model.lora.r must be <= {hidden[1]} ({why}), got {rank}"
     positions = _first_int(config, POSITION_KEYS)
     data_args = data.get("init_args") if isinstance(data, dict) else None
     length = data_args.get("max_length") if isinstance(data_args, dict) else None
     if positions and isinstance(length, int) and not isinstance(length, bool) and length > positions[1]:
-        return f"data.max_length must be <= model.backbone.config's {positions[0]} ({positions[1]}), got {length}"
+        return f"data.max_length must be <= the backbone's {positions[0]} ({positions[1]}), got {length}"
     return None
 
 

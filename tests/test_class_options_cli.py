@@ -1,0 +1,136 @@
+"""A config error of ``fit`` is refused before torch is imported, in one line naming the option
+and its value (issue 41: "a config error <= 3 s of CPU").
+
+Before (04c9cfc), each of these was found only by the live LightningCLI parser or the class,
+after torch, Lightning and transformers were imported (10-14 s of CPU each, benchmarks/RESULTS.md),
+and several lines named no option (``data.partition: Expected a dot import path string: Nope``,
+``seed_everything: Expected a <class 'bool'>``) or named it as no user writes it
+(``backbone.dtype``). The child processes cannot import torch (a ``sitecustomize`` refuses it),
+so a refusal that needed the live classes would end in that import error instead; each runs in
+an empty folder, which stays empty.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.cli import ENV, ROOT, run_process
+from tests.test_config_values_cli import NO_TORCH
+
+
+def _fit(tmp_path: Path, *args: str):
+    hook = tmp_path / "hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(NO_TORCH)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir(exist_ok=True)
+    env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}
+    for name in ("LIGHTNING_FED_DEBUG", "LIGHTNING_FED_VERBOSE", "LIGHTNING_FED_LIVE_HELP"):
+        env.pop(name, None)
+    proc = run_process([sys.executable, "-m", "lightning_fed", "fit", *args], cwd=cwd, env=env)
+    return proc, cwd
+
+
+LOGGERS = "LitLogger, CometLogger, CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger"
+CASES = {
+    "missing_config_file": (
+        ["--config", "nosuch.yaml"],
+        "--config 'nosuch.yaml': does not exist (nor is it a shipped config: lightning-fed configs lists them)",
+    ),
+    "template": (
+        ["--config", "tiny", "--data.init_args.template=nope"],
+        "data.template must be one of ['alpaca', 'plain', 'chat'], got 'nope'",
+    ),
+    "selector_template": (
+        ["--config", "fedbiscuit_tiny", "--data.init_args.template=alpaca"],
+        "data.template must be one of ['shp', 'tldr', 'short', 'chat', 'chat:shp', 'chat:tldr', 'chat:short'],"
+        " got 'alpaca'",
+    ),
+    "partition": (
+        ["--config", "tiny", "--data.init_args.partition=Nope"],
+        "data.partition 'Nope' is not a partitioner; one of IID, Dirichlet, ByKey, SortedShards, ByColumn,"
+        " or a dotted class path",
+    ),
+    "backbone_dtype": (
+        ["--config", "tiny", "--model.init_args.backbone.dtype=float8"],
+        "model.backbone.dtype must be one of ['bfloat16', 'float16', 'float32'], got 'float8'",
+    ),
+    "backbone_quantization": (
+        ["--config", "tiny", "--model.init_args.backbone.quantization=int3"],
+        "model.backbone.quantization must be one of ('none', 'nf4', 'int8'), got 'int3'",
+    ),
+    "backbone_bool": (
+        ["--config", "tiny", "--model.init_args.backbone.activation_checkpointing=maybe"],
+        "model.backbone.activation_checkpointing must be true or false, got 'maybe'",
+    ),
+    "backbone_key": (
+        ["--config", "tiny", "--model.init_args.backbone.dtyp=float32"],
+        "model.backbone.dtyp is not an option of BackboneConfig; did you mean model.backbone.dtype?",
+    ),
+    "seed_word": (
+        ["--config", "tiny", "--seed_everything=abc"],
+        "seed_everything must be an integer in [0, 4294967295], true (a random seed) or false, got 'abc'",
+    ),
+    "loss": (
+        ["--config", "tiny", "--model.init_args.loss=nosuchloss"],
+        "model.loss must be one of ['conservative', 'hinge', 'ipo', 'sigmoid'] or a dotted path to a function,"
+        " got 'nosuchloss'",
+    ),
+    "synthetic_set": (
+        ["--config", "tiny", "--data.init_args.dataset=synthetic:nope"],
+        "data.dataset 'synthetic:nope': unknown synthetic set;"
+        " valid: ['synthetic:preferences', 'synthetic:instructions', 'synthetic:hard_preferences']",
+    ),
+    "logger": (
+        ["--config", "tiny", "--trainer.logger=maybe"],
+        f"trainer.logger must be true, false, a logger class ({LOGGERS}) or its class path, got 'maybe'",
+    ),
+    "model_key_no_close_match": (
+        ["--config", "tiny", "--model.init_args.zzz=3"],
+        "model.zzz is not an option of DPOModule; its options: backbone, beta, cache_reference, disable_dropout,"
+        " lora, loss, loss_options, lr, optimizer, reference_cache_bytes, reference_cache_dir, weight_decay",
+    ),
+    "model_key_close_match": (
+        ["--config", "tiny", "--model.init_args.l=3"],
+        "model.l is not an option of DPOModule; did you mean model.lr?",
+    ),
+    "data_key": (
+        ["--config", "tiny", "--data.init_args.max_lenght=64"],
+        "data.max_lenght is not an option of PreferenceDataModule; did you mean data.max_length?",
+    ),
+    "data_int_word": (
+        ["--config", "tiny", "--data.init_args.eval_batch_size=abc"],
+        "data.eval_batch_size must be an integer or null, got 'abc'",
+    ),
+    "lora_rank_above_full_rank": (
+        ["--config", "tiny", "--model.init_args.lora.r=64"],
+        "model.lora.r must be <= 32 (the full rank of the largest target module), got 64",
+    ),
+    "max_length_above_positions": (
+        ["--config", "tiny", "--data.init_args.max_length=1000"],
+        "data.max_length must be <= the backbone's n_positions (256), got 1000",
+    ),
+}
+
+
+@pytest.mark.parametrize(("args", "line"), list(CASES.values()), ids=list(CASES))
+def test_a_config_error_is_one_line_before_torch_and_writes_nothing(tmp_path, args, line):
+    proc, cwd = _fit(tmp_path, *args)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(cwd.iterdir()) == []
+
+
+def test_a_local_model_folder_s_config_json_gives_the_positions(tmp_path):
+    """``name_or_path`` a local folder: its ``config.json`` is read (no weights, no torch)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", "hidden_size": 64, "max_position_embeddings": 128}')
+    backbone = f"--model.init_args.backbone={{name_or_path: {model}, tokenizer: bytes}}"
+    proc, cwd = _fit(tmp_path, "--config", "tiny", backbone, "--data.init_args.max_length=129")
+    line = "data.max_length must be <= the backbone's max_position_embeddings (128), got 129"
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(cwd.iterdir()) == []
