@@ -1,4 +1,4 @@
-"""Start-up time of ``lightning-fed``: ``--help``, each subcommand's ``--help`` and two errors.
+"""Start-up time of ``lightning-fed``: ``--help``, each subcommand's ``--help`` and config errors.
 
 Runs each command ``--repeat`` times as a fresh process and prints the median wall time and the
 median process CPU time (user + system of the child; steadier than wall time on a shared
@@ -62,6 +62,21 @@ COMMANDS = {
     ],
     "evaluate error": ["evaluate", "--run", "/nonexistent/run", "--benchmarks", "[lm_eval]"],
 }
+_R = "--trainer.default_root_dir=/x"
+CONFIG_ERRORS = {  # issue 41: "a config error <= 3 s of CPU" (tests/test_class_options_cli.py)
+    "missing config": ["fit", "--config", "nosuch.yaml"],
+    "data template": ["fit", "--config", "tiny", "--data.init_args.template=nope", _R],
+    "data partition": ["fit", "--config", "tiny", "--data.init_args.partition=Nope", _R],
+    "backbone dtype": ["fit", "--config", "tiny", "--model.init_args.backbone.dtype=float8", _R],
+    "seed word": ["fit", "--config", "tiny", "--seed_everything=abc", _R],
+    "loss name": ["fit", "--config", "tiny", "--model.init_args.loss=nosuchloss", _R],
+    "synthetic set": ["fit", "--config", "tiny", "--data.init_args.dataset=synthetic:nope", _R],
+    "logger word": ["fit", "--config", "tiny", "--trainer.logger=maybe", _R],
+    "model key": ["fit", "--config", "tiny", "--model.init_args.zzz=3", _R],
+    "lora rank": ["fit", "--config", "tiny", "--model.init_args.lora.r=64", _R],
+    "max_length": ["fit", "--config", "tiny", "--data.init_args.max_length=1000", _R],
+}
+COMMANDS.update(CONFIG_ERRORS)
 BROKEN = "federation:\n  rounds: [1\n"
 """``broken.yaml``, written into the folder each command runs in (a YAML syntax error)."""
 
