@@ -104,20 +104,19 @@ def unknown_key(option: str, owner: str, key: str, accepted: Iterator[str] | lis
     return f"{option}.{key} is not an option of {owner}; {hint}"
 
 
-def _class_chain(package: str, class_path: str) -> Iterator[tuple[str, ast.ClassDef]]:
-    """The class and the package's base classes it derives from (nearest first)."""
+def _class_chain(package: str, class_path: str, depth: int = 0) -> Iterator[tuple[str, ast.ClassDef]]:
+    """The class, then the package's classes it derives from, depth first and left to right (the
+    method resolution order of the package's classes, which share no base twice)."""
     module, _, name = class_path.rpartition(".")
     found = _class(module or package, name)
-    seen = 0
-    while found is not None and seen < 8:
-        yield found
-        where, node = found
-        bases = [b.id for b in node.bases if isinstance(b, ast.Name)]
-        if not bases:
-            return
-        tree = _module(where)
-        source = (_imported(tree, bases[0]) if tree is not None else None) or where
-        found, seen = _class(source, bases[0]), seen + 1
+    if found is None or depth > 8:
+        return
+    yield found
+    where, node = found
+    tree = _module(where)
+    for base in node.bases:
+        if isinstance(base, ast.Name) and tree is not None:
+            yield from _class_chain(_imported(tree, base.id) or where, base.id, depth + 1)
 
 
 def template_choices(class_path: str) -> tuple[str, ...] | None:
@@ -174,6 +173,21 @@ def _nested_problem(option: str, owner: tuple[str, str], value: Mapping[str, Any
             if isinstance(choices, (dict, tuple)) and item not in choices:
                 shown = sorted(choices) if isinstance(choices, dict) else choices
                 return f"{option}.{key} must be one of {shown}, got {item!r}"
+    if owner[1] == "BackboneConfig":
+        return _backbone_source_problem(option, value)
+    return None
+
+
+def _backbone_source_problem(option: str, backbone: Mapping[str, Any]) -> str | None:
+    """``BackboneConfig``'s own rule, named as the user writes it: exactly one of ``name_or_path``
+    and ``config`` (both default to ``null``), and a ``config`` that names its ``model_type``."""
+    given = [backbone.get(key) is not None for key in ("name_or_path", "config")]
+    if all(given) or not any(given):
+        which = "both" if all(given) else "neither"
+        return f"exactly one of {option}.name_or_path and {option}.config must be set, got {which}"
+    config = backbone.get("config")
+    if isinstance(config, Mapping) and "model_type" not in config:
+        return f"{option}.config must contain 'model_type', got keys {sorted(map(str, config))}"
     return None
 
 
@@ -247,7 +261,8 @@ def class_option_problem(section: str, value: Any) -> str | None:
         if name not in params:
             return unknown_key(section, owner, name, list(params))
         annotation, where = params[name]
-        if section == "model" and name in NESTED and isinstance(item, Mapping):
+        nested = section == "model" and name in NESTED and NESTED[name][1] in ast.unparse(annotation or ast.Name(""))
+        if nested and isinstance(item, Mapping):
             skip = {rule.name for rule in LORA} if name == "lora" else set()
             if name == "lora" and owner not in TAKES_LORA:
                 continue
