@@ -8,8 +8,8 @@ parser's:
 
 - a shipped config's name (``--config feddpo``) is resolved, an unknown one refused
   (:func:`~lightning_fed.shipped_configs.resolve_config`);
-- each ``--config`` file is UTF-8, valid YAML (the error names the file, line and column) and a
-  mapping;
+- each ``--config`` file exists (or is a config written inline), is UTF-8, valid YAML (the error
+  names the file, line and column) and a mapping;
 - every key of a config file and every ``--section.option`` on the command line is an option of
   the subcommand, or the error names the file and the closest option. Abbreviations are not
   options (``--federation.local_step`` is not ``local_steps``; the live parser refuses them too,
@@ -17,7 +17,11 @@ parser's:
   ``federation.strategy``, ``trainer.callbacks``...: its ``init_args`` depend on the class)
   no key is checked against the help page; the options of the package's own strategies and round
   hooks are read from their source (:mod:`lightning_fed.class_parameters`) and an option they do
-  not take is refused with the closest; the live parser checks the rest;
+  not take is refused with the closest; so are the package's ``model:`` and ``data:`` classes'
+  keys (their ``backbone`` and ``lora`` too), the types their signatures annotate and the name
+  tables their values are looked up in (:mod:`lightning_fed.class_options`), a word for
+  ``seed_everything`` and a ``trainer.logger`` Lightning has no class of; the live parser checks
+  the rest;
 - the values, merged from the files and overrides as jsonargparse merges them, against the
   rules the package's config classes raise with (:mod:`lightning_fed.option_rules`: ranges,
   integers, choices of ``model.*`` and ``data.*`` per class, ``federation.*``, the package's

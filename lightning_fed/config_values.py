@@ -9,6 +9,10 @@ same) and applies the rules of :mod:`lightning_fed.option_rules`, the ones the c
 themselves raise with, and Lightning's ``trainer.*`` bounds
 (:func:`lightning_fed.trainer_options.trainer_option_problem`).
 
+What a class's source says (its keys, annotated types and name tables) is checked by
+:meth:`Merged.option_problem` (:mod:`lightning_fed.class_options`); the class-valued sections'
+rules are applied by :mod:`lightning_fed.class_sections`.
+
 It stays silent where it cannot know: a class that is not the package's (its own rules), a
 section given as a file or in a form not read here, a string where a number is expected (the
 parser's type check says it), a value another option decides. The live parser checks those

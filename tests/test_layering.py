@@ -35,7 +35,16 @@ LAYERS: list[set[str]] = [
     {"strategies"},
     # 2: one-line errors (they name the registry's strategies) and what raises them without torch;
     # the compressed uplink
-    {"errors", "compression", "config_precheck", "config_values", "model_packages", "shipped_configs"},
+    {
+        "errors",
+        "compression",
+        "config_precheck",
+        "config_values",
+        "class_options",
+        "class_sections",
+        "model_packages",
+        "shipped_configs",
+    },
     # 3: the engine
     {"federation"},
     # 4: what serves and batches a round's clients
