@@ -54,6 +54,8 @@ BACKBONE_TABLES = {
 LOSSES = ("lightning_fed.modules.dpo_losses", "dpo_loss_function")
 """``model.loss`` of :class:`~lightning_fed.modules.DPOModule` and its subclasses: the registered names."""
 SYNTHETIC = ("lightning_fed.datamodules.synthetic", "SYNTHETIC")
+FEEDBACK_PRESETS = ("lightning_fed.datamodules.human_feedback", "FEEDBACK_PRESETS")
+"""``data.preset`` of the ``Feedback*DataModule`` classes (TL;DR, SHP)."""
 PARTITIONERS = ("lightning_fed.datamodules.partition", "Partitioner")
 SYNTHETIC_PREFIX = "synthetic:"
 _INT = re.compile(r"^[-+]?[0-9][0-9_]*$")
@@ -149,6 +151,10 @@ def _choice_problem(section: str, name: str, where: str, value: Any, class_path:
         if isinstance(sets, dict) and value[len(SYNTHETIC_PREFIX) :] not in sets:
             valid = [SYNTHETIC_PREFIX + key for key in sets]
             return f"{option} {value!r}: unknown synthetic set; valid: {valid}"
+    if section == "data" and name == "preset" and where == FEEDBACK_PRESETS[0]:
+        presets = table(*FEEDBACK_PRESETS)
+        if isinstance(presets, dict) and value not in presets:
+            return f"{option} must be one of {sorted(presets)}, got {value!r}"
     if section == "data" and name == "partition" and "." not in value and value.isidentifier():
         names = subclasses(*PARTITIONERS)
         if names and value not in names:

@@ -63,7 +63,7 @@ def test_the_nested_dataclass_fields_are_the_dataclass_s(module, name):
 def test_the_name_tables_read_from_the_source_are_the_imported_ones():
     from lightning.pytorch import loggers
 
-    from lightning_fed.datamodules import partition, selector, synthetic, templates
+    from lightning_fed.datamodules import human_feedback, partition, selector, synthetic, templates
     from lightning_fed.modules import backbone, dpo_losses
     from lightning_fed.trainer_options import lightning_loggers
 
@@ -71,6 +71,7 @@ def test_the_name_tables_read_from_the_source_are_the_imported_ones():
     assert class_options.template_choices("PreferenceDataModule") == templates.TEMPLATE_CHOICES
     assert class_options.template_choices("SelectorDataModule") == selector.SELECTOR_TEMPLATE_CHOICES
     assert list(table(*class_options.SYNTHETIC)) == list(synthetic.SYNTHETIC)
+    assert list(table(*class_options.FEEDBACK_PRESETS)) == list(human_feedback.FEEDBACK_PRESETS)
     assert registered(*class_options.LOSSES) == tuple(dpo_losses.DPO_LOSSES)
     assert list(table(*class_options.BACKBONE_TABLES["dtype"])) == list(backbone.DTYPES)
     assert table(*class_options.BACKBONE_TABLES["quantization"]) == backbone.QUANTIZATIONS

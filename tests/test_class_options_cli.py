@@ -50,6 +50,10 @@ CASES = {
         "data.template must be one of ['shp', 'tldr', 'short', 'chat', 'chat:shp', 'chat:tldr', 'chat:short'],"
         " got 'alpaca'",
     ),
+    "feedback_preset": (
+        ["--config", "fedbis_tldr", "--data.init_args.preset=openai/tldr"],
+        "data.preset must be one of ['openai/summarize_from_feedback', 'stanfordnlp/SHP'], got 'openai/tldr'",
+    ),
     "partition": (
         ["--config", "tiny", "--data.init_args.partition=Nope"],
         "data.partition 'Nope' is not a partitioner; one of IID, Dirichlet, ByKey, SortedShards, ByColumn,"
