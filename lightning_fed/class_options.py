@@ -39,6 +39,7 @@ from lightning_fed.class_parameters import (
     subclasses,
     table,
 )
+from lightning_fed.errors import _REPLACED_OPTIONS
 from lightning_fed.option_rules import LORA, PACKAGES, TAKES_LORA, class_rules
 
 NESTED = {
@@ -265,6 +266,8 @@ def class_option_problem(section: str, value: Any) -> str | None:
     for key, item in value["init_args"].items():
         name = str(key)
         if name not in params:
+            if section == "data" and name in _REPLACED_OPTIONS:  # what replaces it, not the closest name
+                return _REPLACED_OPTIONS[name]
             return unknown_key(section, owner, name, list(params))
         annotation, where = params[name]
         nested = section == "model" and name in NESTED and NESTED[name][1] in ast.unparse(annotation or ast.Name(""))
