@@ -106,14 +106,14 @@ values = st.one_of(
 
 def _refused_live(args: list[str], name: str) -> bool:
     """Whether the live CLI refuses ``args``: its parser, the classes (built in-process with
-    ``run=False``), then the data module's ``setup``, which reads ``data.dataset`` (a run does it
-    before the first round), with a line naming the option (``name``: its last part)."""
+    ``run=False``), then the data module's ``load_records``, which reads ``data.dataset`` (a run's
+    ``setup`` does it before the first round), with a line naming the option (``name``: its last part)."""
     from lightning_fed.cli import main
 
     with contextlib.redirect_stderr(io.StringIO()):
         try:
             cli = main(args, run=False)
-            cli.datamodule.setup("fit")
+            cli.datamodule.load_records()
         except SystemExit as exit_:
             return exit_.code == 2
         except Exception as err:  # noqa: BLE001 - a class's refusal (ValueError...), reported as exit 2 by the CLI
