@@ -62,7 +62,7 @@ COMMANDS = {
     ],
     "evaluate error": ["evaluate", "--run", "/nonexistent/run", "--benchmarks", "[lm_eval]"],
 }
-_R = "--trainer.default_root_dir=run"  # in the command's own temporary folder: a tree that accepts the value trains there
+_R = "--trainer.default_root_dir=run"  # in the command's temporary folder: a tree that accepts the value trains there
 CONFIG_ERRORS = {  # issue 41: "a config error <= 3 s of CPU" (tests/test_class_options_cli.py)
     "missing config": ["fit", "--config", "nosuch.yaml"],
     "data template": ["fit", "--config", "tiny", "--data.init_args.template=nope", _R],
