@@ -30,9 +30,7 @@ from typing import Any
 
 from lightning_fed.class_parameters import (
     Annotated,
-    _class,
-    _imported,
-    _module,
+    class_chain,
     fields,
     registered,
     signature,
@@ -107,24 +105,9 @@ def unknown_key(option: str, owner: str, key: str, accepted: Iterator[str] | lis
     return f"{option}.{key} is not an option of {owner}; {hint}"
 
 
-def _class_chain(package: str, class_path: str, depth: int = 0) -> Iterator[tuple[str, ast.ClassDef]]:
-    """The class, then the package's classes it derives from, depth first and left to right (the
-    method resolution order of the package's classes, which share no base twice)."""
-    module, _, name = class_path.rpartition(".")
-    found = _class(module or package, name)
-    if found is None or depth > 8:
-        return
-    yield found
-    where, node = found
-    tree = _module(where)
-    for base in node.bases:
-        if isinstance(base, ast.Name) and tree is not None:
-            yield from _class_chain(_imported(tree, base.id) or where, base.id, depth + 1)
-
-
 def template_choices(class_path: str) -> tuple[str, ...] | None:
     """``data.template``'s choices of a data class: the table its ``template_choices`` returns."""
-    for where, node in _class_chain(PACKAGES["data"], class_path):
+    for where, node in class_chain(PACKAGES["data"], class_path):
         for item in node.body:
             if isinstance(item, ast.FunctionDef) and item.name == "template_choices":
                 ret = item.body[-1]

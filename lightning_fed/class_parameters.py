@@ -1,11 +1,15 @@
-"""The options (``__init__`` parameters) of the package's strategies and round hooks, read from
-their source files without importing them (importing a strategy imports torch: ~11 s of CPU).
+"""The options (``__init__`` parameters, with their annotations) of the package's classes, the
+fields of its config dataclasses and its name tables, read from their source files without
+importing them (importing a strategy or a module imports torch: ~11 s of CPU).
 
 :mod:`lightning_fed.config_values` uses them to refuse ``--federation.strategy.init_args.eta``
 for ``FedAdam`` (an option it does not take) before torch is imported, naming the closest one,
-instead of after the imports (the live parser's ``Option 'eta' is not accepted``). The names are
-the signatures themselves (``ast``), so there is no list to keep in step with the classes:
-``tests/test_option_rules.py`` compares them with :func:`inspect.signature` of the imported classes.
+instead of after the imports (the live parser's ``Option 'eta' is not accepted``), and
+:mod:`lightning_fed.class_options` to check the ``model:`` and ``data:`` classes' keys, types and
+names (``data.template`` against ``TEMPLATE_CHOICES``...). The names are the signatures and tables
+themselves (``ast``), so there is no list to keep in step with the classes:
+``tests/test_option_rules.py`` and ``tests/test_class_options.py`` compare them with
+:func:`inspect.signature` of the imported classes and with the imported tables.
 
 A class is followed through its package's ``__init__.py`` (``from lightning_fed.strategies.fedadam
 import FedAdam``) to its module; a class without its own ``__init__``, or one that passes
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
@@ -191,3 +196,18 @@ def subclasses(module: str, base: str) -> tuple[str, ...]:
                 found.add(node.name)
                 changed = True
     return tuple(n.name for n in classes if n.name in found and n.name != base)
+
+
+def class_chain(package: str, class_path: str, depth: int = 0) -> Iterator[tuple[str, ast.ClassDef]]:
+    """The class, then the package's classes it derives from, depth first and left to right (the
+    method resolution order of the package's classes, which share no base twice)."""
+    module, _, name = class_path.rpartition(".")
+    found = _class(module or package, name)
+    if found is None or depth > 8:
+        return
+    yield found
+    where, node = found
+    tree = _module(where)
+    for base in node.bases:
+        if isinstance(base, ast.Name) and tree is not None:
+            yield from class_chain(_imported(tree, base.id) or where, base.id, depth + 1)

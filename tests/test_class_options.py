@@ -68,8 +68,10 @@ def test_the_name_tables_read_from_the_source_are_the_imported_ones():
     from lightning_fed.trainer_options import lightning_loggers
 
     assert table("lightning_fed.datamodules.templates", "TEMPLATE_CHOICES") == templates.TEMPLATE_CHOICES
-    assert class_options.template_choices("PreferenceDataModule") == templates.TEMPLATE_CHOICES
     assert class_options.template_choices("SelectorDataModule") == selector.SELECTOR_TEMPLATE_CHOICES
+    data = importlib.import_module(PACKAGES["data"])
+    for name in DATA_RULES:  # through every base class (FeedbackSelectorDataModule: the selector's)
+        assert class_options.template_choices(name) == getattr(data, name).template_choices(), name
     assert list(table(*class_options.SYNTHETIC)) == list(synthetic.SYNTHETIC)
     assert list(table(*class_options.FEEDBACK_PRESETS)) == list(human_feedback.FEEDBACK_PRESETS)
     assert registered(*class_options.LOSSES) == tuple(dpo_losses.DPO_LOSSES)
