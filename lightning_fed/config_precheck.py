@@ -190,6 +190,25 @@ def _check_option(arg: str, options: Options, subcommand: str) -> None:
     _refuse(f"unknown option --{name} for `lightning-fed {subcommand}`{hint}")
 
 
+def _in_file(args: list[str], problem: str) -> str:
+    """``problem`` prefixed with the ``--config`` file that brought it (``config 'my_run.yaml': ...``):
+    the first file after which the arguments so far give the same line; unchanged if an option on
+    the command line brought it."""
+    before = None
+    for i, arg in enumerate(args):
+        if arg in CONFIG_FLAGS and i + 1 < len(args):
+            end, path = i + 2, args[i + 1]
+        elif arg.startswith("--config="):
+            end, path = i + 1, arg.split("=", 1)[1]
+        else:
+            continue
+        now = option_problem(args[:end])
+        if now == problem and before != problem and Path(path).is_file():
+            return f"config {path!r}: {problem}"
+        before = now
+    return problem
+
+
 def precheck_arguments(argv: list[str]) -> None:
     """Refuse, before torch is imported, what the live parser would refuse (module docstring).
 
@@ -224,6 +243,6 @@ def precheck_arguments(argv: list[str]) -> None:
     if problem := unknown_option(args):  # a strategy's or round hook's option (lightning_fed/class_parameters.py)
         _refuse(problem)
     if problem := option_problem(args):  # a key or value the model's / data's class cannot take (class_options.py)
-        _refuse(problem)
+        _refuse(_in_file(args, problem))
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
         raise UserError(problem)  # reported as the live CLI reports the class's error: the line and the hint

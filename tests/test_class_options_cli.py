@@ -138,3 +138,25 @@ def test_a_local_model_folder_s_config_json_gives_the_positions(tmp_path):
     line = "data.max_length must be <= the backbone's max_position_embeddings (128), got 129"
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert list(cwd.iterdir()) == []
+
+
+def test_a_key_error_in_a_later_config_file_names_the_file(tmp_path):
+    """Issue 41, item 12: a key error inside a config file named neither the file nor the close key."""
+    later = tmp_path / "later.yaml"
+    later.write_text("model:\n  init_args:\n    backbone:\n      dtyp: float32\n")
+    proc, cwd = _fit(tmp_path, "--config", "tiny", "--config", str(later))
+    line = (
+        f"config {str(later)!r}: model.backbone.dtyp is not an option of BackboneConfig;"
+        " did you mean model.backbone.dtype?"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(cwd.iterdir()) == []
+
+
+def test_an_override_after_the_file_replaces_its_bad_value(tmp_path):
+    """Merged as the parser merges: the later ``--data.init_args.template`` wins, so nothing is
+    refused here; the run goes on to the live parser (the refused torch import shows it got there)."""
+    later = tmp_path / "later.yaml"
+    later.write_text("data:\n  init_args:\n    template: nope\n")
+    proc, _ = _fit(tmp_path, "--config", "tiny", "--config", str(later), "--data.init_args.template=plain")
+    assert "torch imported before the config was checked" in proc.stderr and "template" not in proc.stderr
