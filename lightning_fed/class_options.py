@@ -130,7 +130,8 @@ def _choice_problem(section: str, name: str, where: str, value: Any, class_path:
     if section == "data" and name == "template" and (choices := template_choices(class_path)):
         if value not in choices:
             return f"{option} must be one of {list(choices)}, got {value!r}"
-    if section == "data" and name in ("dataset", "val_dataset", "test_dataset") and value.startswith(SYNTHETIC_PREFIX):
+    # not test_dataset: only `test` reads it, and a `fit` with a bad one runs
+    if section == "data" and name in ("dataset", "val_dataset") and value.startswith(SYNTHETIC_PREFIX):
         sets = table(*SYNTHETIC)
         if isinstance(sets, dict) and value[len(SYNTHETIC_PREFIX) :] not in sets:
             valid = [SYNTHETIC_PREFIX + key for key in sets]
