@@ -12,10 +12,13 @@ from __future__ import annotations
 import warnings
 
 import pytest
+import torch
 
 import lightning_fed.batching.grouped_driver as grouped_driver
+import lightning_fed.modules.sft as sft
+from lightning_fed.batching.client_rows import per_client_loss
 from lightning_fed.modules import BackboneConfig, LoraSettings, SFTModule
-from tests.batching.test_parity import LR, NO_DROPOUT, assert_same_uploads, run_round, sft_data
+from tests.batching.test_parity import LR, NO_DROPOUT, assert_same_uploads, run_round, sft_data, sft_module
 
 BAD = 2  # the client whose rows make the step raise
 
@@ -61,3 +64,22 @@ def test_a_retry_on_other_rows_is_caught(tmp_path, monkeypatch):
     assert sorted(cid for _, cid in bad) == [0, 1, 3]
     with pytest.raises(AssertionError, match="differs by"):
         assert_same_uploads(seq, bad)
+
+
+def nan_on_one_client(values, client_ids, mask=None):
+    """``per_client_loss`` with client ``BAD``'s per-token losses NaN (a diverged client, no raise)."""
+    bad = (client_ids == BAD).view(-1, *([1] * (values.dim() - 1)))
+    scale = torch.where(bad, torch.nan, 1.0).to(values)  # a constant: NaN gradients on client BAD's rows only
+    return per_client_loss(values * scale, client_ids, mask)
+
+
+def test_a_client_with_a_non_finite_loss_leaves_the_others_as_sequential(tmp_path, monkeypatch):
+    """A non-finite loss does not raise: its client uploads NaNs, in a group as sequentially, and
+    nothing of it reaches the other clients' slots (each slot's gradient comes from its rows only)."""
+    monkeypatch.setattr(sft, "per_client_loss", nan_on_one_client)
+    seq, _ = run_round(tmp_path, "seq", sft_module, sft_data, "off")
+    bat, loop = run_round(tmp_path, "bat", sft_module, sft_data, 4)
+    assert loop.group_size == 4
+    bad = [k for k in seq if k[1] == BAD]
+    assert bad and all(not torch.isfinite(seq[k]["loss"]) and not torch.isfinite(bat[k]["loss"]) for k in bad)
+    assert_same_uploads({k: v for k, v in seq.items() if k[1] != BAD}, {k: v for k, v in bat.items() if k[1] != BAD})
