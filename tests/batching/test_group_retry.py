@@ -17,8 +17,9 @@ import torch
 import lightning_fed.batching.grouped_driver as grouped_driver
 import lightning_fed.modules.sft as sft
 from lightning_fed.batching.client_rows import per_client_loss
-from lightning_fed.modules import BackboneConfig, LoraSettings, SFTModule
+from lightning_fed.modules import BackboneConfig, DPOModule, LoraSettings, SFTModule
 from tests.batching.test_parity import LR, NO_DROPOUT, assert_same_uploads, run_round, sft_data, sft_module
+from tests.helpers.runs import preference_data
 
 BAD = 2  # the client whose rows make the step raise
 
@@ -53,6 +54,36 @@ def test_one_failing_client_of_a_group_leaves_the_others_updates(tmp_path):
         " each trains again alone, and only a client that fails alone is left out"
     ]
     assert any(f"client {BAD} failed in round 1 and is left out" in str(w.message) for w in caught)
+
+
+class DPOFailsOnOneClient(DPOModule):
+    """DPO whose step raises on any batch that holds a pair of client ``BAD``."""
+
+    def training_step(self, batch, batch_idx):
+        if bool((batch["client_id"] == BAD).any()):
+            raise RuntimeError(f"client {BAD}'s pairs")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_failing_dpo_client_leaves_the_others_updates(tmp_path):
+    """The same with preference pairs (the prompt once, packed rows, the reference cache)."""
+
+    def module():
+        return DPOFailsOnOneClient(
+            BackboneConfig(config=dict(NO_DROPOUT), tokenizer="bytes"),
+            lora=LoraSettings(r=4, alpha=8, dropout=0.0),
+            lr=LR,
+            beta=0.5,
+        )
+
+    def data():
+        return preference_data(num_clients=4, per_client=12, batch_size=2, max_length=160)
+
+    seq, _ = run_round(tmp_path, "seq", module, data, "off")
+    bat, loop = run_round(tmp_path, "bat", module, data, 4)
+    assert loop.group_size == 4 and loop.server.failed == [BAD]
+    assert sorted(cid for _, cid in bat) == [0, 1, 3]
+    assert_same_uploads(seq, bat)
 
 
 def test_a_retry_on_other_rows_is_caught(tmp_path, monkeypatch):
