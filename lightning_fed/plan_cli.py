@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from lightning_fed.planning.estimate import PlanInputs, estimate, model_shape, module_inputs, objective_of
+from lightning_fed.planning.group_fallback import planned_fallback
 from lightning_fed.run import FederatedRun
 from lightning_fed.run_checks import inner_strategy
 from lightning_fed.strategies.scaffold import Scaffold
@@ -103,12 +104,15 @@ def _mb(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB" if n < 2**30 else f"{n / 2**30:,.2f} GiB"
 
 
-def group_lines(shape: Any, p: PlanInputs, batch_clients: Any) -> list[str]:
-    """The printout's part for ``federation.batch_clients`` (none when it is ``off``)."""
+def group_lines(shape: Any, p: PlanInputs, batch_clients: Any, fallback: str | None = None) -> list[str]:
+    """The printout's part for ``federation.batch_clients`` (none when it is ``off``); ``fallback``: why
+    the run trains its clients one after another (:func:`~lightning_fed.planning.group_fallback.planned_fallback`)."""
     from lightning_fed.planning.group import batched_group_size, estimate_group
 
     if batch_clients == "off":
         return []
+    if fallback is not None:  # the run's own line at start
+        return ["", f"federation.batch_clients: {batch_clients}: clients train one after another: {fallback}"]
     if batch_clients == "auto":
         k, how = batched_group_size(shape, p, p.clients_per_round), "the largest that fits this machine's memory"
     else:
@@ -124,8 +128,15 @@ def group_lines(shape: Any, p: PlanInputs, batch_clients: Any) -> list[str]:
     ]
 
 
-def report(backbone: dict[str, Any], p: PlanInputs, batch_clients: Any = None, length_from: str = "max_length") -> str:
-    """The planner's printout for ``backbone`` and ``p`` (and ``federation.batch_clients``).
+def report(
+    backbone: dict[str, Any],
+    p: PlanInputs,
+    batch_clients: Any = None,
+    length_from: str = "max_length",
+    fallback: str | None = None,
+) -> str:
+    """The planner's printout for ``backbone`` and ``p`` (and ``federation.batch_clients``, or
+    ``fallback``: why the run's clients train one after another).
 
     Raises:
         ValueError: ``p.max_length`` is longer than the model's position embeddings hold,
@@ -166,7 +177,7 @@ def report(backbone: dict[str, Any], p: PlanInputs, batch_clients: Any = None, l
         f"  down per client {_mb(plan.down_bytes_per_client):>14}",
         f"  round total     {_mb(plan.round_bytes):>14}",
     ]
-    lines += group_lines(shape, p, batch_clients)
+    lines += group_lines(shape, p, batch_clients, fallback)
     return "\n".join(lines)
 
 
@@ -207,7 +218,8 @@ def main(argv: list[str]) -> int:
         if args.runtime_mb is not None:
             p.runtime_bytes = int(args.runtime_mb * 2**20)
         length_from = "--max-length" if args.max_length is not None else "data.max_length"
-        print(report(backbone, p, run.batch_clients, length_from))
+        fallback = planned_fallback(config, list(run.hooks)) if run.batch_clients != "off" else None
+        print(report(backbone, p, run.batch_clients, length_from, fallback))
     except UnicodeDecodeError as err:  # a ValueError: named as fit names it (the file, the byte)
         print(
             f"lightning-fed plan: error: --config {args.config!r} is not UTF-8 text (byte {err.start}: {err.reason})",

@@ -41,6 +41,8 @@ class TurnGroup:
         self.module = module
         self.slot_of = {t.client_id: k for k, t in enumerate(self.turns)}
         self.rows: ClientRows | None = None
+        self.batches: list[Any] = []  # the group's batches: what its clients retrain on if a step raises
+        self.raised = False  # a step raised: its clients train again one after another (group_retry)
         shared, personal = module.shared_parameters(), module.personal_parameters()
         lora = lora_parameter_ids(module.model)  # personal LoRA factors (FedPer's upper blocks) stack with the shared
         factors = {**shared, **{n: p for n, p in personal.items() if id(p) in lora}}
@@ -71,12 +73,23 @@ class TurnGroup:
 
     @property
     def failed(self) -> bool:
-        return any(t.failed for t in self.turns)
+        """A step raised: the group's remaining batches are skipped (the loop's failure guard reads it)."""
+        return self.raised
 
     def fail(self) -> None:
-        """A step of the group raised: every client of the group is left out (one batch held all)."""
-        for t in self.turns:
-            t.fail()
+        """A step of the group raised: one batch held every client's rows, so which client made it
+        raise is not known here; the group's clients train again one after another at its end
+        (:func:`~lightning_fed.batching.group_retry.train_alone`), and only one that fails alone is
+        left out."""
+        self.raised = True
+
+    def failure_line(self, err: BaseException) -> str:
+        """The run's line for a step of the group that raised (the loop's failure guard says it)."""
+        who = f"{len(self.turns)} clients" if self.private else f"clients {self.client_id}"
+        return (
+            f"a step of {who} trained together failed in round {self.round_idx + 1}: {err!r}; each trains"
+            " again alone, and only a client that fails alone is left out"
+        )
 
     # ---------------------------------------------------------------------------- lifecycle
     def begin(self, trainer: Any, starts: Sequence[tuple[Any, Any]]) -> None:
@@ -95,6 +108,7 @@ class TurnGroup:
     def start_step(self, batch: Any) -> None:
         """The rows of this step's batch, by each row's ``client_id``."""
         ids = batch["client_id"]
+        self.batches.append(batch)
         self.rows = ClientRows.of([self.slot_of[int(c)] for c in ids.tolist()], len(self.turns), ids.device)
 
     def before_optimizer_step(self, lr: float) -> None:

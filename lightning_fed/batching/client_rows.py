@@ -121,12 +121,13 @@ def per_client_loss(values: Tensor, client_ids: Tensor | None, mask: Tensor | No
         ids = client_ids[:1] if client_ids is not None else torch.zeros(0, dtype=torch.long)
         return {"loss": loss, CLIENT_IDS: ids, CLIENT_LOSSES: loss.detach().reshape(1)}
     ids, slots = torch.unique(client_ids, return_inverse=True)
-    onehot = torch.nn.functional.one_hot(slots, len(ids)).to(values.dtype)  # (N, K)
     if mask is None:
-        per_client = (values.unsqueeze(-1) * onehot).sum(0) / onehot.sum(0)
-    else:
-        m = mask.to(values.dtype)
-        per_client = ((values * m).sum(-1) @ onehot) / (m.sum(-1) @ onehot)
+        sums, counts = values, torch.ones_like(values)
+    else:  # a sum over the scored tokens only: a NaN elsewhere stays out of it, as values[mask] leaves it
+        sums, counts = torch.where(mask.bool(), values, 0.0).sum(-1), mask.sum(-1).to(values.dtype)
+    # Sums by index, not by a one-hot product: a client's NaN (a diverged client) stays in its own loss.
+    zeros = values.new_zeros(len(ids))
+    per_client = zeros.index_add(0, slots, sums) / zeros.index_add(0, slots, counts)
     return {"loss": per_client.sum(), CLIENT_IDS: ids, CLIENT_LOSSES: per_client.detach()}
 
 

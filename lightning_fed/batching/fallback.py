@@ -45,10 +45,12 @@ def batch_safe(hook: Any) -> bool:
 
 def batching_fallback(module: Any, hooks: list[Any], trainer: Any = None) -> str | None:
     """Why the clients of this run train one after another despite ``federation.batch_clients``
-    (see the module docstring), or ``None`` when they can train together."""
+    (see the module docstring), or ``None`` when they can train together. The rules that need no
+    built module come first (:func:`class_fallback`: what ``lightning-fed plan`` asks too)."""
+    reason = class_fallback(type(module), hooks)
+    if reason is not None:
+        return reason
     cls = type(module).__name__
-    if not getattr(type(module), "batchable", False):  # declared: FederatedModule.batchable
-        return f"{cls} does not declare that it reduces its loss per client (batchable = True)"
     personal = unstackable_personal(module)  # LoRA factors and linear heads are stacked per client
     if personal is not None:
         return f"{cls} has the personal parameter {personal}, neither a LoRA factor nor a linear head's"
@@ -58,8 +60,6 @@ def batching_fallback(module: Any, hooks: list[Any], trainer: Any = None) -> str
     )
     if local is not None:  # it would not be stacked: one tensor, every client's gradient summed into it
         return f"{cls} trains {local}, which is neither shared nor personal"
-    if callable(getattr(type(module), "poisson_batch_seed", None)):
-        return f"{cls} trains with DP-SGD (per-example clipping of one client's batch)"
     if not getattr(module, "automatic_optimization", True) and not getattr(
         type(module), "manual_steps_per_client", False
     ):
@@ -67,20 +67,41 @@ def batching_fallback(module: Any, hooks: list[Any], trainer: Any = None) -> str
     layer = unsupported_layer(module.model)
     if layer is not None:
         return f"{cls}: {layer}"
-    hook = next((h for h in hooks if not batch_safe(h)), None)
-    if hook is not None:
-        name = hook.__name__ if isinstance(hook, type) else type(hook).__name__
-        return f"the round hook {name} does not declare Capability.BATCH_SAFE"
     if trainer is not None:
         return _trainer_fallback(trainer)
     return None
 
 
+def class_fallback(module_class: type, hooks: list[Any]) -> str | None:
+    """The fallback rules read from the module's class and the round hooks alone (no model built):
+    a module that is not ``batchable``, DP-SGD, a round hook that is not batch-safe. The run asks
+    them first (:func:`batching_fallback`), the planner (``lightning-fed plan``) asks only them."""
+    cls = module_class.__name__
+    if not getattr(module_class, "batchable", False):  # declared: FederatedModule.batchable
+        return f"{cls} does not declare that it reduces its loss per client (batchable = True)"
+    if callable(getattr(module_class, "poisson_batch_seed", None)):
+        return f"{cls} trains with DP-SGD (per-example clipping of one client's batch)"
+    hook = next((h for h in hooks if not batch_safe(h)), None)
+    if hook is not None:
+        name = hook.__name__ if isinstance(hook, type) else type(hook).__name__
+        return f"the round hook {name} does not declare Capability.BATCH_SAFE"
+    return None
+
+
+def trainer_settings_fallback(precision: Any, processes: int) -> str | None:
+    """The fallback of a trainer's settings as a config states them (``trainer.precision``, and the
+    number of processes its devices and nodes make), before any trainer is built."""
+    if processes > 1:
+        return f"data parallelism over {processes} processes"
+    if str(precision).startswith("16"):
+        return f"precision {precision} (one loss scale for all clients)"
+    return None
+
+
 def _trainer_fallback(trainer: Any) -> str | None:
-    if getattr(trainer, "world_size", 1) > 1:
-        return f"data parallelism over {trainer.world_size} processes"
-    if str(getattr(trainer, "precision", "")).startswith("16"):
-        return f"precision {trainer.precision} (one loss scale for all clients)"
+    reason = trainer_settings_fallback(getattr(trainer, "precision", ""), getattr(trainer, "world_size", 1))
+    if reason is not None:
+        return reason
     for config in getattr(trainer, "lr_scheduler_configs", None) or []:
         if config.interval == "step":
             return "a learning-rate scheduler steps every batch (its rate would move between clients)"

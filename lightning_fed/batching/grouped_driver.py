@@ -21,6 +21,7 @@ from typing_extensions import override
 
 from lightning_fed.batching.batched_turns import TurnGroup, warn_fallback
 from lightning_fed.batching.fallback import batching_fallback
+from lightning_fed.batching.group_retry import client_rows, train_alone
 from lightning_fed.batching.group_size import expected_clients
 from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.round_plan import GroupPlan
@@ -81,6 +82,29 @@ class GroupedTurns(TurnDriver):
             self.turn.close(trainer)
             self.turn = None
 
+    def retry_alone(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, group: TurnGroup, unit: GroupPlan
+    ) -> list[ClientTurn]:
+        """A step of ``group`` (of ``unit``) raised: each of its clients trains again alone, in slot
+        order, from what the server sends it, on its rows of the group's batches
+        (:func:`~lightning_fed.batching.group_retry.train_alone`); returns the ended turns (a client
+        that raises alone: failed, no update)."""
+        group.close(trainer)
+        turns = []
+        try:
+            for plan in unit.turns:
+                cid = plan.client_id
+                turn = self.new_turn(trainer, pl_module, plan)
+                turn.begin(trainer, pl_module, *self.server.send(cid))
+                self.turn = turn  # the failure guard leaves out this client only
+                train_alone(trainer, pl_module, turn, [client_rows(b, cid) for b in group.batches])
+                self.turn = None
+                turn.end(trainer, pl_module)
+                turns.append(turn)
+        finally:
+            self.turn = None
+        return turns
+
     @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -124,7 +148,9 @@ class GroupedTurns(TurnDriver):
         group.end_step(outputs, trainer.accumulate_grad_batches)
         if self.turn_at(batch_idx)[2]:
             self.turn = None
-            for turn in group.end(trainer):
+            unit = self.plans[self.turn_at(batch_idx)[0]]
+            turns = self.retry_alone(trainer, pl_module, group, unit) if group.failed else group.end(trainer)
+            for turn in turns:
                 self.last_turn = turn
                 self.end_turn(trainer, pl_module, turn)
             if batch_idx == self._ends[-1] - 1:

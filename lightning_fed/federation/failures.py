@@ -46,8 +46,11 @@ def guard_training_step(owner: TurnOwner, module: pl.LightningModule) -> None:
             if not owner.run.isolate_failures or turn is None:
                 raise
             turn.fail()
+            line = getattr(turn, "failure_line", None)  # a group of clients trained together says its own
             who = "a client" if turn.private else f"client {turn.client_id}"  # private: the sample is secret
-            rank_zero_warn(f"{who} failed in round {turn.round_idx + 1} and is left out: {err!r}")
+            rank_zero_warn(
+                line(err) if line else f"{who} failed in round {turn.round_idx + 1} and is left out: {err!r}"
+            )
             return None
 
     guarded.__wrapped_by_loop__ = owner

@@ -148,8 +148,14 @@ def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
     assert "local step: pdpo, batch 3 x 5 tokens, LoRA r=2" in out and "activation checkpointing on" in out
     assert "personal state" in out and "(bfloat16)" in out and "traffic per round (4 clients)" in out
     assert "clients trained together" not in out
-    cfg["federation"]["batch_clients"] = 8  # capped at the round's 4 clients
+    cfg["federation"]["batch_clients"] = 8  # FedPDPO falls back: the run's line, no K
     path.write_text(yaml.safe_dump(cfg))
+    assert main(["--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "clients trained together" not in out
+    assert "federation.batch_clients: 8: clients train one after another: PDPOModule does not declare" in out
+    cfg["model"] = {"class_path": "lightning_fed.modules.DPOModule", "init_args": {"backbone": {"config": TINY}}}
+    path.write_text(yaml.safe_dump(cfg))  # capped at the round's 4 clients
     assert main(["--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert "clients trained together (federation.batch_clients: 8): K = 4 (at most clients_per_round)" in out
