@@ -23,8 +23,7 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from lightning_fed.errors import UserError
-from lightning_fed.strict_parser import OneLineParser
+from lightning_fed.errors import OneLineParser, UserError
 
 if TYPE_CHECKING:
     from lightning_fed.planning.estimate import PlanInputs
@@ -187,7 +186,7 @@ def report(backbone: dict[str, Any], p: PlanInputs, batch_clients: Any = None, l
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """``lightning-fed plan``'s options; an argument error is one line (:class:`~.strict_parser.OneLineParser`)."""
+    """``lightning-fed plan``'s options; an argument error is one line (:class:`~.errors.OneLineParser`)."""
     parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="a lightning-fed YAML config, or a shipped config's name")
     parser.add_argument("--batch-size", type=int, help="sequences (pairs) per local step")
@@ -322,6 +321,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from lightning_fed.cli import console_main
-
-    sys.exit(console_main(["plan", *sys.argv[1:]]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except UserError as err:  # as lightning-fed reports it (lightning_fed/cli.py)
+        sys.stderr.write(f"error: {err}\n")
+        sys.exit(2)

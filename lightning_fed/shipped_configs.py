@@ -20,8 +20,7 @@ import csv
 import sys
 from pathlib import Path
 
-from lightning_fed.errors import UserError, unwritable
-from lightning_fed.strict_parser import OneLineParser
+from lightning_fed.errors import OneLineParser, UserError, unwritable
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONFIG_DIR = PACKAGE_DIR / "configs"

@@ -55,14 +55,3 @@ class StrictParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         super().error(close_option(self, message))
-
-
-class OneLineParser(StrictParser):
-    """A :class:`StrictParser` whose every error is one line: :class:`~lightning_fed.errors.UserError`
-    (``error: <prog>: <message>`` and exit status 2 from :func:`lightning_fed.cli.console_main`),
-    without argparse's usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        from lightning_fed.errors import UserError
-
-        raise UserError(f"{self.prog}: {close_option(self, message)}")

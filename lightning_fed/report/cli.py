@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lightning_fed.errors import UserError, unwritable
+from lightning_fed.errors import OneLineParser, UserError, unwritable
 from lightning_fed.report.figures import FIGURES, save
 from lightning_fed.report.html import page
 from lightning_fed.report.runs import Run, drop_repeats, find_runs
@@ -33,7 +33,6 @@ from lightning_fed.report.table import (
     markdown,
     repeated_seeds,
 )
-from lightning_fed.strict_parser import OneLineParser
 
 PROG = "lightning-fed report"
 BUILT_IN_FIELDS = ("method", "partition", "strategy", "model", "seed")

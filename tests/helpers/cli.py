@@ -27,3 +27,18 @@ def lightning_fed(
 ) -> subprocess.CompletedProcess:
     """``lightning-fed ARGS`` from ``cwd``."""
     return run_process([sys.executable, "-m", "lightning_fed.cli", *args], cwd=cwd, env=env, timeout=timeout)
+
+
+HEAVY = ("torch", "lightning", "transformers", "peft", "pandas")
+"""Packages an answer given "before torch is imported" must not need."""
+
+
+def heavy_blocked_env(folder: Path) -> dict:
+    """:data:`ENV` with packages named :data:`HEAVY` put first on the path in ``folder``, each
+    raising ``ImportError`` when imported: a command that answers under it imported none of them
+    (what seconds of CPU a user waits for; shown without timing anything)."""
+    for name in HEAVY:
+        package = folder / name
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text(f"raise ImportError('{name} was imported')\n")
+    return {**ENV, "PYTHONPATH": f"{folder}{os.pathsep}{ROOT}"}
