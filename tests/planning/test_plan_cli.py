@@ -110,3 +110,21 @@ def test_unknown_config_and_unknown_key_are_refused_before_torch(tmp_path):
 def test_tiny_plans_within_its_positions(capsys):
     assert main(["--config", str(TINY), "--max-length", "256", "--batch-size", "2"]) == 0
     assert "local step: dpo, batch 2 x 256 tokens" in capsys.readouterr().out
+
+
+def test_a_model_without_default_lora_targets_is_named_as_the_config_writes_it(tmp_path):
+    """Before: ``lora.target_modules: ...``, a key no config has (it is ``model.init_args.lora.target_modules``)."""
+    tiny_gpt2 = "config: {model_type: gpt2, n_layer: 2, n_embd: 32, n_head: 2, n_positions: 256}"
+    phi = (
+        "config: {model_type: phi, num_hidden_layers: 2, hidden_size: 32, num_attention_heads: 2,"
+        " intermediate_size: 64, max_position_embeddings: 256}"
+    )
+    assert tiny_gpt2 in TINY.read_text()
+    config = tmp_path / "phi.yaml"
+    config.write_text(TINY.read_text().replace(tiny_gpt2, phi))
+    proc = lightning_fed("plan", "--config", str(config), cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (
+        f"error: model.init_args.lora.target_modules: no default for model type 'phi'; give them to plan\n{HINT}\n"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["phi.yaml"]
