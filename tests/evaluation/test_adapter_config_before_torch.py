@@ -8,21 +8,14 @@ Lightning, transformers, PEFT and pandas unimportable, so its exact stderr shows
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
 from tests.helpers.cli import heavy_blocked_env, lightning_fed
+from tests.helpers.files import assert_unchanged, snapshot
 
 PROG = "lightning-fed evaluate: error: "
-
-
-def _digest(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
-    }
 
 
 @pytest.mark.parametrize(
@@ -41,7 +34,7 @@ def test_a_bad_adapter_config_is_refused_before_torch(tmp_path, config, problem,
     config_path = run / "adapter" / "adapter_config.json"
     config_path.write_text(json.dumps({**config, "peft_type": "LORA"}))
     source = ["--model", "distilgpt2", "--adapter", str(run / "adapter")] if how == "--adapter" else ["--run", str(run)]
-    before = _digest(tmp_path)
+    before = snapshot(run)
     proc = lightning_fed(
         "evaluate",
         *source,
@@ -54,4 +47,4 @@ def test_a_bad_adapter_config_is_refused_before_torch(tmp_path, config, problem,
     )
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == f"{PROG}{how} {str(config_path)!r}: {problem}\n"
-    assert _digest(run) == {k[len("run/") :]: v for k, v in before.items() if k.startswith("run/")}
+    assert_unchanged(before, run)

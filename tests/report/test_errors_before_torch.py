@@ -10,20 +10,12 @@ left as they were.
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import pytest
 
 from lightning_fed.errors import HINT
 from tests.helpers.cli import heavy_blocked_env, lightning_fed
+from tests.helpers.files import assert_unchanged, snapshot
 from tests.report.hand_runs import make_run
-
-
-def _digest(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
-    }
 
 
 @pytest.mark.parametrize(
@@ -66,10 +58,10 @@ def test_report_argument_error_is_one_line_before_torch(tmp_path, args, message)
     (cwd / "afile").write_text("")
     make_run(cwd / "runs" / "a", seed=0)
     make_run(cwd / "runs" / "b", seed=1)
-    before = _digest(cwd)
+    before = snapshot(cwd)
     proc = lightning_fed("report", *args, cwd=cwd, env=heavy_blocked_env(tmp_path / "blocked"))
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {message.format(cwd=cwd)}\n{HINT}\n")
-    assert _digest(cwd) == before and sorted(p.name for p in cwd.iterdir()) == ["afile", "empty", "runs"]
+    assert_unchanged(before, cwd)
 
 
 def test_report_of_finished_runs_needs_no_torch(tmp_path):
