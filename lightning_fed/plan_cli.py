@@ -262,10 +262,12 @@ def precheck(args: argparse.Namespace) -> None:
     """
     from lightning_fed.config_precheck import precheck_arguments
     from lightning_fed.config_values import merged_config
+    from lightning_fed.shipped_configs import resolve_config_args
 
     if problems := value_problems(args):
         raise UserError("; ".join(problems))
-    fit_args = ["--config", args.config, f"--trainer.default_root_dir={tempfile.gettempdir()}"]
+    # a shipped config's name resolved (lightning-fed plan does it before main; here for main in-process)
+    fit_args = resolve_config_args(["--config", args.config, f"--trainer.default_root_dir={tempfile.gettempdir()}"])
     precheck_arguments(["fit", *fit_args])
     merged = merged_config(fit_args)
     sections = merged.sections if merged is not None else {}
