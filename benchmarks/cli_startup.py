@@ -81,6 +81,39 @@ BROKEN = "federation:\n  rounds: [1\n"
 """``broken.yaml``, written into the folder each command runs in (a YAML syntax error)."""
 
 
+def subcommand_errors() -> dict[str, list[str]]:
+    """``plan``, ``report`` and ``evaluate`` argument and config errors (issue 41: each <= 3 s of CPU).
+
+    Their inputs (a config with ``batch_clients: x``, an adapter with ``lora_alpha: 1e300``) are
+    written once into a temporary folder, named by absolute path.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="cli_startup_"))
+    tiny = (ROOT / "lightning_fed" / "configs" / "tiny.yaml").read_text()
+    (folder / "batch_clients_x.yaml").write_text(tiny.replace("rounds: 3", "rounds: 3\n  batch_clients: x"))
+    adapter = folder / "alpha_adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 4, "lora_alpha": 1e300, "peft_type": "LORA"}')
+    return {
+        "plan option error": ["plan", "--config", "tiny", "--batch-size", "0"],
+        "plan length error": ["plan", "--config", "tiny", "--max-length", str(10**12)],
+        "plan config error": ["plan", "--config", str(folder / "batch_clients_x.yaml")],
+        "plan unknown config": ["plan", "--config", "nosuch"],
+        "report no run": ["report", "nosuchdir"],
+        "report out error": ["report", "nosuchdir", "--out", "/proc/x"],
+        "evaluate alpha error": [
+            "evaluate",
+            "--model",
+            "distilgpt2",
+            "--adapter",
+            str(adapter),
+            "--benchmarks",
+            "[lm_eval]",
+            "--lm_eval.tasks",
+            "[hellaswag]",
+        ],
+    }
+
+
 def _time(args: list[str], tree: Path) -> tuple[float, float, int]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     if (tree / "bin" / "lightning-fed").is_file():  # an installed venv: its console script
@@ -115,6 +148,7 @@ def main() -> None:
     parser.add_argument("--installed", default=None, help="measure this virtualenv's lightning-fed instead of the tree")
     parser.add_argument("--only", nargs="*", default=None, help="measure only these commands (names as printed)")
     args = parser.parse_args()
+    COMMANDS.update(subcommand_errors())
     for name in set(COMMANDS) - set(args.only or COMMANDS):
         del COMMANDS[name]
     trees = {"installed": Path(args.installed)} if args.installed else {"now": ROOT}

@@ -33,7 +33,9 @@ import tempfile
 import typing
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+from lightning_fed.strict_parser import StrictParser, close_option
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -293,3 +295,12 @@ def config_shape_error(path: str, loaded: Any) -> str | None:
             " federation:, trainer: sections"
         )
     return None
+
+
+class OneLineParser(StrictParser):
+    """A :class:`~lightning_fed.strict_parser.StrictParser` whose every error is one line: :class:`UserError`
+    (``error: <prog>: <message>`` and exit status 2 from :func:`lightning_fed.cli.console_main`),
+    without argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{self.prog}: {close_option(self, message)}")

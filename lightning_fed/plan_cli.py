@@ -8,7 +8,11 @@ defaults and checks; the run and the data module are built, no weight is loaded)
     python -m lightning_fed.plan_cli --config configs/demo.yaml --quantization nf4 --activation-checkpointing
     python -m lightning_fed.plan_cli --config my7b.yaml --batch-size 2 --max-length 1024 --dtype bfloat16
 
-Exit codes: 0 printed, 2 for a config problem (one line on stderr).
+Exit codes: 0 printed, 2 for a problem with the arguments or the config: one line, ``error: ...``,
+as ``fit`` reports it (:class:`~lightning_fed.errors.UserError`, :func:`lightning_fed.cli.console_main`).
+Every problem that can be seen without torch (this command's own options, the config file, its
+keys and values as ``fit``'s precheck sees them, a ``--max-length`` past the positions the config
+gives) is reported before torch, transformers or Lightning is imported (:func:`precheck`).
 """
 
 from __future__ import annotations
@@ -16,15 +20,19 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Any
+import tempfile
+from typing import TYPE_CHECKING, Any
 
-from lightning_fed.planning.estimate import PlanInputs, estimate, model_shape, module_inputs, objective_of
-from lightning_fed.planning.group_fallback import planned_fallback
-from lightning_fed.run import FederatedRun
-from lightning_fed.run_checks import inner_strategy
-from lightning_fed.strategies.scaffold import Scaffold
-from lightning_fed.strict_parser import StrictParser
+from lightning_fed.errors import OneLineParser, UserError
 
+if TYPE_CHECKING:
+    from lightning_fed.planning.estimate import PlanInputs
+    from lightning_fed.run import FederatedRun
+
+PROG = "lightning-fed plan"
+POSITION_KEYS = ("n_positions", "max_position_embeddings")
+"""The keys of a ``backbone.config`` that bound its sequence length (``n_ctx`` is not one: GPT-2's
+config keeps ``n_positions`` beside it)."""
 PRECISION_DTYPES = {"bf16-true": "bfloat16", "16-true": "float16", "bf16": "bfloat16", "bf16-mixed": "bfloat16"}
 
 
@@ -47,6 +55,10 @@ def plan_config(config: str) -> tuple[dict[str, Any], FederatedRun]:
 
 def inputs_from_config(config: dict[str, Any], run: FederatedRun) -> tuple[dict[str, Any], PlanInputs]:
     """``(backbone section, PlanInputs)`` of a parsed config (:func:`plan_config`) and its run."""
+    from lightning_fed.planning.estimate import module_inputs, objective_of
+    from lightning_fed.run_checks import inner_strategy
+    from lightning_fed.strategies.scaffold import Scaffold
+
     model = config["model"]
     margs = model["init_args"]
     backbone = margs.get("backbone")
@@ -142,6 +154,8 @@ def report(
         ValueError: ``p.max_length`` is longer than the model's position embeddings hold,
             naming ``length_from`` (the option or config key it came from).
     """
+    from lightning_fed.planning.estimate import PlanInputs, estimate, model_shape
+
     shape = model_shape(backbone)
     most = max_positions(shape)
     if most is not None and p.max_length > most:
@@ -181,13 +195,9 @@ def report(
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    """Print the plan of ``--config``; options override what the config says.
-
-    Returns:
-        0 on success, 2 for a problem with the arguments or the config.
-    """
-    parser = StrictParser(prog="lightning-fed plan", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """``lightning-fed plan``'s options; an argument error is one line (:class:`~.errors.OneLineParser`)."""
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="a lightning-fed YAML config, or a shipped config's name")
     parser.add_argument("--batch-size", type=int, help="sequences (pairs) per local step")
     parser.add_argument("--max-length", type=int, help="tokens per sequence")
@@ -196,41 +206,138 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--personal-dtype", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--runtime-mb", type=float, help="allowance for the process itself (default 512)")
+    return parser
+
+
+def _given_positions(backbone: Any) -> tuple[int, str] | None:
+    """``(positions, model_type)`` where a ``backbone.config`` mapping states its positions itself."""
+    config = backbone.get("config") if isinstance(backbone, dict) else None
+    if not isinstance(config, dict):
+        return None
+    for key in POSITION_KEYS:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value, str(config.get("model_type"))
+    return None
+
+
+def length_problem(length: Any, length_from: str, backbone: Any) -> str | None:
+    """The line refusing ``length`` tokens (from ``length_from``) past the positions ``backbone.config``
+    gives, in :func:`report`'s words; ``None`` when it fits or the limit is the model's default."""
+    given = _given_positions(backbone)
+    if given is None or not isinstance(length, int) or isinstance(length, bool):
+        return None
+    most, model_type = given
+    if length <= most:
+        return None
+    return (
+        f"{length_from} {length} is longer than the model's {most} positions ({model_type} config);"
+        " the plan would count tokens the model cannot take"
+    )
+
+
+def federation_problem(federation: Any) -> str | None:
+    """The line :class:`~lightning_fed.run_config.FederationConfig` refuses the ``federation:``
+    section's plain fields with (``batch_clients: x``, ``min_clients`` past ``clients_per_round``...:
+    what ``fit`` says when it builds the run), or ``None``. A value of a type the class cannot
+    compare is left to the parser (:func:`plan_config`), which names it in its own words."""
+    from dataclasses import fields
+
+    from lightning_fed.run_config import FederationConfig
+
+    if not isinstance(federation, dict):
+        return None
+    names = {f.name for f in fields(FederationConfig)}
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0) and 2
+        FederationConfig(**{k: v for k, v in federation.items() if k in names})
+    except ValueError as err:
+        return str(err)
+    except Exception:  # noqa: BLE001 - a string where a number goes...: the parser's line, later
+        return None
+    return None
+
+
+def precheck(args: argparse.Namespace) -> None:
+    """What ``plan`` can refuse before torch is imported: its own options (:func:`value_problems`),
+    the config as ``fit``'s precheck reads it (:func:`~lightning_fed.config_precheck.precheck_arguments`:
+    the file, its keys, its values), the ``federation:`` section as the run's config class checks it
+    (:func:`federation_problem`) and a sequence length past the positions the config gives.
+
+    ``fit``'s precheck also refuses an unwritable ``trainer.default_root_dir``; ``plan`` writes
+    nothing, so it is handed a writable one (the temporary folder) instead of the config's.
+
+    Raises:
+        UserError: One line naming the option or key and the value (or ``SystemExit(2)``, the
+            line already written, as ``fit``'s precheck does).
+    """
+    from lightning_fed.config_precheck import precheck_arguments
+    from lightning_fed.config_values import merged_config
+    from lightning_fed.shipped_configs import resolve_config_args
+
+    if problems := value_problems(args):
+        raise UserError("; ".join(problems))
+    # a shipped config's name resolved (lightning-fed plan does it before main; here for main in-process)
+    fit_args = resolve_config_args(["--config", args.config, f"--trainer.default_root_dir={tempfile.gettempdir()}"])
+    precheck_arguments(["fit", *fit_args])
+    merged = merged_config(fit_args)
+    sections = merged.sections if merged is not None else {}
+    if problem := federation_problem(sections.get("federation")):
+        raise UserError(problem)
+    model, data = sections.get("model"), sections.get("data")
+    backbone = model["init_args"].get("backbone") if isinstance(model, dict) else None
+    if args.max_length is not None:
+        length, length_from = args.max_length, "--max-length"
+    else:
+        length = data["init_args"].get("max_length") if isinstance(data, dict) else None
+        length_from = "data.max_length"
+    if problem := length_problem(length, length_from, backbone):
+        raise UserError(problem)
+
+
+def main(argv: list[str]) -> int:
+    """Print the plan of ``--config``; options override what the config says.
+
+    Returns:
+        0 on success.
+
+    Raises:
+        UserError: A problem with the arguments or the config (exit status 2, one line), the
+            ones :func:`precheck` can see before torch is imported.
+    """
+    args = build_parser().parse_args(argv)
+    precheck(args)
+    from lightning_fed.planning.group_fallback import planned_fallback
+
     try:
-        if problems := value_problems(args):
-            raise ValueError("; ".join(problems))
         config, run = plan_config(args.config)
         backbone, p = inputs_from_config(config, run)
-        for opt, field_name in (
-            ("batch_size", "batch_size"),
-            ("max_length", "max_length"),
-            ("dtype", "dtype"),
-            ("quantization", "quantization"),
-            ("activation_checkpointing", "activation_checkpointing"),
-            ("personal_dtype", "personal_dtype"),
+        for opt in (
+            "batch_size",
+            "max_length",
+            "dtype",
+            "quantization",
+            "activation_checkpointing",
+            "personal_dtype",
         ):
             if getattr(args, opt) is not None:
-                setattr(p, field_name, getattr(args, opt))
+                setattr(p, opt, getattr(args, opt))
         if args.runtime_mb is not None:
             p.runtime_bytes = int(args.runtime_mb * 2**20)
         length_from = "--max-length" if args.max_length is not None else "data.max_length"
         fallback = planned_fallback(config, list(run.hooks)) if run.batch_clients != "off" else None
         print(report(backbone, p, run.batch_clients, length_from, fallback))
+    except UserError:
+        raise
     except UnicodeDecodeError as err:  # a ValueError: named as fit names it (the file, the byte)
-        print(
-            f"lightning-fed plan: error: --config {args.config!r} is not UTF-8 text (byte {err.start}: {err.reason})",
-            file=sys.stderr,
-        )
-        return 2
+        raise UserError(f"config {args.config!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
     except (ValueError, OSError) as err:
-        print(f"lightning-fed plan: error: {err}", file=sys.stderr)
-        return 2
+        raise UserError(str(err)) from err
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except UserError as err:  # as lightning-fed reports it (lightning_fed/cli.py)
+        sys.stderr.write(f"error: {err}\n")
+        sys.exit(2)

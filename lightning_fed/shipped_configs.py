@@ -19,10 +19,8 @@ from __future__ import annotations
 import csv
 import sys
 from pathlib import Path
-from typing import NoReturn
 
-from lightning_fed.errors import UserError, unwritable
-from lightning_fed.strict_parser import StrictParser, close_option
+from lightning_fed.errors import OneLineParser, UserError, unwritable
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONFIG_DIR = PACKAGE_DIR / "configs"
@@ -150,20 +148,13 @@ def copy_shipped(name: str, dest: Path) -> list[str]:
     return list(files)
 
 
-class _Parser(StrictParser):
-    def error(self, message: str) -> NoReturn:
-        raise UserError(
-            f"{self.prog}: {close_option(self, message)}"
-        )  # one line, exit status 2 (lightning_fed/errors.py)
-
-
 def main(argv: list[str]) -> int:
     """``lightning-fed configs``: list the shipped configs (``--path``: also where each file is).
 
     Raises:
         UserError: bad arguments (exit status 2).
     """
-    parser = _Parser(
+    parser = OneLineParser(
         prog="lightning-fed configs",
         description="List the configs shipped with the package; run one with lightning-fed fit --config NAME.",
     )

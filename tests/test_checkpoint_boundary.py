@@ -49,31 +49,75 @@ def test_a_checkpoint_with_only_a_state_dict_is_refused_before_the_run_folder(tm
     assert not (tmp_path / "run").exists()
 
 
-def test_a_checkpoint_without_its_training_state_is_refused_naming_the_key(tmp_path, trained):
-    ckpt = torch.load(trained, weights_only=True)
+def _no_loops(ckpt: dict) -> dict:
     del ckpt["loops"]
-    path = _crafted(tmp_path, ckpt)
-    proc = _cli("fit", tmp_path / "run", f"--ckpt_path={path}", "--federation.rounds=2")
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert _errors(proc) == [
-        f"error: ckpt_path {str(path)!r}: not a Lightning checkpoint this run can load:"
-        " no 'loops' (a fit resumes from what Lightning saved with it)"
-    ]
-    assert not (tmp_path / "run").exists()
+    return {}
 
 
-def test_weights_of_another_shape_are_refused_before_the_run_folder(tmp_path, trained):
-    ckpt = torch.load(trained, weights_only=True)
+def _another_shape(ckpt: dict) -> dict:
     ckpt.pop("federation")  # no stored config: the weights themselves are compared
     key = next(k for k in ckpt["state_dict"] if k.endswith("lora_A.default.weight"))
     ckpt["state_dict"][key] = torch.zeros(8, 32)
+    return {"key": key}
+
+
+def _float32_reference_cache(ckpt: dict) -> dict:
+    ckpt["reference_cache"]["values"] = ckpt["reference_cache"]["values"].float()  # served as if exact doubles
+    return {"n": ckpt["reference_cache"]["keys"].shape[0]}
+
+
+def _global_state_a_string(ckpt: dict) -> dict:
+    ckpt["federation"]["global_state"] = "x"  # was AttributeError, exit 1
+    return {}
+
+
+def _edited_seed(ckpt: dict) -> dict:
+    """The loop restores its seed from the checkpoint and samples every round's clients with it: an
+    edited one used to be accepted (exit 0, round 2 sampled other clients) (issue 41, red team)."""
+    ckpt["callbacks"]["FederatedLoop"]["seed"] = 12345
+    return {}
+
+
+RESUME = ("fit", "--federation.rounds=2")
+CRAFTED_CASES = {
+    "no_loops": (
+        _no_loops,
+        RESUME,
+        "not a Lightning checkpoint this run can load: no 'loops' (a fit resumes from what Lightning saved with it)",
+    ),
+    "weights_of_another_shape": (
+        _another_shape,
+        ("validate",),
+        "state_dict {key!r} has shape (8, 32), the model's is (4, 32); use a checkpoint of this config's model",
+    ),
+    "float32_reference_cache": (
+        _float32_reference_cache,
+        RESUME,
+        "reference_cache.values must be a float64 tensor of shape ({n}, 2), got float32 of shape ({n}, 2)",
+    ),
+    "global_state_not_a_mapping": (
+        _global_state_a_string,
+        ("validate",),
+        "federation.global_state is a str, expected a mapping of names to tensors; use a checkpoint of this"
+        " config's model",
+    ),
+    "edited_seed": (
+        _edited_seed,
+        (*RESUME, "--federation.local_steps=1"),
+        "callbacks.FederatedLoop.seed is 12345, but this run's federation seed is 0 (it samples every round's clients)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CRAFTED_CASES))
+def test_a_crafted_checkpoint_is_refused_before_the_run_folder(tmp_path, trained, case):
+    edit, (sub, *extra), problem = CRAFTED_CASES[case]
+    ckpt = torch.load(trained, weights_only=True)
+    fields = edit(ckpt)
     path = _crafted(tmp_path, ckpt)
-    proc = _cli("validate", tmp_path / "run", f"--ckpt_path={path}")
+    proc = _cli(sub, tmp_path / "run", f"--ckpt_path={path}", *extra)
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert _errors(proc) == [
-        f"error: ckpt_path {str(path)!r}: state_dict {key!r} has shape (8, 32), the model's is (4, 32);"
-        " use a checkpoint of this config's model"
-    ]
+    assert _errors(proc) == [f"error: ckpt_path {str(path)!r}: {problem.format(**fields)}"]
     assert not (tmp_path / "run").exists()
 
 
@@ -93,20 +137,6 @@ def test_test_without_a_test_set_writes_nothing(tmp_path, trained):
     assert _errors(proc) == [
         "error: data.test_dataset is not set: `test` scores a separate test set;"
         " pass --data.init_args.test_dataset=<file>"
-    ]
-    assert not (tmp_path / "run").exists()
-
-
-def test_a_crafted_reference_cache_is_refused_before_the_run_folder(tmp_path, trained):
-    ckpt = torch.load(trained, weights_only=True)
-    n = ckpt["reference_cache"]["keys"].shape[0]
-    ckpt["reference_cache"]["values"] = ckpt["reference_cache"]["values"].float()  # served as if exact doubles
-    path = _crafted(tmp_path, ckpt)
-    proc = _cli("fit", tmp_path / "run", f"--ckpt_path={path}", "--federation.rounds=2")
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert _errors(proc) == [
-        f"error: ckpt_path {str(path)!r}: reference_cache.values must be a float64 tensor of shape ({n}, 2),"
-        f" got float32 of shape ({n}, 2)"
     ]
     assert not (tmp_path / "run").exists()
 
@@ -138,33 +168,5 @@ def test_a_corrupt_global_state_is_refused_before_the_run_folder(tmp_path, train
     assert _errors(proc) == [
         f"error: ckpt_path {str(path)!r}: federation.global_state {problem.format(key=key)};"
         " use a checkpoint of this config's model"
-    ]
-    assert not (tmp_path / "run").exists()
-
-
-def test_a_global_state_that_is_not_a_mapping_is_refused(tmp_path, trained):
-    ckpt = torch.load(trained, weights_only=True)
-    ckpt["federation"]["global_state"] = "x"  # was AttributeError, exit 1
-    path = _crafted(tmp_path, ckpt)
-    proc = _cli("validate", tmp_path / "run", f"--ckpt_path={path}")
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert _errors(proc) == [
-        f"error: ckpt_path {str(path)!r}: federation.global_state is a str, expected a mapping of names to tensors;"
-        " use a checkpoint of this config's model"
-    ]
-    assert not (tmp_path / "run").exists()
-
-
-def test_an_edited_seed_is_refused_before_the_run_folder(tmp_path, trained):
-    """The loop restores its seed from the checkpoint and samples every round's clients with it: an
-    edited one used to be accepted (exit 0, round 2 sampled other clients) (issue 41, red team)."""
-    ckpt = torch.load(trained, weights_only=True)
-    ckpt["callbacks"]["FederatedLoop"]["seed"] = 12345
-    path = _crafted(tmp_path, ckpt)
-    proc = _cli("fit", tmp_path / "run", f"--ckpt_path={path}", "--federation.rounds=2", "--federation.local_steps=1")
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert _errors(proc) == [
-        f"error: ckpt_path {str(path)!r}: callbacks.FederatedLoop.seed is 12345, but this run's federation seed"
-        " is 0 (it samples every round's clients)"
     ]
     assert not (tmp_path / "run").exists()

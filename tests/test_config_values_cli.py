@@ -142,41 +142,10 @@ def test_a_class_only_check_is_made_before_torch(tmp_path, args, line):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_hook_template_is_checked_before_torch(tmp_path):
-    later = _file(
-        tmp_path,
-        "later.yaml",
-        "federation:\n  hooks:\n    - class_path: lightning_fed.round_hooks.EmulatorAlignment\n"
-        "      init_args: {dataset: 'synthetic:instructions', template: markdown}\n",
-    )
-    proc = _cli(tmp_path, "fit", "--config", "fedbiot", "--config", later)
-    line = "federation.hooks[0].template must be one of ('alpaca', 'plain', 'chat'), got 'markdown'"
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
-    assert not (tmp_path / "run").exists()
-
-
 @pytest.mark.parametrize(("overrides", "line"), list(CASES.values()), ids=list(CASES))
 def test_a_bad_value_on_the_command_line_is_refused_before_torch(tmp_path, overrides, line):
     proc = _cli(tmp_path, "fit", "--config", "tiny", *overrides)
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
-    assert not (tmp_path / "run").exists()
-
-
-def test_a_bad_value_in_a_later_config_file_is_refused(tmp_path):
-    later = _file(
-        tmp_path, "later.yaml", "model:\n  class_path: lightning_fed.modules.DPOModule\n  init_args:\n    beta: 0\n"
-    )
-    proc = _cli(tmp_path, "validate", "--config", "tiny", "--config", later)
-    assert (proc.returncode, proc.stderr) == (2, f"error: model.beta must be in (0, 1000.0], got 0.0\n{HINT}\n")
-    assert not (tmp_path / "run").exists()
-
-
-def test_init_args_alone_in_a_later_file_apply_to_the_earlier_class(tmp_path):
-    """Found from outside: ``model: {init_args: {lr: -1}}`` layered over ``tiny`` (no ``class_path``)
-    was left to the live parser (same line, 12 s of CPU); the class is the earlier one's."""
-    later = _file(tmp_path, "later.yaml", "model:\n  init_args:\n    lr: -1\ndata:\n  init_args:\n    num_clients: 2\n")
-    proc = _cli(tmp_path, "fit", "--config", "tiny", "--config", later)
-    assert (proc.returncode, proc.stderr) == (2, f"error: model.lr must be in (0, 10.0], got -1.0\n{HINT}\n")
     assert not (tmp_path / "run").exists()
 
 
@@ -275,34 +244,50 @@ def test_an_option_the_strategy_does_not_take_is_refused_before_torch(tmp_path, 
     assert not (tmp_path / "run").exists()
 
 
-def test_an_option_a_hook_does_not_take_is_refused_before_torch(tmp_path):
-    later = _file(
-        tmp_path,
-        "later.yaml",
+LATER_FILES = {
+    "hook_template": (
+        ["fit", "--config", "fedbiot"],
+        "federation:\n  hooks:\n    - class_path: lightning_fed.round_hooks.EmulatorAlignment\n"
+        "      init_args: {dataset: 'synthetic:instructions', template: markdown}\n",
+        f"federation.hooks[0].template must be one of ('alpaca', 'plain', 'chat'), got 'markdown'\n{HINT}",
+    ),
+    "bad_value_in_a_later_file": (
+        ["validate", "--config", "tiny"],
+        "model:\n  class_path: lightning_fed.modules.DPOModule\n  init_args:\n    beta: 0\n",
+        f"model.beta must be in (0, 1000.0], got 0.0\n{HINT}",
+    ),
+    # found from outside: `model: {init_args: {lr: -1}}` layered over `tiny` (no `class_path`) was left
+    # to the live parser (same line, 12 s of CPU); the class is the earlier one's
+    "init_args_alone_apply_to_the_earlier_class": (
+        ["fit", "--config", "tiny"],
+        "model:\n  init_args:\n    lr: -1\ndata:\n  init_args:\n    num_clients: 2\n",
+        f"model.lr must be in (0, 10.0], got -1.0\n{HINT}",
+    ),
+    "an_option_a_hook_does_not_take": (
+        ["fit", "--config", "fedbiscuit_tiny"],
         "federation:\n  hooks:\n    - class_path: ClientGrouping\n      init_args: {clip_los: 1.0}\n",
-    )
-    proc = _cli(tmp_path, "fit", "--config", "fedbiscuit_tiny", "--config", later)
-    assert (proc.returncode, proc.stderr) == (
-        2,
-        "error: federation.hooks[0].clip_los is not an option of ClientGrouping;"
-        " did you mean federation.hooks[0].clip_loss?\n",
-    )
+        "federation.hooks[0].clip_los is not an option of ClientGrouping; did you mean federation.hooks[0].clip_loss?",
+    ),
+}
 
 
-def test_a_strategy_of_another_package_is_left_to_the_live_parser(tmp_path):
-    proc = _cli(
-        tmp_path, "fit", "--config", "tiny", "--federation.strategy=my_package.FedProx", "--federation.strategy.mu=-1"
-    )
-    assert REACHED_TORCH in proc.stderr and "must be" not in proc.stderr
+@pytest.mark.parametrize(("args", "later", "lines"), list(LATER_FILES.values()), ids=list(LATER_FILES))
+def test_a_bad_value_in_a_later_config_file_is_refused_before_torch(tmp_path, args, later, lines):
+    proc = _cli(tmp_path, *args, "--config", _file(tmp_path, "later.yaml", later))
+    assert (proc.returncode, proc.stderr) == (2, f"error: {lines}\n")
+    assert not (tmp_path / "run").exists()
 
 
-def test_a_user_s_own_class_is_left_to_the_live_parser(tmp_path):
-    proc = _cli(tmp_path, "fit", "--config", "tiny", "--model", "my_package.DPOModule", "--model.lr=-1")
-    assert REACHED_TORCH in proc.stderr and "must be" not in proc.stderr
+LEFT_TO_THE_LIVE_PARSER = {
+    "a_strategy_of_another_package": ["--federation.strategy=my_package.FedProx", "--federation.strategy.mu=-1"],
+    "a_user_s_own_class": ["--model", "my_package.DPOModule", "--model.lr=-1"],
+    # tiny's DPOModule values are not judged as SFTModule's (jsonargparse decides what carries over)
+    "another_class_drops_the_earlier_class_s_values": ["--config", "{bad_beta}", "--model", "SFTModule"],
+}
 
 
-def test_another_class_drops_the_earlier_class_s_values(tmp_path):
-    """tiny's DPOModule values are not judged as SFTModule's (jsonargparse decides what carries over)."""
+@pytest.mark.parametrize("overrides", list(LEFT_TO_THE_LIVE_PARSER.values()), ids=list(LEFT_TO_THE_LIVE_PARSER))
+def test_what_the_precheck_cannot_know_is_left_to_the_live_parser(tmp_path, overrides):
     bad_beta = _file(tmp_path, "b.yaml", "model:\n  class_path: DPOModule\n  init_args:\n    beta: -1\n")
-    proc = _cli(tmp_path, "fit", "--config", "tiny", "--config", bad_beta, "--model", "SFTModule")
+    proc = _cli(tmp_path, "fit", "--config", "tiny", *(o.format(bad_beta=bad_beta) for o in overrides))
     assert REACHED_TORCH in proc.stderr and "must be" not in proc.stderr

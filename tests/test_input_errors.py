@@ -33,9 +33,7 @@ def test_a_binary_config_is_named(tmp_path, binary):
     assert _errors(proc) == [f"error: config {str(binary)!r} is not UTF-8 text (byte 7: invalid start byte)"]
     plan = _cli("plan", "--config", str(binary))
     assert plan.returncode == 2, plan.stderr[-3000:]
-    assert _errors(plan, "lightning-fed plan:") == [
-        f"lightning-fed plan: error: --config {str(binary)!r} is not UTF-8 text (byte 7: invalid start byte)"
-    ]
+    assert _errors(plan) == [f"error: config {str(binary)!r} is not UTF-8 text (byte 7: invalid start byte)"]
     assert not (tmp_path / "run").exists()
 
 

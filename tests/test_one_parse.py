@@ -20,6 +20,7 @@ import torch
 
 import lightning_fed
 from lightning_fed import federated_cli, run_parser
+from lightning_fed.errors import UserError
 from lightning_fed.federated_cli import FederatedCLI, run_cli
 from lightning_fed.plan_cli import main as plan_main
 from lightning_fed.plan_cli import plan_config
@@ -121,6 +122,6 @@ def test_plan_refuses_what_fit_refuses(tmp_path, capsys, edit, message):
     assert edit[0] in text
     config = tmp_path / "bad.yaml"
     config.write_text(text.replace(edit[0], edit[1]))
-    assert plan_main(["--config", str(config)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("lightning-fed plan: error: " + message) and len(err.splitlines()) == 1
+    with pytest.raises(UserError) as refused:
+        plan_main(["--config", str(config)])
+    assert str(refused.value).startswith(message)

@@ -46,11 +46,15 @@ def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
             "lightning-fed evaluate: error: unrecognized arguments: --bench [lm_eval]; did you mean --benchmarks?\n",
         ),
         (
+            ["plan", "--config", "tiny", "--batch", "4"],
+            f"error: lightning-fed plan: unrecognized arguments: --batch 4; did you mean --batch-size?\n{HINT}\n",
+        ),
+        (
             ["fit", "--conf", "tiny"],
             "error: unknown option --conf for `lightning-fed fit`; did you mean --config?\n",
         ),
     ],
-    ids=["configs", "report", "evaluate", "fit"],
+    ids=["configs", "report", "evaluate", "plan", "fit"],
 )
 def test_an_abbreviated_option_is_refused_naming_the_option(tmp_path, args, stderr):
     proc = _run(tmp_path, *args)
@@ -62,15 +66,11 @@ def test_an_abbreviated_option_is_refused_naming_the_option(tmp_path, args, stde
     ("args", "last_line"),
     [
         (
-            ["plan", "--config", "tiny", "--batch", "4"],
-            "lightning-fed plan: error: unrecognized arguments: --batch 4; did you mean --batch-size?",
-        ),
-        (
             ["flower", "clientapp", "--poll", "-1"],
             "lightning-fed flower: error: unrecognized arguments: --poll -1; did you mean --poll-interval?",
         ),
     ],
-    ids=["plan", "flower"],
+    ids=["flower"],
 )
 def test_an_abbreviation_in_an_argparse_subcommand_gets_its_usage_and_the_option(tmp_path, args, last_line):
     """argparse's own form (the usage, then one error line), as these subcommands report every argument error."""

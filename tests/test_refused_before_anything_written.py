@@ -5,16 +5,14 @@ after ~12 s of CPU, leaving ``lightning_logs/version_0/config.yaml`` and an even
 ``--trainer.devices=0`` exited 1 with a ``MisconfigurationException``, ``--trainer.precision=fp7``
 with "Expected a <class 'int'>", ``--trainer.accelerator=tpu`` with torch_xla's
 ``ModuleNotFoundError``; a config file giving one key twice ran with one of the values. The child
-processes here cannot import torch (a ``sitecustomize`` refuses it), so each line is shown to
-come before torch.
+processes here cannot import torch (nor Lightning, transformers, PEFT, pandas), so each line is
+shown to come before torch.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
-import sys
 import typing
 from pathlib import Path
 
@@ -22,32 +20,15 @@ import pytest
 
 from lightning_fed.errors import HINT
 from lightning_fed.trainer_options import PRECISIONS, trainer_option_problem
-
-ROOT = Path(__file__).resolve().parents[1]
-NO_TORCH = """
-import sys
-
-class NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch":
-            raise ImportError("torch imported before the arguments were checked")
-        return None
-
-sys.meta_path.insert(0, NoTorch())
-"""
+from tests.helpers.cli import heavy_blocked_env, lightning_fed
 
 
 def _cli(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
-    """``lightning-fed <args>`` in an empty folder (returned, to show nothing was written there)."""
-    hook, work = tmp_path / "hook", tmp_path / "work"
-    hook.mkdir(exist_ok=True)
+    """``lightning-fed <args>`` in an empty folder (returned, to show nothing was written there), torch
+    and the other heavy packages unimportable (:func:`tests.helpers.cli.heavy_blocked_env`)."""
+    work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    (hook / "sitecustomize.py").write_text(NO_TORCH)
-    env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    for name in ("LIGHTNING_FED_DEBUG", "LIGHTNING_FED_VERBOSE", "LIGHTNING_FED_LIVE_HELP"):
-        env.pop(name, None)
-    cmd = [sys.executable, "-m", "lightning_fed", *args]
-    return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1800), work
+    return lightning_fed(*args, cwd=work, env=heavy_blocked_env(tmp_path / "blocked")), work
 
 
 @pytest.mark.parametrize("stage", ["fit", "validate", "test"])

@@ -179,7 +179,16 @@ def check_model_files(cfg: Namespace) -> None:
     Raises:
         ValueError: One line naming the option and the file.
     """
-    from lightning_fed.evaluation.run_model import ADAPTER_CONFIG
+    from lightning_fed.adapter_config import ADAPTER_CONFIG, read_adapter_config
+
+    adapter = Path(cfg.adapter).expanduser() if cfg.adapter is not None else None
+    run = Path(cfg.run).expanduser() if cfg.run is not None else None
+    folders = [(adapter, "--adapter")] if adapter is not None and adapter.is_dir() else []
+    if run is not None:
+        folders += [(f, "--run") for f in (run, run / "adapter") if (f / ADAPTER_CONFIG).is_file()][:1]
+    for folder, field in folders:  # r and lora_alpha before torch is imported (seconds of CPU)
+        read_adapter_config(folder, field)
+
     from lightning_fed.federation.checkpoint_io import read_checkpoint
     from lightning_fed.modules.adapter_files import check_adapter_folder, check_finite
 

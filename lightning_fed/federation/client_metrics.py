@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 CLIENTS_DIR = "client_metrics"
+ROUNDS_FILE = "rounds.jsonl"
+"""The run folder's round history (:mod:`~lightning_fed.federation.round_history`); named here, in a
+module that imports no Lightning, for ``lightning-fed report`` (:mod:`lightning_fed.report.runs`)."""
 PER_CLIENT = {"train": "train", "val": "val_clients"}
 """Stage of a Parquet file -> the key of a round record that holds its per-client metrics."""
 COLUMNS = ("round", "client", "stage", "num_examples")

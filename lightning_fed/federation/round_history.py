@@ -37,6 +37,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_fed.federation.client_metrics import (
     PER_CLIENT,
+    ROUNDS_FILE,
     client_file,
     fsync_file,
     read_client_file,
@@ -44,8 +45,6 @@ from lightning_fed.federation.client_metrics import (
     write_client_file,
 )
 from lightning_fed.federation.run_folder import EarlierFiles
-
-ROUNDS_FILE = "rounds.jsonl"
 
 SAMPLE_KEYS = ("clients", "aggregated", "failed", "rejected")
 """The keys of a round record that name its clients: kept in memory for the round's own use, never

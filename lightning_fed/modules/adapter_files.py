@@ -11,19 +11,16 @@ file and the key.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from lightning_fed.adapter_config import ADAPTER_CONFIG, read_adapter_config
 from lightning_fed.errors import CheckpointError
 from lightning_fed.federation.state_check import check_state, named, tensor_problem
-from lightning_fed.limits import MAX_LORA_ALPHA
 
-ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
@@ -38,20 +35,8 @@ def check_adapter_folder(folder: str | Path, field: str) -> dict[str, Any]:
         ValueError: One line naming ``field``, the file and what is wrong.
     """
     folder = Path(folder)
-    config_path, weights_path = folder / ADAPTER_CONFIG, folder / ADAPTER_WEIGHTS
-    try:
-        config = json.loads(config_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{field} {str(config_path)!r}: not a readable JSON adapter config ({err})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{field} {str(config_path)!r}: holds a {type(config).__name__}, expected a JSON object")
-    r, alpha = config.get("r"), config.get("lora_alpha", 8)
-    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
-        raise ValueError(f"{field} {str(config_path)!r}: 'r' must be a positive integer, got {r!r}")
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha):
-        raise ValueError(f"{field} {str(config_path)!r}: 'lora_alpha' must be a finite number, got {alpha!r}")
-    if not 0 < alpha <= MAX_LORA_ALPHA:  # the bound fit puts on lora.alpha (PEFT scales by alpha / r)
-        raise ValueError(f"{field} {str(config_path)!r}: 'lora_alpha' must be in (0, {MAX_LORA_ALPHA}], got {alpha!r}")
+    config = read_adapter_config(folder, field)  # r and lora_alpha, torch-free (lightning_fed/adapter_config.py)
+    r, weights_path = config["r"], folder / ADAPTER_WEIGHTS
     weights = read_adapter_weights(weights_path, field)
     ranks = config.get("rank_pattern") or {}
     for key, value in weights.items():

@@ -48,6 +48,9 @@ OBJECTIVES = ("sft", "dpo", "personal_head", "pdpo")
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
 LOGIT_BUFFERS = 2
 DEFAULT_RUNTIME_BYTES = 512 * 2**20
+BACKBONE = "model.init_args.backbone"
+LORA = "model.init_args.lora"
+"""Where a config holds what the planner reads: its messages name the keys as the user writes them."""
 
 
 @dataclass
@@ -178,28 +181,28 @@ def model_shape(backbone: dict[str, Any]) -> ModelShape:
         tokenizer = backbone.get("tokenizer") or "bytes"
         kwargs.setdefault("vocab_size", {"bytes": 259, "gpt2-bpe": 50257}.get(tokenizer, kwargs.get("vocab_size")))
         if kwargs["vocab_size"] is None:
-            raise ValueError(f"backbone.config: give vocab_size to plan with tokenizer {tokenizer!r}")
+            raise ValueError(f"{BACKBONE}.config: give vocab_size to plan with tokenizer {tokenizer!r}")
         return model_shape_from_config(AutoConfig.for_model(model_type, **kwargs))
     spec = backbone.get("name_or_path")
     if not spec:
-        raise ValueError("backbone: set name_or_path or config to plan a run")
+        raise ValueError(f"{BACKBONE}: set name_or_path or config to plan a run")
     if spec.startswith("gguf:"):
         from lightning_fed.modules.backbone import _package_dir, _parse_gguf, default_cache_dir
 
-        package, file = _parse_gguf(spec, "backbone.name_or_path")
+        package, file = _parse_gguf(spec, f"{BACKBONE}.name_or_path")
         root = Path(backbone["cache_dir"]).expanduser() if backbone.get("cache_dir") else default_cache_dir()
         cached = root / "gguf" / package / Path(file).stem  # as gguf_cache lays it out
         if (cached / "config.json").is_file():
             return model_shape_from_config(AutoConfig.from_pretrained(cached))
-        config = AutoConfig.from_pretrained(_package_dir(package, "backbone.name_or_path", spec), gguf_file=file)
+        config = AutoConfig.from_pretrained(_package_dir(package, f"{BACKBONE}.name_or_path", spec), gguf_file=file)
         return model_shape_from_config(config)
     try:
         config = AutoConfig.from_pretrained(spec)
     except OSError as err:  # not a folder, not in the hub cache, and offline
         first = str(err).strip().splitlines()[0]
         raise ValueError(
-            f"backbone.name_or_path: no config.json for {spec!r} here ({first}); download it once or give "
-            "backbone.config (the fields of its config.json) to plan offline"
+            f"{BACKBONE}.name_or_path: no config.json for {spec!r} here ({first}); download it once or give "
+            f"{BACKBONE}.config (the fields of its config.json) to plan offline"
         ) from err
     return model_shape_from_config(config)
 
@@ -208,7 +211,7 @@ def lora_params(shape: ModelShape, r: int, targets: list[str] | None) -> int:
     """LoRA parameters ``r (in + out)`` summed over the target linears."""
     targets = targets or DEFAULT_TARGET_MODULES.get(shape.model_type)
     if not targets:
-        raise ValueError(f"lora.target_modules: no default for model type {shape.model_type!r}; give them to plan")
+        raise ValueError(f"{LORA}.target_modules: no default for model type {shape.model_type!r}; give them to plan")
     return sum(r * (i + o) for name, (i, o) in shape.linears.items() if name.rsplit(".", 1)[-1] in targets)
 
 
@@ -221,7 +224,9 @@ def _weight_bytes(shape: ModelShape, dtype: str, quantization: str) -> int:
     elif quantization == "int8":
         linear = shape.linear_params + 4 * sum(o for _, o in shape.linears.values())
     else:
-        raise ValueError(f"backbone.quantization must be one of ('none', 'nf4', 'int8'), got {quantization!r}")
+        raise ValueError(
+            f"{BACKBONE}.quantization (or --quantization) must be one of ('none', 'nf4', 'int8'), got {quantization!r}"
+        )
     return linear + 4 * rest  # k-bit preparation upcasts the rest to float32
 
 

@@ -19,9 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
 
-from lightning_fed.errors import UserError, unwritable
+from lightning_fed.errors import OneLineParser, UserError, unwritable
 from lightning_fed.report.figures import FIGURES, save
 from lightning_fed.report.html import page
 from lightning_fed.report.runs import Run, drop_repeats, find_runs
@@ -34,21 +33,13 @@ from lightning_fed.report.table import (
     markdown,
     repeated_seeds,
 )
-from lightning_fed.strict_parser import StrictParser, close_option
 
 PROG = "lightning-fed report"
 BUILT_IN_FIELDS = ("method", "partition", "strategy", "model", "seed")
 
 
-class _Parser(StrictParser):
-    def error(self, message: str) -> NoReturn:
-        raise UserError(
-            f"{self.prog}: {close_option(self, message)}"
-        )  # one line, exit status 2 (lightning_fed/errors.py)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0].split(": ", 1)[1])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0].split(": ", 1)[1])
     parser.add_argument("runs", nargs="+", metavar="RUN_OR_GLOB", help="run folders, folders of runs, or globs")
     parser.add_argument(
         "--by",

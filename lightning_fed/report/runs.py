@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.errors import UserError
-from lightning_fed.federation.client_metrics import CLIENTS_DIR
-from lightning_fed.federation.round_history import ROUNDS_FILE
+from lightning_fed.federation.client_metrics import CLIENTS_DIR, ROUNDS_FILE
 from lightning_fed.json_lines import numbered_records
 
 SUMMARY = "summary.json"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-ENV.pop("LIGHTNING_FED_DEBUG", None)
+for _name in ("LIGHTNING_FED_DEBUG", "LIGHTNING_FED_VERBOSE", "LIGHTNING_FED_LIVE_HELP"):  # a user's settings
+    ENV.pop(_name, None)
 
 
 def run_process(argv: list[str], *, cwd: Path = ROOT, env: dict | None = None, timeout: float = 1800):
@@ -27,3 +28,18 @@ def lightning_fed(
 ) -> subprocess.CompletedProcess:
     """``lightning-fed ARGS`` from ``cwd``."""
     return run_process([sys.executable, "-m", "lightning_fed.cli", *args], cwd=cwd, env=env, timeout=timeout)
+
+
+HEAVY = ("torch", "lightning", "transformers", "peft", "pandas")
+"""Packages an answer given "before torch is imported" must not need."""
+
+
+def heavy_blocked_env(folder: Path) -> dict:
+    """:data:`ENV` with packages named :data:`HEAVY` put first on the path in ``folder``, each
+    raising ``ImportError`` when imported: a command that answers under it imported none of them
+    (what seconds of CPU a user waits for; shown without timing anything)."""
+    for name in HEAVY:
+        package = folder / name
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text(f"raise ImportError('{name} was imported')\n")
+    return {**ENV, "PYTHONPATH": f"{folder}{os.pathsep}{ROOT}"}

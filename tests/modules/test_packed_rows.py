@@ -171,8 +171,7 @@ def test_batched_clients_packed_upload_what_two_row_sequential_turns_did(tmp_pat
     is off by orders of magnitude more (``test_a_mask_across_pairs_is_caught``: > 1e-2 in one step)."""
     import lightning_fed.modules.preference as preference
     from lightning_fed.modules import DPOModule
-    from tests.batching.test_parity import run_round
-    from tests.helpers.runs import preference_data
+    from tests.helpers.group_round import grouped_round_matches_sequential
     from tests.modules.test_shared_prefix import backbone, lora
 
     packed: list[tuple[int, int]] = []  # (pairs, packed rows) of each forward
@@ -190,15 +189,8 @@ def test_batched_clients_packed_upload_what_two_row_sequential_turns_did(tmp_pat
         built.scored_head = built.shared_prefix = built.pack_rows = new
         return built
 
-    def data():
-        return preference_data(num_clients=4, per_client=12, batch_size=2, max_length=160)
+    def nothing_packed() -> None:
+        assert not packed
 
-    old, _ = run_round(tmp_path, "old", lambda: module(False), data, "off")
-    assert not packed
-    new, loop = run_round(tmp_path, "new", lambda: module(True), data, 4)
-    assert loop.group_size == 4 and old.keys() == new.keys()
-    for key in old:
-        state_old = {n: v for n, v in old[key].items() if "lora_" in n}
-        state_new = {n: v for n, v in new[key].items() if "lora_" in n}
-        assert state_old and largest_relative_difference(state_new, state_old) <= ROUND_RTOL
+    grouped_round_matches_sequential(tmp_path, module, ROUND_RTOL, nothing_packed)
     assert (8, 4) in packed  # a group step's 4 clients x 2 pairs: a packed row per client

@@ -272,8 +272,7 @@ def test_batched_clients_share_the_prompt_and_upload_what_unshared_sequential_tu
     with the prompt once and the head on the scored positions, against sequential turns on the path
     before issue 43 (two rows per pair, the head on every position), SGD, the reference recomputed."""
     import lightning_fed.modules.preference as preference
-    from tests.batching.test_parity import run_round
-    from tests.helpers.runs import preference_data
+    from tests.helpers.group_round import grouped_round_matches_sequential
 
     prefixes: list[int] = []
     real = preference.shared_log_probs
@@ -289,15 +288,8 @@ def test_batched_clients_share_the_prompt_and_upload_what_unshared_sequential_tu
         built.scored_head = built.shared_prefix = new
         return built
 
-    def data():
-        return preference_data(num_clients=4, per_client=12, batch_size=2, max_length=160)
+    def no_prefix_shared() -> None:
+        assert not prefixes
 
-    old, _ = run_round(tmp_path, "old", lambda: module(False), data, "off")
-    assert not prefixes
-    new, loop = run_round(tmp_path, "new", lambda: module(True), data, 4)
-    assert loop.group_size == 4 and old.keys() == new.keys()
+    grouped_round_matches_sequential(tmp_path, module, ROUND_RTOL, no_prefix_shared)
     assert prefixes and min(prefixes) > 0  # every pair's prompt ran once
-    for key in old:
-        state_old = {n: v for n, v in old[key].items() if "lora_" in n}
-        state_new = {n: v for n, v in new[key].items() if "lora_" in n}
-        assert state_old and largest_relative_difference(state_new, state_old) <= ROUND_RTOL

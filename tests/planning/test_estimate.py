@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lightning_fed.errors import UserError
 from lightning_fed.plan_cli import main
 from lightning_fed.planning.activations import count_saved_activations
 from lightning_fed.planning.estimate import NF4_BYTES_PER_WEIGHT, PlanInputs, estimate, model_shape
@@ -159,17 +160,19 @@ def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
     assert main(["--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert "clients trained together (federation.batch_clients: 8): K = 4 (at most clients_per_round)" in out
-    assert main(["--config", str(tmp_path / "nope.yaml")]) == 2
-    assert "nope.yaml" in (err := capsys.readouterr().err) and "File does not exist" in err  # as fit says it
+    with pytest.raises(UserError, match="nope.yaml") as refused:
+        main(["--config", str(tmp_path / "nope.yaml")])
+    assert "File does not exist" in str(refused.value)  # as fit says it
     path.write_text(yaml.safe_dump({**cfg, "model": {"init_args": {}}}))
-    assert main(["--config", str(path)]) == 2
-    capsys.readouterr()
+    with pytest.raises(UserError):
+        main(["--config", str(path)])
     cfg["model"]["init_args"]["backbone"] = {"name_or_path": "no-such-org/no-such-lm"}
     path.write_text(yaml.safe_dump(cfg))
-    assert main(["--config", str(path)]) == 2
-    err = capsys.readouterr().err
-    assert "backbone.name_or_path: no config.json for 'no-such-org/no-such-lm'" in err and "backbone.config" in err
-    assert len(err.strip().splitlines()) == 1
+    with pytest.raises(UserError) as refused:
+        main(["--config", str(path)])
+    err = str(refused.value)
+    assert err.startswith("model.init_args.backbone.name_or_path: no config.json for 'no-such-org/no-such-lm'")
+    assert "give model.init_args.backbone.config" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.slow
