@@ -31,7 +31,15 @@ from typing import Any
 from lightning_fed.class_options import class_option_problem, size_problem
 from lightning_fed.class_sections import class_problem, parsed, string_problem, unknown_option_of
 from lightning_fed.errors import unwritable
-from lightning_fed.option_rules import FEDERATION_ALL, SECTIONS, class_rules, problems, seed_problem, seed_type_problem
+from lightning_fed.option_rules import (
+    FEDERATION_ALL,
+    SECTIONS,
+    batch_clients_problem,
+    class_rules,
+    problems,
+    seed_problem,
+    seed_type_problem,
+)
 from lightning_fed.trainer_options import logger_problem, trainer_option_problem
 
 _UNKNOWN = object()
@@ -275,6 +283,8 @@ class Merged:
                 return problem
             if found := problems(FEDERATION_ALL, parsed(FEDERATION_ALL, federation)):
                 return "; ".join(found)
+            if problem := batch_clients_problem(federation.get("batch_clients", "auto")):
+                return problem
         if problem := class_problem("federation.strategy", self.sections.get("federation.strategy")):
             return problem
         hooks = self.sections.get("federation.hooks")

@@ -62,9 +62,23 @@ imports nothing heavy but sits in a package that does): EmulatorAlignment's ``te
 
 
 SEED_MAX = 2**32 - 1
+"""numpy's bound on ``seed_everything``."""
 _SEED_WORD = re.compile(r"^([-+]?[0-9][0-9_]*|true|false|yes|no|on|off)$", re.I)
 """A ``seed_everything`` string the parser may still read as an integer or a bool: left to it."""
-"""numpy's bound on ``seed_everything``."""
+_INTEGER = re.compile(r"^[-+]?[0-9]+$")
+
+
+def batch_clients_problem(value: Any) -> str | None:
+    """``federation.batch_clients`` other than ``off``, ``auto`` or an integer >= 1 (``int | str``:
+    the parser takes any word, :class:`~lightning_fed.run_config.FederationConfig` refuses it with
+    this line). A bool (YAML 1.1 reads ``off`` as ``false``) or a float is left to the live parser."""
+    if isinstance(value, str) and _INTEGER.match(value.strip()):
+        value = int(value)
+    if value in ("off", "auto") or isinstance(value, (bool, float)) or value is None:
+        return None
+    if isinstance(value, int) and value >= 1:
+        return None
+    return f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {value!r}"
 
 
 def seed_problem(seed: Any) -> str | None:

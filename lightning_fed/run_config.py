@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lightning_fed.option_rules import FEDERATION
+from lightning_fed.option_rules import FEDERATION, batch_clients_problem
 from lightning_fed.option_rules import problems as rule_problems
 from lightning_fed.run_options import (
     DEFAULT_PANEL_SIZE,
@@ -136,8 +136,10 @@ class FederationConfig:
             )
         out.extend(compression_problems(self.compression))
         k = self.batch_clients
-        if k not in ("off", "auto") and not (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
+        if isinstance(k, (bool, float)) or k is None:  # left to the live parser by the precheck, refused here
             out.append(f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {k!r}")
+        elif problem := batch_clients_problem(k):
+            out.append(problem)
         return out
 
     def _sampling_problems(self) -> list[str]:

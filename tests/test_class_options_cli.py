@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_fed.errors import HINT as DEBUG_HINT
 from tests.helpers.cli import ENV, ROOT, run_process
 from tests.test_config_values_cli import NO_TORCH
 
@@ -160,3 +161,18 @@ def test_an_override_after_the_file_replaces_its_bad_value(tmp_path):
     later.write_text("data:\n  init_args:\n    template: nope\n")
     proc, _ = _fit(tmp_path, "--config", "tiny", "--config", str(later), "--data.init_args.template=plain")
     assert "torch imported before the config was checked" in proc.stderr and "template" not in proc.stderr
+
+
+LIVE_FORM = {  # FederationConfig's own rule: the line and the hint, as the live CLI printed it after torch
+    "batch_clients_word": (["--federation.batch_clients=x"], "got 'x'"),
+    "batch_clients_zero": (["--federation.batch_clients=0"], "got 0"),
+}
+
+
+@pytest.mark.parametrize(("args", "got"), list(LIVE_FORM.values()), ids=list(LIVE_FORM))
+def test_batch_clients_is_refused_before_torch_as_the_live_cli_refused_it(tmp_path, args, got):
+    """``int | str``: the parser takes any word; on 04c9cfc only FederationConfig refused it, after torch."""
+    proc, cwd = _fit(tmp_path, "--config", "tiny", *args)
+    line = f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, {got}"
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{DEBUG_HINT}\n")
+    assert not any(cwd.iterdir())
