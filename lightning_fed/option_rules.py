@@ -71,11 +71,12 @@ _INTEGER = re.compile(r"^[-+]?[0-9]+$")
 def batch_clients_problem(value: Any) -> str | None:
     """``federation.batch_clients`` other than ``off``, ``auto`` or an integer >= 1 (``int | str``:
     the parser takes any word, :class:`~lightning_fed.run_config.FederationConfig` refuses it with
-    this line). A bool (YAML 1.1 reads ``off`` as ``false``) or a float is left to the live parser."""
+    this line; the parser refuses a float, 1.5 or 2.0, as ``Expected a <class 'int'>``). A bool (YAML 1.1
+    reads ``off`` as ``false``) is left to the live parser."""
     if isinstance(value, str) and _INTEGER.match(value.strip()):
         value = int(value)
-    if value in ("off", "auto") or isinstance(value, (bool, float)) or value is None:
-        return None
+    if value in ("off", "auto") or isinstance(value, bool) or value is None:
+        return None  # YAML 1.1 reads `off` as false
     if isinstance(value, int) and value >= 1:
         return None
     return f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {value!r}"
@@ -83,7 +84,8 @@ def batch_clients_problem(value: Any) -> str | None:
 
 def seed_problem(seed: Any) -> str | None:
     """``seed_everything`` out of numpy's bounds, named (Lightning's message names no option).
-    ``true`` (a random seed) and ``false`` are accepted."""
+    ``true`` and ``false`` are accepted (``true``: Lightning's ``seed_everything()``, which takes
+    ``PL_GLOBAL_SEED`` or else 0 since Lightning 2.0, not a random seed)."""
     if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed <= SEED_MAX:
         return f"seed_everything must be in [0, {SEED_MAX}], got {seed}"
     return None
@@ -92,8 +94,13 @@ def seed_problem(seed: Any) -> str | None:
 def seed_type_problem(seed: Any) -> str | None:
     """``seed_everything`` given as a word, a list or a mapping, which the parser refuses with
     ``Expected a <class 'bool'>`` (naming neither the option's integers nor its value)."""
-    if isinstance(seed, (str, list, dict)) and not (isinstance(seed, str) and _SEED_WORD.match(seed.strip())):
-        return f"seed_everything must be an integer in [0, {SEED_MAX}], true (a random seed) or false, got {seed!r}"
+    if isinstance(seed, float) or (
+        isinstance(seed, (str, list, dict)) and not (isinstance(seed, str) and _SEED_WORD.match(seed.strip()))
+    ):  # `bool | int`: 2.0 is refused by the parser too
+        return (
+            f"seed_everything must be an integer in [0, {SEED_MAX}], true (PL_GLOBAL_SEED, else 0) or false,"
+            f" got {seed!r}"
+        )
     return None
 
 

@@ -78,7 +78,10 @@ def logger_problem(logger: Any) -> str | None:
     names = lightning_loggers()
     if names is None or logger in names:
         return None
-    return f"trainer.logger must be true, false, a logger class ({', '.join(names)}) or its class path, got {logger!r}"
+    return (
+        f"trainer.logger must be true, false, a logger class ({', '.join(names)}) or its class path"
+        f" (with the init_args it requires, e.g. CSVLogger's save_dir), got {logger!r}"
+    )
 
 
 def _int(value: Any) -> bool:

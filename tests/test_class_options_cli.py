@@ -76,9 +76,13 @@ CASES = {
         ["--config", "tiny", "--model.init_args.backbone.dtyp=float32"],
         "model.backbone.dtyp is not an option of BackboneConfig; did you mean model.backbone.dtype?",
     ),
+    "seed_float": (  # `bool | int`: the parser refused 1.5 and 2.0 with "Expected a <class 'bool'>"
+        ["--config", "tiny", "--seed_everything=2.0"],
+        "seed_everything must be an integer in [0, 4294967295], true (PL_GLOBAL_SEED, else 0) or false, got 2.0",
+    ),
     "seed_word": (
         ["--config", "tiny", "--seed_everything=abc"],
-        "seed_everything must be an integer in [0, 4294967295], true (a random seed) or false, got 'abc'",
+        "seed_everything must be an integer in [0, 4294967295], true (PL_GLOBAL_SEED, else 0) or false, got 'abc'",
     ),
     "loss": (
         ["--config", "tiny", "--model.init_args.loss=nosuchloss"],
@@ -92,7 +96,8 @@ CASES = {
     ),
     "logger": (
         ["--config", "tiny", "--trainer.logger=maybe"],
-        f"trainer.logger must be true, false, a logger class ({LOGGERS}) or its class path, got 'maybe'",
+        f"trainer.logger must be true, false, a logger class ({LOGGERS}) or its class path"
+        " (with the init_args it requires, e.g. CSVLogger's save_dir), got 'maybe'",
     ),
     "model_key_no_close_match": (
         ["--config", "tiny", "--model.init_args.zzz=3"],
@@ -166,6 +171,7 @@ def test_an_override_after_the_file_replaces_its_bad_value(tmp_path):
 LIVE_FORM = {  # FederationConfig's own rule: the line and the hint, as the live CLI printed it after torch
     "batch_clients_word": (["--federation.batch_clients=x"], "got 'x'"),
     "batch_clients_zero": (["--federation.batch_clients=0"], "got 0"),
+    "batch_clients_float": (["--federation.batch_clients=1.5"], "got 1.5"),  # the parser: `Expected an int`
 }
 
 

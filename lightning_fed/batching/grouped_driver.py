@@ -73,7 +73,10 @@ class GroupedTurns(TurnDriver):
                 config.clients_per_round, config.sampling, config.sampling_rate, datamodule.num_clients
             )
             k = fits(pl_module, datamodule, trainer, clients)
-        rank_zero_info(f"federation.batch_clients: {config.batch_clients}: clients trained together K = {int(k)}{how}")
+        shown = int(k)
+        if config.sampling == "fixed_size" and shown > config.clients_per_round:  # a round has no more clients
+            shown, how = config.clients_per_round, " (at most clients_per_round)"
+        rank_zero_info(f"federation.batch_clients: {config.batch_clients}: clients trained together K = {shown}{how}")
         return int(k)
 
     def close_group(self, trainer: pl.Trainer) -> None:
