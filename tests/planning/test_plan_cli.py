@@ -71,9 +71,8 @@ def test_bad_option_is_one_line_naming_it_before_torch(tmp_path, args, message):
             "federation.batch_clients must be 'off', 'auto' or an integer >= 1, got 'x'",
         ),
         (("batch_size: 4", "batch_size: 0"), "data.batch_size must be >= 1, got 0"),  # the data module's words, as fit
-        (("max_length: 160", "max_length: 512"), f"data.max_length 512 {PAST_POSITIONS}"),
     ],
-    ids=["batch_clients_x", "config_batch_0", "config_length_past_positions"],
+    ids=["batch_clients_x", "config_batch_0"],
 )
 def test_bad_config_value_is_one_line_naming_its_key_before_torch(tmp_path, edit, message):
     text = TINY.read_text()
@@ -83,6 +82,19 @@ def test_bad_config_value_is_one_line_naming_its_key_before_torch(tmp_path, edit
     before = config.read_bytes()
     proc = _plan_without_torch(tmp_path, "--config", str(config))
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {message}\n{HINT}\n")
+    assert config.read_bytes() == before
+
+
+def test_a_config_length_past_the_positions_is_fit_s_precheck_line(tmp_path):
+    """``data.max_length`` above the config's ``n_positions``: fit's precheck (class_options.py) finds it
+    first, naming the file, as ``fit --config`` does."""
+    text = TINY.read_text()
+    config = tmp_path / "bad.yaml"
+    config.write_text(text.replace("max_length: 160", "max_length: 512"))
+    before = config.read_bytes()
+    proc = _plan_without_torch(tmp_path, "--config", str(config))
+    line = f"config {str(config)!r}: data.max_length must be <= the backbone's n_positions (256), got 512"
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {line}\n")
     assert config.read_bytes() == before
 
 
