@@ -141,32 +141,29 @@ def test_every_shipped_config_batches_or_says_why():
     assert table == config_table(reasons), "docs/developer/batching.md's table, regenerated:\n" + config_table(reasons)
 
 
-def test_active_dropout_batches_and_k_is_said_in_one_line(tmp_path, caplog):
+@pytest.mark.parametrize(
+    ("batch_clients", "line"),
+    [
+        (2, "federation.batch_clients: 2: clients trained together K = 2"),
+        # 8 with 2 clients a round trains the 2 together: the line said `K = 8` (red team)
+        (8, "federation.batch_clients: 8: clients trained together K = 2 (at most clients_per_round)"),
+    ],
+)
+def test_active_dropout_batches_and_k_is_said_in_one_line(tmp_path, caplog, batch_clients, line):
     """LoRA dropout 0.05 (the default) and GPT-2's own: the clients train together (issue 43), and
-    the run says K in one line at start."""
+    the run says K, at most the round's clients, in one line at start."""
     from lightning_fed.modules import LoraSettings, SFTModule
     from tests.helpers.runs import TINY_GPT2
 
     module = SFTModule(BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"), lora=LoraSettings(r=4, alpha=8))
-    loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=1, seed=0, batch_clients=2, save_adapter=False)
+    loop = FederatedLoop(
+        rounds=1, clients_per_round=2, local_steps=1, seed=0, batch_clients=batch_clients, save_adapter=False
+    )
     with caplog.at_level("INFO"):
         fit(module, sft_data(), loop, str(tmp_path), limit_val_batches=0)
     lines = [r.getMessage() for r in caplog.records if "batch_clients" in r.getMessage()]
-    assert lines == ["federation.batch_clients: 2: clients trained together K = 2"]
-    assert loop.group_size == 2 and loop.next_round().groups
-
-
-def test_a_k_above_the_round_s_clients_is_said_as_the_round_s(tmp_path, caplog):
-    """``batch_clients: 8`` with 2 clients a round trains the 2 together: the line said ``K = 8`` (red team)."""
-    from lightning_fed.modules import LoraSettings, SFTModule
-    from tests.helpers.runs import TINY_GPT2
-
-    module = SFTModule(BackboneConfig(config=dict(TINY_GPT2), tokenizer="bytes"), lora=LoraSettings(r=4, alpha=8))
-    loop = FederatedLoop(rounds=1, clients_per_round=2, local_steps=1, seed=0, batch_clients=8, save_adapter=False)
-    with caplog.at_level("INFO"):
-        fit(module, sft_data(), loop, str(tmp_path), limit_val_batches=0)
-    lines = [r.getMessage() for r in caplog.records if "batch_clients" in r.getMessage()]
-    assert lines == ["federation.batch_clients: 8: clients trained together K = 2 (at most clients_per_round)"]
+    assert lines == [line]
+    assert loop.next_round().groups
 
 
 def test_per_client_hook_falls_back_unless_batch_safe():
