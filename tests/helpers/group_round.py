@@ -16,7 +16,7 @@ def grouped_round_matches_sequential(
     between the two (e.g. to check the new path was not taken by the sequential round)."""
     from tests.batching.test_parity import run_round
     from tests.helpers.runs import preference_data
-    from tests.modules.test_scored_logits import largest_relative_difference
+    from tests.helpers.sgd_steps import largest_relative_difference
 
     def data():
         return preference_data(num_clients=4, per_client=12, batch_size=2, max_length=160)

@@ -35,15 +35,9 @@ import lightning_fed.modules.preference as preference
 import lightning_fed.modules.shared_prefix as shared_prefix
 from lightning_fed.modules.pdpo import PDPOModule
 from tests.helpers.offsite import offsite_module
+from tests.helpers.sgd_steps import largest_relative_difference, sgd_steps, start_state
 from tests.helpers.threads import one_thread  # noqa: F401 (autouse)
-from tests.modules.test_scored_logits import (
-    CONFIGS,
-    backbone,
-    largest_relative_difference,
-    lora,
-    sft_batch,
-    start_state,
-)
+from tests.modules.test_scored_logits import CONFIGS, backbone, lora, sft_batch
 from tests.modules.test_shared_prefix import pairs
 
 RTOL, STEPS, LR = 1e-5, 3, 0.05
@@ -65,17 +59,7 @@ def pdpo(config: str) -> PDPOModule:
 def train(module, start, batches, loss_fn, path) -> dict[str, torch.Tensor]:
     """``STEPS`` SGD steps over every trainable tensor from ``start`` on ``path``; the trained tensors."""
     module.scored_head, module.shared_prefix, module.pack_rows = path
-    params = {n: p for n, p in module.named_parameters() if p.requires_grad}
-    with torch.no_grad():
-        for n, p in params.items():
-            p.copy_(start[n])
-    opt = torch.optim.SGD(list(params.values()), lr=LR)
-    torch.manual_seed(0)
-    for batch in batches:
-        opt.zero_grad()
-        loss_fn(module, batch).backward()
-        opt.step()
-    return {n: p.detach().clone() for n, p in params.items()}
+    return sgd_steps(module, start, batches, loss_fn, LR)
 
 
 def pdpo_loss(module, batch):

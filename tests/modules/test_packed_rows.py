@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import lightning_fed.modules.shared_prefix as shared_prefix
 from lightning_fed.batching.client_rows import ClientRows, packed_rows
 from lightning_fed.modules.shared_prefix import pack_rows, pair_layout
-from tests.modules.test_scored_logits import largest_relative_difference, start_state
+from tests.helpers.sgd_steps import largest_relative_difference, start_state
 from tests.modules.test_shared_prefix import (
     CONFIGS,
     OBJECTIVES,

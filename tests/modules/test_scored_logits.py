@@ -26,6 +26,7 @@ from lightning_fed.modules.pdpo import PDPOModule
 from lightning_fed.modules.scored_logits import output_head, scored_positions
 from tests.helpers.offsite import offsite_module
 from tests.helpers.runs import TINY_GPT2, tiny_llama
+from tests.helpers.sgd_steps import largest_relative_difference, sgd_steps, start_state
 from tests.helpers.threads import one_thread  # noqa: F401 (autouse)
 
 NO_DROPOUT = {**TINY_GPT2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "initializer_range": 0.1}
@@ -103,34 +104,10 @@ OBJECTIVES = {
 }
 
 
-def start_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Every trainable tensor moved off its initial value (LoRA's B starts at zero)."""
-    gen = torch.Generator().manual_seed(7)
-    return {
-        n: p.detach() + 0.1 * torch.randn(p.shape, generator=gen)
-        for n, p in module.named_parameters()
-        if p.requires_grad
-    }
-
-
 def train(module, start, batches, loss_fn, scored_head: bool) -> dict[str, torch.Tensor]:
     """``STEPS`` SGD steps over every trainable tensor from ``start``; the trained tensors."""
     module.scored_head = scored_head
-    params = {n: p for n, p in module.named_parameters() if p.requires_grad}
-    with torch.no_grad():
-        for n, p in params.items():
-            p.copy_(start[n])
-    opt = torch.optim.SGD(list(params.values()), lr=LR)
-    torch.manual_seed(0)  # the same dropout masks (FedBiOT's GPT-2 keeps its dropout)
-    for batch in batches:
-        opt.zero_grad()
-        loss_fn(module, batch).backward()
-        opt.step()
-    return {n: p.detach().clone() for n, p in params.items()}
-
-
-def largest_relative_difference(new: dict, old: dict) -> float:
-    return max(((new[n] - old[n]).abs().max() / old[n].abs().max().clamp(min=1e-30)).item() for n in old)
+    return sgd_steps(module, start, batches, loss_fn, LR)
 
 
 def run_both(objective: str, config: str) -> tuple[dict, dict, dict]:

@@ -26,9 +26,9 @@ import lightning_fed.modules.shared_prefix as shared_prefix
 from lightning_fed.modules import BackboneConfig, DPOModule, LoraSettings, ORPOModule, SimPOModule
 from lightning_fed.modules.reference_cache import ReferenceCache
 from lightning_fed.modules.shared_prefix import pair_layout, supports_shared_prefix
+from tests.helpers.sgd_steps import largest_relative_difference, sgd_steps, start_state
 from tests.helpers.threads import one_thread  # noqa: F401 (autouse)
 from tests.modules.test_scored_logits import CONFIGS as SCORED_CONFIGS
-from tests.modules.test_scored_logits import largest_relative_difference, start_state
 
 TINY_QWEN2 = {**SCORED_CONFIGS["llama"], "model_type": "qwen2"}
 CONFIGS = {**SCORED_CONFIGS, "qwen2": TINY_QWEN2}
@@ -88,16 +88,7 @@ def loss_and_grads(module, batch, shared: bool) -> dict[str, torch.Tensor]:
 
 def sgd(module, start, batches, shared: bool) -> dict[str, torch.Tensor]:
     module.shared_prefix = shared
-    params = {n: p for n, p in module.named_parameters() if p.requires_grad}
-    with torch.no_grad():
-        for n, p in params.items():
-            p.copy_(start[n])
-    opt = torch.optim.SGD(list(params.values()), lr=LR)
-    for batch in batches:
-        opt.zero_grad()
-        module.pair_metrics(batch)["loss"].mean().backward()
-        opt.step()
-    return {n: p.detach().clone() for n, p in params.items()}
+    return sgd_steps(module, start, batches, lambda m, b: m.pair_metrics(b)["loss"].mean(), LR)
 
 
 def build(objective: str, config: str):
