@@ -48,6 +48,12 @@ DEBUG_ENV = "LIGHTNING_FED_DEBUG"
 HINT = f"(run with {DEBUG_FLAG} or {DEBUG_ENV}=1 for the traceback)"
 
 
+def help_tip(prog: str) -> str:
+    """The line after an argument error: where the options are listed (``prog``: ``lightning-fed fit``,
+    the subcommand named whenever one is known)."""
+    return f"tip: {prog} --help lists every option"
+
+
 class UserError(ValueError):
     """Input the user must fix (arguments, config, data, checkpoint): exit status 2, one line."""
 

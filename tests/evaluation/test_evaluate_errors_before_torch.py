@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.test_config_values_cli import NO_TORCH, ROOT
+from tests.helpers.cli import NO_TORCH, ROOT
 
 PROG = "lightning-fed evaluate: error:"
 CASES = {
