@@ -34,6 +34,7 @@ from lightning_fed.errors import unwritable
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
     SECTIONS,
+    WORD_OPTIONS,
     batch_clients_problem,
     class_rules,
     problems,
@@ -352,7 +353,8 @@ def merged_config(args: list[str]) -> Merged | None:
                 except Exception:  # noqa: BLE001 - refused (or not) by the file checks before
                     return None
         elif not key.endswith("+") and key != "print_config":
-            merged.apply_option(key, _value(raw))
+            value = _value(raw)
+            merged.apply_option(key, raw if key in WORD_OPTIONS and isinstance(value, bool) else value)
     return merged
 
 

@@ -9,7 +9,6 @@ in :meth:`~lightning_fed.federated_cli.FederatedCLI.before_instantiate_classes`:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,15 +76,29 @@ TRAINER_TYPES: dict[str, tuple[str, ...]] = {
     "enable_autolog_hparams": ("bool",),
     "devices": ("list[int]", "str", "int"),
     "default_root_dir": ("str", "null"),
+    "model_registry": ("str", "null"),
 }
 """The ``Trainer.__init__`` options whose annotation is made of plain values only, by its parts
 (``int``, ``float``, ``bool``, ``str``, ``null``, ``list[int]``, a ``Literal`` string): what the
 parser type-checks them against (``Expected a <class 'int'>``, no value named), checked here
 without importing Lightning (which imports torch). ``tests/test_trainer_options.py`` derives the
 same table from ``inspect.signature(lightning.Trainer.__init__)``."""
-_DEVICES = re.compile(r"^(auto|-1|[0-9]+|([0-9]+\s*,\s*)*[0-9]+\s*,?)$")
-"""A ``trainer.devices`` string Lightning takes: ``auto``, ``-1``, a count (``2``) or device
-indices (``0,1``; ``_normalize_parse_gpu_string_input``); any other word fails on every accelerator."""
+
+
+def _devices_word(text: str) -> bool:
+    """Whether Lightning reads a ``trainer.devices`` string: ``auto``, ``-1``, a count (``2``) or
+    device indices (``0,1``), as ``_normalize_parse_gpu_string_input`` reads them (the CPU's
+    ``_parse_cpu_cores`` takes fewer: a word neither takes fails on every accelerator)."""
+    if text in ("auto", "-1"):
+        return True
+    parts = [part for part in text.split(",") if part] if "," in text else [text]
+    try:
+        [int(part) for part in parts]
+    except ValueError:
+        return False
+    return True
+
+
 PLUGIN_ACCELERATORS = {"tpu": "torch_xla"}
 """An accelerator Lightning names but needs another library for (``ModuleNotFoundError`` otherwise)."""
 
@@ -150,7 +163,7 @@ def _device_problem(trainer: Mapping[str, Any]) -> str | None:
     """``trainer.devices``, ``trainer.precision`` and ``trainer.accelerator`` the Trainer would refuse."""
     devices = trainer.get("devices")
     count = int(devices) if isinstance(devices, str) and devices.strip().lstrip("-").isdigit() else devices
-    bad_word = isinstance(devices, str) and not _DEVICES.match(devices.strip())
+    bad_word = isinstance(devices, str) and not _devices_word(devices)
     if (_int(count) and count < 1 and count != -1) or devices == [] or bad_word:
         return (
             "trainer.devices must be a number of devices >= 1, -1 (all of them), 'auto' or a list of device"

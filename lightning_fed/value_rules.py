@@ -139,8 +139,8 @@ def kinds_literal(word: str) -> str:
 def _fits(kinds: tuple[str, ...], value: Any) -> bool:
     if value is None:
         return "null" in kinds
-    if "str" in kinds and not isinstance(value, (list, dict)):
-        return True  # a number or a bool in a string's place: the parser may take it as its text
+    if "str" in kinds:
+        return True  # the parser keeps a command-line value as its text (`[0]`, `5`): nothing certain
     if isinstance(value, bool):
         return "bool" in kinds
     if isinstance(value, int):
