@@ -179,3 +179,34 @@ def test_the_live_parser_s_tip_names_the_subcommand_too(capsys):
     assert exit_.value.code == 2
     line = "fit.data, fit.model: required but missing from the config"
     assert capsys.readouterr().err.endswith(f"error: {line}\n{_tip('fit')}\n")
+
+
+SUBCOMMANDS = {  # 0be92cf: `lightning-fed evaluate: error: ...` alone; `error: lightning-fed plan: ...`, --debug hint
+    "evaluate_unknown": (["evaluate", "--bogus", "1"], "unrecognized arguments: --bogus 1"),
+    "evaluate_close": (
+        ["evaluate", "--benchmark", "[judge]"],
+        "unrecognized arguments: --benchmark [judge]; did you mean --benchmarks?",
+    ),
+    "evaluate_list_without_brackets": (
+        ["evaluate", "--run", "r", "--benchmarks", "judge"],
+        "--benchmarks must be a list, quoted for the shell: --benchmarks '[judge]', got 'judge'",
+    ),
+    "evaluate_config_a_list": (
+        ["evaluate", "--config", "{list}", "--benchmarks", "[judge]"],
+        "--config '{list}' holds a list, expected a mapping of options (e.g. run: <run folder>, benchmarks: [judge])",
+    ),
+    "plan": (["plan", "--config", "tiny", "--bogus", "1"], "unrecognized arguments: --bogus 1"),
+    "report": (["report", "runs/a", "--metrc", "loss"], "unrecognized arguments: --metrc loss; did you mean --metric?"),
+    "configs": (["configs", "--pat"], "unrecognized arguments: --pat; did you mean --path?"),
+}
+
+
+@pytest.mark.parametrize(("args", "line"), list(SUBCOMMANDS.values()), ids=list(SUBCOMMANDS))
+def test_every_subcommand_reports_an_argument_error_as_fit_does(tmp_path, args, line):
+    """``error: <line>`` and the tip naming the subcommand (a close option named), before torch."""
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- run\n- benchmarks\n")
+    args = [a.format(list=listed) for a in args]
+    proc, cwd = _run(tmp_path, *args)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line.format(list=listed)}\n{_tip(args[0])}\n")
+    assert list(cwd.iterdir()) == []

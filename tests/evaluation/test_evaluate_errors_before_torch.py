@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers.cli import NO_TORCH, ROOT
 
-PROG = "lightning-fed evaluate: error:"
+PROG = "error:"
 CASES = {
     "run_missing": (
         ["--run", "/nonexistent/run", "--benchmarks", "[lm_eval]"],
