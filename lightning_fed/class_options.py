@@ -246,7 +246,8 @@ def class_path_problem(section: str, value: Any) -> str | None:
     if not name.isidentifier() or defined(module or package, name) or (not module and _plugins_installed(section)):
         return None
     known = sorted(SECTIONS[section])
-    near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    # every name ends in Module / DataModule: a higher cutoff than the options', or any word is "close"
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
     if near:
         hint = f"did you mean {f'{package}.{near[0]}' if module else near[0]}?"
     else:
