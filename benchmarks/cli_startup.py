@@ -75,6 +75,14 @@ CONFIG_ERRORS = {  # issue 41: "a config error <= 3 s of CPU" (tests/test_class_
     "model key": ["fit", "--config", "tiny", "--model.init_args.zzz=3", _R],
     "lora rank": ["fit", "--config", "tiny", "--model.init_args.lora.r=64", _R],
     "max_length": ["fit", "--config", "tiny", "--data.init_args.max_length=1000", _R],
+    # tests/test_argument_errors_cli.py: Lightning's trainer.* types, a class_path typo, the arguments' shape
+    "trainer type": ["fit", "--config", "tiny", "--trainer.max_epochs=abc", _R],
+    "trainer accelerator": ["fit", "--config", "tiny", "--trainer.accelerator=gpux", _R],
+    "trainer devices": ["fit", "--config", "tiny", "--trainer.devices=abc", _R],
+    "class_path typo": ["fit", "--config", "tiny", "--model.class_path=lightning_fed.modules.FedDPOModul", _R],
+    "option without value": ["fit", "--config", "tiny", "--federation.rounds"],
+    "stray word": ["fit", "--config", "tiny", "foo"],
+    "no config": ["fit"],
 }
 COMMANDS.update(CONFIG_ERRORS)
 BROKEN = "federation:\n  rounds: [1\n"
@@ -100,6 +108,8 @@ def subcommand_errors() -> dict[str, list[str]]:
         "plan unknown config": ["plan", "--config", "nosuch"],
         "report no run": ["report", "nosuchdir"],
         "report out error": ["report", "nosuchdir", "--out", "/proc/x"],
+        "evaluate unknown option": ["evaluate", "--bogus", "1"],
+        "evaluate list without brackets": ["evaluate", "--run", "r", "--benchmarks", "judge"],
         "evaluate alpha error": [
             "evaluate",
             "--model",

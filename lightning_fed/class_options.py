@@ -23,7 +23,6 @@ from __future__ import annotations
 import ast
 import difflib
 import json
-import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 from lightning_fed.class_parameters import (
     Annotated,
     class_chain,
+    defined,
     fields,
     registered,
     signature,
@@ -38,7 +38,8 @@ from lightning_fed.class_parameters import (
     table,
 )
 from lightning_fed.errors import _REPLACED_OPTIONS
-from lightning_fed.option_rules import LORA, PACKAGES, TAKES_LORA, class_rules
+from lightning_fed.option_rules import LORA, PACKAGES, SECTIONS, TAKES_LORA, class_rules
+from lightning_fed.value_rules import word_fits
 
 NESTED = {
     "backbone": ("lightning_fed.modules.backbone", "BackboneConfig"),
@@ -57,8 +58,8 @@ FEEDBACK_PRESETS = ("lightning_fed.datamodules.human_feedback", "FEEDBACK_PRESET
 """``data.preset`` of the ``Feedback*DataModule`` classes (TL;DR, SHP)."""
 PARTITIONERS = ("lightning_fed.datamodules.partition", "Partitioner")
 SYNTHETIC_PREFIX = "synthetic:"
-_INT = re.compile(r"^[-+]?[0-9][0-9_]*$")
-_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n"}
+PLUGIN_GROUPS = {"model": "lightning_fed.modules", "data": "lightning_fed.datamodules"}
+"""The entry-point groups whose plugins may add classes a short ``class_path`` names."""
 HIDDEN_KEYS = ("n_embd", "hidden_size", "d_model")
 """A transformers config's hidden size (GPT-2's name first)."""
 POSITION_KEYS = ("n_positions", "max_position_embeddings")
@@ -81,18 +82,8 @@ def type_problem(option: str, annotation: ast.expr | None, value: Any) -> str | 
     kind, optional = _type(annotation)
     if kind is None or value is None or isinstance(value, (int, float)):
         return None
-    if isinstance(value, str):
-        word = value.strip()
-        if kind == "int" and _INT.match(word):
-            return None
-        if kind == "float":
-            try:
-                float(word.replace("_", ""))
-                return None
-            except ValueError:
-                pass
-        if kind == "bool" and word.lower() in _BOOL_WORDS:
-            return None
+    if isinstance(value, str) and word_fits((kind,), value.strip()):
+        return None
     wanted = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
     return f"{option} must be {wanted}{' or null' if optional else ''}, got {value!r}"
 
@@ -232,6 +223,36 @@ def size_problem(model: Any, data: Any) -> str | None:
     if positions and isinstance(length, int) and not isinstance(length, bool) and length > positions[1]:
         return f"data.max_length must be <= the backbone's {positions[0]} ({positions[1]}), got {length}"
     return None
+
+
+def _plugins_installed(section: str) -> bool:
+    from importlib.metadata import entry_points
+
+    return bool(entry_points(group=PLUGIN_GROUPS[section]))
+
+
+def class_path_problem(section: str, value: Any) -> str | None:
+    """A ``model:`` / ``data:`` ``class_path`` that names none of the package's classes, though it
+    is a short name (no installed plugin could add it) or a path into the package
+    (``lightning_fed.modules.FedDPOModul``): refused naming the closest class, as the option
+    names are. A user's own package is left to the live parser."""
+    if section not in PLUGIN_GROUPS or not isinstance(value, dict):
+        return None
+    class_path = value["class_path"]
+    module, _, name = class_path.rpartition(".")
+    package = PACKAGES[section]
+    if module and module != package and not module.startswith(package + "."):
+        return None
+    if not name.isidentifier() or defined(module or package, name) or (not module and _plugins_installed(section)):
+        return None
+    known = sorted(SECTIONS[section])
+    # every name ends in Module / DataModule: a higher cutoff than the options', or any word is "close"
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    if near:
+        hint = f"did you mean {f'{package}.{near[0]}' if module else near[0]}?"
+    else:
+        hint = f"the package's: {', '.join(known)}"
+    return f"{section}: unknown class_path {class_path!r}; {hint}"
 
 
 def class_option_problem(section: str, value: Any) -> str | None:

@@ -65,6 +65,14 @@ def _class(module: str, name: str, depth: int = 0) -> tuple[str, ast.ClassDef] |
     return _class(source, name, depth + 1) if source else None
 
 
+def defined(module: str, name: str) -> bool:
+    """Whether ``module`` (``lightning_fed.<...>``) defines or imports a class ``name``, as far as
+    its source shows (a module that cannot be read counts as defining it: nothing is refused)."""
+    if _module(module) is None:
+        return True
+    return _class(module, name) is not None
+
+
 Annotated = dict[str, tuple[ast.expr | None, str]]
 """Parameter name -> (its annotation as written, or ``None``; the module it is written in)."""
 

@@ -37,9 +37,9 @@ from lightning_fed.errors import (
     EXIT_SIGINT,
     EXIT_SIGTERM,
     EXIT_USER_ERROR,
-    HINT,
     Terminated,
     UserError,
+    after_error,
     exit_code,
     one_line,
     take_debug,
@@ -166,8 +166,8 @@ def _report(err: BaseException, code: int, debug: bool, last_checkpoint: Any) ->
     if debug:
         traceback.print_exception(err)
     sys.stderr.write(f"error: {one_line(err)}\n")
-    if not debug:
-        sys.stderr.write(f"{HINT}\n")
+    if (line := after_error(err, debug)) is not None:
+        sys.stderr.write(f"{line}\n")
 
 
 def _outcome(err: BaseException, debug: bool, signals: ProcessSignals | None) -> int:

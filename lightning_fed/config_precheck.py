@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from lightning_fed.config_values import option_problem, unknown_option, value_problem
-from lightning_fed.errors import _REPLACED_OPTIONS, EXIT_USER_ERROR, UserError, config_shape_error
+from lightning_fed.errors import _REPLACED_OPTIONS, EXIT_USER_ERROR, UserError, config_shape_error, help_tip
 from lightning_fed.strict_parser import closest_name
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
@@ -58,6 +58,10 @@ REMOVED = {
 """Subcommands that are gone, with what to use instead (exit 2, before torch is imported)."""
 _OPTION = re.compile(r"^  (-\w, )?--([\w.]+)", re.M)
 CONFIG_FLAGS = ("--config", "-c")
+_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")
+"""A negative number is a value, not an option (argparse's ``_negative_number_matcher``)."""
+REQUIRED = ("data", "model")
+"""The sections ``fit``, ``validate`` and ``test`` cannot run without (the LightningCLI's ``model`` and ``data``)."""
 
 
 class Options:
@@ -101,6 +105,55 @@ class Options:
 def _refuse(message: str) -> NoReturn:
     sys.stderr.write(f"error: {message}\n")
     raise SystemExit(EXIT_USER_ERROR)
+
+
+def _usage_error(subcommand: str, message: str) -> NoReturn:
+    """An argument error as the live parser reports it (:class:`~lightning_fed.federated_cli.FederatedArgumentParser`):
+    the line, then where the options are listed."""
+    sys.stderr.write(f"error: {message}\n{help_tip(f'lightning-fed {subcommand}')}\n")
+    raise SystemExit(EXIT_USER_ERROR)
+
+
+def _shape_problem(args: list[str]) -> str | None:
+    """The line argparse refuses the arguments' shape with: an option without its value
+    (``--federation.rounds`` last, or before another option), or words no option takes (``foo``)."""
+    stray: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("-") or _NEGATIVE.match(arg):
+            stray.append(arg)
+            i += 1
+            continue
+        if "=" in arg or arg in ("-h", "--help") or arg.startswith("--print_config"):
+            i += 1
+            continue
+        value = args[i + 1] if i + 1 < len(args) else None
+        if value is None or (value.startswith("-") and not _NEGATIVE.match(value)):
+            name = "-c/--config" if arg in CONFIG_FLAGS else arg
+            return f"argument {name}: expected one argument"
+        i += 2
+    return f"unrecognized arguments: {' '.join(stray)}" if stray else None
+
+
+def _missing_sections(args: list[str], subcommand: str) -> str | None:
+    """``model`` or ``data`` given by no ``--config`` file and no option (``lightning-fed fit`` alone),
+    as the live parser says it; ``None`` if a config is inline or unreadable (not followed here)."""
+    given: set[str] = set()
+    for i, arg in enumerate(args):
+        if arg in CONFIG_FLAGS or arg.startswith("--config="):
+            path = arg.split("=", 1)[1] if "=" in arg else args[i + 1]
+            try:
+                loaded = _load(path) if Path(path).is_file() else None
+            except UserError:
+                return None
+            if not isinstance(loaded, dict):
+                return None
+            given |= {str(key) for key, value in loaded.items() if value is not None or key not in REQUIRED}
+        elif arg.startswith("--"):
+            given.add(arg[2:].split("=", 1)[0].split(".", 1)[0].rstrip("+"))
+    missing = [f"{subcommand}.{name}" for name in REQUIRED if name not in given]
+    return f"{', '.join(missing)}: required but missing from the config" if missing else None
 
 
 def _config_paths(args: list[str]) -> Iterator[str]:
@@ -223,6 +276,8 @@ def precheck_arguments(argv: list[str]) -> None:
     subcommand, args = argv[0], argv[1:]
     if any(a in ("-h", "--help") or a.startswith("--print_config") for a in args):
         return  # the live parser prints what was asked for
+    if problem := _shape_problem(args):
+        _usage_error(subcommand, problem)
     from lightning_fed.help_pages import stored_page
     from lightning_fed.shipped_configs import resolve_config_args
 
@@ -244,5 +299,7 @@ def precheck_arguments(argv: list[str]) -> None:
         _refuse(problem)
     if problem := option_problem(args):  # a key or value the model's / data's class cannot take (class_options.py)
         _refuse(_in_file(args, problem))
+    if problem := _missing_sections(args, subcommand):
+        _usage_error(subcommand, problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
         raise UserError(problem)  # reported as the live CLI reports the class's error: the line and the hint

@@ -28,19 +28,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.class_options import class_option_problem, size_problem
+from lightning_fed.class_options import class_option_problem, class_path_problem, size_problem
 from lightning_fed.class_sections import class_problem, parsed, string_problem, unknown_option_of
 from lightning_fed.errors import unwritable
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
     SECTIONS,
+    WORD_OPTIONS,
     batch_clients_problem,
     class_rules,
     problems,
     seed_problem,
     seed_type_problem,
 )
-from lightning_fed.trainer_options import logger_problem, trainer_option_problem
+from lightning_fed.trainer_options import logger_problem, trainer_option_problem, trainer_type_problem
 
 _UNKNOWN = object()
 """A section whose value this module cannot follow (nothing is checked in it)."""
@@ -258,7 +259,11 @@ class Merged:
         trainer = self.sections.get("trainer")
         if isinstance(trainer, dict) and (problem := logger_problem(trainer.get("logger"))):
             return problem
+        if isinstance(trainer, dict) and (problem := trainer_type_problem(trainer)):
+            return problem
         for section in ("model", "data"):
+            if problem := class_path_problem(section, self.sections.get(section)):
+                return problem
             if problem := class_option_problem(section, self.sections.get(section)):
                 return problem
         return size_problem(self.sections.get("model"), self.sections.get("data"))
@@ -348,7 +353,8 @@ def merged_config(args: list[str]) -> Merged | None:
                 except Exception:  # noqa: BLE001 - refused (or not) by the file checks before
                     return None
         elif not key.endswith("+") and key != "print_config":
-            merged.apply_option(key, _value(raw))
+            value = _value(raw)
+            merged.apply_option(key, raw if key in WORD_OPTIONS and isinstance(value, bool) else value)
     return merged
 
 

@@ -48,8 +48,32 @@ DEBUG_ENV = "LIGHTNING_FED_DEBUG"
 HINT = f"(run with {DEBUG_FLAG} or {DEBUG_ENV}=1 for the traceback)"
 
 
+def help_tip(prog: str) -> str:
+    """The line after an argument error: where the options are listed (``prog``: ``lightning-fed fit``,
+    the subcommand named whenever one is known)."""
+    return f"tip: {prog} --help lists every option"
+
+
 class UserError(ValueError):
     """Input the user must fix (arguments, config, data, checkpoint): exit status 2, one line."""
+
+
+class ArgumentsError(UserError):
+    """Arguments a subcommand's parser refuses: reported as ``error: <line>`` and the
+    :func:`help_tip` naming ``prog`` (``lightning-fed report``), as ``fit``'s are, instead of the
+    ``--debug`` hint (the traceback of a parse says nothing more)."""
+
+    def __init__(self, message: str, prog: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+def after_error(err: BaseException, debug: bool) -> str | None:
+    """The line printed after ``error: ...``: the tip for an argument error, the ``--debug`` hint
+    for another (none when the traceback is already shown)."""
+    if isinstance(err, ArgumentsError):
+        return help_tip(err.prog)
+    return None if debug else HINT
 
 
 class CheckpointError(UserError):
@@ -298,9 +322,9 @@ def config_shape_error(path: str, loaded: Any) -> str | None:
 
 
 class OneLineParser(StrictParser):
-    """A :class:`~lightning_fed.strict_parser.StrictParser` whose every error is one line: :class:`UserError`
-    (``error: <prog>: <message>`` and exit status 2 from :func:`lightning_fed.cli.console_main`),
-    without argparse's usage block."""
+    """A :class:`~lightning_fed.strict_parser.StrictParser` whose every error is an :class:`ArgumentsError`
+    (``error: <message>``, the tip naming the subcommand, exit status 2 from
+    :func:`lightning_fed.cli.console_main`), without argparse's usage block."""
 
     def error(self, message: str) -> NoReturn:
-        raise UserError(f"{self.prog}: {close_option(self, message)}")
+        raise ArgumentsError(close_option(self, message), self.prog)

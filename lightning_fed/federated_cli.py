@@ -28,7 +28,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning_fed import console
 from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
 from lightning_fed.callbacks.signals import ProcessSignals
-from lightning_fed.config_precheck import REMOVED
+from lightning_fed.config_precheck import LIGHTNING_SUBCOMMANDS, REMOVED
 from lightning_fed.console import PROG
 from lightning_fed.datamodules import FederatedDataModule
 from lightning_fed.errors import (
@@ -36,6 +36,7 @@ from lightning_fed.errors import (
     CheckpointError,
     UserError,
     config_shape_error,
+    help_tip,
     simplify_parse_error,
     unwritable,
 )
@@ -98,7 +99,9 @@ class FederatedArgumentParser(LightningArgumentParser):
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG", "").lower() in ("true", "1", "yes", "on"):
             super().error(message, ex)  # nested parsers raise; the outer parser reports
         prog = self.prog.replace(" [options]", "")
-        sys.stderr.write(f"error: {message}\ntip: {prog} --help lists every option\n")
+        if prog == PROG and (subcommand := message.split(".", 1)[0]) in LIGHTNING_SUBCOMMANDS:
+            prog = f"{PROG} {subcommand}"  # `fit.data, fit.model: required ...`: the top parser reports it
+        sys.stderr.write(f"error: {message}\n{help_tip(prog)}\n")
         sys.exit(EXIT_USER_ERROR)
 
 

@@ -71,15 +71,24 @@ _INTEGER = re.compile(r"^[-+]?[0-9]+$")
 def batch_clients_problem(value: Any) -> str | None:
     """``federation.batch_clients`` other than ``off``, ``auto`` or an integer >= 1 (``int | str``:
     the parser takes any word, :class:`~lightning_fed.run_config.FederationConfig` refuses it with
-    this line; the parser refuses a float, 1.5 or 2.0, as ``Expected a <class 'int'>``). A bool (YAML 1.1
-    reads ``off`` as ``false``) is left to the live parser."""
+    this line; the parser refuses a float, 1.5 or 2.0, and a YAML bool as ``Expected a <class 'int'>``,
+    naming no value). A config file's unquoted ``off`` is YAML 1.1's ``false``: the line says to quote it
+    (on the command line the parser keeps the word, :data:`WORD_OPTIONS`)."""
     if isinstance(value, str) and _INTEGER.match(value.strip()):
         value = int(value)
-    if value in ("off", "auto") or isinstance(value, bool) or value is None:
-        return None  # YAML 1.1 reads `off` as false
+    if isinstance(value, bool):
+        quote = " (YAML reads an unquoted off as false: write 'off')" if value is False else ""
+        return f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {value!r}{quote}"
+    if value in ("off", "auto") or value is None:
+        return None
     if isinstance(value, int) and value >= 1:
         return None
     return f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {value!r}"
+
+
+WORD_OPTIONS = ("federation.batch_clients",)
+"""Options typed ``int | str``: on the command line the parser keeps a word as the word (``off``,
+``true``), where a config file's YAML makes it a bool."""
 
 
 def seed_problem(seed: Any) -> str | None:

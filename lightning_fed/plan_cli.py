@@ -124,7 +124,9 @@ def group_lines(shape: Any, p: PlanInputs, batch_clients: Any, fallback: str | N
     if batch_clients == "off":
         return []
     if fallback is not None:  # the run's own line at start
-        return ["", f"federation.batch_clients: {batch_clients}: clients train one after another: {fallback}"]
+        from lightning_fed.batching.fallback import fallback_line
+
+        return ["", fallback_line(batch_clients, fallback)]
     if batch_clients == "auto":
         k, how = batched_group_size(shape, p, p.clients_per_round), "the largest that fits this machine's memory"
     else:

@@ -136,7 +136,7 @@ class FederationConfig:
             )
         out.extend(compression_problems(self.compression))
         k = self.batch_clients
-        if isinstance(k, (bool, float)) or k is None:  # left to the live parser by the precheck, refused here
+        if isinstance(k, float) or k is None:  # left to the live parser by the precheck, refused here
             out.append(f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {k!r}")
         elif problem := batch_clients_problem(k):
             out.append(problem)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lightning_fed.value_rules import plain_value_problem
+
 COUNTS_OR_UNLIMITED = ("max_epochs", "max_steps")
 """``-1`` means no limit (``None`` the default); any other negative is refused."""
 COUNTS = ("min_epochs", "min_steps", "check_val_every_n_epoch", "log_every_n_steps", "accumulate_grad_batches")
@@ -37,6 +39,66 @@ PRECISIONS = (
 )
 """``trainer.precision``: Lightning's ``_PRECISION_INPUT`` (``lightning.fabric.connector``; the
 Transformer Engine ones, which need that library, left to the Trainer); ``tests`` compare the two."""
+ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps", "tpu")
+"""``trainer.accelerator`` by name: Lightning's ``AcceleratorRegistry`` (``cpu``, ``cuda``, ``mps``,
+``tpu``) and the two names its connector takes besides (``auto``, ``gpu``); exact, as it compares."""
+GRADIENT_CLIP_ALGORITHMS = ("norm", "value")
+"""``trainer.gradient_clip_algorithm``: Lightning's ``GradClipAlgorithmType`` (any case)."""
+TRAINER_TYPES: dict[str, tuple[str, ...]] = {
+    "num_nodes": ("int",),
+    "fast_dev_run": ("int", "bool"),
+    "max_epochs": ("int", "null"),
+    "min_epochs": ("int", "null"),
+    "max_steps": ("int",),
+    "min_steps": ("int", "null"),
+    "limit_train_batches": ("int", "float", "null"),
+    "limit_val_batches": ("int", "float", "null"),
+    "limit_test_batches": ("int", "float", "null"),
+    "limit_predict_batches": ("int", "float", "null"),
+    "overfit_batches": ("int", "float"),
+    "check_val_every_n_epoch": ("int", "null"),
+    "num_sanity_val_steps": ("int", "null"),
+    "log_every_n_steps": ("int", "null"),
+    "enable_checkpointing": ("bool", "null"),
+    "enable_progress_bar": ("bool", "null"),
+    "enable_model_summary": ("bool", "null"),
+    "accumulate_grad_batches": ("int",),
+    "gradient_clip_val": ("int", "float", "null"),
+    "gradient_clip_algorithm": ("str", "null"),
+    "deterministic": ("bool", "'warn'", "null"),
+    "benchmark": ("bool", "null"),
+    "inference_mode": ("bool",),
+    "use_distributed_sampler": ("bool",),
+    "detect_anomaly": ("bool",),
+    "barebones": ("bool",),
+    "sync_batchnorm": ("bool",),
+    "reload_dataloaders_every_n_epochs": ("int",),
+    "enable_autolog_hparams": ("bool",),
+    "devices": ("list[int]", "str", "int"),
+    "default_root_dir": ("str", "null"),
+    "model_registry": ("str", "null"),
+}
+"""The ``Trainer.__init__`` options whose annotation is made of plain values only, by its parts
+(``int``, ``float``, ``bool``, ``str``, ``null``, ``list[int]``, a ``Literal`` string): what the
+parser type-checks them against (``Expected a <class 'int'>``, no value named), checked here
+without importing Lightning (which imports torch). ``tests/test_trainer_options.py`` derives the
+same table from ``inspect.signature(lightning.Trainer.__init__)``."""
+
+
+def _devices_word(text: str) -> bool:
+    """Whether Lightning reads a ``trainer.devices`` string: ``auto``, ``-1``, a count (``2``) or
+    device indices (``0,1``), as ``_normalize_parse_gpu_string_input`` reads them (the CPU's
+    ``_parse_cpu_cores`` takes fewer: a word neither takes fails on every accelerator)."""
+    if text in ("auto", "-1"):
+        return True
+    parts = [part for part in text.split(",") if part] if "," in text else [text]
+    try:
+        [int(part) for part in parts]
+    except ValueError:
+        return False
+    return True
+
+
 PLUGIN_ACCELERATORS = {"tpu": "torch_xla"}
 """An accelerator Lightning names but needs another library for (``ModuleNotFoundError`` otherwise)."""
 
@@ -88,11 +150,21 @@ def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def trainer_type_problem(trainer: Mapping[str, Any]) -> str | None:
+    """The first ``trainer.*`` option of :data:`TRAINER_TYPES` given a value of no type its
+    annotation has (a word for an integer, a list for a bool), as one line naming it and the value."""
+    for name, kinds in TRAINER_TYPES.items():
+        if name in trainer and (problem := plain_value_problem(f"trainer.{name}", kinds, trainer[name])):
+            return problem
+    return None
+
+
 def _device_problem(trainer: Mapping[str, Any]) -> str | None:
     """``trainer.devices``, ``trainer.precision`` and ``trainer.accelerator`` the Trainer would refuse."""
     devices = trainer.get("devices")
     count = int(devices) if isinstance(devices, str) and devices.strip().lstrip("-").isdigit() else devices
-    if (_int(count) and count < 1 and count != -1) or devices == []:
+    bad_word = isinstance(devices, str) and not _devices_word(devices)
+    if (_int(count) and count < 1 and count != -1) or devices == [] or bad_word:
         return (
             "trainer.devices must be a number of devices >= 1, -1 (all of them), 'auto' or a list of device"
             f" indices, got {devices!r}"
@@ -103,6 +175,15 @@ def _device_problem(trainer: Mapping[str, Any]) -> str | None:
             accepted = ", ".join(str(p) for p in PRECISIONS if isinstance(p, str))
             return f"trainer.precision must be one of {accepted}, got {precision!r}"
     accelerator = trainer.get("accelerator")
+    if isinstance(accelerator, str) and "." not in accelerator and accelerator not in ACCELERATORS:
+        return (
+            f"trainer.accelerator must be one of {', '.join(ACCELERATORS)} or an Accelerator's class path,"
+            f" got {accelerator!r}"
+        )
+    algorithm = trainer.get("gradient_clip_algorithm")
+    if isinstance(algorithm, str) and algorithm.lower() not in GRADIENT_CLIP_ALGORITHMS:
+        choices = ", ".join(GRADIENT_CLIP_ALGORITHMS)
+        return f"trainer.gradient_clip_algorithm must be one of {choices}, got {algorithm!r}"
     if isinstance(accelerator, str) and (library := PLUGIN_ACCELERATORS.get(accelerator.lower())):
         import importlib.util
 

@@ -11,9 +11,13 @@ Imports nothing but the standard library.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+_INT = re.compile(r"^[-+]?[0-9][0-9_]*$")
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n"}
 
 
 def _number(value: float) -> str:
@@ -110,3 +114,58 @@ def check(rules: Iterable[Rule], **values: Any) -> None:
     """Raise ``ValueError`` with every refused value's line (``"; "``-joined), as the classes do."""
     if found := problems(rules, values):
         raise ValueError("; ".join(found))
+
+
+def word_fits(kinds: tuple[str, ...], word: str) -> bool:
+    """A string the parser may still read as one of ``kinds`` (``"5"`` for an integer, ``"on"`` for a bool)."""
+    if kinds_literal(word) in kinds or ("null" in kinds and word.lower() in ("null", "none", "~")):
+        return True
+    if "int" in kinds and _INT.match(word):
+        return True
+    if "float" in kinds:
+        try:
+            float(word.replace("_", ""))
+            return True
+        except ValueError:
+            pass
+    return "bool" in kinds and word.lower() in _BOOL_WORDS
+
+
+def kinds_literal(word: str) -> str:
+    """How a ``Literal`` string is written among the kinds of :func:`plain_value_problem` (``'warn'``)."""
+    return repr(word)
+
+
+def _fits(kinds: tuple[str, ...], value: Any) -> bool:
+    if value is None:
+        return "null" in kinds
+    if "str" in kinds:
+        return True  # the parser keeps a command-line value as its text (`[0]`, `5`): nothing certain
+    if isinstance(value, bool):
+        return "bool" in kinds
+    if isinstance(value, int):
+        return "int" in kinds or "float" in kinds
+    if isinstance(value, float):
+        return "float" in kinds
+    if isinstance(value, str):
+        return word_fits(kinds, value.strip())
+    if isinstance(value, list) and "list[int]" in kinds:
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return False
+
+
+def plain_value_problem(option: str, kinds: tuple[str, ...], value: Any) -> str | None:
+    """The line refusing ``value`` for an option whose type is made of ``kinds`` (``int``, ``float``,
+    ``bool``, ``str``, ``null``, ``list[int]``, a ``Literal`` string as ``'warn'``) where the parser
+    certainly refuses it (Lightning's ``trainer.*``, :data:`~lightning_fed.trainer_options.TRAINER_TYPES`),
+    ``None`` otherwise. Worded as :func:`type_problem`: ``must be an integer or null, got 'abc'``."""
+    if _fits(kinds, value):
+        return None
+    items = ["a number"] if "float" in kinds else (["an integer"] if "int" in kinds else [])
+    items += ["true", "false"] if "bool" in kinds else []
+    items += [k for k in kinds if k.startswith("'")]
+    items += ["a string"] if "str" in kinds else []
+    items += ["a list of integers"] if "list[int]" in kinds else []
+    items += ["null"] if "null" in kinds else []
+    wanted = items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+    return f"{option} must be {wanted}, got {value!r}"

@@ -12,28 +12,19 @@ an empty folder, which stays empty.
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from lightning_fed.errors import HINT as DEBUG_HINT
-from tests.helpers.cli import ENV, ROOT, run_process
-from tests.test_config_values_cli import NO_TORCH
+from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
 
 
 def _fit(tmp_path: Path, *args: str):
-    hook = tmp_path / "hook"
-    hook.mkdir(exist_ok=True)
-    (hook / "sitecustomize.py").write_text(NO_TORCH)
+    """``lightning-fed fit ARGS`` from the empty folder ``tmp_path/cwd`` (returned), torch unimportable."""
     cwd = tmp_path / "cwd"
     cwd.mkdir(exist_ok=True)
-    env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}
-    for name in ("LIGHTNING_FED_DEBUG", "LIGHTNING_FED_VERBOSE", "LIGHTNING_FED_LIVE_HELP"):
-        env.pop(name, None)
-    proc = run_process([sys.executable, "-m", "lightning_fed", "fit", *args], cwd=cwd, env=env)
-    return proc, cwd
+    return lightning_fed_without_torch("fit", *args, cwd=cwd, hook=tmp_path / "hook"), cwd
 
 
 LOGGERS = "LitLogger, CometLogger, CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger"
@@ -165,7 +156,7 @@ def test_an_override_after_the_file_replaces_its_bad_value(tmp_path):
     later = tmp_path / "later.yaml"
     later.write_text("data:\n  init_args:\n    template: nope\n")
     proc, _ = _fit(tmp_path, "--config", "tiny", "--config", str(later), "--data.init_args.template=plain")
-    assert "torch imported before the config was checked" in proc.stderr and "template" not in proc.stderr
+    assert REACHED_TORCH in proc.stderr and "template" not in proc.stderr
 
 
 LIVE_FORM = {  # FederationConfig's own rule: the line and the hint, as the live CLI printed it after torch

@@ -10,7 +10,6 @@ importing torch, and ``--federation.local_step=2`` on the command line was silen
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,31 +17,15 @@ import pytest
 
 from lightning_fed.config_precheck import Options
 from lightning_fed.help_pages import stored
+from tests.helpers.cli import ENV, ROOT, lightning_fed_without_torch, run_process
 
-ROOT = Path(__file__).resolve().parents[1]
-NO_TORCH = """
-import sys
-
-class NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch":
-            raise ImportError("torch imported before the config was checked")
-        return None
-
-sys.meta_path.insert(0, NoTorch())
-"""
 TINY = (ROOT / "configs" / "tiny.yaml").read_text()
 
 
-def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    hook = tmp_path / "hook"
-    hook.mkdir(exist_ok=True)
-    (hook / "sitecustomize.py").write_text(NO_TORCH)
-    env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    for name in ("LIGHTNING_FED_DEBUG", "LIGHTNING_FED_VERBOSE", "LIGHTNING_FED_LIVE_HELP"):
-        env.pop(name, None)
-    cmd = [sys.executable, "-m", "lightning_fed", *args, f"--trainer.default_root_dir={tmp_path / 'run'}"]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+def _cli(tmp_path: Path, *args: str):
+    """``lightning-fed ARGS`` from ``tmp_path``, torch unimportable, the run folder ``tmp_path/run``."""
+    root = f"--trainer.default_root_dir={tmp_path / 'run'}"
+    return lightning_fed_without_torch(*args, root, cwd=tmp_path, hook=tmp_path / "hook")
 
 
 def _config(tmp_path: Path, text: str) -> str:
@@ -93,9 +76,9 @@ def test_the_live_parser_refuses_abbreviations_too(tmp_path, monkeypatch):
     (hook / "sitecustomize.py").write_text(
         "import lightning_fed.help_pages as h\nh.stored_page = lambda subcommand: None\n"
     )
-    env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "LIGHTNING_FED_LIVE_HELP": "1"}
     cmd = [sys.executable, "-m", "lightning_fed", "fit", "--config", "tiny", "--federation.local_step=2"]
-    proc = subprocess.run(cmd + ["--print_config"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+    proc = run_process([*cmd, "--print_config"], cwd=tmp_path, env=env)
     assert proc.returncode == 2, proc.stdout[-2000:]
     assert proc.stderr.splitlines()[0] == "error: unrecognized arguments: --federation.local_step=2"
 

@@ -13,39 +13,18 @@ import.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from lightning_fed.errors import HINT
-
-ROOT = Path(__file__).resolve().parents[1]
-NO_TORCH = """
-import sys
-
-class NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch":
-            raise ImportError("torch imported before the config was checked")
-        return None
-
-sys.meta_path.insert(0, NoTorch())
-"""
-REACHED_TORCH = "torch imported before the config was checked"
+from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
 
 
-def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    hook = tmp_path / "hook"
-    hook.mkdir(exist_ok=True)
-    (hook / "sitecustomize.py").write_text(NO_TORCH)
-    env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    for name in ("LIGHTNING_FED_DEBUG", "LIGHTNING_FED_VERBOSE", "LIGHTNING_FED_LIVE_HELP"):
-        env.pop(name, None)
-    cmd = [sys.executable, "-m", "lightning_fed", *args, f"--trainer.default_root_dir={tmp_path / 'run'}"]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+def _cli(tmp_path: Path, *args: str):
+    """``lightning-fed ARGS`` from ``tmp_path``, torch unimportable, the run folder ``tmp_path/run``."""
+    root = f"--trainer.default_root_dir={tmp_path / 'run'}"
+    return lightning_fed_without_torch(*args, root, cwd=tmp_path, hook=tmp_path / "hook")
 
 
 def _file(tmp_path: Path, name: str, text: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fed.errors import exit_code
+from lightning_fed.errors import HINT, exit_code
 from tests.helpers.cli import ENV, ROOT
 from tests.helpers.cli import lightning_fed as _cli
 
@@ -109,12 +109,12 @@ def test_debug_takes_a_boolean_after_the_subcommand(tmp_path, flag):
     proc = _cli("evaluate", "--run", str(missing), "--benchmarks", "[judge]", *flag)
     assert proc.returncode == 2, proc.stderr[-3000:]
     line = (
-        f"lightning-fed evaluate: error: --run {str(missing)!r}: no such file or folder; --judge: set exactly one of"
+        f"error: --run {str(missing)!r}: no such file or folder; --judge: set exactly one of"
         " --judge.url (with --judge.model), --judge.model or --judge.backbone, got none"
     )
     assert " - DEBUG - " not in proc.stderr
     if flag[-1].endswith("false"):
-        assert proc.stderr == f"{line}\n"
+        assert proc.stderr == f"{line}\n{HINT}\n"
     else:
         assert "Traceback (most recent call last)" in proc.stderr and proc.stderr.endswith(f"\n{line}\n")
 
@@ -147,8 +147,8 @@ def test_evaluate_output_read_only_is_refused_before_the_model_loads(tmp_path):
     proc = _cli("evaluate", "--run", str(adapter), "--benchmarks", "[judge]", "--judge.model=x", f"--output={output}")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == (
-        f"lightning-fed evaluate: error: --run {str(adapter)!r}: no such file or folder;"
-        f" --output '{output}': cannot write into '/sys' (Permission denied)\n"
+        f"error: --run {str(adapter)!r}: no such file or folder;"
+        f" --output '{output}': cannot write into '/sys' (Permission denied)\n{HINT}\n"
     )
 
 

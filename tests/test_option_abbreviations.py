@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fed.errors import HINT
+from lightning_fed.errors import help_tip
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,19 +35,20 @@ def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     [
         (
             ["configs", "--cop", "tiny"],
-            f"error: lightning-fed configs: unrecognized arguments: --cop tiny; did you mean --copy?\n{HINT}\n",
+            f"error: unrecognized arguments: --cop tiny; did you mean --copy?\n{help_tip('lightning-fed configs')}\n",
         ),
         (
             ["report", "--met", "loss", "some_run"],
-            f"error: lightning-fed report: unrecognized arguments: --met; did you mean --metric?\n{HINT}\n",
+            f"error: unrecognized arguments: --met; did you mean --metric?\n{help_tip('lightning-fed report')}\n",
         ),
         (
             ["evaluate", "--run", "some_run", "--bench", "[lm_eval]"],
-            "lightning-fed evaluate: error: unrecognized arguments: --bench [lm_eval]; did you mean --benchmarks?\n",
+            "error: unrecognized arguments: --bench [lm_eval]; did you mean --benchmarks?\n"
+            f"{help_tip('lightning-fed evaluate')}\n",
         ),
         (
             ["plan", "--config", "tiny", "--batch", "4"],
-            f"error: lightning-fed plan: unrecognized arguments: --batch 4; did you mean --batch-size?\n{HINT}\n",
+            f"error: unrecognized arguments: --batch 4; did you mean --batch-size?\n{help_tip('lightning-fed plan')}\n",
         ),
         (
             ["fit", "--conf", "tiny"],

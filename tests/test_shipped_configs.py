@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fed.errors import HINT, UserError
+from lightning_fed.errors import UserError, help_tip
 from lightning_fed.shipped_configs import CONFIG_DIR, catalog, resolve_config, resolve_config_args, shipped_configs
 from tests.packaging.wheel import build_wheel
 
@@ -82,7 +82,7 @@ def test_lightning_fed_configs_lists_name_method_paper_and_a_line(tmp_path):
 def test_lightning_fed_configs_bad_option_is_one_line_exit_2(tmp_path):
     proc = _cli(["configs", "--sort"], cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.endswith(f"error: lightning-fed configs: unrecognized arguments: --sort\n{HINT}\n")
+    assert proc.stderr.endswith(f"error: unrecognized arguments: --sort\n{help_tip('lightning-fed configs')}\n")
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 

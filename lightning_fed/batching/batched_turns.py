@@ -21,6 +21,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_fed.batching.client_rows import CLIENT_IDS, CLIENT_LOSSES, ClientRows
+from lightning_fed.batching.fallback import fallback_line
 from lightning_fed.batching.multi_lora import StackedLora
 from lightning_fed.batching.personal_rows import StackedHeads, lora_parameter_ids, personal_heads
 from lightning_fed.federation.turn import ClientTurn
@@ -191,6 +192,7 @@ def clip_per_client(params: Sequence[torch.Tensor], max_norm: float) -> None:
         p.grad.mul_(coef.view(-1, *([1] * (p.grad.dim() - 1))).to(p.grad.dtype))
 
 
-def warn_fallback(reason: str) -> None:
-    """The one line that says why a run with ``federation.batch_clients`` trains sequentially."""
-    rank_zero_warn(f"federation.batch_clients: clients train one after another: {reason}")
+def warn_fallback(batch_clients: Any, reason: str) -> None:
+    """The one line that says why a run with ``federation.batch_clients`` trains sequentially
+    (:func:`~lightning_fed.batching.fallback.fallback_line`, as ``lightning-fed plan`` says it)."""
+    rank_zero_warn(fallback_line(batch_clients, reason))

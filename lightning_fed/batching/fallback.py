@@ -38,6 +38,12 @@ from lightning_fed.batching.personal_rows import unstackable_personal
 from lightning_fed.federation.hooks import Capability
 
 
+def fallback_line(batch_clients: Any, reason: str) -> str:
+    """The one line saying why a run with ``federation.batch_clients`` trains its clients one after
+    another: ``fit``'s warning at start and ``lightning-fed plan``'s printout say it alike."""
+    return f"federation.batch_clients: {batch_clients}: clients train one after another: {reason}"
+
+
 def batch_safe(hook: Any) -> bool:
     """Whether ``hook`` (a hook or its class) declares :attr:`Capability.BATCH_SAFE`."""
     return Capability.BATCH_SAFE in getattr(hook, "capabilities", ())

@@ -63,7 +63,7 @@ class GroupedTurns(TurnDriver):
             return 1
         reason = batching_fallback(pl_module, list(getattr(self.run, "hooks", None) or []), trainer)
         if reason is not None:
-            warn_fallback(reason)
+            warn_fallback(k, reason)
             return 1
         how = ""
         if k == "auto" and recorded is not None:

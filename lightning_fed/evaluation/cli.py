@@ -37,7 +37,7 @@ from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, Namespace, set_parsing_settings
 
-from lightning_fed.errors import UserError, one_line, take_debug, unwritable
+from lightning_fed.errors import HINT, ArgumentsError, UserError, after_error, one_line, take_debug, unwritable
 from lightning_fed.evaluation.humaneval import HumanEvalOptions
 from lightning_fed.evaluation.judge_run import JudgeOptions
 from lightning_fed.evaluation.lm_eval_tasks import LmEvalOptions
@@ -347,10 +347,11 @@ def main(argv: list[str]) -> int:
     debug, argv = take_debug(argv)  # `--debug`, `--debug=false`, `--debug true`; else LIGHTNING_FED_DEBUG
     parser = build_parser()
     try:
+        _check_config_files(argv)
         cfg = parser.parse_args(argv)
         plan = prepare(cfg)
     except ArgumentError as err:  # an unknown option: the closest one named (lightning_fed/strict_parser.py)
-        return _fail(close_option(parser, str(_short(err))), 2, debug)
+        return _fail(ArgumentsError(close_option(parser, str(_short(err))), PROG), 2, debug)
     except (ValueError, TypeError) as err:
         return _fail(_short(err), 2, debug)
     try:
@@ -369,16 +370,48 @@ def main(argv: list[str]) -> int:
 
 
 def _short(err: BaseException) -> BaseException | str:
-    """jsonargparse's "Does not validate against any of the Union subtypes ..." as one short line."""
-    match = re.search(r'Parser key "([^"]+)".*Given value: (.*)$', " ".join(str(err).split()))
+    """jsonargparse's "Does not validate against any of the Union subtypes ..." as one short line; a
+    list option given a word (``--benchmarks judge``) names the list form."""
+    text = " ".join(str(err).split())
+    if match := re.search(r'Parser key "([^"]+)": Expected a <class \'list\'>\. Got value: (.*)$', text):
+        key, value = match.groups()
+        return f"--{key} must be a list, quoted for the shell: --{key} '[{value}]', got {value!r}"
+    match = re.search(r'Parser key "([^"]+)".*Given value: (.*)$', text)
     return f"--{match.group(1)}: invalid value {match.group(2)!r}" if match else err
 
 
-def _fail(err: BaseException, code: int, debug: bool) -> int:
+def _check_config_files(argv: list[str]) -> None:
+    """A ``--config`` file that is no mapping of options, named (jsonargparse: ``Unexpected config: - a``)."""
+    import yaml
+
+    for i, arg in enumerate(argv):
+        path = arg.split("=", 1)[1] if arg.startswith("--config=") else None
+        if arg == "--config" and i + 1 < len(argv):
+            path = argv[i + 1]
+        if path is None or not Path(path).is_file():
+            continue
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError, OSError):
+            continue  # the parser says what is wrong with it
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ArgumentsError(
+                f"--config {path!r} holds a {type(loaded).__name__}, expected a mapping of options"
+                " (e.g. run: <run folder>, benchmarks: [judge])",
+                PROG,
+            )
+
+
+def _fail(err: BaseException | str, code: int, debug: bool) -> int:
+    """``error: <one line>``, then the tip (an argument error) or the ``--debug`` hint, as ``fit`` reports."""
     if debug:
         traceback.print_exc()
     message = " ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    print(f"error: {message}", file=sys.stderr)
+    if isinstance(err, BaseException) and (line := after_error(err, debug)) is not None:
+        print(line, file=sys.stderr)
+    elif not isinstance(err, BaseException) and not debug:
+        print(HINT, file=sys.stderr)
     return code
 
 

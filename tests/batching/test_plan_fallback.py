@@ -53,3 +53,17 @@ def test_the_planner_gives_the_run_reason_for_every_shipped_config(name):
     planned = planned_fallback(cfg, hooks)
     assert planned == config_fallback(name)
     assert (planned is None) == (EXPECTED[name] is None)
+
+
+def test_fit_s_warning_and_plan_s_line_are_one_wording():
+    """On 0be92cf ``fit`` warned ``federation.batch_clients: clients train one after another: ...``
+    where ``plan`` printed ``federation.batch_clients: auto: clients train ...``: now both come from
+    :func:`~lightning_fed.batching.fallback.fallback_line`."""
+    from lightning_fed.batching.batched_turns import warn_fallback
+    from lightning_fed.plan_cli import group_lines
+
+    reason = "PDPOModule does not declare that it reduces its loss per client (batchable = True)"
+    for batch_clients in ("auto", 4):
+        with pytest.warns(UserWarning) as warned:
+            warn_fallback(batch_clients, reason)
+        assert [str(w.message) for w in warned] == [group_lines(None, None, batch_clients, reason)[-1]]

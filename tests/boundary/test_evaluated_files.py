@@ -19,7 +19,7 @@ from tests.helpers.cli import lightning_fed
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PROG = "lightning-fed evaluate: error:"
+PROG = "error:"
 BENCH = ["--benchmarks", "[lm_eval]", "--lm_eval.tasks", "[lf_arithmetic_mc]", "--lm_eval.limit", "1"]
 HINT = "; evaluate a checkpoint of the run whose config.yaml is beside it"
 

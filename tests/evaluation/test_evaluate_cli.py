@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from lightning_fed.errors import HINT, help_tip
+from lightning_fed.evaluation.cli import PROG
 from tests.evaluation.eval_runs import make_run
 from tests.evaluation.judge_server import REFERENCE, StubJudgeServer
 
@@ -45,7 +47,7 @@ def test_bad_input_is_one_line_before_any_model_is_loaded(tmp_path, capsys):
         "m",
     )
     assert proc.returncode == 2, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("lightning-fed evaluate: error:")]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr
     assert (
         "--humaneval.limit must be >= 1, got 0" in errors[0]
@@ -87,7 +89,7 @@ def test_bad_input_is_one_line_before_any_model_is_loaded(tmp_path, capsys):
     for extra, message in cases:
         assert main(args + extra) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err[-1] == f"lightning-fed evaluate: error: {message}", err
+        assert err[-2] == f"error: {message}" and err[-1] in (HINT, help_tip(PROG)), err
 
 
 def test_run_on_a_local_task_humaneval_and_an_endpoint_judge(tmp_path):

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from tests.test_config_values_cli import NO_TORCH, ROOT
+from tests.helpers.cli import NO_TORCH, ROOT
 
-PROG = "lightning-fed evaluate: error:"
+PROG = "error:"
 CASES = {
     "run_missing": (
         ["--run", "/nonexistent/run", "--benchmarks", "[lm_eval]"],

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from tests.evaluation.eval_runs import make_run
 from tests.helpers.cli import lightning_fed
 
-PROG = "lightning-fed evaluate: error:"
+PROG = "error:"
 BENCH = ["--benchmarks", "[lm_eval]", "--lm_eval.tasks", "[lf_arithmetic_mc]", "--lm_eval.limit", "1"]
 
 

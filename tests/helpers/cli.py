@@ -43,3 +43,33 @@ def heavy_blocked_env(folder: Path) -> dict:
         package.mkdir(parents=True, exist_ok=True)
         (package / "__init__.py").write_text(f"raise ImportError('{name} was imported')\n")
     return {**ENV, "PYTHONPATH": f"{folder}{os.pathsep}{ROOT}"}
+
+
+NO_TORCH = """
+import sys
+
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise ImportError("torch imported before the config was checked")
+        return None
+
+sys.meta_path.insert(0, NoTorch())
+"""
+"""A ``sitecustomize`` that makes ``import torch`` fail with :data:`REACHED_TORCH`."""
+REACHED_TORCH = "torch imported before the config was checked"
+"""In a child's stderr: it went past every check made before torch (on to the live parser)."""
+
+
+def no_torch_env(folder: Path) -> dict:
+    """:data:`ENV` in which importing torch raises (:data:`NO_TORCH`, installed in ``folder``): a
+    refusal printed under it was made before torch was imported (without timing anything)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(NO_TORCH)
+    return {**ENV, "PYTHONPATH": f"{folder}{os.pathsep}{ROOT}"}
+
+
+def lightning_fed_without_torch(*args: str, cwd: Path, hook: Path) -> subprocess.CompletedProcess:
+    """``lightning-fed ARGS`` from ``cwd`` as ``python -m lightning_fed``, torch unimportable
+    (:func:`no_torch_env`, its ``sitecustomize`` in ``hook``, outside ``cwd``)."""
+    return run_process([sys.executable, "-m", "lightning_fed", *args], cwd=cwd, env=no_torch_env(hook))

@@ -6,7 +6,8 @@ RuntimeError traceback), ``--runtime-mb nan`` and ``batch_clients: x`` named no 
 ``--max-length 10**12`` was planned although the model holds 256 positions. Then each error came
 after torch, transformers and Lightning were imported (about 10 s of CPU), in ``plan``'s own form
 (``lightning-fed plan: error: ...``; argparse's usage block before an argument error), not
-``fit``'s. Each case runs with torch, Lightning, transformers, PEFT and pandas made unimportable
+``fit``'s; an argument error is ``fit``'s form now too (``error: ...`` and the tip naming ``plan``).
+Each case runs with torch, Lightning, transformers, PEFT and pandas made unimportable
 (:func:`tests.helpers.cli.heavy_blocked_env`), so its exact stderr also shows that none of them
 was needed.
 """
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fed.errors import HINT
-from lightning_fed.plan_cli import main
+from lightning_fed.errors import HINT, help_tip
+from lightning_fed.plan_cli import PROG, main
 from tests.helpers.cli import ROOT, heavy_blocked_env, lightning_fed
 
 TINY = ROOT / "lightning_fed" / "configs" / "tiny.yaml"
@@ -44,8 +45,6 @@ def _plan_without_torch(tmp_path: Path, *args: str):
         (["--runtime-mb", "nan"], "--runtime-mb must be a finite number >= 0, got nan"),
         (["--runtime-mb", "-5"], "--runtime-mb must be a finite number >= 0, got -5.0"),
         (["--max-length", str(10**12)], f"--max-length {10**12} {PAST_POSITIONS}"),
-        (["--batch-size", "x"], "lightning-fed plan: argument --batch-size: invalid int value: 'x'"),
-        (["--batch", "4"], "lightning-fed plan: unrecognized arguments: --batch 4; did you mean --batch-size?"),
     ],
     ids=[
         "batch_0",
@@ -54,13 +53,25 @@ def _plan_without_torch(tmp_path: Path, *args: str):
         "runtime_nan",
         "runtime_negative",
         "length_past_positions",
-        "batch_not_int",
-        "abbreviated",
     ],
 )
 def test_bad_option_is_one_line_naming_it_before_torch(tmp_path, args, message):
     proc = _plan_without_torch(tmp_path, "--config", str(TINY), *args)
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {message}\n{HINT}\n")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batch-size", "x"], "argument --batch-size: invalid int value: 'x'"),
+        (["--batch", "4"], "unrecognized arguments: --batch 4; did you mean --batch-size?"),
+    ],
+    ids=["batch_not_int", "abbreviated"],
+)
+def test_an_argument_error_is_fit_s_form_before_torch(tmp_path, args, message):
+    """One line, then the tip naming ``plan`` (as ``fit``'s), not ``lightning-fed plan: ...`` and the --debug hint."""
+    proc = _plan_without_torch(tmp_path, "--config", str(TINY), *args)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {message}\n{help_tip(PROG)}\n")
 
 
 @pytest.mark.parametrize(
@@ -115,7 +126,7 @@ def test_unknown_config_and_unknown_key_are_refused_before_torch(tmp_path):
     proc = _plan_without_torch(tmp_path, "--batch-size", "2")
     assert (proc.returncode, proc.stderr) == (
         2,
-        f"error: lightning-fed plan: the following arguments are required: --config\n{HINT}\n",
+        f"error: the following arguments are required: --config\n{help_tip(PROG)}\n",
     )
 
 

@@ -46,7 +46,6 @@ def test_report_process_bad_input_one_line_exit_2(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        ([], "lightning-fed report: the following arguments are required: RUN_OR_GLOB"),
         (["{empty}"], "RUN '{empty}': no summary.json in it or below it (not a finished run)"),
         (["{broken}"], "{broken}/summary.json: not a readable JSON file (JSONDecodeError)"),
         (

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_fed.errors import HINT
+from lightning_fed.errors import HINT, help_tip
 from tests.helpers.cli import heavy_blocked_env, lightning_fed
 from tests.helpers.files import assert_unchanged, snapshot
 from tests.report.hand_runs import make_run
@@ -37,7 +37,6 @@ from tests.report.hand_runs import make_run
             ["runs/*", "--metric", "rouge"],
             "--metric 'rouge': not in the final evaluation of {cwd}/runs/a (it has: ['pref_acc'])",
         ),
-        (["runs/a", "--met", "x"], "lightning-fed report: unrecognized arguments: --met x; did you mean --metric?"),
     ],
     ids=[
         "no_folder",
@@ -49,7 +48,6 @@ from tests.report.hand_runs import make_run
         "by_empty",
         "by_unknown",
         "metric_unknown",
-        "abbreviated",
     ],
 )
 def test_report_argument_error_is_one_line_before_torch(tmp_path, args, message):
@@ -62,6 +60,22 @@ def test_report_argument_error_is_one_line_before_torch(tmp_path, args, message)
     proc = lightning_fed("report", *args, cwd=cwd, env=heavy_blocked_env(tmp_path / "blocked"))
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {message.format(cwd=cwd)}\n{HINT}\n")
     assert_unchanged(before, cwd)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "the following arguments are required: RUN_OR_GLOB"),
+        (["runs/a", "--met", "x"], "unrecognized arguments: --met x; did you mean --metric?"),
+    ],
+    ids=["no_run", "abbreviated"],
+)
+def test_report_s_parser_errors_are_fit_s_form_before_torch(tmp_path, args, message):
+    """``error: <line>`` and the tip naming ``report`` (on 0be92cf: ``error: lightning-fed report: ...``
+    and the --debug hint, whose traceback says nothing of a parse)."""
+    proc = lightning_fed("report", *args, cwd=tmp_path, env=heavy_blocked_env(tmp_path / "blocked"))
+    tip = help_tip("lightning-fed report")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {message}\n{tip}\n")
 
 
 def test_report_of_finished_runs_needs_no_torch(tmp_path):

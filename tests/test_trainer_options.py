@@ -1,0 +1,149 @@
+"""Lightning's ``trainer.*`` options checked before torch (:mod:`lightning_fed.trainer_options`)
+against Lightning itself: the table of types is its ``Trainer.__init__`` signature, and no value
+its parser and Trainer take is refused (issue 41: "a config error <= 3 s of CPU").
+
+The precheck's table is written down (reading it from Lightning would import torch); here it is
+derived again from ``inspect.signature(lightning.Trainer.__init__)`` and compared, so a Lightning
+that adds or retypes an option fails this test instead of the precheck going wrong silently.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+import typing
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lightning_fed.config_values import merged_config
+from lightning_fed.trainer_options import (
+    ACCELERATORS,
+    GRADIENT_CLIP_ALGORITHMS,
+    TRAINER_TYPES,
+    trainer_option_problem,
+    trainer_type_problem,
+)
+
+PLAIN = {int: "int", float: "float", bool: "bool", str: "str", type(None): "null"}
+
+
+def _kinds(annotation: typing.Any) -> set[str] | None:
+    """The parts of an annotation as :data:`TRAINER_TYPES` writes them, or ``None`` if one part is
+    no plain value (a class, a ``timedelta``, a ``Path``...)."""
+    parts = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    found: set[str] = set()
+    for part in parts or (annotation,):
+        if typing.get_origin(part) is typing.Literal:
+            for value in typing.get_args(part):
+                found.add(PLAIN[type(value)] if not isinstance(value, str) else repr(value))
+        elif typing.get_origin(part) is list and typing.get_args(part) == (int,):
+            found.add("list[int]")
+        elif part in PLAIN:
+            found.add(PLAIN[part])
+        else:
+            return None
+    return found
+
+
+@pytest.fixture(scope="module")
+def trainer_parser():
+    """``trainer:`` as the LightningCLI parses it (a parser of Trainer's arguments alone)."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.cli import LightningArgumentParser
+
+    parser = LightningArgumentParser(exit_on_error=False)
+    parser.add_lightning_class_args(Trainer, "trainer")
+    return parser
+
+
+def test_the_table_is_the_trainer_signature():
+    """Every ``Trainer.__init__`` option whose annotation is plain values is in the table, with
+    those parts (``precision``'s literals are :data:`~lightning_fed.trainer_options.PRECISIONS`,
+    checked by ``tests/test_refused_before_anything_written.py``; ``default_root_dir`` also takes a
+    ``Path``, which a config writes as a string)."""
+    from lightning.pytorch import Trainer
+
+    derived = {}
+    for name, parameter in inspect.signature(Trainer.__init__).parameters.items():
+        kinds = _kinds(parameter.annotation)
+        if kinds is not None and name != "precision":
+            derived[name] = kinds
+    table = {name: set(kinds) for name, kinds in TRAINER_TYPES.items() if name != "default_root_dir"}
+    assert table == derived
+
+
+def test_the_accelerators_and_clip_algorithms_are_lightning_s():
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+    from lightning.pytorch.utilities.enums import GradClipAlgorithmType
+
+    assert set(ACCELERATORS) == {*AcceleratorRegistry.available_accelerators(), "auto", "gpu"}
+    assert set(GRADIENT_CLIP_ALGORITHMS) == set(GradClipAlgorithmType.supported_types())
+
+
+ACCEPTED = {
+    "devices": ["auto", "1", "-1", "[0]", "[0, 1]", "0,1", "0,", "2"],
+    "accelerator": [a for a in ACCELERATORS if a != "tpu"],  # tpu: refused without torch_xla (its own test)
+    "precision": ["bf16-mixed", "16-mixed", "32", "64-true", "bf16"],
+    "max_epochs": ["-1", "0", "3", "null"],
+    "max_steps": ["-1", "10"],
+    "limit_val_batches": ["0.5", "1.0", "3", "0", "null"],
+    "deterministic": ["true", "false", "warn", "null"],
+    "gradient_clip_val": ["0", "0.5", "1", "null"],
+    "gradient_clip_algorithm": ["norm", "value", "NORM"],
+    "val_check_interval": ["0.25", "10", "00:00:05:00"],
+    "num_sanity_val_steps": ["-1", "0", "2"],
+    "enable_checkpointing": ["true", "false", "null"],
+    "fast_dev_run": ["true", "false", "3"],
+    "default_root_dir": ["runs", "/tmp/x", "5"],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "text"), [(n, t) for n, texts in ACCEPTED.items() for t in texts], ids=lambda v: str(v)
+)
+def test_what_lightning_accepts_is_not_refused(trainer_parser, name, text):
+    """The values the docs and Lightning's own examples use pass the precheck and the parser."""
+    trainer_parser.parse_args([f"--trainer.{name}={text}"])  # Lightning's parser takes it
+    trainer = merged_config([f"--trainer.{name}={text}"]).sections["trainer"]
+    assert (trainer_type_problem(trainer), trainer_option_problem(trainer)) == (None, None)
+
+
+TEXTS = st.one_of(
+    st.integers(-3, 10**6).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(
+        ["true", "false", "null", "on", "off", "yes", "warn", "auto", "abc", "1.5", "2.0", "[0]", "[0, 1]"]
+        + ["[]", "{}", "{a: 1}", "'5'", "[true]", "[a]", "0,1", "1e3", "-1", ".inf", "~", "None"]
+    ),
+    st.text(alphabet="ab01.,-[]e ", min_size=1, max_size=6),
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(TRAINER_TYPES)), text=TEXTS)
+def test_a_value_refused_for_its_type_is_refused_by_lightning_s_parser(trainer_parser, name, text):
+    """The precheck refuses a type only where the LightningCLI's parser refuses it too."""
+    from jsonargparse import ArgumentError
+
+    trainer = merged_config([f"--trainer.{name}={text}"]).sections["trainer"]
+    if trainer_type_problem(trainer) is not None:
+        with pytest.raises(ArgumentError):
+            trainer_parser.parse_args([f"--trainer.{name}={text}"])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(text=st.text(alphabet="0123456789, -autoxg", min_size=1, max_size=8))
+def test_a_devices_word_refused_is_refused_by_every_accelerator(text):
+    """``trainer.devices`` as a string: refused only if Lightning's GPU parser and its CPU parser
+    (``_normalize_parse_gpu_string_input``, ``_parse_cpu_cores``) both refuse it."""
+    from lightning.fabric.accelerators.cpu import _parse_cpu_cores
+    from lightning.fabric.utilities.device_parser import _normalize_parse_gpu_string_input
+
+    if trainer_option_problem({"devices": text}) is None or re.fullmatch(r"\s*-?[0-9]+\s*", text):
+        return  # a count < 1 but -1: refused for another reason (tests/test_refused_before_anything_written.py)
+    for parse in (_normalize_parse_gpu_string_input, _parse_cpu_cores):
+        with pytest.raises((ValueError, TypeError)):
+            parse(text)
