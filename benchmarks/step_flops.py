@@ -24,7 +24,9 @@ Shapes:
   are printed: about 18 tokens per row, far under the 128 allowed);
 * ``long-prompt``: as many pairs per client of a 256-token prompt and 64-token responses (random token
   ids), every row full length; ``--long-clients`` clients (default 1: the sequential paths' round ratio
-  is their step's; a step costs ~30 CPU s).
+  is their step's; a step costs ~30 CPU s), ``--long-pairs`` pairs each (default ``data.batch_size``).
+
+``--paths new new-K`` times only those (``new`` always runs; without ``main`` the ratios are to ``new``).
 
 Each shape runs with the reference ``cold`` (``cache_reference=false``: the reference forward in every
 step) and ``warm`` (the reference cache filled by an untimed round: no reference forward). FLOPs are
@@ -200,7 +202,14 @@ def describe(batches: list[dict]) -> str:
 
 
 def run_shape(
-    module, name: str, batches: list[dict], group: dict, cache: str, repeats: int, unpacked: bool = False
+    module,
+    name: str,
+    batches: list[dict],
+    group: dict,
+    cache: str,
+    repeats: int,
+    unpacked: bool = False,
+    only: list[str] | None = None,
 ) -> None:
     from lightning_fed.modules.reference_cache import ReferenceCache
 
@@ -212,6 +221,10 @@ def run_shape(
         paths[f"new-K{clients}"] = Batched(module, group, clients, start)
         if unpacked:
             paths[f"rows-K{clients}"] = Batched(module, group, clients, start, pack=False)
+    if only:  # --paths: the sequential ``new`` always runs (the warm cache's fill, the scored work's head)
+        paths = {
+            p: path for p, path in paths.items() if p in only or p == "new" or p.replace(f"-K{clients}", "-K") in only
+        }
     module.reference_cache = ReferenceCache() if cache == "warm" else None
     print(f"\n## {name}, reference {cache}: {describe(batches)}", flush=True)
     if cache == "warm":
@@ -224,8 +237,11 @@ def run_shape(
             t0 = time.process_time()
             paths[p].round()
             times[p].append(time.process_time() - t0)
-    print(f"{'path':>7} {'GFLOP':>8} {'head':>7} {'rest':>8} {'CPU s min':>10} {'median':>8} {'max':>8} {'/ main':>7}")
-    base = statistics.median(times["main"])
+    ref = "main" if "main" in paths else "new"  # the ratio's base
+    print(
+        f"{'path':>7} {'GFLOP':>8} {'head':>7} {'rest':>8} {'CPU s min':>10} {'median':>8} {'max':>8} {'/ ' + ref:>7}"
+    )
+    base = statistics.median(times[ref])
     for p in paths:
         total, head = flops[p]
         t = times[p]
@@ -237,6 +253,9 @@ def run_shape(
     # pair's distinct tokens (no padding, the prompt once), linear in tokens from main's per-row cost.
     rows = sum(b["chosen_input_ids"].numel() + b["rejected_input_ids"].numel() for b in batches)
     distinct = sum(distinct_tokens(b) for b in batches)
+    if "main" not in flops:
+        print("FLOPs / new: " + ", ".join(f"{p} {flops[p][0] / flops['new'][0]:.3f}" for p in paths), flush=True)
+        return
     floor = flops["new"][1] + (flops["main"][0] - flops["main"][1]) * distinct / rows
     print(
         f"scored work (head on scored positions, the rest on {distinct} distinct of {rows} positions, linear"
@@ -257,10 +276,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shapes", nargs="+", default=["feddpo", "long-prompt"], choices=["feddpo", "long-prompt"])
     parser.add_argument("--cache", nargs="+", default=["cold", "warm"], choices=["cold", "warm"])
     parser.add_argument("--unpacked", action="store_true", help="also time the paths with a row per pair")
+    parser.add_argument("--long-pairs", type=int, default=None, help="pairs per client at the long prompt")
+    parser.add_argument(
+        "--paths", nargs="+", default=None, help="only these paths (new-K for the batched one); new always runs"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     settings = feddpo_settings()
-    pairs = settings["data"]["init_args"]["batch_size"]
+    pairs = args.long_pairs or settings["data"]["init_args"]["batch_size"]
     makers = {
         "feddpo": lambda m: feddpo_batches(settings, m.tokenizer, args.clients),
         "long-prompt": lambda m: long_prompt_batches(
@@ -275,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
     for shape in args.shapes:
         batches, group = makers[shape](module)
         for cache in args.cache:
-            run_shape(module, shape, batches, group, cache, args.repeats, args.unpacked)
+            run_shape(module, shape, batches, group, cache, args.repeats, args.unpacked, args.paths)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

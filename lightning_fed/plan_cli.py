@@ -119,7 +119,7 @@ def _mb(n: float) -> str:
 def group_lines(shape: Any, p: PlanInputs, batch_clients: Any, fallback: str | None = None) -> list[str]:
     """The printout's part for ``federation.batch_clients`` (none when it is ``off``); ``fallback``: why
     the run trains its clients one after another (:func:`~lightning_fed.planning.group_fallback.planned_fallback`)."""
-    from lightning_fed.planning.group import batched_group_size, estimate_group
+    from lightning_fed.planning.group import batched_group_size, cpu_group_cap, estimate_group
 
     if batch_clients == "off":
         return []
@@ -128,7 +128,10 @@ def group_lines(shape: Any, p: PlanInputs, batch_clients: Any, fallback: str | N
 
         return ["", fallback_line(batch_clients, fallback)]
     if batch_clients == "auto":
-        k, how = batched_group_size(shape, p, p.clients_per_round), "the largest that fits this machine's memory"
+        k, cap = batched_group_size(shape, p, p.clients_per_round), cpu_group_cap(shape, p)
+        how = "the largest that fits this machine's memory"
+        if cap < k:  # what fit takes on a CPU (planning.group.run_group_size)
+            k, how = cap, f"{how}, at most {cap} on a CPU (planning.group.cpu_group_cap)"
     else:
         k, how = min(int(batch_clients), p.clients_per_round), "at most clients_per_round"
     plan = estimate_group(shape, p, k)

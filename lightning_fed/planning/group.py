@@ -193,10 +193,37 @@ def inputs_from_module(module: Any, datamodule: Any) -> tuple[ModelShape, PlanIn
 
 #: ``auto``'s K on a CPU at most (issue 43): a CPU core is busy with one client's matmuls already, so
 #: the gain of a group is the fixed per-step cost saved, and it stops early: measured on SmolLM2-135M at
-#: ``feddpo``'s shape, K = 4 saves 4-7 % of a step; on a tiny model 0.71x at K = 4 and 0.58x at K = 16,
+#: ``feddpo``'s shape (about 100 tokens a client), K = 4 takes 0.568x of main's sequential round where
+#: the clients one after another take 0.707x; on a tiny model 0.71x at K = 4 and 0.58x at K = 16,
 #: where fixed cost dominates. Memory, not speed, is what sizes K beyond it on CPU; an integer
-#: ``batch_clients`` is not capped.
+#: ``batch_clients`` is not capped. Long rows cap it lower: :func:`cpu_group_cap`.
 CPU_GROUP_CAP = 4
+
+#: glibc's largest ``mmap`` threshold on 64-bit Linux (``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB; ``mallopt``
+#: refuses more). A CPU tensor above it is a fresh ``mmap`` each time it is made, and every one of its
+#: pages faults in (the kernel zeroes it) on first touch; one under it is reused from the heap.
+#: Measured on SmolLM2-135M at the long prompt (4 clients x 4 pairs of a 256-token prompt and 64-token
+#: responses, 1,536 tokens a client; ``benchmarks/long_prompt_profile.py --clients 4``, RESULTS.md):
+#: one client's MLP activation is 1,536 x 1,536 float32 = 9 MiB and its round faults no page; the 4
+#: clients in one step make it 36 MiB, and the step faults 3.8 million pages (14.5 GiB): 12.1 s of
+#: system time on top of 38.5 s of user time, against 41.3 + 0.05 s for the 4 clients one after
+#: another. Batching saved 7 % of the user time and lost more than that to the kernel.
+MMAP_THRESHOLD_MAX = 32 * 2**20
+
+
+def cpu_group_cap(shape: ModelShape, p: PlanInputs) -> int:
+    """``auto``'s largest K on a CPU: :data:`CPU_GROUP_CAP`, and no more than keeps a group step's
+    widest activation within :data:`MMAP_THRESHOLD_MAX`, and at least 1.
+
+    The widest activation is the MLP's (``max(intermediate, hidden)`` features) over the group's
+    tokens, counted at full length as the memory plan does: ``batch_size x max_length`` per row copy
+    (2 for the preference objectives' chosen and rejected, 1 for ``sft``), in the model's dtype. A
+    client whose own step is over the threshold already trains alone: its step faults its pages
+    either way, and its fixed cost is small beside it."""
+    copies = 1 if p.objective == "sft" else 2
+    width = max(shape.intermediate, shape.hidden) * DTYPES[p.dtype].itemsize
+    per_client = p.batch_size * p.max_length * copies * width
+    return max(1, min(CPU_GROUP_CAP, MMAP_THRESHOLD_MAX // per_client))
 
 
 def run_group_size(module: Any, datamodule: Any, trainer: Any, clients_per_round: int) -> int:
@@ -206,4 +233,4 @@ def run_group_size(module: Any, datamodule: Any, trainer: Any, clients_per_round
     shape, p = inputs_from_module(module, datamodule)
     device = getattr(module, "device", "cpu")
     k = batched_group_size(shape, p, clients_per_round, device=device)
-    return min(k, CPU_GROUP_CAP) if str(device).split(":")[0] == "cpu" else k
+    return min(k, cpu_group_cap(shape, p)) if str(device).split(":")[0] == "cpu" else k
