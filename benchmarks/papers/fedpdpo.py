@@ -10,11 +10,16 @@ user the same ``--test-pairs`` held-out pairs in its group's orientation, so Fed
 model) scores 0.500 on average by construction and only personal parts can beat it.
 
 Per seed, each method's preference accuracy (``log p(chosen) > log p(rejected)``, summed) per
-client on its rows; FedPDPO minus FedDPO: the mean over seeds, its SE = sqrt(seed SD^2 / S +
-sampling variance), the sampling variance from the binomial variance of each client's accuracy
-(p (1 - p) / n per client and method, over 16 = 4 clients squared, summed over both methods:
-conservative, as both are scored on the same rows). "Every client": the count of clients whose
-FedPDPO accuracy, averaged over seeds, exceeds FedDPO's by more than twice its own SE.
+client on its rows; FedPDPO minus FedDPO: the mean over seeds, with ``common.py``'s error model
+(seed part; decided at Student's t with Welch-Satterthwaite df). The sampling part cannot be
+clustered: the fit's summary keeps each client's accuracy, not its per-pair scores. It is the
+binomial variance of each client's accuracy (p (1 - p) / n per client and method, over 16 = 4
+clients squared), rows treated as independent: conservative here, since a global model
+scores exactly 0.5 on each pair's 4 rows (the groups' orientations cancel), so the pair means
+vary far less than independent rows would (FedBiscuit's runs on the same test: 0.013 by pair,
+0.022 two-way by sentence). Its df are those of the 16 held-out sentences a side (15), as in
+FedBiscuit's two-way clustering. "Every client": the count of clients whose FedPDPO accuracy,
+averaged over seeds, exceeds FedDPO's by more than its own critical t times its SE.
 
     nice -n 15 .venv/bin/python benchmarks/papers/fedpdpo.py --seeds 0 1 2 --out runs/real_text/papers_fedpdpo.jsonl
     .venv/bin/python benchmarks/papers/fedpdpo.py --summarize runs/real_text/papers_fedpdpo.jsonl
@@ -34,10 +39,11 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "real_text"))
 import polarity_pairs  # noqa: E402
 import run as real_text  # noqa: E402
-from common import append_run, by_method, call, read_runs, sd  # noqa: E402
+from common import append_run, by_method, call, combine, read_runs, sd  # noqa: E402
 
 SETTING = "groups_big"
 real_text.SETTINGS[SETTING] = ("polarity_groups_train.jsonl", "polarity_groups_bigtest.jsonl", "pref_acc")
+SENTENCES_A_SIDE = 16  # the held-out sentences each test pair draws one of (polarity_pairs.py)
 
 
 def summarize(results: list[dict], test_rows_per_client: int) -> list[str]:
@@ -60,50 +66,53 @@ def summarize(results: list[dict], test_rows_per_client: int) -> list[str]:
         # every seed, so FedPDPO's mean minus 0.500 needs only FedPDPO's seeds; its sampling part is
         # FedPDPO's binomial variance alone (the FedDPO runs confirm the 0.500).
         runs = by["fedpdpo"]
-        a = [r["final"]["all"] for r in runs.values()]
-        se_seed = sd(a) / np.sqrt(len(a))
+        a = [r["final"]["all"] - 0.5 for s, r in sorted(runs.items())]
         clients = next(iter(runs.values()))["final"]["clients"]
         var = sum(
             (p := np.mean([r["final"]["clients"][c] for r in runs.values()])) * (1 - p) / test_rows_per_client / 16
             for c in clients
         )
-        se = float(np.hypot(se_seed, np.sqrt(var)))
-        diff = float(np.mean(a)) - 0.5
-        verdict = call(diff, se, "FedPDPO better", "FedDPO better")
+        p = combine(float(np.mean(a)), a, float(np.sqrt(var)), SENTENCES_A_SIDE)
+        verdict = call(p, "FedPDPO better", "FedDPO better")
         lines.append(
-            f"FedPDPO minus 0.500 (any global model, FedDPO included): {diff:+.3f} ± {se:.3f} (seed SE {se_seed:.3f}, "
-            f"sampling SE {np.sqrt(var):.3f}, {len(a)} seeds {sorted(runs)}): {verdict}"
+            f"FedPDPO minus 0.500 (any global model, FedDPO included), binomial sampling SE: "
+            f"{p.describe(by='sentences a side')}: {verdict}"
         )
+        lines.append("  per seed: " + ", ".join(f"{s}: {v + 0.5:.3f}" for s, v in zip(sorted(runs), a)))
+        base = [r for s, r in sorted(runs.items()) if r["initial"]]
+        if base:
+            b0 = base[0]["initial"]["clients"]
+            lines.append(
+                f"  per client, before (seed {base[0]['seed']}'s initial evaluation) -> after (mean over seeds): "
+                + ", ".join(
+                    f"c{c} {b0[c]:.3f} -> {(m := np.mean([r['final']['clients'][c] for r in runs.values()])):.3f} "
+                    f"({m - b0[c]:+.3f})"
+                    for c in sorted(clients)
+                )
+            )
     if "fedpdpo" in by and "feddpo" in by:
         seeds = sorted(set(by["fedpdpo"]) & set(by["feddpo"]))
         n = test_rows_per_client
         d = [by["fedpdpo"][s]["final"]["all"] - by["feddpo"][s]["final"]["all"] for s in seeds]
-        se_seed = sd(d) / np.sqrt(len(d))
         var = 0.0
         for m in ("fedpdpo", "feddpo"):
             for c in by[m][seeds[0]]["final"]["clients"]:
                 p = np.mean([by[m][s]["final"]["clients"][c] for s in seeds])
                 var += p * (1 - p) / n / 16  # the same rows in every seed: no 1 / S
-        se = float(np.hypot(se_seed, np.sqrt(var)))
-        diff = float(np.mean(d))
-        verdict = call(diff, se, "FedPDPO better", "FedDPO better")
-        lines.append(
-            f"FedPDPO minus FedDPO: {diff:+.3f} ± {se:.3f} (seed SE {se_seed:.3f}, sampling SE {np.sqrt(var):.3f}, "
-            f"{len(seeds)} seeds): {verdict}"
-        )
+        p = combine(float(np.mean(d)), d, float(np.sqrt(var)), SENTENCES_A_SIDE)
+        verdict = call(p, "FedPDPO better", "FedDPO better")
+        lines.append(f"FedPDPO minus FedDPO: {p.describe(by='sentences a side')}: {verdict}")
         better = 0
         for c in by["fedpdpo"][seeds[0]]["final"]["clients"]:
             a = [by["fedpdpo"][s]["final"]["clients"][c] for s in seeds]
             b = [by["feddpo"][s]["final"]["clients"][c] for s in seeds]
             dc = np.array(a) - np.array(b)
-            se_c = np.hypot(
-                sd(dc) / np.sqrt(len(dc)),
-                np.sqrt((np.mean(a) * (1 - np.mean(a)) + np.mean(b) * (1 - np.mean(b))) / n),
-            )
-            better += int(dc.mean() > 2 * se_c)
-            lines.append(f"  client {c}: {dc.mean():+.3f} ± {se_c:.3f}")
+            se_c = np.sqrt((np.mean(a) * (1 - np.mean(a)) + np.mean(b) * (1 - np.mean(b))) / n)
+            pc = combine(float(dc.mean()), dc, float(se_c), SENTENCES_A_SIDE)
+            better += int(call(pc, "better", "worse") == "better")
+            lines.append(f"  client {c}: {pc.describe()}")
         lines.append(
-            f"clients where FedPDPO is better by > 2 SE: {better} of {len(by['fedpdpo'][seeds[0]]['final']['clients'])}"
+            f"clients where FedPDPO is better (decided): {better} of {len(by['fedpdpo'][seeds[0]]['final']['clients'])}"
         )
     return lines
 
@@ -137,7 +146,7 @@ def main() -> None:
             initial = method == "fedpdpo" and seed in args.initial_seeds
             r = real_text.run_job(SETTING, method, seed, initial, extra, "", logs)
             results.append(r)
-            append_run(root / args.out, r)
+            append_run(root / args.out, r, vars(args))
             print(
                 f"seed {seed} {method}: final {r['final']['all']:.3f} {r['final']['clients']} ({r['seconds']:.0f}s)",
                 flush=True,
