@@ -7,6 +7,8 @@ error. docs/results.md's table is checked against these lines in test_papers_res
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "papers"))
 
 import common  # noqa: E402
@@ -177,3 +179,28 @@ def test_fedbiot_real_text_clients_and_public_set_are_disjoint_tasks(tmp_path):
     assert sorted({r["task"] for r in rows}) == info["clients"]
     assert all(sum(r["task"] == t for r in rows) == 10 for t in info["clients"])
     assert len(public) == 5 and {r["task"] for r in public} <= set(info["public_tasks"])
+
+
+def test_fedpdpo_with_per_pair_scores_clusters_them_by_sentence():
+    # 2 pairs, drawn as polarity_pairs draws them (seed 0 of the 16 x 16 combinations); each user's
+    # score on each pair recorded (lightning-fed test grouped by cell). Users' pair scores:
+    # u0, u1 (1, 0), u2, u3 (1, 1): pair means (1, 0.5), minus 0.5: (0.5, 0); both seeds alike:
+    # +0.25, seed SE 0; the 2 pairs share no sentence, so two-way = one-way over 2 clusters:
+    # CR1 2 x (0.25^2 x 2) / 4 = 0.0625: SE 0.25, df 1, t 12.71
+    import polarity_pairs
+
+    (p0, n0), (p1, n1) = polarity_pairs.pair_sentences(2)
+    assert p0 != p1 and n0 != n1
+    pairs = {"u0": [1.0, 0.0], "u1": [1.0, 0.0], "u2": [1.0, 1.0], "u3": [1.0, 1.0]}
+    final = {"all": 0.75, "clients": {"0": 0.5, "1": 0.5, "2": 1.0, "3": 1.0}}
+    runs = [{"method": "fedpdpo", "seed": s, "initial": None, "final": final, "pairs": pairs} for s in (0, 1)]
+    lines = fedpdpo.summarize(runs, test_rows_per_client=2)
+    line = next(x for x in lines if x.startswith("FedPDPO minus 0.500, per pair"))
+    assert line.endswith(
+        "+0.250 ± 0.250 (seed SE 0.000, sampling SE 0.250 over 2 sentences a side, 2 seeds; 1.0 SE, df 1.0, "
+        "t 12.71): not separated"
+    )
+    # per-pair scores that are not the fit's per-client accuracy are refused
+    runs[0] = {**runs[0], "final": {"all": 0.75, "clients": {"0": 0.6, "1": 0.5, "2": 1.0, "3": 1.0}}}
+    with pytest.raises(ValueError, match="seed 0: per-pair scores"):
+        fedpdpo.summarize(runs, test_rows_per_client=2)
