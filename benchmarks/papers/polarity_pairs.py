@@ -25,6 +25,14 @@ import build_data  # noqa: E402
 TASTE = {"u0": "positive", "u1": "positive", "u2": "negative", "u3": "negative"}
 
 
+def pair_sentences(test_pairs: int = 64, positives: int = 16, negatives: int = 16, seed: int = 0):
+    """The (positive, negative) held-out sentence indices (in sorted order) of each test pair, in
+    the test's order: ``build`` draws the pairs from the sorted combinations with
+    ``random.Random(seed).sample``, whose choice depends on the count of combinations only."""
+    picks = random.Random(seed).sample(range(positives * negatives), min(test_pairs, positives * negatives))
+    return [(i // negatives, i % negatives) for i in picks]
+
+
 def build(out: Path, cache: Path, test_pairs: int = 64, seed: int = 0) -> dict[str, int]:
     """``polarity_groups_train.jsonl`` (build_data's) and ``polarity_groups_bigtest.jsonl``."""
     from lightning_fed.modules.backbone import load_tokenizer
@@ -37,10 +45,11 @@ def build(out: Path, cache: Path, test_pairs: int = 64, seed: int = 0) -> dict[s
         r = json.loads(line)
         held["pos"].add(r["chosen"])
         held["neg"].add(r["rejected"])
-    combos = [(p, n) for p in sorted(held["pos"]) for n in sorted(held["neg"])]
-    pairs = random.Random(seed).sample(combos, min(test_pairs, len(combos)))
+    pos, neg = sorted(held["pos"]), sorted(held["neg"])
+    pairs = pair_sentences(test_pairs, len(pos), len(neg), seed)
     rows = []
-    for p, n in pairs:
+    for i, j in pairs:
+        p, n = pos[i], neg[j]
         for user, taste in TASTE.items():
             chosen, rejected = (p, n) if taste == "positive" else (n, p)
             rows.append(

@@ -7,6 +7,8 @@ error. docs/results.md's table is checked against these lines in test_papers_res
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "papers"))
 
 import common  # noqa: E402
@@ -17,13 +19,13 @@ import fedpdpo  # noqa: E402
 def test_paired_splits_the_error_into_seed_spread_and_row_sampling():
     # a - b: seed 0 rows (1, 2), mean 1.5; seed 1 rows (2, 2), mean 2: difference 1.75
     # seed SE: SD(1.5, 2) / sqrt(2) = 0.354 / 1.414 = 0.25; rows averaged over seeds (1.5, 2): SD 0.354 / sqrt(2) = 0.25
-    # combined sqrt(0.25^2 + 0.25^2) = 0.354; 1.75 > 2 x 0.354: above
+    # combined sqrt(0.25^2 + 0.25^2) = 0.354; df 2 (t 4.303): 1.75 / 0.354 = 4.9 SE: above
     p = common.paired({0: [1, 2], 1: [3, 3], 2: [9, 9]}, {0: [0, 0], 1: [1, 1]})  # seed 2: a only, left out
     assert p.seeds == 2 and p.diff == 1.75
     assert (round(p.se_seed, 6), round(p.se_sample, 6), round(p.se, 6)) == (0.25, 0.25, round(0.25 * 2**0.5, 6))
-    assert common.call(p.diff, p.se, "above", "below") == "above"
-    assert common.call(-1.0, 0.5, "above", "below") == "not separated"  # exactly 2 SE is not beyond 2 SE
-    assert common.call(-1.01, 0.5, "above", "below") == "below"
+    assert round(p.df, 6) == 2 and common.call(p, "above", "below") == "above"
+    assert common.call(p._replace(diff=-p.crit * p.se), "above", "below") == "not separated"  # exactly t SE
+    assert common.call(p._replace(diff=-1.01 * p.crit * p.se), "above", "below") == "below"
     assert common.paired({0: [1.0]}, {1: [1.0]}) is None
 
 
@@ -37,10 +39,14 @@ def test_fedhds_row_against_fedit_and_the_coreset_pair():
     import fedhds
 
     def run(method, seed, rouge, frac=0.02):
-        return {"method": method, "seed": seed, "rougeL": rouge, "nll": [2.0, 4.0], "data_fraction": frac}
+        return {
+            "method": method, "seed": seed, "rougeL": rouge, "nll": [2.0, 4.0], "data_fraction": frac,
+            "trained_samples": int(96 * frac), "test_task": ["t1", "t2"],
+        }  # fmt: skip
 
     # FedHDS - FedIT: seed 0 (0.2 - 0.5, 0.2 - 0.3) mean -0.2; seed 1 (0.2 - 0.4, 0.0 - 0.4) mean -0.3: -0.25
-    # seed SE SD(-0.2, -0.3) / sqrt(2) = 0.05; prompts averaged over seeds (-0.25, -0.25): sampling 0: -5 SE, lower
+    # seed SE SD(-0.2, -0.3) / sqrt(2) = 0.05; prompts averaged over seeds (-0.25, -0.25): sampling 0
+    # df = S - 1 = 1, t 12.71: -5 SE is not decided (the old fixed 2 SE called it lower)
     # FedHDS's own ROUGE-L: per seed 0.2, 0.1: mean 0.150, SD 0.071
     results = [
         run("fedit", 0, [0.5, 0.3], 1.0), run("fedit", 1, [0.4, 0.4], 1.0),
@@ -48,26 +54,39 @@ def test_fedhds_row_against_fedit_and_the_coreset_pair():
         run("random", 0, [0.2, 0.1]), run("random", 1, [0.1, 0.1]),
     ]  # fmt: skip
     lines = fedhds.summarize(results)
-    assert "| fedhds | 0.150 | 0.071 | 3.000 | 2.0% | -0.250 ± 0.050 (0.050, 0.000) | lower |" in lines
-    assert "| fedit | 0.400 | 0.000 | 3.000 | 100.0% | - | - |" in lines
+    assert (
+        "| fedhds | [0, 1] | 0.150 | 0.071 | 3.000 | 2.0% | 1 | -0.250 ± 0.050 (seed SE 0.050, sampling SE 0.000 "
+        "over 2 tasks, 2 seeds; 5.0 SE, df 1.0, t 12.71) | not separated |" in lines
+    )
+    assert "| fedit | [0, 1] | 0.400 | 0.000 | 3.000 | 100.0% | 96 | - | - |" in lines
+    assert "fedhds minus fedit per seed: 0: -0.200, 1: -0.300; per task: t1 -0.250, t2 -0.250" in lines
     # FedHDS - Random: seed 0 (0, 0.1) mean 0.05; seed 1 (0.1, -0.1) mean 0: +0.025
-    # seed SE SD(0.05, 0) / sqrt(2) = 0.025; prompts (0.05, 0): SD 0.0354 / sqrt(2) = 0.025; combined 0.035
-    assert "fedhds minus random: +0.025 ± 0.035 (0.025, 0.025): not separated" in lines
+    # seed SE SD(0.05, 0) / sqrt(2) = 0.025; prompts (0.05, 0), one a task: CR1 2 x (0.025^2 x 2) / 4 = 0.025^2
+    # combined 0.035, df 2, t 4.30
+    assert (
+        "fedhds minus random: +0.025 ± 0.035 (seed SE 0.025, sampling SE 0.025 over 2 tasks, 2 seeds; "
+        "0.7 SE, df 2.0, t 4.30): not separated" in lines
+    )
 
 
-def test_fedbiot_line_at_exactly_two_se_is_not_separated():
+def test_fedbiot_line_clusters_the_rows_by_client():
     import fedbiot
 
     def run(method, seed, loss):
-        return {"method": method, "seed": seed, "lr": 0.01, "final": {"adapemu_loss": loss, "adapfu_loss": loss}}
+        final = {"adapemu_loss": loss, "adapfu_loss": loss, "client": [0, 1]}
+        return {"method": method, "seed": seed, "lr": 0.01, "final": final}
 
     # FedOT - FedBiOT: seed 0 rows (1, 1), seed 1 rows (2, 0): both seeds 1.0, seed SE 0
-    # rows averaged over seeds (1.5, 0.5): SD 0.707 / sqrt(2) = 0.5: +1.000 ± 0.500, exactly 2 SE
+    # rows averaged over seeds (1.5, 0.5), one a client: CR1 2 x (0.5^2 x 2) / 4 = 0.25: SE 0.5; df 1, t 12.71
     results = [run("fedot", 0, [2, 2]), run("fedot", 1, [3, 1]), run("fedbiot", 0, [1, 1]), run("fedbiot", 1, [1, 1])]
     lines = fedbiot.summarize(results)
-    expected = "+1.000 ± 0.500 nats/token (seed SE 0.000, sampling SE 0.500, 2 seeds): not separated"
+    expected = (
+        "+1.000 ± 0.500 nats/token (seed SE 0.000, sampling SE 0.500 over 2 clients, 2 seeds; 2.0 SE, df 1.0, "
+        "t 12.71): not separated"
+    )
     assert f"FedOT minus FedBiOT, adapfu_loss: {expected}" in lines
     assert "  per seed: 0: +1.000, 1: +1.000" in lines
+    assert "  per client (rows): 0 +1.500 (1), 1 +0.500 (1)" in lines
     assert "| fedot | 0.01 | [0, 1] | 2.000 (0.000) | 2.000 (0.000) | 2 |" in lines
 
 
@@ -75,37 +94,46 @@ def test_openfedllm_lines_for_held_out_tasks_and_own_task():
     import openfedllm
 
     def run(method, held_out, own):
-        return {"method": method, "seed": 0, "held_out": held_out, "own": {"task": own}}
+        own = {"a": own[:1], "b": own[1:]}
+        return {"method": method, "seed": 0, "held_out": held_out, "held_out_task": ["x", "y"], "own": own}
 
-    # held-out: (1 - 2, 2 - 2) = (-1, 0): -0.5, sampling SD 0.707 / sqrt(2) = 0.5: 1 SE, not separated
+    # held-out: (1 - 2, 2 - 2) = (-1, 0), one a task: -0.5, CR1 2 x (0.5^2 x 2) / 4 = 0.25: SE 0.5; df 1, t 12.71
     # own task: (1 - 0.5, 1 - 0.5): +0.5 ± 0: local better
     lines = openfedllm.summarize([run("fedit", [1, 2], [1, 1]), run("local", [2, 2], [0.5, 0.5])])
     assert (
-        "FedIT minus local, held-out tasks: -0.500 ± 0.500 nats/token (seed SE 0.000, sampling SE 0.500, 1 seeds): "
-        "not separated" in lines
+        "FedIT minus local, held-out tasks: -0.500 ± 0.500 nats/token (seed SE 0.000, sampling SE 0.500 over 2 tasks, "
+        "1 seed; 1.0 SE, df 1.0, t 12.71): not separated" in lines
     )
-    assert lines[-1].startswith("FedIT minus local, own task: +0.500 ± 0.000") and lines[-1].endswith("local better")
+    own = next(x for x in lines if x.startswith("FedIT minus local, own task"))
+    assert own.startswith("FedIT minus local, own task: +0.500 ± 0.000") and own.endswith("local better")
+    assert "  per task (share of the sum): a +0.500 (50%), b +0.500 (50%)" in lines
 
 
 def _biscuit(seed: int, pair_scores: list[float]) -> dict:
     """A FedBiscuit run whose 4 users all score ``pair_scores`` (one entry a test pair)."""
-    return {"method": "fedbiscuit", "seed": seed, "assignment": {}, "acc": {u: pair_scores for u in fedbiscuit.USERS}}
+    pairs = [[i, i] for i in range(len(pair_scores))]  # pair i: positive sentence i, negative sentence i
+    acc = {u: pair_scores for u in fedbiscuit.USERS}
+    return {"method": "fedbiscuit", "seed": seed, "assignment": {}, "acc": acc, "pair_sentences": pairs}
 
 
-def test_fedbiscuit_against_one_selector_clusters_the_sampling_error_by_test_pair():
-    # pair means: seed 0 (1, 0.5), seed 1 (0.5, 0.5): mean 0.625, +0.125 over 0.500
-    # seed SE: SD(0.75, 0.5) / sqrt(2) = 0.125; sampling: SD over pairs of (0.75, 0.5) / sqrt(2) = 0.125
-    # combined sqrt(2) x 0.125 = 0.177 > 0.125 / 2: not separated
+def test_fedbiscuit_against_one_selector_clusters_the_sampling_error_by_sentence():
+    # pair means minus 0.5: seed 0 (0.5, 0), seed 1 (0, 0): +0.125; seed SE SD(0.25, 0) / sqrt(2) = 0.125
+    # sampling: (0.25, 0), each pair its own sentences, so two-way = one-way: CR1 2 x (0.125^2 x 2) / 4: 0.125
+    # combined 0.177, df 2, t 4.30: not separated
     lines = fedbiscuit.summarize([_biscuit(0, [1.0, 0.5]), _biscuit(1, [0.5, 0.5])])
     line = next(x for x in lines if x.startswith("FedBiscuit minus 0.500"))
-    assert "+0.125 ± 0.177 (seed SE 0.125, sampling SE 0.125 over 2 pairs, 2 seeds [0, 1]): not separated" in line
+    assert line.endswith(
+        "2 pairs: +0.125 ± 0.177 (seed SE 0.125, sampling SE 0.125 over 2 sentences a side, 2 seeds; 0.7 SE, "
+        "df 2.0, t 4.30): not separated"
+    )
 
 
 def test_fedbiscuit_clearly_above_one_selector_is_called_better():
-    # every pair 1.0 in seed 0, 0.75 in seed 1: +0.375, seed SE 0.125, sampling SE 0 -> 3 SE
-    lines = fedbiscuit.summarize([_biscuit(0, [1.0, 1.0, 1.0]), _biscuit(1, [0.75, 0.75, 0.75])])
+    # pair means minus 0.5, both seeds (0.5, 0.5, 0.25): +0.417, seed SE 0; residuals (1/12, 1/12, -1/6):
+    # CR1 3 / 2 x (1/144 + 1/144 + 1/36) / 9 = 1/144: SE 0.083; df 2, t 4.30: 5.0 SE, better
+    lines = fedbiscuit.summarize([_biscuit(0, [1.0, 1.0, 0.75]), _biscuit(1, [1.0, 1.0, 0.75])])
     line = next(x for x in lines if x.startswith("FedBiscuit minus 0.500"))
-    assert "+0.375 ± 0.125" in line and line.endswith("FedBiscuit better")
+    assert "+0.417 ± 0.083" in line and "5.0 SE, df 2.0, t 4.30" in line and line.endswith("FedBiscuit better")
 
 
 def _pdpo(seed: int, acc: float) -> dict:
@@ -116,9 +144,12 @@ def _pdpo(seed: int, acc: float) -> dict:
 def test_fedpdpo_against_a_global_model_counts_fedpdpo_seeds_and_binomial_sampling():
     # seeds 0.55, 0.57: +0.060; seed SE SD / sqrt(2) = 0.01
     # sampling: 4 clients x 0.56 x 0.44 / 64 rows / 16 -> sqrt = 0.031; combined 0.033: 1.8 SE
+    # df = 0.0326^4 / (0.01^4 / 1 + 0.031^4 / 15) = 15.7, t 2.12: not separated
     lines = fedpdpo.summarize([_pdpo(0, 0.55), _pdpo(1, 0.57)], test_rows_per_client=64)
     line = next(x for x in lines if x.startswith("FedPDPO minus 0.500"))
-    assert "+0.060 ± 0.033 (seed SE 0.010, sampling SE 0.031, 2 seeds [0, 1]): not separated" in line
+    assert "+0.060 ± 0.033 (seed SE 0.010, sampling SE 0.031 over 16 sentences a side, 2 seeds; 1.8 SE" in line
+    assert line.endswith("not separated")
+    assert "  per seed: 0: 0.550, 1: 0.570" in lines
 
 
 def test_fedbiot_real_text_clients_and_public_set_are_disjoint_tasks(tmp_path):
@@ -148,3 +179,28 @@ def test_fedbiot_real_text_clients_and_public_set_are_disjoint_tasks(tmp_path):
     assert sorted({r["task"] for r in rows}) == info["clients"]
     assert all(sum(r["task"] == t for r in rows) == 10 for t in info["clients"])
     assert len(public) == 5 and {r["task"] for r in public} <= set(info["public_tasks"])
+
+
+def test_fedpdpo_with_per_pair_scores_clusters_them_by_sentence():
+    # 2 pairs, drawn as polarity_pairs draws them (seed 0 of the 16 x 16 combinations); each user's
+    # score on each pair recorded (lightning-fed test grouped by cell). Users' pair scores:
+    # u0, u1 (1, 0), u2, u3 (1, 1): pair means (1, 0.5), minus 0.5: (0.5, 0); both seeds alike:
+    # +0.25, seed SE 0; the 2 pairs share no sentence, so two-way = one-way over 2 clusters:
+    # CR1 2 x (0.25^2 x 2) / 4 = 0.0625: SE 0.25, df 1, t 12.71
+    import polarity_pairs
+
+    (p0, n0), (p1, n1) = polarity_pairs.pair_sentences(2)
+    assert p0 != p1 and n0 != n1
+    pairs = {"u0": [1.0, 0.0], "u1": [1.0, 0.0], "u2": [1.0, 1.0], "u3": [1.0, 1.0]}
+    final = {"all": 0.75, "clients": {"0": 0.5, "1": 0.5, "2": 1.0, "3": 1.0}}
+    runs = [{"method": "fedpdpo", "seed": s, "initial": None, "final": final, "pairs": pairs} for s in (0, 1)]
+    lines = fedpdpo.summarize(runs, test_rows_per_client=2)
+    line = next(x for x in lines if x.startswith("FedPDPO minus 0.500, per pair"))
+    assert line.endswith(
+        "+0.250 ± 0.250 (seed SE 0.000, sampling SE 0.250 over 2 sentences a side, 2 seeds; 1.0 SE, df 1.0, "
+        "t 12.71): not separated"
+    )
+    # per-pair scores that are not the fit's per-client accuracy are refused
+    runs[0] = {**runs[0], "final": {"all": 0.75, "clients": {"0": 0.6, "1": 0.5, "2": 1.0, "3": 1.0}}}
+    with pytest.raises(ValueError, match="seed 0: per-pair scores"):
+        fedpdpo.summarize(runs, test_rows_per_client=2)
