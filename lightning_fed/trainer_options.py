@@ -16,9 +16,23 @@ from lightning_fed.value_rules import plain_value_problem
 
 COUNTS_OR_UNLIMITED = ("max_epochs", "max_steps")
 """``-1`` means no limit (``None`` the default); any other negative is refused."""
-COUNTS = ("min_epochs", "min_steps", "check_val_every_n_epoch", "log_every_n_steps", "accumulate_grad_batches")
-"""Integers ``>= 0`` (``check_val_every_n_epoch``, ``accumulate_grad_batches``: ``>= 1``)."""
-AT_LEAST_ONE = ("check_val_every_n_epoch", "accumulate_grad_batches")
+COUNTS = (
+    "min_epochs",
+    "min_steps",
+    "check_val_every_n_epoch",
+    "log_every_n_steps",
+    "accumulate_grad_batches",
+    "fast_dev_run",
+    "reload_dataloaders_every_n_epochs",
+    "num_nodes",
+)
+"""Integers ``>= 0`` (``check_val_every_n_epoch``, ``accumulate_grad_batches``, ``num_nodes``: ``>= 1``;
+``fast_dev_run`` may be a bool instead)."""
+AT_LEAST_ONE = ("check_val_every_n_epoch", "accumulate_grad_batches", "num_nodes")
+BATCH_LIMITS = ("val_check_interval", "overfit_batches")
+"""Lightning's ``_determine_batch_limits`` (``trainer/setup.py``): a number in ``[0, 1]`` (a
+fraction) or a whole number ``> 1`` of batches (``2.0`` reads as 2); a time for ``val_check_interval``
+(a string, left to the Trainer)."""
 FRACTION_OR_COUNT = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
 """A float in ``[0, 1]`` (a fraction of the batches) or an integer ``>= 0`` (a number of batches)."""
 NON_NEGATIVE = ("gradient_clip_val",)
@@ -203,6 +217,14 @@ def trainer_option_problem(trainer: Mapping[str, Any]) -> str | None:
         low = 1 if name in AT_LEAST_ONE else 0
         if _int(value) and value < low:
             return f"trainer.{name} must be an integer >= {low}, got {value}"
+    sanity = trainer.get("num_sanity_val_steps")
+    if _int(sanity) and sanity < -1:
+        return f"trainer.num_sanity_val_steps must be >= 0, or -1 for all batches, got {sanity}"
+    for name in BATCH_LIMITS:
+        value = trainer.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not (0 <= value <= 1 or (value > 1 and value % 1.0 == 0)):
+                return f"trainer.{name} must be a fraction in [0, 1] or a whole number of batches, got {value}"
     for name in FRACTION_OR_COUNT:
         value = trainer.get(name)
         if isinstance(value, float) and not 0.0 <= value <= 1.0:
