@@ -1,7 +1,8 @@
 """Lightning's own ``trainer.*`` options, checked with the run's config before anything is built.
 
-The ``Trainer`` checks most of these itself, but only when it is constructed, and its
-``MisconfigurationException`` is not a config error to the CLI (exit 1, no option named). Here
+The ``Trainer`` checks most of these itself, but only when it is constructed, once torch and
+Lightning are imported (~10 s of CPU; its ``MisconfigurationException`` then is exit 2, its own
+message, :meth:`~lightning_fed.federated_cli.FederatedCLI._instantiate_trainer`). Here
 each bound is the Trainer's own (``lightning/pytorch/trainer/connectors``), stated once, checked
 in :meth:`~lightning_fed.federated_cli.FederatedCLI.before_instantiate_classes`: one line naming
 ``trainer.<option>`` and its value, exit 2, before the backbone loads or a folder is made.
