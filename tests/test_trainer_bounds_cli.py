@@ -11,12 +11,13 @@ name, a duration) is its message, on one line, prefixed ``trainer:``, when the T
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from lightning_fed.errors import HINT
-from tests.helpers.cli import lightning_fed, lightning_fed_without_torch
+from tests.helpers.cli import ENV, lightning_fed, lightning_fed_without_torch
 
 FRACTION = "must be a fraction in [0, 1] or a whole number of batches"
 BEFORE_TORCH = {
@@ -55,9 +56,14 @@ WHEN_BUILT = {
 def test_a_bound_of_the_trainer_is_checked_before_torch(tmp_path: Path, override: str, line: str):
     run = tmp_path / "run"
     proc = lightning_fed_without_torch(
-        "fit", "--config", "tiny", f"--trainer.{override}", f"--trainer.default_root_dir={run}",
-        cwd=tmp_path, hook=tmp_path / "hook",
-    )  # fmt: skip
+        "fit",
+        "--config",
+        "tiny",
+        f"--trainer.{override}",
+        f"--trainer.default_root_dir={run}",
+        cwd=tmp_path,
+        hook=tmp_path / "hook",
+    )
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hook"]
 
@@ -71,3 +77,39 @@ def test_what_the_trainer_refuses_when_built_is_a_user_error(tmp_path: Path, ove
     )
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
     assert list(tmp_path.iterdir()) == []
+
+
+CALLBACK = '''
+import lightning.pytorch as pl
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+
+class Misconfigured(pl.Callback):
+    """Raises Lightning's MisconfigurationException once training has started."""
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        raise MisconfigurationException("raised during training")
+'''
+
+
+def test_a_misconfiguration_raised_during_training_is_still_exit_1(tmp_path: Path):
+    """Only the Trainer's construction is bad input; the same exception once fit runs is a failure."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "misconfigured.py").write_text(CALLBACK)
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([ENV["PYTHONPATH"], str(site)])}
+    proc = lightning_fed(
+        "fit",
+        "--config",
+        "tiny",
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        "--trainer.enable_progress_bar=false",
+        "--federation.local_steps=1",
+        "--trainer.callbacks=[{class_path: misconfigured.Misconfigured}]",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("error:")] == [
+        "error: MisconfigurationException: raised during training"
+    ]
