@@ -24,6 +24,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lightning_fed import console
 from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
@@ -241,7 +242,12 @@ class FederatedCLI(LightningCLI):
             runs = Path(config.get("default_root_dir") or os.getcwd()) / "lightning_logs"
             same = resumed is not None and resumed.parent.resolve() == runs.resolve()
             config["default_root_dir"] = str(resumed if same else _next_version(runs))
-        trainer = super()._instantiate_trainer(config, callbacks)
+        try:
+            trainer = super()._instantiate_trainer(config, callbacks)
+        except MisconfigurationException as err:
+            # The Trainer's own bounds (val_check_interval, profiler, max_time...), found while it
+            # is built, before fit starts or a file is written: bad input, exit 2, on one line.
+            raise UserError(f"trainer: {' '.join(str(err).split())}") from None
         if resumed is not None:  # a resumed run continues in its own version folder
             for logger in trainer.loggers:
                 if isinstance(logger, (TensorBoardLogger, CSVLogger)) and logger._version is None:

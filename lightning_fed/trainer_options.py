@@ -1,7 +1,8 @@
 """Lightning's own ``trainer.*`` options, checked with the run's config before anything is built.
 
-The ``Trainer`` checks most of these itself, but only when it is constructed, and its
-``MisconfigurationException`` is not a config error to the CLI (exit 1, no option named). Here
+The ``Trainer`` checks most of these itself, but only when it is constructed, once torch and
+Lightning are imported (~10 s of CPU; its ``MisconfigurationException`` then is exit 2, its own
+message, :meth:`~lightning_fed.federated_cli.FederatedCLI._instantiate_trainer`). Here
 each bound is the Trainer's own (``lightning/pytorch/trainer/connectors``), stated once, checked
 in :meth:`~lightning_fed.federated_cli.FederatedCLI.before_instantiate_classes`: one line naming
 ``trainer.<option>`` and its value, exit 2, before the backbone loads or a folder is made.
@@ -16,9 +17,23 @@ from lightning_fed.value_rules import plain_value_problem
 
 COUNTS_OR_UNLIMITED = ("max_epochs", "max_steps")
 """``-1`` means no limit (``None`` the default); any other negative is refused."""
-COUNTS = ("min_epochs", "min_steps", "check_val_every_n_epoch", "log_every_n_steps", "accumulate_grad_batches")
-"""Integers ``>= 0`` (``check_val_every_n_epoch``, ``accumulate_grad_batches``: ``>= 1``)."""
-AT_LEAST_ONE = ("check_val_every_n_epoch", "accumulate_grad_batches")
+COUNTS = (
+    "min_epochs",
+    "min_steps",
+    "check_val_every_n_epoch",
+    "log_every_n_steps",
+    "accumulate_grad_batches",
+    "fast_dev_run",
+    "reload_dataloaders_every_n_epochs",
+    "num_nodes",
+)
+"""Integers ``>= 0`` (``check_val_every_n_epoch``, ``accumulate_grad_batches``, ``num_nodes``: ``>= 1``;
+``fast_dev_run`` may be a bool instead)."""
+AT_LEAST_ONE = ("check_val_every_n_epoch", "accumulate_grad_batches", "num_nodes")
+BATCH_LIMITS = ("val_check_interval", "overfit_batches")
+"""Lightning's ``_determine_batch_limits`` (``trainer/setup.py``): a number in ``[0, 1]`` (a
+fraction) or a whole number ``> 1`` of batches (``2.0`` reads as 2); a time for ``val_check_interval``
+(a string, left to the Trainer)."""
 FRACTION_OR_COUNT = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
 """A float in ``[0, 1]`` (a fraction of the batches) or an integer ``>= 0`` (a number of batches)."""
 NON_NEGATIVE = ("gradient_clip_val",)
@@ -203,6 +218,14 @@ def trainer_option_problem(trainer: Mapping[str, Any]) -> str | None:
         low = 1 if name in AT_LEAST_ONE else 0
         if _int(value) and value < low:
             return f"trainer.{name} must be an integer >= {low}, got {value}"
+    sanity = trainer.get("num_sanity_val_steps")
+    if _int(sanity) and sanity < -1:
+        return f"trainer.num_sanity_val_steps must be >= 0, or -1 for all batches, got {sanity}"
+    for name in BATCH_LIMITS:
+        value = trainer.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not (0 <= value <= 1 or (value > 1 and value % 1.0 == 0)):
+                return f"trainer.{name} must be a fraction in [0, 1] or a whole number of batches, got {value}"
     for name in FRACTION_OR_COUNT:
         value = trainer.get(name)
         if isinstance(value, float) and not 0.0 <= value <= 1.0:

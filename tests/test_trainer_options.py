@@ -93,10 +93,13 @@ ACCEPTED = {
     "deterministic": ["true", "false", "warn", "null"],
     "gradient_clip_val": ["0", "0.5", "1", "null"],
     "gradient_clip_algorithm": ["norm", "value", "NORM"],
-    "val_check_interval": ["0.25", "10", "00:00:05:00"],
+    "val_check_interval": ["0.25", "10", "00:00:05:00", "0", "1", "1.0", "2.0"],
+    "overfit_batches": ["0", "0.0", "0.5", "3", "2.0"],
+    "reload_dataloaders_every_n_epochs": ["0", "2"],
+    "num_nodes": ["1"],
     "num_sanity_val_steps": ["-1", "0", "2"],
     "enable_checkpointing": ["true", "false", "null"],
-    "fast_dev_run": ["true", "false", "3"],
+    "fast_dev_run": ["true", "false", "3", "0"],
     "default_root_dir": ["runs", "/tmp/x", "5"],
 }
 
@@ -147,3 +150,37 @@ def test_a_devices_word_refused_is_refused_by_every_accelerator(text):
     for parse in (_normalize_parse_gpu_string_input, _parse_cpu_cores):
         with pytest.raises((ValueError, TypeError)):
             parse(text)
+
+
+BOUNDED = ("val_check_interval", "overfit_batches", "fast_dev_run", "reload_dataloaders_every_n_epochs", "num_nodes")
+"""The bounds added from outside testing (issue 41); ``num_sanity_val_steps < -1``, which
+Lightning takes (and treats as 0 sanity steps), is refused on purpose: its docs give only -1 and
+counts >= 0."""
+NUMBERS = st.one_of(
+    st.integers(-5, 5),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, 1.0, 2.0, 2.5, -0.0, 1e-300, 1.0000001, 10**9]),
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(BOUNDED), value=NUMBERS)
+def test_a_bound_the_precheck_refuses_the_trainer_refuses(name, value):
+    """Anything the precheck refuses, the Trainer refuses when it is built (so what Lightning takes is
+    never refused); a float for an integer option is the parser's to refuse (the test above)."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    if isinstance(value, float) and name not in ("val_check_interval", "overfit_batches"):
+        return
+    if trainer_option_problem({name: value}) is None:
+        return
+    with pytest.raises((MisconfigurationException, ValueError)):
+        Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, **{name: value})
+
+
+def test_sanity_steps_below_minus_one_are_refused():
+    assert trainer_option_problem({"num_sanity_val_steps": -1}) is None
+    assert trainer_option_problem({"num_sanity_val_steps": -2}) == (
+        "trainer.num_sanity_val_steps must be >= 0, or -1 for all batches, got -2"
+    )
