@@ -25,6 +25,9 @@ are its own task's), decided at Student's t with Welch-Satterthwaite df.
 
     nice -n 15 .venv/bin/python benchmarks/papers/fedbiot.py --seeds 0 1 2 3 4 --out fedbiot.jsonl
     nice -n 15 .venv/bin/python benchmarks/papers/fedbiot.py --bigbench bigbench-1.0.0 --seeds 0 1 2 --out bb.jsonl
+    # twice the client tasks, each client trained as often as above (results/fedbiot_bigbench_8.jsonl)
+    nice -n 15 .venv/bin/python benchmarks/papers/fedbiot.py --bigbench bigbench-1.0.0 --clients 8 \
+        --clients-per-round 4 --seeds 0 1 2 --out bb8.jsonl
     .venv/bin/python benchmarks/papers/fedbiot.py --summarize fedbiot.jsonl
 """
 
@@ -212,6 +215,8 @@ def main() -> None:
     parser.add_argument("--public-tasks", type=int, default=8, help="with --bigbench: tasks of the public set")
     parser.add_argument("--public-rows", type=int, default=128, help="with --bigbench: rows of the public set")
     parser.add_argument("--max-length", type=int, default=128, help="with --bigbench: longer rows are dropped")
+    parser.add_argument("--rounds", type=int, default=4, help="fedbiot_bench.py's")
+    parser.add_argument("--clients-per-round", type=int, default=2, help="fedbiot_bench.py's")
     parser.add_argument("--max-input-words", type=int, default=40)
     parser.add_argument("--max-output-words", type=int, default=10)
     parser.add_argument("--max-instruction-words", type=int, default=40)
@@ -250,8 +255,8 @@ def main() -> None:
 def bench_args(args: argparse.Namespace, rest: list[str]) -> argparse.Namespace:
     """fedbiot_bench.py's defaults for everything this script does not set."""
     defaults = dict(
-        rounds=4,
-        clients_per_round=2,
+        rounds=args.rounds,
+        clients_per_round=args.clients_per_round,
         local_steps=5,
         batch_size=4,
         adapter_layers=2,
