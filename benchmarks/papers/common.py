@@ -90,10 +90,14 @@ def append_run(path: str | Path | None, run: dict, args: dict | None = None) -> 
 
 
 def by_method(results: list[dict], name=lambda r: r["method"]) -> dict[str, dict[int, dict]]:
-    """Runs by method name, then by seed (a later run of the same method and seed wins)."""
+    """Runs by method name, then by seed. Two runs of the same method and seed are refused, not
+    one silently kept: a rerun goes in its own file, and the docs say which one a figure reads."""
     by: dict[str, dict[int, dict]] = {}
     for r in results:
-        by.setdefault(name(r), {})[r["seed"]] = r
+        runs = by.setdefault(name(r), {})
+        if r["seed"] in runs:
+            raise ValueError(f"two runs of {name(r)} seed {r['seed']}: keep one per file")
+        runs[r["seed"]] = r
     return by
 
 

@@ -35,6 +35,13 @@ def test_paired_with_one_seed_has_only_the_sampling_part():
     assert (p.diff, p.se_seed, round(p.se_sample, 6), round(p.se, 6), p.seeds) == (1.0, 0.0, 1.0, 1.0, 1)
 
 
+def test_two_runs_of_one_method_and_seed_are_refused_not_one_kept():
+    runs = [{"method": "fedit", "seed": 0, "x": 1}, {"method": "fedit", "seed": 1}, {"method": "fedit", "seed": 0}]
+    with pytest.raises(ValueError, match="two runs of fedit seed 0: keep one per file"):
+        common.by_method(runs)
+    assert common.by_method(runs[:2])["fedit"][0]["x"] == 1
+
+
 def test_fedhds_row_against_fedit_and_the_coreset_pair():
     import fedhds
 
