@@ -228,9 +228,10 @@ PAIRS = (("fedhds", "random"), ("turbo", "random"), ("turbo-local", "turbo"), ("
 
 
 def task_of_each_prompt(r: dict) -> list:
-    """The held-out task of each test prompt: recorded (``test_task``), or for the earlier runs
-    derived from their args: ``build_data`` lays the prompts out in sorted task order,
-    ``test_per_task`` each, ``held_out`` tasks (refused when the count does not match)."""
+    """The held-out task of each test prompt: recorded (``test_task``, names), or for the earlier
+    runs (their index in sorted task order) derived from their args: ``build_data`` lays the
+    prompts out in sorted task order, ``test_per_task`` each, ``held_out`` tasks (refused when
+    the count does not match)."""
     if "test_task" in r:
         return r["test_task"]
     return blocks(len(r["rougeL"]), r["args"]["test_per_task"], r["args"]["held_out"])
@@ -242,7 +243,10 @@ def summarize(results: list[dict], baseline: str = "fedit") -> list[str]:
     task; then the coreset comparisons (FedHDS vs Random) and the frame ablation."""
     by = by_method(results, label)
     rouge = {m: {s: r["rougeL"] for s, r in runs.items()} for m, runs in by.items()}
-    tasks = {tuple(task_of_each_prompt(r)) for r in results}
+    each = [task_of_each_prompt(r) for r in results]
+    if len({isinstance(t[0], str) for t in each}) > 1:  # names beside indices: compare as indices
+        each = [[sorted(set(t)).index(x) for x in t] for t in each]
+    tasks = {tuple(t) for t in each}
     if len(tasks) != 1:
         raise ValueError("the runs do not share one test set")
     tasks = list(next(iter(tasks)))

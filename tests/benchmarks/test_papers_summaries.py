@@ -76,6 +76,23 @@ def test_fedhds_row_against_fedit_and_the_coreset_pair():
     )
 
 
+def test_fedhds_runs_recording_task_names_pair_with_earlier_runs_recording_none():
+    """The earlier runs record no test_task (their prompts lie in sorted task order, test_per_task
+    each); a later run records the names: the two compare as the same test set, and a run whose
+    prompts lie in another order is refused."""
+    import fedhds
+
+    def run(method, seed, **extra):
+        return {"method": method, "seed": seed, "rougeL": [0.5, 0.5, 0.1, 0.3], "nll": [1.0], "data_fraction": 1.0,
+                "trained_samples": 4, **extra}  # fmt: skip
+
+    old = run("fedit", 0, args={"test_per_task": 2, "held_out": 2})
+    lines = fedhds.summarize([old, run("fedhds", 0, test_task=["a", "a", "b", "b"])])
+    assert "fedhds minus fedit per seed: 0: +0.000; per task: 0 +0.000, 1 +0.000" in lines
+    with pytest.raises(ValueError, match="the runs do not share one test set"):
+        fedhds.summarize([old, run("fedhds", 0, test_task=["b", "a", "a", "b"])])
+
+
 def test_fedbiot_line_clusters_the_rows_by_client():
     import fedbiot
 
