@@ -84,11 +84,19 @@ def class_problem(option: str, value: Any) -> str | None:
 
 
 def logger_problem(logger: Any) -> str | None:
-    """``trainer.logger`` (one logger, or a list of them) naming no logger class."""
+    """``trainer.logger`` (one logger, or a list of them) naming no logger class; a word close
+    to none of them is refused naming the flags too (``maybe``)."""
     for item in logger if isinstance(logger, list) else [logger]:
         if isinstance(item, str) and item.strip().lower() in LOGGER_FLAGS:
             continue
-        if problem := class_problem("logger", item):
+        problem = class_problem("logger", item)
+        exports = lightning_exports(*EXPORTS["logger"][0])
+        if problem and isinstance(item, str) and "." not in item and "did you mean" not in problem and exports:
+            return (
+                f"trainer.logger must be true, false, a logger class ({', '.join(exports)}) or its class path"
+                f" (with the init_args it requires, e.g. CSVLogger's save_dir), got {item!r}"
+            )
+        if problem:
             return problem
     return None
 
