@@ -14,8 +14,9 @@ accepted ones; a word where an ``int``, ``float`` or ``bool`` is annotated; a na
 table; a LoRA rank above the backbone's hidden size, and ``data.max_length`` above its
 positions, where the backbone's size is in the config or a local ``config.json``. Options are
 named as every ``model:`` option is (``model.backbone.dtype``: the key without ``init_args``).
-Anything else (an annotation not read here, a user's class, a dotted path) is left to the live
-parser.
+A ``class_path`` that names no class is refused here too (:func:`class_path_problem`, for the
+strategy and round hooks as well). Anything else (an annotation not read here, a user's class
+that exists) is left to the live parser.
 """
 
 from __future__ import annotations
