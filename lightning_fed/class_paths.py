@@ -142,6 +142,8 @@ def dotted_path_problem(option: str, class_path: str) -> str | None:
     if top in sys.stdlib_module_names:
         return f"{option}: class_path {class_path!r} is in Python's standard library, not a class the option takes"
     source = _source(module)
+    if source == "missing" and "." in module and _source(module.rpartition(".")[0]) != "missing":
+        return None  # maybe a class inside a class (`pkg.mod.Outer.Inner`), which the parser follows too
     if source == "missing":
         return f"{option}: class_path {class_path!r}: no module named {module!r} is installed"
     if not isinstance(source, Path):
