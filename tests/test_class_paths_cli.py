@@ -8,18 +8,15 @@ wording with every name it knows and no close match. The child processes cannot 
 that needed the imports would end in that import error instead. Each runs in an empty folder,
 which stays empty. The second half shows that nothing Lightning or the package takes is refused:
 every shipped config, the documented logger and callback forms, every exported class by its
-short name and its path, and (Hypothesis) that whatever name or duration the precheck refuses,
-Lightning refuses too.
+short name and its path, and that a short name refused here is refused by Lightning's parser too
+(its names and durations: tests/test_trainer_options.py, Hypothesis).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from lightning_fed.class_options import class_path_problem
 from lightning_fed.class_paths import dotted_path_problem
@@ -27,7 +24,6 @@ from lightning_fed.config_values import option_problem, value_problem
 from lightning_fed.errors import HINT as DEBUG_HINT
 from lightning_fed.shipped_configs import resolve_config_args
 from lightning_fed.trainer_classes import EXPORTS, class_problem, known_classes, lightning_exports
-from lightning_fed.trainer_options import PROFILERS, STRATEGIES, trainer_option_problem
 from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
 
 CONFIGS = Path(__file__).resolve().parents[1] / "lightning_fed" / "configs"
@@ -258,17 +254,6 @@ def test_every_class_lightning_exports_passes_by_name_and_path(option):
 
 
 # ------------------------------------------------------------------------------- Lightning refuses too
-def test_the_strategy_and_profiler_names_are_lightning_s():
-    import inspect
-
-    from lightning.pytorch.strategies import StrategyRegistry
-    from lightning.pytorch.trainer import setup
-
-    assert set(STRATEGIES) == {"auto", *StrategyRegistry.available_strategies()}
-    source = inspect.getsource(setup._init_profiler)
-    assert set(re.findall(r'"(\w+)": \w+Profiler', source)) == set(PROFILERS)
-
-
 def test_a_refused_short_name_is_refused_by_lightning_s_parser():
     """jsonargparse resolves a short name among the imported subclasses of the option's type: the
     names refused here are refused by the LightningCLI's parser of ``trainer:`` too."""
@@ -284,60 +269,3 @@ def test_a_refused_short_name_is_refused_by_lightning_s_parser():
             parser.parse_args([f"--trainer.{option}={word}"])
     for option in ("callbacks", "logger", "plugins"):
         assert known_classes(option)
-
-
-WORDS = st.one_of(
-    st.text(alphabet="abdefimnoprstuxyz_0123456789:.", min_size=1, max_size=12),
-    st.sampled_from(["ddp", "DDP", "ddpp", "fsdp", "deepspeed_stage_3", "xla", "auto", "simple", "Advanced"]),
-)
-
-
-@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(word=WORDS)
-def test_a_strategy_or_profiler_name_refused_is_refused_by_lightning(word):
-    from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
-    from lightning.pytorch.trainer.setup import _init_profiler
-    from lightning.pytorch.utilities.exceptions import MisconfigurationException
-
-    if trainer_option_problem({"strategy": word}) is not None:
-        with pytest.raises(ValueError, match="invalid strategy name"):
-            _AcceleratorConnector(strategy=word, accelerator="cpu")
-    if trainer_option_problem({"profiler": word}) is not None:
-        with pytest.raises(MisconfigurationException):
-            _init_profiler(type("T", (), {})(), word)
-
-
-DURATIONS = st.one_of(
-    st.text(alphabet="0123456789: ab.-", min_size=0, max_size=14),
-    st.sampled_from(["00:12:00:00", "1:02:03:04", " 00:00:01:00 ", "00:00:05:0", "abc", "0:0:0:0", "-1:00:00:00"]),
-)
-
-
-@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(text=DURATIONS)
-def test_a_duration_refused_is_refused_by_lightning(text):
-    """A string ``max_time`` / ``val_check_interval`` refused here is refused by the ``Timer`` /
-    ``_parse_time_interval_seconds``; the word as the command line gives it (a number stays one)."""
-    from lightning.pytorch.callbacks import Timer
-    from lightning.pytorch.trainer.setup import _parse_time_interval_seconds
-    from lightning.pytorch.utilities.exceptions import MisconfigurationException
-
-    if trainer_option_problem({"max_time": text}) is not None:
-        with pytest.raises(MisconfigurationException):
-            Timer(duration=text)
-    if trainer_option_problem({"val_check_interval": text}) is not None:
-        with pytest.raises(MisconfigurationException):
-            _parse_time_interval_seconds(text)
-
-
-def test_a_devices_list_of_words_is_refused_by_lightning_s_parser():
-    from jsonargparse import ArgumentError
-    from lightning.pytorch import Trainer
-    from lightning.pytorch.cli import LightningArgumentParser
-
-    parser = LightningArgumentParser(exit_on_error=False)
-    parser.add_lightning_class_args(Trainer, "trainer")
-    config = {"trainer": {"devices": [0, "x"]}}
-    assert trainer_option_problem(config["trainer"]) is not None
-    with pytest.raises(ArgumentError):
-        parser.parse_object(config)
