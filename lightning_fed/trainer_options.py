@@ -5,7 +5,12 @@ Lightning are imported (~10 s of CPU; its ``MisconfigurationException`` then is 
 message, :meth:`~lightning_fed.federated_cli.FederatedCLI._instantiate_trainer`). Here
 each bound is the Trainer's own (``lightning/pytorch/trainer/connectors``), stated once, checked
 in :meth:`~lightning_fed.federated_cli.FederatedCLI.before_instantiate_classes`: one line naming
-``trainer.<option>`` and its value, exit 2, before the backbone loads or a folder is made.
+``trainer.<option>`` and its value, exit 2, before the backbone loads or a folder is made; the
+precheck applies the same before torch is imported (:mod:`lightning_fed.config_values`). Besides
+the bounds and types: Lightning's strategy and profiler names (:data:`STRATEGIES`,
+:data:`PROFILERS`, with the closest), its ``DD:HH:MM:SS`` durations (``max_time``,
+``val_check_interval``), device indices that are integers, and ``nan`` written for a number.
+Class-valued options (``logger``, ``callbacks``, ``plugins``): :mod:`lightning_fed.trainer_classes`.
 """
 
 from __future__ import annotations
