@@ -80,6 +80,19 @@ CONFIG_ERRORS = {  # issue 41: "a config error <= 3 s of CPU" (tests/test_class_
     "trainer accelerator": ["fit", "--config", "tiny", "--trainer.accelerator=gpux", _R],
     "trainer devices": ["fit", "--config", "tiny", "--trainer.devices=abc", _R],
     "class_path typo": ["fit", "--config", "tiny", "--model.class_path=lightning_fed.modules.FedDPOModul", _R],
+    # tests/test_class_paths_cli.py: a class_path naming no class, Lightning's named trainer.* values
+    "strategy class typo": ["fit", "--config", "tiny", "--federation.strategy=FedAdm", _R],
+    "hook class typo": ["fit", "--config", "tiny", "--federation.hooks=[ClientGroupin]", _R],
+    "logger class typo": ["fit", "--config", "tiny", "--trainer.logger=TensorBoardLoger", _R],
+    "callback class typo": ["fit", "--config", "tiny", "--trainer.callbacks=ModelCheckpont", _R],
+    "data os.system": ["fit", "--config", "tiny", "--data.class_path=os.system", _R],
+    "devices list in file": ["fit", "--config", "tiny", "--config", "devices.yaml", _R],
+    "gradient clip nan": ["fit", "--config", "tiny", "--trainer.gradient_clip_val=nan", _R],
+    "trainer strategy": ["fit", "--config", "tiny", "--trainer.strategy=ddpp", _R],
+    "trainer plugins": ["fit", "--config", "tiny", "--trainer.plugins=foo", _R],
+    "trainer profiler": ["fit", "--config", "tiny", "--trainer.profiler=nope", _R],
+    "trainer max_time": ["fit", "--config", "tiny", "--trainer.max_time=abc", _R],
+    "val_check_interval": ["fit", "--config", "tiny", "--trainer.val_check_interval=abc", _R],
     "option without value": ["fit", "--config", "tiny", "--federation.rounds"],
     "stray word": ["fit", "--config", "tiny", "foo"],
     "no config": ["fit"],
@@ -87,6 +100,8 @@ CONFIG_ERRORS = {  # issue 41: "a config error <= 3 s of CPU" (tests/test_class_
 COMMANDS.update(CONFIG_ERRORS)
 BROKEN = "federation:\n  rounds: [1\n"
 """``broken.yaml``, written into the folder each command runs in (a YAML syntax error)."""
+DEVICES = "trainer:\n  devices: [0, x]\n"
+"""``devices.yaml``, written beside it (device indices with a word among them)."""
 
 
 def subcommand_errors() -> dict[str, list[str]]:
@@ -132,8 +147,9 @@ def _time(args: list[str], tree: Path) -> tuple[float, float, int]:
     else:  # the tree measured first on the path
         env["PYTHONPATH"] = str(tree)
         cmd = [sys.executable, "-m", "lightning_fed.cli"]
-    cwd = Path(tempfile.mkdtemp())  # an empty folder but for broken.yaml
+    cwd = Path(tempfile.mkdtemp())  # an empty folder but for broken.yaml and devices.yaml
     (cwd / "broken.yaml").write_text(BROKEN)
+    (cwd / "devices.yaml").write_text(DEVICES)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run([*cmd, *args], cwd=cwd, env=env, capture_output=True, check=False)

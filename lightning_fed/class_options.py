@@ -14,8 +14,9 @@ accepted ones; a word where an ``int``, ``float`` or ``bool`` is annotated; a na
 table; a LoRA rank above the backbone's hidden size, and ``data.max_length`` above its
 positions, where the backbone's size is in the config or a local ``config.json``. Options are
 named as every ``model:`` option is (``model.backbone.dtype``: the key without ``init_args``).
-Anything else (an annotation not read here, a user's class, a dotted path) is left to the live
-parser.
+A ``class_path`` that names no class is refused here too (:func:`class_path_problem`, for the
+strategy and round hooks as well). Anything else (an annotation not read here, a user's class
+that exists) is left to the live parser.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from lightning_fed.class_parameters import (
     subclasses,
     table,
 )
+from lightning_fed.class_paths import dotted_path_problem, package_subclasses
 from lightning_fed.errors import _REPLACED_OPTIONS
 from lightning_fed.option_rules import LORA, PACKAGES, SECTIONS, TAKES_LORA, class_rules
 from lightning_fed.value_rules import word_fits
@@ -58,8 +60,17 @@ FEEDBACK_PRESETS = ("lightning_fed.datamodules.human_feedback", "FEEDBACK_PRESET
 """``data.preset`` of the ``Feedback*DataModule`` classes (TL;DR, SHP)."""
 PARTITIONERS = ("lightning_fed.datamodules.partition", "Partitioner")
 SYNTHETIC_PREFIX = "synthetic:"
-PLUGIN_GROUPS = {"model": "lightning_fed.modules", "data": "lightning_fed.datamodules"}
+PLUGIN_GROUPS = {
+    "model": "lightning_fed.modules",
+    "data": "lightning_fed.datamodules",
+    "federation.strategy": "lightning_fed.strategies",
+}
 """The entry-point groups whose plugins may add classes a short ``class_path`` names."""
+SHORT_NAME_BASES = {"federation.strategy": "Strategy", "federation.hooks": "RoundHook"}
+"""The base class whose subclasses (the package's, read from its source) a short ``class_path`` of
+a strategy or a round hook names (jsonargparse resolves a short name among a base's subclasses)."""
+ABSTRACT = frozenset({"FedOpt", "HeterogeneousRankLoRA"})
+"""The package's strategy bases no run uses by name (listed among the choices otherwise)."""
 HIDDEN_KEYS = ("n_embd", "hidden_size", "d_model")
 """A transformers config's hidden size (GPT-2's name first)."""
 POSITION_KEYS = ("n_positions", "max_position_embeddings")
@@ -228,31 +239,49 @@ def size_problem(model: Any, data: Any) -> str | None:
 def _plugins_installed(section: str) -> bool:
     from importlib.metadata import entry_points
 
-    return bool(entry_points(group=PLUGIN_GROUPS[section]))
+    return section in PLUGIN_GROUPS and bool(entry_points(group=PLUGIN_GROUPS[section]))
 
 
-def class_path_problem(section: str, value: Any) -> str | None:
-    """A ``model:`` / ``data:`` ``class_path`` that names none of the package's classes, though it
-    is a short name (no installed plugin could add it) or a path into the package
-    (``lightning_fed.modules.FedDPOModul``): refused naming the closest class, as the option
-    names are. A user's own package is left to the live parser."""
-    if section not in PLUGIN_GROUPS or not isinstance(value, dict):
+def _short_names(section: str) -> list[str]:
+    """The classes ``section`` takes by short name: ``model:`` / ``data:`` the package's with rules,
+    a strategy or round hook any of the package's subclasses of its base (read from source)."""
+    if section in SHORT_NAME_BASES:
+        return sorted(package_subclasses(SHORT_NAME_BASES[section]) - ABSTRACT)
+    return sorted(SECTIONS[section])
+
+
+def class_path_problem(section: str, value: Any, key: str | None = None) -> str | None:
+    """A ``class_path`` of ``model:``, ``data:``, ``federation.strategy`` or a ``federation.hooks``
+    item (``key``: ``federation.hooks[1]``) that certainly names no class: a short name none of the
+    package's classes has (unless an installed plugin could add it) or a path into the section's
+    package (``lightning_fed.modules.FedDPOModul``), refused naming the closest class, as the option
+    names are; any other dotted path by :func:`~lightning_fed.class_paths.dotted_path_problem` (an
+    uninstalled module, a name its source does not bind, a function, ``os.system``). A user's own
+    class that exists is left to the live parser."""
+    if section not in PACKAGES or not isinstance(value, dict):
         return None
+    key = key or section
     class_path = value["class_path"]
     module, _, name = class_path.rpartition(".")
     package = PACKAGES[section]
+    if not name.isidentifier():
+        return None
     if module and module != package and not module.startswith(package + "."):
+        return dotted_path_problem(key, class_path)
+    known = _short_names(section)
+    if module and defined(module, name):
         return None
-    if not name.isidentifier() or defined(module or package, name) or (not module and _plugins_installed(section)):
+    if not module and (name in known or (section not in SHORT_NAME_BASES and defined(package, name))):
         return None
-    known = sorted(SECTIONS[section])
+    if not module and _plugins_installed(section):
+        return None
     # every name ends in Module / DataModule: a higher cutoff than the options', or any word is "close"
     near = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
     if near:
         hint = f"did you mean {f'{package}.{near[0]}' if module else near[0]}?"
     else:
         hint = f"the package's: {', '.join(known)}"
-    return f"{section}: unknown class_path {class_path!r}; {hint}"
+    return f"{key}: unknown class_path {class_path!r}; {hint}"
 
 
 def class_option_problem(section: str, value: Any) -> str | None:

@@ -20,7 +20,11 @@ parser's:
   not take is refused with the closest; so are the package's ``model:`` and ``data:`` classes'
   keys (their ``backbone`` and ``lora`` too), the types their signatures annotate and the name
   tables their values are looked up in (:mod:`lightning_fed.class_options`), a word for
-  ``seed_everything`` and a ``trainer.logger`` Lightning has no class of; the live parser checks
+  ``seed_everything``; a ``class_path`` that certainly names no class (of ``model``, ``data``,
+  the strategy, a round hook, ``trainer.logger``, ``trainer.callbacks``, ``trainer.plugins``: a
+  short name none of the package's or Lightning's classes has, a module not installed, a name its
+  source does not bind, a function, the standard library; :mod:`lightning_fed.class_paths`,
+  :mod:`lightning_fed.trainer_classes`) is refused with the closest class; the live parser checks
   the rest;
 - the values, merged from the files and overrides as jsonargparse merges them, against the
   rules the package's config classes raise with (:mod:`lightning_fed.option_rules`: ranges,

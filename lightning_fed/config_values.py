@@ -41,7 +41,9 @@ from lightning_fed.option_rules import (
     seed_problem,
     seed_type_problem,
 )
-from lightning_fed.trainer_options import logger_problem, trainer_option_problem, trainer_type_problem
+from lightning_fed.trainer_classes import callbacks_problem, logger_problem
+from lightning_fed.trainer_classes import class_problem as trainer_class_problem
+from lightning_fed.trainer_options import trainer_option_problem, trainer_type_problem
 
 _UNKNOWN = object()
 """A section whose value this module cannot follow (nothing is checked in it)."""
@@ -257,13 +259,18 @@ class Merged:
         if problem := seed_type_problem(self.sections.get("seed_everything")):
             return problem
         trainer = self.sections.get("trainer")
-        if isinstance(trainer, dict) and (problem := logger_problem(trainer.get("logger"))):
+        if isinstance(trainer, dict) and (problem := _trainer_classes_problem(trainer)):
             return problem
         if isinstance(trainer, dict) and (problem := trainer_type_problem(trainer)):
             return problem
-        for section in ("model", "data"):
+        for section in ("model", "data", "federation.strategy"):
             if problem := class_path_problem(section, self.sections.get(section)):
                 return problem
+        hooks = self.sections.get("federation.hooks")
+        for index, hook in enumerate(hooks if isinstance(hooks, list) else []):
+            if problem := class_path_problem("federation.hooks", hook, f"federation.hooks[{index}]"):
+                return problem
+        for section in ("model", "data"):
             if problem := class_option_problem(section, self.sections.get(section)):
                 return problem
         return size_problem(self.sections.get("model"), self.sections.get("data"))
@@ -297,6 +304,23 @@ class Merged:
             if problem := class_problem("federation.hooks", hook, index):
                 return problem
         return None
+
+
+def _trainer_classes_problem(trainer: dict[str, Any]) -> str | None:
+    """``trainer.logger``, ``trainer.callbacks``, ``trainer.plugins`` and a ``trainer.strategy`` /
+    ``trainer.profiler`` class naming no class (:mod:`lightning_fed.trainer_classes`)."""
+    if problem := logger_problem(trainer.get("logger")):
+        return problem
+    if problem := callbacks_problem(trainer.get("callbacks")):
+        return problem
+    plugins = trainer.get("plugins")
+    for item in plugins if isinstance(plugins, list) else [plugins]:
+        if problem := trainer_class_problem("plugins", item):
+            return problem
+    for option in ("strategy", "profiler"):  # a name is Lightning's table's (trainer_options.py)
+        if isinstance(trainer.get(option), dict) and (problem := trainer_class_problem(option, trainer[option])):
+            return problem
+    return None
 
 
 def _arguments(args: list[str]) -> Iterator[tuple[str, str]]:

@@ -5,11 +5,19 @@ Lightning are imported (~10 s of CPU; its ``MisconfigurationException`` then is 
 message, :meth:`~lightning_fed.federated_cli.FederatedCLI._instantiate_trainer`). Here
 each bound is the Trainer's own (``lightning/pytorch/trainer/connectors``), stated once, checked
 in :meth:`~lightning_fed.federated_cli.FederatedCLI.before_instantiate_classes`: one line naming
-``trainer.<option>`` and its value, exit 2, before the backbone loads or a folder is made.
+``trainer.<option>`` and its value, exit 2, before the backbone loads or a folder is made; the
+precheck applies the same before torch is imported (:mod:`lightning_fed.config_values`). Besides
+the bounds and types: Lightning's strategy and profiler names (:data:`STRATEGIES`,
+:data:`PROFILERS`, with the closest), its ``DD:HH:MM:SS`` durations (``max_time``,
+``val_check_interval``), device indices that are integers, and ``nan`` written for a number.
+Class-valued options (``logger``, ``callbacks``, ``plugins``): :mod:`lightning_fed.trainer_classes`.
 """
 
 from __future__ import annotations
 
+import difflib
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,6 +67,41 @@ ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps", "tpu")
 ``tpu``) and the two names its connector takes besides (``auto``, ``gpu``); exact, as it compares."""
 GRADIENT_CLIP_ALGORITHMS = ("norm", "value")
 """``trainer.gradient_clip_algorithm``: Lightning's ``GradClipAlgorithmType`` (any case)."""
+STRATEGIES = (
+    "auto",
+    "ddp",
+    "ddp_find_unused_parameters_false",
+    "ddp_find_unused_parameters_true",
+    "ddp_fork",
+    "ddp_fork_find_unused_parameters_false",
+    "ddp_fork_find_unused_parameters_true",
+    "ddp_notebook",
+    "ddp_notebook_find_unused_parameters_false",
+    "ddp_notebook_find_unused_parameters_true",
+    "ddp_spawn",
+    "ddp_spawn_find_unused_parameters_false",
+    "ddp_spawn_find_unused_parameters_true",
+    "deepspeed",
+    "deepspeed_stage_1",
+    "deepspeed_stage_2",
+    "deepspeed_stage_2_offload",
+    "deepspeed_stage_3",
+    "deepspeed_stage_3_offload",
+    "deepspeed_stage_3_offload_nvme",
+    "fsdp",
+    "fsdp_cpu_offload",
+    "single_device",
+    "single_tpu",
+    "single_xla",
+    "xla",
+    "xla_debug",
+)
+"""``trainer.strategy`` by name (any case): ``auto`` and Lightning's ``StrategyRegistry``
+(``tests/test_trainer_options.py`` compares the two); a ``Strategy`` class is given as a mapping."""
+PROFILERS = ("simple", "advanced", "pytorch", "xla")
+"""``trainer.profiler`` by name (any case): the names of Lightning's ``_init_profiler``."""
+DURATION = re.compile(r"(\d+):(\d\d):(\d\d):(\d\d)")
+"""``trainer.max_time`` as a string: the ``Timer`` callback's ``DD:HH:MM:SS`` (stripped, exact)."""
 TRAINER_TYPES: dict[str, tuple[str, ...]] = {
     "num_nodes": ("int",),
     "fast_dev_run": ("int", "bool"),
@@ -118,49 +161,6 @@ PLUGIN_ACCELERATORS = {"tpu": "torch_xla"}
 """An accelerator Lightning names but needs another library for (``ModuleNotFoundError`` otherwise)."""
 
 
-LOGGER_FLAGS = ("true", "false")
-"""``trainer.logger: true`` (Lightning's default logger) and ``false`` (none)."""
-
-
-def lightning_loggers() -> tuple[str, ...] | None:
-    """The logger classes ``lightning.pytorch.loggers`` exports (its ``__all__``), read from its
-    source without importing Lightning (which imports torch); ``None`` if it cannot be read."""
-    import ast
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.find_spec("lightning")  # the top-level package only: nothing imported
-    if spec is None or spec.origin is None:
-        return None
-    path = Path(spec.origin).parent / "pytorch" / "loggers" / "__init__.py"
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-            try:
-                names = ast.literal_eval(node.value)
-            except ValueError:
-                return None
-            return tuple(names) if all(isinstance(n, str) for n in names) else None
-    return None
-
-
-def logger_problem(logger: Any) -> str | None:
-    """``trainer.logger`` given as a word that is no logger class Lightning has (``maybe``): the
-    parser resolves a name without dots only among those; a dotted path is left to it."""
-    if not isinstance(logger, str) or "." in logger or logger.strip().lower() in LOGGER_FLAGS:
-        return None
-    names = lightning_loggers()
-    if names is None or logger in names:
-        return None
-    return (
-        f"trainer.logger must be true, false, a logger class ({', '.join(names)}) or its class path"
-        f" (with the init_args it requires, e.g. CSVLogger's save_dir), got {logger!r}"
-    )
-
-
 def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -177,6 +177,8 @@ def trainer_type_problem(trainer: Mapping[str, Any]) -> str | None:
 def _device_problem(trainer: Mapping[str, Any]) -> str | None:
     """``trainer.devices``, ``trainer.precision`` and ``trainer.accelerator`` the Trainer would refuse."""
     devices = trainer.get("devices")
+    if isinstance(devices, list) and not all(_int(d) for d in devices):
+        return f"trainer.devices must be a number of devices, -1, 'auto' or a list of device indices, got {devices!r}"
     count = int(devices) if isinstance(devices, str) and devices.strip().lstrip("-").isdigit() else devices
     bad_word = isinstance(devices, str) and not _devices_word(devices)
     if (_int(count) and count < 1 and count != -1) or devices == [] or bad_word:
@@ -209,6 +211,10 @@ def _device_problem(trainer: Mapping[str, Any]) -> str | None:
 
 def trainer_option_problem(trainer: Mapping[str, Any]) -> str | None:
     """The first ``trainer.*`` option outside the Trainer's bounds, as one line, or ``None``."""
+    for name, kinds in TRAINER_TYPES.items():  # `--trainer.gradient_clip_val=nan`: the word, as the parser reads it
+        value = trainer.get(name)
+        if "float" in kinds and isinstance(value, str) and _float_word(value) and not math.isfinite(float(value)):
+            return f"trainer.{name} must be a finite number, got {float(value)}"
     for name in COUNTS_OR_UNLIMITED:
         value = trainer.get(name)
         if _int(value) and value < -1:
@@ -234,9 +240,62 @@ def trainer_option_problem(trainer: Mapping[str, Any]) -> str | None:
             return f"trainer.{name} must be a fraction in [0, 1] or a number of batches >= 0, got {value}"
     if problem := _device_problem(trainer):
         return problem
+    if problem := _name_problem(trainer):
+        return problem
+    if problem := _time_problem(trainer):
+        return problem
 
     for name in NON_NEGATIVE:
         value = trainer.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not value >= 0:
             return f"trainer.{name} must be >= 0, got {value}"
+    return None
+
+
+def _choice(option: str, value: str, names: tuple[str, ...], other: str) -> str:
+    near = difflib.get_close_matches(value.lower(), names, n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]}?" if near else f"; one of {', '.join(names)}{other}"
+    return f"trainer.{option} {value!r} is not one of Lightning's {option} names{hint}"
+
+
+def _name_problem(trainer: Mapping[str, Any]) -> str | None:
+    """``trainer.strategy`` / ``trainer.profiler`` given as a name Lightning has no entry for."""
+    strategy = trainer.get("strategy")
+    if isinstance(strategy, str) and "." not in strategy and strategy.lower() not in STRATEGIES:
+        return _choice("strategy", strategy, STRATEGIES, ", or a Strategy's class_path")
+    profiler = trainer.get("profiler")
+    if isinstance(profiler, str) and "." not in profiler and profiler.lower() not in PROFILERS:
+        return _choice("profiler", profiler, PROFILERS, ", or a Profiler's class_path")
+    return None
+
+
+def _float_word(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _time_problem(trainer: Mapping[str, Any]) -> str | None:
+    """``trainer.max_time`` / ``trainer.val_check_interval`` given as a string that is no
+    ``DD:HH:MM:SS`` duration (the ``Timer``'s and ``_parse_time_interval_seconds``' formats)."""
+    max_time = trainer.get("max_time")
+    if isinstance(max_time, str) and not DURATION.fullmatch(max_time.strip()):
+        return (
+            "trainer.max_time must be a duration DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping such as"
+            f" {{hours: 12}}, got {max_time!r}"
+        )
+    interval = trainer.get("val_check_interval")
+    if isinstance(interval, str) and not _float_word(interval):
+        parts = interval.split(":")
+        try:
+            ok = len(parts) == 4 and all(isinstance(int(part), int) for part in parts)
+        except ValueError:
+            ok = False
+        if not ok:
+            return (
+                "trainer.val_check_interval must be a fraction of the epoch, a number of batches or a duration"
+                f" DD:HH:MM:SS, got {interval!r}"
+            )
     return None

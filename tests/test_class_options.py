@@ -65,7 +65,7 @@ def test_the_name_tables_read_from_the_source_are_the_imported_ones():
 
     from lightning_fed.datamodules import human_feedback, partition, selector, synthetic, templates
     from lightning_fed.modules import backbone, dpo_losses
-    from lightning_fed.trainer_options import lightning_loggers
+    from lightning_fed.trainer_classes import lightning_exports
 
     assert table("lightning_fed.datamodules.templates", "TEMPLATE_CHOICES") == templates.TEMPLATE_CHOICES
     assert class_options.template_choices("SelectorDataModule") == selector.SELECTOR_TEMPLATE_CHOICES
@@ -79,7 +79,7 @@ def test_the_name_tables_read_from_the_source_are_the_imported_ones():
     assert table(*class_options.BACKBONE_TABLES["quantization"]) == backbone.QUANTIZATIONS
     live = {n for n, c in vars(partition).items() if isinstance(c, type) and issubclass(c, partition.Partitioner)}
     assert set(subclasses(*class_options.PARTITIONERS)) == live - {"Partitioner"}
-    assert lightning_loggers() == tuple(loggers.__all__)
+    assert lightning_exports("pytorch", "loggers") == tuple(loggers.__all__)
 
 
 # ------------------------------------------------------------------------------- the boundary

@@ -267,6 +267,8 @@ LEFT_TO_THE_LIVE_PARSER = {
 
 @pytest.mark.parametrize("overrides", list(LEFT_TO_THE_LIVE_PARSER.values()), ids=list(LEFT_TO_THE_LIVE_PARSER))
 def test_what_the_precheck_cannot_know_is_left_to_the_live_parser(tmp_path, overrides):
+    # a user's package on the path (the working folder: `python -m`), its classes named as the package's
+    _file(tmp_path, "my_package.py", "class FedProx:\n    pass\n\n\nclass DPOModule:\n    pass\n")
     bad_beta = _file(tmp_path, "b.yaml", "model:\n  class_path: DPOModule\n  init_args:\n    beta: -1\n")
     proc = _cli(tmp_path, "fit", "--config", "tiny", *(o.format(bad_beta=bad_beta) for o in overrides))
     assert REACHED_TORCH in proc.stderr and "must be" not in proc.stderr

@@ -28,6 +28,8 @@ LAYERS: list[set[str]] = [
         "startup",
         "help_pages",
         "trainer_options",
+        "trainer_classes",
+        "class_paths",
         "strict_parser",
         "json_lines",
         "lightning_fed",

@@ -5,8 +5,9 @@ Found from outside with the installed wheel: ``fit --config tiny --trainer.val_c
 (and ``=2.5``, ``overfit_batches=-1``, ``fast_dev_run=-1``, ``reload_dataloaders_every_n_epochs=-1``)
 exited 1, the code of a failure during training, with Lightning's raw ``MisconfigurationException``
 after ~10 s of CPU; ``num_sanity_val_steps=-5`` trained. The numeric bounds are now checked before
-torch is imported (:mod:`lightning_fed.trainer_options`); what only the Trainer can judge (a profiler's
-name, a duration) is its message, on one line, prefixed ``trainer:``, when the Trainer is built.
+torch is imported (:mod:`lightning_fed.trainer_options`), so are a profiler's name and a duration; what
+only the Trainer can judge (two options together) is its message, on one line, prefixed ``trainer:``,
+when the Trainer is built.
 """
 
 from __future__ import annotations
@@ -34,22 +35,31 @@ BEFORE_TORCH = {
         "num_sanity_val_steps=-5",
         "trainer.num_sanity_val_steps must be >= 0, or -1 for all batches, got -5",
     ),
-}
-WHEN_BUILT = {
+    # Lightning's names and durations (tests/test_class_paths_cli.py: refused by Lightning too)
     "val_check_interval_word": (
         "val_check_interval=abc",
-        "trainer: Invalid time format for `val_check_interval`: 'abc'. Expected 'DD:HH:MM:SS'.",
+        "trainer.val_check_interval must be a fraction of the epoch, a number of batches or a duration"
+        " DD:HH:MM:SS, got 'abc'",
     ),
     "profiler_unknown": (
         "profiler=nope",
-        "trainer: When passing string value for the `profiler` parameter of `Trainer`, it can only be one of"
-        " ['simple', 'advanced', 'pytorch', 'xla']",
+        "trainer.profiler 'nope' is not one of Lightning's profiler names; one of simple, advanced, pytorch, xla,"
+        " or a Profiler's class_path",
     ),
     "max_time_word": (
         "max_time=abc",
-        "trainer: `Timer(duration='abc')` is not a valid duration. Expected a string in the format DD:HH:MM:SS.",
+        "trainer.max_time must be a duration DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping such as {hours: 12},"
+        " got 'abc'",
     ),
 }
+WHEN_BUILT = {
+    "fraction_without_epochs": (
+        "val_check_interval=0.5 --trainer.check_val_every_n_epoch=null",
+        "trainer: `val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS',"
+        " datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`.",
+    ),
+}
+"""What only the Trainer judges (two options together): its message, when it is built."""
 
 
 @pytest.mark.parametrize(("override", "line"), list(BEFORE_TORCH.values()), ids=list(BEFORE_TORCH))
@@ -72,9 +82,8 @@ def test_a_bound_of_the_trainer_is_checked_before_torch(tmp_path: Path, override
 def test_what_the_trainer_refuses_when_built_is_a_user_error(tmp_path: Path, override: str, line: str):
     """Exit 2 (not 1, kept for failures during training), Lightning's message on one line, no file."""
     run = tmp_path / "run"
-    proc = lightning_fed(
-        "fit", "--config", "tiny", f"--trainer.{override}", f"--trainer.default_root_dir={run}", cwd=tmp_path
-    )
+    options = [f"--trainer.{option}" for option in override.split(" --trainer.")]
+    proc = lightning_fed("fit", "--config", "tiny", *options, f"--trainer.default_root_dir={run}", cwd=tmp_path)
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
     assert list(tmp_path.iterdir()) == []
 

@@ -22,6 +22,8 @@ from lightning_fed.config_values import merged_config
 from lightning_fed.trainer_options import (
     ACCELERATORS,
     GRADIENT_CLIP_ALGORITHMS,
+    PROFILERS,
+    STRATEGIES,
     TRAINER_TYPES,
     trainer_option_problem,
     trainer_type_problem,
@@ -184,3 +186,72 @@ def test_sanity_steps_below_minus_one_are_refused():
     assert trainer_option_problem({"num_sanity_val_steps": -2}) == (
         "trainer.num_sanity_val_steps must be >= 0, or -1 for all batches, got -2"
     )
+
+
+# ------------------------------------------------------------------------------- Lightning's names and durations
+def test_the_strategy_and_profiler_names_are_lightning_s():
+    import inspect
+
+    from lightning.pytorch.strategies import StrategyRegistry
+    from lightning.pytorch.trainer import setup
+
+    assert set(STRATEGIES) == {"auto", *StrategyRegistry.available_strategies()}
+    source = inspect.getsource(setup._init_profiler)
+    assert set(re.findall(r'"(\w+)": \w+Profiler', source)) == set(PROFILERS)
+
+
+WORDS = st.one_of(
+    st.text(alphabet="abdefimnoprstuxyz_0123456789:.", min_size=1, max_size=12),
+    st.sampled_from(["ddp", "DDP", "ddpp", "fsdp", "deepspeed_stage_3", "xla", "auto", "simple", "Advanced"]),
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(word=WORDS)
+def test_a_strategy_or_profiler_name_refused_is_refused_by_lightning(word):
+    from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
+    from lightning.pytorch.trainer.setup import _init_profiler
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    if trainer_option_problem({"strategy": word}) is not None:
+        with pytest.raises(ValueError, match="invalid strategy name"):
+            _AcceleratorConnector(strategy=word, accelerator="cpu")
+    if trainer_option_problem({"profiler": word}) is not None:
+        with pytest.raises(MisconfigurationException):
+            _init_profiler(type("T", (), {})(), word)
+
+
+DURATIONS = st.one_of(
+    st.text(alphabet="0123456789: ab.-", min_size=0, max_size=14),
+    st.sampled_from(["00:12:00:00", "1:02:03:04", " 00:00:01:00 ", "00:00:05:0", "abc", "0:0:0:0", "-1:00:00:00"]),
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(text=DURATIONS)
+def test_a_duration_refused_is_refused_by_lightning(text):
+    """A string ``max_time`` / ``val_check_interval`` refused here is refused by the ``Timer`` /
+    ``_parse_time_interval_seconds``; the word as the command line gives it (a number stays one)."""
+    from lightning.pytorch.callbacks import Timer
+    from lightning.pytorch.trainer.setup import _parse_time_interval_seconds
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    if trainer_option_problem({"max_time": text}) is not None:
+        with pytest.raises(MisconfigurationException):
+            Timer(duration=text)
+    if trainer_option_problem({"val_check_interval": text}) is not None:
+        with pytest.raises(MisconfigurationException):
+            _parse_time_interval_seconds(text)
+
+
+def test_a_devices_list_of_words_is_refused_by_lightning_s_parser():
+    from jsonargparse import ArgumentError
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.cli import LightningArgumentParser
+
+    parser = LightningArgumentParser(exit_on_error=False)
+    parser.add_lightning_class_args(Trainer, "trainer")
+    config = {"trainer": {"devices": [0, "x"]}}
+    assert trainer_option_problem(config["trainer"]) is not None
+    with pytest.raises(ArgumentError):
+        parser.parse_object(config)

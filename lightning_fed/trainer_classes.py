@@ -1,0 +1,109 @@
+"""Lightning's class-valued ``trainer.*`` options (``logger``, ``callbacks``, ``plugins``,
+``profiler``, ``strategy``) checked before torch is imported.
+
+The live parser resolves a short name only among the classes Lightning (and the package) has
+imported, and a dotted path by importing it: both after 10-20 s of imports, a typo then named
+with jsonargparse's wording and no close match. Here a short name must be one of the names
+Lightning's subpackage exports (its ``__all__``, read from source without importing Lightning,
+which imports torch) or one of the package's own subclasses of the option's base class; a dotted
+path must resolve as :func:`~lightning_fed.class_paths.dotted_path_problem` tells from source.
+Where the exports cannot be read nothing is refused.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from lightning_fed.class_paths import dotted_path_problem, package_subclasses, short_name_problem
+
+LOGGER_FLAGS = ("true", "false")
+"""``trainer.logger: true`` (Lightning's default logger) and ``false`` (none)."""
+EXPORTS = {
+    "logger": (("pytorch", "loggers"),),
+    "callbacks": (("pytorch", "callbacks"),),
+    "plugins": (("pytorch", "plugins"), ("fabric", "plugins", "environments")),
+    "profiler": (("pytorch", "profilers"),),
+    "strategy": (("pytorch", "strategies"),),
+}
+"""The Lightning subpackages whose exported classes each option takes by short name."""
+BASES = {"logger": "Logger", "callbacks": "Callback", "plugins": "", "profiler": "Profiler", "strategy": ""}
+"""The base class of the package's own classes an option also takes by short name ("": none)."""
+
+
+@functools.cache
+def lightning_exports(*parts: str) -> tuple[str, ...] | None:
+    """The names ``lightning.<parts>`` exports (its ``__all__``, else the classes it imports or
+    defines), read from its source without importing Lightning; ``None`` if it cannot be read."""
+    spec = importlib.util.find_spec("lightning")  # the top-level package only: nothing imported
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent.joinpath(*parts, "__init__.py")
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            try:
+                names = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+            return tuple(names) if all(isinstance(n, str) for n in names) else None
+    imported = [a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names]
+    return tuple([*imported, *(n.name for n in tree.body if isinstance(n, ast.ClassDef))]) or None
+
+
+def known_classes(option: str) -> list[str] | None:
+    """The short names ``trainer.<option>`` takes, or ``None`` if Lightning's exports cannot be read."""
+    names: list[str] = []
+    for parts in EXPORTS[option]:
+        found = lightning_exports(*parts)
+        if found is None:
+            return None
+        names += found
+    if BASES[option]:
+        names += package_subclasses(BASES[option])
+    return sorted(set(names))
+
+
+def class_problem(option: str, value: Any) -> str | None:
+    """The line refusing one class given to ``trainer.<option>`` (a name, a dotted path, or
+    ``{class_path: ...}``) that certainly names no class it takes, or ``None``."""
+    class_path = value.get("class_path") if isinstance(value, dict) else value
+    if not isinstance(class_path, str) or not class_path.strip():
+        return None
+    key = f"trainer.{option}"
+    if "." in class_path:
+        return dotted_path_problem(key, class_path)
+    known = known_classes(option)
+    return None if known is None else short_name_problem(key, class_path, known)
+
+
+def logger_problem(logger: Any) -> str | None:
+    """``trainer.logger`` (one logger, or a list of them) naming no logger class; a word close
+    to none of them is refused naming the flags too (``maybe``)."""
+    for item in logger if isinstance(logger, list) else [logger]:
+        if isinstance(item, str) and item.strip().lower() in LOGGER_FLAGS:
+            continue
+        problem = class_problem("logger", item)
+        exports = lightning_exports(*EXPORTS["logger"][0])
+        if problem and isinstance(item, str) and "." not in item and "did you mean" not in problem and exports:
+            return (
+                f"trainer.logger must be true, false, a logger class ({', '.join(exports)}) or its class path"
+                f" (with the init_args it requires, e.g. CSVLogger's save_dir), got {item!r}"
+            )
+        if problem:
+            return problem
+    return None
+
+
+def callbacks_problem(callbacks: Any) -> str | None:
+    """``trainer.callbacks`` (one callback, or a list of them) naming no callback class."""
+    for item in callbacks if isinstance(callbacks, list) else [callbacks]:
+        if problem := class_problem("callbacks", item):
+            return problem
+    return None

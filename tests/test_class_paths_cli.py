@@ -1,0 +1,271 @@
+"""A ``class_path`` and Lightning's named ``trainer.*`` values refused before torch is imported
+(issue 41: "a config error <= 3 s of CPU", measured by benchmarks/cli_startup.py, not timed here).
+
+On 894fdde each of these was refused only by the live parser or the Trainer, after torch,
+Lightning and transformers were imported (7-13 s of CPU from the wheel), often in jsonargparse's
+wording with every name it knows and no close match. The child processes cannot import torch (a
+``sitecustomize`` refuses it, :func:`tests.helpers.cli.lightning_fed_without_torch`): a refusal
+that needed the imports would end in that import error instead. Each runs in an empty folder,
+which stays empty. The second half shows that nothing Lightning or the package takes is refused:
+every shipped config, the documented logger and callback forms, every exported class by its
+short name and its path, and that a short name refused here is refused by Lightning's parser too
+(its names and durations: tests/test_trainer_options.py, Hypothesis).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lightning_fed.class_options import class_path_problem
+from lightning_fed.class_paths import dotted_path_problem
+from lightning_fed.config_values import option_problem, value_problem
+from lightning_fed.errors import HINT as DEBUG_HINT
+from lightning_fed.shipped_configs import resolve_config_args
+from lightning_fed.trainer_classes import EXPORTS, class_problem, known_classes, lightning_exports
+from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+
+CONFIGS = Path(__file__).resolve().parents[1] / "lightning_fed" / "configs"
+
+
+def _fit(tmp_path: Path, *args: str, files: dict[str, str] | None = None):
+    """``lightning-fed fit ARGS`` from ``tmp_path/cwd`` (with ``files`` written there), torch unimportable."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir(exist_ok=True)
+    for name, text in (files or {}).items():
+        (cwd / name).write_text(text)
+    return lightning_fed_without_torch("fit", *args, cwd=cwd, hook=tmp_path / "hook"), cwd
+
+
+STRATEGY_FILE = "federation:\n  strategy:\n    class_path: FedAvgg\n"
+HOOK_FILE = """federation:
+  hooks:
+    - class_path: lightning_fed.heterogeneity.ClientRanks
+    - class_path: ClientGroupin
+"""
+CALLBACK_FILE = "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpont\n"
+OS_FILE = "data:\n  class_path: os.system\n"
+DEVICES_FILE = "trainer:\n  devices: [0, x]\n"
+
+OPTION_CASES = {
+    "strategy_file": (
+        ["--config", "tiny", "--config", "s.yaml"],
+        {"s.yaml": STRATEGY_FILE},
+        "config 's.yaml': federation.strategy: unknown class_path 'FedAvgg'; did you mean FedAvg?",
+    ),
+    "strategy_option": (
+        ["--config", "tiny", "--federation.strategy=FedAdm"],
+        {},
+        "federation.strategy: unknown class_path 'FedAdm'; did you mean FedAdam?",
+    ),
+    "strategy_package_path": (
+        ["--config", "tiny", "--federation.strategy=lightning_fed.strategies.FedProxx"],
+        {},
+        "federation.strategy: unknown class_path 'lightning_fed.strategies.FedProxx';"
+        " did you mean lightning_fed.strategies.FedProx?",
+    ),
+    "hook_short_name_in_a_list": (
+        ["--config", "tiny", "--config", "h.yaml"],
+        {"h.yaml": HOOK_FILE},
+        "config 'h.yaml': federation.hooks[1]: unknown class_path 'ClientGroupin'; did you mean ClientGrouping?",
+    ),
+    "hook_path_outside_the_hooks_package": (
+        ["--config", "tiny", "--federation.hooks=[lightning_fed.heterogeneity.ClientRank]"],
+        {},
+        "federation.hooks[0]: class_path 'lightning_fed.heterogeneity.ClientRank': module"
+        " 'lightning_fed.heterogeneity' has no class 'ClientRank';"
+        " did you mean lightning_fed.heterogeneity.ClientRanks?",
+    ),
+    "logger_short_name": (
+        ["--config", "tiny", "--trainer.logger=TensorBoardLoger"],
+        {},
+        "trainer.logger: unknown class_path 'TensorBoardLoger'; did you mean TensorBoardLogger?",
+    ),
+    "logger_path": (
+        ["--config", "tiny", "--trainer.logger=lightning.pytorch.loggers.CSVLoger"],
+        {},
+        "trainer.logger: class_path 'lightning.pytorch.loggers.CSVLoger': module 'lightning.pytorch.loggers'"
+        " has no class 'CSVLoger'; did you mean lightning.pytorch.loggers.CSVLogger?",
+    ),
+    "callback_short_name": (
+        ["--config", "tiny", "--trainer.callbacks=ModelCheckpont"],
+        {},
+        "trainer.callbacks: unknown class_path 'ModelCheckpont'; did you mean ModelCheckpoint?",
+    ),
+    "callback_path_in_a_file": (
+        ["--config", "tiny", "--config", "c.yaml"],
+        {"c.yaml": CALLBACK_FILE},
+        "config 'c.yaml': trainer.callbacks: class_path 'lightning.pytorch.callbacks.ModelCheckpont': module"
+        " 'lightning.pytorch.callbacks' has no class 'ModelCheckpont'; did you mean"
+        " lightning.pytorch.callbacks.ModelCheckpoint?",
+    ),
+    "callback_module_not_installed": (
+        ["--config", "tiny", "--trainer.callbacks=nosuch_pkg_41.Callback"],
+        {},
+        "trainer.callbacks: class_path 'nosuch_pkg_41.Callback': no module named 'nosuch_pkg_41' is installed",
+    ),
+    "plugin_short_name": (
+        ["--config", "tiny", "--trainer.plugins=SLURMEnvironmnt"],
+        {},
+        "trainer.plugins: unknown class_path 'SLURMEnvironmnt'; did you mean SLURMEnvironment?",
+    ),
+    "data_os_system_file": (
+        ["--config", "tiny", "--config", "o.yaml"],
+        {"o.yaml": OS_FILE},
+        "config 'o.yaml': data: class_path 'os.system' is in Python's standard library, not a class the option takes",
+    ),
+    "data_os_system_option": (
+        ["--config", "tiny", "--data.class_path=os.system"],
+        {},
+        "data: class_path 'os.system' is in Python's standard library, not a class the option takes",
+    ),
+    "model_a_function": (
+        ["--config", "tiny", "--model.class_path=lightning_fed.errors.help_tip"],
+        {},
+        "model: class_path 'lightning_fed.errors.help_tip' is a function, not a class",
+    ),
+}
+"""A class_path refused while the config is parsed: one line, exit 2 (no debug hint: not a value)."""
+
+VALUE_CASES = {
+    "devices_list_in_a_file": (
+        ["--config", "tiny", "--config", "d.yaml"],
+        {"d.yaml": DEVICES_FILE},
+        "trainer.devices must be a number of devices, -1, 'auto' or a list of device indices, got [0, 'x']",
+    ),
+    "gradient_clip_nan": (
+        ["--config", "tiny", "--trainer.gradient_clip_val=nan"],
+        {},
+        "trainer.gradient_clip_val must be a finite number, got nan",
+    ),
+    "strategy_name": (
+        ["--config", "tiny", "--trainer.strategy=ddpp"],
+        {},
+        "trainer.strategy 'ddpp' is not one of Lightning's strategy names; did you mean ddp?",
+    ),
+    "profiler_name": (
+        ["--config", "tiny", "--trainer.profiler=nope"],
+        {},
+        "trainer.profiler 'nope' is not one of Lightning's profiler names; one of simple, advanced, pytorch, xla,"
+        " or a Profiler's class_path",
+    ),
+    "max_time": (
+        ["--config", "tiny", "--trainer.max_time=abc"],
+        {},
+        "trainer.max_time must be a duration DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping such as {hours: 12},"
+        " got 'abc'",
+    ),
+    "val_check_interval": (
+        ["--config", "tiny", "--trainer.val_check_interval=abc"],
+        {},
+        "trainer.val_check_interval must be a fraction of the epoch, a number of batches or a duration"
+        " DD:HH:MM:SS, got 'abc'",
+    ),
+}
+"""A value refused as the live CLI refuses a config class's value: the line, then the debug hint."""
+
+
+@pytest.mark.parametrize(("args", "files", "line"), list(OPTION_CASES.values()), ids=list(OPTION_CASES))
+def test_a_class_path_that_names_no_class_is_one_line_before_torch(tmp_path, args, files, line):
+    proc, cwd = _fit(tmp_path, *args, files=files)
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert sorted(p.name for p in cwd.iterdir()) == sorted(files)
+
+
+@pytest.mark.parametrize(("args", "files", "line"), list(VALUE_CASES.values()), ids=list(VALUE_CASES))
+def test_a_trainer_value_lightning_refuses_is_one_line_before_torch(tmp_path, args, files, line):
+    proc, cwd = _fit(tmp_path, *args, files=files)
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{DEBUG_HINT}\n")
+    assert sorted(p.name for p in cwd.iterdir()) == sorted(files)
+
+
+# ------------------------------------------------------------------------------- nothing valid refused
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.yaml")))
+def test_every_shipped_config_passes(name):
+    args = resolve_config_args(["--config", name])
+    assert (option_problem(args), value_problem(args)) == (None, None)
+
+
+DOCUMENTED = [
+    "--trainer.logger=true",
+    "--trainer.logger=false",
+    "--trainer.logger=CSVLogger",
+    "--trainer.logger=TensorBoardLogger",
+    "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+    "--trainer.logger={class_path: lightning.pytorch.loggers.TensorBoardLogger, init_args: {save_dir: runs}}",
+    "--trainer.callbacks=ModelCheckpoint",
+    "--trainer.callbacks=[EarlyStopping, LearningRateMonitor]",
+    "--trainer.callbacks=lightning.pytorch.callbacks.ModelCheckpoint",
+    "--trainer.callbacks=[{class_path: lightning.pytorch.callbacks.EarlyStopping, init_args: {monitor: loss}}]",
+    "--trainer.plugins=SLURMEnvironment",
+    "--trainer.strategy=DDP",
+    "--trainer.strategy=auto",
+    "--trainer.strategy={class_path: lightning.pytorch.strategies.DDPStrategy}",
+    "--trainer.profiler=simple",
+    "--trainer.profiler={class_path: lightning.pytorch.profilers.SimpleProfiler}",
+    "--trainer.max_time=00:12:00:00",
+    "--trainer.max_time={hours: 12}",
+    "--trainer.val_check_interval=00:00:05:00",
+    "--trainer.val_check_interval=0.5",
+    "--trainer.devices=[0, 1]",
+    "--federation.strategy=FedAdam",
+    "--federation.strategy=lightning_fed.strategies.fedprox.FedProx",
+    "--federation.hooks=[RoundLRSchedule, lightning_fed.heterogeneity.ClientRanks]",
+    "--model.class_path=lightning_fed.modules.DPOModule",
+]
+
+
+@pytest.mark.parametrize("option", DOCUMENTED)
+def test_the_documented_forms_pass(option):
+    args = resolve_config_args(["--config", "tiny", option])
+    assert (option_problem(args), value_problem(args)) == (None, None)
+
+
+def test_a_user_s_own_class_passes(tmp_path, monkeypatch):
+    """``my_pkg.MyModule`` on the path (docs/developer/adding-a-method.md) is the user's: not refused."""
+    (tmp_path / "my_pkg_41").mkdir()
+    (tmp_path / "my_pkg_41" / "__init__.py").write_text("from my_pkg_41.mod import MyModule\n")
+    (tmp_path / "my_pkg_41" / "mod.py").write_text("class MyModule:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for path in ("my_pkg_41.MyModule", "my_pkg_41.mod.MyModule"):
+        assert class_path_problem("model", {"class_path": path, "init_args": {}}) is None
+    assert dotted_path_problem("model", "my_pkg_41.mod.MyModul") == (
+        "model: class_path 'my_pkg_41.mod.MyModul': module 'my_pkg_41.mod' has no class 'MyModul'; did you mean"
+        " my_pkg_41.mod.MyModule?"
+    )
+
+
+@pytest.mark.parametrize("option", sorted(EXPORTS))
+def test_every_class_lightning_exports_passes_by_name_and_path(option):
+    """Each class Lightning's subpackage exports, by short name and by its dotted path, as imported."""
+    import importlib
+
+    for parts in EXPORTS[option]:
+        module = importlib.import_module(".".join(("lightning", *parts)))
+        names = lightning_exports(*parts)
+        assert names and set(names) <= set(dir(module))
+        for name in names:
+            if isinstance(getattr(module, name), type):
+                assert class_problem(option, name) is None
+                assert class_problem(option, {"class_path": f"{module.__name__}.{name}"}) is None
+
+
+# ------------------------------------------------------------------------------- Lightning refuses too
+def test_a_refused_short_name_is_refused_by_lightning_s_parser():
+    """jsonargparse resolves a short name among the imported subclasses of the option's type: the
+    names refused here are refused by the LightningCLI's parser of ``trainer:`` too."""
+    from jsonargparse import ArgumentError
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.cli import LightningArgumentParser
+
+    parser = LightningArgumentParser(exit_on_error=False)
+    parser.add_lightning_class_args(Trainer, "trainer")
+    for option, word in [("callbacks", "ModelCheckpont"), ("logger", "CSVLoger"), ("plugins", "foo")]:
+        assert class_problem(option, word) is not None
+        with pytest.raises(ArgumentError):
+            parser.parse_args([f"--trainer.{option}={word}"])
+    for option in ("callbacks", "logger", "plugins"):
+        assert known_classes(option)
