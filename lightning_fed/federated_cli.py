@@ -218,7 +218,8 @@ class FederatedCLI(LightningCLI):
         # `save_last="link"` removes the old epoch file before the link points at the new one).
         loop = FederatedLoop(self._get(self.config_init, "federation"))  # the run, in Lightning's fit
         callbacks.insert(0, loop)
-        given = list(callbacks) + list(config.get("callbacks") or [])
+        own = config.get("callbacks") or []
+        given = list(callbacks) + (own if isinstance(own, list) else [own])  # one callback, as the Trainer takes
         if config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in given):
             callbacks.append(FederatedProgressBar())
         if config.get("enable_checkpointing") is not False and not any(isinstance(c, ModelCheckpoint) for c in given):

@@ -269,3 +269,17 @@ def test_a_refused_short_name_is_refused_by_lightning_s_parser():
             parser.parse_args([f"--trainer.{option}={word}"])
     for option in ("callbacks", "logger", "plugins"):
         assert known_classes(option)
+
+
+def test_one_callback_not_in_a_list_is_taken_as_the_trainer_takes_it(tmp_path: Path):
+    """``--trainer.callbacks=LearningRateMonitor`` (one callback, not a list: the Trainer takes
+    either) trains; it was a ``TypeError: 'LearningRateMonitor' object is not iterable`` (exit 1)."""
+    from tests.helpers.cli import lightning_fed
+
+    run = tmp_path / "run"
+    proc = lightning_fed(
+        "fit", "--config", "tiny", "--federation.rounds=1", "--trainer.callbacks=LearningRateMonitor",
+        f"--trainer.default_root_dir={run}", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert list(run.rglob("last.ckpt"))
