@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_fed import run_factory
+from lightning_fed.allocator import keep_heap
 from lightning_fed.batching.group_size import group_turns
 from lightning_fed.batching.grouped_driver import GroupedTurns
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
@@ -134,6 +135,7 @@ class FederatedLoop(GroupedTurns):
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fit_started = True
+        keep_heap(pl_module.device)  # a CPU run's activations kept on glibc's heap (lightning_fed.allocator)
         self.context = RoundContext.from_trainer(
             trainer, self.run.rounds, self.server.seed, self.server.add_round_bytes
         )
