@@ -10,15 +10,16 @@ faults and 12 s of system time in a 50 s round (benchmarks/RESULTS.md, "Why the 
 round is slower"). The same happens, more slowly, when the heap's free top is given back (trimmed)
 between steps.
 
-:func:`keep_heap` sets, once per process, ``M_MMAP_MAX`` to 0 (every block from the heap) and
-``M_TRIM_THRESHOLD`` to its largest value (the heap's free top never given back), through ``mallopt``
-(the variables ``MALLOC_MMAP_MAX_`` / ``MALLOC_TRIM_THRESHOLD_`` are read only when the process
-starts). The cost: the process's resident memory stays at its peak once reached instead of falling
-between steps (a steady working set, as PyTorch's CUDA caching allocator keeps one); the peak itself
-was measured unchanged within noise (RESULTS.md, "The heap kept"). It is applied on CPU runs only
-(a GPU step's activations are the CUDA allocator's), on glibc only (musl, macOS and Windows have
-other allocators: a no-op there, one debug log line), and not when the user set any of glibc's malloc
-variables or tunables themselves. Opt out with ``LIGHTNING_FED_KEEP_HEAP=0``.
+:func:`keep_heap` sets, once per process, ``M_MMAP_THRESHOLD`` to :data:`MMAP_THRESHOLD` (64 MiB,
+fixed: blocks under it from the heap, larger ones mapped as before) and ``M_TRIM_THRESHOLD`` to its
+largest value (the heap's free top never given back), through ``mallopt`` (the variables
+``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` are read only when the process starts). The cost:
+the process's resident memory stays at the heap's peak once reached instead of falling between steps
+(a steady working set, as PyTorch's CUDA caching allocator keeps one); figures in
+benchmarks/RESULTS.md, "The heap kept". It is applied on CPU runs only (a GPU step's activations are
+the CUDA allocator's), on glibc only (musl, macOS and Windows have other allocators: a no-op there,
+one debug log line), and not when the user set any of glibc's malloc variables or tunables themselves.
+Opt out with ``LIGHTNING_FED_KEEP_HEAP=0``.
 
 PyTorch's own knob for CPU memory, ``THP_MEM_ALLOC_ENABLE=1`` (transparent huge pages for blocks of
 2 MiB and more), is read once at PyTorch's first allocation, so it cannot be set from a run; and it
@@ -35,7 +36,13 @@ import sys
 log = logging.getLogger(__name__)
 
 #: ``mallopt``'s parameters (glibc's ``malloc.h``).
-M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+#: Blocks under it come from the heap, larger ones are mapped and unmapped as glibc does by default:
+#: twice the dynamic threshold's 32 MiB, above a group step's widest activation at the long prompt
+#: (4 clients x 1,536 tokens x SmolLM2-135M's MLP 1,536 x 4 B = 36 MiB), under the LM head's logits
+#: (hundreds of MiB, made a few times a step). Every block from the heap (``M_MMAP_MAX`` 0) was measured
+#: first and let the heap grow past 18 GiB in one benchmark process: freed logits-sized holes fragment.
+MMAP_THRESHOLD = 64 * 2**20
 #: ``M_TRIM_THRESHOLD``'s value that never trims: ``mallopt`` takes an ``int``, and glibc reads -1 as
 #: the largest ``size_t``.
 NEVER_TRIM = -1
@@ -92,7 +99,7 @@ def keep_heap(device: object = "cpu") -> bool:
         _applied = False
         return False
     libc = ctypes.CDLL(None)  # the process's own C library
-    ok = libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, NEVER_TRIM) == 1
-    log.debug("glibc %s: every block from the heap, the heap kept: %s", glibc_version(), ok)
+    ok = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and libc.mallopt(M_TRIM_THRESHOLD, NEVER_TRIM) == 1
+    log.debug("glibc %s: blocks under %d B from the heap, the heap kept: %s", glibc_version(), MMAP_THRESHOLD, ok)
     _applied = ok
     return ok

@@ -42,7 +42,7 @@ def libc(monkeypatch):
 
 def test_applied_once_per_process(libc):
     assert allocator.keep_heap("cpu") is True
-    assert libc.calls == [(allocator.M_MMAP_MAX, 0), (allocator.M_TRIM_THRESHOLD, -1)]
+    assert libc.calls == [(allocator.M_MMAP_THRESHOLD, 64 * 2**20), (allocator.M_TRIM_THRESHOLD, -1)]
     assert allocator.keep_heap("cpu") is True  # idempotent: decided once
     assert allocator.keep_heap(os.devnull) is True  # whatever a later fit asks
     assert len(libc.calls) == 2

@@ -34,6 +34,7 @@ import torch
 from typing_extensions import override
 
 from lightning_fed import run_factory
+from lightning_fed.allocator import keep_heap
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.hooks import Payload, answer_query, prepare_client
@@ -94,6 +95,10 @@ class ClientLoop(TurnDriver):
         trainer.datamodule.connect(FixedPlan(plan))
         trainer.fit_loop.max_epochs = self._next.round_idx + 1  # the Trainer stands at this round's epoch
         trainer.reload_dataloaders_every_n_epochs = 1
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        keep_heap(pl_module.device)  # a CPU client's activations kept on glibc's heap (lightning_fed.allocator)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

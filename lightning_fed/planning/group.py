@@ -199,9 +199,11 @@ def inputs_from_module(module: Any, datamodule: Any) -> tuple[ModelShape, PlanIn
 #: ``batch_clients`` is not capped. Long rows cap it lower: :func:`cpu_group_cap`.
 CPU_GROUP_CAP = 4
 
-#: glibc's largest ``mmap`` threshold on 64-bit Linux (``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB; ``mallopt``
-#: refuses more). A CPU tensor above it is a fresh ``mmap`` each time it is made, and every one of its
-#: pages faults in (the kernel zeroes it) on first touch; one under it is reused from the heap.
+#: glibc's largest dynamic ``mmap`` threshold on 64-bit Linux (``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB: the
+#: threshold adapts up to it and no further; glibc 2.36's ``mallopt`` accepts more, measured). A CPU
+#: tensor above it is a fresh ``mmap`` each time it is made, and every one of its pages faults in (the
+#: kernel zeroes it) on first touch; one under it is reused from the heap. A CPU fit keeps every block on
+#: the heap (:mod:`lightning_fed.allocator`), where it is in effect.
 #: Measured on SmolLM2-135M at the long prompt (4 clients x 4 pairs of a 256-token prompt and 64-token
 #: responses, 1,536 tokens a client; ``benchmarks/long_prompt_profile.py --clients 4``, RESULTS.md):
 #: one client's MLP activation is 1,536 x 1,536 float32 = 9 MiB and its round faults no page; the 4
