@@ -137,13 +137,30 @@ def test_a_kept_heap_faults_a_reused_block_no_more():
     assert max(kept["faults"][-4:]) < 1_000, kept
 
 
-def test_a_cpu_fit_applies_it(tmp_path, monkeypatch):
-    """The federated loop keeps the heap at the start of a fit, with the device it trains on."""
+@pytest.mark.parametrize("threshold, applied", [(32 * 2**20, []), (1, ["cpu"])], ids=["small-step", "over"])
+def test_a_cpu_fit_keeps_the_heap_where_a_step_passes_the_threshold(tmp_path, monkeypatch, threshold, applied):
+    """The federated loop keeps the heap at the start of a fit, with the device it trains on, when a
+    step's widest activation passes glibc's dynamic threshold (the tiny model's is a few KiB: not at
+    32 MiB, and at a threshold of 1 byte it is)."""
     from lightning_fed.callbacks import FederatedLoop, federated_loop
+    from lightning_fed.planning import group
     from tests.helpers.runs import fit, preference_data, tiny_dpo
 
     devices: list[str] = []
     monkeypatch.setattr(federated_loop, "keep_heap", lambda device: devices.append(str(device)) or True)
+    monkeypatch.setattr(group, "MMAP_THRESHOLD_MAX", threshold)
     loop = FederatedLoop(rounds=1, clients_per_round=1, local_steps=1, seed=0)
     fit(tiny_dpo(), preference_data(), loop, str(tmp_path))
-    assert devices == ["cpu"]
+    assert devices == applied
+
+
+def test_a_step_activation_by_hand():
+    """SmolLM2-135M (MLP 1,536) at the long prompt, 4 pairs of 384 tokens counted at 320 a row x 2 row
+    copies, float32: 15 MiB a client, 60 MiB for 4 (over 32 MiB)."""
+    from lightning_fed.planning.estimate import ModelShape, PlanInputs
+    from lightning_fed.planning.group import step_activation
+
+    smollm2 = ModelShape("llama", 49152, 576, 1536, 30, {}, 0, 0, 0)
+    p = PlanInputs(batch_size=4, max_length=320)
+    assert step_activation(smollm2, p) == 4 * 320 * 2 * 1536 * 4 == 15 * 2**20
+    assert step_activation(smollm2, p, 4) == 60 * 2**20

@@ -44,6 +44,7 @@ from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import CUT_SHORT, LOCAL_STEPS, instructed_budget, instructed_steps
 from lightning_fed.modules.base import FederatedModule
+from lightning_fed.planning.group import needs_kept_heap
 from lightning_fed.privacy.run import privacy_enabled
 from lightning_fed.run import FederatedRun
 from lightning_fed.state import StateDict, clone_state
@@ -98,7 +99,8 @@ class ClientLoop(TurnDriver):
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        keep_heap(pl_module.device)  # a CPU client's activations kept on glibc's heap (lightning_fed.allocator)
+        if needs_kept_heap(pl_module, trainer.datamodule, 1):  # glibc would map them afresh each step
+            keep_heap(pl_module.device)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

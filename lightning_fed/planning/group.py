@@ -222,10 +222,32 @@ def cpu_group_cap(shape: ModelShape, p: PlanInputs) -> int:
     (2 for the preference objectives' chosen and rejected, 1 for ``sft``), in the model's dtype. A
     client whose own step is over the threshold already trains alone: its step faults its pages
     either way, and its fixed cost is small beside it."""
+    return max(1, min(CPU_GROUP_CAP, MMAP_THRESHOLD_MAX // step_activation(shape, p)))
+
+
+def step_activation(shape: ModelShape, p: PlanInputs, clients: int = 1) -> int:
+    """Bytes of the widest activation of a step of ``clients`` clients, as :func:`cpu_group_cap` counts
+    it (the MLP's features over ``batch_size x max_length`` tokens per row copy, in the model's dtype)."""
     copies = 1 if p.objective == "sft" else 2
-    width = max(shape.intermediate, shape.hidden) * DTYPES[p.dtype].itemsize
-    per_client = p.batch_size * p.max_length * copies * width
-    return max(1, min(CPU_GROUP_CAP, MMAP_THRESHOLD_MAX // per_client))
+    return (
+        clients
+        * p.batch_size
+        * p.max_length
+        * copies
+        * max(shape.intermediate, shape.hidden)
+        * DTYPES[p.dtype].itemsize
+    )
+
+
+def needs_kept_heap(module: Any, datamodule: Any, clients: int) -> bool:
+    """Whether a step of ``clients`` clients makes an activation over :data:`MMAP_THRESHOLD_MAX`, where
+    glibc maps it afresh each step (:mod:`lightning_fed.allocator`); ``False`` where the planner cannot
+    size the module's model."""
+    try:
+        shape, p = inputs_from_module(module, datamodule)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return False
+    return step_activation(shape, p, clients) > MMAP_THRESHOLD_MAX
 
 
 def run_group_size(module: Any, datamodule: Any, trainer: Any, clients_per_round: int) -> int:
