@@ -35,7 +35,9 @@ what it counts; attention through SDPA included), split into the LM head's (``lm
 on the path's untimed warm-up round. CPU time is the process's (``time.process_time``: steadier than
 wall time on a shared machine), per round, over ``--repeats`` repetitions, the paths interleaved (each
 repetition in the opposite order of the previous one); printed min / median / max and each path's
-ratio of medians to ``main``.
+ratio of medians to ``main``, and each path's minor page faults per round (median). ``--allocator
+package`` (the default) sets glibc's heap as a CPU fit does (:func:`lightning_fed.allocator.keep_heap`),
+``default`` leaves glibc's own; the end prints the process's peak RSS and its faults.
 
     nice -n 10 .venv/bin/python benchmarks/step_flops.py
     nice -n 10 .venv/bin/python benchmarks/step_flops.py --repeats 5 --threads 1 --shapes feddpo
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import time
@@ -231,15 +234,18 @@ def run_shape(
         paths["new"].round()  # the cache filled (keyed by content: every path is then served from it)
     flops = {p: count_flops(path) for p, path in paths.items()}  # also each path's untimed warm-up
     times: dict[str, list[float]] = {p: [] for p in paths}
+    faults: dict[str, list[int]] = {p: [] for p in paths}
     order = list(paths)
     for rep in range(repeats):
         for p in order if rep % 2 == 0 else order[::-1]:
-            t0 = time.process_time()
+            f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.process_time()
             paths[p].round()
             times[p].append(time.process_time() - t0)
+            faults[p].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
     ref = "main" if "main" in paths else "new"  # the ratio's base
     print(
         f"{'path':>7} {'GFLOP':>8} {'head':>7} {'rest':>8} {'CPU s min':>10} {'median':>8} {'max':>8} {'/ ' + ref:>7}"
+        f" {'faults median':>14}"
     )
     base = statistics.median(times[ref])
     for p in paths:
@@ -248,6 +254,7 @@ def run_shape(
         print(
             f"{p:>7} {total / 1e9:8.2f} {head / 1e9:7.2f} {(total - head) / 1e9:8.2f}"
             f" {min(t):10.3f} {statistics.median(t):8.3f} {max(t):8.3f} {statistics.median(t) / base:7.3f}"
+            f" {int(statistics.median(faults[p])):14d}"
         )
     # The scored work: the head on the scored positions (the new path's head) and the rest on each
     # pair's distinct tokens (no padding, the prompt once), linear in tokens from main's per-row cost.
@@ -280,6 +287,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--paths", nargs="+", default=None, help="only these paths (new-K for the batched one); new always runs"
     )
+    parser.add_argument(
+        "--allocator",
+        choices=["package", "default"],
+        default="package",
+        help="package: glibc's heap kept as a CPU fit keeps it (lightning_fed.allocator); default: glibc's own",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     settings = feddpo_settings()
@@ -295,11 +308,21 @@ def main(argv: list[str] | None = None) -> None:
         f" torch {torch.__version__}, {args.repeats} repetitions, load average {os.getloadavg()[0]:.1f}"
     )
     module = build_module(settings)
+    if args.allocator == "package":  # where a fit applies it: at its start, the model built
+        from lightning_fed.allocator import keep_heap
+
+        print(f"allocator: lightning_fed.allocator.keep_heap('cpu') -> {keep_heap('cpu')}")
+    else:
+        print("allocator: glibc's defaults")
     for shape in args.shapes:
         batches, group = makers[shape](module)
         for cache in args.cache:
             run_shape(module, shape, batches, group, cache, args.repeats, args.unpacked, args.paths)
-    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(
+        f"load average at the end {os.getloadavg()[0]:.1f}; peak RSS {usage.ru_maxrss / 2**20:.2f} GiB,"
+        f" minor faults {usage.ru_minflt}, CPU user {usage.ru_utime:.1f} s system {usage.ru_stime:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ LAYERS: list[set[str]] = [
     # 0: plain data and process plumbing, no package below them
     {
         "limits",
+        "allocator",
         "adapter_config",
         "option_rules",
         "value_rules",

@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_fed import run_factory
+from lightning_fed.allocator import keep_heap
 from lightning_fed.batching.group_size import group_turns
 from lightning_fed.batching.grouped_driver import GroupedTurns
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
@@ -40,7 +41,7 @@ from lightning_fed.federation.report import totals_only
 from lightning_fed.federation.round_plan import RoundPlan, poisson_batch_seed
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import instructed_steps
-from lightning_fed.planning.group import run_group_size
+from lightning_fed.planning.group import needs_kept_heap, run_group_size
 from lightning_fed.run import FederatedRun
 from lightning_fed.state import StateDict, clone_state, state_nbytes
 
@@ -141,6 +142,8 @@ class FederatedLoop(GroupedTurns):
             self.run, trainer, pl_module, self.datamodule, run_group_size, self._recorded_group_size
         )
         self._record_group_size()
+        if needs_kept_heap(pl_module, self.datamodule, self.group_size):  # glibc would map them each step
+            keep_heap(pl_module.device)
         for hook in self.run.hooks:
             hook.setup_server(self.server, self.context, pl_module)
             hook.setup_client(pl_module)  # in process the clients share the server's module

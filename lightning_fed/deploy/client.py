@@ -34,6 +34,7 @@ import torch
 from typing_extensions import override
 
 from lightning_fed import run_factory
+from lightning_fed.allocator import keep_heap
 from lightning_fed.datamodules.federated import FederatedDataModule
 from lightning_fed.federation.driver import TurnDriver
 from lightning_fed.federation.hooks import Payload, answer_query, prepare_client
@@ -43,6 +44,7 @@ from lightning_fed.federation.store import ClientStateStore
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import CUT_SHORT, LOCAL_STEPS, instructed_budget, instructed_steps
 from lightning_fed.modules.base import FederatedModule
+from lightning_fed.planning.group import needs_kept_heap
 from lightning_fed.privacy.run import privacy_enabled
 from lightning_fed.run import FederatedRun
 from lightning_fed.state import StateDict, clone_state
@@ -94,6 +96,11 @@ class ClientLoop(TurnDriver):
         trainer.datamodule.connect(FixedPlan(plan))
         trainer.fit_loop.max_epochs = self._next.round_idx + 1  # the Trainer stands at this round's epoch
         trainer.reload_dataloaders_every_n_epochs = 1
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if needs_kept_heap(pl_module, trainer.datamodule, 1):  # glibc would map them afresh each step
+            keep_heap(pl_module.device)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -199,9 +199,11 @@ def inputs_from_module(module: Any, datamodule: Any) -> tuple[ModelShape, PlanIn
 #: ``batch_clients`` is not capped. Long rows cap it lower: :func:`cpu_group_cap`.
 CPU_GROUP_CAP = 4
 
-#: glibc's largest ``mmap`` threshold on 64-bit Linux (``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB; ``mallopt``
-#: refuses more). A CPU tensor above it is a fresh ``mmap`` each time it is made, and every one of its
-#: pages faults in (the kernel zeroes it) on first touch; one under it is reused from the heap.
+#: glibc's largest dynamic ``mmap`` threshold on 64-bit Linux (``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB: the
+#: threshold adapts up to it and no further; glibc 2.36's ``mallopt`` accepts more, measured). A CPU
+#: tensor above it is a fresh ``mmap`` each time it is made, and every one of its pages faults in (the
+#: kernel zeroes it) on first touch; one under it is reused from the heap. A CPU fit keeps every block on
+#: the heap (:mod:`lightning_fed.allocator`), where it is in effect.
 #: Measured on SmolLM2-135M at the long prompt (4 clients x 4 pairs of a 256-token prompt and 64-token
 #: responses, 1,536 tokens a client; ``benchmarks/long_prompt_profile.py --clients 4``, RESULTS.md):
 #: one client's MLP activation is 1,536 x 1,536 float32 = 9 MiB and its round faults no page; the 4
@@ -220,10 +222,32 @@ def cpu_group_cap(shape: ModelShape, p: PlanInputs) -> int:
     (2 for the preference objectives' chosen and rejected, 1 for ``sft``), in the model's dtype. A
     client whose own step is over the threshold already trains alone: its step faults its pages
     either way, and its fixed cost is small beside it."""
+    return max(1, min(CPU_GROUP_CAP, MMAP_THRESHOLD_MAX // step_activation(shape, p)))
+
+
+def step_activation(shape: ModelShape, p: PlanInputs, clients: int = 1) -> int:
+    """Bytes of the widest activation of a step of ``clients`` clients, as :func:`cpu_group_cap` counts
+    it (the MLP's features over ``batch_size x max_length`` tokens per row copy, in the model's dtype)."""
     copies = 1 if p.objective == "sft" else 2
-    width = max(shape.intermediate, shape.hidden) * DTYPES[p.dtype].itemsize
-    per_client = p.batch_size * p.max_length * copies * width
-    return max(1, min(CPU_GROUP_CAP, MMAP_THRESHOLD_MAX // per_client))
+    return (
+        clients
+        * p.batch_size
+        * p.max_length
+        * copies
+        * max(shape.intermediate, shape.hidden)
+        * DTYPES[p.dtype].itemsize
+    )
+
+
+def needs_kept_heap(module: Any, datamodule: Any, clients: int) -> bool:
+    """Whether a step of ``clients`` clients makes an activation over :data:`MMAP_THRESHOLD_MAX`, where
+    glibc maps it afresh each step (:mod:`lightning_fed.allocator`); ``False`` where the planner cannot
+    size the module's model."""
+    try:
+        shape, p = inputs_from_module(module, datamodule)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return False
+    return step_activation(shape, p, clients) > MMAP_THRESHOLD_MAX
 
 
 def run_group_size(module: Any, datamodule: Any, trainer: Any, clients_per_round: int) -> int:
