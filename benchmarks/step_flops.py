@@ -36,8 +36,9 @@ on the path's untimed warm-up round. CPU time is the process's (``time.process_t
 wall time on a shared machine), per round, over ``--repeats`` repetitions, the paths interleaved (each
 repetition in the opposite order of the previous one); printed min / median / max and each path's
 ratio of medians to ``main``, and each path's minor page faults per round (median). ``--allocator
-package`` (the default) sets glibc's heap as a CPU fit does (:func:`lightning_fed.allocator.keep_heap`),
-``default`` leaves glibc's own; the end prints the process's peak RSS and its faults.
+kept`` sets glibc's heap as a CPU fit with ``LIGHTNING_FED_KEEP_HEAP=1`` does
+(:func:`lightning_fed.allocator.keep_heap`), ``default`` (the default, as a fit) leaves glibc's own;
+the end prints the process's peak RSS and its faults.
 
     nice -n 10 .venv/bin/python benchmarks/step_flops.py
     nice -n 10 .venv/bin/python benchmarks/step_flops.py --repeats 5 --threads 1 --shapes feddpo
@@ -289,9 +290,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--allocator",
-        choices=["package", "default"],
-        default="package",
-        help="package: glibc's heap kept as a CPU fit keeps it (lightning_fed.allocator); default: glibc's own",
+        choices=["kept", "default"],
+        default="default",
+        help="kept: glibc's heap kept as a CPU fit with LIGHTNING_FED_KEEP_HEAP=1 keeps it; default: glibc's own",
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -308,9 +309,10 @@ def main(argv: list[str] | None = None) -> None:
         f" torch {torch.__version__}, {args.repeats} repetitions, load average {os.getloadavg()[0]:.1f}"
     )
     module = build_module(settings)
-    if args.allocator == "package":  # where a fit applies it: at its start, the model built
-        from lightning_fed.allocator import keep_heap
+    if args.allocator == "kept":  # where a fit applies it: at its start, the model built
+        from lightning_fed.allocator import OPT_IN, keep_heap
 
+        os.environ[OPT_IN] = "1"
         print(f"allocator: lightning_fed.allocator.keep_heap('cpu') -> {keep_heap('cpu')}")
     else:
         print("allocator: glibc's defaults")

@@ -34,8 +34,9 @@ def libc(monkeypatch):
     fake = FakeLibc()
     monkeypatch.setattr(allocator, "_applied", None)
     monkeypatch.setattr(allocator.ctypes, "CDLL", lambda name: fake)
-    for name in (allocator.OPT_OUT, *allocator.USER_SETTINGS):
+    for name in allocator.USER_SETTINGS:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(allocator.OPT_IN, "1")
     monkeypatch.setattr(allocator, "glibc_version", lambda: "2.36")
     return fake
 
@@ -48,9 +49,12 @@ def test_applied_once_per_process(libc):
     assert len(libc.calls) == 2
 
 
-@pytest.mark.parametrize("value", ["0", "false", "off", "No"])
-def test_the_opt_out_leaves_glibc_alone(libc, monkeypatch, value):
-    monkeypatch.setenv(allocator.OPT_OUT, value)
+@pytest.mark.parametrize("value", [None, "", "0", "false", "off", "No", "2"])
+def test_without_the_opt_in_glibc_is_left_alone(libc, monkeypatch, value):
+    if value is None:
+        monkeypatch.delenv(allocator.OPT_IN)
+    else:
+        monkeypatch.setenv(allocator.OPT_IN, value)
     assert allocator.keep_heap("cpu") is False
     assert allocator.keep_heap("cpu") is False
     assert libc.calls == []
@@ -116,7 +120,7 @@ print(json.dumps({"applied": applied, "faults": faults}))
 
 def probe(env: dict[str, str]) -> dict:
     full = {**os.environ, "PYTHONPATH": str(ROOT), **env}
-    for name in allocator.USER_SETTINGS:
+    for name in allocator.USER_SETTINGS if env else (*allocator.USER_SETTINGS, allocator.OPT_IN):
         full.pop(name, None)
     proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=full, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -130,8 +134,8 @@ def test_a_kept_heap_faults_a_reused_block_no_more():
     grows for the first few (PyTorch's aligned request does not fit the freed block until freed
     blocks coalesce: 2-5 of them measured) and then the block is reused: the last 4 fault almost
     none (0 measured; the bound 1,000 leaves room for whatever else the interpreter touches)."""
-    default = probe({allocator.OPT_OUT: "0"})
-    kept = probe({})
+    default = probe({})
+    kept = probe({allocator.OPT_IN: "1"})
     assert default["applied"] is False and kept["applied"] is True
     assert min(default["faults"][-4:]) >= 10_000, default
     assert max(kept["faults"][-4:]) < 1_000, kept
