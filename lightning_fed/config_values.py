@@ -31,13 +31,18 @@ from typing import Any
 from lightning_fed.class_options import class_option_problem, class_path_problem, size_problem
 from lightning_fed.class_sections import class_problem, parsed, string_problem, unknown_option_of
 from lightning_fed.errors import unwritable
+from lightning_fed.federation_rules import (
+    FEDERATION_MORE,
+    PRIVACY,
+    federation_problems,
+    privacy_problems,
+    privacy_values,
+)
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
     SECTIONS,
     WORD_OPTIONS,
-    batch_clients_problem,
     class_rules,
-    problems,
     seed_problem,
     seed_type_problem,
 )
@@ -283,13 +288,8 @@ class Merged:
             if problem := class_problem(section, self.sections.get(section)):
                 return problem
         federation = self.sections.get("federation")
-        if isinstance(federation, dict):
-            if problem := string_problem(FEDERATION_ALL, federation):
-                return problem
-            if found := problems(FEDERATION_ALL, parsed(FEDERATION_ALL, federation)):
-                return "; ".join(found)
-            if problem := batch_clients_problem(federation.get("batch_clients", "auto")):
-                return problem
+        if isinstance(federation, dict) and (problem := federation_section_problem(federation)):
+            return problem
         if problem := class_problem("federation.strategy", self.sections.get("federation.strategy")):
             return problem
         hooks = self.sections.get("federation.hooks")
@@ -297,6 +297,29 @@ class Merged:
             if problem := class_problem("federation.hooks", hook, index):
                 return problem
         return None
+
+
+def federation_section_problem(federation: dict[str, Any]) -> str | None:
+    """The line(s) :class:`~lightning_fed.run_config.FederationConfig` (and ``federation.privacy``'s
+    :class:`~lightning_fed.privacy.config.PrivacyConfig`) refuse the merged ``federation:`` section
+    with, from the same functions (:mod:`lightning_fed.federation_rules`), or ``None``."""
+    from dataclasses import fields
+
+    from lightning_fed.run_config import FederationConfig  # no torch
+
+    rules = FEDERATION_ALL + FEDERATION_MORE
+    if problem := string_problem(rules, federation):
+        return problem
+    values = {f.name: federation.get(f.name, f.default) for f in fields(FederationConfig)}
+    if found := federation_problems(parsed(rules, values)):
+        return "; ".join(found)
+    privacy = privacy_values(federation.get("privacy"))
+    if privacy is not None:
+        if problem := string_problem(PRIVACY, privacy):
+            return problem
+        if found := privacy_problems(parsed(PRIVACY, privacy)):
+            return "; ".join(found)
+    return None
 
 
 def _arguments(args: list[str]) -> Iterator[tuple[str, str]]:
