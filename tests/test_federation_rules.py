@@ -121,7 +121,7 @@ def test_a_privacy_value_in_a_config_file_is_refused_before_torch(tmp_path):
     proc, cwd = _run(tmp_path, "fit", "--config", "feddpo_dp", "--config", str(config))
     assert (proc.returncode, proc.stderr) == (
         2,
-        f"error: federation.privacy.delta must be in (0, 1) or null, got 0\n{HINT}\n",
+        f"error: federation.privacy.delta must be in (0, 1) or null, got 0.0\n{HINT}\n",
     )
     assert list(cwd.iterdir()) == []
 
