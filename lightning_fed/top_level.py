@@ -9,17 +9,17 @@ Here a mistyped subcommand is named with the closest of all of them, and ``--deb
 ``--verbose`` take an optional boolean before or after the subcommand (``--verbose``,
 ``--verbose=true``, ``--verbose false``); any other value is refused naming the flag.
 
-Imports only :mod:`lightning_fed.errors` and the standard library.
+Imports only :mod:`lightning_fed.errors`, :mod:`lightning_fed.console` and the standard library.
 """
 
 from __future__ import annotations
 
 import difflib
 
+from lightning_fed.console import VERBOSE_FLAG
 from lightning_fed.errors import _BOOLEAN, DEBUG_FLAG, ArgumentsError
 
 PROG = "lightning-fed"
-VERBOSE_FLAG = "--verbose"
 TOP_OPTIONS = ("-h", "--help", DEBUG_FLAG, VERBOSE_FLAG)
 """The options written before a subcommand."""
 
