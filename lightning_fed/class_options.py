@@ -78,19 +78,26 @@ POSITION_KEYS = ("n_positions", "max_position_embeddings")
 
 
 def _type(annotation: ast.expr | None) -> tuple[str | None, bool]:
-    """``(int|float|bool|None, optional)`` of an annotation this module checks values against."""
+    """``(int|float|bool|dict|None, optional)`` of an annotation this module checks values against."""
     if annotation is None:
         return None, False
     text = ast.unparse(annotation).replace(" ", "")
     optional = text.endswith("|None") or text.startswith("None|")
     base = text.removesuffix("|None").removeprefix("None|")
+    if base.startswith(("dict[", "Mapping[")) or base in ("dict", "Mapping"):
+        return "dict", optional
     return (base if base in ("int", "float", "bool") else None), optional
 
 
 def type_problem(option: str, annotation: ast.expr | None, value: Any) -> str | None:
     """The line refusing ``value`` for an ``int`` / ``float`` / ``bool`` option (``X | None`` too)
-    where the parser certainly refuses it: a word, a list or a mapping. ``None`` otherwise."""
+    where the parser certainly refuses it: a word, a list or a mapping; for a ``dict`` one, a number,
+    a bool or a list. ``None`` otherwise."""
     kind, optional = _type(annotation)
+    if kind == "dict":  # a mapping (``data.field_map``): a number, a bool or a list is no mapping
+        if value is None or isinstance(value, (dict, str)):
+            return None  # a string: the parser may still read it (a file, JSON)
+        return f"{option} must be a mapping{' or null' if optional else ''}, got {value!r}"
     if kind is None or value is None or isinstance(value, (int, float)):
         return None
     if isinstance(value, str) and word_fits((kind,), value.strip()):

@@ -29,14 +29,15 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from lightning_fed import console, startup
-from lightning_fed.config_precheck import precheck_arguments
+from lightning_fed import console, startup, top_level
+from lightning_fed.config_precheck import LIGHTNING_SUBCOMMANDS, REMOVED, precheck_arguments
 from lightning_fed.errors import (
     DEBUG_ENV,
     EXIT_OK,
     EXIT_SIGINT,
     EXIT_SIGTERM,
     EXIT_USER_ERROR,
+    ArgumentsError,
     Terminated,
     UserError,
     after_error,
@@ -59,6 +60,8 @@ ELSEWHERE = {
     "configs": "lightning_fed.shipped_configs",
 }
 """Subcommands with their own parser: ``lightning-fed <name> ...`` calls ``<module>.main(argv) -> int``."""
+SUBCOMMANDS = (*LIGHTNING_SUBCOMMANDS, *ELSEWHERE)
+"""Every subcommand (and ``predict``, :data:`~lightning_fed.config_precheck.REMOVED`: refused with what replaces it)."""
 
 INTRO = f"""usage: {PROG} [--debug] [--verbose]
        {{fit,validate,test,evaluate,plan,flower,report,configs}} ...
@@ -87,6 +90,14 @@ exit status: 0 success, 1 failure during training, 2 bad arguments, config, data
 checkpoint, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); after 130/143 resume with
 --ckpt_path <run>/checkpoints/last.ckpt.
 """
+
+
+SHORT_USAGE = f"""usage: {PROG} [--debug] [--verbose] {{fit,validate,test,evaluate,plan,flower,report,configs}} ...
+start with:  {PROG} configs                  (the shipped configs)
+             {PROG} fit --config demo        (FedDPO, 4 clients, offline, ~2 min)
+help:        {PROG} --help (the subcommands), {PROG} fit --help (every option)
+"""
+"""What ``lightning-fed`` alone prints (on stderr, exit 2): what to run first and where help is."""
 
 
 def main(args: list[str] | None = None, run: bool = True, signals: ProcessSignals | None = None) -> FederatedCLI:
@@ -197,12 +208,18 @@ def console_main(argv: list[str] | None = None) -> int:
         startup.guard()  # already done by the console script; `python -m lightning_fed.cli` starts here
     argv = list(sys.argv[1:] if from_sys else argv)
     debug, argv = take_debug(argv)  # `--debug`, `--debug=false`, `--debug true`, anywhere
-    console.configure(verbose=console.verbose_requested(argv))
-    argv = [a for a in argv if a != console.VERBOSE_FLAG]
+    verbose, argv = top_level.take_verbose(argv)  # `--verbose` likewise
+    console.configure(verbose=verbose if verbose is not None else console.verbose_requested([]))
     if from_sys:  # LightningCLI warns when given args while sys.argv holds arguments too
         sys.argv[1:] = argv
+    try:  # `--debug=maybe`, `fitt`, `--verbos`: before anything heavy is imported
+        top_level.refuse(
+            top_level.flag_problem(argv) or top_level.subcommand_problem(argv, SUBCOMMANDS, tuple(REMOVED))
+        )
+    except ArgumentsError as err:
+        return _outcome(err, debug, None)
     if not argv or argv[0] in ("-h", "--help"):
-        (sys.stdout if argv else sys.stderr).write(INTRO)
+        (sys.stdout if argv else sys.stderr).write(INTRO if argv else SHORT_USAGE)
         return EXIT_OK if argv else EXIT_USER_ERROR
     from lightning_fed.help_pages import stored_help
 

@@ -64,6 +64,8 @@ _OPTION = re.compile(r"^  (-\w, )?--([\w.]+)", re.M)
 CONFIG_FLAGS = ("--config", "-c")
 _NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")
 """A negative number is a value, not an option (argparse's ``_negative_number_matcher``)."""
+NULLS = ("null", "none", "~")
+"""How YAML (jsonargparse's reader) writes ``None`` on the command line."""
 REQUIRED = ("data", "model")
 """The sections ``fit``, ``validate`` and ``test`` cannot run without (the LightningCLI's ``model`` and ``data``)."""
 
@@ -125,6 +127,11 @@ def _shape_problem(args: list[str]) -> str | None:
     i = 0
     while i < len(args):
         arg = args[i]
+        if arg.startswith("-") and not arg.startswith("--") and not _NEGATIVE.match(arg):
+            if arg.split("=", 1)[0] not in ("-c", "-h"):  # `-federation.rounds=2`: argparse's -f, then junk
+                return f"unknown option {arg.split('=', 1)[0]}; did you mean -{arg}?"
+        if arg.startswith("--=") or arg == "---" or arg.startswith("---"):
+            return f"{arg!r} names no option; write --<section>.<option>=<value> (e.g. --federation.rounds=2)"
         if not arg.startswith("-") or _NEGATIVE.match(arg):
             stray.append(arg)
             i += 1
@@ -144,6 +151,7 @@ def _missing_sections(args: list[str], subcommand: str) -> str | None:
     """``model`` or ``data`` given by no ``--config`` file and no option (``lightning-fed fit`` alone),
     as the live parser says it; ``None`` if a config is inline or unreadable (not followed here)."""
     given: set[str] = set()
+    cleared: dict[str, str] = {}
     for i, arg in enumerate(args):
         if arg in CONFIG_FLAGS or arg.startswith("--config="):
             path = arg.split("=", 1)[1] if "=" in arg else args[i + 1]
@@ -155,7 +163,18 @@ def _missing_sections(args: list[str], subcommand: str) -> str | None:
                 return None
             given |= {str(key) for key, value in loaded.items() if value is not None or key not in REQUIRED}
         elif arg.startswith("--"):
-            given.add(arg[2:].split("=", 1)[0].split(".", 1)[0].rstrip("+"))
+            name = arg[2:].split("=", 1)[0].split(".", 1)[0].rstrip("+")
+            value = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            if name in REQUIRED and arg[2:].split("=", 1)[0] == name and value.strip().lower() in NULLS:
+                given.discard(name)  # `--model=null`: jsonargparse unsets it, then finds it missing
+                cleared[name] = f"--{name}={value}"
+            else:
+                given.add(name)
+                cleared.pop(name, None)
+    for name in REQUIRED:
+        if name not in given and name in cleared:
+            example = "a class such as DPOModule" if name == "model" else "a class such as PreferenceDataModule"
+            return f"{cleared[name]}: {subcommand} needs {name} ({example}, or a config file), got null"
     missing = [f"{subcommand}.{name}" for name in REQUIRED if name not in given]
     return f"{', '.join(missing)}: required but missing from the config" if missing else None
 

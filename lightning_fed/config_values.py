@@ -31,18 +31,22 @@ from typing import Any
 from lightning_fed.class_options import class_option_problem, class_path_problem, size_problem
 from lightning_fed.class_sections import class_problem, parsed, string_problem, unknown_option_of
 from lightning_fed.errors import unwritable
+from lightning_fed.federation_rules import (
+    FEDERATION_MORE,
+    PRIVACY,
+    federation_problems,
+    privacy_problems,
+    privacy_values,
+)
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
     SECTIONS,
     WORD_OPTIONS,
-    batch_clients_problem,
     class_rules,
-    problems,
     seed_problem,
     seed_type_problem,
 )
-from lightning_fed.trainer_classes import callbacks_problem, logger_problem
-from lightning_fed.trainer_classes import class_problem as trainer_class_problem
+from lightning_fed.trainer_classes import trainer_classes_problem
 from lightning_fed.trainer_options import trainer_option_problem, trainer_type_problem
 
 _UNKNOWN = object()
@@ -259,7 +263,7 @@ class Merged:
         if problem := seed_type_problem(self.sections.get("seed_everything")):
             return problem
         trainer = self.sections.get("trainer")
-        if isinstance(trainer, dict) and (problem := _trainer_classes_problem(trainer)):
+        if isinstance(trainer, dict) and (problem := trainer_classes_problem(trainer)):
             return problem
         if isinstance(trainer, dict) and (problem := trainer_type_problem(trainer)):
             return problem
@@ -290,13 +294,8 @@ class Merged:
             if problem := class_problem(section, self.sections.get(section)):
                 return problem
         federation = self.sections.get("federation")
-        if isinstance(federation, dict):
-            if problem := string_problem(FEDERATION_ALL, federation):
-                return problem
-            if found := problems(FEDERATION_ALL, parsed(FEDERATION_ALL, federation)):
-                return "; ".join(found)
-            if problem := batch_clients_problem(federation.get("batch_clients", "auto")):
-                return problem
+        if isinstance(federation, dict) and (problem := federation_section_problem(federation)):
+            return problem
         if problem := class_problem("federation.strategy", self.sections.get("federation.strategy")):
             return problem
         hooks = self.sections.get("federation.hooks")
@@ -306,20 +305,26 @@ class Merged:
         return None
 
 
-def _trainer_classes_problem(trainer: dict[str, Any]) -> str | None:
-    """``trainer.logger``, ``trainer.callbacks``, ``trainer.plugins`` and a ``trainer.strategy`` /
-    ``trainer.profiler`` class naming no class (:mod:`lightning_fed.trainer_classes`)."""
-    if problem := logger_problem(trainer.get("logger")):
+def federation_section_problem(federation: dict[str, Any]) -> str | None:
+    """The line(s) :class:`~lightning_fed.run_config.FederationConfig` (and ``federation.privacy``'s
+    :class:`~lightning_fed.privacy.config.PrivacyConfig`) refuse the merged ``federation:`` section
+    with, from the same functions (:mod:`lightning_fed.federation_rules`), or ``None``."""
+    from dataclasses import fields
+
+    from lightning_fed.run_config import FederationConfig  # no torch
+
+    rules = FEDERATION_ALL + FEDERATION_MORE
+    if problem := string_problem(rules, federation):
         return problem
-    if problem := callbacks_problem(trainer.get("callbacks")):
-        return problem
-    plugins = trainer.get("plugins")
-    for item in plugins if isinstance(plugins, list) else [plugins]:
-        if problem := trainer_class_problem("plugins", item):
+    values = {f.name: federation.get(f.name, f.default) for f in fields(FederationConfig)}
+    if found := federation_problems(parsed(rules, values)):
+        return "; ".join(found)
+    privacy = privacy_values(federation.get("privacy"))
+    if privacy is not None:
+        if problem := string_problem(PRIVACY, privacy):
             return problem
-    for option in ("strategy", "profiler"):  # a name is Lightning's table's (trainer_options.py)
-        if isinstance(trainer.get(option), dict) and (problem := trainer_class_problem(option, trainer[option])):
-            return problem
+        if found := privacy_problems(parsed(PRIVACY, privacy)):
+            return "; ".join(found)
     return None
 
 

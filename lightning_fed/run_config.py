@@ -12,14 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lightning_fed.option_rules import FEDERATION, batch_clients_problem
-from lightning_fed.option_rules import problems as rule_problems
-from lightning_fed.run_options import (
-    DEFAULT_PANEL_SIZE,
-    DEFAULT_PER_CLIENT_SCALARS,
-    compression_problems,
-    evaluation_problems,
-)
+from lightning_fed.federation_rules import federation_problems
+from lightning_fed.run_options import DEFAULT_PANEL_SIZE, DEFAULT_PER_CLIENT_SCALARS
 
 
 @dataclass(frozen=True)
@@ -114,41 +108,9 @@ class FederationConfig:
             raise ValueError("; ".join(problems))
 
     def problems(self) -> list[str]:
-        """Every invalid field, each a one-line message naming its ``federation.`` key."""
-        out = evaluation_problems(self.eval_clients, self.eval_panel_size, self.eval_every)
-        ranged = rule_problems(FEDERATION, self.__dict__)  # lightning_fed/option_rules.py, also the precheck's
-        out += ranged
-        steps, epochs = self.local_steps, self.local_epochs
-        if (steps is None) == (epochs is None):
-            out.append(
-                f"set exactly one of federation.local_steps and federation.local_epochs, got {steps} and {epochs}"
-            )
-        out += self._sampling_problems()
-        if self.sampling == "poisson":
-            if self.min_clients < 1:
-                out.append(f"federation.min_clients must be >= 1, got {self.min_clients}")
-        elif not any(p.startswith("federation.clients_per_round ") for p in ranged) and not (
-            1 <= self.min_clients <= self.clients_per_round
-        ):
-            out.append(
-                f"federation.min_clients must be in [1, clients_per_round={self.clients_per_round}],"
-                f" got {self.min_clients}"
-            )
-        out.extend(compression_problems(self.compression))
-        k = self.batch_clients
-        if isinstance(k, float) or k is None:  # left to the live parser by the precheck, refused here
-            out.append(f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, got {k!r}")
-        elif problem := batch_clients_problem(k):
-            out.append(problem)
-        return out
-
-    def _sampling_problems(self) -> list[str]:
-        rate = self.sampling_rate
-        if self.sampling == "poisson" and (rate is None or not 0.0 < rate <= 1.0):
-            return [f"federation.sampling_rate must be in (0, 1] with federation.sampling=poisson, got {rate!r}"]
-        if self.sampling == "fixed_size" and rate is not None:
-            return [f"federation.sampling_rate={rate!r} is for federation.sampling=poisson, not fixed_size"]
-        return []
+        """Every invalid field, each a one-line message naming its ``federation.`` key (the
+        precheck applies the same function before torch: :mod:`lightning_fed.federation_rules`)."""
+        return federation_problems(self.__dict__)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain data (what the ``federation:`` YAML section holds)."""

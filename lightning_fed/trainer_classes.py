@@ -107,3 +107,20 @@ def callbacks_problem(callbacks: Any) -> str | None:
         if problem := class_problem("callbacks", item):
             return problem
     return None
+
+
+def trainer_classes_problem(trainer: dict[str, Any]) -> str | None:
+    """``trainer.logger``, ``trainer.callbacks``, ``trainer.plugins`` and a ``trainer.strategy`` /
+    ``trainer.profiler`` class naming no class (the functions above)."""
+    if problem := logger_problem(trainer.get("logger")):
+        return problem
+    if problem := callbacks_problem(trainer.get("callbacks")):
+        return problem
+    plugins = trainer.get("plugins")
+    for item in plugins if isinstance(plugins, list) else [plugins]:
+        if problem := class_problem("plugins", item):
+            return problem
+    for option in ("strategy", "profiler"):  # a name is Lightning's table's (trainer_options.py)
+        if isinstance(trainer.get(option), dict) and (problem := class_problem(option, trainer[option])):
+            return problem
+    return None

@@ -156,4 +156,6 @@ def test_annotations_checked_are_the_simple_ones():
     import ast
 
     assert class_options._type(ast.parse("int | None", mode="eval").body) == ("int", True)
-    assert class_options._type(ast.parse("dict[str, typing.Any]", mode="eval").body) == (None, False)
+    assert class_options._type(ast.parse("dict[str, typing.Any]", mode="eval").body) == ("dict", False)
+    assert class_options._type(ast.parse("dict[str, str] | None", mode="eval").body) == ("dict", True)
+    assert class_options._type(ast.parse("list[str]", mode="eval").body) == (None, False)

@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
         "class_parameters",
         "run_options",
         "run_config",
+        "federation_rules",
         "state",
         "console",
         "plugins",
@@ -48,6 +49,7 @@ LAYERS: list[set[str]] = [
         "class_sections",
         "model_packages",
         "shipped_configs",
+        "top_level",
     },
     # 3: the engine
     {"federation"},

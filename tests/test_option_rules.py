@@ -29,6 +29,7 @@ import lightning_fed.modules as modules
 import lightning_fed.round_hooks as round_hooks
 import lightning_fed.strategies as strategies
 from lightning_fed.config_values import Merged
+from lightning_fed.federation_rules import FEDERATION_MORE
 from lightning_fed.modules.backbone import DTYPES
 from lightning_fed.option_rules import (
     CROSS_CHECKS,
@@ -56,7 +57,6 @@ UNDECLARED = {
     ("*", "data.preset"): "a preset of lightning_fed/datamodules/presets.py (names with their data files)",
     ("*", "federation.batch_clients"): "'off', 'auto' or an integer >= 1: a union, not a range",
     ("*", "federation.compression"): "a spec (int8, int4+ef, topk:<fraction>...) parsed by compression/uplink.py",
-    ("*", "federation.min_clients"): "in [1, federation.clients_per_round]: depends on another option",
     ("*", "data.template"): "the choices depend on the data module's kind (template_choices())",
     ("*", "data.max_prompt_length"): "a length budget against data.max_length (length_budget_problems)",
     ("*", "data.max_completion_length"): "a length budget against data.max_length (length_budget_problems)",
@@ -102,8 +102,8 @@ def _build(section: str, cls: Any, values: dict[str, Any]) -> str | None:
         kwargs.setdefault("backbone", TINY)
     elif section == "data" and "preset" in _parameters(cls):
         kwargs.setdefault("preset", "hh-rlhf")
-    elif section == "federation" and "local_epochs" in kwargs:
-        kwargs.setdefault("local_steps", None)
+    elif section == "federation":
+        kwargs.update(_federation_context(kwargs))
     try:
         cls(**kwargs)
     except Accepted:
@@ -111,6 +111,22 @@ def _build(section: str, cls: Any, values: dict[str, Any]) -> str | None:
     except (ValueError, TypeError, AttributeError, OverflowError) as err:
         return str(err)
     return None
+
+
+def _federation_context(values: dict[str, Any]) -> dict[str, Any]:
+    """What lets one ``federation.`` option be judged alone: ``local_epochs`` without ``local_steps``,
+    ``sampling_rate`` with Poisson sampling (and Poisson with a rate), ``min_clients`` below any
+    ``clients_per_round`` drawn."""
+    out: dict[str, Any] = {}
+    if "local_epochs" in values:
+        out["local_steps"] = None
+    if values.get("sampling_rate") is not None:
+        out["sampling"] = "poisson"
+    if values.get("sampling") == "poisson":
+        out["sampling_rate"] = 0.5
+    if "min_clients" in values:
+        out["clients_per_round"] = 10**14
+    return out
 
 
 def _hook(name: str) -> type:
@@ -130,7 +146,7 @@ def _classes() -> list[tuple[str, str, Any]]:
 
 def _declared(section: str, name: str) -> tuple[Rule, ...]:
     if section == "federation":
-        return FEDERATION_ALL
+        return FEDERATION_ALL + FEDERATION_MORE
     return {
         "model": MODEL_RULES,
         "data": DATA_RULES,
@@ -247,9 +263,7 @@ CASES = [(s, n, c, r) for s, n, c in _classes() for r in _declared(s, n)]
 def _precheck(section: str, name: str, rule: Rule, value: Any) -> str | None:
     merged = Merged()
     if section == "federation":
-        merged.set_section(
-            "federation", {rule.name: value, **({"local_steps": None} if rule.name == "local_epochs" else {})}
-        )
+        merged.set_section("federation", {rule.name: value, **_federation_context({rule.name: value})})
     elif section == "federation.strategy":  # as a config file gives it, under federation:
         merged.set_section("federation", {"strategy": {"class_path": name, "init_args": {rule.name: value}}})
     elif section == "federation.hooks":  # the second hook of the list: its messages say [1]
@@ -277,6 +291,8 @@ def test_the_class_and_the_precheck_refuse_the_same_values_with_the_same_line(se
         assert said == via_cli
     if via_cli is not None and section == "federation.hooks":
         via_cli = via_cli.replace("federation.hooks[].", "federation.hooks[1].", 1)
+    if via_cli is None and section == "federation":  # its checks of two options too (federation_rules.py)
+        via_cli = said
     assert _precheck(section, name, rule, value) == via_cli
 
 

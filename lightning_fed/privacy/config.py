@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_fed.privacy.accountant import MECHANISMS, PrivacyAccountant, accounted_sample_rate
+from lightning_fed.federation_rules import privacy_problems
+from lightning_fed.privacy.accountant import PrivacyAccountant, accounted_sample_rate
 
 #: The largest default ``delta``: ``1 / N**1.1`` alone is no guarantee for a few clients (N = 4
 #: gives 0.22, at which Opacus' RDP epsilon of any noise multiplier >= 5 is <= 0, so every budget,
@@ -49,19 +50,8 @@ class PrivacyConfig:
     report_validation: bool = False
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.target_epsilon is not None and not positive_number(self.target_epsilon):
-            problems.append(f"federation.privacy.target_epsilon must be a number > 0, got {self.target_epsilon!r}")
-        if self.noise_multiplier is not None and not positive_number(self.noise_multiplier):
-            problems.append(f"federation.privacy.noise_multiplier must be a number > 0, got {self.noise_multiplier!r}")
-        if self.delta is not None and not (positive_number(self.delta) and self.delta < 1):
-            problems.append(f"federation.privacy.delta must be in (0, 1), got {self.delta!r}")
-        if self.accountant not in MECHANISMS:
-            problems.append(f"federation.privacy.accountant must be one of {MECHANISMS}, got {self.accountant!r}")
-        if not isinstance(self.report_validation, bool):
-            problems.append(
-                f"federation.privacy.report_validation must be true or false, got {self.report_validation!r}"
-            )
+        # the rules the precheck applies before torch (lightning_fed/federation_rules.py)
+        problems = privacy_problems(self.__dict__)
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lightning_fed.errors import OneLineParser, UserError, unwritable
+from lightning_fed.errors import ArgumentsError, OneLineParser, UserError, unwritable
 from lightning_fed.report.figures import FIGURES, save
 from lightning_fed.report.html import page
 from lightning_fed.report.runs import Run, drop_repeats, find_runs
@@ -92,6 +92,10 @@ def main(argv: list[str]) -> int:
         UserError: bad arguments, no runs, unreadable run files (exit status 2), before anything is written.
     """
     args = build_parser().parse_args(argv)
+    if empty := [run for run in args.runs if not run.strip()]:  # Path("") is the working folder: scanned
+        raise ArgumentsError(f"RUN_OR_GLOB {empty[0]!r} is empty: name a run folder, a folder of runs or a glob", PROG)
+    if not args.out.strip():
+        raise ArgumentsError(f"--out {args.out!r} is empty: name the report's folder", PROG)
     by = [b.strip() for b in args.by.split(",") if b.strip()]
     if not by:
         raise UserError(f"--by {args.by!r}: name at least one field ({', '.join(BUILT_IN_FIELDS)})")

@@ -93,6 +93,6 @@ def test_config_plans_before_training():
     ):
         PrivacyConfig().plan(100, 10, "poisson", sampling_rate=0.1)  # delta and report_validation only
     with pytest.raises(
-        ValueError, match=r"privacy.delta must be in \(0, 1\), got 2; federation.privacy.accountant must"
+        ValueError, match=r"privacy.delta must be in \(0, 1\) or null, got 2; federation.privacy.accountant must"
     ):
         PrivacyConfig(noise_multiplier=1.0, delta=2, accountant="moments")
