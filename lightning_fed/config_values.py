@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.class_options import class_option_problem, class_path_problem, size_problem
+from lightning_fed.class_path_shapes import section_shape_problem
 from lightning_fed.class_sections import class_problem, parsed, string_problem, unknown_option_of
 from lightning_fed.errors import unwritable
+from lightning_fed.nested_options import nested_option_problem
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
     SECTIONS,
@@ -156,6 +158,11 @@ class Merged:
 
     def __init__(self) -> None:
         self.sections: dict[str, Any] = {}
+        self.shape: str | None = None
+        """The first ``model:`` / ``data:`` section of a wrong shape (:func:`section_shape_problem`)."""
+        self.from_command_line: set[str] = set()
+        """The options given as ``--key value`` (``model.lr``: without ``init_args``): the parser
+        keeps such a value as its text where a string is expected."""
 
     def apply_file(self, loaded: Any) -> None:
         if not isinstance(loaded, dict):
@@ -177,6 +184,8 @@ class Merged:
         elif section in SECTIONS:
             new = _class_section(value)
             old = self.sections.get(section)
+            if self.shape is None:
+                self.shape = section_shape_problem(section, value, isinstance(old, dict))
             if _init_args_only(value) and isinstance(old, dict):
                 # `model: {init_args: {...}}` over an earlier class: the same class, its values merged
                 self.sections[section] = {**old, "init_args": _merge(old["init_args"], value["init_args"])}
@@ -261,10 +270,14 @@ class Merged:
             return problem
         if isinstance(trainer, dict) and (problem := trainer_type_problem(trainer)):
             return problem
+        if self.shape is not None:
+            return self.shape
         for section in ("model", "data"):
             if problem := class_path_problem(section, self.sections.get(section)):
                 return problem
-            if problem := class_option_problem(section, self.sections.get(section)):
+            if problem := class_option_problem(section, self.sections.get(section), self.from_command_line):
+                return problem
+            if problem := nested_option_problem(section, self.sections.get(section)):
                 return problem
         return size_problem(self.sections.get("model"), self.sections.get("data"))
 
@@ -354,6 +367,7 @@ def merged_config(args: list[str]) -> Merged | None:
                     return None
         elif not key.endswith("+") and key != "print_config":
             value = _value(raw)
+            merged.from_command_line.add(key.replace(".init_args.", "."))
             merged.apply_option(key, raw if key in WORD_OPTIONS and isinstance(value, bool) else value)
     return merged
 
