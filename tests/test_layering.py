@@ -42,6 +42,8 @@ LAYERS: list[set[str]] = [
         "config_precheck",
         "config_values",
         "class_options",
+        "class_path_shapes",
+        "nested_options",
         "class_sections",
         "model_packages",
         "shipped_configs",
