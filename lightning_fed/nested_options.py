@@ -142,7 +142,10 @@ def backbone_config_problem(config: Any) -> str | None:
 
 
 def partition_problem(partition: Any) -> str | None:
-    """``data.partition`` as ``{class_path, init_args}`` of the package's partitioners (module docstring)."""
+    """``data.partition`` as ``{class_path, init_args}`` (or a class name) of the package's
+    partitioners (module docstring)."""
+    if isinstance(partition, str):  # a class name alone (`partition: Dirichlet`): its defaults only
+        partition = {"class_path": partition}
     if not isinstance(partition, Mapping) or not isinstance(class_path := partition.get("class_path"), str):
         return None
     module, _, name = class_path.rpartition(".")

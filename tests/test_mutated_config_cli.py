@@ -110,6 +110,11 @@ CASES = {
         lambda c: _set(c, "data.init_args.partition", {"class_path": "Dirichlet", "init_args": {"alpha": -1}}),
         "data.partition.alpha must be > 0, got -1.0; data.partition.key is required by Dirichlet but missing",
     ),
+    "partition_name_alone": (  # the live parser: `partition.key: required` and `tip: lightning-fed --help`
+        lambda c: _set(c, "data.init_args.partition", "Dirichlet"),
+        "data.partition.alpha is required by Dirichlet but missing;"
+        " data.partition.key is required by Dirichlet but missing",
+    ),
     "partition_key": (
         lambda c: _set(
             c, "data.init_args.partition", {"class_path": "Dirichlet", "init_args": {"alpha": 1, "kye": "client"}}
