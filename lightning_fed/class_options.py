@@ -86,18 +86,24 @@ def _type(annotation: ast.expr | None) -> tuple[str | None, bool]:
     base = text.removesuffix("|None").removeprefix("None|")
     if base.startswith(("dict[", "Mapping[")) or base in ("dict", "Mapping"):
         return "dict", optional
-    return (base if base in ("int", "float", "bool") else None), optional
+    return (base if base in ("int", "float", "bool", "str") else None), optional
 
 
-def type_problem(option: str, annotation: ast.expr | None, value: Any) -> str | None:
+def type_problem(option: str, annotation: ast.expr | None, value: Any, as_text: bool = False) -> str | None:
     """The line refusing ``value`` for an ``int`` / ``float`` / ``bool`` option (``X | None`` too)
     where the parser certainly refuses it: a word, a list or a mapping; for a ``dict`` one, a number,
-    a bool or a list. ``None`` otherwise."""
+    a bool or a list; for a ``str`` option, any value of a config file that is not a string
+    (``dataset: false``, ``tokenizer: -0.0``) unless ``as_text`` (given on the command line, which the
+    parser keeps as its text). ``None`` otherwise."""
     kind, optional = _type(annotation)
     if kind == "dict":  # a mapping (``data.field_map``): a number, a bool or a list is no mapping
         if value is None or isinstance(value, (dict, str)):
             return None  # a string: the parser may still read it (a file, JSON)
         return f"{option} must be a mapping{' or null' if optional else ''}, got {value!r}"
+    if kind == "str":
+        if as_text or value is None or isinstance(value, str):
+            return None
+        return f"{option} must be a string{' or null' if optional else ''}, got {value!r}"
     if kind is None or value is None or isinstance(value, (int, float)):
         return None
     if isinstance(value, str) and word_fits((kind,), value.strip()):
@@ -156,8 +162,11 @@ def _choice_problem(section: str, name: str, where: str, value: Any, class_path:
     return None
 
 
-def _nested_problem(option: str, owner: tuple[str, str], value: Mapping[str, Any], skip: set[str]) -> str | None:
-    """The keys, types and tables of a dataclass-valued option (``model.backbone``, ``model.lora``)."""
+def _nested_problem(
+    option: str, owner: tuple[str, str], value: Mapping[str, Any], skip: set[str], as_text: frozenset[str] | set[str]
+) -> str | None:
+    """The keys, types and tables of a dataclass-valued option (``model.backbone``, ``model.lora``);
+    ``as_text``: the options given on the command line (:func:`type_problem`)."""
     found = fields(*owner)
     if found is None:
         return None
@@ -166,7 +175,8 @@ def _nested_problem(option: str, owner: tuple[str, str], value: Mapping[str, Any
             return unknown_key(option, owner[1], str(key), list(found))
         if str(key) in skip:
             continue
-        if problem := type_problem(f"{option}.{key}", found[str(key)][0], item):
+        name = f"{option}.{key}"
+        if problem := type_problem(name, found[str(key)][0], item, name in as_text):
             return problem
         if owner[1] == "BackboneConfig" and key in BACKBONE_TABLES and isinstance(item, str):
             choices = table(*BACKBONE_TABLES[str(key)])
@@ -291,9 +301,10 @@ def class_path_problem(section: str, value: Any, key: str | None = None) -> str 
     return f"{key}: unknown class_path {class_path!r}; {hint}"
 
 
-def class_option_problem(section: str, value: Any) -> str | None:
+def class_option_problem(section: str, value: Any, as_text: frozenset[str] | set[str] = frozenset()) -> str | None:
     """The line refusing a key or a value of ``section``'s class (``{"class_path", "init_args"}``)
-    that its source says is certainly wrong, or ``None`` (the live parser decides)."""
+    that its source says is certainly wrong, or ``None`` (the live parser decides). ``as_text``:
+    the options given on the command line (``model.backbone.tokenizer``), kept as text by the parser."""
     if section not in ("model", "data") or not isinstance(value, dict):
         return None
     class_path = value["class_path"]
@@ -316,10 +327,11 @@ def class_option_problem(section: str, value: Any) -> str | None:
             skip = {rule.name for rule in LORA} if name == "lora" else set()
             if name == "lora" and owner not in TAKES_LORA:
                 continue
-            if problem := _nested_problem(f"model.{name}", NESTED[name], item, skip):
+            if problem := _nested_problem(f"model.{name}", NESTED[name], item, skip, as_text):
                 return problem
             continue
-        if name not in ruled and (problem := type_problem(f"{section}.{name}", annotation, item)):
+        option = f"{section}.{name}"
+        if name not in ruled and (problem := type_problem(option, annotation, item, option in as_text)):
             return problem
         if problem := _choice_problem(section, name, where, item, class_path):
             return problem

@@ -219,3 +219,53 @@ def class_chain(package: str, class_path: str, depth: int = 0) -> Iterator[tuple
     for base in node.bases:
         if isinstance(base, ast.Name) and tree is not None:
             yield from class_chain(_imported(tree, base.id) or where, base.id, depth + 1)
+
+
+def function_parameters(module: str, name: str) -> Annotated | None:
+    """The keyword parameters of the module-level function ``name`` as seen from ``module`` (its
+    definition or the module it is imported from), with their annotations; ``None`` if not found
+    or if it takes ``**kwargs``."""
+    tree = _module(module)
+    if tree is None:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            args = node.args
+            if args.kwarg is not None:
+                return None
+            return {a.arg: (a.annotation, module) for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+    source = _imported(tree, name)
+    return function_parameters(source, name) if source else None
+
+
+def table_names(module: str, name: str) -> dict[str, str] | None:
+    """The module-level dictionary ``name`` of ``module`` whose values are names
+    (``SYNTHETIC = {"preferences": planted_preferences, ...}``): key -> the name it maps to."""
+    tree = _module(module)
+    for node in tree.body if tree is not None else []:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if isinstance(value, ast.Dict) and any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            out = {}
+            for key, item in zip(value.keys, value.values, strict=True):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(item, ast.Name):
+                    out[key.value] = item.id
+            return out
+    return None
+
+
+def dataclass_fields(module: str, name: str) -> dict[str, tuple[ast.expr, bool]] | None:
+    """The fields of the dataclass ``name`` as seen from ``module``, its bases' first (bases of the
+    same module): field -> (annotation, whether it has a default); ``None`` if not found."""
+    found = _class(module, name)
+    if found is None:
+        return None
+    where, node = found
+    out: dict[str, tuple[ast.expr, bool]] = {}
+    for base in node.bases:
+        if isinstance(base, ast.Name) and (inherited := dataclass_fields(where, base.id)):
+            out.update(inherited)
+    for item in node.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            out[item.target.id] = (item.annotation, item.value is not None)
+    return out

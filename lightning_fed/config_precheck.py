@@ -249,7 +249,7 @@ def _check_file(path: str, options: Options | None, subcommand: str) -> None:
 def _inline(text: str) -> bool:
     """Whether a ``--config`` value that is no file is a config written inline (jsonargparse
     reads ``--config '{seed_everything: 1}'`` as the file's text)."""
-    from lightning_fed.config_values import load
+    from lightning_fed.yaml_reading import load
 
     try:
         return isinstance(load(text), dict)

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from lightning_fed.class_options import class_option_problem, class_path_problem, size_problem
+from lightning_fed.class_path_shapes import section_shape_problem
 from lightning_fed.class_sections import class_problem, parsed, string_problem, unknown_option_of
 from lightning_fed.errors import unwritable
 from lightning_fed.federation_rules import (
@@ -38,6 +38,7 @@ from lightning_fed.federation_rules import (
     privacy_problems,
     privacy_values,
 )
+from lightning_fed.nested_options import nested_option_problem
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
     SECTIONS,
@@ -48,54 +49,13 @@ from lightning_fed.option_rules import (
 )
 from lightning_fed.trainer_classes import trainer_classes_problem
 from lightning_fed.trainer_options import trainer_option_problem, trainer_type_problem
+from lightning_fed.yaml_reading import load, value_of
 
 _UNKNOWN = object()
 """A section whose value this module cannot follow (nothing is checked in it)."""
 _CLASS_KEYS = ("class_path", "init_args", "dict_kwargs")
 NESTED_CLASSES = ("strategy", "hooks")
 """``federation:``'s class-valued options: ``strategy`` a class, ``hooks`` a list of them."""
-_FLOAT = re.compile(
-    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+][0-9]+)?
-    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
-    re.X,
-)
-"""jsonargparse's float resolver (``jsonargparse._loaders_dumpers``): ``1e-5`` is a float, as it
-reads it, not YAML 1.1's string."""
-
-
-def _loader() -> type:
-    import yaml  # jsonargparse's dependency; a few milliseconds
-
-    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-        pass
-
-    resolvers = {
-        first: [
-            (tag, rx) for tag, rx in mappings if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp")
-        ]
-        for first, mappings in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-    Loader.yaml_implicit_resolvers = resolvers
-    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
-    return Loader
-
-
-def load(text: str) -> Any:
-    """``text`` as jsonargparse reads a config file or a command-line value."""
-    import yaml
-
-    return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
-
-
-def _value(raw: str) -> Any:
-    try:
-        return load(raw)
-    except Exception:  # noqa: BLE001 - not YAML: the string itself, as jsonargparse keeps it
-        return raw
 
 
 def _class_section(value: Any) -> Any:
@@ -162,6 +122,11 @@ class Merged:
 
     def __init__(self) -> None:
         self.sections: dict[str, Any] = {}
+        self.shape: str | None = None
+        """The first ``model:`` / ``data:`` section of a wrong shape (:func:`section_shape_problem`)."""
+        self.from_command_line: set[str] = set()
+        """The options given as ``--key value`` (``model.lr``: without ``init_args``): the parser
+        keeps such a value as its text where a string is expected."""
 
     def apply_file(self, loaded: Any) -> None:
         if not isinstance(loaded, dict):
@@ -183,6 +148,8 @@ class Merged:
         elif section in SECTIONS:
             new = _class_section(value)
             old = self.sections.get(section)
+            if self.shape is None:
+                self.shape = section_shape_problem(section, value, isinstance(old, dict))
             if _init_args_only(value) and isinstance(old, dict):
                 # `model: {init_args: {...}}` over an earlier class: the same class, its values merged
                 self.sections[section] = {**old, "init_args": _merge(old["init_args"], value["init_args"])}
@@ -267,6 +234,8 @@ class Merged:
             return problem
         if isinstance(trainer, dict) and (problem := trainer_type_problem(trainer)):
             return problem
+        if self.shape is not None:
+            return self.shape
         for section in ("model", "data", "federation.strategy"):
             if problem := class_path_problem(section, self.sections.get(section)):
                 return problem
@@ -275,7 +244,9 @@ class Merged:
             if problem := class_path_problem("federation.hooks", hook, f"federation.hooks[{index}]"):
                 return problem
         for section in ("model", "data"):
-            if problem := class_option_problem(section, self.sections.get(section)):
+            if problem := class_option_problem(section, self.sections.get(section), self.from_command_line):
+                return problem
+            if problem := nested_option_problem(section, self.sections.get(section)):
                 return problem
         return size_problem(self.sections.get("model"), self.sections.get("data"))
 
@@ -382,7 +353,8 @@ def merged_config(args: list[str]) -> Merged | None:
                 except Exception:  # noqa: BLE001 - refused (or not) by the file checks before
                     return None
         elif not key.endswith("+") and key != "print_config":
-            value = _value(raw)
+            value = value_of(raw)
+            merged.from_command_line.add(key.replace(".init_args.", "."))
             merged.apply_option(key, raw if key in WORD_OPTIONS and isinstance(value, bool) else value)
     return merged
 

@@ -275,8 +275,11 @@ class FederatedCLI(LightningCLI):
                 raise FileNotFoundError(f"ckpt_path {ckpt!r}: no such checkpoint file")
             if "://" not in str(ckpt):  # readable, and written by a run of this config
                 self.signals.resume_from = Path(ckpt)  # stopped before a round ends: resume from it again
+                # the config first: a changed option (model.lr) is named as the user wrote it, not
+                # as the optimizer state it makes differ (optimizer_states[0].param_groups[0].lr)
+                allowed = check_resume(ckpt, loop.server.report.config, getattr(self, "_saved_config", None))
                 self._check_weights(ckpt, loop.server)  # every part of it, before anything is written
-                for change in check_resume(ckpt, loop.server.report.config, getattr(self, "_saved_config", None)):
+                for change in allowed:
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
                 if getattr(self, "_saved_weights", None) is not None:  # another run's key: exit 2, nothing written
                     check_checkpoint_key(self._saved_weights)

@@ -193,9 +193,9 @@ def test_a_federation_value_is_taken_or_refused_in_one_line_before_torch(tmp_pat
 
 def _accepted(option: str, raw: str) -> bool:
     """Whether the classes take ``--federation.<option>=<raw>`` over ``tiny`` (their own check, in process)."""
-    from lightning_fed.config_values import load
     from lightning_fed.run_config import FederationConfig
     from lightning_fed.shipped_configs import resolve_config
+    from lightning_fed.yaml_reading import load
 
     try:
         value = load(raw)

@@ -22,7 +22,7 @@ def generation_problems(plan: dict[str, Any], max_length: int, length_from: str)
     """One line per generation length in ``plan`` that leaves no room for a prompt.
 
     Args:
-        plan: :func:`~lightning_fed.evaluation.cli.prepare`'s plan (the options of each benchmark).
+        plan: :func:`~lightning_fed.evaluation.arguments.prepare`'s plan (the options of each benchmark).
         max_length: The evaluated model's longest sequence (lm-eval's ``HFLM.max_length``).
         length_from: Where ``max_length`` comes from, to name in the message.
     """

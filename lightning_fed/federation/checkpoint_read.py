@@ -16,6 +16,7 @@ checkpoint right after the config, before Lightning and transformers are importe
 
 from __future__ import annotations
 
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,21 @@ def zip_problem(path: str | Path) -> str | None:
     return None
 
 
+def load_error(err: BaseException, limit: int = 200) -> str:
+    """``torch.load``'s error as a complete clause of one line: the class a ``weights_only=True``
+    load refuses (``UnpicklingError: unsupported global __main__.Payload``), else the error's first
+    sentence (``RuntimeError: PytorchStreamReader failed reading zip archive: not a ZIP archive.``;
+    the rest is advice on loading files one trusts), cut at a word if still over ``limit``."""
+    text = " ".join(str(err).split())
+    if match := re.search(r"Unsupported global: GLOBAL ([\w.]+)", text):
+        return f"{type(err).__name__}: unsupported global {match.group(1)}"
+    text = text.split("WeightsUnpickler error: ", 1)[-1]
+    first = re.split(r"(?<=[.!?]) ", text, maxsplit=1)[0]
+    if len(first) > limit:
+        first = first[:limit].rsplit(" ", 1)[0] + " ..."
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
 def read_checkpoint(path: str | Path, field: str = "ckpt_path", stage: str | None = None) -> dict[str, Any]:
     """A Lightning checkpoint read as Lightning reads it on resume: ``weights_only=True`` (tensors,
     containers, numbers and the allow-listed config classes only), so a crafted file cannot run code.
@@ -96,10 +112,9 @@ def read_checkpoint(path: str | Path, field: str = "ckpt_path", stage: str | Non
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - every way a read can fail is reported as such
-        first = " ".join(str(err).split())[:200]
         raise CheckpointError(
             f"{field} {str(path)!r}: not a safe, complete checkpoint: the file is incomplete or corrupt,"
-            f" or holds objects that weights_only=True refuses ({type(err).__name__}: {first})"
+            f" or holds objects that weights_only=True refuses ({load_error(err)})"
         ) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{field} {str(path)!r}: not a Lightning checkpoint (no 'state_dict')")

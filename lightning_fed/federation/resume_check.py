@@ -77,7 +77,8 @@ def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         if isinstance(value, dict) and value:
             if "class_path" in value:
                 flat[name] = value["class_path"]
-                flat.update(flatten_config(value.get("init_args") or {}, name))
+                init_args = value.get("init_args")  # a damaged stored config: compared as far as it reads
+                flat.update(flatten_config(init_args if isinstance(init_args, dict) else {}, name))
                 flat.update(
                     flatten_config({k: v for k, v in value.items() if k not in ("class_path", "init_args")}, name)
                 )

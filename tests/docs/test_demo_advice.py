@@ -17,8 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from lightning_fed.config_values import Merged, load
+from lightning_fed.config_values import Merged
 from lightning_fed.shipped_configs import resolve_config
+from lightning_fed.yaml_reading import load
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "get-started" / "demo.md"

@@ -1,0 +1,183 @@
+"""Values nested inside a ``model:`` or ``data:`` option, checked from the package's source before
+torch is imported (issue 41: each was refused only after the imports, 8-11 s of CPU, in words
+naming no option: ``TypeError: planted_preferences() got an unexpected keyword argument``,
+``Field 'n_layer' expected int, got bool``, ``unhashable type: 'dict'``).
+
+- ``data.synthetic_args``: the keyword arguments of the generator ``data.dataset``
+  (``synthetic:<name>``) names, the function :data:`~lightning_fed.datamodules.synthetic.SYNTHETIC`
+  maps it to: each key one of its parameters (or the closest is named), an ``int`` / ``float``
+  parameter a number, a ``Sequence[str]`` one a string or a list of strings, and ``groups`` names
+  of :data:`~lightning_fed.datamodules.synthetic.PREFERENCE_GROUPS`;
+- ``model.backbone.config``: a mapping whose ``model_type`` is a string and whose sizes
+  (:data:`INTEGER_SIZES`) are integers (transformers' config classes refuse ``false`` and
+  ``'NaN'`` there; a bool is no integer to them);
+- ``data.partition`` given as ``{class_path, init_args}`` of the package's
+  :class:`~lightning_fed.datamodules.partition.Partitioner` dataclasses: its fields (the
+  closest named), the required ones present, their types, and
+  :class:`~lightning_fed.datamodules.partition.Dirichlet`'s own bounds (:data:`PARTITION_RULES`).
+
+Everything else is left to the live parser and the classes, as before.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from typing import Any
+
+from lightning_fed.class_parameters import dataclass_fields, function_parameters, subclasses, table, table_names
+from lightning_fed.option_rules import class_rules
+from lightning_fed.value_rules import Rule, at_least, problems
+
+SYNTHETIC_MODULE = "lightning_fed.datamodules.synthetic"
+SYNTHETIC_PREFIX = "synthetic:"
+NAME_TABLES = {"groups": (SYNTHETIC_MODULE, "PREFERENCE_GROUPS")}
+"""A generator's ``Sequence[str]`` parameter -> the table (module, name) its names are keys of."""
+INTEGER_SIZES = (
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "n_positions",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_size",
+    "intermediate_size",
+    "max_position_embeddings",
+    "vocab_size",
+)
+"""A transformers config's sizes (GPT-2's names and the common ones): integers, not bools."""
+PARTITIONS = "lightning_fed.datamodules.partition"
+PARTITION_RULES: dict[str, tuple[Rule, ...]] = {
+    "Dirichlet": (
+        at_least("data.partition.alpha", 0, low_open=True),
+        at_least("data.partition.min_size", 1, integer=True),
+        at_least("data.partition.max_attempts", 1, integer=True),
+    ),
+}
+"""The bounds a partitioner's ``__post_init__`` raises with, named as the option is written."""
+
+
+def _unknown(option: str, owner: str, key: str, accepted: list[str]) -> str:
+    from lightning_fed.class_options import unknown_key
+
+    return unknown_key(option, owner, key, accepted)
+
+
+def _kind(annotation: ast.expr | None) -> str | None:
+    """``int``, ``float``, ``bool``, ``str`` or ``names`` (``Sequence[str]`` and the like) of an annotation."""
+    if annotation is None:
+        return None
+    text = ast.unparse(annotation).replace(" ", "").removesuffix("|None")
+    if text in ("int", "float", "bool", "str"):
+        return text
+    return "names" if text in ("Sequence[str]", "list[str]", "tuple[str,...]") else None
+
+
+def _plain_problem(option: str, kind: str | None, value: Any) -> str | None:
+    """A value of the wrong type for ``kind`` (``None``: not checked), as one line."""
+    if value is None or kind is None:
+        return None
+    if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+        return f"{option} must be an integer, got {value!r}"
+    if kind == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        return f"{option} must be a number, got {value!r}"
+    if kind == "bool" and not isinstance(value, bool):
+        return f"{option} must be true or false, got {value!r}"
+    if kind == "str" and not isinstance(value, str):
+        return f"{option} must be a string, got {value!r}"
+    if kind == "names":
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list):
+            return f"{option} must be a name or a list of names, got {value!r}"
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                return f"{option}[{i}] must be a name (a string), got {item!r}"
+    return None
+
+
+def synthetic_args_problem(init_args: Mapping[str, Any]) -> str | None:
+    """``data.synthetic_args`` against the generator ``data.dataset`` names (module docstring)."""
+    dataset, args = init_args.get("dataset"), init_args.get("synthetic_args")
+    if not isinstance(dataset, str) or not dataset.startswith(SYNTHETIC_PREFIX) or args is None:
+        return None
+    generator = (table_names(SYNTHETIC_MODULE, "SYNTHETIC") or {}).get(dataset[len(SYNTHETIC_PREFIX) :])
+    params = function_parameters(SYNTHETIC_MODULE, generator) if generator else None
+    if params is None:
+        return None  # an unknown set is refused by its own check (class_options)
+    if not isinstance(args, Mapping):
+        return f"data.synthetic_args must be a mapping of {generator}'s options ({', '.join(params)}), got {args!r}"
+    for key, value in args.items():
+        option = f"data.synthetic_args.{key}"
+        if str(key) not in params:
+            return _unknown("data.synthetic_args", f"{generator} ({dataset})", str(key), list(params))
+        kind = _kind(params[str(key)][0])
+        if problem := _plain_problem(option, kind, value):
+            return problem
+        if kind == "names" and str(key) in NAME_TABLES:
+            names = table(*NAME_TABLES[str(key)])
+            items = [value] if isinstance(value, str) else value
+            if isinstance(names, dict) and (bad := [v for v in items if v not in names]):
+                return f"{option}: unknown name {bad[0]!r}; valid: {sorted(names)}"
+    return None
+
+
+def backbone_config_problem(config: Any) -> str | None:
+    """``model.backbone.config``: a mapping, its ``model_type`` a string, its sizes integers."""
+    option = "model.backbone.config"
+    if config is None:
+        return None
+    if not isinstance(config, Mapping):
+        return (
+            f"{option} must be a transformers config as a mapping (model_type: gpt2, n_layer: 2, ...), got {config!r}"
+        )
+    model_type = config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        return f"{option}.model_type must be a transformers model type (a string such as 'gpt2'), got {model_type!r}"
+    for key in INTEGER_SIZES:
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return f"{option}.{key} must be an integer, got {value!r}"
+    return None
+
+
+def partition_problem(partition: Any) -> str | None:
+    """``data.partition`` as ``{class_path, init_args}`` (or a class name) of the package's
+    partitioners (module docstring)."""
+    if isinstance(partition, str):  # a class name alone (`partition: Dirichlet`): its defaults only
+        partition = {"class_path": partition}
+    if not isinstance(partition, Mapping) or not isinstance(class_path := partition.get("class_path"), str):
+        return None
+    module, _, name = class_path.rpartition(".")
+    if module not in ("", "lightning_fed.datamodules", PARTITIONS) or name not in subclasses(PARTITIONS, "Partitioner"):
+        return None
+    found = dataclass_fields(PARTITIONS, name)
+    init_args = partition.get("init_args") or {}
+    if found is None or not isinstance(init_args, Mapping):
+        return None
+    for key, value in init_args.items():
+        if str(key) not in found:
+            return _unknown("data.partition", name, str(key), list(found))
+        if problem := _plain_problem(f"data.partition.{key}", _kind(found[str(key)][0]), value):
+            return problem
+    rules = PARTITION_RULES.get(name, ())
+    parsed = {k: rule.parsed(init_args[k]) for rule in rules if (k := rule.name) in init_args}
+    found_problems = problems(rules, parsed)
+    missing = [key for key, (_, has_default) in found.items() if not has_default and key not in init_args]
+    found_problems += [f"data.partition.{key} is required by {name} but missing" for key in missing]
+    return "; ".join(found_problems) or None
+
+
+def nested_option_problem(section: str, value: Any) -> str | None:
+    """The line refusing a value nested in the package's ``model:`` / ``data:`` class
+    (``{"class_path", "init_args"}``), or ``None``."""
+    if not isinstance(value, dict) or not isinstance(init_args := value.get("init_args"), dict):
+        return None
+    if class_rules(section, value.get("class_path", "")) is None:
+        return None  # not one of the package's classes
+    if section == "data":
+        return synthetic_args_problem(init_args) or partition_problem(init_args.get("partition"))
+    backbone = init_args.get("backbone")
+    if section == "model" and isinstance(backbone, Mapping):
+        return backbone_config_problem(backbone.get("config"))
+    return None

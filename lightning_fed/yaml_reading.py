@@ -1,0 +1,56 @@
+"""A config file or a command-line value read as jsonargparse reads it, without importing it.
+
+jsonargparse's YAML loader differs from PyYAML's safe loader in one place that decides what the
+pre-checks see: its float resolver (``1e-5`` is a float to it, a string to YAML 1.1), and it reads
+no timestamps. :func:`load` is that loader; :func:`value_of` a command-line value, kept as its text
+when it is not YAML.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+"""jsonargparse's float resolver (``jsonargparse._loaders_dumpers``): ``1e-5`` is a float, as it
+reads it, not YAML 1.1's string."""
+
+
+def _loader() -> type:
+    import yaml  # jsonargparse's dependency; a few milliseconds
+
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        pass
+
+    resolvers = {
+        first: [
+            (tag, rx) for tag, rx in mappings if tag not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp")
+        ]
+        for first, mappings in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.yaml_implicit_resolvers = resolvers
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+    return Loader
+
+
+def load(text: str) -> Any:
+    """``text`` as jsonargparse reads a config file or a command-line value."""
+    import yaml
+
+    return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
+
+
+def value_of(raw: str) -> Any:
+    """A command-line value as jsonargparse reads it: YAML, or the text itself when it is not YAML."""
+    try:
+        return load(raw)
+    except Exception:  # noqa: BLE001 - not YAML: the string itself, as jsonargparse keeps it
+        return raw

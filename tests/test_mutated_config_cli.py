@@ -1,0 +1,149 @@
+"""A copy of the shipped ``tiny`` config with one value made wrong is refused before torch is
+imported, in one line naming the key, its value and the file (issue 41, the outside mutation run).
+
+On 894fdde each of these was refused only after torch, Lightning and transformers were imported
+(7-11 s of CPU), by jsonargparse or the class, in words naming no key (``model: argument of type
+'float' is not iterable``, ``TypeError: planted_preferences() got an unexpected keyword argument
+'examples_per_client_'``, ``TypeError: unhashable type: 'dict'``, ``Field 'n_layer' expected int,
+got bool``), or misleadingly (``Option 'beta' is not accepted`` for a deleted ``class_path``). The
+child processes cannot import torch (``tests/helpers/cli.py``), so a refusal that still needed the
+live parser ends in that import error instead; each runs in an empty folder, which stays empty.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_fed.shipped_configs import resolve_config
+from tests.helpers.cli import lightning_fed_without_torch
+
+TINY = yaml.safe_load(Path(resolve_config("tiny")).read_text(encoding="utf-8"))
+MODELS = (
+    "BinarySelectorModule, DPOModule, FedPerModule, FedRepModule, ORPOModule, OffsiteModule, PDPOModule,"
+    " PerFedAvgModule, PersonalHeadDPO, SFTModule, SimPOModule"
+)
+
+
+def _set(config: dict, path: str, value: object) -> None:
+    *parents, last = path.split(".")
+    for key in parents:
+        config = config[int(key)] if isinstance(config, list) else config[key]
+    if isinstance(config, list):
+        config[int(last)] = value
+    else:
+        config[last] = value
+
+
+def _rename(config: dict, path: str, new: str | None) -> None:
+    *parents, last = path.split(".")
+    for key in parents:
+        config = config[key]
+    value = config.pop(last)
+    if new is not None:
+        config[new] = value
+
+
+CASES = {
+    "class_path_float": (
+        lambda c: _set(c, "model.class_path", -0.0),
+        "model.class_path must be a class name or a dotted class path (e.g. lightning_fed.modules.DPOModule), got -0.0",
+    ),
+    "data_class_path_float": (
+        lambda c: _set(c, "data.class_path", -0.0),
+        "data.class_path must be a class name or a dotted class path"
+        " (e.g. lightning_fed.datamodules.PreferenceDataModule), got -0.0",
+    ),
+    "class_path_blank": (
+        lambda c: _set(c, "model.class_path", "  "),
+        "model.class_path must be a class name or a dotted class path (e.g. lightning_fed.modules.DPOModule), got '  '",
+    ),
+    "class_path_renamed": (
+        lambda c: _rename(c, "model.class_path", "class_pathx"),
+        "model.class_pathx is not a key of model: (a class_path and its init_args); did you mean model.class_path?",
+    ),
+    "class_path_deleted": (
+        lambda c: _rename(c, "model.class_path", None),
+        "model.class_path is missing: its init_args are read as the base class FederatedModule's, which has no"
+        f" option 'beta'; name the class (e.g. model.class_path: lightning_fed.modules.DPOModule; one of {MODELS})",
+    ),
+    "synthetic_args_key": (
+        lambda c: _rename(c, "data.init_args.synthetic_args.examples_per_client", "examples_per_client_"),
+        "data.synthetic_args.examples_per_client_ is not an option of planted_preferences (synthetic:preferences);"
+        " did you mean data.synthetic_args.examples_per_client?",
+    ),
+    "synthetic_groups_mapping": (
+        lambda c: _set(c, "data.init_args.synthetic_args.groups", [{}]),
+        "data.synthetic_args.groups[0] must be a name (a string), got {}",
+    ),
+    "synthetic_groups_unknown": (
+        lambda c: _set(c, "data.init_args.synthetic_args.groups", ["positive", "sarcastic"]),
+        "data.synthetic_args.groups: unknown name 'sarcastic'; valid: ['casual', 'formal', 'negative', 'positive']",
+    ),
+    "synthetic_count_mapping": (
+        lambda c: _set(c, "data.init_args.synthetic_args.examples_per_client", {"a": 1}),
+        "data.synthetic_args.examples_per_client must be an integer, got {'a': 1}",
+    ),
+    "n_layer_bool": (
+        lambda c: _set(c, "model.init_args.backbone.config.n_layer", False),
+        "model.backbone.config.n_layer must be an integer, got False",
+    ),
+    "n_head_nan_word": (
+        lambda c: _set(c, "model.init_args.backbone.config.n_head", "NaN"),
+        "model.backbone.config.n_head must be an integer, got 'NaN'",
+    ),
+    "model_type_number": (
+        lambda c: _set(c, "model.init_args.backbone.config.model_type", 1e308),
+        "model.backbone.config.model_type must be a transformers model type (a string such as 'gpt2'), got 1e+308",
+    ),
+    "tokenizer_float": (
+        lambda c: _set(c, "model.init_args.backbone.tokenizer", -0.0),
+        "model.backbone.tokenizer must be a string or null, got -0.0",
+    ),
+    "dataset_bool": (
+        lambda c: _set(c, "data.init_args.dataset", False),
+        "data.dataset must be a string, got False",
+    ),
+    "dirichlet_alpha": (
+        lambda c: _set(c, "data.init_args.partition", {"class_path": "Dirichlet", "init_args": {"alpha": -1}}),
+        "data.partition.alpha must be > 0, got -1.0; data.partition.key is required by Dirichlet but missing",
+    ),
+    "partition_name_alone": (  # the live parser: `partition.key: required` and `tip: lightning-fed --help`
+        lambda c: _set(c, "data.init_args.partition", "Dirichlet"),
+        "data.partition.alpha is required by Dirichlet but missing;"
+        " data.partition.key is required by Dirichlet but missing",
+    ),
+    "partition_key": (
+        lambda c: _set(
+            c, "data.init_args.partition", {"class_path": "Dirichlet", "init_args": {"alpha": 1, "kye": "client"}}
+        ),
+        "data.partition.kye is not an option of Dirichlet; did you mean data.partition.key?",
+    ),
+}
+
+
+@pytest.mark.parametrize(("mutate", "line"), list(CASES.values()), ids=list(CASES))
+def test_a_mutated_tiny_config_is_refused_in_one_line_naming_the_key_and_the_file(tmp_path, mutate, line):
+    config = yaml.safe_load(yaml.safe_dump(TINY))
+    mutate(config)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
+    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
+    assert list(cwd.iterdir()) == []
+
+
+def test_a_string_option_given_on_the_command_line_is_its_text(tmp_path):
+    """The parser keeps ``--data.init_args.dataset=123`` as the text ``'123'`` (a path or a hub
+    name): not refused as a number here; the run goes on to the live parser."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch(
+        "fit", "--config", "tiny", "--model.init_args.backbone.tokenizer=5", cwd=cwd, hook=tmp_path / "hook"
+    )
+    assert "torch imported before the config was checked" in proc.stderr
+    assert "must be a string" not in proc.stderr
