@@ -101,8 +101,8 @@ def type_problem(option: str, annotation: ast.expr | None, value: Any, as_text: 
             return None  # a string: the parser may still read it (a file, JSON)
         return f"{option} must be a mapping{' or null' if optional else ''}, got {value!r}"
     if kind == "str":
-        if as_text or value is None or isinstance(value, str):
-            return None
+        if as_text or isinstance(value, str) or (value is None and optional):
+            return None  # null for a str option the code reads as text was an AttributeError
         return f"{option} must be a string{' or null' if optional else ''}, got {value!r}"
     if kind is None or value is None or isinstance(value, (int, float)):
         return None

@@ -207,14 +207,19 @@ def _load(path: str) -> Any:
         _refuse(f"config {path!r} is not valid YAML: {' '.join(str(err).split())}")
 
 
-def _duplicate_key(node: Any, where: str = "") -> str | None:
-    """The first key given twice in one mapping of the YAML node tree, as ``line N: duplicate key ...``.
+def _duplicate_key(node: Any, where: str = "", above: frozenset[int] = frozenset()) -> str | None:
+    """The first key given twice in one mapping of the YAML node tree, as ``line N: duplicate key ...``,
+    or an alias inside its own anchor (``a: &x [*x]``: a structure that contains itself, which every
+    reader of the config would follow forever).
 
-    YAML forbids it, but PyYAML keeps the last value silently (``federation: {rounds: 2, rounds: 3}``
-    would run 3 rounds); jsonargparse reads the file the same way.
+    YAML forbids a repeated key, but PyYAML keeps the last value silently (``federation: {rounds: 2,
+    rounds: 3}`` would run 3 rounds); jsonargparse reads the file the same way.
     """
     import yaml
 
+    if id(node) in above:
+        return f"line {node.start_mark.line + 1}: an alias refers to the anchor that contains it (a recursive value)"
+    above = above | {id(node)}
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key, value in node.value:
@@ -225,11 +230,11 @@ def _duplicate_key(node: Any, where: str = "") -> str | None:
                     return f"line {key.start_mark.line + 1}: duplicate key {name!r} {section}"
                 seen.add(name)
             inner = f"{where}.{name}" if where and name is not None else (name or where)
-            if found := _duplicate_key(value, inner):
+            if found := _duplicate_key(value, inner, above):
                 return found
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            if found := _duplicate_key(item, f"{where}[{i}]"):
+            if found := _duplicate_key(item, f"{where}[{i}]", above):
                 return found
     return None
 

@@ -229,6 +229,10 @@ class Merged:
         (:mod:`lightning_fed.class_options`), as the live parser refuses it while parsing."""
         if problem := seed_type_problem(self.sections.get("seed_everything")):
             return problem
+        for name, example in (("trainer", "max_epochs: 3"), ("federation", "rounds: 3")):
+            value = self.sections.get(name)  # the code reads them as mappings (trainer: 5 was an AttributeError)
+            if value is not None and not isinstance(value, dict):
+                return f"{name} must be a mapping of its options ({name}: {{{example}, ...}}), got {value!r}"
         trainer = self.sections.get("trainer")
         if isinstance(trainer, dict) and (problem := trainer_classes_problem(trainer)):
             return problem

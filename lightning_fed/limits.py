@@ -43,3 +43,10 @@ papers use 0.01 to 1 (the shipped configs 0.1 and 0.5); 1e300 made the loss non-
 MAX_LORA_ALPHA = 1_000_000.0
 """``model.lora.alpha``: PEFT scales the adapter by ``alpha / r``; the usual ``alpha`` is
 ``r`` or ``2 r``, with ``r`` at most a few thousand, and 1e300 gave non-finite weights."""
+
+MAX_CONFIG_PARAMETERS = 2_000_000_000
+"""A ``model.backbone.config`` (a model built from a transformers config, with random weights: for
+tests and tiny demos; a real model is loaded from its checkpoint): its estimated weights,
+``layers x (4 hidden^2 + 2 hidden x intermediate) + (vocab + positions) x hidden``. 2e9 float32
+weights are 8 GB before gradients and optimizer state; ``n_layer: 2**40`` ran until it was killed
+(no output, memory growing)."""

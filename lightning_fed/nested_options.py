@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightning_fed.class_parameters import dataclass_fields, function_parameters, subclasses, table, table_names
+from lightning_fed.limits import MAX_CONFIG_PARAMETERS
 from lightning_fed.option_rules import class_rules
 from lightning_fed.value_rules import Rule, at_least, problems
 
@@ -138,7 +139,31 @@ def backbone_config_problem(config: Any) -> str | None:
         value = config.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             return f"{option}.{key} must be an integer, got {value!r}"
+        if value is not None and value < 1:  # n_head: 0 was a ZeroDivisionError after the imports
+            return f"{option}.{key} must be >= 1, got {value}"
+    weights = config_weights(config)
+    if weights > MAX_CONFIG_PARAMETERS:
+        return (
+            f"{option}: about {weights:.3g} weights, more than {MAX_CONFIG_PARAMETERS:.0e} (lightning_fed/limits.py):"
+            " a model built from a config has random weights; load a pretrained one with backbone.name_or_path"
+        )
     return None
+
+
+def config_weights(config: Mapping[str, Any]) -> int:
+    """The weights a transformers config builds, estimated from its sizes (:data:`MAX_CONFIG_PARAMETERS`'s
+    formula; GPT-2's names or the common ones, a missing size left out)."""
+
+    def size(*names: str) -> int:
+        return next((config[n] for n in names if isinstance(config.get(n), int)), 0)
+
+    hidden = size("n_embd", "hidden_size")
+    layers = size("n_layer", "num_hidden_layers")
+    inner = size("intermediate_size") or 4 * hidden
+    return (
+        layers * (4 * hidden**2 + 2 * hidden * inner)
+        + (size("vocab_size") + size("n_positions", "max_position_embeddings")) * hidden
+    )
 
 
 def partition_problem(partition: Any) -> str | None:

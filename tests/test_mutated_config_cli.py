@@ -121,6 +121,28 @@ CASES = {
         ),
         "data.partition.kye is not an option of Dirichlet; did you mean data.partition.key?",
     ),
+    # The second outside run (2026-11-29, from the wheel): exit 1 after the imports, or a run that never ended.
+    "trainer_not_a_mapping": (  # AttributeError: 'int' object has no attribute 'get'
+        lambda c: _set(c, "trainer", 5),
+        "trainer must be a mapping of its options (trainer: {max_epochs: 3, ...}), got 5",
+    ),
+    "federation_a_list": (  # TypeError: ... argument after ** must be a mapping
+        lambda c: _set(c, "federation", [1]),
+        "federation must be a mapping of its options (federation: {rounds: 3, ...}), got [1]",
+    ),
+    "dataset_null": (  # AttributeError: 'NoneType' object has no attribute 'startswith'
+        lambda c: _set(c, "data.init_args.dataset", None),
+        "data.dataset must be a string, got None",
+    ),
+    "n_head_zero": (  # ZeroDivisionError: integer division or modulo by zero
+        lambda c: _set(c, "model.init_args.backbone.config.n_head", 0),
+        "model.backbone.config.n_head must be >= 1, got 0",
+    ),
+    "n_layer_huge": (  # 2**40 layers: no output, memory growing until it was killed
+        lambda c: _set(c, "model.init_args.backbone.config.n_layer", 2**40),
+        "model.backbone.config: about 1.35e+16 weights, more than 2e+09 (lightning_fed/limits.py): a model built"
+        " from a config has random weights; load a pretrained one with backbone.name_or_path",
+    ),
 }
 
 
@@ -147,3 +169,21 @@ def test_a_string_option_given_on_the_command_line_is_its_text(tmp_path):
     )
     assert "torch imported before the config was checked" in proc.stderr
     assert "must be a string" not in proc.stderr
+
+
+def test_an_alias_inside_its_own_anchor_is_refused_naming_the_line(tmp_path):
+    """``a: &x [*x]`` is a list that contains itself: every reader of the config would follow it
+    forever (it was ``RecursionError``, exit 1, from the duplicate-key scan). A shared alias that
+    does not contain itself is YAML's ordinary reuse and passes that scan."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    for text in ("a: &x [*x]\n", "model: &x {init_args: {b: *x}}\n"):
+        path = tmp_path / "c.yaml"
+        path.write_text(text, encoding="utf-8")
+        proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
+        line = "line 1: an alias refers to the anchor that contains it (a recursive value)"
+        assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
+    (tmp_path / "c.yaml").write_text("a: &x [1]\nb: *x\n", encoding="utf-8")
+    proc = lightning_fed_without_torch("fit", "--config", str(tmp_path / "c.yaml"), cwd=cwd, hook=tmp_path / "hook")
+    assert "recursive" not in proc.stderr and proc.returncode == 2  # refused for its unknown keys instead
+    assert list(cwd.iterdir()) == []
