@@ -64,7 +64,9 @@ def subcommand_problem(argv: list[str], subcommands: tuple[str, ...], removed: t
     if first.startswith("-"):
         name = first.split("=", 1)[0]
         near = difflib.get_close_matches(name, TOP_OPTIONS[1:], n=1, cutoff=0.6)
-        hint = f"did you mean {near[0]}?" if near else f"a subcommand comes first: {PROG} fit {' '.join(argv[:3])}"
+        later = next((i for i, arg in enumerate(argv) if arg in subcommands), None)  # given after the options
+        words = [argv[later], *argv[:later], *argv[later + 1 :]] if later is not None else ["fit", *argv[:3]]
+        hint = f"did you mean {near[0]}?" if near else f"a subcommand comes first: {PROG} {' '.join(words)}"
         return f"unknown option {name} before the subcommand; {hint}"
     near = difflib.get_close_matches(first, subcommands, n=1, cutoff=0.5)
     hint = f"did you mean {near[0]}?" if near else f"the subcommands: {', '.join(subcommands)}"

@@ -59,6 +59,11 @@ TOP_LEVEL = {
         ["--config", "tiny"],
         "unknown option --config before the subcommand; a subcommand comes first: lightning-fed fit --config tiny",
     ),
+    "subcommand_after_options": (  # the outside run: the tip doubled `fit` and dropped the config
+        ["--federation.rounds=2", "fit", "--config", "c.yaml"],
+        "unknown option --federation.rounds before the subcommand; a subcommand comes first:"
+        " lightning-fed fit --federation.rounds=2 --config c.yaml",
+    ),
 }
 
 
