@@ -63,6 +63,7 @@ def test_the_run_builds_nothing():
             "typing",
             "lightning_fed.limits",
             "lightning_fed.option_rules",  # the value rules, torch-free (the precheck's too)
+            "lightning_fed.federation_rules",  # federation.*'s rules and cross-option checks, torch-free
             "lightning_fed.run_config",
             "lightning_fed.run_options",
         }, (name, modules)
