@@ -146,6 +146,28 @@ def one_line(err: BaseException) -> str:
 _BOOLEAN = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 
 
+def take_flag(argv: list[str], flag: str) -> tuple[bool | None, list[str]]:
+    """Whether the boolean ``flag`` was given anywhere in ``argv`` (``flag``, ``flag=<bool>``,
+    ``flag <bool>``; ``None``: not given), and ``argv`` without it. A ``flag=<value>`` that is not a
+    boolean is left in ``argv``."""
+    given: bool | None = None
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == flag:
+            value = argv[i + 1].lower() if i + 1 < len(argv) else ""
+            given = _BOOLEAN.get(value, True)
+            i += 2 if value in _BOOLEAN else 1
+            continue
+        if arg.startswith(flag + "=") and arg.split("=", 1)[1].lower() in _BOOLEAN:
+            given = _BOOLEAN[arg.split("=", 1)[1].lower()]
+        else:
+            rest.append(arg)
+        i += 1
+    return given, rest
+
+
 def take_debug(argv: list[str]) -> tuple[bool, list[str]]:
     """Whether a traceback was asked for, and ``argv`` without the ``--debug`` flag.
 
@@ -155,21 +177,7 @@ def take_debug(argv: list[str]) -> tuple[bool, list[str]]:
     ``false`` behind as a stray argument: issue 34 item 8.) A ``--debug=<value>`` that is not a
     boolean is left in ``argv`` for the subcommand's parser to refuse.
     """
-    debug: bool | None = None
-    rest: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == DEBUG_FLAG:
-            value = argv[i + 1].lower() if i + 1 < len(argv) else ""
-            debug = _BOOLEAN.get(value, True)
-            i += 2 if value in _BOOLEAN else 1
-            continue
-        if arg.startswith(DEBUG_FLAG + "=") and arg.split("=", 1)[1].lower() in _BOOLEAN:
-            debug = _BOOLEAN[arg.split("=", 1)[1].lower()]
-        else:
-            rest.append(arg)
-        i += 1
+    debug, rest = take_flag(argv, DEBUG_FLAG)
     if debug is None:
         debug = os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
     return debug, rest

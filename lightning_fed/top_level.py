@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 
 from lightning_fed.console import VERBOSE_FLAG
-from lightning_fed.errors import _BOOLEAN, DEBUG_FLAG, ArgumentsError
+from lightning_fed.errors import _BOOLEAN, DEBUG_FLAG, ArgumentsError, take_flag
 
 PROG = "lightning-fed"
 TOP_OPTIONS = ("-h", "--help", DEBUG_FLAG, VERBOSE_FLAG)
@@ -36,22 +36,7 @@ def flag_problem(argv: list[str]) -> str | None:
 def take_verbose(argv: list[str]) -> tuple[bool | None, list[str]]:
     """Whether ``--verbose`` (``--verbose``, ``--verbose=<bool>``, ``--verbose <bool>``, anywhere)
     was given (``None``: not given), and ``argv`` without it (as :func:`lightning_fed.errors.take_debug`)."""
-    verbose: bool | None = None
-    rest: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == VERBOSE_FLAG:
-            value = argv[i + 1].lower() if i + 1 < len(argv) else ""
-            verbose = _BOOLEAN.get(value, True)
-            i += 2 if value in _BOOLEAN else 1
-            continue
-        if arg.startswith(VERBOSE_FLAG + "=") and arg.split("=", 1)[1].lower() in _BOOLEAN:
-            verbose = _BOOLEAN[arg.split("=", 1)[1].lower()]
-        else:
-            rest.append(arg)
-        i += 1
-    return verbose, rest
+    return take_flag(argv, VERBOSE_FLAG)
 
 
 def subcommand_problem(argv: list[str], subcommands: tuple[str, ...], removed: tuple[str, ...] = ()) -> str | None:
