@@ -59,6 +59,15 @@ NESTED_CLASSES = ("strategy", "hooks")
 """``federation:``'s class-valued options: ``strategy`` a class, ``hooks`` a list of them."""
 
 
+MAPPINGS = {"trainer": "max_epochs: 3", "federation": "rounds: 3"}
+"""The sections the code reads as mappings of options, with an example option."""
+
+
+def mapping_problem(name: str, value: Any) -> str:
+    """The line refusing ``value`` for the section ``name`` (:data:`MAPPINGS`), which is no mapping."""
+    return f"{name} must be a mapping of its options ({name}: {{{MAPPINGS[name]}, ...}}), got {value!r}"
+
+
 def _class_section(value: Any) -> Any:
     """A class-valued section (``model``, ``data``) as ``{"class_path", "init_args"}``, or unknown."""
     if isinstance(value, str) and not value.endswith((".yaml", ".yml", ".json")):
@@ -169,6 +178,8 @@ class Merged:
             old = self.sections.get(section)
             self.sections[section] = _merge(old if isinstance(old, dict) else {}, value)
         else:
+            if self.shape is None and section in MAPPINGS and not isinstance(value, (str, type(None))):
+                self.shape = mapping_problem(section, value)  # `--federation=5 --config tiny.yaml`: refused
             self.sections[section] = value
 
     def apply_option(self, key: str, value: Any) -> None:
@@ -237,10 +248,10 @@ class Merged:
         (:mod:`lightning_fed.class_options`), as the live parser refuses it while parsing."""
         if problem := seed_type_problem(self.sections.get("seed_everything")):
             return problem
-        for name, example in (("trainer", "max_epochs: 3"), ("federation", "rounds: 3")):
+        for name in MAPPINGS:
             value = self.sections.get(name)  # the code reads them as mappings (trainer: 5 was an AttributeError)
             if value is not None and not isinstance(value, dict):
-                return f"{name} must be a mapping of its options ({name}: {{{example}, ...}}), got {value!r}"
+                return mapping_problem(name, value)
         federation = self.sections.get("federation")
         if isinstance(federation, dict) and (problem := privacy_shape_problem(federation.get("privacy"))):
             return problem

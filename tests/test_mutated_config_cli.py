@@ -282,6 +282,30 @@ def test_a_number_for_a_section_on_the_command_line_is_refused_without_the_file_
     assert list(cwd.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("option", "line"),
+    [
+        (
+            "--data=5",
+            "data must be a class name or a mapping of its class_path and init_args"
+            " (e.g. data: {class_path: lightning_fed.datamodules.PreferenceDataModule}), got 5",
+        ),
+        ("--federation=5", "federation must be a mapping of its options (federation: {rounds: 3, ...}), got 5"),
+    ],
+)
+def test_a_number_for_a_section_before_the_config_is_refused_naming_no_file(tmp_path, option, line):
+    """``--federation=5 --config tiny.yaml``: the parser refuses the option as it reads it (``federation:
+    Unable to load config '5'``, after the imports), though the file gives the section later; the line
+    names no file, since the file did not bring it."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(TINY), encoding="utf-8")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch("fit", option, "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(cwd.iterdir()) == []
+
+
 def test_a_string_option_given_on_the_command_line_is_its_text(tmp_path):
     """The parser keeps ``--data.init_args.dataset=123`` as the text ``'123'`` (a path or a hub
     name): not refused as a number here; the run goes on to the live parser."""
