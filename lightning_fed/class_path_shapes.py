@@ -46,8 +46,8 @@ def _dotted_name(value: str) -> bool:
 
 def section_shape_problem(section: str, value: Any, earlier_class: bool, key: str | None = None) -> str | None:
     """The line refusing the shape of ``section``'s value (``model``, ``data``, ``federation.strategy``
-    or, ``key`` naming it as ``federation.hooks[0]``, one round hook) as a config file gives it, or
-    ``None``. ``earlier_class``: an earlier file or option already named its class (``init_args``
+    or one class of :data:`LISTS`, ``key`` naming it: ``federation.hooks[0]``) as a config file gives
+    it, or ``None``. ``earlier_class``: an earlier file or option already named its class (``init_args``
     alone then apply to that class)."""
     if section not in EXAMPLES:
         return None
