@@ -24,7 +24,7 @@ from __future__ import annotations
 import ast
 import difflib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from lightning_fed.class_parameters import (
 from lightning_fed.class_paths import dotted_path_problem, package_subclasses
 from lightning_fed.errors import _REPLACED_OPTIONS
 from lightning_fed.option_rules import LORA, PACKAGES, SECTIONS, TAKES_LORA, class_rules
-from lightning_fed.value_rules import word_fits
+from lightning_fed.value_rules import unknown_key, word_fits
 
 NESTED = {
     "backbone": ("lightning_fed.modules.backbone", "BackboneConfig"),
@@ -110,14 +110,6 @@ def type_problem(option: str, annotation: ast.expr | None, value: Any, as_text: 
         return None
     wanted = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
     return f"{option} must be {wanted}{' or null' if optional else ''}, got {value!r}"
-
-
-def unknown_key(option: str, owner: str, key: str, accepted: Iterator[str] | list[str]) -> str:
-    """The line refusing ``option.key``, which ``owner`` does not take."""
-    names = sorted(accepted)
-    near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-    hint = f"did you mean {option}.{near[0]}?" if near else f"its options: {', '.join(names)}"
-    return f"{option}.{key} is not an option of {owner}; {hint}"
 
 
 def template_choices(class_path: str) -> tuple[str, ...] | None:

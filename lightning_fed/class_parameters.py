@@ -21,20 +21,35 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 """``lightning_fed/`` of this installation."""
+READ = ("lightning_fed", "lightning")
+"""The packages whose classes are read here: the package's own, and Lightning's (its callbacks'
+options: ``trainer.callbacks``, :mod:`lightning_fed.trainer_classes`)."""
+
+
+@functools.cache
+def _root(package: str) -> Path | None:
+    """The folder of the installed top-level ``package`` (one of :data:`READ`), found without importing it."""
+    if package == "lightning_fed":
+        return PACKAGE_ROOT
+    spec = importlib.util.find_spec(package) if package in READ else None  # the top level only: nothing imported
+    return Path(spec.origin).parent if spec is not None and spec.origin else None
 
 
 @functools.cache
 def _module(dotted: str) -> ast.Module | None:
-    """The parsed source of ``lightning_fed.<...>`` (a module or a package's ``__init__``), or ``None``."""
+    """The parsed source of ``lightning_fed.<...>`` or ``lightning.<...>`` (a module or a package's
+    ``__init__``), or ``None``."""
     parts = dotted.split(".")
-    if parts[0] != "lightning_fed":
+    root = _root(parts[0])
+    if root is None:
         return None
-    base = PACKAGE_ROOT.joinpath(*parts[1:])
+    base = root.joinpath(*parts[1:])
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if path.is_file():
             try:
@@ -107,6 +122,17 @@ def signature(package: str, class_path: str, depth: int = 0) -> Annotated | None
                 return None
             own = {**inherited, **own}
     return own
+
+
+def takes_any_keyword(package: str, class_path: str) -> bool:
+    """Whether ``class_path``'s own ``__init__`` takes ``**kwargs`` (where they go is not followed
+    here: Lightning's ``ModelSummary`` hands them to ``summarize``), or cannot be read here."""
+    module, _, name = class_path.rpartition(".")
+    found = _class(module or package, name)
+    if found is None:
+        return True
+    init = next((f for f in found[1].body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    return init is not None and init.args.kwarg is not None
 
 
 def parameters(package: str, class_path: str) -> frozenset[str] | None:

@@ -275,7 +275,6 @@ def _in_file(args: list[str], problem: str) -> str:
     """``problem`` prefixed with the ``--config`` file that brought it (``config 'my_run.yaml': ...``):
     the first file after which the arguments so far give the same line; unchanged if an option on
     the command line brought it."""
-    before = None
     for i, arg in enumerate(args):
         if arg in CONFIG_FLAGS and i + 1 < len(args):
             end, path = i + 2, args[i + 1]
@@ -283,10 +282,9 @@ def _in_file(args: list[str], problem: str) -> str:
             end, path = i + 1, arg.split("=", 1)[1]
         else:
             continue
-        now = option_problem(args[:end])
-        if now == problem and before != problem and Path(path).is_file():
+        before = option_problem(args[:i])  # `--data=5 --config tiny.yaml`: not the file's
+        if option_problem(args[:end]) == problem and before != problem and Path(path).is_file():
             return f"config {path!r}: {problem}"
-        before = now
     return problem
 
 

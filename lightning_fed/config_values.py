@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.class_options import class_option_problem, class_path_problem, size_problem
-from lightning_fed.class_path_shapes import section_shape_problem
+from lightning_fed.class_path_shapes import classes_shape_problem, section_shape_problem
 from lightning_fed.class_sections import class_problem, parsed, string_problem, unknown_option_of
 from lightning_fed.errors import unwritable
 from lightning_fed.federation_rules import (
@@ -36,6 +36,7 @@ from lightning_fed.federation_rules import (
     PRIVACY,
     federation_problems,
     privacy_problems,
+    privacy_shape_problem,
     privacy_values,
 )
 from lightning_fed.nested_options import nested_option_problem
@@ -56,6 +57,15 @@ _UNKNOWN = object()
 _CLASS_KEYS = ("class_path", "init_args", "dict_kwargs")
 NESTED_CLASSES = ("strategy", "hooks")
 """``federation:``'s class-valued options: ``strategy`` a class, ``hooks`` a list of them."""
+
+
+MAPPINGS = {"trainer": "max_epochs: 3", "federation": "rounds: 3"}
+"""The sections the code reads as mappings of options, with an example option."""
+
+
+def mapping_problem(name: str, value: Any) -> str:
+    """The line refusing ``value`` for the section ``name`` (:data:`MAPPINGS`), which is no mapping."""
+    return f"{name} must be a mapping of its options ({name}: {{{MAPPINGS[name]}, ...}}), got {value!r}"
 
 
 def _class_section(value: Any) -> Any:
@@ -123,7 +133,8 @@ class Merged:
     def __init__(self) -> None:
         self.sections: dict[str, Any] = {}
         self.shape: str | None = None
-        """The first ``model:`` / ``data:`` section of a wrong shape (:func:`section_shape_problem`)."""
+        """The first class-valued section of a wrong shape (:func:`section_shape_problem`,
+        :func:`classes_shape_problem`)."""
         self.from_command_line: set[str] = set()
         """The options given as ``--key value`` (``model.lr``: without ``init_args``): the parser
         keeps such a value as its text where a string is expected."""
@@ -142,6 +153,8 @@ class Merged:
                 if option in value:
                     self.set_section(f"federation.{option}", value.pop(option))
         if section == "federation.hooks":
+            if self.shape is None:
+                self.shape = classes_shape_problem(section, value)
             items = [] if value is None else value
             hooks = [_class_section(item) for item in items] if isinstance(items, list) else _UNKNOWN
             self.sections[section] = hooks  # a list given again replaces the earlier one
@@ -165,6 +178,8 @@ class Merged:
             old = self.sections.get(section)
             self.sections[section] = _merge(old if isinstance(old, dict) else {}, value)
         else:
+            if self.shape is None and section in MAPPINGS and not isinstance(value, (str, type(None))):
+                self.shape = mapping_problem(section, value)  # `--federation=5 --config tiny.yaml`: refused
             self.sections[section] = value
 
     def apply_option(self, key: str, value: Any) -> None:
@@ -182,7 +197,11 @@ class Merged:
         if section in SECTIONS:
             current = self.sections.get(section)
             if parts == ["class_path"]:
-                self.set_section(section, {"class_path": value} if isinstance(value, str) else _UNKNOWN)
+                self.set_section(section, {"class_path": value})  # not a string: refused by its shape
+                return
+            if parts == ["init_args"] and not isinstance(value, dict):
+                # `--model.init_args=[1]`: a class's options are a mapping (a mapping is merged below)
+                self.shape = self.shape or section_shape_problem(section, {"init_args": value}, True)
                 return
             if not isinstance(current, dict):
                 return  # no class yet (or not followed): the live parser decides
@@ -229,14 +248,21 @@ class Merged:
         (:mod:`lightning_fed.class_options`), as the live parser refuses it while parsing."""
         if problem := seed_type_problem(self.sections.get("seed_everything")):
             return problem
-        for name, example in (("trainer", "max_epochs: 3"), ("federation", "rounds: 3")):
+        for name in MAPPINGS:
             value = self.sections.get(name)  # the code reads them as mappings (trainer: 5 was an AttributeError)
             if value is not None and not isinstance(value, dict):
-                return f"{name} must be a mapping of its options ({name}: {{{example}, ...}}), got {value!r}"
+                return mapping_problem(name, value)
+        federation = self.sections.get("federation")
+        if isinstance(federation, dict) and (problem := privacy_shape_problem(federation.get("privacy"))):
+            return problem
         trainer = self.sections.get("trainer")
+        if isinstance(trainer, dict) and (
+            problem := classes_shape_problem("trainer.callbacks", trainer.get("callbacks"))
+        ):
+            return problem
         if isinstance(trainer, dict) and (problem := trainer_classes_problem(trainer)):
             return problem
-        if isinstance(trainer, dict) and (problem := trainer_type_problem(trainer)):
+        if isinstance(trainer, dict) and (problem := trainer_type_problem(trainer) or self._root_type_problem(trainer)):
             return problem
         if self.shape is not None:
             return self.shape
@@ -253,6 +279,16 @@ class Merged:
             if problem := nested_option_problem(section, self.sections.get(section)):
                 return problem
         return size_problem(self.sections.get("model"), self.sections.get("data"))
+
+    def _root_type_problem(self, trainer: dict[str, Any]) -> str | None:
+        """``trainer.default_root_dir`` given a value in a config file that is no path (``5``, ``[]``),
+        or ``None``: not in :data:`~lightning_fed.trainer_options.TRAINER_TYPES`, where a ``str``
+        option takes anything, as the parser keeps a command-line value as its text (``--trainer.
+        default_root_dir=5`` is the folder ``5``)."""
+        root = trainer.get("default_root_dir")
+        if root is None or isinstance(root, str) or "trainer.default_root_dir" in self.from_command_line:
+            return None
+        return f"trainer.default_root_dir must be a folder's path (a string) or null, got {root!r}"
 
     def problem(self) -> str | None:
         """The first refused value's line(s), or ``None``: in the live CLI's order, ``seed_everything``, a

@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lightning_fed.class_parameters import fields
 from lightning_fed.option_rules import FEDERATION, batch_clients_problem
 from lightning_fed.run_options import compression_problems, evaluation_problems
-from lightning_fed.value_rules import Rule, at_least, in_range, one_of, problems
+from lightning_fed.value_rules import Rule, at_least, in_range, one_of, problems, unknown_key
 
 SEED_MAX = 2**63 - 1
 """``federation.seed``: numpy's ``SeedSequence`` takes any integer >= 0; 63 bits, as
@@ -49,6 +50,8 @@ PRIVACY = (
     one_of("federation.privacy.accountant", PRIVACY_ACCOUNTANTS),
 )
 """:class:`~lightning_fed.privacy.config.PrivacyConfig`'s (``federation.privacy:``)."""
+PRIVACY_CONFIG = ("lightning_fed.privacy.config", "PrivacyConfig")
+"""Where ``federation.privacy``'s dataclass is defined (its fields are read from the source)."""
 
 
 def _int(value: Any) -> bool:
@@ -94,6 +97,26 @@ def privacy_values(section: Any) -> Mapping[str, Any] | None:
     return None
 
 
+def privacy_shape_problem(section: Any) -> str | None:
+    """The line refusing a ``federation.privacy`` that is no mapping (``privacy: 4``), or a key that is
+    no field of :class:`~lightning_fed.privacy.config.PrivacyConfig` (``epsilon``: the closest field
+    named), or ``None``. The live parser said ``Not a valid subclass of PrivacyConfig Subclass types
+    expect one of:`` for both, after torch was imported."""
+    if section is None or isinstance(section, str):  # a string: jsonargparse may read it as a file
+        return None
+    if not isinstance(section, Mapping):
+        return (
+            "federation.privacy must be a mapping of its options"
+            f" (federation.privacy: {{target_epsilon: 8.0, ...}}), got {section!r}"
+        )
+    values = privacy_values(section)
+    accepted = fields(*PRIVACY_CONFIG)
+    for key in values if values is not None and accepted is not None else ():
+        if str(key) not in accepted:
+            return unknown_key("federation.privacy", PRIVACY_CONFIG[1], str(key), list(accepted))
+    return None
+
+
 def privacy_problems(values: Mapping[str, Any]) -> list[str]:
     """Every refused value of ``federation.privacy`` (:data:`PRIVACY`; ``report_validation`` a bool)."""
     out = problems(PRIVACY, values)
@@ -110,5 +133,6 @@ __all__ = [
     "Rule",
     "federation_problems",
     "privacy_problems",
+    "privacy_shape_problem",
     "privacy_values",
 ]

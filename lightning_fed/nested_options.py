@@ -14,7 +14,9 @@ naming no option: ``TypeError: planted_preferences() got an unexpected keyword a
 - ``data.partition`` given as ``{class_path, init_args}`` of the package's
   :class:`~lightning_fed.datamodules.partition.Partitioner` dataclasses: its fields (the
   closest named), the required ones present, their types, and
-  :class:`~lightning_fed.datamodules.partition.Dirichlet`'s own bounds (:data:`PARTITION_RULES`).
+  :class:`~lightning_fed.datamodules.partition.Dirichlet`'s own bounds (:data:`PARTITION_RULES`);
+  a ``class_path`` that names no class, with the closest (a dotted one its module does not bind,
+  :func:`~lightning_fed.class_paths.dotted_path_problem`; a short one no partitioner has).
 
 Everything else is left to the live parser and the classes, as before.
 """
@@ -26,9 +28,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightning_fed.class_parameters import dataclass_fields, function_parameters, subclasses, table, table_names
+from lightning_fed.class_paths import dotted_path_problem, short_name_problem
 from lightning_fed.limits import MAX_CONFIG_PARAMETERS
 from lightning_fed.option_rules import class_rules
-from lightning_fed.value_rules import Rule, at_least, problems
+from lightning_fed.value_rules import Rule, at_least, problems, unknown_key
 
 SYNTHETIC_MODULE = "lightning_fed.datamodules.synthetic"
 SYNTHETIC_PREFIX = "synthetic:"
@@ -57,12 +60,6 @@ PARTITION_RULES: dict[str, tuple[Rule, ...]] = {
     ),
 }
 """The bounds a partitioner's ``__post_init__`` raises with, named as the option is written."""
-
-
-def _unknown(option: str, owner: str, key: str, accepted: list[str]) -> str:
-    from lightning_fed.class_options import unknown_key
-
-    return unknown_key(option, owner, key, accepted)
 
 
 def _kind(annotation: ast.expr | None) -> str | None:
@@ -111,7 +108,7 @@ def synthetic_args_problem(init_args: Mapping[str, Any]) -> str | None:
     for key, value in args.items():
         option = f"data.synthetic_args.{key}"
         if str(key) not in params:
-            return _unknown("data.synthetic_args", f"{generator} ({dataset})", str(key), list(params))
+            return unknown_key("data.synthetic_args", f"{generator} ({dataset})", str(key), list(params))
         kind = _kind(params[str(key)][0])
         if problem := _plain_problem(option, kind, value):
             return problem
@@ -174,6 +171,10 @@ def partition_problem(partition: Any) -> str | None:
     if not isinstance(partition, Mapping) or not isinstance(class_path := partition.get("class_path"), str):
         return None
     module, _, name = class_path.rpartition(".")
+    if module and (problem := dotted_path_problem("data.partition", class_path)):
+        return problem  # `lightning_fed.datamodules.partition.Dirichlett`: the closest class of the module
+    if not module and (problem := short_name_problem("data.partition", name, subclasses(PARTITIONS, "Partitioner"))):
+        return problem  # `{class_path: Dirichlett}`, as `partition: Dirichlett` is refused (class_options)
     if module not in ("", "lightning_fed.datamodules", PARTITIONS) or name not in subclasses(PARTITIONS, "Partitioner"):
         return None
     found = dataclass_fields(PARTITIONS, name)
@@ -182,7 +183,7 @@ def partition_problem(partition: Any) -> str | None:
         return None
     for key, value in init_args.items():
         if str(key) not in found:
-            return _unknown("data.partition", name, str(key), list(found))
+            return unknown_key("data.partition", name, str(key), list(found))
         if problem := _plain_problem(f"data.partition.{key}", _kind(found[str(key)][0]), value):
             return problem
     rules = PARTITION_RULES.get(name, ())

@@ -7,7 +7,11 @@ with jsonargparse's wording and no close match. Here a short name must be one of
 Lightning's subpackage exports (its ``__all__``, read from source without importing Lightning,
 which imports torch) or one of the package's own subclasses of the option's base class; a dotted
 path must resolve as :func:`~lightning_fed.class_paths.dotted_path_problem` tells from source.
-Where the exports cannot be read nothing is refused.
+Where the exports cannot be read nothing is refused. A Lightning callback's ``init_args`` must be
+parameters of its ``__init__`` (one without ``**kwargs``), read from Lightning's source
+(:func:`~lightning_fed.class_parameters.signature`); the closest is named (it was jsonargparse's
+``Problem with given class_path ... Key 'patiencee' is not expected`` after the imports). A user's
+own callback is left to the live parser.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.class_parameters import signature, takes_any_keyword
 from lightning_fed.class_paths import dotted_path_problem, package_subclasses, short_name_problem
+from lightning_fed.value_rules import unknown_key
 
 LOGGER_FLAGS = ("true", "false")
 """``trainer.logger: true`` (Lightning's default logger) and ``false`` (none)."""
@@ -101,10 +107,36 @@ def logger_problem(logger: Any) -> str | None:
     return None
 
 
+def callback_options_problem(key: str, value: Any) -> str | None:
+    """An ``init_args`` key Lightning's callback ``value`` (``{class_path: EarlyStopping, init_args:
+    {...}}``; ``key``: ``trainer.callbacks[0]``) does not take, with the closest; ``None`` otherwise."""
+    class_path = value.get("class_path") if isinstance(value, dict) else None
+    init_args = value.get("init_args") if isinstance(value, dict) else None
+    if not isinstance(class_path, str) or not isinstance(init_args, dict):
+        return None
+    if "." not in class_path and class_path not in (lightning_exports(*EXPORTS["callbacks"][0]) or ()):
+        return None  # the package's own or a plugin's, by short name
+    if "." in class_path and class_path.split(".")[0] != "lightning":
+        return None  # a user's own callback
+    package = ".".join(("lightning", *EXPORTS["callbacks"][0]))
+    params = signature(package, class_path)
+    if params is None or takes_any_keyword(package, class_path):
+        return None  # not read, or `**kwargs` (ModelSummary's go to `summarize`): the live parser decides
+    for name in init_args:
+        if str(name) not in params:
+            return unknown_key(key, class_path.rpartition(".")[2], str(name), list(params))
+    return None
+
+
 def callbacks_problem(callbacks: Any) -> str | None:
-    """``trainer.callbacks`` (one callback, or a list of them) naming no callback class."""
-    for item in callbacks if isinstance(callbacks, list) else [callbacks]:
+    """``trainer.callbacks`` (one callback, or a list of them) naming no callback class, or giving
+    Lightning's callback an option it does not take."""
+    items = callbacks if isinstance(callbacks, list) else [callbacks]
+    for index, item in enumerate(items):
         if problem := class_problem("callbacks", item):
+            return problem
+        key = f"trainer.callbacks[{index}]" if isinstance(callbacks, list) else "trainer.callbacks"
+        if problem := callback_options_problem(key, item):
             return problem
     return None
 

@@ -10,6 +10,7 @@ Imports nothing but the standard library.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -169,3 +170,11 @@ def plain_value_problem(option: str, kinds: tuple[str, ...], value: Any) -> str 
     items += ["null"] if "null" in kinds else []
     wanted = items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
     return f"{option} must be {wanted}, got {value!r}"
+
+
+def unknown_key(option: str, owner: str, key: str, accepted: Iterable[str]) -> str:
+    """The line refusing ``option.key``, which ``owner`` does not take."""
+    names = sorted(accepted)
+    near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    hint = f"did you mean {option}.{near[0]}?" if near else f"its options: {', '.join(names)}"
+    return f"{option}.{key} is not an option of {owner}; {hint}"

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lightning_fed import class_options
-from lightning_fed.class_parameters import fields, registered, signature, subclasses, table
+from lightning_fed.class_parameters import fields, registered, signature, subclasses, table, takes_any_keyword
 from lightning_fed.option_rules import DATA_RULES, MODEL_RULES, PACKAGES
 
 CLASSES = [("model", name) for name in MODEL_RULES] + [("data", name) for name in DATA_RULES]
@@ -80,6 +80,29 @@ def test_the_name_tables_read_from_the_source_are_the_imported_ones():
     live = {n for n, c in vars(partition).items() if isinstance(c, type) and issubclass(c, partition.Partitioner)}
     assert set(subclasses(*class_options.PARTITIONERS)) == live - {"Partitioner"}
     assert lightning_exports("pytorch", "loggers") == tuple(loggers.__all__)
+
+
+def test_lightning_s_callbacks_options_read_from_the_source_are_the_classes_s():
+    """``trainer.callbacks``' ``init_args`` keys are checked against Lightning's source
+    (:func:`lightning_fed.trainer_classes.callback_options_problem`): each exported callback whose
+    parameters are read there has the imported class's keyword parameters, no more and no fewer."""
+    from lightning.pytorch import callbacks
+
+    from lightning_fed.trainer_classes import lightning_exports
+
+    read_any = False
+    for name in lightning_exports("pytorch", "callbacks") or ():
+        cls = getattr(callbacks, name)
+        read = signature("lightning.pytorch.callbacks", name)
+        params = inspect.signature(cls.__init__).parameters.values()
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params) and "__init__" in vars(cls)
+        assert takes_any_keyword("lightning.pytorch.callbacks", name) == takes_any, name
+        if read is None or takes_any:
+            continue  # not checked here: left to the live parser
+        read_any = True
+        live = {p.name for p in params if p.name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        assert set(read) == live, name
+    assert read_any
 
 
 # ------------------------------------------------------------------------------- the boundary

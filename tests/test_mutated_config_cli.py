@@ -143,6 +143,103 @@ CASES = {
         "model.backbone.config: about 1.35e+16 weights, more than 2e+09 (lightning_fed/limits.py): a model built"
         " from a config has random weights; load a pretrained one with backbone.name_or_path",
     ),
+    # The third outside run (issue 41): a scalar or a list where a mapping or a class goes, a key of a
+    # class-valued option mistyped. Each was refused after the imports (8-12.5 s of CPU), as
+    # `Not a valid subclass of Strategy Subclass types expect one of:` (cut there), `Expected a <class
+    # 'list'>`, or `unknown class_path 'lightning_fed.modules.DPOModule' ('list' object has no ...)`.
+    "model_init_args_list": (
+        lambda c: _set(c, "model.init_args", [1, 2]),
+        "model.init_args must be a mapping of the class's options, got [1, 2]",
+    ),
+    "data_init_args_empty_list": (
+        lambda c: _set(c, "data.init_args", []),
+        "data.init_args must be a mapping of the class's options, got []",
+    ),
+    "model_a_number": (
+        lambda c: _set(c, "model", 1e-300),
+        "model must be a class name or a mapping of its class_path and init_args"
+        " (e.g. model: {class_path: lightning_fed.modules.DPOModule}), got 1e-300",
+    ),
+    "data_a_number": (
+        lambda c: _set(c, "data", -0.0),
+        "data must be a class name or a mapping of its class_path and init_args"
+        " (e.g. data: {class_path: lightning_fed.datamodules.PreferenceDataModule}), got -0.0",
+    ),
+    "strategy_a_number": (
+        lambda c: _set(c, "federation.strategy", 5),
+        "federation.strategy must be a class name or a mapping of its class_path and init_args"
+        " (e.g. federation.strategy: {class_path: lightning_fed.strategies.FedAvg}), got 5",
+    ),
+    "strategy_class_path_typo": (
+        lambda c: _set(c, "federation.strategy", {"class_path_": 1}),
+        "federation.strategy.class_path_ is not a key of federation.strategy: (a class_path and its init_args);"
+        " did you mean federation.strategy.class_path?",
+    ),
+    "strategy_class_path_typo_beside": (
+        lambda c: _set(c, "federation.strategy.class_pathh", 1),
+        "federation.strategy.class_pathh is not a key of federation.strategy: (a class_path and its init_args);"
+        " did you mean federation.strategy.class_path?",
+    ),
+    "hooks_a_number": (
+        lambda c: _set(c, "federation.hooks", 5),
+        "federation.hooks must be a list of round hooks, each a class name or a mapping of its class_path and"
+        " init_args (e.g. federation.hooks: [{class_path: lightning_fed.round_hooks.ClientGrouping}]), got 5",
+    ),
+    "hook_class_name_typo": (  # already refused before torch on baaf8e7: kept with the cases it was reported with
+        lambda c: _set(c, "federation.hooks", [{"class_path": "lightning_fed.round_hooks.ClientGroupingg"}]),
+        "federation.hooks[0]: unknown class_path 'lightning_fed.round_hooks.ClientGroupingg';"
+        " did you mean lightning_fed.round_hooks.ClientGrouping?",
+    ),
+    "privacy_a_number": (
+        lambda c: _set(c, "federation.privacy", 4),
+        "federation.privacy must be a mapping of its options (federation.privacy: {target_epsilon: 8.0, ...}), got 4",
+    ),
+    "privacy_key_typo": (
+        lambda c: _set(c, "federation.privacy", {"epsilonn": 4}),
+        "federation.privacy.epsilonn is not an option of PrivacyConfig;"
+        " did you mean federation.privacy.target_epsilon?",
+    ),
+    "privacy_key_short": (
+        lambda c: _set(c, "federation.privacy", {"epsilon": -4}),
+        "federation.privacy.epsilon is not an option of PrivacyConfig; did you mean federation.privacy.target_epsilon?",
+    ),
+    "callbacks_a_number": (
+        lambda c: _set(c, "trainer.callbacks", 5),
+        "trainer.callbacks must be a callback or a list of callbacks, each a class name or a mapping of its"
+        " class_path and init_args"
+        " (e.g. trainer.callbacks: [{class_path: lightning.pytorch.callbacks.ModelCheckpoint}]), got 5",
+    ),
+    "lightning_callback_option_typo": (
+        lambda c: _set(
+            c,
+            "trainer.callbacks",
+            [{"class_path": "lightning.pytorch.callbacks.EarlyStopping", "init_args": {"patiencee": 3}}],
+        ),
+        "trainer.callbacks[0].patiencee is not an option of EarlyStopping; did you mean trainer.callbacks[0].patience?",
+    ),
+    "partition_short_name_typo": (
+        lambda c: _set(
+            c, "data.init_args.partition", {"class_path": "Dirichlett", "init_args": {"alpha": 1, "key": "client"}}
+        ),
+        "data.partition: unknown class_path 'Dirichlett'; did you mean Dirichlet?",
+    ),
+    "default_root_dir_a_number": (
+        lambda c: _set(c, "trainer.default_root_dir", 5),
+        "trainer.default_root_dir must be a folder's path (a string) or null, got 5",
+    ),
+    "partition_class_name_typo": (
+        lambda c: _set(
+            c,
+            "data.init_args.partition",
+            {
+                "class_path": "lightning_fed.datamodules.partition.Dirichlett",
+                "init_args": {"alpha": 1, "key": "client"},
+            },
+        ),
+        "data.partition: class_path 'lightning_fed.datamodules.partition.Dirichlett': module"
+        " 'lightning_fed.datamodules.partition' has no class 'Dirichlett'; did you mean"
+        " lightning_fed.datamodules.partition.Dirichlet?",
+    ),
 }
 
 
@@ -156,6 +253,56 @@ def test_a_mutated_tiny_config_is_refused_in_one_line_naming_the_key_and_the_fil
     cwd.mkdir()
     proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
     assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
+    assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "line"),
+    [
+        (
+            "--data=5",
+            "data must be a class name or a mapping of its class_path and init_args"
+            " (e.g. data: {class_path: lightning_fed.datamodules.PreferenceDataModule}), got 5",
+        ),
+        ("--model.init_args=[1]", "model.init_args must be a mapping of the class's options, got [1]"),
+        # refused before torch on baaf8e7 already: kept beside --data=5, with which it was reported
+        ("--federation=5", "federation must be a mapping of its options (federation: {rounds: 3, ...}), got 5"),
+    ],
+)
+def test_a_number_for_a_section_on_the_command_line_is_refused_without_the_file_prefix(tmp_path, option, line):
+    """``--data=5`` after a good config: the command line brought it, so the line names no file
+    (issue 41's third outside run: ``Not a valid subclass of FederatedDataModule Subclass types expect
+    one of:`` after the imports)."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(TINY), encoding="utf-8")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch("fit", "--config", str(path), option, cwd=cwd, hook=tmp_path / "hook")
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "line"),
+    [
+        (
+            "--data=5",
+            "data must be a class name or a mapping of its class_path and init_args"
+            " (e.g. data: {class_path: lightning_fed.datamodules.PreferenceDataModule}), got 5",
+        ),
+        ("--federation=5", "federation must be a mapping of its options (federation: {rounds: 3, ...}), got 5"),
+    ],
+)
+def test_a_number_for_a_section_before_the_config_is_refused_naming_no_file(tmp_path, option, line):
+    """``--federation=5 --config tiny.yaml``: the parser refuses the option as it reads it (``federation:
+    Unable to load config '5'``, after the imports), though the file gives the section later; the line
+    names no file, since the file did not bring it."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(TINY), encoding="utf-8")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch("fit", option, "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert list(cwd.iterdir()) == []
 
 
