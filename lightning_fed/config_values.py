@@ -49,6 +49,7 @@ from lightning_fed.option_rules import (
 )
 from lightning_fed.trainer_classes import trainer_classes_problem
 from lightning_fed.trainer_options import trainer_option_problem, trainer_type_problem
+from lightning_fed.wrapper_rules import wrapper_problem
 from lightning_fed.yaml_reading import load, value_of
 
 _UNKNOWN = object()
@@ -272,6 +273,8 @@ class Merged:
         if isinstance(federation, dict) and (problem := federation_section_problem(federation)):
             return problem
         if problem := class_problem("federation.strategy", self.sections.get("federation.strategy")):
+            return problem
+        if problem := wrapper_problem(self.sections.get("federation.strategy")):  # ClientLevelDP, SecureAggregation
             return problem
         hooks = self.sections.get("federation.hooks")
         for index, hook in enumerate(hooks if isinstance(hooks, list) else []):

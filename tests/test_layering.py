@@ -50,6 +50,7 @@ LAYERS: list[set[str]] = [
         "class_path_shapes",
         "nested_options",
         "class_sections",
+        "wrapper_rules",
         "model_packages",
         "shipped_configs",
         "top_level",
