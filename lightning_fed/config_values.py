@@ -348,6 +348,15 @@ def value_problem(args: list[str]) -> str | None:
     return merged.problem() or _root_problem(merged.sections.get("trainer"))
 
 
+def test_set_problem(args: list[str]) -> str | None:
+    """The line refusing ``test`` without a test set for the package's data module
+    (:func:`lightning_fed.stage_sets.test_set_problem`), or ``None``."""
+    from lightning_fed.stage_sets import test_set_problem as problem
+
+    merged = merged_config(args)
+    return problem(merged.sections.get("data")) if merged is not None else None
+
+
 def merged_config(args: list[str]) -> Merged | None:
     """``args``' files and overrides merged (:class:`Merged`), or ``None`` if a file cannot be read."""
     merged = Merged()

@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
         "run_options",
         "run_config",
         "federation_rules",
+        "stage_sets",
         "yaml_reading",
         "state",
         "console",
