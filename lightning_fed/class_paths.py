@@ -145,7 +145,7 @@ def dotted_path_problem(option: str, class_path: str) -> str | None:
     if source == "missing" and "." in module and _source(module.rpartition(".")[0]) != "missing":
         return None  # maybe a class inside a class (`pkg.mod.Outer.Inner`), which the parser follows too
     if source == "missing":
-        return f"{option}: class_path {class_path!r}: no module named {module!r} is installed"
+        return missing_module_problem(option, class_path)
     if not isinstance(source, Path):
         return None
     try:
@@ -166,6 +166,34 @@ def dotted_path_problem(option: str, class_path: str) -> str | None:
     near = difflib.get_close_matches(name, classes, n=1, cutoff=0.75)
     hint = f"; did you mean {module}.{near[0]}?" if near else ""
     return f"{option}: class_path {class_path!r}: module {module!r} has no class {name!r}{hint}"
+
+
+def missing_module_problem(option: str, class_path: str) -> str | None:
+    """The line refusing ``class_path`` whose module is not installed (with the closest module beside
+    it, :func:`_closest_module`), or ``None``. Not for a path that may end in a class inside a class
+    (:func:`dotted_path_problem` leaves those to the parser)."""
+    module, _, name = class_path.rpartition(".")
+    if not module or _source(module) != "missing":
+        return None
+    near = _closest_module(module)
+    hint = f"; did you mean {near}.{name}?" if near else ""
+    return f"{option}: class_path {class_path!r}: no module named {module!r} is installed{hint}"
+
+
+def _closest_module(module: str) -> str | None:
+    """The module of the installed package beside ``module`` (dotted, not installed) whose last name
+    is closest to its last name (``lightning.pytorch.strategy`` -> ``lightning.pytorch.strategies``)."""
+    parent, _, last = module.rpartition(".")
+    source = _source(parent) if parent else None
+    if not isinstance(source, Path) or source.name != "__init__.py":
+        return None
+    siblings = sorted(
+        p.stem if p.suffix == ".py" else p.name
+        for p in source.parent.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    )
+    near = difflib.get_close_matches(last, siblings, n=1, cutoff=0.75)
+    return f"{parent}.{near[0]}" if near else None
 
 
 def short_name_problem(option: str, name: str, known: list[str] | tuple[str, ...]) -> str | None:

@@ -49,7 +49,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-from lightning_fed.config_values import option_problem, unknown_option, value_problem
+from lightning_fed.config_values import option_problem, test_set_problem, unknown_option, value_problem
 from lightning_fed.errors import _REPLACED_OPTIONS, EXIT_USER_ERROR, UserError, config_shape_error, help_tip
 from lightning_fed.strict_parser import closest_name
 
@@ -329,3 +329,5 @@ def precheck_arguments(argv: list[str]) -> None:
         _usage_error(subcommand, problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
         raise UserError(problem)  # reported as the live CLI reports the class's error: the line and the hint
+    if subcommand == "test" and (problem := test_set_problem(args)):  # lightning_fed/stage_sets.py
+        raise UserError(problem)

@@ -50,6 +50,7 @@ from lightning_fed.option_rules import (
 )
 from lightning_fed.trainer_classes import trainer_classes_problem
 from lightning_fed.trainer_options import trainer_option_problem, trainer_type_problem
+from lightning_fed.wrapper_rules import wrapper_problem
 from lightning_fed.yaml_reading import load, value_of
 
 _UNKNOWN = object()
@@ -309,6 +310,8 @@ class Merged:
             return problem
         if problem := class_problem("federation.strategy", self.sections.get("federation.strategy")):
             return problem
+        if problem := wrapper_problem(self.sections.get("federation.strategy")):  # ClientLevelDP, SecureAggregation
+            return problem
         hooks = self.sections.get("federation.hooks")
         for index, hook in enumerate(hooks if isinstance(hooks, list) else []):
             if problem := class_problem("federation.hooks", hook, index):
@@ -379,6 +382,15 @@ def value_problem(args: list[str]) -> str | None:
     if merged is None:
         return None
     return merged.problem() or _root_problem(merged.sections.get("trainer"))
+
+
+def test_set_problem(args: list[str]) -> str | None:
+    """The line refusing ``test`` without a test set for the package's data module
+    (:func:`lightning_fed.stage_sets.test_set_problem`), or ``None``."""
+    from lightning_fed.stage_sets import test_set_problem as problem
+
+    merged = merged_config(args)
+    return problem(merged.sections.get("data")) if merged is not None else None
 
 
 def merged_config(args: list[str]) -> Merged | None:

@@ -266,7 +266,32 @@ def _name_problem(trainer: Mapping[str, Any]) -> str | None:
     profiler = trainer.get("profiler")
     if isinstance(profiler, str) and "." not in profiler and profiler.lower() not in PROFILERS:
         return _choice("profiler", profiler, PROFILERS, ", or a Profiler's class_path")
+    for option in ("strategy", "profiler"):
+        if problem := _dotted_name_problem(option, trainer.get(option)):
+            return problem
     return None
+
+
+def _dotted_name_problem(option: str, value: Any) -> str | None:
+    """``trainer.strategy`` / ``trainer.profiler`` given as a dotted string. Lightning reads a string
+    as one of its names (none has a dot; the parser keeps ``str`` before the class), so every one is
+    refused, after the imports, as an invalid name. Here: a path that names no class with the closest
+    (:func:`~lightning_fed.class_paths.dotted_path_problem`), a class's path with how to give it."""
+    if not isinstance(value, str) or "." not in value or _float_word(value):
+        return None
+    from lightning_fed.class_paths import dotted_path_problem, missing_module_problem
+
+    key, path = f"trainer.{option}", value.strip()
+    names = STRATEGIES if option == "strategy" else PROFILERS
+    top = path.split(".", 1)[0]
+    if missing_module_problem(key, f"{top}.X") and difflib.get_close_matches(path.lower(), names, n=1, cutoff=0.6):
+        return _choice(option, value, names, "")  # `ddp.spawn`: a name mistyped, not a class path
+    if problem := dotted_path_problem(key, path) or missing_module_problem(key, path):
+        return problem
+    return (
+        f"trainer.{option} {value!r} is a class path given as a name: Lightning takes a string only as one of its"
+        f" {option} names; give the class as {{class_path: {value.strip()}}}"
+    )
 
 
 def _float_word(text: str) -> bool:

@@ -170,3 +170,76 @@ def test_a_corrupt_global_state_is_refused_before_the_run_folder(tmp_path, train
         " use a checkpoint of this config's model"
     ]
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------ issue 41 item 2: before torch
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+RESUME_CHANGES = {
+    "strategy": (
+        ["--federation.strategy=FedProx"],
+        "federation.strategy: 'lightning_fed.strategies.FedAvg' -> 'lightning_fed.strategies.FedProx'",
+    ),
+    "lora_r": (["--model.init_args.lora.r=8"], "model.lora.r: 4 -> 8"),
+    "two_keys": (
+        ["--model.init_args.lr=1e-2", "--data.init_args.num_clients=5"],
+        "data.num_clients: 4 -> 5 (and 1 more: model.lr)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(RESUME_CHANGES))
+def test_a_resume_with_a_changed_config_is_refused_before_torch(tmp_path, trained, case):
+    """The run folder's config.yaml against the merged new config (lightning_fed/resume_precheck.py):
+    the live CLI's line, in a child whose ``import torch`` fails; the run folder byte for byte as it
+    was. On baaf8e7: refused only after the imports and the model's build (10-15 s of CPU)."""
+    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+
+    extra, change = RESUME_CHANGES[case]
+    root = trained.parents[3]
+    before = _files(root)
+    (tmp_path / "cwd").mkdir()
+    proc = lightning_fed_without_torch(
+        "fit",
+        "--config",
+        "tiny",
+        f"--trainer.default_root_dir={root}",
+        "--federation.local_steps=1",
+        "--federation.rounds=2",
+        f"--ckpt_path={trained}",
+        *extra,
+        cwd=tmp_path / "cwd",
+        hook=tmp_path / "hook",
+    )
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: ckpt_path {str(trained)!r} was written by a run with another config: {change}; resume with the"
+        " run's own config, or start a new run without --ckpt_path\n(run with --debug or LIGHTNING_FED_DEBUG=1 for"
+        " the traceback)\n",
+    )
+    assert _files(root) == before
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
+def test_a_resume_with_the_run_s_config_goes_on_to_the_checkpoint(tmp_path, trained):
+    """Same values written otherwise (a short class name, 5e-3 for 0.005, more rounds): not refused here."""
+    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+
+    (tmp_path / "cwd").mkdir()
+    proc = lightning_fed_without_torch(
+        "fit",
+        "--config",
+        "tiny",
+        f"--trainer.default_root_dir={trained.parents[3]}",
+        "--federation.local_steps=1",
+        "--federation.rounds=3",
+        "--federation.strategy=FedAvg",
+        "--model.init_args.lr=5e-3",
+        f"--ckpt_path={trained}",
+        cwd=tmp_path / "cwd",
+        hook=tmp_path / "hook",
+    )
+    assert REACHED_TORCH in proc.stderr, proc.stderr

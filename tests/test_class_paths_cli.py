@@ -150,6 +150,51 @@ VALUE_CASES = {
         "trainer.profiler 'nope' is not one of Lightning's profiler names; one of simple, advanced, pytorch, xla,"
         " or a Profiler's class_path",
     ),
+    # issue 41 item 4: every dotted string is refused by Lightning as an invalid name, after 13-15 s of imports
+    "strategy_dotted_no_class": (
+        ["--config", "tiny", "--trainer.strategy=lightning.pytorch.strategies.NoSuch"],
+        {},
+        "trainer.strategy: class_path 'lightning.pytorch.strategies.NoSuch': module 'lightning.pytorch.strategies'"
+        " has no class 'NoSuch'",
+    ),
+    "strategy_dotted_close_class": (
+        ["--config", "tiny", "--trainer.strategy=lightning.pytorch.strategies.DDPStrategie"],
+        {},
+        "trainer.strategy: class_path 'lightning.pytorch.strategies.DDPStrategie': module"
+        " 'lightning.pytorch.strategies' has no class 'DDPStrategie'; did you mean"
+        " lightning.pytorch.strategies.DDPStrategy?",
+    ),
+    "strategy_dotted_no_module": (
+        ["--config", "tiny", "--trainer.strategy=lightning.pytorch.nosuch.X"],
+        {},
+        "trainer.strategy: class_path 'lightning.pytorch.nosuch.X': no module named 'lightning.pytorch.nosuch'"
+        " is installed",
+    ),
+    "strategy_dotted_close_module": (
+        ["--config", "tiny", "--trainer.strategy=lightning.pytorch.strategy.DDPStrategy"],
+        {},
+        "trainer.strategy: class_path 'lightning.pytorch.strategy.DDPStrategy': no module named"
+        " 'lightning.pytorch.strategy' is installed; did you mean lightning.pytorch.strategies.DDPStrategy?",
+    ),
+    "strategy_class_as_a_name": (
+        ["--config", "tiny", "--config", "s.yaml"],
+        {"s.yaml": "trainer:\n  strategy: lightning.pytorch.strategies.DDPStrategy\n"},
+        "trainer.strategy 'lightning.pytorch.strategies.DDPStrategy' is a class path given as a name: Lightning"
+        " takes a string only as one of its strategy names; give the class as"
+        " {class_path: lightning.pytorch.strategies.DDPStrategy}",
+    ),
+    "strategy_name_with_a_dot": (
+        ["--config", "tiny", "--trainer.strategy=ddp.spawn"],
+        {},
+        "trainer.strategy 'ddp.spawn' is not one of Lightning's strategy names; did you mean ddp_spawn?",
+    ),
+    "profiler_dotted_close_class": (
+        ["--config", "tiny", "--trainer.profiler=lightning.pytorch.profilers.SimpleProfilr"],
+        {},
+        "trainer.profiler: class_path 'lightning.pytorch.profilers.SimpleProfilr': module"
+        " 'lightning.pytorch.profilers' has no class 'SimpleProfilr'; did you mean"
+        " lightning.pytorch.profilers.SimpleProfiler?",
+    ),
     "max_time": (
         ["--config", "tiny", "--trainer.max_time=abc"],
         {},

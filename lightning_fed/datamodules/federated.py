@@ -44,6 +44,7 @@ from lightning_fed.datamodules.tokenize import PadCollator
 from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
 from lightning_fed.option_rules import FEDERATED_DATA
 from lightning_fed.option_rules import problems as rule_problems
+from lightning_fed.stage_sets import NO_TEST_SET
 
 MIN_PROMPT_LENGTH = 16
 """Default of ``data.min_prompt_length`` (capped at half of ``max_length``)."""
@@ -251,10 +252,7 @@ class FederatedDataModule(pl.LightningDataModule):
 
     def _require_test_set(self) -> None:
         if self.test_dataset is None:
-            raise ValueError(
-                "data.test_dataset is not set: `test` scores a separate test set;"
-                " pass --data.init_args.test_dataset=<file>"
-            )
+            raise ValueError(NO_TEST_SET)  # lightning_fed/stage_sets.py: the precheck's line too
 
     # ----------------------------------------------------------------------------- building
     def encode(self, record: dict[str, Any]) -> dict[str, list[int]]:

@@ -74,8 +74,8 @@ from lightning_fed.state import StateDict, compute_dtype
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, LocalCorrection, Strategy
 from lightning_fed.strategies.fedavg import FedAvg
 from lightning_fed.strategies.fednova import FedNova
+from lightning_fed.wrapper_rules import ADAPTIVE_SECURE_SUM, secure_aggregation_problems, secure_sum_problem
 
-PROTOCOLS = ("secagg+",)
 _ROUNDING_TAG = 0x5341  # separates the stochastic rounding's seeds from the sampler's
 _NOISE_SHARE_TAG = 0x5344
 
@@ -148,8 +148,17 @@ class SecureAggregation(Strategy):
         timeout: float | None = None,
         seed: int = 0,
     ) -> None:
-        problems = _problems(strategy, protocol, num_shares, reconstruction_threshold, max_weight)
-        problems += _range_problems(clipping_range, quantization_range, modulus_range)
+        # lightning_fed/wrapper_rules.py: the precheck refuses the same values with the same line
+        problems = secure_aggregation_problems(
+            protocol,
+            num_shares,
+            reconstruction_threshold,
+            max_weight,
+            clipping_range,
+            quantization_range,
+            modulus_range,
+            wrapped=_strategy_problems(strategy),
+        )
         if problems:
             raise ValueError("SecureAggregation: " + "; ".join(problems))
         self.strategy, self.protocol = strategy, protocol
@@ -349,46 +358,12 @@ class SecureAggregation(Strategy):
         return self.averaging.aggregate(global_state, pseudo)
 
 
-def _problems(strategy: Strategy, protocol: str, num_shares: float, threshold: float, max_weight: float) -> list[str]:
+def _strategy_problems(strategy: Strategy) -> list[str]:
+    """What a secure sum cannot run on: adaptive clipping, a strategy that needs more than the mean."""
     out = []
-    if protocol not in PROTOCOLS:
-        out.append(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     inner = strategy.strategy if isinstance(strategy, ClientLevelDP) else strategy
     if isinstance(strategy, ClientLevelDP) and strategy.adaptive is not None:
-        out.append("ClientLevelDP with adaptive clipping is not supported (its noised count is not summed securely)")
+        out.append(ADAPTIVE_SECURE_SUM)
     if not isinstance(inner, FedAvg) or isinstance(inner, FedNova):
-        out.append(
-            f"strategy {type(inner).__name__} cannot run on a secure sum (supported: FedAvg, FedProx, FedAvgM,"
-            " FedAdagrad, FedYogi, FedAdam, optionally inside ClientLevelDP)"
-        )
-    if isinstance(num_shares, bool) or not (num_shares > 2 if isinstance(num_shares, int) else 0 < num_shares <= 1):
-        out.append(f"num_shares must be an int > 2 or a fraction in (0, 1], got {num_shares!r}")
-    bad_int = isinstance(threshold, int) and not (
-        1 < threshold and (not isinstance(num_shares, int) or threshold < num_shares)
-    )
-    if isinstance(threshold, bool) or bad_int or (isinstance(threshold, float) and not 0 < threshold <= 1):
-        out.append(
-            f"reconstruction_threshold must be an int in [2, num_shares) or a fraction in (0, 1], got {threshold!r}"
-        )
-    if not max_weight > 0:
-        out.append(f"max_weight must be > 0, got {max_weight!r}")
-    return out
-
-
-def _range_problems(clipping_range: float, quantization_range: int, modulus_range: int) -> list[str]:
-    out = []
-    if not clipping_range > 0:
-        out.append(f"clipping_range must be > 0, got {clipping_range!r}")
-    if not isinstance(quantization_range, int) or quantization_range <= 0:
-        out.append(f"quantization_range must be an int > 0, got {quantization_range!r}")
-    elif (
-        not isinstance(modulus_range, int)
-        or modulus_range <= quantization_range
-        or modulus_range > 2**32
-        or bin(modulus_range).count("1") != 1
-    ):
-        out.append(
-            f"modulus_range must be a power of 2 in (quantization_range, 2**32], got {modulus_range!r}"
-            " (Flower samples masks below it as int64)"
-        )
+        out.append(secure_sum_problem(type(inner).__name__))
     return out

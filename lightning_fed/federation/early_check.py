@@ -61,11 +61,17 @@ def precheck_checkpoint(argv: list[str]) -> None:
         return
     from lightning_fed.shipped_configs import resolve_config_args
 
-    path = resumed_path(resolve_config_args(args))
+    args = resolve_config_args(args)
+    path = resumed_path(args)
     if not path or path in NAMED or path in NONE or "://" in path:
         return  # the live CLI resolves or refuses it
     if not Path(path).is_file():  # the live CLI's line (federated_cli.py), before anything is built or written
         raise FileNotFoundError(f"ckpt_path {path!r}: no such checkpoint file")
+    from lightning_fed.errors import CheckpointError
+    from lightning_fed.resume_precheck import resume_problem
+
+    if stage == "fit" and (problem := resume_problem(path, args)):  # before torch
+        raise CheckpointError(problem)
     from lightning_fed.federation.checkpoint_check import checkpoint_error, file_problem
     from lightning_fed.federation.checkpoint_read import read_checkpoint
 

@@ -67,20 +67,11 @@ from lightning_fed.privacy.adaptive_clipping import AdaptiveClipping, update_noi
 from lightning_fed.privacy.clipping import clip_to_norm
 from lightning_fed.state import StateDict, compute_dtype
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, LocalCorrection, Strategy
+from lightning_fed.wrapper_rules import CLIENT_DP_UNSUPPORTED, client_dp_problems, wrapped_problem
 
 CONTROL_PREFIX = "control/"  # SCAFFOLD's named controls (lightning_fed.strategies.scaffold.PREFIX)
 #: Strategies that aggregate individual updates, not a mean: no Gaussian-sum DP for them.
-UNSUPPORTED = {
-    "FedNova": "it normalises each client's update by that client's own step count",
-    "FedAMP": "it builds a personalised aggregate from each client's individual model",
-    "CoordinateMedian": "a median of individual updates is not a sum",
-    "TrimmedMean": "a trimmed mean of individual updates is not a sum",
-    # Rank-heterogeneous LoRA: clients of different ranks send tensors of different shapes, which
-    # have no common sum to noise (and the server re-factors or stacks individual updates).
-    "HetLoRA": "its clients send LoRA factors of different ranks, which have no common sum to noise",
-    "FlexLoRA": "it averages each client's own product B A and re-factors it; no common sum to noise",
-    "FLoRA": "it stacks each client's individual factors; no common sum to noise",
-}
+UNSUPPORTED = CLIENT_DP_UNSUPPORTED
 _NOISE_TAG = 0x44_50  # separates this generator's seeds from the sampler's
 #: Strategies publishing control variates that a round without update noises as well.
 CONTROL_STRATEGIES = {"Scaffold"}
@@ -123,19 +114,9 @@ class ClientLevelDP(Strategy):
         control_scale: float = 1.0,
         seed: int | None = None,
     ) -> None:
-        problems = []
-        name = type(strategy).__name__
-        if name in UNSUPPORTED or isinstance(strategy, ClientLevelDP):
-            reason = UNSUPPORTED.get(name, "it is already private")
-            problems.append(f"strategy {name} cannot be wrapped: {reason}")
-        if noise_multiplier is not None and not noise_multiplier >= 0:
-            problems.append(f"noise_multiplier must be >= 0, got {noise_multiplier!r}")
-        if not clip_norm > 0:
-            problems.append(f"clip_norm must be > 0, got {clip_norm!r}")
-        if expected_clients is not None and not expected_clients > 0:
-            problems.append(f"expected_clients must be > 0, got {expected_clients!r}")
-        if not control_scale > 0:
-            problems.append(f"control_scale must be > 0, got {control_scale!r}")
+        # lightning_fed/wrapper_rules.py: the precheck refuses the same values with the same line
+        problems = [p for p in [wrapped_problem(type(strategy).__name__, isinstance(strategy, ClientLevelDP))] if p]
+        problems += client_dp_problems(noise_multiplier, clip_norm, expected_clients, control_scale)
         if problems:
             raise ValueError("ClientLevelDP: " + "; ".join(problems))
         self.strategy = strategy

@@ -1,0 +1,117 @@
+"""Which changes of a run's config a resume may make, torch-free (:mod:`lightning_fed.federation.resume_check`
+compares the checkpoint's stored config with the new one; :mod:`lightning_fed.resume_precheck`
+compares the run folder's ``config.yaml`` with the new one before torch is imported).
+
+Lightning resumes from whatever checkpoint it is given and keeps the new config's values for
+everything the checkpoint does not hold, so a resumed run with another ``num_clients``,
+partition or seed silently trains a different federation: a change to a key that decides the
+result (:func:`decides_result`) is refused, naming the key, the old and the new value
+(:func:`resume_refusal`); a change to what only decides how long or how visibly the run goes on
+is allowed.
+
+Imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+RESULT_SECTIONS = ("model", "data", "federation", "seed_everything", "optimizer", "lr_scheduler")
+"""Top-level config sections whose every key decides the result, unless in :data:`MAY_CHANGE`."""
+
+RESULT_TRAINER_KEYS = frozenset(
+    {
+        "trainer.accumulate_grad_batches",
+        "trainer.precision",
+        "trainer.gradient_clip_val",
+        "trainer.gradient_clip_algorithm",
+        "trainer.deterministic",
+    }
+)
+"""``trainer`` options that change the numbers (the rest of ``trainer`` may change)."""
+
+MAY_CHANGE = frozenset(
+    {
+        "federation.rounds",
+        "federation.save_adapter",
+        "federation.max_state_memory_bytes",
+        "federation.state_offload_dir",
+        "federation.batch_clients",  # each client's update is its sequential one (tests/batching/test_parity.py)
+        "data.num_workers",
+    }
+)
+"""Keys inside :data:`RESULT_SECTIONS` that do not change the result."""
+
+NOT_COMPARED = frozenset({"ckpt_path", "config", "weights_only"})
+"""The resume itself: always differs, never reported."""
+
+DERIVED_SEEDS = ("data.seed", "federation.seed")
+"""Seeds that default to ``seed_everything`` when ``None``: compared by the value they take."""
+
+
+def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"class_path": C, "init_args": {"lr": x}}}`` -> ``{"model": C, "model.lr": x}``.
+
+    Keys are named as the user writes them on the command line, without ``init_args``.
+    """
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            if "class_path" in value:
+                flat[name] = value["class_path"]
+                init_args = value.get("init_args")  # a damaged stored config: compared as far as it reads
+                flat.update(flatten_config(init_args if isinstance(init_args, dict) else {}, name))
+                flat.update(
+                    flatten_config({k: v for k, v in value.items() if k not in ("class_path", "init_args")}, name)
+                )
+            else:
+                flat.update(flatten_config(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def decides_result(key: str) -> bool:
+    """Whether changing ``key`` (a flattened config key) on resume would change the run's result."""
+    if key in MAY_CHANGE:
+        return False
+    if key.startswith("trainer."):
+        return key in RESULT_TRAINER_KEYS
+    return key.split(".", 1)[0] in RESULT_SECTIONS
+
+
+def compare_configs(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(forbidden changes, allowed changes), each ``"key: old -> new"``, over keys both configs hold."""
+    before, after = flatten_config(old), flatten_config(new)
+    for flat in (before, after):  # `data.seed: 0` (explicit) and `data.seed: null` with seed 0 are one run
+        for key in DERIVED_SEEDS:
+            if key in flat and flat[key] is None:
+                flat[key] = flat.get("seed_everything")
+    forbidden, allowed = [], []
+    for key in sorted(before.keys() & after.keys()):
+        if key in NOT_COMPARED or before[key] == after[key] or _resolved_auto(key, before[key], after[key]):
+            continue
+        change = f"{key}: {before[key]!r} -> {after[key]!r}"
+        (forbidden if decides_result(key) else allowed).append(change)
+    return forbidden, allowed
+
+
+def _resolved_auto(key: str, old: Any, new: Any) -> bool:
+    """``federation.batch_clients: auto`` against the K the run resolved it to: not a change (the
+    resume trains with the run's K, FederatedLoop.load_state_dict)."""
+    return key == "federation.batch_clients" and new == "auto" and isinstance(old, int)
+
+
+def resume_refusal(path: str | Path, forbidden: list[str]) -> str:
+    """The one line refusing a resume from ``path`` with the ``forbidden`` changes (``"key: old -> new"``)."""
+    more = (
+        f" (and {len(forbidden) - 1} more: {', '.join(c.split(':')[0] for c in forbidden[1:])})"
+        if len(forbidden) > 1
+        else ""
+    )
+    return (
+        f"ckpt_path {str(path)!r} was written by a run with another config: {forbidden[0]}{more};"
+        " resume with the run's own config, or start a new run without --ckpt_path"
+    )

@@ -1,0 +1,157 @@
+"""A resume (``fit --ckpt_path <run>/checkpoints/<file>``) with a changed config, refused before torch
+(issue 41, item 2).
+
+The live CLI compares the config stored in the checkpoint with the new one
+(:func:`lightning_fed.federation.resume_check.check_resume`) once the model and the run are built:
+10-15 s of CPU before a changed ``federation.strategy`` or ``model.lora.r`` is named. The run folder
+holds the same config as text beside ``checkpoints/``: ``config.yaml`` (and ``summary.json``'s
+``config``; docs/get-started/outputs.md). :func:`resume_problem` compares it with the merged new
+config (:func:`lightning_fed.config_values.merged_config`) by the same rules
+(:mod:`lightning_fed.config_changes`) and refuses a change to a key that decides the result with
+the live CLI's line, naming the key, both values and the checkpoint.
+
+Only what is certain is refused: a checkpoint not in a ``checkpoints/`` folder, a run folder
+without a readable ``config.yaml``, or a ``summary.json`` whose config says otherwise for a key is
+left to the live check (the checkpoint's own config decides); so is a value the parser would
+still convert (a word for a number, a list, a mapping given as a whole). Class paths are compared
+by their class name (``FedAvg`` and ``lightning_fed.strategies.FedAvg`` are one class). Nothing is
+written: the files are only read.
+
+Imports nothing heavy: :mod:`lightning_fed.config_changes`, :mod:`lightning_fed.config_values`, PyYAML.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lightning_fed.config_changes import DERIVED_SEEDS, NOT_COMPARED, decides_result, flatten_config, resume_refusal
+
+_SKIP = object()
+"""A pair of values this module cannot compare (left to the live check)."""
+
+
+def run_config(ckpt_path: str) -> dict[str, Any] | None:
+    """``config.yaml`` of the run folder holding ``ckpt_path`` (``<run>/checkpoints/<file>``), or ``None``."""
+    path = Path(ckpt_path)
+    if path.parent.name != "checkpoints":
+        return None
+    import yaml
+
+    try:
+        loaded = yaml.safe_load((path.parent.parent / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def _summary_config(ckpt_path: str) -> dict[str, Any] | None:
+    try:
+        summary = json.loads((Path(ckpt_path).parent.parent / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    config = summary.get("config") if isinstance(summary, dict) else None
+    return config if isinstance(config, dict) else None
+
+
+def _class_keys(config: dict[str, Any], prefix: str = "") -> set[str]:
+    """The flattened keys (:func:`flatten_config`) whose value is a ``class_path``."""
+    found: set[str] = set()
+    for key, value in config.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and "class_path" in value:
+            found.add(name)
+            init_args = value.get("init_args")
+            found |= _class_keys(init_args if isinstance(init_args, dict) else {}, name)
+        elif isinstance(value, dict):
+            found |= _class_keys(value, name)
+    return found
+
+
+def new_config(sections: dict[str, Any]) -> dict[str, Any]:
+    """The merged sections (:attr:`lightning_fed.config_values.Merged.sections`) as the parser's dump
+    nests them (``federation.strategy`` inside ``federation``); sections not followed are left out."""
+    out: dict[str, Any] = {}
+    for key, value in sections.items():
+        if "." in key or not isinstance(value, (dict, str, int, float, bool, type(None))):
+            continue
+        out[key] = value
+    federation = sections.get("federation")
+    federation = dict(federation) if isinstance(federation, dict) else {}
+    strategy = sections.get("federation.strategy")
+    if isinstance(strategy, dict):
+        federation["strategy"] = strategy
+    if federation:
+        out["federation"] = federation
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _same(old: Any, new: Any, is_class: bool) -> bool | object:
+    """Whether ``new`` (as given) is the parser's ``old`` (as dumped), or :data:`_SKIP`."""
+    if isinstance(old, str) and isinstance(new, str) and is_class:
+        return old.rpartition(".")[2] == new.rpartition(".")[2]
+    if old is None and new is None:
+        return True
+    if isinstance(old, bool) or isinstance(new, bool):
+        return old == new if isinstance(old, bool) and isinstance(new, bool) else _SKIP
+    if _number(old) and _number(new):
+        return float(old) == float(new)
+    if _number(old) and isinstance(new, str):
+        try:
+            return float(old) == float(new.replace("_", ""))
+        except ValueError:
+            return _SKIP  # the parser refuses it
+    if isinstance(old, str) and isinstance(new, str):
+        return old == new
+    if (old is None) != (new is None) and all(v is None or _number(v) or isinstance(v, str) for v in (old, new)):
+        return False
+    return _SKIP
+
+
+def _shown(key: str, value: Any, is_class: bool) -> Any:
+    """``value`` as the parser's dump writes it: a short name of the package's class in full."""
+    from lightning_fed.option_rules import PACKAGES, class_rules
+
+    if is_class and isinstance(value, str) and "." not in value and key in ("model", "data", "federation.strategy"):
+        return f"{PACKAGES[key]}.{value}" if class_rules(key, value) is not None else value
+    return value
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any], summary: dict[str, Any] | None) -> list[str]:
+    """The result-deciding changes (``"key: old -> new"``, sorted) this module is certain of."""
+    before, after = flatten_config(old), flatten_config(new)
+    checked = flatten_config(summary) if summary is not None else None
+    classes = _class_keys(old) | _class_keys(new)
+    for flat in (before, after):
+        for key in DERIVED_SEEDS:
+            if key in flat and flat[key] is None and "seed_everything" in flat:
+                flat[key] = flat["seed_everything"]
+    out = []
+    for key in sorted(before.keys() & after.keys()):
+        if key in NOT_COMPARED or not decides_result(key) or key in DERIVED_SEEDS:
+            continue
+        if checked is not None and checked.get(key, before[key]) != before[key]:
+            continue  # the run folder's two records disagree: the checkpoint decides
+        same = _same(before[key], after[key], key in classes)
+        if same is False:
+            out.append(f"{key}: {before[key]!r} -> {_shown(key, after[key], key in classes)!r}")
+    return out
+
+
+def resume_problem(path: str, args: list[str]) -> str | None:
+    """The live CLI's line refusing a ``fit`` resumed from the checkpoint file ``path`` with ``args``
+    (shipped configs resolved) where the run's ``config.yaml`` differs in a key that decides the
+    result, or ``None``."""
+    from lightning_fed.config_values import merged_config
+
+    old = run_config(path)
+    merged = merged_config(args) if old is not None else None
+    if old is None or merged is None:
+        return None
+    changes = _changes(old, new_config(merged.sections), _summary_config(path))
+    return resume_refusal(path, changes) if changes else None

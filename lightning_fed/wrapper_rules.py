@@ -1,0 +1,248 @@
+"""The option rules of the strategy wrappers, without torch (issue 41: a config error before torch).
+
+:class:`~lightning_fed.privacy.ClientLevelDP` and
+:class:`~lightning_fed.deploy.secure_aggregation.SecureAggregation` wrap another strategy, so their
+options are not ``federation.strategy.<option>`` rules of :mod:`lightning_fed.option_rules` (a
+wrapper may sit inside another: ``SecureAggregation(ClientLevelDP(FedAdam))``); each class raises
+``ValueError("<Class>: " + "; ".join(problems))``. The functions here list those problems; the
+classes call them in their ``__init__`` and the precheck (:func:`wrapper_problem`, from
+:mod:`lightning_fed.config_values`) calls them on the merged config, so a
+``noise_multiplier: -1`` is refused in a fraction of a second with the line the class raises
+after 10-15 s of imports. A wrapped strategy of the package's is checked too: its class (the ones
+a wrapper cannot wrap, :data:`CLIENT_DP_UNSUPPORTED`) and its own rules
+(:func:`lightning_fed.class_sections.class_problem`).
+
+Values are taken as the CLI's parser hands them over (an integer given for a ``float`` option is a
+float); a value of the wrong type is named with the class's line rather than left to fail inside
+a comparison. Imports nothing heavy: :mod:`lightning_fed.class_paths` reads sources only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+CLIENT_DP_UNSUPPORTED = {
+    "FedNova": "it normalises each client's update by that client's own step count",
+    "FedAMP": "it builds a personalised aggregate from each client's individual model",
+    "CoordinateMedian": "a median of individual updates is not a sum",
+    "TrimmedMean": "a trimmed mean of individual updates is not a sum",
+    # Rank-heterogeneous LoRA: clients of different ranks send tensors of different shapes, which
+    # have no common sum to noise (and the server re-factors or stacks individual updates).
+    "HetLoRA": "its clients send LoRA factors of different ranks, which have no common sum to noise",
+    "FlexLoRA": "it averages each client's own product B A and re-factors it; no common sum to noise",
+    "FLoRA": "it stacks each client's individual factors; no common sum to noise",
+}
+"""Strategies that aggregate individual updates, not a mean: no Gaussian-sum DP for them."""
+
+PROTOCOLS = ("secagg+",)
+"""SecureAggregation's ``protocol``."""
+
+CLIENT_DP = ("lightning_fed.privacy", "ClientLevelDP")
+SECURE_AGGREGATION = ("lightning_fed.deploy", "SecureAggregation")
+"""(package, class name) of each wrapper: a ``class_path`` names it by the name alone or by a
+dotted path inside that package."""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_float(value: Any) -> Any:
+    """A ``float`` option as the parser hands it to the class: an integer becomes a float."""
+    return float(value) if _number(value) and isinstance(value, int) else value
+
+
+def client_dp_problems(
+    noise_multiplier: Any = None, clip_norm: Any = 0.1, expected_clients: Any = None, control_scale: Any = 1.0
+) -> list[str]:
+    """ClientLevelDP's refused numbers, each one line, in the order the class reports them."""
+    out = []
+    if noise_multiplier is not None and not (_number(noise_multiplier) and noise_multiplier >= 0):
+        out.append(f"noise_multiplier must be >= 0, got {noise_multiplier!r}")
+    if not (_number(clip_norm) and clip_norm > 0):
+        out.append(f"clip_norm must be > 0, got {clip_norm!r}")
+    if expected_clients is not None and not (_number(expected_clients) and expected_clients > 0):
+        out.append(f"expected_clients must be > 0, got {expected_clients!r}")
+    if not (_number(control_scale) and control_scale > 0):
+        out.append(f"control_scale must be > 0, got {control_scale!r}")
+    return out
+
+
+def wrapped_problem(name: str, already_private: bool = False) -> str | None:
+    """ClientLevelDP around a strategy named ``name`` that cannot sit behind a Gaussian sum."""
+    if name in CLIENT_DP_UNSUPPORTED or already_private:
+        return f"strategy {name} cannot be wrapped: {CLIENT_DP_UNSUPPORTED.get(name, 'it is already private')}"
+    return None
+
+
+def secure_aggregation_problems(
+    protocol: Any = "secagg+",
+    num_shares: Any = 1.0,
+    reconstruction_threshold: Any = 0.5,
+    max_weight: Any = 1000.0,
+    clipping_range: Any = 8.0,
+    quantization_range: Any = 2**22,
+    modulus_range: Any = 2**32,
+    wrapped: list[str] | None = None,
+) -> list[str]:
+    """SecureAggregation's refused settings, each one line, in the class's order (``wrapped``: what
+    is wrong with its wrapped strategy, :func:`secure_sum_problem`, said after the protocol)."""
+    out = []
+    if protocol not in PROTOCOLS:
+        out.append(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    out += wrapped or []
+    shares_int = isinstance(num_shares, int) and not isinstance(num_shares, bool)
+    if not _number(num_shares) or not (num_shares > 2 if shares_int else 0 < num_shares <= 1):
+        out.append(f"num_shares must be an int > 2 or a fraction in (0, 1], got {num_shares!r}")
+    threshold = reconstruction_threshold
+    bad_int = (
+        isinstance(threshold, int)
+        and not isinstance(threshold, bool)
+        and not (1 < threshold and (not shares_int or threshold < num_shares))
+    )
+    if not _number(threshold) or bad_int or (isinstance(threshold, float) and not 0 < threshold <= 1):
+        out.append(
+            f"reconstruction_threshold must be an int in [2, num_shares) or a fraction in (0, 1], got {threshold!r}"
+        )
+    if not (_number(max_weight) and max_weight > 0):
+        out.append(f"max_weight must be > 0, got {max_weight!r}")
+    if not (_number(clipping_range) and clipping_range > 0):
+        out.append(f"clipping_range must be > 0, got {clipping_range!r}")
+    if not isinstance(quantization_range, int) or isinstance(quantization_range, bool) or quantization_range <= 0:
+        out.append(f"quantization_range must be an int > 0, got {quantization_range!r}")
+    elif (
+        not isinstance(modulus_range, int)
+        or isinstance(modulus_range, bool)
+        or modulus_range <= quantization_range
+        or modulus_range > 2**32
+        or bin(modulus_range).count("1") != 1
+    ):
+        out.append(
+            f"modulus_range must be a power of 2 in (quantization_range, 2**32], got {modulus_range!r}"
+            " (Flower samples masks below it as int64)"
+        )
+    return out
+
+
+ADAPTIVE_SECURE_SUM = "ClientLevelDP with adaptive clipping is not supported (its noised count is not summed securely)"
+"""SecureAggregation around ClientLevelDP with ``adaptive`` set."""
+
+
+def secure_sum_problem(name: str) -> str:
+    """SecureAggregation around a strategy named ``name`` that needs more than the mean."""
+    return (
+        f"strategy {name} cannot run on a secure sum (supported: FedAvg, FedProx, FedAvgM,"
+        " FedAdagrad, FedYogi, FedAdam, optionally inside ClientLevelDP)"
+    )
+
+
+# ------------------------------------------------------------------------------ the precheck
+def _wrapper(class_path: str) -> str | None:
+    """``ClientLevelDP`` / ``SecureAggregation`` if ``class_path`` names that wrapper, else ``None``."""
+    module, _, name = class_path.rpartition(".")
+    for package, wrapper in (CLIENT_DP, SECURE_AGGREGATION):
+        if name == wrapper and (not module or module == package or module.startswith(package + ".")):
+            return wrapper
+    return None
+
+
+def _numeric_word(value: Any) -> bool:
+    """A string the parser may still read as a number (``"1e-3"``, which PyYAML leaves a string):
+    not checked here. Any other word for a number is certainly refused."""
+    if not isinstance(value, str):
+        return False
+    try:
+        float(value.replace("_", ""))
+    except ValueError:
+        return False
+    return True
+
+
+def _section(value: Any) -> dict[str, Any] | None:
+    """A strategy given as a name or ``{class_path, init_args}``, as ``{class_path, init_args}``."""
+    if isinstance(value, str):
+        return {"class_path": value, "init_args": {}}
+    if isinstance(value, Mapping) and isinstance(value.get("class_path"), str):
+        init = value.get("init_args")
+        return {"class_path": value["class_path"], "init_args": dict(init) if isinstance(init, Mapping) else {}}
+    return None
+
+
+def _package_strategy(class_path: str) -> str | None:
+    """The name of the package's strategy ``class_path`` names (short or under ``lightning_fed.strategies``)."""
+    from lightning_fed.option_rules import STRATEGY_RULES
+
+    module, _, name = class_path.rpartition(".")
+    if module and not (module == "lightning_fed.strategies" or module.startswith("lightning_fed.strategies.")):
+        return None
+    return name if name in STRATEGY_RULES else None
+
+
+def wrapper_problem(strategy: Any) -> str | None:
+    """The line a wrapper given as ``federation.strategy`` (``{class_path, init_args}``, merged)
+    refuses its options with, or ``None`` (not a wrapper, or nothing certain)."""
+    section = _section(strategy)
+    if section is None or (wrapper := _wrapper(section["class_path"])) is None:
+        return None
+    args = {k: v for k, v in section["init_args"].items() if k in ("protocol", "strategy") or not _numeric_word(v)}
+    inner = _section(args.get("strategy"))
+    if problem := inner_problem(inner):  # the parser builds the wrapped strategy first
+        return problem
+    out: list[str] = []
+    names = ("noise_multiplier", "clip_norm", "expected_clients", "control_scale")
+    if wrapper == "ClientLevelDP":
+        if inner is not None and (name := _package_strategy(inner["class_path"])):
+            if problem := wrapped_problem(name):
+                out.append(problem)
+        elif inner is not None and _wrapper(inner["class_path"]) == "ClientLevelDP":
+            out.append(wrapped_problem("ClientLevelDP", already_private=True) or "")
+        out += client_dp_problems(**{k: _as_float(args[k]) for k in names if k in args})
+    else:
+        floats = ("max_weight", "clipping_range")
+        given = {
+            k: _as_float(v) if k in floats else v
+            for k, v in args.items()
+            if k in ("protocol", "num_shares", "reconstruction_threshold", "quantization_range", "modulus_range")
+            or k in floats
+        }
+        out += secure_aggregation_problems(**given, wrapped=_secure_sum_wrapped(inner))
+    return f"{wrapper}: " + "; ".join(out) if out else None
+
+
+def _secure_sum_wrapped(inner: dict[str, Any] | None) -> list[str]:
+    """What SecureAggregation refuses in its wrapped strategy, where the config makes it certain."""
+    if inner is None:
+        return []
+    out = []
+    if _wrapper(inner["class_path"]) == "ClientLevelDP":
+        if inner["init_args"].get("adaptive") is not None:
+            out.append(ADAPTIVE_SECURE_SUM)
+        inner = _section(inner["init_args"].get("strategy"))
+        if inner is None:
+            return out
+    name = _package_strategy(inner["class_path"])
+    if name is not None and name not in _secure_sum_family():
+        out.append(secure_sum_problem(name))
+    return out
+
+
+def _secure_sum_family() -> set[str]:
+    """The package's strategies a secure sum supports: FedAvg and its subclasses, but FedNova's family."""
+    from lightning_fed.class_paths import package_subclasses
+
+    nova = {"FedNova"} | package_subclasses("FedNova")
+    return ({"FedAvg"} | package_subclasses("FedAvg")) - nova
+
+
+def inner_problem(inner: dict[str, Any] | None) -> str | None:
+    """The wrapped strategy's own refusal: a wrapper's (:func:`wrapper_problem`) or the package's
+    strategy's rules (:func:`~lightning_fed.class_sections.class_problem`, which name the option
+    ``federation.strategy.<option>`` as the class does)."""
+    if inner is None:
+        return None
+    if _wrapper(inner["class_path"]) is not None:
+        return wrapper_problem(inner)
+    from lightning_fed.class_sections import class_problem
+
+    return class_problem("federation.strategy", inner)
