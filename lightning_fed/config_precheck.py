@@ -334,7 +334,8 @@ def _in_file(args: list[str], problem: str, check: Callable[[list[str]], str | N
     of the arguments up to each file and option in turn: the one that brought ``problem`` is the
     last after which ``check`` says ``problem`` and before which it did not. As jsonargparse
     merges, a later file or option that sets the key again wins (it names its own value, or no
-    file); a file that sets it to the same value again changes nothing and is not named.
+    file); a file or option that sets it to the same value again changes no line and is not named
+    (the earlier file is).
     """
     before, source = None, None
     for end, path in _sources(args):

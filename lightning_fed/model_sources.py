@@ -8,7 +8,8 @@ decided from its text and the disk alone, before torch is imported.
 the value (issue 41). What is certain from here is refused with the option's name: a path that
 does not exist, and, offline, a tokenizer's hub id with no folder in the hub cache (a
 ``name_or_path`` hub id is left to ``plan``, which names its missing ``config.json``, and to the
-model loader). Online, a hub id is left to the hub. Imports nothing but the standard library and ``huggingface_hub``'s constants.
+model loader). Online, a hub id is left to the hub. Imports nothing but the standard library and
+``huggingface_hub``'s constants.
 """
 
 from __future__ import annotations
