@@ -40,7 +40,9 @@ from lightning_fed.class_parameters import (
 )
 from lightning_fed.class_paths import dotted_path_problem, package_subclasses
 from lightning_fed.errors import _REPLACED_OPTIONS
+from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.option_rules import LORA, PACKAGES, SECTIONS, TAKES_LORA, class_rules
+from lightning_fed.transformers_configs import config_class_keys
 from lightning_fed.value_rules import unknown_key, word_fits
 
 NESTED = {
@@ -53,6 +55,11 @@ BACKBONE_TABLES = {
     "quantization": ("lightning_fed.modules.backbone", "QUANTIZATIONS"),
 }
 """``model.backbone.<option>`` -> the table (module, name) its value must be a key of."""
+BUILTIN_TOKENIZERS = (
+    ("lightning_fed.modules.backbone", "BYTES_TOKENIZER"),
+    ("lightning_fed.modules.backbone", "GPT2_BPE_TOKENIZER"),
+)
+"""The tokenizers built in (``bytes``, ``gpt2-bpe``): no path, no hub id."""
 LOSSES = ("lightning_fed.modules.dpo_losses", "dpo_loss_function")
 """``model.loss`` of :class:`~lightning_fed.modules.DPOModule` and its subclasses: the registered names."""
 SYNTHETIC = ("lightning_fed.datamodules.synthetic", "SYNTHETIC")
@@ -190,6 +197,21 @@ def _backbone_source_problem(option: str, backbone: Mapping[str, Any]) -> str | 
     config = backbone.get("config")
     if isinstance(config, Mapping) and "model_type" not in config:
         return f"{option}.config must contain 'model_type', got keys {sorted(map(str, config))}"
+    builtin = (table(*BUILTIN_TOKENIZERS[0]), table(*BUILTIN_TOKENIZERS[1]))
+    for key in ("name_or_path", "tokenizer"):
+        spec = backbone.get(key)
+        if not isinstance(spec, str) or spec.startswith("gguf:") or (key == "tokenizer" and spec in builtin):
+            continue
+        # a hub id for name_or_path is plan's to name (no config.json), the model loader's to fetch
+        if problem := missing_source_problem(f"{option}.{key}", spec, hub=key == "tokenizer"):
+            return problem
+    model_type = config.get("model_type") if isinstance(config, Mapping) else None
+    if isinstance(model_type, str) and (known := config_class_keys(model_type)) is not None:
+        # transformers keeps a key its config does not take as an unread attribute (`n_embd_: 8`)
+        name, keys = known
+        for key in config:
+            if str(key) not in keys:
+                return unknown_key(f"{option}.config", f"{name} (model_type {model_type})", str(key), list(keys))
     return None
 
 

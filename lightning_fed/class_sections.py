@@ -13,6 +13,7 @@ import difflib
 from typing import Any
 
 from lightning_fed.class_parameters import parameters
+from lightning_fed.data_paths import missing_path_problem
 from lightning_fed.option_rules import (
     CROSS_CHECKS,
     LORA,
@@ -22,6 +23,7 @@ from lightning_fed.option_rules import (
     class_rules,
     hook_problems,
     problems,
+    synthetic_problem,
     target_modules_problem,
 )
 
@@ -46,6 +48,16 @@ def parsed(rules: tuple[Rule, ...], values: dict[str, Any]) -> dict[str, Any]:
     return {k: by_name[k].parsed(v) if k in by_name else v for k, v in values.items()}
 
 
+def _dataset_problem(init_args: dict[str, Any]) -> str | None:
+    """``data.dataset`` a local path to nothing (:func:`~lightning_fed.data_paths.missing_path_problem`,
+    as the data source decides local from hub), or ``data.synthetic_args``' sizes
+    (:func:`~lightning_fed.option_rules.synthetic_problem`)."""
+    dataset = init_args.get("dataset")
+    if isinstance(dataset, str) and not dataset.startswith("synthetic:") and (problem := missing_path_problem(dataset)):
+        return problem
+    return synthetic_problem(init_args)
+
+
 def class_problem(section: str, value: Any, index: int | None = None) -> str | None:
     """The line refusing a value of the package's class ``value`` (``{"class_path", "init_args"}``)."""
     if not isinstance(value, dict) or (rules := class_rules(section, value["class_path"])) is None:
@@ -57,6 +69,8 @@ def class_problem(section: str, value: Any, index: int | None = None) -> str | N
     if found := (problems(rules, values) if index is None else hook_problems(rules, values, index)):
         return "; ".join(found)
     if (cross := CROSS_CHECKS.get(value["class_path"].rpartition(".")[2])) and (problem := cross(values)):
+        return problem
+    if section == "data" and (problem := _dataset_problem(init_args)):
         return problem
     lora = init_args.get("lora")
     takes = section == "model" and value["class_path"].rpartition(".")[2] in TAKES_LORA

@@ -30,14 +30,20 @@ parser's:
   rules the package's config classes raise with (:mod:`lightning_fed.option_rules`: ranges,
   integers, choices of ``model.*`` and ``data.*`` per class, ``federation.*``, the package's
   strategies and round hooks, ``seed_everything``) and Lightning's ``trainer.*`` bounds
-  (:mod:`lightning_fed.config_values`); then ``trainer.default_root_dir`` must be writable;
+  (:mod:`lightning_fed.config_values`), a ``data.dataset`` path to nothing
+  (:mod:`lightning_fed.data_paths`), ``data.synthetic_args``' sizes, a ``model.backbone.config``
+  key its transformers config class does not take (:mod:`lightning_fed.transformers_configs`);
+  then ``trainer.default_root_dir`` must be writable;
 - ``predict`` (removed) is refused with what to use instead. A user's own class, and what
   depends on another option, are left to the live parser.
 
 The option names are used only when the stored page is the live parser's page for the installed
 libraries (:func:`lightning_fed.help_pages.stored_page`); otherwise the files and the values are
 checked, not the names.
-An error is one line on stderr and exit status 2 (:data:`~lightning_fed.errors.EXIT_USER_ERROR`).
+An error is one line on stderr and exit status 2 (:data:`~lightning_fed.errors.EXIT_USER_ERROR`): a
+:class:`~lightning_fed.errors.ConfigRefusal` (no ``--debug`` hint) or the line written before
+``SystemExit(2)``; a value a ``--config`` file set names that file (:func:`_in_file`), an argument
+error adds the subcommand's tip as the live parser does.
 """
 
 from __future__ import annotations
@@ -45,12 +51,19 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 from lightning_fed.config_values import option_problem, test_set_problem, unknown_option, value_problem
-from lightning_fed.errors import _REPLACED_OPTIONS, EXIT_USER_ERROR, UserError, config_shape_error, help_tip
+from lightning_fed.errors import (
+    _REPLACED_OPTIONS,
+    EXIT_USER_ERROR,
+    ConfigRefusal,
+    UserError,
+    config_shape_error,
+    help_tip,
+)
 from lightning_fed.strict_parser import closest_name
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
@@ -136,6 +149,11 @@ def _shape_problem(args: list[str]) -> str | None:
             stray.append(arg)
             i += 1
             continue
+        word = args[i + 1] if i + 1 < len(args) else None
+        if arg.endswith("=") and word is not None and (not word.startswith("-") or _NEGATIVE.match(word)):
+            # `--federation.rounds= 2`: the shell split it; argparse takes "" and calls `2` unrecognized
+            name = arg[:-1]
+            return f"argument {name}: empty value after '='; did you mean {name}={word} (no space after '=')?"
         if "=" in arg or arg in ("-h", "--help") or arg.startswith("--print_config"):
             i += 1
             continue
@@ -145,6 +163,23 @@ def _shape_problem(args: list[str]) -> str | None:
             return f"argument {name}: expected one argument"
         i += 2
     return f"unrecognized arguments: {' '.join(stray)}" if stray else None
+
+
+PRINT_CONFIG_FLAGS = ("", "skip_default", "skip_unset", "skip_null", "comments")
+"""The flags jsonargparse's ``--print_config=<flags>`` takes (``skip_null``: its deprecated
+name of ``skip_unset``; ``comments`` needs ruamel.yaml, which the live parser then checks)."""
+
+
+def _asking_problem(args: list[str]) -> str | None:
+    """``-h=1`` or ``--print_config=bad``, as argparse and jsonargparse refuse them (after the
+    imports, 12 s of CPU, on baaf8e7): a help flag takes no value, print_config only its flags."""
+    for arg in args:
+        name, given, value = arg.partition("=")
+        if given and name in ("-h", "--help"):
+            return f"argument -h/--help: ignored explicit argument {value!r}"
+        if given and name == "--print_config" and (bad := [f for f in value.split(",") if f not in PRINT_CONFIG_FLAGS]):
+            return f'Invalid option "{bad[0]}" for --print_config'
+    return None
 
 
 def _missing_sections(args: list[str], subcommand: str) -> str | None:
@@ -193,7 +228,7 @@ def _load(path: str) -> Any:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise UserError(f"config {path!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
+        raise ConfigRefusal(f"config {path!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
     try:
         loaded = yaml.safe_load(text)
         if duplicate := _duplicate_key(yaml.compose(text, Loader=yaml.SafeLoader)):
@@ -242,7 +277,7 @@ def _duplicate_key(node: Any, where: str = "", above: frozenset[int] = frozenset
 def _check_file(path: str, options: Options | None, subcommand: str) -> None:
     loaded = _load(path)
     if problem := config_shape_error(path, loaded):
-        raise UserError(problem)
+        raise ConfigRefusal(problem)
     if options is None:
         return
     for key in options.unknown_keys(loaded):
@@ -271,35 +306,60 @@ def _check_option(arg: str, options: Options, subcommand: str) -> None:
     _refuse(f"unknown option --{name} for `lightning-fed {subcommand}`{hint}")
 
 
-def _in_file(args: list[str], problem: str) -> str:
-    """``problem`` prefixed with the ``--config`` file that brought it (``config 'my_run.yaml': ...``):
-    the first file after which the arguments so far give the same line; unchanged if an option on
-    the command line brought it."""
-    for i, arg in enumerate(args):
+def _sources(args: list[str]) -> Iterator[tuple[int, str | None]]:
+    """``(end, path)`` of each ``--config`` file (``path``) and command-line option (``None``) in
+    ``args``, in order: ``args[:end]`` holds it and everything before it."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
         if arg in CONFIG_FLAGS and i + 1 < len(args):
-            end, path = i + 2, args[i + 1]
+            yield i + 2, args[i + 1]
+            i += 2
         elif arg.startswith("--config="):
-            end, path = i + 1, arg.split("=", 1)[1]
+            yield i + 1, arg.split("=", 1)[1]
+            i += 1
+        elif arg.startswith("--") and "=" not in arg and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            yield i + 2, None  # `--key value`
+            i += 2
         else:
-            continue
-        before = option_problem(args[:i])  # `--data=5 --config tiny.yaml`: not the file's
-        if option_problem(args[:end]) == problem and before != problem and Path(path).is_file():
-            return f"config {path!r}: {problem}"
-    return problem
+            yield i + 1, None
+            i += 1
+
+
+def _in_file(args: list[str], problem: str, check: Callable[[list[str]], str | None]) -> str:
+    """``problem`` prefixed with the ``--config`` file that brought it (``config 'my_run.yaml': ...``),
+    unchanged if an option on the command line brought it.
+
+    ``check`` (:func:`~lightning_fed.config_values.option_problem`, ``value_problem``...) is asked
+    of the arguments up to each file and option in turn: the one that brought ``problem`` is the
+    last after which ``check`` says ``problem`` and before which it did not. As jsonargparse
+    merges, a later file or option that sets the key again wins (it names its own value, or no
+    file); a file or option that sets it to the same value again changes no line and is not named
+    (the earlier file is).
+    """
+    before, source = None, None
+    for end, path in _sources(args):
+        now = check(args[:end])
+        if now == problem and before != problem:
+            source = path
+        before = now
+    return f"config {source!r}: {problem}" if source is not None and Path(source).is_file() else problem
 
 
 def precheck_arguments(argv: list[str]) -> None:
     """Refuse, before torch is imported, what the live parser would refuse (module docstring).
 
-    ``argv`` is the command line after ``lightning-fed``. Raises :class:`UserError` or
+    ``argv`` is the command line after ``lightning-fed``. Raises :class:`ConfigRefusal` or
     ``SystemExit(2)`` (the message already written); returns when nothing is wrong that can be
     seen here.
     """
     if argv and argv[0] in REMOVED:
-        raise UserError(REMOVED[argv[0]])
+        raise ConfigRefusal(REMOVED[argv[0]])
     if not argv or argv[0] not in LIGHTNING_SUBCOMMANDS:
         return
     subcommand, args = argv[0], argv[1:]
+    if problem := _asking_problem(args):
+        _usage_error(subcommand, problem)
     if any(a in ("-h", "--help") or a.startswith("--print_config") for a in args):
         return  # the live parser prints what was asked for
     if problem := _shape_problem(args):
@@ -322,12 +382,12 @@ def precheck_arguments(argv: list[str]) -> None:
             if arg.startswith("--") and i not in values:
                 _check_option(arg, options, subcommand)
     if problem := unknown_option(args):  # a strategy's or round hook's option (lightning_fed/class_parameters.py)
-        _refuse(problem)
+        _refuse(_in_file(args, problem, unknown_option))
     if problem := option_problem(args):  # a key or value the model's / data's class cannot take (class_options.py)
-        _refuse(_in_file(args, problem))
+        _refuse(_in_file(args, problem, option_problem))
     if problem := _missing_sections(args, subcommand):
         _usage_error(subcommand, problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
-        raise UserError(problem)  # reported as the live CLI reports the class's error: the line and the hint
+        raise ConfigRefusal(_in_file(args, problem, value_problem))  # one line, as _refuse's
     if subcommand == "test" and (problem := test_set_problem(args)):  # lightning_fed/stage_sets.py
-        raise UserError(problem)
+        raise ConfigRefusal(problem)

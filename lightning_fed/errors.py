@@ -68,12 +68,18 @@ class ArgumentsError(UserError):
         self.prog = prog
 
 
+class ConfigRefusal(UserError):
+    """A config or its values refused from their text, before torch is imported
+    (:mod:`lightning_fed.config_precheck`): one line, without the ``--debug`` hint (the traceback
+    would show only the precheck's own frames; ``--debug`` still prints it)."""
+
+
 def after_error(err: BaseException, debug: bool) -> str | None:
     """The line printed after ``error: ...``: the tip for an argument error, the ``--debug`` hint
-    for another (none when the traceback is already shown)."""
+    for another (none when the traceback is already shown, none for a :class:`ConfigRefusal`)."""
     if isinstance(err, ArgumentsError):
         return help_tip(err.prog)
-    return None if debug else HINT
+    return None if debug or isinstance(err, ConfigRefusal) else HINT
 
 
 class CheckpointError(UserError):

@@ -31,6 +31,24 @@ generating one takes about 1 KiB of memory and 15 us while drawn (measured: 200,
 ``synthetic:preferences``, 210 MiB peak, 3.0 s on one core), so a million rows is 1 GiB and
 15 s before any tokenizing; past that use a data file."""
 
+
+def synthetic_rows_problem(clients: object, per_client: object) -> str | None:
+    """The line refusing a ``synthetic:`` set of more than :data:`MAX_SYNTHETIC_ROWS` rows, or
+    ``None`` (also when either size is not a positive integer: its own check names it). Said by
+    the data source before the set is drawn and by the precheck before torch is imported."""
+    sizes = (clients, per_client)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
+        return None
+    rows = clients * per_client  # type: ignore[operator]
+    if rows <= MAX_SYNTHETIC_ROWS:
+        return None
+    return (
+        f"data.num_clients={clients} x data.synthetic_args.examples_per_client={per_client}"
+        f" = {rows} rows: a synthetic set holds at most {MAX_SYNTHETIC_ROWS}"
+        " (about 1 KiB each while drawn); use fewer, or a data file"
+    )
+
+
 MAX_LR = 10.0
 """``model.lr``: AdamW moves each weight by about ``lr`` per step, so past 10 every weight
 leaves any useful range in one step (the shipped configs use 1e-5 to 5e-2); 1e300 overflowed

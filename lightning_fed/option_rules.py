@@ -33,6 +33,7 @@ from lightning_fed.limits import (
     MAX_LORA_ALPHA,
     MAX_LR,
     MAX_ROUNDS,
+    synthetic_rows_problem,
 )
 from lightning_fed.value_rules import Rule as Rule
 from lightning_fed.value_rules import at_least, in_range, one_of, problems
@@ -207,6 +208,27 @@ DATA_RULES: dict[str, tuple[Rule, ...]] = {
         "FeedbackSFTDataModule",
     )
 }
+SYNTHETIC_ARGS = (
+    at_least("data.synthetic_args.num_clients", 1, integer=True),
+    at_least("data.synthetic_args.examples_per_client", 1, integer=True),
+)
+"""The sizes every planted-data generator (``data.dataset: synthetic:<name>``,
+:data:`lightning_fed.datamodules.synthetic.SYNTHETIC`) refuses unless positive (``check_positive``)."""
+
+
+def synthetic_problem(init_args: Mapping[str, Any]) -> str | None:
+    """``data.synthetic_args``' sizes as the generator refuses them (:data:`SYNTHETIC_ARGS`), and
+    the rows they make past :data:`~lightning_fed.limits.MAX_SYNTHETIC_ROWS` as the data source
+    refuses them (:func:`~lightning_fed.limits.synthetic_rows_problem`; ``data.num_clients`` when
+    ``synthetic_args`` does not give it, 1 when neither does: what is certain)."""
+    dataset, args = init_args.get("dataset"), init_args.get("synthetic_args")
+    if not isinstance(dataset, str) or not dataset.startswith("synthetic:") or not isinstance(args, Mapping):
+        return None
+    if found := problems(SYNTHETIC_ARGS, args):
+        return "; ".join(found)
+    clients = args.get("num_clients", init_args.get("num_clients", 1))
+    return synthetic_rows_problem(clients, args.get("examples_per_client", 1))
+
 
 # ------------------------------------------------------------------------------- federation:
 FEDERATION = (

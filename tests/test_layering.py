@@ -16,6 +16,9 @@ LAYERS: list[set[str]] = [
     # 0: plain data and process plumbing, no package below them
     {
         "limits",
+        "data_paths",
+        "transformers_configs",
+        "model_sources",
         "allocator",
         "adapter_config",
         "option_rules",

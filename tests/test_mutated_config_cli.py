@@ -16,10 +16,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from huggingface_hub import constants
 
 from lightning_fed.shipped_configs import resolve_config
 from tests.helpers.cli import lightning_fed_without_torch
 
+HUB_CACHE = constants.HF_HUB_CACHE
+"""Where the children look for a hub id (the children's environment is this process's)."""
 TINY = yaml.safe_load(Path(resolve_config("tiny")).read_text(encoding="utf-8"))
 MODELS = (
     "BinarySelectorModule, DPOModule, FedPerModule, FedRepModule, ORPOModule, OffsiteModule, PDPOModule,"
@@ -240,6 +243,41 @@ CASES = {
         " 'lightning_fed.datamodules.partition' has no class 'Dirichlett'; did you mean"
         " lightning_fed.datamodules.partition.Dirichlet?",
     ),
+    # The third outside run (issue 41, on baaf8e7): a value rule's line named no file and came with the
+    # --debug hint; the others were refused after the imports (12-15 s of CPU) or not at all.
+    "rounds_negative": (
+        lambda c: _set(c, "federation.rounds", -1),
+        "federation.rounds must be in [1, 1000000], got -1",
+    ),
+    "lr_negative": (lambda c: _set(c, "model.init_args.lr", -1), "model.lr must be in (0, 10.0], got -1.0"),
+    "examples_per_client_negative": (
+        lambda c: _set(c, "data.init_args.synthetic_args.examples_per_client", -3),
+        "data.synthetic_args.examples_per_client must be >= 1, got -3",
+    ),
+    "examples_per_client_huge": (  # planted_preferences drew them (exit 2 after the imports, 13 s)
+        lambda c: _set(c, "data.init_args.synthetic_args.examples_per_client", 10_000_000),
+        "data.num_clients=4 x data.synthetic_args.examples_per_client=10000000 = 40000000 rows: a synthetic set"
+        " holds at most 1000000 (about 1 KiB each while drawn); use fewer, or a data file",
+    ),
+    "dataset_no_such_file": (
+        lambda c: _set(c, "data.init_args.dataset", "./nope.jsonl"),
+        "data.dataset './nope.jsonl': no such file or folder (supported: .json, .jsonl, .csv, .parquet files or a"
+        " folder of them; a hub name is owner/name)",
+    ),
+    "tokenizer_path_missing": (
+        lambda c: _set(c, "model.init_args.backbone.tokenizer", "./no_tokenizer"),
+        "model.backbone.tokenizer: local path './no_tokenizer' does not exist",
+    ),
+    "tokenizer_hub_id_offline": (  # the children run offline (tests/helpers/cli.py): 12 s, naming no option
+        lambda c: _set(c, "model.init_args.backbone.tokenizer", "abc"),
+        f"model.backbone.tokenizer 'abc': no such local folder, and not in the hub cache ({HUB_CACHE}) while offline"
+        " (HF_HUB_OFFLINE=1: nothing is downloaded)",
+    ),
+    "backbone_config_key_misspelt": (  # transformers kept it unread: a 768-wide GPT-2 trained (81 s of CPU)
+        lambda c: _rename(c, "model.init_args.backbone.config.n_embd", "n_embd_"),
+        "model.backbone.config.n_embd_ is not an option of GPT2Config (model_type gpt2);"
+        " did you mean model.backbone.config.n_embd?",
+    ),
 }
 
 
@@ -304,6 +342,18 @@ def test_a_number_for_a_section_before_the_config_is_refused_naming_no_file(tmp_
     proc = lightning_fed_without_torch("fit", option, "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert list(cwd.iterdir()) == []
+
+
+def test_a_hub_data_set_name_is_left_to_the_data_module(tmp_path):
+    """``org/name`` is a hub name, not a path (as the data source tells them apart,
+    lightning_fed/data_paths.py): not refused here, the run goes on to the live parser."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch(
+        "fit", "--config", "tiny", "--data.init_args.dataset=org/name", cwd=cwd, hook=tmp_path / "hook"
+    )
+    assert "torch imported before the config was checked" in proc.stderr
+    assert "data.dataset" not in proc.stderr
 
 
 def test_a_string_option_given_on_the_command_line_is_its_text(tmp_path):

@@ -18,8 +18,9 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lightning_fed.data_paths import LOCAL_FORMATS, SUPPORTED, missing_path_problem
 from lightning_fed.datamodules.synthetic import SYNTHETIC
-from lightning_fed.limits import MAX_SYNTHETIC_ROWS
+from lightning_fed.limits import synthetic_rows_problem
 
 # kind -> (required fields, optional fields)
 FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -30,28 +31,6 @@ FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 SYNTHETIC_PREFIX = "synthetic:"
-
-# file suffix -> `datasets` builder name
-LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
-
-# Suffixes of files, never of hub data set names: such a name is a path, never sent to the hub.
-FILE_LIKE_SUFFIXES = frozenset(LOCAL_FORMATS) | {
-    ".txt",
-    ".tsv",
-    ".yaml",
-    ".yml",
-    ".xml",
-    ".arrow",
-    ".gz",
-    ".bz2",
-    ".xz",
-    ".zst",
-    ".zip",
-    ".tar",
-    ".xlsx",
-    ".pkl",
-    ".pt",
-}
 
 
 def load_records(
@@ -109,14 +88,8 @@ def check_synthetic_size(synthetic_args: Mapping) -> None:
     """Refuse a synthetic set of more than :data:`~lightning_fed.limits.MAX_SYNTHETIC_ROWS` rows
     before it is drawn (a billion clients was a 179 GiB ``MemoryError``, exit 1)."""
     clients, per_client = synthetic_args.get("num_clients", 1), synthetic_args.get("examples_per_client", 1)
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (clients, per_client)):
-        return  # the generator names a value that is not a positive integer
-    if clients * per_client > MAX_SYNTHETIC_ROWS:
-        raise ValueError(
-            f"data.num_clients={clients} x data.synthetic_args.examples_per_client={per_client}"
-            f" = {clients * per_client} rows: a synthetic set holds at most {MAX_SYNTHETIC_ROWS}"
-            " (about 1 KiB each while drawn); use fewer, or a data file"
-        )
+    if problem := synthetic_rows_problem(clients, per_client):
+        raise ValueError(problem)
 
 
 def local_files(dataset: str) -> tuple[str, list[str]] | None:
@@ -132,13 +105,10 @@ def local_files(dataset: str) -> tuple[str, list[str]] | None:
     """
     path = Path(dataset).expanduser()
     suffix = path.suffix.lower()
-    supported = f"supported: {', '.join(LOCAL_FORMATS)} files or a folder of them"
     if path.is_file() and suffix not in LOCAL_FORMATS:
-        raise ValueError(f"data.dataset {dataset!r}: unsupported file type {suffix or '(no suffix)'!r}; {supported}")
-    if not path.exists() and looks_like_path(dataset):
-        raise FileNotFoundError(
-            f"data.dataset {dataset!r}: no such file or folder ({supported}; a hub name is owner/name)"
-        )
+        raise ValueError(f"data.dataset {dataset!r}: unsupported file type {suffix or '(no suffix)'!r}; {SUPPORTED}")
+    if problem := missing_path_problem(dataset):
+        raise FileNotFoundError(problem)
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in LOCAL_FORMATS)
         builders = sorted({LOCAL_FORMATS[p.suffix.lower()] for p in files})
@@ -152,23 +122,6 @@ def local_files(dataset: str) -> tuple[str, list[str]] | None:
             raise FileNotFoundError(f"data.dataset {dataset!r}: no such file")
         return LOCAL_FORMATS[suffix], [str(path)]
     return None
-
-
-def looks_like_path(dataset: str) -> bool:
-    """Whether ``dataset`` names a local file or folder rather than a hub data set (``owner/name``).
-
-    Absolute, ``./``/``../``/``~`` relative, more than one ``/``, a file suffix, or a parent
-    folder that exists here: a hub name is none of these.
-    """
-    path = Path(dataset).expanduser()
-    return (
-        path.is_absolute()
-        or dataset.startswith((".", "~"))
-        or "\\" in dataset
-        or dataset.count("/") >= 2
-        or path.suffix.lower() in FILE_LIKE_SUFFIXES
-        or (len(path.parts) > 1 and path.parent.is_dir())
-    )
 
 
 def _load_hub(dataset: str, split: str) -> datasets.Dataset:

@@ -92,7 +92,8 @@ def test_bad_config_value_is_one_line_naming_its_key_before_torch(tmp_path, edit
     config.write_text(text.replace(edit[0], edit[1]))
     before = config.read_bytes()
     proc = _plan_without_torch(tmp_path, "--config", str(config))
-    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {message}\n{HINT}\n")
+    line = f"config {str(config)!r}: {message}"
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {line}\n")
     assert config.read_bytes() == before
 
 

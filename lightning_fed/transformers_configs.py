@@ -1,0 +1,134 @@
+"""The keys a transformers config class takes, read from the installed transformers' source.
+
+``model.backbone.config`` is handed to ``AutoConfig.for_model(model_type, **config)``
+(:func:`lightning_fed.modules.backbone._build_from_config`), which keeps a key no config has as
+an attribute nobody reads: ``n_embd_: 8`` built GPT-2's default 768-wide model silently (issue
+41). The precheck (:func:`lightning_fed.class_options._backbone_source_problem`) refuses such a
+key with the closest one, before torch is imported: importing a configuration module imports
+transformers and torch, so the class is read with ``ast`` from
+``transformers/models/<model_type>/configuration_<model_type>.py``: its fields (transformers 5's
+dataclass configs) or ``__init__`` parameters (4's), its ``attribute_map``, the keys its
+``__init__`` / ``__post_init__`` pop from ``kwargs``, and the same of its base classes
+(``PreTrainedConfig``'s ``output_hidden_states``, ``torch_dtype``...). A model type whose class
+is not found there, or a base class named ``...Config`` that cannot be read, gives ``None``: the
+key is left to the live code. ``tests/test_transformers_configs.py`` keeps the keys read here a
+superset of the live class's. Imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+from pathlib import Path
+
+
+def _transformers_dir() -> Path | None:
+    try:
+        spec = importlib.util.find_spec("transformers")  # finds the package without importing it
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return Path(locations[0]) if locations else None
+
+
+@functools.lru_cache(maxsize=64)
+def _tree(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+
+
+def _imported_from(tree: ast.Module, here: Path, name: str) -> Path | None:
+    """The file of transformers that module ``here`` imports ``name`` from (``from ...x import name``)."""
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            base = here.parent
+            for _ in range(max(node.level - 1, 0)):
+                base = base.parent
+            parts = (node.module or "").split(".")
+            if node.level == 0:
+                if parts[0] != "transformers" or (root := _transformers_dir()) is None:
+                    return None
+                base, parts = root, parts[1:]
+            target = base.joinpath(*parts) if parts != [""] else base
+            return target.with_suffix(".py") if target.with_suffix(".py").is_file() else None
+    return None
+
+
+def _pops(function: ast.FunctionDef) -> set[str]:
+    """The string keys ``function`` pops or gets from a mapping (``kwargs.pop("torch_dtype", None)``)."""
+    found = set()
+    for node in ast.walk(function):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("pop", "get")
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "kwargs"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.add(node.args[0].value)
+    return found
+
+
+def _class_keys(path: Path, name: str, seen: frozenset[str] = frozenset()) -> set[str] | None:
+    """The keys class ``name`` of file ``path`` and its bases take, or ``None`` if a config base is unreadable."""
+    tree = _tree(path)
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None) if tree else None
+    if node is None or name in seen:
+        return None
+    keys: set[str] = set()
+    for item in node.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            if "ClassVar" not in ast.unparse(item.annotation):
+                keys.add(item.target.id)
+        elif isinstance(item, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "attribute_map" for t in item.targets
+        ):
+            if isinstance(item.value, ast.Dict):
+                keys |= {k.value for k in item.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        elif isinstance(item, ast.FunctionDef) and item.name in ("__init__", "__post_init__"):
+            args = item.args
+            keys |= {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.arg != "self"}
+            keys |= _pops(item)
+    for base in node.bases:
+        base_name = base.id if isinstance(base, ast.Name) else None
+        if base_name is None:
+            continue
+        local = any(isinstance(n, ast.ClassDef) and n.name == base_name for n in tree.body)
+        where = path if local else _imported_from(tree, path, base_name)
+        inherited = _class_keys(where, base_name, seen | {name}) if where is not None else None
+        if inherited is None and base_name.endswith("Config"):
+            return None  # a config base not read: its keys are unknown here
+        keys |= inherited or set()
+    return keys
+
+
+def config_class_keys(model_type: str) -> tuple[str, frozenset[str]] | None:
+    """``(class name, the keys it takes)`` of the installed transformers' config class of
+    ``model_type`` (``gpt2`` -> ``GPT2Config``), read from its source; ``None`` if not found."""
+    root = _transformers_dir()
+    if root is None or not model_type.replace("-", "_").isidentifier():
+        return None
+    folder = model_type.replace("-", "_")
+    path = root / "models" / folder / f"configuration_{folder}.py"
+    tree = _tree(path) if path.is_file() else None
+    for node in tree.body if tree is not None else []:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            value = item.value if isinstance(item, (ast.Assign, ast.AnnAssign)) else None
+            target = item.targets[0] if isinstance(item, ast.Assign) else getattr(item, "target", None)
+            if (
+                isinstance(target, ast.Name)
+                and target.id == "model_type"
+                and isinstance(value, ast.Constant)
+                and value.value == model_type
+            ):
+                keys = _class_keys(path, node.name)
+                return None if keys is None else (node.name, frozenset(keys | {"model_type"}))
+    return None
