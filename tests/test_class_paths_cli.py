@@ -180,7 +180,8 @@ VALUE_CASES = {
     "strategy_class_as_a_name": (
         ["--config", "tiny", "--config", "s.yaml"],
         {"s.yaml": "trainer:\n  strategy: lightning.pytorch.strategies.DDPStrategy\n"},
-        "trainer.strategy 'lightning.pytorch.strategies.DDPStrategy' is a class path given as a name: Lightning"
+        "config 's.yaml': trainer.strategy 'lightning.pytorch.strategies.DDPStrategy' is a class path given as a"
+        " name: Lightning"
         " takes a string only as one of its strategy names; give the class as"
         " {class_path: lightning.pytorch.strategies.DDPStrategy}",
     ),

@@ -33,7 +33,10 @@ def _cli(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]
 
 @pytest.mark.parametrize("stage", ["fit", "validate", "test"])
 def test_a_missing_checkpoint_is_named_before_anything_is_written(tmp_path, stage):
-    proc, work = _cli(tmp_path, stage, "--config", "tiny", "--ckpt_path", "nosuch.ckpt")
+    test_set = tmp_path / "test.jsonl"  # `test` without one is refused first (tests/test_stage_sets_cli.py)
+    test_set.write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n')
+    extra = ["--data.init_args.test_dataset", str(test_set)] if stage == "test" else []
+    proc, work = _cli(tmp_path, stage, "--config", "tiny", *extra, "--ckpt_path", "nosuch.ckpt")
     assert (proc.returncode, proc.stderr) == (2, f"error: ckpt_path 'nosuch.ckpt': no such checkpoint file\n{HINT}\n")
     assert list(work.iterdir()) == []
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fed.errors import HINT
 from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
 
 DP = "lightning_fed.privacy.ClientLevelDP"
@@ -82,7 +81,7 @@ def _run(tmp_path: Path, strategy: str):
 def test_a_wrapper_option_is_refused_before_torch_with_the_class_s_line(tmp_path, strategy, line):
     proc, cwd = _run(tmp_path, strategy)
     assert REACHED_TORCH not in proc.stderr
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{HINT}\n")
+    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(tmp_path / 'strategy.yaml')!r}: {line}\n")
     assert list(cwd.iterdir()) == []
 
 
