@@ -48,7 +48,13 @@ from lightning_fed.option_rules import (
     seed_problem,
     seed_type_problem,
 )
-from lightning_fed.trainer_classes import trainer_classes_problem
+from lightning_fed.trainer_classes import (
+    APPENDED,
+    CLASS_OPTIONS,
+    append_class,
+    set_class_option,
+    trainer_classes_problem,
+)
 from lightning_fed.trainer_options import trainer_option_problem, trainer_type_problem
 from lightning_fed.wrapper_rules import wrapper_problem
 from lightning_fed.yaml_reading import load, value_of
@@ -215,6 +221,9 @@ class Merged:
             current = self.sections.get(section)
             if not isinstance(current, dict):
                 current = self.sections[section] = {}
+            if section == "trainer" and len(parts) > 1 and parts[0] in CLASS_OPTIONS:
+                set_class_option(current, parts[0], parts[1:], value)  # `--trainer.callbacks.patience=5`
+                return
             target = current
         for part in parts[:-1]:
             nxt = target.get(part)
@@ -223,6 +232,23 @@ class Merged:
             target = nxt
         if parts:
             target[parts[-1]] = value
+
+    def append_option(self, key: str, value: Any) -> None:
+        """``--key+=value`` (``key`` dotted, without the dashes and the ``+``): one more class in a list
+        option (``trainer.callbacks``, ``federation.hooks``); another ``+=`` is not followed."""
+        section, _, option = key.partition(".")
+        if key == "federation.hooks":
+            hooks = self.sections.get(key, [])
+            followed = isinstance(hooks, list) and all(isinstance(h, dict) for h in hooks)
+            if followed:
+                self.set_section(key, [*hooks, value])
+            else:
+                self.sections[key] = _UNKNOWN
+        elif section == "trainer" and option in APPENDED:
+            trainer = self.sections.get("trainer")
+            if not isinstance(trainer, dict):
+                trainer = self.sections["trainer"] = {}
+            append_class(trainer, option, value)
 
     def _followed(self) -> dict[str, Any]:
         """The merged config as the parser holds it, ``init_args`` left out (the keys as messages name them)."""
@@ -404,7 +430,9 @@ def merged_config(args: list[str]) -> Merged | None:
                     merged.apply_file(load(path.read_text(encoding="utf-8")))
                 except Exception:  # noqa: BLE001 - refused (or not) by the file checks before
                     return None
-        elif not key.endswith("+") and key != "print_config":
+        elif key.endswith("+"):  # `--trainer.callbacks+=EarlyStopping`
+            merged.append_option(key[:-1], value_of(raw))
+        elif key != "print_config":
             value = value_of(raw)
             merged.from_command_line.add(key.replace(".init_args.", "."))
             merged.apply_option(key, raw if key in WORD_OPTIONS and isinstance(value, bool) else value)

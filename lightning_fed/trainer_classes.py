@@ -73,7 +73,7 @@ def known_classes(option: str) -> list[str] | None:
         names += found
     if BASES[option]:
         names += package_subclasses(BASES[option])
-    return sorted(set(names))
+    return sorted({n for n in names if not n.startswith("_")})  # a private class is no option
 
 
 def class_problem(option: str, value: Any) -> str | None:
@@ -156,3 +156,35 @@ def trainer_classes_problem(trainer: dict[str, Any]) -> str | None:
         if isinstance(trainer.get(option), dict) and (problem := class_problem(option, trainer[option])):
             return problem
     return None
+
+
+CLASS_OPTIONS = ("logger", "callbacks", "plugins", "profiler", "strategy")
+"""``trainer.*`` options that take a class (its ``init_args`` set as ``--trainer.<option>.<key>``)."""
+APPENDED = ("logger", "callbacks", "plugins")
+"""The ones that take a list, appended to with ``--trainer.<option>+=<class>`` (jsonargparse's ``+=``)."""
+
+
+def append_class(trainer: dict[str, Any], option: str, value: Any) -> None:
+    """``--trainer.callbacks+=EarlyStopping``: ``value`` (a class name or a mapping) after the classes
+    ``trainer.<option>`` holds (one class given alone is a list of one)."""
+    given = trainer.get(option)
+    items = list(given) if isinstance(given, list) else ([] if given is None else [given])
+    trainer[option] = [*items, value]
+
+
+def set_class_option(trainer: dict[str, Any], option: str, keys: list[str], value: Any) -> None:
+    """``--trainer.callbacks.patience=5``: an ``init_args`` key of the class ``trainer.<option>``
+    names, of the last one of a list (as jsonargparse applies it after ``--trainer.callbacks+=...``;
+    Lightning's documented form). A form not followed here (no class yet, a nested key) drops the
+    option from what is checked: the live parser decides."""
+    keys = keys[1:] if keys[:1] == ["init_args"] else keys
+    given = trainer.get(option)
+    items = list(given) if isinstance(given, list) else ([] if given is None else [given])
+    last = items[-1] if items else None
+    last = {"class_path": last, "init_args": {}} if isinstance(last, str) else last
+    init_args = last.get("init_args", {}) if isinstance(last, dict) else None
+    if len(keys) != 1 or not isinstance(last, dict) or not isinstance(init_args, dict) or "class_path" not in last:
+        trainer.pop(option, None)
+        return
+    items[-1] = {**last, "init_args": {**init_args, keys[0]: value}}
+    trainer[option] = items if isinstance(given, list) else items[-1]

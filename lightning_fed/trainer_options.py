@@ -9,16 +9,22 @@ in :meth:`~lightning_fed.federated_cli.FederatedCLI.before_instantiate_classes`:
 precheck applies the same before torch is imported (:mod:`lightning_fed.config_values`). Besides
 the bounds and types: Lightning's strategy and profiler names (:data:`STRATEGIES`,
 :data:`PROFILERS`, with the closest), its ``DD:HH:MM:SS`` durations (``max_time``,
-``val_check_interval``), device indices that are integers, and ``nan`` written for a number.
+``val_check_interval``), device indices that are integers, a ``devices`` value the CPU cannot take
+where the CPU certainly runs it (:func:`cpu_only_torch`), and ``nan`` written for a number.
 Class-valued options (``logger``, ``callbacks``, ``plugins``): :mod:`lightning_fed.trainer_classes`.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
+import functools
+import importlib.util
 import math
 import re
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from lightning_fed.value_rules import plain_value_problem
@@ -174,6 +180,46 @@ def trainer_type_problem(trainer: Mapping[str, Any]) -> str | None:
     return None
 
 
+@functools.cache
+def cpu_only_torch() -> str | None:
+    """The installed torch's version when Lightning's ``accelerator: auto`` can only pick the CPU with
+    it, else ``None``: a build for the CPU alone (``torch/version.py``: ``cuda`` and ``hip`` None,
+    read without importing torch), not on macOS (whose MPS that build has), without ``torch_xla``
+    (``_select_auto_accelerator`` tries TPU, MPS, CUDA, then the CPU)."""
+    spec = importlib.util.find_spec("torch")  # the top level only: nothing imported
+    if spec is None or spec.origin is None or sys.platform == "darwin" or importlib.util.find_spec("torch_xla"):
+        return None
+    try:
+        tree = ast.parse((Path(spec.origin).parent / "version.py").read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    values: dict[str, Any] = {}
+    for node in tree.body:
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        )
+        if isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
+            values[target.id] = node.value.value
+    if not {"__version__", "cuda", "hip"} <= values.keys() or values["cuda"] is not None or values["hip"] is not None:
+        return None
+    return str(values["__version__"])
+
+
+def _cpu_devices_problem(devices: Any, accelerator: Any) -> str | None:
+    """``trainer.devices`` on the CPU, which takes a number of processes >= 1 or ``auto`` (Lightning's
+    ``_parse_cpu_cores``: a list or ``-1`` is a ``TypeError`` after the imports), where the CPU
+    certainly runs it: ``accelerator: cpu``, or ``auto`` with :func:`cpu_only_torch`."""
+    on_cpu = accelerator == "cpu" or (accelerator in (None, "auto") and (build := cpu_only_torch()) is not None)
+    if not on_cpu or devices is None or devices == "auto":
+        return None
+    if (_int(devices) and devices > 0) or (isinstance(devices, str) and devices.strip().isdigit() and int(devices) > 0):
+        return None
+    where = "accelerator: cpu" if accelerator == "cpu" else f"the installed torch {build} runs on the CPU alone"
+    return f"trainer.devices on the CPU must be a number of processes >= 1 or 'auto' ({where}), got {devices!r}"
+
+
 def _device_problem(trainer: Mapping[str, Any]) -> str | None:
     """``trainer.devices``, ``trainer.precision`` and ``trainer.accelerator`` the Trainer would refuse."""
     devices = trainer.get("devices")
@@ -186,6 +232,9 @@ def _device_problem(trainer: Mapping[str, Any]) -> str | None:
             "trainer.devices must be a number of devices >= 1, -1 (all of them), 'auto' or a list of device"
             f" indices, got {devices!r}"
         )
+    accelerator = trainer.get("accelerator")
+    if problem := _cpu_devices_problem(devices, accelerator.lower() if isinstance(accelerator, str) else accelerator):
+        return problem
     precision = trainer.get("precision")
     if precision is not None and precision not in PRECISIONS:
         if not (isinstance(precision, str) and precision.startswith("transformer-engine")):

@@ -63,6 +63,19 @@ def test_a_trainer_value_the_trainer_refuses_is_exit_2_naming_it(tmp_path, optio
     assert list(work.iterdir()) == []
 
 
+@pytest.mark.parametrize("devices", ["[0, 1]", "-1"])
+def test_device_indices_on_the_cpu_are_exit_2_before_torch(tmp_path, devices):
+    """The second outside run: ``trainer.devices: [0, 1]`` on the CPU was Lightning's ``TypeError:
+    `devices` selected with `CPUAccelerator` should be an int > 0.`` after the imports (12.6 s of CPU)."""
+    config = tmp_path / "cpu.yaml"
+    config.write_text(f"trainer:\n  accelerator: cpu\n  devices: {devices}\n", encoding="utf-8")
+    proc, work = _cli(tmp_path, "fit", "--config", "tiny", "--config", str(config))
+    value = [0, 1] if devices == "[0, 1]" else -1
+    line = f"trainer.devices on the CPU must be a number of processes >= 1 or 'auto' (accelerator: cpu), got {value!r}"
+    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(config)!r}: {line}\n")
+    assert list(work.iterdir()) == []
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None, reason="torch_xla installed: tpu is valid")
 def test_the_tpu_accelerator_without_torch_xla_is_exit_2_naming_it(tmp_path):
     proc, work = _cli(tmp_path, "fit", "--config", "tiny", "--trainer.accelerator=tpu")
@@ -73,6 +86,30 @@ def test_the_tpu_accelerator_without_torch_xla_is_exit_2_naming_it(tmp_path):
 
 @pytest.mark.parametrize("devices", ["auto", 1, 2, -1, "-1", "1", [0], [0, 1], "0,1", None])
 def test_devices_the_trainer_takes_are_accepted(devices):
+    assert trainer_option_problem({"devices": devices, "accelerator": "gpu"}) is None
+
+
+@pytest.mark.parametrize("devices", ["auto", 1, 2, "1", None])
+def test_devices_the_cpu_takes_are_accepted(devices):
+    assert trainer_option_problem({"devices": devices, "accelerator": "cpu"}) is None
+
+
+@pytest.mark.parametrize("devices", [-1, "-1", [0], [0, 1], "0,1"])
+def test_devices_the_cpu_refuses_are_refused(devices, monkeypatch):
+    """Lightning's ``_parse_cpu_cores`` raises ``TypeError`` for these after the imports; refused with
+    ``accelerator: cpu``, and with ``auto`` where the installed torch is a CPU build (patched here, so
+    the test says the same on a CUDA build)."""
+    from lightning_fed import trainer_options
+
+    line = "trainer.devices on the CPU must be a number of processes >= 1 or 'auto'"
+    assert trainer_option_problem({"devices": devices, "accelerator": "cpu"}) == (
+        f"{line} (accelerator: cpu), got {devices!r}"
+    )
+    monkeypatch.setattr(trainer_options, "cpu_only_torch", lambda: "2.13.0+cpu")
+    assert trainer_option_problem({"devices": devices}) == (
+        f"{line} (the installed torch 2.13.0+cpu runs on the CPU alone), got {devices!r}"
+    )
+    monkeypatch.setattr(trainer_options, "cpu_only_torch", lambda: None)  # a CUDA build: the live Trainer decides
     assert trainer_option_problem({"devices": devices}) is None
 
 

@@ -112,7 +112,8 @@ ACCEPTED = {
 def test_what_lightning_accepts_is_not_refused(trainer_parser, name, text):
     """The values the docs and Lightning's own examples use pass the precheck and the parser."""
     trainer_parser.parse_args([f"--trainer.{name}={text}"])  # Lightning's parser takes it
-    trainer = merged_config([f"--trainer.{name}={text}"]).sections["trainer"]
+    on_gpu = ["--trainer.accelerator=gpu"] if name == "devices" else []  # a list or -1: not on the CPU (below)
+    trainer = merged_config([f"--trainer.{name}={text}", *on_gpu]).sections["trainer"]
     assert (trainer_type_problem(trainer), trainer_option_problem(trainer)) == (None, None)
 
 
@@ -147,11 +148,49 @@ def test_a_devices_word_refused_is_refused_by_every_accelerator(text):
     from lightning.fabric.accelerators.cpu import _parse_cpu_cores
     from lightning.fabric.utilities.device_parser import _normalize_parse_gpu_string_input
 
-    if trainer_option_problem({"devices": text}) is None or re.fullmatch(r"\s*-?[0-9]+\s*", text):
+    if trainer_option_problem({"devices": text, "accelerator": "gpu"}) is None or re.fullmatch(r"\s*-?[0-9]+\s*", text):
         return  # a count < 1 but -1: refused for another reason (tests/test_refused_before_anything_written.py)
     for parse in (_normalize_parse_gpu_string_input, _parse_cpu_cores):
         with pytest.raises((ValueError, TypeError)):
             parse(text)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    devices=st.one_of(
+        st.text(alphabet="0123456789, -auto", min_size=1, max_size=6),
+        st.integers(-3, 64),
+        st.lists(st.integers(0, 7), max_size=3),
+    )
+)
+def test_devices_on_the_cpu_are_refused_as_lightning_s_cpu_parser_refuses_them(devices):
+    """With ``accelerator: cpu`` a ``trainer.devices`` the word check passes is refused exactly when
+    Lightning's ``_parse_cpu_cores`` raises (a list, ``-1``, ``'0,1'``: a ``TypeError`` after the
+    imports on the second outside run, 12.6 s of CPU); ``auto`` is resolved to a count before it."""
+    from lightning.fabric.accelerators.cpu import _parse_cpu_cores
+
+    if trainer_option_problem({"devices": devices, "accelerator": "gpu"}) is not None or devices == "auto":
+        return  # refused on every accelerator (above), or resolved before the parser
+    refused = trainer_option_problem({"devices": devices, "accelerator": "cpu"}) is not None
+    try:
+        _parse_cpu_cores(devices)
+    except TypeError:
+        assert refused, devices
+    else:
+        assert not refused, devices
+
+
+def test_cpu_only_torch_reads_the_installed_build():
+    """:func:`~lightning_fed.trainer_options.cpu_only_torch`, read from ``torch/version.py`` without
+    importing torch, says what torch itself says (on a CUDA build it is ``None``)."""
+    import sys
+
+    import torch
+
+    from lightning_fed.trainer_options import cpu_only_torch
+
+    cpu_only = torch.version.cuda is None and torch.version.hip is None and sys.platform != "darwin"
+    assert cpu_only_torch() == (torch.__version__ if cpu_only else None)
 
 
 BOUNDED = ("val_check_interval", "overfit_batches", "fast_dev_run", "reload_dataloaders_every_n_epochs", "num_nodes")
