@@ -184,22 +184,26 @@ def trainer_type_problem(trainer: Mapping[str, Any]) -> str | None:
 def cpu_only_torch() -> str | None:
     """The installed torch's version when Lightning's ``accelerator: auto`` can only pick the CPU with
     it, else ``None``: a build for the CPU alone (``torch/version.py``: ``cuda`` and ``hip`` None,
-    read without importing torch), not on macOS (whose MPS that build has), without ``torch_xla``
+    found from the distribution's metadata and read as text: nothing is imported or even looked up
+    on the import path), not on macOS (whose MPS that build has), without ``torch_xla``
     (``_select_auto_accelerator`` tries TPU, MPS, CUDA, then the CPU)."""
-    spec = importlib.util.find_spec("torch")  # the top level only: nothing imported
-    if spec is None or spec.origin is None or sys.platform == "darwin" or importlib.util.find_spec("torch_xla"):
+    from importlib import metadata
+
+    try:
+        torch = metadata.distribution("torch")
+    except metadata.PackageNotFoundError:
+        return None
+    if sys.platform == "darwin" or importlib.util.find_spec("torch_xla") is not None:
         return None
     try:
-        tree = ast.parse((Path(spec.origin).parent / "version.py").read_text(encoding="utf-8"))
+        tree = ast.parse(Path(str(torch.locate_file("torch/version.py"))).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError):
         return None
     values: dict[str, Any] = {}
     for node in tree.body:
-        target = (
-            node.target
-            if isinstance(node, ast.AnnAssign)
-            else (node.targets[0] if isinstance(node, ast.Assign) else None)
-        )
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
         if isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
             values[target.id] = node.value.value
     if not {"__version__", "cuda", "hip"} <= values.keys() or values["cuda"] is not None or values["hip"] is not None:
@@ -211,11 +215,13 @@ def _cpu_devices_problem(devices: Any, accelerator: Any) -> str | None:
     """``trainer.devices`` on the CPU, which takes a number of processes >= 1 or ``auto`` (Lightning's
     ``_parse_cpu_cores``: a list or ``-1`` is a ``TypeError`` after the imports), where the CPU
     certainly runs it: ``accelerator: cpu``, or ``auto`` with :func:`cpu_only_torch`."""
-    on_cpu = accelerator == "cpu" or (accelerator in (None, "auto") and (build := cpu_only_torch()) is not None)
-    if not on_cpu or devices is None or devices == "auto":
+    if devices is None or devices == "auto":
         return None
     if (_int(devices) and devices > 0) or (isinstance(devices, str) and devices.strip().isdigit() and int(devices) > 0):
         return None
+    build = cpu_only_torch() if accelerator in (None, "auto") else None
+    if accelerator != "cpu" and build is None:
+        return None  # a GPU (or another accelerator) may run it: the live Trainer decides
     where = "accelerator: cpu" if accelerator == "cpu" else f"the installed torch {build} runs on the CPU alone"
     return f"trainer.devices on the CPU must be a number of processes >= 1 or 'auto' ({where}), got {devices!r}"
 

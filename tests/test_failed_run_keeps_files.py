@@ -353,14 +353,15 @@ OPTIONS = {  # issue 41 items 3 and 4: each was exit 1, or found after the run f
         " sees only the masked sum of the updates, so it cannot decode each client's compressed upload (SecAgg+"
         " quantizes the updates itself); drop federation.compression",
     ),
-    # each was found when the run was bound, after the backbone loaded (here: a backbone that cannot load)
+    # each was found when the run was bound, after the backbone loaded (here: a backbone folder with no
+    # model in it, which cannot load; a path to nothing is refused first, before torch: model_sources.py)
     "AsyncArrivals with FedAvg": (
-        ["--federation.strategy=FedAvg", "--model.init_args.backbone.name_or_path=/nonexistent/model"],
+        ["--federation.strategy=FedAvg", "--model.init_args.backbone.name_or_path={empty}"],
         "feddpo_fedbuff",
         "error: federation.hooks: AsyncArrivals needs federation.strategy=FedBuff, got FedAvg",
     ),
     "ClientRanks with FedAvg": (
-        ["--federation.strategy=FedAvg", "--model.init_args.backbone.name_or_path=/nonexistent/model"],
+        ["--federation.strategy=FedAvg", "--model.init_args.backbone.name_or_path={empty}"],
         "feddpo_flexlora",
         "error: federation.hooks: ClientRanks needs a heterogeneous-rank strategy (HetLoRA, FlexLoRA, FLoRA),"
         " got federation.strategy=FedAvg",
@@ -381,6 +382,8 @@ OPTIONS = {  # issue 41 items 3 and 4: each was exit 1, or found after the run f
 @pytest.mark.parametrize("case", list(OPTIONS))
 def test_conflicting_options_are_refused_before_the_run_folder(tmp_path, case):
     extra, config, line = OPTIONS[case]
+    (empty := tmp_path / "empty_model").mkdir()
+    extra = [arg.format(empty=empty) for arg in extra]
     proc = _fit(tmp_path / "run", "--federation.rounds=1", *extra, config=config)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert _errors(proc) == [line]

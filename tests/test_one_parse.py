@@ -124,4 +124,4 @@ def test_plan_refuses_what_fit_refuses(tmp_path, capsys, edit, message):
     config.write_text(text.replace(edit[0], edit[1]))
     with pytest.raises(UserError) as refused:
         plan_main(["--config", str(config)])
-    assert str(refused.value).startswith(message)
+    assert str(refused.value).removeprefix(f"config {str(config)!r}: ").startswith(message)

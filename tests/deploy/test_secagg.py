@@ -150,6 +150,5 @@ def test_bad_secagg_setting_is_a_one_line_cli_error_before_anything_is_written(t
     assert proc.returncode == 2
     assert proc.stderr == (
         "error: SecureAggregation: num_shares must be an int > 2 or a fraction in (0, 1], got 2\n"
-        "(run with --debug or LIGHTNING_FED_DEBUG=1 for the traceback)\n"
     )
     assert not (tmp_path / "run").exists()
