@@ -116,7 +116,10 @@ def seed_type_problem(seed: Any) -> str | None:
 
 # ------------------------------------------------------------------------------- model: (objectives)
 LR = in_range("model.lr", 0, MAX_LR, low_open=True)
-FEDERATED_MODULE = (one_of("model.optimizer", OPTIMIZERS), LR)
+WEIGHT_DECAY = at_least(
+    "model.weight_decay", 0
+)  # torch's AdamW/SGD: "Invalid weight_decay value", after a log was written
+FEDERATED_MODULE = (one_of("model.optimizer", OPTIMIZERS), LR, WEIGHT_DECAY)
 """:class:`~lightning_fed.modules.FederatedModule` (every objective but ``OffsiteModule``)."""
 DPO_OWN = (
     in_range("model.beta", 0, MAX_BETA, low_open=True),
@@ -144,7 +147,7 @@ FEDREP_OWN = (
 )
 SELECTOR_OWN = (at_least("model.num_selectors", 1, integer=True, odd=True),)
 """:class:`~lightning_fed.modules.BinarySelectorModule`'s U (FedBiscuit votes by majority: odd, never a tie)."""
-OFFSITE = (one_of("model.layout", LAYOUTS), one_of("model.optimizer", OPTIMIZERS), LR)
+OFFSITE = (one_of("model.layout", LAYOUTS), one_of("model.optimizer", OPTIMIZERS), LR, WEIGHT_DECAY)
 
 LORA = (
     at_least("model.lora.r", 0, low_open=True, integer=True),

@@ -250,6 +250,10 @@ CASES = {
         "federation.rounds must be in [1, 1000000], got -1",
     ),
     "lr_negative": (lambda c: _set(c, "model.init_args.lr", -1), "model.lr must be in (0, 10.0], got -1.0"),
+    "weight_decay_negative": (  # the fourth outside run: torch's AdamW refused it after a log file was written
+        lambda c: _set(c, "model.init_args.weight_decay", -1),
+        "model.weight_decay must be >= 0, got -1.0",
+    ),
     "examples_per_client_negative": (
         lambda c: _set(c, "data.init_args.synthetic_args.examples_per_client", -3),
         "data.synthetic_args.examples_per_client must be >= 1, got -3",

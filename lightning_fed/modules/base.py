@@ -52,7 +52,7 @@ class FederatedModule(pl.LightningModule):
         # Hyper-parameters come back as plain dicts from some checkpoints and CLI paths.
         backbone = BackboneConfig(**backbone) if isinstance(backbone, dict) else backbone
         lora = LoraSettings(**lora) if isinstance(lora, dict) else lora
-        check(FEDERATED_MODULE, optimizer=optimizer, lr=lr)  # lightning_fed/option_rules.py
+        check(FEDERATED_MODULE, optimizer=optimizer, lr=lr, weight_decay=weight_decay)  # lightning_fed/option_rules.py
         self.save_hyperparameters()
         model, self.tokenizer = load_backbone(backbone)
         model.requires_grad_(False)

@@ -82,7 +82,9 @@ class OffsiteModule(FederatedModule):
         # of whole decoder layers, so only LightningModule's own initialisation runs here.
         pl.LightningModule.__init__(self)
         backbone = BackboneConfig(**backbone) if isinstance(backbone, dict) else backbone
-        problems = rule_problems(OFFSITE, {"layout": layout, "optimizer": optimizer, "lr": lr})
+        problems = rule_problems(
+            OFFSITE, {"layout": layout, "optimizer": optimizer, "lr": lr, "weight_decay": weight_decay}
+        )
         if generation_metric is not None and generation_metric not in GENERATION_METRICS:
             problems.append(
                 f"model.generation_metric must be None or one of {GENERATION_METRICS}, got {generation_metric!r}"
