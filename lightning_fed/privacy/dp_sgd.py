@@ -103,7 +103,8 @@ class DPSGDSettings:
                 f" noise_multiplier={self.noise_multiplier!r}, target_epsilon={self.target_epsilon!r}"
             )
         if self.noise_multiplier is not None and not (
-            self.noise_multiplier == 0 or positive_number(self.noise_multiplier)
+            (self.noise_multiplier == 0 and not isinstance(self.noise_multiplier, bool))  # False == 0 in Python
+            or positive_number(self.noise_multiplier)
         ):
             problems.append(f"model.dp_sgd.noise_multiplier must be a number >= 0, got {self.noise_multiplier!r}")
         if self.target_epsilon is not None and not positive_number(self.target_epsilon):

@@ -5,7 +5,7 @@ import math
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from opacus.accountants.utils import get_noise_multiplier
 
@@ -173,6 +173,7 @@ def test_privacy_config_takes_valid_values_and_refuses_the_rest_in_one_line(targ
 
 @settings(max_examples=300, deadline=None)
 @given(clip=ANYTHING, noise=ANYTHING, target=ANYTHING, batch=ANYTHING, ffa=ANYTHING, seed=ANYTHING)
+@example(clip=1, noise=False, target=None, batch=None, ffa=False, seed=None)  # found by a run: False == 0
 def test_dp_sgd_settings_take_valid_values_and_refuse_the_rest_in_one_line(clip, noise, target, batch, ffa, seed):
     def number(x):
         return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
