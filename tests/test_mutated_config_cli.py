@@ -298,52 +298,36 @@ def test_a_mutated_tiny_config_is_refused_in_one_line_naming_the_key_and_the_fil
     assert list(cwd.iterdir()) == []
 
 
+DATA_5 = (
+    "data must be a class name or a mapping of its class_path and init_args"
+    " (e.g. data: {class_path: lightning_fed.datamodules.PreferenceDataModule}), got 5"
+)
+FEDERATION_5 = "federation must be a mapping of its options (federation: {rounds: 3, ...}), got 5"
+
+
 @pytest.mark.parametrize(
-    ("option", "line"),
+    ("before", "option", "line"),
     [
-        (
-            "--data=5",
-            "data must be a class name or a mapping of its class_path and init_args"
-            " (e.g. data: {class_path: lightning_fed.datamodules.PreferenceDataModule}), got 5",
-        ),
-        ("--model.init_args=[1]", "model.init_args must be a mapping of the class's options, got [1]"),
+        (False, "--data=5", DATA_5),
+        (False, "--model.init_args=[1]", "model.init_args must be a mapping of the class's options, got [1]"),
         # refused before torch on baaf8e7 already: kept beside --data=5, with which it was reported
-        ("--federation=5", "federation must be a mapping of its options (federation: {rounds: 3, ...}), got 5"),
+        (False, "--federation=5", FEDERATION_5),
+        (True, "--data=5", DATA_5),
+        (True, "--federation=5", FEDERATION_5),
     ],
+    ids=["data_after", "init_args_after", "federation_after", "data_before", "federation_before"],
 )
-def test_a_number_for_a_section_on_the_command_line_is_refused_without_the_file_prefix(tmp_path, option, line):
-    """``--data=5`` after a good config: the command line brought it, so the line names no file
-    (issue 41's third outside run: ``Not a valid subclass of FederatedDataModule Subclass types expect
-    one of:`` after the imports)."""
+def test_a_number_for_a_section_on_the_command_line_is_refused_naming_no_file(tmp_path, before, option, line):
+    """``--data=5`` after a good config (issue 41's third outside run: ``Not a valid subclass of
+    FederatedDataModule Subclass types expect one of:`` after the imports), or before it (``federation:
+    Unable to load config '5'`` after the imports, though the file gives the section later): the
+    command line brought it, so the line names no file."""
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(TINY), encoding="utf-8")
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", str(path), option, cwd=cwd, hook=tmp_path / "hook")
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
-    assert list(cwd.iterdir()) == []
-
-
-@pytest.mark.parametrize(
-    ("option", "line"),
-    [
-        (
-            "--data=5",
-            "data must be a class name or a mapping of its class_path and init_args"
-            " (e.g. data: {class_path: lightning_fed.datamodules.PreferenceDataModule}), got 5",
-        ),
-        ("--federation=5", "federation must be a mapping of its options (federation: {rounds: 3, ...}), got 5"),
-    ],
-)
-def test_a_number_for_a_section_before_the_config_is_refused_naming_no_file(tmp_path, option, line):
-    """``--federation=5 --config tiny.yaml``: the parser refuses the option as it reads it (``federation:
-    Unable to load config '5'``, after the imports), though the file gives the section later; the line
-    names no file, since the file did not bring it."""
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(TINY), encoding="utf-8")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", option, "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
+    args = [option, "--config", str(path)] if before else ["--config", str(path), option]
+    proc = lightning_fed_without_torch("fit", *args, cwd=cwd, hook=tmp_path / "hook")
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert list(cwd.iterdir()) == []
 

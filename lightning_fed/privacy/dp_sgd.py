@@ -102,10 +102,8 @@ class DPSGDSettings:
                 "give exactly one of model.dp_sgd.noise_multiplier and model.dp_sgd.target_epsilon, got"
                 f" noise_multiplier={self.noise_multiplier!r}, target_epsilon={self.target_epsilon!r}"
             )
-        if self.noise_multiplier is not None and not (
-            (self.noise_multiplier == 0 and not isinstance(self.noise_multiplier, bool))  # False == 0 in Python
-            or positive_number(self.noise_multiplier)
-        ):
+        z = self.noise_multiplier
+        if z is not None and not (positive_number(z) or (z == 0 and not isinstance(z, bool))):  # False == 0
             problems.append(f"model.dp_sgd.noise_multiplier must be a number >= 0, got {self.noise_multiplier!r}")
         if self.target_epsilon is not None and not positive_number(self.target_epsilon):
             problems.append(f"model.dp_sgd.target_epsilon must be a number > 0, got {self.target_epsilon!r}")
