@@ -55,7 +55,8 @@ def help_tip(prog: str) -> str:
 
 
 class UserError(ValueError):
-    """Input the user must fix (arguments, config, data, checkpoint): exit status 2, one line."""
+    """Input the user must fix (arguments, config, data, checkpoint): exit status 2, one line (no
+    ``--debug`` hint: :func:`after_error`)."""
 
 
 class ArgumentsError(UserError):
@@ -70,16 +71,18 @@ class ArgumentsError(UserError):
 
 class ConfigRefusal(UserError):
     """A config or its values refused from their text, before torch is imported
-    (:mod:`lightning_fed.config_precheck`): one line, without the ``--debug`` hint (the traceback
-    would show only the precheck's own frames; ``--debug`` still prints it)."""
+    (:mod:`lightning_fed.config_precheck`)."""
 
 
 def after_error(err: BaseException, debug: bool) -> str | None:
-    """The line printed after ``error: ...``: the tip for an argument error, the ``--debug`` hint
-    for another (none when the traceback is already shown, none for a :class:`ConfigRefusal`)."""
+    """The line printed after ``error: ...``: the tip for an argument error; the ``--debug`` hint for
+    an error that is not the package's :class:`UserError` (a library's exception, a failure during
+    training), whose message alone may not say where it came from; nothing for another
+    :class:`UserError` (its one line names the option, value, file or row: the traceback adds
+    nothing a user acts on; ``--debug`` still prints it) or when the traceback is already shown."""
     if isinstance(err, ArgumentsError):
         return help_tip(err.prog)
-    return None if debug or isinstance(err, ConfigRefusal) else HINT
+    return None if debug or isinstance(err, UserError) else HINT
 
 
 class CheckpointError(UserError):

@@ -48,6 +48,7 @@ from lightning_fed.errors import (
 )
 from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
+from lightning_fed.federation.early_check import path_problem
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
 from lightning_fed.federation.run_folder import RunConfigFile
@@ -274,10 +275,12 @@ class FederatedCLI(LightningCLI):
             if isinstance(callback, RunConfigFile):
                 callback.resolve = loop.resolved_options
         ckpt = self._ckpt_path()
+        if ckpt == "":
+            raise CheckpointError(path_problem(ckpt))
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
             fs, path = fsspec.core.url_to_fs(str(ckpt))
             if not fs.isfile(path):
-                raise FileNotFoundError(f"ckpt_path {ckpt!r}: no such checkpoint file")
+                raise CheckpointError(f"ckpt_path {ckpt!r}: no such checkpoint file")
             if "://" not in str(ckpt):  # readable, and written by a run of this config
                 self.signals.resume_from = Path(ckpt)  # stopped before a round ends: resume from it again
                 # the config first: a changed option (model.lr) is named as the user wrote it, not

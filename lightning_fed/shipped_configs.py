@@ -17,6 +17,7 @@ the example data it reads, from ``lightning_fed/examples/``), or the Flower app 
 from __future__ import annotations
 
 import csv
+import difflib
 import sys
 from pathlib import Path
 
@@ -66,7 +67,9 @@ def resolve_config(value: str) -> str:
         return value
     path = shipped_configs().get(value)
     if path is None:
-        raise UserError(f"--config {value!r}: no such file, and no shipped config of that name (`{LIST}` lists them)")
+        close = difflib.get_close_matches(value, list(shipped_configs()), n=1)
+        hint = f"did you mean `--config {close[0]}`?" if close else f"`{LIST}` lists them"
+        raise UserError(f"--config {value!r}: no such file, and no shipped config of that name ({hint})")
     return str(path)
 
 

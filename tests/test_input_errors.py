@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fed.errors import HINT, exit_code
+from lightning_fed.errors import exit_code
 from tests.helpers.cli import ENV, ROOT
 from tests.helpers.cli import lightning_fed as _cli
 
@@ -114,7 +114,7 @@ def test_debug_takes_a_boolean_after_the_subcommand(tmp_path, flag):
     )
     assert " - DEBUG - " not in proc.stderr
     if flag[-1].endswith("false"):
-        assert proc.stderr == f"{line}\n{HINT}\n"
+        assert proc.stderr == f"{line}\n"
     else:
         assert "Traceback (most recent call last)" in proc.stderr and proc.stderr.endswith(f"\n{line}\n")
 
@@ -148,7 +148,7 @@ def test_evaluate_output_read_only_is_refused_before_the_model_loads(tmp_path):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == (
         f"error: --run {str(adapter)!r}: no such file or folder;"
-        f" --output '{output}': cannot write into '/sys' (Permission denied)\n{HINT}\n"
+        f" --output '{output}': cannot write into '/sys' (Permission denied)\n"
     )
 
 
@@ -168,7 +168,7 @@ def test_a_config_that_names_nothing_points_at_the_shipped_list(tmp_path, given,
     """Issue 34 (also seen): "File does not exist: '<cwd>/no-such-name'" and "Unexpected config:"."""
     proc = _cli("fit", "--config", given, f"--trainer.default_root_dir={tmp_path / 'run'}")
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert _errors(proc) == [line] and len(proc.stderr.splitlines()) == 2
+    assert _errors(proc) == [line] and len(proc.stderr.splitlines()) == 1
     assert not (tmp_path / "run").exists()
 
 
@@ -213,5 +213,5 @@ def test_validate_of_a_checkpoint_in_a_read_only_run_folder_is_refused_first(tmp
         f"error: ckpt_path '{ckpt}': validate writes validate_results.json into its run folder:"
         f" cannot write into '{run}' (Permission denied)"
     ]
-    assert len(proc.stderr.splitlines()) == 2, proc.stderr[-3000:]
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr[-3000:]
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before and not root.exists()

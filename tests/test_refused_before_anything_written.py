@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fed.errors import HINT
 from lightning_fed.trainer_options import PRECISIONS, trainer_option_problem
 from tests.helpers.cli import heavy_blocked_env, lightning_fed
 
@@ -37,7 +36,7 @@ def test_a_missing_checkpoint_is_named_before_anything_is_written(tmp_path, stag
     test_set.write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n')
     extra = ["--data.init_args.test_dataset", str(test_set)] if stage == "test" else []
     proc, work = _cli(tmp_path, stage, "--config", "tiny", *extra, "--ckpt_path", "nosuch.ckpt")
-    assert (proc.returncode, proc.stderr) == (2, f"error: ckpt_path 'nosuch.ckpt': no such checkpoint file\n{HINT}\n")
+    assert (proc.returncode, proc.stderr) == (2, "error: ckpt_path 'nosuch.ckpt': no such checkpoint file\n")
     assert list(work.iterdir()) == []
 
 

@@ -63,11 +63,12 @@ def precheck_checkpoint(argv: list[str]) -> None:
 
     args = resolve_config_args(args)
     path = resumed_path(args)
+    from lightning_fed.errors import CheckpointError
+
+    if path is not None and (problem := path_problem(path)):
+        raise CheckpointError(problem)
     if not path or path in NAMED or path in NONE or "://" in path:
         return  # the live CLI resolves or refuses it
-    if not Path(path).is_file():  # the live CLI's line (federated_cli.py), before anything is built or written
-        raise FileNotFoundError(f"ckpt_path {path!r}: no such checkpoint file")
-    from lightning_fed.errors import CheckpointError
     from lightning_fed.resume_precheck import resume_problem
 
     if stage == "fit" and (problem := resume_problem(path, args)):  # before torch
@@ -78,3 +79,43 @@ def precheck_checkpoint(argv: list[str]) -> None:
     ckpt: Any = read_checkpoint(path, stage=stage)
     if problem := file_problem(ckpt, stage):
         raise checkpoint_error(path, problem)
+    if stage == "fit" and (problem := rounds_problem(path, ckpt, args)):
+        raise CheckpointError(problem)
+
+
+def path_problem(path: str) -> str | None:
+    """The line refusing a local ``ckpt_path`` that names no file (an empty one included: Lightning
+    would say "found no path for the best weights" after the run folder was written), or ``None``.
+    The live CLI says the same (:meth:`~lightning_fed.federated_cli.FederatedCLI.before_fit`)."""
+    if path == "":
+        return "ckpt_path '' is empty: give a checkpoint file (<run>/checkpoints/last.ckpt), or leave ckpt_path out"
+    if path in NAMED or path in NONE or "://" in path or Path(path).is_file():
+        return None
+    if Path(path).is_dir():
+        # a run folder, a `lightning_logs` folder or a `default_root_dir`: never a walk of the whole tree
+        found = [p for depth in ("", "*/", "*/*/") for p in Path(path).glob(f"{depth}checkpoints/last.ckpt")]
+        newest = max(found, key=lambda p: p.stat().st_mtime, default=None)
+        use = f"; did you mean {str(newest)!r}?" if newest else ""
+        return f"ckpt_path {path!r} is a folder, not a checkpoint file{use}"
+    return f"ckpt_path {path!r}: no such checkpoint file"
+
+
+def rounds_problem(path: str, ckpt: Any, args: list[str]) -> str | None:
+    """The line refusing a resume whose ``federation.rounds`` is below the rounds the checkpoint's run
+    completed (Lightning refuses ``max_epochs`` below the restored epoch with a
+    ``MisconfigurationException``, exit 1, after the run folder's log was written), or ``None``.
+    ``federation.report.rounds`` is what the loop completed; :func:`file_problem` checked it first."""
+    from lightning_fed.config_values import merged_config
+
+    fed = ckpt.get("federation") if isinstance(ckpt, dict) else None
+    report = fed.get("report") if isinstance(fed, dict) else None
+    done = report.get("rounds") if isinstance(report, dict) else None
+    merged = merged_config(args)
+    federation = merged.sections.get("federation") if merged is not None else None
+    rounds = federation.get("rounds") if isinstance(federation, dict) else None
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (done, rounds)) or rounds >= done:
+        return None
+    return (
+        f"ckpt_path {path!r}: its run completed {done} rounds, federation.rounds={rounds} is fewer;"
+        f" resume with federation.rounds > {done} to train more"
+    )

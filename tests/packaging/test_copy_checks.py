@@ -12,7 +12,6 @@ from pathlib import Path
 from lightning_fed.shipped_configs import shipped_configs
 
 ROOT = Path(__file__).resolve().parents[2]
-HINT = "(run with --debug or LIGHTNING_FED_DEBUG=1 for the traceback)"
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 ENV.pop("LIGHTNING_FED_DEBUG", None)
 
@@ -34,7 +33,6 @@ def test_a_file_where_the_example_folder_goes_stops_the_copy_before_anything_is_
     assert proc.stderr.splitlines() == [
         f"error: lightning-fed configs: --copy own_data: {tmp_path / 'examples' / 'own_data'} is a file, not a folder"
         " (it would hold examples/own_data/test.jsonl); nothing written",
-        HINT,
     ]
     assert _tree(tmp_path) == ["examples", "examples/own_data"]  # no own_data.yaml
     assert (tmp_path / "examples" / "own_data").read_text() == "mine\n"

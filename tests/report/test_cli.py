@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from lightning_fed.cli import console_main
-from lightning_fed.errors import HINT
 from tests.report.hand_runs import make_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +38,7 @@ def test_report_process_writes_its_files_from_a_glob(tiny_runs, tmp_path):
 def test_report_process_bad_input_one_line_exit_2(tmp_path):
     proc = _run(["no_such_run"], cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.endswith(f"error: RUN 'no_such_run': no such run folder\n{HINT}\n")
+    assert proc.stderr.endswith("error: RUN 'no_such_run': no such run folder\n")
     assert "Traceback" not in proc.stderr
 
 
@@ -76,7 +75,7 @@ def test_bad_input_names_the_argument_and_value_and_writes_nothing(tiny_runs, tm
     before = sorted(tmp_path.iterdir())
     assert console_main(["report", *map(fill, args)]) == 2
     captured = capsys.readouterr()
-    assert captured.err == f"error: {fill(message)}\n{HINT}\n" and captured.out == ""
+    assert captured.err == f"error: {fill(message)}\n" and captured.out == ""
     assert sorted(tmp_path.iterdir()) == before
 
 
@@ -92,5 +91,5 @@ def test_a_damaged_rounds_file_is_one_line_naming_the_file_and_line(tmp_path, te
     (run / "rounds.jsonl").write_text(text)
     proc = _run([str(run), "--out", "out"], cwd=tmp_path)
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr == f"error: {run / 'rounds.jsonl'}: line {line} {what}\n{HINT}\n"
+    assert proc.stderr == f"error: {run / 'rounds.jsonl'}: line {line} {what}\n"
     assert not (tmp_path / "out").exists()

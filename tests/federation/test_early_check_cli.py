@@ -1,0 +1,100 @@
+"""``--ckpt_path`` refused in one line before the run folder is written (issue 41, fifth outside run).
+
+On 2599077: ``--ckpt_path=`` (empty) ran until Lightning said "`.fit()` found no path for the best
+weights: ''" (11-13 s of CPU, ``fit`` and ``validate``); a folder was "no such checkpoint file";
+a resume with ``federation.rounds`` below the rounds its run completed exited 1 with Lightning's
+``MisconfigurationException`` (``current_epoch=2 ... max_epochs=1``) after 14 s, an events file
+added to the earlier run's folder; a missing checkpoint and an unknown ``--config`` printed the
+``--debug`` hint under their line. Each answer here is one line, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.cli import heavy_blocked_env, lightning_fed
+from tests.helpers.tiny_run import ENV, ROOT
+
+
+def _blocked(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """``lightning-fed ARGS`` from an empty folder (returned), torch and the heavy packages unimportable."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return lightning_fed(*args, cwd=work, env=heavy_blocked_env(tmp_path / "blocked")), work
+
+
+@pytest.mark.parametrize("stage", ["fit", "validate"])
+def test_an_empty_ckpt_path_is_refused_before_torch(tmp_path, stage):
+    proc, work = _blocked(tmp_path, stage, "--config", "tiny", "--ckpt_path=")
+    line = "ckpt_path '' is empty: give a checkpoint file (<run>/checkpoints/last.ckpt), or leave ckpt_path out"
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(work.iterdir()) == []
+
+
+def test_a_run_folder_given_as_ckpt_path_names_its_last_checkpoint(tmp_path):
+    run = tmp_path / "work" / "runs" / "lightning_logs" / "version_0"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    proc, _ = _blocked(tmp_path, "fit", "--config", "tiny", "--ckpt_path=runs/lightning_logs/version_0")
+    line = (
+        "ckpt_path 'runs/lightning_logs/version_0' is a folder, not a checkpoint file;"
+        " did you mean 'runs/lightning_logs/version_0/checkpoints/last.ckpt'?"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    proc, _ = _blocked(tmp_path, "fit", "--config", "tiny", "--ckpt_path=/")
+    assert (proc.returncode, proc.stderr) == (2, "error: ckpt_path '/' is a folder, not a checkpoint file\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        ("tinyy", "--config 'tinyy': no such file, and no shipped config of that name (did you mean `--config tiny`?)"),
+        (
+            "zzzz",
+            "--config 'zzzz': no such file, and no shipped config of that name (`lightning-fed configs` lists them)",
+        ),
+    ],
+)
+def test_an_unknown_config_is_one_line_with_the_closest_shipped_name(tmp_path, name, line):
+    proc, work = _blocked(tmp_path, "fit", "--config", name)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(work.iterdir()) == []
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def two_rounds(tmp_path_factory) -> Path:
+    """The ``trainer.default_root_dir`` of two rounds of one local step of ``configs/tiny.yaml``."""
+    root = tmp_path_factory.mktemp("two_rounds")
+    cmd = [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/tiny.yaml"]
+    cmd += [f"--trainer.default_root_dir={root}", "--trainer.enable_progress_bar=false"]
+    cmd += ["--federation.local_steps=1", "--federation.rounds=2"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True)  # no time-out: CI is slow
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root
+
+
+def test_a_resume_with_fewer_rounds_than_its_run_completed_is_refused_keeping_the_run(two_rounds):
+    """Lightning's own refusal (``max_epochs`` below the restored epoch) came after the run folder's
+    events file was added; the line comes from the checkpoint read before Lightning is imported."""
+    ckpt = two_rounds / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    before = _hashes(two_rounds)
+    args = ["fit", "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={two_rounds}"]
+    args += ["--federation.local_steps=1", "--federation.rounds=1", f"--ckpt_path={ckpt}"]
+    proc = lightning_fed(*args)
+    line = (
+        f"ckpt_path {str(ckpt)!r}: its run completed 2 rounds, federation.rounds=1 is fewer;"
+        " resume with federation.rounds > 2 to train more"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert _hashes(two_rounds) == before
