@@ -37,6 +37,7 @@ LAYERS: list[set[str]] = [
         "help_pages",
         "trainer_options",
         "trainer_classes",
+        "accelerator_builds",
         "class_paths",
         "strict_parser",
         "json_lines",
