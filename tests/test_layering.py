@@ -37,6 +37,8 @@ LAYERS: list[set[str]] = [
         "help_pages",
         "trainer_options",
         "trainer_classes",
+        "lightning_init_args",
+        "lightning_refused_values",
         "accelerator_builds",
         "class_paths",
         "strict_parser",
