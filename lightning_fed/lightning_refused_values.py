@@ -48,6 +48,14 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _number_word(text: str, integer: bool) -> int | float | None:
+    """``text`` as jsonargparse reads a string given for an ``int`` (``integer``) or a ``float``, or ``None``."""
+    try:
+        return int(text.strip()) if integer else float(text.strip())
+    except ValueError:
+        return None
+
+
 def _checkpoint_problem(key: str, init_args: Mapping[str, Any]) -> str | None:
     """``ModelCheckpoint``'s rules between options (``__validate_init_configuration``): at most one
     of ``every_n_train_steps`` / ``every_n_epochs`` >= 1 and ``train_time_interval``; a
@@ -107,13 +115,15 @@ BETWEEN: dict[str, Callable[[str, Mapping[str, Any]], str | None]] = {
 def refused_value(key: str, name: str, init_args: Mapping[str, Any]) -> str | None:
     """The line refusing a value Lightning's callback ``name`` (short name) refuses in ``__init__``,
     given ``init_args`` as merged (``key``: ``trainer.callbacks[0]``), or ``None``. A string given
-    for a number is left to the type check (the parser may still read it)."""
+    for a number is read as the parser reads it (``"-5"``); a word is left to the type check."""
     for rule in REFUSED.get(name, ()):
         if rule.name not in init_args:
             continue
         value = init_args[rule.name]
         if rule.choices is None and isinstance(value, str):
-            continue
+            value = _number_word(value, rule.integer)  # `every_n_epochs: "-5"`: the parser reads -5
+            if value is None:
+                continue  # a word: the type check's
         if (name, rule.name) in ANY_CASE and isinstance(value, str):
             value = value.lower()
         if problem := dataclasses.replace(rule, option=f"{key}.{rule.name}").problem(value):

@@ -7,11 +7,12 @@ with jsonargparse's wording and no close match. Here a short name must be one of
 Lightning's subpackage exports (its ``__all__``, read from source without importing Lightning,
 which imports torch) or one of the package's own subclasses of the option's base class; a dotted
 path must resolve as :func:`~lightning_fed.class_paths.dotted_path_problem` tells from source.
-Where the exports cannot be read nothing is refused. A Lightning callback's ``init_args`` must be
-parameters of its ``__init__`` (one without ``**kwargs``), read from Lightning's source
-(:func:`~lightning_fed.class_parameters.signature`); the closest is named (it was jsonargparse's
-``Problem with given class_path ... Key 'patiencee' is not expected`` after the imports). A user's
-own callback is left to the live parser.
+Where the exports cannot be read nothing is refused. A Lightning callback's or logger's
+``init_args`` must be parameters of its ``__init__``, of the types it annotates, and (a callback's)
+values its constructor takes (:mod:`lightning_fed.lightning_init_args`); the closest key is named
+(it was jsonargparse's ``Problem with given class_path ... Key 'patiencee' is not expected`` after
+the imports). ``trainer.logger`` given a number is refused saying what it takes. A user's own
+callback or logger is left to the live parser.
 """
 
 from __future__ import annotations

@@ -90,3 +90,11 @@ def test_the_table_names_lightning_s_exported_callbacks():
 
     exported = set(lightning_exports("pytorch", "callbacks") or ())
     assert {*REFUSED, "StochasticWeightAveraging"} <= exported
+
+
+def test_a_number_written_as_a_string_is_read_as_the_parser_reads_it():
+    """jsonargparse reads ``every_n_epochs: "-5"`` as -5 (which Lightning refuses); a word is the type check's."""
+    assert refused_value("trainer.callbacks[0]", "ModelCheckpoint", {"every_n_epochs": "-5"}) == (
+        "trainer.callbacks[0].every_n_epochs must be >= 0 or null, got -5"
+    )
+    assert refused_value("trainer.callbacks[0]", "ModelCheckpoint", {"every_n_epochs": "often"}) is None
