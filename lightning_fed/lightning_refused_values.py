@@ -104,12 +104,37 @@ def _swa_problem(key: str, init_args: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _accumulation_problem(key: str, init_args: Mapping[str, Any]) -> str | None:
+    """``GradientAccumulationScheduler(scheduling=...)``: a non-empty mapping of epochs >= 0 to factors >= 1."""
+    scheduling = init_args.get("scheduling")
+    if not isinstance(scheduling, dict):
+        return None  # another shape: the type check's, or the parser's
+    integers = [v for pair in scheduling.items() for v in pair if isinstance(v, int) and not isinstance(v, bool)]
+    if len(integers) != 2 * len(scheduling):
+        return None  # a word among them: the parser's
+    if not scheduling or any(epoch < 0 for epoch in scheduling) or any(factor < 1 for factor in scheduling.values()):
+        return (
+            f"{key}.scheduling must map epochs >= 0 to accumulation factors >= 1 (e.g. {{0: 4, 4: 1}}),"
+            f" got {scheduling!r}"
+        )
+    return None
+
+
+def _exception_checkpoint_problem(key: str, init_args: Mapping[str, Any]) -> str | None:
+    """``OnExceptionCheckpoint(filename="")``: a file needs a name."""
+    filename = init_args.get("filename")
+    return f"{key}.filename must be a file name (not empty), got ''" if filename == "" else None
+
+
 BETWEEN: dict[str, Callable[[str, Mapping[str, Any]], str | None]] = {
     "ModelCheckpoint": _checkpoint_problem,
     "Timer": _timer_problem,
     "StochasticWeightAveraging": _swa_problem,
+    "GradientAccumulationScheduler": _accumulation_problem,
+    "OnExceptionCheckpoint": _exception_checkpoint_problem,
 }
-"""Lightning's callback -> the rules its ``__init__`` raises with that one :class:`Rule` cannot state."""
+"""Lightning's callback -> the rules its ``__init__`` raises with that one :class:`Rule` cannot state
+(between options, or on a string's or a mapping's contents)."""
 
 
 def refused_value(key: str, name: str, init_args: Mapping[str, Any]) -> str | None:

@@ -64,6 +64,15 @@ IN_FILE = {
         "trainer.callbacks[0].save_top_k=3 needs a monitor (the metric to rank checkpoints by); without one"
         " save_top_k must be -1, 0 or 1",
     ),
+    "accumulation_factor_zero": (
+        {"callbacks": [{"class_path": "GradientAccumulationScheduler", "init_args": {"scheduling": {0: 0}}}]},
+        "trainer.callbacks[0].scheduling must map epochs >= 0 to accumulation factors >= 1 (e.g. {0: 4, 4: 1}),"
+        " got {0: 0}",
+    ),
+    "exception_checkpoint_no_name": (
+        {"callbacks": [{"class_path": "OnExceptionCheckpoint", "init_args": {"dirpath": ".", "filename": ""}}]},
+        "trainer.callbacks[0].filename must be a file name (not empty), got ''",
+    ),
     "lr_monitor_interval": (
         {"callbacks": {"class_path": "LearningRateMonitor", "init_args": {"logging_interval": "batch"}}},
         "trainer.callbacks.logging_interval must be 'step', 'epoch' or null, got 'batch'",

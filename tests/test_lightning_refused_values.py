@@ -10,7 +10,12 @@ import pytest
 from lightning_fed.lightning_refused_values import REFUSED, refused_value
 from lightning_fed.value_rules import Rule
 
-BASE = {"EarlyStopping": {"monitor": "x"}, "StochasticWeightAveraging": {"swa_lrs": 0.1}}
+BASE = {
+    "EarlyStopping": {"monitor": "x"},
+    "StochasticWeightAveraging": {"swa_lrs": 0.1},
+    "GradientAccumulationScheduler": {"scheduling": {0: 1}},
+    "OnExceptionCheckpoint": {"dirpath": "."},
+}
 """The arguments a class cannot be built without."""
 
 
@@ -54,6 +59,12 @@ BETWEEN = [  # the rules between options: (class, init_args, refused)
     ("StochasticWeightAveraging", {"swa_lrs": -0.1}, True),
     ("StochasticWeightAveraging", {"swa_lrs": [0.1, 0.2]}, False),
     ("StochasticWeightAveraging", {"swa_lrs": [0.1, -0.2]}, True),
+    ("GradientAccumulationScheduler", {"scheduling": {}}, True),
+    ("GradientAccumulationScheduler", {"scheduling": {-1: 2}}, True),
+    ("GradientAccumulationScheduler", {"scheduling": {0: 0}}, True),
+    ("GradientAccumulationScheduler", {"scheduling": {0: 1, 4: 2}}, False),
+    ("OnExceptionCheckpoint", {"filename": ""}, True),
+    ("OnExceptionCheckpoint", {"filename": "x"}, False),
 ]
 
 
