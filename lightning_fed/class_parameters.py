@@ -295,3 +295,19 @@ def dataclass_fields(module: str, name: str) -> dict[str, tuple[ast.expr, bool]]
         if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
             out[item.target.id] = (item.annotation, item.value is not None)
     return out
+
+
+def own_signature(package: str, class_path: str) -> Annotated | None:
+    """The parameters ``class_path``'s own ``__init__`` names, with their annotations (its ``**kwargs``
+    not followed: :mod:`lightning_fed.lightning_init_args` says where a Lightning logger's go), or
+    ``None`` if it has no ``__init__`` of its own or cannot be read here."""
+    module, _, name = class_path.rpartition(".")
+    found = _class(module or package, name)
+    if found is None:
+        return None
+    where, node = found
+    init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None:
+        return None
+    args = init.args
+    return {a.arg: (a.annotation, where) for a in [*args.posonlyargs, *args.args, *args.kwonlyargs][1:]}

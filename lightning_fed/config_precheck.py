@@ -30,7 +30,9 @@ parser's:
   rules the package's config classes raise with (:mod:`lightning_fed.option_rules`: ranges,
   integers, choices of ``model.*`` and ``data.*`` per class, ``federation.*``, the package's
   strategies and round hooks, ``seed_everything``) and Lightning's ``trainer.*`` bounds
-  (:mod:`lightning_fed.config_values`), a ``data.dataset`` path to nothing
+  (:mod:`lightning_fed.config_values`), its callbacks' and loggers' ``init_args`` (keys, types,
+  the values their constructors refuse: :mod:`lightning_fed.lightning_init_args`), an accelerator
+  the installed torch build cannot run (:mod:`lightning_fed.accelerator_builds`), a ``data.dataset`` path to nothing
   (:mod:`lightning_fed.data_paths`), ``data.synthetic_args``' sizes, a ``model.backbone.config``
   key its transformers config class does not take (:mod:`lightning_fed.transformers_configs`);
   then ``trainer.default_root_dir`` must be writable;

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.accelerator_builds import accelerator_build_problem
 from lightning_fed.class_options import class_option_problem, class_path_problem, size_problem
 from lightning_fed.class_path_shapes import classes_shape_problem, section_shape_problem
 from lightning_fed.class_sections import class_problem, parsed, string_problem, unknown_option_of
@@ -326,7 +327,9 @@ class Merged:
         if problem := non_finite_problem(self._followed()):
             return problem
         trainer = self.sections.get("trainer")
-        if isinstance(trainer, dict) and (problem := trainer_option_problem(trainer)):
+        if isinstance(trainer, dict) and (
+            problem := trainer_option_problem(trainer) or accelerator_build_problem(trainer)
+        ):
             return problem
         for section in ("model", "data"):
             if problem := class_problem(section, self.sections.get(section)):

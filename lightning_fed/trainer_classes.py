@@ -7,11 +7,12 @@ with jsonargparse's wording and no close match. Here a short name must be one of
 Lightning's subpackage exports (its ``__all__``, read from source without importing Lightning,
 which imports torch) or one of the package's own subclasses of the option's base class; a dotted
 path must resolve as :func:`~lightning_fed.class_paths.dotted_path_problem` tells from source.
-Where the exports cannot be read nothing is refused. A Lightning callback's ``init_args`` must be
-parameters of its ``__init__`` (one without ``**kwargs``), read from Lightning's source
-(:func:`~lightning_fed.class_parameters.signature`); the closest is named (it was jsonargparse's
-``Problem with given class_path ... Key 'patiencee' is not expected`` after the imports). A user's
-own callback is left to the live parser.
+Where the exports cannot be read nothing is refused. A Lightning callback's or logger's
+``init_args`` must be parameters of its ``__init__``, of the types it annotates, and (a callback's)
+values its constructor takes (:mod:`lightning_fed.lightning_init_args`); the closest key is named
+(it was jsonargparse's ``Problem with given class_path ... Key 'patiencee' is not expected`` after
+the imports). ``trainer.logger`` given a number is refused saying what it takes. A user's own
+callback or logger is left to the live parser.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.class_parameters import signature, takes_any_keyword
 from lightning_fed.class_paths import dotted_path_problem, package_subclasses, short_name_problem
-from lightning_fed.value_rules import unknown_key
+from lightning_fed.lightning_init_args import init_args_problem
 
 LOGGER_FLAGS = ("true", "false")
 """``trainer.logger: true`` (Lightning's default logger) and ``false`` (none)."""
@@ -92,9 +92,17 @@ def class_problem(option: str, value: Any) -> str | None:
 def logger_problem(logger: Any) -> str | None:
     """``trainer.logger`` (one logger, or a list of them) naming no logger class; a word close
     to none of them is refused naming the flags too (``maybe``)."""
-    for item in logger if isinstance(logger, list) else [logger]:
+    items = logger if isinstance(logger, list) else [logger]
+    for index, item in enumerate(items):
         if isinstance(item, str) and item.strip().lower() in LOGGER_FLAGS:
             continue
+        key = f"trainer.logger[{index}]" if isinstance(logger, list) else "trainer.logger"
+        if isinstance(item, (int, float, list)) and not isinstance(item, bool):
+            return (
+                f"{key} must be true (Lightning's default logger), false (none), a logger's class name or"
+                f" class path (e.g. CSVLogger), a mapping {{class_path: ..., init_args: {{...}}}}"
+                f"{'' if isinstance(logger, list) else ' or a list of them'}, got {item!r}"
+            )
         problem = class_problem("logger", item)
         exports = lightning_exports(*EXPORTS["logger"][0])
         if problem and isinstance(item, str) and "." not in item and "did you mean" not in problem and exports:
@@ -104,28 +112,16 @@ def logger_problem(logger: Any) -> str | None:
             )
         if problem:
             return problem
+        if problem := init_args_problem("logger", key, item, exports or ()):
+            return problem
     return None
 
 
 def callback_options_problem(key: str, value: Any) -> str | None:
-    """An ``init_args`` key Lightning's callback ``value`` (``{class_path: EarlyStopping, init_args:
-    {...}}``; ``key``: ``trainer.callbacks[0]``) does not take, with the closest; ``None`` otherwise."""
-    class_path = value.get("class_path") if isinstance(value, dict) else None
-    init_args = value.get("init_args") if isinstance(value, dict) else None
-    if not isinstance(class_path, str) or not isinstance(init_args, dict):
-        return None
-    if "." not in class_path and class_path not in (lightning_exports(*EXPORTS["callbacks"][0]) or ()):
-        return None  # the package's own or a plugin's, by short name
-    if "." in class_path and class_path.split(".")[0] != "lightning":
-        return None  # a user's own callback
-    package = ".".join(("lightning", *EXPORTS["callbacks"][0]))
-    params = signature(package, class_path)
-    if params is None or takes_any_keyword(package, class_path):
-        return None  # not read, or `**kwargs` (ModelSummary's go to `summarize`): the live parser decides
-    for name in init_args:
-        if str(name) not in params:
-            return unknown_key(key, class_path.rpartition(".")[2], str(name), list(params))
-    return None
+    """An ``init_args`` key or value Lightning's callback ``value`` (``{class_path: EarlyStopping,
+    init_args: {...}}``; ``key``: ``trainer.callbacks[0]``) does not take, with the closest or what it
+    takes (:func:`~lightning_fed.lightning_init_args.init_args_problem`); ``None`` otherwise."""
+    return init_args_problem("callbacks", key, value, lightning_exports(*EXPORTS["callbacks"][0]) or ())
 
 
 def callbacks_problem(callbacks: Any) -> str | None:
