@@ -30,11 +30,14 @@ parser's:
   rules the package's config classes raise with (:mod:`lightning_fed.option_rules`: ranges,
   integers, choices of ``model.*`` and ``data.*`` per class, ``federation.*``, the package's
   strategies and round hooks, ``seed_everything``) and Lightning's ``trainer.*`` bounds
-  (:mod:`lightning_fed.config_values`), a ``data.dataset`` path to nothing
-  (:mod:`lightning_fed.data_paths`), ``data.synthetic_args``' sizes, a ``model.backbone.config``
-  key its transformers config class does not take (:mod:`lightning_fed.transformers_configs`);
-  then ``trainer.default_root_dir`` must be writable;
-- ``predict`` (removed) is refused with what to use instead. A user's own class, and what
+  (:mod:`lightning_fed.config_values`), a ``data.dataset`` (``val_dataset``, ``test_dataset``)
+  empty or a path to nothing (:mod:`lightning_fed.data_paths`), ``data.synthetic_args``' sizes,
+  the data options that must fit each other and ``federation.clients_per_round`` against
+  ``data.num_clients`` (:mod:`lightning_fed.data_cross_rules`), a ``model.backbone.config`` key
+  its transformers config class does not take or a ``model_type`` the installed transformers does
+  not know (:mod:`lightning_fed.transformers_configs`), a model or tokenizer that cannot load
+  offline (:mod:`lightning_fed.model_sources`); then ``trainer.default_root_dir`` must be writable;
+- ``predict`` (removed) is refused with what to use instead. A user's own class, and what else
   depends on another option, are left to the live parser.
 
 The option names are used only when the stored page is the live parser's page for the installed

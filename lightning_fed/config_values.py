@@ -29,7 +29,13 @@ from typing import Any
 
 from lightning_fed.class_options import class_option_problem, class_path_problem, size_problem
 from lightning_fed.class_path_shapes import classes_shape_problem, section_shape_problem
-from lightning_fed.class_sections import class_problem, parsed, string_problem, unknown_option_of
+from lightning_fed.class_sections import (
+    class_problem,
+    clients_per_round_of,
+    parsed,
+    string_problem,
+    unknown_option_of,
+)
 from lightning_fed.errors import unwritable
 from lightning_fed.federation_rules import (
     FEDERATION_MORE,
@@ -134,6 +140,28 @@ def _merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+CLASS_VALUED = ("partition",)
+"""Options of a class's ``init_args`` that take a class themselves (``data.partition``): an option
+below one (``partition.alpha``) is one of that class's ``init_args``, as jsonargparse reads it."""
+
+
+def _class_option_target(init_args: dict[str, Any], parts: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """Where ``--<section>.init_args.<parts>`` goes when ``parts[0]`` takes a class (:data:`CLASS_VALUED`):
+    its ``init_args`` (a class name given alone becomes ``{class_path: name}``), ``parts`` below it."""
+    option, rest = parts[0], parts[1:]
+    given = init_args.get(option)
+    if isinstance(given, str):
+        given = {"class_path": given}
+    if not isinstance(given, dict):
+        given = {}
+    given = init_args[option] = dict(given)
+    if rest[0] in _CLASS_KEYS:
+        return given, rest
+    inner = given.get("init_args")
+    given["init_args"] = inner = dict(inner) if isinstance(inner, dict) else {}
+    return inner, rest
+
+
 class Merged:
     """The config as jsonargparse would hold it after each ``--config`` and override, as far as followed."""
 
@@ -216,7 +244,12 @@ class Merged:
                 parts = parts[1:]
             elif parts[0] in _CLASS_KEYS:
                 return
+            if not parts:  # `--data.init_args={"num_clients": -1}`: merged over the class's options
+                current["init_args"] = _merge(current["init_args"], value)
+                return
             target = current["init_args"]
+            if parts[0] in CLASS_VALUED and len(parts) > 1:  # `--data.init_args.partition.alpha=-1`
+                target, parts = _class_option_target(target, parts)
         else:
             current = self.sections.get(section)
             if not isinstance(current, dict):
@@ -342,7 +375,7 @@ class Merged:
         for index, hook in enumerate(hooks if isinstance(hooks, list) else []):
             if problem := class_problem("federation.hooks", hook, index):
                 return problem
-        return None
+        return clients_per_round_of(self.sections)  # two sections' options (the round sampler's line)
 
 
 def federation_section_problem(federation: dict[str, Any]) -> str | None:
