@@ -202,8 +202,8 @@ def _backbone_source_problem(option: str, backbone: Mapping[str, Any]) -> str | 
         spec = backbone.get(key)
         if not isinstance(spec, str) or spec.startswith("gguf:") or (key == "tokenizer" and spec in builtin):
             continue
-        # offline, a hub id not in the cache cannot load (online: the hub's to find)
-        if problem := missing_source_problem(f"{option}.{key}", spec):
+        # a name_or_path hub id is looked up after every value is checked (class_sections.hub_model_problem)
+        if problem := missing_source_problem(f"{option}.{key}", spec, hub=key == "tokenizer"):
             return problem
     model_type = config.get("model_type") if isinstance(config, Mapping) else None
     if isinstance(model_type, str) and (problem := model_type_problem(f"{option}.config.model_type", model_type)):

@@ -15,6 +15,7 @@ from typing import Any
 from lightning_fed.class_parameters import parameters
 from lightning_fed.data_cross_rules import clients_per_round_problem, data_cross_problems
 from lightning_fed.data_paths import DATASET_OPTIONS, dataset_text_problem, missing_path_problem
+from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.option_rules import (
     CROSS_CHECKS,
     LORA,
@@ -130,3 +131,19 @@ def clients_per_round_of(sections: dict[str, Any]) -> str | None:
     ):
         return None
     return clients_per_round_problem(federation.get("clients_per_round"), data["init_args"].get("num_clients"))
+
+
+def hub_model_problem(sections: dict[str, Any]) -> str | None:
+    """The package's model's ``backbone.name_or_path``, a hub id, offline and not in the hub cache
+    (:func:`~lightning_fed.model_sources.missing_source_problem`: transformers' ``Cannot find the
+    requested files in the disk cache`` 11 s of CPU later, naming no option). Asked after every value
+    of the config is checked: it is the machine's state, not the config's. ``sections``:
+    :attr:`lightning_fed.config_values.Merged.sections`."""
+    model = sections.get("model")
+    if not isinstance(model, dict) or class_rules("model", model["class_path"]) is None:
+        return None
+    backbone = model["init_args"].get("backbone")
+    spec = backbone.get("name_or_path") if isinstance(backbone, dict) else None
+    if not isinstance(spec, str) or spec.startswith("gguf:"):
+        return None
+    return missing_source_problem("model.backbone.name_or_path", spec)

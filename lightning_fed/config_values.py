@@ -32,6 +32,7 @@ from lightning_fed.class_path_shapes import classes_shape_problem, section_shape
 from lightning_fed.class_sections import (
     class_problem,
     clients_per_round_of,
+    hub_model_problem,
     parsed,
     string_problem,
     unknown_option_of,
@@ -375,7 +376,9 @@ class Merged:
         for index, hook in enumerate(hooks if isinstance(hooks, list) else []):
             if problem := class_problem("federation.hooks", hook, index):
                 return problem
-        return clients_per_round_of(self.sections)  # two sections' options (the round sampler's line)
+        if problem := clients_per_round_of(self.sections):  # two sections' options (the round sampler's line)
+            return problem
+        return hub_model_problem(self.sections)  # offline, a model not in the hub cache
 
 
 def federation_section_problem(federation: dict[str, Any]) -> str | None:

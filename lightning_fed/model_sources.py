@@ -20,17 +20,17 @@ LOCAL_STARTS = ("/", "./", "../", "~", ".\\")
 """How a local path starts, as :func:`~lightning_fed.modules.backbone._resolve_model_path` tells it from a hub id."""
 
 
-def missing_source_problem(option: str, spec: str) -> str | None:
+def missing_source_problem(option: str, spec: str, hub: bool = True) -> str | None:
     """The line refusing ``spec`` given to ``option`` (``model.backbone.tokenizer``) when it certainly
-    names nothing loadable (module docstring), or ``None``. ``gguf:`` names and the built-in
-    tokenizers are the caller's to leave out."""
+    names nothing loadable (module docstring), or ``None``; ``hub=False``: a hub id is not looked
+    up. ``gguf:`` names and the built-in tokenizers are the caller's to leave out."""
     if not spec.strip() or Path(spec).expanduser().exists():
         return None
     if spec.startswith(LOCAL_STARTS) or spec in (".", ".."):
         return f"{option}: local path {spec!r} does not exist"
     from huggingface_hub import constants  # no torch; the hub cache and the offline switch as transformers reads them
 
-    if not constants.HF_HUB_OFFLINE:
+    if not hub or not constants.HF_HUB_OFFLINE:
         return None
     cache = Path(constants.HF_HUB_CACHE)
     if (cache / f"models--{spec.replace('/', '--')}").is_dir():

@@ -174,14 +174,12 @@ def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
     cfg["model"]["init_args"]["backbone"] = {"name_or_path": "no-such-org/no-such-lm"}
     path.write_text(yaml.safe_dump(cfg))
     # offline (tests/conftest.py), an uncached hub id is fit's precheck's to refuse (lightning_fed/model_sources.py)
-    with pytest.raises(SystemExit) as exited:
+    with pytest.raises(UserError) as refused:
         main(["--config", str(path)])
-    assert exited.value.code == 2
-    err = capsys.readouterr().err
-    assert err == (
-        f"error: config {str(path)!r}: model.backbone.name_or_path 'no-such-org/no-such-lm': no such local folder,"
+    assert str(refused.value) == (
+        f"config {str(path)!r}: model.backbone.name_or_path 'no-such-org/no-such-lm': no such local folder,"
         f" and not in the hub cache ({constants.HF_HUB_CACHE}) while offline"
-        " (HF_HUB_OFFLINE=1: nothing is downloaded)\n"
+        " (HF_HUB_OFFLINE=1: nothing is downloaded)"
     )
 
 
