@@ -46,7 +46,7 @@ from lightning_fed.federation_rules import (
     privacy_shape_problem,
     privacy_values,
 )
-from lightning_fed.nested_options import nested_option_problem
+from lightning_fed.nested_options import CLASS_VALUED, class_option_target, nested_option_problem
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
     SECTIONS,
@@ -141,28 +141,6 @@ def _merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-CLASS_VALUED = ("partition",)
-"""Options of a class's ``init_args`` that take a class themselves (``data.partition``): an option
-below one (``partition.alpha``) is one of that class's ``init_args``, as jsonargparse reads it."""
-
-
-def _class_option_target(init_args: dict[str, Any], parts: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """Where ``--<section>.init_args.<parts>`` goes when ``parts[0]`` takes a class (:data:`CLASS_VALUED`):
-    its ``init_args`` (a class name given alone becomes ``{class_path: name}``), ``parts`` below it."""
-    option, rest = parts[0], parts[1:]
-    given = init_args.get(option)
-    if isinstance(given, str):
-        given = {"class_path": given}
-    if not isinstance(given, dict):
-        given = {}
-    given = init_args[option] = dict(given)
-    if rest[0] in _CLASS_KEYS:
-        return given, rest
-    inner = given.get("init_args")
-    given["init_args"] = inner = dict(inner) if isinstance(inner, dict) else {}
-    return inner, rest
-
-
 class Merged:
     """The config as jsonargparse would hold it after each ``--config`` and override, as far as followed."""
 
@@ -250,7 +228,7 @@ class Merged:
                 return
             target = current["init_args"]
             if parts[0] in CLASS_VALUED and len(parts) > 1:  # `--data.init_args.partition.alpha=-1`
-                target, parts = _class_option_target(target, parts)
+                target, parts = class_option_target(target, parts)
         else:
             current = self.sections.get(section)
             if not isinstance(current, dict):
