@@ -42,7 +42,7 @@ from lightning_fed.class_paths import dotted_path_problem, package_subclasses
 from lightning_fed.errors import _REPLACED_OPTIONS
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.option_rules import LORA, PACKAGES, SECTIONS, TAKES_LORA, class_rules
-from lightning_fed.transformers_configs import config_class_keys
+from lightning_fed.transformers_configs import config_class_keys, model_type_problem
 from lightning_fed.value_rules import unknown_key, word_fits
 
 NESTED = {
@@ -202,10 +202,12 @@ def _backbone_source_problem(option: str, backbone: Mapping[str, Any]) -> str | 
         spec = backbone.get(key)
         if not isinstance(spec, str) or spec.startswith("gguf:") or (key == "tokenizer" and spec in builtin):
             continue
-        # a hub id for name_or_path is plan's to name (no config.json), the model loader's to fetch
+        # a name_or_path hub id is looked up after every value is checked (class_sections.hub_model_problem)
         if problem := missing_source_problem(f"{option}.{key}", spec, hub=key == "tokenizer"):
             return problem
     model_type = config.get("model_type") if isinstance(config, Mapping) else None
+    if isinstance(model_type, str) and (problem := model_type_problem(f"{option}.config.model_type", model_type)):
+        return problem
     if isinstance(model_type, str) and (known := config_class_keys(model_type)) is not None:
         # transformers keeps a key its config does not take as an unread attribute (`n_embd_: 8`)
         name, keys = known

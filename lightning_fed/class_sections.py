@@ -13,7 +13,9 @@ import difflib
 from typing import Any
 
 from lightning_fed.class_parameters import parameters
-from lightning_fed.data_paths import missing_path_problem
+from lightning_fed.data_cross_rules import clients_per_round_problem, data_cross_problems
+from lightning_fed.data_paths import DATASET_OPTIONS, dataset_text_problem, missing_path_problem
+from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.option_rules import (
     CROSS_CHECKS,
     LORA,
@@ -48,14 +50,21 @@ def parsed(rules: tuple[Rule, ...], values: dict[str, Any]) -> dict[str, Any]:
     return {k: by_name[k].parsed(v) if k in by_name else v for k, v in values.items()}
 
 
-def _dataset_problem(init_args: dict[str, Any]) -> str | None:
-    """``data.dataset`` a local path to nothing (:func:`~lightning_fed.data_paths.missing_path_problem`,
-    as the data source decides local from hub), or ``data.synthetic_args``' sizes
-    (:func:`~lightning_fed.option_rules.synthetic_problem`)."""
-    dataset = init_args.get("dataset")
-    if isinstance(dataset, str) and not dataset.startswith("synthetic:") and (problem := missing_path_problem(dataset)):
+def _dataset_problem(class_path: str, init_args: dict[str, Any]) -> str | None:
+    """``data.dataset`` (``val_dataset``, ``test_dataset``) empty or a local path to nothing
+    (:mod:`lightning_fed.data_paths`, as the data source decides local from hub), ``data.synthetic_args``'
+    sizes (:func:`~lightning_fed.option_rules.synthetic_problem`), or options that do not fit together
+    (:func:`~lightning_fed.data_cross_rules.data_cross_problems`)."""
+    for option in DATASET_OPTIONS:
+        dataset = init_args.get(option.rpartition(".")[2])
+        if not isinstance(dataset, str) or dataset.startswith("synthetic:"):
+            continue
+        if problem := dataset_text_problem(option, dataset) or missing_path_problem(dataset, option):
+            return problem
+    if problem := synthetic_problem(init_args):
         return problem
-    return synthetic_problem(init_args)
+    found = data_cross_problems(class_path.rpartition(".")[2], init_args)
+    return "; ".join(found) if found else None
 
 
 def class_problem(section: str, value: Any, index: int | None = None) -> str | None:
@@ -70,7 +79,7 @@ def class_problem(section: str, value: Any, index: int | None = None) -> str | N
         return "; ".join(found)
     if (cross := CROSS_CHECKS.get(value["class_path"].rpartition(".")[2])) and (problem := cross(values)):
         return problem
-    if section == "data" and (problem := _dataset_problem(init_args)):
+    if section == "data" and (problem := _dataset_problem(value["class_path"], init_args)):
         return problem
     lora = init_args.get("lora")
     takes = section == "model" and value["class_path"].rpartition(".")[2] in TAKES_LORA
@@ -108,3 +117,33 @@ def unknown_option_of(sections: dict[str, Any]) -> str | None:
                 hint = f"did you mean {key}.{near[0]}?" if near else f"its options: {', '.join(sorted(options))}"
                 return f"{key}.{name} is not an option of {name_}; {hint}"
     return None
+
+
+def clients_per_round_of(sections: dict[str, Any]) -> str | None:
+    """``federation.clients_per_round`` above the package's data module's ``data.num_clients``, both
+    given (:func:`~lightning_fed.data_cross_rules.clients_per_round_problem`: the round sampler's
+    line, 10 s of CPU later). ``sections``: :attr:`lightning_fed.config_values.Merged.sections`."""
+    federation, data = sections.get("federation"), sections.get("data")
+    if (
+        not isinstance(federation, dict)
+        or not isinstance(data, dict)
+        or class_rules("data", data["class_path"]) is None
+    ):
+        return None
+    return clients_per_round_problem(federation.get("clients_per_round"), data["init_args"].get("num_clients"))
+
+
+def hub_model_problem(sections: dict[str, Any]) -> str | None:
+    """The package's model's ``backbone.name_or_path``, a hub id, offline and not in the hub cache
+    (:func:`~lightning_fed.model_sources.missing_source_problem`: transformers' ``Cannot find the
+    requested files in the disk cache`` 11 s of CPU later, naming no option). Asked after every value
+    of the config is checked: it is the machine's state, not the config's. ``sections``:
+    :attr:`lightning_fed.config_values.Merged.sections`."""
+    model = sections.get("model")
+    if not isinstance(model, dict) or class_rules("model", model["class_path"]) is None:
+        return None
+    backbone = model["init_args"].get("backbone")
+    spec = backbone.get("name_or_path") if isinstance(backbone, dict) else None
+    if not isinstance(spec, str) or spec.startswith("gguf:"):
+        return None
+    return missing_source_problem("model.backbone.name_or_path", spec)

@@ -32,11 +32,15 @@ parser's:
   strategies and round hooks, ``seed_everything``) and Lightning's ``trainer.*`` bounds
   (:mod:`lightning_fed.config_values`), its callbacks' and loggers' ``init_args`` (keys, types,
   the values their constructors refuse: :mod:`lightning_fed.lightning_init_args`), an accelerator
-  the installed torch build cannot run (:mod:`lightning_fed.accelerator_builds`), a ``data.dataset`` path to nothing
-  (:mod:`lightning_fed.data_paths`), ``data.synthetic_args``' sizes, a ``model.backbone.config``
-  key its transformers config class does not take (:mod:`lightning_fed.transformers_configs`);
-  then ``trainer.default_root_dir`` must be writable;
-- ``predict`` (removed) is refused with what to use instead. A user's own class, and what
+  the installed torch build cannot run (:mod:`lightning_fed.accelerator_builds`), a
+  ``data.dataset`` (``val_dataset``, ``test_dataset``) empty or a path to nothing
+  (:mod:`lightning_fed.data_paths`), ``data.synthetic_args``' sizes, the data options that must
+  fit each other and ``federation.clients_per_round`` against ``data.num_clients``
+  (:mod:`lightning_fed.data_cross_rules`), a ``model.backbone.config`` key its transformers config
+  class does not take or a ``model_type`` the installed transformers does not know
+  (:mod:`lightning_fed.transformers_configs`), a model or tokenizer that cannot load offline
+  (:mod:`lightning_fed.model_sources`); then ``trainer.default_root_dir`` must be writable;
+- ``predict`` (removed) is refused with what to use instead. A user's own class, and what else
   depends on another option, are left to the live parser.
 
 The option names are used only when the stored page is the live parser's page for the installed

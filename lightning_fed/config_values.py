@@ -30,7 +30,14 @@ from typing import Any
 from lightning_fed.accelerator_builds import accelerator_build_problem
 from lightning_fed.class_options import class_option_problem, class_path_problem, size_problem
 from lightning_fed.class_path_shapes import classes_shape_problem, section_shape_problem
-from lightning_fed.class_sections import class_problem, parsed, string_problem, unknown_option_of
+from lightning_fed.class_sections import (
+    class_problem,
+    clients_per_round_of,
+    hub_model_problem,
+    parsed,
+    string_problem,
+    unknown_option_of,
+)
 from lightning_fed.errors import unwritable
 from lightning_fed.federation_rules import (
     FEDERATION_MORE,
@@ -40,7 +47,7 @@ from lightning_fed.federation_rules import (
     privacy_shape_problem,
     privacy_values,
 )
-from lightning_fed.nested_options import nested_option_problem
+from lightning_fed.nested_options import CLASS_VALUED, class_option_target, nested_option_problem
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
     SECTIONS,
@@ -217,7 +224,12 @@ class Merged:
                 parts = parts[1:]
             elif parts[0] in _CLASS_KEYS:
                 return
+            if not parts:  # `--data.init_args={"num_clients": -1}`: merged over the class's options
+                current["init_args"] = _merge(current["init_args"], value)
+                return
             target = current["init_args"]
+            if parts[0] in CLASS_VALUED and len(parts) > 1:  # `--data.init_args.partition.alpha=-1`
+                target, parts = class_option_target(target, parts)
         else:
             current = self.sections.get(section)
             if not isinstance(current, dict):
@@ -345,7 +357,9 @@ class Merged:
         for index, hook in enumerate(hooks if isinstance(hooks, list) else []):
             if problem := class_problem("federation.hooks", hook, index):
                 return problem
-        return None
+        if problem := clients_per_round_of(self.sections):  # two sections' options (the round sampler's line)
+            return problem
+        return hub_model_problem(self.sections)  # offline, a model not in the hub cache
 
 
 def federation_section_problem(federation: dict[str, Any]) -> str | None:

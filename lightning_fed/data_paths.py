@@ -3,7 +3,9 @@
 The data source (:func:`lightning_fed.datamodules.sources.local_files`) and the precheck
 (:func:`lightning_fed.class_sections.class_problem`) decide it with the same functions, so a path that does not
 exist is refused before torch is imported with the line the data module says after it
-(``./nope.jsonl`` was refused 12 s of CPU later, issue 41). Imports nothing but the standard library.
+(``./nope.jsonl`` was refused 12 s of CPU later, issue 41); so are ``data.val_dataset`` and
+``data.test_dataset``, named as themselves (a missing test set was named ``data.dataset``), and an
+empty name. Imports nothing but the standard library.
 """
 
 from __future__ import annotations
@@ -52,9 +54,23 @@ def looks_like_path(dataset: str) -> bool:
     )
 
 
-def missing_path_problem(dataset: str) -> str | None:
-    """The line refusing a ``data.dataset`` that is a local path (:func:`looks_like_path`) to
-    nothing that exists, or ``None`` (a path that exists, or a hub name such as ``org/name``)."""
+DATASET_OPTIONS = ("data.dataset", "data.val_dataset", "data.test_dataset")
+"""The data module's options that name a data set (``val_dataset`` and ``test_dataset`` in the
+forms of ``dataset``); each is refused by its own name."""
+
+
+def dataset_text_problem(option: str, dataset: object) -> str | None:
+    """The line refusing an empty ``option`` (``''``, spaces): no data set has that name, and as a
+    path it is the working folder (``folder has no ... files``, 9.6 s of CPU later, issue 41)."""
+    if isinstance(dataset, str) and not dataset.strip():
+        return f"{option} must be a hub name (owner/name), a local file or folder, or synthetic:<name>, got {dataset!r}"
+    return None
+
+
+def missing_path_problem(dataset: str, option: str = "data.dataset") -> str | None:
+    """The line refusing ``option`` (:data:`DATASET_OPTIONS`) given a local path
+    (:func:`looks_like_path`) to nothing that exists, or ``None`` (a path that exists, or a hub
+    name such as ``org/name``)."""
     if Path(dataset).expanduser().exists() or not looks_like_path(dataset):
         return None
-    return f"data.dataset {dataset!r}: no such file or folder ({SUPPORTED}; a hub name is owner/name)"
+    return f"{option} {dataset!r}: no such file or folder ({SUPPORTED}; a hub name is owner/name)"

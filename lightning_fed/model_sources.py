@@ -5,10 +5,10 @@ decided from its text and the disk alone, before torch is imported.
 (``/``, ``./``, ``../``, ``~``) for a local folder and anything else for a hub id, which
 ``from_pretrained`` looks up in the hub cache, and, offline (``HF_HUB_OFFLINE=1``), only there:
 ``tokenizer: abc`` offline was refused 12 s of CPU later, in words naming neither the option nor
-the value (issue 41). What is certain from here is refused with the option's name: a path that
-does not exist, and, offline, a tokenizer's hub id with no folder in the hub cache (a
-``name_or_path`` hub id is left to ``plan``, which names its missing ``config.json``, and to the
-model loader). Online, a hub id is left to the hub. Imports nothing but the standard library and
+the value (issue 41), and ``name_or_path: nobody/nomodel`` 11 s later in transformers' words
+(``Cannot find the requested files in the disk cache``). What is certain from here is refused
+with the option's name: a path that does not exist, and, offline, a hub id with no folder in the
+hub cache. Online, a hub id is left to the hub. Imports nothing but the standard library and
 ``huggingface_hub``'s constants.
 """
 

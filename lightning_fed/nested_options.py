@@ -18,7 +18,10 @@ naming no option: ``TypeError: planted_preferences() got an unexpected keyword a
   a ``class_path`` that names no class, with the closest (a dotted one its module does not bind,
   :func:`~lightning_fed.class_paths.dotted_path_problem`; a short one no partitioner has).
 
-Everything else is left to the live parser and the classes, as before.
+An option below ``data.partition`` given on the command line (``--data.init_args.partition.alpha=-1``
+after ``--data.init_args.partition=Dirichlet``) is followed into the partition's ``init_args``
+(:func:`class_option_target`), as jsonargparse reads it. Everything else is left to the live parser
+and the classes, as before.
 """
 
 from __future__ import annotations
@@ -207,3 +210,27 @@ def nested_option_problem(section: str, value: Any) -> str | None:
     if section == "model" and isinstance(backbone, Mapping):
         return backbone_config_problem(backbone.get("config"))
     return None
+
+
+CLASS_KEYS = ("class_path", "init_args", "dict_kwargs")
+"""The keys of a class-valued option itself (jsonargparse's), not of its class."""
+CLASS_VALUED = ("partition",)
+"""Options of a class's ``init_args`` that take a class themselves (``data.partition``): an option
+below one (``partition.alpha``) is one of that class's ``init_args``, as jsonargparse reads it."""
+
+
+def class_option_target(init_args: dict[str, Any], parts: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """Where ``--<section>.init_args.<parts>`` goes when ``parts[0]`` takes a class (:data:`CLASS_VALUED`):
+    its ``init_args`` (a class name given alone becomes ``{class_path: name}``), ``parts`` below it."""
+    option, rest = parts[0], parts[1:]
+    given = init_args.get(option)
+    if isinstance(given, str):
+        given = {"class_path": given}
+    if not isinstance(given, dict):
+        given = {}
+    given = init_args[option] = dict(given)
+    if rest[0] in CLASS_KEYS:
+        return given, rest
+    inner = given.get("init_args")
+    given["init_args"] = inner = dict(inner) if isinstance(inner, dict) else {}
+    return inner, rest

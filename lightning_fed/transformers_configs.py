@@ -132,3 +132,50 @@ def config_class_keys(model_type: str) -> tuple[str, frozenset[str]] | None:
                 keys = _class_keys(path, node.name)
                 return None if keys is None else (node.name, frozenset(keys | {"model_type"}))
     return None
+
+
+_MAPPINGS = ("models/auto/auto_mappings.py", "models/auto/configuration_auto.py")
+"""Where transformers lists its model types: ``CONFIG_MAPPING_NAMES`` (5.x: ``auto_mappings.py``,
+then updated in ``configuration_auto.py``; 4.x: ``configuration_auto.py`` alone)."""
+
+
+@functools.lru_cache(maxsize=1)
+def model_types() -> frozenset[str] | None:
+    """The ``model_type`` names ``AutoConfig.for_model`` takes in the installed transformers (the
+    keys of its ``CONFIG_MAPPING_NAMES``, read from its source), or ``None`` if they cannot be read."""
+    root = _transformers_dir()
+    found: set[str] = set()
+    for name in _MAPPINGS:
+        tree = _tree(root / name) if root is not None and (root / name).is_file() else None
+        for statement in tree.body if tree is not None else []:
+            if "CONFIG_MAPPING_NAMES" not in ast.unparse(statement).split("=", 1)[0].split("(", 1)[0]:
+                continue
+            for node in ast.walk(statement):
+                pairs = []
+                if isinstance(node, ast.Tuple) and len(node.elts) == 2:
+                    pairs = [tuple(node.elts)]
+                elif isinstance(node, ast.Dict):
+                    pairs = [(k, v) for k, v in zip(node.keys, node.values) if k is not None]
+                for key, value in pairs:
+                    if all(isinstance(x, ast.Constant) and isinstance(x.value, str) for x in (key, value)):
+                        if value.value.endswith("Config"):
+                            found.add(key.value)
+    return frozenset(found) if found else None
+
+
+def model_type_problem(option: str, model_type: str) -> str | None:
+    """The line refusing ``model_type`` (given to ``option``) that the installed transformers does
+    not know, with the closest it knows; ``None`` if it knows it or its list cannot be read. The
+    model loader (:func:`lightning_fed.modules.backbone._build_from_config`) says the same line."""
+    known = model_types()
+    if known is None or model_type in known:
+        return None
+    import difflib
+
+    def score(name: str) -> tuple[float, int]:  # a tie goes to the name whose digits are where the typo's are
+        kind = sum(a.isdigit() == b.isdigit() for a, b in zip(name, model_type))
+        return difflib.SequenceMatcher(None, model_type, name).ratio(), kind
+
+    near = sorted(difflib.get_close_matches(model_type, sorted(known), n=5, cutoff=0.6), key=score, reverse=True)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return f"{option} {model_type!r} is no model type of the installed transformers{hint}"

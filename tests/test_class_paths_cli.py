@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
+from huggingface_hub import constants
 
 from lightning_fed.class_options import class_path_problem
 from lightning_fed.class_paths import dotted_path_problem
@@ -235,8 +236,11 @@ def test_every_shipped_config_passes(name, tmp_path, monkeypatch):
     """From a folder holding the data files a config names (the repository's ``examples/``, and those
     its documented step writes, ``runs/...``: ``benchmarks/real_text/build_data.py`` for
     ``real_text_*``): the precheck refuses a ``data.dataset`` path to nothing
-    (lightning_fed/data_paths.py), as the data module did after the imports."""
+    (lightning_fed/data_paths.py), as the data module did after the imports. Online: a config's hub id
+    (``distilgpt2``, ``Qwen/Qwen2-0.5B``) is fetched then; offline, one not in the hub cache is refused
+    (lightning_fed/model_sources.py), as the model loader would refuse it."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     text = (CONFIGS / f"{name}.yaml").read_text(encoding="utf-8")
     for given in re.findall(r"^\s*\w*dataset: ((?:runs|examples)/\S+)$", text, re.M):
         (tmp_path / given).parent.mkdir(parents=True, exist_ok=True)

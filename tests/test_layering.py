@@ -17,6 +17,7 @@ LAYERS: list[set[str]] = [
     {
         "limits",
         "data_paths",
+        "data_cross_rules",
         "transformers_configs",
         "model_sources",
         "allocator",

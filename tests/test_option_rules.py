@@ -58,9 +58,18 @@ UNDECLARED = {
     ("*", "federation.batch_clients"): "'off', 'auto' or an integer >= 1: a union, not a range",
     ("*", "federation.compression"): "a spec (int8, int4+ef, topk:<fraction>...) parsed by compression/uplink.py",
     ("*", "data.template"): "the choices depend on the data module's kind (template_choices())",
-    ("*", "data.max_prompt_length"): "a length budget against data.max_length (length_budget_problems)",
-    ("*", "data.max_completion_length"): "a length budget against data.max_length (length_budget_problems)",
-    ("*", "data.min_prompt_length"): "a length budget against data.max_length (length_budget_problems)",
+    (
+        "*",
+        "data.max_prompt_length",
+    ): "a length budget against data.max_length (data_cross_rules.py, the precheck's too)",
+    (
+        "*",
+        "data.max_completion_length",
+    ): "a length budget against data.max_length (data_cross_rules.py, the precheck's too)",
+    (
+        "*",
+        "data.min_prompt_length",
+    ): "a length budget against data.max_length (data_cross_rules.py, the precheck's too)",
     ("*", "model.loss"): "a name of modules/dpo_losses.py or a dotted path to a function: importing it is the check",
 }
 PREFIX = {"federation.hooks": "federation.hooks[]"}

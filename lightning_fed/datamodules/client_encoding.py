@@ -55,22 +55,3 @@ def encode_clients(
             encoded.append(item)
         out.append(encoded)
     return out
-
-
-def length_budget_problems(
-    max_length: int, max_prompt: int | None, max_completion: int | None, min_prompt: int, truncate: bool
-) -> list[str]:
-    """What is wrong with the length budgets (each problem names its field and value).
-
-    ``min_prompt_length`` is held against ``max_length`` only when examples are truncated to
-    fit it (``truncate``); otherwise only a prompt budget can cut a prompt.
-    """
-    problems = []
-    for name, value in (("max_prompt_length", max_prompt), ("max_completion_length", max_completion)):
-        if value is not None and not 1 <= value < max_length:
-            problems.append(f"data.{name} must be in [1, data.max_length={max_length}), got {value}")
-    if min_prompt < 1 or (truncate and min_prompt >= max_length):
-        problems.append(f"data.min_prompt_length must be in [1, data.max_length={max_length}), got {min_prompt}")
-    elif max_prompt is not None and min_prompt > max_prompt:
-        problems.append(f"data.min_prompt_length={min_prompt} must be <= data.max_prompt_length={max_prompt}")
-    return problems

@@ -25,8 +25,16 @@ import datasets
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
+from lightning_fed.data_cross_rules import (
+    MAX_LENGTH,
+    ON_OVERFLOW,
+    default_min_prompt_length,
+    length_budget_problems,
+    synthetic_clients_problem,
+)
+from lightning_fed.data_paths import dataset_text_problem
 from lightning_fed.datamodules.client_data import ClientData
-from lightning_fed.datamodules.client_encoding import encode_clients, length_budget_problems
+from lightning_fed.datamodules.client_encoding import encode_clients
 from lightning_fed.datamodules.encoding_counts import EncodingCounts
 from lightning_fed.datamodules.eval_partition import evaluation_clients, group_ids, split_validation
 from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, check_partition
@@ -45,9 +53,6 @@ from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
 from lightning_fed.option_rules import FEDERATED_DATA
 from lightning_fed.option_rules import problems as rule_problems
 from lightning_fed.stage_sets import NO_TEST_SET
-
-MIN_PROMPT_LENGTH = 16
-"""Default of ``data.min_prompt_length`` (capped at half of ``max_length``)."""
 
 
 class FederatedDataModule(pl.LightningDataModule):
@@ -119,8 +124,8 @@ class FederatedDataModule(pl.LightningDataModule):
         synthetic_args: dict[str, Any] | None = None,
         batch_size: int = 8,
         eval_batch_size: int | None = None,
-        max_length: int = 256,
-        on_overflow: str = "error",
+        max_length: int = MAX_LENGTH,
+        on_overflow: str = ON_OVERFLOW,
         val_fraction: float = 0.1,
         template: str | None = None,
         seed: int | None = None,
@@ -143,22 +148,23 @@ class FederatedDataModule(pl.LightningDataModule):
         problems = rule_problems(FEDERATED_DATA, values)
         if problems:  # the checks below assume these values are in range
             raise ValueError("; ".join(problems))
+        if problem := dataset_text_problem("data.dataset", dataset):
+            problems.append(problem)
         template = template or self.default_template
         if template not in self.template_choices():
             problems.append(f"data.template must be one of {list(self.template_choices())}, got {template!r}")
         if system_prompt is not None and not template.startswith(CHAT):
             problems.append(f"data.system_prompt is used by data.template=chat only, got data.template={template!r}")
         if min_prompt_length is None:
-            min_prompt_length = max(1, min(MIN_PROMPT_LENGTH, max_length // 2, (max_prompt_length or max_length) // 2))
+            min_prompt_length = default_min_prompt_length(max_length, max_prompt_length)
         problems += length_budget_problems(
             max_length, max_prompt_length, max_completion_length, min_prompt_length, on_overflow == "truncate"
         )
-        given = (synthetic_args or {}).get("num_clients", num_clients)
-        if self.synthetic_clients_are_num_clients and dataset.startswith(SYNTHETIC_PREFIX) and given != num_clients:
-            problems.append(
-                f"data.synthetic_args.num_clients={given} conflicts with data.num_clients={num_clients};"
-                " leave synthetic_args.num_clients out (it is data.num_clients)"
-            )
+        # lightning_fed/data_cross_rules.py: the precheck's lines too
+        if self.synthetic_clients_are_num_clients and (
+            problem := synthetic_clients_problem(dataset, synthetic_args or {}, num_clients)
+        ):
+            problems.append(problem)
         if problems:
             raise ValueError("; ".join(problems))
         self.dataset, self.num_clients, self.partition = dataset, num_clients, partition
@@ -356,8 +362,8 @@ class FederatedDataModule(pl.LightningDataModule):
                 field_map=self.field_map,
                 synthetic_args=self._synthetic_args(dataset, salt),
             )
-        except ValueError as err:
-            raise ValueError(str(err).replace("data.dataset", field, 1)) from None
+        except (ValueError, FileNotFoundError) as err:  # the source names data.dataset; this set is `field`
+            raise type(err)(str(err).replace("data.dataset", field, 1)) from None
 
     def _encode_set(
         self, name: str, records: Any, parts: list[list[int]], source: str, groups: list[int] | None = None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lightning_fed.data_cross_rules import clients_per_round_problem
 from lightning_fed.federation.secret_seed import SecretSeed, permutation, uniform
 from lightning_fed.run_options import SAMPLINGS  # noqa: F401 - declared with the run's options
 
@@ -35,8 +36,8 @@ def derive_seed(*parts: int) -> int:
 
 def check_clients_per_round(clients_per_round: int, num_clients: int) -> None:
     """The one validation of ``federation.clients_per_round`` against ``data.num_clients``."""
-    if clients_per_round > num_clients:
-        raise ValueError(f"federation.clients_per_round={clients_per_round} exceeds data.num_clients={num_clients}")
+    if problem := clients_per_round_problem(clients_per_round, num_clients):  # the precheck's line too
+        raise ValueError(problem)
 
 
 def sample_clients(num_clients: int, clients_per_round: int, seed: int | SecretSeed, round_idx: int) -> list[int]:

@@ -40,6 +40,7 @@ from lightning_fed.modules.quantization import (
     prepare_for_training,
     quantize_built,
 )
+from lightning_fed.transformers_configs import model_type_problem
 
 GGUF_PREFIX = "gguf:"
 BYTES_TOKENIZER = "bytes"
@@ -331,8 +332,11 @@ def _build_from_config(
             kwargs.setdefault(f"{name}_token_id", token_id)
     try:
         model_config = AutoConfig.for_model(model_type, **kwargs)
-    except ValueError:
-        raise ValueError(f"backbone.config: unknown model_type {model_type!r}") from None
+    except ValueError:  # lightning_fed/transformers_configs.py: the precheck's line too
+        option = "model.backbone.config.model_type"
+        raise ValueError(
+            model_type_problem(option, model_type) or f"{option} {model_type!r} is no model type of transformers"
+        ) from None
     return AutoModelForCausalLM.from_config(model_config, dtype=dtype)
 
 

@@ -124,8 +124,12 @@ def test_random_init_follows_seed():
 
 
 def test_unknown_model_type():
-    with pytest.raises(ValueError, match="backbone.config: unknown model_type 'nope'"):
-        load_backbone(BackboneConfig(config={"model_type": "nope"}))
+    """Named as the user writes it, with the closest type the installed transformers knows (the precheck's line too)."""
+    with pytest.raises(ValueError) as refused:
+        load_backbone(BackboneConfig(config={"model_type": "gpt9"}))
+    assert str(refused.value) == (
+        "model.backbone.config.model_type 'gpt9' is no model type of the installed transformers; did you mean 'gpt2'?"
+    )
 
 
 def test_local_folder_round_trip(tmp_path):
