@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.class_kinds import wrong_kind_problem
 from lightning_fed.class_parameters import (
     Annotated,
     class_chain,
@@ -292,6 +293,8 @@ def class_path_problem(section: str, value: Any, key: str | None = None) -> str 
     if section not in PACKAGES or not isinstance(value, dict):
         return None
     key = key or section
+    if problem := wrong_kind_problem(section, value, key):  # a strategy as data: (lightning_fed/class_kinds.py)
+        return problem
     class_path = value["class_path"]
     module, _, name = class_path.rpartition(".")
     package = PACKAGES[section]

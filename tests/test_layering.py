@@ -38,6 +38,7 @@ LAYERS: list[set[str]] = [
         "trainer_options",
         "trainer_classes",
         "class_paths",
+        "class_kinds",
         "strict_parser",
         "json_lines",
         "lightning_fed",
