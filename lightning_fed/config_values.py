@@ -48,6 +48,7 @@ from lightning_fed.option_rules import (
     seed_problem,
     seed_type_problem,
 )
+from lightning_fed.option_types import sections_type_problem
 from lightning_fed.trainer_classes import (
     APPENDED,
     CLASS_OPTIONS,
@@ -293,6 +294,8 @@ class Merged:
             return problem
         if self.shape is not None:
             return self.shape
+        if problem := sections_type_problem(self.sections, self.from_command_line):  # lightning_fed/option_types.py
+            return problem
         for section in ("model", "data", "federation.strategy"):
             if problem := class_path_problem(section, self.sections.get(section)):
                 return problem

@@ -75,6 +75,47 @@ CASES = {
         "model: class_path 'FedAvg' is a server strategy (a subclass of Strategy), not a model (a subclass of"
         f" FederatedModule); one of {MODELS}",
     ),
+    "f_privacy_str": (
+        [("federation.privacy", "yes")],
+        [],
+        "federation.privacy must be a mapping of its options (federation.privacy: {target_epsilon: 8.0, ...}),"
+        " got 'yes'",
+    ),
+    "f_isolate_bad": (
+        [("federation.isolate_failures", "x")],
+        [],
+        "federation.isolate_failures must be true or false, got 'x'",
+    ),
+    "m_lora_list": (
+        [("model.init_args.lora", [4, 8])],
+        [],
+        "model.lora must be a mapping with keys r, alpha, dropout, target_modules, got [4, 8]",
+    ),
+    "m_lora_tm_int": (
+        [("model.init_args.lora.target_modules", 5)],
+        [],
+        "model.lora.target_modules must be a list of strings or null, got 5",
+    ),
+    "d_field_map_int": (
+        [("data.init_args.field_map", {"prompt": 5})],
+        [],
+        "data.field_map.prompt must be a string, got 5",
+    ),
+    "strategy_list_item": (
+        [("federation.strategy", {"class_path": "FLoRA", "init_args": {"client_ranks": [4, "x"]}})],
+        [],
+        "federation.strategy.client_ranks[1] must be an integer, got 'x'",
+    ),
+    "hook_outside_round_hooks": (
+        [
+            (
+                "federation.hooks",
+                [{"class_path": "lightning_fed.heterogeneity.ClientRanks", "init_args": {"per_client": 5}}],
+            )
+        ],
+        [],
+        "federation.hooks[0].per_client must be a list of integers or null, got 5",
+    ),
 }
 
 

@@ -39,6 +39,7 @@ LAYERS: list[set[str]] = [
         "trainer_classes",
         "class_paths",
         "class_kinds",
+        "option_types",
         "strict_parser",
         "json_lines",
         "lightning_fed",
