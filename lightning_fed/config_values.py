@@ -49,6 +49,7 @@ from lightning_fed.option_rules import (
     seed_type_problem,
 )
 from lightning_fed.option_types import sections_type_problem
+from lightning_fed.strategy_modules import config_module_problem
 from lightning_fed.trainer_classes import (
     APPENDED,
     CLASS_OPTIONS,
@@ -341,6 +342,8 @@ class Merged:
             return problem
         if problem := wrapper_problem(self.sections.get("federation.strategy")):  # ClientLevelDP, SecureAggregation
             return problem
+        if problem := config_module_problem(self.sections.get("model"), self.sections.get("federation.strategy")):
+            return problem  # FedBiscuit over another module (lightning_fed/strategy_modules.py)
         hooks = self.sections.get("federation.hooks")
         for index, hook in enumerate(hooks if isinstance(hooks, list) else []):
             if problem := class_problem("federation.hooks", hook, index):

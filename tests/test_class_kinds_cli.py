@@ -116,6 +116,12 @@ CASES = {
         [],
         "federation.hooks[0].per_client must be a list of integers or null, got 5",
     ),
+    "v_hooks_yaml_short_fedbiscuit": (  # a TensorBoard file was written, then exit 2 after 11.7 s
+        [("federation.strategy", "FedBiscuit")],
+        [],
+        "federation.strategy=FedBiscuit needs model: BinarySelectorModule(num_selectors=3)"
+        " (FedBiscuit aggregates one LoRA selector per cluster), got DPOModule",
+    ),
 }
 
 

@@ -40,6 +40,7 @@ LAYERS: list[set[str]] = [
         "class_paths",
         "class_kinds",
         "option_types",
+        "strategy_modules",
         "strict_parser",
         "json_lines",
         "lightning_fed",
