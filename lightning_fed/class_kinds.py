@@ -66,3 +66,13 @@ def wrong_kind_problem(section: str, value: Any, key: str | None = None) -> str 
         f"{key or section}: class_path {class_path!r} is {found[1]} (a subclass of {found[0]}),"
         f" not {expected} (a subclass of {base}); {hint}"
     )
+
+
+def package_class(section: str, class_path: str) -> bool:
+    """Whether ``class_path`` (short or dotted) names one of the package's classes of ``section``'s
+    kind (a strategy or round hook may live outside its package: ``lightning_fed.privacy.ClientLevelDP``,
+    ``lightning_fed.heterogeneity.ClientRanks``)."""
+    module, _, name = class_path.rpartition(".")
+    if module and module.split(".")[0] != "lightning_fed":
+        return False
+    return name in package_subclasses(KINDS[section][0])

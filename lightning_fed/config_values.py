@@ -197,7 +197,7 @@ class Merged:
         if section == "federation" and (option := rest.partition(".")[0]) in NESTED_CLASSES:
             section, rest = f"federation.{option}", rest.partition(".")[2]
             if rest and section == "federation.hooks":
-                self.sections[section] = _UNKNOWN  # an option of one item of the list: not followed
+                self._set_last_hook(rest.split("."), value)
                 return
         if not rest:
             self.set_section(section, value)
@@ -234,6 +234,16 @@ class Merged:
             target = nxt
         if parts:
             target[parts[-1]] = value
+
+    def _set_last_hook(self, keys: list[str], value: Any) -> None:
+        """``--federation.hooks.noise_multiplier=-1``: an option of the last hook of the list (as
+        jsonargparse applies it after ``--federation.hooks+=ClientGrouping``); another form is not followed."""
+        keys = keys[1:] if keys[:1] == ["init_args"] else keys
+        hooks = self.sections.get("federation.hooks")
+        if len(keys) != 1 or not isinstance(hooks, list) or not hooks or not isinstance(hooks[-1], dict):
+            self.sections["federation.hooks"] = _UNKNOWN
+            return
+        hooks[-1] = {**hooks[-1], "init_args": {**hooks[-1]["init_args"], keys[0]: value}}
 
     def append_option(self, key: str, value: Any) -> None:
         """``--key+=value`` (``key`` dotted, without the dashes and the ``+``): one more class in a list

@@ -22,9 +22,8 @@ import ast
 from collections.abc import Mapping
 from typing import Any
 
-from lightning_fed.class_kinds import KINDS
+from lightning_fed.class_kinds import package_class
 from lightning_fed.class_parameters import fields, signature
-from lightning_fed.class_paths import package_subclasses
 from lightning_fed.federation_rules import FEDERATION_MORE
 from lightning_fed.option_rules import FEDERATION_ALL, PACKAGES, class_rules
 from lightning_fed.value_rules import word_fits
@@ -171,15 +170,6 @@ def class_type_problem(
     return options_type_problem(key, annotated, section["init_args"], ruled, as_text)
 
 
-def _package_class(section: str, class_path: str) -> bool:
-    """Whether ``class_path`` (short or dotted) names one of the package's strategies or round hooks
-    (a hook may live outside ``round_hooks``: ``lightning_fed.heterogeneity.ClientRanks``)."""
-    module, _, name = class_path.rpartition(".")
-    if module and module.split(".")[0] != "lightning_fed":
-        return False
-    return name in package_subclasses(KINDS[section][0])
-
-
 def sections_type_problem(sections: Mapping[str, Any], as_text: set[str]) -> str | None:
     """The first option of ``federation:``, its strategy or a round hook of the wrong type
     (``sections``: :attr:`lightning_fed.config_values.Merged.sections`), or ``None``."""
@@ -194,7 +184,7 @@ def sections_type_problem(sections: Mapping[str, Any], as_text: set[str]) -> str
         for i, h in enumerate(hooks if isinstance(hooks, list) else [])
     ]
     for section, value, key in items:
-        if not isinstance(value, dict) or not _package_class(section, value["class_path"]):
+        if not isinstance(value, dict) or not package_class(section, value["class_path"]):
             continue  # a user's class: the live parser decides
         rules = class_rules(section, value["class_path"]) or ()
         if problem := class_type_problem(PACKAGES[section], value, key, {r.name for r in rules}, as_text):

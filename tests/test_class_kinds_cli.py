@@ -122,6 +122,32 @@ CASES = {
         "federation.strategy=FedBiscuit needs model: BinarySelectorModule(num_selectors=3)"
         " (FedBiscuit aggregates one LoRA selector per cluster), got DPOModule",
     ),
+    "p_cldp_wrap_bad": (
+        [
+            (
+                "federation.strategy",
+                {"class_path": "lightning_fed.privacy.ClientLevelDP", "init_args": {"inner": "FedAdm"}},
+            )
+        ],
+        [],
+        "federation.strategy.inner is not an option of ClientLevelDP; its options: adaptive, clip_norm, control_scale,"
+        " expected_clients, noise_multiplier, seed, strategy",
+    ),
+    "p_cldp_opt_typo": (
+        [
+            (
+                "federation.strategy",
+                {"class_path": "lightning_fed.privacy.ClientLevelDP", "init_args": {"clip_nrm": 1.0}},
+            )
+        ],
+        [],
+        "federation.strategy.clip_nrm is not an option of ClientLevelDP; did you mean federation.strategy.clip_norm?",
+    ),
+    "cli_hooks_plus_opt": (
+        [],
+        ["--federation.hooks+=ClientGrouping", "--federation.hooks.noise_multiplier=-1"],
+        "federation.hooks[0].noise_multiplier must be > 0 or null, got -1.0",
+    ),
 }
 
 
