@@ -30,6 +30,7 @@ from typing import Any
 from lightning_fed.class_options import class_option_problem, class_path_problem, size_problem
 from lightning_fed.class_path_shapes import classes_shape_problem, section_shape_problem
 from lightning_fed.class_sections import class_problem, parsed, string_problem, unknown_option_of
+from lightning_fed.dp_sgd_rules import dp_sgd_problem
 from lightning_fed.errors import unwritable
 from lightning_fed.federation_rules import (
     FEDERATION_MORE,
@@ -345,6 +346,8 @@ class Merged:
         for section in ("model", "data"):
             if problem := class_problem(section, self.sections.get(section)):
                 return problem
+        if problem := dp_sgd_problem(self.sections.get("model")):  # lightning_fed/dp_sgd_rules.py
+            return problem
         federation = self.sections.get("federation")
         if isinstance(federation, dict) and (problem := federation_section_problem(federation)):
             return problem

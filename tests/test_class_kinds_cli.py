@@ -148,6 +148,19 @@ CASES = {
         ["--federation.hooks+=ClientGrouping", "--federation.hooks.noise_multiplier=-1"],
         "federation.hooks[0].noise_multiplier must be > 0 or null, got -1.0",
     ),
+    "p_dpsgd_typo": (
+        [("model.class_path", "lightning_fed.privacy.DPDPOModule"), ("model.init_args.dp_sgd", {"clip_nrm": 1.0})],
+        [],
+        "model.dp_sgd.clip_nrm is not an option of DPSGDSettings; did you mean model.dp_sgd.clip_norm?",
+    ),
+    "p_dpsgd_neg": (
+        [
+            ("model.class_path", "lightning_fed.privacy.DPDPOModule"),
+            ("model.init_args.dp_sgd", {"clip_norm": -1.0, "target_epsilon": 8.0}),
+        ],
+        [],
+        "model.dp_sgd.clip_norm must be a number > 0, got -1.0",
+    ),
 }
 
 

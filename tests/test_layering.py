@@ -41,6 +41,7 @@ LAYERS: list[set[str]] = [
         "class_kinds",
         "option_types",
         "strategy_modules",
+        "dp_sgd_rules",
         "strict_parser",
         "json_lines",
         "lightning_fed",
