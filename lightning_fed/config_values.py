@@ -40,6 +40,7 @@ from lightning_fed.federation_rules import (
     privacy_shape_problem,
     privacy_values,
 )
+from lightning_fed.loss_options import loss_options_problem
 from lightning_fed.nested_options import nested_option_problem
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
@@ -346,8 +347,8 @@ class Merged:
         for section in ("model", "data"):
             if problem := class_problem(section, self.sections.get(section)):
                 return problem
-        if problem := dp_sgd_problem(self.sections.get("model")):  # lightning_fed/dp_sgd_rules.py
-            return problem
+        if problem := dp_sgd_problem(self.sections.get("model")) or loss_options_problem(self.sections.get("model")):
+            return problem  # lightning_fed/dp_sgd_rules.py, loss_options.py
         federation = self.sections.get("federation")
         if isinstance(federation, dict) and (problem := federation_section_problem(federation)):
             return problem

@@ -14,11 +14,10 @@ the source (:mod:`lightning_fed.class_parameters`), so both refuse with the same
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from lightning_fed.class_parameters import class_chain
+from lightning_fed.class_parameters import class_chain, init_defaults
 from lightning_fed.option_rules import PACKAGES
 
 
@@ -61,24 +60,6 @@ def module_problem(
     return None
 
 
-def _defaults(package: str, class_path: str) -> dict[str, Any]:
-    """The literal defaults of a class's ``__init__`` keyword parameters (its bases' under its own)."""
-    out: dict[str, Any] = {}
-    for _, node in reversed(list(class_chain(package, class_path))):
-        init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
-        if init is None:
-            continue
-        args = init.args.posonlyargs + init.args.args
-        pairs = list(zip(args[len(args) - len(init.args.defaults) :], init.args.defaults, strict=True))
-        pairs += [(a, d) for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True) if d is not None]
-        for arg, default in pairs:
-            try:
-                out[arg.arg] = ast.literal_eval(default)
-            except ValueError:
-                out.pop(arg.arg, None)
-    return out
-
-
 def config_module_problem(model: Any, strategy: Any) -> str | None:
     """:func:`module_problem` of the merged config's ``model:`` and ``federation.strategy``
     (``{"class_path", "init_args"}``; a wrapper's inner strategy as well), or ``None`` where a
@@ -98,6 +79,6 @@ def config_module_problem(model: Any, strategy: Any) -> str | None:
     chain = [node.name for _, node in class_chain(PACKAGES["model"], model["class_path"])]
     if not chain:
         return None  # a user's module: the live check decides
-    strategy_options = {**_defaults(PACKAGES["federation.strategy"], name), **strategy.get("init_args", {})}
-    module_options = {**_defaults(PACKAGES["model"], model["class_path"]), **model.get("init_args", {})}
+    strategy_options = {**init_defaults(PACKAGES["federation.strategy"], name), **strategy.get("init_args", {})}
+    module_options = {**init_defaults(PACKAGES["model"], model["class_path"]), **model.get("init_args", {})}
     return module_problem(name, strategy_options, chain, module_options)

@@ -161,6 +161,16 @@ CASES = {
         [],
         "model.dp_sgd.clip_norm must be a number > 0, got -1.0",
     ),
+    "m_loss_options_typo": (
+        [("model.init_args.loss_options", {"zz": 1})],
+        [],
+        "model.loss_options: 'sigmoid' takes [], got ['zz']",
+    ),
+    "loss_options_of_a_named_loss": (
+        [("model.init_args.loss", "conservative"), ("model.init_args.loss_options", {"label_smothing": 0.2})],
+        [],
+        "model.loss_options: 'conservative' takes ['label_smoothing'], got ['label_smothing']",
+    ),
 }
 
 

@@ -42,6 +42,7 @@ LAYERS: list[set[str]] = [
         "option_types",
         "strategy_modules",
         "dp_sgd_rules",
+        "loss_options",
         "strict_parser",
         "json_lines",
         "lightning_fed",
