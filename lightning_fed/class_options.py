@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.class_kinds import wrong_kind_problem
 from lightning_fed.class_parameters import (
     Annotated,
     class_chain,
@@ -42,8 +43,9 @@ from lightning_fed.class_paths import dotted_path_problem, package_subclasses
 from lightning_fed.errors import _REPLACED_OPTIONS
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.option_rules import LORA, PACKAGES, SECTIONS, TAKES_LORA, class_rules
+from lightning_fed.option_types import type_problem
 from lightning_fed.transformers_configs import config_class_keys, model_type_problem
-from lightning_fed.value_rules import unknown_key, word_fits
+from lightning_fed.value_rules import unknown_key
 
 NESTED = {
     "backbone": ("lightning_fed.modules.backbone", "BackboneConfig"),
@@ -82,41 +84,6 @@ HIDDEN_KEYS = ("n_embd", "hidden_size", "d_model")
 """A transformers config's hidden size (GPT-2's name first)."""
 POSITION_KEYS = ("n_positions", "max_position_embeddings")
 """A transformers config's number of positions (GPT-2's name first)."""
-
-
-def _type(annotation: ast.expr | None) -> tuple[str | None, bool]:
-    """``(int|float|bool|dict|None, optional)`` of an annotation this module checks values against."""
-    if annotation is None:
-        return None, False
-    text = ast.unparse(annotation).replace(" ", "")
-    optional = text.endswith("|None") or text.startswith("None|")
-    base = text.removesuffix("|None").removeprefix("None|")
-    if base.startswith(("dict[", "Mapping[")) or base in ("dict", "Mapping"):
-        return "dict", optional
-    return (base if base in ("int", "float", "bool", "str") else None), optional
-
-
-def type_problem(option: str, annotation: ast.expr | None, value: Any, as_text: bool = False) -> str | None:
-    """The line refusing ``value`` for an ``int`` / ``float`` / ``bool`` option (``X | None`` too)
-    where the parser certainly refuses it: a word, a list or a mapping; for a ``dict`` one, a number,
-    a bool or a list; for a ``str`` option, any value of a config file that is not a string
-    (``dataset: false``, ``tokenizer: -0.0``) unless ``as_text`` (given on the command line, which the
-    parser keeps as its text). ``None`` otherwise."""
-    kind, optional = _type(annotation)
-    if kind == "dict":  # a mapping (``data.field_map``): a number, a bool or a list is no mapping
-        if value is None or isinstance(value, (dict, str)):
-            return None  # a string: the parser may still read it (a file, JSON)
-        return f"{option} must be a mapping{' or null' if optional else ''}, got {value!r}"
-    if kind == "str":
-        if as_text or isinstance(value, str) or (value is None and optional):
-            return None  # null for a str option the code reads as text was an AttributeError
-        return f"{option} must be a string{' or null' if optional else ''}, got {value!r}"
-    if kind is None or value is None or isinstance(value, (int, float)):
-        return None
-    if isinstance(value, str) and word_fits((kind,), value.strip()):
-        return None
-    wanted = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
-    return f"{option} must be {wanted}{' or null' if optional else ''}, got {value!r}"
 
 
 def template_choices(class_path: str) -> tuple[str, ...] | None:
@@ -294,6 +261,8 @@ def class_path_problem(section: str, value: Any, key: str | None = None) -> str 
     if section not in PACKAGES or not isinstance(value, dict):
         return None
     key = key or section
+    if problem := wrong_kind_problem(section, value, key):  # a strategy as data: (lightning_fed/class_kinds.py)
+        return problem
     class_path = value["class_path"]
     module, _, name = class_path.rpartition(".")
     package = PACKAGES[section]
@@ -339,6 +308,9 @@ def class_option_problem(section: str, value: Any, as_text: frozenset[str] | set
             return unknown_key(section, owner, name, list(params))
         annotation, where = params[name]
         nested = section == "model" and name in NESTED and NESTED[name][1] in ast.unparse(annotation or ast.Name(""))
+        if nested and item is not None and not isinstance(item, (Mapping, str)):  # `lora: [4, 8]`
+            keys = ", ".join(fields(*NESTED[name]) or ())
+            return f"model.{name} must be a mapping with keys {keys}, got {item!r}"
         if nested and isinstance(item, Mapping):
             skip = {rule.name for rule in LORA} if name == "lora" else set()
             if name == "lora" and owner not in TAKES_LORA:

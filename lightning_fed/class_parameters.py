@@ -24,6 +24,7 @@ import functools
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 """``lightning_fed/`` of this installation."""
@@ -311,3 +312,21 @@ def own_signature(package: str, class_path: str) -> Annotated | None:
         return None
     args = init.args
     return {a.arg: (a.annotation, where) for a in [*args.posonlyargs, *args.args, *args.kwonlyargs][1:]}
+
+
+def init_defaults(package: str, class_path: str) -> dict[str, Any]:
+    """The literal defaults of a class's ``__init__`` keyword parameters (its bases' under its own)."""
+    out: dict[str, Any] = {}
+    for _, node in reversed(list(class_chain(package, class_path))):
+        init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+        if init is None:
+            continue
+        args = init.args.posonlyargs + init.args.args
+        pairs = list(zip(args[len(args) - len(init.args.defaults) :], init.args.defaults, strict=True))
+        pairs += [(a, d) for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True) if d is not None]
+        for arg, default in pairs:
+            try:
+                out[arg.arg] = ast.literal_eval(default)
+            except ValueError:
+                out.pop(arg.arg, None)
+    return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from lightning_fed.class_kinds import package_class
 from lightning_fed.class_parameters import parameters
 from lightning_fed.data_cross_rules import clients_per_round_problem, data_cross_problems
 from lightning_fed.data_paths import DATASET_OPTIONS, dataset_text_problem, missing_path_problem
@@ -105,8 +106,8 @@ def unknown_option_of(sections: dict[str, Any]) -> str | None:
         for i, h in enumerate(hooks if isinstance(hooks, list) else [])
     ]
     for section, value, key in items:
-        if not isinstance(value, dict) or class_rules(section, value["class_path"]) is None:
-            continue
+        if not isinstance(value, dict) or not package_class(section, value["class_path"]):
+            continue  # a user's class: the live parser decides
         options = parameters(PACKAGES[section], value["class_path"])
         if options is None:
             continue

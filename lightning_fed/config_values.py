@@ -38,6 +38,7 @@ from lightning_fed.class_sections import (
     string_problem,
     unknown_option_of,
 )
+from lightning_fed.dp_sgd_rules import dp_sgd_problem
 from lightning_fed.errors import unwritable
 from lightning_fed.federation_rules import (
     FEDERATION_MORE,
@@ -47,6 +48,7 @@ from lightning_fed.federation_rules import (
     privacy_shape_problem,
     privacy_values,
 )
+from lightning_fed.loss_options import loss_options_problem
 from lightning_fed.nested_options import CLASS_VALUED, class_option_target, nested_option_problem
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
@@ -56,6 +58,8 @@ from lightning_fed.option_rules import (
     seed_problem,
     seed_type_problem,
 )
+from lightning_fed.option_types import sections_type_problem
+from lightning_fed.strategy_modules import config_module_problem
 from lightning_fed.trainer_classes import (
     APPENDED,
     CLASS_OPTIONS,
@@ -203,7 +207,7 @@ class Merged:
         if section == "federation" and (option := rest.partition(".")[0]) in NESTED_CLASSES:
             section, rest = f"federation.{option}", rest.partition(".")[2]
             if rest and section == "federation.hooks":
-                self.sections[section] = _UNKNOWN  # an option of one item of the list: not followed
+                self._set_last_hook(rest.split("."), value)
                 return
         if not rest:
             self.set_section(section, value)
@@ -245,6 +249,16 @@ class Merged:
             target = nxt
         if parts:
             target[parts[-1]] = value
+
+    def _set_last_hook(self, keys: list[str], value: Any) -> None:
+        """``--federation.hooks.noise_multiplier=-1``: an option of the last hook of the list (as
+        jsonargparse applies it after ``--federation.hooks+=ClientGrouping``); another form is not followed."""
+        keys = keys[1:] if keys[:1] == ["init_args"] else keys
+        hooks = self.sections.get("federation.hooks")
+        if len(keys) != 1 or not isinstance(hooks, list) or not hooks or not isinstance(hooks[-1], dict):
+            self.sections["federation.hooks"] = _UNKNOWN
+            return
+        hooks[-1] = {**hooks[-1], "init_args": {**hooks[-1]["init_args"], keys[0]: value}}
 
     def append_option(self, key: str, value: Any) -> None:
         """``--key+=value`` (``key`` dotted, without the dashes and the ``+``): one more class in a list
@@ -306,6 +320,8 @@ class Merged:
             return problem
         if self.shape is not None:
             return self.shape
+        if problem := sections_type_problem(self.sections, self.from_command_line):  # lightning_fed/option_types.py
+            return problem
         for section in ("model", "data", "federation.strategy"):
             if problem := class_path_problem(section, self.sections.get(section)):
                 return problem
@@ -346,6 +362,8 @@ class Merged:
         for section in ("model", "data"):
             if problem := class_problem(section, self.sections.get(section)):
                 return problem
+        if problem := dp_sgd_problem(self.sections.get("model")) or loss_options_problem(self.sections.get("model")):
+            return problem  # lightning_fed/dp_sgd_rules.py, loss_options.py
         federation = self.sections.get("federation")
         if isinstance(federation, dict) and (problem := federation_section_problem(federation)):
             return problem
@@ -353,6 +371,8 @@ class Merged:
             return problem
         if problem := wrapper_problem(self.sections.get("federation.strategy")):  # ClientLevelDP, SecureAggregation
             return problem
+        if problem := config_module_problem(self.sections.get("model"), self.sections.get("federation.strategy")):
+            return problem  # FedBiscuit over another module (lightning_fed/strategy_modules.py)
         hooks = self.sections.get("federation.hooks")
         for index, hook in enumerate(hooks if isinstance(hooks, list) else []):
             if problem := class_problem("federation.hooks", hook, index):

@@ -97,12 +97,25 @@ def privacy_values(section: Any) -> Mapping[str, Any] | None:
     return None
 
 
+def _may_name_a_class_or_file(text: str) -> bool:
+    """Whether jsonargparse may read a ``federation.privacy`` string: a file of its options, inline
+    YAML, or a dotted class path (``yes`` is none: ``Expected a dot import path string``)."""
+    from pathlib import Path
+
+    parts = text.strip().split(".")
+    return (
+        Path(text).is_file()
+        or text.lstrip().startswith("{")
+        or (len(parts) > 1 and all(p.isidentifier() for p in parts))
+    )
+
+
 def privacy_shape_problem(section: Any) -> str | None:
     """The line refusing a ``federation.privacy`` that is no mapping (``privacy: 4``), or a key that is
     no field of :class:`~lightning_fed.privacy.config.PrivacyConfig` (``epsilon``: the closest field
     named), or ``None``. The live parser said ``Not a valid subclass of PrivacyConfig Subclass types
     expect one of:`` for both, after torch was imported."""
-    if section is None or isinstance(section, str):  # a string: jsonargparse may read it as a file
+    if section is None or (isinstance(section, str) and _may_name_a_class_or_file(section)):
         return None
     if not isinstance(section, Mapping):
         return (

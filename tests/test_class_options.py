@@ -178,7 +178,10 @@ def test_the_precheck_accepts_each_option_s_good_values():
 def test_annotations_checked_are_the_simple_ones():
     import ast
 
-    assert class_options._type(ast.parse("int | None", mode="eval").body) == ("int", True)
-    assert class_options._type(ast.parse("dict[str, typing.Any]", mode="eval").body) == ("dict", False)
-    assert class_options._type(ast.parse("dict[str, str] | None", mode="eval").body) == ("dict", True)
-    assert class_options._type(ast.parse("list[str]", mode="eval").body) == (None, False)
+    from lightning_fed.option_types import kind
+
+    assert kind(ast.parse("int | None", mode="eval").body) == ("int", None, True)
+    assert kind(ast.parse("dict[str, typing.Any]", mode="eval").body) == ("dict", None, False)
+    assert kind(ast.parse("dict[str, str] | None", mode="eval").body) == ("dict", "str", True)
+    assert kind(ast.parse("list[str]", mode="eval").body) == ("list", "str", False)
+    assert kind(ast.parse("LoraSettings | None", mode="eval").body) == (None, None, True)

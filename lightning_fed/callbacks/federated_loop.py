@@ -43,7 +43,9 @@ from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import instructed_steps
 from lightning_fed.planning.group import needs_kept_heap, run_group_size
 from lightning_fed.run import FederatedRun
+from lightning_fed.run_checks import inner_strategy
 from lightning_fed.state import StateDict, clone_state, state_nbytes
+from lightning_fed.strategy_modules import module_problem
 
 
 def _evaluators(hook: str) -> Callable[..., None]:
@@ -128,6 +130,14 @@ class FederatedLoop(GroupedTurns):
         self.server.global_state = clone_state(pl_module.shared_parameters())
         if not self.server.global_state:
             raise ValueError(f"{type(pl_module).__name__} has no shared parameters: nothing to federate")
+        aggregating = inner_strategy(self.run.strategy)  # FedBiscuit needs its selectors (strategy_modules.py)
+        if problem := module_problem(
+            type(aggregating).__name__,
+            vars(aggregating),
+            [c.__name__ for c in type(pl_module).__mro__],
+            vars(pl_module),
+        ):
+            raise ValueError(problem)
         self.run.strategy.setup(self.server.global_state, dm.num_clients)
         self.server.report.set_clients(dm.client_sizes, [len(c.val_set) for c in dm.clients])
         guard_training_step(self, pl_module)  # a raising client is left out; undone in teardown

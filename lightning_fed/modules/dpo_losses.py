@@ -20,6 +20,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightning_fed.loss_options import loss_options_line
 from lightning_fed.modules.losses import dpo_loss
 
 #: ``(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta, **options)
@@ -111,5 +112,5 @@ def find_dpo_loss(name: str, options: Mapping[str, Any] | None = None) -> DPOLos
     known = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     unknown = sorted(set(options or {}) - known)
     if unknown:
-        raise ValueError(f"model.loss_options: {name!r} takes {sorted(known)}, got {unknown}")
+        raise ValueError(loss_options_line(name, known, unknown))  # the precheck's line (lightning_fed/loss_options.py)
     return fn

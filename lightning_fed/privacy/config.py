@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any
 
+from lightning_fed.dp_sgd_rules import positive_number as positive_number  # one definition, no torch
 from lightning_fed.federation_rules import privacy_problems
 from lightning_fed.privacy.accountant import PrivacyAccountant, accounted_sample_rate
 
@@ -18,11 +17,6 @@ MAX_DEFAULT_DELTA = 1e-5
 def default_delta(num_clients: int) -> float:
     """``min(1 / N**1.1, 1e-5)`` (McMahan et al. 2018 take ``N**-1.1`` for N in the hundreds of thousands)."""
     return min(1.0 / float(max(int(num_clients), 1)) ** 1.1, MAX_DEFAULT_DELTA)
-
-
-def positive_number(value: Any) -> bool:
-    """A finite number > 0 (not a bool, not a string, not NaN or infinity)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 @dataclass

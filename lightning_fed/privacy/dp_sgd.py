@@ -54,6 +54,7 @@ from opacus import GradSampleModule
 from torch import Tensor
 
 from lightning_fed.datamodules.round_sampler import EMPTY_BATCH
+from lightning_fed.dp_sgd_rules import dp_sgd_problems
 from lightning_fed.federation.driver import find_driver
 from lightning_fed.federation.secret_seed import SecretSeed, as_secret_seed, standard_normal
 from lightning_fed.modules.dpo import DPOModule
@@ -61,7 +62,6 @@ from lightning_fed.modules.losses import token_log_probs
 from lightning_fed.modules.sft import SFTModule
 from lightning_fed.privacy.accountant import PrivacyAccountant
 from lightning_fed.privacy.clipping import per_example_clip_factors
-from lightning_fed.privacy.config import positive_number
 from lightning_fed.privacy.example_budget import ExampleBudget
 from lightning_fed.state import StateDict
 
@@ -94,32 +94,7 @@ class DPSGDSettings:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        problems = []
-        if not positive_number(self.clip_norm):
-            problems.append(f"model.dp_sgd.clip_norm must be a number > 0, got {self.clip_norm!r}")
-        if (self.noise_multiplier is None) == (self.target_epsilon is None):
-            problems.append(
-                "give exactly one of model.dp_sgd.noise_multiplier and model.dp_sgd.target_epsilon, got"
-                f" noise_multiplier={self.noise_multiplier!r}, target_epsilon={self.target_epsilon!r}"
-            )
-        z = self.noise_multiplier
-        if z is not None and not (positive_number(z) or (z == 0 and not isinstance(z, bool))):  # False == 0
-            problems.append(f"model.dp_sgd.noise_multiplier must be a number >= 0, got {self.noise_multiplier!r}")
-        if self.target_epsilon is not None and not positive_number(self.target_epsilon):
-            problems.append(f"model.dp_sgd.target_epsilon must be a number > 0, got {self.target_epsilon!r}")
-        if self.expected_batch_size is not None and not (
-            isinstance(self.expected_batch_size, int)
-            and not isinstance(self.expected_batch_size, bool)
-            and self.expected_batch_size >= 1
-        ):
-            problems.append(
-                f"model.dp_sgd.expected_batch_size must be an integer >= 1, got {self.expected_batch_size!r}"
-            )
-        if not isinstance(self.ffa_lora, bool):
-            problems.append(f"model.dp_sgd.ffa_lora must be true or false, got {self.ffa_lora!r}")
-        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
-            problems.append(f"model.dp_sgd.seed must be an integer, got {self.seed!r}")
-        if problems:
+        if problems := dp_sgd_problems(**vars(self)):  # lightning_fed/dp_sgd_rules.py, the precheck's too
             raise ValueError("; ".join(problems))
 
 
