@@ -4,10 +4,12 @@ Every option is checked where it is declared (a dataclass's ``__post_init__``, a
 data module's ``__init__``); the bounds those checks share live here, each with why it is
 where it is. A value past one is a user error (exit 2, one line naming the option) before
 anything is written, instead of a ``MemoryError``, an optimizer overflow, or a run that would
-not end in years. Imports nothing: every config class may use it.
+not end in years. Imports only the standard library: every config class may use it.
 """
 
 from __future__ import annotations
+
+from contextvars import ContextVar
 
 MAX_ROUNDS = 1_000_000
 """``federation.rounds``: a record per round stays in memory and in ``rounds.jsonl``; federated
@@ -68,3 +70,9 @@ tests and tiny demos; a real model is loaded from its checkpoint): its estimated
 ``layers x (4 hidden^2 + 2 hidden x intermediate) + (vocab + positions) x hidden``. 2e9 float32
 weights are 8 GB before gradients and optimizer state; ``n_layer: 2**40`` ran until it was killed
 (no output, memory growing)."""
+
+BUILDS_WEIGHTS: ContextVar[bool] = ContextVar("builds_weights", default=True)
+"""Whether the command being checked builds the weights a ``model.backbone.config`` describes
+(``fit``, ``validate``, ``test``: :data:`MAX_CONFIG_PARAMETERS` applies). ``plan`` builds the model
+on the meta device, no memory taken (docs/guides/large-models.md: "a 7B config plans on a
+laptop"), and checks the config with this set to ``False``."""

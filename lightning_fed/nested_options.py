@@ -32,7 +32,7 @@ from typing import Any
 
 from lightning_fed.class_parameters import dataclass_fields, function_parameters, subclasses, table, table_names
 from lightning_fed.class_paths import dotted_path_problem, short_name_problem
-from lightning_fed.limits import MAX_CONFIG_PARAMETERS
+from lightning_fed.limits import BUILDS_WEIGHTS, MAX_CONFIG_PARAMETERS
 from lightning_fed.option_rules import class_rules
 from lightning_fed.value_rules import Rule, at_least, problems, unknown_key
 
@@ -142,7 +142,7 @@ def backbone_config_problem(config: Any) -> str | None:
         if value is not None and value < 1:  # n_head: 0 was a ZeroDivisionError after the imports
             return f"{option}.{key} must be >= 1, got {value}"
     weights = config_weights(config)
-    if weights > MAX_CONFIG_PARAMETERS:
+    if weights > MAX_CONFIG_PARAMETERS and BUILDS_WEIGHTS.get():
         return (
             f"{option}: about {weights:.3g} weights, more than {MAX_CONFIG_PARAMETERS:.0e} (lightning_fed/limits.py):"
             " a model built from a config has random weights; load a pretrained one with backbone.name_or_path"

@@ -277,13 +277,18 @@ def precheck(args: argparse.Namespace) -> None:
     """
     from lightning_fed.config_precheck import precheck_arguments
     from lightning_fed.config_values import merged_config
+    from lightning_fed.limits import BUILDS_WEIGHTS
     from lightning_fed.shipped_configs import resolve_config_args
 
     if problems := value_problems(args):
         raise UserError("; ".join(problems))
     # a shipped config's name resolved (lightning-fed plan does it before main; here for main in-process)
     fit_args = resolve_config_args(["--config", args.config, f"--trainer.default_root_dir={tempfile.gettempdir()}"])
-    precheck_arguments(["fit", *fit_args])
+    built = BUILDS_WEIGHTS.set(False)  # the model is built on the meta device: a 7B config plans
+    try:
+        precheck_arguments(["fit", *fit_args])
+    finally:
+        BUILDS_WEIGHTS.reset(built)
     merged = merged_config(fit_args)
     sections = merged.sections if merged is not None else {}
     if problem := federation_problem(sections.get("federation")):

@@ -95,9 +95,9 @@ def test_broken_yaml_is_named_by_file_line_and_column(tmp_path):
 def test_an_unknown_shipped_name_is_refused_before_torch(tmp_path):
     proc = _cli(tmp_path, "validate", "--config", "tiny_typo")
     assert proc.returncode == 2
-    assert proc.stderr.splitlines()[0] == (
-        "error: --config 'tiny_typo': no such file, and no shipped config of that name (`lightning-fed configs` lists"
-        " them)"
+    assert proc.stderr == (
+        "error: --config 'tiny_typo': no such file, and no shipped config of that name"
+        " (did you mean `--config tiny`?)\n"
     )
 
 
