@@ -48,6 +48,7 @@ from lightning_fed.federation_rules import (
     privacy_shape_problem,
     privacy_values,
 )
+from lightning_fed.loop_conflicts import loop_conflict_problem
 from lightning_fed.loss_options import loss_options_problem
 from lightning_fed.nested_options import CLASS_VALUED, class_option_target, nested_option_problem
 from lightning_fed.option_rules import (
@@ -356,7 +357,9 @@ class Merged:
             return problem
         trainer = self.sections.get("trainer")
         if isinstance(trainer, dict) and (
-            problem := trainer_option_problem(trainer) or accelerator_build_problem(trainer)
+            problem := trainer_option_problem(trainer)
+            or accelerator_build_problem(trainer)
+            or loop_conflict_problem(trainer)
         ):
             return problem
         for section in ("model", "data"):

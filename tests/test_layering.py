@@ -37,6 +37,7 @@ LAYERS: list[set[str]] = [
         "startup",
         "help_pages",
         "trainer_options",
+        "loop_conflicts",
         "trainer_classes",
         "lightning_init_args",
         "lightning_refused_values",
