@@ -127,7 +127,7 @@ def test_evaluate_and_plan_dispatch_to_their_own_main_with_the_exit_status_mappi
     assert capsys.readouterr().err.splitlines()[0] == "error: RuntimeError: boom"
     monkeypatch.setitem(cli.ELSEWHERE, "evaluate", "lightning_fed.no_such_package.cli")
     assert cli.console_main(["evaluate", "--run", "x"]) == 2  # (`evaluate --help` is a stored page: help_pages.py)
-    (line, _hint) = capsys.readouterr().err.splitlines()
+    (line,) = capsys.readouterr().err.splitlines()  # a UserError: its line alone
     assert line.startswith("error: `lightning-fed evaluate` is not available") and "fit" in line
 
 
