@@ -41,7 +41,7 @@ def test_a_test_set_unset_by_a_later_file_is_refused(tmp_path):
 def test_a_test_set_a_user_s_data_module_or_another_stage_goes_on(tmp_path):
     """Nothing certain: a test set given, a user's own data module (it may load one its own way),
     ``fit`` and ``validate`` (every data module has a validation set)."""
-    own = {"my_data_41.py": "class MyData:\n    pass\n"}
+    own = {"my_data_41.py": "class MyData:\n    pass\n", "t.jsonl": '{"prompt": "p", "chosen": "a", "rejected": "b"}\n'}
     for args in (
         ["test", "--config", "tiny", "--data.init_args.test_dataset=t.jsonl"],
         ["test", "--config", "tiny", "--data=my_data_41.MyData"],
