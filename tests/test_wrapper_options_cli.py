@@ -13,6 +13,7 @@ children cannot import torch (``tests/helpers/cli.py``); each runs in an empty f
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -111,4 +112,31 @@ def test_a_wrapper_option_is_refused_in_one_line_naming_the_option_and_the_file(
     cwd.mkdir()
     proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
     assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
+    assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize("url", ["http://example.com/x.ckpt", "s3://bucket/x.ckpt"])
+def test_a_remote_checkpoint_is_refused_download_it_first(tmp_path, url):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch("fit", "--config", "tiny", "--ckpt_path", url, cwd=cwd, hook=tmp_path / "hook")
+    line = (
+        f"ckpt_path {url!r}: a remote checkpoint is not read (every part of a checkpoint is checked on this"
+        " machine before a run starts); download it and give the local file"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_config_that_is_no_regular_file_is_not_said_to_be_missing(tmp_path, kind):
+    path = "/dev/null" if kind == "device" else str(tmp_path / "fifo")
+    if kind == "fifo":
+        os.mkfifo(path)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch("fit", "--config", path, cwd=cwd, hook=tmp_path / "hook")
+    line = f"--config {path!r}: is not a regular file (a device, FIFO or socket); give a YAML file"
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert list(cwd.iterdir()) == []
