@@ -10,7 +10,13 @@ classes call them in their ``__init__`` and the precheck (:func:`wrapper_problem
 ``noise_multiplier: -1`` is refused in a fraction of a second with the line the class raises
 after 10-15 s of imports. A wrapped strategy of the package's is checked too: its class (the ones
 a wrapper cannot wrap, :data:`CLIENT_DP_UNSUPPORTED`) and its own rules
-(:func:`lightning_fed.class_sections.class_problem`).
+(:func:`lightning_fed.class_sections.class_problem`); so are ClientLevelDP's ``adaptive`` values
+(:func:`adaptive_problems`, which :class:`~lightning_fed.privacy.AdaptiveClipping` raises with) and
+``federation.compression`` under SecureAggregation (:func:`secure_compression_problem`, the run
+check's line). :func:`wrapped_sections` names each wrapped strategy's option
+(``federation.strategy.strategy``) so that :class:`lightning_fed.config_values.Merged` refuses an
+unknown option or ``class_path`` in it as in the top-level strategy, and
+:func:`adaptive_key_problem` an unknown key of ``adaptive``.
 
 Values are taken as the CLI's parser hands them over (an integer given for a ``float`` option is a
 float); a value of the wrong type is named with the class's line rather than left to fail inside
