@@ -13,7 +13,7 @@ import difflib
 from typing import Any
 
 from lightning_fed.class_kinds import package_class
-from lightning_fed.class_parameters import parameters
+from lightning_fed.class_parameters import parameters, takes_any_keyword
 from lightning_fed.data_cross_rules import clients_per_round_problem, data_cross_problems
 from lightning_fed.data_paths import DATASET_OPTIONS, dataset_text_problem, missing_path_problem
 from lightning_fed.model_sources import missing_source_problem
@@ -29,6 +29,7 @@ from lightning_fed.option_rules import (
     synthetic_problem,
     target_modules_problem,
 )
+from lightning_fed.value_rules import unknown_key
 
 
 def string_problem(rules: tuple[Rule, ...], values: dict[str, Any]) -> str | None:
@@ -106,17 +107,31 @@ def unknown_option_of(sections: dict[str, Any]) -> str | None:
         for i, h in enumerate(hooks if isinstance(hooks, list) else [])
     ]
     for section, value, key in items:
-        if not isinstance(value, dict) or not package_class(section, value["class_path"]):
-            continue  # a user's class: the live parser decides
-        options = parameters(PACKAGES[section], value["class_path"])
-        if options is None:
-            continue
-        for name in value["init_args"]:
-            if name not in options:
-                name_ = value["class_path"].rpartition(".")[2]
-                near = difflib.get_close_matches(str(name), sorted(options), n=1, cutoff=0.6)
-                hint = f"did you mean {key}.{near[0]}?" if near else f"its options: {', '.join(sorted(options))}"
-                return f"{key}.{name} is not an option of {name_}; {hint}"
+        if problem := unknown_option_in(section, value, key):
+            return problem
+    return None
+
+
+def unknown_option_in(section: str, value: Any, key: str) -> str | None:
+    """An option the package's strategy or hook ``value`` (``{class_path, init_args}``, at ``key``:
+    ``federation.strategy.strategy`` for one a wrapper wraps) does not take, in its ``init_args`` or
+    its ``dict_kwargs`` (handed to ``__init__`` as keywords: a ``TypeError`` after the imports)."""
+    if not isinstance(value, dict) or not package_class(section, value["class_path"]):
+        return None  # a user's class: the live parser decides
+    options = parameters(PACKAGES[section], value["class_path"])
+    if options is None:
+        return None
+    name_ = value["class_path"].rpartition(".")[2]
+    for name in value["init_args"]:
+        if name not in options:
+            near = difflib.get_close_matches(str(name), sorted(options), n=1, cutoff=0.6)
+            hint = f"did you mean {key}.{near[0]}?" if near else f"its options: {', '.join(sorted(options))}"
+            return f"{key}.{name} is not an option of {name_}; {hint}"
+    given = value.get("dict_kwargs")
+    if isinstance(given, dict) and not takes_any_keyword(PACKAGES[section], value["class_path"]):
+        for name in given:
+            if str(name) not in options:
+                return unknown_key(f"{key}.dict_kwargs", name_, str(name), options)
     return None
 
 

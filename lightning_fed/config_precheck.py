@@ -352,6 +352,16 @@ def _in_file(args: list[str], problem: str, check: Callable[[list[str]], str | N
     return f"config {source!r}: {problem}" if source is not None and Path(source).is_file() else problem
 
 
+def _not_a_file(path: Path) -> str:
+    """Why a ``--config`` value that is neither a regular file nor a config written inline cannot be
+    read: a folder, a device or FIFO (``/dev/null`` exists; jsonargparse would read it as nothing,
+    a FIFO would block), or nothing at all."""
+    if path.exists() and not path.is_dir():
+        return "is not a regular file (a device, FIFO or socket); give a YAML file"
+    why = "is a folder, not a file" if path.is_dir() else "does not exist"
+    return f"{why} (nor is it a shipped config: lightning-fed configs lists them)"
+
+
 def precheck_arguments(argv: list[str]) -> None:
     """Refuse, before torch is imported, what the live parser would refuse (module docstring).
 
@@ -380,8 +390,7 @@ def precheck_arguments(argv: list[str]) -> None:
         if Path(path).is_file():
             _check_file(path, options, subcommand)
         elif not _inline(path):
-            why = "is a folder, not a file" if Path(path).is_dir() else "does not exist"
-            _refuse(f"--config {path!r}: {why} (nor is it a shipped config: lightning-fed configs lists them)")
+            _refuse(f"--config {path!r}: {_not_a_file(Path(path))}")
     if options is not None:
         values = {i + 1 for i, a in enumerate(args) if a.startswith("--") and "=" not in a}  # `--key value`
         for i, arg in enumerate(args):

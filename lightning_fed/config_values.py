@@ -36,6 +36,7 @@ from lightning_fed.class_sections import (
     hub_model_problem,
     parsed,
     string_problem,
+    unknown_option_in,
     unknown_option_of,
 )
 from lightning_fed.dp_sgd_rules import dp_sgd_problem
@@ -69,7 +70,7 @@ from lightning_fed.trainer_classes import (
     trainer_classes_problem,
 )
 from lightning_fed.trainer_options import trainer_option_problem, trainer_type_problem
-from lightning_fed.wrapper_rules import wrapper_problem
+from lightning_fed.wrapper_rules import adaptive_key_problem, compression_problem, wrapped_sections, wrapper_problem
 from lightning_fed.yaml_reading import load, value_of
 
 _UNKNOWN = object()
@@ -94,7 +95,10 @@ def _class_section(value: Any) -> Any:
         return {"class_path": value, "init_args": {}}
     if isinstance(value, dict) and isinstance(value.get("class_path"), str):
         init = value.get("init_args", {})
-        return {"class_path": value["class_path"], "init_args": dict(init) if isinstance(init, dict) else {}}
+        out = {"class_path": value["class_path"], "init_args": dict(init) if isinstance(init, dict) else {}}
+        if isinstance(value.get("dict_kwargs"), dict):
+            out["dict_kwargs"] = dict(value["dict_kwargs"])  # keywords handed to __init__ (class_sections.py)
+        return out
     return _UNKNOWN
 
 
@@ -193,7 +197,7 @@ class Merged:
             elif not _same_class(section, new["class_path"], old["class_path"]):
                 self.sections[section] = new  # another class: the earlier init_args are not followed
             else:
-                self.sections[section] = {**old, "init_args": _merge(old["init_args"], new["init_args"])}
+                self.sections[section] = {**old, **new, "init_args": _merge(old["init_args"], new["init_args"])}
         elif isinstance(value, dict):
             old = self.sections.get(section)
             self.sections[section] = _merge(old if isinstance(old, dict) else {}, value)
@@ -295,8 +299,15 @@ class Merged:
         return out
 
     def unknown_option(self) -> str | None:
-        """An ``init_args`` key the package's class does not take (:func:`unknown_option_of`)."""
-        return unknown_option_of(self.sections)
+        """An ``init_args`` key the package's class does not take (:func:`unknown_option_of`), also in a
+        strategy a wrapper wraps (``federation.strategy.strategy.beta1``) and ClientLevelDP's ``adaptive``."""
+        strategy = self.sections.get("federation.strategy")
+        if problem := unknown_option_of(self.sections):
+            return problem
+        for key, inner in wrapped_sections(strategy):  # lightning_fed/wrapper_rules.py
+            if problem := unknown_option_in("federation.strategy", inner, key):
+                return problem
+        return adaptive_key_problem(strategy)
 
     def option_problem(self) -> str | None:
         """A key or value of the package's ``model:`` / ``data:`` class its source says is wrong
@@ -326,6 +337,9 @@ class Merged:
         for section in ("model", "data", "federation.strategy"):
             if problem := class_path_problem(section, self.sections.get(section)):
                 return problem
+        for key, inner in wrapped_sections(self.sections.get("federation.strategy")):  # ClientLevelDP(FedAdm)
+            if problem := class_path_problem("federation.strategy", inner, key):
+                return problem
         hooks = self.sections.get("federation.hooks")
         for index, hook in enumerate(hooks if isinstance(hooks, list) else []):
             if problem := class_path_problem("federation.hooks", hook, f"federation.hooks[{index}]"):
@@ -343,6 +357,8 @@ class Merged:
         option takes anything, as the parser keeps a command-line value as its text (``--trainer.
         default_root_dir=5`` is the folder ``5``)."""
         root = trainer.get("default_root_dir")
+        if isinstance(root, str) and "\0" in root:  # `"runs/ti\0ny"`: os calls raise `embedded null byte`
+            return f"trainer.default_root_dir must be a folder's path, got {root!r} (a path holds no NUL character)"
         if root is None or isinstance(root, str) or "trainer.default_root_dir" in self.from_command_line:
             return None
         return f"trainer.default_root_dir must be a folder's path (a string) or null, got {root!r}"
@@ -374,6 +390,8 @@ class Merged:
             return problem
         if problem := wrapper_problem(self.sections.get("federation.strategy")):  # ClientLevelDP, SecureAggregation
             return problem
+        if problem := compression_problem(federation, self.sections.get("federation.strategy")):
+            return problem  # a run_check (lightning_fed/run_checks.py), said before the imports
         if problem := config_module_problem(self.sections.get("model"), self.sections.get("federation.strategy")):
             return problem  # FedBiscuit over another module (lightning_fed/strategy_modules.py)
         hooks = self.sections.get("federation.hooks")

@@ -275,8 +275,8 @@ class FederatedCLI(LightningCLI):
             if isinstance(callback, RunConfigFile):
                 callback.resolve = loop.resolved_options
         ckpt = self._ckpt_path()
-        if ckpt == "":
-            raise CheckpointError(path_problem(ckpt))
+        if ckpt == "" or "://" in str(ckpt):  # refused before torch (federation/early_check.py)
+            raise CheckpointError(path_problem(str(ckpt)))
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
             fs, path = fsspec.core.url_to_fs(str(ckpt))
             if not fs.isfile(path):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning_fed.wrapper_rules import secure_compression_problem
+
 
 def inner_strategy(strategy: Any) -> Any:
     """The strategy a wrapper (client-level DP, secure aggregation) aggregates with."""
@@ -29,11 +31,7 @@ def run_problem(run: Any) -> str | None:
 
     strategy = run.strategy
     if run.compression and getattr(strategy, "secure_sum", False):  # the strategy declares it (SecureAggregation)
-        return (
-            f"federation.compression={run.compression!r} cannot run under federation.strategy=SecureAggregation:"
-            " the server sees only the masked sum of the updates, so it cannot decode each client's compressed"
-            " upload (SecAgg+ quantizes the updates itself); drop federation.compression"
-        )
+        return secure_compression_problem(run.compression)  # the precheck's line (lightning_fed/wrapper_rules.py)
     if run.privacy is not None and run.privacy.client_level and client_level_dp(strategy) is None:
         return (
             "federation.privacy sets a client-level budget: it needs federation.strategy ="

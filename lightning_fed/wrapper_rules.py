@@ -10,7 +10,13 @@ classes call them in their ``__init__`` and the precheck (:func:`wrapper_problem
 ``noise_multiplier: -1`` is refused in a fraction of a second with the line the class raises
 after 10-15 s of imports. A wrapped strategy of the package's is checked too: its class (the ones
 a wrapper cannot wrap, :data:`CLIENT_DP_UNSUPPORTED`) and its own rules
-(:func:`lightning_fed.class_sections.class_problem`).
+(:func:`lightning_fed.class_sections.class_problem`); so are ClientLevelDP's ``adaptive`` values
+(:func:`adaptive_problems`, which :class:`~lightning_fed.privacy.AdaptiveClipping` raises with) and
+``federation.compression`` under SecureAggregation (:func:`secure_compression_problem`, the run
+check's line). :func:`wrapped_sections` names each wrapped strategy's option
+(``federation.strategy.strategy``) so that :class:`lightning_fed.config_values.Merged` refuses an
+unknown option or ``class_path`` in it as in the top-level strategy, and
+:func:`adaptive_key_problem` an unknown key of ``adaptive``.
 
 Values are taken as the CLI's parser hands them over (an integer given for a ``float`` option is a
 float); a value of the wrong type is named with the class's line rather than left to fail inside
@@ -19,7 +25,7 @@ a comparison. Imports nothing heavy: :mod:`lightning_fed.class_paths` reads sour
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 CLIENT_DP_UNSUPPORTED = {
@@ -38,6 +44,8 @@ CLIENT_DP_UNSUPPORTED = {
 PROTOCOLS = ("secagg+",)
 """SecureAggregation's ``protocol``."""
 
+ADAPTIVE = ("lightning_fed.privacy.adaptive_clipping", "AdaptiveClipping")
+"""(module, dataclass) of ClientLevelDP's ``adaptive`` option."""
 CLIENT_DP = ("lightning_fed.privacy", "ClientLevelDP")
 SECURE_AGGREGATION = ("lightning_fed.deploy", "SecureAggregation")
 """(package, class name) of each wrapper: a ``class_path`` names it by the name alone or by a
@@ -66,6 +74,19 @@ def client_dp_problems(
         out.append(f"expected_clients must be > 0, got {expected_clients!r}")
     if not (_number(control_scale) and control_scale > 0):
         out.append(f"control_scale must be > 0, got {control_scale!r}")
+    return out
+
+
+def adaptive_problems(target_quantile: Any = 0.5, learning_rate: Any = 0.2, count_stddev: Any = None) -> list[str]:
+    """:class:`~lightning_fed.privacy.AdaptiveClipping`'s refused numbers (ClientLevelDP's ``adaptive``),
+    each one line naming ``adaptive.<option>``, in the order the class reports them."""
+    out = []
+    if not (_number(target_quantile) and 0.0 <= target_quantile <= 1.0):
+        out.append(f"adaptive.target_quantile must be in [0, 1], got {target_quantile!r}")
+    if not (_number(learning_rate) and learning_rate > 0):
+        out.append(f"adaptive.learning_rate must be > 0, got {learning_rate!r}")
+    if count_stddev is not None and not (_number(count_stddev) and count_stddev >= 0):
+        out.append(f"adaptive.count_stddev must be >= 0, got {count_stddev!r}")
     return out
 
 
@@ -129,6 +150,26 @@ ADAPTIVE_SECURE_SUM = "ClientLevelDP with adaptive clipping is not supported (it
 """SecureAggregation around ClientLevelDP with ``adaptive`` set."""
 
 
+def secure_compression_problem(compression: Any) -> str:
+    """``federation.compression`` under SecureAggregation (a strategy with ``secure_sum``): the run's
+    line (:func:`lightning_fed.run_checks.run_problem`), said by the precheck too."""
+    return (
+        f"federation.compression={compression!r} cannot run under federation.strategy=SecureAggregation:"
+        " the server sees only the masked sum of the updates, so it cannot decode each client's compressed"
+        " upload (SecAgg+ quantizes the updates itself); drop federation.compression"
+    )
+
+
+def compression_problem(federation: Any, strategy: Any) -> str | None:
+    """:func:`secure_compression_problem` where the merged ``federation:`` section sets a compression
+    and ``federation.strategy`` is SecureAggregation, else ``None``."""
+    compression = federation.get("compression") if isinstance(federation, Mapping) else None
+    section = _section(strategy)
+    if not compression or section is None or _wrapper(section["class_path"]) != "SecureAggregation":
+        return None
+    return secure_compression_problem(compression)
+
+
 def secure_sum_problem(name: str) -> str:
     """SecureAggregation around a strategy named ``name`` that needs more than the mean."""
     return (
@@ -189,6 +230,8 @@ def wrapper_problem(strategy: Any) -> str | None:
     inner = _section(args.get("strategy"))
     if problem := inner_problem(inner):  # the parser builds the wrapped strategy first
         return problem
+    if wrapper == "ClientLevelDP" and (found := adaptive_problems(**_adaptive_values(args.get("adaptive")))):
+        return "ClientLevelDP: " + "; ".join(found)  # the parser builds AdaptiveClipping before the wrapper
     out: list[str] = []
     names = ("noise_multiplier", "clip_norm", "expected_clients", "control_scale")
     if wrapper == "ClientLevelDP":
@@ -246,3 +289,53 @@ def inner_problem(inner: dict[str, Any] | None) -> str | None:
     from lightning_fed.class_sections import class_problem
 
     return class_problem("federation.strategy", inner)
+
+
+def _adaptive_init_args(adaptive: Any) -> dict[str, Any] | None:
+    """ClientLevelDP's ``adaptive`` given as a mapping of its options or as ``{class_path, init_args}``,
+    as that mapping; ``None`` where not followed here."""
+    if not isinstance(adaptive, Mapping):
+        return None
+    if "class_path" in adaptive:
+        init = adaptive.get("init_args", {})
+        return dict(init) if isinstance(init, Mapping) else None
+    return dict(adaptive)
+
+
+def _adaptive_values(adaptive: Any) -> dict[str, Any]:
+    """The options of ``adaptive`` :func:`adaptive_problems` checks, as the parser hands them over."""
+    given = _adaptive_init_args(adaptive) or {}
+    names = ("target_quantile", "learning_rate", "count_stddev")
+    return {k: _as_float(v) for k, v in given.items() if k in names and not _numeric_word(v)}
+
+
+def wrapped_sections(strategy: Any, key: str = "federation.strategy") -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(option, {class_path, init_args})`` of each strategy the wrapper given as ``strategy`` wraps,
+    outermost first (``federation.strategy.strategy``, then ``...strategy.strategy``), named as the
+    precheck names options (without ``init_args``)."""
+    section = _section(strategy)
+    for _ in range(8):  # a wrapper inside a wrapper inside...: as deep as a config plausibly goes
+        if section is None or _wrapper(section["class_path"]) is None:
+            return
+        key, section = f"{key}.strategy", _section(section["init_args"].get("strategy"))
+        if section is not None:
+            yield key, section
+
+
+def adaptive_key_problem(strategy: Any) -> str | None:
+    """An option ClientLevelDP's ``adaptive`` (:class:`~lightning_fed.privacy.AdaptiveClipping`) does not
+    take, in the wrapper given as ``strategy`` or one it wraps, named with the closest (the live
+    parser's ``Option 'count_stdev' is not accepted``, after the imports, named neither)."""
+    from lightning_fed.class_parameters import dataclass_fields
+    from lightning_fed.value_rules import unknown_key
+
+    items = [("federation.strategy", _section(strategy)), *wrapped_sections(strategy)]
+    for key, section in items:
+        if section is None or _wrapper(section["class_path"]) != "ClientLevelDP":
+            continue
+        given = _adaptive_init_args(section["init_args"].get("adaptive"))
+        accepted = dataclass_fields(*ADAPTIVE)
+        for name in given or {}:
+            if accepted is not None and str(name) not in accepted:
+                return unknown_key(f"{key}.adaptive", ADAPTIVE[1], str(name), list(accepted))
+    return None

@@ -85,11 +85,17 @@ def precheck_checkpoint(argv: list[str]) -> None:
 
 def path_problem(path: str) -> str | None:
     """The line refusing a local ``ckpt_path`` that names no file (an empty one included: Lightning
-    would say "found no path for the best weights" after the run folder was written), or ``None``.
+    would say "found no path for the best weights" after the run folder was written) or a remote
+    one (``s3://``, ``http://``: the checks of a checkpoint read a local file), or ``None``.
     The live CLI says the same (:meth:`~lightning_fed.federated_cli.FederatedCLI.before_fit`)."""
     if path == "":
         return "ckpt_path '' is empty: give a checkpoint file (<run>/checkpoints/last.ckpt), or leave ckpt_path out"
-    if path in NAMED or path in NONE or "://" in path or Path(path).is_file():
+    if "://" in path:  # fsspec would fetch it, and Lightning load it, past every check of checkpoint_check.py
+        return (
+            f"ckpt_path {path!r}: a remote checkpoint is not read (every part of a checkpoint is checked"
+            " on this machine before a run starts); download it and give the local file"
+        )
+    if path in NAMED or path in NONE or Path(path).is_file():
         return None
     if Path(path).is_dir():
         # a run folder, a `lightning_logs` folder or a `default_root_dir`: never a walk of the whole tree

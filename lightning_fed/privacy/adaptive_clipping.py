@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from lightning_fed.federation.secret_seed import standard_normal
+from lightning_fed.wrapper_rules import adaptive_problems
 
 #: How far one client moves the centred count ``sum_i (b_i - 1/2)`` (added or removed).
 COUNT_SENSITIVITY = 0.5
@@ -87,15 +88,9 @@ class AdaptiveClipping:
     count_stddev: float | None = None
 
     def __post_init__(self) -> None:
-        problems = []
-        if not 0.0 <= self.target_quantile <= 1.0:
-            problems.append(f"target_quantile must be in [0, 1], got {self.target_quantile!r}")
-        if not self.learning_rate > 0:
-            problems.append(f"learning_rate must be > 0, got {self.learning_rate!r}")
-        if self.count_stddev is not None and not self.count_stddev >= 0:
-            problems.append(f"count_stddev must be >= 0, got {self.count_stddev!r}")
-        if problems:
-            raise ValueError("adaptive clipping: " + "; ".join(problems))
+        # lightning_fed/wrapper_rules.py: the precheck refuses the same values with the same line
+        if problems := adaptive_problems(self.target_quantile, self.learning_rate, self.count_stddev):
+            raise ValueError("ClientLevelDP: " + "; ".join(problems))
 
     def stddev(self, expected_clients: float) -> float:
         """``sigma_b``: the configured one, or ``m / 20``."""

@@ -90,6 +90,7 @@ def test_a_wrapper_option_is_refused_before_torch_with_the_class_s_line(tmp_path
     [
         f"{{class_path: {DP}, init_args: {{noise_multiplier: 1.0, clip_norm: 0.05, strategy: FedAvg}}}}",
         f"{{class_path: {DP}, init_args: {{noise_multiplier: '1e-3', strategy: FedAvg}}}}",  # the parser's float
+        f"{{class_path: {DP}, init_args: {{strategy: FedAvg, adaptive: {{target_quantile: 1, count_stddev: 0}}}}}}",
         f"{{class_path: {SECAGG}, init_args: {{num_shares: 3, reconstruction_threshold: 2, strategy: FedProx}}}}",
     ],
 )
@@ -108,3 +109,7 @@ def test_the_classes_refuse_with_the_same_lines():
         ClientLevelDP(FedAvg(), noise_multiplier=-1.0)
     with pytest.raises(ValueError, match=r"^SecureAggregation: clipping_range must be > 0, got -1.0$"):
         SecureAggregation(FedAvg(), clipping_range=-1.0)
+    from lightning_fed.privacy import AdaptiveClipping
+
+    with pytest.raises(ValueError, match=r"^ClientLevelDP: adaptive.target_quantile must be in \[0, 1\], got 1.5$"):
+        AdaptiveClipping(target_quantile=1.5)  # ClientLevelDP's adaptive (lightning_fed/wrapper_rules.py)
