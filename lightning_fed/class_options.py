@@ -47,8 +47,8 @@ from lightning_fed.option_types import type_problem
 from lightning_fed.transformers_configs import (
     config_class_keys,
     heads_problem,
+    missing_modules_problem,
     model_type_problem,
-    target_modules_problem,
 )
 from lightning_fed.value_rules import unknown_key
 
@@ -219,7 +219,7 @@ def _first_int(config: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, i
 def lora_targets_problem(model: Any) -> str | None:
     """A ``model.lora.target_modules`` name the backbone has no module of, where its model type is
     known (``backbone.config`` or a local ``config.json``) and its modules are
-    (:func:`~lightning_fed.transformers_configs.target_modules_problem`): the model's line, 14.7 s of
+    (:func:`~lightning_fed.transformers_configs.missing_modules_problem`): the model's line, 14.7 s of
     CPU earlier."""
     model_args = model.get("init_args") if isinstance(model, dict) else None
     if not isinstance(model_args, dict) or str(model.get("class_path", "")).rpartition(".")[2] not in TAKES_LORA:
@@ -227,7 +227,7 @@ def lora_targets_problem(model: Any) -> str | None:
     config, lora = backbone_size(model_args.get("backbone")), model_args.get("lora")
     if config is None or not isinstance(lora, dict):
         return None
-    return target_modules_problem(config.get("model_type"), lora.get("target_modules"))
+    return missing_modules_problem(config.get("model_type"), lora.get("target_modules"))
 
 
 def size_problem(model: Any, data: Any) -> str | None:

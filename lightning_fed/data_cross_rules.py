@@ -124,7 +124,7 @@ def local_columns(dataset: str) -> list[str] | None:
         if not path.is_file():
             return None
         if suffix == ".csv":
-            with open(path, encoding="utf-8", newline="") as handle:
+            with open(path, encoding="utf-8-sig", newline="") as handle:  # pandas drops a BOM too
                 header = next(csv.reader(handle), None)
             return header if header and len(set(header)) == len(header) and all(header) else None
         if suffix == ".parquet":

@@ -224,7 +224,7 @@ numbers, its Linear-like ones): what :func:`lightning_fed.modules.lora.lora_conf
 compares them with a live model's."""
 
 
-def target_modules_problem(model_type: object, targets: object) -> str | None:
+def missing_modules_problem(model_type: object, targets: object) -> str | None:
     """The line :func:`lightning_fed.modules.lora.lora_config` refuses ``model.lora.target_modules``
     with, for a model type of :data:`MODULE_NAMES`; a dotted target or a layer's number is left to it."""
     if model_type not in MODULE_NAMES or not isinstance(targets, list):

@@ -98,6 +98,10 @@ CASES = {
         "model.lora.target_modules: model type 'gpt2' has no module named 'nonexistent_mod'"
         " (Linear-like modules it has: c_attn, c_fc, c_proj, lm_head)",
     ),
+    "lora_target_module_a_name_alone": (  # `lora.target_modules: Expected a <class 'list'>` + tip, 11 s
+        [("model.init_args.lora.target_modules", "c_attn")],
+        "model.lora.target_modules must be None or a non-empty list, got 'c_attn'",
+    ),
     "n_head_divides_n_embd": (  # `embed_dim must be divisible by num_heads` + hint, 12.5 s
         [("model.init_args.backbone.config.n_head", 3)],
         "model.backbone.config.n_head=3 must divide model.backbone.config.n_embd=32"
