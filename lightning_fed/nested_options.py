@@ -148,7 +148,44 @@ def synthetic_args_problem(init_args: Mapping[str, Any]) -> str | None:
                 return f"{option} must name at least one of {sorted(names)}, got []"
     rules = GENERATOR_RULES.get(generator, ())
     found = problems(rules, {rule.name: rule.parsed(args[rule.name]) for rule in rules if rule.name in args})
-    return "; ".join(found) or None
+    if found:
+        return "; ".join(found)
+    return _families_problem(args) if generator == "planted_instructions" else None
+
+
+def _default(function: str, name: str) -> Any:
+    """The default of the planted-set generator ``function``'s parameter ``name`` (a literal), or ``None``."""
+    node = function_definition(SYNTHETIC_MODULE, function)
+    if node is None:
+        return None
+    names = [a.arg for a in node.args.args]
+    if name not in names or names.index(name) < len(names) - len(node.args.defaults):
+        return None
+    try:
+        return ast.literal_eval(node.args.defaults[names.index(name) - len(names)])
+    except ValueError:
+        return None
+
+
+def _families_problem(args: Mapping[str, Any]) -> str | None:
+    """``planted_instructions``' families in use (``families`` less ``held_out_families``, names
+    checked before): none left, or fewer than ``families_per_client`` (its default read from its
+    signature), as the generator refuses them after the imports."""
+    table_ = table(*NAME_TABLES["families"])
+    families = args.get("families")
+    families = list(table_) if families is None and isinstance(table_, dict) else families
+    held = args.get("held_out_families", ())
+    families, held = ([v] if isinstance(v, str) else v for v in (families, held))
+    per_client = args.get("families_per_client", _default("planted_instructions", "families_per_client"))
+    if not isinstance(families, list) or not isinstance(held, (list, tuple)) or type(per_client) is not int:
+        return None
+    active = [name for name in families if name not in held]
+    if families and not active:
+        return f"data.synthetic_args.held_out_families {list(held)} leaves no family of {families}"
+    if active and not 1 <= per_client <= len(active):
+        where = f"[1, {len(active)}] (the families in use)"
+        return f"data.synthetic_args.families_per_client must be in {where}, got {per_client}"
+    return None
 
 
 def backbone_config_problem(config: Any) -> str | None:

@@ -134,6 +134,14 @@ CASES = {
         " 'first_letters', 'last_word', 'repeat_first', 'replace_vowels', 'reverse_words', 'sort_words',"
         " 'uppercase'], got []",
     ),
+    "families_per_client_above_the_families": (  # the generator's ValueError + hint, after the imports
+        [
+            ("data.init_args.dataset", "synthetic:instructions"),
+            ("data.init_args.synthetic_args", {"examples_per_client": 8, "families": ["uppercase", "last_word"]}),
+            ("data.init_args.synthetic_args.families_per_client", 3),
+        ],
+        "data.synthetic_args.families_per_client must be in [1, 2] (the families in use), got 3",
+    ),
     "hard_preferences_purity": (  # `planted_hard_preferences: `purity` must be in (0.5, 1]`, after the imports
         [
             ("data.init_args.dataset", "synthetic:hard_preferences"),
@@ -308,3 +316,27 @@ def test_a_by_key_group_partition_is_refused_where_the_live_partitioner_refuses_
     else:
         assert problem is None
         ByKey("group")(rows, 4, 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        ({"families": ["uppercase"]}, True),  # the default families_per_client (2) > 1 family
+        ({"families": ["uppercase"], "families_per_client": 1}, False),
+        ({"families": ["uppercase"], "held_out_families": ["uppercase"], "families_per_client": 1}, True),
+        ({"held_out_families": ["uppercase"], "families_per_client": 9}, False),
+        ({"families_per_client": 11}, True),
+    ],
+)
+def test_the_families_in_use_are_refused_where_the_generator_refuses_them(args, refused):
+    from lightning_fed.datamodules.synthetic_instructions import planted_instructions
+    from lightning_fed.nested_options import synthetic_args_problem
+
+    problem = synthetic_args_problem({"dataset": "synthetic:instructions", "synthetic_args": args})
+    if refused:
+        assert problem is not None
+        with pytest.raises(ValueError, match="planted_instructions"):
+            planted_instructions(num_clients=2, examples_per_client=2, **args)
+    else:
+        assert problem is None
+        planted_instructions(num_clients=2, examples_per_client=2, **args)
