@@ -139,7 +139,7 @@ def synthetic_args_problem(init_args: Mapping[str, Any]) -> str | None:
         kind = _kind(params[str(key)][0])
         if problem := _plain_problem(option, kind, value):
             return problem
-        if kind == "names" and str(key) in NAME_TABLES:
+        if kind == "names" and str(key) in NAME_TABLES and value is not None:  # families: null is every family
             names = table(*NAME_TABLES[str(key)])
             items = [value] if isinstance(value, str) else value
             if isinstance(names, dict) and (bad := [v for v in items if v not in names]):
@@ -330,7 +330,9 @@ def _planted_groups_problem(partition: str, given: Mapping[str, Any], init_args:
     groups = [groups] if isinstance(groups, str) else groups
     if not isinstance(groups, (list, tuple)) or not groups:
         return None
-    synthetic_clients = args.get("num_clients", clients)  # an integer (synthetic_args_problem); == clients
+    synthetic_clients = args.get("num_clients", clients)  # == clients (data_cross_rules.synthetic_clients_problem)
+    if type(synthetic_clients) is not int:
+        return None
     distinct = len({str(g) for g in groups[: min(synthetic_clients, len(groups))]})  # client k: groups[k % len]
     if distinct >= clients:
         return None

@@ -186,7 +186,11 @@ def heads_problem(option: str, config: dict) -> str | None:
     wrote it (``n_head`` or its alias ``num_attention_heads``), a width not given as the class's
     default. ``None`` where a value is not a positive integer or a default cannot be read."""
     model_type = config.get("model_type")
-    if model_type not in HEADS_DIVIDE or (found := _config_class(model_type)) is None:
+    if (
+        not isinstance(model_type, str)
+        or model_type not in HEADS_DIVIDE
+        or (found := _config_class(model_type)) is None
+    ):
         return None
     defaults, aliases = _own_integers(found[1])
     given: dict[str, tuple[str, object]] = {}
@@ -227,7 +231,7 @@ compares them with a live model's."""
 def missing_modules_problem(model_type: object, targets: object) -> str | None:
     """The line :func:`lightning_fed.modules.lora.lora_config` refuses ``model.lora.target_modules``
     with, for a model type of :data:`MODULE_NAMES`; a dotted target or a layer's number is left to it."""
-    if model_type not in MODULE_NAMES or not isinstance(targets, list):
+    if not isinstance(model_type, str) or model_type not in MODULE_NAMES or not isinstance(targets, list):
         return None
     names, linear = MODULE_NAMES[model_type]
     simple = [t for t in targets if isinstance(t, str) and "." not in t and not t.isdigit()]

@@ -340,3 +340,17 @@ def test_the_families_in_use_are_refused_where_the_generator_refuses_them(args, 
     else:
         assert problem is None
         planted_instructions(num_clients=2, examples_per_client=2, **args)
+
+
+def test_values_of_another_type_are_left_to_the_checks_that_name_them():
+    """``families: null`` is every family; a list for ``model_type`` or ``num_clients: null`` is the
+    type checks' (nested_options, class_options) to refuse: the new rules stay silent, never raise."""
+    from lightning_fed.nested_options import partition_columns_problem, synthetic_args_problem
+    from lightning_fed.transformers_configs import heads_problem, missing_modules_problem
+
+    assert synthetic_args_problem({"dataset": "synthetic:instructions", "synthetic_args": {"families": None}}) is None
+    assert heads_problem("model.backbone.config", {"model_type": [1, 2], "n_head": 3}) is None
+    assert missing_modules_problem([1, 2], ["x"]) is None
+    partition = {"class_path": "ByKey", "init_args": {"key": "group"}}
+    init = {"dataset": "synthetic:preferences", "num_clients": 4, "synthetic_args": {"num_clients": None}}
+    assert partition_columns_problem("PreferenceDataModule", {**init, "partition": partition}) is None
