@@ -44,7 +44,12 @@ from lightning_fed.errors import _REPLACED_OPTIONS
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.option_rules import LORA, PACKAGES, SECTIONS, TAKES_LORA, class_rules
 from lightning_fed.option_types import type_problem
-from lightning_fed.transformers_configs import config_class_keys, model_type_problem
+from lightning_fed.transformers_configs import (
+    config_class_keys,
+    heads_problem,
+    missing_modules_problem,
+    model_type_problem,
+)
 from lightning_fed.value_rules import unknown_key
 
 NESTED = {
@@ -181,6 +186,8 @@ def _backbone_source_problem(option: str, backbone: Mapping[str, Any]) -> str | 
         for key in config:
             if str(key) not in keys:
                 return unknown_key(f"{option}.config", f"{name} (model_type {model_type})", str(key), list(keys))
+    if isinstance(config, Mapping) and (problem := heads_problem(f"{option}.config", dict(config))):
+        return problem  # `n_head: 3` with `n_embd: 32`: the attention's ValueError after the imports
     return None
 
 
@@ -207,6 +214,20 @@ def _first_int(config: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, i
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return key, value
     return None
+
+
+def lora_targets_problem(model: Any) -> str | None:
+    """A ``model.lora.target_modules`` name the backbone has no module of, where its model type is
+    known (``backbone.config`` or a local ``config.json``) and its modules are
+    (:func:`~lightning_fed.transformers_configs.missing_modules_problem`): the model's line, 14.7 s of
+    CPU earlier."""
+    model_args = model.get("init_args") if isinstance(model, dict) else None
+    if not isinstance(model_args, dict) or str(model.get("class_path", "")).rpartition(".")[2] not in TAKES_LORA:
+        return None
+    config, lora = backbone_size(model_args.get("backbone")), model_args.get("lora")
+    if config is None or not isinstance(lora, dict):
+        return None
+    return missing_modules_problem(config.get("model_type"), lora.get("target_modules"))
 
 
 def size_problem(model: Any, data: Any) -> str | None:

@@ -265,6 +265,19 @@ def function_parameters(module: str, name: str) -> Annotated | None:
     return function_parameters(source, name) if source else None
 
 
+def function_definition(module: str, name: str, depth: int = 0) -> ast.FunctionDef | None:
+    """The definition of the module-level function ``name`` as seen from ``module`` (there, or in
+    the module it is imported from), or ``None``."""
+    tree = _module(module)
+    if tree is None or depth > 4:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    source = _imported(tree, name)
+    return function_definition(source, name, depth + 1) if source else None
+
+
 def table_names(module: str, name: str) -> dict[str, str] | None:
     """The module-level dictionary ``name`` of ``module`` whose values are names
     (``SYNTHETIC = {"preferences": planted_preferences, ...}``): key -> the name it maps to."""

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.accelerator_builds import accelerator_build_problem
-from lightning_fed.class_options import class_option_problem, class_path_problem, size_problem
+from lightning_fed.class_options import class_option_problem, class_path_problem, lora_targets_problem, size_problem
 from lightning_fed.class_path_shapes import classes_shape_problem, section_shape_problem
 from lightning_fed.class_sections import (
     class_problem,
@@ -349,6 +349,8 @@ class Merged:
                 return problem
             if problem := nested_option_problem(section, self.sections.get(section)):
                 return problem
+        if problem := lora_targets_problem(self.sections.get("model")):  # before the rank, as lora_config
+            return problem
         return size_problem(self.sections.get("model"), self.sections.get("data"))
 
     def _root_type_problem(self, trainer: dict[str, Any]) -> str | None:

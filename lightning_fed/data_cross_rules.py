@@ -10,15 +10,22 @@ option against another: the length budgets against ``data.max_length`` (TRL's
 the precheck (:func:`lightning_fed.class_sections.class_problem`,
 :meth:`lightning_fed.config_values.Merged.problem`) applies them to the merged config before torch
 is imported: ``data.max_prompt_length: 500`` with ``max_length: 160`` was refused 11 s of CPU later.
+So is a partition's column (``data.partition.key``) that ``data.dataset`` lacks, where its columns are
+known without loading it (:func:`local_columns`; a planted set's from its generator's source,
+:func:`lightning_fed.nested_options.partition_columns_problem`).
 
 The precheck applies a rule only where the values it needs are certain: given in the config (or the
 data module's defaults below, which its signature uses) and of the right type (the type is the
-parser's to refuse). Imports nothing but the standard library.
+parser's to refuse). Imports nothing but the standard library (and pyarrow, which imports no torch,
+for a Parquet file's schema).
 """
 
 from __future__ import annotations
 
+import csv
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 MAX_LENGTH = 256
@@ -93,6 +100,78 @@ def data_cross_problems(class_name: str, init_args: Mapping[str, Any]) -> list[s
         if problem := synthetic_clients_problem(init_args.get("dataset"), init_args.get("synthetic_args"), num_clients):
             problems.append(problem)
     return problems
+
+
+PARTITION_COLUMNS = {"Dirichlet": "key", "ByKey": "key", "SortedShards": "score", "ByColumn": "column"}
+"""The partitioners of :mod:`lightning_fed.datamodules.partition` -> their option naming a column of
+the data set (``ByColumn``'s defaults to ``client``)."""
+PARTITION_DEFAULTS = {"ByColumn": "client"}
+READS_ITS_SOURCE = frozenset({"PreferenceDataModule", "InstructionDataModule", "SelectorDataModule"})
+"""The package's data modules that partition ``data.dataset``'s rows as read (``field_map``
+applied): they keep :class:`~lightning_fed.datamodules.FederatedDataModule`'s ``load_records``.
+The others build their records themselves (their columns are not the source's)."""
+MAX_SCANNED_BYTES = 16 * 2**20
+"""A JSON file's columns are its rows' keys (any row may add one): a larger file is not read here."""
+
+
+def local_columns(dataset: str) -> list[str] | None:
+    """The columns of the local file ``dataset`` as ``datasets`` reads it (a CSV's header, a Parquet
+    file's schema, the keys of a JSON file's rows in the order first seen), or ``None`` if not known
+    here (no such file, a folder, a larger JSON file, anything not read cleanly: the reader's to say)."""
+    path = Path(dataset).expanduser()
+    suffix = path.suffix.lower()
+    try:
+        if not path.is_file():
+            return None
+        if suffix == ".csv":
+            with open(path, encoding="utf-8-sig", newline="") as handle:  # pandas drops a BOM too
+                header = next(csv.reader(handle), None)
+            return header if header and len(set(header)) == len(header) and all(header) else None
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq  # no torch (tests/test_data_model_options_cli.py)
+
+            return list(pq.read_schema(path).names)
+        if suffix not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
+            return None
+        text = path.read_text(encoding="utf-8")
+        rows = (
+            json.loads(text)
+            if text.lstrip().startswith("[")
+            else [json.loads(x) for x in text.splitlines() if x.strip()]
+        )
+    except Exception:  # noqa: BLE001 - a file not read cleanly is the data source's to refuse
+        return None
+    if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
+        return None
+    return list(dict.fromkeys(str(key) for row in rows for key in row))
+
+
+def field_mapped(columns: list[str], field_map: Any) -> list[str] | None:
+    """``columns`` renamed by ``data.field_map`` as :func:`~lightning_fed.datamodules.sources.apply_field_map`
+    renames them (a field's own column dropped when another is mapped to it); ``None`` for a map it refuses."""
+    if field_map is None or field_map == {}:
+        return columns
+    if not isinstance(field_map, Mapping):
+        return None
+    renames = {}
+    for field, column in field_map.items():
+        if not isinstance(field, str) or column not in columns or column in renames:
+            return None
+        renames[column] = field
+    shadowed = {f for c, f in renames.items() if c != f and f in columns and f not in renames}
+    return [renames.get(c, c) for c in columns if c not in shadowed]
+
+
+def partition_column_problem(partition: str, given: Mapping[str, Any], dataset: str, columns: list[str]) -> str | None:
+    """The line refusing the column a partitioner (:data:`PARTITION_COLUMNS`; ``given``: its
+    ``init_args``) names that ``data.dataset``'s ``columns`` lack: the partitioner's ``no column``
+    after the imports (15 s of CPU), naming no option."""
+    option = PARTITION_COLUMNS.get(partition)
+    value = given.get(option, PARTITION_DEFAULTS.get(partition)) if option else None
+    if not isinstance(value, str) or value in columns:
+        return None
+    shown = ", ".join(columns)
+    return f"data.partition.{option} {value!r}: data.dataset {dataset!r} has no such column (columns: {shown})"
 
 
 def clients_per_round_problem(clients_per_round: Any, num_clients: Any) -> str | None:

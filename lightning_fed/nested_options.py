@@ -30,16 +30,40 @@ import ast
 from collections.abc import Mapping
 from typing import Any
 
-from lightning_fed.class_parameters import dataclass_fields, function_parameters, subclasses, table, table_names
+from lightning_fed.class_parameters import (
+    dataclass_fields,
+    function_definition,
+    function_parameters,
+    subclasses,
+    table,
+    table_names,
+)
 from lightning_fed.class_paths import dotted_path_problem, short_name_problem
+from lightning_fed.data_cross_rules import READS_ITS_SOURCE, field_mapped, local_columns, partition_column_problem
 from lightning_fed.limits import BUILDS_WEIGHTS, MAX_CONFIG_PARAMETERS
 from lightning_fed.option_rules import class_rules
-from lightning_fed.value_rules import Rule, at_least, problems, unknown_key
+from lightning_fed.value_rules import Rule, at_least, in_range, problems, unknown_key
 
 SYNTHETIC_MODULE = "lightning_fed.datamodules.synthetic"
 SYNTHETIC_PREFIX = "synthetic:"
-NAME_TABLES = {"groups": (SYNTHETIC_MODULE, "PREFERENCE_GROUPS")}
+NAME_TABLES = {
+    "groups": (SYNTHETIC_MODULE, "PREFERENCE_GROUPS"),
+    "families": ("lightning_fed.datamodules.synthetic_instructions", "INSTRUCTION_FAMILIES"),
+    "held_out_families": ("lightning_fed.datamodules.synthetic_instructions", "INSTRUCTION_FAMILIES"),
+}
 """A generator's ``Sequence[str]`` parameter -> the table (module, name) its names are keys of."""
+GENERATOR_RULES: dict[str, tuple[Rule, ...]] = {
+    "planted_hard_preferences": (
+        in_range("data.synthetic_args.label_noise", 0, 0.5, high_open=True),
+        in_range("data.synthetic_args.distractor", 0, 1),
+        in_range("data.synthetic_args.purity", 0.5, 1, low_open=True),
+    ),
+}
+"""The bounds a generator raises with (``planted_hard_preferences: `purity` must be in (0.5, 1]``,
+after the imports), named as the option is written."""
+NOT_EMPTY = frozenset({"groups", "families"})
+"""The generators' name lists that may not be empty (``planted_preferences: `groups` is empty``,
+``planted_instructions: no family left``, 15 s of CPU after the imports; ``families: null`` is every family)."""
 INTEGER_SIZES = (
     "n_layer",
     "n_head",
@@ -115,11 +139,52 @@ def synthetic_args_problem(init_args: Mapping[str, Any]) -> str | None:
         kind = _kind(params[str(key)][0])
         if problem := _plain_problem(option, kind, value):
             return problem
-        if kind == "names" and str(key) in NAME_TABLES:
+        if kind == "names" and str(key) in NAME_TABLES and value is not None:  # families: null is every family
             names = table(*NAME_TABLES[str(key)])
             items = [value] if isinstance(value, str) else value
             if isinstance(names, dict) and (bad := [v for v in items if v not in names]):
                 return f"{option}: unknown name {bad[0]!r}; valid: {sorted(names)}"
+            if isinstance(names, dict) and not items and str(key) in NOT_EMPTY:
+                return f"{option} must name at least one of {sorted(names)}, got []"
+    rules = GENERATOR_RULES.get(generator, ())
+    found = problems(rules, {rule.name: rule.parsed(args[rule.name]) for rule in rules if rule.name in args})
+    if found:
+        return "; ".join(found)
+    return _families_problem(args) if generator == "planted_instructions" else None
+
+
+def _default(function: str, name: str) -> Any:
+    """The default of the planted-set generator ``function``'s parameter ``name`` (a literal), or ``None``."""
+    node = function_definition(SYNTHETIC_MODULE, function)
+    if node is None:
+        return None
+    names = [a.arg for a in node.args.args]
+    if name not in names or names.index(name) < len(names) - len(node.args.defaults):
+        return None
+    try:
+        return ast.literal_eval(node.args.defaults[names.index(name) - len(names)])
+    except ValueError:
+        return None
+
+
+def _families_problem(args: Mapping[str, Any]) -> str | None:
+    """``planted_instructions``' families in use (``families`` less ``held_out_families``, names
+    checked before): none left, or fewer than ``families_per_client`` (its default read from its
+    signature), as the generator refuses them after the imports."""
+    table_ = table(*NAME_TABLES["families"])
+    families = args.get("families")
+    families = list(table_) if families is None and isinstance(table_, dict) else families
+    held = args.get("held_out_families", ())
+    families, held = ([v] if isinstance(v, str) else v for v in (families, held))
+    per_client = args.get("families_per_client", _default("planted_instructions", "families_per_client"))
+    if not isinstance(families, list) or not isinstance(held, (list, tuple)) or type(per_client) is not int:
+        return None
+    active = [name for name in families if name not in held]
+    if families and not active:
+        return f"data.synthetic_args.held_out_families {list(held)} leaves no family of {families}"
+    if active and not 1 <= per_client <= len(active):
+        where = f"[1, {len(active)}] (the families in use)"
+        return f"data.synthetic_args.families_per_client must be in {where}, got {per_client}"
     return None
 
 
@@ -197,6 +262,87 @@ def partition_problem(partition: Any) -> str | None:
     return "; ".join(found_problems) or None
 
 
+def generator_columns(dataset: str) -> list[str] | None:
+    """The columns of the planted set ``dataset`` (``synthetic:<name>``): the keys of the ``rows``
+    mapping its generator fills (a literal, or a comprehension over a tuple of names), read from its
+    source; ``None`` if not found there."""
+    generator = (table_names(SYNTHETIC_MODULE, "SYNTHETIC") or {}).get(dataset[len(SYNTHETIC_PREFIX) :])
+    function = function_definition(SYNTHETIC_MODULE, generator) if generator else None
+    for node in ast.walk(function) if function is not None else []:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or not isinstance(target, ast.Name) or target.id != "rows":
+            continue
+        keys: list[ast.expr] = []
+        if isinstance(node.value, ast.Dict):
+            keys = [k for k in node.value.keys if k is not None]
+        elif isinstance(node.value, ast.DictComp) and isinstance(node.value.generators[0].iter, ast.Tuple):
+            keys = node.value.generators[0].iter.elts
+        if keys and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys):
+            return [k.value for k in keys]
+    return None
+
+
+def partition_columns_problem(class_path: str, init_args: Mapping[str, Any]) -> str | None:
+    """``data.partition``'s column (``key``, ``score``, ``column``) that ``data.dataset`` lacks, for a
+    data module that partitions the source as read (:data:`~lightning_fed.data_cross_rules.READS_ITS_SOURCE`)
+    and a set whose columns are known here: a planted set's (:func:`generator_columns`), a local
+    file's (:func:`~lightning_fed.data_cross_rules.local_columns`), renamed by ``data.field_map``."""
+    partition, dataset = init_args.get("partition"), init_args.get("dataset")
+    if isinstance(partition, str):
+        partition = {"class_path": partition}
+    if (
+        class_path.rpartition(".")[2] not in READS_ITS_SOURCE
+        or not isinstance(dataset, str)
+        or not isinstance(partition, Mapping)
+        or not isinstance(partition.get("class_path"), str)
+    ):
+        return None
+    module, _, name = partition["class_path"].rpartition(".")
+    given = partition.get("init_args") or {}
+    if module not in ("", "lightning_fed.datamodules", PARTITIONS) or not isinstance(given, Mapping):
+        return None
+    columns = generator_columns(dataset) if dataset.startswith(SYNTHETIC_PREFIX) else local_columns(dataset)
+    columns = field_mapped(columns, init_args.get("field_map")) if columns is not None else None
+    if columns is not None and (problem := partition_column_problem(name, given, dataset, columns)):
+        return problem
+    return _planted_groups_problem(name, given, init_args) if columns is not None else None
+
+
+def _planted_groups_problem(partition: str, given: Mapping[str, Any], init_args: Mapping[str, Any]) -> str | None:
+    """``ByKey(key: group)`` over a planted set with fewer distinct groups than ``data.num_clients``:
+    client ``k`` is of ``groups[k % len(groups)]`` (:func:`~lightning_fed.datamodules.synthetic.planted_preferences`),
+    so its ``group`` column holds those values only (``ByKey``'s ``cannot fill`` after the imports)."""
+    dataset, args, clients = (
+        init_args.get("dataset"),
+        init_args.get("synthetic_args") or {},
+        init_args.get("num_clients"),
+    )
+    if partition != "ByKey" or given.get("key") != "group" or type(clients) is not int or not isinstance(args, Mapping):
+        return None
+    generator = (table_names(SYNTHETIC_MODULE, "SYNTHETIC") or {}).get(str(dataset)[len(SYNTHETIC_PREFIX) :])
+    function = function_definition(SYNTHETIC_MODULE, generator) if generator else None
+    if function is None or "groups" not in (names := [a.arg for a in function.args.args]):
+        return None
+    groups = args.get("groups")
+    if "groups" not in args:  # the generator's default
+        default = function.args.defaults[names.index("groups") - len(names)]
+        groups = ast.literal_eval(default) if isinstance(default, (ast.Tuple, ast.List, ast.Constant)) else None
+    groups = [groups] if isinstance(groups, str) else groups
+    if not isinstance(groups, (list, tuple)) or not groups:
+        return None
+    synthetic_clients = args.get("num_clients", clients)  # == clients (data_cross_rules.synthetic_clients_problem)
+    if type(synthetic_clients) is not int:
+        return None
+    distinct = len({str(g) for g in groups[: min(synthetic_clients, len(groups))]})  # client k: groups[k % len]
+    if distinct >= clients:
+        return None
+    return (
+        f"data.partition.key 'group': data.dataset {dataset!r} has {distinct} distinct 'group' value(s)"
+        f" (data.synthetic_args.groups: {list(groups)}), which cannot fill data.num_clients={clients} clients;"
+        f" use num_clients <= {distinct}"
+    )
+
+
 def nested_option_problem(section: str, value: Any) -> str | None:
     """The line refusing a value nested in the package's ``model:`` / ``data:`` class
     (``{"class_path", "init_args"}``), or ``None``."""
@@ -205,7 +351,11 @@ def nested_option_problem(section: str, value: Any) -> str | None:
     if class_rules(section, value.get("class_path", "")) is None:
         return None  # not one of the package's classes
     if section == "data":
-        return synthetic_args_problem(init_args) or partition_problem(init_args.get("partition"))
+        return (
+            synthetic_args_problem(init_args)
+            or partition_problem(init_args.get("partition"))
+            or partition_columns_problem(value["class_path"], init_args)
+        )
     backbone = init_args.get("backbone")
     if section == "model" and isinstance(backbone, Mapping):
         return backbone_config_problem(backbone.get("config"))

@@ -160,9 +160,12 @@ LORA = (
 
 
 def target_modules_problem(value: Any) -> str | None:
-    """``model.lora.target_modules``: ``None`` (the model type's default) or a non-empty list."""
+    """``model.lora.target_modules``: ``None`` (the model type's default) or a non-empty list (a
+    name alone, ``target_modules: c_attn``, was the parser's ``Expected a <class 'list'>`` after the imports)."""
     if isinstance(value, (list, tuple)) and not value:
         return f"model.lora.target_modules must be None or a non-empty list, got {list(value)}"
+    if value is not None and not isinstance(value, (list, tuple)):
+        return f"model.lora.target_modules must be None or a non-empty list, got {value!r}"
     return None
 
 

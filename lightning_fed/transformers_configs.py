@@ -108,9 +108,8 @@ def _class_keys(path: Path, name: str, seen: frozenset[str] = frozenset()) -> se
     return keys
 
 
-def config_class_keys(model_type: str) -> tuple[str, frozenset[str]] | None:
-    """``(class name, the keys it takes)`` of the installed transformers' config class of
-    ``model_type`` (``gpt2`` -> ``GPT2Config``), read from its source; ``None`` if not found."""
+def _config_class(model_type: str) -> tuple[Path, ast.ClassDef] | None:
+    """The file and definition of the installed transformers' config class of ``model_type``."""
     root = _transformers_dir()
     if root is None or not model_type.replace("-", "_").isidentifier():
         return None
@@ -129,9 +128,119 @@ def config_class_keys(model_type: str) -> tuple[str, frozenset[str]] | None:
                 and isinstance(value, ast.Constant)
                 and value.value == model_type
             ):
-                keys = _class_keys(path, node.name)
-                return None if keys is None else (node.name, frozenset(keys | {"model_type"}))
+                return path, node
     return None
+
+
+def config_class_keys(model_type: str) -> tuple[str, frozenset[str]] | None:
+    """``(class name, the keys it takes)`` of the installed transformers' config class of
+    ``model_type`` (``gpt2`` -> ``GPT2Config``), read from its source; ``None`` if not found."""
+    found = _config_class(model_type)
+    if found is None:
+        return None
+    keys = _class_keys(found[0], found[1].name)
+    return None if keys is None else (found[1].name, frozenset(keys | {"model_type"}))
+
+
+HEADS_DIVIDE: dict[str, tuple[str, str]] = {
+    "gpt2": ("n_embd", "n_head"),
+    "opt": ("hidden_size", "num_attention_heads"),
+    "gpt_neox": ("hidden_size", "num_attention_heads"),
+    "llama": ("hidden_size", "num_attention_heads"),
+}
+"""Model types whose attention (GPT-2's and OPT's ``embed_dim must be divisible by num_heads``)
+or config (GPT-NeoX's ``The hidden size is not divisible by the number of attention heads``,
+Llama's ``The hidden size (32) is not a multiple of the number of attention heads (3)``)
+refuses a width its number of heads does not divide: ``(width key, heads key)`` as the class
+names them. ``tests/test_transformers_configs.py`` builds each with a width the heads do not
+divide and sees it refused."""
+
+
+def _own_integers(node: ast.ClassDef) -> tuple[dict[str, int], dict[str, str]]:
+    """A config class's own integer defaults (dataclass fields, or ``__init__``'s defaults) and its
+    ``attribute_map`` (alias -> the key it stands for)."""
+    defaults: dict[str, int] = {}
+    aliases: dict[str, str] = {}
+    for item in node.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            if isinstance(item.value, ast.Constant) and type(item.value.value) is int:
+                defaults[item.target.id] = item.value.value
+        elif isinstance(item, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "attribute_map" for t in item.targets
+        ):
+            if isinstance(item.value, ast.Dict):
+                for k, v in zip(item.value.keys, item.value.values, strict=True):
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant):
+                        aliases[str(k.value)] = str(v.value)
+        elif isinstance(item, ast.FunctionDef) and item.name == "__init__":
+            args = item.args.args[len(item.args.args) - len(item.args.defaults) :]
+            for arg, default in zip(args, item.args.defaults, strict=True):
+                if isinstance(default, ast.Constant) and type(default.value) is int:
+                    defaults[arg.arg] = default.value
+    return defaults, aliases
+
+
+def heads_problem(option: str, config: dict) -> str | None:
+    """The line refusing a ``model.backbone.config`` (``option``) whose number of attention heads
+    does not divide its width, for a model type of :data:`HEADS_DIVIDE`; each key named as the user
+    wrote it (``n_head`` or its alias ``num_attention_heads``), a width not given as the class's
+    default. ``None`` where a value is not a positive integer or a default cannot be read."""
+    model_type = config.get("model_type")
+    if (
+        not isinstance(model_type, str)
+        or model_type not in HEADS_DIVIDE
+        or (found := _config_class(model_type)) is None
+    ):
+        return None
+    defaults, aliases = _own_integers(found[1])
+    given: dict[str, tuple[str, object]] = {}
+    for key, value in config.items():
+        canonical = aliases.get(str(key), str(key))
+        if canonical not in given or canonical == key:  # the class's own name wins over its alias
+            given[canonical] = (str(key), value)
+    width_key, heads_key = HEADS_DIVIDE[model_type]
+    name = found[1].name
+    if heads_key not in given:
+        return None  # the default heads divide the default width; a given width is the sizes check's
+    (heads_as, heads), width_given = given[heads_key], given.get(width_key)
+    width_as, width = width_given if width_given else (width_key, defaults.get(width_key))
+    if not all(type(v) is int and v > 0 for v in (heads, width)) or width % heads == 0:
+        return None
+    where = f"{option}.{width_as}" if width_given else f"{name}'s default {width_as}"
+    return (
+        f"{option}.{heads_as}={heads} must divide {where}={width} ({name}: each of the {heads_as} attention heads"
+        f" takes {width_key} / {heads_as} dimensions)"
+    )
+
+
+MODULE_NAMES: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
+    "gpt2": (
+        frozenset(
+            {"transformer", "wte", "wpe", "drop", "h", "ln_1", "attn", "c_attn", "c_proj", "attn_dropout"}
+            | {"resid_dropout", "ln_2", "mlp", "c_fc", "act", "dropout", "ln_f", "lm_head"}
+        ),
+        ("c_attn", "c_fc", "c_proj", "lm_head"),
+    ),
+}
+"""Model type -> (the last path component of every module of its causal LM but the layers'
+numbers, its Linear-like ones): what :func:`lightning_fed.modules.lora.lora_config` finds
+``model.lora.target_modules`` among after the model is built. ``tests/test_transformers_configs.py``
+compares them with a live model's."""
+
+
+def missing_modules_problem(model_type: object, targets: object) -> str | None:
+    """The line :func:`lightning_fed.modules.lora.lora_config` refuses ``model.lora.target_modules``
+    with, for a model type of :data:`MODULE_NAMES`; a dotted target or a layer's number is left to it."""
+    if not isinstance(model_type, str) or model_type not in MODULE_NAMES or not isinstance(targets, list):
+        return None
+    names, linear = MODULE_NAMES[model_type]
+    simple = [t for t in targets if isinstance(t, str) and "." not in t and not t.isdigit()]
+    if len(simple) != len(targets) or not (missing := [t for t in simple if t not in names]):
+        return None  # a dotted path or a layer's number: the live model's (the line names every missing one)
+    return (
+        f"model.lora.target_modules: model type {model_type!r} has no module named "
+        f"{', '.join(map(repr, missing))} (Linear-like modules it has: {', '.join(linear)})"
+    )
 
 
 _MAPPINGS = ("models/auto/auto_mappings.py", "models/auto/configuration_auto.py")
