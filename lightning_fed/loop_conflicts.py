@@ -18,13 +18,17 @@ options were silently ignored or cut the run short (seventh outside run, exit 0 
 (a minimum would also hold a run past a privacy budget's stop, which sets ``trainer.should_stop``);
 ``max_steps: 1`` stopped after round 1 of 2 with ``summary.json`` ``stopped: null``. Each is refused
 by :func:`run_length_problem`, naming what sets it instead. ``max_time`` is kept: a wall-clock budget
-is no federation setting (the summary records the stop, :mod:`lightning_fed.callbacks.federated_loop`).
+is no federation setting (checked after each round; ``summary.json`` records the stop:
+:mod:`lightning_fed.callbacks.time_budget`), but a budget of 0 trains nothing (the ``Timer`` stops the
+fit before round 1, exit 0 without ``summary.json``) and is refused here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from lightning_fed.trainer_options import DURATION
 
 
 def loop_conflict_problem(trainer: Mapping[str, Any]) -> str | None:
@@ -41,10 +45,22 @@ def loop_conflict_problem(trainer: Mapping[str, Any]) -> str | None:
             f"trainer.limit_train_batches={limit!r} trains nothing; each client's steps per round are"
             " federation.local_steps"
         )
+    if _no_time(trainer.get("max_time")):  # the Timer stops the fit before round 1: exit 0, no summary.json
+        return f"trainer.max_time={trainer['max_time']!r} trains nothing: a budget of 0 stops the run before round 1"
     interval = trainer.get("val_check_interval")
     if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval == 0:
         return "trainer.val_check_interval must be > 0 (a fraction of a round or a number of batches), got 0"
     return None
+
+
+def _no_time(max_time: Any) -> bool:
+    """Whether ``trainer.max_time`` is a budget of zero (``00:00:00:00``, ``{seconds: 0}``)."""
+    if isinstance(max_time, str) and (match := DURATION.fullmatch(max_time.strip())):
+        return not any(int(part) for part in match.groups())
+    if isinstance(max_time, Mapping):
+        values = list(max_time.values())
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0 for v in values)
+    return False
 
 
 RUN_LENGTH = {

@@ -38,6 +38,14 @@ CASES = {
         "--trainer.val_check_interval=0",
         "trainer.val_check_interval must be > 0 (a fraction of a round or a number of batches), got 0",
     ),
+    "max_time_zero": (
+        "--trainer.max_time=00:00:00:00",
+        "trainer.max_time='00:00:00:00' trains nothing: a budget of 0 stops the run before round 1",
+    ),
+    "max_time_zero_mapping": (
+        "--trainer.max_time={seconds: 0}",
+        "trainer.max_time={'seconds': 0} trains nothing: a budget of 0 stops the run before round 1",
+    ),
     "max_epochs": (
         "--trainer.max_epochs=1",
         "trainer.max_epochs=1: a federated run's length is federation.rounds rounds (one epoch each);"

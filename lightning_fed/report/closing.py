@@ -14,7 +14,8 @@ this order, each from the start point to the last evaluated round:
 
 So ``tiny`` closes with ``pref_acc 0.292 -> 1.000, reward_acc 0.500 -> 1.000, loss 0.693 ->
 0.268 (round 0 -> round 3)`` (it used to compare round 1, already at 1.000, with round 3), and a
-run whose ``pref_acc`` does not move still shows its loss falling.
+run whose ``pref_acc`` does not move still shows its loss falling. A run that ``trainer.max_time``
+stopped early says so last (``; stopped after round 1 of 2: trainer.max_time (00:00:00:01) reached``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def closing_line(run_dir: Path, key_file: Path | None = None) -> str:
     last_val = points[-1][1] if points else {}
     headline = next((m for m in DEFAULT_METRICS if m in last_val), None)
     if headline is None:
-        return f"run folder: {run_dir}; no validation metrics (no validation data or no evaluated round)"
+        none = "no validation metrics (no validation data or no evaluated round)"
+        return f"run folder: {run_dir}; {none}{_stopped(summary)}"
     names = list(dict.fromkeys([headline, *(m for m in LEARNING_METRICS if m in last_val)]))
     first_round = next(r for r, val in points if headline in val)
     last_round = points[-1][0]
@@ -66,4 +68,13 @@ def closing_line(run_dir: Path, key_file: Path | None = None) -> str:
             f"{name} {end:.3f}" if first_round == last_round or start is None else f"{name} {start:.3f} -> {end:.3f}"
         )
     rounds = f"round {last_round}" if first_round == last_round else f"round {first_round} -> round {last_round}"
-    return f"run folder: {run_dir}; {', '.join(shown)} ({rounds})"
+    return f"run folder: {run_dir}; {', '.join(shown)} ({rounds}){_stopped(summary)}"
+
+
+def _stopped(summary: dict[str, Any]) -> str:
+    """``; stopped after round 1 of 2: trainer.max_time (...) reached`` for a run that ended early
+    with exit 0 (``summary.json``'s ``stopped``, :mod:`lightning_fed.callbacks.time_budget`), else ``""``."""
+    stopped = summary.get("stopped")
+    if not isinstance(stopped, dict) or "after_round" not in stopped:
+        return ""
+    return f"; stopped after round {stopped['after_round']} of {stopped.get('rounds')}: {stopped.get('reason')}"
