@@ -42,14 +42,17 @@ def _evaluations(summary: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
     return points
 
 
-def closing_line(run_dir: Path, key_file: Path | None = None) -> str:
+def closing_line(run_dir: Path, key_file: Path | None = None, completed: int | None = None) -> str:
     """What ``fit`` says last: the run folder and the metrics of the module docstring, first to last evaluation;
-    a private run's ``key_file`` (outside the run folder) after them."""
+    a private run's ``key_file`` (outside the run folder) after them. ``completed``: the rounds the run
+    ended with (:func:`_not_this_run`)."""
     if key_file is not None:
         key = f"; secret key: {key_file} (not in the run folder; deleting it makes the run's randomness unrecoverable)"
-        return closing_line(run_dir) + key
+        return closing_line(run_dir, completed=completed) + key
     summary_file = run_dir / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    if line := _not_this_run(run_dir, summary, completed):
+        return line
     points = _evaluations(summary)
     last_val = points[-1][1] if points else {}
     headline = next((m for m in DEFAULT_METRICS if m in last_val), None)
@@ -69,6 +72,21 @@ def closing_line(run_dir: Path, key_file: Path | None = None) -> str:
         )
     rounds = f"round {last_round}" if first_round == last_round else f"round {first_round} -> round {last_round}"
     return f"run folder: {run_dir}; {', '.join(shown)} ({rounds}){_stopped(summary)}"
+
+
+def _not_this_run(run_dir: Path, summary: dict[str, Any], completed: int | None) -> str | None:
+    """The line of a resume that trained no round (its checkpoint had completed ``federation.rounds``)
+    in a folder whose ``summary.json`` a later run of it wrote, or ``None``. The seventh outside run
+    (a8debca) resumed a round-1 checkpoint with ``--federation.rounds=1`` in a folder the run had
+    since taken to round 2: the line said ``(round 0 -> round 2)``, the folder's newer result."""
+    records = [r for r in summary.get("rounds") or [] if isinstance(r, dict)]
+    last = int(records[-1].get("round", 0)) if records else 0
+    if completed is None or not summary or last == completed:
+        return None
+    return (
+        f"run folder: {run_dir}; no round trained: the checkpoint resumed had completed round {completed}"
+        f" (the folder's summary.json is of a later run of it, round {last})"
+    )
 
 
 def _stopped(summary: dict[str, Any]) -> str:
