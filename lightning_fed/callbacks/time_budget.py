@@ -23,7 +23,7 @@ from lightning.pytorch.callbacks.timer import Interval
 
 
 def _timer(trainer: pl.Trainer) -> Timer | None:
-    return next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+    return next((c for c in getattr(trainer, "callbacks", None) or [] if isinstance(c, Timer)), None)
 
 
 def check_at_round_ends(trainer: pl.Trainer) -> None:
