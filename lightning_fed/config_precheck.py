@@ -376,9 +376,12 @@ def precheck_arguments(argv: list[str]) -> None:
     subcommand, args = argv[0], argv[1:]
     if problem := _asking_problem(args):
         _usage_error(subcommand, problem)
-    if any(a in ("-h", "--help") or a.startswith("--print_config") for a in args):
+    if any(a in ("-h", "--help") for a in args):
         return  # the live parser prints what was asked for
-    if problem := _shape_problem(args):
+    printing = any(a.startswith("--print_config") for a in args)
+    if printing:  # the config it prints is checked as fit checks it: a refused value is no config to save
+        args = [a for a in args if not a.startswith("--print_config")]
+    elif problem := _shape_problem(args):
         _usage_error(subcommand, problem)
     from lightning_fed.help_pages import stored_page
     from lightning_fed.shipped_configs import resolve_config_args
@@ -400,7 +403,7 @@ def precheck_arguments(argv: list[str]) -> None:
         _refuse(_in_file(args, problem, unknown_option))
     if problem := option_problem(args):  # a key or value the model's / data's class cannot take (class_options.py)
         _refuse(_in_file(args, problem, option_problem))
-    if problem := _missing_sections(args, subcommand):
+    if not printing and (problem := _missing_sections(args, subcommand)):  # `fit --print_config`: the template
         _usage_error(subcommand, problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
         raise ConfigRefusal(_in_file(args, problem, value_problem))  # one line, as _refuse's

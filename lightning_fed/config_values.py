@@ -49,7 +49,7 @@ from lightning_fed.federation_rules import (
     privacy_shape_problem,
     privacy_values,
 )
-from lightning_fed.loop_conflicts import loop_conflict_problem
+from lightning_fed.loop_conflicts import loop_conflict_problem, run_length_problem
 from lightning_fed.loss_options import loss_options_problem
 from lightning_fed.nested_options import CLASS_VALUED, class_option_target, nested_option_problem
 from lightning_fed.option_rules import (
@@ -388,6 +388,8 @@ class Merged:
         federation = self.sections.get("federation")
         if isinstance(federation, dict) and (problem := federation_section_problem(federation)):
             return problem
+        if isinstance(trainer, dict) and (problem := run_length_problem(trainer)):
+            return problem  # what federation: sets instead (lightning_fed/loop_conflicts.py)
         if problem := class_problem("federation.strategy", self.sections.get("federation.strategy")):
             return problem
         if problem := wrapper_problem(self.sections.get("federation.strategy")):  # ClientLevelDP, SecureAggregation
@@ -467,7 +469,11 @@ def value_problem(args: list[str]) -> str | None:
     merged = merged_config(args)
     if merged is None:
         return None
-    return merged.problem() or _root_problem(merged.sections.get("trainer"))
+    return (
+        merged.problem()
+        or _root_problem(merged.sections.get("trainer"))
+        or _offload_problem(merged.sections.get("federation"))
+    )
 
 
 def test_set_problem(args: list[str]) -> str | None:
@@ -510,3 +516,13 @@ def _root_problem(trainer: Any) -> str | None:
         return None
     why = unwritable(root)
     return f"trainer.default_root_dir {root!r}: {why}" if why else None
+
+
+def _offload_problem(federation: Any) -> str | None:
+    """``federation.state_offload_dir`` where no client state file can be written (an existing file:
+    a run without offloading ignored it, exit 0, and one that offloads failed mid-run), or ``None``."""
+    folder = federation.get("state_offload_dir") if isinstance(federation, dict) else None
+    if not isinstance(folder, str) or not folder or "://" in folder:
+        return None
+    why = unwritable(folder)
+    return f"federation.state_offload_dir {folder!r}: {why}" if why else None

@@ -309,7 +309,8 @@ class FederatedCLI(LightningCLI):
         if self.trainer.is_global_zero:
             loop = next(c for c in self.trainer.callbacks if isinstance(c, FederatedLoop))
             privacy = loop.server.privacy
-            print(closing_line(folder, getattr(privacy, "key_path", None)), flush=True)
+            completed = len(loop.server.report.history)  # a resume that trained nothing: its checkpoint's
+            print(closing_line(folder, getattr(privacy, "key_path", None), completed), flush=True)
         self.signals.finished = True  # a SIGTERM from now on does not make a completed run exit 143
 
     def _check_writable(self) -> None:

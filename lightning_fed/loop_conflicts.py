@@ -10,12 +10,25 @@ run from the installed wheel:
   ``summary.json`` written straight into ``default_root_dir``;
 - ``limit_train_batches: 0``: no client trains, the run exits 0 with the round-0 evaluation only;
 - ``val_check_interval: 0``: Lightning's ``ZeroDivisionError`` (exit 1) after the run folder was made.
+
+The length of a run is the federation's: ``federation.rounds`` rounds of one epoch each (the loop sets
+``max_epochs`` from it), each client ``federation.local_steps`` steps a round. Lightning's own length
+options were silently ignored or cut the run short (seventh outside run, exit 0 each):
+``max_epochs: 1`` and ``min_epochs: 5`` with ``rounds: 2`` ran 2 rounds; ``min_steps: 100`` too
+(a minimum would also hold a run past a privacy budget's stop, which sets ``trainer.should_stop``);
+``max_steps: 1`` stopped after round 1 of 2 with ``summary.json`` ``stopped: null``. Each is refused
+by :func:`run_length_problem`, naming what sets it instead. ``max_time`` is kept: a wall-clock budget
+is no federation setting (checked after each round; ``summary.json`` records the stop:
+:mod:`lightning_fed.callbacks.time_budget`), but a budget of 0 trains nothing (the ``Timer`` stops the
+fit before round 1, exit 0 without ``summary.json``) and is refused here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from lightning_fed.trainer_options import DURATION
 
 
 def loop_conflict_problem(trainer: Mapping[str, Any]) -> str | None:
@@ -32,7 +45,40 @@ def loop_conflict_problem(trainer: Mapping[str, Any]) -> str | None:
             f"trainer.limit_train_batches={limit!r} trains nothing; each client's steps per round are"
             " federation.local_steps"
         )
+    if _no_time(trainer.get("max_time")):  # the Timer stops the fit before round 1: exit 0, no summary.json
+        return f"trainer.max_time={trainer['max_time']!r} trains nothing: a budget of 0 stops the run before round 1"
     interval = trainer.get("val_check_interval")
     if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval == 0:
         return "trainer.val_check_interval must be > 0 (a fraction of a round or a number of batches), got 0"
+    return None
+
+
+def _no_time(max_time: Any) -> bool:
+    """Whether ``trainer.max_time`` is a budget of zero (``00:00:00:00``, ``{seconds: 0}``)."""
+    if isinstance(max_time, str) and (match := DURATION.fullmatch(max_time.strip())):
+        return not any(int(part) for part in match.groups())
+    if isinstance(max_time, Mapping):
+        values = list(max_time.values())
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0 for v in values)
+    return False
+
+
+RUN_LENGTH = {
+    "max_epochs": "federation.rounds rounds (one epoch each); set federation.rounds instead",
+    "min_epochs": "federation.rounds rounds (one epoch each); set federation.rounds instead",
+    "max_steps": "federation.rounds rounds of federation.local_steps steps per client; set those instead",
+    "min_steps": "federation.rounds rounds of federation.local_steps steps per client; set those instead",
+}
+"""Lightning's length options and what sets a federated run's length (module docstring)."""
+UNSET = {"max_epochs": (None,), "min_epochs": (None,), "max_steps": (None, -1), "min_steps": (None,)}
+"""Each option's values that leave the length to the federation (Lightning's defaults)."""
+
+
+def run_length_problem(trainer: Mapping[str, Any]) -> str | None:
+    """The line refusing a ``trainer.*`` length option the federation decides (:data:`RUN_LENGTH`),
+    or ``None``. Checked after ``federation:``'s own values, which it points to."""
+    for name, instead in RUN_LENGTH.items():
+        value = trainer.get(name)
+        if not any(value is unset or (type(value) is int and value == unset) for unset in UNSET[name]):
+            return f"trainer.{name}={value!r}: a federated run's length is {instead}"
     return None

@@ -26,6 +26,7 @@ from lightning_fed.allocator import keep_heap
 from lightning_fed.batching.group_size import group_turns
 from lightning_fed.batching.grouped_driver import GroupedTurns
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
+from lightning_fed.callbacks.time_budget import check_at_round_ends, stopped_early
 from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.evaluation_plan import take_over_validation
 from lightning_fed.federation.failures import guard_training_step, unguard_training_step
@@ -126,6 +127,7 @@ class FederatedLoop(GroupedTurns):
         evaluator.evaluation, self._limit_val_batches = take_over_validation(trainer, evaluator.evaluation)
         dm.connect(self)
         trainer.fit_loop.max_epochs = self.run.rounds
+        check_at_round_ends(trainer)  # trainer.max_time never cuts a round in half (time_budget.py)
         trainer.reload_dataloaders_every_n_epochs = 1  # each round lays out its own batches
         self.server.global_state = clone_state(pl_module.shared_parameters())
         if not self.server.global_state:
@@ -306,7 +308,11 @@ class FederatedLoop(GroupedTurns):
         data = self.datamodule.data_report() if hasattr(self.datamodule, "data_report") else {}
         if self.server.report.private:  # differential privacy: no per-client figure in the reports
             data = totals_only(data)
-        self._write_summary(trainer, data=data)
+        sections: dict[str, Any] = {"data": data}
+        if stopped := stopped_early(trainer, len(self.server.report.history), self.run.rounds):
+            rank_zero_warn(f"stopping: {stopped['reason']} after round {stopped['after_round']} of {stopped['rounds']}")
+            sections["stopped"] = stopped  # trainer.max_time ran out (lightning_fed/callbacks/time_budget.py)
+        self._write_summary(trainer, **sections)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:

@@ -64,7 +64,7 @@ from flwr.supercore.retry import RetryInvoker, make_simple_http_retry_invoker
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
 
-from lightning_fed.strict_parser import StrictParser
+from lightning_fed.errors import OneLineParser
 
 #: What a claim may ask for: ClientApp tasks only (ServerApps run on the SuperLink's side).
 CLIENT_TASKS = [TaskType.CLIENT_APP.value]
@@ -266,7 +266,9 @@ def _task_heartbeat(client: RuntimeHttpClient, lost: threading.Event) -> Callabl
 
 # ------------------------------------------------------------------------------ command line
 def _parser() -> argparse.ArgumentParser:
-    parser = StrictParser(
+    """``lightning-fed flower``'s options; an argument error is one line and the tip, as ``report``'s and
+    ``plan``'s (:class:`~lightning_fed.errors.OneLineParser`; argparse printed its usage block first)."""
+    parser = OneLineParser(
         prog="lightning-fed flower",
         description="Flower deployment helpers of lightning-fed.",
     )

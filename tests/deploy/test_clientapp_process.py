@@ -212,3 +212,35 @@ def test_cli_rejects_a_bad_runtime_api_address():
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[0] == "error: --runtime-api-address must be host:port, got 'nope'"
     assert proc.stdout == ""
+
+
+ARGUMENT_ERRORS = {  # seventh outside run (a8debca): argparse's usage block first (8 lines for --parent-pid abc)
+    "parent_pid_word": (
+        ["clientapp", "--parent-pid", "abc"],
+        "argument --parent-pid: invalid int value: 'abc'",
+        "lightning-fed flower clientapp",
+    ),
+    "no_subcommand": ([], "the following arguments are required: {clientapp}", "lightning-fed flower"),
+    "typo": (
+        ["clientap"],
+        "argument {clientapp}: invalid choice: 'clientap' (choose from 'clientapp')",
+        "lightning-fed flower",
+    ),
+}
+
+
+@pytest.mark.parametrize(("argv", "line", "prog"), list(ARGUMENT_ERRORS.values()), ids=list(ARGUMENT_ERRORS))
+def test_an_argument_error_is_one_line_and_the_tip_as_report_s(tmp_path, argv, line, prog):
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed.cli", "flower", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert (proc.returncode, proc.stderr, proc.stdout) == (
+        2,
+        f"error: {line}\ntip: {prog} --help lists every option\n",
+        "",
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,41 @@
+"""``--print_config`` checks the config it prints as ``fit`` checks it (seventh outside run).
+
+On a8debca ``fit --config tiny --federation.rounds=-1 --print_config`` (and ``--model.init_args.lr=50``)
+exited 0 after about 14 s of CPU, printing ``rounds: -1`` as a valid config, while docs/get-started/
+install.md pipes exactly this command into a file to run later. The precheck skipped every value
+check for ``--print_config``; it now refuses what ``fit`` refuses, one line, before torch, nothing
+printed. ``fit --print_config`` alone (no config: the template to start from) is still printed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.cli import REACHED_TORCH, heavy_blocked_env, lightning_fed, lightning_fed_without_torch
+
+CASES = {
+    "rounds": ("--federation.rounds=-1", "federation.rounds must be in [1, 1000000], got -1"),
+    "lr": ("--model.init_args.lr=50", "model.lr must be in (0, 10.0], got 50.0"),
+    "max_epochs": (
+        "--trainer.max_epochs=1",
+        "trainer.max_epochs=1: a federated run's length is federation.rounds rounds (one epoch each);"
+        " set federation.rounds instead",
+    ),
+}
+
+
+@pytest.mark.parametrize("flag", ["--print_config", "--print_config=skip_null"])
+@pytest.mark.parametrize(("option", "line"), list(CASES.values()), ids=list(CASES))
+def test_print_config_refuses_what_fit_refuses(tmp_path, option, line, flag):
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = lightning_fed("fit", "--config", "tiny", option, flag, cwd=work, env=heavy_blocked_env(tmp_path / "b"))
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {line}\n", "")
+    assert list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["fit", "--print_config"], ["fit", "--config", "tiny", "--print_config"]])
+def test_a_config_fit_takes_goes_on_to_be_printed(tmp_path, args):
+    """No config at all (the template) and a good one pass every check made before torch."""
+    proc = lightning_fed_without_torch(*args, cwd=tmp_path, hook=tmp_path / "hook")
+    assert REACHED_TORCH in proc.stderr, proc.stderr
