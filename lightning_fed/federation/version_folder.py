@@ -138,9 +138,13 @@ def hold(folder: str | Path, refusal: str) -> HeldFolder:
 
     Raises:
         FolderHeld: ``refusal`` and the lock, if another run holds it.
+        UserError: If the lock file cannot be opened (a read-only folder).
     """
     folder = Path(folder).absolute()
-    lock = _lock(folder)
+    try:
+        lock = _lock(folder)
+    except OSError as err:  # a read-only folder: the run could not write its records there either
+        raise UserError(f"{refusal}: cannot lock its run folder {str(folder)!r} ({err.strerror or err})") from None
     if lock is None:
         raise FolderHeld(
             f"{refusal}: another run holds its run folder {str(folder)!r} ({LOCK_FILE} is locked);"
