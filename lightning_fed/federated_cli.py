@@ -52,6 +52,7 @@ from lightning_fed.federation.early_check import path_problem
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
 from lightning_fed.federation.run_folder import RunConfigFile
+from lightning_fed.federation.version_folder import HeldFolder, claim_version, hold, next_version
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
@@ -145,15 +146,6 @@ def _resumed_version(ckpt_path: Any) -> Path | None:
     return None
 
 
-def _next_version(folder: Path) -> Path:
-    taken = (
-        [int(m.group(1)) for p in folder.glob("version_*") if (m := _VERSION.fullmatch(p.name))]
-        if folder.is_dir()
-        else []
-    )
-    return folder / f"version_{max(taken, default=-1) + 1}"
-
-
 class FederatedCLI(LightningCLI):
     """LightningCLI with a ``federation:`` section (a ``FederatedRun``, run by a :class:`FederatedLoop`).
 
@@ -163,7 +155,18 @@ class FederatedCLI(LightningCLI):
 
     def __init__(self, *args: Any, signals: ProcessSignals | None = None, **kwargs: Any) -> None:
         self.signals = signals or ProcessSignals()
+        self._held: list[HeldFolder] = []  # the run folders this run holds (version_folder.py)
+        self._unclaimed: list[Any] = []  # loggers whose version folder is still to be claimed
+        self._resumed_folder = self._claim_root = None
         super().__init__(*args, **kwargs)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        finally:  # the locks go; a folder claimed but never written into goes too
+            held, self._held = self._held, []
+            for folder in held:
+                folder.release()
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -246,25 +249,54 @@ class FederatedCLI(LightningCLI):
             # Without a logger Lightning writes everything into default_root_dir itself, so two
             # runs would overwrite each other's summary, config and adapter: give each its own
             # version folder, laid out as with the default logger.
+            # Where it would go; claimed when the run is about to write (_claim_run_folder).
             runs = Path(config.get("default_root_dir") or os.getcwd()) / "lightning_logs"
             same = resumed is not None and resumed.parent.resolve() == runs.resolve()
-            config["default_root_dir"] = str(resumed if same else _next_version(runs))
+            config["default_root_dir"] = str(resumed if same else next_version(runs))
+            self._claim_root, self._resumed_folder = (None, resumed) if same else (runs, None)
         try:
             trainer = super()._instantiate_trainer(config, callbacks)
         except MisconfigurationException as err:
             # The Trainer's own bounds (val_check_interval, profiler, max_time...), found while it
             # is built, before fit starts or a file is written: bad input, exit 2, on one line.
             raise UserError(f"trainer: {' '.join(str(err).split())}") from None
-        if resumed is not None:  # a resumed run continues in its own version folder
-            for logger in trainer.loggers:
-                if isinstance(logger, (TensorBoardLogger, CSVLogger)) and logger._version is None:
-                    if Path(logger.root_dir).resolve() == resumed.parent.resolve():
-                        logger._version = int(_VERSION.fullmatch(resumed.name).group(1))
+        self._unclaimed = []
+        for logger in trainer.loggers:
+            if isinstance(logger, (TensorBoardLogger, CSVLogger)) and logger._version is None:
+                if resumed is not None and Path(logger.root_dir).resolve() == resumed.parent.resolve():
+                    logger._version = int(_VERSION.fullmatch(resumed.name).group(1))  # it continues there
+                    self._resumed_folder = resumed
+                elif "://" not in str(logger.root_dir):
+                    self._unclaimed.append(logger)
         return trainer
+
+    def _claim_run_folder(self) -> None:
+        """Claim the new run's version folder (``os.mkdir``, the next free number) and point the
+        logger, or ``default_root_dir`` without one, at it: called after every check, right before
+        the first file is written (two runs started together listed the same ``version_0``)."""
+        if not self.trainer.is_global_zero:
+            return  # the other ranks write where rank 0 says (trainer.log_dir is a broadcast)
+        claimed: dict[Path, HeldFolder] = {}
+        for logger in self._unclaimed:  # loggers sharing one root share the version
+            root = Path(logger.root_dir).absolute()
+            if root not in claimed:
+                claimed[root] = claim_version(root)
+                self._held.append(claimed[root])
+            logger._version = claimed[root].version
+        if self._claim_root is not None:
+            held = claim_version(self._claim_root)
+            self._held.append(held)
+            self.trainer._default_root_dir = str(self._claim_root / held.folder.name)
+
+    def _hold_resumed_folder(self) -> None:
+        """Lock the folder a resumed run continues in: a second resume of it is refused."""
+        if self._resumed_folder is not None and self.trainer.is_global_zero:
+            self._held.append(hold(self._resumed_folder, f"ckpt_path {str(self._ckpt_path())!r}"))
 
     def before_fit(self) -> None:
         # Load, validate and partition the data now, before the Trainer creates log folders:
         # a data error then leaves nothing behind.
+        self._hold_resumed_folder()  # first: a run holding it may be rewriting the checkpoint
         self._check_writable()
         if getattr(self.datamodule, "tokenizer", None) is None and hasattr(self.model, "tokenizer"):
             self.datamodule.tokenizer = self.model.tokenizer
@@ -302,6 +334,7 @@ class FederatedCLI(LightningCLI):
         loop.server.bind(self.datamodule.num_clients, self.datamodule, self.model)
         if ckpt and getattr(self, "_saved_weights", None) is not None:  # C and z against the plan just made
             check_privacy_plan(ckpt, self._saved_weights, loop.server)
+        self._claim_run_folder()  # every check passed: the run is about to write
 
     def after_fit(self) -> None:
         # trainer.log_dir is a collective under DDP (a broadcast from rank 0): every rank asks
@@ -344,6 +377,7 @@ class FederatedCLI(LightningCLI):
             if getattr(self.datamodule, "tokenizer", None) is None and hasattr(self.model, "tokenizer"):
                 self.datamodule.tokenizer = self.model.tokenizer
             self.datamodule.setup(stage)
+        self._claim_run_folder()
 
     def before_validate(self) -> None:
         self._before_evaluation("validate")

@@ -1,0 +1,153 @@
+"""Each run writes into a version folder it holds alone.
+
+Lightning's TensorBoard and CSV loggers pick ``version_N`` by listing the ``version_*`` folders
+(``_get_next_version``) and create it later with ``os.makedirs(..., exist_ok=True)``, when the
+first file is written: two runs started together in one ``default_root_dir`` both took
+``version_0`` and wrote into it (one run's ``config.yaml`` beside the other's ``summary.json``,
+``rounds.jsonl`` interleaved). Here a new run claims its folder with ``os.mkdir`` (no
+``exist_ok``: atomic, also on NFS), taking the next number on ``FileExistsError``
+(:func:`claim_version`); a resumed run continues in its checkpoint's folder (:func:`hold`).
+
+Either way the run holds an exclusive ``fcntl.flock`` on :data:`LOCK_FILE` in the folder while it
+runs (the kernel drops it when the process ends, killed or not), so a second resume of the same
+checkpoint, or a resume of a run still going, is refused (:class:`FolderHeld`) instead of writing
+into it too. The lock file stays: removing it would let a third run lock a new file while the
+second still holds the old one. A folder this run made that holds nothing but the lock file when
+it ends (a refusal before the first write) is removed again (:meth:`HeldFolder.release`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from lightning_fed.errors import UserError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: the mkdir claim still holds, the resume lock does not
+    fcntl = None  # type: ignore[assignment]
+
+LOCK_FILE = ".lock"
+"""The file in a run folder whose ``flock`` the run holds while it runs."""
+
+VERSION = re.compile(r"version_(\d+)")
+"""A Lightning version folder's name."""
+
+
+class FolderHeld(UserError):
+    """Another run holds the run folder (its :data:`LOCK_FILE` is locked): exit 2, nothing written."""
+
+
+def taken_versions(parent: Path) -> list[int]:
+    """The numbers of the ``version_N`` entries in ``parent`` (none if it does not exist)."""
+    try:
+        with os.scandir(parent) as entries:
+            return [int(m.group(1)) for entry in entries if (m := VERSION.fullmatch(entry.name))]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def next_version(parent: Path) -> Path:
+    """The ``version_N`` after the highest in ``parent``: where a new run would go (not claimed)."""
+    return parent / f"version_{max(taken_versions(parent), default=-1) + 1}"
+
+
+class HeldFolder:
+    """A run folder this process holds (:func:`claim_version`, :func:`hold`).
+
+    Args:
+        folder: The version folder.
+        created: The folders this run made for it, outermost first (``folder`` last when it is new).
+        lock: The open lock file whose ``flock`` is held (``None`` without ``fcntl``).
+    """
+
+    def __init__(self, folder: Path, created: list[Path], lock: Any) -> None:
+        self.folder = folder
+        self.created = created
+        self._lock = lock
+
+    @property
+    def version(self) -> int:
+        """``N`` of ``version_N``."""
+        return int(VERSION.fullmatch(self.folder.name).group(1))
+
+    def release(self) -> None:
+        """Let go of the lock; remove the folders this run made if nothing but the lock file is in them."""
+        if self._lock is None and not self.created:
+            return
+        if self.created and self.created[-1] == self.folder:
+            names = {entry.name for entry in os.scandir(self.folder)} if self.folder.is_dir() else set()
+            if names <= {LOCK_FILE}:  # nothing written: a refused run leaves no folder behind
+                (self.folder / LOCK_FILE).unlink(missing_ok=True)
+                for made in reversed(self.created):
+                    try:
+                        os.rmdir(made)  # only while empty: never another run's folder
+                    except OSError:
+                        break
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases its flock
+        self._lock, self.created = None, []
+
+
+def _lock(folder: Path) -> Any:
+    """Open ``folder``'s :data:`LOCK_FILE` and take its ``flock`` without waiting; ``None`` if taken."""
+    if fcntl is None:  # pragma: no cover
+        return False
+    handle = open(folder / LOCK_FILE, "a+b")  # noqa: SIM115 - held open for the run
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def claim_version(parent: str | Path) -> HeldFolder:
+    """Make a new ``version_N`` in ``parent`` (and ``parent`` if missing) and lock it.
+
+    ``N`` is the next after those listed; a folder another run made since the listing is skipped
+    (``os.mkdir`` without ``exist_ok`` fails on it), never shared.
+    """
+    parent = Path(parent).absolute()
+    created = []
+    for folder in [*reversed(parent.parents), parent]:
+        if not folder.exists():
+            try:
+                os.mkdir(folder)
+                created.append(folder)
+            except FileExistsError:
+                pass
+    number = max(taken_versions(parent), default=-1) + 1
+    while True:
+        folder = parent / f"version_{number}"
+        try:
+            os.mkdir(folder)
+            break
+        except FileExistsError:
+            number += 1
+    created.append(folder)
+    lock = _lock(folder)  # a new folder has no checkpoint: nothing else can hold it
+    return HeldFolder(folder, created, lock or None)
+
+
+def hold(folder: str | Path, refusal: str) -> HeldFolder:
+    """Lock the existing run folder ``folder``.
+
+    Raises:
+        FolderHeld: ``refusal`` and the lock, if another run holds it.
+        UserError: If the lock file cannot be opened (a read-only folder).
+    """
+    folder = Path(folder).absolute()
+    try:
+        lock = _lock(folder)
+    except OSError as err:  # a read-only folder: the run could not write its records there either
+        raise UserError(f"{refusal}: cannot lock its run folder {str(folder)!r} ({err.strerror or err})") from None
+    if lock is None:
+        raise FolderHeld(
+            f"{refusal}: another run holds its run folder {str(folder)!r} ({LOCK_FILE} is locked);"
+            " resume once that run has ended"
+        )
+    return HeldFolder(folder, [], lock or None)

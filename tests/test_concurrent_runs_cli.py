@@ -1,0 +1,148 @@
+"""Runs started together in one ``default_root_dir`` never write into one folder
+(lightning_fed/federation/version_folder.py; docs/guides/resume-signals.md).
+
+Lightning's loggers listed the ``version_*`` folders and created theirs later with ``exist_ok``:
+two runs started together both took ``version_0`` (an outside tester found one run's
+``config.yaml`` beside the other's ``summary.json``). The race is made deterministic: a
+``sitecustomize`` (:data:`RACE`) creates ``version_0`` right after the run's first listing of
+``lightning_logs``, as a run started a moment later would; one test starts two real processes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers.cli import ENV, ROOT, lightning_fed
+
+TINY = [
+    "--config",
+    "configs/tiny.yaml",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+    "--federation.rounds=1",
+    "--federation.local_steps=1",
+]
+
+RACE = """
+import os
+
+_FOLDER = os.path.abspath(os.environ["RACE_FOLDER"])
+_scandir = os.scandir
+_done = []
+
+
+class _Listed(list):
+    def __enter__(self):
+        return iter(self)
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _other_run():
+    os.mkdir(os.path.join(_FOLDER, "version_0"))
+    with open(os.path.join(_FOLDER, "version_0", "other-run.txt"), "w") as f:
+        f.write("another run's file")
+
+
+def scandir(path="."):
+    if _done or os.path.abspath(os.fsdecode(path)) != _FOLDER:
+        return _scandir(path)
+    _done.append(True)
+    try:
+        with _scandir(path) as it:
+            listed = _Listed(it)
+    finally:
+        _other_run()  # made after this run listed the folder, before it claims one
+    return listed
+
+
+os.scandir = scandir
+"""
+"""A ``sitecustomize``: after the first listing of ``$RACE_FOLDER``, another run makes ``version_0``."""
+
+
+def _fit(root: Path, seed: int, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return lightning_fed(
+        "fit", *TINY, f"--trainer.default_root_dir={root}", f"--seed_everything={seed}", *extra, env=env
+    )
+
+
+def _assert_one_run(folder: Path, seed: int) -> None:
+    """``folder`` holds the records of one run, seeded ``seed``, each whole."""
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    summary = json.loads((folder / "summary.json").read_text())
+    rounds = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
+    assert config["seed_everything"] == seed and summary["config"]["seed_everything"] == seed
+    assert [r["round"] for r in rounds] == sorted({r["round"] for r in rounds})
+    assert (folder / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.parametrize("logger", [[], ["--trainer.logger=false"]], ids=["tensorboard", "no_logger"])
+def test_a_run_does_not_write_into_a_version_folder_made_after_its_listing(tmp_path, logger):
+    runs = tmp_path / "root" / "lightning_logs"
+    runs.mkdir(parents=True)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(RACE)
+    env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "RACE_FOLDER": str(runs)}
+    proc = _fit(runs.parent, 3, *logger, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert os.listdir(runs / "version_0") == ["other-run.txt"]  # the other run's folder, untouched
+    assert sorted(os.listdir(runs)) == ["version_0", "version_1"]
+    _assert_one_run(runs / "version_1", 3)
+
+
+def test_two_runs_started_together_each_get_their_own_folder(tmp_path):
+    root = tmp_path / "root"
+    argv = [sys.executable, "-m", "lightning_fed.cli", "fit", *TINY, f"--trainer.default_root_dir={root}"]
+    procs = {
+        seed: subprocess.Popen(
+            [*argv, f"--seed_everything={seed}"], cwd=ROOT, env=ENV, text=True, stderr=subprocess.PIPE
+        )
+        for seed in (1, 2)
+    }
+    for proc in procs.values():
+        _, err = proc.communicate(timeout=1800)
+        assert proc.returncode == 0, err[-3000:]
+    runs = root / "lightning_logs"
+    assert sorted(os.listdir(runs)) == ["version_0", "version_1"]
+    seeds = sorted(yaml.safe_load((runs / v / "config.yaml").read_text())["seed_everything"] for v in os.listdir(runs))
+    assert seeds == [1, 2]
+    for version in os.listdir(runs):
+        folder = runs / version
+        _assert_one_run(folder, yaml.safe_load((folder / "config.yaml").read_text())["seed_everything"])
+
+
+def test_a_resume_of_a_folder_another_run_holds_is_refused_then_resumes(tmp_path):
+    root = tmp_path / "root"
+    first = _fit(root, 5)
+    assert first.returncode == 0, first.stderr[-3000:]
+    folder = root / "lightning_logs" / "version_0"
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    resume = ("--federation.rounds=2", f"--ckpt_path={ckpt}")
+
+    with open(folder / ".lock", "a+b") as held:  # another resume of it, still running
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        refused = _fit(root, 5, *resume)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert [line for line in refused.stderr.splitlines() if line.strip()] == [
+        f"error: ckpt_path {str(ckpt)!r}: another run holds its run folder {str(folder)!r} (.lock is locked);"
+        " resume once that run has ended"
+    ]
+    assert sorted(os.listdir(root / "lightning_logs")) == ["version_0"]  # no folder claimed either
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+
+    resumed = _fit(root, 5, *resume)  # the other run has ended
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert sorted(os.listdir(root / "lightning_logs")) == ["version_0"]
+    assert [json.loads(line)["round"] for line in (folder / "rounds.jsonl").read_text().splitlines()][-1] == 2
