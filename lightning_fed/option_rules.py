@@ -391,12 +391,40 @@ ROUND_LR_SCHEDULE = (
     at_least(HOOK + "rounds", 1, integer=True, nullable=True),
 )
 """RoundLRSchedule's (a hook of ``callbacks/``, named by its short name in a config)."""
+CLOCKS = ("virtual", "wall")
+"""SystemHeterogeneity's ``clock``."""
+SYSTEM_HETEROGENEITY = (
+    at_least(HOOK + "target", 1, integer=True, nullable=True),
+    one_of(HOOK + "clock", CLOCKS),
+    in_range(HOOK + "reply_margin", 0, 1, high_open=True),
+    at_least(HOOK + "deadline", 0, low_open=True, nullable=True),
+)
+"""SystemHeterogeneity's (a hook of ``heterogeneity/``; its clients' profile, ``SystemProfile``, checks the rest)."""
+PROXY_POOLINGS = ("mean", "last")
+"""HierarchicalDataSelection's ``proxy_pooling`` (``null``: by the proxy's kind)."""
+SMALL_SELECTIONS = ("warn", "error", "ignore")
+"""``on_small_selection`` of the selection hooks that take it (``selection/coreset.py``'s ``CoresetSelection``)."""
+HIERARCHICAL_DATA_SELECTION = (
+    one_of(HOOK + "proxy_pooling", PROXY_POOLINGS, nullable=True),
+    one_of(HOOK + "on_small_selection", SMALL_SELECTIONS),
+)
+"""HierarchicalDataSelection's and GlobalSelect's (hooks of ``selection/``; ``hds_options.py`` checks the rest)."""
 HOOK_RULES: dict[str, tuple[Rule, ...]] = {
     "ClientGrouping": CLIENT_GROUPING,
     "EmulatorAlignment": EMULATOR_ALIGNMENT,
     "RoundLRSchedule": ROUND_LR_SCHEDULE,
+    "SystemHeterogeneity": SYSTEM_HETEROGENEITY,
+    "HierarchicalDataSelection": HIERARCHICAL_DATA_SELECTION,
+    "GlobalSelect": HIERARCHICAL_DATA_SELECTION,
 }
 """``federation.hooks:``' rules by class name."""
+HOOK_PACKAGES = (
+    "lightning_fed.round_hooks",
+    "lightning_fed.heterogeneity",
+    "lightning_fed.selection",
+    "lightning_fed.callbacks",
+)
+"""Where the package's round hooks live (a hook is named by its short name or a path in one of these)."""
 
 
 def hook_problems(rules: Iterable[Rule], values: Mapping[str, Any], index: int) -> list[str]:
@@ -424,6 +452,7 @@ def class_rules(section: str, class_path: str) -> tuple[Rule, ...] | None:
     """The rules of ``section``'s class named ``class_path`` (short or full), or ``None`` if it is
     not one of the package's (a user's class: the live parser decides)."""
     module, _, name = class_path.rpartition(".")
-    if module and not (module == PACKAGES[section] or module.startswith(PACKAGES[section] + ".")):
+    packages = HOOK_PACKAGES if section == "federation.hooks" else (PACKAGES[section],)
+    if module and not any(module == p or module.startswith(p + ".") for p in packages):
         return None
     return SECTIONS[section].get(name)

@@ -74,8 +74,7 @@ def test_a_scalar_lora_in_a_config_file_is_named_with_its_keys(tmp_path):
     proc = _cli("fit", "--config", "configs/tiny.yaml", "--config", str(config), f"--trainer.default_root_dir={root}")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr == (
-        f"error: config '{config}': model.lora must be a mapping with keys r, alpha, dropout, target_modules,"
-        " got 5\n"
+        f"error: config '{config}': model.lora must be a mapping with keys r, alpha, dropout, target_modules, got 5\n"
     )  # one line, naming the file (a UserError has no --debug hint since 38695c7)
     assert not root.exists()
 

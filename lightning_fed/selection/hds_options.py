@@ -11,9 +11,11 @@ import warnings
 from typing import Any
 
 from lightning_fed.model_packages import require_package_dir
+from lightning_fed.option_rules import HIERARCHICAL_DATA_SELECTION
+from lightning_fed.option_rules import problems as rule_problems
 from lightning_fed.selection.anchors import FRAMES
 from lightning_fed.selection.clustering import SERVER_NOISE
-from lightning_fed.selection.features import GPT2_BPE, POOLINGS, TEXTS, resolve_proxy_path
+from lightning_fed.selection.features import GPT2_BPE, TEXTS, resolve_proxy_path
 from lightning_fed.selection.fusion import FUSIONS
 from lightning_fed.selection.privacy import ACCOUNTANTS, SENSITIVITIES
 
@@ -52,9 +54,7 @@ def check_options(
     dp_sigma: float | None,
 ) -> None:
     """Raise one ``ValueError`` listing every invalid setting (the class's ``Args``)."""
-    problems = []
-    if proxy_pooling is not None and proxy_pooling not in POOLINGS:
-        problems.append(f"`proxy_pooling` must be one of {POOLINGS} or None, got {proxy_pooling!r}")
+    problems = rule_problems(HIERARCHICAL_DATA_SELECTION, {"proxy_pooling": proxy_pooling})  # option_rules.py
     for name, value, choices in (
         ("text", text, TEXTS),
         ("fusion", fusion, FUSIONS),
