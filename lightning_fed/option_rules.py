@@ -404,11 +404,30 @@ PROXY_POOLINGS = ("mean", "last")
 """HierarchicalDataSelection's ``proxy_pooling`` (``null``: by the proxy's kind)."""
 SMALL_SELECTIONS = ("warn", "error", "ignore")
 """``on_small_selection`` of the selection hooks that take it (``selection/coreset.py``'s ``CoresetSelection``)."""
+HDS_TEXTS = ("full", "prompt")
+HDS_FUSIONS = ("tsne", "pca", "kpca")
+HDS_SERVER_NOISE = ("drop", "keep")
+HDS_FRAMES = ("local", "anchored")
+HDS_SENSITIVITIES = ("l2", "paper")
+HDS_ACCOUNTANTS = ("rdp", "prv")
+"""HierarchicalDataSelection's ``text``, ``fusion``, ``server_noise``, ``frame``, ``dp_sensitivity`` and
+``dp_accountant`` (``selection/``'s ``TEXTS``, ``FUSIONS``... import torch; ``tests/test_option_rules.py``
+compares them)."""
 HIERARCHICAL_DATA_SELECTION = (
     one_of(HOOK + "proxy_pooling", PROXY_POOLINGS, nullable=True),
     one_of(HOOK + "on_small_selection", SMALL_SELECTIONS),
+    one_of(HOOK + "text", HDS_TEXTS),
+    one_of(HOOK + "fusion", HDS_FUSIONS),
+    one_of(HOOK + "server_noise", HDS_SERVER_NOISE),
+    one_of(HOOK + "frame", HDS_FRAMES, nullable=True),
+    one_of(HOOK + "dp_sensitivity", HDS_SENSITIVITIES),
+    one_of(HOOK + "dp_accountant", HDS_ACCOUNTANTS),
+    at_least(HOOK + "tsne_iters", 250, integer=True),  # scikit-learn's minimum
+    at_least(HOOK + "min_cluster_size", 2, integer=True),
+    at_least(HOOK + "server_min_cluster_size", 2, integer=True),
 )
-"""HierarchicalDataSelection's and GlobalSelect's (hooks of ``selection/``; ``hds_options.py`` checks the rest)."""
+"""HierarchicalDataSelection's and GlobalSelect's (hooks of ``selection/``; ``hds_options.py`` checks
+the options that depend on each other)."""
 HOOK_RULES: dict[str, tuple[Rule, ...]] = {
     "ClientGrouping": CLIENT_GROUPING,
     "EmulatorAlignment": EMULATOR_ALIGNMENT,

@@ -226,6 +226,13 @@ def test_the_torch_free_choices_are_the_classes_choices():
     from lightning_fed.option_rules import PROMPT_TEMPLATES
 
     assert PROMPT_TEMPLATES == TEMPLATE_CHOICES
+    from lightning_fed import option_rules as rules
+    from lightning_fed.selection import anchors, clustering, coreset, features, fusion, privacy
+
+    assert (rules.PROXY_POOLINGS, rules.SMALL_SELECTIONS) == (features.POOLINGS, coreset.SMALL_SELECTION)
+    assert (rules.HDS_TEXTS, rules.HDS_FUSIONS, rules.HDS_FRAMES) == (features.TEXTS, fusion.FUSIONS, anchors.FRAMES)
+    assert (rules.HDS_SERVER_NOISE, rules.HDS_SENSITIVITIES) == (clustering.SERVER_NOISE, privacy.SENSITIVITIES)
+    assert rules.HDS_ACCOUNTANTS == privacy.ACCOUNTANTS
 
 
 @pytest.mark.parametrize(

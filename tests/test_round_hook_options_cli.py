@@ -67,6 +67,16 @@ CASES = {
         _hook({"on_small_selection": "ignor"}),
         "federation.hooks[0].on_small_selection must be one of ('warn', 'error', 'ignore'), got 'ignor'",
     ),
+    "hds_fusion": (
+        "fedhds_turbo_tiny",
+        _hook({"fusion": "umap"}),
+        "federation.hooks[0].fusion must be one of ('tsne', 'pca', 'kpca'), got 'umap'",
+    ),
+    "hds_tsne_iters": (
+        "fedhds_turbo_tiny",
+        _hook({"tsne_iters": 100}),
+        "federation.hooks[0].tsne_iters must be >= 250, got 100",
+    ),
     "hds_anchors": (
         "fedhds_turbo_tiny",
         _hook({"anchors": "synthetic:instructionz"}),
