@@ -398,8 +398,15 @@ SYSTEM_HETEROGENEITY = (
     one_of(HOOK + "clock", CLOCKS),
     in_range(HOOK + "reply_margin", 0, 1, high_open=True),
     at_least(HOOK + "deadline", 0, low_open=True, nullable=True),
+    in_range(HOOK + "local_steps", 1, MAX_LOCAL_STEPS, integer=True),
+    at_least(HOOK + "step_time", 0, low_open=True),
+    in_range(HOOK + "slow_fraction", 0, 1),
+    at_least(HOOK + "slow_factor", 1),
+    in_range(HOOK + "availability", 0, 1, low_open=True),  # 0: no client would ever be online
+    in_range(HOOK + "dropout", 0, 1, high_open=True),  # 1: every client would drop out
 )
-"""SystemHeterogeneity's (a hook of ``heterogeneity/``; its clients' profile, ``SystemProfile``, checks the rest)."""
+"""SystemHeterogeneity's (a hook of ``heterogeneity/``; its clients' profile, ``SystemProfile``, checks
+the same again, for AsyncArrivals and a ``trace`` file's rows)."""
 PROXY_POOLINGS = ("mean", "last")
 """HierarchicalDataSelection's ``proxy_pooling`` (``null``: by the proxy's kind)."""
 SMALL_SELECTIONS = ("warn", "error", "ignore")

@@ -57,6 +57,11 @@ CASES = {
         _hook({"clock": "real"}),
         "federation.hooks[0].clock must be one of ('virtual', 'wall'), got 'real'",
     ),
+    "st_dropout_one": (
+        "feddpo_stragglers",
+        _hook({"dropout": 1.0}),
+        "federation.hooks[0].dropout must be in [0, 1), got 1.0",
+    ),
     "hds_pool": (
         "fedhds_turbo_tiny",
         _hook({"proxy_pooling": "meen"}),

@@ -116,6 +116,8 @@ class SystemHeterogeneity(RoundHook):
     ) -> None:
         # lightning_fed/option_rules.py: the precheck refuses these with the same line, before torch
         check(SYSTEM_HETEROGENEITY, target=target, clock=clock, reply_margin=reply_margin, deadline=deadline)
+        profile = {"local_steps": local_steps, "step_time": step_time, "slow_fraction": slow_fraction}
+        check(SYSTEM_HETEROGENEITY, **profile, slow_factor=slow_factor, availability=availability, dropout=dropout)
         virtual_only = {"step_time": 1.0, "slow_fraction": 0.0, "availability": 1.0, "dropout": 0.0, "trace": None}
         given = {"step_time": step_time, "slow_fraction": slow_fraction, "availability": availability}
         given.update({"dropout": dropout, "trace": trace})

@@ -89,7 +89,7 @@ CASES = {
     ),
     "straggler_dropout_one": (
         "straggler_dropout_one",
-        "error: federation.hooks: SystemHeterogeneity: dropout must be < 1 (every client would drop out), got 1.0",
+        "error: config '{config}': federation.hooks[0].dropout must be in [0, 1), got 1.0",
     ),
     # ------------------------------------------------- item 5: cross-option checks at bind time
     "ranks_above_r_max": (
@@ -120,7 +120,11 @@ CASES = {
 
 PRECHECKED = {"lr_1e300", "beta_1e300", "lora_alpha_1e300", "a_billion_clients", "a_billion_examples_per_client"}
 PRECHECKED |= {"rounds_1e12", "local_steps_1e12"}
-PRECHECKED |= {"straggler_target_above_clients_per_round", "async_with_fedavg"}  # lightning_fed/hook_cross_rules.py
+PRECHECKED |= {
+    "straggler_target_above_clients_per_round",
+    "async_with_fedavg",
+    "straggler_dropout_one",
+}  # lightning_fed/hook_cross_rules.py
 """Refused by the precheck, from the config's text: one line, no ``--debug`` hint (issue 41)."""
 WORDED = {"async_with_fedavg", "dp_around_fedbuff_with_async"}
 """Refused by the live classes with the package's own line (a ``UserError``): one line too."""
