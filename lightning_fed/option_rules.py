@@ -435,6 +435,8 @@ HIERARCHICAL_DATA_SELECTION = (
 )
 """HierarchicalDataSelection's and GlobalSelect's (hooks of ``selection/``; ``hds_options.py`` checks
 the options that depend on each other)."""
+SERVER_SIDE_CORESET = (in_range(HOOK + "ratio", 0, 1, low_open=True),)
+"""RandomSelection's, PerplexitySelection's and CentralizedCoreset's (``selection/baselines.py``): the share kept."""
 HOOK_RULES: dict[str, tuple[Rule, ...]] = {
     "ClientGrouping": CLIENT_GROUPING,
     "EmulatorAlignment": EMULATOR_ALIGNMENT,
@@ -442,6 +444,7 @@ HOOK_RULES: dict[str, tuple[Rule, ...]] = {
     "SystemHeterogeneity": SYSTEM_HETEROGENEITY,
     "HierarchicalDataSelection": HIERARCHICAL_DATA_SELECTION,
     "GlobalSelect": HIERARCHICAL_DATA_SELECTION,
+    **dict.fromkeys(("RandomSelection", "PerplexitySelection", "CentralizedCoreset"), SERVER_SIDE_CORESET),
 }
 """``federation.hooks:``' rules by class name."""
 HOOK_PACKAGES = (

@@ -144,6 +144,9 @@ OTHER_HOOKS = {
     "SystemHeterogeneity": "lightning_fed.heterogeneity",
     "HierarchicalDataSelection": "lightning_fed.selection",
     "GlobalSelect": "lightning_fed.selection",
+    "RandomSelection": "lightning_fed.selection",
+    "PerplexitySelection": "lightning_fed.selection",
+    "CentralizedCoreset": "lightning_fed.selection",
 }
 """Hooks with declared rules outside ``round_hooks/`` (``option_rules.HOOK_PACKAGES``), by their module."""
 

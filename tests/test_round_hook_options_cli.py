@@ -82,6 +82,11 @@ CASES = {
         _hook({"tsne_iters": 100}),
         "federation.hooks[0].tsne_iters must be >= 250, got 100",
     ),
+    "random_ratio": (
+        "fedhds_random",
+        _hook({"ratio": 0}),
+        "federation.hooks[0].ratio must be in (0, 1], got 0.0",
+    ),
     "hds_anchors": (
         "fedhds_turbo_tiny",
         _hook({"anchors": "synthetic:instructionz"}),
