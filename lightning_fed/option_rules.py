@@ -394,12 +394,69 @@ ROUND_LR_SCHEDULE = (
     at_least(HOOK + "rounds", 1, integer=True, nullable=True),
 )
 """RoundLRSchedule's (a hook of ``callbacks/``, named by its short name in a config)."""
+CLOCKS = ("virtual", "wall")
+"""SystemHeterogeneity's ``clock``."""
+SYSTEM_HETEROGENEITY = (
+    at_least(HOOK + "target", 1, integer=True, nullable=True),
+    one_of(HOOK + "clock", CLOCKS),
+    in_range(HOOK + "reply_margin", 0, 1, high_open=True),
+    at_least(HOOK + "deadline", 0, low_open=True, nullable=True),
+    in_range(HOOK + "local_steps", 1, MAX_LOCAL_STEPS, integer=True),
+    at_least(HOOK + "step_time", 0, low_open=True),
+    in_range(HOOK + "slow_fraction", 0, 1),
+    at_least(HOOK + "slow_factor", 1),
+    in_range(HOOK + "availability", 0, 1, low_open=True),  # 0: no client would ever be online
+    in_range(HOOK + "dropout", 0, 1, high_open=True),  # 1: every client would drop out
+)
+"""SystemHeterogeneity's (a hook of ``heterogeneity/``; its clients' profile, ``SystemProfile``, checks
+the same again, for AsyncArrivals and a ``trace`` file's rows)."""
+PROXY_POOLINGS = ("mean", "last")
+"""HierarchicalDataSelection's ``proxy_pooling`` (``null``: by the proxy's kind)."""
+SMALL_SELECTIONS = ("warn", "error", "ignore")
+"""``on_small_selection`` of the selection hooks that take it (``selection/coreset.py``'s ``CoresetSelection``)."""
+HDS_TEXTS = ("full", "prompt")
+HDS_FUSIONS = ("tsne", "pca", "kpca")
+HDS_SERVER_NOISE = ("drop", "keep")
+HDS_FRAMES = ("local", "anchored")
+HDS_SENSITIVITIES = ("l2", "paper")
+HDS_ACCOUNTANTS = ("rdp", "prv")
+"""HierarchicalDataSelection's ``text``, ``fusion``, ``server_noise``, ``frame``, ``dp_sensitivity`` and
+``dp_accountant`` (``selection/``'s ``TEXTS``, ``FUSIONS``... import torch; ``tests/test_option_rules.py``
+compares them)."""
+HIERARCHICAL_DATA_SELECTION = (
+    one_of(HOOK + "proxy_pooling", PROXY_POOLINGS, nullable=True),
+    one_of(HOOK + "on_small_selection", SMALL_SELECTIONS),
+    one_of(HOOK + "text", HDS_TEXTS),
+    one_of(HOOK + "fusion", HDS_FUSIONS),
+    one_of(HOOK + "server_noise", HDS_SERVER_NOISE),
+    one_of(HOOK + "frame", HDS_FRAMES, nullable=True),
+    one_of(HOOK + "dp_sensitivity", HDS_SENSITIVITIES),
+    one_of(HOOK + "dp_accountant", HDS_ACCOUNTANTS),
+    at_least(HOOK + "tsne_iters", 250, integer=True),  # scikit-learn's minimum
+    at_least(HOOK + "min_cluster_size", 2, integer=True),
+    at_least(HOOK + "server_min_cluster_size", 2, integer=True),
+)
+"""HierarchicalDataSelection's and GlobalSelect's (hooks of ``selection/``; ``hds_options.py`` checks
+the options that depend on each other)."""
+SERVER_SIDE_CORESET = (in_range(HOOK + "ratio", 0, 1, low_open=True),)
+"""RandomSelection's, PerplexitySelection's and CentralizedCoreset's (``selection/baselines.py``): the share kept."""
 HOOK_RULES: dict[str, tuple[Rule, ...]] = {
     "ClientGrouping": CLIENT_GROUPING,
     "EmulatorAlignment": EMULATOR_ALIGNMENT,
     "RoundLRSchedule": ROUND_LR_SCHEDULE,
+    "SystemHeterogeneity": SYSTEM_HETEROGENEITY,
+    "HierarchicalDataSelection": HIERARCHICAL_DATA_SELECTION,
+    "GlobalSelect": HIERARCHICAL_DATA_SELECTION,
+    **dict.fromkeys(("RandomSelection", "PerplexitySelection", "CentralizedCoreset"), SERVER_SIDE_CORESET),
 }
 """``federation.hooks:``' rules by class name."""
+HOOK_PACKAGES = (
+    "lightning_fed.round_hooks",
+    "lightning_fed.heterogeneity",
+    "lightning_fed.selection",
+    "lightning_fed.callbacks",
+)
+"""Where the package's round hooks live (a hook is named by its short name or a path in one of these)."""
 
 
 def hook_problems(rules: Iterable[Rule], values: Mapping[str, Any], index: int) -> list[str]:
@@ -427,6 +484,7 @@ def class_rules(section: str, class_path: str) -> tuple[Rule, ...] | None:
     """The rules of ``section``'s class named ``class_path`` (short or full), or ``None`` if it is
     not one of the package's (a user's class: the live parser decides)."""
     module, _, name = class_path.rpartition(".")
-    if module and not (module == PACKAGES[section] or module.startswith(PACKAGES[section] + ".")):
+    packages = HOOK_PACKAGES if section == "federation.hooks" else (PACKAGES[section],)
+    if module and not any(module == p or module.startswith(p + ".") for p in packages):
         return None
     return SECTIONS[section].get(name)

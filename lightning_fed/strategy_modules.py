@@ -60,17 +60,25 @@ def module_problem(
     return None
 
 
-def config_module_problem(model: Any, strategy: Any) -> str | None:
-    """:func:`module_problem` of the merged config's ``model:`` and ``federation.strategy``
-    (``{"class_path", "init_args"}``; a wrapper's inner strategy as well), or ``None`` where a
-    class is not the package's."""
+def aggregating_strategy(strategy: Any, names: Iterable[str] = ()) -> Any:
+    """The merged config's ``federation.strategy`` (``{"class_path", "init_args"}``) that aggregates:
+    the strategy a ClientLevelDP / SecureAggregation wraps (its ``strategy`` option), or the first
+    of ``names`` met on the way; not a mapping where that cannot be told from the config."""
     for _ in range(4):  # ClientLevelDP / SecureAggregation wrap the strategy that aggregates
         if not isinstance(strategy, dict):
             return None
         inner = strategy.get("init_args", {}).get("strategy")
-        if strategy["class_path"].rpartition(".")[2] in MODULE_NEEDS or inner is None:
+        if strategy["class_path"].rpartition(".")[2] in names or inner is None:
             break
         strategy = {"class_path": inner, "init_args": {}} if isinstance(inner, str) else inner
+    return strategy
+
+
+def config_module_problem(model: Any, strategy: Any) -> str | None:
+    """:func:`module_problem` of the merged config's ``model:`` and ``federation.strategy``
+    (``{"class_path", "init_args"}``; a wrapper's inner strategy as well), or ``None`` where a
+    class is not the package's."""
+    strategy = aggregating_strategy(strategy, MODULE_NEEDS)
     if not isinstance(strategy, dict) or not isinstance(model, dict):
         return None
     name = strategy["class_path"].rpartition(".")[2]

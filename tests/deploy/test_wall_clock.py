@@ -205,14 +205,14 @@ def test_wall_clock_in_process_is_refused_in_one_line(tmp_path):
     [
         (
             {"clock": "real"},
-            "federation.hooks: SystemHeterogeneity.clock must be one of ['virtual', 'wall'], got 'real'",
+            "federation.hooks[].clock must be one of ('virtual', 'wall'), got 'real'",
         ),
         (
             {"clock": "wall", "slow_fraction": 0.3, "dropout": 0.1},
             "federation.hooks: SystemHeterogeneity.clock='wall' takes the clients' real speed and availability;"
             " slow_fraction, dropout belong to clock='virtual'",
         ),
-        ({"reply_margin": 1.0}, "federation.hooks: SystemHeterogeneity.reply_margin must be in [0, 1), got 1.0"),
+        ({"reply_margin": 1.0}, "federation.hooks[].reply_margin must be in [0, 1), got 1.0"),
     ],
 )
 def test_bad_wall_clock_options_are_one_line_errors(kwargs, message):

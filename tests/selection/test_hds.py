@@ -103,13 +103,13 @@ def test_round_start_restricts_clients_and_skips_empty_coresets(setting):
 
 
 def test_bad_arguments_fail_early():
-    with pytest.raises(ValueError, match="`fusion` must be one of"):
+    with pytest.raises(ValueError, match=r"^federation.hooks\[\].fusion must be one of"):
         HierarchicalDataSelection(fusion="umap")
     with pytest.raises(ValueError, match="`anchors` must name a data set"):
         HierarchicalDataSelection(frame="anchored")
-    with pytest.raises(ValueError, match="`min_cluster_size` must be >= 2"):
+    with pytest.raises(ValueError, match=r"^federation.hooks\[\].min_cluster_size must be >= 2, got 1$"):
         HierarchicalDataSelection(min_cluster_size=1)
-    with pytest.raises(ValueError, match="`tsne_iters` must be >= 250"):
+    with pytest.raises(ValueError, match=r"^federation.hooks\[\].tsne_iters must be >= 250"):
         HierarchicalDataSelection(tsne_iters=100)
 
 

@@ -27,6 +27,7 @@ def test_small_coresets_warn_or_stop_before_training():
         enough.on_client_data(stand_in_server(dm), None, module, 0, [0, 1], dm)
     assert [len(dm.client(c).train_set) for c in (0, 1)] == [20, 20]
     with pytest.raises(
-        ValueError, match=r"`on_small_selection` must be one of \('warn', 'error', 'ignore'\), got 'refuse'"
+        ValueError,
+        match=r"^federation.hooks\[\].on_small_selection must be one of \('warn', 'error', 'ignore'\), got 'refuse'$",
     ):
         CoresetSelection(on_small_selection="refuse")

@@ -1,0 +1,152 @@
+"""What the package's round hooks (``federation.hooks[i]``) need of the rest of the config, said
+before torch is imported (the red team's rows 7, 10, 11, 13, 17).
+
+Each of these was found by the live run 11-17 s of CPU later, or not at all:
+
+- a hook that drives one strategy (:data:`HOOK_NEEDS`) under another (``ClientGrouping`` with
+  FedAvg, refused when the run was bound), and :data:`STRATEGY_NEEDS_HOOK`, its mirror: FedBiscuit
+  without its ``ClientGrouping`` ran every round with exit 0 and never grouped the clients
+  (``warmup_rounds`` and ``regroup_every`` silently ignored);
+- SystemHeterogeneity's ``target`` above the clients a round selects (``check_server``'s line);
+- HierarchicalDataSelection's ``anchors`` naming no synthetic set or a local path to nothing
+  (exit 1 after the round-0 evaluation, naming ``data.dataset``), and its ``proxy`` naming no
+  model (an offline hub ``OSError`` after a run folder was written).
+
+:func:`hook_cross_problem` reads the merged config (:attr:`lightning_fed.config_values.Merged.sections`)
+and returns the first line, naming ``federation.hooks[i]``; a user's hook or strategy is left to the
+live run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from lightning_fed.class_kinds import package_class
+from lightning_fed.class_parameters import table
+from lightning_fed.class_paths import package_subclasses
+from lightning_fed.data_paths import missing_path_problem
+from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir
+from lightning_fed.model_sources import missing_source_problem
+from lightning_fed.strategy_modules import aggregating_strategy
+
+HOOK_NEEDS = {
+    "ClientGrouping": ("FedBiscuit", "federation.strategy=FedBiscuit, got {}"),
+    "AsyncArrivals": ("FedBuff", "federation.strategy=FedBuff, got {}"),
+    "FLoRAMerge": ("FLoRA", "federation.strategy=FLoRA, got {}"),
+    "ClientRanks": (
+        "HeterogeneousRankLoRA",
+        "a heterogeneous-rank strategy (HetLoRA, FlexLoRA, FLoRA), got federation.strategy={}",
+    ),
+}
+"""Hook class name -> the strategy (a base: any of its subclasses) it drives, and what it needs as
+its own check says it when the run is bound (``{}``: the strategy given)."""
+STRATEGY_NEEDS_HOOK = {"FedBiscuit": ("ClientGrouping", "it groups the clients, on warmup_rounds and regroup_every")}
+"""Strategy class name -> the hook that drives it, and why."""
+SYNTHETIC_PREFIX = "synthetic:"
+
+
+def _is(name: str, base: str) -> bool:
+    """Whether the package's class ``name`` is ``base`` or derives from it."""
+    return name == base or name in package_subclasses(base)
+
+
+def _federation(sections: dict[str, Any], key: str) -> Any:
+    """``federation.<key>`` as set, else :class:`~lightning_fed.run_config.FederationConfig`'s default."""
+    from lightning_fed.run_config import FederationConfig  # no torch
+
+    federation = sections.get("federation")
+    if isinstance(federation, dict) and key in federation:
+        return federation[key]
+    return next(f.default for f in fields(FederationConfig) if f.name == key)
+
+
+def strategy_problem(sections: dict[str, Any]) -> str | None:
+    """A hook of :data:`HOOK_NEEDS` under another strategy, or a strategy of :data:`STRATEGY_NEEDS_HOOK`
+    without its hook (ClientLevelDP / SecureAggregation: the strategy they wrap counts)."""
+    given = sections.get("federation.strategy", {"class_path": "FedAvg", "init_args": {}})  # FederationConfig's
+    hooks = sections.get("federation.hooks") or []
+    if (
+        not isinstance(given, dict)
+        or not isinstance(hooks, list)
+        or not package_class("federation.strategy", given["class_path"])
+    ):
+        return None
+    top = given["class_path"].rpartition(".")[2]
+    inner = aggregating_strategy(given)
+    if not isinstance(inner, dict) or not package_class("federation.strategy", inner["class_path"]):
+        return None
+    strategy = inner["class_path"].rpartition(".")[2]
+    names = []
+    for index, hook in enumerate(hooks):
+        if not isinstance(hook, dict) or not package_class("federation.hooks", hook["class_path"]):
+            return None  # a user's hook may be anything
+        name = hook["class_path"].rpartition(".")[2]
+        names.append(name)
+        needed = next((need for h, need in HOOK_NEEDS.items() if _is(name, h)), None)
+        if needed is not None and not _is(strategy, needed[0]):
+            return f"federation.hooks[{index}]: {name} needs {needed[1].format(top)}"
+    for needing, (hook, why) in STRATEGY_NEEDS_HOOK.items():
+        if _is(strategy, needing) and not any(_is(n, hook) for n in names):
+            got = f"[{', '.join(names)}]" if names else "none"
+            return f"federation.strategy={strategy} needs the round hook {hook} in federation.hooks ({why}), got {got}"
+    return None
+
+
+def target_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:
+    """SystemHeterogeneity's ``target`` above ``federation.clients_per_round`` (``sampling: fixed_size``)."""
+    target, per_round = init_args.get("target"), _federation(sections, "clients_per_round")
+    if _federation(sections, "sampling") != "fixed_size":
+        return None  # a Poisson round selects any number of clients: the bound run decides
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (target, per_round))
+    if ints and target > per_round:
+        return (
+            f"federation.hooks[{index}].target={target} exceeds federation.clients_per_round={per_round} (the selected)"
+        )
+    return None
+
+
+def anchors_problem(index: int, init_args: dict[str, Any]) -> str | None:
+    """HierarchicalDataSelection's ``anchors``: an unknown synthetic set, or a local path to nothing."""
+    anchors, option = init_args.get("anchors"), f"federation.hooks[{index}].anchors"
+    if not isinstance(anchors, str) or not anchors.strip():
+        return None
+    if anchors.startswith(SYNTHETIC_PREFIX):
+        sets = table("lightning_fed.datamodules.synthetic", "SYNTHETIC")
+        if isinstance(sets, dict) and anchors[len(SYNTHETIC_PREFIX) :] not in sets:
+            return f"{option} {anchors!r}: unknown synthetic set; valid: {[SYNTHETIC_PREFIX + k for k in sets]}"
+        return None
+    return missing_path_problem(anchors, option)
+
+
+def proxy_problem(index: int, init_args: dict[str, Any]) -> str | None:
+    """HierarchicalDataSelection's ``proxy`` naming no model: as ``model.backbone.name_or_path``
+    (:func:`~lightning_fed.model_sources.missing_source_problem`), after the installed model packages
+    (:func:`~lightning_fed.selection.features.resolve_proxy_path`: their own line, the pip command)."""
+    proxy = init_args.get("proxy")
+    if not isinstance(proxy, str):
+        return None
+    module = proxy.replace("-", "_")
+    if module in MODEL_PACKAGES:
+        return None
+    if module.isidentifier() and (folder := find_package_dir(module)) and (folder / "model" / "config.json").exists():
+        return None
+    return missing_source_problem(f"federation.hooks[{index}].proxy", proxy)
+
+
+def hook_cross_problem(sections: dict[str, Any]) -> str | None:
+    """The first line refusing what a package hook needs of the rest of the config (module docstring)."""
+    if problem := strategy_problem(sections):
+        return problem
+    hooks = sections.get("federation.hooks")
+    for index, hook in enumerate(hooks if isinstance(hooks, list) else []):
+        if not isinstance(hook, dict) or not package_class("federation.hooks", hook["class_path"]):
+            continue
+        name, init_args = hook["class_path"].rpartition(".")[2], hook["init_args"]
+        if _is(name, "SystemHeterogeneity") and (problem := target_problem(index, init_args, sections)):
+            return problem
+        if _is(name, "HierarchicalDataSelection") and (
+            problem := anchors_problem(index, init_args) or proxy_problem(index, init_args)
+        ):
+            return problem
+    return None
