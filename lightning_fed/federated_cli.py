@@ -48,6 +48,7 @@ from lightning_fed.errors import (
 )
 from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
+from lightning_fed.federation.csv_metrics import ContinuedCSVWriter
 from lightning_fed.federation.early_check import path_problem
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
@@ -144,6 +145,13 @@ def _resumed_version(ckpt_path: Any) -> Path | None:
     if path.parent.name == "checkpoints" and _VERSION.fullmatch(path.parent.parent.name):
         return path.parent.parent
     return None
+
+
+def _keep_csv_metrics(logger: Any) -> None:
+    """A CSV logger placed in a run folder writes with :class:`ContinuedCSVWriter`: Lightning's own
+    deletes the ``metrics.csv`` of a folder that is not empty (a resumed run's)."""
+    if isinstance(logger, CSVLogger) and logger._experiment is None:
+        logger._experiment = ContinuedCSVWriter(logger.log_dir)
 
 
 class FederatedCLI(LightningCLI):
@@ -266,6 +274,7 @@ class FederatedCLI(LightningCLI):
                 if resumed is not None and Path(logger.root_dir).resolve() == resumed.parent.resolve():
                     logger._version = int(_VERSION.fullmatch(resumed.name).group(1))  # it continues there
                     self._resumed_folder = resumed
+                    _keep_csv_metrics(logger)
                 elif "://" not in str(logger.root_dir):
                     self._unclaimed.append(logger)
         return trainer
@@ -283,6 +292,7 @@ class FederatedCLI(LightningCLI):
                 claimed[root] = claim_version(root)
                 self._held.append(claimed[root])
             logger._version = claimed[root].version
+            _keep_csv_metrics(logger)  # the folder already holds .lock
         if self._claim_root is not None:
             held = claim_version(self._claim_root)
             self._held.append(held)
