@@ -26,6 +26,7 @@ fit before round 1, exit 0 without ``summary.json``) and is refused here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from lightning_fed.trainer_options import DURATION
@@ -45,22 +46,30 @@ def loop_conflict_problem(trainer: Mapping[str, Any]) -> str | None:
             f"trainer.limit_train_batches={limit!r} trains nothing; each client's steps per round are"
             " federation.local_steps"
         )
-    if _no_time(trainer.get("max_time")):  # the Timer stops the fit before round 1: exit 0, no summary.json
-        return f"trainer.max_time={trainer['max_time']!r} trains nothing: a budget of 0 stops the run before round 1"
+    if (budget := _budget(trainer.get("max_time"))) is not None and budget <= 0:
+        # the Timer stops the fit before round 1: exit 0, no summary.json
+        size = "of 0" if budget == 0 else "below 0"
+        return f"trainer.max_time={trainer['max_time']!r} trains nothing: a budget {size} stops the run before round 1"
     interval = trainer.get("val_check_interval")
     if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval == 0:
         return "trainer.val_check_interval must be > 0 (a fraction of a round or a number of batches), got 0"
     return None
 
 
-def _no_time(max_time: Any) -> bool:
-    """Whether ``trainer.max_time`` is a budget of zero (``00:00:00:00``, ``{seconds: 0}``)."""
+def _budget(max_time: Any) -> float | None:
+    """``trainer.max_time`` in seconds (``00:00:00:00``, ``{seconds: 0}``, ``{minutes: -5}``), or
+    ``None`` where it is not a duration this reads (the parser and the Timer decide)."""
     if isinstance(max_time, str) and (match := DURATION.fullmatch(max_time.strip())):
-        return not any(int(part) for part in match.groups())
+        days, hours, minutes, seconds = (int(part) for part in match.groups())
+        return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
     if isinstance(max_time, Mapping):
-        values = list(max_time.values())
-        return all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0 for v in values)
-    return False
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in max_time.values()):
+            return None
+        try:  # the Timer builds a timedelta of the mapping
+            return timedelta(**{str(k): v for k, v in max_time.items()}).total_seconds()
+        except (TypeError, OverflowError):
+            return None
+    return None
 
 
 RUN_LENGTH = {

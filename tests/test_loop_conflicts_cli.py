@@ -46,6 +46,10 @@ CASES = {
         "--trainer.max_time={seconds: 0}",
         "trainer.max_time={'seconds': 0} trains nothing: a budget of 0 stops the run before round 1",
     ),
+    "max_time_negative_mapping": (  # red team 8: ran with exit 0 and no summary.json
+        "--trainer.max_time={minutes: -5}",
+        "trainer.max_time={'minutes': -5} trains nothing: a budget below 0 stops the run before round 1",
+    ),
     "max_epochs": (
         "--trainer.max_epochs=1",
         "trainer.max_epochs=1: a federated run's length is federation.rounds rounds (one epoch each);"
