@@ -435,9 +435,12 @@ HIERARCHICAL_DATA_SELECTION = (
     at_least(HOOK + "tsne_iters", 250, integer=True),  # scikit-learn's minimum
     at_least(HOOK + "min_cluster_size", 2, integer=True),
     at_least(HOOK + "server_min_cluster_size", 2, integer=True),
+    at_least(HOOK + "num_anchors", 3, integer=True),  # selection/anchors.py: fewer than 3 anchors fit no frame
 )
 """HierarchicalDataSelection's and GlobalSelect's (hooks of ``selection/``; ``hds_options.py`` checks
-the options that depend on each other)."""
+the options that depend on each other). ``num_anchors`` is the package's own (the FedHDS paper sends
+centroids in each client's t-SNE frame, with no anchors): ``load_anchor_items`` needs at least 3 of
+them, and a count below 1 took every row of the set (``num_anchors: -1`` ran, red team 8 row 16)."""
 SERVER_SIDE_CORESET = (in_range(HOOK + "ratio", 0, 1, low_open=True),)
 """RandomSelection's, PerplexitySelection's and CentralizedCoreset's (``selection/baselines.py``): the share kept."""
 HOOK_RULES: dict[str, tuple[Rule, ...]] = {

@@ -1,6 +1,7 @@
 """A round hook's planted-set arguments are checked as ``data.synthetic_args`` is, before torch is
 imported, in one line naming ``federation.hooks[i].<option>``, the value and the file (red team 8,
-rows 1, 2 and 6; lightning_fed/hook_cross_rules.py's ``planted_args_problem``).
+rows 1, 2, 6 and 16; lightning_fed/hook_cross_rules.py's ``planted_args_problem``, option_rules.py's
+``num_anchors``).
 
 On 52f9c49 FedHDS's ``anchor_args`` and EmulatorAlignment's ``synthetic_args`` were not checked:
 a typo was the generator's ``TypeError`` (exit 1, a ``(run with --debug ...)`` line),
@@ -97,4 +98,17 @@ def test_anchor_args_on_the_command_line_name_no_file(tmp_path):
     )
     line = "federation.hooks[0].anchor_args.examples_per_client must be >= 1, got 0"
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize("count", [-1, 0, 2])
+def test_fewer_than_three_anchors_are_refused_before_torch(tmp_path, count):
+    """FedHDS ``num_anchors: -1`` ran with every row of the set as anchors (red team 8 row 16, exit 0);
+    the anchors need at least 3 rows (``selection/anchors.py``), the class and the precheck say so."""
+    path = _config(tmp_path, "fedhds_turbo_tiny", {"num_anchors": count})
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
+    line = f"federation.hooks[0].num_anchors must be >= 3, got {count}"
+    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
     assert list(cwd.iterdir()) == []

@@ -166,6 +166,7 @@ class HierarchicalDataSelection(CoresetSelection):
             tsne_iters=tsne_iters,
             min_cluster_size=min_cluster_size,
             server_min_cluster_size=server_min_cluster_size,
+            num_anchors=num_anchors,
             dp_epsilon=dp_epsilon,
             dp_sigma=dp_sigma,
         )

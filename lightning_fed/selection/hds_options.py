@@ -46,6 +46,7 @@ def check_options(
     tsne_iters: int,
     min_cluster_size: int,
     server_min_cluster_size: int,
+    num_anchors: int,
     dp_epsilon: float | None,
     dp_sigma: float | None,
 ) -> None:
@@ -53,7 +54,7 @@ def check_options(
     values = {"proxy_pooling": proxy_pooling, "text": text, "fusion": fusion, "server_noise": server_noise}
     values |= {"frame": frame, "dp_sensitivity": dp_sensitivity, "dp_accountant": dp_accountant}
     values |= {"tsne_iters": tsne_iters, "min_cluster_size": min_cluster_size}
-    values |= {"server_min_cluster_size": server_min_cluster_size}
+    values |= {"server_min_cluster_size": server_min_cluster_size, "num_anchors": num_anchors}
     problems = rule_problems(HIERARCHICAL_DATA_SELECTION, values)  # option_rules.py: the precheck's lines
     if frame == "anchored" and not anchors:
         problems.append("`anchors` must name a data set when frame='anchored', got None")
