@@ -52,8 +52,12 @@ def _named(path: tuple) -> list[str]:
     keys = [str(p) for p in path if p != "init_args" and not isinstance(p, int)]
     last_key = max(i for i, p in enumerate(path) if isinstance(p, str))
     if path[last_key] == "class_path" or isinstance(path[-1], int):
-        return [".".join(keys), ".".join(keys[:-1]) or keys[0]]
-    return [".".join(keys), ".".join(keys[:-1])] if len(keys) > 1 else keys
+        named = [".".join(keys), ".".join(keys[:-1]) or keys[0]]
+    else:
+        named = [".".join(keys), ".".join(keys[:-1])] if len(keys) > 1 else keys
+    if path[:2] == ("federation", "hooks") and len(keys) > 3:  # a hook's option below it: hooks[0].anchor_args.x
+        named.append(".".join([f"federation.hooks[{path[2]}]", *keys[2:]]))
+    return named
 
 
 @pytest.mark.parametrize("name", TINY)
