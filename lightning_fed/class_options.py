@@ -46,6 +46,7 @@ from lightning_fed.option_rules import LORA, PACKAGES, SECTIONS, TAKES_LORA, cla
 from lightning_fed.option_types import type_problem
 from lightning_fed.transformers_configs import (
     config_class_keys,
+    config_values_problem,
     heads_problem,
     missing_modules_problem,
     model_type_problem,
@@ -67,6 +68,10 @@ BUILTIN_TOKENIZERS = (
     ("lightning_fed.modules.backbone", "GPT2_BPE_TOKENIZER"),
 )
 """The tokenizers built in (``bytes``, ``gpt2-bpe``): no path, no hub id."""
+BYTES_TOKENIZER_SIZE = 259
+"""Token ids of the built-in ``bytes`` tokenizer: the 256 bytes, ``<pad>``, ``<eos>``, ``<bos>``
+(:func:`lightning_fed.modules.backbone.byte_tokenizer` asserts their ids 256-258;
+``tests/test_backbone_config_values_cli.py`` compares with the live tokenizer)."""
 LOSSES = ("lightning_fed.modules.dpo_losses", "dpo_loss_function")
 """``model.loss`` of :class:`~lightning_fed.modules.DPOModule` and its subclasses: the registered names."""
 SYNTHETIC = ("lightning_fed.datamodules.synthetic", "SYNTHETIC")
@@ -188,7 +193,30 @@ def _backbone_source_problem(option: str, backbone: Mapping[str, Any]) -> str | 
                 return unknown_key(f"{option}.config", f"{name} (model_type {model_type})", str(key), list(keys))
     if isinstance(config, Mapping) and (problem := heads_problem(f"{option}.config", dict(config))):
         return problem  # `n_head: 3` with `n_embd: 32`: the attention's ValueError after the imports
+    if isinstance(config, Mapping) and (
+        problem := config_values_problem(f"{option}.config", dict(config), tokenizer_size(backbone.get("tokenizer")))
+    ):
+        return problem  # `attn_pdrop: 2.0`, `vocab_size: 10`: the model's errors after the imports
     return None
+
+
+def tokenizer_size(spec: Any) -> int | None:
+    """The token ids the tokenizer ``spec`` (``model.backbone.tokenizer``; ``null`` with a ``config``:
+    ``bytes``) makes, as far as known without transformers: :data:`BYTES_TOKENIZER_SIZE`, or a local
+    folder's ``tokenizer.json`` (its largest id + 1); ``None`` for ``gpt2-bpe`` and a hub id (not read)."""
+    if spec is None or spec == table(*BUILTIN_TOKENIZERS[0]):
+        return BYTES_TOKENIZER_SIZE
+    path = Path(spec).expanduser() / "tokenizer.json" if isinstance(spec, str) else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+        vocab = loaded["model"]["vocab"]
+        ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
+        ids += [token["id"] for token in loaded.get("added_tokens") or []]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return max(ids) + 1 if ids and all(type(i) is int for i in ids) else None
 
 
 def backbone_size(backbone: Any) -> dict[str, Any] | None:

@@ -69,6 +69,7 @@ INTEGER_SIZES = (
     "n_head",
     "n_embd",
     "n_positions",
+    "n_inner",
     "num_hidden_layers",
     "num_attention_heads",
     "num_key_value_heads",
@@ -77,7 +78,9 @@ INTEGER_SIZES = (
     "max_position_embeddings",
     "vocab_size",
 )
-"""A transformers config's sizes (GPT-2's names and the common ones): integers, not bools."""
+"""A transformers config's sizes (GPT-2's names and the common ones): integers, not bools, >= 1
+(``n_inner: -4`` was ``Trying to create tensor with negative dimension`` after the imports; ``null``
+is its default, 4 x ``n_embd``)."""
 PARTITIONS = "lightning_fed.datamodules.partition"
 PARTITION_RULES: dict[str, tuple[Rule, ...]] = {
     "Dirichlet": (

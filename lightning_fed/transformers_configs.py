@@ -288,3 +288,98 @@ def model_type_problem(option: str, model_type: str) -> str | None:
     near = sorted(difflib.get_close_matches(model_type, sorted(known), n=5, cutoff=0.6), key=score, reverse=True)
     hint = f"; did you mean {near[0]!r}?" if near else ""
     return f"{option} {model_type!r} is no model type of the installed transformers{hint}"
+
+
+KV_HEADS_DIVIDE: dict[str, tuple[str, str]] = {"llama": ("num_attention_heads", "num_key_value_heads")}
+"""Model types whose attention repeats each key/value head ``heads / kv_heads`` times: a number of
+key/value heads that does not divide the heads built the model and failed at its first forward
+(``The size of tensor a (4) must match the size of tensor b (3)``, exit 1 after the run folder was
+written; red team 8's t15). ``(heads key, kv heads key)``; kv heads default to the heads."""
+ACTIVATION_KEYS = ("activation_function", "hidden_act")
+"""The config keys naming an activation that ``transformers.activations.ACT2FN`` looks up (GPT-2's,
+the common one); an unknown name was ``KeyError: gelu_nw`` after the imports (t09)."""
+EPSILON_SUFFIXES = ("_eps", "_epsilon")
+"""A normalisation's epsilon (``layer_norm_epsilon``, ``rms_norm_eps``): a divisor's guard, > 0."""
+
+
+@functools.lru_cache(maxsize=1)
+def activation_names() -> tuple[str, ...] | None:
+    """The keys of the installed transformers' ``ACT2CLS`` (what ``ACT2FN`` takes), read from
+    ``transformers/activations.py``; ``None`` if they cannot be read."""
+    root = _transformers_dir()
+    tree = _tree(root / "activations.py") if root is not None and (root / "activations.py").is_file() else None
+    for node in tree.body if tree is not None else []:
+        target = node.targets[0] if isinstance(node, ast.Assign) else None
+        if isinstance(target, ast.Name) and target.id == "ACT2CLS" and isinstance(node.value, ast.Dict):
+            keys = [k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            return tuple(keys) if len(keys) == len(node.value.keys) else None
+    return None
+
+
+def _float_fields(node: ast.ClassDef) -> frozenset[str]:
+    """A transformers 5 config class's own dataclass fields annotated ``float`` alone (its strict
+    validation refuses an ``int`` there: ``Field 'layer_norm_epsilon' expected float, got int``)."""
+    return frozenset(
+        item.target.id
+        for item in node.body
+        if isinstance(item, ast.AnnAssign)
+        and isinstance(item.target, ast.Name)
+        and ast.unparse(item.annotation).replace(" ", "") in ("float", "float|None")
+    )
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def config_values_problem(option: str, config: dict, tokenizer_size: int | None) -> str | None:
+    """The line refusing a ``model.backbone.config`` (``option``) value its model refuses only once
+    built (red team 8, rows 3 and 4): a dropout probability outside [0, 1], an epsilon <= 0, an
+    ``int`` where the class's field is ``float``, an activation ``ACT2FN`` does not know, key/value
+    heads that do not divide the heads (:data:`KV_HEADS_DIVIDE`), a ``vocab_size`` below the
+    tokenizer's ``tokenizer_size`` (``IndexError: index out of range in self`` at the first batch)."""
+    model_type = config.get("model_type")
+    found = _config_class(model_type) if isinstance(model_type, str) else None
+    floats = _float_fields(found[1]) if found is not None else frozenset()
+    for key, value in config.items():
+        key = str(key)
+        if (key.endswith("pdrop") or "dropout" in key) and _number(value) and not 0 <= value <= 1:
+            return f"{option}.{key} must be a probability in [0, 1], got {value}"
+        if key.endswith(EPSILON_SUFFIXES) and _number(value) and not value > 0:
+            return f"{option}.{key} must be a number > 0 (such as 1e-05), got {value}"
+        if key in floats and type(value) is int:
+            return f"{option}.{key} must be a float ({value}.0, not {value}): {found[1].name} refuses an int there"
+        names = activation_names() if key in ACTIVATION_KEYS and isinstance(value, str) else None
+        if names is not None and value not in names:
+            import difflib
+
+            near = difflib.get_close_matches(value, names, n=1)
+            hint = f"did you mean {near[0]!r}?" if near else f"valid: {sorted(names)}"
+            return f"{option}.{key} {value!r} is no activation of the installed transformers; {hint}"
+    if problem := _kv_heads_problem(option, config, found):
+        return problem
+    vocab = config.get("vocab_size")
+    if tokenizer_size is not None and type(vocab) is int and 0 < vocab < tokenizer_size:
+        return (
+            f"{option}.vocab_size={vocab} is below the tokenizer's {tokenizer_size} tokens"
+            " (each token id needs an embedding row); leave vocab_size out to take the tokenizer's"
+        )
+    return None
+
+
+def _kv_heads_problem(option: str, config: dict, found: tuple[Path, ast.ClassDef] | None) -> str | None:
+    """Key/value heads that do not divide the attention heads (:data:`KV_HEADS_DIVIDE`), the heads
+    the class's default where not given."""
+    model_type = config.get("model_type")
+    if found is None or model_type not in KV_HEADS_DIVIDE:
+        return None
+    heads_key, kv_key = KV_HEADS_DIVIDE[model_type]
+    kv = config.get(kv_key)
+    heads = config.get(heads_key, _own_integers(found[1])[0].get(heads_key))
+    if not all(type(v) is int and v > 0 for v in (heads, kv)) or heads % kv == 0:
+        return None
+    where = f"{option}.{heads_key}" if heads_key in config else f"{found[1].name}'s default {heads_key}"
+    return (
+        f"{option}.{kv_key}={kv} must divide {where}={heads} ({found[1].name}: each key/value head"
+        f" serves {heads_key} / {kv_key} attention heads)"
+    )
