@@ -21,6 +21,13 @@ by :func:`run_length_problem`, naming what sets it instead. ``max_time`` is kept
 is no federation setting (checked after each round; ``summary.json`` records the stop:
 :mod:`lightning_fed.callbacks.time_budget`), but a budget of 0 trains nothing (the ``Timer`` stops the
 fit before round 1, exit 0 without ``summary.json``) and is refused here.
+
+A number of batches as ``val_check_interval`` (``5``, or ``5.0``, which reads as 5) is compared by
+Lightning with the training batches of an epoch, a round here (``fit_loop.setup_data``: ``must be
+less than or equal to the number of the training batches``), exit 1 after the data and the model
+loaded (red team 8 row 0b). :func:`val_check_problem` refuses a count above the most batches a round
+can have (:func:`~lightning_fed.federation.turn.turn_batches` of each selected client, trained one
+after another); below that, how many clients train together decides, at run time.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from lightning_fed.class_kinds import package_class
+from lightning_fed.class_parameters import init_defaults
+from lightning_fed.option_rules import PACKAGES
 from lightning_fed.trainer_options import DURATION
 
 
@@ -91,3 +101,42 @@ def run_length_problem(trainer: Mapping[str, Any]) -> str | None:
         if not any(value is unset or (type(value) is int and value == unset) for unset in UNSET[name]):
             return f"trainer.{name}={value!r}: a federated run's length is {instead}"
     return None
+
+
+def val_check_problem(trainer: Mapping[str, Any], federation: Any, model: Any) -> str | None:
+    """The line refusing ``trainer.val_check_interval`` given as more batches than a round can have:
+    ``federation.clients_per_round`` turns of ``federation.local_steps`` steps of
+    ``accumulate_grad_batches`` batches (the Trainer's, and a package module's own, PDPO's), each
+    turn after another at most. ``None`` where Lightning would not compare (``check_val_every_n_epoch:
+    null``, ``limit_val_batches: 0``), a turn is counted in epochs, or the model is a user's class."""
+    from dataclasses import fields
+
+    from lightning_fed.run_config import FederationConfig  # no torch
+
+    interval = trainer.get("val_check_interval")
+    if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval <= 1 or interval % 1:
+        return None  # a fraction of the round, a duration, or what trainer_options refuses
+    if trainer.get("check_val_every_n_epoch", 1) is None or trainer.get("limit_val_batches", 1) == 0:
+        return None
+    given = federation if isinstance(federation, Mapping) else {}
+    values = {f.name: given.get(f.name, f.default) for f in fields(FederationConfig)}
+    steps, clients = values["local_steps"], values["clients_per_round"]
+    accumulate = trainer.get("accumulate_grad_batches", 1)
+    if not isinstance(model, Mapping) or not isinstance(model.get("class_path"), str):
+        return None
+    if not package_class("model", model["class_path"]):
+        return None  # a user's module may accumulate on its own
+    own = {**init_defaults(PACKAGES["model"], model["class_path"]), **(model.get("init_args") or {})}
+    module_accumulate = own.get("accumulate_grad_batches", 1)
+    if not all(type(v) is int and v >= 1 for v in (steps, clients, accumulate, module_accumulate)):
+        return None
+    most = clients * steps * accumulate * module_accumulate
+    if interval <= most:
+        return None
+    factors = f"federation.clients_per_round={clients} x federation.local_steps={steps}"
+    factors += f" x trainer.accumulate_grad_batches={accumulate}" if accumulate > 1 else ""
+    factors += f" x model.accumulate_grad_batches={module_accumulate}" if module_accumulate > 1 else ""
+    return (
+        f"trainer.val_check_interval={interval!r} exceeds the training batches of a round (at most {most}:"
+        f" {factors}); give a fraction of a round (1.0 validates once a round) or a count of at most {most}"
+    )
