@@ -102,9 +102,10 @@ def _kind(annotation: ast.expr | None) -> str | None:
     return "names" if text in ("Sequence[str]", "list[str]", "tuple[str,...]") else None
 
 
-def _plain_problem(option: str, kind: str | None, value: Any) -> str | None:
-    """A value of the wrong type for ``kind`` (``None``: not checked), as one line."""
-    if value is None or kind is None:
+def _plain_problem(option: str, kind: str | None, value: Any, nullable: bool = True) -> str | None:
+    """A value of the wrong type for ``kind`` (``None``: not checked), as one line; ``null`` too where
+    not ``nullable``."""
+    if (value is None and nullable) or kind is None:
         return None
     if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
         return f"{option} must be an integer, got {value!r}"
@@ -139,8 +140,12 @@ def synthetic_args_problem(init_args: Mapping[str, Any]) -> str | None:
         option = f"data.synthetic_args.{key}"
         if str(key) not in params:
             return unknown_key("data.synthetic_args", f"{generator} ({dataset})", str(key), list(params))
-        kind = _kind(params[str(key)][0])
-        if problem := _plain_problem(option, kind, value):
+        annotation = params[str(key)][0]
+        kind = _kind(annotation)
+        # a name list annotated without None (`groups: Sequence[str]`): null was `TypeError: 'NoneType'
+        # object is not iterable` after the imports (red team 8, sy04)
+        nullable = kind != "names" or annotation is None or "None" in ast.unparse(annotation)
+        if problem := _plain_problem(option, kind, value, nullable):
             return problem
         if kind == "names" and str(key) in NAME_TABLES and value is not None:  # families: null is every family
             names = table(*NAME_TABLES[str(key)])
