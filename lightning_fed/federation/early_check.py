@@ -66,7 +66,9 @@ def precheck_checkpoint(argv: list[str]) -> None:
     from lightning_fed.errors import CheckpointError
 
     if path is not None and (problem := path_problem(path)):
-        raise CheckpointError(problem)
+        from lightning_fed.config_precheck import _in_file
+
+        raise CheckpointError(_in_file(args, problem, _path_problem))  # the --config file that set it
     if not path or path in NAMED or path in NONE or "://" in path:
         return  # the live CLI resolves or refuses it
     from lightning_fed.resume_precheck import resume_problem
@@ -81,6 +83,12 @@ def precheck_checkpoint(argv: list[str]) -> None:
         raise checkpoint_error(path, problem)
     if stage == "fit" and (problem := rounds_problem(path, ckpt, args)):
         raise CheckpointError(problem)
+
+
+def _path_problem(args: list[str]) -> str | None:
+    """:func:`path_problem` of the ``ckpt_path`` that ``args`` give."""
+    path = resumed_path(args)
+    return None if path is None else path_problem(path)
 
 
 def path_problem(path: str) -> str | None:
