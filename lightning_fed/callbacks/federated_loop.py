@@ -27,6 +27,7 @@ from lightning_fed.batching.group_size import group_turns
 from lightning_fed.batching.grouped_driver import GroupedTurns
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
 from lightning_fed.callbacks.time_budget import check_at_round_ends, stopped_early
+from lightning_fed.errors import UserError
 from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.evaluation_plan import take_over_validation
 from lightning_fed.federation.failures import guard_training_step, unguard_training_step
@@ -44,7 +45,7 @@ from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import instructed_steps
 from lightning_fed.planning.group import needs_kept_heap, run_group_size
 from lightning_fed.run import FederatedRun
-from lightning_fed.run_checks import inner_strategy
+from lightning_fed.run_checks import inner_strategy, missing_hook_problem
 from lightning_fed.state import StateDict, clone_state, state_nbytes
 from lightning_fed.strategy_modules import module_problem
 
@@ -82,6 +83,8 @@ class FederatedLoop(GroupedTurns):
             run = FederatedRun(**settings)
         elif settings:
             raise TypeError(f"FederatedLoop takes a FederatedRun or its settings, not both (got {sorted(settings)})")
+        if problem := missing_hook_problem(run):  # the precheck's line (lightning_fed/hook_cross_rules.py)
+            raise UserError(problem)
         super().__init__(run)  # the run is read where it is needed (self.run.rounds...), never copied
         self.server = run_factory.server_round(run)
         self.store = run_factory.store(run)
