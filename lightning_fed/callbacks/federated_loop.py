@@ -97,6 +97,8 @@ class FederatedLoop(GroupedTurns):
         self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
         self._plan: RoundPlan | None = None  # the round decided last (next_round)
         self._recorded_group_size: int | None = None  # the K of the run resumed (load_state_dict)
+        #: ``summary.json``'s ``stopped`` of a resume whose ``trainer.max_time`` was spent (no round ran).
+        self.stopped_before_a_round: dict[str, Any] | None = None
 
     def bind(self, trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any) -> None:
         """Attach the run; keep the module's personal parameters as initialised (what a client
@@ -180,7 +182,18 @@ class FederatedLoop(GroupedTurns):
                 config[section][name] = value
 
     @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # a resume whose trainer.max_time was spent: Lightning's Timer stops it before a round starts
+        # (no on_train_start/_end); say so as a budget's stop after a round does, summary.json is kept
+        if not getattr(self, "_train_started", False) and (
+            stopped := stopped_early(trainer, len(self.server.report.history), self.run.rounds)
+        ):
+            rank_zero_warn(f"stopping: {stopped['reason']} after round {stopped['after_round']} of {stopped['rounds']}")
+            self.stopped_before_a_round = stopped  # the closing line's (lightning_fed/report/closing.py)
+
+    @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._train_started = True
         if self.server.stopping:  # resumed, and the next round would exceed the privacy budget: none runs
             rank_zero_warn(f"stopping: {self.server.stop_reason}")
             trainer.should_stop = True
