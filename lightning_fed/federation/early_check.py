@@ -69,6 +69,10 @@ def precheck_checkpoint(argv: list[str]) -> None:
         from lightning_fed.config_precheck import _in_file
 
         raise CheckpointError(_in_file(args, problem, _path_problem))  # the --config file that set it
+    if stage == "fit" and path == "last" and (problem := last_problem(args)):
+        from lightning_fed.config_precheck import _in_file
+
+        raise CheckpointError(_in_file(args, problem, lambda a: last_problem(a) if resumed_path(a) == "last" else None))
     if not path or path in NAMED or path in NONE or "://" in path:
         return  # the live CLI resolves or refuses it
     if stage == "fit" and (problem := held_problem(path, args)):  # before torch, as the live CLI's hold()
@@ -124,23 +128,53 @@ def held_problem(path: str, args: list[str]) -> str | None:
     would hold that folder: a checkpoint at ``<root>/lightning_logs/version_N/checkpoints/`` resumed
     with the default logger (or none) under ``trainer.default_root_dir`` ``<root>``. A logger of the
     user's is left to the live check (its folder may be another)."""
-    from lightning_fed.config_values import merged_config
     from lightning_fed.federation.version_folder import VERSION, held_by_another, held_line
 
     folder = Path(path).absolute().parent.parent
     if Path(path).absolute().parent.name != "checkpoints" or not VERSION.fullmatch(folder.name):
         return None
+    runs = _runs_folder(args)
+    try:
+        same = runs is not None and runs.resolve() == folder.parent.resolve()
+    except (OSError, RuntimeError):
+        return None
+    return held_line(f"ckpt_path {path!r}", folder) if same and held_by_another(folder) else None
+
+
+def _runs_folder(args: list[str]) -> Path | None:
+    """``<trainer.default_root_dir>/lightning_logs``, where the run's ``version_N`` folders are, with the
+    default logger or none; ``None`` with a logger of the user's (its folder may be another)."""
+    from lightning_fed.config_values import merged_config
+
     merged = merged_config(args)
     trainer = merged.sections.get("trainer") if merged is not None else None
     trainer = trainer if isinstance(trainer, dict) else {}
     root = trainer.get("default_root_dir") or "."
     if trainer.get("logger", True) not in (True, False, None) or not isinstance(root, str):
         return None
-    try:
-        same = (Path(root) / "lightning_logs").resolve() == folder.parent.resolve()
-    except (OSError, RuntimeError):
+    return Path(root) / "lightning_logs"
+
+
+def last_problem(args: list[str]) -> str | None:
+    """The line refusing ``--ckpt_path last`` where it cannot resume anything (red team 8 row 18): Lightning
+    looks for ``last.ckpt`` in this run's own checkpoint folder, and a new run writes into a new
+    ``version_N`` (:mod:`~lightning_fed.federation.version_folder`), so it found none and, its notice
+    held back, started a new run with exit 0. Said with the newest run's ``last.ckpt`` to give instead.
+    ``None`` with a logger or a ``ModelCheckpoint`` of the user's (their folder may hold one)."""
+    from lightning_fed.config_values import merged_config
+    from lightning_fed.federation.version_folder import next_version
+
+    runs = _runs_folder(args)
+    merged = merged_config(args)
+    trainer = merged.sections.get("trainer") if merged is not None else None
+    callbacks = trainer.get("callbacks") if isinstance(trainer, dict) else None
+    if runs is None or "ModelCheckpoint" in str(callbacks):
         return None
-    return held_line(f"ckpt_path {path!r}", folder) if same and held_by_another(folder) else None
+    where = f"ckpt_path 'last': this run's new folder {str(next_version(runs) / 'checkpoints')!r} holds no last.ckpt"
+    found = [p for p in runs.glob("version_*/checkpoints/last.ckpt") if p.is_file()]
+    if newest := max(found, key=lambda p: p.stat().st_mtime, default=None):
+        return f"{where} (Lightning looks only there); to resume a run give its file: --ckpt_path {newest}"
+    return f"{where} (Lightning looks only there) and no run in {str(runs)!r} has one; leave ckpt_path out"
 
 
 def rounds_problem(path: str, ckpt: Any, args: list[str]) -> str | None:
