@@ -39,6 +39,7 @@ from lightning_fed.class_sections import (
     unknown_option_in,
     unknown_option_of,
 )
+from lightning_fed.data_columns import data_columns_problem
 from lightning_fed.dp_sgd_rules import dp_sgd_problem
 from lightning_fed.errors import unwritable
 from lightning_fed.federation_rules import (
@@ -350,6 +351,8 @@ class Merged:
                 return problem
             if problem := nested_option_problem(section, self.sections.get(section)):
                 return problem
+        if problem := data_columns_problem(self.sections.get("data")):  # lightning_fed/data_columns.py
+            return problem
         if problem := lora_targets_problem(self.sections.get("model")):  # before the rank, as lora_config
             return problem
         return size_problem(self.sections.get("model"), self.sections.get("data"))

@@ -353,7 +353,8 @@ class FederatedCLI(LightningCLI):
             loop = next(c for c in self.trainer.callbacks if isinstance(c, FederatedLoop))
             privacy = loop.server.privacy
             completed = len(loop.server.report.history)  # a resume that trained nothing: its checkpoint's
-            print(closing_line(folder, getattr(privacy, "key_path", None), completed), flush=True)
+            stopped = loop.stopped_before_a_round  # a resume with trainer.max_time spent: its summary.json kept
+            print(closing_line(folder, getattr(privacy, "key_path", None), completed, stopped), flush=True)
         self.signals.finished = True  # a SIGTERM from now on does not make a completed run exit 143
 
     def _check_writable(self) -> None:

@@ -101,9 +101,16 @@ def strategy_problem(sections: dict[str, Any]) -> str | None:
             return f"federation.hooks[{index}]: {name} needs {needed[1].format(top)}"
     for needing, (hook, why) in STRATEGY_NEEDS_HOOK.items():
         if _is(strategy, needing) and not any(_is(n, hook) for n in names):
-            got = f"[{', '.join(names)}]" if names else "none"
-            return f"federation.strategy={strategy} needs the round hook {hook} in federation.hooks ({why}), got {got}"
+            return missing_hook_line(strategy, hook, why, names)
     return None
+
+
+def missing_hook_line(strategy: str, hook: str, why: str, names: list[str]) -> str:
+    """The line refusing the strategy ``strategy`` without the round hook ``hook`` it needs (``names``:
+    the hooks given); the precheck's, and a run built in Python's
+    (:func:`lightning_fed.run_checks.missing_hook_problem`)."""
+    got = f"[{', '.join(names)}]" if names else "none"
+    return f"federation.strategy={strategy} needs the round hook {hook} in federation.hooks ({why}), got {got}"
 
 
 def target_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:

@@ -25,10 +25,27 @@ def inner_strategy(strategy: Any) -> Any:
     return strategy
 
 
+def missing_hook_problem(run: Any) -> str | None:
+    """A strategy of :data:`~lightning_fed.hook_cross_rules.STRATEGY_NEEDS_HOOK` (FedBiscuit, or a
+    subclass, behind a wrapper too) without the hook that drives it, in the precheck's line: a
+    FedBiscuit run built in Python without ClientGrouping ran with exit 0 and never grouped its clients."""
+    from lightning_fed.hook_cross_rules import STRATEGY_NEEDS_HOOK, missing_hook_line
+
+    strategy = inner_strategy(run.strategy)
+    bases = {cls.__name__ for cls in type(strategy).__mro__}
+    hooks = list(run.hooks or [])
+    for needing, (hook, why) in STRATEGY_NEEDS_HOOK.items():
+        if needing in bases and not any(hook in {c.__name__ for c in type(h).__mro__} for h in hooks):
+            return missing_hook_line(type(strategy).__name__, hook, why, [type(h).__name__ for h in hooks])
+    return None
+
+
 def run_problem(run: Any) -> str | None:
     """The first conflict between the settings of ``run`` (a ``FederatedRun``), or ``None``."""
     from lightning_fed.privacy.client_dp import client_level_dp
 
+    if problem := missing_hook_problem(run):
+        return problem
     strategy = run.strategy
     if run.compression and getattr(strategy, "secure_sum", False):  # the strategy declares it (SecureAggregation)
         return secure_compression_problem(run.compression)  # the precheck's line (lightning_fed/wrapper_rules.py)

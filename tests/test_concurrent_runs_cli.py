@@ -146,3 +146,33 @@ def test_a_resume_of_a_folder_another_run_holds_is_refused_then_resumes(tmp_path
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert sorted(os.listdir(root / "lightning_logs")) == ["version_0"]
     assert [json.loads(line)["round"] for line in (folder / "rounds.jsonl").read_text().splitlines()][-1] == 2
+
+
+def test_a_resume_of_a_held_folder_is_refused_before_torch(tmp_path):
+    """Red team 8 (c): the refusal came after the imports (13 s of CPU); the docs promise it before the
+    data loads. The child cannot import torch: the lock is looked at before (early_check.held_problem),
+    creating nothing; the checkpoint's bytes are not read for it."""
+    from tests.helpers.cli import lightning_fed_without_torch
+
+    cwd = tmp_path / "cwd"
+    folder = cwd / "runs" / "tiny" / "lightning_logs" / "version_0"
+    (folder / "checkpoints").mkdir(parents=True)
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    ckpt.write_bytes(b"not read")
+    with open(folder / ".lock", "a+b") as held:  # a resume of it, still running
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        proc = lightning_fed_without_torch(
+            "fit",
+            "--config",
+            "tiny",
+            "--ckpt_path",
+            "runs/tiny/lightning_logs/version_0/checkpoints/last.ckpt",
+            cwd=cwd,
+            hook=tmp_path / "hook",
+        )
+    line = (
+        "error: ckpt_path 'runs/tiny/lightning_logs/version_0/checkpoints/last.ckpt': another run holds its run"
+        f" folder {str(folder)!r} (.lock is locked); resume once that run has ended\n"
+    )
+    assert (proc.returncode, proc.stderr) == (2, line)
+    assert sorted(p.name for p in folder.rglob("*")) == [".lock", "checkpoints", "last.ckpt"]

@@ -66,6 +66,7 @@ LAYERS: list[set[str]] = [
         "nested_options",
         "class_sections",
         "hook_cross_rules",
+        "data_columns",
         "wrapper_rules",
         "resume_precheck",
         "model_packages",

@@ -128,6 +128,23 @@ def test_a_remote_checkpoint_is_refused_download_it_first(tmp_path, url):
     assert list(cwd.iterdir()) == []
 
 
+def test_a_remote_checkpoint_set_in_a_second_config_file_is_refused_naming_that_file(tmp_path):
+    """Red team 8 row 17 (ck07): the line named no file (on 52f9c49)."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    second = tmp_path / "c.yaml"
+    second.write_text("ckpt_path: s3://bucket/last.ckpt\n", encoding="utf-8")
+    proc = lightning_fed_without_torch(
+        "fit", "--config", "tiny", "--config", str(second), cwd=cwd, hook=tmp_path / "hook"
+    )
+    line = (
+        "ckpt_path 's3://bucket/last.ckpt': a remote checkpoint is not read (every part of a checkpoint is"
+        " checked on this machine before a run starts); download it and give the local file"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(second)!r}: {line}\n")
+    assert list(cwd.iterdir()) == []
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 @pytest.mark.parametrize("kind", ["device", "fifo"])
 def test_a_config_that_is_no_regular_file_is_not_said_to_be_missing(tmp_path, kind):

@@ -27,6 +27,7 @@ from lightning_fed.batching.group_size import group_turns
 from lightning_fed.batching.grouped_driver import GroupedTurns
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
 from lightning_fed.callbacks.time_budget import check_at_round_ends, stopped_early
+from lightning_fed.errors import UserError
 from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.evaluation_plan import take_over_validation
 from lightning_fed.federation.failures import guard_training_step, unguard_training_step
@@ -44,7 +45,7 @@ from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import instructed_steps
 from lightning_fed.planning.group import needs_kept_heap, run_group_size
 from lightning_fed.run import FederatedRun
-from lightning_fed.run_checks import inner_strategy
+from lightning_fed.run_checks import inner_strategy, missing_hook_problem
 from lightning_fed.state import StateDict, clone_state, state_nbytes
 from lightning_fed.strategy_modules import module_problem
 
@@ -82,6 +83,8 @@ class FederatedLoop(GroupedTurns):
             run = FederatedRun(**settings)
         elif settings:
             raise TypeError(f"FederatedLoop takes a FederatedRun or its settings, not both (got {sorted(settings)})")
+        if problem := missing_hook_problem(run):  # the precheck's line (lightning_fed/hook_cross_rules.py)
+            raise UserError(problem)
         super().__init__(run)  # the run is read where it is needed (self.run.rounds...), never copied
         self.server = run_factory.server_round(run)
         self.store = run_factory.store(run)
@@ -94,6 +97,8 @@ class FederatedLoop(GroupedTurns):
         self._limit_val_batches: int | float | None = None  # the Trainer's own, while fit skips rounds
         self._plan: RoundPlan | None = None  # the round decided last (next_round)
         self._recorded_group_size: int | None = None  # the K of the run resumed (load_state_dict)
+        #: ``summary.json``'s ``stopped`` of a resume whose ``trainer.max_time`` was spent (no round ran).
+        self.stopped_before_a_round: dict[str, Any] | None = None
 
     def bind(self, trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any) -> None:
         """Attach the run; keep the module's personal parameters as initialised (what a client
@@ -177,7 +182,18 @@ class FederatedLoop(GroupedTurns):
                 config[section][name] = value
 
     @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # a resume whose trainer.max_time was spent: Lightning's Timer stops it before a round starts
+        # (no on_train_start/_end); say so as a budget's stop after a round does, summary.json is kept
+        if not getattr(self, "_train_started", False) and (
+            stopped := stopped_early(trainer, len(self.server.report.history), self.run.rounds)
+        ):
+            rank_zero_warn(f"stopping: {stopped['reason']} after round {stopped['after_round']} of {stopped['rounds']}")
+            self.stopped_before_a_round = stopped  # the closing line's (lightning_fed/report/closing.py)
+
+    @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._train_started = True
         if self.server.stopping:  # resumed, and the next round would exceed the privacy budget: none runs
             rank_zero_warn(f"stopping: {self.server.stop_reason}")
             trainer.should_stop = True

@@ -66,9 +66,19 @@ def precheck_checkpoint(argv: list[str]) -> None:
     from lightning_fed.errors import CheckpointError
 
     if path is not None and (problem := path_problem(path)):
-        raise CheckpointError(problem)
+        from lightning_fed.config_precheck import _in_file
+
+        raise CheckpointError(_in_file(args, problem, _path_problem))  # the --config file that set it
+    if stage == "fit" and path == "last" and (problem := last_problem(args)):
+        from lightning_fed.config_precheck import _in_file
+
+        raise CheckpointError(_in_file(args, problem, lambda a: last_problem(a) if resumed_path(a) == "last" else None))
     if not path or path in NAMED or path in NONE or "://" in path:
         return  # the live CLI resolves or refuses it
+    if stage == "fit" and (problem := held_problem(path, args)):  # before torch, as the live CLI's hold()
+        from lightning_fed.federation.version_folder import FolderHeld
+
+        raise FolderHeld(problem)
     from lightning_fed.resume_precheck import resume_problem
 
     if stage == "fit" and (problem := resume_problem(path, args)):  # before torch
@@ -81,6 +91,12 @@ def precheck_checkpoint(argv: list[str]) -> None:
         raise checkpoint_error(path, problem)
     if stage == "fit" and (problem := rounds_problem(path, ckpt, args)):
         raise CheckpointError(problem)
+
+
+def _path_problem(args: list[str]) -> str | None:
+    """:func:`path_problem` of the ``ckpt_path`` that ``args`` give."""
+    path = resumed_path(args)
+    return None if path is None else path_problem(path)
 
 
 def path_problem(path: str) -> str | None:
@@ -104,6 +120,61 @@ def path_problem(path: str) -> str | None:
         use = f"; did you mean {str(newest)!r}?" if newest else ""
         return f"ckpt_path {path!r} is a folder, not a checkpoint file{use}"
     return f"ckpt_path {path!r}: no such checkpoint file"
+
+
+def held_problem(path: str, args: list[str]) -> str | None:
+    """The live CLI's line refusing a resume of a run folder another run holds (red team 8 (c): said
+    13 s of CPU in, after the imports; the docs promise it before the data loads), where the live CLI
+    would hold that folder: a checkpoint at ``<root>/lightning_logs/version_N/checkpoints/`` resumed
+    with the default logger (or none) under ``trainer.default_root_dir`` ``<root>``. A logger of the
+    user's is left to the live check (its folder may be another)."""
+    from lightning_fed.federation.version_folder import VERSION, held_by_another, held_line
+
+    folder = Path(path).absolute().parent.parent
+    if Path(path).absolute().parent.name != "checkpoints" or not VERSION.fullmatch(folder.name):
+        return None
+    runs = _runs_folder(args)
+    try:
+        same = runs is not None and runs.resolve() == folder.parent.resolve()
+    except (OSError, RuntimeError):
+        return None
+    return held_line(f"ckpt_path {path!r}", folder) if same and held_by_another(folder) else None
+
+
+def _runs_folder(args: list[str]) -> Path | None:
+    """``<trainer.default_root_dir>/lightning_logs``, where the run's ``version_N`` folders are, with the
+    default logger or none; ``None`` with a logger of the user's (its folder may be another)."""
+    from lightning_fed.config_values import merged_config
+
+    merged = merged_config(args)
+    trainer = merged.sections.get("trainer") if merged is not None else None
+    trainer = trainer if isinstance(trainer, dict) else {}
+    root = trainer.get("default_root_dir") or "."
+    if trainer.get("logger", True) not in (True, False, None) or not isinstance(root, str):
+        return None
+    return Path(root) / "lightning_logs"
+
+
+def last_problem(args: list[str]) -> str | None:
+    """The line refusing ``--ckpt_path last`` where it cannot resume anything (red team 8 row 18): Lightning
+    looks for ``last.ckpt`` in this run's own checkpoint folder, and a new run writes into a new
+    ``version_N`` (:mod:`~lightning_fed.federation.version_folder`), so it found none and, its notice
+    held back, started a new run with exit 0. Said with the newest run's ``last.ckpt`` to give instead.
+    ``None`` with a logger or a ``ModelCheckpoint`` of the user's (their folder may hold one)."""
+    from lightning_fed.config_values import merged_config
+    from lightning_fed.federation.version_folder import next_version
+
+    runs = _runs_folder(args)
+    merged = merged_config(args)
+    trainer = merged.sections.get("trainer") if merged is not None else None
+    callbacks = trainer.get("callbacks") if isinstance(trainer, dict) else None
+    if runs is None or "ModelCheckpoint" in str(callbacks):
+        return None
+    where = f"ckpt_path 'last': this run's new folder {str(next_version(runs) / 'checkpoints')!r} holds no last.ckpt"
+    found = [p for p in runs.glob("version_*/checkpoints/last.ckpt") if p.is_file()]
+    if newest := max(found, key=lambda p: p.stat().st_mtime, default=None):
+        return f"{where} (Lightning looks only there); to resume a run give its file: --ckpt_path {newest}"
+    return f"{where} (Lightning looks only there) and no run in {str(runs)!r} has one; leave ckpt_path out"
 
 
 def rounds_problem(path: str, ckpt: Any, args: list[str]) -> str | None:

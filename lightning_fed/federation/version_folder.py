@@ -146,8 +146,34 @@ def hold(folder: str | Path, refusal: str) -> HeldFolder:
     except OSError as err:  # a read-only folder: the run could not write its records there either
         raise UserError(f"{refusal}: cannot lock its run folder {str(folder)!r} ({err.strerror or err})") from None
     if lock is None:
-        raise FolderHeld(
-            f"{refusal}: another run holds its run folder {str(folder)!r} ({LOCK_FILE} is locked);"
-            " resume once that run has ended"
-        )
+        raise FolderHeld(held_line(refusal, folder))
     return HeldFolder(folder, [], lock or None)
+
+
+def held_line(refusal: str, folder: Path) -> str:
+    """The line refusing a resume whose run folder ``folder`` (absolute) another run holds."""
+    return (
+        f"{refusal}: another run holds its run folder {str(folder)!r} ({LOCK_FILE} is locked);"
+        " resume once that run has ended"
+    )
+
+
+def held_by_another(folder: str | Path) -> bool:
+    """Whether another process holds ``folder``'s :data:`LOCK_FILE` now (the precheck's look, before
+    torch: :func:`~lightning_fed.federation.early_check.held_problem`). Creates nothing: a folder without
+    the file is held by no one; the lock, if it was free, is let go at once (:func:`hold` takes it)."""
+    if fcntl is None:  # pragma: no cover
+        return False
+    try:
+        descriptor = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(descriptor)  # closing it lets go of a lock taken here
+    return False

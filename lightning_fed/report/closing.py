@@ -42,15 +42,20 @@ def _evaluations(summary: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
     return points
 
 
-def closing_line(run_dir: Path, key_file: Path | None = None, completed: int | None = None) -> str:
+def closing_line(
+    run_dir: Path, key_file: Path | None = None, completed: int | None = None, stopped: dict[str, Any] | None = None
+) -> str:
     """What ``fit`` says last: the run folder and the metrics of the module docstring, first to last evaluation;
     a private run's ``key_file`` (outside the run folder) after them. ``completed``: the rounds the run
-    ended with (:func:`_not_this_run`)."""
+    ended with (:func:`_not_this_run`); ``stopped``: why this run stopped where ``summary.json`` (an
+    earlier run's, kept) does not say it (a resume whose ``trainer.max_time`` was already spent)."""
     if key_file is not None:
         key = f"; secret key: {key_file} (not in the run folder; deleting it makes the run's randomness unrecoverable)"
-        return closing_line(run_dir, completed=completed) + key
+        return closing_line(run_dir, completed=completed, stopped=stopped) + key
     summary_file = run_dir / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    if stopped is not None:
+        summary = {**summary, "stopped": stopped}
     if line := _not_this_run(run_dir, summary, completed):
         return line
     points = _evaluations(summary)

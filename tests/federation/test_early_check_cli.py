@@ -36,6 +36,31 @@ def test_an_empty_ckpt_path_is_refused_before_torch(tmp_path, stage):
     assert list(work.iterdir()) == []
 
 
+def test_ckpt_path_last_that_can_resume_nothing_is_refused_naming_where_lightning_looks(tmp_path):
+    """Red team 8 row 18 (ck10): on 52f9c49 ``--ckpt_path last`` started a new run, exit 0, Lightning's
+    "no last checkpoint available" held back. Lightning looks only in this run's own checkpoint folder,
+    which a new run makes new (version_folder.py): ``last`` can resume nothing; the line names the newest
+    run's ``last.ckpt`` when there is one."""
+    proc, work = _blocked(tmp_path, "fit", "--config", "tiny", "--ckpt_path", "last")
+    line = (
+        "ckpt_path 'last': this run's new folder 'runs/tiny/lightning_logs/version_0/checkpoints' holds no"
+        " last.ckpt (Lightning looks only there) and no run in 'runs/tiny/lightning_logs' has one; leave ckpt_path out"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(work.iterdir()) == []
+    ckpt = work / "runs" / "tiny" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"")
+    (work / "c.yaml").write_text("ckpt_path: last\n", encoding="utf-8")
+    proc, _ = _blocked(tmp_path, "fit", "--config", "tiny", "--config", "c.yaml")
+    line = (
+        "config 'c.yaml': ckpt_path 'last': this run's new folder 'runs/tiny/lightning_logs/version_1/checkpoints'"
+        " holds no last.ckpt (Lightning looks only there); to resume a run give its file:"
+        " --ckpt_path runs/tiny/lightning_logs/version_0/checkpoints/last.ckpt"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+
+
 def test_a_run_folder_given_as_ckpt_path_names_its_last_checkpoint(tmp_path):
     run = tmp_path / "work" / "runs" / "lightning_logs" / "version_0"
     (run / "checkpoints").mkdir(parents=True)

@@ -247,3 +247,25 @@ def test_bad_noise_settings_are_listed_together():
         match=r"^federation.hooks\[\].clip_loss must be > 0, got 0; federation.hooks\[\].noise_multiplier must be > 0",
     ):
         ClientGrouping(clip_loss=0, noise_multiplier=-1.0)
+
+
+def test_a_fedbiscuit_loop_built_in_python_without_its_grouping_hook_is_refused_as_the_precheck_refuses():
+    """FederatedLoop(strategy=FedBiscuit()) with no ClientGrouping ran every round with exit 0 and never
+    grouped the clients (on 52f9c49 only the CLI's precheck refused it): the class says the precheck's line."""
+    from lightning_fed.errors import UserError
+    from lightning_fed.hook_cross_rules import strategy_problem
+    from lightning_fed.privacy import ClientLevelDP
+
+    line = strategy_problem(
+        {"federation.strategy": {"class_path": "FedBiscuit", "init_args": {}}, "federation.hooks": []}
+    )
+    assert line == (
+        "federation.strategy=FedBiscuit needs the round hook ClientGrouping in federation.hooks"
+        " (it groups the clients, on warmup_rounds and regroup_every), got none"
+    )
+    with pytest.raises(UserError) as raised:
+        FederatedLoop(rounds=2, strategy=FedBiscuit(num_selectors=3))
+    assert str(raised.value) == line
+    with pytest.raises(UserError, match=r"needs the round hook ClientGrouping .*, got none$"):
+        FederatedLoop(rounds=2, strategy=ClientLevelDP(FedBiscuit(num_selectors=3), clip_norm=1.0))
+    FederatedLoop(rounds=2, strategy=FedBiscuit(num_selectors=3), hooks=[ClientGrouping()])  # with it: built

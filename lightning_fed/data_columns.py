@@ -1,0 +1,127 @@
+"""What the data options need of a data set's columns beyond the partition's own column, said before
+torch is imported (red team 8, rows 14 and 15).
+
+:func:`~lightning_fed.nested_options.partition_columns_problem` refuses a partition column that
+``data.dataset`` lacks, from the columns known without loading it (a planted set's from its
+generator's source, a local file's from its header, schema or rows). The same columns decide three
+more mistakes, each refused only after the imports (12 s of CPU, two lines, no option named) or not
+at all:
+
+- ``data.group_key`` naming no column (``group_ids``' ``no column``; on a planted set without a
+  separate evaluation set it was accepted with exit 0 and never used);
+- a ``data.val_dataset`` / ``data.test_dataset`` without the column ``ByKey`` / ``ByColumn``
+  assigns its rows to clients by (``by_key_clients``' ``no column ... to assign rows to clients by``);
+- ``SortedShards(score: <a text column>)`` (the partitioner's ``must be numeric``).
+
+Only what is certain is refused: a set whose columns (or column types) are not known here is left
+to the live run. Imports no torch (pyarrow only for a Parquet file's schema).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lightning_fed.data_cross_rules import MAX_SCANNED_BYTES, READS_ITS_SOURCE, field_mapped, local_columns
+from lightning_fed.nested_options import PARTITIONS, SYNTHETIC_PREFIX, generator_columns
+
+PLANTED_NUMERIC = frozenset({"client", "follows_group", "flipped"})
+"""The planted sets' numeric columns (every other column of theirs holds text); a test builds each
+set and holds this against its column types (tests/test_data_columns_cli.py)."""
+BY_IDENTITY = {"ByKey": ("key", None), "ByColumn": ("column", "client")}
+"""The partitioners whose evaluation rows go to the client of their column's value
+(:func:`~lightning_fed.datamodules.eval_partition.evaluation_clients`) -> that option and its default."""
+EVALUATION_SETS = ("val_dataset", "test_dataset")
+
+
+def _columns(dataset: Any, field_map: Any) -> list[str] | None:
+    """The columns of ``dataset`` (a planted or a local set) as the data module reads them, or ``None``."""
+    if not isinstance(dataset, str):
+        return None
+    columns = generator_columns(dataset) if dataset.startswith(SYNTHETIC_PREFIX) else local_columns(dataset)
+    return field_mapped(columns, field_map) if columns is not None else None
+
+
+def _is_text(dataset: str, column: str) -> bool:
+    """Whether ``column`` (of the source, before ``field_map``) of ``dataset`` certainly holds text:
+    a planted set's column not in :data:`PLANTED_NUMERIC`, a Parquet column of no numeric or bool
+    type, a JSON/JSONL column with a value that is no number, bool or null."""
+    if dataset.startswith(SYNTHETIC_PREFIX):
+        return column not in PLANTED_NUMERIC
+    path = Path(dataset).expanduser()
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq  # no torch
+
+            kind = pq.read_schema(path).field(column).type
+            return not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind))
+        if suffix not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
+            return False
+        text = path.read_text(encoding="utf-8")
+        rows = (
+            json.loads(text)
+            if text.lstrip().startswith("[")
+            else [json.loads(x) for x in text.splitlines() if x.strip()]
+        )
+        values = [row.get(column) for row in rows if isinstance(row, dict)]
+    except Exception:  # noqa: BLE001 - not read cleanly: the live run's to say
+        return False
+    return any(v is not None and not isinstance(v, (int, float, bool)) for v in values)
+
+
+def _partition(init_args: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    """``data.partition``'s class name and ``init_args`` when it is one of the package's partitioners."""
+    partition = init_args.get("partition")
+    if isinstance(partition, str):
+        partition = {"class_path": partition}
+    if not isinstance(partition, Mapping) or not isinstance(partition.get("class_path"), str):
+        return None
+    module, _, name = partition["class_path"].rpartition(".")
+    given = partition.get("init_args") or {}
+    if module not in ("", "lightning_fed.datamodules", PARTITIONS) or not isinstance(given, Mapping):
+        return None
+    return name, given
+
+
+def data_columns_problem(data: Any) -> str | None:
+    """The line refusing ``data.group_key``, an evaluation set's client column or ``SortedShards``'
+    ``score`` (module docstring) in the merged ``data:`` section, or ``None``."""
+    if not isinstance(data, Mapping) or not isinstance(init_args := data.get("init_args"), Mapping):
+        return None
+    if not isinstance(data.get("class_path"), str) or data["class_path"].rpartition(".")[2] not in READS_ITS_SOURCE:
+        return None  # its records are built by the module: their columns are not the source's
+    field_map = init_args.get("field_map")
+    sets = [(f"data.{name}", init_args.get(name)) for name in ("dataset", *EVALUATION_SETS)]
+    known = [(opt, value, columns) for opt, value in sets if (columns := _columns(value, field_map)) is not None]
+    name, given = _partition(init_args) or ("", {})
+    # the training rows are partitioned first, then the evaluation rows assigned, then grouped
+    score, dataset = given.get("score"), init_args.get("dataset")
+    if name == "SortedShards" and isinstance(score, str) and known and known[0][0] == "data.dataset":
+        source = field_map.get(score, score) if isinstance(field_map, Mapping) else score
+        if score in known[0][2] and _is_text(dataset, source):
+            return (
+                f"data.partition.score {score!r}: data.dataset {dataset!r} holds text in that column;"
+                " SortedShards sorts the rows by a numeric column"
+            )
+    if name in BY_IDENTITY:
+        key, default = BY_IDENTITY[name]
+        column = given.get(key, default)
+        for option, value, columns in known:
+            if option != "data.dataset" and isinstance(column, str) and column not in columns:
+                return (
+                    f"{option} {value!r} has no column {column!r} (data.partition.{key}) to assign its rows to"
+                    f" clients by (columns: {', '.join(columns)})"
+                )
+    group_key = init_args.get("group_key")
+    # the evaluation sets' rows are grouped; without one, group_key groups nothing: held against data.dataset
+    given_sets = [option for option, value in sets[1:] if value is not None]
+    checked = [k for k in known if k[0] in given_sets] if given_sets else [k for k in known if k[0] == "data.dataset"]
+    for option, value, columns in checked if isinstance(group_key, str) else []:
+        if group_key not in columns:
+            shown = ", ".join(columns)
+            return f"data.group_key {group_key!r}: {option} {value!r} has no such column (columns: {shown})"
+    return None
