@@ -28,6 +28,7 @@ from lightning_fed.class_paths import package_subclasses
 from lightning_fed.data_paths import missing_path_problem
 from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir
 from lightning_fed.model_sources import missing_source_problem
+from lightning_fed.option_rules import rank_lists_problem
 from lightning_fed.strategy_modules import aggregating_strategy
 
 HOOK_NEEDS = {
@@ -144,6 +145,8 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
             continue
         name, init_args = hook["class_path"].rpartition(".")[2], hook["init_args"]
         if _is(name, "SystemHeterogeneity") and (problem := target_problem(index, init_args, sections)):
+            return problem
+        if _is(name, "ClientRanks") and (problem := rank_lists_problem(f"federation.hooks[{index}]", init_args)):
             return problem
         if _is(name, "HierarchicalDataSelection") and (
             problem := anchors_problem(index, init_args) or proxy_problem(index, init_args)

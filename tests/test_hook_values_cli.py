@@ -45,6 +45,51 @@ FILE_CASES = {
         "federation.hooks[0].deadlin is not an option of SystemHeterogeneity;"
         " did you mean federation.hooks[0].deadline?",
     ),
+    "seed_negative": (  # row 7 (h07g)
+        "feddpo_stragglers",
+        _hook({"seed": -1}),
+        "federation.hooks[0].seed must be in [0, 4294967295], got -1",
+    ),
+    "seed_huge": (  # h07h: accepted on 52f9c49
+        "feddpo_stragglers",
+        _hook({"seed": 2**32}),
+        "federation.hooks[0].seed must be in [0, 4294967295], got 4294967296",
+    ),
+    "seed_bool": (  # row 9 (h07, a03)
+        "feddpo_fedbuff",
+        _hook({"seed": False}),
+        "federation.hooks[0].seed must be an integer in [0, 4294967295], got False",
+    ),
+    "seed_float": (  # row 9 (h07d)
+        "feddpo_stragglers",
+        _hook({"seed": 1.5}),
+        "federation.hooks[0].seed must be an integer in [0, 4294967295], got 1.5",
+    ),
+    "ranks_seed_negative": (  # row 7 (k05)
+        "feddpo_hetlora",
+        _hook({"seed": -1}),
+        "federation.hooks[0].seed must be in [0, 4294967295], got -1",
+    ),
+    "async_concurrency_0": (  # row 10 (a01)
+        "feddpo_fedbuff",
+        _hook({"concurrency": 0}),
+        "federation.hooks[0].concurrency must be >= 1, got 0",
+    ),
+    "ranks_choice_0": (  # row 10 (k01)
+        "feddpo_hetlora",
+        _hook({"choices": [0, 8]}),
+        "federation.hooks[0].choices[0]: a rank must be a positive integer, got 0",
+    ),
+    "ranks_choices_word": (  # row 10 (k02)
+        "feddpo_hetlora",
+        _hook({"choices": "four"}),
+        "federation.hooks[0].choices must be a list of positive integers or null, got 'four'",
+    ),
+    "ranks_probabilities": (  # row 10 (k04)
+        "feddpo_hetlora",
+        _hook({"probabilities": [0.5, 0.5, 0.5]}),
+        "federation.hooks[0].probabilities: must be >= 0 and sum to 1, got [0.5, 0.5, 0.5]",
+    ),
 }
 
 
@@ -88,6 +133,25 @@ COMMAND_LINE_CASES = {
             "--federation.hooks=[{class_path: ClientRanks, init_args: {choises: [4]}}]",
         ],
         "federation.hooks[0].choises is not an option of ClientRanks; did you mean federation.hooks[0].choices?",
+    ),
+    "seed_bool": (  # row 9 (h07b)
+        [
+            "fit",
+            "--config",
+            "feddpo_stragglers",
+            "--federation.hooks=[{class_path: SystemHeterogeneity, init_args: {seed: true}}]",
+        ],
+        "federation.hooks[0].seed must be an integer in [0, 4294967295], got True",
+    ),
+    "print_config_seed_negative": (  # row 6 (pc02): --print_config printed what fit refuses
+        [
+            "fit",
+            "--config",
+            "feddpo_stragglers",
+            "--federation.hooks=[{class_path: SystemHeterogeneity, init_args: {seed: -1}}]",
+            "--print_config",
+        ],
+        "federation.hooks[0].seed must be in [0, 4294967295], got -1",
     ),
 }
 
