@@ -27,6 +27,17 @@ def _hook(options: dict) -> Callable[[dict], None]:
     return mutate
 
 
+def _wrapped(options: dict) -> Callable[[dict], None]:
+    """feddpo_dp's ClientLevelDP, ``options`` given to it (``strategy``: to the FedAdam it wraps)."""
+
+    def mutate(config: dict) -> None:
+        init_args = config["federation"]["strategy"]["init_args"]
+        init_args["strategy"]["init_args"].update(options.pop("strategy", {}))
+        init_args.update(options)
+
+    return mutate
+
+
 def _short_hook(options: dict) -> Callable[[dict], None]:
     """The hook named by its short class name (``SystemHeterogeneity``), as the docs show it."""
 
@@ -89,6 +100,23 @@ FILE_CASES = {
         "feddpo_hetlora",
         _hook({"probabilities": [0.5, 0.5, 0.5]}),
         "federation.hooks[0].probabilities: must be >= 0 and sum to 1, got [0.5, 0.5, 0.5]",
+    ),
+    "dp_adaptive_list": (  # row 11 (d06)
+        "feddpo_dp",
+        _wrapped({"adaptive": [0.5]}),
+        "federation.strategy.adaptive must be a mapping with keys target_quantile, learning_rate, count_stddev,"
+        " got [0.5]",
+    ),
+    "dp_adaptive_true": (  # row 11 (x02)
+        "feddpo_dp",
+        _wrapped({"adaptive": True}),
+        "federation.strategy.adaptive must be a mapping with keys target_quantile, learning_rate, count_stddev,"
+        " got True",
+    ),
+    "dp_wrapped_beta_1": (  # row 12 (d12): named federation.strategy.beta_1, which ClientLevelDP does not take
+        "feddpo_dp",
+        _wrapped({"strategy": {"beta_1": 2}}),
+        "federation.strategy.strategy.beta_1 must be in [0, 1), got 2.0",
     ),
 }
 
