@@ -223,6 +223,11 @@ SYNTHETIC_ARGS = (
 :data:`lightning_fed.datamodules.synthetic.SYNTHETIC`) refuses unless positive (``check_positive``)."""
 
 
+SYNTHETIC_SEED = in_range("data.synthetic_args.seed", 0, SEED_MAX, integer=True)
+"""A planted-data generator's ``seed``, bounded as ``seed_everything`` (an integer out of numpy's bounds only:
+the generator takes what numpy takes)."""
+
+
 def synthetic_problem(init_args: Mapping[str, Any]) -> str | None:
     """``data.synthetic_args``' sizes as the generator refuses them (:data:`SYNTHETIC_ARGS`), and
     the rows they make past :data:`~lightning_fed.limits.MAX_SYNTHETIC_ROWS` as the data source
@@ -233,6 +238,9 @@ def synthetic_problem(init_args: Mapping[str, Any]) -> str | None:
         return None
     if found := problems(SYNTHETIC_ARGS, args):
         return "; ".join(found)
+    seed = args.get("seed")  # numpy's default_rng: `expected non-negative integer`, naming nothing, after the imports
+    if isinstance(seed, int) and not isinstance(seed, bool) and (problem := SYNTHETIC_SEED.problem(seed)):
+        return problem
     clients = args.get("num_clients", init_args.get("num_clients", 1))
     return synthetic_rows_problem(clients, args.get("examples_per_client", 1))
 

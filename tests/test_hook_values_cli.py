@@ -181,6 +181,15 @@ COMMAND_LINE_CASES = {
         ],
         "federation.hooks[0].seed must be in [0, 4294967295], got -1",
     ),
+    "synthetic_seed_negative": (  # row 7 (sy05)
+        [
+            "fit",
+            "--config",
+            "tiny",
+            "--data.init_args.synthetic_args={examples_per_client: 24, groups: [positive], seed: -1}",
+        ],
+        "data.synthetic_args.seed must be in [0, 4294967295], got -1",
+    ),
 }
 
 
