@@ -190,6 +190,12 @@ COMMAND_LINE_CASES = {
         ],
         "data.synthetic_args.seed must be in [0, 4294967295], got -1",
     ),
+    "indexed_hook_option": (  # row 20 (h01): suggested --federation.on_large_update
+        ["fit", "--config", "feddpo_stragglers", "--federation.hooks[0].init_args.deadline=abc"],
+        "unknown option --federation.hooks[0].init_args.deadline for `lightning-fed fit`; a list's item is not"
+        " indexed on the command line: --federation.hooks.init_args.deadline sets the last item's option,"
+        " --federation.hooks='[...]' gives the whole list",
+    ),
 }
 
 
