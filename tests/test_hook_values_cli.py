@@ -190,6 +190,11 @@ COMMAND_LINE_CASES = {
         ],
         "data.synthetic_args.seed must be in [0, 4294967295], got -1",
     ),
+    "cosine_floor_above_lr": (  # row 21 (r06): ran to the end, the rate climbing from 0.005 to 100
+        ["fit", "--config", "tiny", "--federation.hooks=[{class_path: RoundLRSchedule, init_args: {min_lr: 100.0}}]"],
+        "federation.hooks[0].min_lr=100.0 is above model.lr=0.005: the cosine schedule's floor would raise the rate"
+        " every round",
+    ),
     "indexed_hook_option": (  # row 20 (h01): suggested --federation.on_large_update
         ["fit", "--config", "feddpo_stragglers", "--federation.hooks[0].init_args.deadline=abc"],
         "unknown option --federation.hooks[0].init_args.deadline for `lightning-fed fit`; a list's item is not"
