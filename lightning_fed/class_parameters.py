@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.option_rules import HOOK_PACKAGES, PACKAGES
+
 PACKAGE_ROOT = Path(__file__).resolve().parent
 """``lightning_fed/`` of this installation."""
 READ = ("lightning_fed", "lightning")
@@ -81,6 +83,19 @@ def _class(module: str, name: str, depth: int = 0) -> tuple[str, ast.ClassDef] |
     return _class(source, name, depth + 1) if source else None
 
 
+def _located(package: str, class_path: str) -> tuple[str, ast.ClassDef] | None:
+    """The module defining ``class_path`` (a path, or a short name seen from ``package``) and its
+    definition. A round hook's short name is looked up in every package of
+    :data:`~lightning_fed.option_rules.HOOK_PACKAGES` (``RoundLRSchedule`` lives in ``callbacks``,
+    ``ClientRanks`` in ``heterogeneity``; the live parser takes them by short name as
+    ``ClientGrouping`` of ``round_hooks``)."""
+    module, _, name = class_path.rpartition(".")
+    if module:
+        return _class(module, name)
+    searched = HOOK_PACKAGES if package == PACKAGES["federation.hooks"] else (package,)
+    return next((found for p in searched if (found := _class(p, name)) is not None), None)
+
+
 def defined(module: str, name: str) -> bool:
     """Whether ``module`` (``lightning_fed.<...>``) defines or imports a class ``name``, as far as
     its source shows (a module that cannot be read counts as defining it: nothing is refused)."""
@@ -97,8 +112,7 @@ def signature(package: str, class_path: str, depth: int = 0) -> Annotated | None
     """The keyword parameters of ``class_path`` (a short name or a path below ``package``) with
     their annotations, or ``None`` if they cannot be read here. A parameter a class takes itself
     wins over its base's of the same name."""
-    module, _, name = class_path.rpartition(".")
-    found = _class(module or package, name)
+    found = _located(package, class_path)
     if found is None or depth > 8:
         return None
     where, node = found
@@ -128,8 +142,7 @@ def signature(package: str, class_path: str, depth: int = 0) -> Annotated | None
 def takes_any_keyword(package: str, class_path: str) -> bool:
     """Whether ``class_path``'s own ``__init__`` takes ``**kwargs`` (where they go is not followed
     here: Lightning's ``ModelSummary`` hands them to ``summarize``), or cannot be read here."""
-    module, _, name = class_path.rpartition(".")
-    found = _class(module or package, name)
+    found = _located(package, class_path)
     if found is None:
         return True
     init = next((f for f in found[1].body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
@@ -236,8 +249,7 @@ def subclasses(module: str, base: str) -> tuple[str, ...]:
 def class_chain(package: str, class_path: str, depth: int = 0) -> Iterator[tuple[str, ast.ClassDef]]:
     """The class, then the package's classes it derives from, depth first and left to right (the
     method resolution order of the package's classes, which share no base twice)."""
-    module, _, name = class_path.rpartition(".")
-    found = _class(module or package, name)
+    found = _located(package, class_path)
     if found is None or depth > 8:
         return
     yield found
@@ -315,8 +327,7 @@ def own_signature(package: str, class_path: str) -> Annotated | None:
     """The parameters ``class_path``'s own ``__init__`` names, with their annotations (its ``**kwargs``
     not followed: :mod:`lightning_fed.lightning_init_args` says where a Lightning logger's go), or
     ``None`` if it has no ``__init__`` of its own or cannot be read here."""
-    module, _, name = class_path.rpartition(".")
-    found = _class(module or package, name)
+    found = _located(package, class_path)
     if found is None:
         return None
     where, node = found

@@ -309,7 +309,16 @@ def _check_option(arg: str, options: Options, subcommand: str) -> None:
         return
     near = options.closest(name) or closest_name(name, ["config"])  # `-c CONFIG, --config`: not in Options.names
     hint = f"; did you mean --{near}?" if near else f"; lightning-fed {subcommand} --help lists every option"
+    if (item := _INDEXED.fullmatch(name)) and options.known(last := item[1] + item[3]):
+        hint = (  # red team 8 row 20: `did you mean --federation.on_large_update?` for a hook's option
+            f"; a list's item is not indexed on the command line: --{last} sets the last item's option,"
+            f" --{item[1]}='[...]' gives the whole list"
+        )
     _refuse(f"unknown option --{name} for `lightning-fed {subcommand}`{hint}")
+
+
+_INDEXED = re.compile(r"(.+?)\[(\d+)\](\..+)")
+"""``federation.hooks[0].init_args.deadline``: (the list, the index, the item's option)."""
 
 
 def _sources(args: list[str]) -> Iterator[tuple[int, str | None]]:

@@ -34,6 +34,7 @@ from lightning_fed.class_paths import package_subclasses
 from lightning_fed.data_paths import missing_path_problem
 from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir
 from lightning_fed.model_sources import missing_source_problem
+from lightning_fed.option_rules import rank_lists_problem
 from lightning_fed.strategy_modules import aggregating_strategy
 
 HOOK_NEEDS = {
@@ -126,6 +127,27 @@ def target_problem(index: int, init_args: dict[str, Any], sections: dict[str, An
     return None
 
 
+def min_lr_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:
+    """RoundLRSchedule's cosine ``min_lr`` above ``model.lr`` (given, or the package's module's
+    default): ``min_lr + (lr - min_lr)(1 + cos(pi r / R)) / 2`` then climbs from ``lr`` to ``min_lr``,
+    a floor above the start (red team 8 row 21: ``min_lr: 100.0`` over ``lr: 0.005`` ran to the end)."""
+    from lightning_fed.class_parameters import init_defaults
+    from lightning_fed.option_rules import PACKAGES
+
+    schedule, floor = init_args.get("schedule", "cosine"), init_args.get("min_lr")
+    model = sections.get("model")
+    if schedule != "cosine" or not isinstance(model, dict) or not package_class("model", model["class_path"]):
+        return None
+    lr = model["init_args"].get("lr", init_defaults(PACKAGES["model"], model["class_path"]).get("lr"))
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (floor, lr))
+    if numbers and floor > lr:
+        return (
+            f"federation.hooks[{index}].min_lr={floor} is above model.lr={lr}: the cosine schedule's floor"
+            " would raise the rate every round"
+        )
+    return None
+
+
 def anchors_problem(index: int, init_args: dict[str, Any]) -> str | None:
     """HierarchicalDataSelection's ``anchors``: an unknown synthetic set, or a local path to nothing."""
     anchors, option = init_args.get("anchors"), f"federation.hooks[{index}].anchors"
@@ -191,6 +213,10 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
             continue
         name, init_args = hook["class_path"].rpartition(".")[2], hook["init_args"]
         if _is(name, "SystemHeterogeneity") and (problem := target_problem(index, init_args, sections)):
+            return problem
+        if _is(name, "RoundLRSchedule") and (problem := min_lr_problem(index, init_args, sections)):
+            return problem
+        if _is(name, "ClientRanks") and (problem := rank_lists_problem(f"federation.hooks[{index}]", init_args)):
             return problem
         if _is(name, "HierarchicalDataSelection") and (
             problem := anchors_problem(index, init_args) or proxy_problem(index, init_args)

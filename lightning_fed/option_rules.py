@@ -21,6 +21,7 @@ and the standard library.
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -222,6 +223,11 @@ SYNTHETIC_ARGS = (
 :data:`lightning_fed.datamodules.synthetic.SYNTHETIC`) refuses unless positive (``check_positive``)."""
 
 
+SYNTHETIC_SEED = in_range("data.synthetic_args.seed", 0, SEED_MAX, integer=True)
+"""A planted-data generator's ``seed``, bounded as ``seed_everything`` (an integer out of numpy's bounds only:
+the generator takes what numpy takes)."""
+
+
 def synthetic_problem(init_args: Mapping[str, Any]) -> str | None:
     """``data.synthetic_args``' sizes as the generator refuses them (:data:`SYNTHETIC_ARGS`), and
     the rows they make past :data:`~lightning_fed.limits.MAX_SYNTHETIC_ROWS` as the data source
@@ -232,6 +238,9 @@ def synthetic_problem(init_args: Mapping[str, Any]) -> str | None:
         return None
     if found := problems(SYNTHETIC_ARGS, args):
         return "; ".join(found)
+    seed = args.get("seed")  # numpy's default_rng: `expected non-negative integer`, naming nothing, after the imports
+    if isinstance(seed, int) and not isinstance(seed, bool) and (problem := SYNTHETIC_SEED.problem(seed)):
+        return problem
     clients = args.get("num_clients", init_args.get("num_clients", 1))
     return synthetic_rows_problem(clients, args.get("examples_per_client", 1))
 
@@ -394,6 +403,9 @@ ROUND_LR_SCHEDULE = (
     at_least(HOOK + "rounds", 1, integer=True, nullable=True),
 )
 """RoundLRSchedule's (a hook of ``callbacks/``, named by its short name in a config)."""
+HOOK_SEED = in_range(HOOK + "seed", 0, SEED_MAX, integer=True)
+"""A hook's ``seed`` (numpy's ``default_rng`` refused ``-1`` with ``expected non-negative integer``,
+naming no option, after the imports): bounded as :func:`seed_problem`'s ``seed_everything``."""
 CLOCKS = ("virtual", "wall")
 """SystemHeterogeneity's ``clock``."""
 SYSTEM_HETEROGENEITY = (
@@ -407,6 +419,7 @@ SYSTEM_HETEROGENEITY = (
     at_least(HOOK + "slow_factor", 1),
     in_range(HOOK + "availability", 0, 1, low_open=True),  # 0: no client would ever be online
     in_range(HOOK + "dropout", 0, 1, high_open=True),  # 1: every client would drop out
+    HOOK_SEED,
 )
 """SystemHeterogeneity's (a hook of ``heterogeneity/``; its clients' profile, ``SystemProfile``, checks
 the same again, for AsyncArrivals and a ``trace`` file's rows)."""
@@ -443,11 +456,54 @@ centroids in each client's t-SNE frame, with no anchors): ``load_anchor_items`` 
 them, and a count below 1 took every row of the set (``num_anchors: -1`` ran, red team 8 row 16)."""
 SERVER_SIDE_CORESET = (in_range(HOOK + "ratio", 0, 1, low_open=True),)
 """RandomSelection's, PerplexitySelection's and CentralizedCoreset's (``selection/baselines.py``): the share kept."""
+ASYNC_ARRIVALS = (at_least(HOOK + "concurrency", 1, integer=True), HOOK_SEED)
+"""AsyncArrivals' own (its clients' profile is SystemHeterogeneity's, checked by ``SystemProfile``)."""
+CLIENT_RANKS = (HOOK_SEED,)
+"""ClientRanks' (its lists of ranks: :func:`rank_lists_problem`)."""
+
+
+def rank_lists_problem(prefix: str, init_args: Mapping[str, Any]) -> str | None:
+    """ClientRanks' ``per_client`` / ``choices`` (positive integers, not empty) and ``probabilities``
+    (one per choice, >= 0, summing to 1), each line starting with ``prefix`` (the class's
+    ``federation.hooks: ClientRanks``, the precheck's ``federation.hooks[i]``); ``None`` if they fit.
+    ``RankAssignment`` raises these lines; which one of ``per_client``, ``choices``, ``column`` is
+    given is left to it."""
+    found = []
+    for name in ("per_client", "choices"):
+        values = init_args.get(name)
+        if values is None:
+            continue
+        if not isinstance(values, (list, tuple)):
+            return f"{prefix}.{name} must be a list of positive integers or null, got {values!r}"
+        if not values:
+            found.append(f"{prefix}.{name}: must not be empty")
+        found += [
+            f"{prefix}.{name}[{i}]: a rank must be a positive integer, got {r!r}"
+            for i, r in enumerate(values)
+            if isinstance(r, bool) or not isinstance(r, numbers.Integral) or not r > 0  # numpy's too
+        ]
+    probabilities, choices = init_args.get("probabilities"), init_args.get("choices")
+    if probabilities is not None:
+        if not isinstance(probabilities, (list, tuple)) or not all(
+            isinstance(p, (int, float)) and not isinstance(p, bool) for p in probabilities
+        ):
+            return f"{prefix}.probabilities must be a list of numbers or null, got {probabilities!r}"
+        if choices is None:
+            found.append(f"{prefix}.probabilities: needs choices")
+        elif isinstance(choices, (list, tuple)) and len(probabilities) != len(choices):
+            found.append(f"{prefix}.probabilities: {len(probabilities)} values for {len(choices)} choices")
+        if any(not (p >= 0) for p in probabilities) or not abs(sum(probabilities) - 1.0) < 1e-6:
+            found.append(f"{prefix}.probabilities: must be >= 0 and sum to 1, got {list(probabilities)}")
+    return "; ".join(found) or None
+
+
 HOOK_RULES: dict[str, tuple[Rule, ...]] = {
     "ClientGrouping": CLIENT_GROUPING,
     "EmulatorAlignment": EMULATOR_ALIGNMENT,
     "RoundLRSchedule": ROUND_LR_SCHEDULE,
     "SystemHeterogeneity": SYSTEM_HETEROGENEITY,
+    "AsyncArrivals": ASYNC_ARRIVALS,
+    "ClientRanks": CLIENT_RANKS,
     "HierarchicalDataSelection": HIERARCHICAL_DATA_SELECTION,
     "GlobalSelect": HIERARCHICAL_DATA_SELECTION,
     **dict.fromkeys(("RandomSelection", "PerplexitySelection", "CentralizedCoreset"), SERVER_SIDE_CORESET),

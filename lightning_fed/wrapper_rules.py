@@ -220,15 +220,18 @@ def _package_strategy(class_path: str) -> str | None:
     return name if name in STRATEGY_RULES else None
 
 
-def wrapper_problem(strategy: Any) -> str | None:
-    """The line a wrapper given as ``federation.strategy`` (``{class_path, init_args}``, merged)
-    refuses its options with, or ``None`` (not a wrapper, or nothing certain)."""
+def wrapper_problem(strategy: Any, key: str = "federation.strategy") -> str | None:
+    """The line a wrapper given as ``federation.strategy`` (``{class_path, init_args}``, merged; at
+    ``key``: ``federation.strategy.strategy`` for one a wrapper wraps) refuses its options with, or
+    ``None`` (not a wrapper, or nothing certain)."""
     section = _section(strategy)
     if section is None or (wrapper := _wrapper(section["class_path"])) is None:
         return None
     args = {k: v for k, v in section["init_args"].items() if k in ("protocol", "strategy") or not _numeric_word(v)}
     inner = _section(args.get("strategy"))
-    if problem := inner_problem(inner):  # the parser builds the wrapped strategy first
+    if problem := inner_problem(inner, f"{key}.strategy"):  # the parser builds the wrapped strategy first
+        return problem
+    if wrapper == "ClientLevelDP" and (problem := _adaptive_shape_problem(args.get("adaptive"), f"{key}.adaptive")):
         return problem
     if wrapper == "ClientLevelDP" and (found := adaptive_problems(**_adaptive_values(args.get("adaptive")))):
         return "ClientLevelDP: " + "; ".join(found)  # the parser builds AdaptiveClipping before the wrapper
@@ -278,17 +281,30 @@ def _secure_sum_family() -> set[str]:
     return ({"FedAvg"} | package_subclasses("FedAvg")) - nova
 
 
-def inner_problem(inner: dict[str, Any] | None) -> str | None:
+def inner_problem(inner: dict[str, Any] | None, key: str = "federation.strategy.strategy") -> str | None:
     """The wrapped strategy's own refusal: a wrapper's (:func:`wrapper_problem`) or the package's
-    strategy's rules (:func:`~lightning_fed.class_sections.class_problem`, which name the option
-    ``federation.strategy.<option>`` as the class does)."""
+    strategy's rules (:func:`~lightning_fed.class_sections.class_problem`, whose lines name the option
+    ``federation.strategy.<option>`` as the class does: here renamed to where it is, ``key``, as
+    ``federation.strategy.strategy.beta_1``; red team 8 row 12)."""
     if inner is None:
         return None
     if _wrapper(inner["class_path"]) is not None:
-        return wrapper_problem(inner)
+        return wrapper_problem(inner, key)
     from lightning_fed.class_sections import class_problem
 
-    return class_problem("federation.strategy", inner)
+    problem = class_problem("federation.strategy", inner)
+    return problem.replace("federation.strategy.", f"{key}.") if problem else None
+
+
+def _adaptive_shape_problem(adaptive: Any, option: str) -> str | None:
+    """ClientLevelDP's ``adaptive`` given as neither a mapping nor ``null`` (``[0.5]``, ``true``): the
+    live parser's line (:func:`lightning_fed.errors.simplify_parse_error`), after the imports."""
+    if adaptive is None or isinstance(adaptive, (Mapping, str)):
+        return None  # a word: the parser may still read it (null)
+    from lightning_fed.class_parameters import dataclass_fields
+
+    keys = ", ".join(dataclass_fields(*ADAPTIVE) or ())
+    return f"{option} must be a mapping with keys {keys}, got {adaptive!r}"
 
 
 def _adaptive_init_args(adaptive: Any) -> dict[str, Any] | None:

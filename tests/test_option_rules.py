@@ -142,6 +142,8 @@ def _federation_context(values: dict[str, Any]) -> dict[str, Any]:
 OTHER_HOOKS = {
     "RoundLRSchedule": "lightning_fed.callbacks.lr_schedule",
     "SystemHeterogeneity": "lightning_fed.heterogeneity",
+    "AsyncArrivals": "lightning_fed.heterogeneity",
+    "ClientRanks": "lightning_fed.heterogeneity",
     "HierarchicalDataSelection": "lightning_fed.selection",
     "GlobalSelect": "lightning_fed.selection",
     "RandomSelection": "lightning_fed.selection",

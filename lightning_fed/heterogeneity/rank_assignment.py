@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from lightning_fed.federation.sampling import derive_seed
+from lightning_fed.option_rules import rank_lists_problem
 
 SECTION = "federation.hooks: ClientRanks"
 """How errors name these settings: the ``init_args`` of the ``ClientRanks`` hook."""
@@ -55,25 +56,9 @@ class RankAssignment:
         given = [name for name in ("per_client", "choices", "column") if getattr(self, name) is not None]
         if len(given) != 1:
             problems.append(f"{SECTION}: give exactly one of per_client, choices, column (got {given or 'none'})")
-        for name in ("per_client", "choices"):
-            values = getattr(self, name)
-            if values is not None:
-                if not values:
-                    problems.append(f"{SECTION}.{name}: must not be empty")
-                problems += [
-                    f"{SECTION}.{name}[{i}]: a rank must be a positive integer, got {r!r}"
-                    for i, r in enumerate(values)
-                    if not _is_rank(r)
-                ]
-        if self.probabilities is not None:
-            if self.choices is None:
-                problems.append(f"{SECTION}.probabilities: needs choices")
-            elif len(self.probabilities) != len(self.choices):
-                problems.append(
-                    f"{SECTION}.probabilities: {len(self.probabilities)} values for {len(self.choices)} choices"
-                )
-            if any(not (p >= 0) for p in self.probabilities) or not abs(sum(self.probabilities) - 1.0) < 1e-6:
-                problems.append(f"{SECTION}.probabilities: must be >= 0 and sum to 1, got {self.probabilities}")
+        lists = {"per_client": self.per_client, "choices": self.choices, "probabilities": self.probabilities}
+        if problem := rank_lists_problem(SECTION, lists):  # lightning_fed/option_rules.py: the precheck's too
+            problems.append(problem)
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -115,7 +115,7 @@ class SystemHeterogeneity(RoundHook):
         reply_margin: float = 0.2,
     ) -> None:
         # lightning_fed/option_rules.py: the precheck refuses these with the same line, before torch
-        check(SYSTEM_HETEROGENEITY, target=target, clock=clock, reply_margin=reply_margin, deadline=deadline)
+        check(SYSTEM_HETEROGENEITY, target=target, clock=clock, reply_margin=reply_margin, deadline=deadline, seed=seed)
         profile = {"local_steps": local_steps, "step_time": step_time, "slow_fraction": slow_fraction}
         check(SYSTEM_HETEROGENEITY, **profile, slow_factor=slow_factor, availability=availability, dropout=dropout)
         virtual_only = {"step_time": 1.0, "slow_fraction": 0.0, "availability": 1.0, "dropout": 0.0, "trace": None}

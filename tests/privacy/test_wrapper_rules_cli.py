@@ -33,7 +33,7 @@ CASES = {
     ),
     "dp_wrapped_strategy_rule": (
         f"{{class_path: {DP}, init_args: {{strategy: {{class_path: FedAdam, init_args: {{tau: -1}}}}}}}}",
-        "federation.strategy.tau must be > 0, got -1.0",
+        "federation.strategy.strategy.tau must be > 0, got -1.0",  # where it is (red team 8 row 12)
     ),
     "secagg_clipping_range": (
         f"{{class_path: {SECAGG}, init_args: {{clipping_range: -1, strategy: FedAvg}}}}",

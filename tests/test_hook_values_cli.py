@@ -1,0 +1,213 @@
+"""A round hook's or a strategy wrapper's option refused before torch is imported, in one line naming
+its full option path, its value and the file (red team 8's report, rows 6-13 and 21).
+
+On 52f9c49 each of these was refused after torch, Lightning and transformers were imported (10-14 s
+of CPU), most in two lines (jsonargparse's or the class's message and a hint), without the hook's
+``[i]`` or the file; or was refused early under the wrong option path. The children cannot import
+torch (``tests/helpers/cli.py``): a refusal that still needed the live run ends in that import error
+instead; each runs in an empty folder, which stays empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_fed.shipped_configs import resolve_config
+from tests.helpers.cli import lightning_fed_without_torch
+
+
+def _hook(options: dict) -> Callable[[dict], None]:
+    def mutate(config: dict) -> None:
+        config["federation"]["hooks"][0]["init_args"].update(options)
+
+    return mutate
+
+
+def _wrapped(options: dict) -> Callable[[dict], None]:
+    """feddpo_dp's ClientLevelDP, ``options`` given to it (``strategy``: to the FedAdam it wraps)."""
+
+    def mutate(config: dict) -> None:
+        init_args = config["federation"]["strategy"]["init_args"]
+        init_args["strategy"]["init_args"].update(options.pop("strategy", {}))
+        init_args.update(options)
+
+    return mutate
+
+
+def _short_hook(options: dict) -> Callable[[dict], None]:
+    """The hook named by its short class name (``SystemHeterogeneity``), as the docs show it."""
+
+    def mutate(config: dict) -> None:
+        hook = config["federation"]["hooks"][0]
+        hook["class_path"] = hook["class_path"].rpartition(".")[2]
+        hook["init_args"].update(options)
+
+    return mutate
+
+
+FILE_CASES = {
+    "short_name_unknown_key": (  # red team 8 row 8 (r04d)
+        "feddpo_stragglers",
+        _short_hook({"deadlin": 3}),
+        "federation.hooks[0].deadlin is not an option of SystemHeterogeneity;"
+        " did you mean federation.hooks[0].deadline?",
+    ),
+    "seed_negative": (  # row 7 (h07g)
+        "feddpo_stragglers",
+        _hook({"seed": -1}),
+        "federation.hooks[0].seed must be in [0, 4294967295], got -1",
+    ),
+    "seed_huge": (  # h07h: accepted on 52f9c49
+        "feddpo_stragglers",
+        _hook({"seed": 2**32}),
+        "federation.hooks[0].seed must be in [0, 4294967295], got 4294967296",
+    ),
+    "seed_bool": (  # row 9 (h07, a03)
+        "feddpo_fedbuff",
+        _hook({"seed": False}),
+        "federation.hooks[0].seed must be an integer in [0, 4294967295], got False",
+    ),
+    "seed_float": (  # row 9 (h07d)
+        "feddpo_stragglers",
+        _hook({"seed": 1.5}),
+        "federation.hooks[0].seed must be an integer in [0, 4294967295], got 1.5",
+    ),
+    "ranks_seed_negative": (  # row 7 (k05)
+        "feddpo_hetlora",
+        _hook({"seed": -1}),
+        "federation.hooks[0].seed must be in [0, 4294967295], got -1",
+    ),
+    "async_concurrency_0": (  # row 10 (a01)
+        "feddpo_fedbuff",
+        _hook({"concurrency": 0}),
+        "federation.hooks[0].concurrency must be >= 1, got 0",
+    ),
+    "ranks_choice_0": (  # row 10 (k01)
+        "feddpo_hetlora",
+        _hook({"choices": [0, 8]}),
+        "federation.hooks[0].choices[0]: a rank must be a positive integer, got 0",
+    ),
+    "ranks_choices_word": (  # row 10 (k02)
+        "feddpo_hetlora",
+        _hook({"choices": "four"}),
+        "federation.hooks[0].choices must be a list of positive integers or null, got 'four'",
+    ),
+    "ranks_probabilities": (  # row 10 (k04)
+        "feddpo_hetlora",
+        _hook({"probabilities": [0.5, 0.5, 0.5]}),
+        "federation.hooks[0].probabilities: must be >= 0 and sum to 1, got [0.5, 0.5, 0.5]",
+    ),
+    "dp_adaptive_list": (  # row 11 (d06)
+        "feddpo_dp",
+        _wrapped({"adaptive": [0.5]}),
+        "federation.strategy.adaptive must be a mapping with keys target_quantile, learning_rate, count_stddev,"
+        " got [0.5]",
+    ),
+    "dp_adaptive_true": (  # row 11 (x02)
+        "feddpo_dp",
+        _wrapped({"adaptive": True}),
+        "federation.strategy.adaptive must be a mapping with keys target_quantile, learning_rate, count_stddev,"
+        " got True",
+    ),
+    "dp_wrapped_beta_1": (  # row 12 (d12): named federation.strategy.beta_1, which ClientLevelDP does not take
+        "feddpo_dp",
+        _wrapped({"strategy": {"beta_1": 2}}),
+        "federation.strategy.strategy.beta_1 must be in [0, 1), got 2.0",
+    ),
+}
+
+
+@pytest.mark.parametrize(("shipped", "mutate", "line"), list(FILE_CASES.values()), ids=list(FILE_CASES))
+def test_a_hook_value_in_a_file_is_refused_in_one_line_before_torch(tmp_path, shipped, mutate, line):
+    config = yaml.safe_load(Path(resolve_config(shipped)).read_text(encoding="utf-8"))
+    mutate(config)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
+    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
+    assert list(cwd.iterdir()) == []
+
+
+COMMAND_LINE_CASES = {
+    "short_name_unknown_key": (  # red team 8 row 8 (r04)
+        [
+            "fit",
+            "--config",
+            "tiny",
+            "--federation.hooks=[{class_path: RoundLRSchedule, init_args: {schedul: cosine}}]",
+        ],
+        "federation.hooks[0].schedul is not an option of RoundLRSchedule; did you mean federation.hooks[0].schedule?",
+    ),
+    "short_name_unknown_key_validate": (  # row 8b (q06)
+        [
+            "validate",
+            "--config",
+            "tiny",
+            "--federation.hooks=[{class_path: RoundLRSchedule, init_args: {schedul: cosine}}]",
+        ],
+        "federation.hooks[0].schedul is not an option of RoundLRSchedule; did you mean federation.hooks[0].schedule?",
+    ),
+    "short_name_ranks_unknown_key": (  # row 8 (n01)
+        [
+            "fit",
+            "--config",
+            "feddpo_hetlora",
+            "--federation.hooks=[{class_path: ClientRanks, init_args: {choises: [4]}}]",
+        ],
+        "federation.hooks[0].choises is not an option of ClientRanks; did you mean federation.hooks[0].choices?",
+    ),
+    "seed_bool": (  # row 9 (h07b)
+        [
+            "fit",
+            "--config",
+            "feddpo_stragglers",
+            "--federation.hooks=[{class_path: SystemHeterogeneity, init_args: {seed: true}}]",
+        ],
+        "federation.hooks[0].seed must be an integer in [0, 4294967295], got True",
+    ),
+    "print_config_seed_negative": (  # row 6 (pc02): --print_config printed what fit refuses
+        [
+            "fit",
+            "--config",
+            "feddpo_stragglers",
+            "--federation.hooks=[{class_path: SystemHeterogeneity, init_args: {seed: -1}}]",
+            "--print_config",
+        ],
+        "federation.hooks[0].seed must be in [0, 4294967295], got -1",
+    ),
+    "synthetic_seed_negative": (  # row 7 (sy05)
+        [
+            "fit",
+            "--config",
+            "tiny",
+            "--data.init_args.synthetic_args={examples_per_client: 24, groups: [positive], seed: -1}",
+        ],
+        "data.synthetic_args.seed must be in [0, 4294967295], got -1",
+    ),
+    "cosine_floor_above_lr": (  # row 21 (r06): ran to the end, the rate climbing from 0.005 to 100
+        ["fit", "--config", "tiny", "--federation.hooks=[{class_path: RoundLRSchedule, init_args: {min_lr: 100.0}}]"],
+        "federation.hooks[0].min_lr=100.0 is above model.lr=0.005: the cosine schedule's floor would raise the rate"
+        " every round",
+    ),
+    "indexed_hook_option": (  # row 20 (h01): suggested --federation.on_large_update
+        ["fit", "--config", "feddpo_stragglers", "--federation.hooks[0].init_args.deadline=abc"],
+        "unknown option --federation.hooks[0].init_args.deadline for `lightning-fed fit`; a list's item is not"
+        " indexed on the command line: --federation.hooks.init_args.deadline sets the last item's option,"
+        " --federation.hooks='[...]' gives the whole list",
+    ),
+}
+
+
+@pytest.mark.parametrize(("args", "line"), list(COMMAND_LINE_CASES.values()), ids=list(COMMAND_LINE_CASES))
+def test_a_hook_value_on_the_command_line_is_refused_in_one_line_before_torch(tmp_path, args, line):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch(*args, cwd=cwd, hook=tmp_path / "hook")
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(cwd.iterdir()) == []
