@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from lightning_fed.shipped_configs import resolve_config
-from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+from tests.helpers.refusals import assert_config_refused_before_torch
 
 TINY = yaml.safe_load(Path(resolve_config("tiny")).read_text(encoding="utf-8"))
 CONFIG = "model.backbone.config"
@@ -57,34 +57,21 @@ CASES = {
 }
 
 
-def _run(tmp_path: Path, config: dict) -> tuple[Path, object]:
-    path = tmp_path / "my.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
-    assert REACHED_TORCH not in proc.stderr
-    assert list(cwd.iterdir()) == []
-    return path, proc
-
-
 @pytest.mark.parametrize(("change", "line"), list(CASES.values()), ids=list(CASES))
 def test_a_backbone_config_value_its_model_refuses_is_refused_before_torch(tmp_path, change, line):
     config = yaml.safe_load(yaml.safe_dump(TINY))
     config["model"]["init_args"]["backbone"]["config"].update(change)
-    path, proc = _run(tmp_path, config)
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
+    assert_config_refused_before_torch(tmp_path, config, line, name="my.yaml")
 
 
 def test_llama_key_value_heads_that_do_not_divide_the_heads_are_refused_before_torch(tmp_path):
     config = yaml.safe_load(yaml.safe_dump(TINY))
     config["model"]["init_args"]["backbone"]["config"] = {**LLAMA, "num_key_value_heads": 3}
-    path, proc = _run(tmp_path, config)
     line = (
         f"{CONFIG}.num_key_value_heads=3 must divide {CONFIG}.num_attention_heads=4"
         " (LlamaConfig: each key/value head serves num_attention_heads / num_key_value_heads attention heads)"
     )
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
+    assert_config_refused_before_torch(tmp_path, config, line, name="my.yaml")
 
 
 def test_a_local_tokenizer_s_ids_bound_the_vocab_size(tmp_path):
@@ -98,12 +85,11 @@ def test_a_local_tokenizer_s_ids_bound_the_vocab_size(tmp_path):
     backbone = config["model"]["init_args"]["backbone"]
     backbone["tokenizer"] = str(folder)
     backbone["config"]["vocab_size"] = 16
-    path, proc = _run(tmp_path, config)
     line = (
         f"{CONFIG}.vocab_size=16 is below the tokenizer's 21 tokens (each token id needs an embedding row);"
         " leave vocab_size out to take the tokenizer's"
     )
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
+    assert_config_refused_before_torch(tmp_path, config, line, name="my.yaml")
 
 
 def test_the_bytes_tokenizer_size_declared_is_the_live_tokenizer_s():

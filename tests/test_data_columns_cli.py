@@ -21,6 +21,7 @@ import yaml
 from lightning_fed.data_columns import PLANTED_NUMERIC
 from lightning_fed.shipped_configs import resolve_config
 from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+from tests.helpers.refusals import assert_refused_before_torch, shipped_config, write_config
 
 PREFERENCE_COLUMNS = "prompt, chosen, rejected, client, group"
 
@@ -50,15 +51,11 @@ def _cwd(tmp_path: Path) -> Path:
 
 
 def test_a_group_key_a_planted_set_lacks_is_refused_before_torch(tmp_path):
-    cwd = _cwd(tmp_path)
-    config = yaml.safe_load(Path(resolve_config("tiny")).read_text(encoding="utf-8"))
-    _, proc = _fit(tmp_path, cwd, config, "--data.init_args.group_key=grp")
+    path = write_config(tmp_path, shipped_config("tiny"), "my.yaml")
     line = (
         f"data.group_key 'grp': data.dataset 'synthetic:preferences' has no such column (columns: {PREFERENCE_COLUMNS})"
     )
-    assert REACHED_TORCH not in proc.stderr
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_refused_before_torch(tmp_path, ["fit", "--config", str(path), "--data.init_args.group_key=grp"], line)
 
 
 def test_a_group_key_the_test_file_lacks_is_refused_before_torch_naming_the_file(tmp_path):

@@ -23,7 +23,8 @@ import yaml
 from huggingface_hub import constants
 
 from lightning_fed.shipped_configs import resolve_config
-from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch, no_torch_env, run_process
+from tests.helpers.cli import REACHED_TORCH, no_torch_env, run_process
+from tests.helpers.refusals import assert_config_refused_before_torch, assert_refused_before_torch
 
 HUB_CACHE = constants.HF_HUB_CACHE
 TINY = yaml.safe_load(Path(resolve_config("tiny")).read_text(encoding="utf-8"))
@@ -94,14 +95,7 @@ def test_a_data_or_model_source_value_is_refused_before_torch_naming_the_file(tm
     config = yaml.safe_load(yaml.safe_dump(TINY))
     for path, value in changes:
         _set(config, path, value)
-    path = tmp_path / "my.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
-    assert REACHED_TORCH not in proc.stderr
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_config_refused_before_torch(tmp_path, config, line, name="my.yaml")
 
 
 COMMAND_LINE_CASES = {
@@ -131,13 +125,8 @@ COMMAND_LINE_CASES = {
 
 @pytest.mark.parametrize(("args", "line"), list(COMMAND_LINE_CASES.values()), ids=list(COMMAND_LINE_CASES))
 def test_a_value_on_the_command_line_is_refused_before_torch_naming_no_file(tmp_path, args, line):
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
     subcommand, *rest = args
-    proc = lightning_fed_without_torch(subcommand, "--config", "tiny", *rest, cwd=cwd, hook=tmp_path / "hook")
-    assert REACHED_TORCH not in proc.stderr
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_refused_before_torch(tmp_path, [subcommand, "--config", "tiny", *rest], line)
 
 
 def test_an_online_hub_id_is_left_to_the_model_loader(tmp_path):

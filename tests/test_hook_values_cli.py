@@ -11,13 +11,10 @@ instead; each runs in an empty folder, which stays empty.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-import yaml
 
-from lightning_fed.shipped_configs import resolve_config
-from tests.helpers.cli import lightning_fed_without_torch
+from tests.helpers.refusals import assert_config_refused_before_torch, assert_refused_before_torch, shipped_config
 
 
 def _hook(options: dict) -> Callable[[dict], None]:
@@ -123,15 +120,9 @@ FILE_CASES = {
 
 @pytest.mark.parametrize(("shipped", "mutate", "line"), list(FILE_CASES.values()), ids=list(FILE_CASES))
 def test_a_hook_value_in_a_file_is_refused_in_one_line_before_torch(tmp_path, shipped, mutate, line):
-    config = yaml.safe_load(Path(resolve_config(shipped)).read_text(encoding="utf-8"))
+    config = shipped_config(shipped)
     mutate(config)
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_config_refused_before_torch(tmp_path, config, line)
 
 
 COMMAND_LINE_CASES = {
@@ -206,8 +197,4 @@ COMMAND_LINE_CASES = {
 
 @pytest.mark.parametrize(("args", "line"), list(COMMAND_LINE_CASES.values()), ids=list(COMMAND_LINE_CASES))
 def test_a_hook_value_on_the_command_line_is_refused_in_one_line_before_torch(tmp_path, args, line):
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch(*args, cwd=cwd, hook=tmp_path / "hook")
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_refused_before_torch(tmp_path, args, line)

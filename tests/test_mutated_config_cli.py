@@ -20,6 +20,7 @@ from huggingface_hub import constants
 
 from lightning_fed.shipped_configs import resolve_config
 from tests.helpers.cli import lightning_fed_without_torch
+from tests.helpers.refusals import assert_config_refused_before_torch, assert_refused_before_torch, write_config
 
 HUB_CACHE = constants.HF_HUB_CACHE
 """Where the children look for a hub id (the children's environment is this process's)."""
@@ -289,13 +290,7 @@ CASES = {
 def test_a_mutated_tiny_config_is_refused_in_one_line_naming_the_key_and_the_file(tmp_path, mutate, line):
     config = yaml.safe_load(yaml.safe_dump(TINY))
     mutate(config)
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_config_refused_before_torch(tmp_path, config, line, name="tiny.yaml")
 
 
 DATA_5 = (
@@ -322,14 +317,9 @@ def test_a_number_for_a_section_on_the_command_line_is_refused_naming_no_file(tm
     FederatedDataModule Subclass types expect one of:`` after the imports), or before it (``federation:
     Unable to load config '5'`` after the imports, though the file gives the section later): the
     command line brought it, so the line names no file."""
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(TINY), encoding="utf-8")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
+    path = write_config(tmp_path, TINY, "tiny.yaml")
     args = [option, "--config", str(path)] if before else ["--config", str(path), option]
-    proc = lightning_fed_without_torch("fit", *args, cwd=cwd, hook=tmp_path / "hook")
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_refused_before_torch(tmp_path, ["fit", *args], line)
 
 
 def test_a_hub_data_set_name_is_left_to_the_data_module(tmp_path):

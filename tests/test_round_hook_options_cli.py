@@ -15,14 +15,11 @@ the live run ends in that import error instead; each runs in an empty folder, wh
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-import yaml
 from huggingface_hub import constants
 
-from lightning_fed.shipped_configs import resolve_config
-from tests.helpers.cli import lightning_fed_without_torch
+from tests.helpers.refusals import assert_config_refused_before_torch, assert_refused_before_torch, shipped_config
 
 
 def _hook(options: dict) -> Callable[[dict], None]:
@@ -125,23 +122,13 @@ CASES = {
 
 @pytest.mark.parametrize(("shipped", "mutate", "line"), list(CASES.values()), ids=list(CASES))
 def test_a_round_hook_option_is_refused_in_one_line_before_torch(tmp_path, shipped, mutate, line):
-    config = yaml.safe_load(Path(resolve_config(shipped)).read_text(encoding="utf-8"))
+    config = shipped_config(shipped)
     mutate(config)
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_config_refused_before_torch(tmp_path, config, line)
 
 
 def test_a_hook_given_on_the_command_line_names_no_file(tmp_path):
     """``--federation.strategy=FedAvg`` over fedbiscuit_tiny: the command line brought the conflict."""
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
     args = ["fit", "--config", "fedbiscuit_tiny", "--federation.strategy=FedAvg"]
-    proc = lightning_fed_without_torch(*args, cwd=cwd, hook=tmp_path / "hook")
     line = "federation.hooks[0]: ClientGrouping needs federation.strategy=FedBiscuit, got FedAvg"
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_refused_before_torch(tmp_path, args, line)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+from tests.helpers.refusals import assert_refused_before_torch
 
 CASES = {
     "groups_null": (
@@ -30,11 +31,7 @@ CASES = {
 
 @pytest.mark.parametrize(("args", "line"), list(CASES.values()), ids=list(CASES))
 def test_a_null_name_list_is_refused_before_torch(tmp_path, args, line):
-    work = tmp_path / "work"
-    work.mkdir()
-    proc = lightning_fed_without_torch("fit", *args, cwd=work, hook=tmp_path / "hook")
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
-    assert list(work.iterdir()) == []
+    assert_refused_before_torch(tmp_path, ["fit", *args], line)
 
 
 @pytest.mark.parametrize(

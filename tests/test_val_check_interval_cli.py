@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+from tests.helpers.refusals import assert_refused_before_torch
 
 FIX = "give a fraction of a round (1.0 validates once a round) or a count of at most"
 CASES = {
@@ -36,11 +37,7 @@ CASES = {
 
 @pytest.mark.parametrize(("options", "line"), list(CASES.values()), ids=list(CASES))
 def test_more_batches_than_a_round_has_are_refused_before_torch(tmp_path, options, line):
-    work = tmp_path / "work"
-    work.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", "tiny", *options, cwd=work, hook=tmp_path / "hook")
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
-    assert list(work.iterdir()) == []
+    assert_refused_before_torch(tmp_path, ["fit", "--config", "tiny", *options], line)
 
 
 @pytest.mark.parametrize(

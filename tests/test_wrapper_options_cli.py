@@ -14,17 +14,10 @@ children cannot import torch (``tests/helpers/cli.py``); each runs in an empty f
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
-import yaml
 
-from lightning_fed.shipped_configs import resolve_config
-from tests.helpers.cli import lightning_fed_without_torch
-
-
-def _shipped(name: str) -> dict:
-    return yaml.safe_load(Path(resolve_config(name)).read_text(encoding="utf-8"))
+from tests.helpers.refusals import assert_config_refused_before_torch, assert_refused_before_torch, shipped_config
 
 
 def _dp(config: dict) -> dict:
@@ -104,45 +97,31 @@ CASES = {
 
 @pytest.mark.parametrize(("shipped", "mutate", "line"), list(CASES.values()), ids=list(CASES))
 def test_a_wrapper_option_is_refused_in_one_line_naming_the_option_and_the_file(tmp_path, shipped, mutate, line):
-    config = _shipped(shipped)
+    config = shipped_config(shipped)
     mutate(config)
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_config_refused_before_torch(tmp_path, config, line)
 
 
 @pytest.mark.parametrize("url", ["http://example.com/x.ckpt", "s3://bucket/x.ckpt"])
 def test_a_remote_checkpoint_is_refused_download_it_first(tmp_path, url):
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", "tiny", "--ckpt_path", url, cwd=cwd, hook=tmp_path / "hook")
     line = (
         f"ckpt_path {url!r}: a remote checkpoint is not read (every part of a checkpoint is checked on this"
         " machine before a run starts); download it and give the local file"
     )
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_refused_before_torch(tmp_path, ["fit", "--config", "tiny", "--ckpt_path", url], line)
 
 
 def test_a_remote_checkpoint_set_in_a_second_config_file_is_refused_naming_that_file(tmp_path):
     """Red team 8 row 17 (ck07): the line named no file (on 52f9c49)."""
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
     second = tmp_path / "c.yaml"
     second.write_text("ckpt_path: s3://bucket/last.ckpt\n", encoding="utf-8")
-    proc = lightning_fed_without_torch(
-        "fit", "--config", "tiny", "--config", str(second), cwd=cwd, hook=tmp_path / "hook"
-    )
     line = (
         "ckpt_path 's3://bucket/last.ckpt': a remote checkpoint is not read (every part of a checkpoint is"
         " checked on this machine before a run starts); download it and give the local file"
     )
-    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(second)!r}: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_refused_before_torch(
+        tmp_path, ["fit", "--config", "tiny", "--config", str(second)], line, config_file=second
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
@@ -151,9 +130,5 @@ def test_a_config_that_is_no_regular_file_is_not_said_to_be_missing(tmp_path, ki
     path = "/dev/null" if kind == "device" else str(tmp_path / "fifo")
     if kind == "fifo":
         os.mkfifo(path)
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    proc = lightning_fed_without_torch("fit", "--config", path, cwd=cwd, hook=tmp_path / "hook")
     line = f"--config {path!r}: is not a regular file (a device, FIFO or socket); give a YAML file"
-    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
-    assert list(cwd.iterdir()) == []
+    assert_refused_before_torch(tmp_path, ["fit", "--config", path], line)
