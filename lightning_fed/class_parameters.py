@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.option_rules import HOOK_PACKAGES, PACKAGES
+from lightning_fed.hook_rules import HOOK_PACKAGES
+from lightning_fed.option_rules import PACKAGES
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 """``lightning_fed/`` of this installation."""
@@ -86,7 +87,7 @@ def _class(module: str, name: str, depth: int = 0) -> tuple[str, ast.ClassDef] |
 def _located(package: str, class_path: str) -> tuple[str, ast.ClassDef] | None:
     """The module defining ``class_path`` (a path, or a short name seen from ``package``) and its
     definition. A round hook's short name is looked up in every package of
-    :data:`~lightning_fed.option_rules.HOOK_PACKAGES` (``RoundLRSchedule`` lives in ``callbacks``,
+    :data:`~lightning_fed.hook_rules.HOOK_PACKAGES` (``RoundLRSchedule`` lives in ``callbacks``,
     ``ClientRanks`` in ``heterogeneity``; the live parser takes them by short name as
     ``ClientGrouping`` of ``round_hooks``)."""
     module, _, name = class_path.rpartition(".")

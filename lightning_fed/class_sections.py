@@ -16,6 +16,7 @@ from lightning_fed.class_kinds import package_class
 from lightning_fed.class_parameters import parameters, takes_any_keyword
 from lightning_fed.data_cross_rules import clients_per_round_problem, data_cross_problems
 from lightning_fed.data_paths import DATASET_OPTIONS, dataset_text_problem, missing_path_problem
+from lightning_fed.hook_rules import hook_problems
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.option_rules import (
     CROSS_CHECKS,
@@ -24,7 +25,6 @@ from lightning_fed.option_rules import (
     TAKES_LORA,
     Rule,
     class_rules,
-    hook_problems,
     problems,
     synthetic_problem,
     target_modules_problem,

@@ -32,9 +32,9 @@ from lightning_fed.class_kinds import package_class
 from lightning_fed.class_parameters import init_defaults, table
 from lightning_fed.class_paths import package_subclasses
 from lightning_fed.data_paths import missing_path_problem
+from lightning_fed.hook_rules import rank_lists_problem
 from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir
 from lightning_fed.model_sources import missing_source_problem
-from lightning_fed.option_rules import rank_lists_problem
 from lightning_fed.strategy_modules import aggregating_strategy
 
 HOOK_NEEDS = {
@@ -195,7 +195,7 @@ def planted_args_problem(index: int, class_path: str, init_args: dict[str, Any])
 
 def _default(class_path: str, option: str) -> Any:
     """The package hook ``class_path``'s literal default of ``option`` (read from its source), or ``None``."""
-    from lightning_fed.option_rules import HOOK_PACKAGES
+    from lightning_fed.hook_rules import HOOK_PACKAGES
 
     for package in HOOK_PACKAGES:
         if option in (defaults := init_defaults(package, class_path)):

@@ -17,6 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+SEED_MAX = 2**32 - 1
+"""numpy's bound on ``seed_everything`` (and on the seeds bounded as it: a hook's, a planted-data
+generator's)."""
+
 _INT = re.compile(r"^[-+]?[0-9][0-9_]*$")
 _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n"}
 

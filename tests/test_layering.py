@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
         "allocator",
         "adapter_config",
         "option_rules",
+        "hook_rules",
         "value_rules",
         "class_parameters",
         "run_options",

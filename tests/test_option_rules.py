@@ -31,12 +31,12 @@ import lightning_fed.strategies as strategies
 from lightning_fed.config_values import Merged
 from lightning_fed.federation_rules import FEDERATION_MORE
 from lightning_fed.hook_cross_rules import HOOK_NEEDS, STRATEGY_NEEDS_HOOK
+from lightning_fed.hook_rules import HOOK_RULES
 from lightning_fed.modules.backbone import DTYPES
 from lightning_fed.option_rules import (
     CROSS_CHECKS,
     DATA_RULES,
     FEDERATION_ALL,
-    HOOK_RULES,
     LORA,
     MODEL_RULES,
     PACKAGES,
@@ -150,7 +150,7 @@ OTHER_HOOKS = {
     "PerplexitySelection": "lightning_fed.selection",
     "CentralizedCoreset": "lightning_fed.selection",
 }
-"""Hooks with declared rules outside ``round_hooks/`` (``option_rules.HOOK_PACKAGES``), by their module."""
+"""Hooks with declared rules outside ``round_hooks/`` (``hook_rules.HOOK_PACKAGES``), by their module."""
 
 
 def _hook(name: str) -> type:
@@ -228,10 +228,10 @@ def test_the_torch_free_choices_are_the_classes_choices():
 
     assert RULE_DTYPES == tuple(sorted(DTYPES))
     from lightning_fed.datamodules.templates import TEMPLATE_CHOICES
-    from lightning_fed.option_rules import PROMPT_TEMPLATES
+    from lightning_fed.hook_rules import PROMPT_TEMPLATES
 
     assert PROMPT_TEMPLATES == TEMPLATE_CHOICES
-    from lightning_fed import option_rules as rules
+    from lightning_fed import hook_rules as rules
     from lightning_fed.selection import anchors, clustering, coreset, features, fusion, privacy
 
     assert (rules.PROXY_POOLINGS, rules.SMALL_SELECTIONS) == (features.POOLINGS, coreset.SMALL_SELECTION)

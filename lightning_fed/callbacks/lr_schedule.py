@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning_fed.federation.hooks import Capability, RoundHook
 from lightning_fed.federation.report import log_scalars
-from lightning_fed.option_rules import LR_SCHEDULES, ROUND_LR_SCHEDULE
+from lightning_fed.hook_rules import LR_SCHEDULES, ROUND_LR_SCHEDULE
 from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class RoundLRSchedule(RoundHook):
         gamma: float = 0.5,
         rounds: int | None = None,
     ) -> None:
-        check(  # lightning_fed/option_rules.py
+        check(  # lightning_fed/hook_rules.py
             ROUND_LR_SCHEDULE, schedule=schedule, min_lr=min_lr, step_size=step_size, gamma=gamma, rounds=rounds
         )
         self.schedule, self.min_lr, self.step_size, self.gamma, self.rounds = schedule, min_lr, step_size, gamma, rounds

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.evaluation.judge import LLMJudge, LocalChatBackend, OpenAIChatBackend
+from lightning_fed.hook_rules import PROMPT_TEMPLATES as TEMPLATE_CHOICES  # datamodules' (imports torch)
 from lightning_fed.json_lines import numbered_records
-from lightning_fed.option_rules import PROMPT_TEMPLATES as TEMPLATE_CHOICES  # datamodules' (imports torch)
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "tasks" / "judge_prompts.jsonl"
 MODES = ("pairwise", "single")

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 from lightning_fed.federation.hooks import Capability, RoundHook
 from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import Arrival, AsyncRoundSimulator
-from lightning_fed.option_rules import ASYNC_ARRIVALS, check
+from lightning_fed.hook_rules import ASYNC_ARRIVALS
+from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -77,7 +78,7 @@ class AsyncArrivals(RoundHook):
     ) -> None:
         if arrivals not in ARRIVALS:
             raise ValueError(f"{FIELD}: arrivals must be one of {ARRIVALS}, got {arrivals!r}")
-        check(ASYNC_ARRIVALS, concurrency=concurrency, seed=seed)  # lightning_fed/option_rules.py: the precheck's too
+        check(ASYNC_ARRIVALS, concurrency=concurrency, seed=seed)  # lightning_fed/hook_rules.py: the precheck's too
         self.arrivals = arrivals
         #: Set by a transport that really keeps clients in flight (:mod:`lightning_fed.deploy.train_rounds.buffered`).
         self.concurrent = False

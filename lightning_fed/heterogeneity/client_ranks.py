@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 from lightning_fed.federation.hooks import Capability, Payload, Replies, RoundHook
 from lightning_fed.heterogeneity.rank_assignment import SECTION, RankAssignment
-from lightning_fed.option_rules import CLIENT_RANKS, check
+from lightning_fed.hook_rules import CLIENT_RANKS
 from lightning_fed.strategies.lora_factors import state_rank
+from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -73,7 +74,7 @@ class ClientRanks(RoundHook):
         seed: int = 0,
         column: str | None = None,
     ) -> None:
-        check(CLIENT_RANKS, seed=seed)  # lightning_fed/option_rules.py: the precheck's too
+        check(CLIENT_RANKS, seed=seed)  # lightning_fed/hook_rules.py: the precheck's too
         self.assignment = RankAssignment(
             per_client=per_client, choices=choices, probabilities=probabilities, seed=seed, column=column
         )

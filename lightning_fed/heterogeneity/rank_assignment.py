@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from lightning_fed.federation.sampling import derive_seed
-from lightning_fed.option_rules import rank_lists_problem
+from lightning_fed.hook_rules import rank_lists_problem
 
 SECTION = "federation.hooks: ClientRanks"
 """How errors name these settings: the ``init_args`` of the ``ClientRanks`` hook."""
@@ -57,7 +57,7 @@ class RankAssignment:
         if len(given) != 1:
             problems.append(f"{SECTION}: give exactly one of per_client, choices, column (got {given or 'none'})")
         lists = {"per_client": self.per_client, "choices": self.choices, "probabilities": self.probabilities}
-        if problem := rank_lists_problem(SECTION, lists):  # lightning_fed/option_rules.py: the precheck's too
+        if problem := rank_lists_problem(SECTION, lists):  # lightning_fed/hook_rules.py: the precheck's too
             problems.append(problem)
         if problems:
             raise ValueError("; ".join(problems))

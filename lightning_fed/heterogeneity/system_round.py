@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 from lightning_fed.federation.hooks import Capability, Payload, RoundHook
 from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import SyncRoundSimulator
-from lightning_fed.option_rules import SYSTEM_HETEROGENEITY, check
+from lightning_fed.hook_rules import SYSTEM_HETEROGENEITY
+from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -114,7 +115,7 @@ class SystemHeterogeneity(RoundHook):
         clock: str = "virtual",
         reply_margin: float = 0.2,
     ) -> None:
-        # lightning_fed/option_rules.py: the precheck refuses these with the same line, before torch
+        # lightning_fed/hook_rules.py: the precheck refuses these with the same line, before torch
         check(SYSTEM_HETEROGENEITY, target=target, clock=clock, reply_margin=reply_margin, deadline=deadline, seed=seed)
         profile = {"local_steps": local_steps, "step_time": step_time, "slow_fraction": slow_fraction}
         check(SYSTEM_HETEROGENEITY, **profile, slow_factor=slow_factor, availability=availability, dropout=dropout)

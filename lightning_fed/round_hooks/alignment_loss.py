@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from lightning_fed.option_rules import L2_TERMS
+from lightning_fed.hook_rules import L2_TERMS
 
 if TYPE_CHECKING:
     from lightning_fed.modules.fedbiot import OffsiteModule
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # KL_DIRECTIONS: ``eq2`` is ``KL(M(x;A,E) || M(x;A,E*))`` as printed, ``teacher_first`` the usual
 # distillation order; L2_TERMS: how the first term is reduced (:func:`emulator_l2`). Declared with
-# the hook's other options (lightning_fed/option_rules.py).
+# the hook's other options (lightning_fed/hook_rules.py).
 
 
 def emulator_l2(h_emu: Tensor, h_full: Tensor, real: Tensor, l2_term: str = "sum") -> Tensor:

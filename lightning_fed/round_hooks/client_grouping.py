@@ -34,7 +34,7 @@ from torch import Tensor
 
 from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Capability, Payload, Replies, RoundHook
 from lightning_fed.federation.report import bucket_count
-from lightning_fed.option_rules import CLIENT_GROUPING, check
+from lightning_fed.hook_rules import CLIENT_GROUPING
 from lightning_fed.privacy.selector_noise import (
     DEFAULT_CLIP,
     DEFAULT_NOISE_MULTIPLIER,
@@ -44,6 +44,7 @@ from lightning_fed.privacy.selector_noise import (
 )
 from lightning_fed.state import state_nbytes
 from lightning_fed.strategies.fedbiscuit import FedBiscuit, balanced_assignment
+from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -100,7 +101,7 @@ class ClientGrouping(RoundHook):
     """
 
     def __init__(self, clip_loss: float = DEFAULT_CLIP, noise_multiplier: float | None = None) -> None:
-        check(CLIENT_GROUPING, clip_loss=clip_loss, noise_multiplier=noise_multiplier)  # lightning_fed/option_rules.py
+        check(CLIENT_GROUPING, clip_loss=clip_loss, noise_multiplier=noise_multiplier)  # lightning_fed/hook_rules.py
         self.clip_loss = float(clip_loss)
         self.noise_multiplier = None if noise_multiplier is None else float(noise_multiplier)
         self.groupings: list[dict[str, Any]] = []

@@ -35,9 +35,10 @@ from torch import Tensor
 from lightning_fed.datamodules.templates import format_prompt, format_response
 from lightning_fed.federation.hooks import Payload, RoundHook
 from lightning_fed.federation.sampling import derive_seed
-from lightning_fed.option_rules import ALIGNMENT_OPTIMIZERS, EMULATOR_ALIGNMENT, check
+from lightning_fed.hook_rules import ALIGNMENT_OPTIMIZERS, EMULATOR_ALIGNMENT
 from lightning_fed.round_hooks.alignment_loss import alignment_loss
 from lightning_fed.state import clone_state, state_nbytes
+from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -108,7 +109,7 @@ class EmulatorAlignment(RoundHook):
         kl_direction: str = "eq2",
         l2_term: str = "sum",
     ) -> None:
-        check(  # lightning_fed/option_rules.py
+        check(  # lightning_fed/hook_rules.py
             EMULATOR_ALIGNMENT,
             steps_per_round=steps_per_round,
             distill_steps=distill_steps,

@@ -20,11 +20,12 @@ import numpy as np
 import torch
 
 from lightning_fed.federation.hooks import Capability
-from lightning_fed.option_rules import SERVER_SIDE_CORESET, check
+from lightning_fed.hook_rules import SERVER_SIDE_CORESET
 from lightning_fed.selection.clustering import Groups, hdbscan_groups, nearest_members
 from lightning_fed.selection.coreset import CoresetSelection, Selection
 from lightning_fed.selection.features import _batches, _pad, layer_features
 from lightning_fed.selection.hds import HierarchicalDataSelection
+from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 
 def _check_ratio(ratio: float) -> None:
-    check(SERVER_SIDE_CORESET, ratio=ratio)  # lightning_fed/option_rules.py: the precheck's line
+    check(SERVER_SIDE_CORESET, ratio=ratio)  # lightning_fed/hook_rules.py: the precheck's line
 
 
 def _count(n: int, ratio: float) -> int:

@@ -36,7 +36,8 @@ import numpy as np
 
 from lightning_fed.federation.hooks import Capability, RoundHook
 from lightning_fed.federation.sampling import derive_seed
-from lightning_fed.option_rules import HIERARCHICAL_DATA_SELECTION, SMALL_SELECTIONS, check
+from lightning_fed.hook_rules import HIERARCHICAL_DATA_SELECTION, SMALL_SELECTIONS
+from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from lightning_fed.strategies.base import ClientUpdate
 
 PHASES = ("extract", "fusion", "cluster")
-SMALL_SELECTION = SMALL_SELECTIONS  # lightning_fed/option_rules.py (the precheck reads it there)
+SMALL_SELECTION = SMALL_SELECTIONS  # lightning_fed/hook_rules.py (the precheck reads it there)
 
 
 @dataclass
@@ -115,7 +116,7 @@ class CoresetSelection(RoundHook):
             )
 
     def __init__(self, seed: int | None = None, figures: bool = True, on_small_selection: str = "warn") -> None:
-        check(HIERARCHICAL_DATA_SELECTION[1:], on_small_selection=on_small_selection)  # lightning_fed/option_rules.py
+        check(HIERARCHICAL_DATA_SELECTION[1:], on_small_selection=on_small_selection)  # lightning_fed/hook_rules.py
         self.seed, self.figures, self.on_small_selection = seed, figures, on_small_selection
         self.history: list[dict[str, Any]] = []
         self._record: dict[str, Any] | None = None

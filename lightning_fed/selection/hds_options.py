@@ -10,8 +10,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from lightning_fed.hook_rules import HIERARCHICAL_DATA_SELECTION
 from lightning_fed.model_packages import require_package_dir
-from lightning_fed.option_rules import HIERARCHICAL_DATA_SELECTION
 from lightning_fed.option_rules import problems as rule_problems
 from lightning_fed.selection.features import GPT2_BPE, resolve_proxy_path
 
@@ -55,7 +55,7 @@ def check_options(
     values |= {"frame": frame, "dp_sensitivity": dp_sensitivity, "dp_accountant": dp_accountant}
     values |= {"tsne_iters": tsne_iters, "min_cluster_size": min_cluster_size}
     values |= {"server_min_cluster_size": server_min_cluster_size, "num_anchors": num_anchors}
-    problems = rule_problems(HIERARCHICAL_DATA_SELECTION, values)  # option_rules.py: the precheck's lines
+    problems = rule_problems(HIERARCHICAL_DATA_SELECTION, values)  # hook_rules.py: the precheck's lines
     if frame == "anchored" and not anchors:
         problems.append("`anchors` must name a data set when frame='anchored', got None")
     if dp_epsilon is not None and dp_sigma is not None:

@@ -116,5 +116,5 @@ def test_async_arrivals_needs_fedbuff(tmp_path):
 def test_bad_async_arrivals_settings_name_the_field(kwargs, message):
     with pytest.raises(ValueError) as info:
         AsyncArrivals(**kwargs)
-    field = "federation.hooks[]." if "concurrency" in kwargs else "federation.hooks: AsyncArrivals: "  # option_rules.py
+    field = "federation.hooks[]." if "concurrency" in kwargs else "federation.hooks: AsyncArrivals: "  # hook_rules.py
     assert str(info.value) == f"{field}{message}"

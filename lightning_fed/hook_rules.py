@@ -1,0 +1,185 @@
+"""The round hooks' option rules (``federation.hooks[i].<option>``), declared once, without torch.
+
+Each hook of the package (``round_hooks/``, ``heterogeneity/``, ``selection/``, ``callbacks/``) with
+options that take a range or choices has its :class:`~lightning_fed.value_rules.Rule` tuple here,
+keyed by class name in :data:`HOOK_RULES`: the hook's ``__init__`` refuses a bad value through them
+(:func:`~lightning_fed.value_rules.check`), and the precheck applies the same rules to each item of
+``federation.hooks`` before torch is imported (:func:`hook_problems` names the item's index), through
+:func:`lightning_fed.option_rules.class_rules`. Also ClientRanks' lists of ranks
+(:func:`rank_lists_problem`) and where the package's hooks live (:data:`HOOK_PACKAGES`).
+Split from :mod:`lightning_fed.option_rules` (which holds ``model:``, ``data:``, ``federation:`` and
+``federation.strategy:``'s rules and reads :data:`HOOK_RULES` from here).
+
+Imports nothing but :mod:`lightning_fed.limits`, :mod:`lightning_fed.value_rules` (what a rule is)
+and the standard library.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from lightning_fed.limits import MAX_LOCAL_STEPS
+from lightning_fed.value_rules import SEED_MAX, Rule, at_least, in_range, one_of, problems
+
+PROMPT_TEMPLATES = ("alpaca", "plain", "chat")
+"""The prompt templates by name (``lightning_fed.datamodules.templates.TEMPLATE_CHOICES``, which
+imports nothing heavy but sits in a package that does): EmulatorAlignment's ``template``."""
+
+ALIGNMENT_OPTIMIZERS = ("sgd", "adamw")
+"""EmulatorAlignment's ``optimizer``."""
+KL_DIRECTIONS = ("eq2", "teacher_first")
+"""EmulatorAlignment's ``kl_direction``."""
+L2_TERMS = ("sum", "mean", "rms", "off")
+"""EmulatorAlignment's ``l2_term``."""
+HOOK = "federation.hooks[]."
+"""A hook's options are named ``federation.hooks[i].<option>``; a class does not know its ``i``
+(the precheck fills it in, :func:`hook_problems`)."""
+CLIENT_GROUPING = (
+    at_least(HOOK + "clip_loss", 0, low_open=True),
+    at_least(HOOK + "noise_multiplier", 0, low_open=True, nullable=True),
+)
+EMULATOR_ALIGNMENT = (
+    at_least(HOOK + "steps_per_round", 0, integer=True),
+    at_least(HOOK + "distill_steps", 0, integer=True),
+    at_least(HOOK + "batch_size", 1, integer=True),
+    at_least(HOOK + "max_length", 2, integer=True),
+    at_least(HOOK + "max_examples", 1, integer=True, nullable=True),
+    at_least(HOOK + "lam", 0),
+    at_least(HOOK + "lr", 0, low_open=True),
+    one_of(HOOK + "optimizer", ALIGNMENT_OPTIMIZERS),
+    one_of(HOOK + "kl_direction", KL_DIRECTIONS),
+    one_of(HOOK + "l2_term", L2_TERMS),
+    one_of(HOOK + "template", PROMPT_TEMPLATES),
+)
+"""EmulatorAlignment's."""
+LR_SCHEDULES = ("constant", "cosine", "step")
+"""RoundLRSchedule's ``schedule``."""
+ROUND_LR_SCHEDULE = (
+    one_of(HOOK + "schedule", LR_SCHEDULES),
+    at_least(HOOK + "min_lr", 0),
+    at_least(HOOK + "step_size", 1, integer=True),
+    in_range(HOOK + "gamma", 0, 1, low_open=True),
+    at_least(HOOK + "rounds", 1, integer=True, nullable=True),
+)
+"""RoundLRSchedule's (a hook of ``callbacks/``, named by its short name in a config)."""
+HOOK_SEED = in_range(HOOK + "seed", 0, SEED_MAX, integer=True)
+"""A hook's ``seed`` (numpy's ``default_rng`` refused ``-1`` with ``expected non-negative integer``,
+naming no option, after the imports): bounded as
+:func:`~lightning_fed.option_rules.seed_problem`'s ``seed_everything``."""
+CLOCKS = ("virtual", "wall")
+"""SystemHeterogeneity's ``clock``."""
+SYSTEM_HETEROGENEITY = (
+    at_least(HOOK + "target", 1, integer=True, nullable=True),
+    one_of(HOOK + "clock", CLOCKS),
+    in_range(HOOK + "reply_margin", 0, 1, high_open=True),
+    at_least(HOOK + "deadline", 0, low_open=True, nullable=True),
+    in_range(HOOK + "local_steps", 1, MAX_LOCAL_STEPS, integer=True),
+    at_least(HOOK + "step_time", 0, low_open=True),
+    in_range(HOOK + "slow_fraction", 0, 1),
+    at_least(HOOK + "slow_factor", 1),
+    in_range(HOOK + "availability", 0, 1, low_open=True),  # 0: no client would ever be online
+    in_range(HOOK + "dropout", 0, 1, high_open=True),  # 1: every client would drop out
+    HOOK_SEED,
+)
+"""SystemHeterogeneity's (a hook of ``heterogeneity/``; its clients' profile, ``SystemProfile``, checks
+the same again, for AsyncArrivals and a ``trace`` file's rows)."""
+PROXY_POOLINGS = ("mean", "last")
+"""HierarchicalDataSelection's ``proxy_pooling`` (``null``: by the proxy's kind)."""
+SMALL_SELECTIONS = ("warn", "error", "ignore")
+"""``on_small_selection`` of the selection hooks that take it (``selection/coreset.py``'s ``CoresetSelection``)."""
+HDS_TEXTS = ("full", "prompt")
+HDS_FUSIONS = ("tsne", "pca", "kpca")
+HDS_SERVER_NOISE = ("drop", "keep")
+HDS_FRAMES = ("local", "anchored")
+HDS_SENSITIVITIES = ("l2", "paper")
+HDS_ACCOUNTANTS = ("rdp", "prv")
+"""HierarchicalDataSelection's ``text``, ``fusion``, ``server_noise``, ``frame``, ``dp_sensitivity`` and
+``dp_accountant`` (``selection/``'s ``TEXTS``, ``FUSIONS``... import torch; ``tests/test_option_rules.py``
+compares them)."""
+HIERARCHICAL_DATA_SELECTION = (
+    one_of(HOOK + "proxy_pooling", PROXY_POOLINGS, nullable=True),
+    one_of(HOOK + "on_small_selection", SMALL_SELECTIONS),
+    one_of(HOOK + "text", HDS_TEXTS),
+    one_of(HOOK + "fusion", HDS_FUSIONS),
+    one_of(HOOK + "server_noise", HDS_SERVER_NOISE),
+    one_of(HOOK + "frame", HDS_FRAMES, nullable=True),
+    one_of(HOOK + "dp_sensitivity", HDS_SENSITIVITIES),
+    one_of(HOOK + "dp_accountant", HDS_ACCOUNTANTS),
+    at_least(HOOK + "tsne_iters", 250, integer=True),  # scikit-learn's minimum
+    at_least(HOOK + "min_cluster_size", 2, integer=True),
+    at_least(HOOK + "server_min_cluster_size", 2, integer=True),
+    at_least(HOOK + "num_anchors", 3, integer=True),  # selection/anchors.py: fewer than 3 anchors fit no frame
+)
+"""HierarchicalDataSelection's and GlobalSelect's (hooks of ``selection/``; ``hds_options.py`` checks
+the options that depend on each other). ``num_anchors`` is the package's own (the FedHDS paper sends
+centroids in each client's t-SNE frame, with no anchors): ``load_anchor_items`` needs at least 3 of
+them, and a count below 1 took every row of the set (``num_anchors: -1`` ran, red team 8 row 16)."""
+SERVER_SIDE_CORESET = (in_range(HOOK + "ratio", 0, 1, low_open=True),)
+"""RandomSelection's, PerplexitySelection's and CentralizedCoreset's (``selection/baselines.py``): the share kept."""
+ASYNC_ARRIVALS = (at_least(HOOK + "concurrency", 1, integer=True), HOOK_SEED)
+"""AsyncArrivals' own (its clients' profile is SystemHeterogeneity's, checked by ``SystemProfile``)."""
+CLIENT_RANKS = (HOOK_SEED,)
+"""ClientRanks' (its lists of ranks: :func:`rank_lists_problem`)."""
+
+
+def rank_lists_problem(prefix: str, init_args: Mapping[str, Any]) -> str | None:
+    """ClientRanks' ``per_client`` / ``choices`` (positive integers, not empty) and ``probabilities``
+    (one per choice, >= 0, summing to 1), each line starting with ``prefix`` (the class's
+    ``federation.hooks: ClientRanks``, the precheck's ``federation.hooks[i]``); ``None`` if they fit.
+    ``RankAssignment`` raises these lines; which one of ``per_client``, ``choices``, ``column`` is
+    given is left to it."""
+    found = []
+    for name in ("per_client", "choices"):
+        values = init_args.get(name)
+        if values is None:
+            continue
+        if not isinstance(values, (list, tuple)):
+            return f"{prefix}.{name} must be a list of positive integers or null, got {values!r}"
+        if not values:
+            found.append(f"{prefix}.{name}: must not be empty")
+        found += [
+            f"{prefix}.{name}[{i}]: a rank must be a positive integer, got {r!r}"
+            for i, r in enumerate(values)
+            if isinstance(r, bool) or not isinstance(r, numbers.Integral) or not r > 0  # numpy's too
+        ]
+    probabilities, choices = init_args.get("probabilities"), init_args.get("choices")
+    if probabilities is not None:
+        if not isinstance(probabilities, (list, tuple)) or not all(
+            isinstance(p, (int, float)) and not isinstance(p, bool) for p in probabilities
+        ):
+            return f"{prefix}.probabilities must be a list of numbers or null, got {probabilities!r}"
+        if choices is None:
+            found.append(f"{prefix}.probabilities: needs choices")
+        elif isinstance(choices, (list, tuple)) and len(probabilities) != len(choices):
+            found.append(f"{prefix}.probabilities: {len(probabilities)} values for {len(choices)} choices")
+        if any(not (p >= 0) for p in probabilities) or not abs(sum(probabilities) - 1.0) < 1e-6:
+            found.append(f"{prefix}.probabilities: must be >= 0 and sum to 1, got {list(probabilities)}")
+    return "; ".join(found) or None
+
+
+HOOK_RULES: dict[str, tuple[Rule, ...]] = {
+    "ClientGrouping": CLIENT_GROUPING,
+    "EmulatorAlignment": EMULATOR_ALIGNMENT,
+    "RoundLRSchedule": ROUND_LR_SCHEDULE,
+    "SystemHeterogeneity": SYSTEM_HETEROGENEITY,
+    "AsyncArrivals": ASYNC_ARRIVALS,
+    "ClientRanks": CLIENT_RANKS,
+    "HierarchicalDataSelection": HIERARCHICAL_DATA_SELECTION,
+    "GlobalSelect": HIERARCHICAL_DATA_SELECTION,
+    **dict.fromkeys(("RandomSelection", "PerplexitySelection", "CentralizedCoreset"), SERVER_SIDE_CORESET),
+}
+"""``federation.hooks:``' rules by class name."""
+HOOK_PACKAGES = (
+    "lightning_fed.round_hooks",
+    "lightning_fed.heterogeneity",
+    "lightning_fed.selection",
+    "lightning_fed.callbacks",
+)
+"""Where the package's round hooks live (a hook is named by its short name or a path in one of these)."""
+
+
+def hook_problems(rules: Iterable[Rule], values: Mapping[str, Any], index: int) -> list[str]:
+    """:func:`problems` of the hook at ``federation.hooks[index]``, its messages naming the index."""
+    return [p.replace("federation.hooks[].", f"federation.hooks[{index}].", 1) for p in problems(rules, values)]
