@@ -1,6 +1,6 @@
 """A round hook's planted-set arguments are checked as ``data.synthetic_args`` is, before torch is
 imported, in one line naming ``federation.hooks[i].<option>``, the value and the file (red team 8,
-rows 1, 2, 6 and 16; lightning_fed/hook_cross_rules.py's ``planted_args_problem``, option_rules.py's
+rows 1, 2, 6 and 16; lightning_fed/hook_cross_rules.py's ``planted_args_problem``, hook_rules.py's
 ``num_anchors``).
 
 On 52f9c49 FedHDS's ``anchor_args`` and EmulatorAlignment's ``synthetic_args`` were not checked:

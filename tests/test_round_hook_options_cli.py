@@ -1,6 +1,6 @@
 """A round hook's option that the hook or the run refuses is refused before torch is imported, in
 one line naming ``federation.hooks[i]``, its value and the file (the red team's rt7 report, rows
-7, 10, 11, 13, 14 and 17; lightning_fed/option_rules.py's HOOK_RULES, lightning_fed/hook_cross_rules.py).
+7, 10, 11, 13, 14 and 17; lightning_fed/hook_rules.py's HOOK_RULES, lightning_fed/hook_cross_rules.py).
 
 On a8debca each was found after torch, Lightning and transformers were imported (11-17 s of CPU),
 most with a second ``(run with --debug ...)`` line: SystemHeterogeneity's ``deadline: -1`` and
