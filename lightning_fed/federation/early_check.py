@@ -69,10 +69,10 @@ def precheck_checkpoint(argv: list[str]) -> None:
         from lightning_fed.config_precheck import _in_file
 
         raise CheckpointError(_in_file(args, problem, _path_problem))  # the --config file that set it
-    if stage == "fit" and path == "last" and (problem := last_problem(args)):
+    if path in LOOKED_UP and (problem := named_problem(path, stage, args)):
         from lightning_fed.config_precheck import _in_file
 
-        raise CheckpointError(_in_file(args, problem, lambda a: last_problem(a) if resumed_path(a) == "last" else None))
+        raise CheckpointError(_in_file(args, problem, lambda a: named_problem(resumed_path(a) or "", stage, a)))
     if not path or path in NAMED or path in NONE or "://" in path:
         return  # the live CLI resolves or refuses it
     if stage == "fit" and (problem := held_problem(path, args)):  # before torch, as the live CLI's hold()
@@ -155,26 +155,96 @@ def _runs_folder(args: list[str]) -> Path | None:
     return Path(root) / "lightning_logs"
 
 
-def last_problem(args: list[str]) -> str | None:
-    """The line refusing ``--ckpt_path last`` where it cannot resume anything (red team 8 row 18): Lightning
-    looks for ``last.ckpt`` in this run's own checkpoint folder, and a new run writes into a new
-    ``version_N`` (:mod:`~lightning_fed.federation.version_folder`), so it found none and, its notice
-    held back, started a new run with exit 0. Said with the newest run's ``last.ckpt`` to give instead.
-    ``None`` with a logger or a ``ModelCheckpoint`` of the user's (their folder may hold one)."""
+LOOKED_UP = ("last", "best", "hpc")
+"""Named ``ckpt_path`` values checked here: where Lightning would look is known from the config alone."""
+
+
+def named_problem(path: str, stage: str, args: list[str]) -> str | None:
+    """The line refusing ``--ckpt_path last``, ``best`` or ``hpc`` where Lightning 2.6 would find no
+    checkpoint for it (``CheckpointConnector._parse_ckpt_path``), or ``None``: ``last`` in ``fit``,
+    ``validate`` and ``test`` alike (:func:`last_problem`); ``best`` always with the package's own
+    ``ModelCheckpoint`` (a new process's ``best_model_path`` is empty, so Lightning refuses it late:
+    "`ModelCheckpoint` is not configured to save the best model"); ``hpc`` when ``trainer.default_root_dir``
+    holds no ``hpc_ckpt_<n>.ckpt`` (Lightning: "no HPC checkpoint was found")."""
+    if path == "last":
+        return last_problem(args, stage)
+    if path == "best":
+        return best_problem(stage, args)
+    if path == "hpc":
+        return hpc_problem(stage, args)
+    return None
+
+
+def _trainer(args: list[str]) -> dict:
+    """The merged config's ``trainer`` section (``{}`` when there is none)."""
     from lightning_fed.config_values import merged_config
+
+    merged = merged_config(args)
+    trainer = merged.sections.get("trainer") if merged is not None else None
+    return trainer if isinstance(trainer, dict) else {}
+
+
+def _newest_last(args: list[str]) -> Path | None:
+    """The newest run's ``last.ckpt`` under this run's ``lightning_logs`` (:func:`_runs_folder`), or ``None``."""
+    runs = _runs_folder(args)
+    found = [p for p in runs.glob("version_*/checkpoints/last.ckpt") if p.is_file()] if runs is not None else []
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def _give(stage: str, newest: Path) -> str:
+    """What to give instead of a named ``ckpt_path``: the newest run's file."""
+    return f"to {'resume' if stage == 'fit' else stage} a run give its file: --ckpt_path {newest}"
+
+
+def _none_left(stage: str) -> str:
+    """What to do when no run has a ``last.ckpt``: ``fit`` starts a new run, the others need a file."""
+    return "leave ckpt_path out" if stage == "fit" else "give a checkpoint file (<run>/checkpoints/last.ckpt)"
+
+
+def last_problem(args: list[str], stage: str = "fit") -> str | None:
+    """The line refusing ``--ckpt_path last`` where it cannot find anything (red team 8 row 18; red team 9
+    row 1b for ``validate`` and ``test``, which scored an untrained model with exit 0): Lightning looks for
+    ``last.ckpt`` in this run's own checkpoint folder, and a new run (a ``validate`` too) writes into a new
+    ``version_N`` (:mod:`~lightning_fed.federation.version_folder`), so it found none and, its notice held
+    back, went on without one. Said with the newest run's ``last.ckpt`` to give instead.
+    ``None`` with a logger or a ``ModelCheckpoint`` of the user's (their folder may hold one)."""
     from lightning_fed.federation.version_folder import next_version
 
     runs = _runs_folder(args)
-    merged = merged_config(args)
-    trainer = merged.sections.get("trainer") if merged is not None else None
-    callbacks = trainer.get("callbacks") if isinstance(trainer, dict) else None
-    if runs is None or "ModelCheckpoint" in str(callbacks):
+    if runs is None or "ModelCheckpoint" in str(_trainer(args).get("callbacks")):
         return None
     where = f"ckpt_path 'last': this run's new folder {str(next_version(runs) / 'checkpoints')!r} holds no last.ckpt"
-    found = [p for p in runs.glob("version_*/checkpoints/last.ckpt") if p.is_file()]
-    if newest := max(found, key=lambda p: p.stat().st_mtime, default=None):
-        return f"{where} (Lightning looks only there); to resume a run give its file: --ckpt_path {newest}"
-    return f"{where} (Lightning looks only there) and no run in {str(runs)!r} has one; leave ckpt_path out"
+    if newest := _newest_last(args):
+        return f"{where} (Lightning looks only there); {_give(stage, newest)}"
+    return f"{where} (Lightning looks only there) and no run in {str(runs)!r} has one; {_none_left(stage)}"
+
+
+def best_problem(stage: str, args: list[str]) -> str | None:
+    """The line refusing ``--ckpt_path best`` (red team 9 row 11): Lightning takes the best model from the
+    ``ModelCheckpoint`` of this process, which has saved nothing yet, so it always refuses, after the
+    imports. ``None`` with a callback of the user's (it may be another kind of checkpoint callback)."""
+    if _trainer(args).get("callbacks"):
+        return None
+    newest = _newest_last(args)
+    return (
+        "ckpt_path 'best': a new run has no best checkpoint (Lightning knows the best only in the run that saved"
+        f" it; each run keeps checkpoints/last.ckpt); {_give(stage, newest) if newest else _none_left(stage)}"
+    )
+
+
+def hpc_problem(stage: str, args: list[str]) -> str | None:
+    """The line refusing ``--ckpt_path hpc`` when ``trainer.default_root_dir`` (or the working folder)
+    holds no ``hpc_ckpt_<n>.ckpt``, where Lightning looks for one (red team 9 row 11: its "no HPC
+    checkpoint was found" came after the imports), or ``None``."""
+    root = _trainer(args).get("default_root_dir") or "."
+    if not isinstance(root, str) or "://" in root:
+        return None
+    if any(p.stem.removeprefix("hpc_ckpt_").isdigit() for p in Path(root).glob("hpc_ckpt_*.ckpt")):
+        return None
+    return (
+        f"ckpt_path 'hpc': trainer.default_root_dir {root!r} holds no hpc_ckpt_<n>.ckpt (Lightning looks only"
+        f" there); {_give(stage, newest) if (newest := _newest_last(args)) else _none_left(stage)}"
+    )
 
 
 def rounds_problem(path: str, ckpt: Any, args: list[str]) -> str | None:

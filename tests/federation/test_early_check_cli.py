@@ -123,3 +123,56 @@ def test_a_resume_with_fewer_rounds_than_its_run_completed_is_refused_keeping_th
     )
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert _hashes(two_rounds) == before
+
+
+@pytest.mark.parametrize("stage", ["validate"])
+def test_ckpt_path_last_in_validate_is_refused_naming_the_newest_run(tmp_path, stage):
+    """Red team 9 row 1b (v_last): on 9e8f7fb ``validate --ckpt_path last`` found no ``last.ckpt`` in its
+    own new run folder and scored the untrained model, exit 0, 24 s of CPU. ``last`` is looked up as in
+    ``fit`` (Lightning's ``_parse_ckpt_path`` looks in this run's checkpoint folder for every stage)."""
+    proc, work = _blocked(tmp_path, stage, "--config", "tiny", "--ckpt_path", "last")
+    line = (
+        "ckpt_path 'last': this run's new folder 'runs/tiny/lightning_logs/version_0/checkpoints' holds no"
+        " last.ckpt (Lightning looks only there) and no run in 'runs/tiny/lightning_logs' has one;"
+        " give a checkpoint file (<run>/checkpoints/last.ckpt)"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert list(work.iterdir()) == []
+    ckpt = work / "runs" / "tiny" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"")
+    proc, _ = _blocked(tmp_path, stage, "--config", "tiny", "--ckpt_path", "last")
+    line = (
+        "ckpt_path 'last': this run's new folder 'runs/tiny/lightning_logs/version_1/checkpoints'"
+        f" holds no last.ckpt (Lightning looks only there); to {stage} a run give its file:"
+        " --ckpt_path runs/tiny/lightning_logs/version_0/checkpoints/last.ckpt"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert sorted(p.name for p in (work / "runs" / "tiny" / "lightning_logs").iterdir()) == ["version_0"]
+
+
+@pytest.mark.parametrize("stage", ["fit", "validate"])
+def test_ckpt_path_best_and_hpc_that_find_nothing_are_refused_before_torch(tmp_path, stage):
+    """Red team 9 row 11 (ck_best, ck_hpc, v_best): on 9e8f7fb Lightning refused ``best`` ("`ModelCheckpoint`
+    is not configured to save the best model": a new process's ModelCheckpoint has saved no best) and
+    ``hpc`` ("no HPC checkpoint was found" in ``default_root_dir``) after 11 s, two lines."""
+    verb = "resume" if stage == "fit" else stage
+    give = f"to {verb} a run give its file: --ckpt_path runs/tiny/lightning_logs/version_0/checkpoints/last.ckpt"
+    work = tmp_path / "work"
+    ckpt = work / "runs" / "tiny" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"")
+    proc, _ = _blocked(tmp_path, stage, "--config", "tiny", "--ckpt_path", "best")
+    line = (
+        "ckpt_path 'best': a new run has no best checkpoint (Lightning knows the best only in the run that saved"
+        f" it; each run keeps checkpoints/last.ckpt); {give}"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    proc, _ = _blocked(tmp_path, stage, "--config", "tiny", "--ckpt_path", "hpc")
+    line = (
+        "ckpt_path 'hpc': trainer.default_root_dir 'runs/tiny' holds no hpc_ckpt_<n>.ckpt"
+        f" (Lightning looks only there); {give}"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert sorted(p.name for p in (work / "runs" / "tiny").iterdir()) == ["lightning_logs"]
+    assert sorted(p.name for p in (work / "runs" / "tiny" / "lightning_logs").iterdir()) == ["version_0"]
