@@ -294,7 +294,11 @@ KV_HEADS_DIVIDE: dict[str, tuple[str, str]] = {"llama": ("num_attention_heads", 
 """Model types whose attention repeats each key/value head ``heads / kv_heads`` times: a number of
 key/value heads that does not divide the heads built the model and failed at its first forward
 (``The size of tensor a (4) must match the size of tensor b (3)``, exit 1 after the run folder was
-written; red team 8's t15). ``(heads key, kv heads key)``; kv heads default to the heads."""
+written; red team 8's t15). ``(heads key, kv heads key)``; kv heads default to the heads. Any other
+model type whose config class takes both keys of :data:`KV_KEYS` (Qwen2's, Mistral's: red team 9
+rows 2 and 5) is checked the same way (:func:`_kv_keys`)."""
+KV_KEYS = ("num_attention_heads", "num_key_value_heads")
+"""The grouped-query attention keys transformers' configs share (Llama's, Qwen2's, Mistral's, ...)."""
 ACTIVATION_KEYS = ("activation_function", "hidden_act")
 """The config keys naming an activation that ``transformers.activations.ACT2FN`` looks up (GPT-2's,
 the common one); an unknown name was ``KeyError: gelu_nw`` after the imports (t09)."""
@@ -367,13 +371,22 @@ def config_values_problem(option: str, config: dict, tokenizer_size: int | None)
     return None
 
 
+def _kv_keys(model_type: object, found: tuple[Path, ast.ClassDef] | None) -> tuple[str, str] | None:
+    """``(heads key, kv heads key)`` of ``model_type``: :data:`KV_HEADS_DIVIDE`'s, else :data:`KV_KEYS`
+    where its config class (``found``) takes both, else ``None``."""
+    if isinstance(model_type, str) and model_type in KV_HEADS_DIVIDE:
+        return KV_HEADS_DIVIDE[model_type]
+    keys = _class_keys(found[0], found[1].name) if found is not None else None
+    return KV_KEYS if keys is not None and set(KV_KEYS) <= set(keys) else None
+
+
 def _kv_heads_problem(option: str, config: dict, found: tuple[Path, ast.ClassDef] | None) -> str | None:
     """Key/value heads that do not divide the attention heads (:data:`KV_HEADS_DIVIDE`), the heads
     the class's default where not given."""
-    model_type = config.get("model_type")
-    if found is None or model_type not in KV_HEADS_DIVIDE:
+    keys = _kv_keys(config.get("model_type"), found)
+    if found is None or keys is None:
         return None
-    heads_key, kv_key = KV_HEADS_DIVIDE[model_type]
+    heads_key, kv_key = keys
     kv = config.get(kv_key)
     heads = config.get(heads_key, _own_integers(found[1])[0].get(heads_key))
     if not all(type(v) is int and v > 0 for v in (heads, kv)) or heads % kv == 0:

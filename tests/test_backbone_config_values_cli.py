@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from lightning_fed.shipped_configs import resolve_config
-from tests.helpers.refusals import assert_config_refused_before_torch
+from tests.helpers.refusals import assert_config_refused_before_torch, assert_refused_before_torch
 
 TINY = yaml.safe_load(Path(resolve_config("tiny")).read_text(encoding="utf-8"))
 CONFIG = "model.backbone.config"
@@ -72,6 +72,27 @@ def test_llama_key_value_heads_that_do_not_divide_the_heads_are_refused_before_t
         " (LlamaConfig: each key/value head serves num_attention_heads / num_key_value_heads attention heads)"
     )
     assert_config_refused_before_torch(tmp_path, config, line, name="my.yaml")
+
+
+@pytest.mark.parametrize(("model_type", "name"), [("qwen2", "Qwen2Config"), ("mistral", "MistralConfig")])
+def test_key_value_heads_of_any_grouped_query_config_are_refused_before_torch_and_by_print_config(
+    tmp_path, model_type, name
+):
+    """Red team 9 rows 2 and 5 (q_kv, m_kv): on 9e8f7fb the check knew llama alone; qwen2 and mistral with
+    ``num_key_value_heads: 3`` of 4 heads exited 1 after a run folder (``The size of tensor a (4) must
+    match ...``), and ``--print_config`` printed them, exit 0."""
+    config = yaml.safe_load(yaml.safe_dump(TINY))
+    config["model"]["init_args"]["backbone"]["config"] = {**LLAMA, "model_type": model_type, "num_key_value_heads": 3}
+    line = (
+        f"{CONFIG}.num_key_value_heads=3 must divide {CONFIG}.num_attention_heads=4"
+        f" ({name}: each key/value head serves num_attention_heads / num_key_value_heads attention heads)"
+    )
+    (tmp_path / "fit").mkdir()
+    (tmp_path / "print").mkdir()
+    path = assert_config_refused_before_torch(tmp_path / "fit", config, line, name="my.yaml")
+    assert_refused_before_torch(
+        tmp_path / "print", ["fit", "--config", str(path), "--print_config"], line, config_file=path
+    )
 
 
 def test_a_local_tokenizer_s_ids_bound_the_vocab_size(tmp_path):
