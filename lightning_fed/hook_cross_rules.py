@@ -8,8 +8,9 @@ Each of these was found by the live run 11-17 s of CPU later, or not at all:
   without its ``ClientGrouping`` ran every round with exit 0 and never grouped the clients
   (``warmup_rounds`` and ``regroup_every`` silently ignored);
 - SystemHeterogeneity's ``target`` above the clients a round selects (``check_server``'s line);
-- HierarchicalDataSelection's ``anchors`` naming no synthetic set or a local path to nothing
-  (exit 1 after the round-0 evaluation, naming ``data.dataset``), and its ``proxy`` naming no
+- HierarchicalDataSelection's ``anchors`` and EmulatorAlignment's ``dataset`` naming no synthetic
+  set or a local path to nothing (exit 1 after the round-0 evaluation, naming ``data.dataset``), and
+  HierarchicalDataSelection's ``proxy`` naming no
   model (an offline hub ``OSError`` after a run folder was written);
 - the arguments of a hook's planted set (:data:`PLANTED_ARGS`: HierarchicalDataSelection's
   ``anchor_args``, EmulatorAlignment's ``synthetic_args``): the checks ``data.synthetic_args``
@@ -148,9 +149,10 @@ def min_lr_problem(index: int, init_args: dict[str, Any], sections: dict[str, An
     return None
 
 
-def anchors_problem(index: int, init_args: dict[str, Any]) -> str | None:
-    """HierarchicalDataSelection's ``anchors``: an unknown synthetic set, or a local path to nothing."""
-    anchors, option = init_args.get("anchors"), f"federation.hooks[{index}].anchors"
+def anchors_problem(index: int, init_args: dict[str, Any], key: str = "anchors") -> str | None:
+    """A hook's data set option ``key`` (:data:`PLANTED_ARGS`: HierarchicalDataSelection's ``anchors``,
+    EmulatorAlignment's ``dataset``, red team 9 row 1): an unknown synthetic set, or a local path to nothing."""
+    anchors, option = init_args.get(key), f"federation.hooks[{index}].{key}"
     if not isinstance(anchors, str) or not anchors.strip():
         return None
     if anchors.startswith(SYNTHETIC_PREFIX):
@@ -221,6 +223,8 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
         if _is(name, "HierarchicalDataSelection") and (
             problem := anchors_problem(index, init_args) or proxy_problem(index, init_args)
         ):
+            return problem
+        if _is(name, "EmulatorAlignment") and (problem := anchors_problem(index, init_args, "dataset")):
             return problem
         if problem := planted_args_problem(index, hook["class_path"], init_args):
             return problem

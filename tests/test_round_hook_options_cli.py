@@ -96,6 +96,18 @@ CASES = {
         "federation.hooks[0].anchors './no_anchors.jsonl': no such file or folder"
         " (supported: .json, .jsonl, .csv, .parquet files or a folder of them; a hub name is owner/name)",
     ),
+    "ea_dataset": (  # red team 9 row 1 (ea_ds): exit 1 after a run folder on 9e8f7fb, naming data.dataset
+        "fedbiot",
+        _hook({"dataset": "synthetic:instruction"}),
+        "federation.hooks[0].dataset 'synthetic:instruction': unknown synthetic set;"
+        " valid: ['synthetic:preferences', 'synthetic:instructions', 'synthetic:hard_preferences']",
+    ),
+    "ea_dataset_path": (
+        "fedbiot",
+        _hook({"dataset": "./no_public.jsonl"}),
+        "federation.hooks[0].dataset './no_public.jsonl': no such file or folder"
+        " (supported: .json, .jsonl, .csv, .parquet files or a folder of them; a hub name is owner/name)",
+    ),
     "hds_proxy": (
         "fedhds_turbo_tiny",
         _hook({"proxy": "not-a-model"}),
