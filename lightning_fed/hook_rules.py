@@ -70,21 +70,25 @@ naming no option, after the imports): bounded as
 :func:`~lightning_fed.option_rules.seed_problem`'s ``seed_everything``."""
 CLOCKS = ("virtual", "wall")
 """SystemHeterogeneity's ``clock``."""
-SYSTEM_HETEROGENEITY = (
-    at_least(HOOK + "target", 1, integer=True, nullable=True),
-    one_of(HOOK + "clock", CLOCKS),
-    in_range(HOOK + "reply_margin", 0, 1, high_open=True),
-    at_least(HOOK + "deadline", 0, low_open=True, nullable=True),
+SYSTEM_PROFILE = (
     in_range(HOOK + "local_steps", 1, MAX_LOCAL_STEPS, integer=True),
     at_least(HOOK + "step_time", 0, low_open=True),
     in_range(HOOK + "slow_fraction", 0, 1),
     at_least(HOOK + "slow_factor", 1),
     in_range(HOOK + "availability", 0, 1, low_open=True),  # 0: no client would ever be online
     in_range(HOOK + "dropout", 0, 1, high_open=True),  # 1: every client would drop out
+)
+"""The clients' profile options SystemHeterogeneity and AsyncArrivals both take (``SystemProfile`` checks
+the same again, for a ``trace`` file's rows)."""
+SYSTEM_HETEROGENEITY = (
+    at_least(HOOK + "target", 1, integer=True, nullable=True),
+    one_of(HOOK + "clock", CLOCKS),
+    in_range(HOOK + "reply_margin", 0, 1, high_open=True),
+    at_least(HOOK + "deadline", 0, low_open=True, nullable=True),
+    *SYSTEM_PROFILE,
     HOOK_SEED,
 )
-"""SystemHeterogeneity's (a hook of ``heterogeneity/``; its clients' profile, ``SystemProfile``, checks
-the same again, for AsyncArrivals and a ``trace`` file's rows)."""
+"""SystemHeterogeneity's (a hook of ``heterogeneity/``)."""
 PROXY_POOLINGS = ("mean", "last")
 """HierarchicalDataSelection's ``proxy_pooling`` (``null``: by the proxy's kind)."""
 SMALL_SELECTIONS = ("warn", "error", "ignore")
@@ -118,8 +122,9 @@ centroids in each client's t-SNE frame, with no anchors): ``load_anchor_items`` 
 them, and a count below 1 took every row of the set (``num_anchors: -1`` ran, red team 8 row 16)."""
 SERVER_SIDE_CORESET = (in_range(HOOK + "ratio", 0, 1, low_open=True),)
 """RandomSelection's, PerplexitySelection's and CentralizedCoreset's (``selection/baselines.py``): the share kept."""
-ASYNC_ARRIVALS = (at_least(HOOK + "concurrency", 1, integer=True), HOOK_SEED)
-"""AsyncArrivals' own (its clients' profile is SystemHeterogeneity's, checked by ``SystemProfile``)."""
+ASYNC_ARRIVALS = (at_least(HOOK + "concurrency", 1, integer=True), *SYSTEM_PROFILE, HOOK_SEED)
+"""AsyncArrivals' (its clients' profile, :data:`SYSTEM_PROFILE`, was checked only by ``SystemProfile``
+once the run was built: red team 9 row 9)."""
 CLIENT_RANKS = (HOOK_SEED,)
 """ClientRanks' (its lists of ranks: :func:`rank_lists_problem`)."""
 
@@ -128,9 +133,14 @@ def rank_lists_problem(prefix: str, init_args: Mapping[str, Any]) -> str | None:
     """ClientRanks' ``per_client`` / ``choices`` (positive integers, not empty) and ``probabilities``
     (one per choice, >= 0, summing to 1), each line starting with ``prefix`` (the class's
     ``federation.hooks: ClientRanks``, the precheck's ``federation.hooks[i]``); ``None`` if they fit.
-    ``RankAssignment`` raises these lines; which one of ``per_client``, ``choices``, ``column`` is
-    given is left to it."""
-    found = []
+    ``RankAssignment`` raises these lines, and that exactly one of ``per_client``, ``choices``,
+    ``column`` is given (red team 9 row 10: said by the class alone, after the imports, in two lines)."""
+    given = [name for name in ("per_client", "choices", "column") if init_args.get(name) is not None]
+    found = (
+        []
+        if len(given) == 1
+        else [f"{prefix}: give exactly one of per_client, choices, column (got {given or 'none'})"]
+    )
     for name in ("per_client", "choices"):
         values = init_args.get(name)
         if values is None:

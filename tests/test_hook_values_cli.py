@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+import yaml
 
 from tests.helpers.refusals import assert_config_refused_before_torch, assert_refused_before_torch, shipped_config
 
@@ -198,3 +199,40 @@ COMMAND_LINE_CASES = {
 @pytest.mark.parametrize(("args", "line"), list(COMMAND_LINE_CASES.values()), ids=list(COMMAND_LINE_CASES))
 def test_a_hook_value_on_the_command_line_is_refused_in_one_line_before_torch(tmp_path, args, line):
     assert_refused_before_torch(tmp_path, args, line)
+
+
+SECOND_FILE_CASES = {  # red team 9 rows 9 and 10: on 9e8f7fb refused after the imports, two lines, no file named
+    "async_slow_fraction": (
+        "feddpo_fedbuff",
+        {"class_path": "AsyncArrivals", "init_args": {"concurrency": 4, "local_steps": 10, "slow_fraction": 1.5}},
+        "federation.hooks[0].slow_fraction must be in [0, 1], got 1.5",
+    ),
+    "async_slow_factor": (
+        "feddpo_fedbuff",
+        {"class_path": "AsyncArrivals", "init_args": {"concurrency": 4, "local_steps": 10, "slow_factor": 0}},
+        "federation.hooks[0].slow_factor must be >= 1, got 0.0",
+    ),
+    "async_local_steps": (
+        "feddpo_fedbuff",
+        {"class_path": "AsyncArrivals", "init_args": {"concurrency": 4, "local_steps": 0}},
+        "federation.hooks[0].local_steps must be in [1, 1000000], got 0",
+    ),
+    "ranks_none": (
+        "feddpo_hetlora",
+        {"class_path": "ClientRanks", "init_args": {"choices": None}},
+        "federation.hooks[0]: give exactly one of per_client, choices, column (got none)",
+    ),
+    "ranks_both": (
+        "feddpo_hetlora",
+        {"class_path": "ClientRanks", "init_args": {"choices": [4, 8], "per_client": [4, 8, 4, 8]}},
+        "federation.hooks[0]: give exactly one of per_client, choices, column (got ['per_client', 'choices'])",
+    ),
+}
+
+
+@pytest.mark.parametrize(("shipped", "hook", "line"), list(SECOND_FILE_CASES.values()), ids=list(SECOND_FILE_CASES))
+def test_a_hook_value_in_a_second_file_is_refused_in_one_line_naming_it(tmp_path, shipped, hook, line):
+    """The red team's form: the shipped config, then a file of the changed hook (merged into the first's)."""
+    path = tmp_path / "change.yaml"
+    path.write_text(yaml.safe_dump({"federation": {"hooks": [hook]}}), encoding="utf-8")
+    assert_refused_before_torch(tmp_path, ["fit", "--config", shipped, "--config", str(path)], line, config_file=path)

@@ -293,6 +293,11 @@ def _word(value: Any) -> bool:
 CASES = [(s, n, c, r) for s, n, c in _classes() for r in _declared(s, n)]
 
 
+HOOK_CONTEXT = {"ClientRanks": {"choices": [4]}}
+"""What lets one hook option be judged alone: ClientRanks needs one of per_client, choices, column
+(the precheck says so too, red team 9 row 10)."""
+
+
 def _precheck(section: str, name: str, rule: Rule, value: Any) -> str | None:
     merged = Merged()
     if section == "federation":
@@ -302,8 +307,9 @@ def _precheck(section: str, name: str, rule: Rule, value: Any) -> str | None:
         strategy = {"class_path": name, "init_args": {rule.name: value}}
         merged.set_section("federation", {"strategy": strategy, "hooks": hooks})
     elif section == "federation.hooks":  # the second hook of the list: its messages say [1]
-        hook = {"class_path": f"{PACKAGES[section]}.{name}", "init_args": {rule.name: value}}
-        hooks = [{"class_path": f"{PACKAGES[section]}.{name}"}, hook]  # clients_per_round: any target fits
+        context = HOOK_CONTEXT.get(name, {})
+        hook = {"class_path": f"{PACKAGES[section]}.{name}", "init_args": {**context, rule.name: value}}
+        hooks = [{"class_path": f"{PACKAGES[section]}.{name}", "init_args": context}, hook]  # any target fits
         strategy = HOOK_NEEDS.get(name, ("FedAvg",))[0]  # the strategy the hook drives
         merged.set_section("federation", {"hooks": hooks, "clients_per_round": 10**14, "strategy": strategy})
     else:

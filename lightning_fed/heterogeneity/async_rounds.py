@@ -78,7 +78,11 @@ class AsyncArrivals(RoundHook):
     ) -> None:
         if arrivals not in ARRIVALS:
             raise ValueError(f"{FIELD}: arrivals must be one of {ARRIVALS}, got {arrivals!r}")
-        check(ASYNC_ARRIVALS, concurrency=concurrency, seed=seed)  # lightning_fed/hook_rules.py: the precheck's too
+        profile = {"local_steps": local_steps, "step_time": step_time, "slow_fraction": slow_fraction}
+        profile.update(slow_factor=slow_factor, availability=availability, dropout=dropout)
+        check(
+            ASYNC_ARRIVALS, concurrency=concurrency, seed=seed, **profile
+        )  # lightning_fed/hook_rules.py: the precheck's too
         self.arrivals = arrivals
         #: Set by a transport that really keeps clients in flight (:mod:`lightning_fed.deploy.train_rounds.buffered`).
         self.concurrent = False

@@ -52,15 +52,11 @@ class RankAssignment:
     column: str | None = None
 
     def __post_init__(self) -> None:
-        problems = []
-        given = [name for name in ("per_client", "choices", "column") if getattr(self, name) is not None]
-        if len(given) != 1:
-            problems.append(f"{SECTION}: give exactly one of per_client, choices, column (got {given or 'none'})")
         lists = {"per_client": self.per_client, "choices": self.choices, "probabilities": self.probabilities}
-        if problem := rank_lists_problem(SECTION, lists):  # lightning_fed/hook_rules.py: the precheck's too
-            problems.append(problem)
-        if problems:
-            raise ValueError("; ".join(problems))
+        if problem := rank_lists_problem(
+            SECTION, {**lists, "column": self.column}
+        ):  # hook_rules.py: the precheck's too
+            raise ValueError(problem)
 
     def ranks(self, num_clients: int, column_values: Sequence[Sequence[Any]] | None = None) -> list[int]:
         """The rank of each of ``num_clients`` clients.
