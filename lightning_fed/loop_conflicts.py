@@ -108,7 +108,15 @@ def val_check_problem(trainer: Mapping[str, Any], federation: Any, model: Any) -
     ``federation.clients_per_round`` turns of ``federation.local_steps`` steps of
     ``accumulate_grad_batches`` batches (the Trainer's, and a package module's own, PDPO's), each
     turn after another at most. ``None`` where Lightning would not compare (``check_val_every_n_epoch:
-    null``, ``limit_val_batches: 0``), a turn is counted in epochs, or the model is a user's class."""
+    null``, ``limit_val_batches: 0``), a turn is counted in epochs, or the model is a user's class.
+
+    Lightning counts fewer when ``federation.batch_clients`` trains clients together (one batch per
+    group's step: :class:`~lightning_fed.datamodules.round_sampler.RoundSampler`'s ``__len__``; red team
+    9 row 3, 20 allowed here, 10 counted with K = 2); the K ``auto`` picks, and a fallback to
+    sequential turns (:mod:`~lightning_fed.batching.fallback`), are known only once the model is built,
+    so the sequential count, the most a round can have, is the bound that is certain here. A turn in
+    epochs depends on the rows each client holds after partitioning (and a selection hook's choice,
+    FedHDS's: red team 9 row 4, Lightning counted 1), so it is left to Lightning."""
     from dataclasses import fields
 
     from lightning_fed.run_config import FederationConfig  # no torch
