@@ -58,7 +58,7 @@ CASES = {
     "lora_fields_merged": (
         "tiny",
         {"model": {"init_args": {"lora": {"r": 8}}}},
-        {"model.lora": {"r": 8, "alpha": 8, "dropout": 0.0}},
+        {"model.lora.r": 8, "model.lora.alpha": 8, "model.lora.dropout": 0.0},
     ),
     "synthetic_args_replaced": (
         "tiny",
