@@ -231,7 +231,7 @@ class Merged:
             elif parts[0] in _CLASS_KEYS:
                 return
             if not parts:  # `--data.init_args={"num_clients": -1}`: merged over the class's options
-                current["init_args"] = _merge(current["init_args"], value)
+                self.sections[section] = merge_class(PACKAGES[section], current, {"init_args": value})
                 return
             target = current["init_args"]
             if parts[0] in CLASS_VALUED and len(parts) > 1:  # `--data.init_args.partition.alpha=-1`

@@ -176,6 +176,27 @@ def test_the_precheck_merges_a_second_file_as_the_parser_does(tmp_path, name):
         assert not _has(merged.sections, option), option
 
 
+INIT_ARGS = "--model.init_args={backbone: {config: {model_type: gpt2, n_layer: 3}}, lora: {r: 8}}"
+"""Options given as one mapping on the command line, merged as a second file's (checked with ``--print_config``)."""
+
+
+def test_init_args_given_on_the_command_line_are_merged_as_a_file_s():
+    merged = merged_config(["--config", resolve_config("tiny"), INIT_ARGS])
+    assert merged is not None
+    backbone = merged.sections["model"]["init_args"]["backbone"]
+    assert backbone == {"config": {"model_type": "gpt2", "n_layer": 3}, "tokenizer": "bytes"}
+    assert merged.sections["model"]["init_args"]["lora"] == {"r": 8, "alpha": 8, "dropout": 0.0}
+
+
+def test_another_model_family_given_on_the_command_line_goes_on_to_the_live_parser(tmp_path):
+    """Before: ``error: model.backbone.config.n_layer is not an option of LlamaConfig ...`` (exit 2)."""
+    llama = yaml.safe_dump({"backbone": {"config": LLAMA}}, default_flow_style=True).strip()
+    proc = lightning_fed_without_torch(
+        "fit", "--config", "tiny", f"--model.init_args={llama}", "--print_config", cwd=tmp_path, hook=tmp_path / "hook"
+    )
+    assert REACHED_TORCH in proc.stderr, proc.stderr
+
+
 def test_a_wrapped_strategy_swapped_in_a_second_file_goes_on_to_the_live_parser(tmp_path):
     """Row 6. Before: ``error: config '...': federation.strategy.strategy.beta_1 is not an option
     of FedProx; its options: mu, server_lr, weighting`` (exit 2)."""
