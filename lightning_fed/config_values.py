@@ -4,9 +4,9 @@ Building the LightningCLI's parser imports torch, Lightning, transformers and PE
 CPU), so a value a config class refuses (``--model.init_args.lr=-1``) used to be reported only
 after all of that. :func:`value_problem` merges what the command line gives the way jsonargparse
 does (each ``--config`` file and each ``--section.option`` override in the order given, later
-ones winning; a class-valued section's ``init_args`` kept while its ``class_path`` stays the
-same) and applies the rules of :mod:`lightning_fed.option_rules`, the ones the classes
-themselves raise with, and Lightning's ``trainer.*`` bounds
+ones winning; a class's options, a dataclass's fields and a list of classes merged, another value
+replaced: :mod:`lightning_fed.config_merging`) and applies the rules of
+:mod:`lightning_fed.option_rules`, the ones the classes themselves raise with, and Lightning's ``trainer.*`` bounds
 (:func:`lightning_fed.trainer_options.trainer_option_problem`).
 
 What a class's source says (its keys, annotated types and name tables) is checked by
@@ -39,6 +39,7 @@ from lightning_fed.class_sections import (
     unknown_option_in,
     unknown_option_of,
 )
+from lightning_fed.config_merging import merge_class, merge_value
 from lightning_fed.data_columns import data_columns_problem
 from lightning_fed.dp_sgd_rules import dp_sgd_problem
 from lightning_fed.errors import unwritable
@@ -56,9 +57,9 @@ from lightning_fed.loss_options import loss_options_problem
 from lightning_fed.nested_options import CLASS_VALUED, class_option_target, nested_option_problem
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
+    PACKAGES,
     SECTIONS,
     WORD_OPTIONS,
-    class_rules,
     seed_problem,
     seed_type_problem,
 )
@@ -132,14 +133,6 @@ def non_finite_problem(config: Any) -> str | None:
     return None
 
 
-def _same_class(section: str, a: str, b: str) -> bool:
-    """``DPOModule`` and ``lightning_fed.modules.DPOModule`` are one class (jsonargparse resolves both)."""
-    if a == b:
-        return True
-    known = class_rules(section, a) is not None and class_rules(section, b) is not None
-    return known and a.rpartition(".")[2] == b.rpartition(".")[2]
-
-
 def _init_args_only(value: Any) -> bool:
     """A class-valued section given as ``{init_args: {...}}`` alone (a file layered over another)."""
     return isinstance(value, dict) and set(value) == {"init_args"} and isinstance(value["init_args"], dict)
@@ -183,7 +176,11 @@ class Merged:
                 self.shape = classes_shape_problem(section, value)
             items = [] if value is None else value
             hooks = [_class_section(item) for item in items] if isinstance(items, list) else _UNKNOWN
-            self.sections[section] = hooks  # a list given again replaces the earlier one
+            old = self.sections.get(section)
+            if isinstance(old, list) and isinstance(hooks, list) and len(old) == len(hooks):
+                # as long as the earlier list: item by item, each class merged (lightning_fed/config_merging.py)
+                hooks = [merge_value(None, "", PACKAGES[section], o, n) for o, n in zip(old, hooks, strict=True)]
+            self.sections[section] = hooks  # a list of another length replaces the earlier one
         elif section in SECTIONS:
             new = _class_section(value)
             old = self.sections.get(section)
@@ -191,15 +188,13 @@ class Merged:
                 self.shape = section_shape_problem(section, value, isinstance(old, dict))
             if _init_args_only(value) and isinstance(old, dict):
                 # `model: {init_args: {...}}` over an earlier class: the same class, its values merged
-                self.sections[section] = {**old, "init_args": _merge(old["init_args"], value["init_args"])}
+                self.sections[section] = merge_class(PACKAGES[section], old, value)
             elif new is _UNKNOWN or old is _UNKNOWN or old is None:
                 self.sections[section] = new
             elif isinstance(value, dict) and "class_path" not in value:
                 self.sections[section] = _UNKNOWN  # init_args alone: only with a class_path before
-            elif not _same_class(section, new["class_path"], old["class_path"]):
-                self.sections[section] = new  # another class: the earlier init_args are not followed
-            else:
-                self.sections[section] = {**old, **new, "init_args": _merge(old["init_args"], new["init_args"])}
+            else:  # the same class's options merged, or another class's (lightning_fed/config_merging.py)
+                self.sections[section] = merge_class(PACKAGES[section], old, new)
         elif isinstance(value, dict):
             old = self.sections.get(section)
             self.sections[section] = _merge(old if isinstance(old, dict) else {}, value)
@@ -236,7 +231,7 @@ class Merged:
             elif parts[0] in _CLASS_KEYS:
                 return
             if not parts:  # `--data.init_args={"num_clients": -1}`: merged over the class's options
-                current["init_args"] = _merge(current["init_args"], value)
+                self.sections[section] = merge_class(PACKAGES[section], current, {"init_args": value})
                 return
             target = current["init_args"]
             if parts[0] in CLASS_VALUED and len(parts) > 1:  # `--data.init_args.partition.alpha=-1`

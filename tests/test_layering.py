@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
         "hook_rules",
         "value_rules",
         "class_parameters",
+        "config_merging",
         "run_options",
         "run_config",
         "federation_rules",
