@@ -3,7 +3,7 @@ a.yaml --config b.yaml``), read from the classes' source without importing them.
 
 What the parser replaces and what it merges depends on the parameter's annotation
 (:func:`lightning_fed.class_parameters.signature`; checked with ``--print_config``,
-``tests/test_config_merging.py``):
+``tests/test_config_merging_cli.py``):
 
 - a class (``{class_path, init_args}``: a section, a wrapper's ``strategy``, a round hook) over
   the same class: its ``init_args`` merged option by option, each as below; over another class:
