@@ -13,7 +13,7 @@ from lightning_fed.planning.group import (
     inputs_from_module,
     run_group_size,
 )
-from tests.planning.tiny_llama import TINY
+from tests.planning.tiny_llama import TINY_RUNNABLE
 
 
 def shape(hidden: int, intermediate: int) -> ModelShape:
@@ -74,7 +74,10 @@ def test_plan_prints_the_k_fit_takes(tmp_path, capsys, monkeypatch, clients, bat
 
     monkeypatch.setattr("lightning_fed.planning.group.memory_budget", lambda device: 1 << 50)
     cfg = {
-        "model": {"class_path": "lightning_fed.modules.DPOModule", "init_args": {"backbone": {"config": TINY}}},
+        "model": {
+            "class_path": "lightning_fed.modules.DPOModule",
+            "init_args": {"backbone": {"config": TINY_RUNNABLE}},
+        },
         "data": {
             "class_path": "lightning_fed.datamodules.PreferenceDataModule",
             "init_args": {"dataset": "synthetic:preferences", "batch_size": batch, "max_length": length},

@@ -14,7 +14,7 @@ from lightning_fed.errors import UserError
 from lightning_fed.plan_cli import main
 from lightning_fed.planning.activations import count_saved_activations
 from lightning_fed.planning.estimate import NF4_BYTES_PER_WEIGHT, PlanInputs, estimate, model_shape
-from tests.planning.tiny_llama import TINY
+from tests.planning.tiny_llama import TINY, TINY_RUNNABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 # Llama-2-7B's config.json (meta-llama/Llama-2-7b-hf), the fields that fix its shape.
@@ -135,7 +135,7 @@ def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
     cfg = {
         "model": {
             "class_path": "lightning_fed.modules.PDPOModule",
-            "init_args": {"backbone": {"config": TINY}, "lora": {"r": 2}, "personal_dtype": "bfloat16"},
+            "init_args": {"backbone": {"config": TINY_RUNNABLE}, "lora": {"r": 2}, "personal_dtype": "bfloat16"},
         },
         "data": {
             "class_path": "lightning_fed.datamodules.PreferenceDataModule",
@@ -156,7 +156,10 @@ def test_cli_prints_plan_and_names_bad_config(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "clients trained together" not in out
     assert "federation.batch_clients: 8: clients train one after another: PDPOModule does not declare" in out
-    cfg["model"] = {"class_path": "lightning_fed.modules.DPOModule", "init_args": {"backbone": {"config": TINY}}}
+    cfg["model"] = {
+        "class_path": "lightning_fed.modules.DPOModule",
+        "init_args": {"backbone": {"config": TINY_RUNNABLE}},
+    }
     path.write_text(yaml.safe_dump(cfg))  # capped at the round's 4 clients
     assert main(["--config", str(path)]) == 0
     out = capsys.readouterr().out

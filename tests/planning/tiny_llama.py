@@ -11,3 +11,6 @@ TINY_LLAMA = {
 }
 TINY = {"model_type": "llama", **TINY_LLAMA}
 """As a ``model.backbone.config`` (with its ``model_type``)."""
+TINY_RUNNABLE = {**TINY, "vocab_size": 259}
+"""TINY with a row for each of the ``bytes`` tokenizer's 259 ids, for a config the CLI's precheck reads
+(``plan``/``fit`` refuse ``vocab_size: 10`` below the tokenizer's ids: lightning_fed/class_options.py)."""
