@@ -7,7 +7,8 @@ Each of these was found by the live run 11-17 s of CPU later, or not at all:
   FedAvg, refused when the run was bound), and :data:`STRATEGY_NEEDS_HOOK`, its mirror: FedBiscuit
   without its ``ClientGrouping`` ran every round with exit 0 and never grouped the clients
   (``warmup_rounds`` and ``regroup_every`` silently ignored);
-- SystemHeterogeneity's ``target`` above the clients a round selects (``check_server``'s line);
+- SystemHeterogeneity's ``target`` above the clients a round selects (``check_server``'s line), and
+  AsyncArrivals' ``concurrency`` above ``data.num_clients`` (red team 9 row 9);
 - HierarchicalDataSelection's ``anchors`` and EmulatorAlignment's ``dataset`` naming no synthetic
   set or a local path to nothing (exit 1 after the round-0 evaluation, naming ``data.dataset``), and
   HierarchicalDataSelection's ``proxy`` naming no
@@ -33,7 +34,7 @@ from lightning_fed.class_kinds import package_class
 from lightning_fed.class_parameters import init_defaults, table
 from lightning_fed.class_paths import package_subclasses
 from lightning_fed.data_paths import missing_path_problem
-from lightning_fed.hook_rules import rank_lists_problem
+from lightning_fed.hook_rules import concurrency_problem, rank_lists_problem
 from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.strategy_modules import aggregating_strategy
@@ -128,6 +129,25 @@ def target_problem(index: int, init_args: dict[str, Any], sections: dict[str, An
     return None
 
 
+def async_concurrency_problem(
+    index: int, class_path: str, init_args: dict[str, Any], sections: dict[str, Any]
+) -> str | None:
+    """AsyncArrivals' ``concurrency`` above ``data.num_clients`` (given, or the package's data module's
+    default), virtual arrivals only (``arrivals: real``: the Flower deployment's nodes decide): the
+    class's line when the run is bound (:func:`~lightning_fed.hook_rules.concurrency_problem`)."""
+    from lightning_fed.option_rules import PACKAGES
+
+    arrivals = init_args.get("arrivals", _default(class_path, "arrivals"))
+    data = sections.get("data")
+    if arrivals == "real" or not isinstance(data, dict) or not package_class("data", data["class_path"]):
+        return None
+    clients = data["init_args"].get(
+        "num_clients", init_defaults(PACKAGES["data"], data["class_path"]).get("num_clients")
+    )
+    concurrency = init_args.get("concurrency", _default(class_path, "concurrency"))
+    return concurrency_problem(f"federation.hooks[{index}]", concurrency, clients)
+
+
 def min_lr_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:
     """RoundLRSchedule's cosine ``min_lr`` above ``model.lr`` (given, or the package's module's
     default): ``min_lr + (lr - min_lr)(1 + cos(pi r / R)) / 2`` then climbs from ``lr`` to ``min_lr``,
@@ -215,6 +235,10 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
             continue
         name, init_args = hook["class_path"].rpartition(".")[2], hook["init_args"]
         if _is(name, "SystemHeterogeneity") and (problem := target_problem(index, init_args, sections)):
+            return problem
+        if _is(name, "AsyncArrivals") and (
+            problem := async_concurrency_problem(index, hook["class_path"], init_args, sections)
+        ):
             return problem
         if _is(name, "RoundLRSchedule") and (problem := min_lr_problem(index, init_args, sections)):
             return problem

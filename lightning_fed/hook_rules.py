@@ -6,7 +6,8 @@ keyed by class name in :data:`HOOK_RULES`: the hook's ``__init__`` refuses a bad
 (:func:`~lightning_fed.value_rules.check`), and the precheck applies the same rules to each item of
 ``federation.hooks`` before torch is imported (:func:`hook_problems` names the item's index), through
 :func:`lightning_fed.option_rules.class_rules`. Also ClientRanks' lists of ranks
-(:func:`rank_lists_problem`) and where the package's hooks live (:data:`HOOK_PACKAGES`).
+(:func:`rank_lists_problem`, :func:`ranks_above_problem`), AsyncArrivals' ``concurrency`` against the
+clients (:func:`concurrency_problem`) and where the package's hooks live (:data:`HOOK_PACKAGES`).
 Split from :mod:`lightning_fed.option_rules` (which holds ``model:``, ``data:``, ``federation:`` and
 ``federation.strategy:``'s rules and reads :data:`HOOK_RULES` from here).
 
@@ -167,6 +168,41 @@ def rank_lists_problem(prefix: str, init_args: Mapping[str, Any]) -> str | None:
         if any(not (p >= 0) for p in probabilities) or not abs(sum(probabilities) - 1.0) < 1e-6:
             found.append(f"{prefix}.probabilities: must be >= 0 and sum to 1, got {list(probabilities)}")
     return "; ".join(found) or None
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def concurrency_problem(prefix: str, concurrency: Any, num_clients: Any) -> str | None:
+    """AsyncArrivals' ``concurrency`` above ``data.num_clients`` (virtual arrivals keep that many
+    clients training at once), the line starting with ``prefix`` (the class's ``federation.hooks:
+    AsyncArrivals``, the precheck's ``federation.hooks[i]``); ``None`` if it fits. Red team 9 row 9:
+    said by the class alone when the run was bound, after the imports, in two lines."""
+    if _integer(concurrency) and _integer(num_clients) and concurrency > num_clients:
+        return f"{prefix}.concurrency must be in [1, data.num_clients={num_clients}], got {concurrency}"
+    return None
+
+
+def ranks_above_problem(prefix: str, init_args: Mapping[str, Any], max_rank: Any) -> str | None:
+    """ClientRanks' ``per_client`` / ``choices`` ranks above the global LoRA rank ``max_rank``
+    (``model.lora.r``; a choice of probability 0 is never drawn), the line starting with ``prefix``
+    (as :func:`rank_lists_problem`'s); ``None`` if they fit. Red team 9 row 10: said by the class
+    alone when the run was bound, after the imports, in two lines."""
+    if not _integer(max_rank):
+        return None
+    for name in ("per_client", "choices"):
+        values = init_args.get(name)
+        if not isinstance(values, (list, tuple)):
+            continue
+        weights = init_args.get("probabilities") if name == "choices" else None
+        if not isinstance(weights, (list, tuple)) or len(weights) != len(values):
+            weights = [1] * len(values)
+        above = [r for r, p in zip(values, weights, strict=True) if _integer(r) and r > max_rank and p != 0]
+        if above:
+            shown = list(dict.fromkeys(above))
+            return f"{prefix}.{name}: ranks above the global LoRA rank model.lora.r={max_rank}, got {shown}"
+    return None
 
 
 HOOK_RULES: dict[str, tuple[Rule, ...]] = {

@@ -227,6 +227,11 @@ SECOND_FILE_CASES = {  # red team 9 rows 9 and 10: on 9e8f7fb refused after the 
         {"class_path": "ClientRanks", "init_args": {"choices": [4, 8], "per_client": [4, 8, 4, 8]}},
         "federation.hooks[0]: give exactly one of per_client, choices, column (got ['per_client', 'choices'])",
     ),
+    "async_concurrency_above_clients": (  # aa_concbig: on 3ce5a2c two lines after the imports (14 s of CPU)
+        "feddpo_fedbuff",
+        {"class_path": "AsyncArrivals", "init_args": {"concurrency": 1000000000, "local_steps": 10}},
+        "federation.hooks[0].concurrency must be in [1, data.num_clients=8], got 1000000000",
+    ),
 }
 
 

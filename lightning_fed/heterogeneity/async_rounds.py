@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from lightning_fed.federation.hooks import Capability, RoundHook
 from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import Arrival, AsyncRoundSimulator
-from lightning_fed.hook_rules import ASYNC_ARRIVALS
+from lightning_fed.hook_rules import ASYNC_ARRIVALS, concurrency_problem
 from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
@@ -123,10 +123,8 @@ class AsyncArrivals(RoundHook):
             if server.engine != "flower":
                 raise ValueError(self._not_concurrent)
             return
-        if self.concurrency > server.num_clients:
-            raise ValueError(
-                f"{FIELD}: concurrency must be in [1, data.num_clients={server.num_clients}], got {self.concurrency}"
-            )
+        if problem := concurrency_problem(FIELD, self.concurrency, server.num_clients):  # the precheck's too
+            raise ValueError(problem)
         self._simulator(server.num_clients)
 
     def _simulator(self, num_clients: int) -> AsyncRoundSimulator:

@@ -103,7 +103,7 @@ CASES = {
     ),
     "async_concurrency_above_clients": (
         "async_concurrency_above_clients",
-        "error: federation.hooks: AsyncArrivals: concurrency must be in [1, data.num_clients=4], got 100",
+        "error: config '{config}': federation.hooks[0].concurrency must be in [1, data.num_clients=4], got 100",
     ),
     "async_with_fedavg": (
         "async_with_fedavg",
@@ -124,6 +124,7 @@ PRECHECKED |= {
     "straggler_target_above_clients_per_round",
     "async_with_fedavg",
     "straggler_dropout_one",
+    "async_concurrency_above_clients",
 }  # lightning_fed/hook_cross_rules.py
 """Refused by the precheck, from the config's text: one line, no ``--debug`` hint (issue 41)."""
 WORDED = {"async_with_fedavg", "dp_around_fedbuff_with_async"}
