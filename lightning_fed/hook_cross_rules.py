@@ -8,7 +8,8 @@ Each of these was found by the live run 11-17 s of CPU later, or not at all:
   without its ``ClientGrouping`` ran every round with exit 0 and never grouped the clients
   (``warmup_rounds`` and ``regroup_every`` silently ignored);
 - SystemHeterogeneity's ``target`` above the clients a round selects (``check_server``'s line), and
-  AsyncArrivals' ``concurrency`` above ``data.num_clients`` (red team 9 row 9);
+  AsyncArrivals' ``concurrency`` above ``data.num_clients`` (red team 9 row 9), and ClientRanks'
+  ranks above ``model.lora.r`` (row 10);
 - HierarchicalDataSelection's ``anchors`` and EmulatorAlignment's ``dataset`` naming no synthetic
   set or a local path to nothing (exit 1 after the round-0 evaluation, naming ``data.dataset``), and
   HierarchicalDataSelection's ``proxy`` naming no
@@ -34,7 +35,7 @@ from lightning_fed.class_kinds import package_class
 from lightning_fed.class_parameters import init_defaults, table
 from lightning_fed.class_paths import package_subclasses
 from lightning_fed.data_paths import missing_path_problem
-from lightning_fed.hook_rules import concurrency_problem, rank_lists_problem
+from lightning_fed.hook_rules import concurrency_problem, rank_lists_problem, ranks_above_problem
 from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.strategy_modules import aggregating_strategy
@@ -148,6 +149,21 @@ def async_concurrency_problem(
     return concurrency_problem(f"federation.hooks[{index}]", concurrency, clients)
 
 
+def lora_rank_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:
+    """ClientRanks' ``per_client`` / ``choices`` ranks above the package's model's ``model.lora.r``, when
+    the config gives it (else the live run's check): the class's line when the run is bound
+    (:func:`~lightning_fed.hook_rules.ranks_above_problem`)."""
+    from lightning_fed.option_rules import TAKES_LORA
+
+    model = sections.get("model")
+    if not isinstance(model, dict) or not package_class("model", model["class_path"]):
+        return None
+    lora = model["init_args"].get("lora")
+    if model["class_path"].rpartition(".")[2] not in TAKES_LORA or not isinstance(lora, dict):
+        return None
+    return ranks_above_problem(f"federation.hooks[{index}]", init_args, lora.get("r"))
+
+
 def min_lr_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:
     """RoundLRSchedule's cosine ``min_lr`` above ``model.lr`` (given, or the package's module's
     default): ``min_lr + (lr - min_lr)(1 + cos(pi r / R)) / 2`` then climbs from ``lr`` to ``min_lr``,
@@ -242,7 +258,10 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
             return problem
         if _is(name, "RoundLRSchedule") and (problem := min_lr_problem(index, init_args, sections)):
             return problem
-        if _is(name, "ClientRanks") and (problem := rank_lists_problem(f"federation.hooks[{index}]", init_args)):
+        if _is(name, "ClientRanks") and (
+            problem := rank_lists_problem(f"federation.hooks[{index}]", init_args)
+            or lora_rank_problem(index, init_args, sections)
+        ):
             return problem
         if _is(name, "HierarchicalDataSelection") and (
             problem := anchors_problem(index, init_args) or proxy_problem(index, init_args)

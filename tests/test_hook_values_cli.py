@@ -232,6 +232,16 @@ SECOND_FILE_CASES = {  # red team 9 rows 9 and 10: on 9e8f7fb refused after the 
         {"class_path": "AsyncArrivals", "init_args": {"concurrency": 1000000000, "local_steps": 10}},
         "federation.hooks[0].concurrency must be in [1, data.num_clients=8], got 1000000000",
     ),
+    "ranks_above_lora_r": (  # cr_ch_4100000: on e514ac1 two lines after the imports (11 s of CPU)
+        "feddpo_hetlora",
+        {"class_path": "ClientRanks", "init_args": {"choices": [4, 100000]}},
+        "federation.hooks[0].choices: ranks above the global LoRA rank model.lora.r=16, got [100000]",
+    ),
+    "per_client_ranks_above_lora_r": (
+        "feddpo_hetlora",
+        {"class_path": "ClientRanks", "init_args": {"choices": None, "per_client": [4, 8, 16, 32, 4, 8, 16, 32]}},
+        "federation.hooks[0].per_client: ranks above the global LoRA rank model.lora.r=16, got [32]",
+    ),
 }
 
 

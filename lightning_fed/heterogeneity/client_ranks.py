@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning_fed.federation.hooks import Capability, Payload, Replies, RoundHook
 from lightning_fed.heterogeneity.rank_assignment import SECTION, RankAssignment
-from lightning_fed.hook_rules import CLIENT_RANKS
+from lightning_fed.hook_rules import CLIENT_RANKS, ranks_above_problem
 from lightning_fed.strategies.lora_factors import state_rank
 from lightning_fed.value_rules import check
 
@@ -146,6 +146,10 @@ class ClientRanks(RoundHook):
         self._set(server)
 
     def _check_max_rank(self, max_rank: int) -> None:
+        a = self.assignment
+        lists = {"per_client": a.per_client, "choices": a.choices, "probabilities": a.probabilities}
+        if problem := ranks_above_problem(SECTION, lists, max_rank):  # hook_rules.py: the precheck's too
+            raise ValueError(problem)
         too_high = [(c, r) for c, r in enumerate(self.ranks) if r > max_rank]
         if too_high:
             raise ValueError(

@@ -94,8 +94,8 @@ CASES = {
     # ------------------------------------------------- item 5: cross-option checks at bind time
     "ranks_above_r_max": (
         "ranks_above_r_max",
-        "error: federation.hooks: ClientRanks: ranks above the global LoRA rank r_max=4 (model.lora.r);"
-        " got (client, rank) [(0, 16), (1, 16), (2, 16), (3, 16)]",
+        "error: config '{config}': federation.hooks[0].choices: ranks above the global LoRA rank model.lora.r=4,"
+        " got [16]",
     ),
     "straggler_target_above_clients_per_round": (
         "straggler_target_above_clients_per_round",
@@ -125,6 +125,7 @@ PRECHECKED |= {
     "async_with_fedavg",
     "straggler_dropout_one",
     "async_concurrency_above_clients",
+    "ranks_above_r_max",
 }  # lightning_fed/hook_cross_rules.py
 """Refused by the precheck, from the config's text: one line, no ``--debug`` hint (issue 41)."""
 WORDED = {"async_with_fedavg", "dp_around_fedbuff_with_async"}

@@ -88,8 +88,7 @@ def test_client_ranks_needs_a_rank_strategy_and_ranks_up_to_the_global_one(tmp_p
     with pytest.raises(ValueError) as info:
         fit(tiny_dpo(r=4), preference_data(), _loop(HetLoRA(), ClientRanks(per_client=[1, 8, 4, 4])), str(tmp_path))
     assert str(info.value) == (
-        "federation.hooks: ClientRanks: ranks above the global LoRA rank r_max=4 (model.lora.r);"
-        " got (client, rank) [(1, 8)]"
+        "federation.hooks: ClientRanks.per_client: ranks above the global LoRA rank model.lora.r=4, got [8]"
     )
 
 
