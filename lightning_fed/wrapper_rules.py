@@ -4,7 +4,9 @@
 :class:`~lightning_fed.deploy.secure_aggregation.SecureAggregation` wrap another strategy, so their
 options are not ``federation.strategy.<option>`` rules of :mod:`lightning_fed.option_rules` (a
 wrapper may sit inside another: ``SecureAggregation(ClientLevelDP(FedAdam))``); each class raises
-``ValueError("<Class>: " + "; ".join(problems))``. The functions here list those problems; the
+``ValueError("; ".join(problems))``, each problem naming its option ``federation.strategy.<option>``
+(the precheck names where the wrapper is: ``federation.strategy.strategy.<option>`` inside another;
+what is wrong with the wrapped strategy itself starts ``<Class>:``). The functions here list those problems; the
 classes call them in their ``__init__`` and the precheck (:func:`wrapper_problem`, from
 :mod:`lightning_fed.config_values`) calls them on the merged config, so a
 ``noise_multiplier: -1`` is refused in a fraction of a second with the line the class raises
@@ -27,6 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+STRATEGY = "federation.strategy"
+"""Where a wrapper's options are named by its class, which does not know whether it is wrapped itself
+(the precheck names the place it was given: ``federation.strategy.strategy`` inside another)."""
 
 CLIENT_DP_UNSUPPORTED = {
     "FedNova": "it normalises each client's update by that client's own step count",
@@ -62,31 +68,38 @@ def _as_float(value: Any) -> Any:
 
 
 def client_dp_problems(
-    noise_multiplier: Any = None, clip_norm: Any = 0.1, expected_clients: Any = None, control_scale: Any = 1.0
+    noise_multiplier: Any = None,
+    clip_norm: Any = 0.1,
+    expected_clients: Any = None,
+    control_scale: Any = 1.0,
+    key: str = STRATEGY,
 ) -> list[str]:
-    """ClientLevelDP's refused numbers, each one line, in the order the class reports them."""
+    """ClientLevelDP's refused numbers, each one line naming ``<key>.<option>`` (:data:`STRATEGY`), in
+    the order the class reports them."""
     out = []
     if noise_multiplier is not None and not (_number(noise_multiplier) and noise_multiplier >= 0):
-        out.append(f"noise_multiplier must be >= 0, got {noise_multiplier!r}")
+        out.append(f"{key}.noise_multiplier must be >= 0, got {noise_multiplier!r}")
     if not (_number(clip_norm) and clip_norm > 0):
-        out.append(f"clip_norm must be > 0, got {clip_norm!r}")
+        out.append(f"{key}.clip_norm must be > 0, got {clip_norm!r}")
     if expected_clients is not None and not (_number(expected_clients) and expected_clients > 0):
-        out.append(f"expected_clients must be > 0, got {expected_clients!r}")
+        out.append(f"{key}.expected_clients must be > 0, got {expected_clients!r}")
     if not (_number(control_scale) and control_scale > 0):
-        out.append(f"control_scale must be > 0, got {control_scale!r}")
+        out.append(f"{key}.control_scale must be > 0, got {control_scale!r}")
     return out
 
 
-def adaptive_problems(target_quantile: Any = 0.5, learning_rate: Any = 0.2, count_stddev: Any = None) -> list[str]:
+def adaptive_problems(
+    target_quantile: Any = 0.5, learning_rate: Any = 0.2, count_stddev: Any = None, key: str = STRATEGY
+) -> list[str]:
     """:class:`~lightning_fed.privacy.AdaptiveClipping`'s refused numbers (ClientLevelDP's ``adaptive``),
-    each one line naming ``adaptive.<option>``, in the order the class reports them."""
+    each one line naming ``<key>.adaptive.<option>``, in the order the class reports them."""
     out = []
     if not (_number(target_quantile) and 0.0 <= target_quantile <= 1.0):
-        out.append(f"adaptive.target_quantile must be in [0, 1], got {target_quantile!r}")
+        out.append(f"{key}.adaptive.target_quantile must be in [0, 1], got {target_quantile!r}")
     if not (_number(learning_rate) and learning_rate > 0):
-        out.append(f"adaptive.learning_rate must be > 0, got {learning_rate!r}")
+        out.append(f"{key}.adaptive.learning_rate must be > 0, got {learning_rate!r}")
     if count_stddev is not None and not (_number(count_stddev) and count_stddev >= 0):
-        out.append(f"adaptive.count_stddev must be >= 0, got {count_stddev!r}")
+        out.append(f"{key}.adaptive.count_stddev must be >= 0, got {count_stddev!r}")
     return out
 
 
@@ -106,16 +119,18 @@ def secure_aggregation_problems(
     quantization_range: Any = 2**22,
     modulus_range: Any = 2**32,
     wrapped: list[str] | None = None,
+    key: str = STRATEGY,
 ) -> list[str]:
-    """SecureAggregation's refused settings, each one line, in the class's order (``wrapped``: what
-    is wrong with its wrapped strategy, :func:`secure_sum_problem`, said after the protocol)."""
+    """SecureAggregation's refused settings, each one line naming ``<key>.<option>``, in the class's
+    order (``wrapped``: what is wrong with its wrapped strategy, :func:`secure_sum_problem`, said after
+    the protocol, as ``SecureAggregation: <what>``)."""
     out = []
     if protocol not in PROTOCOLS:
-        out.append(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
-    out += wrapped or []
+        out.append(f"{key}.protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    out += [f"SecureAggregation: {w}" for w in wrapped or []]
     shares_int = isinstance(num_shares, int) and not isinstance(num_shares, bool)
     if not _number(num_shares) or not (num_shares > 2 if shares_int else 0 < num_shares <= 1):
-        out.append(f"num_shares must be an int > 2 or a fraction in (0, 1], got {num_shares!r}")
+        out.append(f"{key}.num_shares must be an int > 2 or a fraction in (0, 1], got {num_shares!r}")
     threshold = reconstruction_threshold
     bad_int = (
         isinstance(threshold, int)
@@ -124,14 +139,15 @@ def secure_aggregation_problems(
     )
     if not _number(threshold) or bad_int or (isinstance(threshold, float) and not 0 < threshold <= 1):
         out.append(
-            f"reconstruction_threshold must be an int in [2, num_shares) or a fraction in (0, 1], got {threshold!r}"
+            f"{key}.reconstruction_threshold must be an int in [2, num_shares) or a fraction in (0, 1],"
+            f" got {threshold!r}"
         )
     if not (_number(max_weight) and max_weight > 0):
-        out.append(f"max_weight must be > 0, got {max_weight!r}")
+        out.append(f"{key}.max_weight must be > 0, got {max_weight!r}")
     if not (_number(clipping_range) and clipping_range > 0):
-        out.append(f"clipping_range must be > 0, got {clipping_range!r}")
+        out.append(f"{key}.clipping_range must be > 0, got {clipping_range!r}")
     if not isinstance(quantization_range, int) or isinstance(quantization_range, bool) or quantization_range <= 0:
-        out.append(f"quantization_range must be an int > 0, got {quantization_range!r}")
+        out.append(f"{key}.quantization_range must be an int > 0, got {quantization_range!r}")
     elif (
         not isinstance(modulus_range, int)
         or isinstance(modulus_range, bool)
@@ -140,7 +156,7 @@ def secure_aggregation_problems(
         or bin(modulus_range).count("1") != 1
     ):
         out.append(
-            f"modulus_range must be a power of 2 in (quantization_range, 2**32], got {modulus_range!r}"
+            f"{key}.modulus_range must be a power of 2 in (quantization_range, 2**32], got {modulus_range!r}"
             " (Flower samples masks below it as int64)"
         )
     return out
@@ -233,17 +249,17 @@ def wrapper_problem(strategy: Any, key: str = "federation.strategy") -> str | No
         return problem
     if wrapper == "ClientLevelDP" and (problem := _adaptive_shape_problem(args.get("adaptive"), f"{key}.adaptive")):
         return problem
-    if wrapper == "ClientLevelDP" and (found := adaptive_problems(**_adaptive_values(args.get("adaptive")))):
-        return "ClientLevelDP: " + "; ".join(found)  # the parser builds AdaptiveClipping before the wrapper
+    if wrapper == "ClientLevelDP" and (found := adaptive_problems(**_adaptive_values(args.get("adaptive")), key=key)):
+        return "; ".join(found)  # the parser builds AdaptiveClipping before the wrapper
     out: list[str] = []
     names = ("noise_multiplier", "clip_norm", "expected_clients", "control_scale")
     if wrapper == "ClientLevelDP":
         if inner is not None and (name := _package_strategy(inner["class_path"])):
             if problem := wrapped_problem(name):
-                out.append(problem)
+                out.append(f"ClientLevelDP: {problem}")
         elif inner is not None and _wrapper(inner["class_path"]) == "ClientLevelDP":
-            out.append(wrapped_problem("ClientLevelDP", already_private=True) or "")
-        out += client_dp_problems(**{k: _as_float(args[k]) for k in names if k in args})
+            out.append(f"ClientLevelDP: {wrapped_problem('ClientLevelDP', already_private=True)}")
+        out += client_dp_problems(**{k: _as_float(args[k]) for k in names if k in args}, key=key)
     else:
         floats = ("max_weight", "clipping_range")
         given = {
@@ -252,8 +268,8 @@ def wrapper_problem(strategy: Any, key: str = "federation.strategy") -> str | No
             if k in ("protocol", "num_shares", "reconstruction_threshold", "quantization_range", "modulus_range")
             or k in floats
         }
-        out += secure_aggregation_problems(**given, wrapped=_secure_sum_wrapped(inner))
-    return f"{wrapper}: " + "; ".join(out) if out else None
+        out += secure_aggregation_problems(**given, wrapped=_secure_sum_wrapped(inner), key=key)
+    return "; ".join(out) if out else None
 
 
 def _secure_sum_wrapped(inner: dict[str, Any] | None) -> list[str]:

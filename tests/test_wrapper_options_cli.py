@@ -44,12 +44,22 @@ CASES = {
     "adaptive_quantile_above_1": (
         "feddpo_dp",
         lambda c: _dp(c)["adaptive"].update(target_quantile=1.5),
-        "ClientLevelDP: adaptive.target_quantile must be in [0, 1], got 1.5",
+        "federation.strategy.adaptive.target_quantile must be in [0, 1], got 1.5",  # dp_adq (red team 9 row 12)
     ),
     "adaptive_count_stddev_negative": (
         "feddpo_dp",
         lambda c: _dp(c)["adaptive"].update(count_stddev=-2.0),
-        "ClientLevelDP: adaptive.count_stddev must be >= 0, got -2.0",
+        "federation.strategy.adaptive.count_stddev must be >= 0, got -2.0",
+    ),
+    "adaptive_learning_rate_zero": (
+        "feddpo_dp",
+        lambda c: _dp(c)["adaptive"].update(learning_rate=0),
+        "federation.strategy.adaptive.learning_rate must be > 0, got 0.0",
+    ),
+    "wrapped_twice_adaptive_quantile": (  # ClientLevelDP inside SecureAggregation: named where it is
+        "secagg",
+        lambda c: _secagg_dp(c).update(adaptive={"target_quantile": 1.5}),
+        "federation.strategy.strategy.adaptive.target_quantile must be in [0, 1], got 1.5",
     ),
     "wrapped_key_misspelt": (
         "feddpo_dp",

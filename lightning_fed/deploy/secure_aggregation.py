@@ -160,7 +160,7 @@ class SecureAggregation(Strategy):
             wrapped=_strategy_problems(strategy),
         )
         if problems:
-            raise ValueError("SecureAggregation: " + "; ".join(problems))
+            raise ValueError("; ".join(problems))
         self.strategy, self.protocol = strategy, protocol
         self.num_shares, self.reconstruction_threshold = num_shares, reconstruction_threshold
         self.max_weight, self.clipping_range = float(max_weight), float(clipping_range)

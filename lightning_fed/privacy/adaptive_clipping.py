@@ -90,7 +90,7 @@ class AdaptiveClipping:
     def __post_init__(self) -> None:
         # lightning_fed/wrapper_rules.py: the precheck refuses the same values with the same line
         if problems := adaptive_problems(self.target_quantile, self.learning_rate, self.count_stddev):
-            raise ValueError("ClientLevelDP: " + "; ".join(problems))
+            raise ValueError("; ".join(problems))
 
     def stddev(self, expected_clients: float) -> float:
         """``sigma_b``: the configured one, or ``m / 20``."""

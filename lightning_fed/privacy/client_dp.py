@@ -115,10 +115,11 @@ class ClientLevelDP(Strategy):
         seed: int | None = None,
     ) -> None:
         # lightning_fed/wrapper_rules.py: the precheck refuses the same values with the same line
-        problems = [p for p in [wrapped_problem(type(strategy).__name__, isinstance(strategy, ClientLevelDP))] if p]
+        wrapped = wrapped_problem(type(strategy).__name__, isinstance(strategy, ClientLevelDP))
+        problems = [f"ClientLevelDP: {wrapped}"] if wrapped else []
         problems += client_dp_problems(noise_multiplier, clip_norm, expected_clients, control_scale)
         if problems:
-            raise ValueError("ClientLevelDP: " + "; ".join(problems))
+            raise ValueError("; ".join(problems))
         self.strategy = strategy
         self.noise_multiplier = None if noise_multiplier is None else float(noise_multiplier)
         self.clip_norm = float(clip_norm)

@@ -148,5 +148,5 @@ def test_bad_secagg_setting_is_a_one_line_cli_error_before_anything_is_written(t
     cmd += ["--federation.strategy.init_args.num_shares=2", f"--trainer.default_root_dir={tmp_path / 'run'}"]
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 2
-    assert proc.stderr == ("error: SecureAggregation: num_shares must be an int > 2 or a fraction in (0, 1], got 2\n")
+    assert proc.stderr == ("error: federation.strategy.num_shares must be an int > 2 or a fraction in (0, 1], got 2\n")
     assert not (tmp_path / "run").exists()

@@ -46,7 +46,8 @@ def test_update_share_of_the_noise_theorem_1():
 
 def test_bad_settings_are_listed_together():
     with pytest.raises(
-        ValueError, match=r"target_quantile must be in \[0, 1\], got 1.5; adaptive.learning_rate must be > 0"
+        ValueError,
+        match=r"target_quantile must be in \[0, 1\], got 1.5; federation.strategy.adaptive.learning_rate must be > 0",
     ):
         AdaptiveClipping(target_quantile=1.5, learning_rate=0.0)
 

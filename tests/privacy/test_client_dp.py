@@ -205,7 +205,9 @@ def test_strategies_needing_individual_updates_are_refused(inner, reason):
 
 
 def test_bad_arguments_and_missing_m():
-    with pytest.raises(ValueError, match="noise_multiplier must be >= 0, got -1; clip_norm must be > 0, got 0"):
+    with pytest.raises(
+        ValueError, match="noise_multiplier must be >= 0, got -1; federation.strategy.clip_norm must be > 0, got 0"
+    ):
         ClientLevelDP(FedAvg(), noise_multiplier=-1, clip_norm=0)
     dp = _dp()
     with pytest.raises(RuntimeError, match="expected_clients is not set"):

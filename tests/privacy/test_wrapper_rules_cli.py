@@ -20,11 +20,11 @@ SECAGG = "lightning_fed.deploy.secure_aggregation.SecureAggregation"
 CASES = {
     "dp_negative_noise": (
         f"{{class_path: {DP}, init_args: {{noise_multiplier: -1, strategy: FedAvg}}}}",
-        "ClientLevelDP: noise_multiplier must be >= 0, got -1.0",
+        "federation.strategy.noise_multiplier must be >= 0, got -1.0",
     ),
     "dp_zero_clip_and_control_scale": (
         "{class_path: ClientLevelDP, init_args: {clip_norm: 0, control_scale: -2, strategy: FedAvg}}",
-        "ClientLevelDP: clip_norm must be > 0, got 0.0; control_scale must be > 0, got -2.0",
+        "federation.strategy.clip_norm must be > 0, got 0.0; federation.strategy.control_scale must be > 0, got -2.0",
     ),
     "dp_around_fednova": (
         f"{{class_path: {DP}, init_args: {{strategy: {{class_path: lightning_fed.strategies.FedNova}}}}}}",
@@ -37,23 +37,23 @@ CASES = {
     ),
     "secagg_clipping_range": (
         f"{{class_path: {SECAGG}, init_args: {{clipping_range: -1, strategy: FedAvg}}}}",
-        "SecureAggregation: clipping_range must be > 0, got -1.0",
+        "federation.strategy.clipping_range must be > 0, got -1.0",
     ),
     "secagg_num_shares_int": (
         f"{{class_path: {SECAGG}, init_args: {{num_shares: 2, strategy: FedAvg}}}}",
-        "SecureAggregation: num_shares must be an int > 2 or a fraction in (0, 1], got 2",
+        "federation.strategy.num_shares must be an int > 2 or a fraction in (0, 1], got 2",
     ),
     "secagg_num_shares_word": (
         f"{{class_path: {SECAGG}, init_args: {{num_shares: abc, strategy: FedAvg}}}}",
-        "SecureAggregation: num_shares must be an int > 2 or a fraction in (0, 1], got 'abc'",
+        "federation.strategy.num_shares must be an int > 2 or a fraction in (0, 1], got 'abc'",
     ),
     "secagg_quantization_float": (
         f"{{class_path: {SECAGG}, init_args: {{quantization_range: 1.5, strategy: FedAvg}}}}",
-        "SecureAggregation: quantization_range must be an int > 0, got 1.5",
+        "federation.strategy.quantization_range must be an int > 0, got 1.5",
     ),
     "secagg_modulus": (
         f"{{class_path: {SECAGG}, init_args: {{modulus_range: 1000, quantization_range: 10, strategy: FedAvg}}}}",
-        "SecureAggregation: modulus_range must be a power of 2 in (quantization_range, 2**32], got 1000"
+        "federation.strategy.modulus_range must be a power of 2 in (quantization_range, 2**32], got 1000"
         " (Flower samples masks below it as int64)",
     ),
     "secagg_around_scaffold": (
@@ -64,7 +64,7 @@ CASES = {
     "dp_inside_secagg_first": (
         f"{{class_path: {SECAGG}, init_args: {{num_shares: 2, strategy: {{class_path: {DP},"
         " init_args: {noise_multiplier: -1, strategy: FedAvg}}}}",
-        "ClientLevelDP: noise_multiplier must be >= 0, got -1.0",
+        "federation.strategy.strategy.noise_multiplier must be >= 0, got -1.0",  # where it is
     ),
 }
 
@@ -105,11 +105,13 @@ def test_the_classes_refuse_with_the_same_lines():
     from lightning_fed.privacy import ClientLevelDP
     from lightning_fed.strategies import FedAvg
 
-    with pytest.raises(ValueError, match=r"^ClientLevelDP: noise_multiplier must be >= 0, got -1.0$"):
+    with pytest.raises(ValueError, match=r"^federation.strategy.noise_multiplier must be >= 0, got -1.0$"):
         ClientLevelDP(FedAvg(), noise_multiplier=-1.0)
-    with pytest.raises(ValueError, match=r"^SecureAggregation: clipping_range must be > 0, got -1.0$"):
+    with pytest.raises(ValueError, match=r"^federation.strategy.clipping_range must be > 0, got -1.0$"):
         SecureAggregation(FedAvg(), clipping_range=-1.0)
     from lightning_fed.privacy import AdaptiveClipping
 
-    with pytest.raises(ValueError, match=r"^ClientLevelDP: adaptive.target_quantile must be in \[0, 1\], got 1.5$"):
+    with pytest.raises(
+        ValueError, match=r"^federation.strategy.adaptive.target_quantile must be in \[0, 1\], got 1.5$"
+    ):
         AdaptiveClipping(target_quantile=1.5)  # ClientLevelDP's adaptive (lightning_fed/wrapper_rules.py)
