@@ -371,12 +371,13 @@ def _not_a_file(path: Path) -> str:
     return f"{why} (nor is it a shipped config: lightning-fed configs lists them)"
 
 
-def precheck_arguments(argv: list[str]) -> None:
+def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
     """Refuse, before torch is imported, what the live parser would refuse (module docstring).
 
-    ``argv`` is the command line after ``lightning-fed``. Raises :class:`ConfigRefusal` or
-    ``SystemExit(2)`` (the message already written); returns when nothing is wrong that can be
-    seen here.
+    ``argv`` is the command line after ``lightning-fed``; ``shown_as``: the subcommand an argument
+    error and its tip name, when not ``argv[0]`` (``plan`` checks its config as ``fit``'s). Raises
+    :class:`ConfigRefusal` or ``SystemExit(2)`` (the message already written); returns when nothing
+    is wrong that can be seen here.
     """
     if argv and argv[0] in REMOVED:
         raise ConfigRefusal(REMOVED[argv[0]])
@@ -412,8 +413,9 @@ def precheck_arguments(argv: list[str]) -> None:
         _refuse(_in_file(args, problem, unknown_option))
     if problem := option_problem(args):  # a key or value the model's / data's class cannot take (class_options.py)
         _refuse(_in_file(args, problem, option_problem))
-    if not printing and (problem := _missing_sections(args, subcommand)):  # `fit --print_config`: the template
-        _usage_error(subcommand, problem)
+    named = shown_as or subcommand
+    if not printing and (problem := _missing_sections(args, named)):  # `fit --print_config`: the template
+        _usage_error(named, problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
         raise ConfigRefusal(_in_file(args, problem, value_problem))  # one line, as _refuse's
     if subcommand == "test" and (problem := test_set_problem(args)):  # lightning_fed/stage_sets.py

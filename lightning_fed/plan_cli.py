@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 import tempfile
 from typing import TYPE_CHECKING, Any
@@ -36,8 +37,9 @@ config keeps ``n_positions`` beside it)."""
 PRECISION_DTYPES = {"bf16-true": "bfloat16", "16-true": "float16", "bf16": "bfloat16", "bf16-mixed": "bfloat16"}
 
 
-def plan_config(config: str) -> tuple[dict[str, Any], FederatedRun]:
-    """``config`` (a YAML path or a shipped config's name) as ``lightning-fed fit`` reads it: parsed
+def plan_config(config: str | list[str]) -> tuple[dict[str, Any], FederatedRun]:
+    """``config`` (a YAML path or a shipped config's name, or several: merged in order, as ``fit``
+    merges its ``--config`` files) as ``lightning-fed fit`` reads it: parsed
     by :func:`~lightning_fed.run_parser.parse_config` (every default applied once, every check
     ``fit`` makes before it builds anything), its :class:`FederatedRun` and its data module built
     (their own checks); no weight is loaded. Returns the parsed config as plain data and the run.
@@ -46,8 +48,10 @@ def plan_config(config: str) -> tuple[dict[str, Any], FederatedRun]:
         ValueError: A problem ``fit`` reports, in its words.
     """
     from lightning_fed.run_parser import build_data, build_run, parse_config
+    from lightning_fed.shipped_configs import resolve_config
 
-    parsed = parse_config(config)
+    first, *more = [config] if isinstance(config, str) else config
+    parsed = parse_config(first, shlex.join(a for c in more for a in ("--config", str(resolve_config(c)))))
     run = build_run(parsed.get("federation"))
     build_data(parsed)  # data.batch_size, data.max_length...: the data module's own bounds
     return parsed.as_dict(), run
@@ -203,7 +207,12 @@ def report(
 def build_parser() -> argparse.ArgumentParser:
     """``lightning-fed plan``'s options; an argument error is one line (:class:`~.errors.OneLineParser`)."""
     parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="a lightning-fed YAML config, or a shipped config's name")
+    parser.add_argument(
+        "--config",
+        required=True,
+        action="append",
+        help="a lightning-fed YAML config, or a shipped config's name; given again, merged as fit merges them",
+    )
     parser.add_argument("--batch-size", type=int, help="sequences (pairs) per local step")
     parser.add_argument("--max-length", type=int, help="tokens per sequence")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
@@ -283,10 +292,11 @@ def precheck(args: argparse.Namespace) -> None:
     if problems := value_problems(args):
         raise UserError("; ".join(problems))
     # a shipped config's name resolved (lightning-fed plan does it before main; here for main in-process)
-    fit_args = resolve_config_args(["--config", args.config, f"--trainer.default_root_dir={tempfile.gettempdir()}"])
+    configs = [a for config in args.config for a in ("--config", config)]
+    fit_args = resolve_config_args([*configs, f"--trainer.default_root_dir={tempfile.gettempdir()}"])
     built = BUILDS_WEIGHTS.set(False)  # the model is built on the meta device: a 7B config plans
     try:
-        precheck_arguments(["fit", *fit_args])
+        precheck_arguments(["fit", *fit_args], shown_as="plan")
     finally:
         BUILDS_WEIGHTS.reset(built)
     merged = merged_config(fit_args)
@@ -339,7 +349,8 @@ def main(argv: list[str]) -> int:
     except UserError:
         raise
     except UnicodeDecodeError as err:  # a ValueError: named as fit names it (the file, the byte)
-        raise UserError(f"config {args.config!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
+        given = args.config[0] if len(args.config) == 1 else args.config
+        raise UserError(f"config {given!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
     except (ValueError, OSError) as err:
         raise UserError(str(err)) from err
     return 0

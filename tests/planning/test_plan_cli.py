@@ -152,3 +152,25 @@ def test_a_model_without_default_lora_targets_is_named_as_the_config_writes_it(t
         "error: model.init_args.lora.target_modules: no default for model type 'phi'; give them to plan\n"
     )
     assert [p.name for p in tmp_path.iterdir()] == ["phi.yaml"]
+
+
+def test_several_configs_are_merged_as_fit_merges_them(tmp_path):
+    """Red team 9 row 13 (p_aa): on 3a52c97 a second ``--config`` replaced the first (argparse's
+    ``store``), so ``plan`` said ``fit.data, fit.model: required but missing`` with ``fit``'s tip; now
+    the files are merged as ``fit`` merges them and the second's bad value is refused as ``fit`` does."""
+    change = tmp_path / "change.yaml"
+    change.write_text(
+        "federation:\n  hooks:\n    - class_path: AsyncArrivals\n"
+        "      init_args: {concurrency: 4, local_steps: 10, slow_fraction: 1.5}\n"
+    )
+    proc = _plan_without_torch(tmp_path, "--config", "feddpo_fedbuff", "--config", str(change))
+    line = f"config {str(change)!r}: federation.hooks[0].slow_fraction must be in [0, 1], got 1.5"
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {line}\n")
+
+
+def test_a_config_without_model_is_refused_with_plan_s_tip(tmp_path):
+    config = tmp_path / "federation_only.yaml"
+    config.write_text("federation:\n  rounds: 2\n")
+    proc = _plan_without_torch(tmp_path, "--config", str(config))
+    message = "plan.data, plan.model: required but missing from the config"
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {message}\n{help_tip(PROG)}\n")
