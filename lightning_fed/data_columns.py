@@ -19,12 +19,11 @@ to the live run. Imports no torch (pyarrow only for a Parquet file's schema).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.data_cross_rules import MAX_SCANNED_BYTES, READS_ITS_SOURCE, field_mapped, local_columns
+from lightning_fed.data_cross_rules import READS_ITS_SOURCE, field_mapped, json_rows, local_columns
 from lightning_fed.nested_options import PARTITIONS, SYNTHETIC_PREFIX, generator_columns
 
 PLANTED_NUMERIC = frozenset({"client", "follows_group", "flipped"})
@@ -59,14 +58,9 @@ def _is_text(dataset: str, column: str) -> bool:
 
             kind = pq.read_schema(path).field(column).type
             return not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind))
-        if suffix not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
+        rows = json_rows(path)  # data_cross_rules.py: local_columns reads them so too
+        if rows is None:
             return False
-        text = path.read_text(encoding="utf-8")
-        rows = (
-            json.loads(text)
-            if text.lstrip().startswith("[")
-            else [json.loads(x) for x in text.splitlines() if x.strip()]
-        )
         values = [row.get(column) for row in rows if isinstance(row, dict)]
     except Exception:  # noqa: BLE001 - not read cleanly: the live run's to say
         return False

@@ -114,6 +114,19 @@ MAX_SCANNED_BYTES = 16 * 2**20
 """A JSON file's columns are its rows' keys (any row may add one): a larger file is not read here."""
 
 
+def json_rows(path: Path) -> Any:
+    """The rows of the JSON (one array) or JSON Lines file ``path`` as ``json`` reads them, or ``None``
+    for a file of another suffix or larger than :data:`MAX_SCANNED_BYTES` (not scanned here). Raises
+    what reading or parsing raises (the callers leave such a file to the data source's reader);
+    :func:`local_columns` and :func:`lightning_fed.data_columns.data_columns_problem` read rows with it."""
+    if path.suffix.lower() not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
+        return None
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        return json.loads(text)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def local_columns(dataset: str) -> list[str] | None:
     """The columns of the local file ``dataset`` as ``datasets`` reads it (a CSV's header, a Parquet
     file's schema, the keys of a JSON file's rows in the order first seen), or ``None`` if not known
@@ -131,14 +144,7 @@ def local_columns(dataset: str) -> list[str] | None:
             import pyarrow.parquet as pq  # no torch (tests/test_data_model_options_cli.py)
 
             return list(pq.read_schema(path).names)
-        if suffix not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
-            return None
-        text = path.read_text(encoding="utf-8")
-        rows = (
-            json.loads(text)
-            if text.lstrip().startswith("[")
-            else [json.loads(x) for x in text.splitlines() if x.strip()]
-        )
+        rows = json_rows(path)
     except Exception:  # noqa: BLE001 - a file not read cleanly is the data source's to refuse
         return None
     if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
