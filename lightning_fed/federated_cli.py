@@ -53,7 +53,7 @@ from lightning_fed.federation.early_check import path_problem
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
 from lightning_fed.federation.run_folder import RunConfigFile
-from lightning_fed.federation.version_folder import HeldFolder, claim_version, hold, next_version
+from lightning_fed.federation.version_folder import HeldFolder, RefusedAtStart, claim_version, hold, next_version
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
@@ -171,6 +171,10 @@ class FederatedCLI(LightningCLI):
     def _run_subcommand(self, subcommand: str) -> None:
         try:
             super()._run_subcommand(subcommand)
+        except RefusedAtStart:  # before the run's first record: the loggers' first files go too
+            for folder in self._held:
+                folder.remove_written()
+            raise
         finally:  # the locks go; a folder claimed but never written into goes too
             held, self._held = self._held, []
             for folder in held:

@@ -14,6 +14,11 @@ checkpoint, or a resume of a run still going, is refused (:class:`FolderHeld`) i
 into it too. The lock file stays: removing it would let a third run lock a new file while the
 second still holds the old one. A folder this run made that holds nothing but the lock file when
 it ends (a refusal before the first write) is removed again (:meth:`HeldFolder.release`).
+
+A value refused only once the run has started (:class:`RefusedAtStart`: ``trainer.val_check_interval``
+against the K ``federation.batch_clients: auto`` chose, red team 9 row 3) comes after Lightning made its
+loggers' first files (the TensorBoard events file, ``_call_setup_hook``) but before the run's first
+record: :meth:`HeldFolder.remove_written` takes away what the run wrote, so the folder is as it was.
 """
 
 from __future__ import annotations
@@ -39,6 +44,16 @@ VERSION = re.compile(r"version_(\d+)")
 
 class FolderHeld(UserError):
     """Another run holds the run folder (its :data:`LOCK_FILE` is locked): exit 2, nothing written."""
+
+
+class RefusedAtStart(UserError):
+    """Input refused as the run started, before its first record (the loop's ``on_fit_start``): exit 2,
+    and what the run wrote into its folder until then is removed (:meth:`HeldFolder.remove_written`)."""
+
+
+def _entries(folder: Path) -> frozenset[Path]:
+    """The files and folders under ``folder`` (none if it does not exist)."""
+    return frozenset(folder.rglob("*")) if folder.is_dir() else frozenset()
 
 
 def taken_versions(parent: Path) -> list[int]:
@@ -68,6 +83,21 @@ class HeldFolder:
         self.folder = folder
         self.created = created
         self._lock = lock
+        self.earlier = _entries(folder)  # what the folder held when this run took it
+
+    def remove_written(self) -> None:
+        """Remove what this run wrote into the folder since it took it (files, then the folders it
+        made, deepest first, while empty); the lock file stays (:meth:`release` decides)."""
+        new = sorted(_entries(self.folder) - self.earlier - {self.folder / LOCK_FILE}, reverse=True)
+        for path in new:
+            if path.is_file() or path.is_symlink():
+                path.unlink(missing_ok=True)
+        for path in new:  # reverse order: a folder's entries come before it
+            if path.is_dir():
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
 
     @property
     def version(self) -> int:
