@@ -11,14 +11,17 @@ first file is written: two runs started together in one ``default_root_dir`` bot
 Either way the run holds an exclusive ``fcntl.flock`` on :data:`LOCK_FILE` in the folder while it
 runs (the kernel drops it when the process ends, killed or not), so a second resume of the same
 checkpoint, or a resume of a run still going, is refused (:class:`FolderHeld`) instead of writing
-into it too. The lock file stays: removing it would let a third run lock a new file while the
-second still holds the old one. A folder this run made that holds nothing but the lock file when
-it ends (a refusal before the first write) is removed again (:meth:`HeldFolder.release`).
+into it too. A resume takes it before torch is imported (:func:`hold_early`, the live CLI adopting
+that hold: :func:`adopt`), so two resumes started together never both pass. The lock file stays:
+removing it would let a third run lock a new file while the second still holds the old one. A folder
+this run made that holds nothing but the lock file when it ends (a refusal before the first write)
+is removed again (:meth:`HeldFolder.release`).
 
-A value refused only once the run has started (:class:`RefusedAtStart`: ``trainer.val_check_interval``
-against the K ``federation.batch_clients: auto`` chose, red team 9 row 3) comes after Lightning made its
-loggers' first files (the TensorBoard events file, ``_call_setup_hook``) but before the run's first
-record: :meth:`HeldFolder.remove_written` takes away what the run wrote, so the folder is as it was.
+A value refused only once the run has started (:class:`RefusedAtStart`:
+``trainer.val_check_interval`` against the K ``federation.batch_clients: auto`` chose, red team 9
+row 3) comes after Lightning made its loggers' first files (the TensorBoard events file,
+``_call_setup_hook``) but before the run's first record: :meth:`HeldFolder.remove_written` takes
+away what the run wrote, so the folder is as it was.
 """
 
 from __future__ import annotations
@@ -180,6 +183,39 @@ def hold(folder: str | Path, refusal: str) -> HeldFolder:
     return HeldFolder(folder, [], lock or None)
 
 
+_EARLY: dict[Path, HeldFolder] = {}
+"""Folders held before torch was imported (:func:`hold_early`), until the live CLI adopts them."""
+
+
+def hold_early(folder: str | Path, refusal: str) -> None:
+    """:func:`hold` ``folder`` before torch is imported (the precheck's
+    :func:`~lightning_fed.federation.early_check.hold_resumed`) and keep it for the live CLI
+    (:func:`adopt`): a second resume started while the first imports is refused before torch too
+    (red team 9 row 8: a look at the lock let it pass, the run taking the lock only later).
+
+    Raises:
+        FolderHeld: ``refusal`` and the lock, if another run holds it.
+    """
+    folder = Path(folder).absolute()
+    if folder not in _EARLY:
+        _EARLY[folder] = hold(folder, refusal)
+
+
+def adopt(folder: str | Path, refusal: str) -> HeldFolder:
+    """The hold :func:`hold_early` took of ``folder`` in this process, else a new :func:`hold` (a second
+    ``flock`` of the file from this process would find it taken, by this very process)."""
+    return _EARLY.pop(Path(folder).absolute(), None) or hold(folder, refusal)
+
+
+def release_early() -> None:
+    """Let go of the holds :func:`hold_early` took that no run adopted (the process refused or failed
+    before): an in-process caller's next run may take them."""
+    held = list(_EARLY.values())
+    _EARLY.clear()
+    for folder in held:
+        folder.release()
+
+
 def held_line(refusal: str, folder: Path) -> str:
     """The line refusing a resume whose run folder ``folder`` (absolute) another run holds."""
     return (
@@ -189,8 +225,7 @@ def held_line(refusal: str, folder: Path) -> str:
 
 
 def held_by_another(folder: str | Path) -> bool:
-    """Whether another process holds ``folder``'s :data:`LOCK_FILE` now (the precheck's look, before
-    torch: :func:`~lightning_fed.federation.early_check.held_problem`). Creates nothing: a folder without
+    """Whether another process holds ``folder``'s :data:`LOCK_FILE` now. Creates nothing: a folder without
     the file is held by no one; the lock, if it was free, is let go at once (:func:`hold` takes it)."""
     if fcntl is None:  # pragma: no cover
         return False
