@@ -70,8 +70,14 @@ START = "federation: 4 clients, 72 training examples, per client min 18 / median
             " federation.clients_per_round=2 in 1 group of up to K=2 trained together (federation.batch_clients=2)"
             f" x federation.local_steps=5 x trainer.accumulate_grad_batches=2); {FIX} 10",
         ),
+        (  # a round sized by local_epochs: each client's 18 rows in batches of 4
+            ["--federation.local_steps=null", "--federation.local_epochs=1", "--trainer.val_check_interval=6"],
+            "trainer.val_check_interval=6 exceeds the training batches of a round (5:"
+            " federation.clients_per_round=2 in 1 group of up to K=2 trained together (federation.batch_clients=2)"
+            f" x 5 batches a client (federation.local_epochs=1 over its examples, data.batch_size=4)); {FIX} 5",
+        ),
     ],
-    ids=["row_3"],
+    ids=["row_3", "local_epochs"],
 )
 def test_a_count_above_the_round_of_clients_trained_together_is_refused_as_the_run_starts(tmp_path, options, line):
     proc = lightning_fed("fit", "--config", "tiny", "--federation.batch_clients=2", *options, cwd=tmp_path)
