@@ -249,6 +249,7 @@ def console_main(argv: list[str] | None = None) -> int:
         import lightning_fed.federated_cli  # noqa: F401
         from lightning_fed.callbacks.signals import ProcessSignals, handle_termination
     except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
+        _release_early()
         return _outcome(err, debug, None)
 
     signals = ProcessSignals()
@@ -259,6 +260,16 @@ def console_main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
             return _outcome(err, debug, signals)
+        finally:
+            _release_early()
+
+
+def _release_early() -> None:
+    """The run folder held before torch (a resume's, :func:`~lightning_fed.federation.version_folder.hold_early`)
+    and not adopted by a run: let go (the process may be an in-process caller's)."""
+    from lightning_fed.federation.version_folder import release_early
+
+    release_early()
 
 
 if __name__ == "__main__":

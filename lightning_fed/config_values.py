@@ -390,7 +390,9 @@ class Merged:
         if isinstance(trainer, dict) and (problem := run_length_problem(trainer)):
             return problem  # what federation: sets instead (lightning_fed/loop_conflicts.py)
         if isinstance(trainer, dict) and (
-            problem := val_check_problem(trainer, federation, self.sections.get("model"))
+            problem := val_check_problem(
+                trainer, federation, self.sections.get("model"), self.sections.get("federation.hooks")
+            )
         ):
             return problem  # more batches than a round has (lightning_fed/loop_conflicts.py)
         if problem := class_problem("federation.strategy", self.sections.get("federation.strategy")):

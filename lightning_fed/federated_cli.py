@@ -53,7 +53,13 @@ from lightning_fed.federation.early_check import path_problem
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
 from lightning_fed.federation.run_folder import RunConfigFile
-from lightning_fed.federation.version_folder import HeldFolder, claim_version, hold, next_version
+from lightning_fed.federation.version_folder import (
+    HeldFolder,
+    RefusedAtStart,
+    adopt,
+    claim_version,
+    next_version,
+)
 from lightning_fed.modules import FederatedModule
 from lightning_fed.modules.reference_cache import cache_state_problem
 from lightning_fed.modules.registry import available_modules, load_module_plugins
@@ -171,6 +177,10 @@ class FederatedCLI(LightningCLI):
     def _run_subcommand(self, subcommand: str) -> None:
         try:
             super()._run_subcommand(subcommand)
+        except RefusedAtStart:  # before the run's first record: the loggers' first files go too
+            for folder in self._held:
+                folder.remove_written()
+            raise
         finally:  # the locks go; a folder claimed but never written into goes too
             held, self._held = self._held, []
             for folder in held:
@@ -301,7 +311,8 @@ class FederatedCLI(LightningCLI):
     def _hold_resumed_folder(self) -> None:
         """Lock the folder a resumed run continues in: a second resume of it is refused."""
         if self._resumed_folder is not None and self.trainer.is_global_zero:
-            self._held.append(hold(self._resumed_folder, f"ckpt_path {str(self._ckpt_path())!r}"))
+            # the hold the early check took before torch (federation/early_check.py), else a new one
+            self._held.append(adopt(self._resumed_folder, f"ckpt_path {str(self._ckpt_path())!r}"))
 
     def before_fit(self) -> None:
         # Load, validate and partition the data now, before the Trainer creates log folders:

@@ -25,14 +25,20 @@ fit before round 1, exit 0 without ``summary.json``) and is refused here.
 A number of batches as ``val_check_interval`` (``5``, or ``5.0``, which reads as 5) is compared by
 Lightning with the training batches of an epoch, a round here (``fit_loop.setup_data``: ``must be
 less than or equal to the number of the training batches``), exit 1 after the data and the model
-loaded (red team 8 row 0b). :func:`val_check_problem` refuses a count above the most batches a round
-can have (:func:`~lightning_fed.federation.turn.turn_batches` of each selected client, trained one
-after another); below that, how many clients train together decides, at run time.
+loaded (red team 8 row 0b). Lightning's number is the length of the round's loader, the
+:class:`~lightning_fed.datamodules.RoundBatchSampler`'s: one batch per step of each group of clients
+trained together (``federation.batch_clients``), so ``ceil(clients_per_round / K) x local_steps x
+accumulate_grad_batches`` when every client takes the same steps. :func:`val_check_problem` refuses,
+before torch, a count above the most batches a round can have (K = 1:
+:func:`~lightning_fed.federation.turn.turn_batches` of each selected client, trained one after
+another). K is known once the model is built (``auto``, and the fallback to one client after another):
+the loop then refuses a count above what every round of the run has (:func:`round_batches_problem`,
+called when K is decided, before the first file of the run is written; red team 9 rows 3 and 4).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -103,7 +109,7 @@ def run_length_problem(trainer: Mapping[str, Any]) -> str | None:
     return None
 
 
-def val_check_problem(trainer: Mapping[str, Any], federation: Any, model: Any) -> str | None:
+def val_check_problem(trainer: Mapping[str, Any], federation: Any, model: Any, hooks: Any = None) -> str | None:
     """The line refusing ``trainer.val_check_interval`` given as more batches than a round can have:
     ``federation.clients_per_round`` turns of ``federation.local_steps`` steps of
     ``accumulate_grad_batches`` batches (the Trainer's, and a package module's own, PDPO's), each
@@ -114,9 +120,11 @@ def val_check_problem(trainer: Mapping[str, Any], federation: Any, model: Any) -
     group's step: :class:`~lightning_fed.datamodules.round_sampler.RoundSampler`'s ``__len__``; red team
     9 row 3, 20 allowed here, 10 counted with K = 2); the K ``auto`` picks, and a fallback to
     sequential turns (:mod:`~lightning_fed.batching.fallback`), are known only once the model is built,
-    so the sequential count, the most a round can have, is the bound that is certain here. A turn in
-    epochs depends on the rows each client holds after partitioning (and a selection hook's choice,
-    FedHDS's: red team 9 row 4, Lightning counted 1), so it is left to Lightning."""
+    so the sequential count, the most a round can have, is the bound that is certain here; the loop
+    checks the count once K is decided (:func:`round_batches_problem`). A turn in epochs depends on the
+    rows each client holds after partitioning, which the loop checks too, and, with round hooks, on
+    what they leave each client as the round starts (FedHDS's selection: red team 9 row 4, Lightning
+    counted 1 batch): a count is refused here then."""
     from dataclasses import fields
 
     from lightning_fed.run_config import FederationConfig  # no torch
@@ -129,6 +137,14 @@ def val_check_problem(trainer: Mapping[str, Any], federation: Any, model: Any) -
     given = federation if isinstance(federation, Mapping) else {}
     values = {f.name: given.get(f.name, f.default) for f in fields(FederationConfig)}
     steps, clients = values["local_steps"], values["clients_per_round"]
+    epochs = values["local_epochs"]
+    if steps is None and type(epochs) is int and isinstance(hooks, list) and hooks:
+        # FedHDS keeps a few of each client's rows as the round starts: Lightning counted 1 batch (row 4)
+        return (
+            f"trainer.val_check_interval={interval!r} counts batches, but a round of federation.local_epochs={epochs}"
+            " has the batches of the data its round hooks (federation.hooks) leave each client, known only as"
+            " the round starts; give a fraction of a round (1.0 validates once a round)"
+        )
     accumulate = trainer.get("accumulate_grad_batches", 1)
     if not isinstance(model, Mapping) or not isinstance(model.get("class_path"), str):
         return None
@@ -147,4 +163,37 @@ def val_check_problem(trainer: Mapping[str, Any], federation: Any, model: Any) -
     return (
         f"trainer.val_check_interval={interval!r} exceeds the training batches of a round (at most {most}:"
         f" {factors}); give a fraction of a round (1.0 validates once a round) or a count of at most {most}"
+    )
+
+
+def round_batches_problem(
+    interval: Any, per_client: Sequence[int], clients: int, group_size: int, batch_clients: Any, turn: str
+) -> str | None:
+    """The line refusing ``trainer.val_check_interval`` as a count above the training batches every
+    round of the run has, or ``None``; Lightning compares only an ``int`` (``fit_loop.setup_data``).
+
+    ``per_client``: each client's batches in a round (:func:`~lightning_fed.federation.turn.turn_batches`,
+    ``turn`` says how they are counted); ``clients``: ``federation.clients_per_round``, each round's;
+    ``group_size``: the K decided (1: one after another). Every client of the same batches: a round has
+    ``ceil(clients / K)`` groups of them (the :class:`~lightning_fed.datamodules.RoundBatchSampler`'s
+    length). Clients of different batches train in different groups: a round has at most the batches
+    of the ``clients`` clients with the most, and a count above that fails in every round."""
+    if type(interval) is not int or not per_client:
+        return None
+    k = min(group_size, clients)
+    if len(set(per_client)) == 1:
+        groups = -(-clients // k)
+        batches, bound = groups * per_client[0], ""
+        together = f" in {groups} group{'s' * (groups > 1)} of up to K={k} trained together" if k > 1 else ""
+        how = f"federation.clients_per_round={clients}{together}"
+        how += f" (federation.batch_clients={batch_clients})" if k > 1 else " one after another"
+        parts = f"{how} x {turn}"
+    else:
+        batches, bound = sum(sorted(per_client)[-clients:]), "at most "
+        parts = f"the federation.clients_per_round={clients} clients of the most batches, {turn}"
+    if interval <= batches:
+        return None
+    return (
+        f"trainer.val_check_interval={interval!r} exceeds the training batches of a round ({bound}{batches}:"
+        f" {parts}); give a fraction of a round (1.0 validates once a round) or a count of at most {batches}"
     )

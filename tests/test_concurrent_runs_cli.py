@@ -142,8 +142,10 @@ def test_a_resume_of_a_folder_another_run_holds_is_refused_then_resumes(tmp_path
     assert sorted(os.listdir(root / "lightning_logs")) == ["version_0"]  # no folder claimed either
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
 
-    resumed = _fit(root, 5, *resume)  # the other run has ended
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    resumed = _fit(root, 5, *resume)  # the other run has ended; this one holds it from before torch
+    assert resumed.returncode == 0, resumed.stderr[-3000:]  # the run adopted that hold: not refused by it
+    with open(folder / ".lock", "a+b") as lock:  # let go at its exit: a later resume may take it
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     assert sorted(os.listdir(root / "lightning_logs")) == ["version_0"]
     assert [json.loads(line)["round"] for line in (folder / "rounds.jsonl").read_text().splitlines()][-1] == 2
 
@@ -175,4 +177,60 @@ def test_a_resume_of_a_held_folder_is_refused_before_torch(tmp_path):
         f" folder {str(folder)!r} (.lock is locked); resume once that run has ended\n"
     )
     assert (proc.returncode, proc.stderr) == (2, line)
+    assert sorted(p.name for p in folder.rglob("*")) == [".lock", "checkpoints", "last.ckpt"]
+
+
+AT_TORCH = """
+import fcntl
+import os
+import sys
+
+
+class AtTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":  # is the run folder's lock held (by the run itself) when torch is imported?
+            descriptor = os.open(os.environ["LOCK_AT_TORCH"], os.O_RDONLY)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                state = "free"
+            except BlockingIOError:
+                state = "held"
+            finally:
+                os.close(descriptor)
+            raise ImportError(f"torch imported; the run folder's lock: {state}")
+        return None
+
+
+sys.meta_path.insert(0, AtTorch())
+"""
+"""A ``sitecustomize`` that says, as torch is imported, whether the run folder's lock is taken."""
+
+
+def test_a_resume_holds_its_run_folder_from_before_torch(tmp_path):
+    """Red team 9 row 8: the early check only looked at the lock, and the run took it after the
+    imports, so a second resume started in those seconds passed the look (one ran to an end having
+    trained nothing, its events file added to the first run's folder; one was refused after torch).
+    The early check now takes the lock itself, before torch, and the run keeps it: a second resume
+    is refused before torch in every interleaving (test_a_resume_of_a_held_folder_is_refused_before_torch)."""
+    cwd, hook = tmp_path / "cwd", tmp_path / "hook"
+    folder = cwd / "runs" / "tiny" / "lightning_logs" / "version_0"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "last.ckpt").write_bytes(b"read with torch")
+    (folder / ".lock").touch()
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(AT_TORCH)
+    env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "LOCK_AT_TORCH": str(folder / ".lock")}
+    ckpt = "runs/tiny/lightning_logs/version_0/checkpoints/last.ckpt"
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed", "fit", "--config", "tiny", "--ckpt_path", ckpt],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "error: ImportError: torch imported; the run folder's lock: held\n" in proc.stderr, proc.stderr
+    assert proc.returncode == 2
+    with open(folder / ".lock", "a+b") as lock:  # let go when the process ended
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     assert sorted(p.name for p in folder.rglob("*")) == [".lock", "checkpoints", "last.ckpt"]

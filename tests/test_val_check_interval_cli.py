@@ -5,14 +5,20 @@ On 52f9c49 ``--trainer.val_check_interval=5.0`` with ``--federation.local_steps=
 Lightning's ``val_check_interval (5) must be less than or equal to the number of the training batches (1)``
 and a hint line, 12-15 s of CPU after the data and the model loaded (a resume added an events file).
 A round has at most ``clients_per_round x local_steps x accumulate_grad_batches`` batches; a count
-within that is left to the run (how many clients train together decides).
+within that is checked by the loop once K (``federation.batch_clients``) is decided.
+
+Red team 9 row 3: ``--trainer.val_check_interval=20 --trainer.accumulate_grad_batches=2`` on tiny
+passed that bound (2 x 5 x 2 = 20) while Lightning counts one batch per step of the K = 2 clients
+trained together (10): exit 1 after the run folder held summary.json, round 0's metrics and an events
+file (3ce5a2c). Now refused as the run starts, exit 2, the folder taken away. Row 4: ``local_epochs``
+with FedHDS's selection (Lightning counted 1 batch) was never checked: refused before torch now.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+from tests.helpers.cli import REACHED_TORCH, lightning_fed, lightning_fed_without_torch
 from tests.helpers.refusals import assert_refused_before_torch
 
 FIX = "give a fraction of a round (1.0 validates once a round) or a count of at most"
@@ -38,6 +44,46 @@ CASES = {
 @pytest.mark.parametrize(("options", "line"), list(CASES.values()), ids=list(CASES))
 def test_more_batches_than_a_round_has_are_refused_before_torch(tmp_path, options, line):
     assert_refused_before_torch(tmp_path, ["fit", "--config", "tiny", *options], line)
+
+
+def test_a_count_with_local_epochs_and_round_hooks_is_refused_before_torch(tmp_path):
+    # red team 9 row 4: FedHDS left each client a few rows; Lightning counted 1 batch, exit 1 after files
+    line = (
+        "trainer.val_check_interval=500 counts batches, but a round of federation.local_epochs=1 has the"
+        " batches of the data its round hooks (federation.hooks) leave each client, known only as the round"
+        " starts; give a fraction of a round (1.0 validates once a round)"
+    )
+    assert_refused_before_torch(
+        tmp_path, ["fit", "--config", "fedhds_turbo_tiny", "--trainer.val_check_interval=500"], line
+    )
+
+
+START = "federation: 4 clients, 72 training examples, per client min 18 / median 18 / max 18\n"
+
+
+@pytest.mark.parametrize(
+    ("options", "line"),
+    [
+        (  # red team 9 row 3 (K fixed here; `auto` chose 2 there)
+            ["--trainer.accumulate_grad_batches=2", "--trainer.val_check_interval=20"],
+            "trainer.val_check_interval=20 exceeds the training batches of a round (10:"
+            " federation.clients_per_round=2 in 1 group of up to K=2 trained together (federation.batch_clients=2)"
+            f" x federation.local_steps=5 x trainer.accumulate_grad_batches=2); {FIX} 10",
+        ),
+        (  # a round sized by local_epochs: each client's 18 rows in batches of 4
+            ["--federation.local_steps=null", "--federation.local_epochs=1", "--trainer.val_check_interval=6"],
+            "trainer.val_check_interval=6 exceeds the training batches of a round (5:"
+            " federation.clients_per_round=2 in 1 group of up to K=2 trained together (federation.batch_clients=2)"
+            f" x 5 batches a client (federation.local_epochs=1 over its examples, data.batch_size=4)); {FIX} 5",
+        ),
+    ],
+    ids=["row_3", "local_epochs"],
+)
+def test_a_count_above_the_round_of_clients_trained_together_is_refused_as_the_run_starts(tmp_path, options, line):
+    proc = lightning_fed("fit", "--config", "tiny", "--federation.batch_clients=2", *options, cwd=tmp_path)
+    k = "federation.batch_clients: 2: clients trained together K = 2\n"
+    assert (proc.returncode, proc.stderr) == (2, f"{START}{k}error: {line}\n")
+    assert list(tmp_path.iterdir()) == []  # runs/tiny/lightning_logs/version_0 (and its events file) taken away
 
 
 @pytest.mark.parametrize(

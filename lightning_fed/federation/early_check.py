@@ -75,10 +75,8 @@ def precheck_checkpoint(argv: list[str]) -> None:
         raise CheckpointError(_in_file(args, problem, lambda a: named_problem(resumed_path(a) or "", stage, a)))
     if not path or path in NAMED or path in NONE or "://" in path:
         return  # the live CLI resolves or refuses it
-    if stage == "fit" and (problem := held_problem(path, args)):  # before torch, as the live CLI's hold()
-        from lightning_fed.federation.version_folder import FolderHeld
-
-        raise FolderHeld(problem)
+    if stage == "fit":  # before torch, kept for the run (the live CLI adopts it)
+        hold_resumed(path, args)
     from lightning_fed.resume_precheck import resume_problem
 
     if stage == "fit" and (problem := resume_problem(path, args)):  # before torch
@@ -122,23 +120,35 @@ def path_problem(path: str) -> str | None:
     return f"ckpt_path {path!r}: no such checkpoint file"
 
 
-def held_problem(path: str, args: list[str]) -> str | None:
-    """The live CLI's line refusing a resume of a run folder another run holds (red team 8 (c): said
-    13 s of CPU in, after the imports; the docs promise it before the data loads), where the live CLI
-    would hold that folder: a checkpoint at ``<root>/lightning_logs/version_N/checkpoints/`` resumed
-    with the default logger (or none) under ``trainer.default_root_dir`` ``<root>``. A logger of the
-    user's is left to the live check (its folder may be another)."""
-    from lightning_fed.federation.version_folder import VERSION, held_by_another, held_line
+def hold_resumed(path: str, args: list[str]) -> None:
+    """Hold the run folder of a resumed checkpoint before torch
+    (:func:`~lightning_fed.federation.version_folder.hold_early`), where the live CLI would hold it:
+    a checkpoint at ``<root>/lightning_logs/version_N/checkpoints/`` resumed with the default logger
+    (or none) under ``trainer.default_root_dir`` ``<root>``. A logger of the user's is left to the
+    live CLI (its folder may be another). Red team 8 (c): the refusal came after the imports; red
+    team 9 row 8: a look at the lock here let a second resume started within seconds of the first
+    pass (the first took the lock only after the imports). Not in a process a data-parallel launcher
+    started for another rank (``LOCAL_RANK``/``NODE_RANK``): rank 0 holds it.
 
+    Raises:
+        FolderHeld: the live CLI's line, if another run holds the folder.
+    """
+    import os
+
+    from lightning_fed.federation.version_folder import VERSION, hold_early
+
+    if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("NODE_RANK", "0") != "0":
+        return
     folder = Path(path).absolute().parent.parent
     if Path(path).absolute().parent.name != "checkpoints" or not VERSION.fullmatch(folder.name):
-        return None
+        return
     runs = _runs_folder(args)
     try:
         same = runs is not None and runs.resolve() == folder.parent.resolve()
     except (OSError, RuntimeError):
-        return None
-    return held_line(f"ckpt_path {path!r}", folder) if same and held_by_another(folder) else None
+        return
+    if same:
+        hold_early(folder, f"ckpt_path {path!r}")
 
 
 def _runs_folder(args: list[str]) -> Path | None:

@@ -11,9 +11,17 @@ first file is written: two runs started together in one ``default_root_dir`` bot
 Either way the run holds an exclusive ``fcntl.flock`` on :data:`LOCK_FILE` in the folder while it
 runs (the kernel drops it when the process ends, killed or not), so a second resume of the same
 checkpoint, or a resume of a run still going, is refused (:class:`FolderHeld`) instead of writing
-into it too. The lock file stays: removing it would let a third run lock a new file while the
-second still holds the old one. A folder this run made that holds nothing but the lock file when
-it ends (a refusal before the first write) is removed again (:meth:`HeldFolder.release`).
+into it too. A resume takes it before torch is imported (:func:`hold_early`, the live CLI adopting
+that hold: :func:`adopt`), so two resumes started together never both pass. The lock file stays:
+removing it would let a third run lock a new file while the second still holds the old one. A folder
+this run made that holds nothing but the lock file when it ends (a refusal before the first write)
+is removed again (:meth:`HeldFolder.release`).
+
+A value refused only once the run has started (:class:`RefusedAtStart`:
+``trainer.val_check_interval`` against the K ``federation.batch_clients: auto`` chose, red team 9
+row 3) comes after Lightning made its loggers' first files (the TensorBoard events file,
+``_call_setup_hook``) but before the run's first record: :meth:`HeldFolder.remove_written` takes
+away what the run wrote, so the folder is as it was.
 """
 
 from __future__ import annotations
@@ -39,6 +47,16 @@ VERSION = re.compile(r"version_(\d+)")
 
 class FolderHeld(UserError):
     """Another run holds the run folder (its :data:`LOCK_FILE` is locked): exit 2, nothing written."""
+
+
+class RefusedAtStart(UserError):
+    """Input refused as the run started, before its first record (the loop's ``on_fit_start``): exit 2,
+    and what the run wrote into its folder until then is removed (:meth:`HeldFolder.remove_written`)."""
+
+
+def _entries(folder: Path) -> frozenset[Path]:
+    """The files and folders under ``folder`` (none if it does not exist)."""
+    return frozenset(folder.rglob("*")) if folder.is_dir() else frozenset()
 
 
 def taken_versions(parent: Path) -> list[int]:
@@ -68,6 +86,21 @@ class HeldFolder:
         self.folder = folder
         self.created = created
         self._lock = lock
+        self.earlier = _entries(folder)  # what the folder held when this run took it
+
+    def remove_written(self) -> None:
+        """Remove what this run wrote into the folder since it took it (files, then the folders it
+        made, deepest first, while empty); the lock file stays (:meth:`release` decides)."""
+        new = sorted(_entries(self.folder) - self.earlier - {self.folder / LOCK_FILE}, reverse=True)
+        for path in new:
+            if path.is_file() or path.is_symlink():
+                path.unlink(missing_ok=True)
+        for path in new:  # reverse order: a folder's entries come before it
+            if path.is_dir():
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
 
     @property
     def version(self) -> int:
@@ -150,6 +183,39 @@ def hold(folder: str | Path, refusal: str) -> HeldFolder:
     return HeldFolder(folder, [], lock or None)
 
 
+_EARLY: dict[Path, HeldFolder] = {}
+"""Folders held before torch was imported (:func:`hold_early`), until the live CLI adopts them."""
+
+
+def hold_early(folder: str | Path, refusal: str) -> None:
+    """:func:`hold` ``folder`` before torch is imported (the precheck's
+    :func:`~lightning_fed.federation.early_check.hold_resumed`) and keep it for the live CLI
+    (:func:`adopt`): a second resume started while the first imports is refused before torch too
+    (red team 9 row 8: a look at the lock let it pass, the run taking the lock only later).
+
+    Raises:
+        FolderHeld: ``refusal`` and the lock, if another run holds it.
+    """
+    folder = Path(folder).absolute()
+    if folder not in _EARLY:
+        _EARLY[folder] = hold(folder, refusal)
+
+
+def adopt(folder: str | Path, refusal: str) -> HeldFolder:
+    """The hold :func:`hold_early` took of ``folder`` in this process, else a new :func:`hold` (a second
+    ``flock`` of the file from this process would find it taken, by this very process)."""
+    return _EARLY.pop(Path(folder).absolute(), None) or hold(folder, refusal)
+
+
+def release_early() -> None:
+    """Let go of the holds :func:`hold_early` took that no run adopted (the process refused or failed
+    before): an in-process caller's next run may take them."""
+    held = list(_EARLY.values())
+    _EARLY.clear()
+    for folder in held:
+        folder.release()
+
+
 def held_line(refusal: str, folder: Path) -> str:
     """The line refusing a resume whose run folder ``folder`` (absolute) another run holds."""
     return (
@@ -159,8 +225,7 @@ def held_line(refusal: str, folder: Path) -> str:
 
 
 def held_by_another(folder: str | Path) -> bool:
-    """Whether another process holds ``folder``'s :data:`LOCK_FILE` now (the precheck's look, before
-    torch: :func:`~lightning_fed.federation.early_check.held_problem`). Creates nothing: a folder without
+    """Whether another process holds ``folder``'s :data:`LOCK_FILE` now. Creates nothing: a folder without
     the file is held by no one; the lock, if it was free, is let go at once (:func:`hold` takes it)."""
     if fcntl is None:  # pragma: no cover
         return False
