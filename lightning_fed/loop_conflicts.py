@@ -109,6 +109,37 @@ def run_length_problem(trainer: Mapping[str, Any]) -> str | None:
     return None
 
 
+CHANGES_BATCHES = frozenset(
+    {
+        "HierarchicalDataSelection",
+        "GlobalSelect",
+        "RandomSelection",
+        "PerplexitySelection",
+        "CentralizedCoreset",
+        "SystemHeterogeneity",
+        "AsyncArrivals",
+    }
+)
+"""The package's round hooks that decide, as a round starts, which rows a client trains on or how many
+steps it takes (the data selections, stragglers, arrivals): a round of ``local_epochs`` then has a
+number of batches known only then. The others (RoundLRSchedule, ClientGrouping, ClientRanks,
+EmulatorAlignment, FLoRAMerge, HeldOutRouge) leave a client's batches alone; a user's hook is left to
+Lightning."""
+
+
+def _batch_changing_hooks(hooks: Any) -> list[str]:
+    """``federation.hooks[i] (Name)`` of each hook in :data:`CHANGES_BATCHES`."""
+    if not isinstance(hooks, list):
+        return []
+    found = []
+    for index, hook in enumerate(hooks):
+        path = hook.get("class_path") if isinstance(hook, Mapping) else hook
+        name = path.rpartition(".")[2] if isinstance(path, str) else ""
+        if name in CHANGES_BATCHES:
+            found.append(f"federation.hooks[{index}] {name}")
+    return found
+
+
 def val_check_problem(trainer: Mapping[str, Any], federation: Any, model: Any, hooks: Any = None) -> str | None:
     """The line refusing ``trainer.val_check_interval`` given as more batches than a round can have:
     ``federation.clients_per_round`` turns of ``federation.local_steps`` steps of
@@ -124,7 +155,7 @@ def val_check_problem(trainer: Mapping[str, Any], federation: Any, model: Any, h
     checks the count once K is decided (:func:`round_batches_problem`). A turn in epochs depends on the
     rows each client holds after partitioning, which the loop checks too, and, with round hooks, on
     what they leave each client as the round starts (FedHDS's selection: red team 9 row 4, Lightning
-    counted 1 batch): a count is refused here then."""
+    counted 1 batch): a count is refused here then, with a hook of :data:`CHANGES_BATCHES`."""
     from dataclasses import fields
 
     from lightning_fed.run_config import FederationConfig  # no torch
@@ -138,12 +169,12 @@ def val_check_problem(trainer: Mapping[str, Any], federation: Any, model: Any, h
     values = {f.name: given.get(f.name, f.default) for f in fields(FederationConfig)}
     steps, clients = values["local_steps"], values["clients_per_round"]
     epochs = values["local_epochs"]
-    if steps is None and type(epochs) is int and isinstance(hooks, list) and hooks:
+    if steps is None and type(epochs) is int and (changing := _batch_changing_hooks(hooks)):
         # FedHDS keeps a few of each client's rows as the round starts: Lightning counted 1 batch (row 4)
         return (
             f"trainer.val_check_interval={interval!r} counts batches, but a round of federation.local_epochs={epochs}"
-            " has the batches of the data its round hooks (federation.hooks) leave each client, known only as"
-            " the round starts; give a fraction of a round (1.0 validates once a round)"
+            f" has the batches of the data its round hooks ({', '.join(changing)}) leave each client, known only"
+            " as the round starts; give a fraction of a round (1.0 validates once a round)"
         )
     accumulate = trainer.get("accumulate_grad_batches", 1)
     if not isinstance(model, Mapping) or not isinstance(model.get("class_path"), str):

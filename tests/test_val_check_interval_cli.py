@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import pytest
 
+from lightning_fed.loop_conflicts import val_check_problem
 from tests.helpers.cli import REACHED_TORCH, lightning_fed, lightning_fed_without_torch
 from tests.helpers.refusals import assert_refused_before_torch
 
@@ -50,12 +51,24 @@ def test_a_count_with_local_epochs_and_round_hooks_is_refused_before_torch(tmp_p
     # red team 9 row 4: FedHDS left each client a few rows; Lightning counted 1 batch, exit 1 after files
     line = (
         "trainer.val_check_interval=500 counts batches, but a round of federation.local_epochs=1 has the"
-        " batches of the data its round hooks (federation.hooks) leave each client, known only as the round"
-        " starts; give a fraction of a round (1.0 validates once a round)"
+        " batches of the data its round hooks (federation.hooks[0] HierarchicalDataSelection) leave each client,"
+        " known only as the round starts; give a fraction of a round (1.0 validates once a round)"
     )
     assert_refused_before_torch(
         tmp_path, ["fit", "--config", "fedhds_turbo_tiny", "--trainer.val_check_interval=500"], line
     )
+
+
+def test_a_count_with_local_epochs_and_a_hook_that_keeps_the_batches_is_not_refused_before_torch():
+    """Only hooks that change a client's rows or steps as a round starts make a round of local_epochs
+    uncountable before torch; RoundLRSchedule does not (the loop counts it once K is decided)."""
+    trainer = {"val_check_interval": 2}
+    federation = {"local_steps": None, "local_epochs": 1}
+    model = {"class_path": "lightning_fed.modules.DPOModule", "init_args": {}}
+    keeps = [{"class_path": "RoundLRSchedule", "init_args": {}}]
+    changes = [*keeps, {"class_path": "lightning_fed.selection.RandomSelection", "init_args": {}}]
+    assert val_check_problem(trainer, federation, model, keeps) is None
+    assert "(federation.hooks[1] RandomSelection)" in val_check_problem(trainer, federation, model, changes)
 
 
 START = "federation: 4 clients, 72 training examples, per client min 18 / median 18 / max 18\n"
