@@ -113,3 +113,22 @@ def test_a_count_a_round_may_have_goes_on(tmp_path, options):
     work.mkdir()
     proc = lightning_fed_without_torch("fit", "--config", "tiny", *options, cwd=work, hook=tmp_path / "hook")
     assert proc.returncode != 0 and REACHED_TORCH in proc.stderr, proc.stderr  # past every check made before torch
+
+
+def test_a_validation_inside_a_group_of_clients_trained_together_runs(tmp_path):
+    """Red team 10 row 2: a count that validates inside a group's steps (here after each batch: a round is
+    one group of K=2 clients' 2 steps) ran the validation through the group's stacked adapters, sized for
+    the training rows: exit 1 ``RuntimeError: shape mismatch: value tensor of shape [8] cannot be broadcast
+    to indexing result of shape [4]`` (client_rows.layout). The group is set aside while it validates."""
+    options = ["--federation.rounds=1", "--federation.local_steps=2", "--trainer.limit_val_batches=1"]
+    proc = lightning_fed(
+        "fit",
+        "--config",
+        "tiny",
+        "--federation.batch_clients=2",
+        "--trainer.val_check_interval=1",
+        *options,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "clients trained together K = 2" in proc.stderr

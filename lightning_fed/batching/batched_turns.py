@@ -43,6 +43,7 @@ class TurnGroup:
         self.slot_of = {t.client_id: k for k, t in enumerate(self.turns)}
         self.rows: ClientRows | None = None
         self.batches: list[Any] = []  # the group's batches: what its clients retrain on if a step raises
+        self.aside = False  # a validation inside the group's steps: the module's own shapes (set_aside)
         self.raised = False  # a step raised: its clients train again one after another (group_retry)
         shared, personal = module.shared_parameters(), module.personal_parameters()
         lora = lora_parameter_ids(module.model)  # personal LoRA factors (FedPer's upper blocks) stack with the shared
@@ -143,8 +144,24 @@ class TurnGroup:
             self.close(trainer)
         return self.turns
 
+    def set_aside(self) -> None:
+        """A validation starts inside the group's steps (a ``trainer.val_check_interval`` that falls
+        mid-round, red team 10 row 2): its batches are the evaluation's, not the group's, so the module
+        runs with its own shapes and forward, as at a round's end (where the group has ended), its
+        values those it had before the group stacked (the last turn's start). :meth:`take_back` after."""
+        self.stacked.set_aside()
+        self.heads.set_aside()
+        self.aside = True
+
+    def take_back(self) -> None:
+        """The group's stacked adapters, heads and forward again, as before :meth:`set_aside`."""
+        self.stacked.take_back()
+        self.heads.take_back()
+        self.aside = False
+
     def close(self, trainer: Any) -> None:
         """The module as it was: its own parameter shapes and forward."""
+        self.aside = False
         self.stacked.unstack()
         self.heads.unstack()
         for opt in trainer.optimizers:

@@ -109,6 +109,14 @@ class GroupedTurns(TurnDriver):
         return turns
 
     @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A validation inside a group's steps runs on the module's own shapes (:meth:`TurnGroup.set_aside`);
+        the group takes its stacked ones back at its next batch (after anything the validation's end
+        runs, a checkpoint callback's save among them, which then sees the module's own shapes)."""
+        if isinstance(self.turn, TurnGroup) and not self.turn.aside:
+            self.turn.set_aside()
+
+    @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
@@ -121,6 +129,8 @@ class GroupedTurns(TurnDriver):
             group = TurnGroup([self.new_turn(trainer, pl_module, t) for t in unit.turns], pl_module)
             self.turn = group
             group.begin(trainer, [self.server.send(t.client_id) for t in unit.turns])
+        elif self.turn.aside:  # a validation ran since the group's last step
+            self.turn.take_back()
         self.turn.start_step(batch)
 
     @override

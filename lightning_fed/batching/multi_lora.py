@@ -122,6 +122,7 @@ class StackedLora:
         self.slots: list[StateDict] = []
         self.adapters: list[str] = []
         self._original: dict[str, Tensor] = {}
+        self._aside: dict[str, tuple[Tensor, Tensor | None]] = {}  # set_aside's stacked data and gradients
         self._views: dict[int, dict[str, Tensor]] = {}
 
     def capture(self) -> None:
@@ -161,6 +162,26 @@ class StackedLora:
         for name, p in self.params.items():
             out[name].grad = None if p.grad is None else p.grad[k]
         return out
+
+    def set_aside(self) -> None:
+        """While a validation falls inside the group's steps (``trainer.val_check_interval``): the
+        parameters' own data (the values they had before :meth:`stack`) and the layers' own forward,
+        the stacked data and gradients kept for :meth:`take_back`."""
+        self._aside = {name: (p.data, p.grad) for name, p in self.params.items()}
+        for layer in self.layers:
+            layer.__dict__.pop("forward", None)
+        for name, p in self.params.items():
+            p.grad = None
+            p.data = self._original[name]
+
+    def take_back(self) -> None:
+        """The stacked data, gradients and forward :meth:`set_aside` kept (the optimizer's state and
+        :meth:`views` refer to that data: untouched)."""
+        for name, p in self.params.items():
+            p.data, p.grad = self._aside[name]
+        for layer in self.layers:
+            layer.forward = self._forward_of(layer)
+        self._aside = {}
 
     def unstack(self) -> None:
         """The parameters' own data and the layers' own forward again (the values they had before)."""

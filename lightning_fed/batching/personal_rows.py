@@ -122,6 +122,7 @@ class StackedHeads:
         self.params = {f"{n}.{p}": t for n, m in self.heads.items() for p, t in m.named_parameters(recurse=False)}
         self.slots: list[dict[str, Tensor]] = []
         self._original: dict[str, Tensor] = {}
+        self._aside: dict[str, tuple[Tensor, Tensor | None]] = {}  # set_aside's stacked data and gradients
 
     def capture(self) -> None:
         """Append the heads' current values as the next client's slot."""
@@ -133,6 +134,26 @@ class StackedHeads:
             p.data = torch.stack([slot[name] for slot in self.slots])
         for head in self.heads.values():
             head.forward = StackedForward(head, self.rows_of)
+
+    def set_aside(self) -> None:
+        """The heads' own data and forward while a validation runs inside the group (as
+        :meth:`StackedLora.set_aside <lightning_fed.batching.multi_lora.StackedLora.set_aside>`)."""
+        self._aside = {name: (p.data, p.grad) for name, p in self.params.items() if name in self._original}
+        for head in self.heads.values():
+            head.__dict__.pop("forward", None)
+        for name in self._aside:
+            p = self.params[name]
+            p.grad = None
+            p.data = self._original[name]
+
+    def take_back(self) -> None:
+        """The stacked data, gradients and forward :meth:`set_aside` kept."""
+        for name, (data, grad) in self._aside.items():
+            p = self.params[name]
+            p.data, p.grad = data, grad
+        for head in self.heads.values():
+            head.forward = StackedForward(head, self.rows_of)
+        self._aside = {}
 
     def unstack(self) -> None:
         for head in self.heads.values():

@@ -103,3 +103,30 @@ def test_per_client_reductions():
     assert torch.equal(per_client_loss(one, torch.tensor([5, 5, 5]))["loss"], one.mean())
     assert torch.equal(per_client_loss(values, None, mask)["loss"], values[mask].mean())
     assert per_client_loss(one, None)["client_losses"].shape == (1,)
+
+
+@torch.no_grad()
+def test_a_group_set_aside_runs_the_module_s_own_forward_and_takes_its_stack_back():
+    """Red team 10 row 2: a validation inside a group's steps ran through the stacked factors, sized for
+    the training rows (shape mismatch). Set aside, the module has its own data and forward (any rows);
+    taken back, the same stacked tensors (the optimizer's state and the slot views refer to them)."""
+    module = selector()
+    randomize(module, 1)
+    params = module.shared_parameters()
+    ids = torch.randint(0, 256, (4, 7))
+    own = logits(module, ids)
+    rows = ClientRows.of([0, 0, 1, 1, 2, 2, 3, 3], 4)  # a step of 4 clients' 2 rows: 8 rows
+    stacked = StackedLora(module.model, params, lambda: rows)
+    for _ in range(4):
+        stacked.capture()
+    stacked.stack()
+    data = {n: p.data for n, p in params.items()}
+    view = stacked.views(1)
+    stacked.set_aside()
+    torch.testing.assert_close(logits(module, ids), own)  # 4 rows, not the step's 8
+    stacked.take_back()
+    assert all(p.data_ptr() == data[n].data_ptr() and p.shape == data[n].shape for n, p in params.items())
+    assert all(view[n].data_ptr() == data[n][1].data_ptr() for n in view)
+    torch.testing.assert_close(logits(module, torch.cat([ids, ids])), logits(module, torch.cat([ids, ids])))
+    stacked.unstack()
+    torch.testing.assert_close(logits(module, ids), own)
