@@ -161,8 +161,10 @@ def val_check_problem(trainer: Mapping[str, Any], federation: Any, model: Any, h
     from lightning_fed.run_config import FederationConfig  # no torch
 
     interval = trainer.get("val_check_interval")
-    if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval <= 1 or interval % 1:
+    if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval < 1 or interval % 1:
         return None  # a fraction of the round, a duration, or what trainer_options refuses
+    if interval == 1 and type(interval) is float:
+        return None  # 1.0: the whole round; Lightning reads the int 1 as a count, every batch (red team 10 row 3)
     if trainer.get("check_val_every_n_epoch", 1) is None or trainer.get("limit_val_batches", 1) == 0:
         return None
     given = federation if isinstance(federation, Mapping) else {}

@@ -59,6 +59,26 @@ def test_a_count_with_local_epochs_and_round_hooks_is_refused_before_torch(tmp_p
     )
 
 
+def test_an_int_1_is_a_count_of_one_batch_the_float_1_a_fraction(tmp_path):
+    """Red team 10 row 3: Lightning reads ``val_check_interval: 1`` (an int) as every batch and ``1.0`` as
+    the whole epoch; the int 1 was taken for the fraction, passed with a hook that changes the batches and
+    crashed after the run folder was written (exit 1)."""
+    line = (
+        "trainer.val_check_interval=1 counts batches, but a round of federation.local_epochs=1 has the"
+        " batches of the data its round hooks (federation.hooks[0] HierarchicalDataSelection) leave each client,"
+        " known only as the round starts; give a fraction of a round (1.0 validates once a round)"
+    )
+    assert_refused_before_torch(
+        tmp_path, ["fit", "--config", "fedhds_turbo_tiny", "--trainer.val_check_interval=1"], line
+    )
+    federation = {"local_steps": None, "local_epochs": 1}
+    hooks = [{"class_path": "lightning_fed.heterogeneity.SystemHeterogeneity", "init_args": {}}]
+    assert val_check_problem({"val_check_interval": 1.0}, federation, None, hooks) is None
+    assert "val_check_interval=1 counts batches" in val_check_problem(
+        {"val_check_interval": 1}, federation, None, hooks
+    )
+
+
 def test_a_count_with_local_epochs_and_a_hook_that_keeps_the_batches_is_not_refused_before_torch():
     """Only hooks that change a client's rows or steps as a round starts make a round of local_epochs
     uncountable before torch; RoundLRSchedule does not (the loop counts it once K is decided)."""
