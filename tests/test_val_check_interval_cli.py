@@ -126,6 +126,8 @@ def test_a_count_above_the_round_of_clients_trained_together_is_refused_as_the_r
         ["--trainer.val_check_interval=0.5"],  # a fraction
         ["--trainer.val_check_interval=5.0", "--federation.local_steps=1", "--trainer.check_val_every_n_epoch=null"],
         ["--trainer.val_check_interval=5.0", "--federation.local_steps=null", "--federation.local_epochs=1"],
+        # red team 10 row 5: Poisson sampling ignores clients_per_round (4 clients x 5 steps at rate 1.0)
+        ["--trainer.val_check_interval=11", "--federation.sampling=poisson", "--federation.sampling_rate=1.0"],
     ],
 )
 def test_a_count_a_round_may_have_goes_on(tmp_path, options):
