@@ -127,6 +127,16 @@ EmulatorAlignment, FLoRAMerge, HeldOutRouge) leave a client's batches alone; a u
 Lightning."""
 
 
+def hooks_keep_batches(hooks: Any) -> bool:
+    """Whether every round hook (instances, the run's) is one of the package's that leaves a client's
+    batches alone (not in :data:`CHANGES_BATCHES`); a user's hook may change them (red team 10 row 4)."""
+    for hook in hooks or ():
+        kind = type(hook)
+        if not kind.__module__.startswith("lightning_fed.") or kind.__name__ in CHANGES_BATCHES:
+            return False
+    return True
+
+
 def _batch_changing_hooks(hooks: Any) -> list[str]:
     """``federation.hooks[i] (Name)`` of each hook in :data:`CHANGES_BATCHES`."""
     if not isinstance(hooks, list):

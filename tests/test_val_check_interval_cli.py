@@ -119,6 +119,28 @@ def test_a_count_above_the_round_of_clients_trained_together_is_refused_as_the_r
     assert list(tmp_path.iterdir()) == []  # runs/tiny/lightning_logs/version_0 (and its events file) taken away
 
 
+def test_a_count_with_local_epochs_and_a_hook_that_keeps_the_batches_is_refused_as_the_run_starts(tmp_path):
+    """Red team 10 row 4: the loop's check at start skipped every run with round hooks; RoundLRSchedule
+    keeps each client's batches (not in loop_conflicts.CHANGES_BATCHES), so the round's count is known:
+    exit 1 with Lightning's message after the run folder was written, now exit 2, the folder taken away."""
+    (tmp_path / "lr.yaml").write_text(
+        "federation:\n  hooks:\n    - class_path: lightning_fed.callbacks.RoundLRSchedule\n"
+        "      init_args: {schedule: cosine, min_lr: 1.0e-6}\n"
+    )
+    options = ["--federation.local_steps=null", "--federation.local_epochs=1", "--trainer.val_check_interval=1000"]
+    proc = lightning_fed(
+        "fit", "--config", "tiny", "--config", "lr.yaml", "--federation.batch_clients=2", *options, cwd=tmp_path
+    )
+    k = "federation.batch_clients: 2: clients trained together K = 2\n"
+    line = (
+        "trainer.val_check_interval=1000 exceeds the training batches of a round (5:"
+        " federation.clients_per_round=2 in 1 group of up to K=2 trained together (federation.batch_clients=2)"
+        f" x 5 batches a client (federation.local_epochs=1 over its examples, data.batch_size=4)); {FIX} 5"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"{START}{k}error: {line}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lr.yaml"]  # no runs/tiny/lightning_logs/version_0
+
+
 @pytest.mark.parametrize(
     "options",
     [

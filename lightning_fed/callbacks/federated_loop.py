@@ -44,7 +44,7 @@ from lightning_fed.federation.round_plan import RoundPlan, poisson_batch_seed
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.federation.version_folder import RefusedAtStart
 from lightning_fed.heterogeneity.system_round import instructed_steps
-from lightning_fed.loop_conflicts import round_batches_problem
+from lightning_fed.loop_conflicts import hooks_keep_batches, round_batches_problem
 from lightning_fed.planning.group import needs_kept_heap, run_group_size
 from lightning_fed.run import FederatedRun
 from lightning_fed.run_checks import inner_strategy, missing_hook_problem
@@ -173,12 +173,19 @@ class FederatedLoop(GroupedTurns):
         """``trainer.val_check_interval`` as a count above the training batches of every round, now that
         K is decided (:func:`~lightning_fed.loop_conflicts.round_batches_problem`: Lightning would refuse it
         after the initial evaluation wrote the run's first files, exit 1; red team 9 rows 3 and 4), where
-        the run's settings fix a round's batches: fixed-size sampling, no round hook (a hook may leave a
-        client out, give a straggler fewer steps or change a client's data), no ``limit_train_batches``.
+        the run's settings fix a round's batches: fixed-size sampling, no round hook that may leave a
+        client out, give a straggler fewer steps or change a client's data (a user's hook, or one of
+        :data:`~lightning_fed.loop_conflicts.CHANGES_BATCHES`; RoundLRSchedule and the package's other
+        hooks keep the batches: red team 10 row 4), no ``limit_train_batches``.
         ``None`` where Lightning does not compare (``check_val_every_n_epoch: null``, no validation)."""
         run = self.run
         limit = trainer.limit_train_batches
-        if run.sampling != "fixed_size" or run.hooks or type(limit) is not float or limit != 1.0:
+        if (
+            run.sampling != "fixed_size"
+            or not hooks_keep_batches(run.hooks)
+            or type(limit) is not float
+            or limit != 1.0
+        ):
             return None
         if trainer.check_val_every_n_epoch is None or not self._limit_val_batches:
             return None
