@@ -278,3 +278,17 @@ def test_ranks_above_the_default_lora_rank_are_refused_before_torch(tmp_path, su
     assert_refused_before_torch(
         tmp_path, [subcommand, "--config", str(path), "--config", str(change)], line, config_file=change
     )
+
+
+@pytest.mark.parametrize("num_clients", ["file", "option"])
+def test_a_cross_checked_value_names_the_file_that_set_it(tmp_path, num_clients):
+    """Red team 10 row 10 (a2, a3): on 3d730d7 ``concurrency`` set in one file and ``data.num_clients`` in a
+    second file (or on the command line) gave a line naming the second file (or none) for the ``got 5``
+    the first file set."""
+    hooks = [{"class_path": "AsyncArrivals", "init_args": {"concurrency": 5, "local_steps": 10}}]
+    conc = write_config(tmp_path, {"federation": {"hooks": hooks}}, "conc.yaml")
+    clients = write_config(tmp_path, {"data": {"init_args": {"num_clients": 3}}}, "clients.yaml")
+    more = ["--config", str(clients)] if num_clients == "file" else ["--data.init_args.num_clients=3"]
+    line = "federation.hooks[0].concurrency must be in [1, data.num_clients=3], got 5"
+    args = ["fit", "--config", "feddpo_fedbuff", "--config", str(conc), *more]
+    assert_refused_before_torch(tmp_path, args, line, config_file=conc)
