@@ -324,6 +324,26 @@ def dataclass_fields(module: str, name: str) -> dict[str, tuple[ast.expr, bool]]
     return out
 
 
+def dataclass_defaults(module: str, name: str) -> dict[str, Any]:
+    """The literal defaults of the dataclass ``name``'s fields as seen from ``module`` (its bases' first,
+    as :func:`dataclass_fields`): ``LoraSettings``' ``r`` is 8, read without importing it."""
+    found = _class(module, name)
+    if found is None:
+        return {}
+    where, node = found
+    out: dict[str, Any] = {}
+    for base in node.bases:
+        if isinstance(base, ast.Name):
+            out.update(dataclass_defaults(where, base.id))
+    for item in node.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None:
+            try:
+                out[item.target.id] = ast.literal_eval(item.value)
+            except ValueError:
+                out.pop(item.target.id, None)
+    return out
+
+
 def own_signature(package: str, class_path: str) -> Annotated | None:
     """The parameters ``class_path``'s own ``__init__`` names, with their annotations (its ``**kwargs``
     not followed: :mod:`lightning_fed.lightning_init_args` says where a Lightning logger's go), or

@@ -49,7 +49,7 @@ from lightning_fed.errors import (
 from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from lightning_fed.federation.csv_metrics import ContinuedCSVWriter
-from lightning_fed.federation.early_check import path_problem
+from lightning_fed.federation.early_check import hpc_file, path_problem
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
 from lightning_fed.federation.run_folder import RunConfigFile
@@ -228,6 +228,10 @@ class FederatedCLI(LightningCLI):
         self._saved_config = self._saved_weights = None
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path == "hpc":  # the file Lightning would pick, resumed by its path: every check of a file
+            root = (self.config[subcommand].get("trainer") or {}).get("default_root_dir") or "."
+            if found := hpc_file(root if isinstance(root, str) and "://" not in root else None):
+                self.config[subcommand]["ckpt_path"] = ckpt_path = found
         if ckpt_path and "://" not in str(ckpt_path) and Path(ckpt_path).is_file():
             ckpt = read_checkpoint(ckpt_path, stage=subcommand)
             if "reference_cache" in ckpt and (problem := cache_state_problem(ckpt["reference_cache"])):

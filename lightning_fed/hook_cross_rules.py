@@ -149,19 +149,27 @@ def async_concurrency_problem(
     return concurrency_problem(f"federation.hooks[{index}]", concurrency, clients)
 
 
+LORA_SETTINGS = ("lightning_fed.modules.lora", "LoraSettings")
+"""Where ``model.lora``'s dataclass is (``class_options.NESTED["lora"]``): its ``r`` default is the rank
+of a model whose config leaves ``lora`` (or ``lora.r``) out (``FederatedModule``: ``lora or LoraSettings()``)."""
+
+
 def lora_rank_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:
-    """ClientRanks' ``per_client`` / ``choices`` ranks above the package's model's ``model.lora.r``, when
-    the config gives it (else the live run's check): the class's line when the run is bound
+    """ClientRanks' ``per_client`` / ``choices`` ranks above the package's model's ``model.lora.r``, given
+    or :class:`~lightning_fed.modules.LoraSettings`' default (red team 10 row 6: a default rank was
+    left to the live run's two lines): the class's line when the run is bound
     (:func:`~lightning_fed.hook_rules.ranks_above_problem`)."""
+    from lightning_fed.class_parameters import dataclass_defaults
     from lightning_fed.option_rules import TAKES_LORA
 
     model = sections.get("model")
     if not isinstance(model, dict) or not package_class("model", model["class_path"]):
         return None
     lora = model["init_args"].get("lora")
-    if model["class_path"].rpartition(".")[2] not in TAKES_LORA or not isinstance(lora, dict):
+    if model["class_path"].rpartition(".")[2] not in TAKES_LORA or not isinstance(lora, (dict, type(None))):
         return None
-    return ranks_above_problem(f"federation.hooks[{index}]", init_args, lora.get("r"))
+    default = dataclass_defaults(*LORA_SETTINGS).get("r")
+    return ranks_above_problem(f"federation.hooks[{index}]", init_args, (lora or {}).get("r", default))
 
 
 def min_lr_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:

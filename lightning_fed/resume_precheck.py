@@ -143,15 +143,24 @@ def _changes(old: dict[str, Any], new: dict[str, Any], summary: dict[str, Any] |
     return out
 
 
-def resume_problem(path: str, args: list[str]) -> str | None:
+def resume_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
     """The live CLI's line refusing a ``fit`` resumed from the checkpoint file ``path`` with ``args``
     (shipped configs resolved) where the run's ``config.yaml`` differs in a key that decides the
-    result, or ``None``."""
+    result, or ``None``. With ``ckpt`` (the file, read) and no ``config.yaml`` beside it (an
+    ``hpc_ckpt_<n>.ckpt`` in ``trainer.default_root_dir``, a copied file), the config the checkpoint
+    holds (``federation.report.config``, the same dump) is compared instead."""
     from lightning_fed.config_values import merged_config
 
-    old = run_config(path)
+    old, summary = run_config(path), None
+    if ckpt is not None:  # only where no config.yaml was compared before the file was read
+        fed = ckpt.get("federation") if isinstance(ckpt, dict) else None
+        report = fed.get("report") if isinstance(fed, dict) else None
+        saved = report.get("config") if isinstance(report, dict) else None
+        old = saved if old is None and isinstance(saved, dict) else None
+    elif old is not None:
+        summary = _summary_config(path)
     merged = merged_config(args) if old is not None else None
     if old is None or merged is None:
         return None
-    changes = _changes(old, new_config(merged.sections), _summary_config(path))
+    changes = _changes(old, new_config(merged.sections), summary)
     return resume_refusal(path, changes) if changes else None

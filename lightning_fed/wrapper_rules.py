@@ -103,6 +103,20 @@ def adaptive_problems(
     return out
 
 
+def count_noise_problem(noise_multiplier: Any, count_stddev: Any, key: str = STRATEGY) -> str | None:
+    """ClientLevelDP's ``adaptive.count_stddev`` 0 beside a noise multiplier that is not 0 (given, or
+    ``None``: ``federation.privacy``'s, above 0): adaptive clipping needs ``2 * count_stddev >
+    noise_multiplier`` (:func:`~lightning_fed.privacy.adaptive_clipping.update_noise_multiplier`), which no
+    noise multiplier above 0 meets. Red team 10 row 6c: refused once the run was bound, two lines, no
+    option path. A count without noise beside no noise at all (``noise_multiplier: 0``) stays allowed."""
+    if not (_number(count_stddev) and count_stddev == 0) or (_number(noise_multiplier) and noise_multiplier == 0):
+        return None
+    return (
+        f"{key}.adaptive.count_stddev must be > 0 with a noise multiplier above 0 (adaptive clipping needs"
+        f" 2 * count_stddev > noise_multiplier), got {count_stddev!r}"
+    )
+
+
 def wrapped_problem(name: str, already_private: bool = False) -> str | None:
     """ClientLevelDP around a strategy named ``name`` that cannot sit behind a Gaussian sum."""
     if name in CLIENT_DP_UNSUPPORTED or already_private:
@@ -260,6 +274,9 @@ def wrapper_problem(strategy: Any, key: str = "federation.strategy") -> str | No
         elif inner is not None and _wrapper(inner["class_path"]) == "ClientLevelDP":
             out.append(f"ClientLevelDP: {wrapped_problem('ClientLevelDP', already_private=True)}")
         out += client_dp_problems(**{k: _as_float(args[k]) for k in names if k in args}, key=key)
+        count_stddev = _adaptive_values(args.get("adaptive")).get("count_stddev")
+        if not out and (problem := count_noise_problem(_as_float(args.get("noise_multiplier")), count_stddev, key)):
+            out.append(problem)
     else:
         floats = ("max_weight", "clipping_range")
         given = {

@@ -15,7 +15,12 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from tests.helpers.refusals import assert_config_refused_before_torch, assert_refused_before_torch, shipped_config
+from tests.helpers.refusals import (
+    assert_config_refused_before_torch,
+    assert_refused_before_torch,
+    shipped_config,
+    write_config,
+)
 
 
 def _hook(options: dict) -> Callable[[dict], None]:
@@ -251,3 +256,39 @@ def test_a_hook_value_in_a_second_file_is_refused_in_one_line_naming_it(tmp_path
     path = tmp_path / "change.yaml"
     path.write_text(yaml.safe_dump({"federation": {"hooks": [hook]}}), encoding="utf-8")
     assert_refused_before_torch(tmp_path, ["fit", "--config", shipped, "--config", str(path)], line, config_file=path)
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "plan"])
+@pytest.mark.parametrize("lora", [None, {"alpha": 32}], ids=["no_lora", "lora_without_r"])
+def test_ranks_above_the_default_lora_rank_are_refused_before_torch(tmp_path, subcommand, lora):
+    """Red team 10 rows 6 and 8 (r4, p18): on 3d730d7 ClientRanks ``choices: [2, 64]`` with ``model.lora.r``
+    left at LoraSettings' default 8 was refused by ``fit`` only by the class, after the imports, in two
+    lines naming neither the hook's ``[0]`` nor the file; ``plan`` planned it (exit 0)."""
+    config = shipped_config("feddpo_hetlora")
+    del config["model"]["init_args"]["lora"]
+    if lora is not None:
+        config["model"]["init_args"]["lora"] = lora
+    path = write_config(tmp_path, config, "base.yaml")
+    change = write_config(
+        tmp_path,
+        {"federation": {"hooks": [{"class_path": "ClientRanks", "init_args": {"choices": [2, 64]}}]}},
+        "ranks.yaml",
+    )
+    line = "federation.hooks[0].choices: ranks above the global LoRA rank model.lora.r=8, got [64]"
+    assert_refused_before_torch(
+        tmp_path, [subcommand, "--config", str(path), "--config", str(change)], line, config_file=change
+    )
+
+
+@pytest.mark.parametrize("num_clients", ["file", "option"])
+def test_a_cross_checked_value_names_the_file_that_set_it(tmp_path, num_clients):
+    """Red team 10 row 10 (a2, a3): on 3d730d7 ``concurrency`` set in one file and ``data.num_clients`` in a
+    second file (or on the command line) gave a line naming the second file (or none) for the ``got 5``
+    the first file set."""
+    hooks = [{"class_path": "AsyncArrivals", "init_args": {"concurrency": 5, "local_steps": 10}}]
+    conc = write_config(tmp_path, {"federation": {"hooks": hooks}}, "conc.yaml")
+    clients = write_config(tmp_path, {"data": {"init_args": {"num_clients": 3}}}, "clients.yaml")
+    more = ["--config", str(clients)] if num_clients == "file" else ["--data.init_args.num_clients=3"]
+    line = "federation.hooks[0].concurrency must be in [1, data.num_clients=3], got 5"
+    args = ["fit", "--config", "feddpo_fedbuff", "--config", str(conc), *more]
+    assert_refused_before_torch(tmp_path, args, line, config_file=conc)

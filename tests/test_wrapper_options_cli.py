@@ -51,6 +51,12 @@ CASES = {
         lambda c: _dp(c)["adaptive"].update(count_stddev=-2.0),
         "federation.strategy.adaptive.count_stddev must be >= 0, got -2.0",
     ),
+    "adaptive_count_stddev_zero": (  # red team 10 row 6c (c_dp_cs): on 3d730d7 refused once bound, 2 lines
+        "feddpo_dp",
+        lambda c: _dp(c)["adaptive"].update(count_stddev=0),
+        "federation.strategy.adaptive.count_stddev must be > 0 with a noise multiplier above 0 (adaptive"
+        " clipping needs 2 * count_stddev > noise_multiplier), got 0.0",
+    ),
     "adaptive_learning_rate_zero": (
         "feddpo_dp",
         lambda c: _dp(c)["adaptive"].update(learning_rate=0),

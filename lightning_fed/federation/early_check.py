@@ -73,6 +73,10 @@ def precheck_checkpoint(argv: list[str]) -> None:
         from lightning_fed.config_precheck import _in_file
 
         raise CheckpointError(_in_file(args, problem, lambda a: named_problem(resumed_path(a) or "", stage, a)))
+    if path == "hpc" and (found := hpc_file(_root(args))):  # the file Lightning would resume: every check
+        path = found  # of a file given by path (red team 10 row 1: `hpc` skipped them all)
+        if problem := path_problem(path):
+            raise CheckpointError(problem)
     if not path or path in NAMED or path in NONE or "://" in path:
         return  # the live CLI resolves or refuses it
     if stage == "fit":  # before torch, kept for the run (the live CLI adopts it)
@@ -87,6 +91,8 @@ def precheck_checkpoint(argv: list[str]) -> None:
     ckpt: Any = read_checkpoint(path, stage=stage)
     if problem := file_problem(ckpt, stage):
         raise checkpoint_error(path, problem)
+    if stage == "fit" and (problem := resume_problem(path, args, ckpt)):  # its own config: no config.yaml beside
+        raise CheckpointError(problem)
     if stage == "fit" and (problem := rounds_problem(path, ckpt, args)):
         raise CheckpointError(problem)
 
@@ -242,14 +248,50 @@ def best_problem(stage: str, args: list[str]) -> str | None:
     )
 
 
+def _root(args: list[str]) -> str | None:
+    """``trainer.default_root_dir`` (``"."``: the working folder, Lightning's default), or ``None`` for
+    one not checked here (remote, or not a string)."""
+    root = _trainer(args).get("default_root_dir") or "."
+    return root if isinstance(root, str) and "://" not in root else None
+
+
+HPC = "hpc_ckpt_"
+
+
+def hpc_file(root: str | None) -> str | None:
+    """The file Lightning 2.6 resumes for ``--ckpt_path hpc`` in the folder ``root``, or ``None`` where
+    it finds none: ``_CheckpointConnector._hpc_resume_path``, ``root`` joined with
+    ``hpc_ckpt_<max>.ckpt``, ``<max>`` the largest number among the names that hold ``hpc_ckpt_``
+    (the digits after the last one; ``__max_ckpt_version_in_folder``). The live CLI resumes this file
+    by its path (:meth:`~lightning_fed.federated_cli.FederatedCLI._parse_ckpt_path`).
+
+    Raises:
+        CheckpointError: a name holding ``hpc_ckpt_`` with no digits after it (Lightning's ``int('')``).
+    """
+    import os
+    import re
+
+    if root is None or not os.path.isdir(root):
+        return None
+    numbers = []
+    for name in sorted(os.listdir(root)):
+        if HPC in name:
+            if not (digits := re.sub("[^0-9]", "", name.split(HPC)[-1])):
+                from lightning_fed.errors import CheckpointError
+
+                raise CheckpointError(
+                    f"ckpt_path 'hpc': {os.path.join(root, name)!r} has no number after {HPC!r}"
+                    " (Lightning reads one from every such name in trainer.default_root_dir); rename or move it"
+                )
+            numbers.append(int(digits))
+    return os.path.join(root, f"{HPC}{max(numbers)}.ckpt") if numbers else None
+
+
 def hpc_problem(stage: str, args: list[str]) -> str | None:
     """The line refusing ``--ckpt_path hpc`` when ``trainer.default_root_dir`` (or the working folder)
     holds no ``hpc_ckpt_<n>.ckpt``, where Lightning looks for one (red team 9 row 11: its "no HPC
     checkpoint was found" came after the imports), or ``None``."""
-    root = _trainer(args).get("default_root_dir") or "."
-    if not isinstance(root, str) or "://" in root:
-        return None
-    if any(p.stem.removeprefix("hpc_ckpt_").isdigit() for p in Path(root).glob("hpc_ckpt_*.ckpt")):
+    if (root := _root(args)) is None or hpc_file(root):
         return None
     return (
         f"ckpt_path 'hpc': trainer.default_root_dir {root!r} holds no hpc_ckpt_<n>.ckpt (Lightning looks only"

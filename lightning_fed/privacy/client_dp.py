@@ -67,7 +67,7 @@ from lightning_fed.privacy.adaptive_clipping import AdaptiveClipping, update_noi
 from lightning_fed.privacy.clipping import clip_to_norm
 from lightning_fed.state import StateDict, compute_dtype
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, LocalCorrection, Strategy
-from lightning_fed.wrapper_rules import CLIENT_DP_UNSUPPORTED, client_dp_problems, wrapped_problem
+from lightning_fed.wrapper_rules import CLIENT_DP_UNSUPPORTED, client_dp_problems, count_noise_problem, wrapped_problem
 
 CONTROL_PREFIX = "control/"  # SCAFFOLD's named controls (lightning_fed.strategies.scaffold.PREFIX)
 #: Strategies that aggregate individual updates, not a mean: no Gaussian-sum DP for them.
@@ -118,6 +118,9 @@ class ClientLevelDP(Strategy):
         wrapped = wrapped_problem(type(strategy).__name__, isinstance(strategy, ClientLevelDP))
         problems = [f"ClientLevelDP: {wrapped}"] if wrapped else []
         problems += client_dp_problems(noise_multiplier, clip_norm, expected_clients, control_scale)
+        count_stddev = adaptive.count_stddev if isinstance(adaptive, AdaptiveClipping) else None
+        if not problems and (problem := count_noise_problem(noise_multiplier, count_stddev)):
+            problems.append(problem)
         if problems:
             raise ValueError("; ".join(problems))
         self.strategy = strategy

@@ -176,3 +176,40 @@ def test_ckpt_path_best_and_hpc_that_find_nothing_are_refused_before_torch(tmp_p
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert sorted(p.name for p in (work / "runs" / "tiny").iterdir()) == ["lightning_logs"]
     assert sorted(p.name for p in (work / "runs" / "tiny" / "lightning_logs").iterdir()) == ["version_0"]
+
+
+@pytest.mark.parametrize("stage", ["fit", "validate"])
+def test_ckpt_path_hpc_reads_the_file_lightning_would_resume_and_names_it(tmp_path, stage):
+    """Red team 10 rows 1b/1c (k_hpc_garbage, k_val_hpc): on 3d730d7 ``--ckpt_path hpc`` with a damaged
+    ``hpc_ckpt_1.ckpt`` in ``trainer.default_root_dir`` exited 1 with torch's ``UnpicklingError`` (two
+    lines, the file not named) after the run folder's ``.lock`` and events file were written. The file
+    Lightning picks (the largest number) gets every check a file given by path gets."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "hpc_ckpt_2.ckpt").write_bytes(b"not a checkpoint\n" * 300)
+    (root / "hpc_ckpt_1.ckpt").write_bytes(b"")
+    args = [stage, "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={root}", "--ckpt_path", "hpc"]
+    proc = lightning_fed(*args)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith(f"error: ckpt_path '{root / 'hpc_ckpt_2.ckpt'}': ")
+    assert proc.stderr.count("\n") == 1
+    assert sorted(p.name for p in root.iterdir()) == ["hpc_ckpt_1.ckpt", "hpc_ckpt_2.ckpt"]
+
+
+def test_a_resume_by_ckpt_path_hpc_with_a_changed_lr_is_refused_as_by_its_path(two_rounds, tmp_path):
+    """Red team 10 row 1 (k_hpc_lr): on 3d730d7 ``--ckpt_path hpc`` resumed a copied ``last.ckpt`` with a
+    changed ``model.lr``, exit 0; the same file given by its path was refused (``model.lr: 0.005 -> 0.001``).
+    The config the checkpoint holds is compared (no ``config.yaml`` beside an ``hpc_ckpt_<n>.ckpt``)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    ckpt = root / "hpc_ckpt_1.ckpt"
+    ckpt.write_bytes((two_rounds / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt").read_bytes())
+    args = ["fit", "--config", "configs/tiny.yaml", f"--trainer.default_root_dir={root}", "--ckpt_path", "hpc"]
+    args += ["--federation.local_steps=1", "--federation.rounds=3", "--model.init_args.lr=0.001"]
+    proc = lightning_fed(*args)
+    line = (
+        f"ckpt_path '{ckpt}' was written by a run with another config: model.lr: 0.005 -> 0.001;"
+        " resume with the run's own config, or start a new run without --ckpt_path"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert sorted(p.name for p in root.iterdir()) == ["hpc_ckpt_1.ckpt"]

@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 import torch
@@ -111,3 +112,15 @@ def test_the_count_release_runs_batched_as_in_a_round():
     assert trials.shape == (4000,)
     assert float(trials.std()) == pytest.approx(0.125, rel=0.05)
     assert float(trials.mean()) == pytest.approx((9 - 8.5) / 16 + 0.5, abs=4 * 0.125 / math.sqrt(4000))
+
+
+def test_a_count_without_noise_beside_update_noise_is_refused_by_the_class_as_by_the_precheck():
+    """Red team 10 row 6c: the class's line is the precheck's (lightning_fed/wrapper_rules.count_noise_problem);
+    no noise at all (``noise_multiplier: 0``) keeps a noiseless count."""
+    line = (
+        "federation.strategy.adaptive.count_stddev must be > 0 with a noise multiplier above 0 (adaptive clipping"
+        " needs 2 * count_stddev > noise_multiplier), got 0.0"
+    )
+    with pytest.raises(ValueError, match=re.escape(line)):
+        ClientLevelDP(FedAvg(), noise_multiplier=1.0, adaptive=AdaptiveClipping(count_stddev=0.0))
+    ClientLevelDP(FedAvg(), noise_multiplier=0.0, adaptive=AdaptiveClipping(count_stddev=0.0))

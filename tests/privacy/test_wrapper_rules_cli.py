@@ -90,7 +90,9 @@ def test_a_wrapper_option_is_refused_before_torch_with_the_class_s_line(tmp_path
     [
         f"{{class_path: {DP}, init_args: {{noise_multiplier: 1.0, clip_norm: 0.05, strategy: FedAvg}}}}",
         f"{{class_path: {DP}, init_args: {{noise_multiplier: '1e-3', strategy: FedAvg}}}}",  # the parser's float
-        f"{{class_path: {DP}, init_args: {{strategy: FedAvg, adaptive: {{target_quantile: 1, count_stddev: 0}}}}}}",
+        # count_stddev 0 beside no noise at all (beside noise: wrapper_rules.count_noise_problem)
+        f"{{class_path: {DP}, init_args: {{strategy: FedAvg, noise_multiplier: 0,"
+        f" adaptive: {{target_quantile: 1, count_stddev: 0}}}}}}",
         f"{{class_path: {SECAGG}, init_args: {{num_shares: 3, reconstruction_threshold: 2, strategy: FedProx}}}}",
     ],
 )
