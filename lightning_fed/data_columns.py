@@ -11,7 +11,11 @@ at all:
   separate evaluation set it was accepted with exit 0 and never used);
 - a ``data.val_dataset`` / ``data.test_dataset`` without the column ``ByKey`` / ``ByColumn``
   assigns its rows to clients by (``by_key_clients``' ``no column ... to assign rows to clients by``);
-- ``SortedShards(score: <a text column>)`` (the partitioner's ``must be numeric``).
+- ``SortedShards(score: <a text column>)`` (the partitioner's ``must be numeric``);
+- a set without a field its records need (:func:`missing_field_problem`: ``data.dataset`` against its
+  data module's ``kind``, and a round hook's public set, red team 10 row 7: FedHDS ``anchors`` of
+  instructions on a preference run failed with exit 1 after the round-0 evaluation had written the
+  run folder, naming ``data.dataset``).
 
 Only what is certain is refused: a set whose columns (or column types) are not known here is left
 to the live run. Imports no torch (pyarrow only for a Parquet file's schema).
@@ -19,11 +23,13 @@ to the live run. Imports no torch (pyarrow only for a Parquet file's schema).
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.data_cross_rules import READS_ITS_SOURCE, field_mapped, json_rows, local_columns
+from lightning_fed.class_parameters import class_chain
+from lightning_fed.data_cross_rules import READS_ITS_SOURCE, RECORD_FIELDS, field_mapped, json_rows, local_columns
 from lightning_fed.nested_options import PARTITIONS, SYNTHETIC_PREFIX, generator_columns
 
 PLANTED_NUMERIC = frozenset({"client", "follows_group", "flipped"})
@@ -41,6 +47,40 @@ def _columns(dataset: Any, field_map: Any) -> list[str] | None:
         return None
     columns = generator_columns(dataset) if dataset.startswith(SYNTHETIC_PREFIX) else local_columns(dataset)
     return field_mapped(columns, field_map) if columns is not None else None
+
+
+def record_kind(class_path: str) -> str | None:
+    """The kind of records (:data:`~lightning_fed.data_cross_rules.RECORD_FIELDS`) the package's data module
+    ``class_path`` reads: its class attribute ``kind = "..."``, read from its source (or a base's); ``None``
+    where none is written so."""
+    from lightning_fed.option_rules import PACKAGES
+
+    for _, node in class_chain(PACKAGES["data"], class_path):
+        for stmt in node.body:
+            names = [t.id for t in stmt.targets if isinstance(t, ast.Name)] if isinstance(stmt, ast.Assign) else []
+            if "kind" in names and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+                return stmt.value.value
+    return None
+
+
+def missing_field_problem(
+    option: str, dataset: Any, kind: Any, field_map: Any, map_option: str, why: str = ""
+) -> str | None:
+    """The line refusing the set ``dataset`` (given as ``option``) whose columns, renamed by ``field_map``
+    (given as ``map_option``), lack a field that ``kind``'s records need: the line
+    :func:`~lightning_fed.datamodules.sources.validate_records` says after the imports (``why``: what
+    reads the set so, for a set other than the data module's own). ``None`` where the columns are not
+    known here."""
+    columns = _columns(dataset, field_map)
+    if columns is None or not isinstance(kind, str) or kind not in RECORD_FIELDS:
+        return None
+    missing = next((field for field in RECORD_FIELDS[kind][0] if field not in columns), None)
+    if missing is None:
+        return None
+    return (
+        f"{option} {dataset!r}: missing field {missing!r}{why} (columns: {', '.join(columns)};"
+        f" map it with {map_option})"
+    )
 
 
 def _is_text(dataset: str, column: str) -> bool:
@@ -89,6 +129,9 @@ def data_columns_problem(data: Any) -> str | None:
     if not isinstance(data.get("class_path"), str) or data["class_path"].rpartition(".")[2] not in READS_ITS_SOURCE:
         return None  # its records are built by the module: their columns are not the source's
     field_map = init_args.get("field_map")
+    kind = record_kind(data["class_path"])
+    if problem := missing_field_problem("data.dataset", init_args.get("dataset"), kind, field_map, "data.field_map"):
+        return problem
     sets = [(f"data.{name}", init_args.get(name)) for name in ("dataset", *EVALUATION_SETS)]
     known = [(opt, value, columns) for opt, value in sets if (columns := _columns(value, field_map)) is not None]
     name, given = _partition(init_args) or ("", {})

@@ -38,6 +38,15 @@ SYNTHETIC_SIZES_ONLY = frozenset({"RLFTDataModule"})
 """The package's data modules whose ``synthetic_args.num_clients`` only sizes the set (their
 ``synthetic_clients_are_num_clients`` is ``False``): it may differ from ``data.num_clients``."""
 _SYNTHETIC = "synthetic:"
+RECORD_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "instruction": (("instruction", "output"), ("input",)),
+    "preference": (("prompt", "chosen", "rejected"), ()),
+    # Unlabeled prompts, e.g. the server's instructions for FedBis' RLFT (Sec. 4).
+    "prompt": (("prompt",), ()),
+}
+"""A kind of records -> (required fields, optional fields): what
+:func:`~lightning_fed.datamodules.sources.validate_records` holds a data set's columns against (a data
+module's ``kind``, a hook's public set read as the run's records)."""
 
 
 def _integer(value: Any) -> bool:

@@ -19,7 +19,11 @@ Each of these was found by the live run 11-17 s of CPU later, or not at all:
   gets (:func:`~lightning_fed.nested_options.synthetic_args_problem`, then
   :func:`~lightning_fed.option_rules.synthetic_problem`), named ``federation.hooks[i].anchor_args``;
   a typo, ``examples_per_client: -32`` or an unknown family was a ``TypeError`` / ``ValueError``
-  of the generator (exit 1) after the round-0 evaluation had written a run folder (red team 8, rows 1-2).
+  of the generator (exit 1) after the round-0 evaluation had written a run folder (red team 8, rows 1-2);
+- a hook's public set without a field its records need (:func:`public_fields_problem`):
+  HierarchicalDataSelection's ``anchors`` are read as the run's data module reads its own records
+  (instructions as anchors of a preference run: exit 1 after the round-0 evaluation had written 7
+  files, naming ``data.dataset``; red team 10 row 7), EmulatorAlignment's ``dataset`` as its ``kind``.
 
 :func:`hook_cross_problem` reads the merged config (:attr:`lightning_fed.config_values.Merged.sections`)
 and returns the first line, naming ``federation.hooks[i]``; a user's hook or strategy is left to the
@@ -34,6 +38,7 @@ from typing import Any
 from lightning_fed.class_kinds import package_class
 from lightning_fed.class_parameters import init_defaults, table
 from lightning_fed.class_paths import package_subclasses
+from lightning_fed.data_columns import missing_field_problem, record_kind
 from lightning_fed.data_paths import missing_path_problem
 from lightning_fed.hook_rules import concurrency_problem, rank_lists_problem, ranks_above_problem
 from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir
@@ -239,6 +244,43 @@ def planted_args_problem(index: int, class_path: str, init_args: dict[str, Any])
     return problem.replace("data.synthetic_args", f"federation.hooks[{index}].{args_key}") if problem else None
 
 
+PUBLIC_SETS = {
+    "HierarchicalDataSelection": ("anchors", "anchor_args", "anchor_field_map"),
+    "EmulatorAlignment": ("dataset", "synthetic_args", "field_map"),
+}
+"""Hook class name -> (its public set option, that set's generator arguments, its field map)."""
+
+
+def public_fields_problem(
+    index: int, class_path: str, init_args: dict[str, Any], sections: dict[str, Any]
+) -> str | None:
+    """A hook's public set (:data:`PUBLIC_SETS`) without a field of the records it is read as
+    (:func:`~lightning_fed.data_columns.missing_field_problem`): HierarchicalDataSelection's ``anchors``
+    as the package's data module's ``kind`` (:func:`~lightning_fed.selection.anchors.load_anchor_items`;
+    only in the anchored frame, the one that reads them), EmulatorAlignment's ``dataset`` as its own
+    ``kind``."""
+    name = class_path.rpartition(".")[2]
+    found = next((keys for hook, keys in PUBLIC_SETS.items() if _is(name, hook)), None)
+    if found is None:
+        return None
+    set_key, _, map_key = found
+    dataset = init_args[set_key] if set_key in init_args else _default(class_path, set_key)
+    prefix = f"federation.hooks[{index}]"
+    if _is(name, "HierarchicalDataSelection"):
+        data = sections.get("data")
+        if init_args.get("frame") not in (None, "anchored") or not isinstance(data, dict):
+            return None
+        if not package_class("data", data["class_path"]):
+            return None
+        kind, short = record_kind(data["class_path"]), data["class_path"].rpartition(".")[2]
+        why = f" of the {kind} records the run's data ({short}) reads"
+    else:
+        kind = init_args["kind"] if "kind" in init_args else _default(class_path, "kind")
+        why = f" of {prefix}.kind={kind!r}"
+    field_map = init_args.get(map_key)
+    return missing_field_problem(f"{prefix}.{set_key}", dataset, kind, field_map, f"{prefix}.{map_key}", why)
+
+
 def _default(class_path: str, option: str) -> Any:
     """The package hook ``class_path``'s literal default of ``option`` (read from its source), or ``None``."""
     from lightning_fed.hook_rules import HOOK_PACKAGES
@@ -278,5 +320,7 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
         if _is(name, "EmulatorAlignment") and (problem := anchors_problem(index, init_args, "dataset")):
             return problem
         if problem := planted_args_problem(index, hook["class_path"], init_args):
+            return problem
+        if problem := public_fields_problem(index, hook["class_path"], init_args, sections):
             return problem
     return None

@@ -18,17 +18,14 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lightning_fed.data_cross_rules import RECORD_FIELDS
 from lightning_fed.data_paths import LOCAL_FORMATS, SUPPORTED, missing_path_problem
 from lightning_fed.datamodules.synthetic import SYNTHETIC
 from lightning_fed.limits import synthetic_rows_problem
 
-# kind -> (required fields, optional fields)
-FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "instruction": (("instruction", "output"), ("input",)),
-    "preference": (("prompt", "chosen", "rejected"), ()),
-    # Unlabeled prompts, e.g. the server's instructions for FedBis' RLFT (Sec. 4).
-    "prompt": (("prompt",), ()),
-}
+FIELDS = RECORD_FIELDS
+"""kind -> (required fields, optional fields): declared without torch, where the precheck holds a data
+set's columns against them (:func:`lightning_fed.data_columns.missing_field_problem`)."""
 
 SYNTHETIC_PREFIX = "synthetic:"
 
