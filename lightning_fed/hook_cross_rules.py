@@ -9,7 +9,7 @@ Each of these was found by the live run 11-17 s of CPU later, or not at all:
   (``warmup_rounds`` and ``regroup_every`` silently ignored);
 - SystemHeterogeneity's ``target`` above the clients a round selects (``check_server``'s line), and
   AsyncArrivals' ``concurrency`` above ``data.num_clients`` (red team 9 row 9), and ClientRanks'
-  ranks above ``model.lora.r`` (row 10);
+  ranks above ``model.lora.r`` (row 10) and its ``per_client`` not one rank per client (red team 10 row 6b);
 - HierarchicalDataSelection's ``anchors`` and EmulatorAlignment's ``dataset`` naming no synthetic
   set or a local path to nothing (exit 1 after the round-0 evaluation, naming ``data.dataset``), and
   HierarchicalDataSelection's ``proxy`` naming no
@@ -40,7 +40,12 @@ from lightning_fed.class_parameters import init_defaults, table
 from lightning_fed.class_paths import package_subclasses
 from lightning_fed.data_columns import missing_field_problem, record_kind
 from lightning_fed.data_paths import missing_path_problem
-from lightning_fed.hook_rules import concurrency_problem, rank_lists_problem, ranks_above_problem
+from lightning_fed.hook_rules import (
+    concurrency_problem,
+    per_client_length_problem,
+    rank_lists_problem,
+    ranks_above_problem,
+)
 from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.strategy_modules import aggregating_strategy
@@ -141,17 +146,29 @@ def async_concurrency_problem(
     """AsyncArrivals' ``concurrency`` above ``data.num_clients`` (given, or the package's data module's
     default), virtual arrivals only (``arrivals: real``: the Flower deployment's nodes decide): the
     class's line when the run is bound (:func:`~lightning_fed.hook_rules.concurrency_problem`)."""
-    from lightning_fed.option_rules import PACKAGES
-
     arrivals = init_args.get("arrivals", _default(class_path, "arrivals"))
-    data = sections.get("data")
-    if arrivals == "real" or not isinstance(data, dict) or not package_class("data", data["class_path"]):
+    if arrivals == "real" or (clients := _num_clients(sections)) is None:
         return None
-    clients = data["init_args"].get(
-        "num_clients", init_defaults(PACKAGES["data"], data["class_path"]).get("num_clients")
-    )
     concurrency = init_args.get("concurrency", _default(class_path, "concurrency"))
     return concurrency_problem(f"federation.hooks[{index}]", concurrency, clients)
+
+
+def _num_clients(sections: dict[str, Any]) -> Any:
+    """``data.num_clients`` of the package's data module, given or its default; ``None`` for a data
+    module of the user's (its clients are its own)."""
+    from lightning_fed.option_rules import PACKAGES
+
+    data = sections.get("data")
+    if not isinstance(data, dict) or not package_class("data", data["class_path"]):
+        return None
+    return data["init_args"].get("num_clients", init_defaults(PACKAGES["data"], data["class_path"]).get("num_clients"))
+
+
+def per_client_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:
+    """ClientRanks' ``per_client`` not one rank per client of ``data.num_clients`` (given, or the
+    package's data module's default): the class's line when the run is bound
+    (:func:`~lightning_fed.hook_rules.per_client_length_problem`; red team 10 row 6b)."""
+    return per_client_length_problem(f"federation.hooks[{index}]", init_args.get("per_client"), _num_clients(sections))
 
 
 LORA_SETTINGS = ("lightning_fed.modules.lora", "LoraSettings")
@@ -310,6 +327,7 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
             return problem
         if _is(name, "ClientRanks") and (
             problem := rank_lists_problem(f"federation.hooks[{index}]", init_args)
+            or per_client_problem(index, init_args, sections)
             or lora_rank_problem(index, init_args, sections)
         ):
             return problem

@@ -6,7 +6,8 @@ keyed by class name in :data:`HOOK_RULES`: the hook's ``__init__`` refuses a bad
 (:func:`~lightning_fed.value_rules.check`), and the precheck applies the same rules to each item of
 ``federation.hooks`` before torch is imported (:func:`hook_problems` names the item's index), through
 :func:`lightning_fed.option_rules.class_rules`. Also ClientRanks' lists of ranks
-(:func:`rank_lists_problem`, :func:`ranks_above_problem`), AsyncArrivals' ``concurrency`` against the
+(:func:`rank_lists_problem`, :func:`ranks_above_problem`,
+:func:`per_client_length_problem`), AsyncArrivals' ``concurrency`` against the
 clients (:func:`concurrency_problem`) and where the package's hooks live (:data:`HOOK_PACKAGES`).
 Split from :mod:`lightning_fed.option_rules` (which holds ``model:``, ``data:``, ``federation:`` and
 ``federation.strategy:``'s rules and reads :data:`HOOK_RULES` from here).
@@ -182,6 +183,18 @@ def concurrency_problem(prefix: str, concurrency: Any, num_clients: Any) -> str 
     if _integer(concurrency) and _integer(num_clients) and concurrency > num_clients:
         return f"{prefix}.concurrency must be in [1, data.num_clients={num_clients}], got {concurrency}"
     return None
+
+
+def per_client_length_problem(prefix: str, per_client: Any, num_clients: Any) -> str | None:
+    """ClientRanks' ``per_client`` not one rank per client of ``data.num_clients``, the line starting
+    with ``prefix`` (as :func:`rank_lists_problem`'s); ``None`` if it fits. Red team 10 row 6b: said by
+    the class alone when the run was bound, after the imports, in two lines."""
+    if not isinstance(per_client, (list, tuple)) or not _integer(num_clients) or len(per_client) == num_clients:
+        return None
+    return (
+        f"{prefix}.per_client: {len(per_client)} ranks for data.num_clients={num_clients} (one per client),"
+        f" got {list(per_client)}"
+    )
 
 
 def ranks_above_problem(prefix: str, init_args: Mapping[str, Any], max_rank: Any) -> str | None:

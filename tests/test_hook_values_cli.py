@@ -247,6 +247,11 @@ SECOND_FILE_CASES = {  # red team 9 rows 9 and 10: on 9e8f7fb refused after the 
         {"class_path": "ClientRanks", "init_args": {"choices": None, "per_client": [4, 8, 16, 32, 4, 8, 16, 32]}},
         "federation.hooks[0].per_client: ranks above the global LoRA rank model.lora.r=16, got [32]",
     ),
+    "per_client_not_one_per_client": (  # red team 10 row 6b (n2): on a8354b9 two lines after the imports (13 s)
+        "feddpo_hetlora",
+        {"class_path": "ClientRanks", "init_args": {"choices": None, "per_client": [4, 8, 4]}},
+        "federation.hooks[0].per_client: 3 ranks for data.num_clients=8 (one per client), got [4, 8, 4]",
+    ),
 }
 
 

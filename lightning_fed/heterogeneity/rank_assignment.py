@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from lightning_fed.federation.sampling import derive_seed
-from lightning_fed.hook_rules import rank_lists_problem
+from lightning_fed.hook_rules import per_client_length_problem, rank_lists_problem
 
 SECTION = "federation.hooks: ClientRanks"
 """How errors name these settings: the ``init_args`` of the ``ClientRanks`` hook."""
@@ -70,10 +70,8 @@ class RankAssignment:
             ValueError: One line naming the field and the value that do not fit.
         """
         if self.per_client is not None:
-            if len(self.per_client) != num_clients:
-                raise ValueError(
-                    f"{SECTION}.per_client: {len(self.per_client)} ranks for data.num_clients={num_clients}"
-                )
+            if problem := per_client_length_problem(SECTION, self.per_client, num_clients):  # the precheck's too
+                raise ValueError(problem)
             return [int(r) for r in self.per_client]
         if self.choices is not None:
             rng = np.random.default_rng(derive_seed(self.seed, _RANK_TAG))

@@ -5,7 +5,11 @@ from lightning_fed.heterogeneity import RankAssignment, alpha_for_rank
 
 def test_per_client_list():
     assert RankAssignment(per_client=[4, 8, 16]).ranks(3) == [4, 8, 16]
-    with pytest.raises(ValueError, match=r"^federation.hooks: ClientRanks.per_client: 3 ranks for data.num_clients=4$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^federation.hooks: ClientRanks.per_client: 3 ranks for data.num_clients=4 \(one per client\),"
+        r" got \[4, 8, 16\]$",
+    ):
         RankAssignment(per_client=[4, 8, 16]).ranks(4)
 
 
