@@ -4,8 +4,10 @@ before torch is imported (the red team's rows 7, 10, 11, 13, 17).
 Each of these was found by the live run 11-17 s of CPU later, or not at all:
 
 - a hook that drives one strategy (:data:`HOOK_NEEDS`) under another (``ClientGrouping`` with
-  FedAvg, refused when the run was bound), and :data:`STRATEGY_NEEDS_HOOK`, its mirror: FedBiscuit
-  without its ``ClientGrouping`` ran every round with exit 0 and never grouped the clients
+  FedAvg, refused when the run was bound), or under a wrapper it cannot run under
+  (:data:`~lightning_fed.hook_rules.UNWRAPPED`: AsyncArrivals under ClientLevelDP, red team 10 row 9),
+  and :data:`STRATEGY_NEEDS_HOOK`, its mirror: FedBiscuit without its ``ClientGrouping`` ran every
+  round with exit 0 and never grouped the clients
   (``warmup_rounds`` and ``regroup_every`` silently ignored);
 - SystemHeterogeneity's ``target`` above the clients a round selects (``check_server``'s line), and
   AsyncArrivals' ``concurrency`` above ``data.num_clients`` (red team 9 row 9), and ClientRanks'
@@ -41,10 +43,12 @@ from lightning_fed.class_paths import package_subclasses
 from lightning_fed.data_columns import missing_field_problem, record_kind
 from lightning_fed.data_paths import missing_path_problem
 from lightning_fed.hook_rules import (
+    UNWRAPPED,
     concurrency_problem,
     per_client_length_problem,
     rank_lists_problem,
     ranks_above_problem,
+    wrapped_strategy_problem,
 )
 from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir
 from lightning_fed.model_sources import missing_source_problem
@@ -89,8 +93,9 @@ def _federation(sections: dict[str, Any], key: str) -> Any:
 
 
 def strategy_problem(sections: dict[str, Any]) -> str | None:
-    """A hook of :data:`HOOK_NEEDS` under another strategy, or a strategy of :data:`STRATEGY_NEEDS_HOOK`
-    without its hook (ClientLevelDP / SecureAggregation: the strategy they wrap counts)."""
+    """A hook of :data:`HOOK_NEEDS` under another strategy (ClientLevelDP / SecureAggregation: the strategy
+    they wrap counts) or of :data:`~lightning_fed.hook_rules.UNWRAPPED` under a wrapper, or a strategy of
+    :data:`STRATEGY_NEEDS_HOOK` without its hook."""
     given = sections.get("federation.strategy", {"class_path": "FedAvg", "init_args": {}})  # FederationConfig's
     hooks = sections.get("federation.hooks") or []
     if (
@@ -113,6 +118,9 @@ def strategy_problem(sections: dict[str, Any]) -> str | None:
         needed = next((need for h, need in HOOK_NEEDS.items() if _is(name, h)), None)
         if needed is not None and not _is(strategy, needed[0]):
             return f"federation.hooks[{index}]: {name} needs {needed[1].format(top)}"
+        unwrapped = next((h for h in UNWRAPPED if _is(name, h)), None)
+        if unwrapped is not None and inner is not given:  # under ClientLevelDP / SecureAggregation
+            return wrapped_strategy_problem(f"federation.hooks[{index}]: {name}", unwrapped, top)
     for needing, (hook, why) in STRATEGY_NEEDS_HOOK.items():
         if _is(strategy, needing) and not any(_is(n, hook) for n in names):
             return missing_hook_line(strategy, hook, why, names)

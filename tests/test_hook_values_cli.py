@@ -263,6 +263,25 @@ def test_a_hook_value_in_a_second_file_is_refused_in_one_line_naming_it(tmp_path
     assert_refused_before_torch(tmp_path, ["fit", "--config", shipped, "--config", str(path)], line, config_file=path)
 
 
+def test_async_arrivals_under_client_level_dp_is_refused_before_torch(tmp_path):
+    """Red team 10 row 9 (c_dp_async3): on a8354b9 AsyncArrivals under ClientLevelDP(FedBuff) was refused
+    by the hook's check_run after the imports (13 s of CPU), in one line naming no ``[0]`` and no file."""
+    strategy = {
+        "class_path": "lightning_fed.privacy.ClientLevelDP",
+        "init_args": {"strategy": {"class_path": "FedBuff", "init_args": {"buffer_size": 2}}, "clip_norm": 0.05},
+    }
+    hooks = [{"class_path": "AsyncArrivals", "init_args": {"concurrency": 3, "local_steps": 2, "seed": 0}}]
+    federation = {"privacy": {"target_epsilon": 8.0}, "strategy": strategy, "hooks": hooks}
+    path = write_config(tmp_path, {"data": {"init_args": {"num_clients": 8}}, "federation": federation}, "dp.yaml")
+    line = (
+        "federation.hooks[0]: AsyncArrivals cannot run under federation.strategy=ClientLevelDP: its privacy"
+        " accounting assumes synchronous rounds of sampled clients, which asynchronous arrivals replace;"
+        " use FedBuff without ClientLevelDP, or drop AsyncArrivals"
+    )
+    args = ["fit", "--config", "tiny", "--config", str(path)]
+    assert_refused_before_torch(tmp_path, args, line, config_file=path)
+
+
 @pytest.mark.parametrize("subcommand", ["fit", "plan"])
 @pytest.mark.parametrize("lora", [None, {"alpha": 32}], ids=["no_lora", "lora_without_r"])
 def test_ranks_above_the_default_lora_rank_are_refused_before_torch(tmp_path, subcommand, lora):

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from lightning_fed.federation.hooks import Capability, RoundHook
 from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import Arrival, AsyncRoundSimulator
-from lightning_fed.hook_rules import ASYNC_ARRIVALS, concurrency_problem
+from lightning_fed.hook_rules import ASYNC_ARRIVALS, concurrency_problem, wrapped_strategy_problem
 from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
@@ -106,11 +106,7 @@ class AsyncArrivals(RoundHook):
         if not callable(getattr(strategy, "keep_versions", None)):
             inner = getattr(strategy, "strategy", None)
             if callable(getattr(inner, "keep_versions", None)):
-                raise ValueError(
-                    f"{FIELD} cannot run under federation.strategy={type(strategy).__name__}: its privacy"
-                    " accounting assumes synchronous rounds of sampled clients, which asynchronous arrivals"
-                    f" replace; use FedBuff without {type(strategy).__name__}, or drop AsyncArrivals"
-                )
+                raise ValueError(wrapped_strategy_problem(FIELD, "AsyncArrivals", type(strategy).__name__))
             raise ValueError(f"{FIELD} needs federation.strategy=FedBuff, got {type(strategy).__name__}")
 
     def check_server(self, server: ServerRound) -> None:

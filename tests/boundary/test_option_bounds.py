@@ -111,9 +111,9 @@ CASES = {
     ),
     "dp_around_fedbuff_with_async": (
         "dp_around_fedbuff_with_async",
-        "error: federation.hooks: AsyncArrivals cannot run under federation.strategy=ClientLevelDP: its privacy"
-        " accounting assumes synchronous rounds of sampled clients, which asynchronous arrivals replace; use"
-        " FedBuff without ClientLevelDP, or drop AsyncArrivals",
+        "error: config '{config}': federation.hooks[0]: AsyncArrivals cannot run under"
+        " federation.strategy=ClientLevelDP: its privacy accounting assumes synchronous rounds of sampled clients,"
+        " which asynchronous arrivals replace; use FedBuff without ClientLevelDP, or drop AsyncArrivals",
     ),
 }
 
@@ -126,9 +126,10 @@ PRECHECKED |= {
     "straggler_dropout_one",
     "async_concurrency_above_clients",
     "ranks_above_r_max",
+    "dp_around_fedbuff_with_async",
 }  # lightning_fed/hook_cross_rules.py
 """Refused by the precheck, from the config's text: one line, no ``--debug`` hint (issue 41)."""
-WORDED = {"async_with_fedavg", "dp_around_fedbuff_with_async"}
+WORDED = {"async_with_fedavg"}
 """Refused by the live classes with the package's own line (a ``UserError``): one line too."""
 
 
