@@ -67,6 +67,13 @@ CASES = {
         lambda c: _secagg_dp(c).update(adaptive={"target_quantile": 1.5}),
         "federation.strategy.strategy.adaptive.target_quantile must be in [0, 1], got 1.5",
     ),
+    "adaptive_under_secure_aggregation": (  # red team 10 row 12 (c_sa_adapt_ok): on a8354b9 no option path
+        "secagg",
+        lambda c: _secagg_dp(c).update(adaptive={"target_quantile": 0.5, "count_stddev": 2}),
+        "federation.strategy.strategy.adaptive: ClientLevelDP's adaptive clipping cannot run under SecureAggregation"
+        " (its noised count is not summed securely); drop adaptive, got {'target_quantile': 0.5,"
+        " 'learning_rate': 0.2, 'count_stddev': 2.0}",
+    ),
     "wrapped_key_misspelt": (
         "feddpo_dp",
         lambda c: _rename(_dp(c)["strategy"]["init_args"], "beta_1", "beta1"),
@@ -148,3 +155,15 @@ def test_a_config_that_is_no_regular_file_is_not_said_to_be_missing(tmp_path, ki
         os.mkfifo(path)
     line = f"--config {path!r}: is not a regular file (a device, FIFO or socket); give a YAML file"
     assert_refused_before_torch(tmp_path, ["fit", "--config", path], line)
+
+
+def test_the_class_refuses_adaptive_clipping_under_secure_aggregation_with_the_precheck_s_line():
+    """SecureAggregation's own check (a config built in Python) says what the precheck says."""
+    from lightning_fed.deploy.secure_aggregation import SecureAggregation
+    from lightning_fed.privacy import AdaptiveClipping, ClientLevelDP
+    from lightning_fed.strategies import FedAdam
+
+    dp = ClientLevelDP(FedAdam(server_lr=0.01), clip_norm=0.05, adaptive=AdaptiveClipping(count_stddev=2.0))
+    with pytest.raises(ValueError) as err:
+        SecureAggregation(dp)
+    assert str(err.value) == CASES["adaptive_under_secure_aggregation"][2]

@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -74,7 +74,7 @@ from lightning_fed.state import StateDict, compute_dtype
 from lightning_fed.strategies.base import AggregationError, ClientUpdate, LocalCorrection, Strategy
 from lightning_fed.strategies.fedavg import FedAvg
 from lightning_fed.strategies.fednova import FedNova
-from lightning_fed.wrapper_rules import ADAPTIVE_SECURE_SUM, secure_aggregation_problems, secure_sum_problem
+from lightning_fed.wrapper_rules import secure_aggregation_problems, secure_sum_problem
 
 _ROUNDING_TAG = 0x5341  # separates the stochastic rounding's seeds from the sampler's
 _NOISE_SHARE_TAG = 0x5344
@@ -158,6 +158,7 @@ class SecureAggregation(Strategy):
             quantization_range,
             modulus_range,
             wrapped=_strategy_problems(strategy),
+            adaptive=asdict(strategy.adaptive) if isinstance(strategy, ClientLevelDP) and strategy.adaptive else None,
         )
         if problems:
             raise ValueError("; ".join(problems))
@@ -359,11 +360,10 @@ class SecureAggregation(Strategy):
 
 
 def _strategy_problems(strategy: Strategy) -> list[str]:
-    """What a secure sum cannot run on: adaptive clipping, a strategy that needs more than the mean."""
+    """What a secure sum cannot run on: a strategy that needs more than the mean (adaptive clipping:
+    :func:`~lightning_fed.wrapper_rules.adaptive_secure_sum_problem`)."""
     out = []
     inner = strategy.strategy if isinstance(strategy, ClientLevelDP) else strategy
-    if isinstance(strategy, ClientLevelDP) and strategy.adaptive is not None:
-        out.append(ADAPTIVE_SECURE_SUM)
     if not isinstance(inner, FedAvg) or isinstance(inner, FedNova):
         out.append(secure_sum_problem(type(inner).__name__))
     return out
