@@ -55,6 +55,7 @@ from lightning_fed.hook_cross_rules import hook_cross_problem
 from lightning_fed.loop_conflicts import loop_conflict_problem, run_length_problem, val_check_problem
 from lightning_fed.loss_options import loss_options_problem
 from lightning_fed.nested_options import CLASS_VALUED, class_option_target, nested_option_problem
+from lightning_fed.noise_calibration import count_split_problem
 from lightning_fed.option_rules import (
     FEDERATION_ALL,
     PACKAGES,
@@ -410,6 +411,8 @@ class Merged:
         if problem := clients_per_round_of(self.sections):  # two sections' options (the round sampler's line)
             return problem
         if problem := hook_cross_problem(self.sections):  # what a hook needs of the rest (hook_cross_rules.py)
+            return problem
+        if problem := count_split_problem(self.sections, calibrate=False):  # a given z (noise_calibration.py)
             return problem
         return hub_model_problem(self.sections)  # offline, a model not in the hub cache
 

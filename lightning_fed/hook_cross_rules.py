@@ -155,13 +155,13 @@ def async_concurrency_problem(
     default), virtual arrivals only (``arrivals: real``: the Flower deployment's nodes decide): the
     class's line when the run is bound (:func:`~lightning_fed.hook_rules.concurrency_problem`)."""
     arrivals = init_args.get("arrivals", _default(class_path, "arrivals"))
-    if arrivals == "real" or (clients := _num_clients(sections)) is None:
+    if arrivals == "real" or (clients := num_clients_of(sections)) is None:
         return None
     concurrency = init_args.get("concurrency", _default(class_path, "concurrency"))
     return concurrency_problem(f"federation.hooks[{index}]", concurrency, clients)
 
 
-def _num_clients(sections: dict[str, Any]) -> Any:
+def num_clients_of(sections: dict[str, Any]) -> Any:
     """``data.num_clients`` of the package's data module, given or its default; ``None`` for a data
     module of the user's (its clients are its own)."""
     from lightning_fed.option_rules import PACKAGES
@@ -176,7 +176,9 @@ def per_client_problem(index: int, init_args: dict[str, Any], sections: dict[str
     """ClientRanks' ``per_client`` not one rank per client of ``data.num_clients`` (given, or the
     package's data module's default): the class's line when the run is bound
     (:func:`~lightning_fed.hook_rules.per_client_length_problem`; red team 10 row 6b)."""
-    return per_client_length_problem(f"federation.hooks[{index}]", init_args.get("per_client"), _num_clients(sections))
+    return per_client_length_problem(
+        f"federation.hooks[{index}]", init_args.get("per_client"), num_clients_of(sections)
+    )
 
 
 LORA_SETTINGS = ("lightning_fed.modules.lora", "LoraSettings")

@@ -117,6 +117,20 @@ def count_noise_problem(noise_multiplier: Any, count_stddev: Any, key: str = STR
     )
 
 
+def count_split_line(count_stddev: float, noise_multiplier: float, key: str = STRATEGY) -> str:
+    """The line refusing ClientLevelDP's ``adaptive.count_stddev`` (``sigma_b``, given or ``m / 20``) that
+    cannot share the client-level noise multiplier ``z`` (``2 * sigma_b <= z``,
+    :func:`~lightning_fed.privacy.adaptive_clipping.update_noise_multiplier`): the class's when the run is
+    bound, the early check's (:mod:`lightning_fed.noise_calibration`) after the precheck. Red team 10
+    (zz_cs01): two lines naming no option path."""
+    s, z = float(count_stddev), float(noise_multiplier)
+    return (
+        f"{key}.adaptive.count_stddev={s:g} is too small for the client-level noise multiplier {z:.4g}"
+        f" (adaptive clipping needs 2 * count_stddev > noise_multiplier): raise count_stddev above {z / 2:.4g},"
+        " or lower the noise multiplier (a larger federation.privacy.target_epsilon)"
+    )
+
+
 def wrapped_problem(name: str, already_private: bool = False) -> str | None:
     """ClientLevelDP around a strategy named ``name`` that cannot sit behind a Gaussian sum."""
     if name in CLIENT_DP_UNSUPPORTED or already_private:

@@ -70,6 +70,7 @@ LAYERS: list[set[str]] = [
         "hook_cross_rules",
         "data_columns",
         "wrapper_rules",
+        "noise_calibration",
         "resume_precheck",
         "model_packages",
         "shipped_configs",

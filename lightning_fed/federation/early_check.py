@@ -97,6 +97,40 @@ def precheck_checkpoint(argv: list[str]) -> None:
         raise CheckpointError(problem)
 
 
+def _noise_problem(args: list[str]) -> str | None:
+    """:func:`~lightning_fed.noise_calibration.count_split_problem` of the config ``args`` give."""
+    from lightning_fed.config_values import merged_config
+    from lightning_fed.noise_calibration import count_split_problem
+
+    merged = merged_config(args)
+    return count_split_problem(merged.sections) if merged is not None else None
+
+
+def precheck_noise(argv: list[str]) -> None:
+    """Refuse, before Lightning is imported, ClientLevelDP's adaptive ``count_stddev`` that the noise
+    multiplier calibrated for ``federation.privacy.target_epsilon`` leaves no room for
+    (:mod:`lightning_fed.noise_calibration`: Opacus, and so torch, imported; red team 10's zz_cs01 was
+    refused when the run was bound, 17 s of CPU, in two lines). ``argv``: the command line after
+    ``lightning-fed``.
+
+    Raises:
+        ConfigRefusal: the line naming ``<strategy>.adaptive.count_stddev`` and the ``--config`` file.
+    """
+    if not argv or argv[0] not in ("fit", "validate", "test"):
+        return
+    args = argv[1:]
+    if any(a in ("-h", "--help") or a.startswith("--print_config") for a in args):
+        return
+    from lightning_fed.shipped_configs import resolve_config_args
+
+    args = resolve_config_args(args)
+    if problem := _noise_problem(args):
+        from lightning_fed.config_precheck import _in_file
+        from lightning_fed.errors import ConfigRefusal
+
+        raise ConfigRefusal(_in_file(args, problem, _noise_problem))
+
+
 def _path_problem(args: list[str]) -> str | None:
     """:func:`path_problem` of the ``ckpt_path`` that ``args`` give."""
     path = resumed_path(args)

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 from opacus.accountants import create_accountant
-from opacus.accountants.utils import get_noise_multiplier
 
 from lightning_fed.federation.sampling import expected_clients
+from lightning_fed.noise_calibration import opacus_noise_multiplier as _opacus_noise_multiplier
 
 MECHANISMS = ("rdp", "prv")
 
@@ -90,23 +89,6 @@ def calibrate_noise_multiplier(
             f"{option}={target_epsilon} with federation.privacy.delta={delta} cannot be reached over {steps} {unit}"
             f" at sample rate {sample_rate:.4g} by any noise multiplier ({err}); {hint}"
         ) from None
-
-
-@lru_cache(maxsize=256)
-def _opacus_noise_multiplier(
-    target_epsilon: float, delta: float, sample_rate: float, steps: int, mechanism: str
-) -> float:
-    """Opacus' bisection (seconds at a sample rate below 1), once per setting and process: in process,
-    the server and the clients of a simulation plan the same ``z``."""
-    return float(
-        get_noise_multiplier(
-            target_epsilon=target_epsilon,
-            target_delta=delta,
-            sample_rate=sample_rate,
-            steps=steps,
-            accountant=mechanism,
-        )
-    )
 
 
 def _check(**values: Any) -> None:

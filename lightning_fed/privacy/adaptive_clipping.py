@@ -35,8 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lightning_fed.errors import ConfigRefusal
 from lightning_fed.federation.secret_seed import standard_normal
-from lightning_fed.wrapper_rules import adaptive_problems
+from lightning_fed.wrapper_rules import adaptive_problems, count_split_line
 
 #: How far one client moves the centred count ``sum_i (b_i - 1/2)`` (added or removed).
 COUNT_SENSITIVITY = 0.5
@@ -56,19 +57,16 @@ def update_noise_multiplier(total_noise_multiplier: float, count_stddev: float) 
     """``z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2)`` (Theorem 1 solved for the update's share).
 
     Raises:
-        ValueError: If ``z >= 2 sigma_b``: the count alone would spend the whole budget (one
-            line naming ``count_stddev`` and the smallest value that would do).
+        ConfigRefusal: If ``z >= 2 sigma_b``: the count alone would spend the whole budget (one
+            line naming ``federation.strategy.adaptive.count_stddev`` and the smallest value that would
+            do: :func:`~lightning_fed.wrapper_rules.count_split_line`, the early check's too).
     """
     z, s = float(total_noise_multiplier), float(count_stddev)
     if z == 0.0:
         return 0.0
     count_z = s / COUNT_SENSITIVITY
     if not count_z > z:
-        raise ValueError(
-            f"ClientLevelDP adaptive.count_stddev={s:g} is too small for the client-level noise multiplier"
-            f" {z:.4g} (adaptive clipping needs 2 * count_stddev > noise_multiplier): raise count_stddev above"
-            f" {z * COUNT_SENSITIVITY:.4g}, or lower the noise multiplier (a larger federation.privacy.target_epsilon)"
-        )
+        raise ConfigRefusal(count_split_line(s, z))
     return (z**-2 - count_z**-2) ** -0.5
 
 

@@ -6,17 +6,9 @@ from dataclasses import dataclass
 
 from lightning_fed.dp_sgd_rules import positive_number as positive_number  # one definition, no torch
 from lightning_fed.federation_rules import privacy_problems
+from lightning_fed.noise_calibration import MAX_DEFAULT_DELTA as MAX_DEFAULT_DELTA  # no torch, one definition
+from lightning_fed.noise_calibration import default_delta as default_delta
 from lightning_fed.privacy.accountant import PrivacyAccountant, accounted_sample_rate
-
-#: The largest default ``delta``: ``1 / N**1.1`` alone is no guarantee for a few clients (N = 4
-#: gives 0.22, at which Opacus' RDP epsilon of any noise multiplier >= 5 is <= 0, so every budget,
-#: however small, would be "met"); the usual ``1e-5`` caps it.
-MAX_DEFAULT_DELTA = 1e-5
-
-
-def default_delta(num_clients: int) -> float:
-    """``min(1 / N**1.1, 1e-5)`` (McMahan et al. 2018 take ``N**-1.1`` for N in the hundreds of thousands)."""
-    return min(1.0 / float(max(int(num_clients), 1)) ** 1.1, MAX_DEFAULT_DELTA)
 
 
 @dataclass

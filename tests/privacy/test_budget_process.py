@@ -22,10 +22,12 @@ FIRST_ROUND = (
 
 
 ADAPTIVE_SPLIT = (
-    "ClientLevelDP adaptive.count_stddev=2 is too small for the client-level noise multiplier 4.844 (adaptive clipping"
-    " needs 2 * count_stddev > noise_multiplier): raise count_stddev above 2.422, or lower the noise multiplier (a"
-    " larger federation.privacy.target_epsilon)"
+    "config '{config}': federation.strategy.adaptive.count_stddev=2 is too small for the client-level noise multiplier"
+    " 4.844 (adaptive clipping needs 2 * count_stddev > noise_multiplier): raise count_stddev above 2.422, or lower"
+    " the noise multiplier (a larger federation.privacy.target_epsilon)"
 )
+"""Refused with Opacus alone imported, before Lightning (lightning_fed/noise_calibration.py), in one line naming
+the option and the file: on a8354b9 (red team 10's zz_cs01) when the run was bound, two lines, no option path."""
 
 
 DP_SGD_UNREACHABLE = (
@@ -66,7 +68,7 @@ def _example_level(cfg, dp_sgd):
     ],
     ids=["unreachable", "spent_by_round_1", "adaptive_split", "dp_sgd_unreachable"],
 )
-def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, message):
+def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, message, request):
     cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     edit(cfg)
     cfg["trainer"]["default_root_dir"] = str(tmp_path / "run")
@@ -74,5 +76,61 @@ def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, me
     config.write_text(yaml.safe_dump(cfg))
     proc = lightning_fed("fit", "--config", str(config))
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert proc.stderr == f"error: {message}\n{HINT}\n"
+    one_line = request.node.callspec.id == "adaptive_split"  # a ConfigRefusal (UserError): no --debug hint
+    message = message.replace("{config}", str(config))
+    assert proc.stderr == (f"error: {message}\n" if one_line else f"error: {message}\n{HINT}\n")
     assert not (tmp_path / "run").exists()
+
+
+HEAVY_IMPORTED = """
+import atexit
+import sys
+
+def _write():
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("lightning", "transformers", "peft"))
+    with open({path!r}, "w") as handle:
+        handle.write(" ".join(heavy))
+
+atexit.register(_write)
+"""
+"""A ``sitecustomize`` that writes, as the process ends, which of Lightning, transformers and PEFT it imported."""
+
+
+def test_a_count_noise_the_calibrated_noise_leaves_no_room_for_is_refused_before_lightning(tmp_path):
+    """Red team 10's zz_cs01, in its form (a second file over ``tiny``; Poisson rate 0.5 of 8 clients, 2
+    rounds, epsilon 8: z = 0.7544 > 2 x 0.1): on a8354b9 refused when the run was bound (17 s of CPU), two
+    lines naming no option and no file. Now with Opacus (torch) imported, not Lightning, transformers or
+    PEFT (the child lists what it imported), and nothing written."""
+    import os
+    import sys
+
+    from tests.helpers.cli import ENV, run_process
+
+    strategy = {
+        "class_path": "lightning_fed.privacy.ClientLevelDP",
+        "init_args": {
+            "strategy": {"class_path": "lightning_fed.strategies.FedAdam", "init_args": {"server_lr": 0.01}},
+            "clip_norm": 0.05,
+            "adaptive": {"target_quantile": 0.5, "learning_rate": 0.2, "count_stddev": 0.1},
+        },
+    }
+    federation = {"rounds": 2, "sampling": "poisson", "sampling_rate": 0.5, "local_steps": 2}
+    federation.update(privacy={"target_epsilon": 8.0}, strategy=strategy)
+    change = tmp_path / "dp.yaml"
+    change.write_text(yaml.safe_dump({"data": {"init_args": {"num_clients": 8}}, "federation": federation}))
+    hook, cwd = tmp_path / "hook", tmp_path / "cwd"
+    hook.mkdir()
+    cwd.mkdir()
+    (hook / "sitecustomize.py").write_text(HEAVY_IMPORTED.format(path=str(tmp_path / "heavy.txt")))
+    env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}
+    proc = run_process(
+        [sys.executable, "-m", "lightning_fed", "fit", "--config", "tiny", "--config", str(change)], cwd=cwd, env=env
+    )
+    line = (
+        f"error: config {str(change)!r}: federation.strategy.adaptive.count_stddev=0.1 is too small for the"
+        " client-level noise multiplier 0.7544 (adaptive clipping needs 2 * count_stddev > noise_multiplier): raise"
+        " count_stddev above 0.3772, or lower the noise multiplier (a larger federation.privacy.target_epsilon)\n"
+    )
+    assert (proc.returncode, proc.stderr) == (2, line)
+    assert list(cwd.iterdir()) == []
+    assert (tmp_path / "heavy.txt").read_text() == ""

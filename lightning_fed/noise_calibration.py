@@ -1,0 +1,132 @@
+"""The client-level noise multiplier a config plans, by Opacus' accountant, with torch alone imported.
+
+``federation.privacy.target_epsilon`` alone makes the run calibrate ``z`` for its rounds
+(:meth:`~lightning_fed.privacy.PrivacyConfig.plan`: Opacus' ``get_noise_multiplier``, a bisection on
+its accountant); ClientLevelDP's adaptive clipping then needs ``2 * count_stddev > z``
+(:func:`~lightning_fed.privacy.adaptive_clipping.update_noise_multiplier`, Theorem 1 of Andrew et al.).
+Red team 10's zz_cs01 (``count_stddev: 0.1`` with ``target_epsilon: 8``, ``z`` = 0.754) was refused
+when the run was bound, after Lightning, transformers and PEFT were imported and the model built
+(17 s of CPU), in two lines naming no option and no file. :func:`count_split_problem` makes the same
+plan from the merged config right after the precheck, with Opacus (and so torch) imported but not
+Lightning (:func:`lightning_fed.federation.early_check.precheck_noise`), and refuses it in one line
+naming ``federation.strategy.adaptive.count_stddev`` and the file; a ``z`` given
+(``federation.privacy.noise_multiplier``) is held against it by the precheck, before torch. A
+calibrated ``z`` cannot be known before torch: Opacus imports it. Nothing here computes a privacy
+loss: :func:`opacus_noise_multiplier` is Opacus' calibration, the one the run uses
+(:mod:`lightning_fed.privacy.accountant` calls it, so a process calibrates a setting once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from functools import lru_cache
+from typing import Any
+
+MAX_DEFAULT_DELTA = 1e-5
+"""The largest default ``delta``: ``1 / N**1.1`` alone is no guarantee for a few clients (N = 4
+gives 0.22, at which Opacus' RDP epsilon of any noise multiplier >= 5 is <= 0, so every budget,
+however small, would be "met"); the usual ``1e-5`` caps it."""
+
+
+def default_delta(num_clients: int) -> float:
+    """``min(1 / N**1.1, 1e-5)`` (McMahan et al. 2018 take ``N**-1.1`` for N in the hundreds of thousands)."""
+    return min(1.0 / float(max(int(num_clients), 1)) ** 1.1, MAX_DEFAULT_DELTA)
+
+
+@lru_cache(maxsize=256)
+def opacus_noise_multiplier(
+    target_epsilon: float, delta: float, sample_rate: float, steps: int, mechanism: str
+) -> float:
+    """Opacus' bisection (seconds at a sample rate below 1), once per setting and process: in process,
+    the precheck, the server and the clients of a simulation plan the same ``z``."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return float(
+        get_noise_multiplier(
+            target_epsilon=target_epsilon,
+            target_delta=delta,
+            sample_rate=sample_rate,
+            steps=steps,
+            accountant=mechanism,
+        )
+    )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _federation(sections: dict[str, Any]) -> dict[str, Any]:
+    """The merged ``federation:`` section, :class:`~lightning_fed.run_config.FederationConfig`'s defaults
+    filled in (``privacy`` is its own section, :class:`~lightning_fed.privacy.PrivacyConfig`)."""
+    from lightning_fed.run_config import FederationConfig  # no torch
+
+    given = sections.get("federation")
+    given = given if isinstance(given, dict) else {}
+    return {**given, **{f.name: given.get(f.name, f.default) for f in fields(FederationConfig)}}
+
+
+def _adaptive_client_dp(strategy: Any) -> tuple[str, dict[str, Any]] | None:
+    """``(where, init_args)`` of the ClientLevelDP with adaptive clipping in ``federation.strategy``
+    (itself, or one a wrapper wraps: ``federation.strategy.strategy``), or ``None``."""
+    from lightning_fed.wrapper_rules import _section, _wrapper, wrapped_sections
+
+    for key, section in [("federation.strategy", _section(strategy)), *wrapped_sections(strategy)]:
+        if section is not None and _wrapper(section["class_path"]) == "ClientLevelDP":
+            return (key, section["init_args"]) if section["init_args"].get("adaptive") is not None else None
+    return None
+
+
+def count_split_problem(sections: dict[str, Any], calibrate: bool = True) -> str | None:
+    """The line refusing ClientLevelDP's ``adaptive.count_stddev`` (given, or ``m / 20``) that cannot share
+    the noise multiplier (given: ``federation.privacy.noise_multiplier`` or the wrapper's own, no Opacus
+    needed; or the one the run would calibrate from ``federation.privacy.target_epsilon``)
+    (:func:`~lightning_fed.wrapper_rules.count_split_line`), or ``None``: no such setting, or a value not
+    certain here (a data module of the user's, a budget no ``z`` reaches: the run's own line). Without
+    ``calibrate`` only a given ``z`` is held (no Opacus, no torch: the precheck's,
+    :meth:`lightning_fed.config_values.Merged.problem`)."""
+    from lightning_fed.hook_cross_rules import num_clients_of
+    from lightning_fed.wrapper_rules import _adaptive_values, count_split_line
+
+    found = _adaptive_client_dp(sections.get("federation.strategy"))
+    federation = _federation(sections)
+    privacy, n = federation.get("privacy") or {}, num_clients_of(sections)
+    if found is None or not isinstance(privacy, dict) or not isinstance(n, int) or isinstance(n, bool):
+        return None
+    key, init_args = found
+    epsilon, given, own = (
+        privacy.get("target_epsilon"),
+        privacy.get("noise_multiplier"),
+        init_args.get("noise_multiplier"),
+    )
+    client_level = epsilon is not None or given is not None
+    if (client_level and own is not None) or init_args.get("expected_clients") is not None:
+        return None  # z given twice, or an expected_clients: the run's own lines (client_level_plan.py)
+    sampling, rounds = federation["sampling"], federation["rounds"]
+    per_round, rate = federation["clients_per_round"], federation["sampling_rate"]
+    if sampling == "fixed_size" and _number(per_round):
+        m, q = float(per_round), 1.0  # lightning_fed/privacy/accountant.py's accounted_sample_rate
+    elif sampling == "poisson" and _number(rate):
+        m, q = rate * n, float(rate)
+    else:
+        return None
+    count_stddev = _adaptive_values(init_args["adaptive"]).get("count_stddev")
+    stddev = m / 20.0 if count_stddev is None else count_stddev  # AdaptiveClipping.stddev
+    z = given if client_level else own  # PrivacyConfig.plan: a given z is used as it is
+    if z is None and _number(epsilon) and calibrate:
+        z = _calibrated(epsilon, privacy.get("delta"), n, q, rounds, privacy.get("accountant", "rdp"))
+    if not _number(stddev) or not _number(z):
+        return None
+    return count_split_line(stddev, z, key) if z > 0 and not 2 * stddev > z else None
+
+
+def _calibrated(epsilon: Any, delta: Any, num_clients: int, q: float, rounds: Any, accountant: Any) -> float | None:
+    """``z`` for the budget as :meth:`~lightning_fed.privacy.PrivacyConfig.plan` calibrates it, or ``None``
+    where a value is not certain here or no ``z`` reaches the budget (the run's own line)."""
+    if not _number(rounds) or (delta is not None and not _number(delta)) or not isinstance(accountant, str):
+        return None
+    try:
+        d = float(delta) if delta is not None else default_delta(num_clients)
+        return opacus_noise_multiplier(float(epsilon), d, q, int(rounds), accountant)
+    except ValueError:  # calibrate_noise_multiplier's line
+        return None
