@@ -350,18 +350,25 @@ def _in_file(args: list[str], problem: str, check: Callable[[list[str]], str | N
     last after which ``check`` says ``problem`` and before which it did not. As jsonargparse
     merges, a later file or option that sets the key again wins (it names its own value, or no
     file); a file or option that sets it to the same value again changes no line and is not named
-    (the earlier file is).
+    (the earlier file is). A cross-check's line names the source of the value it reports, followed
+    in one :class:`~lightning_fed.config_values.Merged` that each file and option is merged into once.
     """
-    before, source, last, setter = None, None, _UNSET, None
+    from lightning_fed.config_values import UNSET, Merged
+
+    before, source, last, setter = None, None, UNSET, None
     subject = _SUBJECT.match(problem)
+    merged, readable, start = Merged(), True, 0
     for end, path in _sources(args):
         now = check(args[:end])
         if now == problem and before != problem:
             source = path
         before = now
-        if subject is not None and (value := _value_at(args[:end], subject.group(1))) != last:
-            last, setter = value, path
-    if subject is not None and last is not _UNSET:  # a cross-check's line reports its first option's value:
+        if subject is not None:
+            readable = readable and merged.apply_arguments(args[start:end])
+            start = end
+            if (value := merged.value_at(subject.group(1)) if readable else UNSET) != last:
+                last, setter = value, path
+    if subject is not None and last is not UNSET:  # a cross-check's line reports its first option's value:
         source = setter  # the file (or option) that set it, not the one that set the other (red team 10 row 10)
     return f"config {source!r}: {problem}" if source is not None and Path(source).is_file() else problem
 
@@ -369,34 +376,6 @@ def _in_file(args: list[str], problem: str, check: Callable[[list[str]], str | N
 _SUBJECT = re.compile(r"((?:[a-z_]+)(?:\.[A-Za-z_]+|\[\d+\])+) must be in \[[^\]]*=")
 """A cross-check's line whose first option is the value it reports against another option's
 (``federation.hooks[0].concurrency must be in [1, data.num_clients=3], got 4``)."""
-_UNSET = object()
-
-
-def _value_at(args: list[str], option: str) -> Any:
-    """The merged value of ``option`` (``federation.hooks[0].concurrency``) that ``args`` give, or
-    :data:`_UNSET` where none of them sets it."""
-    from lightning_fed.config_values import merged_config
-
-    merged = merged_config(args)
-    if merged is None:
-        return _UNSET
-    tokens: list[Any] = [int(t[1:-1]) if t.startswith("[") else t for t in re.findall(r"\[\d+\]|[^.\[]+", option)]
-    for n in range(len(tokens), 0, -1):  # the longest dotted key the sections hold (`federation.hooks`)
-        if all(isinstance(t, str) for t in tokens[:n]) and ".".join(tokens[:n]) in merged.sections:
-            value: Any = merged.sections[".".join(tokens[:n])]
-            break
-    else:
-        return _UNSET
-    for token in tokens[n:]:
-        if isinstance(value, dict) and token not in value and isinstance(value.get("init_args"), dict):
-            value = value["init_args"]
-        if isinstance(token, int) and isinstance(value, list) and token < len(value):
-            value = value[token]
-        elif isinstance(token, str) and isinstance(value, dict) and token in value:
-            value = value[token]
-        else:
-            return _UNSET
-    return value
 
 
 def _not_a_file(path: Path) -> str:

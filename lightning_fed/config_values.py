@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,8 @@ from lightning_fed.yaml_reading import load, value_of
 
 _UNKNOWN = object()
 """A section whose value this module cannot follow (nothing is checked in it)."""
+UNSET = object()
+"""What :meth:`Merged.value_at` answers for an option nothing sets."""
 _CLASS_KEYS = ("class_path", "init_args", "dict_kwargs")
 NESTED_CLASSES = ("strategy", "hooks")
 """``federation:``'s class-valued options: ``strategy`` a class, ``hooks`` a list of them."""
@@ -252,6 +255,47 @@ class Merged:
             target = nxt
         if parts:
             target[parts[-1]] = value
+
+    def apply_arguments(self, args: list[str]) -> bool:
+        """Merge ``args`` (``--config`` files and ``--key value`` overrides, in order) into this config;
+        ``False`` if a file cannot be read (what was merged before it stays). Called again with the
+        arguments that follow, it goes on merging them (:func:`lightning_fed.config_precheck._in_file`)."""
+        for key, raw in _arguments(args):
+            if key == "config":
+                path = Path(raw)
+                if path.is_file():
+                    try:
+                        self.apply_file(load(path.read_text(encoding="utf-8")))
+                    except Exception:  # noqa: BLE001 - refused (or not) by the file checks before
+                        return False
+            elif key.endswith("+"):  # `--trainer.callbacks+=EarlyStopping`
+                self.append_option(key[:-1], value_of(raw))
+            elif key != "print_config":
+                value = value_of(raw)
+                self.from_command_line.add(key.replace(".init_args.", "."))
+                self.apply_option(key, raw if key in WORD_OPTIONS and isinstance(value, bool) else value)
+        return True
+
+    def value_at(self, option: str) -> Any:
+        """The merged value of ``option`` (``federation.hooks[0].concurrency``, named as the precheck's
+        lines name options: without ``init_args``), or :data:`UNSET` where nothing sets it."""
+        tokens: list[Any] = [int(t[1:-1]) if t.startswith("[") else t for t in re.findall(r"\[\d+\]|[^.\[]+", option)]
+        for n in range(len(tokens), 0, -1):  # the longest dotted key the sections hold (`federation.hooks`)
+            if all(isinstance(t, str) for t in tokens[:n]) and ".".join(tokens[:n]) in self.sections:
+                value: Any = self.sections[".".join(tokens[:n])]
+                break
+        else:
+            return UNSET
+        for token in tokens[n:]:
+            if isinstance(value, dict) and token not in value and isinstance(value.get("init_args"), dict):
+                value = value["init_args"]
+            if isinstance(token, int) and isinstance(value, list) and token < len(value):
+                value = value[token]
+            elif isinstance(token, str) and isinstance(value, dict) and token in value:
+                value = value[token]
+            else:
+                return UNSET
+        return value
 
     def _set_last_hook(self, keys: list[str], value: Any) -> None:
         """``--federation.hooks.noise_multiplier=-1``: an option of the last hook of the list (as
@@ -498,21 +542,7 @@ def test_set_problem(args: list[str]) -> str | None:
 def merged_config(args: list[str]) -> Merged | None:
     """``args``' files and overrides merged (:class:`Merged`), or ``None`` if a file cannot be read."""
     merged = Merged()
-    for key, raw in _arguments(args):
-        if key == "config":
-            path = Path(raw)
-            if path.is_file():
-                try:
-                    merged.apply_file(load(path.read_text(encoding="utf-8")))
-                except Exception:  # noqa: BLE001 - refused (or not) by the file checks before
-                    return None
-        elif key.endswith("+"):  # `--trainer.callbacks+=EarlyStopping`
-            merged.append_option(key[:-1], value_of(raw))
-        elif key != "print_config":
-            value = value_of(raw)
-            merged.from_command_line.add(key.replace(".init_args.", "."))
-            merged.apply_option(key, raw if key in WORD_OPTIONS and isinstance(value, bool) else value)
-    return merged
+    return merged if merged.apply_arguments(args) else None
 
 
 def _root_problem(trainer: Any) -> str | None:
