@@ -111,3 +111,25 @@ def test_the_kind_read_from_the_source_is_each_data_modules():
     assert read["PreferenceDataModule"] == "preference" and read["InstructionDataModule"] == "instruction"
     for cls in classes:
         assert read[cls.__name__] in (None, getattr(cls, "kind", None)), cls.__name__
+
+
+def test_hds_refuses_anchors_without_the_runs_fields_when_the_run_is_bound():
+    """A data module of the user's (the precheck leaves it alone): the hook's own check when the run is bound,
+    before anything is written, naming ``anchors`` (on a8354b9: after the round-0 evaluation, ``data.dataset``)."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from lightning_fed.selection import HierarchicalDataSelection
+
+    hook = HierarchicalDataSelection(
+        anchors="synthetic:instructions", anchor_args={"examples_per_client": 8}, figures=False
+    )
+    with pytest.raises(ValueError) as err:
+        hook.check_server(SimpleNamespace(datamodule=SimpleNamespace(kind="preference")))
+    assert str(err.value) == (
+        "federation.hooks: HierarchicalDataSelection.anchors 'synthetic:instructions': missing field 'prompt'"
+        f" (columns: {INSTRUCTION_COLUMNS}; map it with federation.hooks: HierarchicalDataSelection.anchor_field_map)"
+    )
+    hook.check_server(SimpleNamespace(datamodule=SimpleNamespace(kind="instruction")))  # the run's own kind: read
+    assert hook._anchor_records.column_names[:3] == ["instruction", "input", "output"]

@@ -33,14 +33,41 @@ import numpy as np
 FRAMES = ("local", "anchored")
 
 
-def load_anchor_items(
-    dm: Any, dataset: str, synthetic_args: dict | None, field_map: dict | None, count: int, seed: int
-) -> list[dict[str, Any]]:
-    """``count`` public anchor samples, tokenized like the training data (``dm.encode``)."""
+ANCHORS = "federation.hooks: HierarchicalDataSelection.anchors"
+"""How the hook's lines name its ``anchors`` (the class does not know its index in ``federation.hooks``)."""
+ANCHOR_FIELD_MAP = "federation.hooks: HierarchicalDataSelection.anchor_field_map"
+
+
+def load_anchor_records(dataset: str, kind: str, synthetic_args: dict | None, field_map: dict | None) -> Any:
+    """The anchors read as the run's data module reads its records (``kind``: their fields), or a one-line
+    :class:`~lightning_fed.errors.UserError` (a ``ValueError``) naming ``anchors`` (and
+    ``anchor_field_map``) where the data source's names ``data.dataset`` (and ``data.field_map``): red
+    team 10 row 7."""
     from lightning_fed.datamodules.sources import load_records
+    from lightning_fed.errors import UserError
+
+    try:
+        return load_records(dataset, kind, split="train", field_map=field_map, synthetic_args=synthetic_args)
+    except ValueError as err:
+        message = str(err).replace("data.dataset", ANCHORS, 1).replace("data.field_map", ANCHOR_FIELD_MAP)
+        raise UserError(message) from None  # one line: input the user must fix
+
+
+def load_anchor_items(
+    dm: Any,
+    dataset: str,
+    synthetic_args: dict | None,
+    field_map: dict | None,
+    count: int,
+    seed: int,
+    records: Any = None,
+) -> list[dict[str, Any]]:
+    """``count`` public anchor samples, tokenized like the training data (``dm.encode``); ``records``: the
+    anchors already read (:func:`load_anchor_records`)."""
     from lightning_fed.datamodules.tokenize import Overflow
 
-    records = load_records(dataset, dm.kind, split="train", field_map=field_map, synthetic_args=synthetic_args)
+    if records is None:
+        records = load_anchor_records(dataset, dm.kind, synthetic_args, field_map)
     order = np.random.default_rng(seed).permutation(len(records))
     items = []
     for i in order:

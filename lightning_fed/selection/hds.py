@@ -30,7 +30,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_fed.federation.hooks import WITH_GLOBAL_STATE, Payload, Replies
-from lightning_fed.selection.anchors import load_anchor_items
+from lightning_fed.selection.anchors import load_anchor_items, load_anchor_records
 from lightning_fed.selection.clustering import (
     inter_client_selection,
 )
@@ -190,6 +190,7 @@ class HierarchicalDataSelection(CoresetSelection):
         self._cache: dict[int, np.ndarray] = {}
         self._frame_seconds, self._frame_nbytes = 0.0, 0  # of the current round's shared frame
         self._anchor_items: list[dict[str, Any]] | None = None
+        self._anchor_records: Any = None  # read when the run is bound (check_server), tokenized at round 0
         self._frame: SharedFrame | None = None
 
     # -------------------------------------------------------------------- features
@@ -212,6 +213,17 @@ class HierarchicalDataSelection(CoresetSelection):
             self._cache[client] = out
         return out
 
+    def check_server(self, server: ServerRound) -> None:
+        """When the run is bound, before anything is written: the anchors (anchored frame) are read as the
+        run's data module reads its records (its ``kind``), so a set without their fields is refused here,
+        naming ``anchors`` (red team 10 row 7: after the round-0 evaluation had written the run folder,
+        naming ``data.dataset``; for the package's data modules the precheck says it before torch,
+        :func:`lightning_fed.hook_cross_rules.public_fields_problem`)."""
+        super().check_server(server)
+        kind = getattr(server.datamodule, "kind", None)
+        if self.frame == "anchored" and self.anchors and isinstance(kind, str) and self._anchor_items is None:
+            self._anchor_records = load_anchor_records(self.anchors, kind, self.anchor_args, self.anchor_field_map)
+
     def shared_frame(self, server: ServerRound, module: pl.LightningModule, round_idx: int) -> SharedFrame | None:
         """The server's PCA map of the anchor features (``frame="anchored"``), else ``None``."""
         if self.frame != "anchored":
@@ -229,7 +241,9 @@ class HierarchicalDataSelection(CoresetSelection):
                 self.anchor_field_map,
                 self.num_anchors,
                 self.round_seed(server, 0),
+                records=self._anchor_records,
             )
+            self._anchor_records = None
         self._frame = SharedFrame.fit(
             self.features(module, self._anchor_items), self.dim, seed=self.round_seed(server, round_idx)
         )
