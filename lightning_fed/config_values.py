@@ -53,7 +53,7 @@ from lightning_fed.federation_rules import (
     privacy_values,
 )
 from lightning_fed.hook_cross_rules import hook_cross_problem
-from lightning_fed.loop_conflicts import loop_conflict_problem, run_length_problem, val_check_problem
+from lightning_fed.loop_conflicts import loop_conflict_problem, run_length_problem
 from lightning_fed.loss_options import loss_options_problem
 from lightning_fed.nested_options import CLASS_VALUED, class_option_target, nested_option_problem
 from lightning_fed.noise_calibration import count_split_problem
@@ -434,12 +434,6 @@ class Merged:
             return problem
         if isinstance(trainer, dict) and (problem := run_length_problem(trainer)):
             return problem  # what federation: sets instead (lightning_fed/loop_conflicts.py)
-        if isinstance(trainer, dict) and (
-            problem := val_check_problem(
-                trainer, federation, self.sections.get("model"), self.sections.get("federation.hooks")
-            )
-        ):
-            return problem  # more batches than a round has (lightning_fed/loop_conflicts.py)
         if problem := class_problem("federation.strategy", self.sections.get("federation.strategy")):
             return problem
         if problem := wrapper_problem(self.sections.get("federation.strategy")):  # ClientLevelDP, SecureAggregation

@@ -53,7 +53,7 @@ BEFORE_TORCH = {
 }
 WHEN_BUILT = {
     "fraction_without_epochs": (
-        "val_check_interval=0.5 --trainer.check_val_every_n_epoch=null",
+        "val_check_interval=1.0 --trainer.check_val_every_n_epoch=null",
         "trainer: `val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS',"
         " datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`.",
     ),

@@ -145,8 +145,9 @@ class TurnGroup:
         return self.turns
 
     def set_aside(self) -> None:
-        """A validation starts inside the group's steps (a ``trainer.val_check_interval`` that falls
-        mid-round, red team 10 row 2): its batches are the evaluation's, not the group's, so the module
+        """A validation starts inside the group's steps (Lightning validates mid-epoch when a stop is
+        requested, ``_should_check_val_fx``; ``trainer.val_check_interval`` mid-round, red team 10 row 2,
+        is refused before torch now): its batches are the evaluation's, not the group's, so the module
         runs with its own shapes and forward, as at a round's end (where the group has ended), its
         values those it had before the group stacked (the last turn's start). :meth:`take_back` after."""
         self.stacked.set_aside()

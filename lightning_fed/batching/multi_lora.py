@@ -164,7 +164,7 @@ class StackedLora:
         return out
 
     def set_aside(self) -> None:
-        """While a validation falls inside the group's steps (``trainer.val_check_interval``): the
+        """While a validation falls inside the group's steps (:meth:`TurnGroup.set_aside`): the
         parameters' own data (the values they had before :meth:`stack`) and the layers' own forward,
         the stacked data and gradients kept for :meth:`take_back`."""
         self._aside = {name: (p.data, p.grad) for name, p in self.params.items()}

@@ -42,9 +42,7 @@ from lightning_fed.federation.hooks import (
 from lightning_fed.federation.report import totals_only
 from lightning_fed.federation.round_plan import RoundPlan, poisson_batch_seed
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
-from lightning_fed.federation.version_folder import RefusedAtStart
 from lightning_fed.heterogeneity.system_round import instructed_steps
-from lightning_fed.loop_conflicts import hooks_keep_batches, round_batches_problem
 from lightning_fed.planning.group import needs_kept_heap, run_group_size
 from lightning_fed.run import FederatedRun
 from lightning_fed.run_checks import inner_strategy, missing_hook_problem
@@ -159,8 +157,6 @@ class FederatedLoop(GroupedTurns):
         self.group_size = self.decide_group_size(
             self.run, trainer, pl_module, self.datamodule, run_group_size, self._recorded_group_size
         )
-        if problem := self._val_check_problem(trainer):  # before config.yaml, the run's first record
-            raise RefusedAtStart(problem)
         self._fit_started = True
         self._record_group_size()
         if needs_kept_heap(pl_module, self.datamodule, self.group_size):  # glibc would map them each step
@@ -168,43 +164,6 @@ class FederatedLoop(GroupedTurns):
         for hook in self.run.hooks:
             hook.setup_server(self.server, self.context, pl_module)
             hook.setup_client(pl_module)  # in process the clients share the server's module
-
-    def _val_check_problem(self, trainer: pl.Trainer) -> str | None:
-        """``trainer.val_check_interval`` as a count above the training batches of every round, now that
-        K is decided (:func:`~lightning_fed.loop_conflicts.round_batches_problem`: Lightning would refuse it
-        after the initial evaluation wrote the run's first files, exit 1; red team 9 rows 3 and 4), where
-        the run's settings fix a round's batches: fixed-size sampling, no round hook that may leave a
-        client out, give a straggler fewer steps or change a client's data (a user's hook, or one of
-        :data:`~lightning_fed.loop_conflicts.CHANGES_BATCHES`; RoundLRSchedule and the package's other
-        hooks keep the batches: red team 10 row 4), no ``limit_train_batches``.
-        ``None`` where Lightning does not compare (``check_val_every_n_epoch: null``, no validation)."""
-        run = self.run
-        limit = trainer.limit_train_batches
-        if (
-            run.sampling != "fixed_size"
-            or not hooks_keep_batches(run.hooks)
-            or type(limit) is not float
-            or limit != 1.0
-        ):
-            return None
-        if trainer.check_val_every_n_epoch is None or not self._limit_val_batches:
-            return None
-        per_client = [self._num_batches(c) for c in range(len(self.datamodule.client_sizes))]
-        accumulate = {
-            "trainer.accumulate_grad_batches": trainer.accumulate_grad_batches,
-            "model.accumulate_grad_batches": int(getattr(self.module, "accumulate_grad_batches", 1)),
-        }
-        factors = "".join(f" x {name}={value}" for name, value in accumulate.items() if value > 1)
-        if run.local_steps is not None:
-            turn = f"federation.local_steps={run.local_steps}{factors}"
-        else:
-            size = f"data.batch_size={self.datamodule.batch_size}{factors}"
-            over = f"federation.local_epochs={run.local_epochs} over {{}} examples, {size}"
-            uniform = len(set(per_client)) == 1
-            turn = f"{per_client[0]} batches a client ({over.format('its')})" if uniform else over.format("their")
-        return round_batches_problem(
-            trainer.val_check_interval, per_client, run.clients_per_round, self.group_size, run.batch_clients, turn
-        )
 
     def resolved_options(self) -> dict[str, Any]:
         """The options this run resolved at start, as dotted config keys: ``federation.batch_clients``
