@@ -4,11 +4,13 @@ before anything is written (issue 22, items 6 and 8)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from tests.helpers.cli import lightning_fed
 from tests.helpers.tiny_run import CHECKPOINT, tiny_run
@@ -242,3 +244,40 @@ def test_a_resume_with_the_run_s_config_goes_on_to_the_checkpoint(tmp_path, trai
         hook=tmp_path / "hook",
     )
     assert REACHED_TORCH in proc.stderr, proc.stderr
+
+
+def test_a_checkpoint_saved_inside_a_round_is_refused_before_torch(tmp_path):
+    """Issue 41 item 4: a ``ModelCheckpoint`` of the user's saving every step writes checkpoints inside a
+    round; with clients trained together (``federation.batch_clients`` 2) resuming one was refused after
+    the imports on a stacked Adam moment's shape (a8354b9: ``optimizer_states[0].state[0].exp_avg has
+    shape (2, 4, 32), its parameter's is (4, 32)``, 13 s of CPU), and one clients trained one after
+    another would go on from part of a round. Refused before torch for what it is, nothing written."""
+    from tests.helpers.cli import heavy_blocked_env
+
+    steps = tmp_path / "steps.yaml"
+    checkpoint = {"dirpath": str(tmp_path / "mid"), "every_n_train_steps": 1, "save_top_k": -1, "filename": "s{step}"}
+    callback = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": checkpoint}
+    steps.write_text(yaml.safe_dump({"trainer": {"callbacks": [callback]}}))
+    shape = ["--federation.rounds=2", "--federation.local_steps=2", "--federation.batch_clients=2"]
+    trained = _cli("fit", tmp_path / "a", "--config", str(steps), *shape)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    ckpt = tmp_path / "mid" / "sstep=1.ckpt"  # after the first of round 1's two steps
+    env = heavy_blocked_env(tmp_path / "blocked")  # Lightning and transformers unimportable (torch reads the file)
+    shutil.rmtree(tmp_path / "blocked" / "torch")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    proc = lightning_fed(
+        "fit",
+        "--config",
+        "configs/tiny.yaml",
+        f"--trainer.default_root_dir={tmp_path / 'b'}",
+        *shape,
+        f"--ckpt_path={ckpt}",
+        env=env,
+    )
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: ckpt_path {str(ckpt)!r}: loops.fit_loop.epoch_loop.batch_progress says it was saved inside round 1,"
+        " after 1 of its batches: the updates of an unfinished round are in no checkpoint, so a federated run"
+        " cannot go on from it; resume from a checkpoint saved at a round's end (a run's checkpoints/last.ckpt)\n",
+    )
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -234,3 +234,86 @@ def test_a_resume_holds_its_run_folder_from_before_torch(tmp_path):
     with open(folder / ".lock", "a+b") as lock:  # let go when the process ended
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     assert sorted(p.name for p in folder.rglob("*")) == [".lock", "checkpoints", "last.ckpt"]
+
+
+@pytest.mark.parametrize("stage", ["validate", "test"])
+def test_validate_of_a_folder_another_run_holds_is_refused_before_torch(tmp_path, stage):
+    """Red team 10 row 11: ``validate`` of a run a resume was still training wrote
+    ``validate_results.json`` and an events file into that run's folder (exit 0). ``validate`` and
+    ``test`` write into the checkpoint's run folder, so they hold it as a resume does
+    (early_check.hold_evaluated), and a folder another live process holds is refused before torch,
+    nothing written. On a8354b9 the child went on to torch (exit 2 at ``import torch``)."""
+    from tests.helpers.cli import lightning_fed_without_torch
+
+    cwd = tmp_path / "cwd"
+    folder = cwd / "runs" / "tiny" / "lightning_logs" / "version_0"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "last.ckpt").write_bytes(b"not read")
+    ckpt = "runs/tiny/lightning_logs/version_0/checkpoints/last.ckpt"
+    rows = tmp_path / "test.jsonl"  # `test` needs a test set (refused before otherwise)
+    rows.write_text('{"prompt": "p", "chosen": "a", "rejected": "b", "client_id": 0}\n')
+    given = [f"--data.init_args.test_dataset={rows}"] if stage == "test" else []
+    with open(folder / ".lock", "a+b") as held:  # a resume of it, still running (this process)
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        proc = lightning_fed_without_torch(
+            stage, "--config", "tiny", "--ckpt_path", ckpt, *given, cwd=cwd, hook=tmp_path / "hook"
+        )
+    line = (
+        f"error: ckpt_path {ckpt!r}: another run holds its run folder {str(folder)!r} (.lock is locked);"
+        f" {stage} once that run has ended\n"
+    )
+    assert (proc.returncode, proc.stderr) == (2, line)
+    names = [".lock", "checkpoints", "last.ckpt", "lightning_logs", "runs", "tiny", "version_0"]
+    assert sorted(p.name for p in cwd.rglob("*")) == names
+
+
+def test_a_validate_holds_the_run_folder_it_writes_into_from_before_torch(tmp_path):
+    """The hold is taken before torch and kept (a resume started meanwhile is refused): the lock is held
+    when torch is imported (AT_TORCH), and the lock file ``validate`` made in a folder that had none is
+    gone when it ends. On a8354b9: free."""
+    cwd, hook = tmp_path / "cwd", tmp_path / "hook"
+    folder = cwd / "runs" / "tiny" / "lightning_logs" / "version_0"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "last.ckpt").write_bytes(b"read with torch")
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(AT_TORCH)
+    env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "LOCK_AT_TORCH": str(folder / ".lock")}
+    ckpt = "runs/tiny/lightning_logs/version_0/checkpoints/last.ckpt"
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed", "validate", "--config", "tiny", "--ckpt_path", ckpt],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "error: ImportError: torch imported; the run folder's lock: held\n" in proc.stderr, proc.stderr
+    assert proc.returncode == 2
+    assert sorted(p.name for p in folder.rglob("*")) == ["checkpoints", "last.ckpt"]
+
+
+def test_a_refused_resume_leaves_no_lock_file_in_an_earlier_run_s_folder(tmp_path):
+    """A run folder without a lock file (copied without it, or written before runs took one): a resume
+    refused before torch (a changed model.lr against the folder's config.yaml) took the lock, making the
+    file, and left it behind (a8354b9: ``.lock`` added). The file this run made goes as it lets go.
+    A lock file left by a run that has ended blocks no one: the kernel dropped its ``flock``
+    (test_a_resume_holds_its_run_folder_from_before_torch starts from one)."""
+    from tests.helpers.cli import lightning_fed_without_torch
+
+    cwd = tmp_path / "cwd"
+    folder = cwd / "runs" / "tiny" / "lightning_logs" / "version_0"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "last.ckpt").write_bytes(b"not read")
+    (folder / "config.yaml").write_text((ROOT / "lightning_fed" / "configs" / "tiny.yaml").read_text())
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    ckpt = "runs/tiny/lightning_logs/version_0/checkpoints/last.ckpt"
+    proc = lightning_fed_without_torch(
+        "fit", "--config", "tiny", "--ckpt_path", ckpt, "--model.init_args.lr=0.5", cwd=cwd, hook=tmp_path / "hook"
+    )
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: ckpt_path {ckpt!r} was written by a run with another config: model.lr: 0.005 -> 0.5; resume with"
+        " the run's own config, or start a new run without --ckpt_path\n",
+    )
+    assert sorted(p.name for p in folder.rglob("*")) == ["checkpoints", "config.yaml", "last.ckpt"]
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before

@@ -306,6 +306,14 @@ class FederatedLoop(GroupedTurns):
     on_validation_batch_start = _evaluators("on_validation_batch_start")
     on_validation_batch_end = _evaluators("on_validation_batch_end")
     on_validation_epoch_end = _evaluators("on_validation_epoch_end")
+    on_validation_end = _evaluators("on_validation_end")
+
+    @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_validation_start(trainer, pl_module)  # a group of clients sets its stacked state aside
+        if isinstance(self.turn, ClientTurn):  # inside one client's turn: its personal state is kept aside
+            self.evaluator.keep_training_client(pl_module, self.turn.client_id)
+
     on_test_epoch_start = _evaluators("on_test_epoch_start")
     on_test_batch_start = _evaluators("on_test_batch_start")
     on_test_batch_end = _evaluators("on_test_batch_end")

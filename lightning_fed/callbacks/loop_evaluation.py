@@ -9,6 +9,13 @@ personal state, and the per-client metrics go to the run's
 is an :class:`~lightning_fed.callbacks.evaluation_stage.EvaluationStage` with its own results file,
 except in a private run (:attr:`~lightning_fed.federation.report.RoundReport.withhold_validation`):
 then ``validate`` and ``test`` write nothing computed on the clients' validation or test data.
+
+A validation inside a client's turn (``trainer.val_check_interval`` a count inside a round, clients
+trained one after another) swaps the validated clients' personal states in over the training
+client's, whose own are in no store until its turn ends: they are kept aside for the validation
+(:meth:`LoopEvaluation.keep_training_client`; its own batches scored with them) and put back at its
+end, so the client goes on training with its own (a group of clients trained together sets its
+stacked state aside itself: :meth:`~lightning_fed.batching.grouped_driver.GroupedTurns.on_validation_start`).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from lightning_fed.callbacks.evaluation_stage import EvaluationStage
 from lightning_fed.federation.evaluation_plan import EvaluationPlan, packs_evaluation
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.federation.store import ClientStateStore
-from lightning_fed.state import StateDict
+from lightning_fed.state import StateDict, clone_state
 
 
 class LoopEvaluation(Callback):
@@ -47,6 +54,7 @@ class LoopEvaluation(Callback):
         self.module: pl.LightningModule | None = None
         self.datamodule: Any = None
         self.initial_personal: StateDict = {}
+        self._kept: tuple[int, StateDict] | None = None  # the training client's personal state (module docstring)
 
     def bind(
         self, trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any, initial_personal: StateDict
@@ -72,11 +80,26 @@ class LoopEvaluation(Callback):
         clients = self.evaluation.clients_for(self.server, round_idx, standalone)
         return clients, packs_evaluation(self.module, bool(self.initial_personal), trainer.callbacks)
 
+    def keep_training_client(self, pl_module: pl.LightningModule, client_id: int) -> None:
+        """A validation starts inside ``client_id``'s turn: keep its personal parameters as they are now
+        (put back by :meth:`on_validation_end`; the store holds them only once its turn ends)."""
+        if self.initial_personal:
+            self._kept = (client_id, clone_state(pl_module.personal_parameters()))
+
     def _load_client(self, pl_module: pl.LightningModule, batch: Any) -> None:
         """Swap in the personal state of the batch's client (all of a batch is one client's)."""
         if self.initial_personal and "client_id" in batch:
             cid = int(batch["client_id"][0])
-            pl_module.load_state(self.store.get(cid)["personal"] or self.initial_personal)
+            if self._kept is not None and self._kept[0] == cid:  # the training client: its state in training
+                pl_module.load_state(self._kept[1])
+            else:
+                pl_module.load_state(self.store.get(cid)["personal"] or self.initial_personal)
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._kept is not None:  # the training client goes on with its own personal parameters
+            kept, self._kept = self._kept[1], None
+            pl_module.load_state(kept)
 
     @override
     def on_validation_batch_start(

@@ -63,8 +63,8 @@ def loop_problem(ckpt: Mapping[str, Any], rounds: int) -> Problem | None:
     fit = ckpt["loops"].get("fit_loop")
     if not isinstance(fit, Mapping):
         return "loops.fit_loop", f"is a {kind(fit)}, expected a mapping"
-    if problem := counters_problem(ckpt["loops"]):
-        return problem
+    if problem := mid_round_problem(fit) or counters_problem(ckpt["loops"]):
+        return problem  # saved inside a round first: its validation loop's counters then say otherwise
     epochs = fit.get("epoch_progress")
     completed = count(epochs, "current", "completed")
     if completed is not None and is_int(ckpt.get("epoch")) and ckpt["epoch"] != completed:
@@ -105,3 +105,25 @@ def loop_problem(ckpt: Mapping[str, Any], rounds: int) -> Problem | None:
             " (loops.fit_loop.epoch_loop.batch_progress.total.ready)",
         )
     return None
+
+
+def mid_round_problem(fit: Mapping[str, Any]) -> Problem | None:
+    """A checkpoint saved inside a round (a ``ModelCheckpoint`` of the user's with ``every_n_train_steps``,
+    or Lightning's own save mid-epoch): the round's epoch started and not processed, its last batch not
+    reached. The updates of that round's clients (and, with ``federation.batch_clients`` K > 1, their
+    stacked optimizer state) are in no checkpoint, so Lightning's restart inside the epoch would go on
+    with part of a round and aggregate a different one (issue 41 item 4: K=2 was refused late, after the
+    imports, on a stacked Adam moment's shape). A run's ``checkpoints/last.ckpt`` is saved at a round's end."""
+    epochs = fit.get("epoch_progress")
+    started, processed = count(epochs, "current", "started"), count(epochs, "current", "processed")
+    batches = fit.get("epoch_loop.batch_progress")
+    last = batches.get("is_last_batch") if isinstance(batches, Mapping) else None
+    if started is None or processed is None or started <= processed or last is not False:
+        return None
+    done = count(batches, "current", "processed")
+    return (
+        "loops.fit_loop.epoch_loop.batch_progress",
+        f"says it was saved inside round {started}, after {done} of its batches: the updates of an unfinished"
+        " round are in no checkpoint, so a federated run cannot go on from it; resume from a checkpoint saved"
+        " at a round's end (a run's checkpoints/last.ckpt)",
+    )

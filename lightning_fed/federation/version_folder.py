@@ -12,10 +12,16 @@ Either way the run holds an exclusive ``fcntl.flock`` on :data:`LOCK_FILE` in th
 runs (the kernel drops it when the process ends, killed or not), so a second resume of the same
 checkpoint, or a resume of a run still going, is refused (:class:`FolderHeld`) instead of writing
 into it too. A resume takes it before torch is imported (:func:`hold_early`, the live CLI adopting
-that hold: :func:`adopt`), so two resumes started together never both pass. The lock file stays:
-removing it would let a third run lock a new file while the second still holds the old one. A folder
-this run made that holds nothing but the lock file when it ends (a refusal before the first write)
-is removed again (:meth:`HeldFolder.release`).
+that hold: :func:`adopt`), so two resumes started together never both pass. ``validate`` and ``test``
+hold the checkpoint's run folder the same way while they write ``<stage>_results.json`` into it
+(:func:`~lightning_fed.federation.early_check.hold_evaluated`; red team 10 row 11: a ``validate``
+wrote into the folder of a resume still running). A folder this run made that holds nothing but the
+lock file when it ends (a refusal before the first write) is removed again, and so is a lock file
+this run made in an earlier run's folder (one copied without it, or older than the lock): a refused
+resume leaves that folder as it was (:meth:`HeldFolder.release`). A lock file is removed only while
+its ``flock`` is held, and a run that locked a file checks that the file is still the one under the
+name (:func:`_lock`), so a run that opened the file before it was removed never holds it beside a
+run that locks the new one.
 
 A value refused only once the run has started (:class:`RefusedAtStart`:
 ``trainer.val_check_interval`` against the K ``federation.batch_clients: auto`` chose, red team 9
@@ -80,12 +86,15 @@ class HeldFolder:
         folder: The version folder.
         created: The folders this run made for it, outermost first (``folder`` last when it is new).
         lock: The open lock file whose ``flock`` is held (``None`` without ``fcntl``).
+        made_lock: Whether this run made the lock file (it had none): removed when the run lets go
+            of an earlier run's folder (:meth:`release`).
     """
 
-    def __init__(self, folder: Path, created: list[Path], lock: Any) -> None:
+    def __init__(self, folder: Path, created: list[Path], lock: Any, made_lock: bool = False) -> None:
         self.folder = folder
         self.created = created
         self._lock = lock
+        self._made_lock = made_lock
         self.earlier = _entries(folder)  # what the folder held when this run took it
 
     def remove_written(self) -> None:
@@ -108,9 +117,12 @@ class HeldFolder:
         return int(VERSION.fullmatch(self.folder.name).group(1))
 
     def release(self) -> None:
-        """Let go of the lock; remove the folders this run made if nothing but the lock file is in them."""
+        """Let go of the lock; remove the folders this run made if nothing but the lock file is in them,
+        and the lock file this run made in an earlier run's folder (the lock still held as it goes)."""
         if self._lock is None and not self.created:
             return
+        if self._made_lock and self._lock is not None and not (self.created and self.created[-1] == self.folder):
+            (self.folder / LOCK_FILE).unlink(missing_ok=True)  # the folder as the earlier run left it
         if self.created and self.created[-1] == self.folder:
             names = {entry.name for entry in os.scandir(self.folder)} if self.folder.is_dir() else set()
             if names <= {LOCK_FILE}:  # nothing written: a refused run leaves no folder behind
@@ -125,17 +137,47 @@ class HeldFolder:
         self._lock, self.created = None, []
 
 
-def _lock(folder: Path) -> Any:
-    """Open ``folder``'s :data:`LOCK_FILE` and take its ``flock`` without waiting; ``None`` if taken."""
-    if fcntl is None:  # pragma: no cover
-        return False
-    handle = open(folder / LOCK_FILE, "a+b")  # noqa: SIM115 - held open for the run
+def _open_lock(path: Path) -> tuple[int, bool]:
+    """Open the lock file ``path`` (an existing one first, else a new one): its descriptor and whether it
+    was made here."""
+    while True:
+        try:
+            return os.open(path, os.O_RDWR | os.O_APPEND), False
+        except FileNotFoundError:
+            pass
+        try:
+            return os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:  # another run made it meanwhile: open that one
+            continue
+
+
+def _still_named(descriptor: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``descriptor`` (its holder may have removed it)."""
     try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        named, held = os.stat(path), os.fstat(descriptor)
+    except FileNotFoundError:
+        return False
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _lock(folder: Path) -> tuple[Any, bool]:
+    """Open ``folder``'s :data:`LOCK_FILE` and take its ``flock`` without waiting: the open file (``None``
+    if another run holds it) and whether this call made the file. A file removed by its holder between
+    the open and the lock (:meth:`HeldFolder.release`) is let go, and the file now named is locked."""
+    if fcntl is None:  # pragma: no cover
+        return False, False
+    path = folder / LOCK_FILE
+    while True:
+        descriptor, made = _open_lock(path)
+        handle = os.fdopen(descriptor, "a+b")  # held open for the run
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return None, False
+        if _still_named(handle.fileno(), path):
+            return handle, made
         handle.close()
-        return None
-    return handle
 
 
 def claim_version(parent: str | Path) -> HeldFolder:
@@ -162,32 +204,32 @@ def claim_version(parent: str | Path) -> HeldFolder:
         except FileExistsError:
             number += 1
     created.append(folder)
-    lock = _lock(folder)  # a new folder has no checkpoint: nothing else can hold it
-    return HeldFolder(folder, created, lock or None)
+    lock, made = _lock(folder)  # a new folder has no checkpoint: nothing else can hold it
+    return HeldFolder(folder, created, lock or None, made)
 
 
-def hold(folder: str | Path, refusal: str) -> HeldFolder:
+def hold(folder: str | Path, refusal: str, then: str = "resume") -> HeldFolder:
     """Lock the existing run folder ``folder``.
 
     Raises:
-        FolderHeld: ``refusal`` and the lock, if another run holds it.
+        FolderHeld: ``refusal`` and the lock, if another run holds it (``then``: what to do once it ended).
         UserError: If the lock file cannot be opened (a read-only folder).
     """
     folder = Path(folder).absolute()
     try:
-        lock = _lock(folder)
+        lock, made = _lock(folder)
     except OSError as err:  # a read-only folder: the run could not write its records there either
         raise UserError(f"{refusal}: cannot lock its run folder {str(folder)!r} ({err.strerror or err})") from None
     if lock is None:
-        raise FolderHeld(held_line(refusal, folder))
-    return HeldFolder(folder, [], lock or None)
+        raise FolderHeld(held_line(refusal, folder, then))
+    return HeldFolder(folder, [], lock or None, made)
 
 
 _EARLY: dict[Path, HeldFolder] = {}
 """Folders held before torch was imported (:func:`hold_early`), until the live CLI adopts them."""
 
 
-def hold_early(folder: str | Path, refusal: str) -> None:
+def hold_early(folder: str | Path, refusal: str, then: str = "resume") -> None:
     """:func:`hold` ``folder`` before torch is imported (the precheck's
     :func:`~lightning_fed.federation.early_check.hold_resumed`) and keep it for the live CLI
     (:func:`adopt`): a second resume started while the first imports is refused before torch too
@@ -198,13 +240,13 @@ def hold_early(folder: str | Path, refusal: str) -> None:
     """
     folder = Path(folder).absolute()
     if folder not in _EARLY:
-        _EARLY[folder] = hold(folder, refusal)
+        _EARLY[folder] = hold(folder, refusal, then)
 
 
-def adopt(folder: str | Path, refusal: str) -> HeldFolder:
+def adopt(folder: str | Path, refusal: str, then: str = "resume") -> HeldFolder:
     """The hold :func:`hold_early` took of ``folder`` in this process, else a new :func:`hold` (a second
     ``flock`` of the file from this process would find it taken, by this very process)."""
-    return _EARLY.pop(Path(folder).absolute(), None) or hold(folder, refusal)
+    return _EARLY.pop(Path(folder).absolute(), None) or hold(folder, refusal, then)
 
 
 def release_early() -> None:
@@ -216,11 +258,12 @@ def release_early() -> None:
         folder.release()
 
 
-def held_line(refusal: str, folder: Path) -> str:
-    """The line refusing a resume whose run folder ``folder`` (absolute) another run holds."""
+def held_line(refusal: str, folder: Path, then: str = "resume") -> str:
+    """The line refusing a resume (``then``: ``validate``, ``test``) whose run folder ``folder`` (absolute)
+    another run holds."""
     return (
         f"{refusal}: another run holds its run folder {str(folder)!r} ({LOCK_FILE} is locked);"
-        " resume once that run has ended"
+        f" {then} once that run has ended"
     )
 
 

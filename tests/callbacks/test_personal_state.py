@@ -1,5 +1,6 @@
 """Personal parameters stay on their client: swapped in for training and evaluation only."""
 
+import lightning.pytorch as pl
 import torch
 
 from lightning_fed.callbacks import FederatedLoop
@@ -34,3 +35,48 @@ def test_personal_state_never_travels_and_is_used_for_evaluation(tmp_path):
     # Evaluation swaps each client's personal state in: opposite groups are both served.
     per_client = loop.server.report.history[-1]["val_clients"]
     assert min(m["reward_acc"] for m in per_client.values()) > 0.5
+
+
+class _PersonalAcrossValidation(pl.Callback):
+    """Records a training client's personal parameters when a validation starts inside its turn, and
+    again at the next training batch (the same turn's): they must be equal."""
+
+    def __init__(self, loop: FederatedLoop) -> None:
+        self.loop, self.before, self.pairs = loop, None, []
+
+    def on_validation_start(self, trainer, pl_module):
+        if self.loop.turn is not None:  # inside a client's turn (batch_clients 1)
+            self.before = {k: v.detach().clone() for k, v in pl_module.personal_parameters().items()}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.before is not None:
+            self.pairs.append(
+                (self.before, {k: v.detach().clone() for k, v in pl_module.personal_parameters().items()})
+            )
+            self.before = None
+
+
+def test_a_validation_inside_a_client_s_turn_keeps_its_personal_parameters(tmp_path):
+    """``trainer.val_check_interval`` inside a turn (clients one after another): the validation swaps each
+    validated client's personal state in (LoopEvaluation._load_client); on a8354b9 the training client
+    then went on training with the last validated client's personal parameters (its own in-flight ones
+    lost). Now they are kept aside for the validation (its own batches scored with them) and put back."""
+    base = tiny_dpo()
+    module = FedPerDPO(base.hparams.backbone, lora=base.hparams.lora, lr=base.hparams.lr, beta=0.5)
+    data = preference_data(groups=("positive", "negative"))
+    loop = FederatedLoop(rounds=2, clients_per_round=2, local_steps=4, seed=0, batch_clients=1)
+    probe = _PersonalAcrossValidation(loop)
+    trainer = pl.Trainer(
+        default_root_dir=str(tmp_path),
+        callbacks=[loop, probe],
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        logger=False,
+        num_sanity_val_steps=0,
+        val_check_interval=2,  # after the 2nd batch of each client's 4: inside its turn
+    )
+    trainer.fit(module, datamodule=data)
+    assert probe.pairs  # validations inside a turn happened
+    for before, after in probe.pairs:
+        assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
