@@ -55,7 +55,6 @@ from lightning_fed.federation.resume_check import check_evaluation, check_resume
 from lightning_fed.federation.run_folder import RunConfigFile
 from lightning_fed.federation.version_folder import (
     HeldFolder,
-    RefusedAtStart,
     adopt,
     claim_version,
     next_version,
@@ -177,10 +176,6 @@ class FederatedCLI(LightningCLI):
     def _run_subcommand(self, subcommand: str) -> None:
         try:
             super()._run_subcommand(subcommand)
-        except RefusedAtStart:  # before the run's first record: the loggers' first files go too
-            for folder in self._held:
-                folder.remove_written()
-            raise
         finally:  # the locks go; a folder claimed but never written into goes too
             held, self._held = self._held, []
             for folder in held:

@@ -22,12 +22,6 @@ resume leaves that folder as it was (:meth:`HeldFolder.release`). A lock file is
 its ``flock`` is held, and a run that locked a file checks that the file is still the one under the
 name (:func:`_lock`), so a run that opened the file before it was removed never holds it beside a
 run that locks the new one.
-
-A value refused only once the run has started (:class:`RefusedAtStart`:
-``trainer.val_check_interval`` against the K ``federation.batch_clients: auto`` chose, red team 9
-row 3) comes after Lightning made its loggers' first files (the TensorBoard events file,
-``_call_setup_hook``) but before the run's first record: :meth:`HeldFolder.remove_written` takes
-away what the run wrote, so the folder is as it was.
 """
 
 from __future__ import annotations
@@ -53,16 +47,6 @@ VERSION = re.compile(r"version_(\d+)")
 
 class FolderHeld(UserError):
     """Another run holds the run folder (its :data:`LOCK_FILE` is locked): exit 2, nothing written."""
-
-
-class RefusedAtStart(UserError):
-    """Input refused as the run started, before its first record (the loop's ``on_fit_start``): exit 2,
-    and what the run wrote into its folder until then is removed (:meth:`HeldFolder.remove_written`)."""
-
-
-def _entries(folder: Path) -> frozenset[Path]:
-    """The files and folders under ``folder`` (none if it does not exist)."""
-    return frozenset(folder.rglob("*")) if folder.is_dir() else frozenset()
 
 
 def taken_versions(parent: Path) -> list[int]:
@@ -95,21 +79,6 @@ class HeldFolder:
         self.created = created
         self._lock = lock
         self._made_lock = made_lock
-        self.earlier = _entries(folder)  # what the folder held when this run took it
-
-    def remove_written(self) -> None:
-        """Remove what this run wrote into the folder since it took it (files, then the folders it
-        made, deepest first, while empty); the lock file stays (:meth:`release` decides)."""
-        new = sorted(_entries(self.folder) - self.earlier - {self.folder / LOCK_FILE}, reverse=True)
-        for path in new:
-            if path.is_file() or path.is_symlink():
-                path.unlink(missing_ok=True)
-        for path in new:  # reverse order: a folder's entries come before it
-            if path.is_dir():
-                try:
-                    os.rmdir(path)
-                except OSError:
-                    pass
 
     @property
     def version(self) -> int:

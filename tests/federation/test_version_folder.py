@@ -45,23 +45,3 @@ def test_a_claimed_folder_left_empty_is_removed_with_the_folders_made_for_it(tmp
     alone = claim_version(tmp_path / "new" / "lightning_logs")
     alone.release()
     assert not (tmp_path / "new").exists()
-
-
-def test_a_run_refused_at_its_start_takes_away_what_it_wrote_and_nothing_else(tmp_path):
-    earlier = claim_version(tmp_path)
-    (earlier.folder / "checkpoints").mkdir()
-    (earlier.folder / "checkpoints" / "last.ckpt").write_text("earlier run")
-    earlier.release()
-    resumed = hold(earlier.folder, "ckpt_path 'x'")  # a resume refused as it starts (RefusedAtStart)
-    (resumed.folder / "events.out.tfevents.1").write_text("")  # Lightning's logger, before the loop's check
-    (resumed.folder / "client_metrics" / "val").mkdir(parents=True)
-    (resumed.folder / "client_metrics" / "val" / "round_000000.parquet").write_text("")
-    resumed.remove_written()
-    resumed.release()
-    assert sorted(os.listdir(earlier.folder)) == [LOCK_FILE, "checkpoints"]
-    assert (earlier.folder / "checkpoints" / "last.ckpt").read_text() == "earlier run"
-    new = claim_version(tmp_path / "runs")
-    (new.folder / "events.out.tfevents.2").write_text("")
-    new.remove_written()
-    new.release()
-    assert not (tmp_path / "runs").exists()  # a new run's folder goes with the folders made for it
