@@ -66,6 +66,7 @@ from lightning_fed.option_rules import (
     seed_type_problem,
 )
 from lightning_fed.option_types import sections_type_problem
+from lightning_fed.private_run_rules import privacy_strategy_problem, private_cache_problem
 from lightning_fed.strategy_modules import config_module_problem
 from lightning_fed.trainer_classes import (
     APPENDED,
@@ -438,6 +439,8 @@ class Merged:
             return problem
         if problem := wrapper_problem(self.sections.get("federation.strategy")):  # ClientLevelDP, SecureAggregation
             return problem
+        if problem := privacy_strategy_problem(self.sections) or private_cache_problem(self.sections):
+            return problem  # a run's checks of config values alone (lightning_fed/private_run_rules.py)
         if problem := compression_problem(federation, self.sections.get("federation.strategy")):
             return problem  # a run_check (lightning_fed/run_checks.py), said before the imports
         if problem := config_module_problem(self.sections.get("model"), self.sections.get("federation.strategy")):

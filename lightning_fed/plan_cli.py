@@ -51,7 +51,8 @@ def plan_config(config: str | list[str]) -> tuple[dict[str, Any], FederatedRun]:
     from lightning_fed.shipped_configs import resolve_config
 
     first, *more = [config] if isinstance(config, str) else config
-    parsed = parse_config(first, shlex.join(a for c in more for a in ("--config", str(resolve_config(c)))))
+    more_args = shlex.join(a for c in more for a in ("--config", str(resolve_config(c))))
+    parsed = parse_config(first, more_args, fit_keys=True)  # fit --print_config's file too
     run = build_run(parsed.get("federation"))
     build_data(parsed)  # data.batch_size, data.max_length...: the data module's own bounds
     return parsed.as_dict(), run

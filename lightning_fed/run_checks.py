@@ -50,10 +50,9 @@ def run_problem(run: Any) -> str | None:
     if run.compression and getattr(strategy, "secure_sum", False):  # the strategy declares it (SecureAggregation)
         return secure_compression_problem(run.compression)  # the precheck's line (lightning_fed/wrapper_rules.py)
     if run.privacy is not None and run.privacy.client_level and client_level_dp(strategy) is None:
-        return (
-            "federation.privacy sets a client-level budget: it needs federation.strategy ="
-            f" lightning_fed.privacy.ClientLevelDP (around the server strategy), got {type(strategy).__name__}"
-        )
+        from lightning_fed.private_run_rules import needs_client_dp_line
+
+        return needs_client_dp_line(type(strategy).__name__)  # the precheck's line
     for hook in run.hooks:
         check = getattr(hook, "check_run", None)
         if check is None:

@@ -71,6 +71,7 @@ LAYERS: list[set[str]] = [
         "data_columns",
         "wrapper_rules",
         "noise_calibration",
+        "private_run_rules",
         "resume_precheck",
         "model_packages",
         "shipped_configs",

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from lightning_fed.data_cross_rules import RECORD_FIELDS
 from lightning_fed.data_paths import LOCAL_FORMATS, SUPPORTED, missing_path_problem
 from lightning_fed.datamodules.synthetic import SYNTHETIC
+from lightning_fed.errors import UserError
 from lightning_fed.limits import synthetic_rows_problem
 
 FIELDS = RECORD_FIELDS
@@ -319,7 +320,9 @@ def validate_records(ds: datasets.Dataset, kind: str, source: str) -> None:
         blank = pc.or_kleene(pc.is_null(column), pc.equal(pc.utf8_trim_whitespace(column), "")).fill_null(True)
         if pc.any(blank).as_py():
             row = pc.index(blank, True).as_py()
-            raise ValueError(f"data.dataset {source!r}: row {row} has an empty {field!r}")
+            # a key missing from a JSON row reads as null, as `null` does: said as such, not as empty
+            what = f"no {field!r} (missing or null)" if not column[row].is_valid else f"an empty {field!r}"
+            raise UserError(f"data.dataset {source!r}: row {row} has {what}")  # one line (red team 11 row 11)
 
 
 def _check_kind(kind: str) -> None:

@@ -30,6 +30,24 @@ def _build(cls: type, ns: Namespace | None) -> Any:
     return cls(**{k: v for k, v in values.items() if k != "__path__"})
 
 
+LM_EVAL_MISSING = (
+    "--benchmarks lm_eval needs lm-evaluation-harness (module lm_eval), which is not installed: it comes with"
+    " the `eval` extra: pip install 'lightning-fed[eval]'"
+)
+"""The benchmark whose library is an extra, named with the command that installs it (red team 11 row 17:
+``ModuleNotFoundError: No module named 'lm_eval'`` and the ``--debug`` hint, after the model loaded)."""
+
+
+def lm_eval_installed() -> bool:
+    """Whether ``lm_eval`` can be imported (found, not imported: it imports torch)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("lm_eval") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def prepare(cfg: Namespace) -> dict[str, Any]:
     """Check every option and read tasks, problems and prompts, before any model is loaded.
 
@@ -41,6 +59,8 @@ def prepare(cfg: Namespace) -> dict[str, Any]:
     bad = [b for b in cfg.benchmarks if b not in BENCHMARKS]
     if bad or not cfg.benchmarks:
         problems.append(f"--benchmarks must be a non-empty list of {list(BENCHMARKS)}, got {cfg.benchmarks}")
+    if "lm_eval" in cfg.benchmarks and not lm_eval_installed():
+        problems.append(LM_EVAL_MISSING)
     if cfg.batch_size < 1:
         problems.append(f"--batch_size must be >= 1, got {cfg.batch_size}")
     try:

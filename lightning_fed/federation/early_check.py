@@ -102,10 +102,12 @@ def precheck_checkpoint(argv: list[str]) -> None:
 def _noise_problem(args: list[str]) -> str | None:
     """:func:`~lightning_fed.noise_calibration.count_split_problem` of the config ``args`` give."""
     from lightning_fed.config_values import merged_config
-    from lightning_fed.noise_calibration import count_split_problem
+    from lightning_fed.noise_calibration import budget_problem, count_split_problem
 
     merged = merged_config(args)
-    return count_split_problem(merged.sections) if merged is not None else None
+    if merged is None:
+        return None
+    return budget_problem(merged.sections) or count_split_problem(merged.sections)
 
 
 def precheck_noise(argv: list[str]) -> None:

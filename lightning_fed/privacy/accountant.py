@@ -32,6 +32,7 @@ from typing import Any
 from opacus.accountants import create_accountant
 
 from lightning_fed.federation.sampling import expected_clients
+from lightning_fed.noise_calibration import CLIENT_LEVEL_HINT, unreachable_line
 from lightning_fed.noise_calibration import opacus_noise_multiplier as _opacus_noise_multiplier
 
 MECHANISMS = ("rdp", "prv")
@@ -49,12 +50,6 @@ POISSON_UNDER_SECURE_SUM = (
     " so sampling amplifies nothing against it, and each client's noise share is sized for the expected m clients,"
     " so a smaller sample would carry less noise than accounted; use federation.sampling=fixed_size"
     " (federation.clients_per_round)"
-)
-
-#: What to change when the client-level budget cannot be met (the default of :func:`calibrate_noise_multiplier`).
-CLIENT_LEVEL_HINT = (
-    "raise federation.privacy.target_epsilon or federation.privacy.delta, lower federation.rounds, or sample"
-    " fewer clients (federation.sampling=poisson with a smaller federation.sampling_rate)"
 )
 
 
@@ -86,8 +81,7 @@ def calibrate_noise_multiplier(
         return _opacus_noise_multiplier(float(target_epsilon), float(delta), float(sample_rate), int(steps), mechanism)
     except ValueError as err:  # Opacus: "The privacy budget is too low." (z would pass its 1e6 cap)
         raise ValueError(
-            f"{option}={target_epsilon} with federation.privacy.delta={delta} cannot be reached over {steps} {unit}"
-            f" at sample rate {sample_rate:.4g} by any noise multiplier ({err}); {hint}"
+            unreachable_line(target_epsilon, delta, steps, sample_rate, str(err), unit, option, hint)
         ) from None
 
 

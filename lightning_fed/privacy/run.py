@@ -148,10 +148,9 @@ class RunPrivacy:
         dp = client_level_dp(strategy)
         client_level = self.config is not None and self.config.client_level
         if client_level and dp is None:
-            raise ValueError(
-                "federation.privacy sets a client-level budget: it needs federation.strategy ="
-                f" lightning_fed.privacy.ClientLevelDP (around the server strategy), got {type(strategy).__name__}"
-            )
+            from lightning_fed.private_run_rules import needs_client_dp_line
+
+            raise ValueError(needs_client_dp_line(type(strategy).__name__))
         self.enabled = privacy_enabled(strategy, module)
         self._module = module
         if self.enabled:

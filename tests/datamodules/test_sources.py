@@ -108,7 +108,8 @@ def test_empty_value_names_row(bad):
     ds = datasets.Dataset.from_dict({"prompt": prompts, "chosen": ["c"] * 20, "rejected": ["r"] * 20})
     with pytest.raises(ValueError) as info:
         validate_records(ds, "preference", "x.jsonl")
-    assert str(info.value) == "data.dataset 'x.jsonl': row 17 has an empty 'prompt'"
+    what = "no 'prompt' (missing or null)" if bad is None else "an empty 'prompt'"
+    assert str(info.value) == f"data.dataset 'x.jsonl': row 17 has {what}"
 
 
 def test_row_number_follows_shuffled_view():
@@ -157,3 +158,27 @@ def test_hub_name_goes_to_load_dataset(monkeypatch):
     ds = load_records("yuasosnin/imdb-dpo", "preference", split="test", field_map=FIELD_MAP)
     assert calls == [("yuasosnin/imdb-dpo", {"split": "test"})]
     assert ds[0] == {"prompt": "q", "chosen": "a", "rejected": "b"}
+
+
+def test_a_row_without_a_field_is_one_line_from_fit(tmp_path):
+    """Red team 11 row 11 (fit_badfile: line 31 of a JSONL file has no ``rejected``): on c9c04d9
+    ``row 30 has an empty 'rejected'`` and the ``--debug`` hint (a plain ValueError). Now one line (a
+    UserError) saying the field is missing (or null), exit 2, nothing written."""
+    from tests.helpers.cli import lightning_fed
+
+    rows = [{"prompt": "hello there", "chosen": "good", "rejected": "bad"}] * 40
+    rows[30] = {"prompt": "hello there", "chosen": "good"}
+    data = tmp_path / "fit_data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = lightning_fed(
+        "fit",
+        "--config",
+        "tiny",
+        f"--data.init_args.dataset={data}",
+        "--data.init_args.synthetic_args=null",
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    line = f"error: data.dataset {str(data)!r}: row 30 has no 'rejected' (missing or null)\n"
+    assert (proc.returncode, proc.stderr) == (2, line)
+    assert not (tmp_path / "run").exists()

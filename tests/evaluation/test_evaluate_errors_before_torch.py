@@ -51,3 +51,42 @@ def test_a_bad_evaluate_option_is_refused_before_torch(tmp_path, args, line):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert [ln for ln in proc.stderr.splitlines() if ln.startswith(PROG)] == [f"{PROG} {line}"], proc.stderr[-3000:]
     assert "torch imported" not in proc.stderr
+
+
+NO_LM_EVAL = """
+import sys
+
+class NoLmEval:
+    def find_spec(self, name, path=None, target=None):
+        if name == "lm_eval" or name.startswith("lm_eval."):
+            raise ModuleNotFoundError("No module named 'lm_eval'", name="lm_eval")
+        return None
+
+sys.meta_path.insert(0, NoLmEval())
+"""
+"""A ``sitecustomize`` addition: an installation without the ``eval`` extra (no ``lm_eval``)."""
+
+
+def test_lm_eval_without_the_eval_extra_names_the_extra_before_torch(tmp_path):
+    """Red team 11 row 17 (ev_lmeval, the wheel without the ``eval`` extra): on c9c04d9
+    ``error: ModuleNotFoundError: No module named 'lm_eval'`` and the ``--debug`` hint, after the model
+    loaded (8.6 s). Now one line naming the extra and the pip command, before torch."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(NO_TORCH + NO_LM_EVAL)
+    env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env.pop("LIGHTNING_FED_DEBUG", None)
+    args = ["--model", "m", "--output", "out", "--benchmarks", "[lm_eval]", "--lm_eval.tasks", "[lf_arithmetic_mc]"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed", "evaluate", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    line = (
+        "error: --benchmarks lm_eval needs lm-evaluation-harness (module lm_eval), which is not installed: it comes"
+        " with the `eval` extra: pip install 'lightning-fed[eval]'\n"
+    )
+    assert (proc.returncode, proc.stderr) == (2, line)
+    assert not (tmp_path / "out").exists()

@@ -174,3 +174,34 @@ def test_a_config_without_model_is_refused_with_plan_s_tip(tmp_path):
     proc = _plan_without_torch(tmp_path, "--config", str(config))
     message = "plan.data, plan.model: required but missing from the config"
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {message}\n{help_tip(PROG)}\n")
+
+
+def test_fit_s_printed_config_plans(tmp_path):
+    """What ``fit --print_config`` writes (install.md's block) plans: its top-level ``ckpt_path`` and
+    ``weights_only`` (fit's own keys) are read and left out, as ``plan`` plans a run, not a resume.
+    Red team 11 row 13: on c9c04d9 ``error: Option 'ckpt_path' is not accepted`` (exit 2), after torch."""
+    import yaml
+
+    config = yaml.safe_load(TINY.read_text())
+    config.update(ckpt_path="nowhere/last.ckpt", weights_only=None)  # not read: no such file is no error
+    path = tmp_path / "printed.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = lightning_fed("plan", "--config", str(path), cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr[-2000:]
+    assert "total" in proc.stdout
+
+
+def test_a_rank_list_of_another_length_is_fit_s_precheck_line(tmp_path):
+    """Red team 11 row 4 (plan_ranks_len: ClientRanks.per_client of 3 ranks for 4 clients): exit 0 with a
+    full plan on a8354b9; refused by the precheck fit and plan share (since 3359e44), before torch."""
+    change = tmp_path / "ranks.yaml"
+    change.write_text(
+        "federation:\n  strategy:\n    class_path: lightning_fed.strategies.HetLoRA\n  hooks:\n"
+        "    - class_path: lightning_fed.heterogeneity.ClientRanks\n      init_args: {per_client: [2, 2, 4]}\n"
+    )
+    proc = _plan_without_torch(tmp_path, "--config", str(TINY), "--config", str(change))
+    line = (
+        f"config {str(change)!r}: federation.hooks[0].per_client: 3 ranks for data.num_clients=4 (one per client),"
+        " got [2, 2, 4]"
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {line}\n")

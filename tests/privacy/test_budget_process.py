@@ -10,11 +10,14 @@ from lightning_fed.errors import HINT
 from tests.helpers.cli import ROOT, lightning_fed
 
 UNREACHABLE = (
-    "federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 3 rounds at"
-    " sample rate 1 by any noise multiplier (The privacy budget is too low.); raise federation.privacy.target_epsilon"
+    "config '{config}': federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be"
+    " reached over 3 rounds at sample rate 1 by any noise multiplier (The privacy budget is too low.); raise"
+    " federation.privacy.target_epsilon"
     " or federation.privacy.delta, lower federation.rounds, or sample fewer clients (federation.sampling=poisson with"
     " a smaller federation.sampling_rate)"
 )
+"""Refused right after the precheck (lightning_fed/noise_calibration.budget_problem), naming the file: on c9c04d9
+when the run was bound, two lines (the ``--debug`` hint), no file."""
 FIRST_ROUND = (
     "federation.privacy.target_epsilon=0.5 is spent by the first round at federation.privacy.noise_multiplier=1"
     " (epsilon 4.73 per round, delta 1e-05): raise target_epsilon or noise_multiplier"
@@ -76,7 +79,10 @@ def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, me
     config.write_text(yaml.safe_dump(cfg))
     proc = lightning_fed("fit", "--config", str(config))
     assert proc.returncode == 2, proc.stderr[-3000:]
-    one_line = request.node.callspec.id == "adaptive_split"  # a ConfigRefusal (UserError): no --debug hint
+    one_line = request.node.callspec.id in (
+        "adaptive_split",
+        "unreachable",
+    )  # a ConfigRefusal (UserError): no --debug hint
     message = message.replace("{config}", str(config))
     assert proc.stderr == (f"error: {message}\n" if one_line else f"error: {message}\n{HINT}\n")
     assert not (tmp_path / "run").exists()
@@ -130,6 +136,42 @@ def test_a_count_noise_the_calibrated_noise_leaves_no_room_for_is_refused_before
         f"error: config {str(change)!r}: federation.strategy.adaptive.count_stddev=0.1 is too small for the"
         " client-level noise multiplier 0.7544 (adaptive clipping needs 2 * count_stddev > noise_multiplier): raise"
         " count_stddev above 0.3772, or lower the noise multiplier (a larger federation.privacy.target_epsilon)\n"
+    )
+    assert (proc.returncode, proc.stderr) == (2, line)
+    assert list(cwd.iterdir()) == []
+    assert (tmp_path / "heavy.txt").read_text() == ""
+
+
+def test_an_unreachable_budget_on_the_command_line_is_one_line_before_lightning(tmp_path):
+    """Red team 11 row 14 (dp_imposs), in its form: ``target_epsilon=0.0001`` on the command line over a
+    Poisson-sampled ClientLevelDP file. On c9c04d9 refused when the run was bound, after 52 s of CPU
+    (Opacus' bisection doubling ``z`` to its cap), in two lines. Now one line (no file: the value came from
+    the command line), with Opacus imported but not Lightning, transformers or PEFT, nothing written."""
+    import os
+    import sys
+
+    from tests.helpers.cli import ENV, run_process
+
+    strategy = {
+        "class_path": "lightning_fed.privacy.ClientLevelDP",
+        "init_args": {"strategy": {"class_path": "lightning_fed.strategies.FedAvg"}, "clip_norm": 0.05},
+    }
+    federation = {"rounds": 2, "sampling": "poisson", "sampling_rate": 0.5, "local_steps": 2}
+    federation.update(privacy={"target_epsilon": 8.0}, strategy=strategy)
+    change = tmp_path / "dp.yaml"
+    change.write_text(yaml.safe_dump({"federation": federation}))
+    hook, cwd = tmp_path / "hook", tmp_path / "cwd"
+    hook.mkdir()
+    cwd.mkdir()
+    (hook / "sitecustomize.py").write_text(HEAVY_IMPORTED.format(path=str(tmp_path / "heavy.txt")))
+    env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}
+    args = ["fit", "--config", "tiny", "--config", str(change), "--federation.privacy.target_epsilon=0.0001"]
+    proc = run_process([sys.executable, "-m", "lightning_fed", *args], cwd=cwd, env=env)
+    line = (
+        "error: federation.privacy.target_epsilon=0.0001 with federation.privacy.delta=1e-05 cannot be reached over"
+        " 2 rounds at sample rate 0.5 by any noise multiplier (The privacy budget is too low.); raise"
+        " federation.privacy.target_epsilon or federation.privacy.delta, lower federation.rounds, or sample fewer"
+        " clients (federation.sampling=poisson with a smaller federation.sampling_rate)\n"
     )
     assert (proc.returncode, proc.stderr) == (2, line)
     assert list(cwd.iterdir()) == []
