@@ -148,7 +148,26 @@ def resume_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
     (shipped configs resolved) where the run's ``config.yaml`` differs in a key that decides the
     result, or ``None``. With ``ckpt`` (the file, read) and no ``config.yaml`` beside it (an
     ``hpc_ckpt_<n>.ckpt`` in ``trainer.default_root_dir``, a copied file), the config the checkpoint
-    holds (``federation.report.config``, the same dump) is compared instead."""
+    holds (``federation.report.config``, the same dump) is compared instead.
+
+    A new value a ``--config`` file set names that file, as the precheck's lines do
+    (``config 'lr.yaml': ckpt_path ...``; :func:`lightning_fed.config_precheck._in_file`)."""
+    if not (changes := _resume_changes(path, args, ckpt)):
+        return None
+    from lightning_fed.config_precheck import _in_file
+
+    first = changes[0]  # the change the line reports: the file (or option) that set its new value
+    key = first.split(":", 1)[0]
+
+    def change_of_key(given: list[str]) -> str | None:
+        return next((c for c in _resume_changes(path, given, ckpt) or [] if c.split(":", 1)[0] == key), None)
+
+    named = _in_file(args, first, change_of_key)
+    return named[: len(named) - len(first)] + resume_refusal(path, changes)
+
+
+def _resume_changes(path: str, args: list[str], ckpt: Any) -> list[str] | None:
+    """:func:`resume_problem`'s changes (``"key: old -> new"``), or ``None`` where nothing is compared."""
     from lightning_fed.config_values import merged_config
 
     old, summary = run_config(path), None
@@ -162,5 +181,4 @@ def resume_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
     merged = merged_config(args) if old is not None else None
     if old is None or merged is None:
         return None
-    changes = _changes(old, new_config(merged.sections), summary)
-    return resume_refusal(path, changes) if changes else None
+    return _changes(old, new_config(merged.sections), summary)
