@@ -26,7 +26,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.config_changes import DERIVED_SEEDS, NOT_COMPARED, decides_result, flatten_config, resume_refusal
+from lightning_fed.config_changes import (
+    DERIVED_SEEDS,
+    NOT_COMPARED,
+    decides_result,
+    evaluation_refusal,
+    flatten_config,
+    resume_refusal,
+    weight_changes,
+)
 
 _SKIP = object()
 """A pair of values this module cannot compare (left to the live check)."""
@@ -164,6 +172,15 @@ def resume_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
 
     named = _in_file(args, first, change_of_key)
     return named[: len(named) - len(first)] + resume_refusal(path, changes)
+
+
+def evaluation_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
+    """The live ``validate``/``test`` line refusing the checkpoint file ``path`` when ``args`` build
+    another model than the run's config (the module class, backbone or LoRA layout:
+    :data:`~lightning_fed.config_changes.WEIGHT_KEYS`), or ``None``; compared as :func:`resume_problem`
+    compares (the run folder's ``config.yaml``, else with ``ckpt`` the checkpoint's own config)."""
+    changes = weight_changes(_resume_changes(path, args, ckpt) or [])
+    return evaluation_refusal(path, changes) if changes else None
 
 
 def _resume_changes(path: str, args: list[str], ckpt: Any) -> list[str] | None:
