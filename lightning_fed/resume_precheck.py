@@ -99,6 +99,10 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _words(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
 def _same(old: Any, new: Any, is_class: bool) -> bool | object:
     """Whether ``new`` (as given) is the parser's ``old`` (as dumped), or :data:`_SKIP`."""
     if isinstance(old, str) and isinstance(new, str) and is_class:
@@ -115,6 +119,8 @@ def _same(old: Any, new: Any, is_class: bool) -> bool | object:
         except ValueError:
             return _SKIP  # the parser refuses it
     if isinstance(old, str) and isinstance(new, str):
+        return old == new
+    if _words(old) and _words(new) and not is_class:  # a list of words (`groups: [negative]`) is kept as it is
         return old == new
     if (old is None) != (new is None) and all(v is None or _number(v) or isinstance(v, str) for v in (old, new)):
         return False
