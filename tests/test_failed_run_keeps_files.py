@@ -6,6 +6,7 @@ exit 2, one ``error:`` line naming the part or option and its value, the folder 
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import struct
@@ -338,6 +339,8 @@ def test_a_resume_in_its_folder_replaces_the_records_once_a_round_is_done(tmp_pa
     assert len((run / "rounds.jsonl").read_text().splitlines()) == 2
     assert "  rounds: 2\n" in (run / "config.yaml").read_text()
     assert '"rounds": 2' in (run / "summary.json").read_text()
+    modules = json.loads((run / "adapter" / "adapter_config.json").read_text())["target_modules"]
+    assert modules == sorted(modules)  # PEFT's set, written in hash order before
 
 
 OPTIONS = {  # issue 41 items 3 and 4: each was exit 1, or found after the run folder or the weights
@@ -410,3 +413,21 @@ def test_a_checkpoint_wrong_in_itself_is_refused_before_lightning_is_imported(tm
         imported & {"lightning", "transformers", "peft"}
     )
     assert_unchanged(before, root)
+
+
+def test_a_resume_stopped_by_the_privacy_budget_before_a_round_keeps_the_earlier_files(tmp_path, private):
+    """Red team 11 row 10: a private run resumed with more rounds than its budget allows trains no
+    round (exit 0, the stop on stderr) and leaves every file of the earlier run byte for byte
+    (its adapter folder was rewritten, target_modules in another order)."""
+    earlier_root, overlay, env = private
+    root, ckpt_file = _copy(earlier_root, tmp_path)
+    before = snapshot(root)
+    proc = _fit(root, "--federation.rounds=1000", "--config", str(overlay), f"--ckpt_path={ckpt_file}", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = [line for line in proc.stderr.splitlines() if "stopping:" in line]
+    assert warnings == [
+        "warning: stopping: round 2 would exceed the privacy budget (federation.privacy.target_epsilon);"
+        " no round trained, so the run folder is as the checkpoint's run left it"
+    ]
+    after = snapshot(root)
+    assert {p: after.get(p) for p in before} == before

@@ -99,3 +99,15 @@ def test_a_signal_while_a_subcommand_module_imports_stops_at_once(tmp_path):
     )
     assert (code, stderr) == (143, LINES["SIGTERM"] + "\n")
     assert looked_for == []
+
+
+def test_a_signal_while_a_resume_starts_names_the_checkpoint_to_resume_from(tmp_path):
+    """Red team 11 row 18: a resume stopped before its first round said "no checkpoint was written by
+    it", naming none; the checkpoint it resumed is still the one to resume from (trust_boundary.md)."""
+    ckpt = tmp_path / "last.ckpt"  # never read: the signal comes before the command line is
+    args = [*FIT, f"--trainer.default_root_dir={tmp_path / 'run'}", "--ckpt_path", str(ckpt)]
+    code, stderr, _ = _start(tmp_path, ["-m", "lightning_fed.cli"], args, "lightning_fed.help_pages", "SIGTERM")
+    assert (code, stderr) == (
+        143,
+        f"lightning-fed: stopped by SIGTERM; no round completed in this run; resume with --ckpt_path {ckpt}\n",
+    )

@@ -41,6 +41,7 @@ from lightning_fed.federation.hooks import (
 )
 from lightning_fed.federation.report import totals_only
 from lightning_fed.federation.round_plan import RoundPlan, poisson_batch_seed
+from lightning_fed.federation.run_folder import earlier_files
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import instructed_steps
 from lightning_fed.planning.group import needs_kept_heap, run_group_size
@@ -195,7 +196,10 @@ class FederatedLoop(GroupedTurns):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train_started = True
         if self.server.stopping:  # resumed, and the next round would exceed the privacy budget: none runs
-            rank_zero_warn(f"stopping: {self.server.stop_reason}")
+            rank_zero_warn(
+                f"stopping: {self.server.stop_reason}; no round trained, so the run folder is as the"
+                " checkpoint's run left it"
+            )
             trainer.should_stop = True
 
     def next_round(self) -> RoundPlan:
@@ -325,10 +329,13 @@ class FederatedLoop(GroupedTurns):
         pl_module.load_state(self.server.global_state)
         out = self.server.report.output_dir(trainer)
         if self.run.save_adapter and trainer.is_global_zero:
-            pl_module.save_adapter(out / "adapter")
+            # an earlier run's adapter (a resume in its folder) is replaced only once this run has
+            # completed a round: a resume the privacy budget stops before its first keeps it
+            guard = earlier_files(trainer, out)  # lightning_fed/federation/run_folder.py
+            guard.write(out / "adapter", lambda: pl_module.save_adapter(out / "adapter"))
             if self.initial_personal and len(self.store):  # each client's personal state: its file
-                index = self.store.index()
-                (out / "client_states.json").write_text(json.dumps(index, indent=1) + "\n")
+                text = json.dumps(self.store.index(), indent=1) + "\n"
+                guard.write(out / "client_states.json", lambda: (out / "client_states.json").write_text(text))
         data = self.datamodule.data_report() if hasattr(self.datamodule, "data_report") else {}
         if self.server.report.private:  # differential privacy: no per-client figure in the reports
             data = totals_only(data)

@@ -81,12 +81,14 @@ def precheck_checkpoint(argv: list[str]) -> None:
         return  # the live CLI resolves or refuses it
     if stage == "fit":  # before torch, kept for the run (the live CLI adopts it)
         hold_resumed(path, args)
-    else:  # <stage>_results.json goes into the checkpoint's run folder: no run may be writing there
-        hold_evaluated(path, stage)
-    from lightning_fed.resume_precheck import resume_problem
+    from lightning_fed.resume_precheck import evaluation_problem, resume_problem
 
     if stage == "fit" and (problem := resume_problem(path, args)):  # before torch
         raise CheckpointError(problem)
+    if stage != "fit" and (problem := evaluation_problem(path, args)):  # validate/test: the model's keys
+        raise CheckpointError(problem)
+    if stage != "fit":  # <stage>_results.json goes into the checkpoint's run folder: no run may be writing there
+        hold_evaluated(path, stage)
     from lightning_fed.federation.checkpoint_check import checkpoint_error, file_problem
     from lightning_fed.federation.checkpoint_read import read_checkpoint
 
@@ -94,6 +96,8 @@ def precheck_checkpoint(argv: list[str]) -> None:
     if problem := file_problem(ckpt, stage):
         raise checkpoint_error(path, problem)
     if stage == "fit" and (problem := resume_problem(path, args, ckpt)):  # its own config: no config.yaml beside
+        raise CheckpointError(problem)
+    if stage != "fit" and (problem := evaluation_problem(path, args, ckpt)):
         raise CheckpointError(problem)
     if stage == "fit" and (problem := rounds_problem(path, ckpt, args)):
         raise CheckpointError(problem)

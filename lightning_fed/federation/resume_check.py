@@ -27,7 +27,8 @@ from lightning_fed.config_changes import MAY_CHANGE as MAY_CHANGE
 from lightning_fed.config_changes import NOT_COMPARED as NOT_COMPARED
 from lightning_fed.config_changes import RESULT_SECTIONS as RESULT_SECTIONS
 from lightning_fed.config_changes import RESULT_TRAINER_KEYS as RESULT_TRAINER_KEYS
-from lightning_fed.config_changes import compare_configs, resume_refusal
+from lightning_fed.config_changes import WEIGHT_KEYS as WEIGHT_KEYS
+from lightning_fed.config_changes import compare_configs, evaluation_refusal, resume_refusal, weight_changes
 from lightning_fed.config_changes import decides_result as decides_result
 from lightning_fed.config_changes import flatten_config as flatten_config
 from lightning_fed.errors import CheckpointError
@@ -68,12 +69,6 @@ def check_resume(path: str | Path, config: dict[str, Any], old: dict[str, Any] |
     return allowed
 
 
-WEIGHT_KEYS = ("model", "model.backbone", "model.lora")
-"""Config keys (and the keys under them) that decide what a checkpoint's weights mean: the
-module class, the backbone and the LoRA layout. ``validate``/``test``/``predict`` hold a
-checkpoint to these only: data, federation and optimizer may differ from the fit's."""
-
-
 def check_evaluation(path: str | Path, config: dict[str, Any], old: dict[str, Any] | None) -> None:
     """Check that the checkpoint at ``path`` holds weights of the model ``config`` builds.
 
@@ -83,14 +78,8 @@ def check_evaluation(path: str | Path, config: dict[str, Any], old: dict[str, An
     if old is None:
         return
     forbidden, _ = compare_configs(old, config)
-    changes = [
-        c for c in forbidden if any(c == k or c.startswith(f"{k}:") or c.startswith(f"{k}.") for k in WEIGHT_KEYS)
-    ]
-    if changes:
-        raise CheckpointError(
-            f"ckpt_path {str(path)!r} holds the weights of another model: {changes[0]};"
-            " evaluate it with the config it was trained with"
-        )
+    if changes := weight_changes(forbidden):
+        raise CheckpointError(evaluation_refusal(path, changes))
 
 
 def check_weights(path: str | Path, ckpt: Mapping[str, Any], module: Any) -> None:

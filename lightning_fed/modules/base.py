@@ -8,6 +8,7 @@ personal state in and out, so every simulated client trains on the same backbone
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -168,5 +169,18 @@ class FederatedModule(pl.LightningModule):
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
 
     def save_adapter(self, path: str | Path) -> None:
-        """Write the current adapters as a PEFT folder (``PeftModel.from_pretrained`` loads it)."""
+        """Write the current adapters as a PEFT folder (``PeftModel.from_pretrained`` loads it).
+
+        PEFT keeps ``target_modules`` as a set and writes it in the process's hash order: sorted
+        here, so that identical runs write identical ``adapter_config.json`` bytes."""
         self.model.save_pretrained(str(path))
+        sort_target_modules(Path(path))
+
+
+def sort_target_modules(folder: Path) -> None:
+    """Rewrite each ``adapter_config.json`` under ``folder`` with its ``target_modules`` list sorted."""
+    for file in sorted(folder.rglob("adapter_config.json")):
+        config = json.loads(file.read_text())
+        if isinstance(config.get("target_modules"), list):
+            config["target_modules"] = sorted(config["target_modules"])
+            file.write_text(json.dumps(config, indent=2, sort_keys=True))  # as PEFT writes it

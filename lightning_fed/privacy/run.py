@@ -21,7 +21,8 @@ meet the settings of the federation:
 * **every round** (:meth:`RunPrivacy.end_round`): the accountant steps (a Poisson round with
   no client too), DP-SGD is accounted per client (the clients the round sampled, at their
   reported bucketed counts), ``privacy/epsilon`` and ``privacy/example_epsilon`` (the largest
-  client's) are logged; the server stops the run (exit 0, ``summary.json`` ``privacy.stopped``)
+  client's) are logged; the server stops the run (exit 0, ``summary.json`` ``privacy.stopped``; a resume
+  stopped before its first round says so on stderr only and leaves the earlier run's files)
   when the next round would exceed ``federation.privacy.target_epsilon`` or, for one of the
   clients it samples, ``model.dp_sgd.target_epsilon`` (:meth:`RunPrivacy.would_exceed`);
 * **in the checkpoint** (:meth:`RunPrivacy.state_dict`): the rounds accounted, ``z``, DP-SGD's

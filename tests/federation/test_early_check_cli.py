@@ -213,3 +213,38 @@ def test_a_resume_by_ckpt_path_hpc_with_a_changed_lr_is_refused_as_by_its_path(t
     )
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert sorted(p.name for p in root.iterdir()) == ["hpc_ckpt_1.ckpt"]
+
+
+@pytest.mark.parametrize("stage", ["validate"])  # `test` first needs data.test_dataset (refused before)
+def test_evaluating_a_checkpoint_with_another_lora_layout_is_refused_before_torch(two_rounds, tmp_path, stage):
+    """Red team 11 row 8: ``validate --ckpt_path <run>/checkpoints/last.ckpt --model.init_args.lora.r=2``
+    was refused after torch and the model were built (11 s of CPU), ``fit`` the same change before torch."""
+    ckpt = two_rounds / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    before = _hashes(two_rounds)
+    args = [stage, "--config", "tiny", f"--trainer.default_root_dir={tmp_path / 'run'}", f"--ckpt_path={ckpt}"]
+    proc, _ = _blocked(tmp_path, *args, "--model.init_args.lora.r=2")
+    line = (
+        f"ckpt_path {str(ckpt)!r} holds the weights of another model: model.lora.r: 4 -> 2;"
+        " evaluate it with the config it was trained with"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert _hashes(two_rounds) == before
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_resume_with_other_synthetic_groups_is_refused_before_torch(two_rounds, tmp_path):
+    """Red team 11 row 12 (res_groups): ``data.synthetic_args.groups`` changed on resume was refused only
+    after torch and the model were built, ``model.lr`` before torch."""
+    ckpt = two_rounds / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    before = _hashes(two_rounds)
+    args = ["fit", "--config", "tiny", f"--trainer.default_root_dir={two_rounds}", f"--ckpt_path={ckpt}"]
+    args += ["--federation.local_steps=1", "--federation.rounds=3"]
+    args += ["--data.init_args.synthetic_args={examples_per_client: 24, groups: [negative]}"]
+    proc, _ = _blocked(tmp_path, *args)
+    line = (
+        f"ckpt_path {str(ckpt)!r} was written by a run with another config:"
+        " data.synthetic_args.groups: ['positive'] -> ['negative'];"
+        " resume with the run's own config, or start a new run without --ckpt_path"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert _hashes(two_rounds) == before
