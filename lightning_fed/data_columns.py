@@ -74,6 +74,10 @@ def missing_field_problem(
     columns = _columns(dataset, field_map)
     if columns is None or not isinstance(kind, str) or kind not in RECORD_FIELDS:
         return None
+    fields = [*RECORD_FIELDS[kind][0], *RECORD_FIELDS[kind][1]]
+    if isinstance(field_map, Mapping) and (unknown := next((f for f in field_map if f not in fields), None)):
+        # apply_field_map's line: the map's key is wrong, not the set (tests/test_bad_input.py)
+        return f"{map_option}: {unknown!r} is not a {kind} field; valid: {fields}"
     missing = next((field for field in RECORD_FIELDS[kind][0] if field not in columns), None)
     if missing is None:
         return None

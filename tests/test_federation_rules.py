@@ -126,13 +126,20 @@ def test_a_privacy_value_in_a_config_file_is_refused_before_torch(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "overrides",
-    [
-        ["--federation.privacy.target_epsilon=4", "--federation.sampling=poisson", "--federation.sampling_rate=0.5"],
-        ["--federation.min_clients=2", "--federation.seed=7", "--federation.max_state_memory_bytes=0"],
+    ("config", "overrides"),
+    [  # a client-level budget needs ClientLevelDP (feddpo_dp's): without it refused before torch since dd0f7df
+        (
+            "feddpo_dp",
+            [
+                "--federation.privacy.target_epsilon=4",
+                "--federation.sampling=poisson",
+                "--federation.sampling_rate=0.5",
+            ],
+        ),
+        ("tiny", ["--federation.min_clients=2", "--federation.seed=7", "--federation.max_state_memory_bytes=0"]),
     ],
 )
-def test_accepted_federation_values_go_on_to_the_live_parser(tmp_path, overrides):
+def test_accepted_federation_values_go_on_to_the_live_parser(tmp_path, config, overrides):
     """Values every rule takes are not refused here (the child stops at ``import torch``)."""
-    proc, _ = _run(tmp_path, "fit", "--config", "tiny", *overrides)
+    proc, _ = _run(tmp_path, "fit", "--config", config, *overrides)
     assert REACHED_TORCH in proc.stderr, proc.stderr
