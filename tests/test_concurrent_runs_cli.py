@@ -212,23 +212,7 @@ def test_a_resume_holds_its_run_folder_from_before_torch(tmp_path):
     trained nothing, its events file added to the first run's folder; one was refused after torch).
     The early check now takes the lock itself, before torch, and the run keeps it: a second resume
     is refused before torch in every interleaving (test_a_resume_of_a_held_folder_is_refused_before_torch)."""
-    cwd, hook = tmp_path / "cwd", tmp_path / "hook"
-    folder = cwd / "runs" / "tiny" / "lightning_logs" / "version_0"
-    (folder / "checkpoints").mkdir(parents=True)
-    (folder / "checkpoints" / "last.ckpt").write_bytes(b"read with torch")
-    (folder / ".lock").touch()
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(AT_TORCH)
-    env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "LOCK_AT_TORCH": str(folder / ".lock")}
-    ckpt = "runs/tiny/lightning_logs/version_0/checkpoints/last.ckpt"
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed", "fit", "--config", "tiny", "--ckpt_path", ckpt],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc, folder = _stopped_at_torch(tmp_path, "fit", lock_file=True)
     assert "error: ImportError: torch imported; the run folder's lock: held\n" in proc.stderr, proc.stderr
     assert proc.returncode == 2
     with open(folder / ".lock", "a+b") as lock:  # let go when the process ended
@@ -267,26 +251,36 @@ def test_validate_of_a_folder_another_run_holds_is_refused_before_torch(tmp_path
     assert sorted(p.name for p in cwd.rglob("*")) == names
 
 
-def test_a_validate_holds_the_run_folder_it_writes_into_from_before_torch(tmp_path):
-    """The hold is taken before torch and kept (a resume started meanwhile is refused): the lock is held
-    when torch is imported (AT_TORCH), and the lock file ``validate`` made in a folder that had none is
-    gone when it ends. On a8354b9: free."""
+def _stopped_at_torch(tmp_path, subcommand: str, lock_file: bool):
+    """``SUBCOMMAND --config tiny --ckpt_path`` an earlier run's last.ckpt (its folder with a lock file or
+    none), the child stopped as it imports torch (AT_TORCH says whether the folder's lock is held then):
+    the finished process and the run folder."""
     cwd, hook = tmp_path / "cwd", tmp_path / "hook"
     folder = cwd / "runs" / "tiny" / "lightning_logs" / "version_0"
     (folder / "checkpoints").mkdir(parents=True)
     (folder / "checkpoints" / "last.ckpt").write_bytes(b"read with torch")
+    if lock_file:
+        (folder / ".lock").touch()
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(AT_TORCH)
     env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "LOCK_AT_TORCH": str(folder / ".lock")}
     ckpt = "runs/tiny/lightning_logs/version_0/checkpoints/last.ckpt"
     proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed", "validate", "--config", "tiny", "--ckpt_path", ckpt],
+        [sys.executable, "-m", "lightning_fed", subcommand, "--config", "tiny", "--ckpt_path", ckpt],
         cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
+    return proc, folder
+
+
+def test_a_validate_holds_the_run_folder_it_writes_into_from_before_torch(tmp_path):
+    """The hold is taken before torch and kept (a resume started meanwhile is refused): the lock is held
+    when torch is imported (AT_TORCH), and the lock file ``validate`` made in a folder that had none is
+    gone when it ends. On a8354b9: free."""
+    proc, folder = _stopped_at_torch(tmp_path, "validate", lock_file=False)
     assert "error: ImportError: torch imported; the run folder's lock: held\n" in proc.stderr, proc.stderr
     assert proc.returncode == 2
     assert sorted(p.name for p in folder.rglob("*")) == ["checkpoints", "last.ckpt"]
