@@ -90,6 +90,9 @@ def new_config(sections: dict[str, Any]) -> dict[str, Any]:
     strategy = sections.get("federation.strategy")
     if isinstance(strategy, dict):
         federation["strategy"] = strategy
+    hooks = sections.get("federation.hooks")
+    if isinstance(hooks, list) and all(isinstance(h, dict) for h in hooks):  # a list of class sections
+        federation["hooks"] = hooks
     if federation:
         out["federation"] = federation
     return out
@@ -101,6 +104,37 @@ def _number(value: Any) -> bool:
 
 def _words(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _numbers(value: Any) -> bool:
+    return isinstance(value, list) and all(_number(v) for v in value)
+
+
+def _same_classes(old: Any, new: Any) -> bool | object:
+    """Whether the list of class sections ``new`` (``federation.hooks`` as given, :class:`~lightning_fed.
+    config_values.Merged`) is the parser's ``old`` (as dumped, every argument resolved), or :data:`_SKIP`.
+    Another count of classes or another class at a place is certain; so is another value of an argument
+    both give. An argument ``new`` leaves out takes a default not known here: left to the live check."""
+    old, new = [] if old is None else old, [] if new is None else new
+    if not (isinstance(old, list) and isinstance(new, list)):
+        return _SKIP
+    if len(old) != len(new):
+        return False
+    for before, after in zip(old, new, strict=True):
+        if not all(isinstance(c, dict) and isinstance(c.get("class_path"), str) for c in (before, after)):
+            return _SKIP
+        if _same(before["class_path"], after["class_path"], True) is False:
+            return False
+    for before, after in zip(old, new, strict=True):
+        flat_old, flat_new = flatten_config({"hook": before}), flatten_config({"hook": after})
+        classes = _class_keys({"hook": before}) | _class_keys({"hook": after})
+        if any(_same(flat_old[k], flat_new[k], k in classes) is False for k in flat_old.keys() & flat_new.keys()):
+            return False
+    return _SKIP
+
+
+LISTS_OF_CLASSES = ("federation.hooks",)
+"""Flattened keys whose value is a list of class sections (compared by :func:`_same_classes`)."""
 
 
 def _same(old: Any, new: Any, is_class: bool) -> bool | object:
@@ -122,6 +156,8 @@ def _same(old: Any, new: Any, is_class: bool) -> bool | object:
         return old == new
     if _words(old) and _words(new) and not is_class:  # a list of words (`groups: [negative]`) is kept as it is
         return old == new
+    if _numbers(old) and _numbers(new):  # `per_client: [2, 2, 4]`
+        return len(old) == len(new) and all(float(o) == float(n) for o, n in zip(old, new, strict=False))
     if (old is None) != (new is None) and all(v is None or _number(v) or isinstance(v, str) for v in (old, new)):
         return False
     return _SKIP
@@ -151,7 +187,10 @@ def _changes(old: dict[str, Any], new: dict[str, Any], summary: dict[str, Any] |
             continue
         if checked is not None and checked.get(key, before[key]) != before[key]:
             continue  # the run folder's two records disagree: the checkpoint decides
-        same = _same(before[key], after[key], key in classes)
+        if key in LISTS_OF_CLASSES:
+            same = _same_classes(before[key], after[key])
+        else:
+            same = _same(before[key], after[key], key in classes)
         if same is False:
             out.append(f"{key}: {before[key]!r} -> {_shown(key, after[key], key in classes)!r}")
     return out

@@ -225,6 +225,49 @@ def test_a_resume_with_a_changed_config_is_refused_before_torch(tmp_path, traine
     assert list((tmp_path / "cwd").iterdir()) == []
 
 
+LR_HOOK = "[{'class_path': 'lightning_fed.callbacks.RoundLRSchedule', 'init_args': {'schedule': 'cosine'}}]"
+
+
+@pytest.mark.parametrize("given", ["file", "command_line"])
+def test_a_resume_adding_a_round_hook_is_refused_before_torch(tmp_path, trained, given):
+    """Red team 11 row 12 (res_hook): a resume adding ``federation.hooks`` (a RoundLRSchedule from a second
+    YAML) was refused only after torch and the model's build (11 s of CPU), naming no file, while
+    ``model.lr`` from the same kind of file was refused before torch naming it. Seen failing on 628d0d2
+    (the line came from the live CLI: torch reached)."""
+    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+
+    root = trained.parents[3]
+    before = _files(root)
+    hooks = tmp_path / "hooks.yaml"
+    hooks.write_text(
+        "federation:\n  hooks:\n    - class_path: lightning_fed.callbacks.RoundLRSchedule\n"
+        "      init_args: {schedule: cosine}\n"
+    )
+    extra = ["--config", str(hooks)] if given == "file" else [f"--federation.hooks={LR_HOOK}"]
+    (tmp_path / "cwd").mkdir()
+    proc = lightning_fed_without_torch(
+        "fit",
+        "--config",
+        "tiny",
+        *extra,
+        f"--trainer.default_root_dir={root}",
+        "--federation.local_steps=1",
+        "--federation.rounds=2",
+        f"--ckpt_path={trained}",
+        cwd=tmp_path / "cwd",
+        hook=tmp_path / "hook",
+    )
+    assert REACHED_TORCH not in proc.stderr
+    named = f"config {str(hooks)!r}: " if given == "file" else ""
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: {named}ckpt_path {str(trained)!r} was written by a run with another config: federation.hooks:"
+        f" None -> {LR_HOOK}; resume with the run's own config, or start a new run without --ckpt_path\n",
+    )
+    assert _files(root) == before
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
 def test_a_resume_with_the_run_s_config_goes_on_to_the_checkpoint(tmp_path, trained):
     """Same values written otherwise (a short class name, 5e-3 for 0.005, more rounds): not refused here."""
     from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
