@@ -15,7 +15,9 @@ at all:
 - a set without a field its records need (:func:`missing_field_problem`: ``data.dataset`` against its
   data module's ``kind``, and a round hook's public set, red team 10 row 7: FedHDS ``anchors`` of
   instructions on a preference run failed with exit 1 after the round-0 evaluation had written the
-  run folder, naming ``data.dataset``).
+  run folder, naming ``data.dataset``);
+- a row of a local JSON/JSON Lines file whose required field is missing, null or empty
+  (:func:`blank_row_problem`, red team 11 row 11: after 12 s of imports, naming no line).
 
 Only what is certain is refused: a set whose columns (or column types) are not known here is left
 to the live run. Imports no torch (pyarrow only for a Parquet file's schema).
@@ -29,7 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.class_parameters import class_chain
-from lightning_fed.data_cross_rules import READS_ITS_SOURCE, RECORD_FIELDS, field_mapped, json_rows, local_columns
+from lightning_fed.data_cross_rules import (
+    READS_ITS_SOURCE,
+    RECORD_FIELDS,
+    blank_field_line,
+    field_mapped,
+    json_rows,
+    local_columns,
+    row_line,
+)
 from lightning_fed.nested_options import PARTITIONS, SYNTHETIC_PREFIX, generator_columns
 
 PLANTED_NUMERIC = frozenset({"client", "follows_group", "flipped"})
@@ -87,6 +97,52 @@ def missing_field_problem(
     )
 
 
+_SCALARS = (str, int, float, bool, type(None))
+_ASCII_SPACE = " \t\n\r\f\v"
+
+
+def blank_row_problem(option: str, dataset: Any, kind: Any, field_map: Any) -> str | None:
+    """The line refusing the first row of the local JSON/JSON Lines file ``dataset`` (given as ``option``)
+    whose required field (of ``kind``'s records, renamed by ``field_map``) is missing, null or empty, field
+    by field as :func:`~lightning_fed.datamodules.sources.validate_records` looks (red team 11 row 11: said
+    after 12 s of imports, without the line). ``None`` where that is not certain here: another format (a
+    CSV's empty cells are the reader's NA values), a file not read cleanly, a column the reader would not
+    type as text (a number, a list), a whitespace Arrow and Python trim otherwise."""
+    if not isinstance(dataset, str) or not isinstance(kind, str) or kind not in RECORD_FIELDS:
+        return None
+    if field_map is not None and not (
+        isinstance(field_map, Mapping) and all(isinstance(v, str) for v in field_map.values())
+    ):
+        return None
+    try:
+        rows = json_rows(Path(dataset).expanduser()) if Path(dataset).expanduser().is_file() else None
+    except Exception:  # noqa: BLE001 - not read cleanly: the data source's reader says it
+        return None
+    if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
+        return None
+    kinds: dict[str, set[type]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if not isinstance(value, _SCALARS):
+                return None  # a nested value: how the reader types its column is its to say
+            if value is not None:
+                kinds.setdefault(key, set()).add(float if type(value) is int else type(value))
+    if any(len(found) > 1 for found in kinds.values()):
+        return None  # mixed types in a column: the reader's to refuse
+    fields = RECORD_FIELDS[kind][0]
+    mapped = {field: (field_map or {}).get(field, field) for field in fields}
+    if any(kinds.get(column) != {str} for column in mapped.values()):
+        return None  # not text, or only nulls (validate_records: "must be text"), or no column at all
+    for field, column in mapped.items():
+        for index, row in enumerate(rows):
+            value = row.get(column)
+            if value is not None and value.strip() != value.strip(_ASCII_SPACE):
+                return None  # a whitespace Python and Arrow may trim otherwise
+            if value is None or not value.strip():
+                return blank_field_line(option, dataset, index, field, value is None, row_line(dataset, index))
+    return None
+
+
 def _is_text(dataset: str, column: str) -> bool:
     """Whether ``column`` (of the source, before ``field_map``) of ``dataset`` certainly holds text:
     a planted set's column not in :data:`PLANTED_NUMERIC`, a Parquet column of no numeric or bool
@@ -136,6 +192,12 @@ def data_columns_problem(data: Any) -> str | None:
     kind = record_kind(data["class_path"])
     if problem := missing_field_problem("data.dataset", init_args.get("dataset"), kind, field_map, "data.field_map"):
         return problem
+    for name in ("dataset", *EVALUATION_SETS):  # the order the data module reads them (FederatedDataModule.setup)
+        option, value = f"data.{name}", init_args.get(name)
+        if name != "dataset" and (problem := missing_field_problem(option, value, kind, field_map, "data.field_map")):
+            return problem
+        if problem := blank_row_problem(option, value, kind, field_map):
+            return problem
     sets = [(f"data.{name}", init_args.get(name)) for name in ("dataset", *EVALUATION_SETS)]
     known = [(opt, value, columns) for opt, value in sets if (columns := _columns(value, field_map)) is not None]
     name, given = _partition(init_args) or ("", {})
