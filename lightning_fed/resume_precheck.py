@@ -221,25 +221,33 @@ def resume_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
 
 def evaluation_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
     """The live ``validate``/``test`` line refusing the checkpoint file ``path`` when ``args`` build
-    another model than the run's config (the module class, backbone or LoRA layout:
-    :data:`~lightning_fed.config_changes.WEIGHT_KEYS`), or ``None``; compared as :func:`resume_problem`
-    compares (the run folder's ``config.yaml``, else with ``ckpt`` the checkpoint's own config)."""
-    changes = weight_changes(_resume_changes(path, args, ckpt) or [])
+    another model than the run's config (the module class, backbone, LoRA layout and the class's
+    layout options: :func:`~lightning_fed.config_changes.weight_changes`), or ``None``; compared as
+    :func:`resume_problem` compares (the run folder's ``config.yaml``, else with ``ckpt`` the
+    checkpoint's own config)."""
+    old = _old_config(path, ckpt)
+    changes = weight_changes(_resume_changes(path, args, ckpt) or [], old)
     return evaluation_refusal(path, changes) if changes else None
+
+
+def _old_config(path: str, ckpt: Any) -> dict[str, Any] | None:
+    """The run's config compared: its folder's ``config.yaml``, or with ``ckpt`` and no ``config.yaml``
+    (compared before the file was read) the config the checkpoint holds; else ``None``."""
+    old = run_config(path)
+    if ckpt is None:
+        return old
+    fed = ckpt.get("federation") if isinstance(ckpt, dict) else None
+    report = fed.get("report") if isinstance(fed, dict) else None
+    saved = report.get("config") if isinstance(report, dict) else None
+    return saved if old is None and isinstance(saved, dict) else None
 
 
 def _resume_changes(path: str, args: list[str], ckpt: Any) -> list[str] | None:
     """:func:`resume_problem`'s changes (``"key: old -> new"``), or ``None`` where nothing is compared."""
     from lightning_fed.config_values import merged_config
 
-    old, summary = run_config(path), None
-    if ckpt is not None:  # only where no config.yaml was compared before the file was read
-        fed = ckpt.get("federation") if isinstance(ckpt, dict) else None
-        report = fed.get("report") if isinstance(fed, dict) else None
-        saved = report.get("config") if isinstance(report, dict) else None
-        old = saved if old is None and isinstance(saved, dict) else None
-    elif old is not None:
-        summary = _summary_config(path)
+    old = _old_config(path, ckpt)
+    summary = _summary_config(path) if ckpt is None and old is not None else None
     merged = merged_config(args) if old is not None else None
     if old is None or merged is None:
         return None

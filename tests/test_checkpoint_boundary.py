@@ -133,6 +133,43 @@ def test_validate_compares_the_model_config_with_the_checkpoints(tmp_path, train
     assert not (tmp_path / "run").exists()
 
 
+def test_validate_at_another_beta_scores_the_checkpoint(tmp_path, trained):
+    """Red team 11 row 9 (val_hpc_beta): DPO's ``beta`` is a loss setting, no weight; trust_boundary.md holds
+    ``validate``/``test`` to the module class, backbone and LoRA layout only. On 628d0d2 refused: ``holds the
+    weights of another model: model.beta: 0.5 -> 5.0`` (exit 2). The run folder is a copy: validate writes
+    its results there."""
+    root = tmp_path / "copy"
+    shutil.copytree(trained.parents[3], root)
+    ckpt = root / trained.relative_to(trained.parents[3])
+    proc = _cli("validate", root, f"--ckpt_path={ckpt}", "--model.init_args.beta=5.0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _errors(proc) == []
+
+
+def test_validate_with_another_lora_layout_is_refused_before_torch(tmp_path, trained):
+    """The layout keys stay compared (lightning_fed/config_changes.py weight_changes), before torch."""
+    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+
+    (tmp_path / "cwd").mkdir()
+    proc = lightning_fed_without_torch(
+        "validate",
+        "--config",
+        "tiny",
+        f"--ckpt_path={trained}",
+        "--model.init_args.beta=5.0",
+        "--model.init_args.lora.r=2",
+        cwd=tmp_path / "cwd",
+        hook=tmp_path / "hook",
+    )
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: ckpt_path {str(trained)!r} holds the weights of another model: model.lora.r: 4 -> 2;"
+        " evaluate it with the config it was trained with\n",
+    )
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
 def test_test_without_a_test_set_writes_nothing(tmp_path, trained):
     proc = _cli("test", tmp_path / "run", f"--ckpt_path={trained}")
     assert proc.returncode == 2, proc.stderr[-3000:]
