@@ -82,9 +82,25 @@ def decides_result(key: str) -> bool:
     return key.split(".", 1)[0] in RESULT_SECTIONS
 
 
+def unset_to_mapping(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Give both flattened configs a key one holds as ``None`` (or ``{}``) and the other as a mapping
+    (flattened into ``key.<option>`` keys): ``federation.privacy: null`` -> ``{target_epsilon: 4}``,
+    ``data.field_map: null`` -> ``{prompt: q}``. Compared over common keys only, such a change was
+    no change at all (red team 11 row 12's neighbours: a resume turning privacy on went on)."""
+    for one, other in ((before, after), (after, before)):
+        for key in [k for k, v in one.items() if v is None or v == {}]:
+            if key in other:
+                continue
+            nested = {k[len(key) + 1 :]: v for k, v in other.items() if k.startswith(f"{key}.")}
+            if nested and not any(k.startswith(("init_args", "class_path")) for k in nested):
+                other[key] = nested  # (a class's init_args without its class_path: the parser's to refuse)
+
+
 def compare_configs(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(forbidden changes, allowed changes), each ``"key: old -> new"``, over keys both configs hold."""
+    """(forbidden changes, allowed changes), each ``"key: old -> new"``, over keys both configs hold
+    (and a mapping set where the other has none: :func:`unset_to_mapping`)."""
     before, after = flatten_config(old), flatten_config(new)
+    unset_to_mapping(before, after)
     for flat in (before, after):  # `data.seed: 0` (explicit) and `data.seed: null` with seed 0 are one run
         for key in DERIVED_SEEDS:
             if key in flat and flat[key] is None:

@@ -33,6 +33,7 @@ from lightning_fed.config_changes import (
     evaluation_refusal,
     flatten_config,
     resume_refusal,
+    unset_to_mapping,
     weight_changes,
 )
 
@@ -144,6 +145,8 @@ def _same(old: Any, new: Any, is_class: bool) -> bool | object:
     if old is None and new is None:
         return True
     if isinstance(old, bool) or isinstance(new, bool):
+        if old is None or new is None:  # `trainer.deterministic: null -> true`
+            return False
         return old == new if isinstance(old, bool) and isinstance(new, bool) else _SKIP
     if _number(old) and _number(new):
         return float(old) == float(new)
@@ -160,6 +163,10 @@ def _same(old: Any, new: Any, is_class: bool) -> bool | object:
         return len(old) == len(new) and all(float(o) == float(n) for o, n in zip(old, new, strict=False))
     if (old is None) != (new is None) and all(v is None or _number(v) or isinstance(v, str) for v in (old, new)):
         return False
+    if (old is None) != (new is None) and any(
+        (_words(v) or _numbers(v) or isinstance(v, dict)) and v for v in (old, new)
+    ):
+        return False  # `lora.target_modules: null -> [c_attn]`, `federation.privacy: null -> {...}`
     return _SKIP
 
 
@@ -175,6 +182,7 @@ def _shown(key: str, value: Any, is_class: bool) -> Any:
 def _changes(old: dict[str, Any], new: dict[str, Any], summary: dict[str, Any] | None) -> list[str]:
     """The result-deciding changes (``"key: old -> new"``, sorted) this module is certain of."""
     before, after = flatten_config(old), flatten_config(new)
+    unset_to_mapping(before, after)  # `federation.privacy: null` -> a mapping
     checked = flatten_config(summary) if summary is not None else None
     classes = _class_keys(old) | _class_keys(new)
     for flat in (before, after):

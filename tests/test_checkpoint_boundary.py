@@ -222,6 +222,16 @@ RESUME_CHANGES = {
         "federation.strategy: 'lightning_fed.strategies.FedAvg' -> 'lightning_fed.strategies.FedProx'",
     ),
     "lora_r": (["--model.init_args.lora.r=8"], "model.lora.r: 4 -> 8"),
+    # red team 11 row 12's neighbours, late (or never refused) on 628d0d2: an option set where the run had none
+    "target_modules": (
+        ["--model.init_args.lora.target_modules=[c_attn]"],
+        "model.lora.target_modules: None -> ['c_attn']",
+    ),
+    "field_map": (
+        ["--data.init_args.field_map={chosen: rejected, rejected: chosen}"],
+        "data.field_map: None -> {'chosen': 'rejected', 'rejected': 'chosen'}",
+    ),
+    "deterministic": (["--trainer.deterministic=true"], "trainer.deterministic: None -> True"),
     "two_keys": (
         ["--model.init_args.lr=1e-2", "--data.init_args.num_clients=5"],
         "data.num_clients: 4 -> 5 (and 1 more: model.lr)",
