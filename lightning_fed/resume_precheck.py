@@ -185,14 +185,16 @@ def _changes(old: dict[str, Any], new: dict[str, Any], summary: dict[str, Any] |
     unset_to_mapping(before, after)  # `federation.privacy: null` -> a mapping
     checked = flatten_config(summary) if summary is not None else None
     classes = _class_keys(old) | _class_keys(new)
-    for flat in (before, after):
+    for flat in (before, after, checked if checked is not None else {}):
         for key in DERIVED_SEEDS:
             if key in flat and flat[key] is None and "seed_everything" in flat:
                 flat[key] = flat["seed_everything"]
     out = []
     for key in sorted(before.keys() & after.keys()):
-        if key in NOT_COMPARED or not decides_result(key) or key in DERIVED_SEEDS:
+        if key in NOT_COMPARED or not decides_result(key):
             continue
+        if key in DERIVED_SEEDS and (after[key] is None or before[key] is None):
+            continue  # the value seed_everything gives it, not known here (seed_everything: true, PL_GLOBAL_SEED)
         if checked is not None and checked.get(key, before[key]) != before[key]:
             continue  # the run folder's two records disagree: the checkpoint decides
         if key in LISTS_OF_CLASSES:

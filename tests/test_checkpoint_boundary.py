@@ -232,6 +232,7 @@ RESUME_CHANGES = {
         "data.field_map: None -> {'chosen': 'rejected', 'rejected': 'chosen'}",
     ),
     "deterministic": (["--trainer.deterministic=true"], "trainer.deterministic: None -> True"),
+    "data_seed": (["--data.init_args.seed=5"], "data.seed: 0 -> 5"),
     "two_keys": (
         ["--model.init_args.lr=1e-2", "--data.init_args.num_clients=5"],
         "data.num_clients: 4 -> 5 (and 1 more: model.lr)",
