@@ -190,6 +190,33 @@ def test_a_row_without_a_field_is_one_line_before_torch(tmp_path, option):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_csv_row_with_an_empty_cell_is_one_line_before_torch(tmp_path):
+    """The same for a CSV file (an empty cell is pandas' NA: missing or null), named by its row only (a
+    quoted cell may span lines). On 628d0d2 refused only after torch."""
+    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+
+    rows = ["hello there,good,bad"] * 40
+    rows[30] = "hello there,good,"
+    data = tmp_path / "fit_data.csv"
+    data.write_text("prompt,chosen,rejected\n" + "".join(r + "\n" for r in rows))
+    proc = lightning_fed_without_torch(
+        "fit",
+        "--config",
+        "tiny",
+        f"--data.init_args.dataset={data}",
+        "--data.init_args.synthetic_args=null",
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+        hook=tmp_path / "hook",
+    )
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: data.dataset {str(data)!r}: row 30 has no 'rejected' (missing or null)\n",
+    )
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_live_check_names_the_line_of_a_json_lines_row(tmp_path):
     """The same line after the imports (a data module of the user's reading the file via load_records)."""
     data = tmp_path / "d.jsonl"
