@@ -17,6 +17,7 @@ from lightning_fed.class_parameters import parameters, takes_any_keyword
 from lightning_fed.data_cross_rules import clients_per_round_problem, data_cross_problems
 from lightning_fed.data_paths import DATASET_OPTIONS, dataset_text_problem, missing_path_problem
 from lightning_fed.hook_rules import hook_problems
+from lightning_fed.model_packages import GGUF_PREFIX, gguf_problem
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.option_rules import (
     CROSS_CHECKS,
@@ -160,6 +161,8 @@ def hub_model_problem(sections: dict[str, Any]) -> str | None:
         return None
     backbone = model["init_args"].get("backbone")
     spec = backbone.get("name_or_path") if isinstance(backbone, dict) else None
-    if not isinstance(spec, str) or spec.startswith("gguf:"):
+    if isinstance(spec, str) and spec.startswith(GGUF_PREFIX):  # its package, or its cached copy
+        return gguf_problem("model.backbone.name_or_path", spec, backbone.get("cache_dir"))
+    if not isinstance(spec, str):
         return None
     return missing_source_problem("model.backbone.name_or_path", spec)

@@ -82,9 +82,25 @@ def decides_result(key: str) -> bool:
     return key.split(".", 1)[0] in RESULT_SECTIONS
 
 
+def unset_to_mapping(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Give both flattened configs a key one holds as ``None`` (or ``{}``) and the other as a mapping
+    (flattened into ``key.<option>`` keys): ``federation.privacy: null`` -> ``{target_epsilon: 4}``,
+    ``data.field_map: null`` -> ``{prompt: q}``. Compared over common keys only, such a change was
+    no change at all (red team 11 row 12's neighbours: a resume turning privacy on went on)."""
+    for one, other in ((before, after), (after, before)):
+        for key in [k for k, v in one.items() if v is None or v == {}]:
+            if key in other:
+                continue
+            nested = {k[len(key) + 1 :]: v for k, v in other.items() if k.startswith(f"{key}.")}
+            if nested and not any(k.startswith(("init_args", "class_path")) for k in nested):
+                other[key] = nested  # (a class's init_args without its class_path: the parser's to refuse)
+
+
 def compare_configs(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(forbidden changes, allowed changes), each ``"key: old -> new"``, over keys both configs hold."""
+    """(forbidden changes, allowed changes), each ``"key: old -> new"``, over keys both configs hold
+    (and a mapping set where the other has none: :func:`unset_to_mapping`)."""
     before, after = flatten_config(old), flatten_config(new)
+    unset_to_mapping(before, after)
     for flat in (before, after):  # `data.seed: 0` (explicit) and `data.seed: null` with seed 0 are one run
         for key in DERIVED_SEEDS:
             if key in flat and flat[key] is None:
@@ -118,14 +134,55 @@ def resume_refusal(path: str | Path, forbidden: list[str]) -> str:
 
 
 WEIGHT_KEYS = ("model", "model.backbone", "model.lora")
-"""Config keys (and the keys under them) that decide what a checkpoint's weights mean: the
-module class, the backbone and the LoRA layout. ``validate``/``test``/``predict`` hold a
-checkpoint to these only: data, federation and optimizer may differ from the fit's."""
+"""Config keys (and the keys under them) that decide what a checkpoint's weights mean for every
+module: the module class, the backbone and the LoRA layout (its rank, scale and target modules).
+``validate``/``test``/``predict`` hold a checkpoint to these and to the class's own
+:data:`MODEL_LAYOUT` only: data, federation, optimizer and the loss's hyper-parameters
+(``model.beta`` of DPO, ``model.lr``, a dropout) may differ from the fit's (red team 11 row 9: a
+DPO checkpoint scored at another ``beta`` was refused as "the weights of another model")."""
+
+NOT_WEIGHT_KEYS = frozenset({"model.lora.dropout"})
+"""Keys under :data:`WEIGHT_KEYS` that no weight depends on (dropout is off in evaluation)."""
+
+_PERSONAL_HEAD = ("use_bottleneck", "bottleneck_dim", "personal_dtype")
+MODEL_LAYOUT: dict[str, tuple[str, ...]] = {
+    "FederatedModule": (),
+    "SFTModule": (),
+    "DPOModule": (),
+    "ORPOModule": (),
+    "SimPOModule": (),
+    "PerFedAvgModule": (),
+    "BinarySelectorModule": ("num_selectors",),
+    "OffsiteModule": ("layout", "adapter_layers", "beta"),  # beta: the emulator's layer-drop ratio
+    "PersonalHeadDPO": _PERSONAL_HEAD,
+    "FedRepModule": _PERSONAL_HEAD,
+    "FedPerModule": (*_PERSONAL_HEAD, "shared_layers"),
+    "PDPOModule": (*_PERSONAL_HEAD, "use_reward_head", "reward_hidden", "reward_pool"),
+}
+"""The package's module classes (by name) and their ``model.<option>`` beyond :data:`WEIGHT_KEYS`
+that decide which weights the module has or what they compute (an adapter on or off, its width,
+the layers it covers). Every other option of a listed class is a training or loss setting no weight
+depends on; ``tests/test_config_changes.py`` walks each class's signature so a new parameter is
+classified here. A class not listed (a user's own) is held to every ``model`` key."""
 
 
-def weight_changes(changes: list[str]) -> list[str]:
-    """The changes (``"key: old -> new"``) of :data:`WEIGHT_KEYS` and the keys under them."""
-    return [c for c in changes if any(c.startswith(f"{k}:") or c.startswith(f"{k}.") for k in WEIGHT_KEYS)]
+def weight_changes(changes: list[str], old: dict[str, Any] | None = None) -> list[str]:
+    """The changes (``"key: old -> new"``) that give the checkpoint's weights another meaning: of
+    :data:`WEIGHT_KEYS` and the keys under them (less :data:`NOT_WEIGHT_KEYS`), and of the
+    :data:`MODEL_LAYOUT` options of the run's module class (``old``: the run's stored config); for a
+    class not listed (or no ``old``), of every ``model`` key."""
+    model = flatten_config(old).get("model") if old is not None else None
+    layout = MODEL_LAYOUT.get(model.rpartition(".")[2]) if isinstance(model, str) else None
+
+    def decides_weights(key: str) -> bool:
+        if layout is None:  # a class of the user's: every model key
+            return key == "model" or key.startswith("model.")
+        if key in NOT_WEIGHT_KEYS:
+            return False
+        under = key == "model" or any(key == k or key.startswith(f"{k}.") for k in WEIGHT_KEYS[1:])
+        return under or (key.startswith("model.") and key.split(".")[1] in layout)
+
+    return [c for c in changes if decides_weights(c.split(":", 1)[0])]
 
 
 def evaluation_refusal(path: str | Path, changes: list[str]) -> str:

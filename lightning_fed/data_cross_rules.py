@@ -136,6 +136,33 @@ def json_rows(path: Path) -> Any:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def row_line(dataset: str, row: int) -> int | None:
+    """The line (from 1, as an editor shows it) of row ``row`` (from 0, as ``datasets`` indexes it) of the
+    JSON Lines file ``dataset`` (blank lines hold no row), or ``None``: a JSON array, another format, a
+    file larger than :data:`MAX_SCANNED_BYTES` or not read cleanly."""
+    path = Path(dataset).expanduser()
+    try:
+        if path.suffix.lower() not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
+            return None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if text.lstrip().startswith("["):
+        return None
+    numbers = [number for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    return numbers[row] if 0 <= row < len(numbers) else None
+
+
+def blank_field_line(option: str, dataset: str, row: int, field: str, missing: bool, line: int | None) -> str:
+    """The line refusing row ``row`` of ``dataset`` (given as ``option``) whose required ``field`` is
+    missing or null (``missing``) or empty: :func:`~lightning_fed.datamodules.sources.validate_records`'
+    after the imports, the precheck's (:func:`lightning_fed.data_columns.blank_row_problem`) before them.
+    A row of a JSON Lines file is named with its ``line`` (trust_boundary.md: ``line 4 (row 3)``)."""
+    where = f"line {line} (row {row})" if line is not None else f"row {row}"
+    what = f"no {field!r} (missing or null)" if missing else f"an empty {field!r}"
+    return f"{option} {dataset!r}: {where} has {what}"
+
+
 def local_columns(dataset: str) -> list[str] | None:
     """The columns of the local file ``dataset`` as ``datasets`` reads it (a CSV's header, a Parquet
     file's schema, the keys of a JSON file's rows in the order first seen), or ``None`` if not known

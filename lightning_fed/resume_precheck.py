@@ -33,6 +33,7 @@ from lightning_fed.config_changes import (
     evaluation_refusal,
     flatten_config,
     resume_refusal,
+    unset_to_mapping,
     weight_changes,
 )
 
@@ -90,6 +91,9 @@ def new_config(sections: dict[str, Any]) -> dict[str, Any]:
     strategy = sections.get("federation.strategy")
     if isinstance(strategy, dict):
         federation["strategy"] = strategy
+    hooks = sections.get("federation.hooks")
+    if isinstance(hooks, list) and all(isinstance(h, dict) for h in hooks):  # a list of class sections
+        federation["hooks"] = hooks
     if federation:
         out["federation"] = federation
     return out
@@ -103,6 +107,37 @@ def _words(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+def _numbers(value: Any) -> bool:
+    return isinstance(value, list) and all(_number(v) for v in value)
+
+
+def _same_classes(old: Any, new: Any) -> bool | object:
+    """Whether the list of class sections ``new`` (``federation.hooks`` as given, :class:`~lightning_fed.
+    config_values.Merged`) is the parser's ``old`` (as dumped, every argument resolved), or :data:`_SKIP`.
+    Another count of classes or another class at a place is certain; so is another value of an argument
+    both give. An argument ``new`` leaves out takes a default not known here: left to the live check."""
+    old, new = [] if old is None else old, [] if new is None else new
+    if not (isinstance(old, list) and isinstance(new, list)):
+        return _SKIP
+    if len(old) != len(new):
+        return False
+    for before, after in zip(old, new, strict=True):
+        if not all(isinstance(c, dict) and isinstance(c.get("class_path"), str) for c in (before, after)):
+            return _SKIP
+        if _same(before["class_path"], after["class_path"], True) is False:
+            return False
+    for before, after in zip(old, new, strict=True):
+        flat_old, flat_new = flatten_config({"hook": before}), flatten_config({"hook": after})
+        classes = _class_keys({"hook": before}) | _class_keys({"hook": after})
+        if any(_same(flat_old[k], flat_new[k], k in classes) is False for k in flat_old.keys() & flat_new.keys()):
+            return False
+    return _SKIP
+
+
+LISTS_OF_CLASSES = ("federation.hooks",)
+"""Flattened keys whose value is a list of class sections (compared by :func:`_same_classes`)."""
+
+
 def _same(old: Any, new: Any, is_class: bool) -> bool | object:
     """Whether ``new`` (as given) is the parser's ``old`` (as dumped), or :data:`_SKIP`."""
     if isinstance(old, str) and isinstance(new, str) and is_class:
@@ -110,6 +145,8 @@ def _same(old: Any, new: Any, is_class: bool) -> bool | object:
     if old is None and new is None:
         return True
     if isinstance(old, bool) or isinstance(new, bool):
+        if old is None or new is None:  # `trainer.deterministic: null -> true`
+            return False
         return old == new if isinstance(old, bool) and isinstance(new, bool) else _SKIP
     if _number(old) and _number(new):
         return float(old) == float(new)
@@ -122,8 +159,14 @@ def _same(old: Any, new: Any, is_class: bool) -> bool | object:
         return old == new
     if _words(old) and _words(new) and not is_class:  # a list of words (`groups: [negative]`) is kept as it is
         return old == new
+    if _numbers(old) and _numbers(new):  # `per_client: [2, 2, 4]`
+        return len(old) == len(new) and all(float(o) == float(n) for o, n in zip(old, new, strict=False))
     if (old is None) != (new is None) and all(v is None or _number(v) or isinstance(v, str) for v in (old, new)):
         return False
+    if (old is None) != (new is None) and any(
+        (_words(v) or _numbers(v) or isinstance(v, dict)) and v for v in (old, new)
+    ):
+        return False  # `lora.target_modules: null -> [c_attn]`, `federation.privacy: null -> {...}`
     return _SKIP
 
 
@@ -139,19 +182,25 @@ def _shown(key: str, value: Any, is_class: bool) -> Any:
 def _changes(old: dict[str, Any], new: dict[str, Any], summary: dict[str, Any] | None) -> list[str]:
     """The result-deciding changes (``"key: old -> new"``, sorted) this module is certain of."""
     before, after = flatten_config(old), flatten_config(new)
+    unset_to_mapping(before, after)  # `federation.privacy: null` -> a mapping
     checked = flatten_config(summary) if summary is not None else None
     classes = _class_keys(old) | _class_keys(new)
-    for flat in (before, after):
+    for flat in (before, after, checked if checked is not None else {}):
         for key in DERIVED_SEEDS:
             if key in flat and flat[key] is None and "seed_everything" in flat:
                 flat[key] = flat["seed_everything"]
     out = []
     for key in sorted(before.keys() & after.keys()):
-        if key in NOT_COMPARED or not decides_result(key) or key in DERIVED_SEEDS:
+        if key in NOT_COMPARED or not decides_result(key):
             continue
+        if key in DERIVED_SEEDS and (after[key] is None or before[key] is None):
+            continue  # the value seed_everything gives it, not known here (seed_everything: true, PL_GLOBAL_SEED)
         if checked is not None and checked.get(key, before[key]) != before[key]:
             continue  # the run folder's two records disagree: the checkpoint decides
-        same = _same(before[key], after[key], key in classes)
+        if key in LISTS_OF_CLASSES:
+            same = _same_classes(before[key], after[key])
+        else:
+            same = _same(before[key], after[key], key in classes)
         if same is False:
             out.append(f"{key}: {before[key]!r} -> {_shown(key, after[key], key in classes)!r}")
     return out
@@ -182,25 +231,33 @@ def resume_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
 
 def evaluation_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
     """The live ``validate``/``test`` line refusing the checkpoint file ``path`` when ``args`` build
-    another model than the run's config (the module class, backbone or LoRA layout:
-    :data:`~lightning_fed.config_changes.WEIGHT_KEYS`), or ``None``; compared as :func:`resume_problem`
-    compares (the run folder's ``config.yaml``, else with ``ckpt`` the checkpoint's own config)."""
-    changes = weight_changes(_resume_changes(path, args, ckpt) or [])
+    another model than the run's config (the module class, backbone, LoRA layout and the class's
+    layout options: :func:`~lightning_fed.config_changes.weight_changes`), or ``None``; compared as
+    :func:`resume_problem` compares (the run folder's ``config.yaml``, else with ``ckpt`` the
+    checkpoint's own config)."""
+    old = _old_config(path, ckpt)
+    changes = weight_changes(_resume_changes(path, args, ckpt) or [], old)
     return evaluation_refusal(path, changes) if changes else None
+
+
+def _old_config(path: str, ckpt: Any) -> dict[str, Any] | None:
+    """The run's config compared: its folder's ``config.yaml``, or with ``ckpt`` and no ``config.yaml``
+    (compared before the file was read) the config the checkpoint holds; else ``None``."""
+    old = run_config(path)
+    if ckpt is None:
+        return old
+    fed = ckpt.get("federation") if isinstance(ckpt, dict) else None
+    report = fed.get("report") if isinstance(fed, dict) else None
+    saved = report.get("config") if isinstance(report, dict) else None
+    return saved if old is None and isinstance(saved, dict) else None
 
 
 def _resume_changes(path: str, args: list[str], ckpt: Any) -> list[str] | None:
     """:func:`resume_problem`'s changes (``"key: old -> new"``), or ``None`` where nothing is compared."""
     from lightning_fed.config_values import merged_config
 
-    old, summary = run_config(path), None
-    if ckpt is not None:  # only where no config.yaml was compared before the file was read
-        fed = ckpt.get("federation") if isinstance(ckpt, dict) else None
-        report = fed.get("report") if isinstance(fed, dict) else None
-        saved = report.get("config") if isinstance(report, dict) else None
-        old = saved if old is None and isinstance(saved, dict) else None
-    elif old is not None:
-        summary = _summary_config(path)
+    old = _old_config(path, ckpt)
+    summary = _summary_config(path) if ckpt is None and old is not None else None
     merged = merged_config(args) if old is not None else None
     if old is None or merged is None:
         return None

@@ -133,6 +133,43 @@ def test_validate_compares_the_model_config_with_the_checkpoints(tmp_path, train
     assert not (tmp_path / "run").exists()
 
 
+def test_validate_at_another_beta_scores_the_checkpoint(tmp_path, trained):
+    """Red team 11 row 9 (val_hpc_beta): DPO's ``beta`` is a loss setting, no weight; trust_boundary.md holds
+    ``validate``/``test`` to the module class, backbone and LoRA layout only. On 628d0d2 refused: ``holds the
+    weights of another model: model.beta: 0.5 -> 5.0`` (exit 2). The run folder is a copy: validate writes
+    its results there."""
+    root = tmp_path / "copy"
+    shutil.copytree(trained.parents[3], root)
+    ckpt = root / trained.relative_to(trained.parents[3])
+    proc = _cli("validate", root, f"--ckpt_path={ckpt}", "--model.init_args.beta=5.0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _errors(proc) == []
+
+
+def test_validate_with_another_lora_layout_is_refused_before_torch(tmp_path, trained):
+    """The layout keys stay compared (lightning_fed/config_changes.py weight_changes), before torch."""
+    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+
+    (tmp_path / "cwd").mkdir()
+    proc = lightning_fed_without_torch(
+        "validate",
+        "--config",
+        "tiny",
+        f"--ckpt_path={trained}",
+        "--model.init_args.beta=5.0",
+        "--model.init_args.lora.r=2",
+        cwd=tmp_path / "cwd",
+        hook=tmp_path / "hook",
+    )
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: ckpt_path {str(trained)!r} holds the weights of another model: model.lora.r: 4 -> 2;"
+        " evaluate it with the config it was trained with\n",
+    )
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
 def test_test_without_a_test_set_writes_nothing(tmp_path, trained):
     proc = _cli("test", tmp_path / "run", f"--ckpt_path={trained}")
     assert proc.returncode == 2, proc.stderr[-3000:]
@@ -185,6 +222,17 @@ RESUME_CHANGES = {
         "federation.strategy: 'lightning_fed.strategies.FedAvg' -> 'lightning_fed.strategies.FedProx'",
     ),
     "lora_r": (["--model.init_args.lora.r=8"], "model.lora.r: 4 -> 8"),
+    # red team 11 row 12's neighbours, late (or never refused) on 628d0d2: an option set where the run had none
+    "target_modules": (
+        ["--model.init_args.lora.target_modules=[c_attn]"],
+        "model.lora.target_modules: None -> ['c_attn']",
+    ),
+    "field_map": (
+        ["--data.init_args.field_map={chosen: rejected, rejected: chosen}"],
+        "data.field_map: None -> {'chosen': 'rejected', 'rejected': 'chosen'}",
+    ),
+    "deterministic": (["--trainer.deterministic=true"], "trainer.deterministic: None -> True"),
+    "data_seed": (["--data.init_args.seed=5"], "data.seed: 0 -> 5"),
     "two_keys": (
         ["--model.init_args.lr=1e-2", "--data.init_args.num_clients=5"],
         "data.num_clients: 4 -> 5 (and 1 more: model.lr)",
@@ -220,6 +268,49 @@ def test_a_resume_with_a_changed_config_is_refused_before_torch(tmp_path, traine
         2,
         f"error: ckpt_path {str(trained)!r} was written by a run with another config: {change}; resume with the"
         " run's own config, or start a new run without --ckpt_path\n",
+    )
+    assert _files(root) == before
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
+LR_HOOK = "[{'class_path': 'lightning_fed.callbacks.RoundLRSchedule', 'init_args': {'schedule': 'cosine'}}]"
+
+
+@pytest.mark.parametrize("given", ["file", "command_line"])
+def test_a_resume_adding_a_round_hook_is_refused_before_torch(tmp_path, trained, given):
+    """Red team 11 row 12 (res_hook): a resume adding ``federation.hooks`` (a RoundLRSchedule from a second
+    YAML) was refused only after torch and the model's build (11 s of CPU), naming no file, while
+    ``model.lr`` from the same kind of file was refused before torch naming it. Seen failing on 628d0d2
+    (the line came from the live CLI: torch reached)."""
+    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+
+    root = trained.parents[3]
+    before = _files(root)
+    hooks = tmp_path / "hooks.yaml"
+    hooks.write_text(
+        "federation:\n  hooks:\n    - class_path: lightning_fed.callbacks.RoundLRSchedule\n"
+        "      init_args: {schedule: cosine}\n"
+    )
+    extra = ["--config", str(hooks)] if given == "file" else [f"--federation.hooks={LR_HOOK}"]
+    (tmp_path / "cwd").mkdir()
+    proc = lightning_fed_without_torch(
+        "fit",
+        "--config",
+        "tiny",
+        *extra,
+        f"--trainer.default_root_dir={root}",
+        "--federation.local_steps=1",
+        "--federation.rounds=2",
+        f"--ckpt_path={trained}",
+        cwd=tmp_path / "cwd",
+        hook=tmp_path / "hook",
+    )
+    assert REACHED_TORCH not in proc.stderr
+    named = f"config {str(hooks)!r}: " if given == "file" else ""
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: {named}ckpt_path {str(trained)!r} was written by a run with another config: federation.hooks:"
+        f" None -> {LR_HOOK}; resume with the run's own config, or start a new run without --ckpt_path\n",
     )
     assert _files(root) == before
     assert list((tmp_path / "cwd").iterdir()) == []

@@ -18,7 +18,7 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lightning_fed.data_cross_rules import RECORD_FIELDS
+from lightning_fed.data_cross_rules import RECORD_FIELDS, blank_field_line, row_line
 from lightning_fed.data_paths import LOCAL_FORMATS, SUPPORTED, missing_path_problem
 from lightning_fed.datamodules.synthetic import SYNTHETIC
 from lightning_fed.errors import UserError
@@ -61,7 +61,7 @@ def load_records(
     """
     _check_kind(kind)
     ds = apply_field_map(read_source(dataset, split, synthetic_args), kind, dataset, field_map)
-    validate_records(ds, kind, dataset)
+    validate_records(ds, kind, dataset, file_rows=True)
     return ds
 
 
@@ -243,6 +243,8 @@ def apply_field_map(
         ds: The records as loaded.
         kind: ``"instruction"`` or ``"preference"``.
         source: The data set's name, for error messages.
+        file_rows: ``ds`` holds the rows of the file ``source`` in its order: a blank field of a JSON
+            Lines file names its line too (:func:`~lightning_fed.data_cross_rules.row_line`).
         field_map: Our field name -> the source's column name.
 
     Raises:
@@ -273,7 +275,7 @@ def apply_field_map(
     return ds.rename_columns(renames) if renames else ds
 
 
-def validate_records(ds: datasets.Dataset, kind: str, source: str) -> None:
+def validate_records(ds: datasets.Dataset, kind: str, source: str, file_rows: bool = False) -> None:
     """Check that every required field is present, textual and non-empty in every row.
 
     Optional fields, if present, must be text or null. Runs on Arrow columns, so it is fast
@@ -283,6 +285,8 @@ def validate_records(ds: datasets.Dataset, kind: str, source: str) -> None:
         ds: Records with canonical field names.
         kind: ``"instruction"`` or ``"preference"``.
         source: The data set's name, for error messages.
+        file_rows: ``ds`` holds the rows of the file ``source`` in its order: a blank field of a JSON
+            Lines file names its line too (:func:`~lightning_fed.data_cross_rules.row_line`).
 
     Raises:
         ValueError: On the first problem found: a missing field, a non-text field, or a row
@@ -321,8 +325,9 @@ def validate_records(ds: datasets.Dataset, kind: str, source: str) -> None:
         if pc.any(blank).as_py():
             row = pc.index(blank, True).as_py()
             # a key missing from a JSON row reads as null, as `null` does: said as such, not as empty
-            what = f"no {field!r} (missing or null)" if not column[row].is_valid else f"an empty {field!r}"
-            raise UserError(f"data.dataset {source!r}: row {row} has {what}")  # one line (red team 11 row 11)
+            line = row_line(source, row) if file_rows else None
+            # one line (red team 11 row 11); the precheck says it before torch (data_columns.blank_row_problem)
+            raise UserError(blank_field_line("data.dataset", source, row, field, not column[row].is_valid, line))
 
 
 def _check_kind(kind: str) -> None:

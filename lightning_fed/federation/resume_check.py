@@ -73,12 +73,13 @@ def check_evaluation(path: str | Path, config: dict[str, Any], old: dict[str, An
     """Check that the checkpoint at ``path`` holds weights of the model ``config`` builds.
 
     Raises:
-        CheckpointError: the module class, backbone or LoRA layout changed (names key old -> new).
+        CheckpointError: the module class, backbone, LoRA layout or a layout option of the class
+            changed (:func:`~lightning_fed.config_changes.weight_changes`; names key old -> new).
     """
     if old is None:
         return
     forbidden, _ = compare_configs(old, config)
-    if changes := weight_changes(forbidden):
+    if changes := weight_changes(forbidden, old):
         raise CheckpointError(evaluation_refusal(path, changes))
 
 

@@ -133,7 +133,9 @@ def load_backbone(cfg: BackboneConfig) -> tuple[PreTrainedModel, PreTrainedToken
         ValueError: If a GGUF package or file, or a local path, does not exist.
         OSError: If a hub id is neither cached nor reachable.
     """
-    tokenizer = load_tokenizer(cfg.tokenizer_spec, cache_dir=cfg.cache_dir)
+    # the option the user set: a null tokenizer is name_or_path's (red team 11 row 2 named backbone.tokenizer)
+    field = "backbone.tokenizer" if cfg.tokenizer is not None else "backbone.name_or_path"
+    tokenizer = load_tokenizer(cfg.tokenizer_spec, cache_dir=cfg.cache_dir, field=field)
     dtype = DTYPES[cfg.dtype]
     quantized = cfg.quantization != "none"
     if cfg.config is not None:
@@ -154,12 +156,15 @@ def load_backbone(cfg: BackboneConfig) -> tuple[PreTrainedModel, PreTrainedToken
     return model, tokenizer
 
 
-def load_tokenizer(spec: str, cache_dir: str | None = None) -> PreTrainedTokenizerBase:
+def load_tokenizer(
+    spec: str, cache_dir: str | None = None, field: str = "backbone.tokenizer"
+) -> PreTrainedTokenizerBase:
     """Load a tokenizer by name; see :attr:`BackboneConfig.tokenizer` for the accepted names.
 
     Args:
         spec: ``bytes``, ``gpt2-bpe``, ``gguf:<package>/<file.gguf>``, a hub id or a folder.
         cache_dir: Cache for dequantized GGUF models (only used by ``gguf:`` names).
+        field: The option named in errors (``backbone.name_or_path`` when the tokenizer is the model's).
 
     Returns:
         The tokenizer, always with an eos and a pad token (the eos token when it had no pad
@@ -170,7 +175,7 @@ def load_tokenizer(spec: str, cache_dir: str | None = None) -> PreTrainedTokeniz
     elif spec == GPT2_BPE_TOKENIZER:
         tokenizer = gpt2_bpe_tokenizer()
     else:
-        tokenizer = AutoTokenizer.from_pretrained(_resolve_model_path(spec, "backbone.tokenizer", cache_dir))
+        tokenizer = AutoTokenizer.from_pretrained(_resolve_model_path(spec, field, cache_dir))
     if tokenizer.eos_token is None:
         raise ValueError(f"backbone.tokenizer: tokenizer {spec!r} has no eos token")
     if tokenizer.pad_token is None:

@@ -160,17 +160,46 @@ def test_hub_name_goes_to_load_dataset(monkeypatch):
     assert ds[0] == {"prompt": "q", "chosen": "a", "rejected": "b"}
 
 
-def test_a_row_without_a_field_is_one_line_from_fit(tmp_path):
-    """Red team 11 row 11 (fit_badfile: line 31 of a JSONL file has no ``rejected``): on c9c04d9
-    ``row 30 has an empty 'rejected'`` and the ``--debug`` hint (a plain ValueError). Now one line (a
-    UserError) saying the field is missing (or null), exit 2, nothing written."""
-    from tests.helpers.cli import lightning_fed
+@pytest.mark.parametrize("option", ["dataset", "test_dataset"])
+def test_a_row_without_a_field_is_one_line_before_torch(tmp_path, option):
+    """Red team 11 row 11 (fit_badfile: line 31 of a JSONL file has no ``rejected``; test_badfile: line 2
+    of a test set): on c9c04d9 ``row 30 has an empty 'rejected'`` and the ``--debug`` hint; on 628d0d2 one
+    line but after torch (12-15 s of CPU) and without the line. Now before torch
+    (lightning_fed/data_columns.py blank_row_problem), naming the option, the file, the line and the
+    row, saying missing (or null), exit 2, nothing written."""
+    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
 
     rows = [{"prompt": "hello there", "chosen": "good", "rejected": "bad"}] * 40
     rows[30] = {"prompt": "hello there", "chosen": "good"}
     data = tmp_path / "fit_data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    proc = lightning_fed(
+    source = ["--data.init_args.synthetic_args=null"] if option == "dataset" else []
+    proc = lightning_fed_without_torch(
+        "fit",
+        "--config",
+        "tiny",
+        f"--data.init_args.{option}={data}",
+        *source,
+        f"--trainer.default_root_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+        hook=tmp_path / "hook",
+    )
+    assert REACHED_TORCH not in proc.stderr
+    line = f"error: data.{option} {str(data)!r}: line 31 (row 30) has no 'rejected' (missing or null)\n"
+    assert (proc.returncode, proc.stderr) == (2, line)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_csv_row_with_an_empty_cell_is_one_line_before_torch(tmp_path):
+    """The same for a CSV file (an empty cell is pandas' NA: missing or null), named by its row only (a
+    quoted cell may span lines). On 628d0d2 refused only after torch."""
+    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+
+    rows = ["hello there,good,bad"] * 40
+    rows[30] = "hello there,good,"
+    data = tmp_path / "fit_data.csv"
+    data.write_text("prompt,chosen,rejected\n" + "".join(r + "\n" for r in rows))
+    proc = lightning_fed_without_torch(
         "fit",
         "--config",
         "tiny",
@@ -178,7 +207,22 @@ def test_a_row_without_a_field_is_one_line_from_fit(tmp_path):
         "--data.init_args.synthetic_args=null",
         f"--trainer.default_root_dir={tmp_path / 'run'}",
         cwd=tmp_path,
+        hook=tmp_path / "hook",
     )
-    line = f"error: data.dataset {str(data)!r}: row 30 has no 'rejected' (missing or null)\n"
-    assert (proc.returncode, proc.stderr) == (2, line)
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: data.dataset {str(data)!r}: row 30 has no 'rejected' (missing or null)\n",
+    )
     assert not (tmp_path / "run").exists()
+
+
+def test_the_live_check_names_the_line_of_a_json_lines_row(tmp_path):
+    """The same line after the imports (a data module of the user's reading the file via load_records)."""
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        '{"prompt": "p", "chosen": "c", "rejected": "r"}\n\n{"prompt": "p", "chosen": " ", "rejected": "r"}\n'
+    )
+    with pytest.raises(ValueError) as info:
+        load_records(str(data), "preference")
+    assert str(info.value) == f"data.dataset {str(data)!r}: line 3 (row 1) has an empty 'chosen'"

