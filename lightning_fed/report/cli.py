@@ -81,6 +81,8 @@ def _metric(runs: list[Run], asked: str | None) -> str:
         if name in common:
             return name
     if not common:
+        if bare := next((r for r, h in zip(runs, have) if not h), None):  # a run with no final evaluation at all
+            raise UserError(f"{bare.path / 'summary.json'}: {bare.no_metric_reason()}")
         raise UserError(f"{runs[0].path}: no final evaluation metric shared by every run (was the run evaluated?)")
     return sorted(common)[0]
 

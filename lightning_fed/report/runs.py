@@ -180,6 +180,27 @@ class Run:
         val = (self.summary.get("final") or {}).get("val") or {}
         return sorted(k for k in val if "_client_" not in k)
 
+    def withheld(self) -> bool:
+        """Whether the run's validation was withheld: a private run (``summary.json`` ``privacy.enabled``)
+        without ``federation.privacy.report_validation`` evaluates nothing it may report (privacy.md)."""
+        privacy = self.summary.get("privacy")
+        if not (isinstance(privacy, Mapping) and privacy.get("enabled") is True):
+            return False
+        try:
+            asked = config_value(self.config, "federation.privacy")
+        except KeyError:
+            asked = None
+        return not (isinstance(asked, Mapping) and asked.get("report_validation") is True)
+
+    def no_metric_reason(self) -> str:
+        """Why the run has no final evaluation to report, in words for its ``summary.json``."""
+        if self.withheld():
+            return (
+                "no final evaluation: a private run withholds its validation"
+                " (federation.privacy.report_validation: true reports the means over clients)"
+            )
+        return "no final evaluation (interrupted before a round was evaluated?)"
+
     def epsilon(self) -> float | None:
         """The largest privacy ``epsilon`` (or ``max_epsilon``) reported anywhere in ``summary.json``
         outside its config, ``None`` when the run reports none."""
@@ -291,7 +312,7 @@ def find_runs(patterns: list[str], skipped: list[str] | None = None) -> list[Run
         try:
             run = load_run(folder)
             if optional and not run.metrics():
-                raise UserError(f"{folder / SUMMARY}: no final evaluation (interrupted before a round was evaluated?)")
+                raise UserError(f"{folder / SUMMARY}: {run.no_metric_reason()}")
         except UserError as err:
             if not optional:
                 raise

@@ -106,3 +106,45 @@ def test_an_out_that_cannot_be_written_is_named(tmp_path, where):
     assert first.startswith(f"error: --out {out!r}: {why}"), proc.stderr
     assert proc.stderr.splitlines()[1:] == []
     assert _files(tmp_path) == before
+
+
+def _private(run: Path, report_validation: bool) -> Path:
+    """``run`` made a private run's: validation withheld (no final evaluation) unless ``report_validation``."""
+    summary = json.loads((run / "summary.json").read_text())
+    summary["config"]["federation"]["privacy"] = {"target_epsilon": 4.0, "report_validation": report_validation}
+    summary["privacy"] = {"enabled": True, "epsilon": {"client": 3.99}}
+    if not report_validation:
+        summary["initial"] = None
+        summary["final"] = None
+        for r in summary["rounds"]:
+            r.pop("val")
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def test_a_finished_private_run_is_not_called_interrupted(tmp_path):
+    """Red team 12 row 14: a finished ClientLevelDP run (validation withheld by default) was left out
+    of a glob's report as "interrupted before a round was evaluated?", and named on its own got "was
+    the run evaluated?"; both now say the validation was withheld and which option reports it."""
+    runs = tmp_path / "runs"
+    make_run(runs / "a")
+    private = _private(make_run(runs / "dp", seed=1), report_validation=False)
+    reason = (
+        "no final evaluation: a private run withholds its validation"
+        " (federation.privacy.report_validation: true reports the means over clients)"
+    )
+    proc = _report([str(runs / "*"), "--out", "out"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [f"warning: {private / 'summary.json'}: {reason}: left out"]
+    alone = _report([str(private), "--out", "out2"], cwd=tmp_path)
+    assert (alone.returncode, alone.stdout) == (2, "")
+    assert alone.stderr == f"error: {private / 'summary.json'}: {reason}\n"
+    assert not (tmp_path / "out2").exists()
+
+
+def test_a_private_run_that_reports_its_validation_is_reported(tmp_path):
+    """The control: with ``report_validation: true`` the private run's means are in the table."""
+    private = _private(make_run(tmp_path / "dp"), report_validation=True)
+    proc = _report([str(private), "--out", "out"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("## Table 1: 1 run, pref_acc\n")
