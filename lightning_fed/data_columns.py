@@ -36,6 +36,7 @@ from lightning_fed.data_cross_rules import (
     MAX_SCANNED_BYTES,
     READS_ITS_SOURCE,
     RECORD_FIELDS,
+    bad_json_problem,
     blank_field_line,
     field_mapped,
     json_rows,
@@ -230,6 +231,9 @@ def data_columns_problem(data: Any) -> str | None:
         return None  # its records are built by the module: their columns are not the source's
     field_map = init_args.get("field_map")
     kind = record_kind(data["class_path"])
+    for name in ("dataset", *EVALUATION_SETS):  # a line that is no JSON: before any column is asked of it
+        if problem := bad_json_problem(f"data.{name}", init_args.get(name)):
+            return problem
     if problem := missing_field_problem("data.dataset", init_args.get("dataset"), kind, field_map, "data.field_map"):
         return problem
     for name in ("dataset", *EVALUATION_SETS):  # the order the data module reads them (FederatedDataModule.setup)

@@ -155,7 +155,7 @@ CASES = {
     "jsonl_malformed_line": (
         {"d.jsonl": _jsonl(_good(2)) + b'{"prompt": "x", "chosen": \n'},
         _data("d.jsonl"),
-        ["d.jsonl", "line 3 is not valid JSON"],
+        ["d.jsonl", "line 3 (row 2) is not valid JSON"],
     ),
     "jsonl_wrong_type": (
         {"d.jsonl": _jsonl([{"prompt": "p", "chosen": 3, "rejected": "r"}] * 4)},

@@ -177,9 +177,9 @@ CASES.update(
             " loops.fit_loop.epoch_progress.current.started (1): no item is processed before it is started",
         ),
         "current past total": (
-            _set(FIT_LOOP + ("epoch_loop.val_loop.batch_progress", "total", "completed"), 3),
-            "loops.fit_loop.epoch_loop.val_loop.batch_progress.current.completed is 6, more than"
-            " loops.fit_loop.epoch_loop.val_loop.batch_progress.total.completed (3) over the whole fit",
+            _set(FIT_LOOP + ("epoch_loop.batch_progress", "total", "completed"), 0),
+            "loops.fit_loop.epoch_loop.batch_progress.current.completed is 1, more than"
+            " loops.fit_loop.epoch_loop.batch_progress.total.completed (0) over the whole fit",
         ),
         "epoch past the loop's": (
             _set(("epoch",), 5),
@@ -429,5 +429,28 @@ def test_a_resume_stopped_by_the_privacy_budget_before_a_round_keeps_the_earlier
         "warning: stopping: round 2 would exceed the privacy budget (federation.privacy.target_epsilon);"
         " no round trained, so the run folder is as the checkpoint's run left it"
     ]
+    after = snapshot(root)
+    assert {p: after.get(p) for p in before} == before
+
+
+def test_a_run_whose_last_round_drew_no_client_checkpoints_that_round(tmp_path):
+    """Red team 12 row 12 (dp_full, then dp_res_budget): a private run whose last Poisson round drew no
+    client left ``last.ckpt`` at the round before (Lightning skips a save while the global step stands);
+    the first resume trained that round again, exit 0 with "stopping: round 4 would exceed the privacy
+    budget", and rewrote the earlier run's last.ckpt, config.yaml, rounds.jsonl and summary.json.
+    Here (seed 0, 4 clients, rate 0.3) round 1 draws clients 2 and 3, round 2 none: the checkpoint holds
+    both rounds, and a resume of the finished run leaves every earlier file byte for byte."""
+    root = tmp_path / "root"
+    poisson = ["--federation.sampling=poisson", "--federation.sampling_rate=0.3", "--federation.rounds=2"]
+    proc = _fit(root, *poisson)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = root / "lightning_logs" / "version_0"
+    records = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
+    assert [r["clients"] for r in records] == [[2, 3], []]
+    ckpt_file = folder / "checkpoints" / "last.ckpt"
+    assert torch.load(ckpt_file, weights_only=True)["epoch"] == 1  # round 2's, not round 1's
+    before = snapshot(root)
+    proc = _fit(root, *poisson, f"--ckpt_path={ckpt_file}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
     after = snapshot(root)
     assert {p: after.get(p) for p in before} == before

