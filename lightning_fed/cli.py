@@ -55,7 +55,7 @@ PROG = console.PROG
 ELSEWHERE = {
     "evaluate": "lightning_fed.evaluation.cli",
     "plan": "lightning_fed.plan_cli",
-    "flower": "lightning_fed.deploy.clientapp_process",
+    "flower": "lightning_fed.deploy.flower_command",
     "report": "lightning_fed.report.cli",
     "configs": "lightning_fed.shipped_configs",
 }
