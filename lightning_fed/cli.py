@@ -55,7 +55,7 @@ PROG = console.PROG
 ELSEWHERE = {
     "evaluate": "lightning_fed.evaluation.cli",
     "plan": "lightning_fed.plan_cli",
-    "flower": "lightning_fed.deploy.clientapp_process",
+    "flower": "lightning_fed.deploy.flower_command",
     "report": "lightning_fed.report.cli",
     "configs": "lightning_fed.shipped_configs",
 }
@@ -214,7 +214,9 @@ def console_main(argv: list[str] | None = None) -> int:
         sys.argv[1:] = argv
     try:  # `--debug=maybe`, `fitt`, `--verbos`: before anything heavy is imported
         top_level.refuse(
-            top_level.flag_problem(argv) or top_level.subcommand_problem(argv, SUBCOMMANDS, tuple(REMOVED))
+            top_level.flag_problem(argv)
+            or top_level.environment_problem()
+            or top_level.subcommand_problem(argv, SUBCOMMANDS, tuple(REMOVED))
         )
     except ArgumentsError as err:
         return _outcome(err, debug, None)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.accelerator_builds import accelerator_build_problem
+from lightning_fed.class_kinds import package_class
 from lightning_fed.class_options import class_option_problem, class_path_problem, lora_targets_problem, size_problem
 from lightning_fed.class_path_shapes import classes_shape_problem, section_shape_problem
 from lightning_fed.class_sections import (
@@ -65,7 +66,7 @@ from lightning_fed.option_rules import (
     seed_problem,
     seed_type_problem,
 )
-from lightning_fed.option_types import sections_type_problem
+from lightning_fed.option_types import sections_type_problem, takes_text
 from lightning_fed.private_run_rules import privacy_strategy_problem, private_cache_problem
 from lightning_fed.strategy_modules import config_module_problem
 from lightning_fed.trainer_classes import (
@@ -272,10 +273,27 @@ class Merged:
             elif key.endswith("+"):  # `--trainer.callbacks+=EarlyStopping`
                 self.append_option(key[:-1], value_of(raw))
             elif key != "print_config":
-                value = value_of(raw)
+                value = raw if not raw.strip() and self._takes_text(key) else value_of(raw)
                 self.from_command_line.add(key.replace(".init_args.", "."))
                 self.apply_option(key, raw if key in WORD_OPTIONS and isinstance(value, bool) else value)
         return True
+
+    def _takes_text(self, key: str) -> bool:
+        """Whether ``--key`` (dotted) is an option of the package's class in its section (the last hook
+        of ``federation.hooks``) annotated ``str``: an empty value stays ``''`` there, as the parser keeps it."""
+        section, _, rest = key.partition(".")
+        if section == "federation" and (option := rest.partition(".")[0]) in NESTED_CLASSES:
+            section, rest = f"federation.{option}", rest.partition(".")[2]
+        parts = [part for part in rest.split(".") if part != "init_args"]
+        current = self.sections.get(section)
+        if section == "federation.hooks":
+            current = current[-1] if isinstance(current, list) and current else None
+        if len(parts) != 1 or section not in PACKAGES or not isinstance(current, dict):
+            return False
+        class_path = current.get("class_path")
+        if not isinstance(class_path, str) or not package_class(section, class_path):
+            return False
+        return takes_text(PACKAGES[section], class_path, parts[0])
 
     def value_at(self, option: str) -> Any:
         """The merged value of ``option`` (``federation.hooks[0].concurrency``, named as the precheck's

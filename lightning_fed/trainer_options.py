@@ -270,6 +270,9 @@ def trainer_option_problem(trainer: Mapping[str, Any]) -> str | None:
         value = trainer.get(name)
         if "float" in kinds and isinstance(value, str) and _float_word(value) and not math.isfinite(float(value)):
             return f"trainer.{name} must be a finite number, got {float(value)}"
+    interval = trainer.get("val_check_interval")  # `nan` stays a string to the parser: a duration it is not
+    if isinstance(interval, str) and _float_word(interval) and not math.isfinite(float(interval)):
+        return f"trainer.val_check_interval must be a finite number, got {float(interval)}"
     for name in COUNTS_OR_UNLIMITED:
         value = trainer.get(name)
         if _int(value) and value < -1:
@@ -283,7 +286,7 @@ def trainer_option_problem(trainer: Mapping[str, Any]) -> str | None:
     if _int(sanity) and sanity < -1:
         return f"trainer.num_sanity_val_steps must be >= 0, or -1 for all batches, got {sanity}"
     for name in BATCH_LIMITS:
-        value = trainer.get(name)
+        value = number_word(trainer.get(name)) if name == "val_check_interval" else trainer.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if not (0 <= value <= 1 or (value > 1 and value % 1.0 == 0)):
                 return f"trainer.{name} must be a fraction in [0, 1] or a whole number of batches, got {value}"
@@ -347,6 +350,22 @@ def _dotted_name_problem(option: str, value: Any) -> str | None:
         f"trainer.{option} {value!r} is a class path given as a name: Lightning takes a string only as one of its"
         f" {option} names; give the class as {{class_path: {value.strip()}}}"
     )
+
+
+def number_word(value: Any) -> Any:
+    """``value`` as the parser reads a number written as a string for an option whose type also takes
+    a string (``trainer.val_check_interval: "1.0"`` in a YAML file: jsonargparse tries ``int``, then
+    ``float``, before ``str``, and holds ``1.0``); a word for no finite number (``nan``, ``abc``) stays
+    the string. Red team 12 row 7: ``"1.0"`` was told it "would validate inside a round"."""
+    if not isinstance(value, str):
+        return value
+    for kind in (int, float):
+        try:
+            number = kind(value)
+        except ValueError:
+            continue
+        return number if math.isfinite(number) else value
+    return value
 
 
 def _float_word(text: str) -> bool:

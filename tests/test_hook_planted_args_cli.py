@@ -90,3 +90,25 @@ def test_fewer_than_three_anchors_are_refused_before_torch(tmp_path, count):
     the anchors need at least 3 rows (``selection/anchors.py``), the class and the precheck say so."""
     line = f"federation.hooks[0].num_anchors must be >= 3, got {count}"
     assert_config_refused_before_torch(tmp_path, _config("fedhds_turbo_tiny", {"num_anchors": count}), line)
+
+
+def test_empty_anchors_on_the_command_line_are_refused_before_torch(tmp_path):
+    """Red team 12 row 5 (hds_anch_empty): ``--federation.hooks.anchors=`` reached the class as ``''``
+    (the parser keeps an empty text for a ``str`` option; the precheck read YAML's ``None``), so no
+    check before torch refused it and the run went on in the local frame, or died 12 s later on the
+    proxy. Now refused as an empty ``data.dataset`` is (``data_paths.dataset_text_problem``), naming the
+    option. Seen failing on 7cc16c0 (torch reached)."""
+    line = (
+        "federation.hooks[0].anchors must be a hub name (owner/name), a local file or folder, or"
+        " synthetic:<name>, got ''"
+    )
+    args = ["fit", "--config", "fedhds_turbo_tiny", "--federation.hooks.anchors="]
+    assert_refused_before_torch(tmp_path, args, line)
+
+
+def test_empty_anchors_in_a_file_are_refused_before_torch_naming_it(tmp_path):
+    line = (
+        "federation.hooks[0].anchors must be a hub name (owner/name), a local file or folder, or"
+        " synthetic:<name>, got ''"
+    )
+    assert_config_refused_before_torch(tmp_path, _config("fedhds_turbo_tiny", {"anchors": ""}), line)

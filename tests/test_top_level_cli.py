@@ -16,6 +16,7 @@ an empty folder, which stays empty.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,21 @@ def _accepted(option: str, raw: str) -> bool:
     except (ValueError, TypeError):
         return False
     return True
+
+
+@pytest.mark.parametrize(("name", "value"), [("LIGHTNING_FED_DEBUG", "maybe"), ("LIGHTNING_FED_VERBOSE", "2")])
+def test_a_debug_or_verbose_variable_that_is_no_boolean_is_refused_before_torch(tmp_path, name, value):
+    """Red team 12 row 16 (env_debug_maybe): ``LIGHTNING_FED_DEBUG=maybe`` was silently read as false while
+    ``--debug=maybe`` is refused naming the flag (resume-signals.md); now the variable is named too
+    (top_level.environment_problem). Seen failing on 7cc16c0 (the run's own line, federation.rounds)."""
+    from tests.helpers.cli import no_torch_env, run_process
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    env = {**no_torch_env(tmp_path / "hook"), name: value}
+    proc = run_process(
+        [sys.executable, "-m", "lightning_fed", "fit", "--config", "tiny", "--federation.rounds=-1"], cwd=cwd, env=env
+    )
+    line = f"{name} takes true or false (1/0, yes/no, on/off), got {value!r}"
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n{TOP_TIP}\n")
+    assert list(cwd.iterdir()) == []

