@@ -63,6 +63,7 @@ TOO_LOW = "The privacy budget is too low."
 """Opacus' words when no noise multiplier up to its cap (1e6) reaches the budget."""
 
 
+@lru_cache(maxsize=64)
 def rdp_floor(delta: float) -> float:
     """The epsilon Opacus' RDP accountant gives a mechanism with no privacy loss (every order's RDP 0) at
     ``delta``: no noise multiplier goes below it (0.1029 at ``delta`` 1e-5), so a budget at or below it is
@@ -77,6 +78,18 @@ def rdp_floor(delta: float) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Optimal order is the largest alpha"
         return float(get_privacy_spent(orders=orders, rdp=[0.0] * len(orders), delta=delta)[0])
+
+
+def below_floor_line(target_epsilon: Any, delta: Any, floor: float, option: str = "model.dp_sgd.target_epsilon") -> str:
+    """The one line refusing a budget at or below :func:`rdp_floor`: no noise multiplier, sample rate or
+    number of steps reaches it, so the line names neither (DP-SGD's rate and steps are the clients' own,
+    known once the data is read): the precheck's (:func:`dp_sgd_budget_problem`) and the run's
+    (:meth:`~lightning_fed.privacy.example_budget.ExampleBudget.noise_multiplier_for`)."""
+    return (
+        f"{option}={target_epsilon} with federation.privacy.delta={delta} cannot be reached by any noise multiplier:"
+        f" Opacus' RDP accountant gives no mechanism an epsilon below {floor:.4g} at this delta; raise {option}"
+        f" above {floor:.4g} or federation.privacy.delta"
+    )
 
 
 def unreachable_line(
@@ -228,3 +241,35 @@ def _calibrated(epsilon: Any, delta: Any, num_clients: int, q: float, rounds: An
         return opacus_noise_multiplier(float(epsilon), d, q, int(rounds), accountant)
     except ValueError:  # calibrate_noise_multiplier's line
         return None
+
+
+def dp_sgd_budget_problem(sections: dict[str, Any]) -> str | None:
+    """The line refusing ``model.dp_sgd.target_epsilon`` at or below the RDP floor of the run's ``delta``
+    (:func:`below_floor_line`), or ``None``. On 628d0d2 the run refused it after Lightning, transformers
+    and PEFT were imported, the model built and Opacus' bisection had doubled ``z`` to its cap (fedit_dpsgd
+    with ``target_epsilon`` 0.0001: 18 s of CPU, two lines). Only where certain: one of the package's
+    DP-SGD modules, a budget and no ``z`` given, the ``rdp`` accountant, ``delta`` given or the default
+    of the package's data module's ``num_clients``."""
+    from lightning_fed.class_kinds import package_class
+    from lightning_fed.hook_cross_rules import num_clients_of
+    from lightning_fed.private_run_rules import DP_MODULES
+
+    model = sections.get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("class_path"), str):
+        return None
+    if model["class_path"].rpartition(".")[2] not in DP_MODULES or not package_class("model", model["class_path"]):
+        return None
+    dp_sgd = (model.get("init_args") or {}).get("dp_sgd")
+    if not isinstance(dp_sgd, dict) or dp_sgd.get("noise_multiplier") is not None:
+        return None
+    epsilon, privacy = dp_sgd.get("target_epsilon"), _federation(sections).get("privacy") or {}
+    if not _number(epsilon) or not epsilon > 0 or not isinstance(privacy, dict):
+        return None
+    delta, n = privacy.get("delta"), num_clients_of(sections)
+    if privacy.get("accountant", "rdp") != "rdp" or (delta is not None and not (_number(delta) and 0 < delta < 1)):
+        return None
+    if delta is None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        return None
+    d = float(delta) if delta is not None else default_delta(n)
+    floor = rdp_floor(d)
+    return below_floor_line(epsilon, d, floor) if epsilon <= floor else None
