@@ -28,7 +28,9 @@ round's batches, before torch and again once ``federation.batch_clients`` was de
 0b, red team 9 rows 3-4, red team 10 rows 2-5); red team 11 found the counts that passed recorded no
 validation after a round's aggregation (``summary.json`` ``"final": null``) and a duration crashing the
 loop's check (exit 1 after the run folder was made), so a mid-round validation is refused, which also
-needs no K.
+needs no K. A Trainer built in Python is refused with the same line as the loop's fit sets up
+(:meth:`FederatedLoop.setup <lightning_fed.callbacks.FederatedLoop.setup>`, a ``UserError``); on 628d0d2
+it trained, validating mid-round.
 """
 
 from __future__ import annotations

@@ -40,14 +40,57 @@ def default_delta(num_clients: int) -> float:
     return min(1.0 / float(max(int(num_clients), 1)) ** 1.1, MAX_DEFAULT_DELTA)
 
 
+MAX_NOISE_MULTIPLIER = 100.0
+"""The largest noise multiplier a budget is calibrated to (``rdp`` accountant). Opacus'
+``get_noise_multiplier`` brackets ``z`` by doubling from 20 until the budget is met or ``z`` passes
+1e6, then bisects to within 0.01 of the budget; each step is one epsilon of its accountant, whose cost
+grows with ``z`` at a sample rate below 1 (0.6 s at ``z`` 100, 1.6 s at 1000 for rate 0.5 over 10
+rounds). A budget just above :func:`rdp_floor` needs ``z`` growing without bound as it nears the floor
+(``floor + 1e-4``: ``z`` 1280, 8 s of CPU; ``floor + 1e-6``: 10240, 12 s; the floor itself: 52 s to
+the cap). The noise on a mean of ``m`` updates clipped to ``C`` has standard deviation ``z C / m``: at
+``z`` 100 that is ``C / 10`` even for a thousand clients a round (or examples a batch), beyond any
+published setting. A budget that needs more is refused, the line giving the smallest epsilon reachable
+at ``z`` = 100 (one epsilon of Opacus' accountant); the calibration of any other stays Opacus' own, its
+doubling stopped by ``z`` 160."""
+
+
+def capped_epsilon(delta: float, sample_rate: float, steps: int) -> float:
+    """The RDP epsilon of ``steps`` steps at ``sample_rate`` with ``z`` = :data:`MAX_NOISE_MULTIPLIER`: the
+    smallest budget calibrated (Opacus' accountant, one evaluation)."""
+    import warnings
+
+    from opacus.accountants import create_accountant
+
+    accountant = create_accountant(mechanism="rdp")
+    accountant.history = [(MAX_NOISE_MULTIPLIER, sample_rate, steps)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Optimal order is the largest alpha"
+        return float(accountant.get_epsilon(delta=delta))
+
+
+def above_cap_reason(smallest: float) -> str:
+    """Why a budget below :func:`capped_epsilon` is refused (the ``reason`` of :func:`unreachable_line`)."""
+    return (
+        f"it would need one above the cap of {MAX_NOISE_MULTIPLIER:g}; the smallest epsilon reachable under it"
+        f" is {smallest:.4g}"
+    )
+
+
 @lru_cache(maxsize=256)
 def opacus_noise_multiplier(
     target_epsilon: float, delta: float, sample_rate: float, steps: int, mechanism: str
 ) -> float:
     """Opacus' bisection (seconds at a sample rate below 1), once per setting and process: in process,
-    the precheck, the server and the clients of a simulation plan the same ``z``."""
+    the precheck, the server and the clients of a simulation plan the same ``z``.
+
+    Raises:
+        ValueError: Opacus' "The privacy budget is too low.", or (``rdp``) :func:`above_cap_reason` for a
+            budget that needs ``z`` above :data:`MAX_NOISE_MULTIPLIER`, refused before Opacus' search.
+    """
     from opacus.accountants.utils import get_noise_multiplier
 
+    if mechanism == "rdp" and target_epsilon < (smallest := capped_epsilon(delta, sample_rate, steps)):
+        raise ValueError(above_cap_reason(smallest))
     return float(
         get_noise_multiplier(
             target_epsilon=target_epsilon,
@@ -59,10 +102,7 @@ def opacus_noise_multiplier(
     )
 
 
-TOO_LOW = "The privacy budget is too low."
-"""Opacus' words when no noise multiplier up to its cap (1e6) reaches the budget."""
-
-
+@lru_cache(maxsize=64)
 def rdp_floor(delta: float) -> float:
     """The epsilon Opacus' RDP accountant gives a mechanism with no privacy loss (every order's RDP 0) at
     ``delta``: no noise multiplier goes below it (0.1029 at ``delta`` 1e-5), so a budget at or below it is
@@ -77,6 +117,18 @@ def rdp_floor(delta: float) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Optimal order is the largest alpha"
         return float(get_privacy_spent(orders=orders, rdp=[0.0] * len(orders), delta=delta)[0])
+
+
+def below_floor_line(target_epsilon: Any, delta: Any, floor: float, option: str = "model.dp_sgd.target_epsilon") -> str:
+    """The one line refusing a budget at or below :func:`rdp_floor`: no noise multiplier, sample rate or
+    number of steps reaches it, so the line names neither (DP-SGD's rate and steps are the clients' own,
+    known once the data is read): the precheck's (:func:`dp_sgd_budget_problem`) and the run's
+    (:meth:`~lightning_fed.privacy.example_budget.ExampleBudget.noise_multiplier_for`)."""
+    return (
+        f"{option}={target_epsilon} with federation.privacy.delta={delta} cannot be reached by any noise multiplier:"
+        f" Opacus' RDP accountant gives no mechanism an epsilon below {floor:.4g} at this delta; raise {option}"
+        f" above {floor:.4g} or federation.privacy.delta"
+    )
 
 
 def unreachable_line(
@@ -155,11 +207,9 @@ def budget_problem(sections: dict[str, Any]) -> str | None:
     if accountant not in ("rdp", "prv") or (plan := _plan_rate(federation, n)) is None:
         return None
     d = float(delta) if delta is not None else default_delta(n)
-    if accountant == "rdp" and epsilon <= rdp_floor(d):  # Opacus' bisection would take a minute to say so
-        return unreachable_line(epsilon, d, int(rounds), plan[1], TOO_LOW)
-    try:
+    try:  # at or below the RDP floor too: z above MAX_NOISE_MULTIPLIER, refused before Opacus' search
         opacus_noise_multiplier(float(epsilon), d, plan[1], int(rounds), accountant)
-    except ValueError as err:  # Opacus: "The privacy budget is too low."
+    except ValueError as err:  # above the cap, or Opacus' "The privacy budget is too low." (prv)
         return unreachable_line(epsilon, d, int(rounds), plan[1], str(err))
     return None
 
@@ -228,3 +278,35 @@ def _calibrated(epsilon: Any, delta: Any, num_clients: int, q: float, rounds: An
         return opacus_noise_multiplier(float(epsilon), d, q, int(rounds), accountant)
     except ValueError:  # calibrate_noise_multiplier's line
         return None
+
+
+def dp_sgd_budget_problem(sections: dict[str, Any]) -> str | None:
+    """The line refusing ``model.dp_sgd.target_epsilon`` at or below the RDP floor of the run's ``delta``
+    (:func:`below_floor_line`), or ``None``. On 628d0d2 the run refused it after Lightning, transformers
+    and PEFT were imported, the model built and Opacus' bisection had doubled ``z`` to its cap (fedit_dpsgd
+    with ``target_epsilon`` 0.0001: 18 s of CPU, two lines). Only where certain: one of the package's
+    DP-SGD modules, a budget and no ``z`` given, the ``rdp`` accountant, ``delta`` given or the default
+    of the package's data module's ``num_clients``."""
+    from lightning_fed.class_kinds import package_class
+    from lightning_fed.hook_cross_rules import num_clients_of
+    from lightning_fed.private_run_rules import DP_MODULES
+
+    model = sections.get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("class_path"), str):
+        return None
+    if model["class_path"].rpartition(".")[2] not in DP_MODULES or not package_class("model", model["class_path"]):
+        return None
+    dp_sgd = (model.get("init_args") or {}).get("dp_sgd")
+    if not isinstance(dp_sgd, dict) or dp_sgd.get("noise_multiplier") is not None:
+        return None
+    epsilon, privacy = dp_sgd.get("target_epsilon"), _federation(sections).get("privacy") or {}
+    if not _number(epsilon) or not epsilon > 0 or not isinstance(privacy, dict):
+        return None
+    delta, n = privacy.get("delta"), num_clients_of(sections)
+    if privacy.get("accountant", "rdp") != "rdp" or (delta is not None and not (_number(delta) and 0 < delta < 1)):
+        return None
+    if delta is None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        return None
+    d = float(delta) if delta is not None else default_delta(n)
+    floor = rdp_floor(d)
+    return below_floor_line(epsilon, d, floor) if epsilon <= floor else None

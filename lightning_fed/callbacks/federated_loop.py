@@ -27,7 +27,7 @@ from lightning_fed.allocator import keep_heap
 from lightning_fed.batching.group_size import group_turns
 from lightning_fed.batching.grouped_driver import GroupedTurns
 from lightning_fed.callbacks.loop_evaluation import LoopEvaluation
-from lightning_fed.callbacks.time_budget import check_at_round_ends, stopped_early
+from lightning_fed.callbacks.time_budget import check_at_round_ends, stopped_early, val_check_options
 from lightning_fed.errors import UserError
 from lightning_fed.federation.context import RoundContext
 from lightning_fed.federation.evaluation_plan import take_over_validation
@@ -45,6 +45,7 @@ from lightning_fed.federation.round_plan import RoundPlan, poisson_batch_seed
 from lightning_fed.federation.run_folder import earlier_files
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.heterogeneity.system_round import instructed_steps
+from lightning_fed.loop_conflicts import val_check_problem
 from lightning_fed.planning.group import needs_kept_heap, run_group_size
 from lightning_fed.run import FederatedRun
 from lightning_fed.run_checks import inner_strategy, missing_hook_problem
@@ -126,6 +127,8 @@ class FederatedLoop(GroupedTurns):
         dm.eval_plan = self.evaluator.evaluation_layout
         if stage != "fit":
             return  # `validate`/`test`: the federation state comes from the checkpoint (on_load_checkpoint)
+        if problem := val_check_problem(val_check_options(trainer)):  # the precheck's line, before any file
+            raise UserError(problem)
         run = Path(trainer.log_dir or trainer.default_root_dir).absolute()  # report.output_dir, not created yet
         self.store.attach(self.run.state_offload_dir or run / "client_states", run=str(run))
         if self.server.privacy is not None:  # a private run's key file lies next to the run folder

@@ -16,6 +16,16 @@ client's, whose own are in no store until its turn ends: they are kept aside for
 (:meth:`LoopEvaluation.keep_training_client`; its own batches scored with them) and put back at its
 end, so the client goes on training with its own (a group of clients trained together sets its
 stacked state aside itself: :meth:`~lightning_fed.batching.grouped_driver.GroupedTurns.on_validation_start`).
+
+Such a validation comes from Lightning alone since ``trainer.val_check_interval`` is refused other than
+the whole round (:func:`~lightning_fed.loop_conflicts.val_check_problem`): a stop requested inside a
+round (``trainer.should_stop`` set by a user's callback, an ``EarlyStopping`` on a training metric
+checked per batch) makes Lightning validate after that batch (its ``_should_check_val_fx``), then end
+the epoch before the round's aggregation. The module then holds the training client's local model, not
+a global one; 628d0d2 recorded it as the round's (``current_epoch + 1``): TensorBoard's
+``round/val_*`` and Lightning's ``val/*`` (what a checkpoint's monitor and early stopping read) of a
+round that never closed. A validation before the current round's record exists is now recorded nowhere
+(a warning says so); the last completed round's record stands, and so does ``summary.json``'s ``final``.
 """
 
 from __future__ import annotations
@@ -154,8 +164,14 @@ class LoopEvaluation(Callback):
         elif trainer.sanity_checking:
             if not self.server.report.history:  # a resumed run keeps the initial evaluation it restored
                 self.server.report.end_eval(trainer, pl_module, round_number=0, initial=True)
-        else:
+        elif len(self.server.report.history) == trainer.current_epoch + 1:  # the round's aggregation done
             self.server.report.end_eval(trainer, pl_module, round_number=trainer.current_epoch + 1)
+        else:  # a stop requested inside the round (module docstring): no round's record
+            rank_zero_warn(
+                f"round {trainer.current_epoch + 1}: the validation Lightning ran on a stop requested inside the"
+                " round is not recorded (the module held a client's local model, not a global one); the last"
+                " completed round's record stands"
+            )
 
     @override
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -47,6 +47,16 @@ def stopped_early(trainer: pl.Trainer, completed: int, rounds: int) -> dict[str,
     return {"reason": f"trainer.max_time ({budget}) reached", "after_round": completed, "rounds": rounds}
 
 
+def val_check_options(trainer: pl.Trainer) -> dict[str, Any]:
+    """The Trainer's ``val_check_interval`` and ``limit_val_batches`` as
+    :func:`~lightning_fed.loop_conflicts.val_check_problem` reads them from a config: a duration, which
+    Lightning keeps only in seconds, as ``DD:HH:MM:SS``. A Trainer built in Python is refused at the
+    loop's start with the precheck's line (the CLI refuses it before torch)."""
+    seconds = getattr(trainer, "_val_check_time_interval", None)  # Lightning's own, set at __init__
+    interval = _max_time_text(seconds) if seconds is not None else getattr(trainer, "val_check_interval", None)
+    return {"val_check_interval": interval, "limit_val_batches": trainer.limit_val_batches}
+
+
 def _max_time_text(seconds: float) -> str:
     """``seconds`` as ``DD:HH:MM:SS``, the form ``trainer.max_time`` is written in (``0.5 s`` below whole seconds)."""
     if seconds != int(seconds):

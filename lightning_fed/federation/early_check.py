@@ -106,12 +106,13 @@ def precheck_checkpoint(argv: list[str]) -> None:
 def _noise_problem(args: list[str]) -> str | None:
     """:func:`~lightning_fed.noise_calibration.count_split_problem` of the config ``args`` give."""
     from lightning_fed.config_values import merged_config
-    from lightning_fed.noise_calibration import budget_problem, count_split_problem
+    from lightning_fed.noise_calibration import budget_problem, count_split_problem, dp_sgd_budget_problem
 
     merged = merged_config(args)
     if merged is None:
         return None
-    return budget_problem(merged.sections) or count_split_problem(merged.sections)
+    sections = merged.sections
+    return budget_problem(sections) or dp_sgd_budget_problem(sections) or count_split_problem(sections)
 
 
 def precheck_noise(argv: list[str]) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from opacus.accountants import create_accountant
 
+from lightning_fed.errors import UserError
 from lightning_fed.federation.sampling import expected_clients
 from lightning_fed.noise_calibration import CLIENT_LEVEL_HINT, unreachable_line
 from lightning_fed.noise_calibration import opacus_noise_multiplier as _opacus_noise_multiplier
@@ -79,8 +80,8 @@ def calibrate_noise_multiplier(
     _check(target_epsilon=target_epsilon, delta=delta, sample_rate=sample_rate, steps=steps, mechanism=mechanism)
     try:
         return _opacus_noise_multiplier(float(target_epsilon), float(delta), float(sample_rate), int(steps), mechanism)
-    except ValueError as err:  # Opacus: "The privacy budget is too low." (z would pass its 1e6 cap)
-        raise ValueError(
+    except ValueError as err:  # Opacus' "The privacy budget is too low.", or z above MAX_NOISE_MULTIPLIER
+        raise UserError(  # one line: the run's DP-SGD budget is known only once the data is read
             unreachable_line(target_epsilon, delta, steps, sample_rate, str(err), unit, option, hint)
         ) from None
 

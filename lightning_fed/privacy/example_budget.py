@@ -28,7 +28,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from lightning_fed.errors import UserError
 from lightning_fed.federation.report import bucket_count
+from lightning_fed.noise_calibration import below_floor_line, rdp_floor
 from lightning_fed.privacy.accountant import PrivacyAccountant, calibrate_noise_multiplier
 from lightning_fed.run_config import FederationConfig
 
@@ -86,6 +88,9 @@ class ExampleBudget:
         if self.noise_multiplier is not None:
             return float(self.noise_multiplier)
         b = bucket_count(count)
+        if self.mechanism == "rdp" and self.target_epsilon <= (floor := rdp_floor(self.delta)):
+            # the precheck's line (noise_calibration.dp_sgd_budget_problem), without Opacus' bisection to its cap
+            raise UserError(below_floor_line(self.target_epsilon, self.delta, floor))
         if b not in self._calibrated:
             self._calibrated[b] = calibrate_noise_multiplier(
                 self.target_epsilon,

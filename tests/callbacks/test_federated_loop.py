@@ -306,3 +306,32 @@ def test_a_strategy_can_send_a_client_part_of_the_state(tmp_path):
     record = loop.server.report.history[-1]
     assert record["aggregated"] == record["clients"] and not record["rejected"]
     assert record["up_bytes"] == record["down_bytes"] == 2 * state_nbytes(sent)
+
+
+@pytest.mark.parametrize(("interval", "shown"), [(2, "2"), (0.5, "0.5"), ("00:00:00:01", "'00:00:00:01'")])
+def test_a_trainer_built_in_python_validating_inside_a_round_is_refused_at_start(tmp_path, interval, shown):
+    """``Trainer(val_check_interval=2, callbacks=[FederatedLoop(...)])``: the CLI refuses the value before
+    torch (loop_conflicts.val_check_problem), a Trainer built in Python was not (628d0d2: it trained,
+    validating the round before's global model mid-round). Now the loop refuses it as fit sets up (its first
+    hook), in the precheck's line, a UserError, before the run writes anything (Lightning's own logger, here
+    off, makes its events file before any callback's setup)."""
+    import lightning.pytorch as pl
+
+    from lightning_fed.errors import UserError
+
+    loop = FederatedLoop(rounds=2, clients_per_round=2, local_steps=4, seed=0)
+    trainer = pl.Trainer(
+        default_root_dir=str(tmp_path),
+        callbacks=[loop],
+        logger=False,
+        enable_progress_bar=False,
+        val_check_interval=interval,
+    )
+    with pytest.raises(UserError) as refused:
+        trainer.fit(tiny_dpo(), datamodule=preference_data())
+    assert str(refused.value) == (
+        f"trainer.val_check_interval={shown} would validate inside a round, but a federated run validates the"
+        " global model, which changes once a round; leave it at 1.0 and validate every N rounds with"
+        " trainer.check_val_every_n_epoch=N"
+    )
+    assert list(tmp_path.iterdir()) == []

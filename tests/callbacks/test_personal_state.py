@@ -37,9 +37,19 @@ def test_personal_state_never_travels_and_is_used_for_evaluation(tmp_path):
     assert min(m["reward_acc"] for m in per_client.values()) > 0.5
 
 
+class _StopInsideATurn(pl.Callback):
+    """Requests a stop after the 2nd of a client's 4 batches: Lightning then validates after that batch
+    (``_should_check_val_fx`` on ``trainer.should_stop``), inside the client's turn, before the epoch ends."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.current_epoch == 1 and batch_idx == 1:
+            trainer.should_stop = True
+
+
 class _PersonalAcrossValidation(pl.Callback):
     """Records a training client's personal parameters when a validation starts inside its turn, and
-    again at the next training batch (the same turn's): they must be equal."""
+    again when it ends (after the loop's ``on_validation_end``, this callback coming after the loop): they
+    must be equal."""
 
     def __init__(self, loop: FederatedLoop) -> None:
         self.loop, self.before, self.pairs = loop, None, []
@@ -48,7 +58,7 @@ class _PersonalAcrossValidation(pl.Callback):
         if self.loop.turn is not None:  # inside a client's turn (batch_clients 1)
             self.before = {k: v.detach().clone() for k, v in pl_module.personal_parameters().items()}
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+    def on_validation_end(self, trainer, pl_module):
         if self.before is not None:
             self.pairs.append(
                 (self.before, {k: v.detach().clone() for k, v in pl_module.personal_parameters().items()})
@@ -57,10 +67,12 @@ class _PersonalAcrossValidation(pl.Callback):
 
 
 def test_a_validation_inside_a_client_s_turn_keeps_its_personal_parameters(tmp_path):
-    """``trainer.val_check_interval`` inside a turn (clients one after another): the validation swaps each
-    validated client's personal state in (LoopEvaluation._load_client); on a8354b9 the training client
-    then went on training with the last validated client's personal parameters (its own in-flight ones
-    lost). Now they are kept aside for the validation (its own batches scored with them) and put back."""
+    """A validation inside a turn (clients one after another): it swaps each validated client's personal
+    state in (LoopEvaluation._load_client); on a8354b9 the training client then went on with the last
+    validated client's personal parameters (its own in-flight ones lost). Now they are kept aside for the
+    validation (its own batches scored with them) and put back. ``trainer.val_check_interval`` inside a
+    round is refused (lightning_fed/loop_conflicts.py); Lightning still validates inside a round when a
+    stop is requested there (an EarlyStopping on a training metric, a user's callback), as here."""
     base = tiny_dpo()
     module = FedPerDPO(base.hparams.backbone, lora=base.hparams.lora, lr=base.hparams.lr, beta=0.5)
     data = preference_data(groups=("positive", "negative"))
@@ -68,15 +80,14 @@ def test_a_validation_inside_a_client_s_turn_keeps_its_personal_parameters(tmp_p
     probe = _PersonalAcrossValidation(loop)
     trainer = pl.Trainer(
         default_root_dir=str(tmp_path),
-        callbacks=[loop, probe],
+        callbacks=[loop, _StopInsideATurn(), probe],
         enable_model_summary=False,
         enable_progress_bar=False,
         enable_checkpointing=False,
         logger=False,
         num_sanity_val_steps=0,
-        val_check_interval=2,  # after the 2nd batch of each client's 4: inside its turn
     )
     trainer.fit(module, datamodule=data)
-    assert probe.pairs  # validations inside a turn happened
+    assert len(probe.pairs) == 1  # the validation inside round 2's first turn happened
     for before, after in probe.pairs:
         assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)

@@ -11,13 +11,23 @@ from tests.helpers.cli import ROOT, lightning_fed
 
 UNREACHABLE = (
     "config '{config}': federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be"
-    " reached over 3 rounds at sample rate 1 by any noise multiplier (The privacy budget is too low.); raise"
+    " reached over 3 rounds at sample rate 1 by any noise multiplier (it would need one above the cap of 100; the"
+    " smallest epsilon reachable under it is 0.1123); raise"
     " federation.privacy.target_epsilon"
     " or federation.privacy.delta, lower federation.rounds, or sample fewer clients (federation.sampling=poisson with"
     " a smaller federation.sampling_rate)"
 )
 """Refused right after the precheck (lightning_fed/noise_calibration.budget_problem), naming the file: on c9c04d9
 when the run was bound, two lines (the ``--debug`` hint), no file."""
+ABOVE_CAP = (
+    "config '{config}': federation.privacy.target_epsilon=0.105 with federation.privacy.delta=1e-05 cannot be"
+    " reached over 3 rounds at sample rate 1 by any noise multiplier (it would need one above the cap of 100; the"
+    " smallest epsilon reachable under it is 0.1123); raise federation.privacy.target_epsilon"
+    " or federation.privacy.delta, lower federation.rounds, or sample fewer clients (federation.sampling=poisson with"
+    " a smaller federation.sampling_rate)"
+)
+"""Just above the RDP floor (0.1029): a noise multiplier above noise_calibration.MAX_NOISE_MULTIPLIER (Opacus
+calibrates z = 320 after doubling it from 20); on 628d0d2 the run calibrated it and trained (exit 0)."""
 FIRST_ROUND = (
     "federation.privacy.target_epsilon=0.5 is spent by the first round at federation.privacy.noise_multiplier=1"
     " (epsilon 4.73 per round, delta 1e-05): raise target_epsilon or noise_multiplier"
@@ -34,11 +44,13 @@ the option and the file: on a8354b9 (red team 10's zz_cs01) when the run was bou
 
 
 DP_SGD_UNREACHABLE = (
-    "model.dp_sgd.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 15 local steps"
-    " (3 rounds x 5, a client of 16+ examples) at sample rate 0.25 by any noise multiplier (The privacy budget is too"
-    " low.); raise model.dp_sgd.target_epsilon or federation.privacy.delta, or lower federation.rounds,"
-    " federation.local_steps (local_epochs) or data.batch_size"
+    "config '{config}': model.dp_sgd.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached by"
+    " any noise multiplier: Opacus' RDP accountant gives no mechanism an epsilon below 0.1029 at this delta; raise"
+    " model.dp_sgd.target_epsilon above 0.1029 or federation.privacy.delta"
 )
+"""At or below the RDP floor of its delta: refused right after the precheck
+(lightning_fed/noise_calibration.dp_sgd_budget_problem), naming the file, in one line; on 628d0d2 after the model
+was built and Opacus' bisection reached its cap, two lines naming no file."""
 
 
 def _client_level(cfg, privacy):
@@ -64,12 +76,13 @@ def _example_level(cfg, dp_sgd):
     ("edit", "message"),
     [
         (lambda cfg: _client_level(cfg, {"target_epsilon": 0.01, "delta": 1e-5}), UNREACHABLE),
+        (lambda cfg: _client_level(cfg, {"target_epsilon": 0.105, "delta": 1e-5}), ABOVE_CAP),
         (lambda cfg: _client_level(cfg, {"target_epsilon": 0.5, "noise_multiplier": 1.0}), FIRST_ROUND),
         (lambda cfg: _adaptive(cfg, {"target_epsilon": 1.5, "delta": 1e-5}), ADAPTIVE_SPLIT),
         # the default delta (N = 4: min(4^-1.1 = 0.22, 1e-5)): a delta of 0.22 would "meet" any budget
         (lambda cfg: _example_level(cfg, {"clip_norm": 1.0, "target_epsilon": 0.01}), DP_SGD_UNREACHABLE),
     ],
-    ids=["unreachable", "spent_by_round_1", "adaptive_split", "dp_sgd_unreachable"],
+    ids=["unreachable", "above_cap", "spent_by_round_1", "adaptive_split", "dp_sgd_unreachable"],
 )
 def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, message, request):
     cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
@@ -82,6 +95,8 @@ def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, me
     one_line = request.node.callspec.id in (
         "adaptive_split",
         "unreachable",
+        "above_cap",
+        "dp_sgd_unreachable",
     )  # a ConfigRefusal (UserError): no --debug hint
     message = message.replace("{config}", str(config))
     assert proc.stderr == (f"error: {message}\n" if one_line else f"error: {message}\n{HINT}\n")
@@ -169,7 +184,8 @@ def test_an_unreachable_budget_on_the_command_line_is_one_line_before_lightning(
     proc = run_process([sys.executable, "-m", "lightning_fed", *args], cwd=cwd, env=env)
     line = (
         "error: federation.privacy.target_epsilon=0.0001 with federation.privacy.delta=1e-05 cannot be reached over"
-        " 2 rounds at sample rate 0.5 by any noise multiplier (The privacy budget is too low.); raise"
+        " 2 rounds at sample rate 0.5 by any noise multiplier (it would need one above the cap of 100; the smallest"
+        " epsilon reachable under it is 0.1044); raise"
         " federation.privacy.target_epsilon or federation.privacy.delta, lower federation.rounds, or sample fewer"
         " clients (federation.sampling=poisson with a smaller federation.sampling_rate)\n"
     )

@@ -45,16 +45,20 @@ def test_calibrated_z_is_opacus_own_and_the_budget_holds_after_the_planned_round
     assert budget.rounds == 10 and budget.noise_multiplier_for(57) == pytest.approx(z)
 
 
-def test_an_unreachable_dp_sgd_budget_is_one_line_naming_the_options():
-    with pytest.raises(ValueError) as info:
+def test_a_dp_sgd_budget_at_or_below_the_rdp_floor_is_the_precheck_s_one_line():
+    """0.01 at delta 1e-5 is below the RDP floor (0.1029): refused at once, in the precheck's line
+    (noise_calibration.below_floor_line), a UserError; on 628d0d2 after Opacus' bisection reached its cap."""
+    from lightning_fed.errors import UserError
+
+    with pytest.raises(UserError) as info:
         ExampleBudget(
             0.01, None, 1e-5, batch_size=4, rounds=3, federation=FederationConfig(local_steps=5)
         ).noise_multiplier_for(18)
-    message = str(info.value)
-    assert "\n" not in message and message.startswith(
-        "model.dp_sgd.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 15 local steps"
+    assert str(info.value) == (
+        "model.dp_sgd.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached by any noise"
+        " multiplier: Opacus' RDP accountant gives no mechanism an epsilon below 0.1029 at this delta; raise"
+        " model.dp_sgd.target_epsilon above 0.1029 or federation.privacy.delta"
     )
-    assert "raise model.dp_sgd.target_epsilon or federation.privacy.delta" in message
 
 
 def test_the_default_delta_makes_an_impossible_budget_an_error():
