@@ -36,6 +36,16 @@ gives the same figures run after run. Full-data FedIT generalises *worse* to the
 family as seeds vary: K steps over all rows teach it the training families' reorderings,
 which it then applies to ``capitalize``.
 
+Not robust as it stands (lead's bisect, 2026-11-30): on this session's machine (AMD EPYC, AVX2 only;
+today's dev venv) seed 0 fails at every commit from 3704250 (where the figures above were measured)
+to 628d0d2 alike: FedIT 0.682, FedHDS-Turbo 0.455 (FedHDS 0.503): no code regression. Turbo's
+coreset flips on float rounding: the proxy's features scaled by (1 + 1e-7 noise) change the coreset
+in every round (one such run: 0.709), so seed 0's ROUGE-L is a draw the CPU's kernels decide. Seeds 1
+and 2 on 628d0d2: FedIT 0.702 / 0.694 (FedIT's seed 1 moved at f70a1f0, the FedBis pipeline commit),
+Turbo 0.776 / 1.000 (pass); Turbo minus FedIT over seeds 0-2: -0.227, +0.074, +0.306. The fix
+proposed: the mean over seeds 0-2 against a margin from their measured spread, once FedHDS proper
+has its seeds 1-2 (not run).
+
 Runtime: 71-105 s for FedIT + FedHDS-Turbo on 2 shared cores at load 6-7 (1 torch thread),
 FedHDS 109 s more, hence ``slow`` (``make test-all``). A cheaper variant (K = 3, 12
 prompts, 10 new tokens) took ~80 s and was less robust (seed 1: Turbo 0.551 vs FedIT 0.634, -0.083), so it was dropped.
