@@ -94,6 +94,10 @@ def new_config(sections: dict[str, Any]) -> dict[str, Any]:
     hooks = sections.get("federation.hooks")
     if isinstance(hooks, list) and all(isinstance(h, dict) for h in hooks):  # a list of class sections
         federation["hooks"] = hooks
+    elif "federation.hooks" not in sections and isinstance(sections.get("federation", {}), dict):
+        # Given nowhere: the parser's default, no hook (issue 41 row 1: a resume dropping the run's hooks
+        # went on to torch). A `federation:` given as something else than a mapping may hold them: unknown.
+        federation["hooks"] = None
     if federation:
         out["federation"] = federation
     return out
@@ -115,7 +119,8 @@ def _same_classes(old: Any, new: Any) -> bool | object:
     """Whether the list of class sections ``new`` (``federation.hooks`` as given, :class:`~lightning_fed.
     config_values.Merged`) is the parser's ``old`` (as dumped, every argument resolved), or :data:`_SKIP`.
     Another count of classes or another class at a place is certain; so is another value of an argument
-    both give. An argument ``new`` leaves out takes a default not known here: left to the live check."""
+    both give, or of one ``new`` leaves out and the class's ``__init__`` gives a literal default
+    (:func:`_with_defaults`); another default is not known here: left to the live check."""
     old, new = [] if old is None else old, [] if new is None else new
     if not (isinstance(old, list) and isinstance(new, list)):
         return _SKIP
@@ -126,12 +131,27 @@ def _same_classes(old: Any, new: Any) -> bool | object:
             return _SKIP
         if _same(before["class_path"], after["class_path"], True) is False:
             return False
-    for before, after in zip(old, new, strict=True):
+    for before, given in zip(old, new, strict=True):
+        after = _with_defaults(given)
         flat_old, flat_new = flatten_config({"hook": before}), flatten_config({"hook": after})
         classes = _class_keys({"hook": before}) | _class_keys({"hook": after})
         if any(_same(flat_old[k], flat_new[k], k in classes) is False for k in flat_old.keys() & flat_new.keys()):
             return False
     return _SKIP
+
+
+def _with_defaults(hook: dict[str, Any]) -> dict[str, Any]:
+    """The class section ``hook`` (as given) with the literal defaults of its class's ``__init__`` for the
+    arguments it leaves out, read from the source (:func:`~lightning_fed.class_parameters.init_defaults`):
+    ``[RoundLRSchedule]`` is ``schedule: cosine`` (issue 41 row 1: a resume changing a hook by leaving
+    its argument out went on to torch)."""
+    from lightning_fed.class_parameters import init_defaults
+    from lightning_fed.option_rules import PACKAGES
+
+    given = hook.get("init_args", {})
+    if not isinstance(given, dict):
+        return hook
+    return {**hook, "init_args": {**init_defaults(PACKAGES["federation.hooks"], hook["class_path"]), **given}}
 
 
 LISTS_OF_CLASSES = ("federation.hooks",)
@@ -218,9 +238,12 @@ def resume_problem(path: str, args: list[str], ckpt: Any = None) -> str | None:
     if not (changes := _resume_changes(path, args, ckpt)):
         return None
     from lightning_fed.config_precheck import _in_file
+    from lightning_fed.config_values import merged_config
 
     first = changes[0]  # the change the line reports: the file (or option) that set its new value
     key = first.split(":", 1)[0]
+    if key == "federation.hooks" and key not in getattr(merged_config(args), "sections", {key: None}):
+        return resume_refusal(path, changes)  # no hook given anywhere: the parser's default, set by no file
 
     def change_of_key(given: list[str]) -> str | None:
         return next((c for c in _resume_changes(path, given, ckpt) or [] if c.split(":", 1)[0] == key), None)

@@ -1,0 +1,133 @@
+"""A resume whose ``federation.hooks`` differ from the run's, refused before torch (issue 41 row 1).
+
+The run here was trained with two round hooks (a cosine and a step :class:`RoundLRSchedule`); a resume
+that drops them, keeps fewer, reorders them or changes one by leaving an argument to its default is
+refused by :mod:`lightning_fed.resume_precheck` with the live check's line, nothing of the run folder
+changed. Adding a hook is tests/test_checkpoint_boundary.py's (48704f7).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+from tests.helpers.tiny_run import ARGS, CHECKPOINT, ENV, ROOT
+
+HOOKS = (
+    "federation:\n  hooks:\n"
+    "    - class_path: lightning_fed.callbacks.RoundLRSchedule\n      init_args: {schedule: cosine}\n"
+    "    - class_path: lightning_fed.callbacks.RoundLRSchedule\n      init_args: {schedule: step}\n"
+)
+RUN_HOOKS = (
+    "[{'class_path': 'lightning_fed.callbacks.RoundLRSchedule', 'init_args': {'schedule': 'cosine', 'min_lr': 0.0,"
+    " 'step_size': 1, 'gamma': 0.5, 'rounds': None}}, {'class_path': 'lightning_fed.callbacks.RoundLRSchedule',"
+    " 'init_args': {'schedule': 'step', 'min_lr': 0.0, 'step_size': 1, 'gamma': 0.5, 'rounds': None}}]"
+)
+"""The run's ``federation.hooks`` as its ``config.yaml`` holds them (every argument resolved)."""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """The checkpoint of one round of one step of configs/tiny.yaml with :data:`HOOKS` (read only)."""
+    root = tmp_path_factory.mktemp("hooked_run")
+    (root / "hooks.yaml").write_text(HOOKS)
+    cmd = [sys.executable, "-m", "lightning_fed.cli", "fit", "--config", "configs/tiny.yaml"]
+    cmd += ["--config", str(root / "hooks.yaml"), f"--trainer.default_root_dir={root / 'run'}", *ARGS]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True)  # no time-out: CI is slow
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "run" / CHECKPOINT
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _hooks_file(folder: Path, *schedules: str) -> str:
+    path = folder / "hooks.yaml"
+    items = "".join(
+        f"    - class_path: lightning_fed.callbacks.RoundLRSchedule\n      init_args: {{schedule: {s}}}\n"
+        for s in schedules
+    )
+    path.write_text(f"federation:\n  hooks:\n{items}")
+    return str(path)
+
+
+CASES = {
+    # issue 41 row 1: late on 3df2116 (the live check's line after torch and the model's build, 9 s of CPU)
+    "dropped": (lambda tmp: [], None, "None"),
+    "left_to_defaults": (
+        lambda tmp: ["--federation.hooks=[RoundLRSchedule,RoundLRSchedule]"],
+        None,
+        "[{'class_path': 'RoundLRSchedule', 'init_args': {}}, {'class_path': 'RoundLRSchedule', 'init_args': {}}]",
+    ),
+    # their neighbours, already refused before torch on 3df2116
+    "fewer": (
+        lambda tmp: ["--config", _hooks_file(tmp, "step")],
+        "hooks.yaml",
+        "[{'class_path': 'lightning_fed.callbacks.RoundLRSchedule', 'init_args': {'schedule': 'step'}}]",
+    ),
+    "reordered": (
+        lambda tmp: ["--config", _hooks_file(tmp, "step", "cosine")],
+        "hooks.yaml",
+        "[{'class_path': 'lightning_fed.callbacks.RoundLRSchedule', 'init_args': {'schedule': 'step'}},"
+        " {'class_path': 'lightning_fed.callbacks.RoundLRSchedule', 'init_args': {'schedule': 'cosine'}}]",
+    ),
+    "emptied": (lambda tmp: ["--federation.hooks=[]"], None, "[]"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_resume_without_the_run_s_hooks_is_refused_before_torch(tmp_path, trained, case):
+    """Issue 41 row 1: a run trained with ``federation.hooks`` resumed with a config that gives none (or
+    leaves a hook's argument to its default) was refused only after torch and the model's build (exit 2,
+    9 s of CPU on 3df2116: the child's ImportError here), while adding one was refused before. Now the
+    same line before torch, naming the file that set the new value (none for the default), every file
+    of the run folder byte for byte as it was."""
+    extra, named, new = CASES[case]
+    root = trained.parents[3]
+    before = _files(root)
+    (tmp_path / "cwd").mkdir()
+    proc = lightning_fed_without_torch(
+        "fit",
+        "--config",
+        "tiny",
+        *extra(tmp_path),
+        f"--trainer.default_root_dir={root}",
+        "--federation.local_steps=1",
+        "--federation.rounds=2",
+        f"--ckpt_path={trained}",
+        cwd=tmp_path / "cwd",
+        hook=tmp_path / "hook",
+    )
+    assert REACHED_TORCH not in proc.stderr
+    prefix = f"config {str(tmp_path / named)!r}: " if named else ""
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: {prefix}ckpt_path {str(trained)!r} was written by a run with another config: federation.hooks:"
+        f" {RUN_HOOKS} -> {new}; resume with the run's own config, or start a new run without --ckpt_path\n",
+    )
+    assert _files(root) == before
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
+def test_a_resume_with_the_run_s_hooks_goes_on_to_the_checkpoint(tmp_path, trained):
+    """The run's own hooks, as given (a short class name, the arguments left to their defaults): not refused here."""
+    (tmp_path / "cwd").mkdir()
+    proc = lightning_fed_without_torch(
+        "fit",
+        "--config",
+        "tiny",
+        "--federation.hooks=[{class_path: RoundLRSchedule},"
+        " {class_path: RoundLRSchedule, init_args: {schedule: step}}]",
+        f"--trainer.default_root_dir={trained.parents[3]}",
+        "--federation.local_steps=1",
+        "--federation.rounds=2",
+        f"--ckpt_path={trained}",
+        cwd=tmp_path / "cwd",
+        hook=tmp_path / "hook",
+    )
+    assert REACHED_TORCH in proc.stderr, proc.stderr
