@@ -82,9 +82,10 @@ def gguf_problem(option: str, spec: str, cache_dir: Any = None) -> str | None:
     """The line refusing the ``gguf:<package>/<file.gguf>`` model ``spec`` given to ``option`` when its
     package is not installed and its dequantized copy is not in the cache
     (:func:`~lightning_fed.modules.backbone.gguf_cache` looks in ``cache_dir``, else
-    ``$LIGHTNING_FED_CACHE``, else ``~/.cache/lightning_fed``), or ``None``. Red team 11 row 2: the live
-    line came after torch (10 s of CPU) and named ``backbone.tokenizer``, which the demo leaves unset.
-    A malformed name is the live check's to refuse."""
+    ``$LIGHTNING_FED_CACHE``, else ``~/.cache/lightning_fed``), or is there but damaged
+    (:func:`damaged_cache_problem`), or ``None``. Red team 11 row 2: the live line came after torch (10 s
+    of CPU) and named ``backbone.tokenizer``, which the demo leaves unset. A malformed name is the live
+    check's to refuse."""
     import os
 
     package, _, file = spec[len(GGUF_PREFIX) :].partition("/")
@@ -92,6 +93,59 @@ def gguf_problem(option: str, spec: str, cache_dir: Any = None) -> str | None:
         return None
     root = (cache_dir if isinstance(cache_dir, str) else None) or os.environ.get("LIGHTNING_FED_CACHE")
     root_path = Path(root).expanduser() if root else Path.home() / ".cache" / "lightning_fed"
-    if (root_path / "gguf" / package / Path(file).stem / "config.json").is_file():
-        return None
-    return missing_package_problem(package, option, spec)
+    folder = root_path / "gguf" / package / Path(file).stem
+    if not (folder / "config.json").is_file():
+        return missing_package_problem(package, option, spec)
+    if find_package_dir(package) is not None:
+        return None  # a damaged copy is rebuilt from the package (gguf_cache)
+    damage = cache_damage(folder)
+    return damaged_cache_problem(option, spec, folder, damage) if damage else None
+
+
+WEIGHTS_INDEX = "model.safetensors.index.json"
+
+
+def cache_damage(folder: Path) -> str | None:
+    """Why the dequantized model folder ``folder`` cannot be loaded, or ``None``: a file of it missing, a
+    weights file that safetensors does not read as complete (its header names more bytes than the file
+    holds: a copy cut short by a full disk or a copy of a copy), a JSON file that does not parse. Issue 41
+    row 2: a truncated ``model.safetensors`` in the cache was a raw ``SafetensorError`` after torch, exit 1.
+    Reads the headers only (safetensors' ``safe_open``, numpy's framework: no torch)."""
+    import json
+
+    from safetensors import SafetensorError, safe_open
+
+    if not (folder / "config.json").is_file():
+        return "config.json is missing"
+    try:
+        index = folder / WEIGHTS_INDEX
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except FileNotFoundError:
+        shards = ["model.safetensors"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        return f"{WEIGHTS_INDEX} is not an index of weights files"
+    for name in shards:
+        if not (folder / name).is_file():
+            return f"{name} is missing"
+        try:
+            with safe_open(str(folder / name), framework="numpy"):
+                pass
+        except (SafetensorError, OSError):
+            return f"{name} is not a complete safetensors file"
+    for path in sorted(folder.glob("*.json")):
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return f"{path.name} is not JSON"
+    return None
+
+
+def damaged_cache_problem(option: str, spec: str, folder: Path, damage: str) -> str:
+    """The line refusing ``option: spec`` whose dequantized copy in ``folder`` is damaged (``damage``:
+    :func:`cache_damage`) while its package, which would rebuild it, is not installed."""
+    package = spec[len(GGUF_PREFIX) :].partition("/")[0]
+    how = f"install it with: {install_command(package)}" if package in MODEL_PACKAGES else "install it"
+    return (
+        f"{option}: the cached copy of {spec!r} in {str(folder)!r} is damaged ({damage}), and package {package!r}"
+        f" is not installed to rebuild it; {how} (the next run replaces the copy)"
+    )

@@ -16,10 +16,12 @@ a transformers config (``BackboneConfig.config``). Three kinds of name are under
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from lightning_fed.errors import UserError
 from lightning_fed.modules.quantization import (
     QUANTIZATIONS,
     load_quantized,
@@ -232,12 +235,15 @@ def default_cache_dir() -> Path:
 
 
 def gguf_cache(spec: str, cache_dir: str | None = None, field: str = "backbone.name_or_path") -> Path:
-    """The plain model folder for a ``gguf:<package>/<file.gguf>`` name, built if missing.
+    """The plain model folder for a ``gguf:<package>/<file.gguf>`` name, built if missing or damaged.
 
     The GGUF file is dequantized by transformers, the model is rebuilt from its config
-    without the quantization config, and the plain copy and the tokenizer are saved to a
-    temporary folder that is then renamed into place, so an interrupted or concurrent build
-    never leaves a half-written cache behind.
+    without the quantization config, and the plain copy and the tokenizer are saved (and
+    synced) to a temporary folder that is then renamed into place, so an interrupted or
+    concurrent build never leaves a half-written cache behind. A cached copy that cannot be
+    loaded (:func:`~lightning_fed.model_packages.cache_damage`: a file cut short, as a full disk
+    or a copy leaves it) is rebuilt from the package with a warning, or, without the package,
+    refused naming the folder and the command that installs it (issue 41 row 2).
 
     Args:
         spec: The ``gguf:`` name.
@@ -247,11 +253,21 @@ def gguf_cache(spec: str, cache_dir: str | None = None, field: str = "backbone.n
     Returns:
         The cached folder, loadable with ``from_pretrained``.
     """
+    from lightning_fed.model_packages import cache_damage, damaged_cache_problem, find_package_dir
+
     package, file = _parse_gguf(spec, field)
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     target = root / "gguf" / package / Path(file).stem
     if (target / "config.json").is_file():
-        return target
+        if (damage := cache_damage(target)) is None:
+            return target
+        if find_package_dir(package) is None:
+            raise UserError(damaged_cache_problem(field, spec, target, damage))
+        warnings.warn(
+            f"{field}: the cached copy of {spec!r} in {str(target)!r} is damaged ({damage}); rebuilding it"
+            f" from package {package!r}",
+            stacklevel=2,
+        )
     source_dir = _package_dir(package, field, spec)
     if not (source_dir / file).is_file():
         found = sorted(p.name for p in source_dir.glob("*.gguf")) or "none"
@@ -263,15 +279,41 @@ def gguf_cache(spec: str, cache_dir: str | None = None, field: str = "backbone.n
     try:
         _dequantize_to(source_dir, file, tmp)
         _chmod_like_umask(tmp)
-        try:
-            tmp.rename(target)
-        except OSError:
-            # Another process finished first; its copy is as good as ours.
-            if not (target / "config.json").is_file():
-                raise
+        _sync(tmp)
+        _put_in_place(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _put_in_place(tmp: Path, target: Path) -> None:
+    """Rename the built folder ``tmp`` to ``target``, moving a damaged copy there out of the way first."""
+    from lightning_fed.model_packages import cache_damage
+
+    try:
+        tmp.rename(target)
+        return
+    except OSError:
+        if cache_damage(target) is None:
+            return  # another process finished first; its copy is as good as ours
+    aside = target.with_name(f".{target.name}.damaged.{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):  # (another process moved it)
+        target.rename(aside)  # the damaged copy, removed once ours is in place
+    try:
+        tmp.rename(target)
+    except OSError:
+        if cache_damage(target) is not None:
+            raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _sync(folder: Path) -> None:
+    """Write ``folder``'s files to disk before it is renamed into place (a crash after the rename
+    leaves the whole copy, never a file cut short)."""
+    for path in folder.iterdir():
+        with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
 
 
 def _dequantize_to(source_dir: Path, file: str, out: Path) -> None:

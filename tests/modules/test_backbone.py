@@ -190,3 +190,60 @@ def test_smollm2_gguf_is_cached_and_exact():
     ids = tok("The capital of France is", return_tensors="pt")["input_ids"]
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=0)
+
+
+def _fake_gguf_package(tmp_path, monkeypatch, dequantize):
+    """``gguf:fakepkg/m.gguf`` with its package "installed" in ``tmp_path/pkg`` and ``dequantize`` as the
+    conversion (the real one is tests/packaging/test_from_an_empty_folder.py's slow test)."""
+    from lightning_fed.modules import backbone
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "m.gguf").write_bytes(b"GGUF")
+    monkeypatch.setattr(backbone, "_package_dir", lambda *args: package)
+    monkeypatch.setattr("lightning_fed.model_packages.find_package_dir", lambda module: package)
+    monkeypatch.setattr(backbone, "_dequantize_to", dequantize)
+    target = tmp_path / "cache" / "gguf" / "fakepkg" / "m"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")
+    (target / "model.safetensors").write_bytes(b"\x10\x00\x00\x00")  # cut short in its header
+    return target
+
+
+def _tiny_copy(source_dir, file, out):
+    from safetensors.torch import save_file
+
+    (out / "config.json").write_text('{"model_type": "llama"}')
+    save_file({"w": torch.zeros(4, 4)}, str(out / "model.safetensors"))
+
+
+def test_a_damaged_gguf_copy_is_rebuilt_in_place(tmp_path, monkeypatch):
+    """Issue 41 row 2: a cached copy cut short is rebuilt from the package with a warning, the new copy
+    renamed into place (nothing temporary or damaged left beside it); an intact copy is used as it is."""
+    from lightning_fed.model_packages import cache_damage
+    from lightning_fed.modules.backbone import gguf_cache
+
+    target = _fake_gguf_package(tmp_path, monkeypatch, _tiny_copy)
+    with pytest.warns(UserWarning, match=r"is damaged \(model.safetensors is not a complete safetensors file\); "):
+        assert gguf_cache("gguf:fakepkg/m.gguf", str(tmp_path / "cache")) == target
+    assert cache_damage(target) is None
+    assert [p.name for p in target.parent.iterdir()] == ["m"]
+    built = (target / "model.safetensors").stat().st_mtime_ns
+    assert gguf_cache("gguf:fakepkg/m.gguf", str(tmp_path / "cache")) == target
+    assert (target / "model.safetensors").stat().st_mtime_ns == built
+
+
+def test_a_failed_rebuild_leaves_the_damaged_copy_and_no_half_copy(tmp_path, monkeypatch):
+    """A conversion that fails midway (a full disk, a kill) never leaves a half-written copy in place."""
+    from lightning_fed.modules.backbone import gguf_cache
+
+    def fail_midway(source_dir, file, out):
+        (out / "config.json").write_text("{}")
+        raise OSError(28, "No space left on device")
+
+    target = _fake_gguf_package(tmp_path, monkeypatch, fail_midway)
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    with pytest.warns(UserWarning, match="is damaged"), pytest.raises(OSError, match="No space left"):
+        gguf_cache("gguf:fakepkg/m.gguf", str(tmp_path / "cache"))
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert [p.name for p in target.parent.iterdir()] == ["m"]

