@@ -187,12 +187,13 @@ def model_shape(backbone: dict[str, Any]) -> ModelShape:
     if not spec:
         raise ValueError(f"{BACKBONE}: set name_or_path or config to plan a run")
     if spec.startswith("gguf:"):
+        from lightning_fed.model_packages import cache_damage
         from lightning_fed.modules.backbone import _package_dir, _parse_gguf, default_cache_dir
 
         package, file = _parse_gguf(spec, f"{BACKBONE}.name_or_path")
         root = Path(backbone["cache_dir"]).expanduser() if backbone.get("cache_dir") else default_cache_dir()
         cached = root / "gguf" / package / Path(file).stem  # as gguf_cache lays it out
-        if (cached / "config.json").is_file():
+        if (cached / "config.json").is_file() and cache_damage(cached) is None:  # a damaged copy: fit rebuilds it
             return model_shape_from_config(AutoConfig.from_pretrained(cached))
         config = AutoConfig.from_pretrained(_package_dir(package, f"{BACKBONE}.name_or_path", spec), gguf_file=file)
         return model_shape_from_config(config)

