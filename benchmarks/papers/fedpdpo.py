@@ -127,12 +127,8 @@ def summarize(results: list[dict], test_rows_per_client: int) -> list[str]:
             # each user's score on each pair recorded: the pair means over users, clustered two ways
             # by sentence (as fedbiscuit.py), in place of the binomial
             users = sorted(next(iter(runs.values()))["pairs"])
-            for r in runs.values():  # the per-pair scores are the fit's own final per-client accuracy
-                got = {str(i): float(np.mean(r["pairs"][u])) for i, u in enumerate(users)}
-                if any(abs(got[c] - v) > 1e-9 for c, v in r["final"]["clients"].items()):
-                    raise ValueError(
-                        f"seed {r['seed']}: per-pair scores {got} are not the fit's {r['final']['clients']}"
-                    )
+            for r in runs.values():
+                check_pairs(r, users)
             pm = {s: np.mean([r["pairs"][u] for u in users], axis=0) for s, r in runs.items()}
             pos, neg = zip(*polarity_pairs.pair_sentences(len(next(iter(pm.values())))))
             q = paired(pm, 0.5, list(pos), list(neg))
@@ -175,7 +171,35 @@ def summarize(results: list[dict], test_rows_per_client: int) -> list[str]:
         lines.append(
             f"clients where FedPDPO is better (decided): {better} of {len(by['fedpdpo'][seeds[0]]['final']['clients'])}"
         )
+        if all("pairs" in by[m][s] for m in ("fedpdpo", "feddpo") for s in seeds):
+            # both methods scored each user's row of each pair: the difference paired by pair (the same
+            # rows), clustered two ways by sentence, per client and for the mean over users
+            users = sorted(by["fedpdpo"][seeds[0]]["pairs"])
+            for s in seeds:
+                check_pairs(by["feddpo"][s], users)
+            pos, neg = map(list, zip(*polarity_pairs.pair_sentences(len(by["fedpdpo"][seeds[0]]["pairs"][users[0]]))))
+            mean = {m: {s: np.mean([by[m][s]["pairs"][u] for u in users], axis=0) for s in seeds} for m in by}
+            q = paired(mean["fedpdpo"], mean["feddpo"], pos, neg)
+            verdict = call(q, "FedPDPO better", "FedDPO better")
+            lines.append(
+                f"FedPDPO minus FedDPO, per pair two-way by sentence: {q.describe(by='sentences a side')}: {verdict}"
+            )
+            better = 0
+            for i, u in enumerate(users):
+                a = {s: by["fedpdpo"][s]["pairs"][u] for s in seeds}
+                qc = paired(a, {s: by["feddpo"][s]["pairs"][u] for s in seeds}, pos, neg)
+                verdict = call(qc, "better", "worse")
+                better += verdict == "better"
+                lines.append(f"  client {i} ({u}), per pair: {qc.describe(by='sentences a side')}: {verdict}")
+            lines.append(f"clients where FedPDPO is better, per pair (decided): {better} of {len(users)}")
     return lines
+
+
+def check_pairs(run: dict, users: list[str]) -> None:
+    """A run's per-pair scores are the fit's own final per-client accuracy (client ``i`` is ``users[i]``)."""
+    got = {str(i): float(np.mean(run["pairs"][u])) for i, u in enumerate(users)}
+    if any(abs(got[c] - v) > 1e-9 for c, v in run["final"]["clients"].items()):
+        raise ValueError(f"seed {run['seed']}: per-pair scores {got} are not the fit's {run['final']['clients']}")
 
 
 def main() -> None:

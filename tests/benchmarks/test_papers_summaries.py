@@ -228,3 +228,34 @@ def test_fedpdpo_with_per_pair_scores_clusters_them_by_sentence():
     runs[0] = {**runs[0], "final": {"all": 0.75, "clients": {"0": 0.6, "1": 0.5, "2": 1.0, "3": 1.0}}}
     with pytest.raises(ValueError, match="seed 0: per-pair scores"):
         fedpdpo.summarize(runs, test_rows_per_client=2)
+
+
+def test_fedpdpo_against_feddpo_per_pair_pairs_each_client_by_pair_and_sentence():
+    # 2 pairs sharing no sentence (two-way = one-way over 2 clusters), two identical seeds (seed SE 0).
+    # FedPDPO as above: u0, u1 (1, 0), u2, u3 (1, 1). FedDPO, one global model: u0, u1 (0, 1) and the
+    # other taste its complement, u2, u3 (1, 0); its pair means are 0.5 each.
+    # Mean over users: (1, 0.5) - (0.5, 0.5) = (0.5, 0): +0.25, CR1 2 x (0.25^2 x 2) / 4: SE 0.25.
+    # u0: (1, 0) - (0, 1) = (1, -1): +0.0, residuals +-1: CR1 2 x 2 / 4 = 1: SE 1.0.
+    # u2: (1, 1) - (1, 0) = (0, 1): +0.5, residuals -+0.5: CR1 2 x 0.5 / 4 = 0.25: SE 0.5. df 1, t 12.71.
+    pdpo = {"u0": [1.0, 0.0], "u1": [1.0, 0.0], "u2": [1.0, 1.0], "u3": [1.0, 1.0]}
+    dpo = {"u0": [0.0, 1.0], "u1": [0.0, 1.0], "u2": [1.0, 0.0], "u3": [1.0, 0.0]}
+
+    def run(method, pairs, seed):
+        clients = {str(i): sum(pairs[u]) / 2 for i, u in enumerate(sorted(pairs))}
+        final = {"all": sum(clients.values()) / 4, "clients": clients}
+        return {"method": method, "seed": seed, "initial": None, "final": final, "pairs": pairs}
+
+    runs = [run(m, p, s) for s in (0, 1) for m, p in (("fedpdpo", pdpo), ("feddpo", dpo))]
+    lines = fedpdpo.summarize(runs, test_rows_per_client=2)
+    tail = "2 seeds; {} SE, df 1.0, t 12.71): not separated"
+    assert "FedPDPO minus FedDPO, per pair two-way by sentence: +0.250 ± 0.250 (seed SE 0.000, sampling SE 0.250 " \
+        "over 2 sentences a side, " + tail.format("1.0") in lines  # fmt: skip
+    assert "  client 0 (u0), per pair: +0.000 ± 1.000 (seed SE 0.000, sampling SE 1.000 over 2 sentences a side, " \
+        + tail.format("0.0") in lines  # fmt: skip
+    assert "  client 2 (u2), per pair: +0.500 ± 0.500 (seed SE 0.000, sampling SE 0.500 over 2 sentences a side, " \
+        + tail.format("1.0") in lines  # fmt: skip
+    assert lines[-1] == "clients where FedPDPO is better, per pair (decided): 0 of 4"
+    # FedDPO's per-pair scores are checked against its fit's per-client accuracy too
+    runs[1] = {**runs[1], "final": {"all": 0.5, "clients": {"0": 0.6, "1": 0.5, "2": 0.5, "3": 0.5}}}
+    with pytest.raises(ValueError, match="seed 0: per-pair scores"):
+        fedpdpo.summarize(runs, test_rows_per_client=2)

