@@ -36,13 +36,13 @@ from lightning_fed.data_cross_rules import (
     MAX_SCANNED_BYTES,
     READS_ITS_SOURCE,
     RECORD_FIELDS,
-    bad_json_problem,
     blank_field_line,
     field_mapped,
     json_rows,
     local_columns,
     row_line,
 )
+from lightning_fed.data_files import local_data_problem
 from lightning_fed.nested_options import PARTITIONS, SYNTHETIC_PREFIX, generator_columns
 
 PLANTED_NUMERIC = frozenset({"client", "follows_group", "flipped"})
@@ -231,8 +231,8 @@ def data_columns_problem(data: Any) -> str | None:
         return None  # its records are built by the module: their columns are not the source's
     field_map = init_args.get("field_map")
     kind = record_kind(data["class_path"])
-    for name in ("dataset", *EVALUATION_SETS):  # a line that is no JSON: before any column is asked of it
-        if problem := bad_json_problem(f"data.{name}", init_args.get(name)):
+    for name in ("dataset", *EVALUATION_SETS):  # a file datasets cannot read: before any column is asked of it
+        if problem := local_data_problem(f"data.{name}", init_args.get(name)):
             return problem
     if problem := missing_field_problem("data.dataset", init_args.get("dataset"), kind, field_map, "data.field_map"):
         return problem

@@ -130,7 +130,7 @@ def json_rows(path: Path) -> Any:
     :func:`local_columns` and :func:`lightning_fed.data_columns.data_columns_problem` read rows with it."""
     if path.suffix.lower() not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
         return None
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")  # datasets drops a BOM too
     if text.lstrip().startswith("["):
         return json.loads(text)
     return [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -144,7 +144,7 @@ def row_line(dataset: str, row: int) -> int | None:
     try:
         if path.suffix.lower() not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
             return None
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # datasets drops a BOM too
     except (OSError, UnicodeDecodeError):
         return None
     if text.lstrip().startswith("["):
@@ -160,7 +160,7 @@ def bad_json_line(path: Path) -> str | None:
     trust_boundary.md), ``not valid JSON at line 3: ...`` in an array; ``None`` where the text is one
     JSON value (the reader's to judge) or every line is. Red team 12 row 10: said after torch, the file
     named twice, no row. Raises what reading raises (``OSError``, ``UnicodeDecodeError``)."""
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")  # datasets drops a BOM too
     try:
         json.loads(text)
         return None  # one JSON value: whether the reader takes it is its to say
@@ -177,22 +177,6 @@ def bad_json_line(path: Path) -> str | None:
             return f"line {number} (row {row}) is not valid JSON: {err.msg}"
         row += 1
     return None
-
-
-def bad_json_problem(option: str, dataset: Any) -> str | None:
-    """The line refusing the local JSON/JSON Lines file ``dataset`` (given as ``option``, up to
-    :data:`MAX_SCANNED_BYTES`) with a line that is not valid JSON (:func:`bad_json_line`), or ``None``."""
-    if not isinstance(dataset, str):
-        return None
-    path = Path(dataset).expanduser()
-    try:
-        if path.suffix.lower() not in (".json", ".jsonl") or not path.is_file():
-            return None
-        if path.stat().st_size > MAX_SCANNED_BYTES or (bad := bad_json_line(path)) is None:
-            return None
-    except (OSError, UnicodeDecodeError):  # the reader's to say (a line that is not UTF-8 names its line)
-        return None
-    return f"{option} {dataset!r}: {bad}"
 
 
 def blank_field_line(option: str, dataset: str, row: int, field: str, missing: bool, line: int | None) -> str:

@@ -216,7 +216,7 @@ CASES = {
     "jsonl_row_is_a_list": (
         {"d.jsonl": _jsonl(_good(3)) + b'["a", "b"]\n' + _jsonl(_good(2))},
         _data("d.jsonl"),
-        ["d.jsonl", "line 4 (row 3)", "is a list"],
+        ["d.jsonl", "line 4 (row 3)", "is an array, expected a JSON object"],
     ),
     "client_value_not_an_integer": (
         {"d.jsonl": _jsonl(_good(2, client=0) + _good(1, client="zero") + _good(2, client=1))},
