@@ -17,7 +17,9 @@ at all:
   instructions on a preference run failed with exit 1 after the round-0 evaluation had written the
   run folder, naming ``data.dataset``);
 - a row of a local JSON/JSON Lines/CSV file whose required field is missing, null or empty
-  (:func:`blank_row_problem`, red team 11 row 11: after 12 s of imports, naming no line).
+  (:func:`blank_row_problem`, red team 11 row 11: after 12 s of imports, naming no line), or of a
+  JSON/JSON Lines file whose field holds a number, a boolean, a list or a mapping (:func:`not_text_problem`,
+  issue 41: after 10-15 s of imports).
 
 Only what is certain is refused: a set whose columns (or column types) are not known here is left
 to the live run. Imports no torch (pyarrow only for a Parquet file's schema).
@@ -40,6 +42,7 @@ from lightning_fed.data_cross_rules import (
     field_mapped,
     json_rows,
     local_columns,
+    not_text_line,
     row_line,
 )
 from lightning_fed.data_files import local_data_problem
@@ -141,6 +144,26 @@ def csv_rows(path: Path) -> list[dict[str, Any]] | None:
     return rows
 
 
+def not_text_problem(
+    option: str, dataset: str, rows: list[dict[str, Any]], kind: str, field_map: Mapping[str, str] | None
+) -> str | None:
+    """The line refusing the first row of the JSON/JSON Lines ``rows`` of ``dataset`` whose field of ``kind``'s
+    records (renamed by ``field_map``) holds a number, a boolean, a list or a mapping: ``datasets`` reads
+    it so (a column of mixed types as JSON values), and :func:`~lightning_fed.datamodules.sources.validate_records`
+    refuses it after the imports (``"prompt": 3``, ``"chosen": ["a"]``: 10-15 s of CPU, issue 41). Fields in
+    its order (the required ones, then an optional one the rows hold); a required field's first value that
+    is not text (a null too) is named, as it names it."""
+    required, optional = RECORD_FIELDS[kind]
+    for field in (*required, *optional):
+        column = (field_map or {}).get(field, field)
+        values = [row.get(column) for row in rows]
+        if all(value is None or isinstance(value, str) for value in values):
+            continue
+        row = next(i for i, v in enumerate(values) if not (isinstance(v, str) or (v is None and field in optional)))
+        return not_text_line(option, dataset, row, field, values[row], row_line(dataset, row))
+    return None
+
+
 def blank_row_problem(option: str, dataset: Any, kind: Any, field_map: Any) -> str | None:
     """The line refusing the first row of the local JSON/JSON Lines file ``dataset`` (given as ``option``)
     whose required field (of ``kind``'s records, renamed by ``field_map``) is missing, null or empty, field
@@ -159,8 +182,11 @@ def blank_row_problem(option: str, dataset: Any, kind: Any, field_map: Any) -> s
         rows = (csv_rows(path) if path.suffix.lower() == ".csv" else json_rows(path)) if path.is_file() else None
     except Exception:  # noqa: BLE001 - not read cleanly: the data source's reader says it
         return None
-    if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
+    rows = [{} if row is None else row for row in rows] if isinstance(rows, list) else None  # null: a row of nulls
+    if not rows or not all(isinstance(row, dict) for row in rows):
         return None
+    if path.suffix.lower() != ".csv" and (problem := not_text_problem(option, dataset, rows, kind, field_map)):
+        return problem
     kinds: dict[str, set[type]] = {}
     for row in rows:
         for key, value in row.items():

@@ -189,6 +189,15 @@ def blank_field_line(option: str, dataset: str, row: int, field: str, missing: b
     return f"{option} {dataset!r}: {where} has {what}"
 
 
+def not_text_line(option: str, dataset: str, row: int, field: str, value: Any, line: int | None) -> str:
+    """The line refusing row ``row`` of ``dataset`` (given as ``option``) whose ``field`` holds ``value``, a
+    number, a boolean, a list or a mapping where text is needed:
+    :func:`~lightning_fed.datamodules.sources.validate_records`' after the imports, the precheck's
+    (:func:`lightning_fed.data_columns.not_text_problem`) before them."""
+    where = f"line {line} (row {row})" if line is not None else f"row {row}"
+    return f"{option} {dataset!r}: field {field!r} must be text; {where} has {value!r}"
+
+
 def local_columns(dataset: str) -> list[str] | None:
     """The columns of the local file ``dataset`` as ``datasets`` reads it (a CSV's header, a Parquet
     file's schema, the keys of a JSON file's rows in the order first seen), or ``None`` if not known
@@ -209,9 +218,11 @@ def local_columns(dataset: str) -> list[str] | None:
         rows = json_rows(path)
     except Exception:  # noqa: BLE001 - a file not read cleanly is the data source's to refuse
         return None
-    if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
+    rows = [row for row in rows if row is not None] if isinstance(rows, list) else None  # null: a row of nulls
+    if not rows or not all(isinstance(row, dict) for row in rows):
         return None
-    return list(dict.fromkeys(str(key) for row in rows for key in row))
+    columns = list(dict.fromkeys(str(key) for row in rows for key in row))
+    return columns or None  # objects without keys: datasets reads no rows (data_files.json_shape_problem)
 
 
 def field_mapped(columns: list[str], field_map: Any) -> list[str] | None:

@@ -12,7 +12,8 @@ lines), or, for a CSV, with a line that named the wrong problem. The precheck
 
 What ``datasets`` reads is not refused: a UTF-8 byte-order mark (JSON, JSON Lines and CSV), rows
 with different keys, a ``.json`` file holding one object or a list of strings (read as a ``text``
-column), a ``null`` line (a row of nulls: its fields are then missing). Imports nothing but the
+column). A ``null`` line is refused (a row without fields to ``datasets``, which crashes on a file
+that starts with one). Imports nothing but the
 standard library (pyarrow, which imports no torch, for a Parquet file).
 """
 
@@ -60,7 +61,8 @@ def json_shape_problem(path: Path) -> str | None:
     line that is not JSON (:func:`~lightning_fed.data_cross_rules.bad_json_line`), a line that is an
     array, a string, a number or a boolean, a top level of one of those, an empty array, an array of
     objects with an item that is none. An array whose start holds no ``{`` is read as a ``text``
-    column (``datasets``' JSON builder), one object as one row, a ``null`` line as a row of nulls."""
+    column (``datasets``' JSON builder), one object as one row. A ``null`` line is refused: ``datasets``
+    reads it as a row of nulls (no record's fields; pyarrow crashes, exit 139, on a file that starts so)."""
     text = path.read_text(encoding="utf-8-sig")
     if (bad := bad_json_line(path)) is not None:
         return bad
@@ -75,20 +77,23 @@ def json_shape_problem(path: Path) -> str | None:
             if "{" not in text.lstrip()[:100].split('"', 1)[0]:
                 return None  # a list of strings: datasets reads a `text` column
             bad = next((i for i, item in enumerate(whole) if not isinstance(item, dict)), None)
-            if bad is None:
-                return None
-            return f"item {bad} (row {bad}) is {json_kind(whole[bad])}, expected a JSON object"
-        if isinstance(whole, (dict, type(None))):
-            return None  # one object: one row (a null: a row of nulls)
-    row = 0  # JSON Lines, or one string, number or boolean (said as the line it is on)
+            if bad is not None:
+                return f"item {bad} (row {bad}) is {json_kind(whole[bad])}, expected a JSON object"
+            return None if any(whole) else "holds no rows (every object is empty)"
+        if isinstance(whole, dict):
+            return None if whole else "holds no rows (every object is empty)"  # one object: one row
+    row, fields = 0, False  # JSON Lines, or one string, number or boolean (said as the line it is on)
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         value = json.loads(line)
-        if not isinstance(value, (dict, type(None))):
+        if not isinstance(
+            value, dict
+        ):  # a null: a row of nulls, none of a record's fields (pyarrow crashes on a first one)
             return f"line {number} (row {row}) is {json_kind(value)}, expected a JSON object"
+        fields = fields or bool(value)
         row += 1
-    return None
+    return None if fields else "holds no rows (every object is empty)"
 
 
 def csv_shape_problem(path: Path) -> str | None:
@@ -135,7 +140,13 @@ def read_problem(path: Path) -> str | None:
         return "holds no rows (the file is empty)"
     if suffix == ".parquet":
         return parquet_problem(path)
-    return text_problem(path) if suffix in TEXT_FORMATS else None
+    if suffix not in TEXT_FORMATS:
+        return None
+    if (problem := text_problem(path)) or suffix == ".csv":
+        return problem
+    with open(path, encoding="utf-8-sig") as handle:  # pyarrow crashes (exit 139) on a first line `null`
+        number, first = next((n, line) for n, line in enumerate(handle, start=1) if line.strip())
+    return f"line {number} (row 0) is null, expected a JSON object" if first.strip() == "null" else None
 
 
 def shape_problem(path: Path) -> str | None:

@@ -160,12 +160,12 @@ CASES = {
     "jsonl_wrong_type": (
         {"d.jsonl": _jsonl([{"prompt": "p", "chosen": 3, "rejected": "r"}] * 4)},
         _data("d.jsonl"),
-        ["'chosen'", "row 0 has 3"],
+        ["'chosen'", "line 1 (row 0) has 3"],
     ),
     "jsonl_mixed_types": (
         {"d.jsonl": _jsonl(_good(2) + [{"prompt": "p", "chosen": ["a"], "rejected": "r"}])},
         _data("d.jsonl"),
-        ["'chosen'", "row 2 has ['a']"],
+        ["'chosen'", "line 3 (row 2) has ['a']"],
     ),
     "json_array_wrong_type": (
         {"d.json": json.dumps([{"prompt": "p", "chosen": "c", "rejected": 4.5}] * 4).encode()},

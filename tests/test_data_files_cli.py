@@ -42,6 +42,9 @@ CASES = {
     "jsonl_array_line": ("d.jsonl", _jsonl(*GOOD[:3], "[1, 2]"), ": line 4 (row 3) is an array" + NOT_OBJECT),
     "jsonl_string_line": ("d.jsonl", _jsonl(GOOD[0], "", '"text"'), ": line 3 (row 1) is a string" + NOT_OBJECT),
     "jsonl_number_line": ("d.jsonl", _jsonl("3", *GOOD), ": line 1 (row 0) is a number" + NOT_OBJECT),
+    "jsonl_null_line": ("d.jsonl", _jsonl(*GOOD, "null"), ": line 5 (row 4) is null" + NOT_OBJECT),
+    "jsonl_null_first": ("d.jsonl", _jsonl("", "null", *GOOD), ": line 2 (row 0) is null" + NOT_OBJECT),
+    "jsonl_empty_objects": ("d.jsonl", _jsonl({}, {}), " holds no rows (every object is empty)"),
     "json_string": ("d.json", '"hello"', ": line 1 (row 0) is a string" + NOT_OBJECT),
     "json_array_item": ("d.json", json.dumps([*GOOD, 3]), ": item 4 (row 4) is a number" + NOT_OBJECT),
     "json_empty_array": ("d.json", "[]", " holds no rows (an empty JSON array)"),
@@ -105,7 +108,7 @@ def test_an_evaluation_file_is_named_as_itself(tmp_path):
     good = _write(tmp_path, "train.jsonl", _jsonl(*GOOD))
     test = _write(tmp_path, "test.jsonl", _jsonl(GOOD[0], "null", "[]"))
     args = [*_fit(good)[:-1], f"--data.init_args.test_dataset={test}"]
-    line = f"data.test_dataset {str(test)!r}: line 3 (row 2) is an array, expected a JSON object"
+    line = f"data.test_dataset {str(test)!r}: line 2 (row 1) is null, expected a JSON object"
     assert_refused_before_torch(tmp_path, args, line)
 
 
@@ -132,7 +135,14 @@ def test_the_reader_says_the_precheck_line(tmp_path):
     from lightning_fed.datamodules.sources import load_records
     from lightning_fed.errors import UserError
 
-    for case in ("jsonl_array_line", "csv_open_quote", "csv_header_only", "utf16", "parquet_of_text"):
+    for case in (
+        "jsonl_array_line",
+        "jsonl_null_first",
+        "csv_open_quote",
+        "csv_header_only",
+        "utf16",
+        "parquet_of_text",
+    ):
         name, data, problem = CASES[case]
         path = _write(tmp_path, name, data)
         with pytest.raises(UserError) as caught:

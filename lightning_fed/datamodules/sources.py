@@ -17,8 +17,8 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lightning_fed.data_cross_rules import RECORD_FIELDS, blank_field_line, row_line
-from lightning_fed.data_files import folder_files, folder_problem, read_problem, said, shape_problem
+from lightning_fed.data_cross_rules import RECORD_FIELDS, blank_field_line, not_text_line, row_line
+from lightning_fed.data_files import file_problem, folder_files, folder_problem, said, shape_problem
 from lightning_fed.data_paths import LOCAL_FORMATS, SUPPORTED, missing_path_problem
 from lightning_fed.datamodules.synthetic import SYNTHETIC
 from lightning_fed.errors import UserError
@@ -147,8 +147,8 @@ def load_local(dataset: str, builder: str, data_files: list[str]) -> datasets.Da
             that is not UTF-8, a row the reader cannot take (:mod:`lightning_fed.data_files`).
         ValueError: The root cause the reader gave, where no such problem is found.
     """
-    for file in data_files:  # the precheck's lines (lightning_fed/data_files.py), for any size
-        if problem := read_problem(Path(file)):
+    for file in data_files:  # the precheck's lines (lightning_fed/data_files.py); a larger file's rows below
+        if problem := file_problem(Path(file)):
             raise UserError(_file_line(dataset, file, problem))
     try:
         with _datasets_log_silenced():
@@ -271,8 +271,10 @@ def validate_records(ds: datasets.Dataset, kind: str, source: str, file_rows: bo
             row = next(
                 (i for i, v in enumerate(values) if not (isinstance(v, str) or (v is None and field in optional))), None
             )
-            found = f"row {row} has {values[row]!r}" if row is not None else f"got {column.type}"
-            raise ValueError(f"data.dataset {source!r}: field {field!r} must be text; {found}")
+            if row is None:
+                raise ValueError(f"data.dataset {source!r}: field {field!r} must be text; got {column.type}")
+            line = row_line(source, row) if file_rows else None  # the precheck's line (data_columns.not_text_problem)
+            raise UserError(not_text_line("data.dataset", source, row, field, values[row], line))
         if field in optional:
             continue
         blank = pc.or_kleene(pc.is_null(column), pc.equal(pc.utf8_trim_whitespace(column), "")).fill_null(True)
