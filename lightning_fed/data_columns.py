@@ -38,6 +38,7 @@ from lightning_fed.data_cross_rules import (
     MAX_SCANNED_BYTES,
     READS_ITS_SOURCE,
     RECORD_FIELDS,
+    absent_column_line,
     blank_field_line,
     field_mapped,
     json_rows,
@@ -88,12 +89,19 @@ def missing_field_problem(
     reads the set so, for a set other than the data module's own). ``None`` where the columns are not
     known here."""
     columns = _columns(dataset, field_map)
-    if columns is None or not isinstance(kind, str) or kind not in RECORD_FIELDS:
+    if not isinstance(kind, str) or kind not in RECORD_FIELDS:
         return None
     fields = [*RECORD_FIELDS[kind][0], *RECORD_FIELDS[kind][1]]
     if isinstance(field_map, Mapping) and (unknown := next((f for f in field_map if f not in fields), None)):
         # apply_field_map's line: the map's key is wrong, not the set (tests/test_bad_input.py)
         return f"{map_option}: {unknown!r} is not a {kind} field; valid: {fields}"
+    source = _columns(dataset, None)
+    if isinstance(field_map, Mapping) and source is not None:  # apply_field_map's next line
+        absent = next(((f, c) for f, c in field_map.items() if isinstance(c, str) and c not in source), None)
+        if absent is not None:
+            return absent_column_line(*absent, option, dataset, source)
+    if columns is None:
+        return None
     missing = next((field for field in RECORD_FIELDS[kind][0] if field not in columns), None)
     if missing is None:
         return None

@@ -17,7 +17,7 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lightning_fed.data_cross_rules import RECORD_FIELDS, blank_field_line, not_text_line, row_line
+from lightning_fed.data_cross_rules import RECORD_FIELDS, absent_column_line, blank_field_line, not_text_line, row_line
 from lightning_fed.data_files import file_problem, folder_files, folder_problem, said, shape_problem
 from lightning_fed.data_paths import LOCAL_FORMATS, SUPPORTED, missing_path_problem
 from lightning_fed.datamodules.synthetic import SYNTHETIC
@@ -214,11 +214,8 @@ def apply_field_map(
     for field, column in field_map.items():
         if field not in fields:
             raise ValueError(f"data.field_map: {field!r} is not a {kind} field; valid: {list(fields)}")
-        if column not in ds.column_names:
-            raise ValueError(
-                f"data.field_map: {field!r} maps to column {column!r}, which data.dataset "
-                f"{source!r} does not have (columns: {', '.join(ds.column_names)})"
-            )
+        if column not in ds.column_names:  # the precheck's line (data_columns.missing_field_problem)
+            raise UserError(absent_column_line(field, column, "data.dataset", source, ds.column_names))
         if column in seen:
             raise ValueError(f"data.field_map: {seen[column]!r} and {field!r} both map to column {column!r}")
         seen[column] = field
