@@ -99,7 +99,7 @@ def missing_field_problem(
     if isinstance(field_map, Mapping) and source is not None:  # apply_field_map's next line
         absent = next(((f, c) for f, c in field_map.items() if isinstance(c, str) and c not in source), None)
         if absent is not None:
-            return absent_column_line(*absent, option, dataset, source)
+            return absent_column_line(map_option, *absent, option, dataset, source)
     if columns is None:
         return None
     missing = next((field for field in RECORD_FIELDS[kind][0] if field not in columns), None)

@@ -198,11 +198,13 @@ def not_text_line(option: str, dataset: str, row: int, field: str, value: Any, l
     return f"{option} {dataset!r}: field {field!r} must be text; {where} has {value!r}"
 
 
-def absent_column_line(field: str, column: Any, option: str, dataset: str, columns: list[str]) -> str:
-    """The line refusing ``data.field_map.<field>`` naming ``column``, which ``dataset`` (given as ``option``)
-    lacks: :func:`~lightning_fed.datamodules.sources.apply_field_map`'s after the imports, the precheck's
-    (:func:`lightning_fed.data_columns.missing_field_problem`) before them (issue 41: 10-15 s of CPU later)."""
-    return f"data.field_map.{field}: column {column!r} is not in {option} {dataset!r} (columns: {', '.join(columns)})"
+def absent_column_line(map_option: str, field: str, column: Any, option: str, dataset: str, columns: list[str]) -> str:
+    """The line refusing ``<map_option>.<field>`` (``data.field_map.prompt``) naming ``column``, which ``dataset``
+    (given as ``option``) lacks: :func:`~lightning_fed.datamodules.sources.apply_field_map`'s after the imports,
+    the precheck's (:func:`lightning_fed.data_columns.missing_field_problem`) before them (issue 41: 10-15 s of
+    CPU later)."""
+    shown = ", ".join(columns)
+    return f"{map_option}.{field}: column {column!r} is not in {option} {dataset!r} (columns: {shown})"
 
 
 def local_columns(dataset: str) -> list[str] | None:

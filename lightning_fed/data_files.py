@@ -13,8 +13,8 @@ lines), or, for a CSV, with a line that named the wrong problem. The precheck
 What ``datasets`` reads is not refused: a UTF-8 byte-order mark (JSON, JSON Lines and CSV), rows
 with different keys, a ``.json`` file holding one object or a list of strings (read as a ``text``
 column). A ``null`` line is refused (a row without fields to ``datasets``, which crashes on a file
-that starts with one). Imports nothing but the
-standard library (pyarrow, which imports no torch, for a Parquet file).
+that starts with one). Imports nothing but the standard library (pyarrow, which imports no torch,
+for a Parquet file).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def csv_shape_problem(path: Path) -> str | None:
                 start = reader.line_num + 1
         except csv.Error as err:
             if "unexpected end of data" not in str(err):
-                return None  # pandas is laxer than the strict reader: its to say
+                return None  # pandas is laxer than the strict reader: the reader's to say
             return f"line {start} (row {row}) opens a quote that is never closed"
     return "holds a header and no rows" if header is not None and row == 0 else None
 

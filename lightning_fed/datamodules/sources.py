@@ -215,7 +215,9 @@ def apply_field_map(
         if field not in fields:
             raise ValueError(f"data.field_map: {field!r} is not a {kind} field; valid: {list(fields)}")
         if column not in ds.column_names:  # the precheck's line (data_columns.missing_field_problem)
-            raise UserError(absent_column_line(field, column, "data.dataset", source, ds.column_names))
+            raise UserError(
+                absent_column_line("data.field_map", field, column, "data.dataset", source, ds.column_names)
+            )
         if column in seen:
             raise ValueError(f"data.field_map: {seen[column]!r} and {field!r} both map to column {column!r}")
         seen[column] = field
