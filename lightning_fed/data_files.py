@@ -190,8 +190,8 @@ def local_data_problem(option: str, dataset: object) -> str | None:
     """The line refusing ``option``'s local file or folder ``dataset`` that ``datasets`` cannot read as
     a data set (:func:`folder_problem`, :func:`file_problem` of each file, naming the file of a
     folder), or ``None`` (not a local file or folder, or nothing found)."""
-    if not isinstance(dataset, str):
-        return None
+    if not isinstance(dataset, str) or not dataset.strip():
+        return None  # no name at all: data_paths.dataset_text_problem says so
     path = Path(dataset).expanduser()
     try:
         if path.is_dir():
