@@ -93,6 +93,8 @@ def json_shape_problem(path: Path) -> str | None:
             return f"line {number} (row {row}) is {json_kind(value)}, expected a JSON object"
         fields = fields or bool(value)
         row += 1
+    if row == 0:
+        return "holds no rows (only blank lines)"
     return None if fields else "holds no rows (every object is empty)"
 
 
@@ -145,7 +147,7 @@ def read_problem(path: Path) -> str | None:
     if (problem := text_problem(path)) or suffix == ".csv":
         return problem
     with open(path, encoding="utf-8-sig") as handle:  # pyarrow crashes (exit 139) on a first line `null`
-        number, first = next((n, line) for n, line in enumerate(handle, start=1) if line.strip())
+        number, first = next(((n, line) for n, line in enumerate(handle, start=1) if line.strip()), (0, ""))
     return f"line {number} (row 0) is null, expected a JSON object" if first.strip() == "null" else None
 
 
@@ -155,7 +157,10 @@ def shape_problem(path: Path) -> str | None:
     suffix = path.suffix.lower()
     if suffix == ".csv":
         return csv_shape_problem(path)
-    return json_shape_problem(path) if suffix in (".json", ".jsonl") else None
+    try:
+        return json_shape_problem(path) if suffix in (".json", ".jsonl") else None
+    except RecursionError:  # nested deeper than Python's json reads: the reader's to say
+        return None
 
 
 def file_problem(path: Path) -> str | None:

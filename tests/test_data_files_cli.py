@@ -55,6 +55,7 @@ CASES = {
     "csv_open_quote": ("d.csv", CSV + 'u0,"p9,a\nu1,p10,a,b\n', ": line 6 (row 4) opens a quote that is never closed"),
     "csv_header_only": ("d.csv", HEADER, " holds a header and no rows"),
     "empty": ("d.jsonl", "", " holds no rows (the file is empty)"),
+    "unicode_blank": ("d.jsonl", "\u00a0\n", " holds no rows (only blank lines)"),
     "blank_lines": ("d.jsonl", "\n  \n\n", " holds no rows (the file is empty or only blank lines)"),
     "parquet_of_text": ("d.parquet", "prompt,chosen\n", NOT_PARQUET),
     "parquet_truncated": ("d.parquet", lambda tmp: _parquet_bytes(tmp)[:-100], NOT_PARQUET),
@@ -154,3 +155,12 @@ def test_the_reader_says_the_precheck_line(tmp_path):
         ("bom.csv", codecs.BOM_UTF8 + CSV.encode()),
     ]:
         assert len(load_records(str(_write(tmp_path, name, data)), "preference")) == len(GOOD)
+
+
+def test_json_nested_past_pythons_limit_is_left_to_the_reader(tmp_path):
+    """100000 nested arrays: on 3df2116 the precheck itself failed, 'error: RecursionError: maximum
+    recursion depth exceeded while decoding a JSON array from a unicode string' and the --debug hint; the
+    reader says it in one line ('cannot read ... as json: Reached object decoding depth limit ...')."""
+    path = _write(tmp_path, "deep.json", "[" * 100000 + "]" * 100000)
+    proc = lightning_fed_without_torch(*_fit(path), cwd=tmp_path, hook=tmp_path / "hook")
+    assert REACHED_TORCH in proc.stderr, proc.stderr
