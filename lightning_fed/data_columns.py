@@ -40,6 +40,7 @@ from lightning_fed.data_cross_rules import (
     RECORD_FIELDS,
     absent_column_line,
     blank_field_line,
+    csv_blank,
     field_mapped,
     json_rows,
     local_columns,
@@ -141,9 +142,11 @@ def csv_rows(path: Path) -> list[dict[str, Any]] | None:
     if path.stat().st_size > MAX_SCANNED_BYTES:
         return None
     with open(path, encoding="utf-8-sig", newline="") as handle:  # pandas drops a BOM too
-        rows = list(csv.DictReader(handle))
-    if any(None in row for row in rows):
+        records = [cells for cells in csv.reader(handle) if not csv_blank(cells)]  # pandas skips blank lines
+    header, body = (records[0], records[1:]) if records else ([], [])
+    if any(len(cells) > len(header) for cells in body):
         return None  # more cells than the header: pandas refuses the file
+    rows = [{key: cells[i] if i < len(cells) else None for i, key in enumerate(header)} for cells in body]
     rows = [{k: (None if v is None or v in PANDAS_NA else v) for k, v in row.items()} for row in rows]
     for column in {k for row in rows for k in row}:
         if all(row.get(column) is None or _number_like(row[column]) for row in rows):

@@ -207,6 +207,11 @@ def absent_column_line(map_option: str, field: str, column: Any, option: str, da
     return f"{map_option}.{field}: column {column!r} is not in {option} {dataset!r} (columns: {shown})"
 
 
+def csv_blank(cells: list[str]) -> bool:
+    """Whether a CSV record is no row to pandas: an empty line or one of spaces only (``skip_blank_lines``)."""
+    return not cells or (len(cells) == 1 and not cells[0].strip())
+
+
 def local_columns(dataset: str) -> list[str] | None:
     """The columns of the local file ``dataset`` as ``datasets`` reads it (a CSV's header, a Parquet
     file's schema, the keys of a JSON file's rows in the order first seen), or ``None`` if not known
@@ -218,7 +223,10 @@ def local_columns(dataset: str) -> list[str] | None:
             return None
         if suffix == ".csv":
             with open(path, encoding="utf-8-sig", newline="") as handle:  # pandas drops a BOM too
-                header = next(csv.reader(handle), None)
+                records = (cells for cells in csv.reader(handle) if not csv_blank(cells))
+                header, first = next(records, None), next(records, None)
+            if first is not None and header is not None and len(first) == len(header) + 1:
+                return None  # pandas reads the first cells as an index: its columns are not the header
             return header if header and len(set(header)) == len(header) and all(header) else None
         if suffix == ".parquet":
             import pyarrow.parquet as pq  # no torch (tests/test_data_model_options_cli.py)

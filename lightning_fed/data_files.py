@@ -24,7 +24,7 @@ import csv
 import json
 from pathlib import Path
 
-from lightning_fed.data_cross_rules import MAX_SCANNED_BYTES, bad_json_line
+from lightning_fed.data_cross_rules import MAX_SCANNED_BYTES, bad_json_line, csv_blank
 from lightning_fed.data_paths import LOCAL_FORMATS
 
 TEXT_FORMATS = (".json", ".jsonl", ".csv")
@@ -108,9 +108,11 @@ def csv_shape_problem(path: Path) -> str | None:
         header, width, row, start = None, None, 0, 1
         try:
             for cells in reader:
-                if cells and header is None:
+                if csv_blank(cells):
+                    pass
+                elif header is None:
                     header = cells
-                elif cells:
+                else:
                     width = width or max(len(header), len(cells) if len(cells) == len(header) + 1 else 0)
                     if len(cells) > width:
                         return f"line {start} (row {row}) has {len(cells)} cells, the header {len(header)}"

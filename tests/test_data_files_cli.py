@@ -54,6 +54,7 @@ CASES = {
     "csv_long_row": ("d.csv", CSV + "u0,p9,a,b,c\nu1,p10,a,b\n", ": line 6 (row 4) has 5 cells, the header 4"),
     "csv_open_quote": ("d.csv", CSV + 'u0,"p9,a\nu1,p10,a,b\n', ": line 6 (row 4) opens a quote that is never closed"),
     "csv_header_only": ("d.csv", HEADER, " holds a header and no rows"),
+    "csv_header_and_spaces": ("d.csv", HEADER + "   \n\n", " holds a header and no rows"),
     "empty": ("d.jsonl", "", " holds no rows (the file is empty)"),
     "unicode_blank": ("d.jsonl", "\u00a0\n", " holds no rows (only blank lines)"),
     "blank_lines": ("d.jsonl", "\n  \n\n", " holds no rows (the file is empty or only blank lines)"),
