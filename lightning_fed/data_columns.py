@@ -17,7 +17,9 @@ at all:
   instructions on a preference run failed with exit 1 after the round-0 evaluation had written the
   run folder, naming ``data.dataset``);
 - a row of a local JSON/JSON Lines/CSV file whose required field is missing, null or empty
-  (:func:`blank_row_problem`, red team 11 row 11: after 12 s of imports, naming no line).
+  (:func:`blank_row_problem`, red team 11 row 11: after 12 s of imports, naming no line), or of a
+  JSON/JSON Lines file whose field holds a number, a boolean, a list or a mapping (:func:`not_text_problem`,
+  issue 41: after 10-15 s of imports).
 
 Only what is certain is refused: a set whose columns (or column types) are not known here is left
 to the live run. Imports no torch (pyarrow only for a Parquet file's schema).
@@ -36,13 +38,16 @@ from lightning_fed.data_cross_rules import (
     MAX_SCANNED_BYTES,
     READS_ITS_SOURCE,
     RECORD_FIELDS,
-    bad_json_problem,
+    absent_column_line,
     blank_field_line,
+    csv_blank,
     field_mapped,
     json_rows,
     local_columns,
+    not_text_line,
     row_line,
 )
+from lightning_fed.data_files import local_data_problem
 from lightning_fed.nested_options import PARTITIONS, SYNTHETIC_PREFIX, generator_columns
 
 PLANTED_NUMERIC = frozenset({"client", "follows_group", "flipped"})
@@ -85,12 +90,19 @@ def missing_field_problem(
     reads the set so, for a set other than the data module's own). ``None`` where the columns are not
     known here."""
     columns = _columns(dataset, field_map)
-    if columns is None or not isinstance(kind, str) or kind not in RECORD_FIELDS:
+    if not isinstance(kind, str) or kind not in RECORD_FIELDS:
         return None
     fields = [*RECORD_FIELDS[kind][0], *RECORD_FIELDS[kind][1]]
     if isinstance(field_map, Mapping) and (unknown := next((f for f in field_map if f not in fields), None)):
         # apply_field_map's line: the map's key is wrong, not the set (tests/test_bad_input.py)
         return f"{map_option}: {unknown!r} is not a {kind} field; valid: {fields}"
+    source = _columns(dataset, None)
+    if isinstance(field_map, Mapping) and source is not None:  # apply_field_map's next line
+        absent = next(((f, c) for f, c in field_map.items() if isinstance(c, str) and c not in source), None)
+        if absent is not None:
+            return absent_column_line(map_option, *absent, option, dataset, source)
+    if columns is None:
+        return None
     missing = next((field for field in RECORD_FIELDS[kind][0] if field not in columns), None)
     if missing is None:
         return None
@@ -130,15 +142,37 @@ def csv_rows(path: Path) -> list[dict[str, Any]] | None:
     if path.stat().st_size > MAX_SCANNED_BYTES:
         return None
     with open(path, encoding="utf-8-sig", newline="") as handle:  # pandas drops a BOM too
-        rows = list(csv.DictReader(handle))
-    if any(None in row for row in rows):
+        records = [cells for cells in csv.reader(handle) if not csv_blank(cells)]  # pandas skips blank lines
+    header, body = (records[0], records[1:]) if records else ([], [])
+    if any(len(cells) > len(header) for cells in body):
         return None  # more cells than the header: pandas refuses the file
+    rows = [{key: cells[i] if i < len(cells) else None for i, key in enumerate(header)} for cells in body]
     rows = [{k: (None if v is None or v in PANDAS_NA else v) for k, v in row.items()} for row in rows]
     for column in {k for row in rows for k in row}:
         if all(row.get(column) is None or _number_like(row[column]) for row in rows):
             for row in rows:
                 row[column] = None if row.get(column) is None else 0.0
     return rows
+
+
+def not_text_problem(
+    option: str, dataset: str, rows: list[dict[str, Any]], kind: str, field_map: Mapping[str, str] | None
+) -> str | None:
+    """The line refusing the first row of the JSON/JSON Lines ``rows`` of ``dataset`` whose field of ``kind``'s
+    records (renamed by ``field_map``) holds a number, a boolean, a list or a mapping: ``datasets`` reads
+    it so (a column of mixed types as JSON values), and :func:`~lightning_fed.datamodules.sources.validate_records`
+    refuses it after the imports (``"prompt": 3``, ``"chosen": ["a"]``: 10-15 s of CPU, issue 41). Fields in
+    its order (the required ones, then an optional one the rows hold); a required field's first value that
+    is not text (a null too) is named, as it names it."""
+    required, optional = RECORD_FIELDS[kind]
+    for field in (*required, *optional):
+        column = (field_map or {}).get(field, field)
+        values = [row.get(column) for row in rows]
+        if all(value is None or isinstance(value, str) for value in values):
+            continue
+        row = next(i for i, v in enumerate(values) if not (isinstance(v, str) or (v is None and field in optional)))
+        return not_text_line(option, dataset, row, field, values[row], row_line(dataset, row))
+    return None
 
 
 def blank_row_problem(option: str, dataset: Any, kind: Any, field_map: Any) -> str | None:
@@ -159,8 +193,11 @@ def blank_row_problem(option: str, dataset: Any, kind: Any, field_map: Any) -> s
         rows = (csv_rows(path) if path.suffix.lower() == ".csv" else json_rows(path)) if path.is_file() else None
     except Exception:  # noqa: BLE001 - not read cleanly: the data source's reader says it
         return None
-    if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
+    rows = [{} if row is None else row for row in rows] if isinstance(rows, list) else None  # null: a row of nulls
+    if not rows or not all(isinstance(row, dict) for row in rows):
         return None
+    if path.suffix.lower() != ".csv" and (problem := not_text_problem(option, dataset, rows, kind, field_map)):
+        return problem
     kinds: dict[str, set[type]] = {}
     for row in rows:
         for key, value in row.items():
@@ -231,8 +268,8 @@ def data_columns_problem(data: Any) -> str | None:
         return None  # its records are built by the module: their columns are not the source's
     field_map = init_args.get("field_map")
     kind = record_kind(data["class_path"])
-    for name in ("dataset", *EVALUATION_SETS):  # a line that is no JSON: before any column is asked of it
-        if problem := bad_json_problem(f"data.{name}", init_args.get(name)):
+    for name in ("dataset", *EVALUATION_SETS):  # a file datasets cannot read: before any column is asked of it
+        if problem := local_data_problem(f"data.{name}", init_args.get(name)):
             return problem
     if problem := missing_field_problem("data.dataset", init_args.get("dataset"), kind, field_map, "data.field_map"):
         return problem

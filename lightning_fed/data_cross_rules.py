@@ -130,7 +130,7 @@ def json_rows(path: Path) -> Any:
     :func:`local_columns` and :func:`lightning_fed.data_columns.data_columns_problem` read rows with it."""
     if path.suffix.lower() not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
         return None
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")  # datasets drops a BOM too
     if text.lstrip().startswith("["):
         return json.loads(text)
     return [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -144,7 +144,7 @@ def row_line(dataset: str, row: int) -> int | None:
     try:
         if path.suffix.lower() not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
             return None
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # datasets drops a BOM too
     except (OSError, UnicodeDecodeError):
         return None
     if text.lstrip().startswith("["):
@@ -160,7 +160,7 @@ def bad_json_line(path: Path) -> str | None:
     trust_boundary.md), ``not valid JSON at line 3: ...`` in an array; ``None`` where the text is one
     JSON value (the reader's to judge) or every line is. Red team 12 row 10: said after torch, the file
     named twice, no row. Raises what reading raises (``OSError``, ``UnicodeDecodeError``)."""
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")  # datasets drops a BOM too
     try:
         json.loads(text)
         return None  # one JSON value: whether the reader takes it is its to say
@@ -179,22 +179,6 @@ def bad_json_line(path: Path) -> str | None:
     return None
 
 
-def bad_json_problem(option: str, dataset: Any) -> str | None:
-    """The line refusing the local JSON/JSON Lines file ``dataset`` (given as ``option``, up to
-    :data:`MAX_SCANNED_BYTES`) with a line that is not valid JSON (:func:`bad_json_line`), or ``None``."""
-    if not isinstance(dataset, str):
-        return None
-    path = Path(dataset).expanduser()
-    try:
-        if path.suffix.lower() not in (".json", ".jsonl") or not path.is_file():
-            return None
-        if path.stat().st_size > MAX_SCANNED_BYTES or (bad := bad_json_line(path)) is None:
-            return None
-    except (OSError, UnicodeDecodeError):  # the reader's to say (a line that is not UTF-8 names its line)
-        return None
-    return f"{option} {dataset!r}: {bad}"
-
-
 def blank_field_line(option: str, dataset: str, row: int, field: str, missing: bool, line: int | None) -> str:
     """The line refusing row ``row`` of ``dataset`` (given as ``option``) whose required ``field`` is
     missing or null (``missing``) or empty: :func:`~lightning_fed.datamodules.sources.validate_records`'
@@ -203,6 +187,29 @@ def blank_field_line(option: str, dataset: str, row: int, field: str, missing: b
     where = f"line {line} (row {row})" if line is not None else f"row {row}"
     what = f"no {field!r} (missing or null)" if missing else f"an empty {field!r}"
     return f"{option} {dataset!r}: {where} has {what}"
+
+
+def not_text_line(option: str, dataset: str, row: int, field: str, value: Any, line: int | None) -> str:
+    """The line refusing row ``row`` of ``dataset`` (given as ``option``) whose ``field`` holds ``value``, a
+    number, a boolean, a list or a mapping where text is needed:
+    :func:`~lightning_fed.datamodules.sources.validate_records`' after the imports, the precheck's
+    (:func:`lightning_fed.data_columns.not_text_problem`) before them."""
+    where = f"line {line} (row {row})" if line is not None else f"row {row}"
+    return f"{option} {dataset!r}: field {field!r} must be text; {where} has {value!r}"
+
+
+def absent_column_line(map_option: str, field: str, column: Any, option: str, dataset: str, columns: list[str]) -> str:
+    """The line refusing ``<map_option>.<field>`` (``data.field_map.prompt``) naming ``column``, which ``dataset``
+    (given as ``option``) lacks: :func:`~lightning_fed.datamodules.sources.apply_field_map`'s after the imports,
+    the precheck's (:func:`lightning_fed.data_columns.missing_field_problem`) before them (issue 41: 10-15 s of
+    CPU later)."""
+    shown = ", ".join(columns)
+    return f"{map_option}.{field}: column {column!r} is not in {option} {dataset!r} (columns: {shown})"
+
+
+def csv_blank(cells: list[str]) -> bool:
+    """Whether a CSV record is no row to pandas: an empty line or one of spaces only (``skip_blank_lines``)."""
+    return not cells or (len(cells) == 1 and not cells[0].strip())
 
 
 def local_columns(dataset: str) -> list[str] | None:
@@ -216,7 +223,10 @@ def local_columns(dataset: str) -> list[str] | None:
             return None
         if suffix == ".csv":
             with open(path, encoding="utf-8-sig", newline="") as handle:  # pandas drops a BOM too
-                header = next(csv.reader(handle), None)
+                records = (cells for cells in csv.reader(handle) if not csv_blank(cells))
+                header, first = next(records, None), next(records, None)
+            if first is not None and header is not None and len(first) == len(header) + 1:
+                return None  # pandas reads the first cells as an index: its columns are not the header
             return header if header and len(set(header)) == len(header) and all(header) else None
         if suffix == ".parquet":
             import pyarrow.parquet as pq  # no torch (tests/test_data_model_options_cli.py)
@@ -225,9 +235,11 @@ def local_columns(dataset: str) -> list[str] | None:
         rows = json_rows(path)
     except Exception:  # noqa: BLE001 - a file not read cleanly is the data source's to refuse
         return None
-    if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
+    rows = [row for row in rows if row is not None] if isinstance(rows, list) else None  # null: a row of nulls
+    if not rows or not all(isinstance(row, dict) for row in rows):
         return None
-    return list(dict.fromkeys(str(key) for row in rows for key in row))
+    columns = list(dict.fromkeys(str(key) for row in rows for key in row))
+    return columns or None  # objects without keys: datasets reads no rows (data_files.json_shape_problem)
 
 
 def field_mapped(columns: list[str], field_map: Any) -> list[str] | None:

@@ -5,7 +5,7 @@ range (open or closed at each end, finite, maybe odd), one of some choices, or a
 :func:`check` raises the classes' ``ValueError``; :func:`problems` gives the lines to the precheck.
 What each option of the package accepts is declared with these in :mod:`lightning_fed.option_rules`.
 
-Imports nothing but the standard library.
+Imports nothing but the standard library (PyYAML to read a number written as a string).
 """
 
 from __future__ import annotations
@@ -68,9 +68,22 @@ class Rule:
         return text + (" and odd" if self.odd else "") + (" or null" if self.nullable else "")
 
     def parsed(self, value: Any) -> Any:
-        """``value`` as the CLI's parser hands it to the class: an integer given for a number is a float."""
-        numeric = self.choices is None and not self.integer
-        return float(value) if numeric and isinstance(value, int) and not isinstance(value, bool) else value
+        """``value`` as the CLI's parser hands it to the class: an integer given for a number is a float, and
+        a string is read as jsonargparse reads one for a typed ``int``/``float`` parameter, in every section
+        alike (``lr: "1e-4"``, ``rounds: "3"``; ``trainer:`` took them, issue 41): as YAML
+        (:func:`~lightning_fed.yaml_reading.value_of`), kept if that is a number of the rule's kind, else
+        left as the string the parser refuses (``"3.0"`` for an integer, ``"nan"``, ``"four"``)."""
+        if self.choices is not None:
+            return value
+        if isinstance(value, str):
+            from lightning_fed.yaml_reading import value_of  # PyYAML only, read by the precheck anyway
+
+            loaded = value_of(value)
+            kinds = int if self.integer else (int, float)
+            if not isinstance(loaded, kinds) or isinstance(loaded, bool):
+                return value
+            value = loaded
+        return float(value) if not self.integer and isinstance(value, int) and not isinstance(value, bool) else value
 
     def problem(self, value: Any) -> str | None:
         """The one line refusing ``value``, or ``None`` if it is accepted."""

@@ -160,12 +160,12 @@ CASES = {
     "jsonl_wrong_type": (
         {"d.jsonl": _jsonl([{"prompt": "p", "chosen": 3, "rejected": "r"}] * 4)},
         _data("d.jsonl"),
-        ["'chosen'", "row 0 has 3"],
+        ["'chosen'", "line 1 (row 0) has 3"],
     ),
     "jsonl_mixed_types": (
         {"d.jsonl": _jsonl(_good(2) + [{"prompt": "p", "chosen": ["a"], "rejected": "r"}])},
         _data("d.jsonl"),
-        ["'chosen'", "row 2 has ['a']"],
+        ["'chosen'", "line 3 (row 2) has ['a']"],
     ),
     "json_array_wrong_type": (
         {"d.json": json.dumps([{"prompt": "p", "chosen": "c", "rejected": 4.5}] * 4).encode()},
@@ -216,7 +216,7 @@ CASES = {
     "jsonl_row_is_a_list": (
         {"d.jsonl": _jsonl(_good(3)) + b'["a", "b"]\n' + _jsonl(_good(2))},
         _data("d.jsonl"),
-        ["d.jsonl", "line 4 (row 3)", "is a list"],
+        ["d.jsonl", "line 4 (row 3)", "is an array, expected a JSON object"],
     ),
     "client_value_not_an_integer": (
         {"d.jsonl": _jsonl(_good(2, client=0) + _good(1, client="zero") + _good(2, client=1))},

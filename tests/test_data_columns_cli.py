@@ -117,3 +117,42 @@ def test_the_planted_numeric_columns_are_the_planted_sets_numeric_columns():
         ds = generator(num_clients=2, examples_per_client=2, seed=0)
         numeric = {c for c in ds.column_names if np.asarray(ds[c]).dtype.kind in "biuf"}
         assert numeric == PLANTED_NUMERIC & set(ds.column_names), name
+
+
+@pytest.mark.parametrize("value", [3, ["a"], {"a": 1}, True], ids=["number", "list", "mapping", "bool"])
+def test_a_field_that_is_not_text_is_refused_before_torch_naming_its_line(tmp_path, value):
+    """Issue 41: ``"preferred": ["a"]`` in own_data's file (``chosen`` after ``data.field_map``) was refused
+    after the imports (10-15 s of CPU, no line); ``datasets`` reads the column as JSON values and the data
+    module refuses it, so the precheck says the same, before torch, with the line."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    config = _own_data(cwd)
+    train = cwd / config["data"]["init_args"]["dataset"]
+    lines = train.read_text(encoding="utf-8").splitlines()
+    lines[2] = json.dumps({**json.loads(lines[2]), "preferred": value})
+    train.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = write_config(tmp_path, config)
+    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
+    dataset = config["data"]["init_args"]["dataset"]
+    line = f"data.dataset {dataset!r}: field 'chosen' must be text; line 3 (row 2) has {value!r}"
+    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
+
+
+@pytest.mark.parametrize("option", ["dataset", "test_dataset"])
+def test_a_field_map_column_the_file_lacks_is_refused_before_torch_naming_the_key(tmp_path, option):
+    """Issue 41: ``data.field_map: {rejected: other}`` on a file without ``other`` was refused after the
+    imports (10-15 s of CPU), as ``data.field_map: 'rejected' maps to column ...``; now before torch, naming
+    ``data.field_map.rejected``, the column, the option and the file."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    config = _own_data(cwd)
+    name = config["data"]["init_args"][option]
+    rows = [json.loads(line) for line in (cwd / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+    for row in rows:
+        row["worse"] = row.pop("other")
+    (cwd / name).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    path = write_config(tmp_path, config)
+    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
+    columns = ", ".join(rows[0])
+    line = f"data.field_map.rejected: column 'other' is not in data.{option} {name!r} (columns: {columns})"
+    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")

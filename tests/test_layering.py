@@ -18,6 +18,7 @@ LAYERS: list[set[str]] = [
         "limits",
         "data_paths",
         "data_cross_rules",
+        "data_files",
         "transformers_configs",
         "model_sources",
         "allocator",

@@ -133,3 +133,19 @@ def test_hds_refuses_anchors_without_the_runs_fields_when_the_run_is_bound():
     )
     hook.check_server(SimpleNamespace(datamodule=SimpleNamespace(kind="instruction")))  # the run's own kind: read
     assert hook._anchor_records.column_names[:3] == ["instruction", "input", "output"]
+
+
+def test_a_hooks_field_map_column_the_set_lacks_names_the_hooks_map(tmp_path):
+    """Issue 41 row 6, for a hook's public set: ``anchor_field_map: {prompt: question}`` on planted preferences
+    (no ``question`` column) was left to the live run (10-15 s of imports); now the hook's own map key."""
+    hook = {**HDS, "init_args": {**HDS["init_args"], "anchors": "synthetic:preferences"}}
+    hook["init_args"]["anchor_args"] = {"examples_per_client": 32}
+    hook["init_args"]["anchor_field_map"] = {"prompt": "question"}
+    config = shipped_config("tiny")
+    config["federation"].update(local_steps=None, local_epochs=1, hooks=[hook])
+    path = write_config(tmp_path, config)
+    line = (
+        "federation.hooks[0].anchor_field_map.prompt: column 'question' is not in federation.hooks[0].anchors"
+        f" 'synthetic:preferences' (columns: {PREFERENCE_COLUMNS})"
+    )
+    assert_refused_before_torch(tmp_path, ["fit", "--config", str(path)], line, config_file=path)

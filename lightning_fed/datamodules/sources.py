@@ -9,7 +9,6 @@ one-line error naming the field, value or row.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -18,7 +17,8 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lightning_fed.data_cross_rules import RECORD_FIELDS, bad_json_line, blank_field_line, row_line
+from lightning_fed.data_cross_rules import RECORD_FIELDS, absent_column_line, blank_field_line, not_text_line, row_line
+from lightning_fed.data_files import file_problem, folder_files, folder_problem, said, shape_problem
 from lightning_fed.data_paths import LOCAL_FORMATS, SUPPORTED, missing_path_problem
 from lightning_fed.datamodules.synthetic import SYNTHETIC
 from lightning_fed.errors import UserError
@@ -108,13 +108,10 @@ def local_files(dataset: str) -> tuple[str, list[str]] | None:
     if problem := missing_path_problem(dataset):
         raise FileNotFoundError(problem)
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in LOCAL_FORMATS)
-        builders = sorted({LOCAL_FORMATS[p.suffix.lower()] for p in files})
-        if not builders:
-            raise ValueError(f"data.dataset {dataset!r}: folder has no {'/'.join(LOCAL_FORMATS)} files")
-        if len(builders) > 1:
-            raise ValueError(f"data.dataset {dataset!r}: folder mixes formats {builders}; keep one")
-        return builders[0], [str(p) for p in files]
+        if problem := folder_problem(path):
+            raise ValueError(said(f"data.dataset {dataset!r}", problem))
+        files = folder_files(path)
+        return LOCAL_FORMATS[files[0].suffix.lower()], [str(p) for p in files]
     if suffix in LOCAL_FORMATS:
         if not path.is_file():
             raise FileNotFoundError(f"data.dataset {dataset!r}: no such file")
@@ -134,34 +131,6 @@ def _load_hub(dataset: str, split: str) -> datasets.Dataset:
         ) from None
 
 
-def _first_bad_json_record(file: str) -> str | None:
-    """Where a JSON Lines file (or a JSON array) holds something other than a JSON object."""
-    text = Path(file).read_text(encoding="utf-8")
-    if Path(file).suffix.lower() == ".json" and text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as err:
-            return f"not valid JSON at line {err.lineno}: {err.msg}"
-        bad = next((i for i, item in enumerate(items) if not isinstance(item, dict)), None)
-        return (
-            None if bad is None else f"item {bad} (row {bad}) is a {type(items[bad]).__name__}, expected a JSON object"
-        )
-    if (bad := bad_json_line(Path(file))) is not None:  # the precheck's line (data_cross_rules.py)
-        return bad
-    row = 0
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as err:
-            return f"line {number} (row {row}) is not valid JSON: {err.msg}"
-        if not isinstance(item, dict):
-            return f"line {number} (row {row}) is a {type(item).__name__}, expected a JSON object"
-        row += 1
-    return None
-
-
 def load_local(dataset: str, builder: str, data_files: list[str]) -> datasets.Dataset:
     """Read local files with the ``datasets`` builder; a file it cannot read is a one-line error.
 
@@ -174,11 +143,13 @@ def load_local(dataset: str, builder: str, data_files: list[str]) -> datasets.Da
         data_files: The files to read.
 
     Raises:
-        ValueError: Naming the file and, where it can be found, the line: an empty file, a
-            line that is not UTF-8, or the root cause the reader gave.
+        UserError: Naming the file and, where it can be found, the line: an empty file, a line
+            that is not UTF-8, a row the reader cannot take (:mod:`lightning_fed.data_files`).
+        ValueError: The root cause the reader gave, where no such problem is found.
     """
-    for file in data_files:
-        _check_text(dataset, file, text=builder in ("json", "csv"))
+    for file in data_files:  # the precheck's lines (lightning_fed/data_files.py); a larger file's rows below
+        if problem := file_problem(Path(file)):
+            raise UserError(_file_line(dataset, file, problem))
     try:
         with _datasets_log_silenced():
             return datasets.load_dataset(builder, data_files=data_files, split="train")
@@ -188,12 +159,16 @@ def load_local(dataset: str, builder: str, data_files: list[str]) -> datasets.Da
             cause = cause.__cause__
         reason = " ".join(str(cause).split()) or type(cause).__name__
         where = data_files[0] if len(data_files) == 1 else f"one of {len(data_files)} files"
-        if builder == "json":  # pyarrow names the row of its block, not of the file: find it
-            for file in data_files:
-                if (bad := _first_bad_json_record(file)) is not None:
-                    named = "" if file == dataset else f" {file!r}:"  # the file given is named once
-                    raise UserError(f"data.dataset {dataset!r}:{named} {bad}") from None
+        for file in data_files:  # pyarrow and pandas name the row of their block, not of the file: find it
+            if (problem := shape_problem(Path(file))) is not None:
+                raise UserError(_file_line(dataset, file, problem)) from None
         raise ValueError(f"data.dataset {dataset!r}: cannot read {where!r} as {builder}: {reason}") from None
+
+
+def _file_line(dataset: str, file: str, problem: str) -> str:
+    """``problem`` of ``file``, of ``data.dataset`` (the file given is named once)."""
+    subject = "data.dataset " + (repr(dataset) if file == dataset else f"{dataset!r}: {file!r}")
+    return said(subject, problem)
 
 
 @contextlib.contextmanager
@@ -208,30 +183,6 @@ def _datasets_log_silenced() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
-
-
-def _check_text(dataset: str, file: str, text: bool) -> None:
-    """Raise if ``file`` is empty or, for a text format, has a line that is not UTF-8.
-
-    pyarrow's JSON reader accepts invalid UTF-8 and fails later without a line number.
-    """
-    if not text:
-        if Path(file).stat().st_size == 0:
-            raise ValueError(f"data.dataset {dataset!r}: file {file!r} is empty")
-        return
-    blank = True
-    with open(file, "rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"data.dataset {dataset!r}: line {number} of {file!r} is not UTF-8"
-                    f" (byte {line[err.start]:#04x} at column {err.start + 1})"
-                ) from None
-            blank = blank and not line.strip()
-    if blank:
-        raise ValueError(f"data.dataset {dataset!r}: file {file!r} is empty")
 
 
 def apply_field_map(
@@ -263,10 +214,9 @@ def apply_field_map(
     for field, column in field_map.items():
         if field not in fields:
             raise ValueError(f"data.field_map: {field!r} is not a {kind} field; valid: {list(fields)}")
-        if column not in ds.column_names:
-            raise ValueError(
-                f"data.field_map: {field!r} maps to column {column!r}, which data.dataset "
-                f"{source!r} does not have (columns: {', '.join(ds.column_names)})"
+        if column not in ds.column_names:  # the precheck's line (data_columns.missing_field_problem)
+            raise UserError(
+                absent_column_line("data.field_map", field, column, "data.dataset", source, ds.column_names)
             )
         if column in seen:
             raise ValueError(f"data.field_map: {seen[column]!r} and {field!r} both map to column {column!r}")
@@ -320,8 +270,10 @@ def validate_records(ds: datasets.Dataset, kind: str, source: str, file_rows: bo
             row = next(
                 (i for i, v in enumerate(values) if not (isinstance(v, str) or (v is None and field in optional))), None
             )
-            found = f"row {row} has {values[row]!r}" if row is not None else f"got {column.type}"
-            raise ValueError(f"data.dataset {source!r}: field {field!r} must be text; {found}")
+            if row is None:
+                raise ValueError(f"data.dataset {source!r}: field {field!r} must be text; got {column.type}")
+            line = row_line(source, row) if file_rows else None  # the precheck's line (data_columns.not_text_problem)
+            raise UserError(not_text_line("data.dataset", source, row, field, values[row], line))
         if field in optional:
             continue
         blank = pc.or_kleene(pc.is_null(column), pc.equal(pc.utf8_trim_whitespace(column), "")).fill_null(True)

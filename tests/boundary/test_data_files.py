@@ -5,11 +5,12 @@ error (exit 2 before training) on one line naming the file or the data option.""
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import warnings
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lightning_fed.datamodules import PreferenceDataModule
@@ -110,3 +111,39 @@ def test_the_live_reader_says_the_broken_line_as_the_precheck(tmp_path):
         assert str(err) == f"data.dataset {str(path)!r}: line 3 (row 1) is not valid JSON: Expecting ':' delimiter"
     else:
         raise AssertionError("a broken line was read")
+
+
+_values = st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=4) | st.lists(st.integers(), max_size=2)
+_field = st.sampled_from(["p", "a b"]) | _values
+_objects = st.fixed_dictionaries({}, optional=dict.fromkeys(["prompt", "chosen", "rejected", "extra"], _field))
+_lines = (
+    _objects.map(json.dumps)
+    | _values.map(json.dumps)
+    | st.sampled_from(["", "  ", '{"prompt": "x", "chosen": ', "[", "{}", "nul", '{"prompt": "p"} x'])
+)
+
+
+@settings(max_examples=40) if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else (lambda f: f)
+@given(lines=st.lists(_lines, min_size=0, max_size=6), suffix=st.sampled_from([".jsonl", ".json"]))
+def test_the_precheck_says_what_the_reader_says(lines, suffix):
+    """Issue 41: whatever JSON Lines a file holds (objects, fields of any JSON type, lines that are JSON but
+    no object, blank lines, lines cut short), a line the precheck refuses before torch
+    (:func:`lightning_fed.data_columns.data_columns_problem`) is the line the data source refuses it with
+    after the imports, and a file the data source reads passes the precheck."""
+    from lightning_fed.data_columns import data_columns_problem
+    from lightning_fed.datamodules.sources import load_records
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"pairs{suffix}"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        data = {"class_path": "lightning_fed.datamodules.PreferenceDataModule", "init_args": {"dataset": str(path)}}
+        before = data_columns_problem(data)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                load_records(str(path), "preference")
+        except Exception as err:  # noqa: BLE001 - the property compares the lines
+            after = assert_user_error(err, str(path))
+        else:
+            after = None
+    assert before is None or before == after, (before, after)

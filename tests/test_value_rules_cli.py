@@ -1,0 +1,63 @@
+"""A number written as a YAML string (``lr: "1e-4"``, ``beta: "0.1"``, ``rounds: "3"``) is read as jsonargparse
+reads a typed ``float``/``int`` parameter, in every section alike (issue 41 row 9: on 3df2116 ``trainer:``
+took it, as jsonargparse casts it, while the precheck refused it under ``model:``, ``data:`` and
+``federation:``: ``model.beta must be a number in (0, 1000.0], got '0.1'``). What the parser refuses
+(``"3.0"`` for an integer, ``"nan"``) and what is out of range stay one line before torch."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+from tests.helpers.refusals import assert_config_refused_before_torch, shipped_config, write_config
+
+
+def _set(config: dict, dotted: str, value: object) -> dict:
+    *path, last = dotted.split(".")
+    node = config
+    for key in path:
+        node = node[key]
+    node[last] = value
+    return config
+
+
+QUOTED = {
+    "model.lr": ("model.init_args.lr", "1e-4"),
+    "model.beta": ("model.init_args.beta", "0.1"),
+    "model.lora.r": ("model.init_args.lora.r", "4"),
+    "data.batch_size": ("data.init_args.batch_size", "4"),
+    "data.num_clients": ("data.init_args.num_clients", " 4"),
+    "federation.rounds": ("federation.rounds", "3"),
+    "federation.local_steps": ("federation.local_steps", "1_0"),
+    "trainer.gradient_clip_val": ("trainer.gradient_clip_val", "1.0"),
+}
+
+
+@pytest.mark.parametrize("option", QUOTED)
+def test_a_quoted_number_goes_on_to_the_parser_in_every_section(tmp_path, option):
+    """The precheck passes it on (the parser casts it; tests/helpers/cli.py: torch unimportable)."""
+    where, value = QUOTED[option]
+    path = write_config(tmp_path, _set(shipped_config("tiny"), where, value))
+    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=tmp_path, hook=tmp_path / "hook")
+    assert REACHED_TORCH in proc.stderr, proc.stderr
+
+
+def test_a_quoted_number_of_a_strategy_goes_on_to_the_parser(tmp_path):
+    config = shipped_config("tiny")
+    config["federation"]["strategy"] = {"class_path": "lightning_fed.strategies.FedProx", "init_args": {"mu": "0.01"}}
+    path = write_config(tmp_path, config)
+    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=tmp_path, hook=tmp_path / "hook")
+    assert REACHED_TORCH in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "line"),
+    [
+        ("federation.rounds", "3.0", "federation.rounds must be an integer in [1, 1000000], got '3.0'"),
+        ("model.init_args.beta", "5000", "model.beta must be in (0, 1000.0], got 5000.0"),
+        ("model.init_args.beta", "nan", "model.beta must be a finite number, got nan"),
+        ("data.init_args.batch_size", "four", "data.batch_size must be an integer >= 1, got 'four'"),
+    ],
+)
+def test_a_quoted_value_the_parser_refuses_is_one_line_before_torch(tmp_path, where, value, line):
+    assert_config_refused_before_torch(tmp_path, _set(shipped_config("tiny"), where, value), line)
