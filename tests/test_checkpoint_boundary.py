@@ -240,37 +240,50 @@ RESUME_CHANGES = {
 }
 
 
+def _resume_without_torch(tmp_path: Path, trained: Path, *extra: str, rounds: int = 2):
+    """``fit --config tiny EXTRA`` resuming ``trained`` in its own ``default_root_dir`` (one local step,
+    ``rounds`` rounds), from an empty folder, in a child whose ``import torch`` fails."""
+    from tests.helpers.cli import lightning_fed_without_torch
+
+    (tmp_path / "cwd").mkdir()
+    return lightning_fed_without_torch(
+        "fit",
+        "--config",
+        "tiny",
+        *extra,
+        f"--trainer.default_root_dir={trained.parents[3]}",
+        "--federation.local_steps=1",
+        f"--federation.rounds={rounds}",
+        f"--ckpt_path={trained}",
+        cwd=tmp_path / "cwd",
+        hook=tmp_path / "hook",
+    )
+
+
+def _assert_refused_before_torch(proc, tmp_path: Path, trained: Path, before: dict, change: str, named: str = ""):
+    """The live CLI's line for a changed config, printed before torch; the run folder byte for byte as it
+    was; nothing written where the command ran."""
+    from tests.helpers.cli import REACHED_TORCH
+
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: {named}ckpt_path {str(trained)!r} was written by a run with another config: {change}; resume"
+        " with the run's own config, or start a new run without --ckpt_path\n",
+    )
+    assert _files(trained.parents[3]) == before
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
 @pytest.mark.parametrize("case", list(RESUME_CHANGES))
 def test_a_resume_with_a_changed_config_is_refused_before_torch(tmp_path, trained, case):
     """The run folder's config.yaml against the merged new config (lightning_fed/resume_precheck.py):
     the live CLI's line, in a child whose ``import torch`` fails; the run folder byte for byte as it
     was. On baaf8e7: refused only after the imports and the model's build (10-15 s of CPU)."""
-    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
-
     extra, change = RESUME_CHANGES[case]
-    root = trained.parents[3]
-    before = _files(root)
-    (tmp_path / "cwd").mkdir()
-    proc = lightning_fed_without_torch(
-        "fit",
-        "--config",
-        "tiny",
-        f"--trainer.default_root_dir={root}",
-        "--federation.local_steps=1",
-        "--federation.rounds=2",
-        f"--ckpt_path={trained}",
-        *extra,
-        cwd=tmp_path / "cwd",
-        hook=tmp_path / "hook",
-    )
-    assert REACHED_TORCH not in proc.stderr
-    assert (proc.returncode, proc.stderr) == (
-        2,
-        f"error: ckpt_path {str(trained)!r} was written by a run with another config: {change}; resume with the"
-        " run's own config, or start a new run without --ckpt_path\n",
-    )
-    assert _files(root) == before
-    assert list((tmp_path / "cwd").iterdir()) == []
+    before = _files(trained.parents[3])
+    proc = _resume_without_torch(tmp_path, trained, *extra)
+    _assert_refused_before_torch(proc, tmp_path, trained, before, change)
 
 
 LR_HOOK = "[{'class_path': 'lightning_fed.callbacks.RoundLRSchedule', 'init_args': {'schedule': 'cosine'}}]"
@@ -282,57 +295,24 @@ def test_a_resume_adding_a_round_hook_is_refused_before_torch(tmp_path, trained,
     YAML) was refused only after torch and the model's build (11 s of CPU), naming no file, while
     ``model.lr`` from the same kind of file was refused before torch naming it. Seen failing on 628d0d2
     (the line came from the live CLI: torch reached)."""
-    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
-
-    root = trained.parents[3]
-    before = _files(root)
+    before = _files(trained.parents[3])
     hooks = tmp_path / "hooks.yaml"
     hooks.write_text(
         "federation:\n  hooks:\n    - class_path: lightning_fed.callbacks.RoundLRSchedule\n"
         "      init_args: {schedule: cosine}\n"
     )
     extra = ["--config", str(hooks)] if given == "file" else [f"--federation.hooks={LR_HOOK}"]
-    (tmp_path / "cwd").mkdir()
-    proc = lightning_fed_without_torch(
-        "fit",
-        "--config",
-        "tiny",
-        *extra,
-        f"--trainer.default_root_dir={root}",
-        "--federation.local_steps=1",
-        "--federation.rounds=2",
-        f"--ckpt_path={trained}",
-        cwd=tmp_path / "cwd",
-        hook=tmp_path / "hook",
-    )
-    assert REACHED_TORCH not in proc.stderr
+    proc = _resume_without_torch(tmp_path, trained, *extra)
     named = f"config {str(hooks)!r}: " if given == "file" else ""
-    assert (proc.returncode, proc.stderr) == (
-        2,
-        f"error: {named}ckpt_path {str(trained)!r} was written by a run with another config: federation.hooks:"
-        f" None -> {LR_HOOK}; resume with the run's own config, or start a new run without --ckpt_path\n",
-    )
-    assert _files(root) == before
-    assert list((tmp_path / "cwd").iterdir()) == []
+    _assert_refused_before_torch(proc, tmp_path, trained, before, f"federation.hooks: None -> {LR_HOOK}", named)
 
 
 def test_a_resume_with_the_run_s_config_goes_on_to_the_checkpoint(tmp_path, trained):
     """Same values written otherwise (a short class name, 5e-3 for 0.005, more rounds): not refused here."""
-    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+    from tests.helpers.cli import REACHED_TORCH
 
-    (tmp_path / "cwd").mkdir()
-    proc = lightning_fed_without_torch(
-        "fit",
-        "--config",
-        "tiny",
-        f"--trainer.default_root_dir={trained.parents[3]}",
-        "--federation.local_steps=1",
-        "--federation.rounds=3",
-        "--federation.strategy=FedAvg",
-        "--model.init_args.lr=5e-3",
-        f"--ckpt_path={trained}",
-        cwd=tmp_path / "cwd",
-        hook=tmp_path / "hook",
+    proc = _resume_without_torch(
+        tmp_path, trained, "--federation.strategy=FedAvg", "--model.init_args.lr=5e-3", rounds=3
     )
     assert REACHED_TORCH in proc.stderr, proc.stderr
 
