@@ -143,13 +143,27 @@ _VERSION = re.compile(r"version_(\d+)")
 
 
 def _resumed_version(ckpt_path: Any) -> Path | None:
-    """The ``.../version_N`` folder a checkpoint at ``.../version_N/checkpoints/*.ckpt`` belongs to."""
+    """The ``.../version_N`` folder a checkpoint at ``.../version_N/checkpoints/*.ckpt`` belongs to: the run
+    folder a resume (``validate``/``test`` too) continues in, wherever it lies now (copied or moved)."""
     if not ckpt_path or str(ckpt_path) in ("last", "best", "hpc", "registry") or "://" in str(ckpt_path):
         return None
     path = Path(ckpt_path).absolute()
     if path.parent.name == "checkpoints" and _VERSION.fullmatch(path.parent.parent.name):
         return path.parent.parent
     return None
+
+
+def _place(logger: Any, folder: Path) -> None:
+    """Point a TensorBoard or CSV logger at the existing version folder ``folder``
+    (``<save_dir>/<name>/version_N``): its ``save_dir`` and ``name`` are ``folder``'s, not the config's
+    (a run folder copied or moved elsewhere continues where its checkpoint lies, not in a new
+    ``version_N`` under ``trainer.default_root_dir``)."""
+    if isinstance(logger, CSVLogger):
+        logger._save_dir = str(folder.parent.parent)
+    else:
+        logger._root_dir = str(folder.parent.parent)
+    logger._name = folder.parent.name
+    logger._version = int(_VERSION.fullmatch(folder.name).group(1))
 
 
 def _keep_csv_metrics(logger: Any) -> None:
@@ -268,9 +282,8 @@ class FederatedCLI(LightningCLI):
             # version folder, laid out as with the default logger.
             # Where it would go; claimed when the run is about to write (_claim_run_folder).
             runs = Path(config.get("default_root_dir") or os.getcwd()) / "lightning_logs"
-            same = resumed is not None and resumed.parent.resolve() == runs.resolve()
-            config["default_root_dir"] = str(resumed if same else next_version(runs))
-            self._claim_root, self._resumed_folder = (None, resumed) if same else (runs, None)
+            config["default_root_dir"] = str(resumed if resumed is not None else next_version(runs))
+            self._claim_root, self._resumed_folder = (None, resumed) if resumed is not None else (runs, None)
         try:
             trainer = super()._instantiate_trainer(config, callbacks)
         except MisconfigurationException as err:
@@ -280,11 +293,13 @@ class FederatedCLI(LightningCLI):
         self._unclaimed = []
         for logger in trainer.loggers:
             if isinstance(logger, (TensorBoardLogger, CSVLogger)) and logger._version is None:
-                if resumed is not None and Path(logger.root_dir).resolve() == resumed.parent.resolve():
-                    logger._version = int(_VERSION.fullmatch(resumed.name).group(1))  # it continues there
+                if "://" in str(logger.root_dir):
+                    continue  # a remote logger is left as Lightning makes it
+                if resumed is not None:  # it continues where the checkpoint lies
+                    _place(logger, resumed)
                     self._resumed_folder = resumed
                     _keep_csv_metrics(logger)
-                elif "://" not in str(logger.root_dir):
+                else:
                     self._unclaimed.append(logger)
         return trainer
 

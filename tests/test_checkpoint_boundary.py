@@ -240,37 +240,50 @@ RESUME_CHANGES = {
 }
 
 
+def _resume_without_torch(tmp_path: Path, trained: Path, *extra: str, rounds: int = 2):
+    """``fit --config tiny EXTRA`` resuming ``trained`` in its own ``default_root_dir`` (one local step,
+    ``rounds`` rounds), from an empty folder, in a child whose ``import torch`` fails."""
+    from tests.helpers.cli import lightning_fed_without_torch
+
+    (tmp_path / "cwd").mkdir()
+    return lightning_fed_without_torch(
+        "fit",
+        "--config",
+        "tiny",
+        *extra,
+        f"--trainer.default_root_dir={trained.parents[3]}",
+        "--federation.local_steps=1",
+        f"--federation.rounds={rounds}",
+        f"--ckpt_path={trained}",
+        cwd=tmp_path / "cwd",
+        hook=tmp_path / "hook",
+    )
+
+
+def _assert_refused_before_torch(proc, tmp_path: Path, trained: Path, before: dict, change: str, named: str = ""):
+    """The live CLI's line for a changed config, printed before torch; the run folder byte for byte as it
+    was; nothing written where the command ran."""
+    from tests.helpers.cli import REACHED_TORCH
+
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: {named}ckpt_path {str(trained)!r} was written by a run with another config: {change}; resume"
+        " with the run's own config, or start a new run without --ckpt_path\n",
+    )
+    assert _files(trained.parents[3]) == before
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
 @pytest.mark.parametrize("case", list(RESUME_CHANGES))
 def test_a_resume_with_a_changed_config_is_refused_before_torch(tmp_path, trained, case):
     """The run folder's config.yaml against the merged new config (lightning_fed/resume_precheck.py):
     the live CLI's line, in a child whose ``import torch`` fails; the run folder byte for byte as it
     was. On baaf8e7: refused only after the imports and the model's build (10-15 s of CPU)."""
-    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
-
     extra, change = RESUME_CHANGES[case]
-    root = trained.parents[3]
-    before = _files(root)
-    (tmp_path / "cwd").mkdir()
-    proc = lightning_fed_without_torch(
-        "fit",
-        "--config",
-        "tiny",
-        f"--trainer.default_root_dir={root}",
-        "--federation.local_steps=1",
-        "--federation.rounds=2",
-        f"--ckpt_path={trained}",
-        *extra,
-        cwd=tmp_path / "cwd",
-        hook=tmp_path / "hook",
-    )
-    assert REACHED_TORCH not in proc.stderr
-    assert (proc.returncode, proc.stderr) == (
-        2,
-        f"error: ckpt_path {str(trained)!r} was written by a run with another config: {change}; resume with the"
-        " run's own config, or start a new run without --ckpt_path\n",
-    )
-    assert _files(root) == before
-    assert list((tmp_path / "cwd").iterdir()) == []
+    before = _files(trained.parents[3])
+    proc = _resume_without_torch(tmp_path, trained, *extra)
+    _assert_refused_before_torch(proc, tmp_path, trained, before, change)
 
 
 LR_HOOK = "[{'class_path': 'lightning_fed.callbacks.RoundLRSchedule', 'init_args': {'schedule': 'cosine'}}]"
@@ -282,93 +295,85 @@ def test_a_resume_adding_a_round_hook_is_refused_before_torch(tmp_path, trained,
     YAML) was refused only after torch and the model's build (11 s of CPU), naming no file, while
     ``model.lr`` from the same kind of file was refused before torch naming it. Seen failing on 628d0d2
     (the line came from the live CLI: torch reached)."""
-    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
-
-    root = trained.parents[3]
-    before = _files(root)
+    before = _files(trained.parents[3])
     hooks = tmp_path / "hooks.yaml"
     hooks.write_text(
         "federation:\n  hooks:\n    - class_path: lightning_fed.callbacks.RoundLRSchedule\n"
         "      init_args: {schedule: cosine}\n"
     )
     extra = ["--config", str(hooks)] if given == "file" else [f"--federation.hooks={LR_HOOK}"]
-    (tmp_path / "cwd").mkdir()
-    proc = lightning_fed_without_torch(
-        "fit",
-        "--config",
-        "tiny",
-        *extra,
-        f"--trainer.default_root_dir={root}",
-        "--federation.local_steps=1",
-        "--federation.rounds=2",
-        f"--ckpt_path={trained}",
-        cwd=tmp_path / "cwd",
-        hook=tmp_path / "hook",
-    )
-    assert REACHED_TORCH not in proc.stderr
+    proc = _resume_without_torch(tmp_path, trained, *extra)
     named = f"config {str(hooks)!r}: " if given == "file" else ""
-    assert (proc.returncode, proc.stderr) == (
-        2,
-        f"error: {named}ckpt_path {str(trained)!r} was written by a run with another config: federation.hooks:"
-        f" None -> {LR_HOOK}; resume with the run's own config, or start a new run without --ckpt_path\n",
-    )
-    assert _files(root) == before
-    assert list((tmp_path / "cwd").iterdir()) == []
+    _assert_refused_before_torch(proc, tmp_path, trained, before, f"federation.hooks: None -> {LR_HOOK}", named)
 
 
 def test_a_resume_with_the_run_s_config_goes_on_to_the_checkpoint(tmp_path, trained):
     """Same values written otherwise (a short class name, 5e-3 for 0.005, more rounds): not refused here."""
-    from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+    from tests.helpers.cli import REACHED_TORCH
 
-    (tmp_path / "cwd").mkdir()
-    proc = lightning_fed_without_torch(
-        "fit",
-        "--config",
-        "tiny",
-        f"--trainer.default_root_dir={trained.parents[3]}",
-        "--federation.local_steps=1",
-        "--federation.rounds=3",
-        "--federation.strategy=FedAvg",
-        "--model.init_args.lr=5e-3",
-        f"--ckpt_path={trained}",
-        cwd=tmp_path / "cwd",
-        hook=tmp_path / "hook",
+    proc = _resume_without_torch(
+        tmp_path, trained, "--federation.strategy=FedAvg", "--model.init_args.lr=5e-3", rounds=3
     )
     assert REACHED_TORCH in proc.stderr, proc.stderr
 
 
-def test_a_checkpoint_saved_inside_a_round_is_refused_before_torch(tmp_path):
-    """Issue 41 item 4: a ``ModelCheckpoint`` of the user's saving every step writes checkpoints inside a
-    round; with clients trained together (``federation.batch_clients`` 2) resuming one was refused after
-    the imports on a stacked Adam moment's shape (a8354b9: ``optimizer_states[0].state[0].exp_avg has
-    shape (2, 4, 32), its parameter's is (4, 32)``, 13 s of CPU), and one clients trained one after
-    another would go on from part of a round. Refused before torch for what it is, nothing written."""
-    from tests.helpers.cli import heavy_blocked_env
+MID_ROUND = ["--federation.rounds=2", "--federation.local_steps=2", "--federation.batch_clients=2"]
 
+
+@pytest.fixture(scope="module")
+def mid_round(tmp_path_factory) -> Path:
+    """A checkpoint a ``ModelCheckpoint`` of the user's saved every step: after the first of round 1's two
+    steps (clients trained together, ``batch_clients`` 2: its weights are stacked, one per client)."""
+    tmp_path = tmp_path_factory.mktemp("mid_round")
     steps = tmp_path / "steps.yaml"
     checkpoint = {"dirpath": str(tmp_path / "mid"), "every_n_train_steps": 1, "save_top_k": -1, "filename": "s{step}"}
     callback = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": checkpoint}
     steps.write_text(yaml.safe_dump({"trainer": {"callbacks": [callback]}}))
-    shape = ["--federation.rounds=2", "--federation.local_steps=2", "--federation.batch_clients=2"]
-    trained = _cli("fit", tmp_path / "a", "--config", str(steps), *shape)
+    trained = _cli("fit", tmp_path / "a", "--config", str(steps), *MID_ROUND)
     assert trained.returncode == 0, trained.stderr[-3000:]
-    ckpt = tmp_path / "mid" / "sstep=1.ckpt"  # after the first of round 1's two steps
+    return tmp_path / "mid" / "sstep=1.ckpt"
+
+
+MID_ROUND_ADVICE = {
+    "fit": "a federated run cannot go on from it; resume from",
+    "validate": "it holds no model a round ended with; validate",
+    "test": "it holds no model a round ended with; test",
+}
+
+
+@pytest.mark.parametrize("stage", list(MID_ROUND_ADVICE))
+def test_a_checkpoint_saved_inside_a_round_is_refused_before_torch(tmp_path, mid_round, stage):
+    """Issue 41 item 4: a ``ModelCheckpoint`` of the user's saving every step writes checkpoints inside a
+    round; with clients trained together (``federation.batch_clients`` 2) resuming one was refused after
+    the imports on a stacked Adam moment's shape (a8354b9: ``optimizer_states[0].state[0].exp_avg has
+    shape (2, 4, 32), its parameter's is (4, 32)``, 13 s of CPU), and one clients trained one after
+    another would go on from part of a round. Refused before torch for what it is, nothing written.
+    ``validate`` and ``test`` name the same cause (issue 41, red team; on 3df2116: ``state_dict '...' has
+    shape (2, 4, 32), the model's is (4, 32) (and 15 more problems); use a checkpoint of this config's
+    model``, and with clients trained one after another, exit 0 on the round's starting state)."""
+    from tests.helpers.cli import heavy_blocked_env
+
     env = heavy_blocked_env(tmp_path / "blocked")  # Lightning and transformers unimportable (torch reads the file)
     shutil.rmtree(tmp_path / "blocked" / "torch")
-    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    rows = tmp_path / "test.jsonl"  # `test` needs a test set (refused before otherwise)
+    rows.write_text('{"prompt": "p", "chosen": "a", "rejected": "b", "client_id": 0}\n')
+    given = [f"--data.init_args.test_dataset={rows}"] if stage == "test" else []
+    before = sorted(p.relative_to(mid_round.parents[1]) for p in mid_round.parents[1].rglob("*"))
     proc = lightning_fed(
-        "fit",
+        stage,
         "--config",
         "configs/tiny.yaml",
         f"--trainer.default_root_dir={tmp_path / 'b'}",
-        *shape,
-        f"--ckpt_path={ckpt}",
+        *MID_ROUND,
+        *given,
+        f"--ckpt_path={mid_round}",
         env=env,
     )
     assert (proc.returncode, proc.stderr) == (
         2,
-        f"error: ckpt_path {str(ckpt)!r}: loops.fit_loop.epoch_loop.batch_progress says it was saved inside round 1,"
-        " after 1 of its batches: the updates of an unfinished round are in no checkpoint, so a federated run"
-        " cannot go on from it; resume from a checkpoint saved at a round's end (a run's checkpoints/last.ckpt)\n",
+        f"error: ckpt_path {str(mid_round)!r}: loops.fit_loop.epoch_loop.batch_progress says it was saved inside"
+        " round 1, after 1 of its batches: the updates of an unfinished round are in no checkpoint, so"
+        f" {MID_ROUND_ADVICE[stage]} a checkpoint saved at a round's end (a run's checkpoints/last.ckpt)\n",
     )
-    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert sorted(p.relative_to(mid_round.parents[1]) for p in mid_round.parents[1].rglob("*")) == before
+    assert not (tmp_path / "b").exists()

@@ -44,7 +44,7 @@ import torch
 
 from lightning_fed.errors import CheckpointError
 from lightning_fed.federation.cache_state import cache_state_problem
-from lightning_fed.federation.checkpoint_loops import count, loop_problem
+from lightning_fed.federation.checkpoint_loops import count, loop_problem, mid_round_problem
 from lightning_fed.federation.checkpoint_values import (
     MAX_WEIGHT,
     Problem,
@@ -283,7 +283,9 @@ def file_problem(ckpt: Mapping[str, Any], stage: str = "fit", federated: bool = 
     if stage != "fit":
         if fed is not None and not isinstance(fed, Mapping):
             return "federation", f"is a {kind(fed)}, expected a mapping"
-        return None
+        loops = ckpt.get("loops")
+        fit = loops.get("fit_loop") if isinstance(loops, Mapping) else None
+        return mid_round_problem(fit, stage) if isinstance(fit, Mapping) else None  # as fit says it
     if federated and (problem := federation_problem(ckpt, None)):
         return problem
     if problem := callbacks_problem(ckpt):

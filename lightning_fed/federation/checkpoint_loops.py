@@ -111,13 +111,16 @@ def loop_problem(ckpt: Mapping[str, Any], rounds: int) -> Problem | None:
     return None
 
 
-def mid_round_problem(fit: Mapping[str, Any]) -> Problem | None:
+def mid_round_problem(fit: Mapping[str, Any], stage: str = "fit") -> Problem | None:
     """A checkpoint saved inside a round (a ``ModelCheckpoint`` of the user's with ``every_n_train_steps``,
     or Lightning's own save mid-epoch): the round's epoch started and not processed, its last batch not
     reached. The updates of that round's clients (and, with ``federation.batch_clients`` K > 1, their
     stacked optimizer state) are in no checkpoint, so Lightning's restart inside the epoch would go on
     with part of a round and aggregate a different one (issue 41 item 4: K=2 was refused late, after the
-    imports, on a stacked Adam moment's shape). A run's ``checkpoints/last.ckpt`` is saved at a round's end."""
+    imports, on a stacked Adam moment's shape). Its weights are no round's global model either: ``validate``
+    and ``test`` (``stage``) refuse it for the same cause (issue 41, red team: they called K=2's stacked
+    weights "another model", and scored K=1's round-start state with exit 0). A run's
+    ``checkpoints/last.ckpt`` is saved at a round's end."""
     epochs = fit.get("epoch_progress")
     started, processed = count(epochs, "current", "started"), count(epochs, "current", "processed")
     batches = fit.get("epoch_loop.batch_progress")
@@ -125,9 +128,14 @@ def mid_round_problem(fit: Mapping[str, Any]) -> Problem | None:
     if started is None or processed is None or started <= processed or last is not False:
         return None
     done = count(batches, "current", "processed")
+    then = (
+        "a federated run cannot go on from it; resume from"
+        if stage == "fit"
+        else f"it holds no model a round ended with; {stage}"
+    )
     return (
         "loops.fit_loop.epoch_loop.batch_progress",
         f"says it was saved inside round {started}, after {done} of its batches: the updates of an unfinished"
-        " round are in no checkpoint, so a federated run cannot go on from it; resume from a checkpoint saved"
-        " at a round's end (a run's checkpoints/last.ckpt)",
+        f" round are in no checkpoint, so {then} a checkpoint saved at a round's end (a run's"
+        " checkpoints/last.ckpt)",
     )

@@ -173,8 +173,9 @@ def hold_resumed(path: str, args: list[str]) -> None:
     """Hold the run folder of a resumed checkpoint before torch
     (:func:`~lightning_fed.federation.version_folder.hold_early`), where the live CLI would hold it:
     a checkpoint at ``<root>/lightning_logs/version_N/checkpoints/`` resumed with the default logger
-    (or none) under ``trainer.default_root_dir`` ``<root>``. A logger of the user's is left to the
-    live CLI (its folder may be another). Red team 8 (c): the refusal came after the imports; red
+    (or none), whatever ``trainer.default_root_dir`` says (a run folder copied or moved elsewhere
+    continues where its checkpoint lies). A logger of the user's is left to the live CLI (its folder may
+    be another). Red team 8 (c): the refusal came after the imports; red
     team 9 row 8: a look at the lock here let a second resume started within seconds of the first
     pass (the first took the lock only after the imports). Not in a process a data-parallel launcher
     started for another rank (``LOCAL_RANK``/``NODE_RANK``): rank 0 holds it.
@@ -191,12 +192,7 @@ def hold_resumed(path: str, args: list[str]) -> None:
     folder = Path(path).absolute().parent.parent
     if Path(path).absolute().parent.name != "checkpoints" or not VERSION.fullmatch(folder.name):
         return
-    runs = _runs_folder(args)
-    try:
-        same = runs is not None and runs.resolve() == folder.parent.resolve()
-    except (OSError, RuntimeError):
-        return
-    if same:
+    if _runs_folder(args) is not None:  # the run continues in its checkpoint's folder, wherever that lies now
         hold_early(folder, f"ckpt_path {path!r}")
 
 
