@@ -48,7 +48,7 @@ ROWS = {
         {"FedBiOT better": "reproduced", "FedOT better": "reversed"},
     ),
     "FedPDPO's personal parts": (
-        fedpdpo, "fedpdpo_pairs.jsonl", {"test_rows_per_client": 64}, ["FedPDPO minus 0.500, per pair"],
+        fedpdpo, "fedpdpo_pairs.jsonl", {"test_rows_per_client": 64}, ["FedPDPO minus FedDPO, per pair"],
         {"FedPDPO better": "reproduced", "FedDPO better": "reversed"},
     ),
     "FedBiscuit's clustered selectors": (
@@ -133,10 +133,13 @@ def settings(claim: str, runs: list[dict]) -> list[tuple[str, tuple]]:
             (r"(\d+) rounds x (\d+) clients x (\d+) SGD steps, (\d+) held-out rows",
              (bench.rounds, bench.clients_per_round, bench.local_steps, rows)),
         ]  # fmt: skip
-    if claim.startswith("FedPDPO"):  # the recorded command: the config, as the runs' command says
-        assert all("configs/real_text_fedpdpo.yaml" in r["command"] for r in runs)
-        cfg = yaml.safe_load((ROOT / "configs" / "real_text_fedpdpo.yaml").read_text())
-        fed = cfg["federation"]
+    if claim.startswith("FedPDPO"):  # the recorded command: each method's config, as the runs' command says
+        assert all(f"configs/real_text_{r['method']}.yaml" in r["command"] for r in runs)
+        feds = {m: yaml.safe_load((ROOT / "configs" / f"real_text_{m}.yaml").read_text())["federation"] for m in
+                {r["method"] for r in runs}}  # fmt: skip
+        keys = ("rounds", "local_steps")
+        assert len({tuple(f[k] for k in keys) for f in feds.values()}) == 1, f"the methods' configs differ: {feds}"
+        fed = feds["fedpdpo"]
         users = len({c for r in runs for c in r["final"]["clients"]})
         return [
             (r"(\d+) users in two opposite groups, (\d+) rounds x (\d+) clients x (\d+) steps",
