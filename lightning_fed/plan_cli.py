@@ -276,7 +276,9 @@ def precheck(args: argparse.Namespace) -> None:
     """What ``plan`` can refuse before torch is imported: its own options (:func:`value_problems`),
     the config as ``fit``'s precheck reads it (:func:`~lightning_fed.config_precheck.precheck_arguments`:
     the file, its keys, its values), the ``federation:`` section as the run's config class checks it
-    (:func:`federation_problem`) and a sequence length past the positions the config gives.
+    (:func:`federation_problem`) and a sequence length past the positions the config gives; then, with
+    Opacus (and so torch) imported, a privacy budget ``fit`` refuses, in ``fit``'s line
+    (:func:`~lightning_fed.federation.early_check.precheck_noise`).
 
     ``fit``'s precheck also refuses an unwritable ``trainer.default_root_dir``; ``plan`` writes
     nothing, so it is handed a writable one (the temporary folder) instead of the config's.
@@ -313,6 +315,9 @@ def precheck(args: argparse.Namespace) -> None:
         length_from = "data.max_length"
     if problem := length_problem(length, length_from, backbone):
         raise UserError(problem)
+    from lightning_fed.federation.early_check import precheck_noise
+
+    precheck_noise(["fit", *fit_args])  # a privacy budget fit refuses, in fit's line (Opacus: torch imported)
 
 
 def main(argv: list[str]) -> int:
