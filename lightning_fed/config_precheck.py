@@ -341,7 +341,9 @@ def _sources(args: list[str]) -> Iterator[tuple[int, str | None]]:
             i += 1
 
 
-def _in_file(args: list[str], problem: str, check: Callable[[list[str]], str | None]) -> str:
+def _in_file(
+    args: list[str], problem: str, check: Callable[[list[str]], str | None], subject: str | None = None
+) -> str:
     """``problem`` prefixed with the ``--config`` file that brought it (``config 'my_run.yaml': ...``),
     unchanged if an option on the command line brought it.
 
@@ -352,24 +354,35 @@ def _in_file(args: list[str], problem: str, check: Callable[[list[str]], str | N
     file); a file or option that sets it to the same value again changes no line and is not named
     (the earlier file is). A cross-check's line names the source of the value it reports, followed
     in one :class:`~lightning_fed.config_values.Merged` that each file and option is merged into once.
+    ``subject``: the option whose value the line reports (``option=value ...``), named the same way; a
+    default's (``count_stddev`` unset: ``m / 20``) is the file that set the nearest option above it
+    (``federation.strategy.adaptive``).
     """
     from lightning_fed.config_values import UNSET, Merged
 
-    before, source, last, setter = None, None, UNSET, None
-    subject = _SUBJECT.match(problem)
+    before, source = None, None
+    if subject is None and (found := _SUBJECT.match(problem)):
+        subject = found.group(1)
+    parts = subject.split(".") if subject is not None else []
+    options = [".".join(parts[:n]) for n in range(len(parts), 1, -1)]  # the option, then the ones above it
+    last: dict[str, Any] = dict.fromkeys(options, UNSET)
+    setter: dict[str, str | None] = {}
     merged, readable, start = Merged(), True, 0
     for end, path in _sources(args):
         now = check(args[:end])
         if now == problem and before != problem:
             source = path
         before = now
-        if subject is not None:
+        if options:
             readable = readable and merged.apply_arguments(args[start:end])
             start = end
-            if (value := merged.value_at(subject.group(1)) if readable else UNSET) != last:
-                last, setter = value, path
-    if subject is not None and last is not UNSET:  # a cross-check's line reports its first option's value:
-        source = setter  # the file (or option) that set it, not the one that set the other (red team 10 row 10)
+            for option in options:
+                if (value := merged.value_at(option) if readable else UNSET) != last[option]:
+                    last[option], setter[option] = value, path
+    if set_option := next((o for o in options if last[o] is not UNSET), None):  # the line reports its value:
+        source = setter[
+            set_option
+        ]  # the file (or option) that set it, not the one that set the other (red team 10 row 10)
     return f"config {source!r}: {problem}" if source is not None and Path(source).is_file() else problem
 
 

@@ -148,7 +148,8 @@ def precheck_noise(argv: list[str]) -> None:
         from lightning_fed.config_precheck import _in_file
         from lightning_fed.errors import ConfigRefusal
 
-        raise ConfigRefusal(_in_file(args, problem, _noise_problem))
+        subject = problem.split("=", 1)[0]  # each line starts with the option whose value it reports
+        raise ConfigRefusal(_in_file(args, problem, _noise_problem, subject if "=" in problem else None))
 
 
 def _path_problem(args: list[str]) -> str | None:
