@@ -342,7 +342,11 @@ def _sources(args: list[str]) -> Iterator[tuple[int, str | None]]:
 
 
 def _in_file(
-    args: list[str], problem: str, check: Callable[[list[str]], str | None], subject: str | None = None
+    args: list[str],
+    problem: str,
+    check: Callable[[list[str]], str | None],
+    subject: str | None = None,
+    other: str | None = None,
 ) -> str:
     """``problem`` prefixed with the ``--config`` file that brought it (``config 'my_run.yaml': ...``),
     unchanged if an option on the command line brought it.
@@ -356,7 +360,8 @@ def _in_file(
     in one :class:`~lightning_fed.config_values.Merged` that each file and option is merged into once.
     ``subject``: the option whose value the line reports (``option=value ...``), named the same way; a
     default's (``count_stddev`` unset: ``m / 20``) is the file that set the nearest option above it
-    (``federation.strategy.adaptive``).
+    (``federation.strategy.adaptive``). ``other``: a second option the line names in parentheses
+    (``(federation.strategy has ...)``), whose file, where another, is named there (``..., config 'b.yaml')``).
     """
     from lightning_fed.config_values import UNSET, Merged
 
@@ -365,6 +370,7 @@ def _in_file(
         subject = found.group(1)
     parts = subject.split(".") if subject is not None else []
     options = [".".join(parts[:n]) for n in range(len(parts), 1, -1)]  # the option, then the ones above it
+    options += [other] if other is not None else []
     last: dict[str, Any] = dict.fromkeys(options, UNSET)
     setter: dict[str, str | None] = {}
     merged, readable, start = Merged(), True, 0
@@ -379,10 +385,15 @@ def _in_file(
             for option in options:
                 if (value := merged.value_at(option) if readable else UNSET) != last[option]:
                     last[option], setter[option] = value, path
-    if set_option := next((o for o in options if last[o] is not UNSET), None):  # the line reports its value:
-        source = setter[
-            set_option
-        ]  # the file (or option) that set it, not the one that set the other (red team 10 row 10)
+    # the line reports its option's value: the file (or option) that set it is named, not the one that set
+    # the other option it is held against (red team 10 row 10)
+    if set_option := next((o for o in options if o != other and last[o] is not UNSET), None):
+        source = setter[set_option]
+    if other is not None and (where := setter.get(other)) not in (None, source) and Path(where).is_file():
+        start = problem.find(f"({other} ")
+        end = problem.find(")", start)
+        if start >= 0 and end >= 0:  # the other option's own file, beside it
+            problem = f"{problem[:end]}, config {where!r}{problem[end:]}"
     return f"config {source!r}: {problem}" if source is not None and Path(source).is_file() else problem
 
 
@@ -447,6 +458,9 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
     if not printing and (problem := _missing_sections(args, named)):  # `fit --print_config`: the template
         _usage_error(named, problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
-        raise ConfigRefusal(_in_file(args, problem, value_problem))  # one line, as _refuse's
+        from lightning_fed.private_run_rules import cache_options
+
+        options = cache_options(problem) or (None, None)  # two options, each named with its own file
+        raise ConfigRefusal(_in_file(args, problem, value_problem, *options))  # one line, as _refuse's
     if subcommand == "test" and (problem := test_set_problem(args)):  # lightning_fed/stage_sets.py
         raise ConfigRefusal(problem)
