@@ -366,10 +366,10 @@ def _in_file(
     from lightning_fed.config_values import UNSET, Merged
 
     before, source = None, None
-    if subject is None and (found := _SUBJECT.match(problem)):
-        subject = found.group(1)
     parts = subject.split(".") if subject is not None else []
     options = [".".join(parts[:n]) for n in range(len(parts), 1, -1)]  # the option, then the ones above it
+    if subject is None and (found := _SUBJECT.match(problem)):
+        options = [found.group(1)]  # a cross-check's: its option's value alone (a default: the line's source)
     options += [other] if other is not None else []
     last: dict[str, Any] = dict.fromkeys(options, UNSET)
     setter: dict[str, str | None] = {}
