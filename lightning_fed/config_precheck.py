@@ -341,7 +341,13 @@ def _sources(args: list[str]) -> Iterator[tuple[int, str | None]]:
             i += 1
 
 
-def _in_file(args: list[str], problem: str, check: Callable[[list[str]], str | None]) -> str:
+def _in_file(
+    args: list[str],
+    problem: str,
+    check: Callable[[list[str]], str | None],
+    subject: str | None = None,
+    other: str | None = None,
+) -> str:
     """``problem`` prefixed with the ``--config`` file that brought it (``config 'my_run.yaml': ...``),
     unchanged if an option on the command line brought it.
 
@@ -352,24 +358,42 @@ def _in_file(args: list[str], problem: str, check: Callable[[list[str]], str | N
     file); a file or option that sets it to the same value again changes no line and is not named
     (the earlier file is). A cross-check's line names the source of the value it reports, followed
     in one :class:`~lightning_fed.config_values.Merged` that each file and option is merged into once.
+    ``subject``: the option whose value the line reports (``option=value ...``), named the same way; a
+    default's (``count_stddev`` unset: ``m / 20``) is the file that set the nearest option above it
+    (``federation.strategy.adaptive``). ``other``: a second option the line names in parentheses
+    (``(federation.strategy has ...)``), whose file, where another, is named there (``..., config 'b.yaml')``).
     """
     from lightning_fed.config_values import UNSET, Merged
 
-    before, source, last, setter = None, None, UNSET, None
-    subject = _SUBJECT.match(problem)
+    before, source = None, None
+    parts = subject.split(".") if subject is not None else []
+    options = [".".join(parts[:n]) for n in range(len(parts), 1, -1)]  # the option, then the ones above it
+    if subject is None and (found := _SUBJECT.match(problem)):
+        options = [found.group(1)]  # a cross-check's: its option's value alone (a default: the line's source)
+    options += [other] if other is not None else []
+    last: dict[str, Any] = dict.fromkeys(options, UNSET)
+    setter: dict[str, str | None] = {}
     merged, readable, start = Merged(), True, 0
     for end, path in _sources(args):
         now = check(args[:end])
         if now == problem and before != problem:
             source = path
         before = now
-        if subject is not None:
+        if options:
             readable = readable and merged.apply_arguments(args[start:end])
             start = end
-            if (value := merged.value_at(subject.group(1)) if readable else UNSET) != last:
-                last, setter = value, path
-    if subject is not None and last is not UNSET:  # a cross-check's line reports its first option's value:
-        source = setter  # the file (or option) that set it, not the one that set the other (red team 10 row 10)
+            for option in options:
+                if (value := merged.value_at(option) if readable else UNSET) != last[option]:
+                    last[option], setter[option] = value, path
+    # the line reports its option's value: the file (or option) that set it is named, not the one that set
+    # the other option it is held against (red team 10 row 10)
+    if set_option := next((o for o in options if o != other and last[o] is not UNSET), None):
+        source = setter[set_option]
+    if other is not None and (where := setter.get(other)) not in (None, source) and Path(where).is_file():
+        start = problem.find(f"({other} ")
+        end = problem.find(")", start)
+        if start >= 0 and end >= 0:  # the other option's own file, beside it
+            problem = f"{problem[:end]}, config {where!r}{problem[end:]}"
     return f"config {source!r}: {problem}" if source is not None and Path(source).is_file() else problem
 
 
@@ -434,6 +458,9 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
     if not printing and (problem := _missing_sections(args, named)):  # `fit --print_config`: the template
         _usage_error(named, problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
-        raise ConfigRefusal(_in_file(args, problem, value_problem))  # one line, as _refuse's
+        from lightning_fed.private_run_rules import cache_options
+
+        options = cache_options(problem) or (None, None)  # two options, each named with its own file
+        raise ConfigRefusal(_in_file(args, problem, value_problem, *options))  # one line, as _refuse's
     if subcommand == "test" and (problem := test_set_problem(args)):  # lightning_fed/stage_sets.py
         raise ConfigRefusal(problem)

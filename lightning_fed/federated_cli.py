@@ -118,6 +118,27 @@ class FederatedArgumentParser(LightningArgumentParser):
         sys.stderr.write(f"error: {message}\n{help_tip(prog)}\n")
         sys.exit(EXIT_USER_ERROR)
 
+    def _parse_common(self, cfg: Any, *args: Any, **kwargs: Any) -> Any:
+        # `fit --print_config`: jsonargparse prints the config in here, before any check of it; what
+        # fit refuses before it builds anything (run_parser.config_problem) is refused first (issue 41).
+        request = getattr(self, "print_config", None)
+        if isinstance(request, dict) and request.get("key") in SUBCOMMANDS and "subparser" in request:
+            request["subparser"] = _CheckedDump(request["subparser"], request["key"])
+        return super()._parse_common(cfg, *args, **kwargs)
+
+
+class _CheckedDump:
+    """The subcommand's parser as ``--print_config`` dumps with it: :func:`config_problem` of the config
+    first (``fit``'s own checks, not only the precheck's), raised as ``fit`` raises it, nothing printed."""
+
+    def __init__(self, parser: LightningArgumentParser, subcommand: str) -> None:
+        self.parser, self.subcommand = parser, subcommand
+
+    def dump(self, cfg: Any, **kwargs: Any) -> str:
+        if problem := config_problem(cfg, fit=self.subcommand == "fit"):
+            raise UserError(problem)
+        return self.parser.dump(cfg, **kwargs)
+
 
 def _check_config_files(args: list[str]) -> None:
     """An empty or list-shaped YAML given with ``--config``: say so (jsonargparse says "Unexpected config:")."""

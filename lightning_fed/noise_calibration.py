@@ -54,18 +54,70 @@ at ``z`` = 100 (one epsilon of Opacus' accountant); the calibration of any other
 doubling stopped by ``z`` 160."""
 
 
-def capped_epsilon(delta: float, sample_rate: float, steps: int) -> float:
-    """The RDP epsilon of ``steps`` steps at ``sample_rate`` with ``z`` = :data:`MAX_NOISE_MULTIPLIER`: the
-    smallest budget calibrated (Opacus' accountant, one evaluation)."""
+MIN_NOISE_MULTIPLIER = 0.1
+"""The smallest noise multiplier a budget is calibrated to. For a budget above the epsilon of ``z`` 20,
+Opacus' ``get_noise_multiplier`` bisects ``z`` down towards 0 until the epsilon is within 0.01 of the
+budget: a budget no noise comes near (red team, issue 41: ``target_epsilon`` 1e300) halves ``z`` until it
+underflows to 0, whose epsilon is infinite, and the search never ends (a minute of CPU, no line, until
+killed); its PRV accountant needs gigabytes at ``z`` near 0.1 over a thousand steps. At ``z`` 0.1 the noise
+on the sum is a tenth of one client's clipped update: RDP's epsilon is in the hundreds to thousands (511
+for ``feddpo_dp``'s rate 0.25 over 10 rounds, 655 at rate 1). A budget above the RDP epsilon of ``z`` 0.1
+(one evaluation, :func:`largest_budget`; for the PRV accountant too, whose epsilon is below RDP's) is
+refused at once, the line naming that largest budget (:func:`above_largest_line`); a run that wants less
+noise gives its noise multiplier instead of a budget."""
+
+
+def _rdp_epsilon(noise_multiplier: float, delta: float, sample_rate: float, steps: int) -> float:
+    """Opacus' RDP epsilon of ``steps`` steps at ``sample_rate`` with ``noise_multiplier`` (one evaluation)."""
     import warnings
 
     from opacus.accountants import create_accountant
 
     accountant = create_accountant(mechanism="rdp")
-    accountant.history = [(MAX_NOISE_MULTIPLIER, sample_rate, steps)]
+    accountant.history = [(noise_multiplier, sample_rate, steps)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Optimal order is the largest alpha"
         return float(accountant.get_epsilon(delta=delta))
+
+
+def capped_epsilon(delta: float, sample_rate: float, steps: int) -> float:
+    """The RDP epsilon of ``steps`` steps at ``sample_rate`` with ``z`` = :data:`MAX_NOISE_MULTIPLIER`: the
+    smallest budget calibrated (Opacus' accountant, one evaluation)."""
+    return _rdp_epsilon(MAX_NOISE_MULTIPLIER, delta, sample_rate, steps)
+
+
+def largest_budget(delta: float, sample_rate: float, steps: int) -> float:
+    """The RDP epsilon of ``steps`` steps at ``sample_rate`` with ``z`` = :data:`MIN_NOISE_MULTIPLIER`: the
+    largest budget calibrated (Opacus' accountant, one evaluation)."""
+    return _rdp_epsilon(MIN_NOISE_MULTIPLIER, delta, sample_rate, steps)
+
+
+class AboveLargestBudget(ValueError):
+    """A budget above :func:`largest_budget` (``largest``): :func:`above_largest_line` says why."""
+
+    def __init__(self, largest: float) -> None:
+        super().__init__(f"above the largest budget calibrated, {largest:.4g}")
+        self.largest = largest
+
+
+def above_largest_line(
+    target_epsilon: Any,
+    delta: Any,
+    steps: Any,
+    sample_rate: float,
+    largest: float,
+    unit: str = "rounds",
+    option: str = "federation.privacy.target_epsilon",
+) -> str:
+    """The one line refusing a budget above :func:`largest_budget`: the precheck's (:func:`budget_problem`)
+    and the run's (:func:`~lightning_fed.privacy.accountant.calibrate_noise_multiplier`)."""
+    noise = f"{option.rpartition('.')[0]}.noise_multiplier"
+    return (
+        f"{option}={target_epsilon} with federation.privacy.delta={delta} is above the largest budget calibrated"
+        f" over {steps} {unit} at sample rate {sample_rate:.4g}: {largest:.4g}, the epsilon of the smallest noise"
+        f" multiplier calibrated to ({MIN_NOISE_MULTIPLIER:g}); lower {option} to at most {largest:.4g}, or give"
+        f" {noise} instead"
+    )
 
 
 def above_cap_reason(smallest: float) -> str:
@@ -86,9 +138,12 @@ def opacus_noise_multiplier(
     Raises:
         ValueError: Opacus' "The privacy budget is too low.", or (``rdp``) :func:`above_cap_reason` for a
             budget that needs ``z`` above :data:`MAX_NOISE_MULTIPLIER`, refused before Opacus' search.
+        AboveLargestBudget: a budget above :func:`largest_budget`, refused before Opacus' search.
     """
     from opacus.accountants.utils import get_noise_multiplier
 
+    if target_epsilon > (largest := largest_budget(delta, sample_rate, steps)):
+        raise AboveLargestBudget(largest)
     if mechanism == "rdp" and target_epsilon < (smallest := capped_epsilon(delta, sample_rate, steps)):
         raise ValueError(above_cap_reason(smallest))
     return float(
@@ -209,6 +264,8 @@ def budget_problem(sections: dict[str, Any]) -> str | None:
     d = float(delta) if delta is not None else default_delta(n)
     try:  # at or below the RDP floor too: z above MAX_NOISE_MULTIPLIER, refused before Opacus' search
         opacus_noise_multiplier(float(epsilon), d, plan[1], int(rounds), accountant)
+    except AboveLargestBudget as err:  # z below MIN_NOISE_MULTIPLIER
+        return above_largest_line(epsilon, d, int(rounds), plan[1], err.largest)
     except ValueError as err:  # above the cap, or Opacus' "The privacy budget is too low." (prv)
         return unreachable_line(epsilon, d, int(rounds), plan[1], str(err))
     return None

@@ -18,7 +18,6 @@ gives) is reported before torch, transformers or Lightning is imported (:func:`p
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 import sys
 import tempfile
@@ -89,20 +88,50 @@ def inputs_from_config(config: dict[str, Any], run: FederatedRun) -> tuple[dict[
     )
 
 
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+MAX_SIZE = 2**31 - 1
+"""The largest ``--batch-size`` planned: a dimension of the tensors the activations are counted on
+(``--batch-size 10**24``: torch's overflow ``TypeError`` after the imports). ``--max-length`` is bounded
+by the model's positions."""
+MAX_RUNTIME_MB = 2**20
+"""The largest ``--runtime-mb`` (1 TiB): the allowance for the process itself, beside the model."""
+
+
+def _integer(text: str) -> int | str:
+    """``--batch-size`` / ``--max-length`` as given: an integer, or the text :func:`value_problems` names
+    (``nan``: argparse's own ``invalid int value`` line named no bound)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _number(text: str) -> float | str:
+    """``--runtime-mb`` as given: a number, or the text :func:`value_problems` names."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def value_problems(args: argparse.Namespace) -> list[str]:
     """Every size given on the command line that no run could have, each naming its option
-    (``--batch-size``); the config's own values are checked as ``fit`` checks them (:func:`plan_config`)."""
+    (``--batch-size``) and the value as given; the config's own values are checked as ``fit`` checks
+    them (:func:`plan_config`)."""
     problems = []
-    for flag, dest, least in (("--batch-size", "batch_size", 1), ("--max-length", "max_length", 2)):
-        given = getattr(args, dest)  # the same bounds as the data module's (data.batch_size >= 1, ...)
-        if given is not None and not (_positive_int(given) and given >= least):
-            problems.append(f"{flag} must be an integer >= {least}, got {given!r}")
-    if args.runtime_mb is not None and not (math.isfinite(args.runtime_mb) and args.runtime_mb >= 0):
-        problems.append(f"--runtime-mb must be a finite number >= 0, got {args.runtime_mb}")
+    # the same least values as the data module's (data.batch_size >= 1, ...); --max-length's largest is the
+    # model's positions (length_problem, report), which names them
+    for flag, dest, least, most in (
+        ("--batch-size", "batch_size", 1, MAX_SIZE),
+        ("--max-length", "max_length", 2, None),
+    ):
+        given = getattr(args, dest)
+        if given is None or (isinstance(given, int) and least <= given and (most is None or given <= most)):
+            continue
+        bounds = f"an integer in [{least}, {most}]" if most is not None else f"an integer >= {least}"
+        problems.append(f"{flag} must be {bounds}, got {given!r}")
+    given = args.runtime_mb
+    if given is not None and not (isinstance(given, float) and 0 <= given <= MAX_RUNTIME_MB):  # nan too
+        problems.append(f"--runtime-mb must be a number of MiB in [0, {MAX_RUNTIME_MB}], got {given!r}")
     return problems
 
 
@@ -214,13 +243,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="a lightning-fed YAML config, or a shipped config's name; given again, merged as fit merges them",
     )
-    parser.add_argument("--batch-size", type=int, help="sequences (pairs) per local step")
-    parser.add_argument("--max-length", type=int, help="tokens per sequence")
+    parser.add_argument("--batch-size", type=_integer, help="sequences (pairs) per local step")
+    parser.add_argument("--max-length", type=_integer, help="tokens per sequence")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--quantization", choices=["none", "nf4", "int8"])
     parser.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--personal-dtype", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--runtime-mb", type=float, help="allowance for the process itself (default 512)")
+    parser.add_argument("--runtime-mb", type=_number, help="allowance for the process itself (default 512)")
     return parser
 
 
@@ -276,7 +305,9 @@ def precheck(args: argparse.Namespace) -> None:
     """What ``plan`` can refuse before torch is imported: its own options (:func:`value_problems`),
     the config as ``fit``'s precheck reads it (:func:`~lightning_fed.config_precheck.precheck_arguments`:
     the file, its keys, its values), the ``federation:`` section as the run's config class checks it
-    (:func:`federation_problem`) and a sequence length past the positions the config gives.
+    (:func:`federation_problem`) and a sequence length past the positions the config gives; then, with
+    Opacus (and so torch) imported, a privacy budget ``fit`` refuses, in ``fit``'s line
+    (:func:`~lightning_fed.federation.early_check.precheck_noise`).
 
     ``fit``'s precheck also refuses an unwritable ``trainer.default_root_dir``; ``plan`` writes
     nothing, so it is handed a writable one (the temporary folder) instead of the config's.
@@ -313,6 +344,9 @@ def precheck(args: argparse.Namespace) -> None:
         length_from = "data.max_length"
     if problem := length_problem(length, length_from, backbone):
         raise UserError(problem)
+    from lightning_fed.federation.early_check import precheck_noise
+
+    precheck_noise(["fit", *fit_args])  # a privacy budget fit refuses, in fit's line (Opacus: torch imported)
 
 
 def main(argv: list[str]) -> int:

@@ -41,6 +41,19 @@ def private_cache_line(why: str = "") -> str:
     )
 
 
+CLIENT_DP_WHY = " (federation.strategy has lightning_fed.privacy.ClientLevelDP)"
+"""What makes a run private in :func:`private_cache_line`, when it is ClientLevelDP."""
+
+
+def cache_options(problem: str) -> tuple[str, str | None] | None:
+    """``(option, other)`` of a :func:`private_cache_line`: the option whose value it reports, and the option
+    that makes the run private when another (``federation.strategy``): the precheck names each one's
+    file (:func:`lightning_fed.config_precheck._in_file`; issue 41: the strategy's file was named for both)."""
+    if not problem.startswith(private_cache_line("").split(":")[0].removesuffix(" in a private run")):
+        return None
+    return "model.cache_reference", "federation.strategy" if CLIENT_DP_WHY in problem else None
+
+
 def _client_dp_in(strategy: Any) -> bool | None:
     """Whether ``federation.strategy`` (merged) has ClientLevelDP (itself or wrapped); ``None`` where a
     class of the user's or an unreadable value makes it uncertain."""
@@ -87,5 +100,5 @@ def private_cache_problem(sections: dict[str, Any]) -> str | None:
         return private_cache_line(f" (model {name}: example-level DP)")
     strategy = sections.get("federation.strategy")
     if strategy is not None and _client_dp_in(strategy):
-        return private_cache_line(" (federation.strategy has lightning_fed.privacy.ClientLevelDP)")
+        return private_cache_line(CLIENT_DP_WHY)
     return None

@@ -151,7 +151,7 @@ def secure_aggregation_problems(
     adaptive: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """SecureAggregation's refused settings, each one line naming ``<key>.<option>``, in the class's
-    order (``wrapped``: what is wrong with its wrapped strategy, :func:`secure_sum_problem`, said after
+    order (``wrapped``: what is wrong with its wrapped strategy, :func:`secure_sum_problem`'s lines, said after
     the protocol, as ``SecureAggregation: <what>``; ``adaptive``: the wrapped ClientLevelDP's adaptive
     clipping, every option of it, :func:`adaptive_secure_sum_problem`)."""
     out = []
@@ -159,7 +159,7 @@ def secure_aggregation_problems(
         out.append(f"{key}.protocol must be one of {PROTOCOLS}, got {protocol!r}")
     if adaptive is not None:
         out.append(adaptive_secure_sum_problem(adaptive, key))
-    out += [f"SecureAggregation: {w}" for w in wrapped or []]
+    out += wrapped or []
     shares_int = isinstance(num_shares, int) and not isinstance(num_shares, bool)
     if not _number(num_shares) or not (num_shares > 2 if shares_int else 0 < num_shares <= 1):
         out.append(f"{key}.num_shares must be an int > 2 or a fraction in (0, 1], got {num_shares!r}")
@@ -224,11 +224,14 @@ def compression_problem(federation: Any, strategy: Any) -> str | None:
     return secure_compression_problem(compression)
 
 
-def secure_sum_problem(name: str) -> str:
-    """SecureAggregation around a strategy named ``name`` that needs more than the mean."""
+def secure_sum_problem(name: str, key: str = STRATEGY, inside_client_dp: bool = False) -> str:
+    """SecureAggregation (at ``key``) around a strategy named ``name`` that needs more than the mean,
+    itself or inside a ClientLevelDP, each named by its option (issue 41: ``SecureAggregation: strategy
+    FedBuff cannot run on a secure sum``, no option path)."""
+    where = f"{key}.strategy.strategy" if inside_client_dp else f"{key}.strategy"
     return (
-        f"strategy {name} cannot run on a secure sum (supported: FedAvg, FedProx, FedAvgM,"
-        " FedAdagrad, FedYogi, FedAdam, optionally inside ClientLevelDP)"
+        f"{where}={name} cannot run under {key}=SecureAggregation: the server gets only the sum of the updates"
+        " (supported: FedAvg, FedProx, FedAvgM, FedAdagrad, FedYogi, FedAdam, optionally inside ClientLevelDP)"
     )
 
 
@@ -310,23 +313,24 @@ def wrapper_problem(strategy: Any, key: str = "federation.strategy") -> str | No
             or k in floats
         }
         out += secure_aggregation_problems(
-            **given, wrapped=_secure_sum_wrapped(inner), key=key, adaptive=_adaptive_under_secure_sum(inner)
+            **given, wrapped=_secure_sum_wrapped(inner, key), key=key, adaptive=_adaptive_under_secure_sum(inner)
         )
     return "; ".join(out) if out else None
 
 
-def _secure_sum_wrapped(inner: dict[str, Any] | None) -> list[str]:
-    """What SecureAggregation refuses in its wrapped strategy, where the config makes it certain."""
+def _secure_sum_wrapped(inner: dict[str, Any] | None, key: str = STRATEGY) -> list[str]:
+    """What SecureAggregation (at ``key``) refuses in its wrapped strategy, where the config makes it certain."""
     if inner is None:
         return []
     out = []
-    if _wrapper(inner["class_path"]) == "ClientLevelDP":
+    inside_client_dp = _wrapper(inner["class_path"]) == "ClientLevelDP"
+    if inside_client_dp:
         inner = _section(inner["init_args"].get("strategy"))
         if inner is None:
             return out
     name = _package_strategy(inner["class_path"])
     if name is not None and name not in _secure_sum_family():
-        out.append(secure_sum_problem(name))
+        out.append(secure_sum_problem(name, key, inside_client_dp))
     return out
 
 

@@ -39,3 +39,41 @@ def test_a_config_fit_takes_goes_on_to_be_printed(tmp_path, args):
     """No config at all (the template) and a good one pass every check made before torch."""
     proc = lightning_fed_without_torch(*args, cwd=tmp_path, hook=tmp_path / "hook")
     assert REACHED_TORCH in proc.stderr, proc.stderr
+
+
+SKIPPED = {  # issue 41: each printed with exit 0 on 3df2116, refused by fit (the checks after the precheck)
+    "budget": (
+        ["--config", "feddpo_dp", "--federation.privacy.target_epsilon=0.01"],
+        "federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 10 rounds"
+        " at sample rate 0.25 by any noise multiplier (it would need one above the cap of 100; the smallest epsilon"
+        " reachable under it is 0.1048); raise federation.privacy.target_epsilon or federation.privacy.delta, lower"
+        " federation.rounds, or sample fewer clients (federation.sampling=poisson with a smaller"
+        " federation.sampling_rate)",
+    ),
+    "ckpt_path": (
+        ["--config", "tiny", "--ckpt_path", "gone.ckpt"],
+        "ckpt_path 'gone.ckpt': no such checkpoint file",
+    ),
+    "ckpt_path_last": (
+        ["--config", "tiny", "--ckpt_path", "last", "--trainer.default_root_dir=runs"],
+        "ckpt_path 'last': this run's new folder 'runs/lightning_logs/version_0/checkpoints' holds no last.ckpt"
+        " (Lightning looks only there) and no run in 'runs/lightning_logs' has one; leave ckpt_path out",
+    ),
+    "live_check": (  # run_parser.config_problem: fit's own checks once parsed, before anything is built
+        ["--config", "tiny", "--trainer.use_distributed_sampler=true"],
+        "trainer.use_distributed_sampler must be false (the round loader splits each batch over the DDP processes"
+        " itself), got True",
+    ),
+}
+
+
+@pytest.mark.parametrize(("args", "line"), list(SKIPPED.values()), ids=list(SKIPPED))
+def test_print_config_refuses_what_fit_refuses_after_the_precheck(tmp_path, args, line):
+    """``fit`` refuses each of these with the line below (exit 2, nothing written); ``--print_config``
+    printed the config instead (exit 0). Now the same line, nothing printed, nothing written."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for asked in (["--print_config"], []):
+        proc = lightning_fed("fit", *args, *asked, cwd=work)
+        assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {line}\n", ""), asked
+        assert list(work.iterdir()) == []

@@ -363,7 +363,8 @@ def _strategy_problems(strategy: Strategy) -> list[str]:
     """What a secure sum cannot run on: a strategy that needs more than the mean (adaptive clipping:
     :func:`~lightning_fed.wrapper_rules.adaptive_secure_sum_problem`)."""
     out = []
-    inner = strategy.strategy if isinstance(strategy, ClientLevelDP) else strategy
+    inside_client_dp = isinstance(strategy, ClientLevelDP)
+    inner = strategy.strategy if inside_client_dp else strategy
     if not isinstance(inner, FedAvg) or isinstance(inner, FedNova):
-        out.append(secure_sum_problem(type(inner).__name__))
+        out.append(secure_sum_problem(type(inner).__name__, inside_client_dp=inside_client_dp))
     return out

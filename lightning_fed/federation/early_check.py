@@ -45,6 +45,16 @@ def resumed_path(args: list[str]) -> str | None:
     return found
 
 
+def printed(args: list[str]) -> tuple[bool, list[str]]:
+    """Whether ``args`` ask for ``--print_config`` (any of its forms), and ``args`` without it.
+
+    ``fit --print_config`` prints only a config ``fit`` would take (red team, issue 41: a budget ``fit``
+    refuses was printed, exit 0), so the checks here run for it too; it holds no run folder, as it
+    writes into none."""
+    kept = [a for a in args if not a.startswith("--print_config")]
+    return len(kept) != len(args), kept
+
+
 def precheck_checkpoint(argv: list[str]) -> None:
     """Refuse, before Lightning is imported, a checkpoint ``fit``/``validate``/``test`` would refuse
     for what it holds alone (module docstring). ``argv`` is the command line after ``lightning-fed``.
@@ -57,10 +67,11 @@ def precheck_checkpoint(argv: list[str]) -> None:
     if not argv or argv[0] not in ("fit", "validate", "test"):
         return
     stage, args = argv[0], argv[1:]
-    if any(a in ("-h", "--help") or a.startswith("--print_config") for a in args):
+    if any(a in ("-h", "--help") for a in args):
         return
     from lightning_fed.shipped_configs import resolve_config_args
 
+    printing, args = printed(args)
     args = resolve_config_args(args)
     path = resumed_path(args)
     from lightning_fed.errors import CheckpointError
@@ -79,7 +90,7 @@ def precheck_checkpoint(argv: list[str]) -> None:
             raise CheckpointError(problem)
     if not path or path in NAMED or path in NONE or "://" in path:
         return  # the live CLI resolves or refuses it
-    if stage == "fit":  # before torch, kept for the run (the live CLI adopts it)
+    if stage == "fit" and not printing:  # before torch, kept for the run (the live CLI adopts it)
         hold_resumed(path, args)
     from lightning_fed.resume_precheck import evaluation_problem, resume_problem
 
@@ -87,7 +98,7 @@ def precheck_checkpoint(argv: list[str]) -> None:
         raise CheckpointError(problem)
     if stage != "fit" and (problem := evaluation_problem(path, args)):  # validate/test: the model's keys
         raise CheckpointError(problem)
-    if stage != "fit":  # <stage>_results.json goes into the checkpoint's run folder: no run may be writing there
+    if stage != "fit" and not printing:  # <stage>_results.json goes into its run folder: no run may write there
         hold_evaluated(path, stage)
     from lightning_fed.federation.checkpoint_check import checkpoint_error, file_problem
     from lightning_fed.federation.checkpoint_read import read_checkpoint
@@ -128,16 +139,17 @@ def precheck_noise(argv: list[str]) -> None:
     if not argv or argv[0] not in ("fit", "validate", "test"):
         return
     args = argv[1:]
-    if any(a in ("-h", "--help") or a.startswith("--print_config") for a in args):
+    if any(a in ("-h", "--help") for a in args):
         return
     from lightning_fed.shipped_configs import resolve_config_args
 
-    args = resolve_config_args(args)
+    args = resolve_config_args(printed(args)[1])
     if problem := _noise_problem(args):
         from lightning_fed.config_precheck import _in_file
         from lightning_fed.errors import ConfigRefusal
 
-        raise ConfigRefusal(_in_file(args, problem, _noise_problem))
+        subject = problem.split("=", 1)[0]  # each line starts with the option whose value it reports
+        raise ConfigRefusal(_in_file(args, problem, _noise_problem, subject if "=" in problem else None))
 
 
 def _path_problem(args: list[str]) -> str | None:

@@ -91,7 +91,12 @@ def test_bad_settings_are_one_line_errors_naming_them():
         SecureAggregation(Scaffold(), protocol="secagg", num_shares=2, modulus_range=1000)
     msg = str(err.value)
     assert "\n" not in msg
-    for part in ("protocol must be one of ('secagg+',)", "strategy Scaffold cannot", "num_shares", "modulus_range"):
+    for part in (
+        "protocol must be one of ('secagg+',)",
+        "federation.strategy.strategy=Scaffold cannot",
+        "num_shares",
+        "modulus_range",
+    ):
         assert part in msg
 
 

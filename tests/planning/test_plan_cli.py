@@ -39,11 +39,11 @@ def _plan_without_torch(tmp_path: Path, *args: str):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
-        (["--batch-size", "-3"], "--batch-size must be an integer >= 1, got -3"),
+        (["--batch-size", "0"], "--batch-size must be an integer in [1, 2147483647], got 0"),
+        (["--batch-size", "-3"], "--batch-size must be an integer in [1, 2147483647], got -3"),
         (["--max-length", "1"], "--max-length must be an integer >= 2, got 1"),
-        (["--runtime-mb", "nan"], "--runtime-mb must be a finite number >= 0, got nan"),
-        (["--runtime-mb", "-5"], "--runtime-mb must be a finite number >= 0, got -5.0"),
+        (["--runtime-mb", "nan"], "--runtime-mb must be a number of MiB in [0, 1048576], got nan"),
+        (["--runtime-mb", "-5"], "--runtime-mb must be a number of MiB in [0, 1048576], got -5.0"),
         (["--max-length", str(10**12)], f"--max-length {10**12} {PAST_POSITIONS}"),
     ],
     ids=[
@@ -63,10 +63,9 @@ def test_bad_option_is_one_line_naming_it_before_torch(tmp_path, args, message):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--batch-size", "x"], "argument --batch-size: invalid int value: 'x'"),
         (["--batch", "4"], "unrecognized arguments: --batch 4; did you mean --batch-size?"),
     ],
-    ids=["batch_not_int", "abbreviated"],
+    ids=["abbreviated"],
 )
 def test_an_argument_error_is_fit_s_form_before_torch(tmp_path, args, message):
     """One line, then the tip naming ``plan`` (as ``fit``'s), not ``lightning-fed plan: ...`` and the --debug hint."""

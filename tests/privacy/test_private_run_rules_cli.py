@@ -32,8 +32,13 @@ VIA_DP = " (federation.strategy has lightning_fed.privacy.ClientLevelDP)"
 @pytest.mark.parametrize(
     ("files", "args", "line"),
     [
-        # red team 11 row 15 (dp_cache): the value on the command line, ClientLevelDP from the file
-        ([DP_TINY], ["--model.init_args.cache_reference=true"], CACHE.format(why=VIA_DP)),
+        # red team 11 row 15 (dp_cache): the value on the command line, ClientLevelDP from the file (named beside
+        # it, issue 41)
+        (
+            [DP_TINY],
+            ["--model.init_args.cache_reference=true"],
+            CACHE.format(why=VIA_DP.replace(")", ", config '{0}')")),
+        ),
         # the value in the file: the file named
         (
             [{**DP_TINY, "model": {"init_args": {"cache_reference": True}}}],

@@ -58,8 +58,9 @@ CASES = {
     ),
     "secagg_around_scaffold": (
         f"{{class_path: {SECAGG}, init_args: {{strategy: Scaffold}}}}",
-        "SecureAggregation: strategy Scaffold cannot run on a secure sum (supported: FedAvg, FedProx, FedAvgM,"
-        " FedAdagrad, FedYogi, FedAdam, optionally inside ClientLevelDP)",
+        "federation.strategy.strategy=Scaffold cannot run under federation.strategy=SecureAggregation: the server"
+        " gets only the sum of the updates (supported: FedAvg, FedProx, FedAvgM, FedAdagrad, FedYogi, FedAdam,"
+        " optionally inside ClientLevelDP)",
     ),
     "dp_inside_secagg_first": (
         f"{{class_path: {SECAGG}, init_args: {{num_shares: 2, strategy: {{class_path: {DP},"
