@@ -12,7 +12,6 @@ one-line errors, signals, the other subcommands) is :mod:`lightning_fed.cli`.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -54,8 +53,10 @@ from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
 from lightning_fed.federation.run_folder import RunConfigFile
 from lightning_fed.federation.version_folder import (
+    VERSION,
     HeldFolder,
     adopt,
+    checkpoint_run,
     claim_version,
     next_version,
 )
@@ -160,20 +161,6 @@ def _check_config_files(args: list[str]) -> None:
             raise UserError(problem)
 
 
-_VERSION = re.compile(r"version_(\d+)")
-
-
-def _resumed_version(ckpt_path: Any) -> Path | None:
-    """The ``.../version_N`` folder a checkpoint at ``.../version_N/checkpoints/*.ckpt`` belongs to: the run
-    folder a resume (``validate``/``test`` too) continues in, wherever it lies now (copied or moved)."""
-    if not ckpt_path or str(ckpt_path) in ("last", "best", "hpc", "registry") or "://" in str(ckpt_path):
-        return None
-    path = Path(ckpt_path).absolute()
-    if path.parent.name == "checkpoints" and _VERSION.fullmatch(path.parent.parent.name):
-        return path.parent.parent
-    return None
-
-
 def _place(logger: Any, folder: Path) -> None:
     """Point a TensorBoard or CSV logger at the existing version folder ``folder``
     (``<save_dir>/<name>/version_N``): its ``save_dir`` and ``name`` are ``folder``'s, not the config's
@@ -184,7 +171,7 @@ def _place(logger: Any, folder: Path) -> None:
     else:
         logger._root_dir = str(folder.parent.parent)
     logger._name = folder.parent.name
-    logger._version = int(_VERSION.fullmatch(folder.name).group(1))
+    logger._version = int(VERSION.fullmatch(folder.name).group(1))
 
 
 def _keep_csv_metrics(logger: Any) -> None:
@@ -296,7 +283,7 @@ class FederatedCLI(LightningCLI):
             # Lightning's 50 is more optimizer steps than a small run takes in all (tiny: 30), which
             # left TensorBoard without a `train/*` scalar; once per client turn at the least.
             config["log_every_n_steps"] = min(LOG_EVERY_N_STEPS, loop.run.local_steps)
-        resumed = _resumed_version(self._ckpt_path())
+        resumed = checkpoint_run(self._ckpt_path())
         if config.get("logger") is False:
             # Without a logger Lightning writes everything into default_root_dir itself, so two
             # runs would overwrite each other's summary, config and adapter: give each its own

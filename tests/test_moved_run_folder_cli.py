@@ -131,3 +131,49 @@ def test_validate_under_another_root_writes_only_into_the_checkpoint_s_run_folde
     events = [name for name in added[:-1] if Path(name).name.startswith("events.out.tfevents.")]
     assert added[:-1] == events and len(events) == (logger == "true"), added
     assert {name: after[name] for name in before} == before
+
+
+def _rounds(run: Path) -> list[dict]:
+    """``rounds.jsonl`` of ``run`` without the wall-clock seconds (the only field two equal runs differ in)."""
+    return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in (run / "rounds.jsonl").open()]
+
+
+def _states(run: Path) -> list[str]:
+    """The tensors of each client state file in ``run``, by client (not by name: the file names and metadata
+    hold the run's folder)."""
+    from safetensors.torch import load_file
+
+    return sorted(
+        json.dumps([p.name.split("-")[0], {k: v.tolist() for k, v in sorted(load_file(p).items())}])
+        for p in (run / "client_states").iterdir()
+    )
+
+
+def test_a_copy_resumes_from_its_own_client_states_after_the_original_moved_on(tmp_path):
+    """A resume of a copy reads its records and client states from the copy, never from the folder the
+    checkpoint names: that one (X) was resumed since, to more rounds, and rewrote its state files. The copy (Y)
+    must end as another copy (Z) resumed while X was untouched. SCAFFOLD keeps a state per client. Five runs of
+    one round or two (about 90 s): X must move on after the copies were made, and the reference needs its own.
+    On 593429a Y's resume read X's client_states/ and stopped: ``error: ckpt_path '.../Y/.../last.ckpt': client 3's
+    state file '.../X/lightning_logs/version_0/client_states/client_3-<digest>.safetensors' is missing``."""
+    args = (*ARGS[:-1], "--federation.strategy=lightning_fed.strategies.Scaffold")
+    x, y, z = tmp_path / "X", tmp_path / "Y", tmp_path / "Z"
+
+    def fit(rounds: int, *more: str) -> None:
+        proc = lightning_fed("fit", "--config", "configs/tiny.yaml", *args, f"--federation.rounds={rounds}", *more)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stderr.count("error:") == 0, proc.stderr[-3000:]
+
+    fit(1, f"--trainer.default_root_dir={x}")
+    assert any((x / RUN / "client_states").iterdir())
+    shutil.copytree(x, y)
+    shutil.copytree(x, z)
+    fit(2, f"--ckpt_path={z / CHECKPOINT}")  # the reference: X as it was when copied
+    fit(3, f"--ckpt_path={x / CHECKPOINT}")  # X moves on: its round 1 states are replaced
+    lines = (x / RUN / "rounds.jsonl").read_text().splitlines(keepends=True)
+    (x / RUN / "rounds.jsonl").write_text(lines[0].replace('"up_bytes": ', '"up_bytes": 1') + "".join(lines[1:]))
+    moved_on = _files(x)  # and its round 1 record differs from the copies' (a history read from X shows it)
+    fit(2, f"--ckpt_path={y / CHECKPOINT}")
+    assert _rounds(y / RUN) == _rounds(z / RUN)
+    assert _states(y / RUN) == _states(z / RUN)
+    assert _files(x) == moved_on  # nothing written into X

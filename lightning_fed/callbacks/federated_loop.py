@@ -43,7 +43,9 @@ from lightning_fed.federation.hooks import (
 from lightning_fed.federation.report import totals_only
 from lightning_fed.federation.round_plan import RoundPlan, poisson_batch_seed
 from lightning_fed.federation.run_folder import earlier_files
+from lightning_fed.federation.store import STATES_DIR
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
+from lightning_fed.federation.version_folder import checkpoint_run
 from lightning_fed.heterogeneity.system_round import instructed_steps
 from lightning_fed.loop_conflicts import val_check_problem
 from lightning_fed.planning.group import needs_kept_heap, run_group_size
@@ -130,7 +132,7 @@ class FederatedLoop(GroupedTurns):
         if problem := val_check_problem(val_check_options(trainer)):  # the precheck's line, before any file
             raise UserError(problem)
         run = Path(trainer.log_dir or trainer.default_root_dir).absolute()  # report.output_dir, not created yet
-        self.store.attach(self.run.state_offload_dir or run / "client_states", run=str(run))
+        self.store.attach(self.run.state_offload_dir or run / STATES_DIR, run=str(run))
         if self.server.privacy is not None:  # a private run's key file lies next to the run folder
             self.server.privacy.attach_run(run)
         evaluator = self.evaluator
@@ -423,9 +425,14 @@ class FederatedLoop(GroupedTurns):
             rank_zero_warn("checkpoint has no federation state; starting the federation afresh")
             return
         self.server.load_state_dict(fed)
-        # A checkpoint copied elsewhere with its run folder: the files are in <run>/client_states.
-        moved = Path(trainer.ckpt_path).absolute().parent.parent / "client_states" if trainer.ckpt_path else None
-        self.store.load_state_dict(fed.get("clients", {}), folder=moved)
+        # A checkpoint copied elsewhere with its run folder: the files are in <run>/client_states. A
+        # copy of a run folder (<run>/checkpoints/<file>) reads its own records and states, never those
+        # of the folder the checkpoint names: a resume of that one may have rewritten them since.
+        run = checkpoint_run(trainer.ckpt_path)
+        if run is not None:
+            self.server.report.history.read_from(run)
+        moved = Path(trainer.ckpt_path).absolute().parent.parent / STATES_DIR if trainer.ckpt_path else None
+        self.store.load_state_dict(fed.get("clients", {}), folder=moved, run=run)
         self._plan = None
 
 

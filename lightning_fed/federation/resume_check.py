@@ -34,7 +34,8 @@ from lightning_fed.config_changes import flatten_config as flatten_config
 from lightning_fed.errors import CheckpointError
 from lightning_fed.federation.checkpoint_io import read_checkpoint
 from lightning_fed.federation.state_check import check_state, named
-from lightning_fed.federation.store import ClientStateStore, state_layout
+from lightning_fed.federation.store import STATES_DIR, ClientStateStore, state_layout
+from lightning_fed.federation.version_folder import checkpoint_run
 
 
 def saved_config(ckpt: dict[str, Any]) -> dict[str, Any] | None:
@@ -135,5 +136,7 @@ def check_weights(path: str | Path, ckpt: Mapping[str, Any], module: Any) -> Non
                 f"ckpt_path {str(path)!r}: 'federation.clients' is a {type(clients).__name__}, expected a mapping"
             )
         store = ClientStateStore()
-        store.load_state_dict(dict(clients), folder=Path(path).absolute().parent.parent / "client_states")
+        store.load_state_dict(
+            dict(clients), folder=Path(path).absolute().parent.parent / STATES_DIR, run=checkpoint_run(path)
+        )
         store.check_files(state_layout(module.personal_parameters(), shared, memory_shapes=False))

@@ -162,6 +162,13 @@ class RoundHistory(Sequence):
             record[key] = read_client_file(path) if path.is_file() else {}
         return record
 
+    def read_from(self, run_dir: Path) -> None:
+        """Read a restored checkpoint's records from ``run_dir``, the run folder holding the checkpoint
+        (:func:`~lightning_fed.federation.version_folder.checkpoint_run`), not from the folder the
+        checkpoint names: a copy of a run folder resumes from its own records (issue 41)."""
+        if self._source is not None and self._dir is None:
+            self._source = Path(run_dir)
+
     # ------------------------------------------------------------------------ writing
     def attach(self, run_dir: Path | None, writer: bool = True, guard: EarlierFiles | None = None) -> None:
         """Keep the records in ``run_dir`` from now on (the first call decides; later ones do nothing).

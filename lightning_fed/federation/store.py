@@ -44,6 +44,9 @@ from lightning_fed.federation.client_files import (  # noqa: F401 - encode_entry
 )
 from lightning_fed.state import StateDict, clone_state, state_nbytes
 
+STATES_DIR = "client_states"
+"""The folder of a run folder that holds its clients' state files."""
+
 
 def _entry_nbytes(entry: Entry) -> int:
     return state_nbytes(entry["personal"]) + state_nbytes(entry["memory"])
@@ -223,7 +226,9 @@ class ClientStateStore:
         self._delete_unreferenced(set(self._owned))
         return {"format": INDEX_FORMAT, "folder": str(self.folder), "run": self.run, "files": files}
 
-    def load_state_dict(self, state: dict[Any, Any], folder: str | Path | None = None) -> None:
+    def load_state_dict(
+        self, state: dict[Any, Any], folder: str | Path | None = None, run: str | Path | None = None
+    ) -> None:
         """Restore from a checkpoint's :meth:`index` (nothing is read until a client is used), or
         from a mapping ``{client: {"personal", "memory"}}`` (older checkpoints, a Flower client).
 
@@ -231,6 +236,11 @@ class ClientStateStore:
             state: The index or the mapping.
             folder: Where to look for the files if the index's folder is gone (the checkpoint was
                 copied elsewhere with its run folder).
+            run: The run folder holding the checkpoint
+                (:func:`~lightning_fed.federation.version_folder.checkpoint_run`): when the index's
+                folder is its run's ``client_states/``, the files are read from ``run``'s, never from the
+                folder the index names. A copy of a run folder resumes from its own states, not the
+                original's, which a resume of the original may have replaced since (issue 41).
 
         Raises:
             CheckpointError: One line naming the first missing file.
@@ -252,7 +262,9 @@ class ClientStateStore:
                 f"the checkpoint's client state index: 'folder' is {state['folder']!r}, expected a path"
             )
         base = Path(state["folder"])
-        if not base.is_dir() and folder is not None and Path(folder).is_dir():
+        if run is not None and isinstance(state.get("run"), str) and base == Path(state["run"]) / STATES_DIR:
+            base = Path(run) / STATES_DIR
+        elif not base.is_dir() and folder is not None and Path(folder).is_dir():
             base = Path(folder)
         for cid, ref in state["files"].items():
             if not (

@@ -49,6 +49,19 @@ class FolderHeld(UserError):
     """Another run holds the run folder (its :data:`LOCK_FILE` is locked): exit 2, nothing written."""
 
 
+def checkpoint_run(ckpt_path: Any) -> Path | None:
+    """The ``.../version_N`` folder (absolute) a checkpoint at ``.../version_N/checkpoints/*.ckpt`` belongs to:
+    the run folder a resume (``validate``/``test`` too) continues in and reads the run's files from
+    (``rounds.jsonl``, ``client_states/``), wherever it lies now (copied or moved); ``None`` for a
+    checkpoint elsewhere, a remote one, or Lightning's ``last``/``best``/``hpc``/``registry``."""
+    if not ckpt_path or str(ckpt_path) in ("last", "best", "hpc", "registry") or "://" in str(ckpt_path):
+        return None
+    path = Path(ckpt_path).absolute()
+    if path.parent.name == "checkpoints" and VERSION.fullmatch(path.parent.parent.name):
+        return path.parent.parent
+    return None
+
+
 def taken_versions(parent: Path) -> list[int]:
     """The numbers of the ``version_N`` entries in ``parent`` (none if it does not exist)."""
     try:
