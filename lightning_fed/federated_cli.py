@@ -161,6 +161,17 @@ def _check_config_files(args: list[str]) -> None:
             raise UserError(problem)
 
 
+def _as_given(folder: Path | None) -> Path | None:
+    """``folder`` relative to the working directory when it lies under it: the run folder a resume
+    continues in, as the closing line's ``run folder:`` showed it before (``runs/tiny/lightning_logs/version_0``)."""
+    if folder is None:
+        return None
+    try:
+        return folder.relative_to(Path.cwd())
+    except ValueError:
+        return folder
+
+
 def _place(logger: Any, folder: Path) -> None:
     """Point a TensorBoard or CSV logger at the existing version folder ``folder``
     (``<save_dir>/<name>/version_N``): its ``save_dir`` and ``name`` are ``folder``'s, not the config's
@@ -283,7 +294,7 @@ class FederatedCLI(LightningCLI):
             # Lightning's 50 is more optimizer steps than a small run takes in all (tiny: 30), which
             # left TensorBoard without a `train/*` scalar; once per client turn at the least.
             config["log_every_n_steps"] = min(LOG_EVERY_N_STEPS, loop.run.local_steps)
-        resumed = checkpoint_run(self._ckpt_path())
+        resumed = _as_given(checkpoint_run(self._ckpt_path()))
         if config.get("logger") is False:
             # Without a logger Lightning writes everything into default_root_dir itself, so two
             # runs would overwrite each other's summary, config and adapter: give each its own
