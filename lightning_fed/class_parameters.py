@@ -97,6 +97,20 @@ def _located(package: str, class_path: str) -> tuple[str, ast.ClassDef] | None:
     return next((found for p in searched if (found := _class(p, name)) is not None), None)
 
 
+def exported_path(package: str, name: str) -> str | None:
+    """The dotted path a config names the package's class ``name`` by (``<package>.<name>``; a round hook
+    in the first package of :data:`~lightning_fed.hook_rules.HOOK_PACKAGES` that binds it:
+    ``lightning_fed.callbacks.RoundLRSchedule``), or ``None`` if no such package binds it."""
+    searched = HOOK_PACKAGES if package == PACKAGES["federation.hooks"] else (package,)
+    return next((f"{p}.{name}" for p in searched if _class(p, name) is not None), None)
+
+
+def bound_class(module: str, name: str) -> bool:
+    """Whether the source of ``module`` (``lightning_fed.<...>``) defines or imports a class ``name``; a
+    module with no source file binds none (unlike :func:`defined`, which leaves it to the parser)."""
+    return _class(module, name) is not None
+
+
 def defined(module: str, name: str) -> bool:
     """Whether ``module`` (``lightning_fed.<...>``) defines or imports a class ``name``, as far as
     its source shows (a module that cannot be read counts as defining it: nothing is refused)."""

@@ -427,8 +427,8 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
     subcommand, args = argv[0], argv[1:]
     if problem := _asking_problem(args):
         _usage_error(subcommand, problem)
-    if any(a in ("-h", "--help") for a in args):
-        return  # the live parser prints what was asked for
+    if any(a in ("-h", "--help") or a.partition("=")[0].endswith(".help") for a in args):
+        return  # the live parser prints what was asked for (`--federation.hooks.help X`: a class's options)
     printing = any(a.startswith("--print_config") for a in args)
     if printing:  # the config it prints is checked as fit checks it: a refused value is no config to save
         args = [a for a in args if not a.startswith("--print_config")]

@@ -304,7 +304,8 @@ def test_a_resume_adding_a_round_hook_is_refused_before_torch(tmp_path, trained,
     extra = ["--config", str(hooks)] if given == "file" else [f"--federation.hooks={LR_HOOK}"]
     proc = _resume_without_torch(tmp_path, trained, *extra)
     named = f"config {str(hooks)!r}: " if given == "file" else ""
-    _assert_refused_before_torch(proc, tmp_path, trained, before, f"federation.hooks: None -> {LR_HOOK}", named)
+    change = "federation.hooks: None -> ['lightning_fed.callbacks.RoundLRSchedule']"  # the classes (red team 14 L9)
+    _assert_refused_before_torch(proc, tmp_path, trained, before, change, named)
 
 
 def test_a_resume_with_the_run_s_config_goes_on_to_the_checkpoint(tmp_path, trained):

@@ -81,6 +81,28 @@ OPTION_CASES = {
         " 'lightning_fed.heterogeneity' has no class 'ClientRank';"
         " did you mean lightning_fed.heterogeneity.ClientRanks?",
     ),
+    # red team 14 M9: a path into the package whose module does not exist was refused after torch, naming
+    # no class ("module 'lightning_fed' has no attribute 'hooks'"); a hook outside round_hooks/ was
+    # suggested at round_hooks/ (did you mean lightning_fed.round_hooks.RoundLRSchedule, itself). Seen
+    # failing on 08c1cba: torch reached; the round_hooks/ path.
+    "hook_path_into_no_module_in_a_file": (
+        ["--config", "tiny", "--config", "q.yaml"],
+        {"q.yaml": "federation:\n  hooks:\n    - class_path: lightning_fed.hooks.RoundLRSchedule\n"},
+        "config 'q.yaml': federation.hooks[0]: unknown class_path 'lightning_fed.hooks.RoundLRSchedule';"
+        " did you mean lightning_fed.callbacks.RoundLRSchedule?",
+    ),
+    "hook_path_in_the_hooks_package_where_it_is_not": (
+        ["--config", "tiny", "--federation.hooks=[lightning_fed.round_hooks.RoundLRSchedule]"],
+        {},
+        "federation.hooks[0]: unknown class_path 'lightning_fed.round_hooks.RoundLRSchedule';"
+        " did you mean lightning_fed.callbacks.RoundLRSchedule?",
+    ),
+    "strategy_path_into_no_module": (
+        ["--config", "tiny", "--federation.strategy=lightning_fed.strategy.FedAdam"],
+        {},
+        "federation.strategy: unknown class_path 'lightning_fed.strategy.FedAdam';"
+        " did you mean lightning_fed.strategies.FedAdam?",
+    ),
     "logger_short_name": (
         ["--config", "tiny", "--trainer.logger=TensorBoardLoger"],
         {},

@@ -127,3 +127,17 @@ def test_every_evaluate_option_has_a_description_and_each_group_a_whole_title():
         assert f"\n{title}" in page
     assert "\nLLM-as-judge evaluation (--benchmarks '[judge]'):\n  The judge is exactly one of --judge.url" in page
     assert "``" not in page.split("options:")[0]  # the description, without reST quotes
+
+
+def test_a_class_s_help_needs_no_config(tmp_path):
+    """Red team 14 L4: ``fit --federation.hooks.help RoundLRSchedule`` (``fit --help``'s "Show the help for
+    the given subclass of RoundHook and exit") without ``--config`` was refused before the parser by the
+    precheck's "fit.data, fit.model: required but missing from the config", exit 2. Now the precheck leaves
+    ``--<option>.help`` to the live parser, as ``--help``: it prints the class's options, exit 0, from an
+    empty folder that stays empty. Seen failing on 08c1cba (that line, exit 2)."""
+    argv = [sys.executable, "-m", "lightning_fed.cli", "fit", "--federation.hooks.help", "RoundLRSchedule"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=1800)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert "\nHelp for --federation.hooks.help=lightning_fed.callbacks.RoundLRSchedule\n" in proc.stdout
+    assert "--federation.hooks.schedule SCHEDULE" in proc.stdout
+    assert list(tmp_path.iterdir()) == []

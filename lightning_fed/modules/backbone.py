@@ -239,10 +239,11 @@ def gguf_cache(spec: str, cache_dir: str | None = None, field: str = "backbone.n
 
     The GGUF file is dequantized by transformers, the model is rebuilt from its config
     without the quantization config, and the plain copy and the tokenizer are saved (and
-    synced) to a temporary folder that is then renamed into place, so an interrupted or
-    concurrent build never leaves a half-written cache behind. A cached copy that cannot be
-    loaded (:func:`~lightning_fed.model_packages.cache_damage`: a file cut short, as a full disk
-    or a copy leaves it) is rebuilt from the package with a warning, or, without the package,
+    synced) with the SHA-256 of each file (:func:`~lightning_fed.model_packages.write_digests`) to a
+    temporary folder that is then renamed into place, so an interrupted or concurrent build never
+    leaves a half-written cache behind. A cached copy that cannot be loaded
+    (:func:`~lightning_fed.model_packages.cache_damage`: a file cut short, as a full disk or a copy
+    leaves it, a file missing, bytes changed) is rebuilt from the package with a warning, or, without the package,
     refused naming the folder and the command that installs it (issue 41 row 2).
 
     Args:
@@ -253,12 +254,12 @@ def gguf_cache(spec: str, cache_dir: str | None = None, field: str = "backbone.n
     Returns:
         The cached folder, loadable with ``from_pretrained``.
     """
-    from lightning_fed.model_packages import cache_damage, damaged_cache_problem, find_package_dir
+    from lightning_fed.model_packages import cache_damage, damaged_cache_problem, find_package_dir, write_digests
 
     package, file = _parse_gguf(spec, field)
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     target = root / "gguf" / package / Path(file).stem
-    if (target / "config.json").is_file():
+    if target.is_dir():
         if (damage := cache_damage(target)) is None:
             return target
         if find_package_dir(package) is None:
@@ -278,6 +279,7 @@ def gguf_cache(spec: str, cache_dir: str | None = None, field: str = "backbone.n
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         _dequantize_to(source_dir, file, tmp)
+        write_digests(tmp)
         _chmod_like_umask(tmp)
         _sync(tmp)
         _put_in_place(tmp, target)

