@@ -390,7 +390,7 @@ def _in_file(
     if set_option := next((o for o in options if o != other and last[o] is not UNSET), None):
         source = setter[set_option]
     if other is not None and (where := setter.get(other)) not in (None, source) and Path(where).is_file():
-        start = problem.find(f"({other} ")
+        start = max(problem.find(f"({other} "), problem.find(f"({other}="))  # `(<option> has ...`, `(<option>=<value>`
         end = problem.find(")", start)
         if start >= 0 and end >= 0:  # the other option's own file, beside it
             problem = f"{problem[:end]}, config {where!r}{problem[end:]}"
@@ -459,8 +459,10 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
         _usage_error(named, problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
         from lightning_fed.private_run_rules import cache_options
+        from lightning_fed.wrapper_rules import count_split_options
 
-        options = cache_options(problem) or (None, None)  # two options, each named with its own file
+        # two options, each named with its own file
+        options = cache_options(problem) or count_split_options(problem) or (None, None)
         raise ConfigRefusal(_in_file(args, problem, value_problem, *options))  # one line, as _refuse's
     if subcommand == "test" and (problem := test_set_problem(args)):  # lightning_fed/stage_sets.py
         raise ConfigRefusal(problem)

@@ -318,11 +318,12 @@ def count_split_problem(sections: dict[str, Any], calibrate: bool = True) -> str
     count_stddev = _adaptive_values(init_args["adaptive"]).get("count_stddev")
     stddev = m / 20.0 if count_stddev is None else count_stddev  # AdaptiveClipping.stddev
     z = given if client_level else own  # PrivacyConfig.plan: a given z is used as it is
+    option = None if z is None else "federation.privacy.noise_multiplier" if client_level else f"{key}.noise_multiplier"
     if z is None and _number(epsilon) and calibrate:
         z = _calibrated(epsilon, privacy.get("delta"), n, q, rounds, privacy.get("accountant", "rdp"))
     if not _number(stddev) or not _number(z):
         return None
-    return count_split_line(stddev, z, key) if z > 0 and not 2 * stddev > z else None
+    return count_split_line(stddev, z, key, option) if z > 0 and not 2 * stddev > z else None
 
 
 def _calibrated(epsilon: Any, delta: Any, num_clients: int, q: float, rounds: Any, accountant: Any) -> float | None:
