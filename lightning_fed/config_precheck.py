@@ -458,11 +458,12 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
     if not printing and (problem := _missing_sections(args, named)):  # `fit --print_config`: the template
         _usage_error(named, problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
+        from lightning_fed.federation_rules import sampling_rate_options
         from lightning_fed.private_run_rules import cache_options
         from lightning_fed.wrapper_rules import count_split_options
 
         # two options, each named with its own file
-        options = cache_options(problem) or count_split_options(problem) or (None, None)
-        raise ConfigRefusal(_in_file(args, problem, value_problem, *options))  # one line, as _refuse's
+        options = cache_options(problem) or count_split_options(problem) or sampling_rate_options(problem)
+        raise ConfigRefusal(_in_file(args, problem, value_problem, *(options or (None, None))))  # one line
     if subcommand == "test" and (problem := test_set_problem(args)):  # lightning_fed/stage_sets.py
         raise ConfigRefusal(problem)
