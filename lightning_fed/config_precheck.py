@@ -397,6 +397,20 @@ def _in_file(
     return f"config {source!r}: {problem}" if source is not None and Path(source).is_file() else problem
 
 
+def named_source(err: BaseException, argv: list[str]) -> BaseException:
+    """``err``, a :class:`~lightning_fed.errors.ValueRefusal` of ``fit``/``validate``/``test`` (``argv``: the
+    command line after ``lightning-fed``), its line prefixed with the ``--config`` file that set its option
+    (:func:`_in_file`'s ``subject``); any other error, or a value set on the command line, as it is."""
+    from lightning_fed.errors import ValueRefusal
+    from lightning_fed.shipped_configs import resolve_config_args
+
+    if not isinstance(err, ValueRefusal) or err.option is None or not argv or argv[0] not in LIGHTNING_SUBCOMMANDS:
+        return err
+    args = resolve_config_args([a for a in argv[1:] if not a.startswith("--print_config")])
+    err.args = (_in_file(args, str(err), lambda _: None, err.option),)  # the traceback (--debug) kept
+    return err
+
+
 _SUBJECT = re.compile(r"((?:[a-z_]+)(?:\.[A-Za-z_]+|\[\d+\])+) must be in \[[^\]]*=")
 """A cross-check's line whose first option is the value it reports against another option's
 (``federation.hooks[0].concurrency must be in [1, data.num_clients=3], got 4``)."""
