@@ -30,7 +30,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from lightning_fed import console, startup, top_level
-from lightning_fed.config_precheck import LIGHTNING_SUBCOMMANDS, REMOVED, precheck_arguments
+from lightning_fed.config_precheck import LIGHTNING_SUBCOMMANDS, REMOVED, named_source, precheck_arguments
 from lightning_fed.errors import (
     DEBUG_ENV,
     EXIT_OK,
@@ -262,7 +262,7 @@ def console_main(argv: list[str] | None = None) -> int:
             main(None if from_sys else argv, signals=signals)
             return EXIT_OK
         except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
-            return _outcome(err, debug, signals)
+            return _outcome(named_source(err, argv), debug, signals)  # a value's config file, as the precheck's
         finally:
             _release_early()
 

@@ -390,11 +390,25 @@ def _in_file(
     if set_option := next((o for o in options if o != other and last[o] is not UNSET), None):
         source = setter[set_option]
     if other is not None and (where := setter.get(other)) not in (None, source) and Path(where).is_file():
-        start = problem.find(f"({other} ")
+        start = max(problem.find(f"({other} "), problem.find(f"({other}="))  # `(<option> has ...`, `(<option>=<value>`
         end = problem.find(")", start)
         if start >= 0 and end >= 0:  # the other option's own file, beside it
             problem = f"{problem[:end]}, config {where!r}{problem[end:]}"
     return f"config {source!r}: {problem}" if source is not None and Path(source).is_file() else problem
+
+
+def named_source(err: BaseException, argv: list[str]) -> BaseException:
+    """``err``, a :class:`~lightning_fed.errors.ValueRefusal` of ``fit``/``validate``/``test`` (``argv``: the
+    command line after ``lightning-fed``), its line prefixed with the ``--config`` file that set its option
+    (:func:`_in_file`'s ``subject``); any other error, or a value set on the command line, as it is."""
+    from lightning_fed.errors import ValueRefusal
+    from lightning_fed.shipped_configs import resolve_config_args
+
+    if not isinstance(err, ValueRefusal) or err.option is None or not argv or argv[0] not in LIGHTNING_SUBCOMMANDS:
+        return err
+    args = resolve_config_args([a for a in argv[1:] if not a.startswith("--print_config")])
+    err.args = (_in_file(args, str(err), lambda _: None, err.option),)  # the traceback (--debug) kept
+    return err
 
 
 _SUBJECT = re.compile(r"((?:[a-z_]+)(?:\.[A-Za-z_]+|\[\d+\])+) must be in \[[^\]]*=")
@@ -458,9 +472,12 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
     if not printing and (problem := _missing_sections(args, named)):  # `fit --print_config`: the template
         _usage_error(named, problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
+        from lightning_fed.federation_rules import sampling_rate_options
         from lightning_fed.private_run_rules import cache_options
+        from lightning_fed.wrapper_rules import count_split_options
 
-        options = cache_options(problem) or (None, None)  # two options, each named with its own file
-        raise ConfigRefusal(_in_file(args, problem, value_problem, *options))  # one line, as _refuse's
+        # two options, each named with its own file
+        options = cache_options(problem) or count_split_options(problem) or sampling_rate_options(problem)
+        raise ConfigRefusal(_in_file(args, problem, value_problem, *(options or (None, None))))  # one line
     if subcommand == "test" and (problem := test_set_problem(args)):  # lightning_fed/stage_sets.py
         raise ConfigRefusal(problem)

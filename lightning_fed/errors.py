@@ -74,6 +74,17 @@ class ConfigRefusal(UserError):
     (:mod:`lightning_fed.config_precheck`)."""
 
 
+class ValueRefusal(UserError):
+    """A config value refused once the run is built (a DP-SGD budget no noise multiplier reaches over the
+    clients' local steps, known once their data is read), its line starting with ``option=<value>``: the
+    process names the config file that set ``option`` (:func:`lightning_fed.config_precheck.named_source`),
+    as the precheck's lines do (issue 41, M11)."""
+
+    def __init__(self, message: str, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
+
+
 def after_error(err: BaseException, debug: bool) -> str | None:
     """The line printed after ``error: ...``: the tip for an argument error; the ``--debug`` hint for
     an error that is not the package's :class:`UserError` (a library's exception, a failure during

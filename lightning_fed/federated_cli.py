@@ -376,7 +376,7 @@ class FederatedCLI(LightningCLI):
                 for change in allowed:
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
                 if getattr(self, "_saved_weights", None) is not None:  # another run's key: exit 2, nothing written
-                    check_checkpoint_key(self._saved_weights)
+                    check_checkpoint_key(self._saved_weights, str(ckpt))
         # Earlier stages of a multi-stage method (FedBis: train the selector, label D_gen with it)
         # run here, each through this CLI, before the data is served.
         prepare_stages(self.model, self.datamodule, fit=run_cli, device=self.trainer.strategy.root_device)

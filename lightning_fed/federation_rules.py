@@ -73,7 +73,7 @@ def federation_problems(values: Mapping[str, Any]) -> list[str]:
     if sampling == "poisson" and rate is None:
         out.append(f"federation.sampling_rate must be in (0, 1] with federation.sampling=poisson, got {rate!r}")
     elif sampling == "fixed_size" and rate is not None and "federation.sampling_rate" not in refused:
-        out.append(f"federation.sampling_rate={rate!r} is for federation.sampling=poisson, not fixed_size")
+        out.append(sampling_rate_line(rate))
     least, per_round = values["min_clients"], values["clients_per_round"]
     if sampling != "poisson" and _int(least) and _int(per_round) and least >= 1 and per_round >= 1:
         if least > per_round:
@@ -85,6 +85,25 @@ def federation_problems(values: Mapping[str, Any]) -> list[str]:
     elif problem := batch_clients_problem(k):
         out.append(problem)
     return out
+
+
+def sampling_rate_line(rate: Any) -> str:
+    """The line refusing ``federation.sampling_rate`` with ``federation.sampling=fixed_size``: the second
+    option in parentheses, where the precheck names its file when another (:func:`sampling_rate_options`)."""
+    return (
+        f"federation.sampling_rate={rate!r} is for federation.sampling=poisson (federation.sampling is fixed_size);"
+        " leave sampling_rate out, or set federation.sampling=poisson"
+    )
+
+
+def sampling_rate_options(problem: str) -> tuple[str, str] | None:
+    """``(option, other)`` of a :func:`sampling_rate_line`: the precheck names the file of each
+    (:func:`lightning_fed.config_precheck._in_file`; issue 41: ``--config feddpo_dp --config x.yaml`` with
+    ``sampling: fixed_size`` in x.yaml named x.yaml for feddpo_dp.yaml's ``sampling_rate``)."""
+    start = sampling_rate_line(0).split("=", 1)[0]
+    if problem.startswith(start + "=") and sampling_rate_line(0).split(" ", 1)[1] in problem:
+        return start, "federation.sampling"
+    return None
 
 
 def privacy_values(section: Any) -> Mapping[str, Any] | None:

@@ -63,7 +63,7 @@ killed); its PRV accountant needs gigabytes at ``z`` near 0.1 over a thousand st
 on the sum is a tenth of one client's clipped update: RDP's epsilon is in the hundreds to thousands (511
 for ``feddpo_dp``'s rate 0.25 over 10 rounds, 655 at rate 1). A budget above the RDP epsilon of ``z`` 0.1
 (one evaluation, :func:`largest_budget`; for the PRV accountant too, whose epsilon is below RDP's) is
-refused at once, the line naming that largest budget (:func:`above_largest_line`); a run that wants less
+refused at once, the line naming that largest budget (:func:`refused_budget_line`); a run that wants less
 noise gives its noise multiplier instead of a budget."""
 
 
@@ -93,35 +93,43 @@ def largest_budget(delta: float, sample_rate: float, steps: int) -> float:
 
 
 class AboveLargestBudget(ValueError):
-    """A budget above :func:`largest_budget` (``largest``): :func:`above_largest_line` says why."""
+    """A budget above :func:`largest_budget` (``largest``): :func:`refused_budget_line` says why."""
 
     def __init__(self, largest: float) -> None:
         super().__init__(f"above the largest budget calibrated, {largest:.4g}")
         self.largest = largest
 
 
-def above_largest_line(
+def refused_budget_line(
+    err: ValueError,
     target_epsilon: Any,
     delta: Any,
     steps: Any,
     sample_rate: float,
-    largest: float,
     unit: str = "rounds",
     option: str = "federation.privacy.target_epsilon",
+    hint: str = CLIENT_LEVEL_HINT,
 ) -> str:
-    """The one line refusing a budget above :func:`largest_budget`: the precheck's (:func:`budget_problem`)
-    and the run's (:func:`~lightning_fed.privacy.accountant.calibrate_noise_multiplier`)."""
-    noise = f"{option.rpartition('.')[0]}.noise_multiplier"
-    return (
-        f"{option}={target_epsilon} with federation.privacy.delta={delta} is above the largest budget calibrated"
-        f" over {steps} {unit} at sample rate {sample_rate:.4g}: {largest:.4g}, the epsilon of the smallest noise"
-        f" multiplier calibrated to ({MIN_NOISE_MULTIPLIER:g}); lower {option} to at most {largest:.4g}, or give"
-        f" {noise} instead"
-    )
+    """The one line refusing a budget :func:`opacus_noise_multiplier` refused with ``err``: above
+    :func:`largest_budget` (:class:`AboveLargestBudget`: lower it, or give the noise multiplier), or reached by
+    no noise multiplier (``err`` says why: above the cap, :func:`above_cap_reason`, or Opacus' "The privacy
+    budget is too low."; ``hint``: what to change). The precheck's (:func:`budget_problem`) and the run's
+    (:func:`~lightning_fed.privacy.accountant.calibrate_noise_multiplier`): one parameter list for both
+    lines (a duplicate-code report flagged the two functions' and their callers' copies)."""
+    given = f"{option}={target_epsilon} with federation.privacy.delta={delta}"
+    over = f"over {steps} {unit} at sample rate {sample_rate:.4g}"
+    if isinstance(err, AboveLargestBudget):
+        largest, noise = err.largest, f"{option.rpartition('.')[0]}.noise_multiplier"
+        return (
+            f"{given} is above the largest budget calibrated {over}: {largest:.4g}, the epsilon of the smallest noise"
+            f" multiplier calibrated to ({MIN_NOISE_MULTIPLIER:g}); lower {option} to at most {largest:.4g}, or give"
+            f" {noise} instead"
+        )
+    return f"{given} cannot be reached {over} by any noise multiplier ({err}); {hint}"
 
 
 def above_cap_reason(smallest: float) -> str:
-    """Why a budget below :func:`capped_epsilon` is refused (the ``reason`` of :func:`unreachable_line`)."""
+    """Why a budget below :func:`capped_epsilon` is refused (the ``err`` of :func:`refused_budget_line`)."""
     return (
         f"it would need one above the cap of {MAX_NOISE_MULTIPLIER:g}; the smallest epsilon reachable under it"
         f" is {smallest:.4g}"
@@ -186,24 +194,6 @@ def below_floor_line(target_epsilon: Any, delta: Any, floor: float, option: str 
     )
 
 
-def unreachable_line(
-    target_epsilon: Any,
-    delta: Any,
-    steps: Any,
-    sample_rate: float,
-    reason: str,
-    unit: str = "rounds",
-    option: str = "federation.privacy.target_epsilon",
-    hint: str = CLIENT_LEVEL_HINT,
-) -> str:
-    """The one line refusing a budget no noise multiplier reaches (Opacus' ``reason``): the precheck's
-    (:func:`budget_problem`) and the run's (:func:`~lightning_fed.privacy.accountant.calibrate_noise_multiplier`)."""
-    return (
-        f"{option}={target_epsilon} with federation.privacy.delta={delta} cannot be reached over {steps} {unit}"
-        f" at sample rate {sample_rate:.4g} by any noise multiplier ({reason}); {hint}"
-    )
-
-
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -264,10 +254,8 @@ def budget_problem(sections: dict[str, Any]) -> str | None:
     d = float(delta) if delta is not None else default_delta(n)
     try:  # at or below the RDP floor too: z above MAX_NOISE_MULTIPLIER, refused before Opacus' search
         opacus_noise_multiplier(float(epsilon), d, plan[1], int(rounds), accountant)
-    except AboveLargestBudget as err:  # z below MIN_NOISE_MULTIPLIER
-        return above_largest_line(epsilon, d, int(rounds), plan[1], err.largest)
-    except ValueError as err:  # above the cap, or Opacus' "The privacy budget is too low." (prv)
-        return unreachable_line(epsilon, d, int(rounds), plan[1], str(err))
+    except ValueError as err:  # z below MIN_NOISE_MULTIPLIER or above the cap, or Opacus' "too low" (prv)
+        return refused_budget_line(err, epsilon, d, int(rounds), plan[1])
     return None
 
 
@@ -318,11 +306,12 @@ def count_split_problem(sections: dict[str, Any], calibrate: bool = True) -> str
     count_stddev = _adaptive_values(init_args["adaptive"]).get("count_stddev")
     stddev = m / 20.0 if count_stddev is None else count_stddev  # AdaptiveClipping.stddev
     z = given if client_level else own  # PrivacyConfig.plan: a given z is used as it is
+    option = None if z is None else "federation.privacy.noise_multiplier" if client_level else f"{key}.noise_multiplier"
     if z is None and _number(epsilon) and calibrate:
         z = _calibrated(epsilon, privacy.get("delta"), n, q, rounds, privacy.get("accountant", "rdp"))
     if not _number(stddev) or not _number(z):
         return None
-    return count_split_line(stddev, z, key) if z > 0 and not 2 * stddev > z else None
+    return count_split_line(stddev, z, key, option) if z > 0 and not 2 * stddev > z else None
 
 
 def _calibrated(epsilon: Any, delta: Any, num_clients: int, q: float, rounds: Any, accountant: Any) -> float | None:

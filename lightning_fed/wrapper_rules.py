@@ -27,6 +27,7 @@ a comparison. Imports nothing heavy: :mod:`lightning_fed.class_paths` reads sour
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -117,18 +118,43 @@ def count_noise_problem(noise_multiplier: Any, count_stddev: Any, key: str = STR
     )
 
 
-def count_split_line(count_stddev: float, noise_multiplier: float, key: str = STRATEGY) -> str:
+def count_split_line(
+    count_stddev: float, noise_multiplier: float, key: str = STRATEGY, given: str | None = None
+) -> str:
     """The line refusing ClientLevelDP's ``adaptive.count_stddev`` (``sigma_b``, given or ``m / 20``) that
     cannot share the client-level noise multiplier ``z`` (``2 * sigma_b <= z``,
     :func:`~lightning_fed.privacy.adaptive_clipping.update_noise_multiplier`): the class's when the run is
     bound, the early check's (:mod:`lightning_fed.noise_calibration`) after the precheck. Red team 10
-    (zz_cs01): two lines naming no option path."""
+    (zz_cs01): two lines naming no option path. ``given``: the option that gave ``z``
+    (``federation.privacy.noise_multiplier``), named with its value and advised instead of a budget;
+    ``None`` for a ``z`` calibrated from ``federation.privacy.target_epsilon`` (issue 41, M10: the
+    line advised a larger ``target_epsilon`` to a run that gave its noise multiplier)."""
     s, z = float(count_stddev), float(noise_multiplier)
+    if given is not None:  # `(<option>=<z>` is where the precheck names its file (config_precheck._in_file)
+        return (
+            f"{key}.adaptive.count_stddev={s:g} is too small for the client-level noise multiplier ({given}={z:g}):"
+            f" adaptive clipping needs 2 * count_stddev > noise_multiplier; raise count_stddev above {z / 2:.4g},"
+            f" or lower {given}"
+        )
     return (
         f"{key}.adaptive.count_stddev={s:g} is too small for the client-level noise multiplier {z:.4g}"
         f" (adaptive clipping needs 2 * count_stddev > noise_multiplier): raise count_stddev above {z / 2:.4g},"
         " or lower the noise multiplier (a larger federation.privacy.target_epsilon)"
     )
+
+
+SPLIT = re.compile(
+    r"([\w.]+\.adaptive\.count_stddev)=\S+ is too small for the client-level noise multiplier(?: \((\S+)=)?"
+)
+"""A :func:`count_split_line`: its ``count_stddev`` option and, where given, the noise multiplier's."""
+
+
+def count_split_options(problem: str) -> tuple[str, str | None] | None:
+    """``(option, other)`` of a :func:`count_split_line`: the ``count_stddev`` whose value it reports and the
+    option that gave the noise multiplier, for the precheck to name each one's file
+    (:func:`lightning_fed.config_precheck._in_file`); ``None`` for another line."""
+    found = SPLIT.match(problem)
+    return (found.group(1), found.group(2)) if found else None
 
 
 def wrapped_problem(name: str, already_private: bool = False) -> str | None:

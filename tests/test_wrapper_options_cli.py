@@ -63,9 +63,9 @@ CASES = {
             _dp(c)["adaptive"].update(count_stddev=0.1),
             c["federation"].update(privacy={"noise_multiplier": 1}),
         ),
-        "federation.strategy.adaptive.count_stddev=0.1 is too small for the client-level noise multiplier 1 (adaptive"
-        " clipping needs 2 * count_stddev > noise_multiplier): raise count_stddev above 0.5, or lower the noise"
-        " multiplier (a larger federation.privacy.target_epsilon)",
+        "federation.strategy.adaptive.count_stddev=0.1 is too small for the client-level noise multiplier"
+        " (federation.privacy.noise_multiplier=1): adaptive clipping needs 2 * count_stddev > noise_multiplier;"
+        " raise count_stddev above 0.5, or lower federation.privacy.noise_multiplier",
     ),
     "adaptive_learning_rate_zero": (
         "feddpo_dp",

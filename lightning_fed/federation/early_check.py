@@ -147,9 +147,11 @@ def precheck_noise(argv: list[str]) -> None:
     if problem := _noise_problem(args):
         from lightning_fed.config_precheck import _in_file
         from lightning_fed.errors import ConfigRefusal
+        from lightning_fed.wrapper_rules import count_split_options
 
-        subject = problem.split("=", 1)[0]  # each line starts with the option whose value it reports
-        raise ConfigRefusal(_in_file(args, problem, _noise_problem, subject if "=" in problem else None))
+        # each line starts with the option whose value it reports; a given noise multiplier's file beside it
+        subject = problem.split("=", 1)[0] if "=" in problem else None
+        raise ConfigRefusal(_in_file(args, problem, _noise_problem, *(count_split_options(problem) or (subject, None))))
 
 
 def _path_problem(args: list[str]) -> str | None:

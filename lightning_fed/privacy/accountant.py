@@ -31,9 +31,9 @@ from typing import Any
 
 from opacus.accountants import create_accountant
 
-from lightning_fed.errors import UserError
+from lightning_fed.errors import ValueRefusal
 from lightning_fed.federation.sampling import expected_clients
-from lightning_fed.noise_calibration import CLIENT_LEVEL_HINT, AboveLargestBudget, above_largest_line, unreachable_line
+from lightning_fed.noise_calibration import CLIENT_LEVEL_HINT, refused_budget_line
 from lightning_fed.noise_calibration import opacus_noise_multiplier as _opacus_noise_multiplier
 
 MECHANISMS = ("rdp", "prv")
@@ -81,14 +81,9 @@ def calibrate_noise_multiplier(
     _check(target_epsilon=target_epsilon, delta=delta, sample_rate=sample_rate, steps=steps, mechanism=mechanism)
     try:
         return _opacus_noise_multiplier(float(target_epsilon), float(delta), float(sample_rate), int(steps), mechanism)
-    except AboveLargestBudget as err:  # z below MIN_NOISE_MULTIPLIER
-        raise UserError(
-            above_largest_line(target_epsilon, delta, steps, sample_rate, err.largest, unit, option)
-        ) from None
-    except ValueError as err:  # Opacus' "The privacy budget is too low.", or z above MAX_NOISE_MULTIPLIER
-        raise UserError(  # one line: the run's DP-SGD budget is known only once the data is read
-            unreachable_line(target_epsilon, delta, steps, sample_rate, str(err), unit, option, hint)
-        ) from None
+    except ValueError as err:  # z below MIN_NOISE_MULTIPLIER or above the cap, or Opacus' "too low"
+        line = refused_budget_line(err, target_epsilon, delta, steps, sample_rate, unit, option, hint)
+        raise ValueRefusal(line, option) from None  # one line: DP-SGD's budget is known once the data is read
 
 
 def _check(**values: Any) -> None:

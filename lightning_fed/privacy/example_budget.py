@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from lightning_fed.errors import UserError
+from lightning_fed.errors import ValueRefusal
 from lightning_fed.federation.report import bucket_count
 from lightning_fed.noise_calibration import below_floor_line, rdp_floor
 from lightning_fed.privacy.accountant import PrivacyAccountant, calibrate_noise_multiplier
@@ -90,7 +90,7 @@ class ExampleBudget:
         b = bucket_count(count)
         if self.mechanism == "rdp" and self.target_epsilon <= (floor := rdp_floor(self.delta)):
             # the precheck's line (noise_calibration.dp_sgd_budget_problem), without Opacus' bisection to its cap
-            raise UserError(below_floor_line(self.target_epsilon, self.delta, floor))
+            raise ValueRefusal(below_floor_line(self.target_epsilon, self.delta, floor), "model.dp_sgd.target_epsilon")
         if b not in self._calibrated:
             self._calibrated[b] = calibrate_noise_multiplier(
                 self.target_epsilon,

@@ -123,12 +123,16 @@ class RunSecret:
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> RunSecret:
-        """The secret in the key file ``path``; ``ValueError`` naming the file when it is not one."""
-        text = Path(path).read_text().strip()
+        """The secret in the key file ``path``; ``ValueError`` naming the file when it is not one: not hex
+        text (random bytes: on 08c1cba a bare ``UnicodeDecodeError``, issue 41 M13), cut, or another length."""
+        raw = Path(path).read_bytes()
         try:
-            return cls(bytes.fromhex(text))
+            return cls(bytes.fromhex(raw.decode("ascii").strip()))
+        except UnicodeDecodeError as err:
+            why = f"not hex text: byte {raw[err.start]:#04x} at position {err.start}"
         except ValueError as err:
-            raise ValueError(f"{path}: not a lightning-fed run key ({err})") from None
+            why = str(err)
+        raise ValueError(f"{path}: not a lightning-fed run key ({why})")
 
 
 def seeded_secret(seed: int) -> RunSecret:
@@ -150,13 +154,19 @@ def _make_key_dir(folder: Path) -> None:
         os.chmod(path, 0o700)  # mkdir's mode is narrowed by the umask, never widened: set it
 
 
-def check_key(state: Mapping[str, Any]) -> RunSecret | None:
+WHAT_TO_DO = "put the run's own key file back, or delete this one to resume with fresh secret randomness"
+"""The end of the lines refusing a run's key file (:func:`check_key`)."""
+
+
+def check_key(state: Mapping[str, Any], ckpt: str | None = None) -> RunSecret | None:
     """The key file's secret for a checkpoint's ``run_key`` state (``{"id", "fingerprint"}``);
-    ``None`` when the file is missing (or the checkpoint has no key state).
+    ``None`` when the file is missing (or the checkpoint has no key state). ``ckpt``: the ``ckpt_path``
+    the lines name first, where known (the option that led to the key file).
 
     Raises:
-        CheckpointError: One line naming the key file when it holds another run's key.
-        ValueError: One line naming the key file when it is not a key at all.
+        CheckpointError: One line naming ``ckpt`` and the key file when it holds another run's key, or
+            is not a key at all (issue 41, M13: random bytes were a bare ``UnicodeDecodeError`` and the
+            ``--debug`` hint, a cut key the file and the hint as a second line).
     """
     run_id, fingerprint = state.get("id"), state.get("fingerprint")
     if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
@@ -164,23 +174,27 @@ def check_key(state: Mapping[str, Any]) -> RunSecret | None:
     path = key_file(run_id)
     if not path.is_file():
         return None
-    secret = RunSecret.read(path)
+    where = "" if ckpt is None else f"ckpt_path {str(ckpt)!r}: "
+    try:
+        secret = RunSecret.read(path)
+    except ValueError as err:
+        raise CheckpointError(f"{where}{err}: {WHAT_TO_DO}") from None
     if fingerprint is not None and not hmac.compare_digest(secret.fingerprint(), str(fingerprint)):
         raise CheckpointError(
-            f"{path}: not the key of the run that wrote this checkpoint (its fingerprint differs): put the run's"
-            " own key file back, or delete this one to resume with fresh secret randomness"
+            f"{where}{path}: not the key of the run that wrote this checkpoint (its fingerprint differs): {WHAT_TO_DO}"
         )
     return secret
 
 
-def check_checkpoint_key(checkpoint: Mapping[str, Any]) -> None:
-    """Before a resume writes anything: refuse a checkpoint whose run's key file holds another key
-    (:func:`check_key`). ``checkpoint`` is the loaded checkpoint (its ``federation.privacy.run_key``)."""
+def check_checkpoint_key(checkpoint: Mapping[str, Any], ckpt: str | None = None) -> None:
+    """Before a resume writes anything: refuse a checkpoint whose run's key file holds another key or no
+    key (:func:`check_key`). ``checkpoint`` is the loaded checkpoint (its ``federation.privacy.run_key``),
+    ``ckpt`` its ``ckpt_path``."""
     federation = checkpoint.get("federation") or {}
     privacy = federation.get("privacy") if isinstance(federation, Mapping) else None
     state = privacy.get("run_key") if isinstance(privacy, Mapping) else None
     if isinstance(state, Mapping):
-        check_key(state)
+        check_key(state, ckpt)
 
 
 class RunKey:

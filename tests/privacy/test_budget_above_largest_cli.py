@@ -52,3 +52,36 @@ def test_dp_sgd_s_budget_above_the_largest_is_refused_by_the_run_s_calibration()
         " over 100 local steps at sample rate 0.25: 4100, the epsilon of the smallest noise multiplier calibrated to"
         " (0.1); lower model.dp_sgd.target_epsilon to at most 4100, or give model.dp_sgd.noise_multiplier instead"
     )
+
+
+DP_SGD = (
+    "model:\n  class_path: lightning_fed.privacy.DPDPOModule\n  init_args:\n    dp_sgd: {{target_epsilon: {value}}}\n"
+)
+RUN_LINES = {
+    "above_the_largest": (
+        "1.0e+300",
+        "model.dp_sgd.target_epsilon=1e+300 with federation.privacy.delta=1e-05 is above the largest budget calibrated"
+        " over 15 local steps (3 rounds x 5, a client of 16+ examples) at sample rate 0.25: 710.1, the epsilon of the"
+        " smallest noise multiplier calibrated to (0.1); lower model.dp_sgd.target_epsilon to at most 710.1, or give"
+        " model.dp_sgd.noise_multiplier instead",
+    ),
+    "unreachable": (
+        "0.104",
+        "model.dp_sgd.target_epsilon=0.104 with federation.privacy.delta=1e-05 cannot be reached over 15 local steps"
+        " (3 rounds x 5, a client of 16+ examples) at sample rate 0.25 by any noise multiplier (it would need one above"
+        " the cap of 100; the smallest epsilon reachable under it is 0.1058); raise model.dp_sgd.target_epsilon or"
+        " federation.privacy.delta, or lower federation.rounds, federation.local_steps (local_epochs) or"
+        " data.batch_size",
+    ),
+}
+
+
+@pytest.mark.parametrize(("value", "line"), list(RUN_LINES.values()), ids=list(RUN_LINES))
+def test_dp_sgd_s_budget_refused_once_the_data_is_read_names_its_config_file(tmp_path, value, line):
+    """Issue 41, M11: on 08c1cba these lines named no file. The DP-SGD budget depends on the clients' sample rates
+    and local steps, known once the data is read (Lightning imported, the model built: ~10 s of CPU, which is why
+    this test runs two full CLI starts): the line is fit's, now prefixed with the file that set the budget."""
+    (tmp_path / "dp.yaml").write_text(DP_SGD.format(value=value))
+    proc = lightning_fed("fit", "--config", "tiny", "--config", "dp.yaml", cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, f"error: config 'dp.yaml': {line}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dp.yaml"]

@@ -66,7 +66,11 @@ def test_per_client_figures_only_outside_a_private_run(tmp_path, key_store, priv
     assert bool(PER_CLIENT.search(out)) is (private == "none"), out[-3000:]
 
 
-def test_a_dp_sgd_run_keeps_its_key_in_the_store_and_refuses_a_swapped_one(tmp_path, key_store):
+def test_a_dp_sgd_run_keeps_its_key_in_the_store_and_refuses_a_swapped_or_damaged_one(tmp_path, key_store):
+    """Each refusal is one line naming ``ckpt_path`` and the key file, the run folder unchanged. Issue 41, M13:
+    on 08c1cba a key file of random bytes said ``error: UnicodeDecodeError: 'utf-8' codec can't decode byte ...``
+    and the ``--debug`` hint, a cut key named the file with the hint as a second line; the lines named no
+    ``ckpt_path``. One fit and four resumes (~60 s of wall time): the key is checked once the checkpoint is read."""
     config = _config(tmp_path, "dp_sgd")
     proc = _fit(config, key_store)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -85,17 +89,31 @@ def test_a_dp_sgd_run_keeps_its_key_in_the_store_and_refuses_a_swapped_one(tmp_p
     # content) is off in a private run, so the checkpoint cannot tell whose data was sampled.
     assert "reference_cache" not in torch.load(ckpt, map_location="cpu", weights_only=True)
 
-    original = RunSecret.read(key)
+    original, text = RunSecret.read(key), key.read_text()
     RunSecret.fresh().write(key)  # another valid key in the run's key file
     before = _hashes(run)
     resumed = _fit(config, key_store, "--ckpt_path", str(ckpt))
     assert resumed.returncode == 2, resumed.stderr[-3000:]
     message = (
-        f"{key}: not the key of the run that wrote this checkpoint (its fingerprint differs): put the run's own"
-        " key file back, or delete this one to resume with fresh secret randomness"
+        f"ckpt_path {str(ckpt)!r}: {key}: not the key of the run that wrote this checkpoint (its fingerprint"
+        " differs): put the run's own key file back, or delete this one to resume with fresh secret randomness"
     )
     assert resumed.stderr == f"error: {message}\n"
     assert _hashes(run) == before
+
+    damaged = {  # random bytes (not text), a cut key
+        bytes(range(0x80, 0xC0)): "not hex text: byte 0x80 at position 0",
+        text[:20].encode(): "a run key is 32 bytes, got 10",
+    }
+    for content, why in damaged.items():
+        key.write_bytes(content)
+        resumed = _fit(config, key_store, "--ckpt_path", str(ckpt))
+        message = (
+            f"ckpt_path {str(ckpt)!r}: {key}: not a lightning-fed run key ({why}): put the run's own key file back,"
+            " or delete this one to resume with fresh secret randomness"
+        )
+        assert (resumed.returncode, resumed.stderr) == (2, f"error: {message}\n")
+        assert _hashes(run) == before and key.read_bytes() == content
 
     # The run's own key back: the resume goes on (the checkpoint checker knows the key's fingerprint).
     original.write(key)
