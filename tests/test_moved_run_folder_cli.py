@@ -53,11 +53,14 @@ def _relocated(configured: Path, place: Path, how: str) -> Path:
 @pytest.mark.parametrize("how", ["copied", "moved", "renamed"])
 def test_a_resume_of_a_copied_or_moved_run_folder_continues_where_its_checkpoint_lies(tmp_path, earlier, how):
     """On 3df2116 copied and moved forked ``<configured root>/lightning_logs/version_1`` (the closing line named
-    it); on 08c1cba renamed forked ``<configured root>/lightning_logs/version_1`` (M1)."""
+    it); on 08c1cba renamed forked ``<configured root>/lightning_logs/version_1`` and copied X's round history
+    into it (M1)."""
     configured = tmp_path / "X"
     shutil.copytree(earlier, configured)
     kept = _files(configured) if how != "moved" else {}
     run = _relocated(configured, tmp_path / "Y", how)
+    first = (run / "rounds.jsonl").read_text().replace('"up_bytes": ', '"up_bytes": 1', 1)
+    (run / "rounds.jsonl").write_text(first)  # the copy's own record of round 1: X's differs (when X is there)
     proc = lightning_fed(
         "fit",
         "--config",
@@ -69,8 +72,9 @@ def test_a_resume_of_a_copied_or_moved_run_folder_continues_where_its_checkpoint
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[-1].startswith(f"run folder: {run};"), proc.stdout[-2000:]
-    rounds = [json.loads(line)["round"] for line in (run / "rounds.jsonl").read_text().splitlines()]
-    assert rounds == [1, 2]
+    lines = (run / "rounds.jsonl").read_text().splitlines(keepends=True)
+    assert [json.loads(line)["round"] for line in lines] == [1, 2]
+    assert lines[0] == first  # the history read from the copy, not from X stored in the checkpoint (M1)
     assert sorted(p.name for p in (run / "client_metrics" / "train").iterdir()) == [
         "round_000001.parquet",
         "round_000002.parquet",
