@@ -173,16 +173,18 @@ def _as_given(folder: Path | None) -> Path | None:
 
 
 def _place(logger: Any, folder: Path) -> None:
-    """Point a TensorBoard or CSV logger at the existing version folder ``folder``
-    (``<save_dir>/<name>/version_N``): its ``save_dir`` and ``name`` are ``folder``'s, not the config's
-    (a run folder copied or moved elsewhere continues where its checkpoint lies, not in a new
-    ``version_N`` under ``trainer.default_root_dir``)."""
+    """Point a TensorBoard or CSV logger at the existing run folder ``folder``
+    (``<save_dir>/<name>/<version>``): its ``save_dir``, ``name`` and version are ``folder``'s, not the
+    config's (a run folder copied, moved or renamed continues where its checkpoint lies, not in a new
+    ``version_N`` under ``trainer.default_root_dir``). A folder not named ``version_N`` is the logger's
+    version as a string, which Lightning's loggers take as the folder's name."""
     if isinstance(logger, CSVLogger):
         logger._save_dir = str(folder.parent.parent)
     else:
         logger._root_dir = str(folder.parent.parent)
     logger._name = folder.parent.name
-    logger._version = int(VERSION.fullmatch(folder.name).group(1))
+    number = VERSION.fullmatch(folder.name)
+    logger._version = int(number.group(1)) if number else folder.name
 
 
 def _keep_csv_metrics(logger: Any) -> None:

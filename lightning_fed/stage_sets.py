@@ -11,6 +11,12 @@ user's own data module decides for itself (it may load a test split its own way)
 needs nothing here: every data module has a validation set (``val_dataset`` or
 ``val_fraction``'s share of each client).
 
+Whether that set holds any example is known only once it is tokenized: :func:`empty_set_line` is the
+line of a ``validate`` or ``test`` whose set has none left (every row longer than ``data.max_length``
+dropped, or a ``val_fraction`` that leaves no client a row), which the data module raises at setup
+(issue 41 H3: ``test`` of a set ``on_overflow`` dropped whole exited 0 with a warning and wrote no
+``test_results.json``, where ``fit`` refuses a client left without training examples).
+
 Imports nothing but :mod:`lightning_fed.option_rules` and the standard library.
 """
 
@@ -37,3 +43,27 @@ def test_set_problem(data: Any) -> str | None:
     if isinstance(init_args, dict) and init_args.get("test_dataset") is None:
         return NO_TEST_SET
     return None
+
+
+EVALUATED = {"validate": "val", "test": "test"}
+"""The set each evaluating subcommand scores."""
+
+
+def empty_set_line(stage: str, source: str | None, val_fraction: float, why: str | None) -> str:
+    """The line refusing ``stage`` (``validate``, ``test``) whose set holds no example for any client.
+
+    Args:
+        stage: The subcommand.
+        source: The set's file or dataset name (``data.val_dataset``/``data.test_dataset``); ``None`` for
+            validation rows held out of each client's training rows (``data.val_fraction``).
+        val_fraction: ``data.val_fraction``.
+        why: What left the rows out (the data module's counts), ``None`` if none was left out.
+    """
+    name = EVALUATED[stage]
+    if source is None:
+        return (
+            f"data.val_fraction={val_fraction} leaves no client a validation example, so validate has nothing"
+            " to score; raise data.val_fraction or give data.val_dataset=<file>"
+        )
+    left = f": {why}" if why else " (no row of it went to a client)"
+    return f"data.{name}_dataset {source!r}: no {name} example is left for {stage} to score{left}"

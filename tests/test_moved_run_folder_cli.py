@@ -1,11 +1,14 @@
-"""A run folder copied or moved elsewhere is resumed where its checkpoint lies
-(lightning_fed/federated_cli.py, federation/early_check.py; docs/guides/resume-signals.md).
+"""A run folder copied, moved or renamed is resumed where its checkpoint lies
+(lightning_fed/federated_cli.py, federation/early_check.py, federation/version_folder.py;
+docs/guides/resume-signals.md).
 
 Issue 41 (red team, installed wheel): ``cp -r``/``mv`` of a run's ``default_root_dir`` and a resume from
 ``<new place>/lightning_logs/version_0/checkpoints/last.ckpt`` forked a new ``version_1`` under the
 configured ``trainer.default_root_dir`` (the docs promise the same folder), and it held no lock on the
 folder it resumed, so two resumes of that checkpoint both trained: the run folder was the one under
-``trainer.default_root_dir``, not the one holding the checkpoint.
+``trainer.default_root_dir``, not the one holding the checkpoint. Then (red team 14, H1/M1/M2) the same
+for a run folder copied under another name (``cp -r .../version_0 copies/c/runX``): the rule keyed on the
+``version_N`` name; a run folder is now told by its own ``rounds.jsonl``.
 """
 
 from __future__ import annotations
@@ -34,17 +37,30 @@ def earlier(tmp_path_factory) -> Path:
     return tiny_run(tmp_path_factory)
 
 
-@pytest.mark.parametrize("how", ["copied", "moved"])
+def _relocated(configured: Path, place: Path, how: str) -> Path:
+    """The run folder of the ``default_root_dir`` ``configured``, ``copied`` or ``moved`` whole to ``place``,
+    or ``renamed``: the run folder alone copied to ``place/c/runX`` (no ``version_N`` name)."""
+    if how == "copied":
+        shutil.copytree(configured, place)
+    elif how == "moved":
+        shutil.move(configured, place)
+    else:
+        shutil.copytree(configured / RUN, place / "c" / "runX")
+        return place / "c" / "runX"
+    return place / RUN
+
+
+@pytest.mark.parametrize("how", ["copied", "moved", "renamed"])
 def test_a_resume_of_a_copied_or_moved_run_folder_continues_where_its_checkpoint_lies(tmp_path, earlier, how):
-    """On 3df2116 both forked ``<configured root>/lightning_logs/version_1`` (the closing line named it)."""
+    """On 3df2116 copied and moved forked ``<configured root>/lightning_logs/version_1`` (the closing line named
+    it); on 08c1cba renamed forked ``<configured root>/lightning_logs/version_1`` and copied X's round history
+    into it (M1)."""
     configured = tmp_path / "X"
     shutil.copytree(earlier, configured)
-    new = tmp_path / "Y"
-    if how == "copied":
-        shutil.copytree(configured, new)
-    else:
-        shutil.move(configured, new)
-    kept = _files(configured) if how == "copied" else {}
+    kept = _files(configured) if how != "moved" else {}
+    run = _relocated(configured, tmp_path / "Y", how)
+    first = (run / "rounds.jsonl").read_text().replace('"up_bytes": ', '"up_bytes": 1', 1)
+    (run / "rounds.jsonl").write_text(first)  # the copy's own record of round 1: X's differs (when X is there)
     proc = lightning_fed(
         "fit",
         "--config",
@@ -52,28 +68,31 @@ def test_a_resume_of_a_copied_or_moved_run_folder_continues_where_its_checkpoint
         f"--trainer.default_root_dir={configured}",
         *ARGS[:-1],
         "--federation.rounds=2",
-        f"--ckpt_path={new / CHECKPOINT}",
+        f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines()[-1].startswith(f"run folder: {new / RUN};"), proc.stdout[-2000:]
-    rounds = [json.loads(line)["round"] for line in (new / RUN / "rounds.jsonl").read_text().splitlines()]
-    assert rounds == [1, 2]
-    assert sorted(p.name for p in (new / RUN / "client_metrics" / "train").iterdir()) == [
+    assert proc.stdout.splitlines()[-1].startswith(f"run folder: {run};"), proc.stdout[-2000:]
+    lines = (run / "rounds.jsonl").read_text().splitlines(keepends=True)
+    assert [json.loads(line)["round"] for line in lines] == [1, 2]
+    assert lines[0] == first  # the history read from the copy, not from X stored in the checkpoint (M1)
+    assert sorted(p.name for p in (run / "client_metrics" / "train").iterdir()) == [
         "round_000001.parquet",
         "round_000002.parquet",
     ]
-    assert sorted(p.name for p in (new / "lightning_logs").iterdir()) == ["version_0"]  # no fork there
+    assert sorted(p.name for p in run.parent.iterdir()) == [run.name]  # no fork there
     assert _files(configured) == kept  # the configured root: untouched (nothing made where it was moved from)
 
 
-def test_a_second_resume_of_a_copied_run_folder_is_refused_before_torch(tmp_path, earlier):
-    """A resume of the copy holds the copy's folder from before torch, whatever ``default_root_dir`` says:
-    a second one is refused while it trains. On 3df2116 it went on to torch (and then trained too)."""
-    new = tmp_path / "Y"
-    shutil.copytree(earlier, new)
-    before = _files(new)
+@pytest.mark.parametrize("how", ["copied", "renamed"])
+def test_a_second_resume_of_a_copied_run_folder_is_refused_before_torch(tmp_path, earlier, how):
+    """A resume of the copy holds the copy's folder from before torch, whatever ``default_root_dir`` says and
+    whatever the copy is named: a second one is refused while it trains. On 3df2116 (copied) and 08c1cba
+    (renamed, H1) it went on to torch, and then trained too, into a new ``version_N``."""
+    run = _relocated(earlier, tmp_path / "Y", how)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    before = _files(run)
     (tmp_path / "cwd").mkdir()
-    with open(new / RUN / ".lock", "a+b") as held:  # the first resume of the copy, still training
+    with open(run / ".lock", "a+b") as held:  # the first resume of the copy, still training
         fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         proc = lightning_fed_without_torch(
             "fit",
@@ -82,34 +101,42 @@ def test_a_second_resume_of_a_copied_run_folder_is_refused_before_torch(tmp_path
             f"--trainer.default_root_dir={tmp_path / 'X'}",
             "--federation.local_steps=1",
             "--federation.rounds=2",
-            f"--ckpt_path={new / CHECKPOINT}",
+            f"--ckpt_path={ckpt}",
             cwd=tmp_path / "cwd",
             hook=tmp_path / "hook",
         )
     assert REACHED_TORCH not in proc.stderr
     assert (proc.returncode, proc.stderr) == (
         2,
-        f"error: ckpt_path {str(new / CHECKPOINT)!r}: another run holds its run folder {str(new / RUN)!r}"
+        f"error: ckpt_path {str(ckpt)!r}: another run holds its run folder {str(run)!r}"
         " (.lock is locked); resume once that run has ended\n",
     )
-    assert _files(new) == before
+    assert _files(run) == before
     assert not (tmp_path / "X").exists()
     assert list((tmp_path / "cwd").iterdir()) == []
 
 
 @pytest.mark.parametrize(
-    ("stage", "logger"),
-    [("validate", "true"), ("test", "true"), ("validate", "false")],
-    ids=["validate", "test", "validate_no_logger"],
+    ("stage", "logger", "how"),
+    [
+        ("validate", "true", "copied"),
+        ("test", "true", "copied"),
+        ("validate", "false", "copied"),
+        ("validate", "true", "renamed"),
+        ("test", "true", "renamed"),
+    ],
+    ids=["validate", "test", "validate_no_logger", "validate_renamed", "test_renamed"],
 )
-def test_validate_under_another_root_writes_only_into_the_checkpoint_s_run_folder(tmp_path, earlier, stage, logger):
+def test_validate_under_another_root_writes_only_into_the_checkpoint_s_run_folder(
+    tmp_path, earlier, stage, logger, how
+):
     """Issue 41 (red team): ``validate --ckpt_path <run>/.../last.ckpt --trainer.default_root_dir <other>`` wrote
     its results into the run folder and made ``<other>/lightning_logs/version_0`` besides (on 3df2116: a lock
-    file, config.yaml, and with the default logger hparams.yaml and an events file). It evaluates the run in
-    its folder, as a resume continues there: nothing under the other root; the run's files as they were."""
-    root = tmp_path / "X"
-    shutil.copytree(earlier, root)
-    before = _files(root)
+    file, config.yaml, and with the default logger hparams.yaml and an events file; on 08c1cba the same for a
+    run folder copied under another name, M2). It evaluates the run in its folder, as a resume continues
+    there: nothing under the other root; the run's files as they were."""
+    run = _relocated(earlier, tmp_path / "X", how)
+    before = _files(run)
     rows = tmp_path / "test.jsonl"  # `test` needs a test set
     rows.write_text('{"prompt": "p", "chosen": "a", "rejected": "b", "client_id": 0}\n')
     given = [f"--data.init_args.test_dataset={rows}"] if stage == "test" else []
@@ -121,13 +148,13 @@ def test_validate_under_another_root_writes_only_into_the_checkpoint_s_run_folde
         f"--trainer.logger={logger}",
         f"--trainer.default_root_dir={tmp_path / 'other'}",
         *given,
-        f"--ckpt_path={root / CHECKPOINT}",
+        f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not (tmp_path / "other").exists()
-    after = _files(root)
+    after = _files(run)
     added = sorted(set(after) - set(before))
-    assert added[-1] == str(RUN / f"{stage}_results.json")
+    assert added[-1] == f"{stage}_results.json"
     events = [name for name in added[:-1] if Path(name).name.startswith("events.out.tfevents.")]
     assert added[:-1] == events and len(events) == (logger == "true"), added
     assert {name: after[name] for name in before} == before

@@ -1,4 +1,5 @@
-"""``lightning-fed test`` without ``data.test_dataset`` refused before torch (issue 41, item 1).
+"""``lightning-fed test`` without ``data.test_dataset`` refused before torch (issue 41, item 1), and
+``validate``/``test`` whose set holds no example at all refused (issue 41 H3).
 
 On baaf8e7 ``test --config tiny`` was refused only after the imports and the model's build (exit 2,
 13.1 s of CPU); the child here, whose ``import torch`` fails, reached it. The line is the data
@@ -7,9 +8,13 @@ module's own (:data:`lightning_fed.stage_sets.NO_TEST_SET`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+import pytest
+
+from tests.helpers.cli import REACHED_TORCH, lightning_fed, lightning_fed_without_torch
+from tests.helpers.tiny_run import CHECKPOINT, tiny_run
 
 LINE = "data.test_dataset is not set: `test` scores a separate test set; pass --data.init_args.test_dataset=<file>"
 
@@ -49,3 +54,79 @@ def test_a_test_set_a_user_s_data_module_or_another_stage_goes_on(tmp_path):
     ):
         proc, _ = _run(tmp_path, *args, files=own)
         assert REACHED_TORCH in proc.stderr, (args, proc.stderr)
+
+
+LONG = " ".join(["word"] * 400)
+"""A prompt and responses far past configs/tiny.yaml's ``data.max_length`` (160 tokens)."""
+
+
+@pytest.fixture(scope="module")
+def earlier(tmp_path_factory) -> Path:
+    """The run folder of one round of configs/tiny.yaml (shared: never written into by a refused run)."""
+    return tiny_run(tmp_path_factory) / CHECKPOINT.parents[1]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("stage", "given", "on_overflow", "why"),
+    [
+        ("test", "test_dataset", "drop", "all 4 dropped to fit data.max_length=160 (data.on_overflow='drop')"),
+        (
+            "test",
+            "test_dataset",
+            "truncate",
+            "all 4 dropped: fewer than data.min_prompt_length=16 of their prompt tokens fit data.max_length=160"
+            " (set data.max_completion_length or raise data.max_length)",
+        ),
+        ("validate", "val_dataset", "drop", "all 4 dropped to fit data.max_length=160 (data.on_overflow='drop')"),
+    ],
+    ids=["test_drop", "test_truncate", "validate_drop"],
+)
+def test_an_evaluation_set_left_with_no_example_is_refused(tmp_path, earlier, stage, given, on_overflow, why):
+    """Issue 41 H3: on 08c1cba ``test`` of a set whose every row is longer than ``data.max_length`` (each
+    dropped under ``on_overflow`` ``drop`` or ``truncate``) exited 0 with only a warning, no
+    ``test_results.json`` and nothing on stdout (``validate`` likewise), where ``fit`` and ``validate``
+    refuse a client left without training examples (exit 2). Now exit 2, one line naming the option and the
+    file; the run folder as it was."""
+    rows = tmp_path / "long.jsonl"
+    rows.write_text(
+        "".join(json.dumps({"prompt": LONG, "chosen": LONG, "rejected": f"{LONG} x"}) + "\n" for _ in "abcd")
+    )
+    before = _files(earlier)
+    proc = lightning_fed(
+        stage,
+        "--config",
+        str(earlier / "config.yaml"),
+        "--trainer.enable_progress_bar=false",
+        f"--data.init_args.{given}={rows}",
+        f"--data.init_args.on_overflow={on_overflow}",
+        f"--ckpt_path={earlier / 'checkpoints' / 'last.ckpt'}",
+        cwd=tmp_path,
+    )
+    name = given.split("_")[0]
+    line = f"error: data.{given} {str(rows)!r}: no {name} example is left for {stage} to score: {why}\n"
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, line, "")
+    assert _files(earlier) == before  # no results file, no events file
+
+
+def test_validate_with_no_validation_example_is_refused(tmp_path, earlier):
+    """``validate`` with ``data.val_fraction=0`` (no ``val_dataset``) scored nothing, exit 0, on 08c1cba."""
+    before = _files(earlier)
+    proc = lightning_fed(
+        "validate",
+        "--config",
+        str(earlier / "config.yaml"),
+        "--trainer.enable_progress_bar=false",
+        "--data.init_args.val_fraction=0",
+        f"--ckpt_path={earlier / 'checkpoints' / 'last.ckpt'}",
+        cwd=tmp_path,
+    )
+    line = (
+        "error: data.val_fraction=0.0 leaves no client a validation example, so validate has nothing to score;"
+        " raise data.val_fraction or give data.val_dataset=<file>\n"
+    )
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, line, "")
+    assert _files(earlier) == before

@@ -84,6 +84,20 @@ class EncodingCounts:
             ),
         )
 
+    def left_none(self, name: str, max_length: int, min_prompt_length: int) -> str | None:
+        """Why the set ``name`` (``val``, ``test``) kept no example: the rows it left out, by cause; ``None``
+        if it left none out."""
+        fit = f"data.max_length={max_length}"
+        causes = {
+            "dropped": f"dropped to fit {fit} (data.on_overflow='drop')",
+            "prompt_dropped": (
+                f"dropped: fewer than data.min_prompt_length={min_prompt_length} of their prompt tokens fit {fit}"
+                " (set data.max_completion_length or raise data.max_length)"
+            ),
+        }
+        said = [f"{n} {cause}" for kind, cause in causes.items() if (n := sum(self.counts[kind].get(name, ())))]
+        return f"all {'; '.join(said)}" if said else None
+
     def _warn_sets(self, kind: str, message: Callable[[int, str], str]) -> None:
         """One warning per set that counted anything under ``kind``: ``message(total, set)``, then
         the per-client counts."""

@@ -49,10 +49,11 @@ from lightning_fed.datamodules.sources import (
 )
 from lightning_fed.datamodules.templates import CHAT, TEMPLATE_CHOICES, require_chat_template
 from lightning_fed.datamodules.tokenize import PadCollator
+from lightning_fed.errors import UserError
 from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
 from lightning_fed.option_rules import FEDERATED_DATA
 from lightning_fed.option_rules import problems as rule_problems
-from lightning_fed.stage_sets import NO_TEST_SET
+from lightning_fed.stage_sets import EVALUATED, NO_TEST_SET, empty_set_line
 
 
 class FederatedDataModule(pl.LightningDataModule):
@@ -291,7 +292,7 @@ class FederatedDataModule(pl.LightningDataModule):
         if stage == "test":
             self._require_test_set()
         if self.clients:
-            return
+            return self._require_examples(stage)
         if self.tokenizer is None:
             if self.trainer is None or not hasattr(self.trainer.lightning_module, "tokenizer"):
                 raise ValueError(
@@ -328,7 +329,16 @@ class FederatedDataModule(pl.LightningDataModule):
                 ClientData(cid, train[cid], val[cid], self.batch_size, collate, test[cid], columns=columns)
             )
         self.serving.serve(self.clients, collate)
+        self._require_examples(stage)  # before the warnings: the refusal is the one line said
         self.encoding.warn(self.max_length, self.truncation, self.min_prompt_length, self._private_run())
+
+    def _require_examples(self, stage: str | None) -> None:
+        """Refuse ``validate``/``test`` (``stage``) when its set holds no example for any client."""
+        if (name := EVALUATED.get(stage or "")) is None or any(len(getattr(c, f"{name}_set")) for c in self.clients):
+            return
+        source = self.test_dataset if name == "test" else self.val_dataset
+        why = self.encoding.left_none(name, self.max_length, self.min_prompt_length) if source is not None else None
+        raise UserError(empty_set_line(stage, source, self.val_fraction, why))
 
     def _private_run(self) -> bool:
         """:attr:`private`, else what the Trainer's federated loop reports (its round report's

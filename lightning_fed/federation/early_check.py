@@ -185,28 +185,27 @@ def path_problem(path: str) -> str | None:
 
 def hold_resumed(path: str, args: list[str]) -> None:
     """Hold the run folder of a resumed checkpoint before torch
-    (:func:`~lightning_fed.federation.version_folder.hold_early`), where the live CLI would hold it:
-    a checkpoint at ``<root>/lightning_logs/version_N/checkpoints/`` resumed with the default logger
-    (or none), whatever ``trainer.default_root_dir`` says (a run folder copied or moved elsewhere
-    continues where its checkpoint lies). A logger of the user's is left to the live CLI (its folder may
-    be another). Red team 8 (c): the refusal came after the imports; red
+    (:func:`~lightning_fed.federation.version_folder.hold_early`), where the live CLI would hold it: the
+    run folder holding the checkpoint (:func:`~lightning_fed.federation.version_folder.checkpoint_run`,
+    the live CLI's rule too: whatever the folder is named, wherever it lies now) resumed with the default
+    logger (or none), whatever ``trainer.default_root_dir`` says. A logger of the user's is left to the
+    live CLI (its folder may be another). Red team 8 (c): the refusal came after the imports; red
     team 9 row 8: a look at the lock here let a second resume started within seconds of the first
-    pass (the first took the lock only after the imports). Not in a process a data-parallel launcher
-    started for another rank (``LOCAL_RANK``/``NODE_RANK``): rank 0 holds it.
+    pass (the first took the lock only after the imports); issue 41: a copy renamed from ``version_N``
+    was not held at all. Not in a process a data-parallel launcher started for another rank
+    (``LOCAL_RANK``/``NODE_RANK``): rank 0 holds it.
 
     Raises:
         FolderHeld: the live CLI's line, if another run holds the folder.
     """
     import os
 
-    from lightning_fed.federation.version_folder import VERSION, hold_early
+    from lightning_fed.federation.version_folder import checkpoint_run, hold_early
 
     if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("NODE_RANK", "0") != "0":
         return
-    folder = Path(path).absolute().parent.parent
-    if Path(path).absolute().parent.name != "checkpoints" or not VERSION.fullmatch(folder.name):
-        return
-    if _runs_folder(args) is not None:  # the run continues in its checkpoint's folder, wherever that lies now
+    folder = checkpoint_run(path)
+    if folder is not None and _runs_folder(args) is not None:  # the run continues in its checkpoint's folder
         hold_early(folder, f"ckpt_path {path!r}")
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.errors import UserError
+from lightning_fed.federation.client_metrics import ROUNDS_FILE
 
 try:
     import fcntl
@@ -49,15 +50,26 @@ class FolderHeld(UserError):
     """Another run holds the run folder (its :data:`LOCK_FILE` is locked): exit 2, nothing written."""
 
 
+def is_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a run's folder: it holds the run's round history (``rounds.jsonl``, which a
+    ``fit`` writes there at each round's end, before that round's checkpoint: no folder of the user's that
+    merely holds a ``checkpoints/`` has it), or it is named ``version_N`` (Lightning's version folder, also
+    one copied without its records). Its name does not matter otherwise: a copy renamed ``backup/myrun``
+    is still the run's folder (issue 41)."""
+    return VERSION.fullmatch(folder.name) is not None or (folder / ROUNDS_FILE).is_file()
+
+
 def checkpoint_run(ckpt_path: Any) -> Path | None:
-    """The ``.../version_N`` folder (absolute) a checkpoint at ``.../version_N/checkpoints/*.ckpt`` belongs to:
-    the run folder a resume (``validate``/``test`` too) continues in and reads the run's files from
-    (``rounds.jsonl``, ``client_states/``), wherever it lies now (copied or moved); ``None`` for a
-    checkpoint elsewhere, a remote one, or Lightning's ``last``/``best``/``hpc``/``registry``."""
+    """The run folder (absolute) a checkpoint at ``<run>/checkpoints/<file>`` belongs to (:func:`is_run_folder`):
+    the folder a resume (``validate``/``test`` too) continues in, holds before torch is imported and reads
+    the run's files from (``rounds.jsonl``, ``client_states/``), wherever it lies now and whatever it is named
+    (copied, moved or renamed); ``None`` for a checkpoint elsewhere (a ``ModelCheckpoint`` with a ``dirpath``
+    of its own: the run then goes on in a new ``version_N`` and reads the records of the folder stored in the
+    checkpoint), a remote one, or Lightning's ``last``/``best``/``hpc``/``registry``."""
     if not ckpt_path or str(ckpt_path) in ("last", "best", "hpc", "registry") or "://" in str(ckpt_path):
         return None
     path = Path(ckpt_path).absolute()
-    if path.parent.name == "checkpoints" and VERSION.fullmatch(path.parent.parent.name):
+    if path.parent.name == "checkpoints" and is_run_folder(path.parent.parent):
         return path.parent.parent
     return None
 

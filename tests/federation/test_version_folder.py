@@ -7,7 +7,7 @@ import os
 import pytest
 
 from lightning_fed.federation import version_folder
-from lightning_fed.federation.version_folder import LOCK_FILE, FolderHeld, claim_version, hold
+from lightning_fed.federation.version_folder import LOCK_FILE, FolderHeld, checkpoint_run, claim_version, hold
 
 
 def test_a_folder_made_between_the_listing_and_the_claim_is_skipped(tmp_path, monkeypatch):
@@ -45,3 +45,18 @@ def test_a_claimed_folder_left_empty_is_removed_with_the_folders_made_for_it(tmp
     alone = claim_version(tmp_path / "new" / "lightning_logs")
     alone.release()
     assert not (tmp_path / "new").exists()
+
+
+def test_a_checkpoint_s_run_folder_is_told_by_its_records_not_its_name(tmp_path):
+    """``<folder>/checkpoints/<file>`` belongs to ``<folder>`` when it holds the run's ``rounds.jsonl`` (a run
+    folder copied under any name, issue 41 H1) or is named ``version_N``; not a folder of the user's that
+    merely holds a ``checkpoints/`` (a ``ModelCheckpoint``'s own ``dirpath``), nor a checkpoint elsewhere."""
+    renamed, version, mine = tmp_path / "c" / "runX", tmp_path / "version_3", tmp_path / "mine"
+    for folder in (renamed, version, mine):
+        (folder / "checkpoints").mkdir(parents=True)
+    (renamed / "rounds.jsonl").write_text("")
+    assert checkpoint_run(renamed / "checkpoints" / "last.ckpt") == renamed
+    assert checkpoint_run(version / "checkpoints" / "last.ckpt") == version
+    assert checkpoint_run(mine / "checkpoints" / "last.ckpt") is None
+    assert checkpoint_run(renamed / "last.ckpt") is None  # not in its checkpoints/
+    assert checkpoint_run("last") is None and checkpoint_run("s3://b/runX/checkpoints/last.ckpt") is None
