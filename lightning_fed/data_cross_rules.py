@@ -274,6 +274,17 @@ def partition_column_problem(partition: str, given: Mapping[str, Any], dataset: 
     return f"data.partition.{option} {value!r}: data.dataset {dataset!r} has no such column (columns: {shown})"
 
 
+def too_few_keys_line(key: str, dataset: str, values: list[Any], num_clients: int) -> str:
+    """The line refusing ``ByKey(key)`` over ``data.dataset`` whose ``values`` (distinct, sorted) are
+    fewer than ``data.num_clients``: one client per value, so some client would get no row. Said by
+    the precheck from a local file's rows and by the data module after the imports."""
+    shown = ", ".join(repr(v) for v in values[:5]) + (f" and {len(values) - 5} more" if len(values) > 5 else "")
+    return (
+        f"data.partition.key {key!r}: data.dataset {dataset!r} has {len(values)} distinct {key!r} value(s)"
+        f" ({shown}), which cannot fill data.num_clients={num_clients} clients; use num_clients <= {len(values)}"
+    )
+
+
 def clients_per_round_problem(clients_per_round: Any, num_clients: Any) -> str | None:
     """``federation.clients_per_round`` above ``data.num_clients`` (a round samples without replacement)."""
     clients_per_round, num_clients = any_value(clients_per_round), any_value(num_clients)  # "4" is 4 to the parser

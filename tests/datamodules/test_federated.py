@@ -74,7 +74,11 @@ def test_local_file_with_field_map(tmp_path, tokenizer):
     [
         ([{**prefs()[0], "prompt": ""}] + prefs(), {}, "row 0 has an empty 'prompt'"),
         ([{"prompt": "x", "chosen": "y"}] * 4, {}, "missing field 'rejected'"),
-        (prefs(), {"max_length": 12}, r"data.max_length: row \d+ of .* \(client \d+\) has \d+ tokens"),
+        (
+            prefs(),
+            {"max_length": 12},
+            r"data.max_length: row \d+ \(line \d+\) of data.dataset .* \(client \d+\) has \d+ tokens",
+        ),
         (prefs(), {"field_map": {"answer": "chosen"}}, "answer"),
         (prefs(), {"num_clients": 3, "partition": ByKey("topic")}, "topic"),
     ],
