@@ -12,6 +12,8 @@ at all:
 - a ``data.val_dataset`` / ``data.test_dataset`` without the column ``ByKey`` / ``ByColumn``
   assigns its rows to clients by (``by_key_clients``' ``no column ... to assign rows to clients by``);
 - ``SortedShards(score: <a text column>)`` (the partitioner's ``must be numeric``);
+- ``ByKey(key)`` over a local file with fewer distinct values of ``key`` than ``data.num_clients``
+  (the partitioner's ``cannot fill``, issue 41 M7: 12 s of CPU, two lines naming no option);
 - a set without a field its records need (:func:`missing_field_problem`: ``data.dataset`` against its
   data module's ``kind``, and a round hook's public set, red team 10 row 7: FedHDS ``anchors`` of
   instructions on a preference run failed with exit 1 after the round-0 evaluation had written the
