@@ -54,6 +54,7 @@ from lightning_fed.transformers_configs import (
     model_type_problem,
 )
 from lightning_fed.value_rules import unknown_key
+from lightning_fed.yaml_reading import any_value
 
 NESTED = {
     "backbone": ("lightning_fed.modules.backbone", "BackboneConfig"),
@@ -174,6 +175,8 @@ def _backbone_source_problem(option: str, backbone: Mapping[str, Any]) -> str | 
         which = "both" if all(given) else "neither"
         return f"exactly one of {option}.name_or_path and {option}.config must be set, got {which}"
     config = backbone.get("config")
+    if isinstance(config, Mapping):  # a mapping of Any: jsonargparse reads `n_embd: "32"` as 32
+        config = {key: any_value(value) for key, value in config.items()}
     if isinstance(config, Mapping) and "model_type" not in config:
         return f"{option}.config must contain 'model_type', got keys {sorted(map(str, config))}"
     builtin = (table(*BUILTIN_TOKENIZERS[0]), table(*BUILTIN_TOKENIZERS[1]))
@@ -227,7 +230,7 @@ def backbone_size(backbone: Any) -> dict[str, Any] | None:
     if not isinstance(backbone, Mapping):
         return None
     if isinstance(config := backbone.get("config"), Mapping):
-        return dict(config)
+        return {key: any_value(value) for key, value in config.items()}  # a mapping of Any: "32" is 32
     path = backbone.get("name_or_path")
     if isinstance(path, str) and (Path(path).expanduser() / "config.json").is_file():
         try:
@@ -270,7 +273,7 @@ def size_problem(model: Any, data: Any) -> str | None:
     lora = model_args.get("lora")
     hidden = _first_int(config, HIDDEN_KEYS)
     takes_lora = str(model.get("class_path", "")).rpartition(".")[2] in TAKES_LORA
-    rank = lora.get("r") if isinstance(lora, dict) else None
+    rank = any_value(lora.get("r")) if isinstance(lora, dict) else None  # an int: "8" is 8 to the parser
     if takes_lora and hidden and isinstance(rank, int) and not isinstance(rank, bool) and rank > hidden[1]:
         # GPT-2's every target (c_attn, c_proj, c_fc) has n_embd on one side: its full rank, as
         # lightning_fed/modules/lora.py says it; another model's hidden size is an upper bound
@@ -281,7 +284,7 @@ def size_problem(model: Any, data: Any) -> str | None:
         return f"model.lora.r must be <= {hidden[1]} ({why}), got {rank}"
     positions = _first_int(config, POSITION_KEYS)
     data_args = data.get("init_args") if isinstance(data, dict) else None
-    length = data_args.get("max_length") if isinstance(data_args, dict) else None
+    length = any_value(data_args.get("max_length")) if isinstance(data_args, dict) else None
     if positions and isinstance(length, int) and not isinstance(length, bool) and length > positions[1]:
         return f"data.max_length must be <= the backbone's {positions[0]} ({positions[1]}), got {length}"
     return None

@@ -12,6 +12,8 @@ at all:
 - a ``data.val_dataset`` / ``data.test_dataset`` without the column ``ByKey`` / ``ByColumn``
   assigns its rows to clients by (``by_key_clients``' ``no column ... to assign rows to clients by``);
 - ``SortedShards(score: <a text column>)`` (the partitioner's ``must be numeric``);
+- ``ByKey(key)`` over a local file with fewer distinct values of ``key`` than ``data.num_clients``
+  (the partitioner's ``cannot fill``, issue 41 M7: 12 s of CPU, two lines naming no option);
 - a set without a field its records need (:func:`missing_field_problem`: ``data.dataset`` against its
   data module's ``kind``, and a round hook's public set, red team 10 row 7: FedHDS ``anchors`` of
   instructions on a preference run failed with exit 1 after the round-0 evaluation had written the
@@ -46,9 +48,11 @@ from lightning_fed.data_cross_rules import (
     local_columns,
     not_text_line,
     row_line,
+    too_few_keys_line,
 )
 from lightning_fed.data_files import local_data_problem
 from lightning_fed.nested_options import PARTITIONS, SYNTHETIC_PREFIX, generator_columns
+from lightning_fed.yaml_reading import any_value
 
 PLANTED_NUMERIC = frozenset({"client", "follows_group", "flipped"})
 """The planted sets' numeric columns (every other column of theirs holds text); a test builds each
@@ -245,6 +249,41 @@ def _is_text(dataset: str, column: str) -> bool:
     return any(v is not None and not isinstance(v, (int, float, bool)) for v in values)
 
 
+def _key_values(dataset: str, column: str) -> list[Any] | None:
+    """The distinct values of ``column`` of the local file ``dataset``, sorted, where certain as
+    ``ByKey`` reads them: a Parquet column (pyarrow) or JSON/JSON Lines rows whose values are all text
+    or all integers, a CSV column of text (:func:`csv_rows`); ``None`` otherwise (a null, mixed or
+    number-like values, a file not read here: the partitioner's to say after the imports)."""
+    path = Path(dataset).expanduser()
+    try:
+        if path.suffix.lower() == ".parquet":
+            import pyarrow.parquet as pq  # no torch
+
+            values = pq.read_table(path, columns=[column]).column(0)
+            return None if values.null_count else sorted(values.unique().to_pylist())
+        rows = csv_rows(path) if path.suffix.lower() == ".csv" else json_rows(path)
+    except Exception:  # noqa: BLE001 - not read cleanly: the data source's to say
+        return None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        return None
+    values = [row.get(column) for row in rows]
+    if all(isinstance(v, str) for v in values) or all(type(v) is int for v in values):
+        return sorted(set(values))
+    return None
+
+
+def _by_key_problem(init_args: Mapping[str, Any], key: Any, field_map: Any) -> str | None:
+    """``ByKey(key)`` over a local ``data.dataset`` with fewer distinct values of ``key`` (renamed by
+    ``field_map``) than ``data.num_clients`` (issue 41 M7: after 12 s of imports, in two lines naming no
+    option): :func:`~lightning_fed.data_cross_rules.too_few_keys_line`."""
+    dataset, clients = init_args.get("dataset"), any_value(init_args.get("num_clients"))
+    if not isinstance(dataset, str) or not isinstance(key, str) or type(clients) is not int:
+        return None
+    source = field_map.get(key, key) if isinstance(field_map, Mapping) else key
+    values = _key_values(dataset, source) if not dataset.startswith(SYNTHETIC_PREFIX) else None
+    return too_few_keys_line(key, dataset, values, clients) if values is not None and len(values) < clients else None
+
+
 def _partition(init_args: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
     """``data.partition``'s class name and ``init_args`` when it is one of the package's partitioners."""
     partition = init_args.get("partition")
@@ -300,6 +339,8 @@ def data_columns_problem(data: Any) -> str | None:
                     f"{option} {value!r} has no column {column!r} (data.partition.{key}) to assign its rows to"
                     f" clients by (columns: {', '.join(columns)})"
                 )
+    if name == "ByKey" and (problem := _by_key_problem(init_args, given.get("key"), field_map)):
+        return problem
     group_key = init_args.get("group_key")
     # the evaluation sets' rows are grouped; without one, group_key groups nothing: held against data.dataset
     given_sets = [option for option, value in sets[1:] if value is not None]

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.yaml_reading import any_value
+
 MAX_LENGTH = 256
 """Default of ``data.max_length`` (:class:`~lightning_fed.datamodules.FederatedDataModule`'s signature)."""
 ON_OVERFLOW = "error"
@@ -83,7 +85,8 @@ def synthetic_clients_problem(dataset: Any, synthetic_args: Any, num_clients: An
     module whose synthetic clients are its clients)."""
     if not isinstance(dataset, str) or not dataset.startswith(_SYNTHETIC) or not isinstance(synthetic_args, Mapping):
         return None
-    given = synthetic_args.get("num_clients", num_clients)
+    # a quoted number is the number to the parser (synthetic_args is a mapping of Any, num_clients an int)
+    given, num_clients = any_value(synthetic_args.get("num_clients", num_clients)), any_value(num_clients)
     if given == num_clients:
         return None
     return (
@@ -96,15 +99,16 @@ def data_cross_problems(class_name: str, init_args: Mapping[str, Any]) -> list[s
     """The precheck's: the lines the package's data module ``class_name`` refuses ``init_args`` with
     (the options :mod:`lightning_fed.option_rules` already passed), where the values are certain."""
     problems = []
-    max_length = init_args.get("max_length", MAX_LENGTH)
-    budgets = [init_args.get(k) for k in ("max_prompt_length", "max_completion_length", "min_prompt_length")]
+    # typed ints: a quoted number is the number to the parser (yaml_reading.any_value)
+    max_length = any_value(init_args.get("max_length", MAX_LENGTH))
+    budgets = [any_value(init_args.get(k)) for k in ("max_prompt_length", "max_completion_length", "min_prompt_length")]
     if _integer(max_length) and all(v is None or _integer(v) for v in budgets):
         max_prompt, max_completion, min_prompt = budgets
         if min_prompt is None:
             min_prompt = default_min_prompt_length(max_length, max_prompt)
         truncate = init_args.get("on_overflow", ON_OVERFLOW) == "truncate"
         problems += length_budget_problems(max_length, max_prompt, max_completion, min_prompt, truncate)
-    num_clients = init_args.get("num_clients")
+    num_clients = any_value(init_args.get("num_clients"))
     if class_name not in SYNTHETIC_SIZES_ONLY and _integer(num_clients):
         if problem := synthetic_clients_problem(init_args.get("dataset"), init_args.get("synthetic_args"), num_clients):
             problems.append(problem)
@@ -270,8 +274,20 @@ def partition_column_problem(partition: str, given: Mapping[str, Any], dataset: 
     return f"data.partition.{option} {value!r}: data.dataset {dataset!r} has no such column (columns: {shown})"
 
 
+def too_few_keys_line(key: str, dataset: str, values: list[Any], num_clients: int) -> str:
+    """The line refusing ``ByKey(key)`` over ``data.dataset`` whose ``values`` (distinct, sorted) are
+    fewer than ``data.num_clients``: one client per value, so some client would get no row. Said by
+    the precheck from a local file's rows and by the data module after the imports."""
+    shown = ", ".join(repr(v) for v in values[:5]) + (f" and {len(values) - 5} more" if len(values) > 5 else "")
+    return (
+        f"data.partition.key {key!r}: data.dataset {dataset!r} has {len(values)} distinct {key!r} value(s)"
+        f" ({shown}), which cannot fill data.num_clients={num_clients} clients; use num_clients <= {len(values)}"
+    )
+
+
 def clients_per_round_problem(clients_per_round: Any, num_clients: Any) -> str | None:
     """``federation.clients_per_round`` above ``data.num_clients`` (a round samples without replacement)."""
+    clients_per_round, num_clients = any_value(clients_per_round), any_value(num_clients)  # "4" is 4 to the parser
     if _integer(clients_per_round) and _integer(num_clients) and clients_per_round > num_clients:
         return f"federation.clients_per_round={clients_per_round} exceeds data.num_clients={num_clients}"
     return None

@@ -43,6 +43,7 @@ from lightning_fed.data_cross_rules import READS_ITS_SOURCE, field_mapped, local
 from lightning_fed.limits import BUILDS_WEIGHTS, MAX_CONFIG_PARAMETERS
 from lightning_fed.option_rules import class_rules
 from lightning_fed.value_rules import Rule, at_least, in_range, problems, unknown_key
+from lightning_fed.yaml_reading import any_value, value_of
 
 SYNTHETIC_MODULE = "lightning_fed.datamodules.synthetic"
 SYNTHETIC_PREFIX = "synthetic:"
@@ -104,9 +105,14 @@ def _kind(annotation: ast.expr | None) -> str | None:
 
 def _plain_problem(option: str, kind: str | None, value: Any, nullable: bool = True) -> str | None:
     """A value of the wrong type for ``kind`` (``None``: not checked), as one line; ``null`` too where
-    not ``nullable``."""
+    not ``nullable``. A string is read as jsonargparse reads one for an ``int``/``float``/``bool``
+    parameter (``alpha: "0.3"``, as every other section: :meth:`~lightning_fed.value_rules.Rule.parsed`)."""
     if (value is None and nullable) or kind is None:
         return None
+    if isinstance(value, str) and kind in ("int", "float", "bool"):
+        loaded = value_of(value)
+        if not isinstance(loaded, str) and loaded is not None and _plain_problem(option, kind, loaded) is None:
+            return None  # the parser casts it; a string it does not cast is refused as given
     if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
         return f"{option} must be an integer, got {value!r}"
     if kind == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
@@ -136,6 +142,7 @@ def synthetic_args_problem(init_args: Mapping[str, Any]) -> str | None:
         return None  # an unknown set is refused by its own check (class_options)
     if not isinstance(args, Mapping):
         return f"data.synthetic_args must be a mapping of {generator}'s options ({', '.join(params)}), got {args!r}"
+    args = {key: any_value(value) for key, value in args.items()}
     for key, value in args.items():
         option = f"data.synthetic_args.{key}"
         if str(key) not in params:
@@ -205,6 +212,7 @@ def backbone_config_problem(config: Any) -> str | None:
         return (
             f"{option} must be a transformers config as a mapping (model_type: gpt2, n_layer: 2, ...), got {config!r}"
         )
+    config = {key: any_value(value) for key, value in config.items()}
     model_type = config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         return f"{option}.model_type must be a transformers model type (a string such as 'gpt2'), got {model_type!r}"

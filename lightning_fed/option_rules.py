@@ -42,6 +42,7 @@ from lightning_fed.limits import (
 from lightning_fed.value_rules import SEED_MAX, at_least, in_range, one_of, problems
 from lightning_fed.value_rules import Rule as Rule
 from lightning_fed.value_rules import check as check
+from lightning_fed.yaml_reading import any_value
 
 OPTIMIZERS = ("adamw", "sgd")
 """``model.optimizer`` of every objective."""
@@ -232,12 +233,13 @@ def synthetic_problem(init_args: Mapping[str, Any]) -> str | None:
     dataset, args = init_args.get("dataset"), init_args.get("synthetic_args")
     if not isinstance(dataset, str) or not dataset.startswith("synthetic:") or not isinstance(args, Mapping):
         return None
+    args = {key: any_value(value) for key, value in args.items()}  # `examples_per_client: "24"` is 24 to the parser
     if found := problems(SYNTHETIC_ARGS, args):
         return "; ".join(found)
     seed = args.get("seed")  # numpy's default_rng: `expected non-negative integer`, naming nothing, after the imports
     if isinstance(seed, int) and not isinstance(seed, bool) and (problem := SYNTHETIC_SEED.problem(seed)):
         return problem
-    clients = args.get("num_clients", init_args.get("num_clients", 1))
+    clients = args.get("num_clients", any_value(init_args.get("num_clients", 1)))
     return synthetic_rows_problem(clients, args.get("examples_per_client", 1))
 
 

@@ -270,6 +270,7 @@ def trainer_option_problem(trainer: Mapping[str, Any]) -> str | None:
         value = trainer.get(name)
         if "float" in kinds and isinstance(value, str) and _float_word(value) and not math.isfinite(float(value)):
             return f"trainer.{name} must be a finite number, got {float(value)}"
+    trainer = {name: _typed_number(value, TRAINER_TYPES.get(name, ())) for name, value in trainer.items()}
     interval = trainer.get("val_check_interval")  # `nan` stays a string to the parser: a duration it is not
     if isinstance(interval, str) and _float_word(interval) and not math.isfinite(float(interval)):
         return f"trainer.val_check_interval must be a finite number, got {float(interval)}"
@@ -350,6 +351,20 @@ def _dotted_name_problem(option: str, value: Any) -> str | None:
         f"trainer.{option} {value!r} is a class path given as a name: Lightning takes a string only as one of its"
         f" {option} names; give the class as {{class_path: {value.strip()}}}"
     )
+
+
+def _typed_number(value: Any, kinds: tuple[str, ...]) -> Any:
+    """A number written as a string (``gradient_clip_val: "-1"``) for an option typed ``int`` or
+    ``float`` and not ``str`` (:data:`TRAINER_TYPES`), as jsonargparse casts it (YAML, then the type);
+    anything else as given (the parser refuses it, or reads it as the string)."""
+    if not isinstance(value, str) or "str" in kinds:
+        return value
+    from lightning_fed.yaml_reading import value_of  # PyYAML only
+
+    loaded = value_of(value)
+    if isinstance(loaded, bool) or not isinstance(loaded, (int, float)):
+        return value
+    return loaded if (type(loaded).__name__ in kinds or ("float" in kinds and isinstance(loaded, int))) else value
 
 
 def number_word(value: Any) -> Any:

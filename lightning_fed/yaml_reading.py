@@ -54,3 +54,11 @@ def value_of(raw: str) -> Any:
         return load(raw)
     except Exception:  # noqa: BLE001 - not YAML: the string itself, as jsonargparse keeps it
         return raw
+
+
+def any_value(value: Any) -> Any:
+    """A value below a mapping-typed option (``dict[str, Any]``: ``model.backbone.config``,
+    ``data.synthetic_args``) as jsonargparse hands it on: a string read as YAML (:func:`value_of`:
+    ``n_embd: "32"`` is ``32``), as it reads any value of type ``Any`` (``_typehints.adapt_typehints``);
+    a blank string and any other value as given."""
+    return value_of(value) if isinstance(value, str) and value.strip() else value

@@ -259,6 +259,8 @@ def test_a_trainer_value_lightning_refuses_is_one_line_before_torch(tmp_path, ar
 #: A data row with every field a shipped config's data section reads (``runs/real_text/data/*.jsonl``, written
 #: by ``benchmarks/real_text/build_data.py``, is not in the repository).
 ROW = {"user": "u0", "prompt": "p", "chosen": "a", "rejected": "b", "instruction": "i", "input": "", "output": "o"}
+USERS = 8
+"""Users in such a file (the shipped ``real_text_*`` configs make 4 clients by ``user``)."""
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.yaml")))
@@ -276,8 +278,10 @@ def test_every_shipped_config_passes(name, tmp_path, monkeypatch):
         (tmp_path / given).parent.mkdir(parents=True, exist_ok=True)
         if (ROOT / given).is_file():  # the repository's examples/
             shutil.copy(ROOT / given, tmp_path / given)
-        else:  # the precheck reads the rows (lightning_fed/data_files.py): one row of every field a config reads
-            (tmp_path / given).write_text(json.dumps(ROW) + "\n", encoding="utf-8")
+        else:  # the precheck reads the rows (lightning_fed/data_files.py): rows of every field a config reads,
+            # one per user of USERS (ByKey on `user` makes a client of each: no fewer than data.num_clients)
+            rows = [{**ROW, "user": f"u{i}"} for i in range(USERS)]
+            (tmp_path / given).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     args = resolve_config_args(["--config", name])
     assert (option_problem(args), value_problem(args)) == (None, None)
 

@@ -185,7 +185,8 @@ def test_a_partition_column_a_local_file_has_goes_on(tmp_path, suffix):
     data.mkdir()
     dataset = _write_data(data, suffix)
     config = yaml.safe_load(yaml.safe_dump(TINY))
-    config["data"]["init_args"].update(dataset=dataset, partition=_partition("ByKey", key="author"))
+    # two authors make two clients (fewer clients than authors: tests/test_data_fit_errors_cli.py)
+    config["data"]["init_args"].update(dataset=dataset, partition=_partition("ByKey", key="author"), num_clients=2)
     config["data"]["init_args"].pop("synthetic_args")
     path = tmp_path / "my.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")

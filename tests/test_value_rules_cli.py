@@ -61,3 +61,44 @@ def test_a_quoted_number_of_a_strategy_goes_on_to_the_parser(tmp_path):
 )
 def test_a_quoted_value_the_parser_refuses_is_one_line_before_torch(tmp_path, where, value, line):
     assert_config_refused_before_torch(tmp_path, _set(shipped_config("tiny"), where, value), line)
+
+
+DIRICHLET = {"class_path": "lightning_fed.datamodules.Dirichlet", "init_args": {"key": "group"}}
+NESTED_QUOTED = {
+    "data.partition.alpha": ("data.init_args.partition.init_args.alpha", "0.3"),
+    "data.partition.max_attempts": ("data.init_args.partition.init_args.max_attempts", "50"),
+    "model.backbone.config.n_embd": ("model.init_args.backbone.config.n_embd", "32"),
+    "data.synthetic_args.examples_per_client": ("data.init_args.synthetic_args.examples_per_client", "24"),
+}
+
+
+def _with_dirichlet(config: dict) -> dict:
+    config["data"]["init_args"]["partition"] = {**DIRICHLET, "init_args": {"key": "group", "alpha": 1.0}}
+    return config
+
+
+@pytest.mark.parametrize("option", NESTED_QUOTED)
+def test_a_quoted_number_below_a_class_or_in_a_mapping_goes_on_to_the_parser(tmp_path, option):
+    """``data.partition``'s ``init_args`` (typed dataclass fields) and the mapping-typed options
+    (``model.backbone.config``, ``data.synthetic_args``: ``dict[str, Any]``, whose strings jsonargparse
+    reads as YAML) take a quoted number as the rest of the config does (issue 41 M12: on 08c1cba
+    ``data.partition.alpha must be a number, got '0.3'``, ``model.backbone.config.n_embd must be an
+    integer, got '32'``, before torch; the live run casts both)."""
+    where, value = NESTED_QUOTED[option]
+    path = write_config(tmp_path, _set(_with_dirichlet(shipped_config("tiny")), where, value))
+    proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=tmp_path, hook=tmp_path / "hook")
+    assert REACHED_TORCH in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "line"),
+    [
+        ("data.init_args.partition.init_args.alpha", "-1", "data.partition.alpha must be > 0, got -1.0"),
+        ("data.init_args.partition.init_args.alpha", "a lot", "data.partition.alpha must be a number, got 'a lot'"),
+        ("data.init_args.partition.init_args.min_size", "2.0", "data.partition.min_size must be an integer, got '2.0'"),
+        ("model.init_args.backbone.config.n_embd", "3.5", "model.backbone.config.n_embd must be an integer, got 3.5"),
+        ("model.init_args.backbone.config.n_head", "0", "model.backbone.config.n_head must be >= 1, got 0"),
+    ],
+)
+def test_a_quoted_nested_value_the_parser_refuses_is_one_line_before_torch(tmp_path, where, value, line):
+    assert_config_refused_before_torch(tmp_path, _set(_with_dirichlet(shipped_config("tiny")), where, value), line)

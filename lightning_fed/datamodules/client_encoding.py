@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lightning_fed.data_cross_rules import row_line
 from lightning_fed.datamodules.encoding_counts import EncodingCounts
 from lightning_fed.datamodules.tokenize import Overflow, PromptTooShort
+from lightning_fed.errors import UserError
 
 
 def encode_clients(
@@ -26,9 +28,11 @@ def encode_clients(
     ``counts`` under the set ``name``.
 
     Raises:
-        ValueError: A row too long for ``data.max_length`` under ``on_overflow="error"``, naming
-            the row, the ``source`` and the client.
+        UserError: A row too long for ``data.max_length`` under ``on_overflow="error"``, in one
+            line naming both options, the set's option and file ``source``, the row (its line in a
+            JSON Lines file) and the client.
     """
+    option = "data.dataset" if name == "train" else f"data.{name}_dataset"
     counts.start(name, len(parts))
     out = []
     for cid, indices in enumerate(parts):
@@ -44,9 +48,11 @@ def encode_clients(
                 if on_overflow == "drop":
                     counts.left_out("dropped", name, cid)
                     continue
-                raise ValueError(
-                    f"data.max_length: row {i} of {source!r} (client {cid}) has {err};"
-                    " raise data.max_length or set data.on_overflow=truncate|drop"
+                line = row_line(source, i)
+                row = f"row {i}" + (f" (line {line})" if line is not None else "")
+                raise UserError(
+                    f"data.max_length: {row} of {option} {source!r} (client {cid}) has {err} with"
+                    " data.on_overflow='error'; raise data.max_length or set data.on_overflow to truncate or drop"
                 ) from None
             counts.kept(name, cid)
             item = {**item, "client_id": cid}

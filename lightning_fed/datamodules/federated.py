@@ -31,13 +31,14 @@ from lightning_fed.data_cross_rules import (
     default_min_prompt_length,
     length_budget_problems,
     synthetic_clients_problem,
+    too_few_keys_line,
 )
 from lightning_fed.data_paths import dataset_text_problem
 from lightning_fed.datamodules.client_data import ClientData
 from lightning_fed.datamodules.client_encoding import encode_clients
 from lightning_fed.datamodules.encoding_counts import EncodingCounts
 from lightning_fed.datamodules.eval_partition import evaluation_clients, group_ids, split_validation
-from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, check_partition
+from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, TooFewKeys, check_partition
 from lightning_fed.datamodules.round_serving import EvaluationLayout, RoundServing
 from lightning_fed.datamodules.sources import (
     FIELDS,
@@ -304,13 +305,16 @@ class FederatedDataModule(pl.LightningDataModule):
             require_chat_template(self.tokenizer)
         records = self._training_records()
         partition = self.partition or (ByColumn("client") if "client" in records.column_names else IID())
-        parts = partition(records, self.num_clients, self.seed)
+        try:
+            parts = partition(records, self.num_clients, self.seed)
+        except TooFewKeys as err:  # the precheck's line, for a set it cannot read (a hub set, a large file)
+            raise UserError(too_few_keys_line(err.key, self.dataset, err.values, self.num_clients)) from None
         check_partition(parts, self.num_clients, f"{type(partition).__name__} of data.dataset {self.dataset!r}")
         collate = PadCollator(self.tokenizer.pad_token_id)
         train = self._encode_set("train", records, parts, self.dataset)
         for cid, items in enumerate(train):
             if not items:
-                raise ValueError(f"data: client {cid} has no examples left after data.on_overflow={self.on_overflow!r}")
+                raise UserError(self._no_example_left(cid, len(parts[cid])))
         if self.val_dataset is not None:
             val = self._evaluation_set("val", self.val_dataset, self.val_split, records, 1)
         else:
@@ -374,6 +378,22 @@ class FederatedDataModule(pl.LightningDataModule):
             )
         except (ValueError, FileNotFoundError) as err:  # the source names data.dataset; this set is `field`
             raise type(err)(str(err).replace("data.dataset", field, 1)) from None
+
+    def _no_example_left(self, cid: int, rows: int) -> str:
+        """The line refusing client ``cid``, whose ``rows`` training rows were all left out while encoded:
+        too long for ``data.max_length`` with ``on_overflow: drop``, or a cut prompt below
+        ``data.min_prompt_length``, naming the options, their values and ``data.dataset``."""
+        dropped = self.encoding.counts["dropped"]["train"][cid]
+        why = [f"{dropped} of its {rows} rows longer than data.max_length={self.max_length}"] if dropped else []
+        if short := rows - dropped:
+            why.append(
+                f"{short} whose cut prompt kept fewer than data.min_prompt_length={self.min_prompt_length} tokens"
+            )
+        fix = "set data.on_overflow to truncate" if dropped else "lower data.min_prompt_length"
+        return (
+            f"data.on_overflow={self.on_overflow!r}: client {cid} of data.dataset {self.dataset!r} has no example left"
+            f" ({'; '.join(why)}); raise data.max_length or {fix}"
+        )
 
     def _encode_set(
         self, name: str, records: Any, parts: list[list[int]], source: str, groups: list[int] | None = None

@@ -100,6 +100,15 @@ class Dirichlet(Partitioner):
         )
 
 
+class TooFewKeys(ValueError):
+    """:class:`ByKey` over fewer distinct values of its column ``key`` than clients; ``values``: those
+    values, sorted."""
+
+    def __init__(self, message: str, key: str, values: list) -> None:
+        super().__init__(message)
+        self.key, self.values = key, values
+
+
 @dataclass(frozen=True)
 class ByKey(Partitioner):
     """One client per distinct value of ``key`` (values in sorted order).
@@ -116,9 +125,11 @@ class ByKey(Partitioner):
         _check_num_clients(num_clients, self)
         values, codes = _unique(_column(ds, self.key, self), self.key, self)
         if num_clients > len(values):
-            raise ValueError(
+            raise TooFewKeys(
                 f"partition {self!r}: {len(values)} distinct values of {self.key!r} cannot fill "
-                f"{num_clients} clients; use num_clients <= {len(values)}"
+                f"{num_clients} clients; use num_clients <= {len(values)}",
+                self.key,
+                values.tolist(),
             )
         clients = codes % num_clients
         parts = [np.flatnonzero(clients == k) for k in range(num_clients)]

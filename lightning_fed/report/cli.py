@@ -107,7 +107,13 @@ def main(argv: list[str]) -> int:
     if why := unwritable(out):  # a file above it, a read-only or virtual file system (/proc)
         raise UserError(f"--out {args.out!r}: {why}")
     skipped: list[str] = []
-    runs, repeats = drop_repeats(find_runs(args.runs, skipped))
+    try:
+        found = find_runs(args.runs, skipped)
+    except UserError:  # every run left out: why each was, one warning line each, before the error
+        for note in skipped:
+            sys.stderr.write(f"warning: {note}\n")
+        raise
+    runs, repeats = drop_repeats(found)
     _check_by(runs, by)
     metric = _metric(runs, args.metric)
 

@@ -74,9 +74,18 @@ def test_local_file_with_field_map(tmp_path, tokenizer):
     [
         ([{**prefs()[0], "prompt": ""}] + prefs(), {}, "row 0 has an empty 'prompt'"),
         ([{"prompt": "x", "chosen": "y"}] * 4, {}, "missing field 'rejected'"),
-        (prefs(), {"max_length": 12}, r"data.max_length: row \d+ of .* \(client \d+\) has \d+ tokens"),
+        (
+            prefs(),
+            {"max_length": 12},
+            r"data.max_length: row \d+ \(line \d+\) of data.dataset .* \(client \d+\) has \d+ tokens",
+        ),
         (prefs(), {"field_map": {"answer": "chosen"}}, "answer"),
-        (prefs(), {"num_clients": 3, "partition": ByKey("topic")}, "topic"),
+        (  # a set the precheck does not read: the data module says the precheck's line (issue 41 M7)
+            prefs(),
+            {"num_clients": 3, "partition": ByKey("topic")},
+            r"^data.partition.key 'topic': data.dataset '.*bad.jsonl' has 2 distinct 'topic' value\(s\) \(0, 1\),"
+            r" which cannot fill data.num_clients=3 clients; use num_clients <= 2$",
+        ),
     ],
     ids=["empty-prompt", "missing-field", "too-long", "unknown-field", "empty-client"],
 )

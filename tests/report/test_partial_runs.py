@@ -82,6 +82,25 @@ def test_an_interrupted_run_among_a_globs_matches_is_left_out_with_a_warning(tmp
     assert _files(runs) == before
 
 
+def test_a_glob_whose_every_run_is_left_out_says_why_for_each(tmp_path):
+    """Issue 41 (LOW): on 08c1cba only ``error: RUN runs/*: no finished run to report (2 left out)``,
+    no run's reason. Now each run's ``warning:`` line, then the error: exit 2, nothing written."""
+    runs = tmp_path / "runs"
+    (runs / "killed").mkdir(parents=True)  # killed before it wrote summary.json
+    cut = make_run(runs / "cut")
+    (cut / "rounds.jsonl").write_text('{"round": 1, "secon')
+    before = _files(runs)
+    proc = _report([str(runs / "*"), "--out", "out"], cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [
+        f"warning: {runs / 'killed'}: no summary.json in it or below it (not a finished run): left out",
+        f"warning: {cut / 'rounds.jsonl'}: line 1 is not JSON (a truncated or damaged file): left out",
+        f"error: RUN {runs / '*'}: no finished run to report (2 left out)",
+    ]
+    assert not (tmp_path / "out").exists()
+    assert _files(runs) == before
+
+
 def test_a_run_named_on_its_own_is_still_refused(tmp_path):
     run = make_run(tmp_path / "run")
     (run / "rounds.jsonl").write_text('{"round": 1, "secon')
