@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from lightning_fed.data_cross_rules import RECORD_FIELDS, absent_column_line, blank_field_line, not_text_line, row_line
 from lightning_fed.data_files import file_problem, folder_files, folder_problem, said, shape_problem
-from lightning_fed.data_paths import LOCAL_FORMATS, SUPPORTED, missing_path_problem
+from lightning_fed.data_paths import LOCAL_FORMATS, missing_path_problem, path_kind_problem
 from lightning_fed.datamodules.synthetic import SYNTHETIC
 from lightning_fed.errors import UserError
 from lightning_fed.limits import synthetic_rows_problem
@@ -99,12 +99,13 @@ def local_files(dataset: str) -> tuple[str, list[str]] | None:
 
     Raises:
         FileNotFoundError: If ``dataset`` has one of those suffixes but does not exist.
-        ValueError: If a folder holds no such file or mixes formats.
+        ValueError: If a folder holds no such file or mixes formats, or ``dataset`` is a file of
+            another suffix, or neither a file nor a folder (a FIFO: never opened).
     """
     path = Path(dataset).expanduser()
     suffix = path.suffix.lower()
-    if path.is_file() and suffix not in LOCAL_FORMATS:
-        raise ValueError(f"data.dataset {dataset!r}: unsupported file type {suffix or '(no suffix)'!r}; {SUPPORTED}")
+    if problem := path_kind_problem(dataset):  # the precheck's line (class_sections._dataset_problem)
+        raise UserError(problem)
     if problem := missing_path_problem(dataset):
         raise FileNotFoundError(problem)
     if path.is_dir():

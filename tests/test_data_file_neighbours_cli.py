@@ -1,0 +1,90 @@
+"""The neighbours of lightning_fed/data_files.py (issue 41, outside red team 14's rows): a data file the
+run cannot use, refused before torch in one line naming the option it came from (``data.dataset``,
+``data.val_dataset``, ``data.test_dataset``), the file and what is wrong; exit 2, nothing written. On
+08c1cba each was refused only after the imports (15-20 s of CPU, often in two lines, a test or
+validation file named ``data.dataset``) and ``fit --print_config`` and ``plan`` took it (exit 0)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_fed.data_paths import SUPPORTED
+from tests.helpers.refusals import assert_refused_before_torch, shipped_config, write_config
+
+GOOD = [{"user": f"u{i % 2}", "prompt": f"p{i}", "chosen": "a", "rejected": "b"} for i in range(4)]
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+# name -> (file name, its text or a function making it at a path, the problem said after `<option> '<file>'`)
+CASES = {
+    "txt": ("d.txt", "prompt,chosen\n", f": unsupported file type '.txt'; {SUPPORTED}"),
+    "no_suffix": ("d", "{}\n", f": unsupported file type '(no suffix)'; {SUPPORTED}"),
+    "fifo": ("d.jsonl", _fifo, f" is not a regular file (a device, FIFO or socket); {SUPPORTED}"),
+}
+
+
+def _write(tmp_path: Path, name: str, data) -> Path:
+    path = tmp_path / "data" / name
+    path.parent.mkdir(exist_ok=True)
+    if callable(data):
+        data(path)
+    else:
+        path.write_text(data, encoding="utf-8")
+    return path
+
+
+def _good(tmp_path: Path) -> Path:
+    return _write(tmp_path, "good.jsonl", "".join(json.dumps(row) + "\n" for row in GOOD))
+
+
+def _data(tmp_path: Path, option: str, path: Path) -> dict:
+    """own_data's data options on ``path`` as ``option``, the others on a good file, no field map."""
+    good = str(_good(tmp_path))
+    return {"dataset": good, "field_map": None, "test_dataset": None, option: str(path)}
+
+
+@pytest.mark.parametrize("option", ["dataset", "val_dataset", "test_dataset"])
+@pytest.mark.parametrize("case", CASES)
+def test_a_data_file_no_reader_takes_is_one_line_before_torch(tmp_path, case, option):
+    name, data, problem = CASES[case]
+    path = _write(tmp_path, name, data)
+    args = [f"--data.init_args.{key}={value}" for key, value in _data(tmp_path, option, path).items()]
+    args = [arg.replace("=None", "=null") for arg in args]
+    assert_refused_before_torch(
+        tmp_path, ["fit", "--config", "own_data", *args], f"data.{option} {str(path)!r}{problem}"
+    )
+
+
+@pytest.mark.parametrize("command", [["plan"], ["fit", "--print_config"]])
+@pytest.mark.parametrize("case", CASES)
+def test_print_config_and_plan_refuse_it_as_fit(tmp_path, case, command):
+    """H4 (red team 14): what fit refuses of the data file, ``--print_config`` and ``plan`` refuse too."""
+    name, data, problem = CASES[case]
+    path = _write(tmp_path, name, data)
+    config = shipped_config("own_data")
+    config["data"]["init_args"].update(_data(tmp_path, "dataset", path))
+    file = write_config(tmp_path, config)
+    line = f"data.dataset {str(path)!r}{problem}"
+    assert_refused_before_torch(tmp_path, [*command, "--config", str(file)], line, config_file=file)
+    assert yaml.safe_load(file.read_text(encoding="utf-8")) == config
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_reader_says_the_precheck_line(tmp_path, case):
+    """The data source (after the imports, from Python) says the same line, one line (a user error)."""
+    from lightning_fed.datamodules.sources import load_records
+    from lightning_fed.errors import UserError
+
+    name, data, problem = CASES[case]
+    path = _write(tmp_path, name, data)
+    with pytest.raises(UserError) as caught:
+        load_records(str(path), "preference")
+    assert str(caught.value) == f"data.dataset {str(path)!r}{problem}"
