@@ -123,16 +123,25 @@ MAX_SCANNED_BYTES = 16 * 2**20
 """A JSON file's columns are its rows' keys (any row may add one): a larger file is not read here."""
 
 
+def text_column_array(text: str) -> bool:
+    """Whether the JSON array ``text`` is read by ``datasets``' JSON builder as one ``text`` column (each
+    item a row ``{"text": item}``): no ``{`` before the first ``"`` of its first 100 characters (its test
+    for "a list of strings"; numbers, lists and strings alike)."""
+    return "{" not in text.lstrip()[:100].split('"', 1)[0]
+
+
 def json_rows(path: Path) -> Any:
-    """The rows of the JSON (one array) or JSON Lines file ``path`` as ``json`` reads them, or ``None``
-    for a file of another suffix or larger than :data:`MAX_SCANNED_BYTES` (not scanned here). Raises
-    what reading or parsing raises (the callers leave such a file to the data source's reader);
-    :func:`local_columns` and :func:`lightning_fed.data_columns.data_columns_problem` read rows with it."""
+    """The rows of the JSON (one array) or JSON Lines file ``path`` as ``json`` reads them (an array
+    ``datasets`` reads as one ``text`` column, :func:`text_column_array`, as such rows), or ``None`` for a
+    file of another suffix or larger than :data:`MAX_SCANNED_BYTES` (not scanned here). Raises what reading
+    or parsing raises (the callers leave such a file to the data source's reader); :func:`local_columns`
+    and :func:`lightning_fed.data_columns.data_columns_problem` read rows with it."""
     if path.suffix.lower() not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
         return None
     text = path.read_text(encoding="utf-8-sig")  # datasets drops a BOM too
     if text.lstrip().startswith("["):
-        return json.loads(text)
+        rows = json.loads(text)
+        return [{"text": item} for item in rows] if isinstance(rows, list) and text_column_array(text) else rows
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 

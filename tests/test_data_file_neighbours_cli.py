@@ -16,6 +16,7 @@ import yaml
 from lightning_fed.data_paths import SUPPORTED
 from tests.helpers.refusals import assert_refused_before_torch, shipped_config, write_config
 
+MISSING_PROMPT = ": missing field 'prompt' (columns: text; map it with data.field_map)"
 GOOD = [{"user": f"u{i % 2}", "prompt": f"p{i}", "chosen": "a", "rejected": "b"} for i in range(4)]
 
 
@@ -28,7 +29,14 @@ CASES = {
     "txt": ("d.txt", "prompt,chosen\n", f": unsupported file type '.txt'; {SUPPORTED}"),
     "no_suffix": ("d", "{}\n", f": unsupported file type '(no suffix)'; {SUPPORTED}"),
     "fifo": ("d.jsonl", _fifo, f" is not a regular file (a device, FIFO or socket); {SUPPORTED}"),
+    # datasets reads an array without objects as one `text` column (M4)
+    "json_strings": ("d.json", '["a", "b"]', MISSING_PROMPT),
+    "json_numbers": ("d.json", "[1, 2.5]", MISSING_PROMPT),
 }
+NO_KEY = {"partition": None, "group_key": None}
+"""Options of own_data that need a ``user`` column: left out where the file has none, so that the line is
+the data module's first (the partition's key is refused first otherwise, before torch as before)."""
+OPTIONS = {"json_strings": NO_KEY, "json_numbers": NO_KEY}
 
 
 def _write(tmp_path: Path, name: str, data) -> Path:
@@ -45,10 +53,10 @@ def _good(tmp_path: Path) -> Path:
     return _write(tmp_path, "good.jsonl", "".join(json.dumps(row) + "\n" for row in GOOD))
 
 
-def _data(tmp_path: Path, option: str, path: Path) -> dict:
+def _data(tmp_path: Path, option: str, path: Path, case: str) -> dict:
     """own_data's data options on ``path`` as ``option``, the others on a good file, no field map."""
     good = str(_good(tmp_path))
-    return {"dataset": good, "field_map": None, "test_dataset": None, option: str(path)}
+    return {"dataset": good, "field_map": None, "test_dataset": None, **OPTIONS.get(case, {}), option: str(path)}
 
 
 @pytest.mark.parametrize("option", ["dataset", "val_dataset", "test_dataset"])
@@ -56,7 +64,7 @@ def _data(tmp_path: Path, option: str, path: Path) -> dict:
 def test_a_data_file_no_reader_takes_is_one_line_before_torch(tmp_path, case, option):
     name, data, problem = CASES[case]
     path = _write(tmp_path, name, data)
-    args = [f"--data.init_args.{key}={value}" for key, value in _data(tmp_path, option, path).items()]
+    args = [f"--data.init_args.{key}={value}" for key, value in _data(tmp_path, option, path, case).items()]
     args = [arg.replace("=None", "=null") for arg in args]
     assert_refused_before_torch(
         tmp_path, ["fit", "--config", "own_data", *args], f"data.{option} {str(path)!r}{problem}"
@@ -70,7 +78,7 @@ def test_print_config_and_plan_refuse_it_as_fit(tmp_path, case, command):
     name, data, problem = CASES[case]
     path = _write(tmp_path, name, data)
     config = shipped_config("own_data")
-    config["data"]["init_args"].update(_data(tmp_path, "dataset", path))
+    config["data"]["init_args"].update(_data(tmp_path, "dataset", path, case))
     file = write_config(tmp_path, config)
     line = f"data.dataset {str(path)!r}{problem}"
     assert_refused_before_torch(tmp_path, [*command, "--config", str(file)], line, config_file=file)

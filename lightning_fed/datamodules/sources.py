@@ -249,8 +249,8 @@ def validate_records(ds: datasets.Dataset, kind: str, source: str, file_rows: bo
     _check_kind(kind)
     required, optional = FIELDS[kind]
     for field in required:
-        if field not in ds.column_names:
-            raise ValueError(
+        if field not in ds.column_names:  # the precheck's line (data_columns.missing_field_problem)
+            raise UserError(
                 f"data.dataset {source!r}: missing field {field!r} "
                 f"(columns: {', '.join(ds.column_names)}; map it with data.field_map)"
             )
