@@ -10,18 +10,25 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from lightning_fed.data_paths import SUPPORTED
 from tests.helpers.refusals import assert_refused_before_torch, shipped_config, write_config
 
+NOT_TEXT = ": field 'prompt' must be text; row 0 has {}"
 MISSING_PROMPT = ": missing field 'prompt' (columns: text; map it with data.field_map)"
 GOOD = [{"user": f"u{i % 2}", "prompt": f"p{i}", "chosen": "a", "rejected": "b"} for i in range(4)]
 
 
 def _fifo(path: Path) -> None:
     os.mkfifo(path)
+
+
+def _parquet(path: Path) -> None:
+    pq.write_table(pa.Table.from_pylist([{**row, "prompt": i} for i, row in enumerate(GOOD)]), path)
 
 
 # name -> (file name, its text or a function making it at a path, the problem said after `<option> '<file>'`)
@@ -32,6 +39,10 @@ CASES = {
     # datasets reads an array without objects as one `text` column (M4)
     "json_strings": ("d.json", '["a", "b"]', MISSING_PROMPT),
     "json_numbers": ("d.json", "[1, 2.5]", MISSING_PROMPT),
+    # a column pandas types as numbers (M5's CSV neighbour), a Parquet column of ints (M5)
+    "csv_numbers": ("d.csv", "user,prompt,chosen,rejected\nu0,1,a,b\nu1,2,a,b\n", NOT_TEXT.format(1)),
+    "csv_numbers_and_na": ("d.csv", "user,prompt,chosen,rejected\nu0,7,a,b\nu1,NA,a,b\n", NOT_TEXT.format(7.0)),
+    "parquet_ints": ("d.parquet", _parquet, NOT_TEXT.format(0)),
 }
 NO_KEY = {"partition": None, "group_key": None}
 """Options of own_data that need a ``user`` column: left out where the file has none, so that the line is
