@@ -91,21 +91,24 @@ def _fields(kind: str, columns: list[str], field_map: Mapping[str, str] | None) 
     return fields + [entry for entry in extra if entry[1] in columns]
 
 
-def _field_problem(option: str, dataset: str, field: str, required: bool, typed: tuple[str, list[Any]]) -> str | None:
+def _field_problem(
+    option: str, dataset: str, field: str, column: str, required: bool, typed: tuple[str, list[Any]]
+) -> str | None:
     """``validate_records``' line for one field whose values are ``typed``, or ``None`` (nothing found);
     raises ``LookupError`` where its line is not certain."""
     kind, values = typed
+    named = column if column != field else None
     if kind != "text":
         row = next((i for i, v in enumerate(values) if v is not None or required), None)
         if row is None:
             raise LookupError(field)  # an optional column of nulls typed as numbers: the reader's to say
-        return not_text_line(option, dataset, row, field, values[row], None)
+        return not_text_line(option, dataset, row, field, values[row], None, named)
     if not required:
         return None
     row = _blank_row(values)
     if row is False:
         raise LookupError(field)
-    return None if row is None else blank_field_line(option, dataset, row, field, values[row] is None, None)
+    return None if row is None else blank_field_line(option, dataset, row, field, values[row] is None, None, named)
 
 
 def csv_field_problem(
@@ -122,7 +125,7 @@ def csv_field_problem(
             typed = pandas_values([row.get(column) for row in rows])
             if typed is None:
                 return None
-            if problem := _field_problem(option, dataset, field, required, typed):
+            if problem := _field_problem(option, dataset, field, column, required, typed):
                 return problem
     except LookupError:
         return None
@@ -151,7 +154,7 @@ def parquet_field_problem(
             if kind_of is None:
                 return None  # a list, a struct, a dictionary...: how datasets reads it is its to say
             values = pq.read_table(path, columns=[column]).column(0).to_pylist()
-            if problem := _field_problem(option, dataset, field, required, (kind_of, values)):
+            if problem := _field_problem(option, dataset, field, column, required, (kind_of, values)):
                 return problem
     except LookupError:
         return None

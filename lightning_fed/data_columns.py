@@ -45,6 +45,7 @@ from lightning_fed.data_cross_rules import (
     field_mapped,
     json_rows,
     local_columns,
+    mapped_column,
     not_text_line,
     row_line,
 )
@@ -155,7 +156,9 @@ def not_text_problem(
         if all(value is None or isinstance(value, str) for value in values):
             continue
         row = next(i for i, v in enumerate(values) if not (isinstance(v, str) or (v is None and field in optional)))
-        return not_text_line(option, dataset, row, field, values[row], row_line(dataset, row))
+        return not_text_line(
+            option, dataset, row, field, values[row], row_line(dataset, row), mapped_column(field, field_map)
+        )
     return None
 
 
@@ -211,7 +214,10 @@ def blank_row_problem(option: str, dataset: Any, kind: Any, field_map: Any) -> s
             if value is not None and value.strip() != value.strip(_ASCII_SPACE):
                 return None  # a whitespace Python and Arrow may trim otherwise
             if value is None or not value.strip():
-                return blank_field_line(option, dataset, index, field, value is None, row_line(dataset, index))
+                line = row_line(dataset, index)
+                return blank_field_line(
+                    option, dataset, index, field, value is None, line, mapped_column(field, field_map)
+                )
     return None
 
 

@@ -188,23 +188,43 @@ def bad_json_line(path: Path) -> str | None:
     return None
 
 
-def blank_field_line(option: str, dataset: str, row: int, field: str, missing: bool, line: int | None) -> str:
+def mapped_column(field: str, field_map: Any) -> str | None:
+    """The source's column ``data.field_map`` reads ``field`` from, where it names one other than ``field``."""
+    column = field_map.get(field) if isinstance(field_map, Mapping) else None
+    return column if isinstance(column, str) and column != field else None
+
+
+def blank_field_line(
+    option: str, dataset: str, row: int, field: str, missing: bool, line: int | None, column: str | None = None
+) -> str:
     """The line refusing row ``row`` of ``dataset`` (given as ``option``) whose required ``field`` is
     missing or null (``missing``) or empty: :func:`~lightning_fed.datamodules.sources.validate_records`'
     after the imports, the precheck's (:func:`lightning_fed.data_columns.blank_row_problem`) before them.
-    A row of a JSON Lines file is named with its ``line`` (trust_boundary.md: ``line 4 (row 3)``)."""
+    A row of a JSON Lines file is named with its ``line`` (trust_boundary.md: ``line 4 (row 3)``); a field
+    read from another ``column`` (``data.field_map``) is named with it, the name in the user's file."""
     where = f"line {line} (row {row})" if line is not None else f"row {row}"
-    what = f"no {field!r} (missing or null)" if missing else f"an empty {field!r}"
+    if column is not None:
+        what = (
+            f"no {field!r} (column {column!r}: missing or null)"
+            if missing
+            else f"an empty {field!r} (column {column!r})"
+        )
+    else:
+        what = f"no {field!r} (missing or null)" if missing else f"an empty {field!r}"
     return f"{option} {dataset!r}: {where} has {what}"
 
 
-def not_text_line(option: str, dataset: str, row: int, field: str, value: Any, line: int | None) -> str:
+def not_text_line(
+    option: str, dataset: str, row: int, field: str, value: Any, line: int | None, column: str | None = None
+) -> str:
     """The line refusing row ``row`` of ``dataset`` (given as ``option``) whose ``field`` holds ``value``, a
     number, a boolean, a list or a mapping where text is needed:
     :func:`~lightning_fed.datamodules.sources.validate_records`' after the imports, the precheck's
-    (:func:`lightning_fed.data_columns.not_text_problem`) before them."""
+    (:func:`lightning_fed.data_columns.not_text_problem`) before them; a field read from another ``column``
+    (``data.field_map``) is named with it."""
     where = f"line {line} (row {row})" if line is not None else f"row {row}"
-    return f"{option} {dataset!r}: field {field!r} must be text; {where} has {value!r}"
+    named = f"{field!r} (column {column!r})" if column is not None else repr(field)
+    return f"{option} {dataset!r}: field {named} must be text; {where} has {value!r}"
 
 
 def absent_column_line(map_option: str, field: str, column: Any, option: str, dataset: str, columns: list[str]) -> str:

@@ -20,7 +20,13 @@ from tests.helpers.refusals import assert_refused_before_torch, shipped_config, 
 
 NOT_TEXT = ": field 'prompt' must be text; row 0 has {}"
 MISSING_PROMPT = ": missing field 'prompt' (columns: text; map it with data.field_map)"
-GOOD = [{"user": f"u{i % 2}", "prompt": f"p{i}", "chosen": "a", "rejected": "b"} for i in range(4)]
+GOOD = [
+    {"user": f"u{i % 2}", "prompt": f"p{i}", "chosen": "a", "rejected": "b", "question": f"q{i}", "preferred": "a"}
+    | {"other": "b"}
+    for i in range(4)
+]
+MAPPED_JSONL = "".join(json.dumps(row) + "\n" for row in [GOOD[0], {**GOOD[1], "question": 3}])
+MAPPED_CSV = "user,question,preferred,other\nu0,q,a,b\nu1,q,a,\n"
 
 
 def _fifo(path: Path) -> None:
@@ -43,11 +49,20 @@ CASES = {
     "csv_numbers": ("d.csv", "user,prompt,chosen,rejected\nu0,1,a,b\nu1,2,a,b\n", NOT_TEXT.format(1)),
     "csv_numbers_and_na": ("d.csv", "user,prompt,chosen,rejected\nu0,7,a,b\nu1,NA,a,b\n", NOT_TEXT.format(7.0)),
     "parquet_ints": ("d.parquet", _parquet, NOT_TEXT.format(0)),
+    # a field read from the user's own column (data.field_map) is named with that column (LOW)
+    "mapped_not_text": (
+        "d.jsonl",
+        MAPPED_JSONL,
+        ": field 'prompt' (column 'question') must be text; line 2 (row 1) has 3",
+    ),
+    "mapped_blank": ("d.csv", MAPPED_CSV, ": row 1 has no 'rejected' (column 'other': missing or null)"),
 }
 NO_KEY = {"partition": None, "group_key": None}
 """Options of own_data that need a ``user`` column: left out where the file has none, so that the line is
 the data module's first (the partition's key is refused first otherwise, before torch as before)."""
-OPTIONS = {"json_strings": NO_KEY, "json_numbers": NO_KEY}
+FIELD_MAP = {"field_map": {"prompt": "question", "chosen": "preferred", "rejected": "other"}}
+"""own_data's own map."""
+OPTIONS = {"json_strings": NO_KEY, "json_numbers": NO_KEY, "mapped_not_text": FIELD_MAP, "mapped_blank": FIELD_MAP}
 
 
 def _write(tmp_path: Path, name: str, data) -> Path:
@@ -105,5 +120,5 @@ def test_the_reader_says_the_precheck_line(tmp_path, case):
     name, data, problem = CASES[case]
     path = _write(tmp_path, name, data)
     with pytest.raises(UserError) as caught:
-        load_records(str(path), "preference")
+        load_records(str(path), "preference", field_map=OPTIONS.get(case, {}).get("field_map"))
     assert str(caught.value) == f"data.dataset {str(path)!r}{problem}"
