@@ -42,6 +42,7 @@ from lightning_fed.data_cross_rules import (
     absent_column_line,
     blank_field_line,
     csv_blank,
+    duplicate_column_line,
     field_mapped,
     json_rows,
     local_columns,
@@ -99,10 +100,14 @@ def missing_field_problem(
         # apply_field_map's line: the map's key is wrong, not the set (tests/test_bad_input.py)
         return f"{map_option}: {unknown!r} is not a {kind} field; valid: {fields}"
     source = _columns(dataset, None)
-    if isinstance(field_map, Mapping) and source is not None:  # apply_field_map's next line
-        absent = next(((f, c) for f, c in field_map.items() if isinstance(c, str) and c not in source), None)
-        if absent is not None:
-            return absent_column_line(map_option, *absent, option, dataset, source)
+    if isinstance(field_map, Mapping) and source is not None:  # apply_field_map's next lines, entry by entry
+        seen: dict[Any, str] = {}
+        for field, column in field_map.items():
+            if isinstance(column, str) and column not in source:
+                return absent_column_line(map_option, field, column, option, dataset, source)
+            if column in seen:
+                return duplicate_column_line(map_option, seen[column], field, column)
+            seen[column] = field
     if columns is None:
         return None
     missing = next((field for field in RECORD_FIELDS[kind][0] if field not in columns), None)

@@ -122,3 +122,20 @@ def test_the_reader_says_the_precheck_line(tmp_path, case):
     with pytest.raises(UserError) as caught:
         load_records(str(path), "preference", field_map=OPTIONS.get(case, {}).get("field_map"))
     assert str(caught.value) == f"data.dataset {str(path)!r}{problem}"
+
+
+def test_a_field_map_naming_one_column_twice_is_one_line_before_torch(tmp_path):
+    """On 08c1cba after the imports (15 s of CPU), in two lines (the --debug hint)."""
+    from lightning_fed.datamodules.sources import load_records
+    from lightning_fed.errors import UserError
+
+    path = _good(tmp_path)
+    field_map = {"prompt": "question", "chosen": "question", "rejected": "other"}
+    args = [f"--data.init_args.dataset={path}", "--data.init_args.test_dataset=null"]
+    line = "data.field_map: 'prompt' and 'chosen' both map to column 'question'"
+    assert_refused_before_torch(
+        tmp_path, ["fit", "--config", "own_data", *args, f"--data.init_args.field_map={field_map}"], line
+    )
+    with pytest.raises(UserError) as caught:
+        load_records(str(path), "preference", field_map=field_map)
+    assert str(caught.value) == line

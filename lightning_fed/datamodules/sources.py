@@ -21,6 +21,7 @@ from lightning_fed.data_cross_rules import (
     RECORD_FIELDS,
     absent_column_line,
     blank_field_line,
+    duplicate_column_line,
     mapped_column,
     not_text_line,
     row_line,
@@ -226,8 +227,8 @@ def apply_field_map(
             raise UserError(
                 absent_column_line("data.field_map", field, column, "data.dataset", source, ds.column_names)
             )
-        if column in seen:
-            raise ValueError(f"data.field_map: {seen[column]!r} and {field!r} both map to column {column!r}")
+        if column in seen:  # the precheck's line too (data_columns.missing_field_problem)
+            raise UserError(duplicate_column_line("data.field_map", seen[column], field, column))
         seen[column] = field
     renames = {column: field for column, field in seen.items() if column != field}
     shadowed = [f for f in renames.values() if f in ds.column_names and f not in renames]
