@@ -16,7 +16,7 @@ from lightning_fed.class_kinds import package_class
 from lightning_fed.class_options import BUILTIN_TOKENIZERS
 from lightning_fed.class_parameters import parameters, table, takes_any_keyword
 from lightning_fed.data_cross_rules import clients_per_round_problem, data_cross_problems
-from lightning_fed.data_paths import DATASET_OPTIONS, dataset_text_problem, missing_path_problem
+from lightning_fed.data_paths import DATASET_OPTIONS, dataset_text_problem, missing_path_problem, path_kind_problem
 from lightning_fed.hook_rules import hook_problems
 from lightning_fed.model_packages import GGUF_PREFIX, gguf_problem, missing_package_problem
 from lightning_fed.model_sources import missing_source_problem
@@ -55,8 +55,8 @@ def parsed(rules: tuple[Rule, ...], values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _dataset_problem(class_path: str, init_args: dict[str, Any]) -> str | None:
-    """``data.dataset`` (``val_dataset``, ``test_dataset``) empty or a local path to nothing
-    (:mod:`lightning_fed.data_paths`, as the data source decides local from hub), ``data.synthetic_args``'
+    """``data.dataset`` (``val_dataset``, ``test_dataset``) empty, a local path to nothing or to no data
+    file (:mod:`lightning_fed.data_paths`, as the data source decides local from hub), ``data.synthetic_args``'
     sizes (:func:`~lightning_fed.option_rules.synthetic_problem`), or options that do not fit together
     (:func:`~lightning_fed.data_cross_rules.data_cross_problems`)."""
     for option in DATASET_OPTIONS:
@@ -64,6 +64,8 @@ def _dataset_problem(class_path: str, init_args: dict[str, Any]) -> str | None:
         if not isinstance(dataset, str) or dataset.startswith("synthetic:"):
             continue
         if problem := dataset_text_problem(option, dataset) or missing_path_problem(dataset, option):
+            return problem
+        if problem := path_kind_problem(dataset, option):  # notes.txt, a FIFO: no reader takes it
             return problem
     if problem := synthetic_problem(init_args):
         return problem

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.class_parameters import class_chain
+from lightning_fed.column_types import csv_field_problem, parquet_field_problem
 from lightning_fed.data_cross_rules import (
     MAX_SCANNED_BYTES,
     READS_ITS_SOURCE,
@@ -43,9 +44,11 @@ from lightning_fed.data_cross_rules import (
     absent_column_line,
     blank_field_line,
     csv_blank,
+    duplicate_column_line,
     field_mapped,
     json_rows,
     local_columns,
+    mapped_column,
     not_text_line,
     row_line,
     too_few_keys_line,
@@ -101,10 +104,14 @@ def missing_field_problem(
         # apply_field_map's line: the map's key is wrong, not the set (tests/test_bad_input.py)
         return f"{map_option}: {unknown!r} is not a {kind} field; valid: {fields}"
     source = _columns(dataset, None)
-    if isinstance(field_map, Mapping) and source is not None:  # apply_field_map's next line
-        absent = next(((f, c) for f, c in field_map.items() if isinstance(c, str) and c not in source), None)
-        if absent is not None:
-            return absent_column_line(map_option, *absent, option, dataset, source)
+    if isinstance(field_map, Mapping) and source is not None:  # apply_field_map's next lines, entry by entry
+        seen: dict[Any, str] = {}
+        for field, column in field_map.items():
+            if isinstance(column, str) and column not in source:
+                return absent_column_line(map_option, field, column, option, dataset, source)
+            if column in seen:
+                return duplicate_column_line(map_option, seen[column], field, column)
+            seen[column] = field
     if columns is None:
         return None
     missing = next((field for field in RECORD_FIELDS[kind][0] if field not in columns), None)
@@ -127,21 +134,9 @@ PANDAS_NA = frozenset(
 """The cells pandas' ``read_csv`` (``datasets``' CSV reader) reads as missing by default."""
 
 
-def _number_like(cell: str) -> bool:
-    """Whether pandas may read ``cell`` as a number or a bool (a column of such cells is not text)."""
-    if cell.strip().lower() in ("true", "false"):
-        return True
-    try:
-        float(cell)
-    except ValueError:
-        return False
-    return True
-
-
-def csv_rows(path: Path) -> list[dict[str, Any]] | None:
-    """The rows of the CSV file ``path`` as ``datasets`` reads them, as far as certain: a cell pandas reads
-    as missing (:data:`PANDAS_NA`, a short row's cells) is ``None``; a column of number-like cells only
-    holds ``0.0`` (not text). ``None`` for a file larger than
+def csv_cells(path: Path) -> list[dict[str, str | None]] | None:
+    """The rows of the CSV file ``path`` as cells, as far as certain: a cell pandas reads as missing
+    (:data:`PANDAS_NA`, a short row's cells) is ``None``. ``None`` for a file larger than
     :data:`~lightning_fed.data_cross_rules.MAX_SCANNED_BYTES` or a row longer than the header."""
     if path.stat().st_size > MAX_SCANNED_BYTES:
         return None
@@ -151,12 +146,7 @@ def csv_rows(path: Path) -> list[dict[str, Any]] | None:
     if any(len(cells) > len(header) for cells in body):
         return None  # more cells than the header: pandas refuses the file
     rows = [{key: cells[i] if i < len(cells) else None for i, key in enumerate(header)} for cells in body]
-    rows = [{k: (None if v is None or v in PANDAS_NA else v) for k, v in row.items()} for row in rows]
-    for column in {k for row in rows for k in row}:
-        if all(row.get(column) is None or _number_like(row[column]) for row in rows):
-            for row in rows:
-                row[column] = None if row.get(column) is None else 0.0
-    return rows
+    return [{k: (None if v is None or v in PANDAS_NA else v) for k, v in row.items()} for row in rows]
 
 
 def not_text_problem(
@@ -175,17 +165,20 @@ def not_text_problem(
         if all(value is None or isinstance(value, str) for value in values):
             continue
         row = next(i for i, v in enumerate(values) if not (isinstance(v, str) or (v is None and field in optional)))
-        return not_text_line(option, dataset, row, field, values[row], row_line(dataset, row))
+        return not_text_line(
+            option, dataset, row, field, values[row], row_line(dataset, row), mapped_column(field, field_map)
+        )
     return None
 
 
 def blank_row_problem(option: str, dataset: Any, kind: Any, field_map: Any) -> str | None:
-    """The line refusing the first row of the local JSON/JSON Lines file ``dataset`` (given as ``option``)
-    whose required field (of ``kind``'s records, renamed by ``field_map``) is missing, null or empty, field
-    by field as :func:`~lightning_fed.datamodules.sources.validate_records` looks (red team 11 row 11: said
-    after 12 s of imports, without the line), or a CSV file's (:func:`csv_rows`). ``None`` where that is not
-    certain here: another format, a file not read cleanly, a column the reader would not type as text (a
-    number, a list), a whitespace Arrow and Python trim otherwise."""
+    """The line refusing the first row of the local file ``dataset`` (given as ``option``) whose required
+    field (of ``kind``'s records, renamed by ``field_map``) is missing, null or empty, field by field as
+    :func:`~lightning_fed.datamodules.sources.validate_records` looks (red team 11 row 11: said after 12 s
+    of imports, without the line), or whose field holds no text: a JSON value (:func:`not_text_problem`),
+    a CSV or Parquet column typed as numbers (:mod:`lightning_fed.column_types`, issue 41 M5). ``None``
+    where that is not certain here: another format, a file not read cleanly, a nested JSON value, a
+    whitespace Arrow and Python trim otherwise."""
     if not isinstance(dataset, str) or not isinstance(kind, str) or kind not in RECORD_FIELDS:
         return None
     if field_map is not None and not (
@@ -193,14 +186,23 @@ def blank_row_problem(option: str, dataset: Any, kind: Any, field_map: Any) -> s
     ):
         return None
     path = Path(dataset).expanduser()
+    suffix = path.suffix.lower()
     try:
-        rows = (csv_rows(path) if path.suffix.lower() == ".csv" else json_rows(path)) if path.is_file() else None
+        if not path.is_file():
+            return None
+        if suffix in (".csv", ".parquet"):  # typed by pandas / the schema (lightning_fed/column_types.py)
+            if local_columns(dataset) is None or path.stat().st_size > MAX_SCANNED_BYTES:
+                return None
+            if suffix == ".parquet":
+                return parquet_field_problem(option, dataset, path, kind, field_map)
+            return csv_field_problem(option, dataset, csv_cells(path) or [], kind, field_map)
+        rows = json_rows(path)
     except Exception:  # noqa: BLE001 - not read cleanly: the data source's reader says it
         return None
     rows = [{} if row is None else row for row in rows] if isinstance(rows, list) else None  # null: a row of nulls
     if not rows or not all(isinstance(row, dict) for row in rows):
         return None
-    if path.suffix.lower() != ".csv" and (problem := not_text_problem(option, dataset, rows, kind, field_map)):
+    if problem := not_text_problem(option, dataset, rows, kind, field_map):
         return problem
     kinds: dict[str, set[type]] = {}
     for row in rows:
@@ -221,7 +223,10 @@ def blank_row_problem(option: str, dataset: Any, kind: Any, field_map: Any) -> s
             if value is not None and value.strip() != value.strip(_ASCII_SPACE):
                 return None  # a whitespace Python and Arrow may trim otherwise
             if value is None or not value.strip():
-                return blank_field_line(option, dataset, index, field, value is None, row_line(dataset, index))
+                line = row_line(dataset, index)
+                return blank_field_line(
+                    option, dataset, index, field, value is None, line, mapped_column(field, field_map)
+                )
     return None
 
 

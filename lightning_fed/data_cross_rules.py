@@ -127,16 +127,25 @@ MAX_SCANNED_BYTES = 16 * 2**20
 """A JSON file's columns are its rows' keys (any row may add one): a larger file is not read here."""
 
 
+def text_column_array(text: str) -> bool:
+    """Whether the JSON array ``text`` is read by ``datasets``' JSON builder as one ``text`` column (each
+    item a row ``{"text": item}``): no ``{`` before the first ``"`` of its first 100 characters (its test
+    for "a list of strings"; numbers, lists and strings alike)."""
+    return "{" not in text.lstrip()[:100].split('"', 1)[0]
+
+
 def json_rows(path: Path) -> Any:
-    """The rows of the JSON (one array) or JSON Lines file ``path`` as ``json`` reads them, or ``None``
-    for a file of another suffix or larger than :data:`MAX_SCANNED_BYTES` (not scanned here). Raises
-    what reading or parsing raises (the callers leave such a file to the data source's reader);
-    :func:`local_columns` and :func:`lightning_fed.data_columns.data_columns_problem` read rows with it."""
+    """The rows of the JSON (one array) or JSON Lines file ``path`` as ``json`` reads them (an array
+    ``datasets`` reads as one ``text`` column, :func:`text_column_array`, as such rows), or ``None`` for a
+    file of another suffix or larger than :data:`MAX_SCANNED_BYTES` (not scanned here). Raises what reading
+    or parsing raises (the callers leave such a file to the data source's reader); :func:`local_columns`
+    and :func:`lightning_fed.data_columns.data_columns_problem` read rows with it."""
     if path.suffix.lower() not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
         return None
     text = path.read_text(encoding="utf-8-sig")  # datasets drops a BOM too
     if text.lstrip().startswith("["):
-        return json.loads(text)
+        rows = json.loads(text)
+        return [{"text": item} for item in rows] if isinstance(rows, list) and text_column_array(text) else rows
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -183,23 +192,43 @@ def bad_json_line(path: Path) -> str | None:
     return None
 
 
-def blank_field_line(option: str, dataset: str, row: int, field: str, missing: bool, line: int | None) -> str:
+def mapped_column(field: str, field_map: Any) -> str | None:
+    """The source's column ``data.field_map`` reads ``field`` from, where it names one other than ``field``."""
+    column = field_map.get(field) if isinstance(field_map, Mapping) else None
+    return column if isinstance(column, str) and column != field else None
+
+
+def blank_field_line(
+    option: str, dataset: str, row: int, field: str, missing: bool, line: int | None, column: str | None = None
+) -> str:
     """The line refusing row ``row`` of ``dataset`` (given as ``option``) whose required ``field`` is
     missing or null (``missing``) or empty: :func:`~lightning_fed.datamodules.sources.validate_records`'
     after the imports, the precheck's (:func:`lightning_fed.data_columns.blank_row_problem`) before them.
-    A row of a JSON Lines file is named with its ``line`` (trust_boundary.md: ``line 4 (row 3)``)."""
+    A row of a JSON Lines file is named with its ``line`` (trust_boundary.md: ``line 4 (row 3)``); a field
+    read from another ``column`` (``data.field_map``) is named with it, the name in the user's file."""
     where = f"line {line} (row {row})" if line is not None else f"row {row}"
-    what = f"no {field!r} (missing or null)" if missing else f"an empty {field!r}"
+    if column is not None:
+        what = (
+            f"no {field!r} (column {column!r}: missing or null)"
+            if missing
+            else f"an empty {field!r} (column {column!r})"
+        )
+    else:
+        what = f"no {field!r} (missing or null)" if missing else f"an empty {field!r}"
     return f"{option} {dataset!r}: {where} has {what}"
 
 
-def not_text_line(option: str, dataset: str, row: int, field: str, value: Any, line: int | None) -> str:
+def not_text_line(
+    option: str, dataset: str, row: int, field: str, value: Any, line: int | None, column: str | None = None
+) -> str:
     """The line refusing row ``row`` of ``dataset`` (given as ``option``) whose ``field`` holds ``value``, a
     number, a boolean, a list or a mapping where text is needed:
     :func:`~lightning_fed.datamodules.sources.validate_records`' after the imports, the precheck's
-    (:func:`lightning_fed.data_columns.not_text_problem`) before them."""
+    (:func:`lightning_fed.data_columns.not_text_problem`) before them; a field read from another ``column``
+    (``data.field_map``) is named with it."""
     where = f"line {line} (row {row})" if line is not None else f"row {row}"
-    return f"{option} {dataset!r}: field {field!r} must be text; {where} has {value!r}"
+    named = f"{field!r} (column {column!r})" if column is not None else repr(field)
+    return f"{option} {dataset!r}: field {named} must be text; {where} has {value!r}"
 
 
 def absent_column_line(map_option: str, field: str, column: Any, option: str, dataset: str, columns: list[str]) -> str:
@@ -209,6 +238,13 @@ def absent_column_line(map_option: str, field: str, column: Any, option: str, da
     CPU later)."""
     shown = ", ".join(columns)
     return f"{map_option}.{field}: column {column!r} is not in {option} {dataset!r} (columns: {shown})"
+
+
+def duplicate_column_line(map_option: str, first: str, field: str, column: Any) -> str:
+    """The line refusing ``map_option`` (``data.field_map``) that maps two fields to one ``column``:
+    :func:`~lightning_fed.datamodules.sources.apply_field_map`'s after the imports (in two lines, 15 s of
+    CPU later on 08c1cba), the precheck's (:func:`lightning_fed.data_columns.missing_field_problem`) before."""
+    return f"{map_option}: {first!r} and {field!r} both map to column {column!r}"
 
 
 def csv_blank(cells: list[str]) -> bool:

@@ -24,7 +24,7 @@ import csv
 import json
 from pathlib import Path
 
-from lightning_fed.data_cross_rules import MAX_SCANNED_BYTES, bad_json_line, csv_blank
+from lightning_fed.data_cross_rules import MAX_SCANNED_BYTES, bad_json_line, csv_blank, text_column_array
 from lightning_fed.data_paths import LOCAL_FORMATS
 
 TEXT_FORMATS = (".json", ".jsonl", ".csv")
@@ -74,8 +74,8 @@ def json_shape_problem(path: Path) -> str | None:
         if isinstance(whole, list):
             if not whole:
                 return "holds no rows (an empty JSON array)"
-            if "{" not in text.lstrip()[:100].split('"', 1)[0]:
-                return None  # a list of strings: datasets reads a `text` column
+            if text_column_array(text):
+                return None  # a list of strings (or numbers): datasets reads a `text` column (missing fields)
             bad = next((i for i, item in enumerate(whole) if not isinstance(item, dict)), None)
             if bad is not None:
                 return f"item {bad} (row {bad}) is {json_kind(whole[bad])}, expected a JSON object"

@@ -3,7 +3,8 @@
 The data source (:func:`lightning_fed.datamodules.sources.local_files`) and the precheck
 (:func:`lightning_fed.class_sections.class_problem`) decide it with the same functions, so a path that does not
 exist is refused before torch is imported with the line the data module says after it
-(``./nope.jsonl`` was refused 12 s of CPU later, issue 41); so are ``data.val_dataset`` and
+(``./nope.jsonl`` was refused 12 s of CPU later, issue 41), as is a file no reader takes or a path
+that is no file at all (:func:`path_kind_problem`); so are ``data.val_dataset`` and
 ``data.test_dataset``, named as themselves (a missing test set was named ``data.dataset``), and an
 empty name. Imports nothing but the standard library.
 """
@@ -74,3 +75,24 @@ def missing_path_problem(dataset: str, option: str = "data.dataset") -> str | No
     if Path(dataset).expanduser().exists() or not looks_like_path(dataset):
         return None
     return f"{option} {dataset!r}: no such file or folder ({SUPPORTED}; a hub name is owner/name)"
+
+
+def path_kind_problem(dataset: str, option: str = "data.dataset") -> str | None:
+    """The line refusing ``option`` given a path that exists but is no data file: a regular file of another
+    suffix (``notes.txt``: issue 41 M3, refused after 16 s of imports in two lines), or neither a file nor a
+    folder (a FIFO, socket or device: said to be no such file after the imports, M6). Only ``stat`` is
+    asked, so a FIFO is never opened (opening one blocks until a writer comes). ``None`` otherwise."""
+    path = Path(dataset).expanduser()
+    try:
+        if path.is_file():
+            suffix = path.suffix.lower()
+            return (
+                None
+                if suffix in LOCAL_FORMATS
+                else f"{option} {dataset!r}: unsupported file type {suffix or '(no suffix)'!r}; {SUPPORTED}"
+            )
+        if path.exists() and not path.is_dir():
+            return f"{option} {dataset!r} is not a regular file (a device, FIFO or socket); {SUPPORTED}"
+    except (OSError, ValueError):  # a name the system cannot stat: the reader's to say
+        return None
+    return None

@@ -123,7 +123,8 @@ def test_the_planted_numeric_columns_are_the_planted_sets_numeric_columns():
 def test_a_field_that_is_not_text_is_refused_before_torch_naming_its_line(tmp_path, value):
     """Issue 41: ``"preferred": ["a"]`` in own_data's file (``chosen`` after ``data.field_map``) was refused
     after the imports (10-15 s of CPU, no line); ``datasets`` reads the column as JSON values and the data
-    module refuses it, so the precheck says the same, before torch, with the line."""
+    module refuses it, so the precheck says the same, before torch, with the line, and the user's column
+    beside the field it is read as (LOW: the field alone named no column of the file)."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     config = _own_data(cwd)
@@ -134,7 +135,7 @@ def test_a_field_that_is_not_text_is_refused_before_torch_naming_its_line(tmp_pa
     path = write_config(tmp_path, config)
     proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=cwd, hook=tmp_path / "hook")
     dataset = config["data"]["init_args"]["dataset"]
-    line = f"data.dataset {dataset!r}: field 'chosen' must be text; line 3 (row 2) has {value!r}"
+    line = f"data.dataset {dataset!r}: field 'chosen' (column 'preferred') must be text; line 3 (row 2) has {value!r}"
     assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
 
 

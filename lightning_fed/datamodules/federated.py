@@ -286,7 +286,9 @@ class FederatedDataModule(pl.LightningDataModule):
         records = self.load_records()
         if not isinstance(records, datasets.Dataset):
             records = datasets.Dataset.from_list([dict(r) for r in records])
-        validate_records(records, self.kind, self.dataset)
+        # a field read from another column is named with it where field_map renamed the source's columns
+        reads_source = type(self).load_records is FederatedDataModule.load_records
+        validate_records(records, self.kind, self.dataset, field_map=self.field_map if reads_source else None)
         return records
 
     def setup(self, stage: str | None = None) -> None:

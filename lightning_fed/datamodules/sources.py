@@ -17,9 +17,17 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lightning_fed.data_cross_rules import RECORD_FIELDS, absent_column_line, blank_field_line, not_text_line, row_line
+from lightning_fed.data_cross_rules import (
+    RECORD_FIELDS,
+    absent_column_line,
+    blank_field_line,
+    duplicate_column_line,
+    mapped_column,
+    not_text_line,
+    row_line,
+)
 from lightning_fed.data_files import file_problem, folder_files, folder_problem, said, shape_problem
-from lightning_fed.data_paths import LOCAL_FORMATS, SUPPORTED, missing_path_problem
+from lightning_fed.data_paths import LOCAL_FORMATS, missing_path_problem, path_kind_problem
 from lightning_fed.datamodules.synthetic import SYNTHETIC
 from lightning_fed.errors import UserError
 from lightning_fed.limits import synthetic_rows_problem
@@ -61,7 +69,7 @@ def load_records(
     """
     _check_kind(kind)
     ds = apply_field_map(read_source(dataset, split, synthetic_args), kind, dataset, field_map)
-    validate_records(ds, kind, dataset, file_rows=True)
+    validate_records(ds, kind, dataset, file_rows=True, field_map=field_map)
     return ds
 
 
@@ -99,12 +107,13 @@ def local_files(dataset: str) -> tuple[str, list[str]] | None:
 
     Raises:
         FileNotFoundError: If ``dataset`` has one of those suffixes but does not exist.
-        ValueError: If a folder holds no such file or mixes formats.
+        ValueError: If a folder holds no such file or mixes formats, or ``dataset`` is a file of
+            another suffix, or neither a file nor a folder (a FIFO: never opened).
     """
     path = Path(dataset).expanduser()
     suffix = path.suffix.lower()
-    if path.is_file() and suffix not in LOCAL_FORMATS:
-        raise ValueError(f"data.dataset {dataset!r}: unsupported file type {suffix or '(no suffix)'!r}; {SUPPORTED}")
+    if problem := path_kind_problem(dataset):  # the precheck's line (class_sections._dataset_problem)
+        raise UserError(problem)
     if problem := missing_path_problem(dataset):
         raise FileNotFoundError(problem)
     if path.is_dir():
@@ -218,8 +227,8 @@ def apply_field_map(
             raise UserError(
                 absent_column_line("data.field_map", field, column, "data.dataset", source, ds.column_names)
             )
-        if column in seen:
-            raise ValueError(f"data.field_map: {seen[column]!r} and {field!r} both map to column {column!r}")
+        if column in seen:  # the precheck's line too (data_columns.missing_field_problem)
+            raise UserError(duplicate_column_line("data.field_map", seen[column], field, column))
         seen[column] = field
     renames = {column: field for column, field in seen.items() if column != field}
     shadowed = [f for f in renames.values() if f in ds.column_names and f not in renames]
@@ -228,7 +237,13 @@ def apply_field_map(
     return ds.rename_columns(renames) if renames else ds
 
 
-def validate_records(ds: datasets.Dataset, kind: str, source: str, file_rows: bool = False) -> None:
+def validate_records(
+    ds: datasets.Dataset,
+    kind: str,
+    source: str,
+    file_rows: bool = False,
+    field_map: Mapping[str, str] | None = None,
+) -> None:
     """Check that every required field is present, textual and non-empty in every row.
 
     Optional fields, if present, must be text or null. Runs on Arrow columns, so it is fast
@@ -240,6 +255,7 @@ def validate_records(ds: datasets.Dataset, kind: str, source: str, file_rows: bo
         source: The data set's name, for error messages.
         file_rows: ``ds`` holds the rows of the file ``source`` in its order: a blank field of a JSON
             Lines file names its line too (:func:`~lightning_fed.data_cross_rules.row_line`).
+        field_map: The map ``ds`` was renamed by: a field read from another column is named with it.
 
     Raises:
         ValueError: On the first problem found: a missing field, a non-text field, or a row
@@ -248,8 +264,8 @@ def validate_records(ds: datasets.Dataset, kind: str, source: str, file_rows: bo
     _check_kind(kind)
     required, optional = FIELDS[kind]
     for field in required:
-        if field not in ds.column_names:
-            raise ValueError(
+        if field not in ds.column_names:  # the precheck's line (data_columns.missing_field_problem)
+            raise UserError(
                 f"data.dataset {source!r}: missing field {field!r} "
                 f"(columns: {', '.join(ds.column_names)}; map it with data.field_map)"
             )
@@ -273,7 +289,8 @@ def validate_records(ds: datasets.Dataset, kind: str, source: str, file_rows: bo
             if row is None:
                 raise ValueError(f"data.dataset {source!r}: field {field!r} must be text; got {column.type}")
             line = row_line(source, row) if file_rows else None  # the precheck's line (data_columns.not_text_problem)
-            raise UserError(not_text_line("data.dataset", source, row, field, values[row], line))
+            column = mapped_column(field, field_map)
+            raise UserError(not_text_line("data.dataset", source, row, field, values[row], line, column))
         if field in optional:
             continue
         blank = pc.or_kleene(pc.is_null(column), pc.equal(pc.utf8_trim_whitespace(column), "")).fill_null(True)
@@ -282,7 +299,8 @@ def validate_records(ds: datasets.Dataset, kind: str, source: str, file_rows: bo
             # a key missing from a JSON row reads as null, as `null` does: said as such, not as empty
             line = row_line(source, row) if file_rows else None
             # one line (red team 11 row 11); the precheck says it before torch (data_columns.blank_row_problem)
-            raise UserError(blank_field_line("data.dataset", source, row, field, not column[row].is_valid, line))
+            missing, mapped = not column[row].is_valid, mapped_column(field, field_map)
+            raise UserError(blank_field_line("data.dataset", source, row, field, missing, line, mapped))
 
 
 def _check_kind(kind: str) -> None:
