@@ -250,7 +250,7 @@ def console_main(argv: list[str] | None = None) -> int:
         # Lightning, torch, transformers: seconds (minutes on a loaded machine); a signal
         # meanwhile ends the process at once (lightning_fed/startup.py), nothing is written yet.
         import lightning_fed.federated_cli  # noqa: F401
-        from lightning_fed.callbacks.signals import ProcessSignals, handle_termination
+        from lightning_fed.callbacks.signals import ProcessSignals, handle_termination, stop_if_requested
     except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
         _release_early()
         return _outcome(err, debug, None)
@@ -260,6 +260,7 @@ def console_main(argv: list[str] | None = None) -> int:
         startup.release()
         try:
             main(None if from_sys else argv, signals=signals)
+            stop_if_requested()  # a SIGTERM some code dropped after the last safe point (callbacks/signals.py)
             return EXIT_OK
         except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
             return _outcome(err, debug, signals)
