@@ -24,6 +24,11 @@ exited 0, issue 41 H2). So the handler also records the request, and :func:`stop
 raises it again at the safe points: after the model and data are built, before the run folder is
 claimed, and in :class:`ProcessSignals`' fit hooks (setup, fit start, train start, each round and
 each batch). A request dropped that way is not reported as an ignored exception: the stop follows.
+
+Once the run has completed (``on_train_end``: every round trained, its files written) or its
+outcome is being reported, a SIGTERM no longer changes it: the run prints its closing line and
+exits 0 (or the status it reported); after :func:`handle_termination` with ``ending=True`` (the
+process's last work) SIGTERM stays ignored (:func:`lightning_fed.startup.ended`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
+from lightning_fed import startup
 from lightning_fed.errors import Terminated
 
 
@@ -53,8 +59,8 @@ class ProcessSignals(Callback):
         in_fit: between ``setup`` and ``teardown`` (SIGTERM is Lightning's once its handler is in place).
         stopped_by: ``"SIGTERM"`` or ``"SIGINT"`` when a signal ended the fit.
         resume_from: the checkpoint this run resumed from (set by the CLI), if any.
-        finished: the run completed and said so (set by the CLI after the closing line): a SIGTERM
-            from then on does not turn its exit 0 into 143.
+        finished: the run completed (``on_train_end``) or its outcome is being reported (set by the
+            CLI): a SIGTERM from then on does not change its exit status.
     """
 
     def __init__(self) -> None:
@@ -96,6 +102,10 @@ class ProcessSignals(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         stop_if_requested()
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.finished = True  # after FederatedLoop's (callbacks run in order): every round trained, its files written
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -146,14 +156,15 @@ def _quiet_about_requests(previous: Any) -> Any:
 
 
 @contextlib.contextmanager
-def handle_termination(signals: ProcessSignals) -> Iterator[ProcessSignals]:
+def handle_termination(signals: ProcessSignals, ending: bool = False) -> Iterator[ProcessSignals]:
     """Within the block, SIGTERM raises :class:`Terminated` in the main thread unless Lightning's
     handler is installed, and is recorded for :func:`stop_if_requested`.
 
     Lightning's handler composes with this one (it calls it after its own), which then does
     nothing: Lightning stops the loop after the current batch. Whether this handler was called
     by Lightning's or by the interpreter is whether it is the installed one. The previous handler
-    is restored on exit.
+    is restored on exit, or with ``ending`` (the block is the process's last work, its outcome
+    reported) SIGTERM is ignored from then on.
     """
     global _requested
     if threading.current_thread() is not threading.main_thread():  # signal.signal would raise
@@ -174,5 +185,8 @@ def handle_termination(signals: ProcessSignals) -> Iterator[ProcessSignals]:
     try:
         yield signals
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if ending:
+            startup.ended()
+        else:
+            signal.signal(signal.SIGTERM, previous)
         sys.unraisablehook, _requested = unraisable, requested
