@@ -144,12 +144,13 @@ def _dispatch(name: str, argv: list[str], module: Any) -> int:
 
 
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
+def _sigterm_raises(ending: bool) -> Iterator[None]:
     """SIGTERM raises :class:`Terminated` in the main thread (exit 143) for a subcommand with its own parser.
 
     The Lightning subcommands use :func:`~lightning_fed.callbacks.signals.handle_termination`
     instead, which leaves SIGTERM to Lightning during a fit; these subcommands run no fit of
     ours, and importing that module would import Lightning before their arguments are read.
+    On exit the previous handler is restored, or with ``ending`` SIGTERM is ignored (:func:`startup.ended`).
     """
     if threading.current_thread() is not threading.main_thread():  # signal.signal would raise
         yield
@@ -162,7 +163,10 @@ def _sigterm_raises() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if ending:
+            startup.ended()
+        else:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _report(err: BaseException, code: int, debug: bool, last_checkpoint: Any) -> None:
@@ -234,7 +238,7 @@ def console_main(argv: list[str] | None = None) -> int:
         try:
             module = _subcommand_module(argv[0])  # seconds; a signal meanwhile: startup's exit
             startup.release()
-            with _sigterm_raises():
+            with _sigterm_raises(ending=from_sys):  # then the error is reported, SIGTERM ignored
                 return _dispatch(argv[0], argv[1:], module)
         except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
             return _outcome(err, debug, None)
@@ -250,18 +254,23 @@ def console_main(argv: list[str] | None = None) -> int:
         # Lightning, torch, transformers: seconds (minutes on a loaded machine); a signal
         # meanwhile ends the process at once (lightning_fed/startup.py), nothing is written yet.
         import lightning_fed.federated_cli  # noqa: F401
-        from lightning_fed.callbacks.signals import ProcessSignals, handle_termination
+        from lightning_fed.callbacks.signals import ProcessSignals, handle_termination, stop_if_requested
     except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
         _release_early()
+        if from_sys:
+            startup.ended()  # the error is reported, not turned into a stop by a SIGTERM meanwhile
         return _outcome(err, debug, None)
 
     signals = ProcessSignals()
-    with handle_termination(signals):  # replaces startup's SIGTERM handler: a fit saves what it can
+    # replaces startup's SIGTERM handler: a fit saves what it can; the process then ends with its status
+    with handle_termination(signals, ending=from_sys):
         startup.release()
         try:
             main(None if from_sys else argv, signals=signals)
+            stop_if_requested()  # a SIGTERM some code dropped after the last safe point (callbacks/signals.py)
             return EXIT_OK
         except BaseException as err:  # noqa: BLE001 - every outcome becomes an exit status
+            signals.finished = True  # decided: a SIGTERM while it is reported does not change it
             return _outcome(named_source(err, argv), debug, signals)  # a value's config file, as the precheck's
         finally:
             _release_early()

@@ -32,7 +32,7 @@ import lightning_fed.round_hooks  # noqa: F401
 import lightning_fed.selection  # noqa: F401
 from lightning_fed import console
 from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
-from lightning_fed.callbacks.signals import ProcessSignals
+from lightning_fed.callbacks.signals import ProcessSignals, stop_if_requested
 from lightning_fed.config_precheck import LIGHTNING_SUBCOMMANDS, REMOVED
 from lightning_fed.console import PROG
 from lightning_fed.datamodules import FederatedDataModule
@@ -249,6 +249,7 @@ class FederatedCLI(LightningCLI):
             if cause is err:
                 raise
             raise cause from None
+        stop_if_requested()  # a SIGTERM the model's or data's building dropped (callbacks/signals.py)
 
     def _parse_ckpt_path(self) -> None:
         # Lightning's version loads the checkpoint's model hyper-parameters over the config given,
@@ -328,6 +329,7 @@ class FederatedCLI(LightningCLI):
         """Claim the new run's version folder (``os.mkdir``, the next free number) and point the
         logger, or ``default_root_dir`` without one, at it: called after every check, right before
         the first file is written (two runs started together listed the same ``version_0``)."""
+        stop_if_requested()  # a SIGTERM dropped while the data and checkpoint were checked: nothing written yet
         if not self.trainer.is_global_zero:
             return  # the other ranks write where rank 0 says (trainer.log_dir is a broadcast)
         claimed: dict[Path, HeldFolder] = {}

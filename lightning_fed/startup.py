@@ -11,7 +11,8 @@ modules half imported; the process ends instead).
 
 When the command itself runs (a fit, an evaluation...), :func:`release` gives Ctrl-C back to
 Python (``KeyboardInterrupt``, which Lightning and the subcommands handle) and the command
-installs its own SIGTERM handler over this one, which saves what can be resumed.
+installs its own SIGTERM handler over this one, which saves what can be resumed. Once the command
+has reported its outcome, :func:`ended` ignores SIGTERM: the process is ending with that status.
 
 Only ``os``, ``signal``, ``sys`` and ``threading`` are imported here (the first three are loaded by the interpreter
 before any module of the package).
@@ -72,6 +73,18 @@ def release() -> None:
     """The command runs now: Ctrl-C raises ``KeyboardInterrupt`` again (SIGTERM: the command's handler)."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is _stop_now:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def ended() -> None:
+    """The command reported its outcome and the process only ends now: SIGTERM is ignored from here on,
+    so the exit status is the one reported (a completed run's 0 stays 0).
+
+    Not a Python handler that returns: late in its shutdown Python resets such a handler to the
+    default action, and a SIGTERM then ends the process by the signal (status -15, 143 in a
+    shell, no line; issue 41). Ctrl-C is left as it is.
+    """
+    if threading.current_thread() is threading.main_thread():  # signal.signal would raise
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def guarding() -> bool:

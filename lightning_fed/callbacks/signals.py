@@ -16,12 +16,26 @@ end of the last complete round: a round half done is not resumable exactly (its 
 updates are not in any checkpoint), the round's start is. Ctrl-C goes through Lightning's
 ``KeyboardInterrupt`` handling, which exits 1; :class:`ProcessSignals` records it so the CLI
 exits 130 instead.
+
+The exception raised from the handler cannot always leave where the signal landed: in a
+``__del__``, a finalizer or a weakref callback Python prints "Exception ignored in ..." and goes
+on (a SIGTERM in ``regex``'s ``Group.__del__`` while a resume started trained every round and
+exited 0, issue 41 H2). So the handler also records the request, and :func:`stop_if_requested`
+raises it again at the safe points: after the model and data are built, before the run folder is
+claimed, and in :class:`ProcessSignals`' fit hooks (setup, fit start, train start, each round and
+each batch). A request dropped that way is not reported as an ignored exception: the stop follows.
+
+Once the run has completed (``on_train_end``: every round trained, its files written) or its
+outcome is being reported, a SIGTERM no longer changes it: the run prints its closing line and
+exits 0 (or the status it reported); after :func:`handle_termination` with ``ending=True`` (the
+process's last work) SIGTERM stays ignored (:func:`lightning_fed.startup.ended`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +46,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
+from lightning_fed import startup
 from lightning_fed.errors import Terminated
 
 
@@ -44,8 +59,8 @@ class ProcessSignals(Callback):
         in_fit: between ``setup`` and ``teardown`` (SIGTERM is Lightning's once its handler is in place).
         stopped_by: ``"SIGTERM"`` or ``"SIGINT"`` when a signal ended the fit.
         resume_from: the checkpoint this run resumed from (set by the CLI), if any.
-        finished: the run completed and said so (set by the CLI after the closing line): a SIGTERM
-            from then on does not turn its exit 0 into 143.
+        finished: the run completed (``on_train_end``) or its outcome is being reported (set by the
+            CLI): a SIGTERM from then on does not change its exit status.
     """
 
     def __init__(self) -> None:
@@ -66,11 +81,31 @@ class ProcessSignals(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        stop_if_requested()
         self.in_fit = True
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        stop_if_requested()
         self.training_started = True
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        stop_if_requested()  # the first hook after Lightning's handler is in place (checkpoint restored)
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        stop_if_requested()
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        stop_if_requested()
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.finished = True  # after FederatedLoop's (callbacks run in order): every round trained, its files written
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -98,28 +133,60 @@ class ProcessSignals(Callback):
         self.in_fit = False
 
 
+_requested: int | None = None
+"""The signal :func:`handle_termination`'s handler raised :class:`Terminated` for, in case the code it
+landed in dropped the exception; :func:`stop_if_requested` raises it again."""
+
+
+def stop_if_requested() -> None:
+    """Raise :class:`Terminated` if a SIGTERM was requested (a safe point: see the module docstring)."""
+    if _requested is not None:
+        raise Terminated(_requested)
+
+
+def _quiet_about_requests(previous: Any) -> Any:
+    """A ``sys.unraisablehook`` silent about a dropped :class:`Terminated` (the stop follows at the next
+    safe point, its own line says what happened), ``previous`` for everything else."""
+
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, Terminated):
+            previous(unraisable)
+
+    return hook
+
+
 @contextlib.contextmanager
-def handle_termination(signals: ProcessSignals) -> Iterator[ProcessSignals]:
+def handle_termination(signals: ProcessSignals, ending: bool = False) -> Iterator[ProcessSignals]:
     """Within the block, SIGTERM raises :class:`Terminated` in the main thread unless Lightning's
-    handler is installed.
+    handler is installed, and is recorded for :func:`stop_if_requested`.
 
     Lightning's handler composes with this one (it calls it after its own), which then does
     nothing: Lightning stops the loop after the current batch. Whether this handler was called
     by Lightning's or by the interpreter is whether it is the installed one. The previous handler
-    is restored on exit.
+    is restored on exit, or with ``ending`` (the block is the process's last work, its outcome
+    reported) SIGTERM is ignored from then on.
     """
+    global _requested
     if threading.current_thread() is not threading.main_thread():  # signal.signal would raise
         yield signals
         return
 
     def on_sigterm(signum: int, frame: Any) -> None:
+        global _requested
         if signals.finished:  # the run completed: it ends with exit 0, not "stopped, no checkpoint" (issue 41)
             return
         if signal.getsignal(signal.SIGTERM) is on_sigterm:  # Lightning's handler is not in place
+            _requested = signum
             raise Terminated(signum)
 
+    requested, unraisable = _requested, sys.unraisablehook
     previous = signal.signal(signal.SIGTERM, on_sigterm)
+    sys.unraisablehook = _quiet_about_requests(unraisable)
     try:
         yield signals
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if ending:
+            startup.ended()
+        else:
+            signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook, _requested = unraisable, requested
