@@ -1,7 +1,8 @@
 """``lightning-fed plan --config X``: a client's memory and a round's traffic, before running.
 
 Reads the run's config as ``lightning-fed fit`` does (:func:`plan_config`: one parser, the same
-defaults and checks; the run and the data module are built, no weight is loaded) and prints
+defaults and checks; the run and the data module are built, no weight is loaded; a DP-SGD
+``target_epsilon`` is calibrated on the data as ``fit`` does) and prints
 :func:`~lightning_fed.planning.estimate.estimate`'s items::
 
     lightning-fed plan --config configs/fedpdpo.yaml
@@ -41,7 +42,8 @@ def plan_config(config: str | list[str]) -> tuple[dict[str, Any], FederatedRun]:
     merges its ``--config`` files) as ``lightning-fed fit`` reads it: parsed
     by :func:`~lightning_fed.run_parser.parse_config` (every default applied once, every check
     ``fit`` makes before it builds anything), its :class:`FederatedRun` and its data module built
-    (their own checks); no weight is loaded. Returns the parsed config as plain data and the run.
+    (their own checks), and a DP-SGD budget calibrated on the data set up (:func:`calibrate_dp_sgd`);
+    no weight is loaded. Returns the parsed config as plain data and the run.
 
     Raises:
         ValueError: A problem ``fit`` reports, in its words.
