@@ -95,13 +95,14 @@ from audit_stats import largest_showable, one_run_audit  # noqa: E402  (a siblin
 
 from lightning_fed import run_factory  # noqa: E402
 from lightning_fed.datamodules.round_sampler import RoundBatchSampler  # noqa: E402
+from lightning_fed.federation.run_key_file import KEY_BYTES  # noqa: E402
 from lightning_fed.federation.sampling import poisson_sample_clients  # noqa: E402
 from lightning_fed.federation.turn import TurnPlan  # noqa: E402
 from lightning_fed.privacy import ClientLevelDP  # noqa: E402
 from lightning_fed.privacy.client_dp import client_level_dp  # noqa: E402
 from lightning_fed.privacy.dp_sgd import ExampleLevelDP  # noqa: E402
 from lightning_fed.privacy.run import RunPrivacy  # noqa: E402
-from lightning_fed.privacy.secret import KEY_BYTES, RunKey, RunSecret  # noqa: E402
+from lightning_fed.privacy.secret import RunKey, RunSecret  # noqa: E402
 from lightning_fed.run_parser import parse_run  # noqa: E402
 from lightning_fed.shipped_configs import resolve_config  # noqa: E402
 from lightning_fed.strategies.base import ClientUpdate  # noqa: E402

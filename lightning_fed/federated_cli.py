@@ -52,6 +52,7 @@ from lightning_fed.federation.early_check import evaluated_folder, hpc_file, pat
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
 from lightning_fed.federation.run_folder import RunConfigFile
+from lightning_fed.federation.run_key_file import check_checkpoint_key
 from lightning_fed.federation.version_folder import (
     VERSION,
     HeldFolder,
@@ -67,7 +68,6 @@ from lightning_fed.option_rules import seed_problem
 from lightning_fed.pipelines import prepare_stages
 from lightning_fed.privacy.checkpoint_plan import check_privacy_plan
 from lightning_fed.privacy.run import privacy_enabled
-from lightning_fed.privacy.secret import check_checkpoint_key
 from lightning_fed.report.closing import closing_line  # what fit says last
 from lightning_fed.run_parser import (
     SEED_DEFAULT,
@@ -377,10 +377,10 @@ class FederatedCLI(LightningCLI):
                 # as the optimizer state it makes differ (optimizer_states[0].param_groups[0].lr)
                 allowed = check_resume(ckpt, loop.server.report.config, getattr(self, "_saved_config", None))
                 self._check_weights(ckpt, loop.server)  # every part of it, before anything is written
+                if getattr(self, "_saved_weights", None) is not None:  # another run's key: exit 2, nothing written
+                    check_checkpoint_key(self._saved_weights, str(ckpt))  # before any line: a refusal is one line
                 for change in allowed:
                     rank_zero_info(f"resuming {ckpt}: {change} (allowed)")
-                if getattr(self, "_saved_weights", None) is not None:  # another run's key: exit 2, nothing written
-                    check_checkpoint_key(self._saved_weights, str(ckpt))
         # Earlier stages of a multi-stage method (FedBis: train the selector, label D_gen with it)
         # run here, each through this CLI, before the data is served.
         prepare_stages(self.model, self.datamodule, fit=run_cli, device=self.trainer.strategy.root_device)

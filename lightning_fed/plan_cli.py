@@ -1,7 +1,8 @@
 """``lightning-fed plan --config X``: a client's memory and a round's traffic, before running.
 
 Reads the run's config as ``lightning-fed fit`` does (:func:`plan_config`: one parser, the same
-defaults and checks; the run and the data module are built, no weight is loaded) and prints
+defaults and checks; the run and the data module are built, no weight is loaded; a DP-SGD
+``target_epsilon`` is calibrated on the data as ``fit`` does) and prints
 :func:`~lightning_fed.planning.estimate.estimate`'s items::
 
     lightning-fed plan --config configs/fedpdpo.yaml
@@ -23,7 +24,7 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from lightning_fed.errors import OneLineParser, UserError
+from lightning_fed.errors import OneLineParser, UserError, ValueRefusal
 
 if TYPE_CHECKING:
     from lightning_fed.planning.estimate import PlanInputs
@@ -41,7 +42,8 @@ def plan_config(config: str | list[str]) -> tuple[dict[str, Any], FederatedRun]:
     merges its ``--config`` files) as ``lightning-fed fit`` reads it: parsed
     by :func:`~lightning_fed.run_parser.parse_config` (every default applied once, every check
     ``fit`` makes before it builds anything), its :class:`FederatedRun` and its data module built
-    (their own checks); no weight is loaded. Returns the parsed config as plain data and the run.
+    (their own checks), and a DP-SGD budget calibrated on the data set up (:func:`calibrate_dp_sgd`);
+    no weight is loaded. Returns the parsed config as plain data and the run.
 
     Raises:
         ValueError: A problem ``fit`` reports, in its words.
@@ -53,8 +55,33 @@ def plan_config(config: str | list[str]) -> tuple[dict[str, Any], FederatedRun]:
     more_args = shlex.join(a for c in more for a in ("--config", str(resolve_config(c))))
     parsed = parse_config(first, more_args, fit_keys=True)  # fit --print_config's file too
     run = build_run(parsed.get("federation"))
-    build_data(parsed)  # data.batch_size, data.max_length...: the data module's own bounds
-    return parsed.as_dict(), run
+    data = build_data(parsed)  # data.batch_size, data.max_length...: the data module's own bounds
+    config = parsed.as_dict()
+    calibrate_dp_sgd(config, run, data)
+    return config, run
+
+
+def calibrate_dp_sgd(config: dict[str, Any], run: FederatedRun, data: Any) -> None:
+    """``fit``'s DP-SGD calibration of a ``model.dp_sgd.target_epsilon``: the data set up with the backbone's
+    tokenizer (no weight loaded), as a private ``fit`` sets it up, then every client's ``z_k`` calibrated by
+    :meth:`~lightning_fed.privacy.example_budget.ExampleBudget.calibrate` (issue 41: ``plan`` printed a plan
+    for a budget ``fit`` refuses once it has read the data).
+
+    Raises:
+        ValueRefusal: ``fit``'s line for a budget no noise multiplier reaches (or above the largest calibrated).
+    """
+    dp_sgd = (config["model"].get("init_args") or {}).get("dp_sgd")
+    if not isinstance(dp_sgd, dict) or dp_sgd.get("target_epsilon") is None:
+        return  # a given noise multiplier: nothing calibrated
+    from lightning_fed.modules.backbone import BackboneConfig, backbone_tokenizer
+    from lightning_fed.privacy.dp_sgd import DPSGDSettings
+    from lightning_fed.run_factory import run_privacy
+
+    data.tokenizer = backbone_tokenizer(BackboneConfig(**config["model"]["init_args"]["backbone"]))
+    data.private = True
+    data.setup("fit")
+    budget = run_privacy(run).example_budget_of(DPSGDSettings(**dp_sgd), data.num_clients, data.batch_size, run.rounds)
+    budget.calibrate(list(data.client_sizes))
 
 
 def inputs_from_config(config: dict[str, Any], run: FederatedRun) -> tuple[dict[str, Any], PlanInputs]:
@@ -381,6 +408,10 @@ def main(argv: list[str]) -> int:
         length_from = "--max-length" if args.max_length is not None else "data.max_length"
         fallback = planned_fallback(config, list(run.hooks)) if run.batch_clients != "off" else None
         print(report(backbone, p, run.batch_clients, length_from, fallback))
+    except ValueRefusal as err:  # fit's line, naming the --config file that set its option as fit does
+        from lightning_fed.config_precheck import named_source
+
+        raise named_source(err, ["fit", *(a for config in args.config for a in ("--config", config))]) from None
     except UserError:
         raise
     except UnicodeDecodeError as err:  # a ValueError: named as fit names it (the file, the byte)

@@ -5,10 +5,11 @@ transformers and PEFT: ~12 s of CPU when idle, 45-63 s of wall time under CI loa
 refuse a damaged checkpoint. :func:`precheck_checkpoint` reads the file as the live CLI does
 (:func:`~lightning_fed.federation.checkpoint_read.read_checkpoint`: the zip's CRC-32, then
 ``torch.load(weights_only=True)``) and applies :func:`~lightning_fed.federation.checkpoint_check.file_problem`,
-the rules that need the checkpoint alone; the live CLI applies the same function again (and, once
-the model and the server are built, what needs them), so the same checkpoint gets the same line
-from either. Nothing here imports Lightning: the ``lightning_fed.federation`` package loads its
-names lazily.
+the rules that need the checkpoint alone, and for ``fit`` the run's key file
+(:func:`~lightning_fed.federation.run_key_file.check_checkpoint_key`); the live CLI applies the same
+functions again (and, once the model and the server are built, what needs them), so the same
+checkpoint gets the same line from either. Nothing here imports Lightning: the
+``lightning_fed.federation`` package loads its names lazily.
 """
 
 from __future__ import annotations
@@ -112,6 +113,10 @@ def precheck_checkpoint(argv: list[str]) -> None:
         raise CheckpointError(problem)
     if stage == "fit" and (problem := rounds_problem(path, ckpt, args)):
         raise CheckpointError(problem)
+    if stage == "fit":  # a damaged key file, or another run's key (issue 41: came after the model was built)
+        from lightning_fed.federation.run_key_file import check_checkpoint_key
+
+        check_checkpoint_key(ckpt, path)
 
 
 def _noise_problem(args: list[str]) -> str | None:

@@ -136,9 +136,7 @@ def load_backbone(cfg: BackboneConfig) -> tuple[PreTrainedModel, PreTrainedToken
         ValueError: If a GGUF package or file, or a local path, does not exist.
         OSError: If a hub id is neither cached nor reachable.
     """
-    # the option the user set: a null tokenizer is name_or_path's (red team 11 row 2 named backbone.tokenizer)
-    field = "backbone.tokenizer" if cfg.tokenizer is not None else "backbone.name_or_path"
-    tokenizer = load_tokenizer(cfg.tokenizer_spec, cache_dir=cfg.cache_dir, field=field)
+    tokenizer = backbone_tokenizer(cfg)
     dtype = DTYPES[cfg.dtype]
     quantized = cfg.quantization != "none"
     if cfg.config is not None:
@@ -157,6 +155,13 @@ def load_backbone(cfg: BackboneConfig) -> tuple[PreTrainedModel, PreTrainedToken
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.eval()
     return model, tokenizer
+
+
+def backbone_tokenizer(cfg: BackboneConfig) -> PreTrainedTokenizerBase:
+    """The tokenizer of ``cfg`` (:func:`load_tokenizer`), errors naming the option the user set."""
+    # the option the user set: a null tokenizer is name_or_path's (red team 11 row 2 named backbone.tokenizer)
+    field = "backbone.tokenizer" if cfg.tokenizer is not None else "backbone.name_or_path"
+    return load_tokenizer(cfg.tokenizer_spec, cache_dir=cfg.cache_dir, field=field)
 
 
 def load_tokenizer(

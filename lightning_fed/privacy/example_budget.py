@@ -104,6 +104,16 @@ class ExampleBudget:
             )
         return self._calibrated[b]
 
+    def calibrate(self, sizes: list[int]) -> None:
+        """Calibrate ``z_k`` for every client's example count in ``sizes`` (one per bucket), before training:
+        ``fit`` once its data is set up (:meth:`~lightning_fed.privacy.run.RunPrivacy.plan`), ``plan`` too.
+
+        Raises:
+            ValueError: :meth:`noise_multiplier_for`'s line for a budget no ``z`` reaches.
+        """
+        for b in sorted({bucket_count(s) for s in sizes if s > 0}):
+            self.noise_multiplier_for(b)
+
     def accountant(self, count: int) -> PrivacyAccountant:
         """The accountant of a client of ``count`` examples (one step per local step)."""
         z = self.noise_multiplier_for(count)

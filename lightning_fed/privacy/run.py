@@ -44,7 +44,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.federation.report import bucket_count
 from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.federation.server_round import ServerRound
 from lightning_fed.privacy.accountant import (
@@ -54,7 +53,7 @@ from lightning_fed.privacy.accountant import (
 from lightning_fed.privacy.client_dp import ClientLevelDP, client_level_dp
 from lightning_fed.privacy.client_level_plan import plan_client_level
 from lightning_fed.privacy.config import PrivacyConfig, default_delta
-from lightning_fed.privacy.dp_sgd import ExampleLevelDP
+from lightning_fed.privacy.dp_sgd import DPSGDSettings, ExampleLevelDP
 from lightning_fed.privacy.example_budget import ExampleBudget
 from lightning_fed.privacy.example_ledger import ExampleLedger
 from lightning_fed.privacy.report import PrivacyReport
@@ -174,8 +173,7 @@ class RunPrivacy:
                 sizes = list(server.datamodule.client_sizes)
             except (AttributeError, RuntimeError, TypeError):  # a Flower server never loads the clients' data
                 sizes = []
-            for b in sorted({bucket_count(s) for s in sizes if s > 0}):
-                self.example_budget.noise_multiplier_for(b)  # an impossible budget raises here, before training
+            self.example_budget.calibrate(sizes)  # an impossible budget raises here, before training
 
     @staticmethod
     def _given_seed(dp: ClientLevelDP | None, module: Any) -> int | None:
@@ -214,10 +212,18 @@ class RunPrivacy:
     ) -> ExampleBudget:
         """DP-SGD's plan (:class:`ExampleBudget`), given to ``module``: the server's in process,
         each Flower client's own (``deploy/apps.py``), so both calibrate the same ``z_k``."""
+        budget = self.example_budget_of(module.dp_sgd, num_clients, batch_size, rounds)
+        module.example_budget = budget
+        return budget
+
+    def example_budget_of(
+        self, settings: DPSGDSettings, num_clients: int, batch_size: int, rounds: int
+    ) -> ExampleBudget:
+        """DP-SGD's plan of ``settings`` (``model.dp_sgd``) in this run (its ``delta`` and accountant);
+        ``lightning-fed plan`` calibrates it too, with no module built."""
         delta = self.config.delta_for(num_clients) if self.config is not None else default_delta(num_clients)
-        settings = module.dp_sgd
         mechanism = self.config.accountant if self.config is not None else "rdp"
-        budget = ExampleBudget(
+        return ExampleBudget(
             settings.target_epsilon,
             settings.noise_multiplier,
             delta,
@@ -226,8 +232,6 @@ class RunPrivacy:
             self.federation,
             mechanism,
         )
-        module.example_budget = budget
-        return budget
 
     # ------------------------------------------------------------------ every round
     def end_round(self, round_idx: int, updates: Any = ()) -> dict[str, float]:

@@ -23,116 +23,22 @@ run id and a 64-bit fingerprint of the key (a PRF output: it reveals nothing of 
 resume finds the key file, refuses one that is not the run's own key (another valid key swapped
 in: exit 2, before anything is written), and, without it, resumes with a fresh secret and says so
 in one warning. Deleting the key file makes the run's noise, sample and batches unrecoverable.
+:class:`RunSecret`, the key store and the check of a key file on resume are
+:mod:`~lightning_fed.federation.run_key_file` (no Lightning imported: the early checkpoint check
+uses them).
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import os
-import re
-import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lightning_fed.errors import CheckpointError
-from lightning_fed.federation.secret_seed import SecretSeed
-
-KEY_BYTES = 32
-KEY_SUFFIX = ".key"
-KEY_DIR_ENV = "LIGHTNING_FED_KEY_DIR"
-"""The environment variable that moves the key store (:func:`key_dir`)."""
-
-
-def key_dir() -> Path:
-    """The per-user key store: ``$LIGHTNING_FED_KEY_DIR``, else ``$XDG_DATA_HOME/lightning-fed/keys``,
-    else ``~/.local/share/lightning-fed/keys``."""
-    given = os.environ.get(KEY_DIR_ENV)
-    if given:
-        return Path(given).expanduser().absolute()
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data).expanduser().absolute() / "lightning-fed" / "keys"
-
-
-def key_file(run_id: str) -> Path:
-    """The key file of the run ``run_id`` in the key store: ``<key_dir()>/<run id>.key``."""
-    if not RUN_ID.fullmatch(run_id):
-        raise ValueError(f"not a lightning-fed run id: {run_id!r}")
-    return key_dir() / f"{run_id}{KEY_SUFFIX}"
-
-
-RUN_ID = re.compile(r"[0-9a-f]{32}")
-"""A run id: 128 random bits in hex."""
-
-
-def new_run_id() -> str:
-    """A fresh run id (128 bits from the OS, unrelated to the key and the config)."""
-    return os.urandom(16).hex()
-
-
-class RunSecret:
-    """A private run's secret (32 bytes) and the seeds derived from it.
-
-    Its ``repr`` never shows the key, so a stray log line cannot carry it.
-    """
-
-    def __init__(self, key: bytes) -> None:
-        if len(key) != KEY_BYTES:
-            raise ValueError(f"a run key is {KEY_BYTES} bytes, got {len(key)}")
-        self._key = bytes(key)
-
-    @classmethod
-    def fresh(cls) -> RunSecret:
-        """A new secret from the operating system's CSPRNG."""
-        return cls(secrets.token_bytes(KEY_BYTES))
-
-    def __repr__(self) -> str:
-        return "RunSecret(<secret>)"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RunSecret) and hmac.compare_digest(self._key, other._key)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def seed(self, *label: int | str) -> SecretSeed:
-        """The secret seed of the draws named ``label`` (e.g. ``("client sampling",)``): all 256 bits
-        of ``HMAC-SHA256(key, label)`` (:class:`~lightning_fed.federation.secret_seed.SecretSeed`)."""
-        return SecretSeed(self._key).child("run secret", *label)
-
-    def fingerprint(self) -> str:
-        """16 hex digits a checkpoint keeps to recognise this key on resume, revealing nothing of it."""
-        return SecretSeed(self._key).fingerprint("key fingerprint")
-
-    # ------------------------------------------------------------------ the key file
-    def write(self, path: str | os.PathLike[str]) -> Path:
-        """Write the key to ``path`` (hex), created with mode 0600 (never widened by the umask)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            os.write(fd, (self._key.hex() + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        return path
-
-    @classmethod
-    def read(cls, path: str | os.PathLike[str]) -> RunSecret:
-        """The secret in the key file ``path``; ``ValueError`` naming the file when it is not one: not hex
-        text (random bytes: on 08c1cba a bare ``UnicodeDecodeError``, issue 41 M13), cut, or another length."""
-        raw = Path(path).read_bytes()
-        try:
-            return cls(bytes.fromhex(raw.decode("ascii").strip()))
-        except UnicodeDecodeError as err:
-            why = f"not hex text: byte {raw[err.start]:#04x} at position {err.start}"
-        except ValueError as err:
-            why = str(err)
-        raise ValueError(f"{path}: not a lightning-fed run key ({why})")
+from lightning_fed.federation.run_key_file import RUN_ID, RunSecret, check_key, key_file, new_run_id
 
 
 def seeded_secret(seed: int) -> RunSecret:
@@ -152,49 +58,6 @@ def _make_key_dir(folder: Path) -> None:
     for path in reversed(missing):
         path.mkdir(mode=0o700, exist_ok=True)
         os.chmod(path, 0o700)  # mkdir's mode is narrowed by the umask, never widened: set it
-
-
-WHAT_TO_DO = "put the run's own key file back, or delete this one to resume with fresh secret randomness"
-"""The end of the lines refusing a run's key file (:func:`check_key`)."""
-
-
-def check_key(state: Mapping[str, Any], ckpt: str | None = None) -> RunSecret | None:
-    """The key file's secret for a checkpoint's ``run_key`` state (``{"id", "fingerprint"}``);
-    ``None`` when the file is missing (or the checkpoint has no key state). ``ckpt``: the ``ckpt_path``
-    the lines name first, where known (the option that led to the key file).
-
-    Raises:
-        CheckpointError: One line naming ``ckpt`` and the key file when it holds another run's key, or
-            is not a key at all (issue 41, M13: random bytes were a bare ``UnicodeDecodeError`` and the
-            ``--debug`` hint, a cut key the file and the hint as a second line).
-    """
-    run_id, fingerprint = state.get("id"), state.get("fingerprint")
-    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
-        return None
-    path = key_file(run_id)
-    if not path.is_file():
-        return None
-    where = "" if ckpt is None else f"ckpt_path {str(ckpt)!r}: "
-    try:
-        secret = RunSecret.read(path)
-    except ValueError as err:
-        raise CheckpointError(f"{where}{err}: {WHAT_TO_DO}") from None
-    if fingerprint is not None and not hmac.compare_digest(secret.fingerprint(), str(fingerprint)):
-        raise CheckpointError(
-            f"{where}{path}: not the key of the run that wrote this checkpoint (its fingerprint differs): {WHAT_TO_DO}"
-        )
-    return secret
-
-
-def check_checkpoint_key(checkpoint: Mapping[str, Any], ckpt: str | None = None) -> None:
-    """Before a resume writes anything: refuse a checkpoint whose run's key file holds another key or no
-    key (:func:`check_key`). ``checkpoint`` is the loaded checkpoint (its ``federation.privacy.run_key``),
-    ``ckpt`` its ``ckpt_path``."""
-    federation = checkpoint.get("federation") or {}
-    privacy = federation.get("privacy") if isinstance(federation, Mapping) else None
-    state = privacy.get("run_key") if isinstance(privacy, Mapping) else None
-    if isinstance(state, Mapping):
-        check_key(state, ckpt)
 
 
 class RunKey:

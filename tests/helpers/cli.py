@@ -45,6 +45,22 @@ def heavy_blocked_env(folder: Path) -> dict:
     return {**ENV, "PYTHONPATH": f"{folder}{os.pathsep}{ROOT}"}
 
 
+HEAVY_IMPORTED = """
+import atexit
+import sys
+
+def _write():
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("lightning", "transformers", "peft"))
+    with open({path!r}, "w") as handle:
+        handle.write(" ".join(heavy))
+
+atexit.register(_write)
+"""
+"""A ``sitecustomize`` (``.format(path=...)``) that writes to ``path``, as the process ends, which of
+Lightning, transformers and PEFT it imported: a refusal that leaves it empty came before them, with
+torch allowed (a check that reads a checkpoint or calls Opacus)."""
+
+
 NO_TORCH = """
 import sys
 

@@ -85,3 +85,16 @@ def test_dp_sgd_s_budget_refused_once_the_data_is_read_names_its_config_file(tmp
     proc = lightning_fed("fit", "--config", "tiny", "--config", "dp.yaml", cwd=tmp_path)
     assert (proc.returncode, proc.stderr) == (2, f"error: config 'dp.yaml': {line}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dp.yaml"]
+
+
+@pytest.mark.parametrize(("value", "line"), list(RUN_LINES.values()), ids=list(RUN_LINES))
+def test_plan_refuses_the_dp_sgd_budget_fit_refuses_in_fit_s_line(tmp_path, value, line):
+    """Issue 41: ``plan`` printed a plan (exit 0) for a ``model.dp_sgd.target_epsilon`` that ``fit`` refuses once it
+    has read the data. ``plan`` now sets the data up (the backbone's tokenizer, no weight) and calibrates every
+    client's ``z`` with fit's own ``ExampleBudget.calibrate``: fit's line, naming the file. Seen failing on 1ce1023
+    (exit 0, the plan printed)."""
+    (tmp_path / "dp.yaml").write_text(DP_SGD.format(value=value))
+    proc = lightning_fed("plan", "--config", "tiny", "--config", "dp.yaml", cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, f"error: config 'dp.yaml': {line}\n")
+    assert proc.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dp.yaml"]

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from lightning_fed.errors import HINT
-from tests.helpers.cli import ROOT, lightning_fed
+from tests.helpers.cli import HEAVY_IMPORTED, ROOT, lightning_fed
 
 UNREACHABLE = (
     "config '{config}': federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be"
@@ -101,20 +101,6 @@ def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, me
     message = message.replace("{config}", str(config))
     assert proc.stderr == (f"error: {message}\n" if one_line else f"error: {message}\n{HINT}\n")
     assert not (tmp_path / "run").exists()
-
-
-HEAVY_IMPORTED = """
-import atexit
-import sys
-
-def _write():
-    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("lightning", "transformers", "peft"))
-    with open({path!r}, "w") as handle:
-        handle.write(" ".join(heavy))
-
-atexit.register(_write)
-"""
-"""A ``sitecustomize`` that writes, as the process ends, which of Lightning, transformers and PEFT it imported."""
 
 
 def test_a_count_noise_the_calibrated_noise_leaves_no_room_for_is_refused_before_lightning(tmp_path):

@@ -17,6 +17,7 @@ import torch
 import yaml
 
 from lightning_fed.privacy.secret import RunSecret
+from tests.helpers.cli import ENV, HEAVY_IMPORTED, run_process
 
 ROOT = Path(__file__).resolve().parents[2]
 PER_CLIENT = re.compile(r"per client: \[[\d, ]+\]")
@@ -119,6 +120,36 @@ def test_a_dp_sgd_run_keeps_its_key_in_the_store_and_refuses_a_swapped_or_damage
     original.write(key)
     resumed = _fit(config, key_store, "--ckpt_path", str(ckpt), "--federation.rounds=2")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
+def test_a_damaged_key_file_is_refused_before_lightning_in_one_line_even_with_a_changed_option(tmp_path, key_store):
+    """Issue 41: a resume whose key file holds random bytes was refused only once Lightning was imported and the
+    model built (~15 s of CPU), and with ``--federation.rounds 2`` the ``resuming ...: federation.rounds: 1 -> 2
+    (allowed)`` line came first: two lines for a refused run. Now the early checkpoint check refuses it, torch
+    alone imported (the child records whether it imported Lightning, transformers or PEFT), in one line, the run
+    folder and the key file unchanged. One fit, then one resume. Seen failing on 1ce1023 (the allowed line, then
+    the error; Lightning, transformers and PEFT imported)."""
+    proc = _fit(_config(tmp_path, "dp_sgd"), key_store)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (key,) = key_store.glob("*.key")
+    run = tmp_path / "run"
+    ckpt = next(run.rglob("last.ckpt"))
+    damaged = bytes(range(0x80, 0xC0))
+    key.write_bytes(damaged)
+    before = _hashes(run)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HEAVY_IMPORTED.format(path=str(tmp_path / "heavy.txt")))
+    env = {**ENV, "LIGHTNING_FED_KEY_DIR": str(key_store), "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}
+    args = ["fit", "--config", str(tmp_path / "dp_sgd.yaml"), "--ckpt_path", str(ckpt), "--federation.rounds", "2"]
+    resumed = run_process([sys.executable, "-m", "lightning_fed.cli", *args], env=env)
+    message = (
+        f"ckpt_path {str(ckpt)!r}: {key}: not a lightning-fed run key (not hex text: byte 0x80 at position 0): put"
+        " the run's own key file back, or delete this one to resume with fresh secret randomness"
+    )
+    assert (resumed.returncode, resumed.stderr) == (2, f"error: {message}\n")
+    assert (tmp_path / "heavy.txt").read_text() == ""
+    assert _hashes(run) == before and key.read_bytes() == damaged
 
 
 def test_a_calibrated_private_run_prints_the_package_lines_without_a_level_prefix(tmp_path, key_store):

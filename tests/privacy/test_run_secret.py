@@ -10,12 +10,13 @@ import stat
 import pytest
 import torch
 
-import lightning_fed.privacy.secret as secret_mod
+import lightning_fed.federation.run_key_file as run_key_file
 from lightning_fed.callbacks import FederatedLoop
 from lightning_fed.errors import CheckpointError
+from lightning_fed.federation.run_key_file import key_dir, key_file
 from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.privacy import ClientLevelDP, PrivacyConfig
-from lightning_fed.privacy.secret import RunKey, RunSecret, key_dir, key_file
+from lightning_fed.privacy.secret import RunKey, RunSecret
 from lightning_fed.strategies import FedAvg
 from tests.helpers.flower_sim import assert_same_state
 from tests.helpers.runs import fit, preference_data
@@ -83,7 +84,7 @@ def _loop(rounds):
 
 
 def _run(tmp_path, name, rounds, key, monkeypatch, ckpt=None):
-    monkeypatch.setattr(secret_mod.secrets, "token_bytes", lambda n: key)  # the process's OS entropy
+    monkeypatch.setattr(run_key_file.secrets, "token_bytes", lambda n: key)  # the process's OS entropy
     loop = _loop(rounds)
     fit(_module(), preference_data(), loop, str(tmp_path / name), ckpt_path=ckpt)
     return loop
@@ -156,7 +157,7 @@ def test_resume_with_another_runs_key_is_refused_naming_the_key_file(tmp_path, m
 def test_a_private_run_writes_no_client_list(tmp_path, monkeypatch):
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    monkeypatch.setattr(secret_mod.secrets, "token_bytes", lambda n: KEY_A)
+    monkeypatch.setattr(run_key_file.secrets, "token_bytes", lambda n: KEY_A)
     loop = _loop(2)
     logger = TensorBoardLogger(str(tmp_path), name="tb", version=0)
     fit(_module(), preference_data(), loop, str(tmp_path / "run"), logger=logger)

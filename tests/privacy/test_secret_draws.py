@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import lightning_fed
+from lightning_fed.federation.run_key_file import KEY_BYTES, RunSecret
 from lightning_fed.federation.sampling import derive_seed, poisson_sample_clients, sample_clients
 from lightning_fed.federation.secret_seed import GENERATOR_KEY_BITS, MATERIAL_BYTES, SecretSeed, standard_normal
 from lightning_fed.privacy import ClientLevelDP
-from lightning_fed.privacy.secret import KEY_BYTES, RunSecret
 from lightning_fed.strategies import ClientUpdate, FedAvg
 
 CLIENT_NOISE_TAGS = (0x44_50, 0)  # ClientLevelDP's noise of round 0 (client_dp._NOISE_TAG)
