@@ -48,7 +48,7 @@ from lightning_fed.errors import (
 from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from lightning_fed.federation.csv_metrics import ContinuedCSVWriter
-from lightning_fed.federation.early_check import evaluated_folder, hpc_file, path_problem
+from lightning_fed.federation.early_check import hpc_file, path_problem
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
 from lightning_fed.federation.run_folder import RunConfigFile
@@ -416,18 +416,15 @@ class FederatedCLI(LightningCLI):
     def _before_evaluation(self, stage: str) -> None:
         # As before_fit: the checkpoint and the data are checked before the Trainer writes logs.
         ckpt = self._ckpt_path()
-        folder = evaluated_folder(str(ckpt)) if ckpt and "://" not in str(ckpt) and Path(ckpt).is_file() else None
-        if folder is not None and folder.is_dir() and self.trainer.is_global_zero:
+        # <stage>_results.json goes into the checkpoint's run folder, where the logger is placed too; a
+        # checkpoint outside one is evaluated in a new version_N under default_root_dir (_claim_run_folder)
+        folder = checkpoint_run(ckpt) if ckpt and Path(ckpt).is_file() else None
+        if folder is not None and self.trainer.is_global_zero:
             # held while the results are written: the early check's hold (early_check.hold_evaluated), else a new one
             self._held.append(adopt(folder, f"ckpt_path {str(ckpt)!r}", then=stage))
         self._check_writable()
-        if ckpt and "://" not in str(ckpt) and Path(ckpt).is_file():  # <stage>_results.json goes beside it
-            from lightning_fed.evaluation.stage_results import results_dir
-
-            if why := unwritable(results_dir(str(ckpt), Path())):
-                raise UserError(
-                    f"ckpt_path {str(ckpt)!r}: {stage} writes {stage}_results.json into its run folder: {why}"
-                )
+        if folder is not None and (why := unwritable(folder)):
+            raise UserError(f"ckpt_path {str(ckpt)!r}: {stage} writes {stage}_results.json into its run folder: {why}")
         if ckpt and "://" not in str(ckpt) and getattr(self, "_saved_weights", None) is not None:
             config = yaml.safe_load(
                 self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False, skip_validation=True)
