@@ -435,7 +435,29 @@ class FederatedCLI(LightningCLI):
             if getattr(self.datamodule, "tokenizer", None) is None and hasattr(self.model, "tokenizer"):
                 self.datamodule.tokenizer = self.model.tokenizer
             self.datamodule.setup(stage)
+            self._require_planned_examples(stage)
         self._claim_run_folder()
+
+    def _require_planned_examples(self, stage: str) -> None:
+        """Refuse ``stage`` when ``federation.eval_clients`` picks only clients without an example of its set,
+        before anything is written (issue 41: it scored nothing, exit 0): the clients the loop will evaluate,
+        with the checkpoint's last round (:meth:`LoopEvaluation.evaluation_layout`). Not in a private run:
+        its sample is secret, and nothing computed on the clients' data is written unless opted in."""
+        loop = next(c for c in self.trainer.callbacks if isinstance(c, FederatedLoop))
+        plan, server = loop.evaluator.evaluation, loop.server
+        if plan.clients in (None, "all") or privacy_enabled(server.strategy, self.model):
+            return  # every client: the data module's own check (setup) holds
+        if server.datamodule is not self.datamodule:  # as FederatedLoop.setup binds it
+            server.bind(self.datamodule.num_clients, self.datamodule, self.model)
+        report = ((getattr(self, "_saved_weights", None) or {}).get("federation") or {}).get("report") or {}
+        rounds = report.get("rounds", len(report.get("history", [])))
+        planned = plan.clients_for(server, max(rounds - 1, 0), standalone=True)
+        options = f"federation.eval_clients={plan.clients!r}"
+        if plan.clients == "panel":
+            options += f" (federation.eval_panel_size={plan.panel_size})"
+        else:
+            options += f" (round {max(rounds, 1)}'s clients)"
+        self.datamodule.require_planned_examples(stage, planned, options)
 
     def before_validate(self) -> None:
         self._before_evaluation("validate")
