@@ -48,7 +48,7 @@ from lightning_fed.errors import (
 from lightning_fed.federation.checkpoint_check import check_checkpoint
 from lightning_fed.federation.checkpoint_io import AtomicCheckpointIO, read_checkpoint
 from lightning_fed.federation.csv_metrics import ContinuedCSVWriter
-from lightning_fed.federation.early_check import evaluated_folder, hpc_file, path_problem
+from lightning_fed.federation.early_check import hpc_file, path_problem
 from lightning_fed.federation.report import RoundReport
 from lightning_fed.federation.resume_check import check_evaluation, check_resume, saved_config
 from lightning_fed.federation.run_folder import RunConfigFile
@@ -418,18 +418,15 @@ class FederatedCLI(LightningCLI):
     def _before_evaluation(self, stage: str) -> None:
         # As before_fit: the checkpoint and the data are checked before the Trainer writes logs.
         ckpt = self._ckpt_path()
-        folder = evaluated_folder(str(ckpt)) if ckpt and "://" not in str(ckpt) and Path(ckpt).is_file() else None
-        if folder is not None and folder.is_dir() and self.trainer.is_global_zero:
+        # <stage>_results.json goes into the checkpoint's run folder, where the logger is placed too; a
+        # checkpoint outside one is evaluated in a new version_N under default_root_dir (_claim_run_folder)
+        folder = checkpoint_run(ckpt) if ckpt and Path(ckpt).is_file() else None
+        if folder is not None and self.trainer.is_global_zero:
             # held while the results are written: the early check's hold (early_check.hold_evaluated), else a new one
             self._held.append(adopt(folder, f"ckpt_path {str(ckpt)!r}", then=stage))
         self._check_writable()
-        if ckpt and "://" not in str(ckpt) and Path(ckpt).is_file():  # <stage>_results.json goes beside it
-            from lightning_fed.evaluation.stage_results import results_dir
-
-            if why := unwritable(results_dir(str(ckpt), Path())):
-                raise UserError(
-                    f"ckpt_path {str(ckpt)!r}: {stage} writes {stage}_results.json into its run folder: {why}"
-                )
+        if folder is not None and (why := unwritable(folder)):
+            raise UserError(f"ckpt_path {str(ckpt)!r}: {stage} writes {stage}_results.json into its run folder: {why}")
         if ckpt and "://" not in str(ckpt) and getattr(self, "_saved_weights", None) is not None:
             config = yaml.safe_load(
                 self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False, skip_validation=True)
@@ -440,7 +437,29 @@ class FederatedCLI(LightningCLI):
             if getattr(self.datamodule, "tokenizer", None) is None and hasattr(self.model, "tokenizer"):
                 self.datamodule.tokenizer = self.model.tokenizer
             self.datamodule.setup(stage)
+            self._require_planned_examples(stage)
         self._claim_run_folder()
+
+    def _require_planned_examples(self, stage: str) -> None:
+        """Refuse ``stage`` when ``federation.eval_clients`` picks only clients without an example of its set,
+        before anything is written (issue 41: it scored nothing, exit 0): the clients the loop will evaluate,
+        with the checkpoint's last round (:meth:`LoopEvaluation.evaluation_layout`). Not in a private run:
+        its sample is secret, and nothing computed on the clients' data is written unless opted in."""
+        loop = next(c for c in self.trainer.callbacks if isinstance(c, FederatedLoop))
+        plan, server = loop.evaluator.evaluation, loop.server
+        if plan.clients in (None, "all") or privacy_enabled(server.strategy, self.model):
+            return  # every client: the data module's own check (setup) holds
+        if server.datamodule is not self.datamodule:  # as FederatedLoop.setup binds it
+            server.bind(self.datamodule.num_clients, self.datamodule, self.model)
+        report = ((getattr(self, "_saved_weights", None) or {}).get("federation") or {}).get("report") or {}
+        rounds = report.get("rounds", len(report.get("history", [])))
+        planned = plan.clients_for(server, max(rounds - 1, 0), standalone=True)
+        options = f"federation.eval_clients={plan.clients!r}"
+        if plan.clients == "panel":
+            options += f" (federation.eval_panel_size={plan.panel_size})"
+        else:
+            options += f" (round {max(rounds, 1)}'s clients)"
+        self.datamodule.require_planned_examples(stage, planned, options)
 
     def before_validate(self) -> None:
         self._before_evaluation("validate")

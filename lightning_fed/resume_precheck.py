@@ -28,7 +28,10 @@ from typing import Any
 
 from lightning_fed.config_changes import (
     DERIVED_SEEDS,
+    LISTS_OF_CLASSES,
     NOT_COMPARED,
+    class_keys,
+    class_list_changes,
     decides_result,
     evaluation_refusal,
     flatten_config,
@@ -62,20 +65,6 @@ def _summary_config(ckpt_path: str) -> dict[str, Any] | None:
         return None
     config = summary.get("config") if isinstance(summary, dict) else None
     return config if isinstance(config, dict) else None
-
-
-def _class_keys(config: dict[str, Any], prefix: str = "") -> set[str]:
-    """The flattened keys (:func:`flatten_config`) whose value is a ``class_path``."""
-    found: set[str] = set()
-    for key, value in config.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict) and "class_path" in value:
-            found.add(name)
-            init_args = value.get("init_args")
-            found |= _class_keys(init_args if isinstance(init_args, dict) else {}, name)
-        elif isinstance(value, dict):
-            found |= _class_keys(value, name)
-    return found
 
 
 def new_config(sections: dict[str, Any]) -> dict[str, Any]:
@@ -117,39 +106,13 @@ def _numbers(value: Any) -> bool:
 
 def _classes_changes(key: str, old: Any, new: Any) -> list[str] | object:
     """The changes of the list of class sections ``key`` (``federation.hooks``) from ``old`` (as dumped,
-    every argument resolved) to ``new`` (as given, :class:`~lightning_fed.config_values.Merged`), each
-    only what differs (``"federation.hooks[0].schedule: 'cosine' -> 'step'"``; red team 14 L9: both whole
-    lists, ~500 characters), or :data:`_SKIP`. Another count of classes is certain (their class
-    paths shown); so is another class at a place, another value of an argument both give, or of one
-    ``new`` leaves out and the class's ``__init__`` gives a literal default (:func:`_with_defaults`);
-    another default is not known here: left to the live check."""
-    shown = [None if v is None else _class_paths(v) for v in (old, new)]  # (None: no hooks given)
-    old, new = [] if old is None else old, [] if new is None else new
-    if not (isinstance(old, list) and isinstance(new, list)):
-        return _SKIP
-    if len(old) != len(new):
-        return [f"{key}: {shown[0]!r} -> {shown[1]!r}"]
-    if not all(isinstance(c, dict) and isinstance(c.get("class_path"), str) for c in (*old, *new)):
-        return _SKIP
-    for index, (before, after) in enumerate(zip(old, new, strict=True)):
-        if _same(before["class_path"], after["class_path"], True) is False:
-            return [f"{key}[{index}]: {before['class_path']!r} -> {after['class_path']!r}"]
-    changes = []
-    for index, (before, written) in enumerate(zip(old, new, strict=True)):
-        at = f"{key}[{index}]"
-        flat_old, flat_new = flatten_config({at: before}), flatten_config({at: _with_defaults(written)})
-        classes = _class_keys({at: before}) | _class_keys({at: written})
-        for name in sorted(flat_old.keys() & flat_new.keys()):
-            if _same(flat_old[name], flat_new[name], name in classes) is False:
-                changes.append(f"{name}: {flat_old[name]!r} -> {flat_new[name]!r}")
+    every argument resolved) to ``new`` (as given, :class:`~lightning_fed.config_values.Merged`) this module
+    is certain of, by the live check's rule (:func:`~lightning_fed.config_changes.class_list_changes`), or
+    :data:`_SKIP` if none. Certain: another count of classes, another class at a place, another value of an
+    argument both give, or of one ``new`` leaves out whose class's ``__init__`` gives a literal default
+    (:func:`_with_defaults`); another default is not known here: left to the live check."""
+    changes = class_list_changes(key, old, new, lambda a, b, is_class: _same(a, b, is_class) is False, _with_defaults)
     return changes or _SKIP
-
-
-def _class_paths(sections: Any) -> Any:
-    """The class path of each class section of the list ``sections`` (what a count of classes differs in)."""
-    if not isinstance(sections, list):
-        return sections
-    return [c.get("class_path", c) if isinstance(c, dict) else c for c in sections]
 
 
 def _with_defaults(hook: dict[str, Any]) -> dict[str, Any]:
@@ -164,10 +127,6 @@ def _with_defaults(hook: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(given, dict):
         return hook
     return {**hook, "init_args": {**init_defaults(PACKAGES["federation.hooks"], hook["class_path"]), **given}}
-
-
-LISTS_OF_CLASSES = ("federation.hooks",)
-"""Flattened keys whose value is a list of class sections (compared by :func:`_classes_changes`)."""
 
 
 def _same(old: Any, new: Any, is_class: bool) -> bool | object:
@@ -216,7 +175,7 @@ def _changes(old: dict[str, Any], new: dict[str, Any], summary: dict[str, Any] |
     before, after = flatten_config(old), flatten_config(new)
     unset_to_mapping(before, after)  # `federation.privacy: null` -> a mapping
     checked = flatten_config(summary) if summary is not None else None
-    classes = _class_keys(old) | _class_keys(new)
+    classes = class_keys(old) | class_keys(new)
     for flat in (before, after, checked if checked is not None else {}):
         for key in DERIVED_SEEDS:
             if key in flat and flat[key] is None and "seed_everything" in flat:

@@ -16,6 +16,9 @@ line of a ``validate`` or ``test`` whose set has none left (every row longer tha
 dropped, or a ``val_fraction`` that leaves no client a row), which the data module raises at setup
 (issue 41 H3: ``test`` of a set ``on_overflow`` dropped whole exited 0 with a warning and wrote no
 ``test_results.json``, where ``fit`` refuses a client left without training examples).
+:func:`planned_clients_line` is the line of one whose ``federation.eval_clients`` picks only clients
+without an example of the set while other clients have some (issue 41: it scored nothing and exited 0,
+silently).
 
 Imports nothing but :mod:`lightning_fed.option_rules` and the standard library.
 """
@@ -67,3 +70,29 @@ def empty_set_line(stage: str, source: str | None, val_fraction: float, why: str
         )
     left = f": {why}" if why else " (no row of it went to a client)"
     return f"data.{name}_dataset {source!r}: no {name} example is left for {stage} to score{left}"
+
+
+def _some(clients: list[int], shown: int = 8) -> str:
+    """``clients`` as a list, the first ``shown`` of a longer one and how many there are."""
+    return str(clients) if len(clients) <= shown else f"{str(clients[:shown])[:-1]}, ...] ({len(clients)} clients)"
+
+
+def planned_clients_line(
+    stage: str, plan: str, planned: list[int], holding: list[int], source: str | None, val_fraction: float
+) -> str:
+    """The line refusing ``stage`` whose evaluation plan picks only clients without an example of its set.
+
+    Args:
+        stage: The subcommand (``validate``, ``test``).
+        plan: The options that picked them (``federation.eval_clients='panel' (federation.eval_panel_size=1)``).
+        planned: The clients picked.
+        holding: The clients that have examples of the set.
+        source: The set's file or dataset name; ``None`` for rows held out by ``data.val_fraction``.
+        val_fraction: ``data.val_fraction``.
+    """
+    name = EVALUATED[stage]
+    given = f"data.{name}_dataset {source!r}" if source is not None else f"data.val_fraction={val_fraction}"
+    return (
+        f"{plan} picks clients {_some(planned)}, none of which has a {name} example, so {stage} has nothing to"
+        f" score ({given} gives examples to clients {_some(holding)}); set federation.eval_clients=all"
+    )

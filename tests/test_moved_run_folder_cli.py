@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -158,6 +159,47 @@ def test_validate_under_another_root_writes_only_into_the_checkpoint_s_run_folde
     events = [name for name in added[:-1] if Path(name).name.startswith("events.out.tfevents.")]
     assert added[:-1] == events and len(events) == (logger == "true"), added
     assert {name: after[name] for name in before} == before
+
+
+@pytest.mark.parametrize(
+    ("stage", "logger", "where"),
+    [("validate", "true", "checkpoints"), ("test", "true", "alone"), ("validate", "false", "checkpoints")],
+    ids=["validate", "test_alone", "validate_no_logger"],
+)
+def test_a_checkpoint_outside_a_run_folder_is_evaluated_in_one_new_version_folder(
+    tmp_path, earlier, stage, logger, where
+):
+    """Issue 41: ``validate --ckpt_path n/mine/checkpoints/last.ckpt --trainer.default_root_dir n/root`` (a
+    checkpoint copied out alone: ``n/mine`` is no run folder) split its outputs: ``validate_results.json`` into
+    ``n/mine`` (into ``n`` for ``n/last.ckpt``), the events, ``config.yaml``, ``hparams.yaml`` and ``.lock`` into
+    ``n/root/lightning_logs/version_0``. All of them now go into that new ``version_N``, as a resume of such a
+    checkpoint starts one; the user's folder is left as it was."""
+    mine = tmp_path / "n" / "mine"
+    ckpt = mine / "checkpoints" / "last.ckpt" if where == "checkpoints" else mine / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    shutil.copyfile(earlier / CHECKPOINT, ckpt)
+    before = _files(mine)
+    rows = tmp_path / "test.jsonl"  # `test` needs a test set
+    rows.write_text('{"prompt": "p", "chosen": "a", "rejected": "b", "client_id": 0}\n')
+    given = [f"--data.init_args.test_dataset={rows}"] if stage == "test" else []
+    root = tmp_path / "n" / "root"
+    proc = lightning_fed(
+        stage,
+        "--config",
+        "configs/tiny.yaml",
+        "--trainer.enable_progress_bar=false",
+        f"--trainer.logger={logger}",
+        f"--trainer.default_root_dir={root}",
+        *given,
+        f"--ckpt_path={ckpt}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    version = root / "lightning_logs" / "version_0"
+    assert f"results in {version / f'{stage}_results.json'}" in proc.stderr, proc.stderr[-3000:]
+    assert _files(mine) == before and sorted(p.name for p in (tmp_path / "n").iterdir()) == ["mine", "root"]
+    made = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert all(name.startswith(f"lightning_logs{os.sep}version_0{os.sep}") for name in made), made
+    assert {f"{stage}_results.json", "config.yaml"} <= {Path(name).name for name in made}, made
 
 
 def _rounds(run: Path) -> list[dict]:

@@ -143,3 +143,41 @@ def test_a_resume_with_the_run_s_hooks_goes_on_to_the_checkpoint(tmp_path, train
         hook=tmp_path / "hook",
     )
     assert REACHED_TORCH in proc.stderr, proc.stderr
+
+
+def test_a_changed_hook_argument_left_to_the_live_check_is_named_alone(tmp_path, trained):
+    """Red team 14 L9 after torch: where the precheck cannot decide (here the run folder's ``config.yaml`` and
+    ``summary.json`` disagree on the hooks, so the checkpoint decides), the live check
+    (config_changes.compare_configs) refused a changed hook argument with both whole hook lists (~300
+    characters); now with that argument alone, by the precheck's own rule (config_changes.class_list_changes).
+    On a2f8dcc: ``... another config: federation.hooks: [{'class_path': 'lightning_fed.callbacks.RoundLRSchedule',
+    ...}] -> [...]; ...``."""
+    import shutil
+
+    from tests.helpers.cli import lightning_fed
+
+    run = tmp_path / "copy"
+    shutil.copytree(trained.parents[1], run)
+    config = (run / "config.yaml").read_text()
+    edited = config.replace("schedule: cosine", "schedule: step", 1)
+    assert edited != config
+    (run / "config.yaml").write_text(edited)  # the precheck skips the hooks: the checkpoint decides
+    ckpt = run / "checkpoints" / "last.ckpt"
+    proc = lightning_fed(
+        "fit",
+        "--config",
+        "tiny",
+        "--config",
+        _hooks_file(tmp_path, "step", "step"),
+        "--federation.local_steps=1",
+        "--federation.rounds=2",
+        "--trainer.enable_progress_bar=false",
+        f"--ckpt_path={ckpt}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1] == (
+        f"error: ckpt_path {str(ckpt)!r} was written by a run with another config:"
+        " federation.hooks[0].schedule: 'cosine' -> 'step'; resume with the run's own config, or start a new run"
+        " without --ckpt_path"
+    ), proc.stderr[-3000:]

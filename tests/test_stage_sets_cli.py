@@ -130,3 +130,42 @@ def test_validate_with_no_validation_example_is_refused(tmp_path, earlier):
     )
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, line, "")
     assert _files(earlier) == before
+
+
+@pytest.mark.parametrize(
+    ("stage", "given", "plan", "picked"),
+    [
+        ("test", "test_dataset", ["--federation.eval_clients=panel", "--federation.eval_panel_size=1"], "[1]"),
+        ("validate", "val_dataset", ["--federation.eval_clients=sampled"], "[1, 3]"),
+    ],
+    ids=["test_panel", "validate_sampled"],
+)
+def test_an_evaluation_plan_that_picks_only_clients_without_examples_is_refused(
+    tmp_path, earlier, stage, given, plan, picked
+):
+    """Issue 41: ``test`` with ``federation.eval_clients=panel`` of one client (or ``validate`` with
+    ``sampled``) whose clients hold none of the set's rows, while client 0 holds one, scored nothing: on
+    a2f8dcc exit 0, nothing on stdout or stderr, no results file, an empty events file in the run folder.
+    Now exit 2, one line naming the options, the clients and the set; the run folder as it was."""
+    rows = tmp_path / "one.jsonl"
+    rows.write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n')  # one row: it goes to client 0
+    before = _files(earlier)
+    proc = lightning_fed(
+        stage,
+        "--config",
+        str(earlier / "config.yaml"),
+        "--trainer.enable_progress_bar=false",
+        f"--data.init_args.{given}={rows}",
+        *plan,
+        f"--ckpt_path={earlier / 'checkpoints' / 'last.ckpt'}",
+        cwd=tmp_path,
+    )
+    options = plan[0].removeprefix("--").replace("=", "='", 1) + "'"
+    options += " (federation.eval_panel_size=1)" if "panel" in options else " (round 1's clients)"
+    name = given.split("_")[0]
+    line = (
+        f"error: {options} picks clients {picked}, none of which has a {name} example, so {stage} has nothing"
+        f" to score (data.{given} {str(rows)!r} gives examples to clients [0]); set federation.eval_clients=all\n"
+    )
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, line, "")
+    assert _files(earlier) == before  # no results file, no events file

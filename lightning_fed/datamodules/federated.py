@@ -54,7 +54,7 @@ from lightning_fed.errors import UserError
 from lightning_fed.federation.round_plan import RoundPlan, RoundPlanner
 from lightning_fed.option_rules import FEDERATED_DATA
 from lightning_fed.option_rules import problems as rule_problems
-from lightning_fed.stage_sets import EVALUATED, NO_TEST_SET, empty_set_line
+from lightning_fed.stage_sets import EVALUATED, NO_TEST_SET, empty_set_line, planned_clients_line
 
 
 class FederatedDataModule(pl.LightningDataModule):
@@ -345,6 +345,16 @@ class FederatedDataModule(pl.LightningDataModule):
         source = self.test_dataset if name == "test" else self.val_dataset
         why = self.encoding.left_none(name, self.max_length, self.min_prompt_length) if source is not None else None
         raise UserError(empty_set_line(stage, source, self.val_fraction, why))
+
+    def require_planned_examples(self, stage: str, planned: list[int], plan: str) -> None:
+        """Refuse ``validate``/``test`` (``stage``) when the clients its plan picks (``planned``, by ``plan``:
+        the options, as :func:`~lightning_fed.stage_sets.planned_clients_line` names them) have no example of
+        its set while other clients have some: it would score nothing and exit 0 (issue 41)."""
+        name = EVALUATED[stage]
+        holding = [c.client_id for c in self.clients if len(getattr(c, f"{name}_set"))]
+        if holding and not any(len(getattr(self.clients[cid], f"{name}_set")) for cid in planned):
+            source = self.test_dataset if name == "test" else self.val_dataset
+            raise UserError(planned_clients_line(stage, plan, planned, holding, source, self.val_fraction))
 
     def _private_run(self) -> bool:
         """:attr:`private`, else what the Trainer's federated loop reports (its round report's

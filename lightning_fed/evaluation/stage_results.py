@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.federation.client_stats import distribution, per_client_logging
+from lightning_fed.federation.version_folder import checkpoint_run
 
 
 def _means(sums: dict[str, float], count: int) -> dict[str, float]:
@@ -96,11 +97,11 @@ def stage_scalars(trainer: Any, results: dict[str, Any], stage: str, step: int, 
 
 
 def results_dir(ckpt_path: str | None, fallback: Path) -> Path:
-    """The run folder of a checkpoint (``<run>/checkpoints/last.ckpt`` -> ``<run>``), else ``fallback``."""
-    if not ckpt_path:
-        return fallback
-    parent = Path(ckpt_path).expanduser().resolve().parent
-    return parent.parent if parent.name == "checkpoints" else parent
+    """Where ``<stage>_results.json`` goes: the checkpoint's run folder
+    (:func:`~lightning_fed.federation.version_folder.checkpoint_run`, where the live CLI places the logger
+    too), else ``fallback``, the run's own folder (a checkpoint outside a run folder is evaluated in a new
+    ``version_N``, its results beside its events and ``config.yaml``; issue 41)."""
+    return checkpoint_run(ckpt_path) or fallback
 
 
 def write_results(path: Path, results: dict[str, Any]) -> Path:

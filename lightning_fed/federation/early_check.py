@@ -214,23 +214,10 @@ def hold_resumed(path: str, args: list[str]) -> None:
         hold_early(folder, f"ckpt_path {path!r}")
 
 
-def evaluated_folder(path: str) -> Path | None:
-    """The run folder (absolute) ``validate``/``test`` of the checkpoint ``path`` writes
-    ``<stage>_results.json`` into (:func:`~lightning_fed.evaluation.stage_results.results_dir`) and so
-    holds: ``<run>`` of ``<run>/checkpoints/<file>``, or the checkpoint's own folder when it holds a
-    lock file (a run folder); ``None`` for any other folder (no lock file is made in a folder of the
-    user's)."""
-    from lightning_fed.federation.version_folder import LOCK_FILE
-
-    parent = Path(path).absolute().parent
-    if parent.name == "checkpoints":
-        return parent.parent
-    return parent if (parent / LOCK_FILE).is_file() else None
-
-
 def hold_evaluated(path: str, stage: str) -> None:
     """Hold, before torch, the run folder ``validate``/``test`` (``stage``) writes its results into
-    (:func:`evaluated_folder`), as a resume holds its own (:func:`hold_resumed`): red team 10 row 11, a
+    (:func:`~lightning_fed.federation.version_folder.checkpoint_run`: a checkpoint outside a run folder is
+    evaluated in a new ``version_N``), as a resume holds its own (:func:`hold_resumed`): red team 10 row 11, a
     ``validate`` wrote ``validate_results.json`` and an events file into the folder of a resume still
     running, which went on to rewrite the checkpoint. Rank 0 holds it (as :func:`hold_resumed`).
 
@@ -239,11 +226,11 @@ def hold_evaluated(path: str, stage: str) -> None:
     """
     import os
 
-    from lightning_fed.federation.version_folder import hold_early
+    from lightning_fed.federation.version_folder import checkpoint_run, hold_early
 
     if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("NODE_RANK", "0") != "0":
         return
-    if (folder := evaluated_folder(path)) is not None and folder.is_dir():
+    if (folder := checkpoint_run(path)) is not None and folder.is_dir():
         hold_early(folder, f"ckpt_path {path!r}", then=stage)
 
 

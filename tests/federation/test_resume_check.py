@@ -109,3 +109,17 @@ def test_a_mapping_set_where_the_run_had_none_is_a_change():
     assert compare_configs(old, new)[0] == ["data.field_map: None -> {'prompt': 'q'}"]
     assert compare_configs(new, old)[0] == ["data.field_map: {'prompt': 'q'} -> None"]
     assert compare_configs(new, new) == ([], [])
+
+
+def test_a_changed_hook_argument_is_named_alone_after_torch_too():
+    """Red team 14 L9 in the live check (config_changes.compare_configs, after torch): a hook's changed argument
+    was refused with both whole hook lists; now with the argument alone, by the precheck's own rule
+    (config_changes.class_list_changes), and another count of hooks with their classes."""
+    hook = {"class_path": "lightning_fed.callbacks.RoundLRSchedule", "init_args": {"schedule": "cosine", "gamma": 0.5}}
+    old = _with(federation__hooks=[hook])
+    step = _with(federation__hooks=[{**hook, "init_args": {"schedule": "step", "gamma": 0.5}}])
+    assert compare_configs(old, step) == (["federation.hooks[0].schedule: 'cosine' -> 'step'"], [])
+    assert compare_configs(old, _with(federation__hooks=None)) == (
+        ["federation.hooks: ['lightning_fed.callbacks.RoundLRSchedule'] -> None"],
+        [],
+    )
