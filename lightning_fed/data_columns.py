@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.class_parameters import class_chain
-from lightning_fed.column_types import csv_field_problem, parquet_field_problem
+from lightning_fed.column_types import csv_field_problem, pandas_values, parquet_field_problem
 from lightning_fed.data_cross_rules import (
     MAX_SCANNED_BYTES,
     READS_ITS_SOURCE,
@@ -256,17 +256,25 @@ def _is_text(dataset: str, column: str) -> bool:
 
 def _key_values(dataset: str, column: str) -> list[Any] | None:
     """The distinct values of ``column`` of the local file ``dataset``, sorted, where certain as
-    ``ByKey`` reads them: a Parquet column (pyarrow) or JSON/JSON Lines rows whose values are all text
-    or all integers, a CSV column of text (:func:`csv_rows`); ``None`` otherwise (a null, mixed or
-    number-like values, a file not read here: the partitioner's to say after the imports)."""
+    ``ByKey`` reads them: a Parquet column (pyarrow) or JSON/JSON Lines rows or a CSV column as pandas
+    types it (:func:`csv_cells`, :func:`~lightning_fed.column_types.pandas_values`) whose values are all
+    text or all integers; ``None`` otherwise (a null, mixed or number-like values, a file not read here,
+    no regular file: the partitioner's, or the path check's, to say)."""
     path = Path(dataset).expanduser()
     try:
+        if not path.is_file():
+            return None  # a FIFO is never opened here (lightning_fed/data_paths.py refuses it)
         if path.suffix.lower() == ".parquet":
             import pyarrow.parquet as pq  # no torch
 
             values = pq.read_table(path, columns=[column]).column(0)
             return None if values.null_count else sorted(values.unique().to_pylist())
-        rows = csv_rows(path) if path.suffix.lower() == ".csv" else json_rows(path)
+        if path.suffix.lower() == ".csv":  # typed as pandas types the column (column_types.py)
+            cells = csv_cells(path)
+            typed = pandas_values([row.get(column) for row in cells]) if cells else None
+            rows = None if typed is None else [{column: value} for value in typed[1]]
+        else:
+            rows = json_rows(path)
     except Exception:  # noqa: BLE001 - not read cleanly: the data source's to say
         return None
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):

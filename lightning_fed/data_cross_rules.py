@@ -139,8 +139,9 @@ def json_rows(path: Path) -> Any:
     ``datasets`` reads as one ``text`` column, :func:`text_column_array`, as such rows), or ``None`` for a
     file of another suffix or larger than :data:`MAX_SCANNED_BYTES` (not scanned here). Raises what reading
     or parsing raises (the callers leave such a file to the data source's reader); :func:`local_columns`
-    and :func:`lightning_fed.data_columns.data_columns_problem` read rows with it."""
-    if path.suffix.lower() not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
+    and :func:`lightning_fed.data_columns.data_columns_problem` read rows with it; no regular file (a
+    FIFO) is never opened."""
+    if not path.is_file() or path.suffix.lower() not in (".json", ".jsonl") or path.stat().st_size > MAX_SCANNED_BYTES:
         return None
     text = path.read_text(encoding="utf-8-sig")  # datasets drops a BOM too
     if text.lstrip().startswith("["):

@@ -21,7 +21,7 @@ from tests.helpers.refusals import assert_refused_before_torch, shipped_config, 
 NOT_TEXT = ": field 'prompt' must be text; row 0 has {}"
 MISSING_PROMPT = ": missing field 'prompt' (columns: text; map it with data.field_map)"
 GOOD = [
-    {"user": f"u{i % 2}", "prompt": f"p{i}", "chosen": "a", "rejected": "b", "question": f"q{i}", "preferred": "a"}
+    {"user": f"u{i % 4}", "prompt": f"p{i}", "chosen": "a", "rejected": "b", "question": f"q{i}", "preferred": "a"}
     | {"other": "b"}
     for i in range(4)
 ]
