@@ -19,6 +19,7 @@ LAYERS: list[set[str]] = [
         "data_paths",
         "data_cross_rules",
         "data_files",
+        "column_types",
         "transformers_configs",
         "model_sources",
         "allocator",
