@@ -42,7 +42,8 @@ from lightning_fed.class_kinds import package_class
 from lightning_fed.class_parameters import init_defaults, table
 from lightning_fed.class_paths import package_subclasses
 from lightning_fed.data_columns import missing_field_problem, record_kind
-from lightning_fed.data_paths import dataset_text_problem, missing_path_problem
+from lightning_fed.data_files import local_data_problem
+from lightning_fed.data_paths import dataset_text_problem, missing_path_problem, path_kind_problem
 from lightning_fed.hook_rules import (
     UNWRAPPED,
     concurrency_problem,
@@ -230,7 +231,9 @@ def anchors_problem(index: int, init_args: dict[str, Any], key: str = "anchors")
     """A hook's data set option ``key`` (:data:`PLANTED_ARGS`: HierarchicalDataSelection's ``anchors``,
     EmulatorAlignment's ``dataset``, red team 9 row 1): an unknown synthetic set, or a local path to nothing;
     an empty value (``anchors=''``, red team 12 row 5: it passed here and the run went on) as ``data.dataset``'s
-    (:func:`~lightning_fed.data_paths.dataset_text_problem`)."""
+    (:func:`~lightning_fed.data_paths.dataset_text_problem`); a file no reader takes (``notes.txt``), a FIFO
+    (never opened) or a file ``datasets`` cannot read, as ``data.dataset``'s (red team 15 H4: HeldOutRouge's
+    ``dataset: notes.txt`` trained a round, wrote a run folder, then was refused as ``data.dataset``)."""
     anchors, option = init_args.get(key), f"federation.hooks[{index}].{key}"
     if not isinstance(anchors, str):
         return None
@@ -241,7 +244,11 @@ def anchors_problem(index: int, init_args: dict[str, Any], key: str = "anchors")
         if isinstance(sets, dict) and anchors[len(SYNTHETIC_PREFIX) :] not in sets:
             return f"{option} {anchors!r}: unknown synthetic set; valid: {[SYNTHETIC_PREFIX + k for k in sets]}"
         return None
-    return missing_path_problem(anchors, option)
+    return (
+        missing_path_problem(anchors, option)
+        or path_kind_problem(anchors, option)
+        or local_data_problem(option, anchors)
+    )
 
 
 GPT2_BPE = ("lightning_fed.selection.features", "GPT2_BPE")
@@ -363,7 +370,9 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
             problem := anchors_problem(index, init_args) or proxy_problem(index, init_args)
         ):
             return problem
-        if _is(name, "EmulatorAlignment") and (problem := anchors_problem(index, init_args, "dataset")):
+        if (_is(name, "EmulatorAlignment") or _is(name, "HeldOutRouge")) and (
+            problem := anchors_problem(index, init_args, "dataset")
+        ):
             return problem
         if problem := planted_args_problem(index, hook["class_path"], init_args):
             return problem

@@ -73,6 +73,26 @@ def load_records(
     return ds
 
 
+def load_public_records(
+    option: str,
+    dataset: str,
+    kind: str,
+    split: str = "train",
+    field_map: Mapping[str, str] | None = None,
+    synthetic_args: Mapping | None = None,
+) -> datasets.Dataset:
+    """:func:`load_records` of a round hook's public set, its failure one line naming the hook's ``option``
+    (``federation.hooks: HeldOutRouge.dataset``; its field map as ``<option>``'s ``field_map``) where the
+    data source names ``data.dataset`` (red team 15 H4: a HeldOutRouge ``dataset`` no reader takes was
+    refused after a round as ``data.dataset``). The precheck says the same lines naming
+    ``federation.hooks[i]`` (:func:`lightning_fed.hook_cross_rules.anchors_problem`)."""
+    try:
+        return load_records(dataset, kind, split=split, field_map=field_map, synthetic_args=synthetic_args)
+    except (ValueError, FileNotFoundError) as err:
+        field_option = option.rpartition(".")[0] + ".field_map"
+        raise UserError(str(err).replace("data.dataset", option, 1).replace("data.field_map", field_option)) from None
+
+
 def read_source(dataset: str, split: str = "train", synthetic_args: Mapping | None = None) -> datasets.Dataset:
     """The rows of ``dataset`` as the source has them (columns not renamed, not validated).
 

@@ -44,9 +44,10 @@ def held_out_examples(
     category: ``{"category": "summarization"}``). With ``max_examples``, a seeded random
     subset of that size.
     """
-    from lightning_fed.datamodules.sources import load_records
+    from lightning_fed.datamodules.sources import load_public_records
 
-    records = load_records(dataset, "instruction", split=split, field_map=field_map, synthetic_args=synthetic_args)
+    option = "federation.hooks: HeldOutRouge.dataset"
+    records = load_public_records(option, dataset, "instruction", split, field_map, synthetic_args)
     for column, value in (where or {}).items():
         if column not in records.column_names:
             raise ValueError(

@@ -145,10 +145,11 @@ class EmulatorAlignment(RoundHook):
     def public_examples(self, tokenizer: Any) -> list[list[int]]:
         """Token ids of the public texts (prompt + response), loaded and validated once."""
         if self._examples is None:
-            from lightning_fed.datamodules.sources import load_records
+            from lightning_fed.datamodules.sources import load_public_records
 
-            records = load_records(
-                self.dataset, self.kind, split=self.split, field_map=self.field_map, synthetic_args=self.synthetic_args
+            option = "federation.hooks: EmulatorAlignment.dataset"
+            records = load_public_records(
+                option, self.dataset, self.kind, self.split, self.field_map, self.synthetic_args
             )
             rows = records.to_list()[: self.max_examples]
             if self.kind == "instruction":
