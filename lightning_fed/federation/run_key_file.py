@@ -13,6 +13,7 @@ import hmac
 import os
 import re
 import secrets
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -87,11 +88,22 @@ class RunSecret:
 
     # ------------------------------------------------------------------ the key file
     def write(self, path: str | os.PathLike[str]) -> Path:
-        """Write the key to ``path`` (hex), created with mode 0600 (never widened by the umask)."""
+        """Write the key to ``path`` (hex), created with mode 0600 (never widened by the umask).
+
+        ``ValueError`` naming the path when it, or its ``.tmp`` file, is there but not a regular file (a
+        FIFO, a folder, a device, a symlink to one): nothing is written through it, and a FIFO never
+        blocks the run (red team 15, H3)."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        for there in (path, tmp):
+            if kind := not_a_file(there):
+                raise ValueError(
+                    f"{there}: not a lightning-fed run key ({kind}): refusing to write the run's key there"
+                )
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped in since the check above
+                raise ValueError(f"{tmp}: not a regular file: refusing to write the run's key there")
             os.fchmod(fd, 0o600)
             os.write(fd, (self._key.hex() + "\n").encode())
             os.fsync(fd)
@@ -114,27 +126,55 @@ class RunSecret:
         raise ValueError(f"{path}: not a lightning-fed run key ({why})")
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def not_a_file(path: Path) -> str | None:
+    """What ``path`` is when it is there but not a regular file (``"a FIFO"``, ``"a symlink to a character
+    device /dev/zero"``, ...), from ``stat`` alone (a FIFO is never opened); ``None`` for a regular file
+    or a path that is not there at all."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:  # a dangling symlink, a loop, no permission
+        return f"unreadable: {err.strerror}"
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return f"a symlink to {kind} {os.path.realpath(path)}" if path.is_symlink() else kind
+
+
 WHAT_TO_DO = "put the run's own key file back, or delete this one to resume with fresh secret randomness"
 """The end of the lines refusing a run's key file (:func:`check_key`)."""
 
 
 def check_key(state: Mapping[str, Any], ckpt: str | None = None) -> RunSecret | None:
     """The key file's secret for a checkpoint's ``run_key`` state (``{"id", "fingerprint"}``);
-    ``None`` when the file is missing (or the checkpoint has no key state). ``ckpt``: the ``ckpt_path``
-    the lines name first, where known (the option that led to the key file).
+    ``None`` when the file is missing (nothing at its path: ``lexists`` false) or the checkpoint has no key
+    state. ``ckpt``: the ``ckpt_path`` the lines name first, where known (the option that led to the key file).
 
     Raises:
         CheckpointError: One line naming ``ckpt`` and the key file when it holds another run's key, or
             is not a key at all (issue 41, M13: random bytes were a bare ``UnicodeDecodeError`` and the
-            ``--debug`` hint, a cut key the file and the hint as a second line).
+            ``--debug`` hint, a cut key the file and the hint as a second line), or is not a regular file (a
+            FIFO, a folder, a symlink to ``/dev/zero``: on 4a8638c resumed as a lost key, red team 15 H3).
     """
     run_id, fingerprint = state.get("id"), state.get("fingerprint")
     if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
         return None
     path = key_file(run_id)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
     where = "" if ckpt is None else f"ckpt_path {str(ckpt)!r}: "
+    if kind := not_a_file(path):
+        raise CheckpointError(f"{where}{path}: not a lightning-fed run key ({kind}): {WHAT_TO_DO}")
     try:
         secret = RunSecret.read(path)
     except ValueError as err:

@@ -152,6 +152,48 @@ def test_a_damaged_key_file_is_refused_before_lightning_in_one_line_even_with_a_
     assert _hashes(run) == before and key.read_bytes() == damaged
 
 
+def test_a_key_path_that_is_not_a_regular_file_is_refused_not_resumed_as_a_lost_key(tmp_path, key_store):
+    """Red team 15, H3: on 4a8638c a FIFO, a folder or a symlink to ``/dev/zero`` at the run's key path was taken
+    for a lost key: ``warning: resuming a private run without its key file ...``, fresh randomness, exit 0, a
+    round trained. Now each is refused before Lightning in one line naming ``ckpt_path``, the key file and what
+    it is (the FIFO never opened), the run folder and the key path unchanged. One fit, then three resumes."""
+    proc = _fit(_config(tmp_path, "dp_sgd"), key_store)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (key,) = key_store.glob("*.key")
+    run = tmp_path / "run"
+    ckpt = next(run.rglob("last.ckpt"))
+    before = _hashes(run)
+    key.unlink()
+    env = {**ENV, "LIGHTNING_FED_KEY_DIR": str(key_store), "PYTHONPATH": str(ROOT)}
+    args = ["fit", "--config", str(tmp_path / "dp_sgd.yaml"), "--ckpt_path", str(ckpt), "--federation.rounds", "2"]
+    for make, kind in (
+        (os.mkfifo, "a FIFO"),
+        (os.mkdir, "a folder"),
+        (lambda p: os.symlink("/dev/zero", p), "a symlink to a character device /dev/zero"),
+    ):
+        make(key)
+        resumed = run_process([sys.executable, "-m", "lightning_fed.cli", *args], env=env)
+        message = (
+            f"ckpt_path {str(ckpt)!r}: {key}: not a lightning-fed run key ({kind}): put the run's own key file back,"
+            " or delete this one to resume with fresh secret randomness"
+        )
+        assert (resumed.returncode, resumed.stderr) == (2, f"error: {message}\n"), kind
+        assert _hashes(run) == before and sorted(key_store.iterdir()) == [key], kind
+        key.rmdir() if kind == "a folder" else key.unlink()
+
+
+def test_a_new_run_never_writes_its_key_through_a_fifo_or_a_folder(tmp_path):
+    """A FIFO at a new key path (or its ``.tmp``) would have blocked the run; a folder made ``os.replace`` fail."""
+    for name in ("k.key", "k.key.tmp"):
+        for make, kind in ((os.mkfifo, "a FIFO"), (os.mkdir, "a folder")):
+            there = tmp_path / name
+            make(there)
+            with pytest.raises(ValueError, match=re.escape(f"{there}: not a lightning-fed run key ({kind})")):
+                RunSecret.fresh().write(tmp_path / "k.key")
+            there.rmdir() if kind == "a folder" else there.unlink()
+            assert not list(tmp_path.iterdir())
+
+
 def test_a_calibrated_private_run_prints_the_package_lines_without_a_level_prefix(tmp_path, key_store):
     """Red team 12 row 8 (dp_eps_1e4): in a ClientLevelDP run whose noise is calibrated for
     ``federation.privacy.target_epsilon`` (with an adaptive clip's ``count_stddev``, checked before
