@@ -106,9 +106,23 @@ def exported_path(package: str, name: str) -> str | None:
 
 
 def bound_class(module: str, name: str) -> bool:
-    """Whether the source of ``module`` (``lightning_fed.<...>``) defines or imports a class ``name``; a
-    module with no source file binds none (unlike :func:`defined`, which leaves it to the parser)."""
-    return _class(module, name) is not None
+    """Whether the source of ``module`` (``lightning_fed.<...>``) defines or imports a class ``name``, or
+    exports it lazily (a package whose ``__init__`` lists ``name`` in ``__all__`` and loads it in its
+    ``__getattr__``: ``lightning_fed.deploy.SecureAggregation``); a module with no source file binds none
+    (unlike :func:`defined`, which leaves it to the parser)."""
+    if _class(module, name) is not None:
+        return True
+    tree = _module(module)
+    return tree is not None and name in _all_names(tree)
+
+
+def _all_names(tree: ast.Module) -> list[str]:
+    """The names a module's literal ``__all__`` lists (none when it has no literal one)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            if isinstance(node.value, (ast.List, ast.Tuple)):
+                return [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
 
 
 def defined(module: str, name: str) -> bool:

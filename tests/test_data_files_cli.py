@@ -16,7 +16,7 @@ import pytest
 from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
 from tests.helpers.refusals import assert_refused_before_torch
 
-GOOD = [{"user": f"u{i % 2}", "prompt": f"p{i}", "chosen": "a", "rejected": "b"} for i in range(4)]
+GOOD = [{"user": f"u{i % 4}", "prompt": f"p{i}", "chosen": "a", "rejected": "b"} for i in range(4)]
 HEADER = "user,prompt,chosen,rejected\n"
 CSV = HEADER + "".join(f"{r['user']},{r['prompt']},a,b\n" for r in GOOD)
 
