@@ -54,6 +54,7 @@ from lightning_fed.hook_rules import (
 from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir, missing_package_problem
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.strategy_modules import aggregating_strategy
+from lightning_fed.yaml_reading import any_value
 
 HOOK_NEEDS = {
     "ClientGrouping": ("FedBiscuit", "federation.strategy=FedBiscuit, got {}"),
@@ -212,11 +213,12 @@ def min_lr_problem(index: int, init_args: dict[str, Any], sections: dict[str, An
     from lightning_fed.class_parameters import init_defaults
     from lightning_fed.option_rules import PACKAGES
 
-    schedule, floor = init_args.get("schedule", "cosine"), init_args.get("min_lr")
+    schedule, floor = init_args.get("schedule", "cosine"), any_value(init_args.get("min_lr"))
     model = sections.get("model")
     if schedule != "cosine" or not isinstance(model, dict) or not package_class("model", model["class_path"]):
         return None
-    lr = model["init_args"].get("lr", init_defaults(PACKAGES["model"], model["class_path"]).get("lr"))
+    # typed floats: a quoted number is the number to the parser (yaml_reading.any_value)
+    lr = any_value(model["init_args"].get("lr", init_defaults(PACKAGES["model"], model["class_path"]).get("lr")))
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (floor, lr))
     if numbers and floor > lr:
         return (

@@ -102,3 +102,20 @@ def test_a_quoted_number_below_a_class_or_in_a_mapping_goes_on_to_the_parser(tmp
 )
 def test_a_quoted_nested_value_the_parser_refuses_is_one_line_before_torch(tmp_path, where, value, line):
     assert_config_refused_before_torch(tmp_path, _set(_with_dirichlet(shipped_config("tiny")), where, value), line)
+
+
+COSINE = {"class_path": "lightning_fed.callbacks.RoundLRSchedule", "init_args": {"schedule": "cosine"}}
+
+
+@pytest.mark.parametrize(("lr", "min_lr"), [("0.005", "1.0"), (0.005, "1.0"), ("0.005", 1.0)])
+def test_a_quoted_number_of_a_cross_check_is_held_against_the_other_option(tmp_path, lr, min_lr):
+    """RoundLRSchedule's ``min_lr`` above ``model.lr`` is refused whichever of the two is quoted, as when
+    neither is (red team 15 H2: on 4a8638c ``lr: "0.005"`` with ``min_lr: "1.0"``, or either quoted
+    alone, passed the precheck and the run trained to the end, exit 0)."""
+    config = _set(shipped_config("tiny"), "model.init_args.lr", lr)
+    config["federation"]["hooks"] = [{**COSINE, "init_args": {**COSINE["init_args"], "min_lr": min_lr}}]
+    line = (
+        "federation.hooks[0].min_lr=1.0 is above model.lr=0.005: the cosine schedule's floor would raise"
+        " the rate every round"
+    )
+    assert_config_refused_before_torch(tmp_path, config, line)
