@@ -30,6 +30,7 @@ QUOTED = {
     "federation.rounds": ("federation.rounds", "3"),
     "federation.local_steps": ("federation.local_steps", "1_0"),
     "trainer.gradient_clip_val": ("trainer.gradient_clip_val", "1.0"),
+    "seed_everything": ("seed_everything", "5"),  # a file's; on the command line a quoted value is refused
 }
 
 
