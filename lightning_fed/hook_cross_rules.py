@@ -139,7 +139,8 @@ def missing_hook_line(strategy: str, hook: str, why: str, names: list[str]) -> s
 
 def target_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:
     """SystemHeterogeneity's ``target`` above ``federation.clients_per_round`` (``sampling: fixed_size``)."""
-    target, per_round = init_args.get("target"), _federation(sections, "clients_per_round")
+    # typed ints: a quoted number is the number to the parser (yaml_reading.any_value)
+    target, per_round = any_value(init_args.get("target")), any_value(_federation(sections, "clients_per_round"))
     if _federation(sections, "sampling") != "fixed_size":
         return None  # a Poisson round selects any number of clients: the bound run decides
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (target, per_round))

@@ -120,3 +120,13 @@ def test_a_quoted_number_of_a_cross_check_is_held_against_the_other_option(tmp_p
         " the rate every round"
     )
     assert_config_refused_before_torch(tmp_path, config, line)
+
+
+@pytest.mark.parametrize(("target", "per_round"), [("3", 2), (3, "2"), ("3", "2")])
+def test_a_quoted_hook_target_is_held_against_clients_per_round(tmp_path, target, per_round):
+    """SystemHeterogeneity's ``target`` above ``federation.clients_per_round``, either quoted (on 4a8638c
+    ``target: "3"`` passed the precheck, the check comparing only ints)."""
+    config = _set(shipped_config("tiny"), "federation.clients_per_round", per_round)
+    config["federation"]["hooks"] = [{"class_path": "SystemHeterogeneity", "init_args": {"target": target}}]
+    line = "federation.hooks[0].target=3 exceeds federation.clients_per_round=2 (the selected)"
+    assert_config_refused_before_torch(tmp_path, config, line)
