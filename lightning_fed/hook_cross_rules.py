@@ -160,19 +160,20 @@ def async_concurrency_problem(
     arrivals = init_args.get("arrivals", _default(class_path, "arrivals"))
     if arrivals == "real" or (clients := num_clients_of(sections)) is None:
         return None
-    concurrency = init_args.get("concurrency", _default(class_path, "concurrency"))
+    concurrency = any_value(init_args.get("concurrency", _default(class_path, "concurrency")))  # "9" is 9
     return concurrency_problem(f"federation.hooks[{index}]", concurrency, clients)
 
 
 def num_clients_of(sections: dict[str, Any]) -> Any:
     """``data.num_clients`` of the package's data module, given or its default; ``None`` for a data
-    module of the user's (its clients are its own)."""
+    module of the user's (its clients are its own). A quoted number is the number, as the parser casts it."""
     from lightning_fed.option_rules import PACKAGES
 
     data = sections.get("data")
     if not isinstance(data, dict) or not package_class("data", data["class_path"]):
         return None
-    return data["init_args"].get("num_clients", init_defaults(PACKAGES["data"], data["class_path"]).get("num_clients"))
+    given = data["init_args"].get("num_clients", init_defaults(PACKAGES["data"], data["class_path"]).get("num_clients"))
+    return any_value(given)
 
 
 def per_client_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:

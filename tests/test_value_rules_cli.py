@@ -130,3 +130,13 @@ def test_a_quoted_hook_target_is_held_against_clients_per_round(tmp_path, target
     config["federation"]["hooks"] = [{"class_path": "SystemHeterogeneity", "init_args": {"target": target}}]
     line = "federation.hooks[0].target=3 exceeds federation.clients_per_round=2 (the selected)"
     assert_config_refused_before_torch(tmp_path, config, line)
+
+
+@pytest.mark.parametrize(("concurrency", "num_clients"), [("9", 4), (9, "4")])
+def test_a_quoted_hook_concurrency_is_held_against_num_clients(tmp_path, concurrency, num_clients):
+    """AsyncArrivals' ``concurrency`` above ``data.num_clients``, either quoted (on 4a8638c
+    ``concurrency: "9"`` passed the precheck, the check comparing only ints)."""
+    config = _set(shipped_config("feddpo_fedbuff"), "data.init_args.num_clients", num_clients)
+    config["federation"]["hooks"] = [{"class_path": "AsyncArrivals", "init_args": {"concurrency": concurrency}}]
+    line = "federation.hooks[0].concurrency must be in [1, data.num_clients=4], got 9"
+    assert_config_refused_before_torch(tmp_path, config, line)
