@@ -373,7 +373,8 @@ class Merged:
     def option_problem(self) -> str | None:
         """A key or value of the package's ``model:`` / ``data:`` class its source says is wrong
         (:mod:`lightning_fed.class_options`), as the live parser refuses it while parsing."""
-        if problem := seed_type_problem(self.sections.get("seed_everything")):
+        seed_given = "seed_everything" in self.from_command_line
+        if problem := seed_type_problem(self.sections.get("seed_everything"), seed_given):
             return problem
         for name in MAPPINGS:
             value = self.sections.get(name)  # the code reads them as mappings (trainer: 5 was an AttributeError)

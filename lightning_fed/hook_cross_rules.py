@@ -55,6 +55,7 @@ from lightning_fed.hook_rules import (
 from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir, missing_package_problem
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.strategy_modules import aggregating_strategy
+from lightning_fed.yaml_reading import any_value
 
 HOOK_NEEDS = {
     "ClientGrouping": ("FedBiscuit", "federation.strategy=FedBiscuit, got {}"),
@@ -139,7 +140,8 @@ def missing_hook_line(strategy: str, hook: str, why: str, names: list[str]) -> s
 
 def target_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:
     """SystemHeterogeneity's ``target`` above ``federation.clients_per_round`` (``sampling: fixed_size``)."""
-    target, per_round = init_args.get("target"), _federation(sections, "clients_per_round")
+    # typed ints: a quoted number is the number to the parser (yaml_reading.any_value)
+    target, per_round = any_value(init_args.get("target")), any_value(_federation(sections, "clients_per_round"))
     if _federation(sections, "sampling") != "fixed_size":
         return None  # a Poisson round selects any number of clients: the bound run decides
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (target, per_round))
@@ -159,19 +161,20 @@ def async_concurrency_problem(
     arrivals = init_args.get("arrivals", _default(class_path, "arrivals"))
     if arrivals == "real" or (clients := num_clients_of(sections)) is None:
         return None
-    concurrency = init_args.get("concurrency", _default(class_path, "concurrency"))
+    concurrency = any_value(init_args.get("concurrency", _default(class_path, "concurrency")))  # "9" is 9
     return concurrency_problem(f"federation.hooks[{index}]", concurrency, clients)
 
 
 def num_clients_of(sections: dict[str, Any]) -> Any:
     """``data.num_clients`` of the package's data module, given or its default; ``None`` for a data
-    module of the user's (its clients are its own)."""
+    module of the user's (its clients are its own). A quoted number is the number, as the parser casts it."""
     from lightning_fed.option_rules import PACKAGES
 
     data = sections.get("data")
     if not isinstance(data, dict) or not package_class("data", data["class_path"]):
         return None
-    return data["init_args"].get("num_clients", init_defaults(PACKAGES["data"], data["class_path"]).get("num_clients"))
+    given = data["init_args"].get("num_clients", init_defaults(PACKAGES["data"], data["class_path"]).get("num_clients"))
+    return any_value(given)
 
 
 def per_client_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:
@@ -213,11 +216,12 @@ def min_lr_problem(index: int, init_args: dict[str, Any], sections: dict[str, An
     from lightning_fed.class_parameters import init_defaults
     from lightning_fed.option_rules import PACKAGES
 
-    schedule, floor = init_args.get("schedule", "cosine"), init_args.get("min_lr")
+    schedule, floor = init_args.get("schedule", "cosine"), any_value(init_args.get("min_lr"))
     model = sections.get("model")
     if schedule != "cosine" or not isinstance(model, dict) or not package_class("model", model["class_path"]):
         return None
-    lr = model["init_args"].get("lr", init_defaults(PACKAGES["model"], model["class_path"]).get("lr"))
+    # typed floats: a quoted number is the number to the parser (yaml_reading.any_value)
+    lr = any_value(model["init_args"].get("lr", init_defaults(PACKAGES["model"], model["class_path"]).get("lr")))
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (floor, lr))
     if numbers and floor > lr:
         return (

@@ -93,17 +93,24 @@ WORD_OPTIONS = ("federation.batch_clients",)
 def seed_problem(seed: Any) -> str | None:
     """``seed_everything`` out of numpy's bounds, named (Lightning's message names no option).
     ``true`` and ``false`` are accepted (``true``: Lightning's ``seed_everything()``, which takes
-    ``PL_GLOBAL_SEED`` or else 0 since Lightning 2.0, not a random seed)."""
+    ``PL_GLOBAL_SEED`` or else 0 since Lightning 2.0, not a random seed). A quoted integer of a config
+    file (``seed_everything: "-1"``) is the integer, as the parser reads it (red team 15)."""
+    if isinstance(seed, str) and _INTEGER.match(seed.strip()):
+        seed = int(seed)
     if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed <= SEED_MAX:
         return f"seed_everything must be in [0, {SEED_MAX}], got {seed}"
     return None
 
 
-def seed_type_problem(seed: Any) -> str | None:
+def seed_type_problem(seed: Any, from_command_line: bool = False) -> str | None:
     """``seed_everything`` given as a word, a list or a mapping, which the parser refuses with
-    ``Expected a <class 'bool'>`` (naming neither the option's integers nor its value)."""
-    if isinstance(seed, float) or (
-        isinstance(seed, (str, list, dict)) and not (isinstance(seed, str) and _SEED_WORD.match(seed.strip()))
+    ``Expected a <class 'bool'>`` (naming neither the option's integers nor its value); so too any string
+    given on the command line (``--seed_everything='"5"'``: the parser keeps a quoted value as its text
+    there, where a config file's ``"5"`` is read as 5; red team 15)."""
+    if (
+        (from_command_line and isinstance(seed, str))
+        or isinstance(seed, float)
+        or (isinstance(seed, (str, list, dict)) and not (isinstance(seed, str) and _SEED_WORD.match(seed.strip())))
     ):  # `bool | int`: 2.0 is refused by the parser too
         return (
             f"seed_everything must be an integer in [0, {SEED_MAX}], true (PL_GLOBAL_SEED, else 0) or false,"

@@ -311,16 +311,21 @@ def federation_problem(federation: Any) -> str | None:
     """The line :class:`~lightning_fed.run_config.FederationConfig` refuses the ``federation:``
     section's plain fields with (``batch_clients: x``, ``min_clients`` past ``clients_per_round``...:
     what ``fit`` says when it builds the run), or ``None``. A value of a type the class cannot
-    compare is left to the parser (:func:`plan_config`), which names it in its own words."""
+    compare is left to the parser (:func:`plan_config`), which names it in its own words. A quoted
+    number (``rounds: "2"``) is the number, as the parser hands it on (:func:`~lightning_fed.class_sections.parsed`)."""
     from dataclasses import fields
 
+    from lightning_fed.class_sections import parsed
+    from lightning_fed.federation_rules import FEDERATION_MORE
+    from lightning_fed.option_rules import FEDERATION_ALL
     from lightning_fed.run_config import FederationConfig
 
     if not isinstance(federation, dict):
         return None
     names = {f.name for f in fields(FederationConfig)}
+    values = parsed(FEDERATION_ALL + FEDERATION_MORE, {k: v for k, v in federation.items() if k in names})
     try:
-        FederationConfig(**{k: v for k, v in federation.items() if k in names})
+        FederationConfig(**values)
     except ValueError as err:
         return str(err)
     except Exception:  # noqa: BLE001 - a string where a number goes...: the parser's line, later

@@ -69,6 +69,12 @@ CASES = {
     # found from outside: these took the slow path (torch imported first, ~11 s of CPU)
     "seed_negative": (["--seed_everything=-1"], "seed_everything must be in [0, 4294967295], got -1"),
     "seed_too_big": (["--seed_everything", "4294967296"], "seed_everything must be in [0, 4294967295], got 4294967296"),
+    # red team 15: a quoted value on the command line stays text, the parser's `Expected a <class 'bool'>` after torch
+    "seed_quoted": (
+        ['--seed_everything="5000000000"'],
+        "seed_everything must be an integer in [0, 4294967295], true (PL_GLOBAL_SEED, else 0) or false,"
+        " got '5000000000'",
+    ),
     "fedprox_mu": (
         ["--federation.strategy=FedProx", "--federation.strategy.init_args.mu=-1"],
         "federation.strategy.mu must be > 0, got -1.0",
@@ -189,6 +195,8 @@ STRATEGY_FILES = {
         "federation.hooks[0].schedule must be one of ('constant', 'cosine', 'step'), got 'bogus'",
     ),
     "seed_in_a_file": ("tiny", "seed_everything: -7\n", "seed_everything must be in [0, 4294967295], got -7"),
+    # red team 15: a file's quoted integer is the integer: Lightning's line after torch, naming no file
+    "seed_quoted_in_a_file": ("tiny", 'seed_everything: "-1"\n', "seed_everything must be in [0, 4294967295], got -1"),
 }
 
 

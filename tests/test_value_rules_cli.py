@@ -30,6 +30,7 @@ QUOTED = {
     "federation.rounds": ("federation.rounds", "3"),
     "federation.local_steps": ("federation.local_steps", "1_0"),
     "trainer.gradient_clip_val": ("trainer.gradient_clip_val", "1.0"),
+    "seed_everything": ("seed_everything", "5"),  # a file's; on the command line a quoted value is refused
 }
 
 
@@ -102,3 +103,40 @@ def test_a_quoted_number_below_a_class_or_in_a_mapping_goes_on_to_the_parser(tmp
 )
 def test_a_quoted_nested_value_the_parser_refuses_is_one_line_before_torch(tmp_path, where, value, line):
     assert_config_refused_before_torch(tmp_path, _set(_with_dirichlet(shipped_config("tiny")), where, value), line)
+
+
+COSINE = {"class_path": "lightning_fed.callbacks.RoundLRSchedule", "init_args": {"schedule": "cosine"}}
+
+
+@pytest.mark.parametrize(("lr", "min_lr"), [("0.005", "1.0"), (0.005, "1.0"), ("0.005", 1.0)])
+def test_a_quoted_number_of_a_cross_check_is_held_against_the_other_option(tmp_path, lr, min_lr):
+    """RoundLRSchedule's ``min_lr`` above ``model.lr`` is refused whichever of the two is quoted, as when
+    neither is (red team 15 H2: on 4a8638c ``lr: "0.005"`` with ``min_lr: "1.0"``, or either quoted
+    alone, passed the precheck and the run trained to the end, exit 0)."""
+    config = _set(shipped_config("tiny"), "model.init_args.lr", lr)
+    config["federation"]["hooks"] = [{**COSINE, "init_args": {**COSINE["init_args"], "min_lr": min_lr}}]
+    line = (
+        "federation.hooks[0].min_lr=1.0 is above model.lr=0.005: the cosine schedule's floor would raise"
+        " the rate every round"
+    )
+    assert_config_refused_before_torch(tmp_path, config, line)
+
+
+@pytest.mark.parametrize(("target", "per_round"), [("3", 2), (3, "2"), ("3", "2")])
+def test_a_quoted_hook_target_is_held_against_clients_per_round(tmp_path, target, per_round):
+    """SystemHeterogeneity's ``target`` above ``federation.clients_per_round``, either quoted (on 4a8638c
+    ``target: "3"`` passed the precheck, the check comparing only ints)."""
+    config = _set(shipped_config("tiny"), "federation.clients_per_round", per_round)
+    config["federation"]["hooks"] = [{"class_path": "SystemHeterogeneity", "init_args": {"target": target}}]
+    line = "federation.hooks[0].target=3 exceeds federation.clients_per_round=2 (the selected)"
+    assert_config_refused_before_torch(tmp_path, config, line)
+
+
+@pytest.mark.parametrize(("concurrency", "num_clients"), [("9", 4), (9, "4")])
+def test_a_quoted_hook_concurrency_is_held_against_num_clients(tmp_path, concurrency, num_clients):
+    """AsyncArrivals' ``concurrency`` above ``data.num_clients``, either quoted (on 4a8638c
+    ``concurrency: "9"`` passed the precheck, the check comparing only ints)."""
+    config = _set(shipped_config("feddpo_fedbuff"), "data.init_args.num_clients", num_clients)
+    config["federation"]["hooks"] = [{"class_path": "AsyncArrivals", "init_args": {"concurrency": concurrency}}]
+    line = "federation.hooks[0].concurrency must be in [1, data.num_clients=4], got 9"
+    assert_config_refused_before_torch(tmp_path, config, line)

@@ -229,3 +229,14 @@ def test_a_damaged_cached_gguf_copy_is_planned_from_its_package(tmp_path):
     assert (
         proc.stdout.splitlines()[0] == "model: llama, 134.5M parameters (30 layers, hidden 576, vocab 49152), float32"
     )
+
+
+def test_quoted_federation_numbers_plan_as_fit_reads_them(tmp_path):
+    """Red team 15 M5: on 4a8638c ``federation: {rounds: "2", clients_per_round: "2", local_steps: "2"}``,
+    which ``fit`` reads as the numbers (jsonargparse casts a typed int's string), was refused by ``plan``:
+    ``error: federation.rounds must be an integer in [1, 1000000], got '2'`` (no file named)."""
+    quoted = tmp_path / "q_fed.yaml"
+    quoted.write_text('federation:\n  rounds: "2"\n  clients_per_round: "2"\n  local_steps: "2"\n')
+    proc = lightning_fed("plan", "--config", str(TINY), "--config", str(quoted), cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    assert "total" in proc.stdout
