@@ -268,10 +268,16 @@ def client_level_span(federation: dict[str, Any]) -> str:
     sample rate 0.5`` named neither option nor file): ``federation.rounds`` and ``federation.sampling_rate``
     (Poisson), or rate 1 of ``federation.sampling=fixed_size``
     (:func:`~lightning_fed.privacy.accountant.accounted_sample_rate`)."""
-    rounds, rate = federation["rounds"], federation["sampling_rate"]
-    if federation["sampling"] == "poisson":
-        return f"over federation.rounds={rounds} at federation.sampling_rate={rate:.4g}"
-    return f"over federation.rounds={rounds} at sample rate 1 of federation.sampling={federation['sampling']}"
+    rounds, sampling, rate = federation["rounds"], federation["sampling"], federation["sampling_rate"]
+    return f"over federation.rounds={rounds} {sampled_at(sampling, rate)}"
+
+
+def sampled_at(sampling: str, rate: Any) -> str:
+    """The accounted sample rate of a client-level budget, named by the option that sets it: ``at
+    federation.sampling_rate=<rate>`` (Poisson), or ``at sample rate 1 of federation.sampling=<sampling>``."""
+    if sampling == "poisson":
+        return f"at federation.sampling_rate={rate:.4g}"
+    return f"at sample rate 1 of federation.sampling={sampling}"
 
 
 def _adaptive_client_dp(strategy: Any) -> tuple[str, dict[str, Any]] | None:
