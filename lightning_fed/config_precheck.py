@@ -341,6 +341,51 @@ def _sources(args: list[str]) -> Iterator[tuple[int, str | None]]:
             i += 1
 
 
+def value_setters(args: list[str], options: list[str]) -> dict[str, tuple[Any, str | None]]:
+    """``{option: (value, setter)}`` for each of ``options`` (named as the lines name them, without
+    ``init_args``): its value merged from ``args`` as jsonargparse merges them (:data:`UNSET` where
+    nothing sets it) and the ``--config`` file that set it last (``None``: an option on the command line,
+    or nothing). A file or option that sets it to the same value again is not its setter (the earlier
+    one is); one :class:`~lightning_fed.config_values.Merged` that each file and option is merged into once."""
+    from lightning_fed.config_values import UNSET, Merged
+
+    last: dict[str, Any] = dict.fromkeys(options, UNSET)
+    setter: dict[str, str | None] = dict.fromkeys(options)
+    merged, readable, start = Merged(), True, 0
+    for end, path in _sources(args):
+        if options:
+            readable = readable and merged.apply_arguments(args[start:end])
+            start = end
+            for option in options:
+                if (value := merged.value_at(option) if readable else UNSET) != last[option]:
+                    last[option], setter[option] = value, path
+    return {option: (last[option], setter[option]) for option in options}
+
+
+_VALUE = re.compile(r"(?<![\w.])([a-z_]+(?:\.[A-Za-z_]+|\[\d+\])+)=([^\s,;()]+?)(?=[\s,;()]|:(?:\s|$)|$)")
+"""An ``option=value`` a line reports (``federation.rounds=2``), ending before a space, ``,;()`` or ``: ``."""
+
+
+def source_of(value: Any, path: str | None) -> str:
+    """Where a value came from, as a line names it: ``config '<file>'``, ``the command line`` (an option there,
+    or a config written inline) or ``default`` (nothing sets it, or it is set to null)."""
+    from lightning_fed.config_values import UNSET
+
+    if value is UNSET or value is None:
+        return "default"
+    return f"config {path!r}" if path is not None and Path(path).is_file() else "the command line"
+
+
+def with_sources(args: list[str], problem: str) -> str:
+    """``problem`` with every ``option=value`` in it followed by where that value came from
+    (:func:`source_of` of :func:`value_setters`): ``federation.rounds=2 (config 'dp.yaml')``. For a line that
+    holds several values against each other (a privacy budget over the run's rounds and sample rate), which
+    may each come from another file, the command line or the default (red team 15 M8); its advice names
+    options without a value (``lower federation.rounds``), so only the values are followed by a source."""
+    found = value_setters(args, list(dict.fromkeys(m.group(1) for m in _VALUE.finditer(problem))))
+    return _VALUE.sub(lambda m: f"{m.group(0)} ({source_of(*found[m.group(1)])})", problem)
+
+
 def _in_file(
     args: list[str],
     problem: str,
@@ -356,14 +401,14 @@ def _in_file(
     last after which ``check`` says ``problem`` and before which it did not. As jsonargparse
     merges, a later file or option that sets the key again wins (it names its own value, or no
     file); a file or option that sets it to the same value again changes no line and is not named
-    (the earlier file is). A cross-check's line names the source of the value it reports, followed
-    in one :class:`~lightning_fed.config_values.Merged` that each file and option is merged into once.
+    (the earlier file is). A cross-check's line names the source of the value it reports
+    (:func:`value_setters`).
     ``subject``: the option whose value the line reports (``option=value ...``), named the same way; a
     default's (``count_stddev`` unset: ``m / 20``) is the file that set the nearest option above it
     (``federation.strategy.adaptive``). ``other``: a second option the line names in parentheses
     (``(federation.strategy has ...)``), whose file, where another, is named there (``..., config 'b.yaml')``).
     """
-    from lightning_fed.config_values import UNSET, Merged
+    from lightning_fed.config_values import UNSET
 
     before, source = None, None
     parts = subject.split(".") if subject is not None else []
@@ -371,20 +416,14 @@ def _in_file(
     if subject is None and (found := _SUBJECT.match(problem)):
         options = [found.group(1)]  # a cross-check's: its option's value alone (a default: the line's source)
     options += [other] if other is not None else []
-    last: dict[str, Any] = dict.fromkeys(options, UNSET)
-    setter: dict[str, str | None] = {}
-    merged, readable, start = Merged(), True, 0
     for end, path in _sources(args):
         now = check(args[:end])
         if now == problem and before != problem:
             source = path
         before = now
-        if options:
-            readable = readable and merged.apply_arguments(args[start:end])
-            start = end
-            for option in options:
-                if (value := merged.value_at(option) if readable else UNSET) != last[option]:
-                    last[option], setter[option] = value, path
+    setters = value_setters(args, options)
+    last = {option: value for option, (value, _) in setters.items()}
+    setter = {option: path for option, (value, path) in setters.items() if value is not UNSET}
     # the line reports its option's value: the file (or option) that set it is named, not the one that set
     # the other option it is held against (red team 10 row 10)
     if set_option := next((o for o in options if o != other and last[o] is not UNSET), None):
@@ -399,15 +438,15 @@ def _in_file(
 
 def named_source(err: BaseException, argv: list[str]) -> BaseException:
     """``err``, a :class:`~lightning_fed.errors.ValueRefusal` of ``fit``/``validate``/``test`` (``argv``: the
-    command line after ``lightning-fed``), its line prefixed with the ``--config`` file that set its option
-    (:func:`_in_file`'s ``subject``); any other error, or a value set on the command line, as it is."""
+    command line after ``lightning-fed``: a privacy budget refused once the data is read), each value its line
+    reports followed by where it came from (:func:`with_sources`); any other error as it is."""
     from lightning_fed.errors import ValueRefusal
     from lightning_fed.shipped_configs import resolve_config_args
 
     if not isinstance(err, ValueRefusal) or err.option is None or not argv or argv[0] not in LIGHTNING_SUBCOMMANDS:
         return err
     args = resolve_config_args([a for a in argv[1:] if not a.startswith("--print_config")])
-    err.args = (_in_file(args, str(err), lambda _: None, err.option),)  # the traceback (--debug) kept
+    err.args = (with_sources(args, str(err)),)  # the traceback (--debug) kept
     return err
 
 
@@ -472,12 +511,13 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
     if not printing and (problem := _missing_sections(args, named)):  # `fit --print_config`: the template
         _usage_error(named, problem)
     if problem := value_problem(args):  # the config classes' own rules (lightning_fed/option_rules.py)
-        from lightning_fed.federation_rules import sampling_rate_options
+        from lightning_fed.federation_rules import is_sampling_rate_line
         from lightning_fed.private_run_rules import cache_options
-        from lightning_fed.wrapper_rules import count_split_options
+        from lightning_fed.wrapper_rules import is_count_split_line
 
-        # two options, each named with its own file
-        options = cache_options(problem) or count_split_options(problem) or sampling_rate_options(problem)
+        if is_count_split_line(problem) or is_sampling_rate_line(problem):  # values held against each other
+            raise ConfigRefusal(with_sources(args, problem))  # each followed by its own file (red team 15 M8)
+        options = cache_options(problem)  # two options, each named with its own file
         raise ConfigRefusal(_in_file(args, problem, value_problem, *(options or (None, None))))  # one line
     if subcommand == "test" and (problem := test_set_problem(args)):  # lightning_fed/stage_sets.py
         raise ConfigRefusal(problem)

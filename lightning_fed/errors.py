@@ -77,8 +77,9 @@ class ConfigRefusal(UserError):
 class ValueRefusal(UserError):
     """A config value refused once the run is built (a DP-SGD budget no noise multiplier reaches over the
     clients' local steps, known once their data is read), its line starting with ``option=<value>``: the
-    process names the config file that set ``option`` (:func:`lightning_fed.config_precheck.named_source`),
-    as the precheck's lines do (issue 41, M11)."""
+    process follows each value in it with the config file that set it
+    (:func:`lightning_fed.config_precheck.named_source`), as the precheck's lines do (issue 41, M11; red team
+    15 M8)."""
 
     def __init__(self, message: str, option: str | None = None) -> None:
         super().__init__(message)

@@ -87,23 +87,25 @@ def federation_problems(values: Mapping[str, Any]) -> list[str]:
     return out
 
 
+SAMPLING_RATE_LINE = (
+    "federation.sampling_rate={rate!r} is for Poisson sampling, but federation.sampling=fixed_size;"
+    " leave sampling_rate out, or set federation.sampling: poisson"
+)
+
+
 def sampling_rate_line(rate: Any) -> str:
-    """The line refusing ``federation.sampling_rate`` with ``federation.sampling=fixed_size``: the second
-    option in parentheses, where the precheck names its file when another (:func:`sampling_rate_options`)."""
-    return (
-        f"federation.sampling_rate={rate!r} is for federation.sampling=poisson (federation.sampling is fixed_size);"
-        " leave sampling_rate out, or set federation.sampling=poisson"
-    )
+    """The line refusing ``federation.sampling_rate`` with ``federation.sampling=fixed_size``: each value in
+    it followed by where it came from in the precheck's line (:func:`is_sampling_rate_line`)."""
+    return SAMPLING_RATE_LINE.format(rate=rate)
 
 
-def sampling_rate_options(problem: str) -> tuple[str, str] | None:
-    """``(option, other)`` of a :func:`sampling_rate_line`: the precheck names the file of each
-    (:func:`lightning_fed.config_precheck._in_file`; issue 41: ``--config feddpo_dp --config x.yaml`` with
-    ``sampling: fixed_size`` in x.yaml named x.yaml for feddpo_dp.yaml's ``sampling_rate``)."""
-    start = sampling_rate_line(0).split("=", 1)[0]
-    if problem.startswith(start + "=") and sampling_rate_line(0).split(" ", 1)[1] in problem:
-        return start, "federation.sampling"
-    return None
+def is_sampling_rate_line(problem: str) -> bool:
+    """Whether ``problem`` is a :func:`sampling_rate_line`: the precheck follows each of its values with the file
+    that set it (:func:`lightning_fed.config_precheck.with_sources`; issue 41: ``--config feddpo_dp --config
+    x.yaml`` with ``sampling: fixed_size`` in x.yaml named x.yaml for feddpo_dp.yaml's ``sampling_rate``; red
+    team 15 M8: a default ``fixed_size`` was not said to be one)."""
+    start, end = SAMPLING_RATE_LINE.split("{rate!r}")
+    return problem.startswith(start) and problem.endswith(end)
 
 
 def privacy_values(section: Any) -> Mapping[str, Any] | None:

@@ -26,7 +26,7 @@ from typing import Any
 #: :func:`~lightning_fed.privacy.accountant.calibrate_noise_multiplier`).
 CLIENT_LEVEL_HINT = (
     "raise federation.privacy.target_epsilon or federation.privacy.delta, lower federation.rounds, or sample"
-    " fewer clients (federation.sampling=poisson with a smaller federation.sampling_rate)"
+    " fewer clients (federation.sampling: poisson, with a smaller federation.sampling_rate)"
 )
 
 MAX_DEFAULT_DELTA = 1e-5
@@ -109,15 +109,18 @@ def refused_budget_line(
     unit: str = "rounds",
     option: str = "federation.privacy.target_epsilon",
     hint: str = CLIENT_LEVEL_HINT,
+    over: str | None = None,
 ) -> str:
     """The one line refusing a budget :func:`opacus_noise_multiplier` refused with ``err``: above
     :func:`largest_budget` (:class:`AboveLargestBudget`: lower it, or give the noise multiplier), or reached by
     no noise multiplier (``err`` says why: above the cap, :func:`above_cap_reason`, or Opacus' "The privacy
     budget is too low."; ``hint``: what to change). The precheck's (:func:`budget_problem`) and the run's
     (:func:`~lightning_fed.privacy.accountant.calibrate_noise_multiplier`): one parameter list for both
-    lines (a duplicate-code report flagged the two functions' and their callers' copies)."""
+    lines (a duplicate-code report flagged the two functions' and their callers' copies). ``over``: what the
+    budget is accounted over, naming the options that set it (:func:`client_level_span`; the precheck follows
+    each with its source), instead of ``over <steps> <unit> at sample rate <rate>``."""
     given = f"{option}={target_epsilon} with federation.privacy.delta={delta}"
-    over = f"over {steps} {unit} at sample rate {sample_rate:.4g}"
+    over = over or f"over {steps} {unit} at sample rate {sample_rate:.4g}"
     if isinstance(err, AboveLargestBudget):
         largest, noise = err.largest, f"{option.rpartition('.')[0]}.noise_multiplier"
         return (
@@ -255,8 +258,26 @@ def budget_problem(sections: dict[str, Any]) -> str | None:
     try:  # at or below the RDP floor too: z above MAX_NOISE_MULTIPLIER, refused before Opacus' search
         opacus_noise_multiplier(float(epsilon), d, plan[1], int(rounds), accountant)
     except ValueError as err:  # z below MIN_NOISE_MULTIPLIER or above the cap, or Opacus' "too low" (prv)
-        return refused_budget_line(err, epsilon, d, int(rounds), plan[1])
+        return refused_budget_line(err, epsilon, d, int(rounds), plan[1], over=client_level_span(federation))
     return None
+
+
+def client_level_span(federation: dict[str, Any]) -> str:
+    """What a client-level budget is accounted over, each option with its value for the precheck to name where
+    it came from (:func:`lightning_fed.config_precheck.with_sources`; red team 15 M8: ``over 2 rounds at
+    sample rate 0.5`` named neither option nor file): ``federation.rounds`` and ``federation.sampling_rate``
+    (Poisson), or rate 1 of ``federation.sampling=fixed_size``
+    (:func:`~lightning_fed.privacy.accountant.accounted_sample_rate`)."""
+    rounds, sampling, rate = federation["rounds"], federation["sampling"], federation["sampling_rate"]
+    return f"over federation.rounds={rounds} {sampled_at(sampling, rate)}"
+
+
+def sampled_at(sampling: str, rate: Any) -> str:
+    """The accounted sample rate of a client-level budget, named by the option that sets it: ``at
+    federation.sampling_rate=<rate>`` (Poisson), or ``at sample rate 1 of federation.sampling=<sampling>``."""
+    if sampling == "poisson":
+        return f"at federation.sampling_rate={rate:.4g}"
+    return f"at sample rate 1 of federation.sampling={sampling}"
 
 
 def _adaptive_client_dp(strategy: Any) -> tuple[str, dict[str, Any]] | None:
@@ -307,11 +328,17 @@ def count_split_problem(sections: dict[str, Any], calibrate: bool = True) -> str
     stddev = m / 20.0 if count_stddev is None else count_stddev  # AdaptiveClipping.stddev
     z = given if client_level else own  # PrivacyConfig.plan: a given z is used as it is
     option = None if z is None else "federation.privacy.noise_multiplier" if client_level else f"{key}.noise_multiplier"
+    calibrated = None
     if z is None and _number(epsilon) and calibrate:
         z = _calibrated(epsilon, privacy.get("delta"), n, q, rounds, privacy.get("accountant", "rdp"))
+        delta = privacy.get("delta") if privacy.get("delta") is not None else default_delta(n)
+        calibrated = (
+            f"federation.privacy.target_epsilon={epsilon} with federation.privacy.delta={delta}"
+            f" {client_level_span(federation)}"
+        )
     if not _number(stddev) or not _number(z):
         return None
-    return count_split_line(stddev, z, key, option) if z > 0 and not 2 * stddev > z else None
+    return count_split_line(stddev, z, key, option, calibrated) if z > 0 and not 2 * stddev > z else None
 
 
 def _calibrated(epsilon: Any, delta: Any, num_clients: int, q: float, rounds: Any, accountant: Any) -> float | None:

@@ -119,7 +119,11 @@ def count_noise_problem(noise_multiplier: Any, count_stddev: Any, key: str = STR
 
 
 def count_split_line(
-    count_stddev: float, noise_multiplier: float, key: str = STRATEGY, given: str | None = None
+    count_stddev: float,
+    noise_multiplier: float,
+    key: str = STRATEGY,
+    given: str | None = None,
+    calibrated: str | None = None,
 ) -> str:
     """The line refusing ClientLevelDP's ``adaptive.count_stddev`` (``sigma_b``, given or ``m / 20``) that
     cannot share the client-level noise multiplier ``z`` (``2 * sigma_b <= z``,
@@ -128,33 +132,33 @@ def count_split_line(
     (zz_cs01): two lines naming no option path. ``given``: the option that gave ``z``
     (``federation.privacy.noise_multiplier``), named with its value and advised instead of a budget;
     ``None`` for a ``z`` calibrated from ``federation.privacy.target_epsilon`` (issue 41, M10: the
-    line advised a larger ``target_epsilon`` to a run that gave its noise multiplier)."""
+    line advised a larger ``target_epsilon`` to a run that gave its noise multiplier). ``calibrated``: the
+    budget ``z`` was calibrated for, its options with their values (the precheck names where each came from,
+    :func:`lightning_fed.config_precheck.with_sources`; red team 15 M8: the file that set the budget was not
+    named)."""
     s, z = float(count_stddev), float(noise_multiplier)
-    if given is not None:  # `(<option>=<z>` is where the precheck names its file (config_precheck._in_file)
+    if given is not None:  # each `<option>=<value>` is followed by its source in the precheck's line
         return (
-            f"{key}.adaptive.count_stddev={s:g} is too small for the client-level noise multiplier ({given}={z:g}):"
+            f"{key}.adaptive.count_stddev={s:g} is too small for the client-level noise multiplier {given}={z:g}:"
             f" adaptive clipping needs 2 * count_stddev > noise_multiplier; raise count_stddev above {z / 2:.4g},"
             f" or lower {given}"
         )
+    for_budget = f" calibrated for {calibrated}" if calibrated is not None else ""
     return (
-        f"{key}.adaptive.count_stddev={s:g} is too small for the client-level noise multiplier {z:.4g}"
+        f"{key}.adaptive.count_stddev={s:g} is too small for the client-level noise multiplier {z:.4g}{for_budget}"
         f" (adaptive clipping needs 2 * count_stddev > noise_multiplier): raise count_stddev above {z / 2:.4g},"
         " or lower the noise multiplier (a larger federation.privacy.target_epsilon)"
     )
 
 
-SPLIT = re.compile(
-    r"([\w.]+\.adaptive\.count_stddev)=\S+ is too small for the client-level noise multiplier(?: \((\S+)=)?"
-)
-"""A :func:`count_split_line`: its ``count_stddev`` option and, where given, the noise multiplier's."""
+SPLIT = re.compile(r"[\w.]+\.adaptive\.count_stddev=\S+ is too small for the client-level noise multiplier ")
+"""A :func:`count_split_line`."""
 
 
-def count_split_options(problem: str) -> tuple[str, str | None] | None:
-    """``(option, other)`` of a :func:`count_split_line`: the ``count_stddev`` whose value it reports and the
-    option that gave the noise multiplier, for the precheck to name each one's file
-    (:func:`lightning_fed.config_precheck._in_file`); ``None`` for another line."""
-    found = SPLIT.match(problem)
-    return (found.group(1), found.group(2)) if found else None
+def is_count_split_line(problem: str) -> bool:
+    """Whether ``problem`` is a :func:`count_split_line`: the precheck follows each value in it with where it
+    came from (:func:`lightning_fed.config_precheck.with_sources`)."""
+    return SPLIT.match(problem) is not None
 
 
 def wrapped_problem(name: str, already_private: bool = False) -> str | None:

@@ -93,8 +93,8 @@ REFUSED = {
     ),
     "sampling_rate_without_poisson": (
         ["--federation.sampling_rate=0.5"],
-        "federation.sampling_rate=0.5 is for federation.sampling=poisson (federation.sampling is fixed_size);"
-        " leave sampling_rate out, or set federation.sampling=poisson",
+        "federation.sampling_rate=0.5 (the command line) is for Poisson sampling, but federation.sampling=fixed_size"
+        " (default); leave sampling_rate out, or set federation.sampling: poisson",
     ),
     "poisson_without_rate": (
         ["--federation.sampling=poisson"],
@@ -127,8 +127,8 @@ def test_a_privacy_value_in_a_config_file_is_refused_before_torch(tmp_path):
 
 
 SAMPLING_RATE = (
-    "federation.sampling_rate=0.25 is for federation.sampling=poisson (federation.sampling is fixed_size{where});"
-    " leave sampling_rate out, or set federation.sampling=poisson"
+    "federation.sampling_rate=0.25 (config {shipped!r}) is for Poisson sampling, but federation.sampling=fixed_size"
+    " ({where}); leave sampling_rate out, or set federation.sampling: poisson"
 )
 
 
@@ -138,16 +138,16 @@ def test_a_sampling_rate_without_poisson_names_the_file_of_each_option(tmp_path,
     """Issue 41 (last session's notes): x.yaml holding ``federation: {sampling: fixed_size, clients_per_round:
     10}`` after feddpo_dp: on 08c1cba ``config 'x.yaml': federation.sampling_rate=0.25 is for
     federation.sampling=poisson, not fixed_size``, though 0.25 is feddpo_dp.yaml's. Now the file that set
-    ``sampling_rate``, and ``sampling``'s own beside it where another file set it."""
+    ``sampling_rate``, and ``sampling``'s own beside it (red team 15 M8: or the command line)."""
     shipped = Path(__file__).resolve().parents[1] / "lightning_fed" / "configs" / "feddpo_dp.yaml"
     fixed = tmp_path / "x.yaml"
     fixed.write_text("federation: {sampling: fixed_size, clients_per_round: 10}\n")
     if sampling_from == "another_file":
-        args, where = ["--config", str(fixed)], f", config {str(fixed)!r}"
+        args, where = ["--config", str(fixed)], f"config {str(fixed)!r}"
     else:
-        args, where = ["--federation.sampling=fixed_size", "--federation.clients_per_round=10"], ""
+        args, where = ["--federation.sampling=fixed_size", "--federation.clients_per_round=10"], "the command line"
     proc, cwd = _run(tmp_path, "fit", "--config", "feddpo_dp", *args, *printed)
-    line = f"config {str(shipped)!r}: {SAMPLING_RATE.format(where=where)}"
+    line = SAMPLING_RATE.format(shipped=str(shipped), where=where)
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert list(cwd.iterdir()) == []
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.cli import REACHED_TORCH, heavy_blocked_env, lightning_fed, lightning_fed_without_torch
+from tests.helpers.cli import REACHED_TORCH, ROOT, heavy_blocked_env, lightning_fed, lightning_fed_without_torch
+
+FEDDPO_DP = str(ROOT / "lightning_fed" / "configs" / "feddpo_dp.yaml")
 
 CASES = {
     "rounds": ("--federation.rounds=-1", "federation.rounds must be in [1, 1000000], got -1"),
@@ -44,10 +46,11 @@ def test_a_config_fit_takes_goes_on_to_be_printed(tmp_path, args):
 SKIPPED = {  # issue 41: each printed with exit 0 on 3df2116, refused by fit (the checks after the precheck)
     "budget": (
         ["--config", "feddpo_dp", "--federation.privacy.target_epsilon=0.01"],
-        "federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached over 10 rounds"
-        " at sample rate 0.25 by any noise multiplier (it would need one above the cap of 100; the smallest epsilon"
-        " reachable under it is 0.1048); raise federation.privacy.target_epsilon or federation.privacy.delta, lower"
-        " federation.rounds, or sample fewer clients (federation.sampling=poisson with a smaller"
+        "federation.privacy.target_epsilon=0.01 (the command line) with federation.privacy.delta=1e-05 (default)"
+        f" cannot be reached over federation.rounds=10 (config {FEDDPO_DP!r}) at federation.sampling_rate=0.25"
+        f" (config {FEDDPO_DP!r}) by any noise multiplier (it would need one above the cap of 100; the smallest"
+        " epsilon reachable under it is 0.1048); raise federation.privacy.target_epsilon or federation.privacy.delta,"
+        " lower federation.rounds, or sample fewer clients (federation.sampling: poisson, with a smaller"
         " federation.sampling_rate)",
     ),
     "ckpt_path": (

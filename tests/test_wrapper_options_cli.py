@@ -57,16 +57,6 @@ CASES = {
         "federation.strategy.adaptive.count_stddev must be > 0 with a noise multiplier above 0 (adaptive"
         " clipping needs 2 * count_stddev > noise_multiplier), got 0.0",
     ),
-    "adaptive_count_below_a_given_noise_multiplier": (  # zz_cs01's mistake with z given: no Opacus needed
-        "feddpo_dp",
-        lambda c: (
-            _dp(c)["adaptive"].update(count_stddev=0.1),
-            c["federation"].update(privacy={"noise_multiplier": 1}),
-        ),
-        "federation.strategy.adaptive.count_stddev=0.1 is too small for the client-level noise multiplier"
-        " (federation.privacy.noise_multiplier=1): adaptive clipping needs 2 * count_stddev > noise_multiplier;"
-        " raise count_stddev above 0.5, or lower federation.privacy.noise_multiplier",
-    ),
     "adaptive_learning_rate_zero": (
         "feddpo_dp",
         lambda c: _dp(c)["adaptive"].update(learning_rate=0),

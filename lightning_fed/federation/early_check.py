@@ -139,7 +139,8 @@ def precheck_noise(argv: list[str]) -> None:
     ``lightning-fed``.
 
     Raises:
-        ConfigRefusal: the line naming ``<strategy>.adaptive.count_stddev`` and the ``--config`` file.
+        ConfigRefusal: the line naming ``<strategy>.adaptive.count_stddev`` (or the budget), every value in it
+            followed by the ``--config`` file that set it, ``the command line`` or ``default``.
     """
     if not argv or argv[0] not in ("fit", "validate", "test"):
         return
@@ -150,13 +151,10 @@ def precheck_noise(argv: list[str]) -> None:
 
     args = resolve_config_args(printed(args)[1])
     if problem := _noise_problem(args):
-        from lightning_fed.config_precheck import _in_file
+        from lightning_fed.config_precheck import with_sources
         from lightning_fed.errors import ConfigRefusal
-        from lightning_fed.wrapper_rules import count_split_options
 
-        # each line starts with the option whose value it reports; a given noise multiplier's file beside it
-        subject = problem.split("=", 1)[0] if "=" in problem else None
-        raise ConfigRefusal(_in_file(args, problem, _noise_problem, *(count_split_options(problem) or (subject, None))))
+        raise ConfigRefusal(with_sources(args, problem))  # each value followed by its file (red team 15 M8)
 
 
 def _path_problem(args: list[str]) -> str | None:

@@ -63,6 +63,7 @@ def calibrate_noise_multiplier(
     unit: str = "rounds",
     option: str = "federation.privacy.target_epsilon",
     hint: str = CLIENT_LEVEL_HINT,
+    over: str | None = None,
 ) -> float:
     """The smallest ``z`` (within Opacus' 0.01 tolerance on epsilon) that keeps ``steps`` steps within budget.
 
@@ -73,6 +74,8 @@ def calibrate_noise_multiplier(
         unit: What a step is, for the message (``rounds``, ``local steps``).
         option: The option that set ``target_epsilon``, for the message.
         hint: What to change, for the message.
+        over: What the budget is accounted over, naming its options, for the message (instead of
+            ``over <steps> <unit> at sample rate <sample_rate>``).
 
     Raises:
         ValueError: One line naming the options to change when no ``z`` reaches the budget, or when it
@@ -82,7 +85,7 @@ def calibrate_noise_multiplier(
     try:
         return _opacus_noise_multiplier(float(target_epsilon), float(delta), float(sample_rate), int(steps), mechanism)
     except ValueError as err:  # z below MIN_NOISE_MULTIPLIER or above the cap, or Opacus' "too low"
-        line = refused_budget_line(err, target_epsilon, delta, steps, sample_rate, unit, option, hint)
+        line = refused_budget_line(err, target_epsilon, delta, steps, sample_rate, unit, option, hint, over)
         raise ValueRefusal(line, option) from None  # one line: DP-SGD's budget is known once the data is read
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from lightning_fed.errors import ValueRefusal
+from lightning_fed.noise_calibration import sampled_at
 from lightning_fed.privacy.accountant import POISSON_UNDER_SECURE_SUM, PrivacyAccountant, accounted_sample_rate
 from lightning_fed.privacy.client_dp import ClientLevelDP
 from lightning_fed.privacy.config import PrivacyConfig
@@ -53,11 +55,13 @@ def plan_client_level(
             " and federation.privacy; give it only in federation.privacy (noise_multiplier or target_epsilon)"
         )
     acc = config.plan(n, server.rounds, server.sampling, server.clients_per_round, rate)
-    if acc.would_exceed(0):
-        raise ValueError(
+    if acc.would_exceed(0):  # one line, each value followed by its config file (config_precheck.named_source)
+        raise ValueRefusal(
             f"federation.privacy.target_epsilon={acc.target_epsilon:g} is spent by the first round at"
             f" federation.privacy.noise_multiplier={acc.noise_multiplier:g} (epsilon {acc.epsilon(1):.3g}"
-            f" per round, delta {acc.delta:.3g}): raise target_epsilon or noise_multiplier"
+            f" per round with federation.privacy.delta={acc.delta:.3g} {sampled_at(server.sampling, rate)}):"
+            " raise target_epsilon or noise_multiplier",
+            "federation.privacy.target_epsilon",
         )
     dp.set_noise_multiplier(acc.noise_multiplier)
     return acc

@@ -98,11 +98,24 @@ class ExampleBudget:
                 self.sample_rate(b),
                 self.rounds * self.steps_per_round(b),
                 self.mechanism,
-                unit=f"local steps ({self.rounds} rounds x {self.steps_per_round(b)}, a client of {b}+ examples)",
                 option="model.dp_sgd.target_epsilon",
                 hint=EXAMPLE_LEVEL_HINT,
+                over=self._span(b),
             )
         return self._calibrated[b]
+
+    def _span(self, b: int) -> str:
+        """What a client of ``b``+ examples is accounted over, each option with its value (``fit`` and ``plan``
+        follow each with the file that set it, :func:`lightning_fed.config_precheck.named_source`; red team 15
+        M8: ``15 local steps (3 rounds x 5, ...)`` named no option)."""
+        work, k = self.federation, self.steps_per_round(b)
+        per_round = f"federation.local_steps={k}"
+        if work.local_steps is None:
+            per_round = f"{k} steps of federation.local_epochs={work.local_epochs or 1}"
+        return (
+            f"over {self.rounds * k} local steps (federation.rounds={self.rounds} x {per_round}) at sample rate"
+            f" {self.sample_rate(b):.4g} (data.batch_size={self.batch_size} of a client of {b}+ examples)"
+        )
 
     def calibrate(self, sizes: list[int]) -> None:
         """Calibrate ``z_k`` for every client's example count in ``sizes`` (one per bucket), before training:

@@ -12,13 +12,16 @@ from __future__ import annotations
 import pytest
 
 from lightning_fed.errors import UserError
-from tests.helpers.cli import lightning_fed
+from tests.helpers.cli import ROOT, lightning_fed
 
+FEDDPO_DP = str(ROOT / "lightning_fed" / "configs" / "feddpo_dp.yaml")
+TINY = str(ROOT / "lightning_fed" / "configs" / "tiny.yaml")
 LARGEST = (
-    "federation.privacy.target_epsilon={value} with federation.privacy.delta=1e-05 is above the largest budget"
-    " calibrated over 10 rounds at sample rate 0.25: 510.6, the epsilon of the smallest noise multiplier calibrated"
-    " to (0.1); lower federation.privacy.target_epsilon to at most 510.6, or give federation.privacy.noise_multiplier"
-    " instead"
+    "federation.privacy.target_epsilon={value} (the command line) with federation.privacy.delta=1e-05 (default) is"
+    f" above the largest budget calibrated over federation.rounds=10 (config {FEDDPO_DP!r}) at"
+    f" federation.sampling_rate=0.25 (config {FEDDPO_DP!r}): 510.6, the epsilon of the smallest noise multiplier"
+    " calibrated to (0.1); lower federation.privacy.target_epsilon to at most 510.6, or give"
+    " federation.privacy.noise_multiplier instead"
 )
 
 
@@ -57,18 +60,24 @@ def test_dp_sgd_s_budget_above_the_largest_is_refused_by_the_run_s_calibration()
 DP_SGD = (
     "model:\n  class_path: lightning_fed.privacy.DPDPOModule\n  init_args:\n    dp_sgd: {{target_epsilon: {value}}}\n"
 )
+IN_TINY = f"(config {TINY!r})"
+SPAN = (
+    f"over 15 local steps (federation.rounds=3 {IN_TINY} x federation.local_steps=5 {IN_TINY}) at sample rate 0.25"
+    f" (data.batch_size=4 {IN_TINY} of a client of 16+ examples)"
+)
+"""Each value a DP-SGD client's budget is accounted over, followed by its file (red team 15 M8)."""
 RUN_LINES = {
     "above_the_largest": (
         "1.0e+300",
-        "model.dp_sgd.target_epsilon=1e+300 with federation.privacy.delta=1e-05 is above the largest budget calibrated"
-        " over 15 local steps (3 rounds x 5, a client of 16+ examples) at sample rate 0.25: 710.1, the epsilon of the"
+        "model.dp_sgd.target_epsilon=1e+300 (config 'dp.yaml') with federation.privacy.delta=1e-05 (default) is above"
+        f" the largest budget calibrated {SPAN}: 710.1, the epsilon of the"
         " smallest noise multiplier calibrated to (0.1); lower model.dp_sgd.target_epsilon to at most 710.1, or give"
         " model.dp_sgd.noise_multiplier instead",
     ),
     "unreachable": (
         "0.104",
-        "model.dp_sgd.target_epsilon=0.104 with federation.privacy.delta=1e-05 cannot be reached over 15 local steps"
-        " (3 rounds x 5, a client of 16+ examples) at sample rate 0.25 by any noise multiplier (it would need one above"
+        "model.dp_sgd.target_epsilon=0.104 (config 'dp.yaml') with federation.privacy.delta=1e-05 (default) cannot be"
+        f" reached {SPAN} by any noise multiplier (it would need one above"
         " the cap of 100; the smallest epsilon reachable under it is 0.1058); raise model.dp_sgd.target_epsilon or"
         " federation.privacy.delta, or lower federation.rounds, federation.local_steps (local_epochs) or"
         " data.batch_size",
@@ -80,10 +89,11 @@ RUN_LINES = {
 def test_dp_sgd_s_budget_refused_once_the_data_is_read_names_its_config_file(tmp_path, value, line):
     """Issue 41, M11: on 08c1cba these lines named no file. The DP-SGD budget depends on the clients' sample rates
     and local steps, known once the data is read (Lightning imported, the model built: ~10 s of CPU, which is why
-    this test runs two full CLI starts): the line is fit's, now prefixed with the file that set the budget."""
+    this test runs two full CLI starts): the line is fit's, each value followed by the file that set it (red team
+    15 M8: on f6ad729 the budget's file alone, as a prefix)."""
     (tmp_path / "dp.yaml").write_text(DP_SGD.format(value=value))
     proc = lightning_fed("fit", "--config", "tiny", "--config", "dp.yaml", cwd=tmp_path)
-    assert (proc.returncode, proc.stderr) == (2, f"error: config 'dp.yaml': {line}\n")
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dp.yaml"]
 
 
@@ -95,6 +105,6 @@ def test_plan_refuses_the_dp_sgd_budget_fit_refuses_in_fit_s_line(tmp_path, valu
     (exit 0, the plan printed)."""
     (tmp_path / "dp.yaml").write_text(DP_SGD.format(value=value))
     proc = lightning_fed("plan", "--config", "tiny", "--config", "dp.yaml", cwd=tmp_path)
-    assert (proc.returncode, proc.stderr) == (2, f"error: config 'dp.yaml': {line}\n")
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert proc.stdout == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dp.yaml"]

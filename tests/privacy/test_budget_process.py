@@ -6,45 +6,52 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from lightning_fed.errors import HINT
 from tests.helpers.cli import HEAVY_IMPORTED, ROOT, lightning_fed
 
+IN_FILE = "(config '{config}')"
+SPAN = f"over federation.rounds=3 {IN_FILE} at sample rate 1 of federation.sampling=fixed_size (default)"
+"""tiny's rounds, in the test's file; fixed-size sampling by default (each value named with its source: red team
+15 M8)."""
 UNREACHABLE = (
-    "config '{config}': federation.privacy.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be"
-    " reached over 3 rounds at sample rate 1 by any noise multiplier (it would need one above the cap of 100; the"
+    f"federation.privacy.target_epsilon=0.01 {IN_FILE} with federation.privacy.delta=1e-05 {IN_FILE} cannot be"
+    f" reached {SPAN} by any noise multiplier (it would need one above the cap of 100; the"
     " smallest epsilon reachable under it is 0.1123); raise"
     " federation.privacy.target_epsilon"
-    " or federation.privacy.delta, lower federation.rounds, or sample fewer clients (federation.sampling=poisson with"
-    " a smaller federation.sampling_rate)"
+    " or federation.privacy.delta, lower federation.rounds, or sample fewer clients (federation.sampling: poisson,"
+    " with a smaller federation.sampling_rate)"
 )
 """Refused right after the precheck (lightning_fed/noise_calibration.budget_problem), naming the file: on c9c04d9
 when the run was bound, two lines (the ``--debug`` hint), no file."""
 ABOVE_CAP = (
-    "config '{config}': federation.privacy.target_epsilon=0.105 with federation.privacy.delta=1e-05 cannot be"
-    " reached over 3 rounds at sample rate 1 by any noise multiplier (it would need one above the cap of 100; the"
+    f"federation.privacy.target_epsilon=0.105 {IN_FILE} with federation.privacy.delta=1e-05 {IN_FILE} cannot be"
+    f" reached {SPAN} by any noise multiplier (it would need one above the cap of 100; the"
     " smallest epsilon reachable under it is 0.1123); raise federation.privacy.target_epsilon"
-    " or federation.privacy.delta, lower federation.rounds, or sample fewer clients (federation.sampling=poisson with"
-    " a smaller federation.sampling_rate)"
+    " or federation.privacy.delta, lower federation.rounds, or sample fewer clients (federation.sampling: poisson,"
+    " with a smaller federation.sampling_rate)"
 )
 """Just above the RDP floor (0.1029): a noise multiplier above noise_calibration.MAX_NOISE_MULTIPLIER (Opacus
 calibrates z = 320 after doubling it from 20); on 628d0d2 the run calibrated it and trained (exit 0)."""
 FIRST_ROUND = (
-    "federation.privacy.target_epsilon=0.5 is spent by the first round at federation.privacy.noise_multiplier=1"
-    " (epsilon 4.73 per round, delta 1e-05): raise target_epsilon or noise_multiplier"
+    f"federation.privacy.target_epsilon=0.5 {IN_FILE} is spent by the first round at"
+    f" federation.privacy.noise_multiplier=1 {IN_FILE} (epsilon 4.73 per round with federation.privacy.delta=1e-05"
+    " (default) at sample rate 1 of federation.sampling=fixed_size (default)): raise target_epsilon or noise_multiplier"
 )
+"""Refused when the run is bound (the server's sampler), before the Trainer writes: on f6ad729 two lines (the
+``--debug`` hint) naming no file; now one line, each value followed by its source (red team 15 M8)."""
 
 
 ADAPTIVE_SPLIT = (
-    "config '{config}': federation.strategy.adaptive.count_stddev=2 is too small for the client-level noise multiplier"
-    " 4.844 (adaptive clipping needs 2 * count_stddev > noise_multiplier): raise count_stddev above 2.422, or lower"
-    " the noise multiplier (a larger federation.privacy.target_epsilon)"
+    f"federation.strategy.adaptive.count_stddev=2 {IN_FILE} is too small for the client-level noise multiplier"
+    f" 4.844 calibrated for federation.privacy.target_epsilon=1.5 {IN_FILE} with federation.privacy.delta=1e-05"
+    f" {IN_FILE} {SPAN} (adaptive clipping needs 2 * count_stddev > noise_multiplier): raise count_stddev above"
+    " 2.422, or lower the noise multiplier (a larger federation.privacy.target_epsilon)"
 )
 """Refused with Opacus alone imported, before Lightning (lightning_fed/noise_calibration.py), in one line naming
 the option and the file: on a8354b9 (red team 10's zz_cs01) when the run was bound, two lines, no option path."""
 
 
 DP_SGD_UNREACHABLE = (
-    "config '{config}': model.dp_sgd.target_epsilon=0.01 with federation.privacy.delta=1e-05 cannot be reached by"
+    f"model.dp_sgd.target_epsilon=0.01 {IN_FILE} with federation.privacy.delta=1e-05 (default) cannot be reached by"
     " any noise multiplier: Opacus' RDP accountant gives no mechanism an epsilon below 0.1029 at this delta; raise"
     " model.dp_sgd.target_epsilon above 0.1029 or federation.privacy.delta"
 )
@@ -84,7 +91,7 @@ def _example_level(cfg, dp_sgd):
     ],
     ids=["unreachable", "above_cap", "spent_by_round_1", "adaptive_split", "dp_sgd_unreachable"],
 )
-def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, message, request):
+def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, message):
     cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     edit(cfg)
     cfg["trainer"]["default_root_dir"] = str(tmp_path / "run")
@@ -92,14 +99,8 @@ def test_an_impossible_budget_exits_2_before_writing_anything(tmp_path, edit, me
     config.write_text(yaml.safe_dump(cfg))
     proc = lightning_fed("fit", "--config", str(config))
     assert proc.returncode == 2, proc.stderr[-3000:]
-    one_line = request.node.callspec.id in (
-        "adaptive_split",
-        "unreachable",
-        "above_cap",
-        "dp_sgd_unreachable",
-    )  # a ConfigRefusal (UserError): no --debug hint
     message = message.replace("{config}", str(config))
-    assert proc.stderr == (f"error: {message}\n" if one_line else f"error: {message}\n{HINT}\n")
+    assert proc.stderr == f"error: {message}\n"  # a UserError: one line, no --debug hint
     assert not (tmp_path / "run").exists()
 
 
@@ -133,10 +134,13 @@ def test_a_count_noise_the_calibrated_noise_leaves_no_room_for_is_refused_before
     proc = run_process(
         [sys.executable, "-m", "lightning_fed", "fit", "--config", "tiny", "--config", str(change)], cwd=cwd, env=env
     )
+    where = f"(config {str(change)!r})"
     line = (
-        f"error: config {str(change)!r}: federation.strategy.adaptive.count_stddev=0.1 is too small for the"
-        " client-level noise multiplier 0.7544 (adaptive clipping needs 2 * count_stddev > noise_multiplier): raise"
-        " count_stddev above 0.3772, or lower the noise multiplier (a larger federation.privacy.target_epsilon)\n"
+        f"error: federation.strategy.adaptive.count_stddev=0.1 {where} is too small for the client-level noise"
+        f" multiplier 0.7544 calibrated for federation.privacy.target_epsilon=8.0 {where} with federation.privacy.delta"
+        f"=1e-05 (default) over federation.rounds=2 {where} at federation.sampling_rate=0.5 {where} (adaptive clipping"
+        " needs 2 * count_stddev > noise_multiplier): raise count_stddev above 0.3772, or lower the noise multiplier"
+        " (a larger federation.privacy.target_epsilon)\n"
     )
     assert (proc.returncode, proc.stderr) == (2, line)
     assert list(cwd.iterdir()) == []
@@ -168,12 +172,13 @@ def test_an_unreachable_budget_on_the_command_line_is_one_line_before_lightning(
     env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}
     args = ["fit", "--config", "tiny", "--config", str(change), "--federation.privacy.target_epsilon=0.0001"]
     proc = run_process([sys.executable, "-m", "lightning_fed", *args], cwd=cwd, env=env)
+    where = f"(config {str(change)!r})"
     line = (
-        "error: federation.privacy.target_epsilon=0.0001 with federation.privacy.delta=1e-05 cannot be reached over"
-        " 2 rounds at sample rate 0.5 by any noise multiplier (it would need one above the cap of 100; the smallest"
-        " epsilon reachable under it is 0.1044); raise"
-        " federation.privacy.target_epsilon or federation.privacy.delta, lower federation.rounds, or sample fewer"
-        " clients (federation.sampling=poisson with a smaller federation.sampling_rate)\n"
+        "error: federation.privacy.target_epsilon=0.0001 (the command line) with federation.privacy.delta=1e-05"
+        f" (default) cannot be reached over federation.rounds=2 {where} at federation.sampling_rate=0.5 {where} by any"
+        " noise multiplier (it would need one above the cap of 100; the smallest epsilon reachable under it is"
+        " 0.1044); raise federation.privacy.target_epsilon or federation.privacy.delta, lower federation.rounds, or"
+        " sample fewer clients (federation.sampling: poisson, with a smaller federation.sampling_rate)\n"
     )
     assert (proc.returncode, proc.stderr) == (2, line)
     assert list(cwd.iterdir()) == []

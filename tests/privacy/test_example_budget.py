@@ -45,6 +45,22 @@ def test_calibrated_z_is_opacus_own_and_the_budget_holds_after_the_planned_round
     assert budget.rounds == 10 and budget.noise_multiplier_for(57) == pytest.approx(z)
 
 
+def test_an_unreachable_dp_sgd_budget_names_the_options_its_steps_and_rate_come_from():
+    """Red team 15 M8: with ``local_epochs`` the steps are ``E ceil((2 b - 1) / B)`` (16 for 16+ examples at
+    batch 4, two epochs): the line names ``federation.rounds``, ``federation.local_epochs`` and
+    ``data.batch_size`` with their values, for ``fit`` and ``plan`` to follow each with its config file."""
+    budget = ExampleBudget(
+        0.104, None, 1e-5, batch_size=4, rounds=3, federation=FederationConfig(local_steps=None, local_epochs=2)
+    )
+    with pytest.raises(ValueError) as info:
+        budget.noise_multiplier_for(18)
+    assert str(info.value).startswith(
+        "model.dp_sgd.target_epsilon=0.104 with federation.privacy.delta=1e-05 cannot be reached over 48 local steps"
+        " (federation.rounds=3 x 16 steps of federation.local_epochs=2) at sample rate 0.25 (data.batch_size=4 of a"
+        " client of 16+ examples) by any noise multiplier"
+    )
+
+
 def test_a_dp_sgd_budget_at_or_below_the_rdp_floor_is_the_precheck_s_one_line():
     """0.01 at delta 1e-5 is below the RDP floor (0.1029): refused at once, in the precheck's line
     (noise_calibration.below_floor_line), a UserError; on 628d0d2 after Opacus' bisection reached its cap."""

@@ -85,7 +85,8 @@ def test_a_budget_calibrates_z_for_the_planned_rounds():
             ClientLevelDP(FedAvg()),
             PrivacyConfig(target_epsilon=0.5, noise_multiplier=1.0),
             "federation.privacy.target_epsilon=0.5 is spent by the first round at federation.privacy.noise_multiplier=1"
-            " (epsilon 4.73 per round, delta 1e-05): raise target_epsilon or noise_multiplier",
+            " (epsilon 4.73 per round with federation.privacy.delta=1e-05 at sample rate 1 of"
+            " federation.sampling=fixed_size): raise target_epsilon or noise_multiplier",
         ),
     ],
     ids=["no_wrapper", "m_twice", "z_twice", "no_z", "first_round_too_much"],
