@@ -13,7 +13,9 @@ at all:
   assigns its rows to clients by (``by_key_clients``' ``no column ... to assign rows to clients by``);
 - ``SortedShards(score: <a text column>)`` (the partitioner's ``must be numeric``);
 - ``ByKey(key)`` over a local file with fewer distinct values of ``key`` than ``data.num_clients``
-  (the partitioner's ``cannot fill``, issue 41 M7: 12 s of CPU, two lines naming no option);
+  (the partitioner's ``cannot fill``, issue 41 M7: 12 s of CPU, two lines naming no option), or with a
+  row without a ``key`` value (red team 15 M2: ``row 0 has no 'user' value``, 6.6 s of CPU, two lines
+  naming neither the option nor the file);
 - a set without a field its records need (:func:`missing_field_problem`: ``data.dataset`` against its
   data module's ``kind``, and a round hook's public set, red team 10 row 7: FedHDS ``anchors`` of
   instructions on a preference run failed with exit 1 after the round-0 evaluation had written the
@@ -49,6 +51,7 @@ from lightning_fed.data_cross_rules import (
     json_rows,
     local_columns,
     mapped_column,
+    missing_key_line,
     not_text_line,
     row_line,
     too_few_keys_line,
@@ -254,12 +257,12 @@ def _is_text(dataset: str, column: str) -> bool:
     return any(v is not None and not isinstance(v, (int, float, bool)) for v in values)
 
 
-def _key_values(dataset: str, column: str) -> list[Any] | None:
-    """The distinct values of ``column`` of the local file ``dataset``, sorted, where certain as
-    ``ByKey`` reads them: a Parquet column (pyarrow) or JSON/JSON Lines rows or a CSV column as pandas
-    types it (:func:`csv_cells`, :func:`~lightning_fed.column_types.pandas_values`) whose values are all
-    text or all integers; ``None`` otherwise (a null, mixed or number-like values, a file not read here,
-    no regular file: the partitioner's, or the path check's, to say)."""
+def _key_column(dataset: str, column: str) -> list[Any] | None:
+    """Each row's value of ``column`` of the local file ``dataset`` (``None``: missing or null), where
+    certain as ``ByKey`` reads it: a Parquet column (pyarrow) or JSON/JSON Lines rows or a CSV column as
+    pandas types it (:func:`csv_cells`, :func:`~lightning_fed.column_types.pandas_values`) whose values
+    (nulls aside) are all text or all numbers; ``None`` otherwise (mixed values, a NaN, a file not read
+    here, no regular file: the partitioner's, or the path check's, to say)."""
     path = Path(dataset).expanduser()
     try:
         if not path.is_file():
@@ -267,12 +270,11 @@ def _key_values(dataset: str, column: str) -> list[Any] | None:
         if path.suffix.lower() == ".parquet":
             import pyarrow.parquet as pq  # no torch
 
-            values = pq.read_table(path, columns=[column]).column(0)
-            return None if values.null_count else sorted(values.unique().to_pylist())
-        if path.suffix.lower() == ".csv":  # typed as pandas types the column (column_types.py)
+            rows = [{column: value} for value in pq.read_table(path, columns=[column]).column(0).to_pylist()]
+        elif path.suffix.lower() == ".csv":  # typed as pandas types the column (column_types.py)
             cells = csv_cells(path)
             typed = pandas_values([row.get(column) for row in cells]) if cells else None
-            rows = None if typed is None else [{column: value} for value in typed[1]]
+            rows = None if typed is None or typed[0] == "bool" else [{column: value} for value in typed[1]]
         else:
             rows = json_rows(path)
     except Exception:  # noqa: BLE001 - not read cleanly: the data source's to say
@@ -280,21 +282,34 @@ def _key_values(dataset: str, column: str) -> list[Any] | None:
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
         return None
     values = [row.get(column) for row in rows]
-    if all(isinstance(v, str) for v in values) or all(type(v) is int for v in values):
-        return sorted(set(values))
-    return None
+    given = [v for v in values if v is not None]
+    if all(isinstance(v, str) for v in given):
+        return values
+    numbers = all(type(v) in (int, float) for v in given) and all(v == v for v in given)  # v != v: a NaN
+    return values if numbers else None
+
+
+def _first_missing(values: list[Any]) -> int | None:
+    return next((row for row, value in enumerate(values) if value is None), None)
 
 
 def _by_key_problem(init_args: Mapping[str, Any], key: Any, field_map: Any) -> str | None:
-    """``ByKey(key)`` over a local ``data.dataset`` with fewer distinct values of ``key`` (renamed by
-    ``field_map``) than ``data.num_clients`` (issue 41 M7: after 12 s of imports, in two lines naming no
-    option): :func:`~lightning_fed.data_cross_rules.too_few_keys_line`."""
+    """``ByKey(key)`` over a local ``data.dataset`` with a row without a ``key`` value (renamed by
+    ``field_map``; :func:`~lightning_fed.data_cross_rules.missing_key_line`, red team 15 M2) or fewer
+    distinct values of ``key`` than ``data.num_clients`` (:func:`~lightning_fed.data_cross_rules.too_few_keys_line`,
+    issue 41 M7), in the order the partitioner refuses them after 12 s of imports."""
     dataset, clients = init_args.get("dataset"), any_value(init_args.get("num_clients"))
-    if not isinstance(dataset, str) or not isinstance(key, str) or type(clients) is not int:
+    if not isinstance(dataset, str) or dataset.startswith(SYNTHETIC_PREFIX) or not isinstance(key, str):
         return None
-    source = field_map.get(key, key) if isinstance(field_map, Mapping) else key
-    values = _key_values(dataset, source) if not dataset.startswith(SYNTHETIC_PREFIX) else None
-    return too_few_keys_line(key, dataset, values, clients) if values is not None and len(values) < clients else None
+    source, column = (
+        (field_map.get(key, key), mapped_column(key, field_map)) if isinstance(field_map, Mapping) else (key, None)
+    )
+    if (values := _key_column(dataset, source)) is None:
+        return None
+    if (row := _first_missing(values)) is not None:
+        return missing_key_line("data.partition.key", key, "data.dataset", dataset, row, row_line(dataset, row), column)
+    held = sorted(set(values))
+    return too_few_keys_line(key, dataset, held, clients) if type(clients) is int and len(held) < clients else None
 
 
 def _partition(init_args: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
@@ -312,8 +327,8 @@ def _partition(init_args: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | 
 
 
 def data_columns_problem(data: Any) -> str | None:
-    """The line refusing ``data.group_key``, an evaluation set's client column or ``SortedShards``'
-    ``score`` (module docstring) in the merged ``data:`` section, or ``None``."""
+    """The line refusing ``data.group_key``, an evaluation set's client column, ``SortedShards``'
+    ``score`` or ``ByKey``'s key values (module docstring) in the merged ``data:`` section, or ``None``."""
     if not isinstance(data, Mapping) or not isinstance(init_args := data.get("init_args"), Mapping):
         return None
     if not isinstance(data.get("class_path"), str) or data["class_path"].rpartition(".")[2] not in READS_ITS_SOURCE:

@@ -329,6 +329,20 @@ def too_few_keys_line(key: str, dataset: str, values: list[Any], num_clients: in
     )
 
 
+def missing_key_line(
+    option: str, key: str, set_option: str, dataset: str, row: int, line: int | None, column: str | None = None
+) -> str:
+    """The line refusing row ``row`` of ``dataset`` (given as ``set_option``) that has no value (missing or
+    null) in the column ``key`` the partition ``option`` (``data.partition.key``) assigns rows to clients by
+    (red team 15 M2: after the imports, two lines naming neither the option nor the file): said by the
+    precheck (:func:`lightning_fed.data_columns.data_columns_problem`, with the row's ``line`` in a JSON
+    Lines file) and by the data module after the imports; a key read from another ``column``
+    (``data.field_map``) is named with it."""
+    where = f"line {line} (row {row})" if line is not None else f"row {row}"
+    what = f"(column {column!r}: missing or null)" if column is not None else "(missing or null)"
+    return f"{option} {key!r}: {set_option} {dataset!r}: {where} has no {key!r} value {what}"
+
+
 def clients_per_round_problem(clients_per_round: Any, num_clients: Any) -> str | None:
     """``federation.clients_per_round`` above ``data.num_clients`` (a round samples without replacement)."""
     clients_per_round, num_clients = any_value(clients_per_round), any_value(num_clients)  # "4" is 4 to the parser

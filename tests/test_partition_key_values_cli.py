@@ -1,9 +1,14 @@
-"""``ByKey``'s key column, refused in one line naming ``data.partition.key``, the file and its own columns
-(:func:`lightning_fed.data_cross_rules.partition_column_problem`), before torch.
+"""``ByKey``'s key column and values, refused in one line naming ``data.partition.key``, the file and the row
+(its line in a JSON Lines file): before torch for a local file the precheck reads
+(:mod:`lightning_fed.data_columns`), after the imports for one it does not (a folder), with the same words.
 
 Red team 15 on f6ad729 (``od_tiny.yaml``: own_data on a tiny GPT-2, ``ByKey(user)``, ``field_map`` from
-question/preferred/other), L1: a file without the key column got ``has no such column (columns: prompt,
-chosen, rejected)``: the names ``data.field_map`` reads its columns as, not the file's question/preferred/other.
+question/preferred/other):
+
+- M2: a row without a ``user`` value got ``error: partition ByKey(key='user'): row 0 has no 'user' value``
+  and the ``--debug`` hint, after 6.6 s of CPU, naming neither the option nor the file;
+- L1: a file without the key column got ``has no such column (columns: prompt, chosen, rejected)``: the
+  names ``data.field_map`` reads its columns as, not the file's question/preferred/other.
 """
 
 from __future__ import annotations
@@ -11,7 +16,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.helpers.refusals import assert_config_refused_before_torch, shipped_config
+import pytest
+
+from tests.helpers.cli import REACHED_TORCH, lightning_fed, lightning_fed_without_torch
+from tests.helpers.refusals import assert_config_refused_before_torch, shipped_config, write_config
 
 USERS = ("ana", "ben", "ana", "ben")
 FIELD_MAP = {"prompt": "question", "chosen": "preferred", "rejected": "other"}
@@ -57,6 +65,31 @@ def _config(dataset: Path, **init_args: object) -> dict:
     return config
 
 
+@pytest.mark.parametrize(
+    ("name", "where"), [("train.jsonl", "line 3 (row 2)"), ("train.csv", "row 2"), ("train.parquet", "row 2")]
+)
+def test_a_training_row_without_its_key_value_is_one_line_before_torch(tmp_path, name, where):
+    dataset = _write(tmp_path / "data" / name, _rows(("ana", "ben", None, "ben")))
+    line = f"data.partition.key 'user': data.dataset {str(dataset)!r}: {where} has no 'user' value (missing or null)"
+    assert_config_refused_before_torch(tmp_path, _config(dataset), line)
+
+
+@pytest.mark.parametrize("args", [["plan"], ["fit", "--print_config"]], ids=["plan", "print_config"])
+def test_a_row_without_its_key_is_refused_by_plan_and_print_config_too(tmp_path, args):
+    """A row that lacks the key (a missing key reads as null) is said so by every command of the precheck."""
+    rows = _rows(USERS)
+    del rows[1]["user"]
+    dataset = _write(tmp_path / "data" / "train.jsonl", rows)
+    path = write_config(tmp_path, _config(dataset))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch(args[0], "--config", str(path), *args[1:], cwd=cwd, hook=tmp_path / "hook")
+    line = f"data.partition.key 'user': data.dataset {str(dataset)!r}: line 2 (row 1) has no 'user' value"
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line} (missing or null)\n")
+    assert list(cwd.iterdir()) == []
+
+
 def test_a_key_column_the_file_lacks_lists_the_file_s_own_columns(tmp_path):
     rows = [{k: v for k, v in row.items() if k != "user"} for row in _rows(USERS)]
     dataset = _write(tmp_path / "data" / "train.jsonl", rows)
@@ -65,3 +98,21 @@ def test_a_key_column_the_file_lacks_lists_the_file_s_own_columns(tmp_path):
         " (columns: question, preferred, other)"
     )
     assert_config_refused_before_torch(tmp_path, _config(dataset), line)
+
+
+def _refused_after_torch(tmp_path: Path, config: dict, line: str) -> None:
+    """``fit`` exits 2 with ``error: LINE`` alone (no ``--debug`` hint), from an empty folder that stays empty.
+    The child imports torch (about 7 s of CPU): a folder's rows are read by ``datasets`` only."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    path = write_config(tmp_path, config)
+    proc = lightning_fed("fit", "--config", str(path), cwd=cwd)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n"), proc.stderr[-2000:]
+    assert list(cwd.iterdir()) == []
+
+
+def test_a_folder_s_row_without_its_key_value_is_one_line_after_torch(tmp_path):
+    folder = tmp_path / "train"
+    _write(folder / "part.jsonl", _rows(("ana", None, "ben", "ben")))
+    line = f"data.partition.key 'user': data.dataset {str(folder)!r}: row 1 has no 'user' value (missing or null)"
+    _refused_after_torch(tmp_path, _config(folder), line)
