@@ -343,6 +343,21 @@ def missing_key_line(
     return f"{option} {key!r}: {set_option} {dataset!r}: {where} has no {key!r} value {what}"
 
 
+def unheld_key_line(
+    set_option: str, dataset: str, row: int, line: int | None, key: str, value: Any, training: list[Any]
+) -> str:
+    """The line refusing row ``row`` of the evaluation set ``dataset`` (given as ``set_option``) whose ``key``
+    value no training client holds (``training``: the training set's values, distinct, sorted): ``ByKey``
+    sends an evaluation row to the client of its value. Said by the precheck from local files and by the
+    data module after the imports (red team 15 M3: two lines naming no file)."""
+    where = f"line {line} (row {row})" if line is not None else f"row {row}"
+    shown = ", ".join(repr(v) for v in training[:8]) + (", ..." if len(training) > 8 else "")
+    return (
+        f"{set_option} {dataset!r}: {where} has {key} {value!r}, which no training client holds"
+        f" (training values: {shown})"
+    )
+
+
 def clients_per_round_problem(clients_per_round: Any, num_clients: Any) -> str | None:
     """``federation.clients_per_round`` above ``data.num_clients`` (a round samples without replacement)."""
     clients_per_round, num_clients = any_value(clients_per_round), any_value(num_clients)  # "4" is 4 to the parser

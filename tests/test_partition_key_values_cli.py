@@ -1,5 +1,5 @@
-"""``ByKey``'s key column and values, refused in one line naming ``data.partition.key``, the file and the row
-(its line in a JSON Lines file): before torch for a local file the precheck reads
+"""``ByKey``'s key values, refused in one line naming ``data.partition.key`` or the evaluation set's option,
+the file and the row (its line in a JSON Lines file): before torch for a local file the precheck reads
 (:mod:`lightning_fed.data_columns`), after the imports for one it does not (a folder), with the same words.
 
 Red team 15 on f6ad729 (``od_tiny.yaml``: own_data on a tiny GPT-2, ``ByKey(user)``, ``field_map`` from
@@ -7,6 +7,9 @@ question/preferred/other):
 
 - M2: a row without a ``user`` value got ``error: partition ByKey(key='user'): row 0 has no 'user' value``
   and the ``--debug`` hint, after 6.6 s of CPU, naming neither the option nor the file;
+- M3: a ``data.val_dataset`` row whose user no training client holds got ``error: data.val_dataset: row 0
+  has user 'zed', which no training client holds (training values: ...)`` and the hint, after the imports,
+  naming no file;
 - L1: a file without the key column got ``has no such column (columns: prompt, chosen, rejected)``: the
   names ``data.field_map`` reads its columns as, not the file's question/preferred/other.
 """
@@ -90,6 +93,26 @@ def test_a_row_without_its_key_is_refused_by_plan_and_print_config_too(tmp_path,
     assert list(cwd.iterdir()) == []
 
 
+@pytest.mark.parametrize("option", ["val_dataset", "test_dataset"])
+def test_an_evaluation_value_no_training_client_holds_is_one_line_before_torch(tmp_path, option):
+    dataset = _write(tmp_path / "data" / "train.jsonl", _rows(USERS))
+    evaluation = _write(tmp_path / "data" / "eval.jsonl", _rows(("ben", "zed")))
+    line = (
+        f"data.{option} {str(evaluation)!r}: line 2 (row 1) has user 'zed', which no training client holds"
+        " (training values: 'ana', 'ben')"
+    )
+    assert_config_refused_before_torch(tmp_path, _config(dataset, **{option: str(evaluation)}), line)
+
+
+def test_an_evaluation_row_without_its_key_value_is_one_line_before_torch(tmp_path):
+    dataset = _write(tmp_path / "data" / "train.jsonl", _rows(USERS))
+    evaluation = _write(tmp_path / "data" / "test.csv", _rows(("ben", None)))
+    line = (
+        f"data.partition.key 'user': data.test_dataset {str(evaluation)!r}: row 1 has no 'user' value (missing or null)"
+    )
+    assert_config_refused_before_torch(tmp_path, _config(dataset, test_dataset=str(evaluation)), line)
+
+
 def test_a_key_column_the_file_lacks_lists_the_file_s_own_columns(tmp_path):
     rows = [{k: v for k, v in row.items() if k != "user"} for row in _rows(USERS)]
     dataset = _write(tmp_path / "data" / "train.jsonl", rows)
@@ -116,3 +139,14 @@ def test_a_folder_s_row_without_its_key_value_is_one_line_after_torch(tmp_path):
     _write(folder / "part.jsonl", _rows(("ana", None, "ben", "ben")))
     line = f"data.partition.key 'user': data.dataset {str(folder)!r}: row 1 has no 'user' value (missing or null)"
     _refused_after_torch(tmp_path, _config(folder), line)
+
+
+def test_a_folder_s_evaluation_value_no_training_client_holds_is_one_line_after_torch(tmp_path):
+    dataset = _write(tmp_path / "data" / "train.jsonl", _rows(USERS))
+    folder = tmp_path / "val"
+    _write(folder / "part.jsonl", _rows(("zed",)))
+    line = (
+        f"data.val_dataset {str(folder)!r}: row 0 has user 'zed', which no training client holds"
+        " (training values: 'ana', 'ben')"
+    )
+    _refused_after_torch(tmp_path, _config(dataset, val_dataset=str(folder)), line)
