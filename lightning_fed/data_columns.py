@@ -10,10 +10,13 @@ at all:
 - ``data.group_key`` naming no column (``group_ids``' ``no column``; on a planted set without a
   separate evaluation set it was accepted with exit 0 and never used);
 - a ``data.val_dataset`` / ``data.test_dataset`` without the column ``ByKey`` / ``ByColumn``
-  assigns its rows to clients by (``by_key_clients``' ``no column ... to assign rows to clients by``);
+  assigns its rows to clients by (``by_key_clients``' ``has no column ... to assign its rows to clients by``);
 - ``SortedShards(score: <a text column>)`` (the partitioner's ``must be numeric``);
 - ``ByKey(key)`` over a local file with fewer distinct values of ``key`` than ``data.num_clients``
-  (the partitioner's ``cannot fill``, issue 41 M7: 12 s of CPU, two lines naming no option);
+  (the partitioner's ``cannot fill``, issue 41 M7: 12 s of CPU, two lines naming no option), or with a
+  row without a ``key`` value (red team 15 M2: ``row 0 has no 'user' value``, 6.6 s of CPU, two lines
+  naming neither the option nor the file), or an evaluation row whose ``key`` value no training client
+  holds (red team 15 M3: two lines naming no file);
 - a set without a field its records need (:func:`missing_field_problem`: ``data.dataset`` against its
   data module's ``kind``, and a round hook's public set, red team 10 row 7: FedHDS ``anchors`` of
   instructions on a preference run failed with exit 1 after the round-0 evaluation had written the
@@ -49,9 +52,11 @@ from lightning_fed.data_cross_rules import (
     json_rows,
     local_columns,
     mapped_column,
+    missing_key_line,
     not_text_line,
     row_line,
     too_few_keys_line,
+    unheld_key_line,
 )
 from lightning_fed.data_files import local_data_problem
 from lightning_fed.nested_options import PARTITIONS, SYNTHETIC_PREFIX, generator_columns
@@ -254,12 +259,12 @@ def _is_text(dataset: str, column: str) -> bool:
     return any(v is not None and not isinstance(v, (int, float, bool)) for v in values)
 
 
-def _key_values(dataset: str, column: str) -> list[Any] | None:
-    """The distinct values of ``column`` of the local file ``dataset``, sorted, where certain as
-    ``ByKey`` reads them: a Parquet column (pyarrow) or JSON/JSON Lines rows or a CSV column as pandas
-    types it (:func:`csv_cells`, :func:`~lightning_fed.column_types.pandas_values`) whose values are all
-    text or all integers; ``None`` otherwise (a null, mixed or number-like values, a file not read here,
-    no regular file: the partitioner's, or the path check's, to say)."""
+def _key_column(dataset: str, column: str) -> list[Any] | None:
+    """Each row's value of ``column`` of the local file ``dataset`` (``None``: missing or null), where
+    certain as ``ByKey`` reads it: a Parquet column (pyarrow) or JSON/JSON Lines rows or a CSV column as
+    pandas types it (:func:`csv_cells`, :func:`~lightning_fed.column_types.pandas_values`) whose values
+    (nulls aside) are all text or all numbers; ``None`` otherwise (mixed values, a NaN, a file not read
+    here, no regular file: the partitioner's, or the path check's, to say)."""
     path = Path(dataset).expanduser()
     try:
         if not path.is_file():
@@ -267,12 +272,11 @@ def _key_values(dataset: str, column: str) -> list[Any] | None:
         if path.suffix.lower() == ".parquet":
             import pyarrow.parquet as pq  # no torch
 
-            values = pq.read_table(path, columns=[column]).column(0)
-            return None if values.null_count else sorted(values.unique().to_pylist())
-        if path.suffix.lower() == ".csv":  # typed as pandas types the column (column_types.py)
+            rows = [{column: value} for value in pq.read_table(path, columns=[column]).column(0).to_pylist()]
+        elif path.suffix.lower() == ".csv":  # typed as pandas types the column (column_types.py)
             cells = csv_cells(path)
             typed = pandas_values([row.get(column) for row in cells]) if cells else None
-            rows = None if typed is None else [{column: value} for value in typed[1]]
+            rows = None if typed is None or typed[0] == "bool" else [{column: value} for value in typed[1]]
         else:
             rows = json_rows(path)
     except Exception:  # noqa: BLE001 - not read cleanly: the data source's to say
@@ -280,21 +284,73 @@ def _key_values(dataset: str, column: str) -> list[Any] | None:
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
         return None
     values = [row.get(column) for row in rows]
-    if all(isinstance(v, str) for v in values) or all(type(v) is int for v in values):
-        return sorted(set(values))
+    given = [v for v in values if v is not None]
+    if all(isinstance(v, str) for v in given):
+        return values
+    numbers = all(type(v) in (int, float) for v in given) and all(v == v for v in given)  # v != v: a NaN
+    return values if numbers else None
+
+
+def _first_missing(values: list[Any]) -> int | None:
+    return next((row for row, value in enumerate(values) if value is None), None)
+
+
+def _by_key_problem(init_args: Mapping[str, Any], key: Any, field_map: Any, option: str) -> str | None:
+    """``ByKey(key)`` (``key`` renamed by ``field_map``) over the local set ``option`` of ``init_args``, as
+    the data module refuses it after 12 s of imports: a row of ``data.dataset`` or of an evaluation set
+    without a ``key`` value (:func:`~lightning_fed.data_cross_rules.missing_key_line`, red team 15 M2),
+    ``data.dataset`` with fewer distinct values than ``data.num_clients``
+    (:func:`~lightning_fed.data_cross_rules.too_few_keys_line`, issue 41 M7), an evaluation row whose
+    value no training client holds (:func:`~lightning_fed.data_cross_rules.unheld_key_line`, red team 15
+    M3). Said where the values of ``data.dataset`` (and of that set) are certain here."""
+    dataset, value = init_args.get("dataset"), init_args.get(option.removeprefix("data."))
+    if not isinstance(key, str) or any(
+        not isinstance(v, str) or v.startswith(SYNTHETIC_PREFIX) for v in (dataset, value)
+    ):
+        return None
+    source, column = (
+        (field_map.get(key, key), mapped_column(key, field_map)) if isinstance(field_map, Mapping) else (key, None)
+    )
+    if (training := _key_column(dataset, source)) is None:
+        return None
+    values = training if option == "data.dataset" else _key_column(value, source)
+    if values is not None and (row := _first_missing(values)) is not None:
+        return missing_key_line("data.partition.key", key, option, value, row, row_line(value, row), column)
+    held = sorted(set(training))
+    if option == "data.dataset":
+        clients = any_value(init_args.get("num_clients"))
+        return too_few_keys_line(key, dataset, held, clients) if type(clients) is int and len(held) < clients else None
+    if values is not None and (row := next((i for i, v in enumerate(values) if v not in set(held)), None)) is not None:
+        return unheld_key_line(option, value, row, row_line(value, row), key, values[row], held)
     return None
 
 
-def _by_key_problem(init_args: Mapping[str, Any], key: Any, field_map: Any) -> str | None:
-    """``ByKey(key)`` over a local ``data.dataset`` with fewer distinct values of ``key`` (renamed by
-    ``field_map``) than ``data.num_clients`` (issue 41 M7: after 12 s of imports, in two lines naming no
-    option): :func:`~lightning_fed.data_cross_rules.too_few_keys_line`."""
-    dataset, clients = init_args.get("dataset"), any_value(init_args.get("num_clients"))
-    if not isinstance(dataset, str) or not isinstance(key, str) or type(clients) is not int:
-        return None
-    source = field_map.get(key, key) if isinstance(field_map, Mapping) else key
-    values = _key_values(dataset, source) if not dataset.startswith(SYNTHETIC_PREFIX) else None
-    return too_few_keys_line(key, dataset, values, clients) if values is not None and len(values) < clients else None
+def _clients_problem(
+    option: str, columns: list[str] | None, init_args: Mapping[str, Any], field_map: Any
+) -> str | None:
+    """The line refusing how ``data.partition`` assigns the rows of the set ``option`` (whose ``columns``,
+    renamed by ``field_map``, are known here or ``None``) to clients: ``SortedShards``' text ``score`` and
+    ``ByKey``'s training values for ``data.dataset``; an evaluation set's missing client column and
+    ``ByKey``'s values for it (module docstring)."""
+    name, given = _partition(init_args) or ("", {})
+    value = init_args.get(option.removeprefix("data."))
+    score = given.get("score")
+    if option == "data.dataset" and name == "SortedShards" and isinstance(score, str) and columns is not None:
+        source = field_map.get(score, score) if isinstance(field_map, Mapping) else score
+        if score in columns and _is_text(value, source):
+            return (
+                f"data.partition.score {score!r}: data.dataset {value!r} holds text in that column;"
+                " SortedShards sorts the rows by a numeric column"
+            )
+    if option != "data.dataset" and name in BY_IDENTITY and columns is not None:
+        key, default = BY_IDENTITY[name]
+        column = given.get(key, default)
+        if isinstance(column, str) and column not in columns:
+            return (
+                f"{option} {value!r} has no column {column!r} (data.partition.{key}) to assign its rows to"
+                f" clients by (columns: {', '.join(columns)})"
+            )
+    return _by_key_problem(init_args, given.get("key"), field_map, option) if name == "ByKey" else None
 
 
 def _partition(init_args: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
@@ -312,8 +368,8 @@ def _partition(init_args: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | 
 
 
 def data_columns_problem(data: Any) -> str | None:
-    """The line refusing ``data.group_key``, an evaluation set's client column or ``SortedShards``'
-    ``score`` (module docstring) in the merged ``data:`` section, or ``None``."""
+    """The line refusing ``data.group_key``, an evaluation set's client column, ``SortedShards``'
+    ``score`` or ``ByKey``'s key values (module docstring) in the merged ``data:`` section, or ``None``."""
     if not isinstance(data, Mapping) or not isinstance(init_args := data.get("init_args"), Mapping):
         return None
     if not isinstance(data.get("class_path"), str) or data["class_path"].rpartition(".")[2] not in READS_ITS_SOURCE:
@@ -325,35 +381,20 @@ def data_columns_problem(data: Any) -> str | None:
             return problem
     if problem := missing_field_problem("data.dataset", init_args.get("dataset"), kind, field_map, "data.field_map"):
         return problem
-    for name in ("dataset", *EVALUATION_SETS):  # the order the data module reads them (FederatedDataModule.setup)
+    # the order the data module reads them (FederatedDataModule.setup): the training rows, then their
+    # clients; each evaluation set's rows, then theirs
+    for name in ("dataset", *EVALUATION_SETS):
         option, value = f"data.{name}", init_args.get(name)
         if name != "dataset" and (problem := missing_field_problem(option, value, kind, field_map, "data.field_map")):
             return problem
         if problem := blank_row_problem(option, value, kind, field_map):
             return problem
+        if value is not None and (
+            problem := _clients_problem(option, _columns(value, field_map), init_args, field_map)
+        ):
+            return problem
     sets = [(f"data.{name}", init_args.get(name)) for name in ("dataset", *EVALUATION_SETS)]
     known = [(opt, value, columns) for opt, value in sets if (columns := _columns(value, field_map)) is not None]
-    name, given = _partition(init_args) or ("", {})
-    # the training rows are partitioned first, then the evaluation rows assigned, then grouped
-    score, dataset = given.get("score"), init_args.get("dataset")
-    if name == "SortedShards" and isinstance(score, str) and known and known[0][0] == "data.dataset":
-        source = field_map.get(score, score) if isinstance(field_map, Mapping) else score
-        if score in known[0][2] and _is_text(dataset, source):
-            return (
-                f"data.partition.score {score!r}: data.dataset {dataset!r} holds text in that column;"
-                " SortedShards sorts the rows by a numeric column"
-            )
-    if name in BY_IDENTITY:
-        key, default = BY_IDENTITY[name]
-        column = given.get(key, default)
-        for option, value, columns in known:
-            if option != "data.dataset" and isinstance(column, str) and column not in columns:
-                return (
-                    f"{option} {value!r} has no column {column!r} (data.partition.{key}) to assign its rows to"
-                    f" clients by (columns: {', '.join(columns)})"
-                )
-    if name == "ByKey" and (problem := _by_key_problem(init_args, given.get("key"), field_map)):
-        return problem
     group_key = init_args.get("group_key")
     # the evaluation sets' rows are grouped; without one, group_key groups nothing: held against data.dataset
     given_sets = [option for option, value in sets[1:] if value is not None]

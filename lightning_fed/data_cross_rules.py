@@ -299,16 +299,23 @@ def field_mapped(columns: list[str], field_map: Any) -> list[str] | None:
     return [renames.get(c, c) for c in columns if c not in shadowed]
 
 
-def partition_column_problem(partition: str, given: Mapping[str, Any], dataset: str, columns: list[str]) -> str | None:
+def partition_column_problem(
+    partition: str, given: Mapping[str, Any], dataset: str, columns: list[str], source: list[str], field_map: Any
+) -> str | None:
     """The line refusing the column a partitioner (:data:`PARTITION_COLUMNS`; ``given``: its
-    ``init_args``) names that ``data.dataset``'s ``columns`` lack: the partitioner's ``no column``
-    after the imports (15 s of CPU), naming no option."""
+    ``init_args``) names that ``data.dataset``'s ``columns`` (its ``source`` columns renamed by
+    ``field_map``) lack: the partitioner's ``no column`` after the imports (15 s of CPU), naming no
+    option. The file's own columns are listed (red team 15 L1: the renamed ones were, names the file
+    does not hold); a column ``field_map`` renames is named with the field it is read as."""
     option = PARTITION_COLUMNS.get(partition)
     value = given.get(option, PARTITION_DEFAULTS.get(partition)) if option else None
     if not isinstance(value, str) or value in columns:
         return None
-    shown = ", ".join(columns)
-    return f"data.partition.{option} {value!r}: data.dataset {dataset!r} has no such column (columns: {shown})"
+    named = f"data.partition.{option} {value!r}: data.dataset {dataset!r}"
+    renamed = next((f for f, c in field_map.items() if c == value), None) if isinstance(field_map, Mapping) else None
+    if renamed is not None:
+        return f"{named}: data.field_map reads column {value!r} as {renamed!r}; name it {renamed!r}"
+    return f"{named} has no such column (columns: {', '.join(source)})"
 
 
 def too_few_keys_line(key: str, dataset: str, values: list[Any], num_clients: int) -> str:
@@ -319,6 +326,35 @@ def too_few_keys_line(key: str, dataset: str, values: list[Any], num_clients: in
     return (
         f"data.partition.key {key!r}: data.dataset {dataset!r} has {len(values)} distinct {key!r} value(s)"
         f" ({shown}), which cannot fill data.num_clients={num_clients} clients; use num_clients <= {len(values)}"
+    )
+
+
+def missing_key_line(
+    option: str, key: str, set_option: str, dataset: str, row: int, line: int | None, column: str | None = None
+) -> str:
+    """The line refusing row ``row`` of ``dataset`` (given as ``set_option``) that has no value (missing or
+    null) in the column ``key`` the partition ``option`` (``data.partition.key``) assigns rows to clients by
+    (red team 15 M2: after the imports, two lines naming neither the option nor the file): said by the
+    precheck (:func:`lightning_fed.data_columns.data_columns_problem`, with the row's ``line`` in a JSON
+    Lines file) and by the data module after the imports; a key read from another ``column``
+    (``data.field_map``) is named with it."""
+    where = f"line {line} (row {row})" if line is not None else f"row {row}"
+    what = f"(column {column!r}: missing or null)" if column is not None else "(missing or null)"
+    return f"{option} {key!r}: {set_option} {dataset!r}: {where} has no {key!r} value {what}"
+
+
+def unheld_key_line(
+    set_option: str, dataset: str, row: int, line: int | None, key: str, value: Any, training: list[Any]
+) -> str:
+    """The line refusing row ``row`` of the evaluation set ``dataset`` (given as ``set_option``) whose ``key``
+    value no training client holds (``training``: the training set's values, distinct, sorted): ``ByKey``
+    sends an evaluation row to the client of its value. Said by the precheck from local files and by the
+    data module after the imports (red team 15 M3: two lines naming no file)."""
+    where = f"line {line} (row {row})" if line is not None else f"row {row}"
+    shown = ", ".join(repr(v) for v in training[:8]) + (", ..." if len(training) > 8 else "")
+    return (
+        f"{set_option} {dataset!r}: {where} has {key} {value!r}, which no training client holds"
+        f" (training values: {shown})"
     )
 
 

@@ -317,9 +317,10 @@ def partition_columns_problem(class_path: str, init_args: Mapping[str, Any]) -> 
     given = partition.get("init_args") or {}
     if module not in ("", "lightning_fed.datamodules", PARTITIONS) or not isinstance(given, Mapping):
         return None
-    columns = generator_columns(dataset) if dataset.startswith(SYNTHETIC_PREFIX) else local_columns(dataset)
-    columns = field_mapped(columns, init_args.get("field_map")) if columns is not None else None
-    if columns is not None and (problem := partition_column_problem(name, given, dataset, columns)):
+    source = generator_columns(dataset) if dataset.startswith(SYNTHETIC_PREFIX) else local_columns(dataset)
+    field_map = init_args.get("field_map")
+    columns = field_mapped(source, field_map) if source is not None else None
+    if columns is not None and (problem := partition_column_problem(name, given, dataset, columns, source, field_map)):
         return problem
     return _planted_groups_problem(name, given, init_args) if columns is not None else None
 

@@ -195,7 +195,8 @@ def test_a_partition_column_a_local_file_has_goes_on(tmp_path, suffix):
 
 
 def test_a_column_renamed_by_field_map_is_the_partition_s(tmp_path):
-    """``field_map: {prompt: question}`` renames ``question`` to ``prompt``: ``question`` is no column then."""
+    """``field_map: {prompt: question}`` renames ``question`` to ``prompt``: ``question`` is no column then,
+    and the line says what it is read as (red team 15 L1: the renamed columns were listed instead)."""
     data = tmp_path / "data"
     data.mkdir()
     rows = [{"question": r["prompt"], **{k: v for k, v in r.items() if k != "prompt"}} for r in ROWS]
@@ -209,8 +210,8 @@ def test_a_column_renamed_by_field_map_is_the_partition_s(tmp_path):
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     proc = lightning_fed_without_torch("fit", "--config", str(path), cwd=tmp_path, hook=tmp_path / "hook")
     line = (
-        f"data.partition.key 'question': data.dataset {str(dataset)!r} has no such column"
-        " (columns: prompt, chosen, rejected, author)"
+        f"data.partition.key 'question': data.dataset {str(dataset)!r}: data.field_map reads column 'question'"
+        " as 'prompt'; name it 'prompt'"
     )
     assert (proc.returncode, proc.stderr) == (2, f"error: config {str(path)!r}: {line}\n")
 

@@ -18,7 +18,9 @@ import datasets
 import numpy as np
 import torch
 
+from lightning_fed.data_cross_rules import missing_key_line, row_line, unheld_key_line
 from lightning_fed.datamodules.partition import IID, ByColumn, ByKey, Partitioner
+from lightning_fed.errors import UserError
 from lightning_fed.federation.sampling import derive_seed
 
 
@@ -51,48 +53,53 @@ def group_ids(records: datasets.Dataset, group_key: str | None, group_names: lis
     return ids
 
 
-def _values(ds: datasets.Dataset, column: str, field: str) -> np.ndarray:
+def _values(ds: datasets.Dataset, column: str, option: str, field: str, source: str) -> np.ndarray:
+    """The values of ``column`` (named by the partition's ``option``) of the evaluation set ``source``
+    (given as ``field``), each row holding one."""
     if column not in ds.column_names:
-        raise ValueError(
-            f"{field}: no column {column!r} to assign rows to clients by (columns: {', '.join(ds.column_names)})"
+        raise UserError(
+            f"{field} {source!r} has no column {column!r} ({option}) to assign its rows to clients by"
+            f" (columns: {', '.join(ds.column_names)})"
         )
     values = np.asarray(ds[column], dtype=object)
     missing = [i for i, v in enumerate(values) if v is None]
-    if missing:
-        raise ValueError(f"{field}: row {missing[0]} has no {column!r} value")
+    if missing:  # the precheck's line (data_columns.data_columns_problem)
+        raise UserError(missing_key_line(option, column, field, source, missing[0], row_line(source, missing[0])))
     return values
 
 
 def by_key_clients(
-    train: datasets.Dataset, evaluation: datasets.Dataset, key: str, num_clients: int, field: str
+    train: datasets.Dataset, evaluation: datasets.Dataset, key: str, num_clients: int, field: str, source: str
 ) -> list[list[int]]:
-    """Rows of ``evaluation`` per client, each row going where its ``key`` value went in training.
+    """Rows of ``evaluation`` (the file ``source``, given as ``field``) per client, each row going where
+    its ``key`` value went in training (the partition refused a training row without one).
 
     Mirrors :class:`~lightning_fed.datamodules.ByKey`: training value ``i`` (sorted) is client
     ``i % num_clients``.
 
     Raises:
-        ValueError: If an evaluation row has a value no training row has, naming it.
+        UserError: If an evaluation row has a value no training row has, naming it, its row and ``source``.
     """
-    train_values = sorted(set(_values(train, key, field).tolist()))
+    train_values = sorted(set(train[key]))
     client_of = {v: i % num_clients for i, v in enumerate(train_values)}
     parts: list[list[int]] = [[] for _ in range(num_clients)]
-    for row, value in enumerate(_values(evaluation, key, field).tolist()):
-        if value not in client_of:
-            shown = ", ".join(repr(v) for v in train_values[:8]) + (", ..." if len(train_values) > 8 else "")
-            raise ValueError(
-                f"{field}: row {row} has {key} {value!r}, which no training client holds (training values: {shown})"
-            )
+    for row, value in enumerate(_values(evaluation, key, "data.partition.key", field, source).tolist()):
+        if value not in client_of:  # the precheck's line (data_columns.data_columns_problem)
+            raise UserError(unheld_key_line(field, source, row, row_line(source, row), key, value, train_values))
         parts[client_of[value]].append(row)
     return parts
 
 
-def by_column_clients(evaluation: datasets.Dataset, column: str, num_clients: int, field: str) -> list[list[int]]:
+def by_column_clients(
+    evaluation: datasets.Dataset, column: str, num_clients: int, field: str, source: str
+) -> list[list[int]]:
     """Rows of ``evaluation`` per client, read from an integer client ``column``."""
     parts: list[list[int]] = [[] for _ in range(num_clients)]
-    for row, value in enumerate(_values(evaluation, column, field).tolist()):
+    for row, value in enumerate(_values(evaluation, column, "data.partition.column", field, source).tolist()):
         if not isinstance(value, (int, np.integer)) or not 0 <= value < num_clients:
-            raise ValueError(f"{field}: row {row} has {column} {value!r}, not a client in 0..{num_clients - 1}")
+            raise UserError(
+                f"{field} {source!r}: row {row} has {column} {value!r}, not a client in 0..{num_clients - 1}"
+            )
         parts[int(value)].append(row)
     return parts
 
@@ -110,6 +117,7 @@ def evaluation_clients(
     num_clients: int,
     seed: int,
     field: str,
+    source: str,
 ) -> list[list[int]]:
     """Each client's rows of a separate evaluation set (see the module docstring).
 
@@ -121,17 +129,19 @@ def evaluation_clients(
         num_clients: Number of clients.
         seed: Seed of partitioners that draw.
         field: The config field of the evaluation set, for error messages.
+        source: The evaluation set as given (its file), for error messages.
 
     Raises:
-        ValueError: If a row cannot be assigned, or no client gets a row.
+        UserError: If a row cannot be assigned, or no client gets a row: one line naming ``field``
+            and ``source``.
     """
     if isinstance(partition, ByKey):
-        parts = by_key_clients(train, evaluation, partition.key, num_clients, field)
+        parts = by_key_clients(train, evaluation, partition.key, num_clients, field, source)
     elif isinstance(partition, ByColumn):
-        parts = by_column_clients(evaluation, partition.column, num_clients, field)
+        parts = by_column_clients(evaluation, partition.column, num_clients, field, source)
     elif partition is None:
         if "client" in evaluation.column_names:
-            parts = by_column_clients(evaluation, "client", num_clients, field)
+            parts = by_column_clients(evaluation, "client", num_clients, field, source)
         else:
             parts = iid_clients(evaluation, num_clients, seed)
     elif isinstance(partition, IID):
@@ -140,7 +150,7 @@ def evaluation_clients(
         try:
             parts = partition(evaluation, num_clients, seed)
         except ValueError as err:
-            raise ValueError(f"{field}: {err}") from None
+            raise UserError(f"{field} {source!r}: {err}") from None
     if not any(parts):
-        raise ValueError(f"{field}: no rows for any client")
+        raise UserError(f"{field} {source!r}: no rows for any client")
     return parts

@@ -16,6 +16,7 @@ training clients by :func:`~lightning_fed.datamodules.eval_partition.evaluation_
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
@@ -30,6 +31,9 @@ from lightning_fed.data_cross_rules import (
     ON_OVERFLOW,
     default_min_prompt_length,
     length_budget_problems,
+    mapped_column,
+    missing_key_line,
+    row_line,
     synthetic_clients_problem,
     too_few_keys_line,
 )
@@ -38,7 +42,14 @@ from lightning_fed.datamodules.client_data import ClientData
 from lightning_fed.datamodules.client_encoding import encode_clients
 from lightning_fed.datamodules.encoding_counts import EncodingCounts
 from lightning_fed.datamodules.eval_partition import evaluation_clients, group_ids, split_validation
-from lightning_fed.datamodules.partition import IID, ByColumn, Partitioner, TooFewKeys, check_partition
+from lightning_fed.datamodules.partition import (
+    IID,
+    ByColumn,
+    MissingValue,
+    Partitioner,
+    TooFewKeys,
+    check_partition,
+)
 from lightning_fed.datamodules.round_serving import EvaluationLayout, RoundServing
 from lightning_fed.datamodules.sources import (
     FIELDS,
@@ -311,6 +322,8 @@ class FederatedDataModule(pl.LightningDataModule):
             parts = partition(records, self.num_clients, self.seed)
         except TooFewKeys as err:  # the precheck's line, for a set it cannot read (a hub set, a large file)
             raise UserError(too_few_keys_line(err.key, self.dataset, err.values, self.num_clients)) from None
+        except MissingValue as err:  # the precheck's line too (data_columns.data_columns_problem)
+            raise UserError(self._missing_value_line(partition, err)) from None
         check_partition(parts, self.num_clients, f"{type(partition).__name__} of data.dataset {self.dataset!r}")
         collate = PadCollator(self.tokenizer.pad_token_id)
         train = self._encode_set("train", records, parts, self.dataset)
@@ -391,6 +404,20 @@ class FederatedDataModule(pl.LightningDataModule):
         except (ValueError, FileNotFoundError) as err:  # the source names data.dataset; this set is `field`
             raise type(err)(str(err).replace("data.dataset", field, 1)) from None
 
+    def _missing_value_line(self, partition: Partitioner, err: MissingValue) -> str:
+        """The line refusing ``data.dataset``'s row ``err.row`` without a value in the column the option
+        of ``partition`` (``data.partition.key``) names (red team 15 M2: two lines naming neither)."""
+        fields = dataclasses.fields(partition) if dataclasses.is_dataclass(partition) else ()
+        option = next((f.name for f in fields if getattr(partition, f.name) == err.column), None)
+        if option is None:  # a partitioner of the user's own: its line as it says it
+            return str(err)
+        # the rows of the file data.dataset in its order, where the source is read as is: its line too
+        line = row_line(self.dataset, err.row) if type(self).load_records is FederatedDataModule.load_records else None
+        column = mapped_column(err.column, self.field_map)
+        return missing_key_line(
+            f"data.partition.{option}", err.column, "data.dataset", self.dataset, err.row, line, column
+        )
+
     def _no_example_left(self, cid: int, rows: int) -> str:
         """The line refusing client ``cid``, whose ``rows`` training rows were all left out while encoded:
         too long for ``data.max_length`` with ``on_overflow: drop``, or a cut prompt below
@@ -431,7 +458,7 @@ class FederatedDataModule(pl.LightningDataModule):
     def _evaluation_set(self, name: str, dataset: str, split: str, train: Any, salt: int) -> list[list[dict[str, Any]]]:
         field = f"data.{name}_dataset"
         records = self._load(dataset, split, field, salt)
-        parts = evaluation_clients(self.partition, train, records, self.num_clients, self.seed + salt, field)
+        parts = evaluation_clients(self.partition, train, records, self.num_clients, self.seed + salt, field, dataset)
         return self._encode_set(name, records, parts, dataset, group_ids(records, self.group_key, self.group_names))
 
     def data_report(self) -> dict[str, Any]:

@@ -109,6 +109,15 @@ class TooFewKeys(ValueError):
         self.key, self.values = key, values
 
 
+class MissingValue(ValueError):
+    """A row without a value (missing or null) in the column ``column`` a partitioner assigns rows by;
+    ``row``: the first such row (from 0)."""
+
+    def __init__(self, message: str, column: str, row: int) -> None:
+        super().__init__(message)
+        self.column, self.row = column, row
+
+
 @dataclass(frozen=True)
 class ByKey(Partitioner):
     """One client per distinct value of ``key`` (values in sorted order).
@@ -247,7 +256,7 @@ def _column(ds: datasets.Dataset, name: str, partitioner: Partitioner) -> np.nda
         column = column.column(0)
     if column.null_count:
         row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
-        raise ValueError(f"partition {partitioner!r}: row {row} has no {name!r} value")
+        raise MissingValue(f"partition {partitioner!r}: row {row} has no {name!r} value", name, row)
     return column.to_numpy()
 
 

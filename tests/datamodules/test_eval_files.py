@@ -1,6 +1,7 @@
 """Separate validation/test files assigned to the training clients; truncation policies; test metrics."""
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -56,8 +57,8 @@ def test_test_and_val_files_go_to_the_training_clients_by_key(tmp_path):
     bad.tokenizer = byte_tokenizer()
     with pytest.raises(
         ValueError,
-        match=r"data.test_dataset: row 0 has user 'zed', which no training client holds "
-        r"\(training values: 'ann', 'bob', 'cyd'\)",
+        match=rf"data.test_dataset '{re.escape(unseen)}': line 1 \(row 0\) has user 'zed', "
+        r"which no training client holds \(training values: 'ann', 'bob', 'cyd'\)",
     ):
         bad.setup("test")
     without = PreferenceDataModule(train, num_clients=3, partition=ByKey("user"))
