@@ -8,10 +8,11 @@ imports (``field 'prompt' must be text; row 0 has 1``: 15-20 s of CPU). :func:`c
 :func:`parquet_field_problem` say that line before them, field by field in the order it checks them
 (a required field's empty row before a later field's type). Only what is certain is said: a cell
 pandas may read otherwise than the rules below (spaces around a number, ``inf``, 16 digits and
-more), a CSV file of more rows than ``datasets`` reads in one chunk, a Parquet type other than text,
-integer, float, boolean or null, or a file larger than
-:data:`~lightning_fed.data_cross_rules.MAX_SCANNED_BYTES` is left to the reader. Imports pyarrow
-(no torch) for a Parquet file only, never pandas.
+more), a CSV file of more rows than ``datasets`` reads in one chunk, or a file larger than
+:data:`~lightning_fed.data_cross_rules.MAX_SCANNED_BYTES` is left to the reader. A Parquet column of
+any other type that is no text (a list, binary, a timestamp, a struct, a map...) is refused by its
+Arrow type (red team 15 M4: 6-7 s of CPU later). Imports pyarrow (no torch) for a Parquet file only,
+never pandas.
 """
 
 from __future__ import annotations
@@ -132,12 +133,24 @@ def csv_field_problem(
     return None
 
 
+def parquet_type_line(option: str, dataset: str, field: str, column: str, arrow: Any) -> str:
+    """The line refusing the Parquet file ``dataset`` (given as ``option``) whose ``field``, read from
+    ``column``, is of the Arrow type ``arrow`` that is no text and no number (a list, binary, a timestamp,
+    a struct...): named by its type, which the schema makes certain, where the value ``datasets`` would
+    decode from it is not (a map or a UUID it does not read at all)."""
+    named = f"{field!r} (column {column!r})" if column != field else repr(field)
+    return f"{option} {dataset!r}: field {named} must be text; its Parquet type is {arrow}"
+
+
 def parquet_field_problem(
     option: str, dataset: str, path: Path, kind: str, field_map: Mapping[str, str] | None
 ) -> str | None:
     """The line refusing the Parquet file ``path`` of ``dataset`` (given as ``option``) whose field's column
-    is of an integer, float, boolean or null type (issue 41 M5), or whose required text field is missing or
-    blank in a row, in ``validate_records``' order; ``None`` where nothing is found or not certain."""
+    is of an integer, float, boolean or null type (issue 41 M5, said as ``validate_records`` says it) or of
+    any other type that is no text (red team 15 M4: :func:`parquet_type_line`), or whose required text field
+    is missing or blank in a row, in ``validate_records``' order; ``None`` where nothing is found or not
+    certain. Text is ``string``, ``large_string``, ``string_view`` or a dictionary of them (``datasets``
+    decodes a dictionary to its values)."""
     import pyarrow as pa
     import pyarrow.parquet as pq  # no torch (tests/test_data_model_options_cli.py)
 
@@ -145,14 +158,14 @@ def parquet_field_problem(
     fields = _fields(kind, list(schema.names), field_map)
     typed_as = {"int": pa.types.is_integer, "float": pa.types.is_floating, "bool": pa.types.is_boolean}
     typed_as["null"] = pa.types.is_null
+    typed_as["text"] = lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
     try:
         for field, column, required in fields or []:
             arrow = schema.field(column).type
-            kind_of = next((name for name, test in typed_as.items() if test(arrow)), None)
-            if pa.types.is_string(arrow) or pa.types.is_large_string(arrow):
-                kind_of = "text"
+            decoded = arrow.value_type if pa.types.is_dictionary(arrow) else arrow
+            kind_of = next((name for name, test in typed_as.items() if test(decoded)), None)
             if kind_of is None:
-                return None  # a list, a struct, a dictionary...: how datasets reads it is its to say
+                return parquet_type_line(option, dataset, field, column, arrow)
             values = pq.read_table(path, columns=[column]).column(0).to_pylist()
             if problem := _field_problem(option, dataset, field, column, required, (kind_of, values)):
                 return problem

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from lightning_fed.data_cross_rules import MAX_SCANNED_BYTES, bad_json_line, csv_blank, text_column_array
 from lightning_fed.data_paths import LOCAL_FORMATS
+from lightning_fed.path_kinds import not_a_file
 
 TEXT_FORMATS = (".json", ".jsonl", ".csv")
 _JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
@@ -178,12 +179,21 @@ def folder_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in LOCAL_FORMATS)
 
 
+def _held(entry: Path) -> str:
+    """How :func:`folder_problem` shows an entry of a folder: a folder with a ``/``, a data file's name that
+    is no regular file (a FIFO, a device) with what it is, from ``stat`` alone (red team 15 L5)."""
+    if entry.is_dir():
+        return entry.name + "/"
+    kind = not_a_file(entry) if entry.suffix.lower() in LOCAL_FORMATS else None
+    return f"{entry.name} ({kind}, not a regular file)" if kind else entry.name
+
+
 def folder_problem(folder: Path) -> str | None:
-    """Where the folder ``folder`` is no data set: no data file (what it holds instead), or files of
-    more than one format."""
+    """Where the folder ``folder`` is no data set: no data file (what it holds instead: a data file's name
+    that is a FIFO or a device is said to be one, never opened), or files of more than one format."""
     files = folder_files(folder)
     if not files:
-        held = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())
+        held = sorted(_held(p) for p in folder.iterdir())
         shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "") if held else "nothing"
         return (
             f"is a folder holding no {'/'.join(LOCAL_FORMATS)} file ({shown}); give a data file, or a folder"

@@ -369,8 +369,8 @@ class FederatedCLI(LightningCLI):
             raise CheckpointError(path_problem(str(ckpt)))
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
             fs, path = fsspec.core.url_to_fs(str(ckpt))
-            if not fs.isfile(path):
-                raise CheckpointError(f"ckpt_path {ckpt!r}: no such checkpoint file")
+            if not fs.isfile(path):  # the precheck's line (a folder, a FIFO, nothing there)
+                raise CheckpointError(path_problem(str(ckpt)) or f"ckpt_path {ckpt!r}: no such checkpoint file")
             if "://" not in str(ckpt):  # readable, and written by a run of this config
                 self.signals.resume_from = Path(ckpt)  # stopped before a round ends: resume from it again
                 # the config first: a changed option (model.lr) is named as the user wrote it, not

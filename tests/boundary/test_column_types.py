@@ -6,6 +6,7 @@ the imports, and a file the data source reads passes the precheck."""
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import os
 import tempfile
@@ -58,14 +59,30 @@ def test_a_csv_column_is_typed_as_pandas_types_it(rows):
     assert before is None or before == after, (before, after)
 
 
+_TEXT = st.text(alphabet="ab \t", max_size=3) | st.none()
 _TYPES = {
-    "string": (pa.string(), st.text(alphabet="ab \t", max_size=3) | st.none()),
+    "string": (pa.string(), _TEXT),
+    "large_string": (pa.large_string(), _TEXT),
+    "string_view": (pa.string_view(), _TEXT),
+    "dictionary": (pa.dictionary(pa.int32(), pa.string()), _TEXT),
     "int": (pa.int64(), st.integers(-5, 5) | st.none()),
+    "int dictionary": (pa.dictionary(pa.int8(), pa.int16()), st.integers(-5, 5) | st.none()),
     "float": (pa.float64(), st.floats(allow_nan=True) | st.none()),
     "bool": (pa.bool_(), st.booleans() | st.none()),
     "null": (pa.null(), st.none()),
     "list": (pa.list_(pa.int64()), st.lists(st.integers(0, 3), max_size=2) | st.none()),
+    "large_list": (pa.large_list(pa.string()), st.lists(st.just("a"), max_size=2) | st.none()),
+    "binary": (pa.binary(), st.binary(max_size=2) | st.none()),
+    "timestamp": (pa.timestamp("ms"), st.datetimes(dt.datetime(2000, 1, 1), dt.datetime(2030, 1, 1)) | st.none()),
+    "date": (pa.date32(), st.dates(dt.date(2000, 1, 1)) | st.none()),
+    "decimal": (pa.decimal128(4, 1), st.decimals(-99, 99, places=1) | st.none()),
+    "duration": (pa.duration("s"), st.timedeltas(dt.timedelta(0), dt.timedelta(days=9)) | st.none()),
+    "struct": (pa.struct([("a", pa.string())]), st.fixed_dictionaries({"a": _TEXT}) | st.none()),
+    "map": (pa.map_(pa.string(), pa.string()), st.lists(st.tuples(st.just("a"), st.just("b")), max_size=1)),
 }
+"""Arrow types of a Parquet column and values of each: text (a dictionary of text ``datasets`` decodes to
+text), the numbers ``validate_records`` names by a row's value, and the others the precheck names by
+their type (red team 15 M4)."""
 
 
 @st.composite
@@ -78,6 +95,17 @@ def _parquet_columns(draw):
     return pa.table(columns)
 
 
+def _same_refusal(before: str | None, after: str | None) -> bool:
+    """Whether the precheck's line ``before`` is the data source's ``after``: the same line, or a line
+    naming a Parquet type (``field 'prompt' must be text; its Parquet type is binary``) where the data
+    source names the same field by a row's value (``field 'prompt' must be text; row 0 has b'a'``); or a
+    refusal of a file ``datasets`` cannot read at all (a map column: ``cannot read ... as parquet``)."""
+    if before is None or before == after or (after is not None and " as parquet: Arrow type map<" in after):
+        return True
+    field, typed, _ = before.partition(" must be text; its Parquet type is ")
+    return bool(typed) and after is not None and after.startswith(f"{field} must be text")
+
+
 @_SETTINGS
 @given(table=_parquet_columns())
 def test_a_parquet_column_is_refused_as_the_reader_refuses_it(table):
@@ -85,4 +113,4 @@ def test_a_parquet_column_is_refused_as_the_reader_refuses_it(table):
         path = Path(folder) / "pairs.parquet"
         pq.write_table(table, path)
         before, after = _lines(path)
-    assert before is None or before == after, (before, after)
+    assert _same_refusal(before, after), (before, after)

