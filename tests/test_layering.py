@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
         "option_rules",
         "hook_rules",
         "value_rules",
+        "class_locations",
         "class_parameters",
         "config_merging",
         "run_options",
