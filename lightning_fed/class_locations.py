@@ -11,8 +11,10 @@ a module binds a class and by which path a config names it.
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import importlib.util
+import re
 from pathlib import Path
 
 from lightning_fed.hook_rules import HOOK_PACKAGES
@@ -120,3 +122,79 @@ def defined(module: str, name: str) -> bool:
     if module_tree(module) is None:
         return True
     return class_definition(module, name) is not None
+
+
+SEARCHED_FILES = 2000
+"""The most source files a package is searched through for the closest class (:func:`closest_class`):
+Lightning has ~270, the package ~400; a larger one (torch, ~3,000) is not read for a hint."""
+_CLASS_STATEMENT = re.compile(r"^class ([A-Za-z]\w*)\b", re.M)
+
+
+@functools.cache
+def _package_classes(top: str) -> tuple[dict[str, set[str]], dict[str, set[str]]] | None:
+    """The classes of the installed top-level package ``top``, read from its source files without
+    importing it: (class name -> the public packages whose ``__init__`` binds it, by an import or
+    ``__all__``; class name -> the public modules whose top level defines it). ``None`` if ``top`` is
+    no folder of sources here, or has more than :data:`SEARCHED_FILES`."""
+    try:
+        spec = importlib.util.find_spec(top)  # the top level only: nothing imported
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    exported: dict[str, set[str]] = {}
+    defined: dict[str, set[str]] = {}
+    for folder in spec.submodule_search_locations:
+        paths = sorted(Path(folder).rglob("*.py"))
+        if len(paths) > SEARCHED_FILES:
+            return None
+        for path in paths:
+            parts = path.relative_to(folder).with_suffix("").parts
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            if any(p.startswith("_") or not p.isidentifier() for p in parts):
+                continue  # a private module is no path a config names a class by
+            module = ".".join((top, *parts))
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            for name in _CLASS_STATEMENT.findall(text):
+                defined.setdefault(name, set()).add(module)
+            if path.name == "__init__.py":
+                for name in _init_bindings(text):
+                    exported.setdefault(name, set()).add(module)
+    return exported, defined
+
+
+def _init_bindings(text: str) -> set[str]:
+    """The names a package's ``__init__`` source binds by ``from ... import`` or lists in ``__all__``."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return set()
+    names = set(_all_names(tree))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names.update(alias.asname or alias.name for alias in node.names if alias.name != "*")
+    return names
+
+
+def closest_class(class_path: str) -> str | None:
+    """The real class of the installed top-level package ``class_path`` starts with that is closest to
+    it, read from source (:func:`_package_classes`): a class of the same name (else the closest name),
+    at the public path closest to the one given (a package exporting it before the module defining it:
+    ``lightning.pytorch.callback.ModelCheckpoint`` -> ``lightning.pytorch.callbacks.ModelCheckpoint``,
+    ``lightning_fed.hooks.round_lr.RoundLRSchedule`` -> ``lightning_fed.callbacks.RoundLRSchedule``).
+    ``None`` if the package cannot be searched or holds no class close to it."""
+    module, _, name = class_path.rpartition(".")
+    found = _package_classes(module.partition(".")[0]) if module else None
+    if found is None:
+        return None
+    exported, defined = found
+    # class names share endings (Logger, Checkpoint, Strategy): a high cutoff, or any word is "close"
+    near = [name] if name in defined else difflib.get_close_matches(name, sorted(defined), n=1, cutoff=0.75)
+    if not near:
+        return None
+    places = sorted(exported.get(near[0], set()) or defined[near[0]])
+    best = max(places, key=lambda place: (difflib.SequenceMatcher(None, module, place).ratio(), -len(place)))
+    return f"{best}.{near[0]}"
