@@ -14,7 +14,8 @@ those imports only where it is certainly no class the parser could load:
   ``lightning.pytorch.callback.ModelCheckpoint``, unless the module above it may bind that name,
   a class holding a class), with the closest real class of its installed package
   (:func:`~lightning_fed.class_locations.closest_class`), or whose module's source binds no such
-  name (``lightning.pytorch.callbacks.ModelCheckpont``: the closest class of that module is given),
+  name (``lightning.pytorch.callbacks.ModelCheckpont``: the closest class of that module is given,
+  else the closest class of its package: ``lightning_fed.strategies.RoundLRSchedule``),
   or binds it to a function (``mypkg.make_model``);
 - a path into Python's standard library (``os.system``): no LightningModule, data module,
   strategy, round hook, logger or callback is one.
@@ -200,7 +201,8 @@ def dotted_path_problem(option: str, class_path: str) -> str | None:
         return f"{option}: class_path {class_path!r} is a module, not a class"
     classes = sorted(n for n, k in names.items() if k != "function" and n[:1].isupper())
     near = difflib.get_close_matches(name, classes, n=1, cutoff=0.75)
-    hint = f"; did you mean {module}.{near[0]}?" if near else ""
+    closest = f"{module}.{near[0]}" if near else closest_class(class_path)  # elsewhere in the package
+    hint = f"; did you mean {closest}?" if closest else ""
     return f"{option}: class_path {class_path!r}: module {module!r} has no class {name!r}{hint}"
 
 

@@ -59,6 +59,18 @@ CASES = {
         "config 'l.yaml': trainer.logger: class_path 'lightning.pytorch.logger.CSVLogger': no module named"
         " 'lightning.pytorch.logger' is installed; did you mean lightning.pytorch.loggers.CSVLogger?",
     ),
+    "hook_at_the_package_top": (
+        [f"--federation.hooks=[{{class_path: lightning_fed.RoundLRSchedule, {HOOK_INIT_ARGS}}}]"],
+        {},
+        "federation.hooks[0]: class_path 'lightning_fed.RoundLRSchedule': module 'lightning_fed' has no class"
+        " 'RoundLRSchedule'; did you mean lightning_fed.callbacks.RoundLRSchedule?",
+    ),
+    "hook_in_the_strategies": (
+        [f"--federation.hooks=[{{class_path: lightning_fed.strategies.RoundLRSchedule, {HOOK_INIT_ARGS}}}]"],
+        {},
+        "federation.hooks[0]: class_path 'lightning_fed.strategies.RoundLRSchedule': module 'lightning_fed.strategies'"
+        " has no class 'RoundLRSchedule'; did you mean lightning_fed.callbacks.RoundLRSchedule?",
+    ),
     "hook_at_a_module_that_does_not_exist": (
         [f"--federation.hooks=[{{class_path: lightning_fed.hooks.round_lr.RoundLRSchedule, {HOOK_INIT_ARGS}}}]"],
         {},

@@ -67,6 +67,7 @@ LAYERS: list[set[str]] = [
         "config_precheck",
         "config_values",
         "class_options",
+        "class_help",
         "class_path_shapes",
         "nested_options",
         "class_sections",
