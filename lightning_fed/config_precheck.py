@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from lightning_fed.class_help import help_class_problem
+from lightning_fed.class_sections import last_hook_note
 from lightning_fed.config_values import option_problem, test_set_problem, unknown_option, value_problem
 from lightning_fed.errors import (
     _REPLACED_OPTIONS,
@@ -468,7 +469,7 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
             if arg.startswith("--") and i not in values:
                 _check_option(arg, options, subcommand)
     if problem := unknown_option(args):  # a strategy's or round hook's option (lightning_fed/class_parameters.py)
-        _refuse(_in_file(args, problem, unknown_option))
+        _refuse(last_hook_note(args, _in_file(args, problem, unknown_option)))
     if problem := option_problem(args):  # a key or value the model's / data's class cannot take (class_options.py)
         _refuse(_in_file(args, problem, option_problem))
     named = shown_as or subcommand

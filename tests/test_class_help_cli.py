@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+from tests.helpers.cli import REACHED_TORCH, lightning_fed, lightning_fed_without_torch
 
 HOOKS = (
     "AsyncArrivals, CentralizedCoreset, ClientGrouping, ClientRanks, CoresetSelection, EmulatorAlignment,"
@@ -68,3 +68,12 @@ def test_help_for_no_class_is_one_line_naming_the_closest_before_torch(tmp_path:
 def test_help_for_a_real_class_is_left_to_the_parser(tmp_path: Path, args):
     proc = lightning_fed_without_torch("fit", *args, cwd=tmp_path, hook=tmp_path / "hook")
     assert REACHED_TORCH in proc.stderr
+
+
+def test_a_class_s_help_page_names_the_subcommand(tmp_path: Path):
+    """The page's usage line on f6ad729 was ``usage: lightning-fed [--federation.hooks.schedule ...`` (the
+    script's name alone: ``__main__.py`` under ``python -m``; red team 15 L9). Imports torch (the live
+    parser prints the page): ~8 s of CPU."""
+    proc = lightning_fed("fit", "--federation.hooks.help", "RoundLRSchedule", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: lightning-fed fit [--federation.hooks.schedule SCHEDULE]\n")
