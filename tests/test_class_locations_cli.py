@@ -13,11 +13,16 @@ empty but for the files the case writes.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from lightning_fed.class_locations import closest_class
+from lightning_fed.class_paths import dotted_path_problem
+from lightning_fed.trainer_classes import lightning_exports
 from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
 
 HOOK_INIT_ARGS = "init_args: {schedule: cosine, min_lr: 1.0e-6}"
@@ -81,6 +86,13 @@ CASES = {
 """``fit --config tiny ARGS`` (with FILES written) -> the one line it is refused with."""
 
 
+def lightning_root() -> Path:
+    """The installed ``lightning`` folder (found, not imported)."""
+    spec = importlib.util.find_spec("lightning")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin).parent
+
+
 @pytest.mark.parametrize(("args", "files", "line"), list(CASES.values()), ids=list(CASES))
 def test_a_class_path_at_the_wrong_module_names_the_closest_class_before_torch(tmp_path: Path, args, files, line):
     cwd = tmp_path / "cwd"
@@ -104,3 +116,23 @@ def test_a_class_path_at_the_wrong_module_names_the_closest_class_before_torch(t
 )
 def test_closest_class_is_a_real_class_of_the_same_package(class_path: str, closest: str | None):
     assert closest_class(class_path) == closest
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_a_lightning_class_at_a_misspelt_subpackage_names_the_class_where_it_is(data):
+    """Any class Lightning's callbacks or loggers export, its subpackage's name with one letter dropped,
+    doubled or swapped for another: refused naming the class at its exported path (found in the
+    source, no import), never left to the parser or sent to another class."""
+    subpackage = data.draw(st.sampled_from(["callbacks", "loggers"]))
+    name = data.draw(st.sampled_from([n for n in lightning_exports("pytorch", subpackage) or () if n[:1].isupper()]))
+    i = data.draw(st.integers(0, len(subpackage) - 1))
+    letter = data.draw(st.sampled_from("abcdefghijklmnopqrstuvwxyz"))
+    misspelt = data.draw(
+        st.sampled_from([subpackage[:i] + subpackage[i + 1 :], subpackage[:i] + letter + subpackage[i:]])
+    )
+    assume(misspelt != subpackage and misspelt.isidentifier())
+    assume(not any(Path(lightning_root(), "pytorch", misspelt + suffix).exists() for suffix in ("", ".py")))
+    line = dotted_path_problem("trainer.callbacks", f"lightning.pytorch.{misspelt}.{name}")
+    assert line is not None
+    assert line.endswith(f"; did you mean lightning.pytorch.{subpackage}.{name}?")
