@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from lightning_fed.class_parameters import defined
+from lightning_fed.class_locations import defined
 from lightning_fed.class_paths import package_subclasses
 
 KINDS = {

@@ -29,12 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.class_kinds import wrong_kind_problem
+from lightning_fed.class_locations import bound_class, defined, exported_path
 from lightning_fed.class_parameters import (
     Annotated,
-    bound_class,
     class_chain,
-    defined,
-    exported_path,
     fields,
     registered,
     signature,

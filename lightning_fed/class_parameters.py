@@ -11,8 +11,8 @@ themselves (``ast``), so there is no list to keep in step with the classes:
 ``tests/test_option_rules.py`` and ``tests/test_class_options.py`` compare them with
 :func:`inspect.signature` of the imported classes and with the imported tables.
 
-A class is followed through its package's ``__init__.py`` (``from lightning_fed.strategies.fedadam
-import FedAdam``) to its module; a class without its own ``__init__``, or one that passes
+A class is found where :mod:`lightning_fed.class_locations` finds it (followed through its package's
+``__init__.py`` to its module); a class without its own ``__init__``, or one that passes
 ``**kwargs`` on, adds its base classes' parameters (bases imported from the package's modules).
 Anything not found this way gives ``None``: the live parser decides.
 """
@@ -20,118 +20,10 @@ Anything not found this way gives ``None``: the live parser decides.
 from __future__ import annotations
 
 import ast
-import functools
-import importlib.util
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from lightning_fed.hook_rules import HOOK_PACKAGES
-from lightning_fed.option_rules import PACKAGES
-
-PACKAGE_ROOT = Path(__file__).resolve().parent
-"""``lightning_fed/`` of this installation."""
-READ = ("lightning_fed", "lightning")
-"""The packages whose classes are read here: the package's own, and Lightning's (its callbacks'
-options: ``trainer.callbacks``, :mod:`lightning_fed.trainer_classes`)."""
-
-
-@functools.cache
-def _root(package: str) -> Path | None:
-    """The folder of the installed top-level ``package`` (one of :data:`READ`), found without importing it."""
-    if package == "lightning_fed":
-        return PACKAGE_ROOT
-    spec = importlib.util.find_spec(package) if package in READ else None  # the top level only: nothing imported
-    return Path(spec.origin).parent if spec is not None and spec.origin else None
-
-
-@functools.cache
-def _module(dotted: str) -> ast.Module | None:
-    """The parsed source of ``lightning_fed.<...>`` or ``lightning.<...>`` (a module or a package's
-    ``__init__``), or ``None``."""
-    parts = dotted.split(".")
-    root = _root(parts[0])
-    if root is None:
-        return None
-    base = root.joinpath(*parts[1:])
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file():
-            try:
-                return ast.parse(path.read_text(encoding="utf-8"))
-            except (OSError, SyntaxError, UnicodeDecodeError):
-                return None
-    return None
-
-
-def _imported(tree: ast.Module, name: str) -> str | None:
-    """The module ``name`` is imported from in ``tree`` (``from <module> import name``)."""
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if any((alias.asname or alias.name) == name for alias in node.names):
-                return node.module
-    return None
-
-
-def _class(module: str, name: str, depth: int = 0) -> tuple[str, ast.ClassDef] | None:
-    """The module defining class ``name`` as seen from ``module``, and its definition."""
-    tree = _module(module)
-    if tree is None or depth > 4:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return module, node
-    source = _imported(tree, name)
-    return _class(source, name, depth + 1) if source else None
-
-
-def _located(package: str, class_path: str) -> tuple[str, ast.ClassDef] | None:
-    """The module defining ``class_path`` (a path, or a short name seen from ``package``) and its
-    definition. A round hook's short name is looked up in every package of
-    :data:`~lightning_fed.hook_rules.HOOK_PACKAGES` (``RoundLRSchedule`` lives in ``callbacks``,
-    ``ClientRanks`` in ``heterogeneity``; the live parser takes them by short name as
-    ``ClientGrouping`` of ``round_hooks``)."""
-    module, _, name = class_path.rpartition(".")
-    if module:
-        return _class(module, name)
-    searched = HOOK_PACKAGES if package == PACKAGES["federation.hooks"] else (package,)
-    return next((found for p in searched if (found := _class(p, name)) is not None), None)
-
-
-def exported_path(package: str, name: str) -> str | None:
-    """The dotted path a config names the package's class ``name`` by (``<package>.<name>``; a round hook
-    in the first package of :data:`~lightning_fed.hook_rules.HOOK_PACKAGES` that binds it:
-    ``lightning_fed.callbacks.RoundLRSchedule``), or ``None`` if no such package binds it."""
-    searched = HOOK_PACKAGES if package == PACKAGES["federation.hooks"] else (package,)
-    return next((f"{p}.{name}" for p in searched if _class(p, name) is not None), None)
-
-
-def bound_class(module: str, name: str) -> bool:
-    """Whether the source of ``module`` (``lightning_fed.<...>``) defines or imports a class ``name``, or
-    exports it lazily (a package whose ``__init__`` lists ``name`` in ``__all__`` and loads it in its
-    ``__getattr__``: ``lightning_fed.deploy.SecureAggregation``); a module with no source file binds none
-    (unlike :func:`defined`, which leaves it to the parser)."""
-    if _class(module, name) is not None:
-        return True
-    tree = _module(module)
-    return tree is not None and name in _all_names(tree)
-
-
-def _all_names(tree: ast.Module) -> list[str]:
-    """The names a module's literal ``__all__`` lists (none when it has no literal one)."""
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-            if isinstance(node.value, (ast.List, ast.Tuple)):
-                return [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    return []
-
-
-def defined(module: str, name: str) -> bool:
-    """Whether ``module`` (``lightning_fed.<...>``) defines or imports a class ``name``, as far as
-    its source shows (a module that cannot be read counts as defining it: nothing is refused)."""
-    if _module(module) is None:
-        return True
-    return _class(module, name) is not None
-
+from lightning_fed.class_locations import class_definition, imported_from, located, module_tree
 
 Annotated = dict[str, tuple[ast.expr | None, str]]
 """Parameter name -> (its annotation as written, or ``None``; the module it is written in)."""
@@ -141,7 +33,7 @@ def signature(package: str, class_path: str, depth: int = 0) -> Annotated | None
     """The keyword parameters of ``class_path`` (a short name or a path below ``package``) with
     their annotations, or ``None`` if they cannot be read here. A parameter a class takes itself
     wins over its base's of the same name."""
-    found = _located(package, class_path)
+    found = located(package, class_path)
     if found is None or depth > 8:
         return None
     where, node = found
@@ -160,7 +52,7 @@ def signature(package: str, class_path: str, depth: int = 0) -> Annotated | None
                 return None
             if base.id in ("object", "ABC", "Generic"):
                 continue
-            source = _imported(_module(where) or ast.Module(body=[], type_ignores=[]), base.id) or where
+            source = imported_from(module_tree(where) or ast.Module(body=[], type_ignores=[]), base.id) or where
             inherited = signature(source, base.id, depth + 1)
             if inherited is None:
                 return None
@@ -171,7 +63,7 @@ def signature(package: str, class_path: str, depth: int = 0) -> Annotated | None
 def takes_any_keyword(package: str, class_path: str) -> bool:
     """Whether ``class_path``'s own ``__init__`` takes ``**kwargs`` (where they go is not followed
     here: Lightning's ``ModelSummary`` hands them to ``summarize``), or cannot be read here."""
-    found = _located(package, class_path)
+    found = located(package, class_path)
     if found is None:
         return True
     init = next((f for f in found[1].body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
@@ -188,7 +80,7 @@ def parameters(package: str, class_path: str) -> frozenset[str] | None:
 def fields(module: str, name: str) -> Annotated | None:
     """The fields of the dataclass ``name`` as seen from ``module`` (its annotated class-level
     names, in order), or ``None`` if it is not found or not a plain ``@dataclass``."""
-    found = _class(module, name)
+    found = class_definition(module, name)
     if found is None:
         return None
     where, node = found
@@ -212,7 +104,7 @@ def table(module: str, name: str, depth: int = 0) -> object:
     (``TEMPLATES: dict[str, PromptTemplate] = {"alpaca": ALPACA, ...}`` gives ``{"alpaca": None,
     ...}``), combined as the source combines them (``(*TEMPLATES, CHAT)``). ``None`` if it
     cannot be read here."""
-    tree = _module(module)
+    tree = module_tree(module)
     if tree is None or depth > 6:
         return None
     value = None
@@ -222,7 +114,7 @@ def table(module: str, name: str, depth: int = 0) -> object:
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
             value = node.value
     if value is None:
-        source = _imported(tree, name)
+        source = imported_from(tree, name)
         return table(source, name, depth + 1) if source else None
     if isinstance(value, ast.Dict):
         keys = [table_expression(module, k, depth) if k is not None else None for k in value.keys]
@@ -248,7 +140,7 @@ def table_expression(module: str, node: ast.expr, depth: int = 0) -> object:
 
 def registered(module: str, decorator: str) -> tuple[str, ...]:
     """The names functions of ``module`` are registered under with ``@decorator("name")``, in order."""
-    tree = _module(module)
+    tree = module_tree(module)
     names = []
     for node in tree.body if tree is not None else []:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
@@ -262,7 +154,7 @@ def registered(module: str, decorator: str) -> tuple[str, ...]:
 
 def subclasses(module: str, base: str) -> tuple[str, ...]:
     """The classes of ``module`` that derive from ``base`` (directly or through one another)."""
-    tree = _module(module)
+    tree = module_tree(module)
     found = {base}
     changed = True
     classes = [n for n in (tree.body if tree is not None else []) if isinstance(n, ast.ClassDef)]
@@ -278,22 +170,22 @@ def subclasses(module: str, base: str) -> tuple[str, ...]:
 def class_chain(package: str, class_path: str, depth: int = 0) -> Iterator[tuple[str, ast.ClassDef]]:
     """The class, then the package's classes it derives from, depth first and left to right (the
     method resolution order of the package's classes, which share no base twice)."""
-    found = _located(package, class_path)
+    found = located(package, class_path)
     if found is None or depth > 8:
         return
     yield found
     where, node = found
-    tree = _module(where)
+    tree = module_tree(where)
     for base in node.bases:
         if isinstance(base, ast.Name) and tree is not None:
-            yield from class_chain(_imported(tree, base.id) or where, base.id, depth + 1)
+            yield from class_chain(imported_from(tree, base.id) or where, base.id, depth + 1)
 
 
 def function_parameters(module: str, name: str) -> Annotated | None:
     """The keyword parameters of the module-level function ``name`` as seen from ``module`` (its
     definition or the module it is imported from), with their annotations; ``None`` if not found
     or if it takes ``**kwargs``."""
-    tree = _module(module)
+    tree = module_tree(module)
     if tree is None:
         return None
     for node in tree.body:
@@ -302,27 +194,27 @@ def function_parameters(module: str, name: str) -> Annotated | None:
             if args.kwarg is not None:
                 return None
             return {a.arg: (a.annotation, module) for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
-    source = _imported(tree, name)
+    source = imported_from(tree, name)
     return function_parameters(source, name) if source else None
 
 
 def function_definition(module: str, name: str, depth: int = 0) -> ast.FunctionDef | None:
     """The definition of the module-level function ``name`` as seen from ``module`` (there, or in
     the module it is imported from), or ``None``."""
-    tree = _module(module)
+    tree = module_tree(module)
     if tree is None or depth > 4:
         return None
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return node
-    source = _imported(tree, name)
+    source = imported_from(tree, name)
     return function_definition(source, name, depth + 1) if source else None
 
 
 def table_names(module: str, name: str) -> dict[str, str] | None:
     """The module-level dictionary ``name`` of ``module`` whose values are names
     (``SYNTHETIC = {"preferences": planted_preferences, ...}``): key -> the name it maps to."""
-    tree = _module(module)
+    tree = module_tree(module)
     for node in tree.body if tree is not None else []:
         value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
@@ -338,7 +230,7 @@ def table_names(module: str, name: str) -> dict[str, str] | None:
 def dataclass_fields(module: str, name: str) -> dict[str, tuple[ast.expr, bool]] | None:
     """The fields of the dataclass ``name`` as seen from ``module``, its bases' first (bases of the
     same module): field -> (annotation, whether it has a default); ``None`` if not found."""
-    found = _class(module, name)
+    found = class_definition(module, name)
     if found is None:
         return None
     where, node = found
@@ -355,7 +247,7 @@ def dataclass_fields(module: str, name: str) -> dict[str, tuple[ast.expr, bool]]
 def dataclass_defaults(module: str, name: str) -> dict[str, Any]:
     """The literal defaults of the dataclass ``name``'s fields as seen from ``module`` (its bases' first,
     as :func:`dataclass_fields`): ``LoraSettings``' ``r`` is 8, read without importing it."""
-    found = _class(module, name)
+    found = class_definition(module, name)
     if found is None:
         return {}
     where, node = found
@@ -376,7 +268,7 @@ def own_signature(package: str, class_path: str) -> Annotated | None:
     """The parameters ``class_path``'s own ``__init__`` names, with their annotations (its ``**kwargs``
     not followed: :mod:`lightning_fed.lightning_init_args` says where a Lightning logger's go), or
     ``None`` if it has no ``__init__`` of its own or cannot be read here."""
-    found = _located(package, class_path)
+    found = located(package, class_path)
     if found is None:
         return None
     where, node = found

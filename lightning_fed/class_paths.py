@@ -10,15 +10,19 @@ those imports only where it is certainly no class the parser could load:
   package's own, read from its source, and Lightning's exported loggers and callbacks), unless
   an installed plugin could add one: the closest name is given;
 - a dotted path whose module is not installed (:func:`importlib.util.find_spec` on the top-level
-  package only, which imports nothing; the rest of the path is followed as files), or whose
-  module's source binds no such name (``lightning.pytorch.callbacks.ModelCheckpont``: the closest
-  class of that module is given), or binds it to a function (``mypkg.make_model``);
+  package only, which imports nothing; the rest of the path is followed as files:
+  ``lightning.pytorch.callback.ModelCheckpoint``, unless the module above it may bind that name,
+  a class holding a class), with the closest real class of its installed package
+  (:func:`~lightning_fed.class_locations.closest_class`), or whose module's source binds no such
+  name (``lightning.pytorch.callbacks.ModelCheckpont``: the closest class of that module is given,
+  else the closest class of its package: ``lightning_fed.strategies.RoundLRSchedule``),
+  or binds it to a function (``mypkg.make_model``);
 - a path into Python's standard library (``os.system``): no LightningModule, data module,
   strategy, round hook, logger or callback is one.
 
-A module this cannot read to the end (compiled, a ``from x import *``, a module ``__getattr__``,
-a lazy module) is left to the live parser. A user's own class (``my_pkg.MyModule``, found on the
-path the parser imports from) passes.
+A module this cannot read to the end (compiled, a ``from x import *`` from a module not read here,
+a module ``__getattr__``, a lazy module) is left to the live parser. A user's own class
+(``my_pkg.MyModule``, found on the path the parser imports from) passes.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import importlib.util
 import re
 import sys
 from pathlib import Path
+
+from lightning_fed.class_locations import closest_class
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 _CLASS = re.compile(r"^class (\w+)\(([^)]*)\)", re.M)
@@ -59,12 +65,19 @@ def package_subclasses(base: str) -> frozenset[str]:
     return frozenset(found - {base})
 
 
-def _bound(body: list[ast.stmt]) -> tuple[dict[str, str], bool]:
+def _bound(body: list[ast.stmt], depth: int = 0) -> tuple[dict[str, str], bool]:
     """The names a module's top level binds (``class``, ``function``, ``other``) and whether it
-    may bind names not seen here (``import *``, a module ``__getattr__``, ``sys.modules[...] =``)."""
+    may bind names not seen here (a module ``__getattr__``, ``sys.modules[...] =``, an ``import *``
+    from a module whose source is not read here: ``lightning.pytorch``'s ``from
+    lightning.pytorch.__about__ import *`` is read, and binds its names)."""
     names: dict[str, str] = {}
     open_ended = False
     for node in body:
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            star, more = _star_names(node, depth)
+            names.update(star)
+            open_ended |= more
+            continue
         if isinstance(node, ast.ClassDef):
             names[node.name] = "class"
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -88,11 +101,35 @@ def _bound(body: list[ast.stmt]) -> tuple[dict[str, str], bool]:
             inner = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
             for handler in getattr(node, "handlers", []):
                 inner += handler.body
-            found, more = _bound(inner)
+            found, more = _bound(inner, depth)
             for name, kind in found.items():
                 names[name] = "other" if name in names and names[name] != kind else kind
             open_ended |= more
     return names, open_ended
+
+
+def _star_names(node: ast.ImportFrom, depth: int) -> tuple[dict[str, str], bool]:
+    """The names ``from <module> import *`` binds (those its literal ``__all__`` lists, else the public
+    names its source binds; none from a module that is certainly not installed, which such a guarded
+    import leaves out) and whether it may bind more than seen here."""
+    source = _source(node.module) if node.module and node.level == 0 and depth < 4 else None
+    if source == "missing":
+        return {}, False
+    if not isinstance(source, Path):
+        return {}, True
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return {}, True
+    names, open_ended = _bound(tree.body, depth + 1)
+    for item in tree.body:
+        if isinstance(item, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in item.targets):
+            try:
+                listed = ast.literal_eval(item.value)
+            except ValueError:
+                return {}, True
+            return {str(n): names.get(str(n), "other") for n in listed}, open_ended
+    return {n: k for n, k in names.items() if not n.startswith("_")}, open_ended
 
 
 def _source(module: str) -> Path | str | None:
@@ -142,7 +179,7 @@ def dotted_path_problem(option: str, class_path: str) -> str | None:
     if top in sys.stdlib_module_names:
         return f"{option}: class_path {class_path!r} is in Python's standard library, not a class the option takes"
     source = _source(module)
-    if source == "missing" and "." in module and _source(module.rpartition(".")[0]) != "missing":
+    if source == "missing" and "." in module and _may_be_attribute(module):
         return None  # maybe a class inside a class (`pkg.mod.Outer.Inner`), which the parser follows too
     if source == "missing":
         return missing_module_problem(option, class_path)
@@ -164,36 +201,39 @@ def dotted_path_problem(option: str, class_path: str) -> str | None:
         return f"{option}: class_path {class_path!r} is a module, not a class"
     classes = sorted(n for n, k in names.items() if k != "function" and n[:1].isupper())
     near = difflib.get_close_matches(name, classes, n=1, cutoff=0.75)
-    hint = f"; did you mean {module}.{near[0]}?" if near else ""
+    closest = f"{module}.{near[0]}" if near else closest_class(class_path)  # elsewhere in the package
+    hint = f"; did you mean {closest}?" if closest else ""
     return f"{option}: class_path {class_path!r}: module {module!r} has no class {name!r}{hint}"
 
 
+def _may_be_attribute(module: str) -> bool:
+    """Whether ``module`` (dotted, no such module installed) may still name something its parent binds
+    (``pkg.mod.Outer`` of ``pkg.mod.Outer.Inner``, a class inside a class, which the parser follows):
+    unless the parent's source is read to the end and binds no such name."""
+    parent, _, last = module.rpartition(".")
+    source = _source(parent)
+    if source == "missing":
+        return False
+    if not isinstance(source, Path):
+        return True
+    try:
+        names, open_ended = _bound(ast.parse(source.read_text(encoding="utf-8")).body)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return True
+    return open_ended or last in names
+
+
 def missing_module_problem(option: str, class_path: str) -> str | None:
-    """The line refusing ``class_path`` whose module is not installed (with the closest module beside
-    it, :func:`_closest_module`), or ``None``. Not for a path that may end in a class inside a class
-    (:func:`dotted_path_problem` leaves those to the parser)."""
+    """The line refusing ``class_path`` whose module is not installed, with the closest real class of
+    its installed top-level package beside it (:func:`~lightning_fed.class_locations.closest_class`),
+    or ``None``. Not for a path that may end in a class inside a class (:func:`dotted_path_problem`
+    leaves those to the parser)."""
     module, _, name = class_path.rpartition(".")
     if not module or _source(module) != "missing":
         return None
-    near = _closest_module(module)
-    hint = f"; did you mean {near}.{name}?" if near else ""
+    near = closest_class(class_path)
+    hint = f"; did you mean {near}?" if near else ""
     return f"{option}: class_path {class_path!r}: no module named {module!r} is installed{hint}"
-
-
-def _closest_module(module: str) -> str | None:
-    """The module of the installed package beside ``module`` (dotted, not installed) whose last name
-    is closest to its last name (``lightning.pytorch.strategy`` -> ``lightning.pytorch.strategies``)."""
-    parent, _, last = module.rpartition(".")
-    source = _source(parent) if parent else None
-    if not isinstance(source, Path) or source.name != "__init__.py":
-        return None
-    siblings = sorted(
-        p.stem if p.suffix == ".py" else p.name
-        for p in source.parent.iterdir()
-        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
-    )
-    near = difflib.get_close_matches(last, siblings, n=1, cutoff=0.75)
-    return f"{parent}.{near[0]}" if near else None
 
 
 def short_name_problem(option: str, name: str, known: list[str] | tuple[str, ...]) -> str | None:

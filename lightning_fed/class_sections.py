@@ -10,6 +10,7 @@ read from the class's source, :mod:`lightning_fed.class_parameters`), or a value
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 from lightning_fed.class_kinds import package_class
@@ -32,6 +33,8 @@ from lightning_fed.option_rules import (
     target_modules_problem,
 )
 from lightning_fed.value_rules import unknown_key
+
+_NOT_A_HOOK_OPTION = re.compile(r"federation\.hooks\[([1-9]\d*)\]\.(\w+) is not an option of ")
 
 
 def string_problem(rules: tuple[Rule, ...], values: dict[str, Any]) -> str | None:
@@ -114,6 +117,24 @@ def unknown_option_of(sections: dict[str, Any]) -> str | None:
         if problem := unknown_option_in(section, value, key):
             return problem
     return None
+
+
+def last_hook_note(args: list[str], line: str) -> str:
+    """``line`` (an option a round hook does not take, :func:`unknown_option_in`) saying why it names that
+    hook, when a ``--federation.hooks.<option>`` in ``args`` set it and the list holds more than one
+    hook: jsonargparse gives an option written so to the last hook of the list (red team 15 L9:
+    ``fit --config fedhds --federation.hooks.anchors=x.jsonl`` went to HeldOutRouge, not FedHDS's
+    hook before it)."""
+    found = _NOT_A_HOOK_OPTION.search(line)
+    key = found.group(2) if found else None
+    if key is None or not any(
+        a.partition("=")[0] in (f"--federation.hooks.{key}", f"--federation.hooks.init_args.{key}") for a in args
+    ):
+        return line
+    return (
+        f"{line} (--federation.hooks.{key} sets an option of the last hook in the list; to set another hook's,"
+        " give the list whole: --federation.hooks='[...]')"
+    )
 
 
 def unknown_option_in(section: str, value: Any, key: str) -> str | None:

@@ -61,6 +61,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+from lightning_fed.class_help import help_class_problem
+from lightning_fed.class_sections import last_hook_note
 from lightning_fed.config_values import option_problem, test_set_problem, unknown_option, value_problem
 from lightning_fed.errors import (
     _REPLACED_OPTIONS,
@@ -481,6 +483,8 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
     if problem := _asking_problem(args):
         _usage_error(subcommand, problem)
     if any(a in ("-h", "--help") or a.partition("=")[0].endswith(".help") for a in args):
+        if problem := help_class_problem(args):  # `--federation.hooks.help NoSuchHook` (class_help.py)
+            _refuse(problem)
         return  # the live parser prints what was asked for (`--federation.hooks.help X`: a class's options)
     printing = any(a.startswith("--print_config") for a in args)
     if printing:  # the config it prints is checked as fit checks it: a refused value is no config to save
@@ -504,7 +508,7 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
             if arg.startswith("--") and i not in values:
                 _check_option(arg, options, subcommand)
     if problem := unknown_option(args):  # a strategy's or round hook's option (lightning_fed/class_parameters.py)
-        _refuse(_in_file(args, problem, unknown_option))
+        _refuse(last_hook_note(args, _in_file(args, problem, unknown_option)))
     if problem := option_problem(args):  # a key or value the model's / data's class cannot take (class_options.py)
         _refuse(_in_file(args, problem, option_problem))
     named = shown_as or subcommand

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -102,12 +103,32 @@ KNOWN_SUBCLASSES = ", known subclasses: "
 """How jsonargparse's ``extra_help`` introduces an option's subclasses (``ActionTypeHint.extra_help``)."""
 
 
+_PARSING: ContextVar[str | None] = ContextVar("_PARSING", default=None)
+"""The program and subcommand whose arguments are being parsed (``lightning-fed fit``)."""
+CLASS_HELP = "Help for --"
+"""How jsonargparse's ``--<option>.help CLASS`` describes the parser it builds to print the class's page."""
+
+
 class FederatedArgumentParser(LightningArgumentParser):
     """Parse errors in one line, saying which key is missing or which class_path is unknown;
-    ``--help`` lists an option's known subclasses by name (:class:`SortedSubclassesFormatter`)."""
+    ``--help`` lists an option's known subclasses by name (:class:`SortedSubclassesFormatter`).
+
+    The page ``fit --federation.hooks.help RoundLRSchedule`` prints comes from a parser jsonargparse
+    builds with no ``prog`` (so argparse's, the script's name alone: ``usage: lightning-fed
+    [--federation.hooks.schedule ...``): it is given the subcommand's that asked for it.
+    """
 
     def __init__(self, *args: Any, formatter_class: type = SortedSubclassesFormatter, **kwargs: Any) -> None:
+        if kwargs.get("prog") is None and str(kwargs.get("description") or "").startswith(CLASS_HELP):
+            kwargs["prog"] = _PARSING.get()
         super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+    def parse_args(self, *args: Any, **kwargs: Any) -> Any:
+        token = _PARSING.set(self.prog.replace(" [options]", ""))  # `lightning-fed [options] fit`: jsonargparse's
+        try:
+            return super().parse_args(*args, **kwargs)
+        finally:
+            _PARSING.reset(token)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         message = simplify_parse_error(str(message), available_modules)

@@ -14,7 +14,8 @@ import ast
 from collections.abc import Iterable
 from typing import Any
 
-from lightning_fed.class_parameters import _module, class_chain, init_defaults
+from lightning_fed.class_locations import module_tree
+from lightning_fed.class_parameters import class_chain, init_defaults
 from lightning_fed.option_rules import PACKAGES
 
 LOSSES = ("lightning_fed.modules.dpo_losses", "dpo_loss_function")
@@ -32,7 +33,7 @@ def loss_options_line(name: str, known: Iterable[str], unknown: Iterable[str]) -
 
 def loss_keywords(name: str) -> list[str] | None:
     """The keyword options of the registered loss ``name``, or ``None`` if not found here."""
-    tree = _module(LOSSES[0])
+    tree = module_tree(LOSSES[0])
     for node in tree.body if tree is not None else []:
         if not isinstance(node, ast.FunctionDef):
             continue

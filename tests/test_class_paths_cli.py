@@ -88,8 +88,8 @@ OPTION_CASES = {
     "hook_path_into_no_module_in_a_file": (
         ["--config", "tiny", "--config", "q.yaml"],
         {"q.yaml": "federation:\n  hooks:\n    - class_path: lightning_fed.hooks.RoundLRSchedule\n"},
-        "config 'q.yaml': federation.hooks[0]: unknown class_path 'lightning_fed.hooks.RoundLRSchedule';"
-        " did you mean lightning_fed.callbacks.RoundLRSchedule?",
+        "config 'q.yaml': federation.hooks[0]: class_path 'lightning_fed.hooks.RoundLRSchedule': no module named"
+        " 'lightning_fed.hooks' is installed; did you mean lightning_fed.callbacks.RoundLRSchedule?",
     ),
     "hook_path_in_the_hooks_package_where_it_is_not": (
         ["--config", "tiny", "--federation.hooks=[lightning_fed.round_hooks.RoundLRSchedule]"],
@@ -100,8 +100,8 @@ OPTION_CASES = {
     "strategy_path_into_no_module": (
         ["--config", "tiny", "--federation.strategy=lightning_fed.strategy.FedAdam"],
         {},
-        "federation.strategy: unknown class_path 'lightning_fed.strategy.FedAdam';"
-        " did you mean lightning_fed.strategies.FedAdam?",
+        "federation.strategy: class_path 'lightning_fed.strategy.FedAdam': no module named 'lightning_fed.strategy'"
+        " is installed; did you mean lightning_fed.strategies.FedAdam?",
     ),
     "logger_short_name": (
         ["--config", "tiny", "--trainer.logger=TensorBoardLoger"],

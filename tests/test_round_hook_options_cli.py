@@ -144,3 +144,17 @@ def test_a_hook_given_on_the_command_line_names_no_file(tmp_path):
     args = ["fit", "--config", "fedbiscuit_tiny", "--federation.strategy=FedAvg"]
     line = "federation.hooks[0]: ClientGrouping needs federation.strategy=FedBiscuit, got FedAvg"
     assert_refused_before_torch(tmp_path, args, line)
+
+
+def test_a_hook_option_on_the_command_line_says_it_went_to_the_last_hook(tmp_path):
+    """``--federation.hooks.anchors`` over fedhds (FedHDS's selection, then HeldOutRouge): jsonargparse gives
+    it to the last hook, which does not take it; on f6ad729 the line named HeldOutRouge and not why (red
+    team 15 L9)."""
+    args = ["fit", "--config", "fedhds", "--federation.hooks.anchors=x.jsonl"]
+    line = (
+        "federation.hooks[1].anchors is not an option of HeldOutRouge; its options: batch_size, dataset,"
+        " every_n_rounds, field_map, final_full, max_examples, max_new_tokens, seed, split, synthetic_args,"
+        " template, where (--federation.hooks.anchors sets an option of the last hook in the list; to set"
+        " another hook's, give the list whole: --federation.hooks='[...]')"
+    )
+    assert_refused_before_torch(tmp_path, args, line)

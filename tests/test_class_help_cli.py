@@ -1,0 +1,79 @@
+"""``--<option>.help CLASS`` asking about a class that is none, refused before torch in one line naming
+the option and the closest class (lightning_fed/class_help.py).
+
+On f6ad729 ``fit --federation.hooks.help lightning_fed.hooks.RoundLRSchedule`` was refused after torch
+(8.4 s of CPU) with jsonargparse's wording and a tip line, naming no class (``error:
+--federation.hooks.help: module 'lightning_fed' has no attribute 'hooks'``; red team 15 L2). The
+child processes cannot import torch (:func:`tests.helpers.cli.lightning_fed_without_torch`): a help
+request left to the live parser ends in that import error, which the last test expects.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.cli import REACHED_TORCH, lightning_fed, lightning_fed_without_torch
+
+HOOKS = (
+    "AsyncArrivals, CentralizedCoreset, ClientGrouping, ClientRanks, CoresetSelection, EmulatorAlignment,"
+    " FLoRAMerge, GlobalSelect, HeldOutRouge, HierarchicalDataSelection, PerplexitySelection, RandomSelection,"
+    " RoundLRSchedule, ServerSideCoreset, SystemHeterogeneity"
+)
+
+CASES = {
+    "hook_at_no_module": (
+        ["--federation.hooks.help", "lightning_fed.hooks.RoundLRSchedule"],
+        "--federation.hooks.help: class_path 'lightning_fed.hooks.RoundLRSchedule': no module named"
+        " 'lightning_fed.hooks' is installed; did you mean lightning_fed.callbacks.RoundLRSchedule?",
+    ),
+    "no_such_hook": (
+        ["--federation.hooks.help", "NoSuchHook"],
+        f"--federation.hooks.help: unknown class_path 'NoSuchHook'; the package's: {HOOKS}",
+    ),
+    "hook_name_misspelt": (
+        ["--federation.hooks.help=RoundLRSchedul"],
+        "--federation.hooks.help: unknown class_path 'RoundLRSchedul'; did you mean RoundLRSchedule?",
+    ),
+    "callback_at_a_misspelt_module": (
+        ["--trainer.callbacks.help", "lightning.pytorch.callback.ModelCheckpoint"],
+        "--trainer.callbacks.help: class_path 'lightning.pytorch.callback.ModelCheckpoint': no module named"
+        " 'lightning.pytorch.callback' is installed; did you mean lightning.pytorch.callbacks.ModelCheckpoint?",
+    ),
+}
+"""``fit --config tiny ARGS`` -> the one line it is refused with."""
+
+
+@pytest.mark.parametrize(("args", "line"), list(CASES.values()), ids=list(CASES))
+def test_help_for_no_class_is_one_line_naming_the_closest_before_torch(tmp_path: Path, args, line):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch("fit", "--config", "tiny", *args, cwd=cwd, hook=tmp_path / "hook")
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {line}\n", "")
+    assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--federation.hooks.help", "RoundLRSchedule"],
+        ["--federation.hooks.help=lightning_fed.callbacks.RoundLRSchedule"],
+        ["--trainer.callbacks.help", "ModelCheckpoint"],
+        ["--federation.strategy.help", "FedAvg"],
+        ["--model.help"],
+    ],
+)
+def test_help_for_a_real_class_is_left_to_the_parser(tmp_path: Path, args):
+    proc = lightning_fed_without_torch("fit", *args, cwd=tmp_path, hook=tmp_path / "hook")
+    assert REACHED_TORCH in proc.stderr
+
+
+def test_a_class_s_help_page_names_the_subcommand(tmp_path: Path):
+    """The page's usage line on f6ad729 was ``usage: lightning-fed [--federation.hooks.schedule ...`` (the
+    script's name alone: ``__main__.py`` under ``python -m``; red team 15 L9). Imports torch (the live
+    parser prints the page): ~8 s of CPU."""
+    proc = lightning_fed("fit", "--federation.hooks.help", "RoundLRSchedule", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: lightning-fed fit [--federation.hooks.schedule SCHEDULE]\n")
