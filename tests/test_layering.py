@@ -54,6 +54,7 @@ LAYERS: list[set[str]] = [
         "loss_options",
         "strict_parser",
         "json_lines",
+        "read_errors",
         "lightning_fed",
     },
     # 1: pure tensor code
