@@ -91,6 +91,7 @@ CASES = {
     ("lightning_fed.data_cross_rules", "json_rows", "local_columns"): lambda d: _data_config(d, ".jsonl", BY_KEY),
     ("pyarrow.parquet", "read_metadata", "parquet_problem"): lambda d: _data_config(d, ".parquet", BY_KEY),
     ("lightning_fed.yaml_reading", "load", "value_of"): lambda d: ["fit", "--config", "tiny", "--seed_everything", "3"],
+    ("lightning_fed.yaml_reading", "load", "_inline"): lambda d: ["fit", "--config", "no_such.yaml"],
 }
 
 
