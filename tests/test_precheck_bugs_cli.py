@@ -80,6 +80,11 @@ def _data_config(folder: Path, suffix: str, partition: dict) -> list[str]:
     return ["fit", "--config", str(write_config(folder, config))]
 
 
+def _tiny(folder: Path) -> list[str]:
+    """``fit --config FILE``: the tiny config as a file."""
+    return ["fit", "--config", str(write_config(folder, shipped_config("tiny")))]
+
+
 BY_KEY = {"class_path": "lightning_fed.datamodules.ByKey", "init_args": {"key": "user"}}
 SORTED = {"class_path": "lightning_fed.datamodules.SortedShards", "init_args": {"score": "user"}}
 
@@ -92,6 +97,7 @@ CASES = {
     ("pyarrow.parquet", "read_metadata", "parquet_problem"): lambda d: _data_config(d, ".parquet", BY_KEY),
     ("lightning_fed.yaml_reading", "load", "value_of"): lambda d: ["fit", "--config", "tiny", "--seed_everything", "3"],
     ("lightning_fed.yaml_reading", "load", "_inline"): lambda d: ["fit", "--config", "no_such.yaml"],
+    ("lightning_fed.config_values", "load", "apply_arguments"): lambda d: _tiny(d),
 }
 
 
