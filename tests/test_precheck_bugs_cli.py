@@ -98,6 +98,7 @@ CASES = {
     ("lightning_fed.yaml_reading", "load", "value_of"): lambda d: ["fit", "--config", "tiny", "--seed_everything", "3"],
     ("lightning_fed.yaml_reading", "load", "_inline"): lambda d: ["fit", "--config", "no_such.yaml"],
     ("lightning_fed.config_values", "load", "apply_arguments"): lambda d: _tiny(d),
+    ("lightning_fed.run_config", "federation_problems", "problems"): lambda d: ["plan", "--config", "tiny"],
 }
 
 
