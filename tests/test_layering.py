@@ -55,6 +55,7 @@ LAYERS: list[set[str]] = [
         "strict_parser",
         "json_lines",
         "read_errors",
+        "held_out_rules",
         "lightning_fed",
     },
     # 1: pure tensor code
