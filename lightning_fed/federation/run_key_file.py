@@ -19,22 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.errors import CheckpointError
+from lightning_fed.federation.key_store import key_dir, not_a_file
 from lightning_fed.federation.secret_seed import SecretSeed
 
 KEY_BYTES = 32
 KEY_SUFFIX = ".key"
-KEY_DIR_ENV = "LIGHTNING_FED_KEY_DIR"
-"""The environment variable that moves the key store (:func:`key_dir`)."""
-
-
-def key_dir() -> Path:
-    """The per-user key store: ``$LIGHTNING_FED_KEY_DIR``, else ``$XDG_DATA_HOME/lightning-fed/keys``,
-    else ``~/.local/share/lightning-fed/keys``."""
-    given = os.environ.get(KEY_DIR_ENV)
-    if given:
-        return Path(given).expanduser().absolute()
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data).expanduser().absolute() / "lightning-fed" / "keys"
 
 
 def key_file(run_id: str) -> Path:
@@ -124,31 +113,6 @@ class RunSecret:
         except ValueError as err:
             why = str(err)
         raise ValueError(f"{path}: not a lightning-fed run key ({why})")
-
-
-_KINDS = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-)
-
-
-def not_a_file(path: Path) -> str | None:
-    """What ``path`` is when it is there but not a regular file (``"a FIFO"``, ``"a symlink to a character
-    device /dev/zero"``, ...), from ``stat`` alone (a FIFO is never opened); ``None`` for a regular file
-    or a path that is not there at all."""
-    if not os.path.lexists(path):
-        return None
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as err:  # a dangling symlink, a loop, no permission
-        return f"unreadable: {err.strerror}"
-    if stat.S_ISREG(mode):
-        return None
-    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-    return f"a symlink to {kind} {os.path.realpath(path)}" if path.is_symlink() else kind
 
 
 WHAT_TO_DO = "put the run's own key file back, or delete this one to resume with fresh secret randomness"
