@@ -247,8 +247,9 @@ def console_main(argv: list[str] | None = None) -> int:
     try:
         precheck_arguments(argv)  # what can be checked before torch is imported (seconds of CPU)
         # a resumed checkpoint's own parts, with torch alone imported (lightning_fed/federation/early_check.py)
-        from lightning_fed.federation.early_check import precheck_checkpoint, precheck_noise
+        from lightning_fed.federation.early_check import precheck_checkpoint, precheck_key_store, precheck_noise
 
+        precheck_key_store(argv)  # a private run's key store that is no folder (a FIFO, a file): no torch
         precheck_checkpoint(argv)
         precheck_noise(argv)  # a count noise the calibrated noise multiplier leaves no room for (Opacus, torch)
         # Lightning, torch, transformers: seconds (minutes on a loaded machine); a signal

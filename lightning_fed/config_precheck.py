@@ -297,11 +297,11 @@ def _check_file(path: str, options: Options | None, subcommand: str) -> None:
 def _inline(text: str) -> bool:
     """Whether a ``--config`` value that is no file is a config written inline (jsonargparse
     reads ``--config '{seed_everything: 1}'`` as the file's text)."""
-    from lightning_fed.yaml_reading import load
+    from lightning_fed.yaml_reading import load, load_errors
 
     try:
         return isinstance(load(text), dict)
-    except Exception:  # noqa: BLE001 - not YAML either: a path that does not exist
+    except load_errors():  # not YAML either: a path that does not exist
         return False
 
 

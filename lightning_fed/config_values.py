@@ -78,7 +78,7 @@ from lightning_fed.trainer_classes import (
 )
 from lightning_fed.trainer_options import trainer_option_problem, trainer_type_problem
 from lightning_fed.wrapper_rules import adaptive_key_problem, compression_problem, wrapped_sections, wrapper_problem
-from lightning_fed.yaml_reading import load, value_of
+from lightning_fed.yaml_reading import load, load_errors, value_of
 
 _UNKNOWN = object()
 """A section whose value this module cannot follow (nothing is checked in it)."""
@@ -268,7 +268,7 @@ class Merged:
                 if path.is_file():
                     try:
                         self.apply_file(load(path.read_text(encoding="utf-8")))
-                    except Exception:  # noqa: BLE001 - refused (or not) by the file checks before
+                    except (OSError, *load_errors()):  # refused (or not) by the file checks before
                         return False
             elif key.endswith("+"):  # `--trainer.callbacks+=EarlyStopping`
                 self.append_option(key[:-1], value_of(raw))

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.read_errors import file_errors
 from lightning_fed.yaml_reading import any_value
 
 MAX_LENGTH = 256
@@ -274,7 +275,7 @@ def local_columns(dataset: str) -> list[str] | None:
 
             return list(pq.read_schema(path).names)
         rows = json_rows(path)
-    except Exception:  # noqa: BLE001 - a file not read cleanly is the data source's to refuse
+    except file_errors():  # a file not read cleanly is the data source's to refuse (a bug of ours is raised)
         return None
     rows = [row for row in rows if row is not None] if isinstance(rows, list) else None  # null: a row of nulls
     if not rows or not all(isinstance(row, dict) for row in rows):

@@ -44,6 +44,7 @@ from lightning_fed.class_paths import package_subclasses
 from lightning_fed.data_columns import missing_field_problem, record_kind
 from lightning_fed.data_files import local_data_problem
 from lightning_fed.data_paths import dataset_text_problem, missing_path_problem, path_kind_problem
+from lightning_fed.held_out_rules import where_problem
 from lightning_fed.hook_rules import (
     UNWRAPPED,
     concurrency_problem,
@@ -377,6 +378,8 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
         if (_is(name, "EmulatorAlignment") or _is(name, "HeldOutRouge")) and (
             problem := anchors_problem(index, init_args, "dataset")
         ):
+            return problem
+        if _is(name, "HeldOutRouge") and (problem := where_problem(index, init_args)):
             return problem
         if problem := planted_args_problem(index, hook["class_path"], init_args):
             return problem

@@ -48,11 +48,20 @@ def load(text: str) -> Any:
     return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
 
 
+def load_errors() -> tuple[type[Exception], ...]:
+    """What :func:`load` raises for text that is no YAML it reads: ``yaml.YAMLError``, and ``ValueError``
+    for an explicit tag's value (``!!int abc``, ``!!timestamp 2020-13-45``). Not PyYAML's own
+    ``AttributeError`` (``!!timestamp 99999-01-01``): jsonargparse's parser stops on it too."""
+    import yaml
+
+    return (yaml.YAMLError, ValueError)
+
+
 def value_of(raw: str) -> Any:
     """A command-line value as jsonargparse reads it: YAML, or the text itself when it is not YAML."""
     try:
         return load(raw)
-    except Exception:  # noqa: BLE001 - not YAML: the string itself, as jsonargparse keeps it
+    except load_errors():  # not YAML: the string itself, as jsonargparse keeps it
         return raw
 
 

@@ -56,6 +56,8 @@ LAYERS: list[set[str]] = [
         "loss_options",
         "strict_parser",
         "json_lines",
+        "read_errors",
+        "held_out_rules",
         "lightning_fed",
     },
     # 1: pure tensor code

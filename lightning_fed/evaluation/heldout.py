@@ -48,14 +48,14 @@ def held_out_examples(
 
     option = "federation.hooks: HeldOutRouge.dataset"
     records = load_public_records(option, dataset, "instruction", split, field_map, synthetic_args)
+    where_option = "federation.hooks: HeldOutRouge.where"  # the precheck's lines (lightning_fed/held_out_rules.py)
     for column, value in (where or {}).items():
         if column not in records.column_names:
-            raise ValueError(
-                f"`where`: {dataset!r} has no column {column!r} (columns: {', '.join(records.column_names)})"
-            )
+            shown = ", ".join(records.column_names)
+            raise ValueError(f"{where_option}: {option} {dataset!r} has no column {column!r} (columns: {shown})")
         records = records.filter(lambda row, c=column, v=value: row[c] == v)
     if len(records) == 0:
-        raise ValueError(f"held-out set {dataset!r}: no rows match where={where}")
+        raise ValueError(f"{where_option}: no row of {option} {dataset!r} matches where={where}")
     order = np.arange(len(records))
     if max_examples is not None and max_examples < len(records):
         order = np.sort(np.random.default_rng(seed).permutation(len(records))[:max_examples])

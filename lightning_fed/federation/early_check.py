@@ -159,6 +159,51 @@ def precheck_noise(argv: list[str]) -> None:
         raise ConfigRefusal(with_sources(args, problem))  # each value followed by its file (red team 15 M8)
 
 
+def _private_unseeded(sections: dict[str, Any]) -> bool:
+    """Whether the merged config certainly runs DP with secret randomness (a package DP module, or
+    ClientLevelDP in ``federation.strategy``) and fixes no noise seed (a test's: no key file)."""
+    from lightning_fed.private_run_rules import DP_MODULES, _client_dp_in
+    from lightning_fed.wrapper_rules import _section, wrapped_sections
+
+    model, strategy = sections.get("model"), sections.get("federation.strategy")
+    init_args = model.get("init_args") if isinstance(model, dict) else None
+    dp_sgd = init_args.get("dp_sgd") if isinstance(init_args, dict) else None
+    name = str(model.get("class_path") or "").rpartition(".")[2] if isinstance(model, dict) else ""
+    example_level = name in DP_MODULES
+    seeded = example_level and isinstance(dp_sgd, dict) and dp_sgd.get("seed") is not None
+    client_level = strategy is not None and _client_dp_in(strategy) is True
+    if client_level:  # RunPrivacy._given_seed: ClientLevelDP's seed, else the module's
+        chain = [_section(strategy), *(section for _, section in wrapped_sections(strategy))]
+        seeded = seeded or any(((section or {}).get("init_args") or {}).get("seed") is not None for section in chain)
+    return (example_level or client_level) and not seeded
+
+
+def precheck_key_store(argv: list[str]) -> None:
+    """Refuse, before Lightning is imported, a private ``fit`` whose key store is no folder
+    (:func:`~lightning_fed.federation.key_store.key_store_problem`: a ``LIGHTNING_FED_KEY_DIR`` that
+    is a FIFO or a file trained a round, then failed writing the key, exit 1). ``argv``: the command
+    line after ``lightning-fed``.
+
+    Raises:
+        UserError: the line naming the key store and what it is.
+    """
+    if not argv or argv[0] != "fit" or any(a in ("-h", "--help") for a in argv[1:]):
+        return
+    from lightning_fed.federation.key_store import key_store_problem
+
+    problem = key_store_problem()
+    if problem is None:
+        return
+    from lightning_fed.config_values import merged_config
+    from lightning_fed.shipped_configs import resolve_config_args
+
+    merged = merged_config(resolve_config_args(printed(argv[1:])[1]))
+    if merged is not None and _private_unseeded(merged.sections):
+        from lightning_fed.errors import UserError
+
+        raise UserError(problem)
+
+
 def _path_problem(args: list[str]) -> str | None:
     """:func:`path_problem` of the ``ckpt_path`` that ``args`` give."""
     path = resumed_path(args)

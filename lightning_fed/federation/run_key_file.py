@@ -19,23 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.errors import CheckpointError
+from lightning_fed.federation.key_store import key_dir, not_a_file
 from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.path_kinds import not_a_file
 
 KEY_BYTES = 32
 KEY_SUFFIX = ".key"
-KEY_DIR_ENV = "LIGHTNING_FED_KEY_DIR"
-"""The environment variable that moves the key store (:func:`key_dir`)."""
-
-
-def key_dir() -> Path:
-    """The per-user key store: ``$LIGHTNING_FED_KEY_DIR``, else ``$XDG_DATA_HOME/lightning-fed/keys``,
-    else ``~/.local/share/lightning-fed/keys``."""
-    given = os.environ.get(KEY_DIR_ENV)
-    if given:
-        return Path(given).expanduser().absolute()
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data).expanduser().absolute() / "lightning-fed" / "keys"
 
 
 def key_file(run_id: str) -> Path:
