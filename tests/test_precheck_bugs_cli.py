@@ -90,7 +90,7 @@ SORTED = {"class_path": "lightning_fed.datamodules.SortedShards", "init_args": {
 
 CASES = {
     # (module, function, the check calling it) -> the arguments (given the temporary folder)
-    ("lightning_fed.data_columns", "csv_cells", "_key_values"): lambda d: _data_config(d, ".csv", BY_KEY),
+    ("lightning_fed.data_columns", "csv_cells", "_key_column"): lambda d: _data_config(d, ".csv", BY_KEY),
     ("lightning_fed.data_columns", "json_rows", "blank_row_problem"): lambda d: _data_config(d, ".jsonl", BY_KEY),
     ("lightning_fed.data_columns", "json_rows", "_is_text"): lambda d: _data_config(d, ".jsonl", SORTED),
     ("lightning_fed.data_cross_rules", "json_rows", "local_columns"): lambda d: _data_config(d, ".jsonl", BY_KEY),
@@ -123,9 +123,9 @@ def test_a_bug_in_a_precheck_reader_is_reported_as_a_bug_before_torch(tmp_path, 
 
 
 def test_with_debug_the_bug_s_traceback_names_the_check(tmp_path):
-    planted = ("lightning_fed.data_columns", "csv_cells", "_key_values")
+    planted = ("lightning_fed.data_columns", "csv_cells", "_key_column")
     proc = _run(tmp_path, planted, [*CASES[planted](tmp_path), "--debug"])
     assert proc.returncode == 1
     assert proc.stderr.startswith("Traceback (most recent call last):")
-    assert "in _key_values\n" in proc.stderr
+    assert "in _key_column\n" in proc.stderr
     assert proc.stderr.endswith("error: NameError: name 'precheck_bug' is not defined\n")

@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lightning_fed.data_columns import _is_text, _key_values, blank_row_problem
+from lightning_fed.data_columns import _is_text, _key_column, blank_row_problem
 from lightning_fed.data_cross_rules import local_columns
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
@@ -55,5 +55,5 @@ def test_the_precheck_readers_answer_for_any_file(spec, column):
         for field_map in (None, {"prompt": "user"}):
             assert isinstance(blank_row_problem("data.dataset", dataset, "preference", field_map), (str, type(None)))
         assert isinstance(local_columns(dataset), (list, type(None)))
-        assert isinstance(_key_values(dataset, column), (list, type(None)))
+        assert isinstance(_key_column(dataset, column), (list, type(None)))
         assert isinstance(_is_text(dataset, column), bool)
