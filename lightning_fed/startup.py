@@ -28,22 +28,41 @@ import threading
 PROG = "lightning-fed"
 NO_ROUND = "no round completed in this run"
 NOTHING_WRITTEN = f"{NO_ROUND}, so no checkpoint was written by it"
+WROTE_NOTHING = "nothing was written"
+"""What a stop says of a command that writes nothing (``plan``, ``--print_config``), or of one stopped
+while it starts (:func:`guard`), before it could write."""
 NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT (Ctrl-C)"}
+EVALUATING = ("validate", "test")
+"""The subcommands that write ``<stage>_results.json`` once their evaluation is done."""
 
 
-def stop_line(signum: int, argv: list[str] | None = None) -> str:
-    """What a process stopped before its first round says on stderr (also :func:`lightning_fed.cli._report`).
+def stop_line(signum: int, argv: list[str] | None = None, started: bool = True) -> str:
+    """What a process stopped before its command wrote anything says on stderr (also
+    :func:`lightning_fed.cli._report`): what the stop left unwritten, in the words of its subcommand
+    (its command line, ``argv`` or ``sys.argv``; red team 15 L8: ``plan`` and ``validate`` said fit's).
 
-    A ``fit`` resumed from a checkpoint (``--ckpt_path`` on its command line, ``argv`` or
-    ``sys.argv``) names that checkpoint: it is still the one to resume from."""
-    if (resumed := resumed_checkpoint(sys.argv if argv is None else argv)) is not None:
-        return f"{PROG}: stopped by {NAMES[signum]}; {NO_ROUND}; resume with --ckpt_path {resumed}"
-    return f"{PROG}: stopped by {NAMES[signum]}; {NOTHING_WRITTEN}"
+    A ``fit`` says no round completed, and one resumed from a checkpoint (``--ckpt_path``) names that
+    checkpoint: it is still the one to resume from. ``validate``/``test`` say their results file was not
+    written (``started``: the command ran; a logger's events file may be); a command stopped while it
+    starts (``started`` false), ``plan`` and ``--print_config`` wrote nothing; any other command did not
+    finish."""
+    args = (sys.argv if argv is None else argv)[1:]
+    subcommand = next((a for a in args if not a.startswith("-")), None)
+    printing = any(a.startswith("--print_config") for a in args)
+    if subcommand == "fit" and not printing:
+        resumed = resumed_checkpoint(args)
+        what = NOTHING_WRITTEN if resumed is None else f"{NO_ROUND}; resume with --ckpt_path {resumed}"
+    elif not started or printing or subcommand in (None, "plan"):
+        what = WROTE_NOTHING
+    elif subcommand in EVALUATING:
+        what = f"{subcommand} did not finish, so no {subcommand}_results.json was written"
+    else:
+        what = f"{subcommand} did not finish"
+    return f"{PROG}: stopped by {NAMES[signum]}; {what}"
 
 
-def resumed_checkpoint(argv: list[str]) -> str | None:
-    """The ``--ckpt_path`` of a ``fit`` command line (the last one given), else None."""
-    args = argv[1:]
+def resumed_checkpoint(args: list[str]) -> str | None:
+    """The ``--ckpt_path`` of a ``fit`` command line (``args``: after the program, the last one given), else None."""
     if next((a for a in args if not a.startswith("-")), None) != "fit":
         return None
     found = None
@@ -56,7 +75,7 @@ def resumed_checkpoint(argv: list[str]) -> str | None:
 
 
 def _stop_now(signum: int, frame: object) -> None:
-    os.write(2, (stop_line(signum) + "\n").encode())
+    os.write(2, (stop_line(signum, started=False) + "\n").encode())
     os._exit(128 + signum)  # 143 / 130 (lightning_fed.errors)
 
 
