@@ -5,7 +5,8 @@ load 40. Python's own defaults during that time are wrong for a script: SIGTERM 
 process with no message (status -15), and Ctrl-C prints a traceback from inside some library's
 import. Nothing has been written yet, so there is nothing to save: :func:`guard`, installed
 before anything else is imported, prints the line every stop prints (:mod:`lightning_fed.cli`)
-and exits 143 (SIGTERM) or 130 (SIGINT) straight from the handler, in the middle of an import if
+and exits 143 (SIGTERM) or 130 (SIGINT) straight from the handler, after letting go of a run folder
+the precheck already holds (:func:`_let_go`), in the middle of an import if
 need be (an exception raised there could be swallowed by a library's ``except`` or leave
 modules half imported; the process ends instead).
 
@@ -75,8 +76,24 @@ def resumed_checkpoint(args: list[str]) -> str | None:
 
 
 def _stop_now(signum: int, frame: object) -> None:
-    os.write(2, (stop_line(signum, started=False) + "\n").encode())
-    os._exit(128 + signum)  # 143 / 130 (lightning_fed.errors)
+    try:
+        try:
+            _let_go()
+        except Exception:  # noqa: BLE001, S110 - a folder that cannot be tidied must not cost the line or the status
+            pass
+        os.write(2, (stop_line(signum, started=False) + "\n").encode())
+    finally:
+        os._exit(128 + signum)  # 143 / 130 (lightning_fed.errors)
+
+
+def _let_go() -> None:
+    """Let go of the run folders the precheck held before torch (a resume's, a ``validate``'s:
+    :func:`~lightning_fed.federation.version_folder.hold_early`) as a refusal does, removing a ``.lock``
+    this process made in a folder that had none: the folder is left as it was (red team 15 L6: a resume
+    of a copy without its ``.lock``, stopped while it imported, left one). Only if that module is loaded:
+    nothing is imported here."""
+    if (folders := sys.modules.get("lightning_fed.federation.version_folder")) is not None:
+        folders.release_early()
 
 
 def guard() -> None:
