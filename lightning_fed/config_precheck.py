@@ -63,7 +63,13 @@ from typing import Any, NoReturn
 
 from lightning_fed.class_help import help_class_problem
 from lightning_fed.class_sections import last_hook_note
-from lightning_fed.config_values import option_problem, test_set_problem, unknown_option, value_problem
+from lightning_fed.config_values import (
+    option_problem,
+    test_set_problem,
+    unknown_option,
+    validation_set_problem,
+    value_problem,
+)
 from lightning_fed.errors import (
     _REPLACED_OPTIONS,
     EXIT_USER_ERROR,
@@ -525,3 +531,5 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
         raise ConfigRefusal(_in_file(args, problem, value_problem, *(options or (None, None))))  # one line
     if subcommand == "test" and (problem := test_set_problem(args)):  # lightning_fed/stage_sets.py
         raise ConfigRefusal(problem)
+    if subcommand == "validate" and (problem := validation_set_problem(args)):  # a file's val_fraction: named
+        raise ConfigRefusal(_in_file(args, problem, validation_set_problem))

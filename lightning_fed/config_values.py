@@ -555,6 +555,15 @@ def test_set_problem(args: list[str]) -> str | None:
     return problem(merged.sections.get("data")) if merged is not None else None
 
 
+def validation_set_problem(args: list[str]) -> str | None:
+    """The line refusing ``validate`` whose package data module holds out no validation row
+    (:func:`lightning_fed.stage_sets.validation_set_problem`), or ``None``."""
+    from lightning_fed.stage_sets import validation_set_problem as problem
+
+    merged = merged_config(args)
+    return problem(merged.sections.get("data")) if merged is not None else None
+
+
 def merged_config(args: list[str]) -> Merged | None:
     """``args``' files and overrides merged (:class:`Merged`), or ``None`` if a file cannot be read."""
     merged = Merged()

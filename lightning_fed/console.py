@@ -72,6 +72,20 @@ LIBRARY_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric")
 not see the records its children pass up."""
 
 _verbose: bool | None = None
+_progress_bars = True
+
+
+def show_progress_bars(shown: bool) -> None:
+    """Whether this run shows progress bars (its ``trainer.enable_progress_bar``, set by the CLI before the
+    model is built): the bars libraries draw while it is built follow it
+    (:func:`~lightning_fed.modules.backbone.gguf_cache`'s dequantization, red team 15 L7)."""
+    global _progress_bars
+    _progress_bars = shown
+
+
+def progress_bars_shown() -> bool:
+    """:func:`show_progress_bars`' setting (shown unless a run turned its progress bar off)."""
+    return _progress_bars
 
 
 def configure(verbose: bool) -> None:

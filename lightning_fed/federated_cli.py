@@ -257,6 +257,8 @@ class FederatedCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         if problem := config_problem(config, fit=self.subcommand == "fit"):
             raise UserError(problem)
+        # the libraries' bars while the model is built (a GGUF file dequantized) follow the run's progress bar
+        console.show_progress_bars(config.get("trainer.enable_progress_bar") is not False)
 
     def instantiate_classes(self) -> None:
         # jsonargparse wraps a constructor's ValueError ("model.lr must be > 0, got -0.1") in a

@@ -8,8 +8,10 @@ ships; none sets a test set of its own) refuse ``setup("test")`` without one, wi
 (:class:`lightning_fed.config_values.Merged`) when the data class is one of the package's
 (:func:`lightning_fed.option_rules.class_rules`) and ``test_dataset`` is unset or ``null``. A
 user's own data module decides for itself (it may load a test split its own way). ``validate``
-needs nothing here: every data module has a validation set (``val_dataset`` or
-``val_fraction``'s share of each client).
+scores every data module's validation set (``val_dataset`` or ``val_fraction``'s share of each
+client): :func:`validation_set_problem` gives :func:`empty_set_line`'s line from the config when the
+package's data module has no ``val_dataset`` and ``val_fraction`` is 0, which holds out no row
+whatever the data (red team 15 M9: refused only after the imports, 7 s of CPU).
 
 Whether that set holds any example is known only once it is tokenized: :func:`empty_set_line` is the
 line of a ``validate`` or ``test`` whose set has none left (every row longer than ``data.max_length``
@@ -45,6 +47,25 @@ def test_set_problem(data: Any) -> str | None:
     init_args = data.get("init_args")
     if isinstance(init_args, dict) and init_args.get("test_dataset") is None:
         return NO_TEST_SET
+    return None
+
+
+def validation_set_problem(data: Any) -> str | None:
+    """:func:`empty_set_line`'s line of a ``validate`` if ``data`` (merged, ``{class_path, init_args}``) is
+    the package's data module without a ``val_dataset`` and with ``val_fraction`` 0, else ``None``
+    (a positive fraction holds out a row of each client with two or more: only the data can tell)."""
+    if not isinstance(data, dict) or not isinstance(data.get("class_path"), str):
+        return None
+    rules = class_rules("data", data["class_path"])
+    init_args = data.get("init_args")
+    if rules is None or not isinstance(init_args, dict) or init_args.get("val_dataset") is not None:
+        return None
+    rule = next((r for r in rules if r.name == "val_fraction"), None)
+    if rule is None or "val_fraction" not in init_args:  # unset: the default, 0.1
+        return None
+    value = rule.parsed(init_args["val_fraction"])  # `0`, `"0"`: 0.0, as the live parser reads it
+    if isinstance(value, float) and value == 0:
+        return empty_set_line("validate", None, value, None)
     return None
 
 

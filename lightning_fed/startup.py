@@ -5,7 +5,8 @@ load 40. Python's own defaults during that time are wrong for a script: SIGTERM 
 process with no message (status -15), and Ctrl-C prints a traceback from inside some library's
 import. Nothing has been written yet, so there is nothing to save: :func:`guard`, installed
 before anything else is imported, prints the line every stop prints (:mod:`lightning_fed.cli`)
-and exits 143 (SIGTERM) or 130 (SIGINT) straight from the handler, in the middle of an import if
+and exits 143 (SIGTERM) or 130 (SIGINT) straight from the handler, after letting go of a run folder
+the precheck already holds (:func:`_let_go`), in the middle of an import if
 need be (an exception raised there could be swallowed by a library's ``except`` or leave
 modules half imported; the process ends instead).
 
@@ -28,22 +29,41 @@ import threading
 PROG = "lightning-fed"
 NO_ROUND = "no round completed in this run"
 NOTHING_WRITTEN = f"{NO_ROUND}, so no checkpoint was written by it"
+WROTE_NOTHING = "nothing was written"
+"""What a stop says of a command that writes nothing (``plan``, ``--print_config``), or of one stopped
+while it starts (:func:`guard`), before it could write."""
 NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT (Ctrl-C)"}
+EVALUATING = ("validate", "test")
+"""The subcommands that write ``<stage>_results.json`` once their evaluation is done."""
 
 
-def stop_line(signum: int, argv: list[str] | None = None) -> str:
-    """What a process stopped before its first round says on stderr (also :func:`lightning_fed.cli._report`).
+def stop_line(signum: int, argv: list[str] | None = None, started: bool = True) -> str:
+    """What a process stopped before its command wrote anything says on stderr (also
+    :func:`lightning_fed.cli._report`): what the stop left unwritten, in the words of its subcommand
+    (its command line, ``argv`` or ``sys.argv``; red team 15 L8: ``plan`` and ``validate`` said fit's).
 
-    A ``fit`` resumed from a checkpoint (``--ckpt_path`` on its command line, ``argv`` or
-    ``sys.argv``) names that checkpoint: it is still the one to resume from."""
-    if (resumed := resumed_checkpoint(sys.argv if argv is None else argv)) is not None:
-        return f"{PROG}: stopped by {NAMES[signum]}; {NO_ROUND}; resume with --ckpt_path {resumed}"
-    return f"{PROG}: stopped by {NAMES[signum]}; {NOTHING_WRITTEN}"
+    A ``fit`` says no round completed, and one resumed from a checkpoint (``--ckpt_path``) names that
+    checkpoint: it is still the one to resume from. ``validate``/``test`` say their results file was not
+    written (``started``: the command ran; a logger's events file may be); a command stopped while it
+    starts (``started`` false), ``plan`` and ``--print_config`` wrote nothing; any other command did not
+    finish."""
+    args = (sys.argv if argv is None else argv)[1:]
+    subcommand = next((a for a in args if not a.startswith("-")), None)
+    printing = any(a.startswith("--print_config") for a in args)
+    if subcommand == "fit" and not printing:
+        resumed = resumed_checkpoint(args)
+        what = NOTHING_WRITTEN if resumed is None else f"{NO_ROUND}; resume with --ckpt_path {resumed}"
+    elif not started or printing or subcommand in (None, "plan"):
+        what = WROTE_NOTHING
+    elif subcommand in EVALUATING:
+        what = f"{subcommand} did not finish, so no {subcommand}_results.json was written"
+    else:
+        what = f"{subcommand} did not finish"
+    return f"{PROG}: stopped by {NAMES[signum]}; {what}"
 
 
-def resumed_checkpoint(argv: list[str]) -> str | None:
-    """The ``--ckpt_path`` of a ``fit`` command line (the last one given), else None."""
-    args = argv[1:]
+def resumed_checkpoint(args: list[str]) -> str | None:
+    """The ``--ckpt_path`` of a ``fit`` command line (``args``: after the program, the last one given), else None."""
     if next((a for a in args if not a.startswith("-")), None) != "fit":
         return None
     found = None
@@ -56,8 +76,24 @@ def resumed_checkpoint(argv: list[str]) -> str | None:
 
 
 def _stop_now(signum: int, frame: object) -> None:
-    os.write(2, (stop_line(signum) + "\n").encode())
-    os._exit(128 + signum)  # 143 / 130 (lightning_fed.errors)
+    try:
+        try:
+            _let_go()
+        except Exception:  # noqa: BLE001, S110 - a folder that cannot be tidied must not cost the line or the status
+            pass
+        os.write(2, (stop_line(signum, started=False) + "\n").encode())
+    finally:
+        os._exit(128 + signum)  # 143 / 130 (lightning_fed.errors)
+
+
+def _let_go() -> None:
+    """Let go of the run folders the precheck held before torch (a resume's, a ``validate``'s:
+    :func:`~lightning_fed.federation.version_folder.hold_early`) as a refusal does, removing a ``.lock``
+    this process made in a folder that had none: the folder is left as it was (red team 15 L6: a resume
+    of a copy without its ``.lock``, stopped while it imported, left one). Only if that module is loaded:
+    nothing is imported here."""
+    if (folders := sys.modules.get("lightning_fed.federation.version_folder")) is not None:
+        folders.release_early()
 
 
 def guard() -> None:

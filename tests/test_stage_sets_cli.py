@@ -169,3 +169,42 @@ def test_an_evaluation_plan_that_picks_only_clients_without_examples_is_refused(
     )
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, line, "")
     assert _files(earlier) == before  # no results file, no events file
+
+
+NO_VALIDATION = (
+    "data.val_fraction=0.0 leaves no client a validation example, so validate has nothing to score;"
+    " raise data.val_fraction or give data.val_dataset=<file>"
+)
+
+
+@pytest.mark.parametrize(
+    ("given", "files", "source"),
+    [
+        (["--data.val_fraction=0"], {}, None),
+        (["--data.init_args.val_fraction=0.0"], {}, None),
+        (["--config", "v.yaml"], {"v.yaml": "data:\n  init_args:\n    val_fraction: 0\n"}, "v.yaml"),
+        (["--config", "v.yaml"], {"v.yaml": "data:\n  init_args: {val_fraction: '0'}\n"}, "v.yaml"),
+    ],
+    ids=["option", "init_args_option", "file", "quoted_in_file"],
+)
+def test_validate_with_val_fraction_0_is_refused_before_torch(tmp_path, given, files, source):
+    """Red team 15 M9: on f6ad729 ``validate --data.val_fraction=0`` (no ``val_dataset``) was refused with
+    this line only after torch and the model's build (6.75 s of CPU), though the config alone shows it:
+    a fraction of 0 holds out no row. Now before torch, naming the file that set it."""
+    proc, cwd = _run(tmp_path, "validate", "--config", "tiny", *given, files=files)
+    assert REACHED_TORCH not in proc.stderr
+    where = f"config {source!r}: " if source else ""
+    assert (proc.returncode, proc.stderr) == (2, f"error: {where}{NO_VALIDATION}\n")
+    assert sorted(p.name for p in cwd.iterdir()) == sorted(files)
+
+
+def test_val_fraction_0_with_a_validation_set_or_in_fit_goes_on(tmp_path):
+    """A ``val_dataset`` is scored instead of the held-out rows; ``fit`` trains with none held out."""
+    files = {"v.jsonl": '{"prompt": "p", "chosen": "a", "rejected": "b"}\n'}
+    for args in (
+        ["validate", "--config", "tiny", "--data.val_fraction=0", "--data.init_args.val_dataset=v.jsonl"],
+        ["validate", "--config", "tiny", "--data.val_fraction=0.01"],
+        ["fit", "--config", "tiny", "--data.val_fraction=0"],
+    ):
+        proc, _ = _run(tmp_path, *args, files=files)
+        assert REACHED_TORCH in proc.stderr, (args, proc.stderr)

@@ -17,11 +17,13 @@ a transformers config (``BackboneConfig.config``). Three kinds of name are under
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from lightning_fed import console
 from lightning_fed.errors import UserError
 from lightning_fed.modules.quantization import (
     QUANTIZATIONS,
@@ -323,17 +326,44 @@ def _sync(folder: Path) -> None:
             os.fsync(handle.fileno())
 
 
+@contextlib.contextmanager
+def _transformers_bars(shown: bool) -> Iterator[None]:
+    """transformers' progress bars within the block: left as they are when ``shown``, else hidden (a run
+    with ``trainer.enable_progress_bar=false``, red team 15 L7). Its "Converting and de-quantizing GGUF
+    tensors..." bar is a plain ``tqdm`` in ``transformers.modeling_gguf_pytorch_utils``, which
+    ``transformers.utils.logging.disable_progress_bar()`` does not reach: that module's ``tqdm`` is given
+    ``disable=True`` for the while, and the others are disabled the library's way."""
+    if shown:
+        yield
+        return
+    from transformers import modeling_gguf_pytorch_utils as gguf_loading
+    from transformers.utils import logging as transformers_logging
+
+    enabled, bar = transformers_logging.is_progress_bar_enabled(), getattr(gguf_loading, "tqdm", None)
+    transformers_logging.disable_progress_bar()
+    if bar is not None:
+        gguf_loading.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        if bar is not None:
+            gguf_loading.tqdm = bar
+        if enabled:
+            transformers_logging.enable_progress_bar()
+
+
 def _dequantize_to(source_dir: Path, file: str, out: Path) -> None:
-    quantized = AutoModelForCausalLM.from_pretrained(source_dir, gguf_file=file, dtype=torch.float32)
-    config_dict = quantized.config.to_dict()
-    config_dict.pop("quantization_config", None)
-    config_dict.pop("_name_or_path", None)
-    config = AutoConfig.for_model(**config_dict)
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(quantized.state_dict())
-    plain.save_pretrained(out)
-    tokenizer = AutoTokenizer.from_pretrained(source_dir, gguf_file=file)
-    tokenizer.save_pretrained(out)
+    with _transformers_bars(console.progress_bars_shown()):
+        quantized = AutoModelForCausalLM.from_pretrained(source_dir, gguf_file=file, dtype=torch.float32)
+        config_dict = quantized.config.to_dict()
+        config_dict.pop("quantization_config", None)
+        config_dict.pop("_name_or_path", None)
+        config = AutoConfig.for_model(**config_dict)
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(quantized.state_dict())
+        plain.save_pretrained(out)
+        tokenizer = AutoTokenizer.from_pretrained(source_dir, gguf_file=file)
+        tokenizer.save_pretrained(out)
 
 
 def _chmod_like_umask(folder: Path) -> None:
