@@ -4,14 +4,20 @@
   ``0..data.num_clients-1``, or fewer distinct values than clients (a client with no row), was refused
   only after the imports, in two lines naming neither the option nor the file (red team 15 B09:
   ``partition ByColumn(column='client'): client 2 got no examples`` and the ``--debug`` hint).
+- ``ByKey(key)`` over a JSON/JSON Lines column that mixes text and numbers (``1`` and ``"1"``): ``datasets``
+  reads such a column as JSON text, keeping a string that parses as JSON as it is, so ``1`` and ``"1"``
+  are one client key ``'1'`` to the partitioner while ``"a"`` is ``'"a"'``. The early count of distinct
+  keys left such a column to the live run (red team 15 B10). Here the keys are counted as training
+  counts them (:func:`training_keys`), and two spellings training reads as one key are refused.
 
 Only what is certain is refused: a column whose values are not known here (a large file, a hub set, a
-null, a value that is no number) is left to the live run. Imports no torch (pyarrow only for a
-Parquet column).
+null, a ByColumn value that is no number, a nested value, a string JSON readers may parse otherwise) is
+left to the live run. Imports no torch (pyarrow only for a Parquet column).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,9 +25,12 @@ from typing import Any
 
 from lightning_fed.column_types import pandas_values
 from lightning_fed.data_columns import csv_cells
-from lightning_fed.data_cross_rules import READS_ITS_SOURCE, json_rows, row_line
+from lightning_fed.data_cross_rules import READS_ITS_SOURCE, json_rows, row_line, too_few_keys_line
 from lightning_fed.nested_options import PARTITIONS
 from lightning_fed.yaml_reading import any_value
+
+_JSON_START = frozenset('-0123456789"[{tfnNI')
+"""The first characters of a text a JSON reader (``json``, ``ujson``) may parse as a value."""
 
 
 def _where(dataset: str, row: int) -> str:
@@ -78,6 +87,69 @@ def by_column_problem(dataset: str, column: str, values: list[Any], num_clients:
     )
 
 
+def training_key(value: Any) -> str | None:
+    """The client key ``ByKey`` sees for a JSON ``value`` of a column mixing text with numbers or booleans:
+    ``datasets`` stores such a column as JSON text, a number or boolean as its JSON, a string as it is
+    where a JSON reader parses it (``"1"`` is ``'1'``, as ``1`` is) and quoted where none does (``"a"`` is
+    ``'"a"'``). ``None`` where that is not certain here (a float in exponent form, a string ``json``
+    refuses that a laxer reader may take)."""
+    if isinstance(value, bool) or type(value) is int:
+        return json.dumps(value)
+    if isinstance(value, float):
+        text = repr(value)
+        return text if math.isfinite(value) and "e" not in text else None
+    if not isinstance(value, str):
+        return None
+    head = value.lstrip(" \t\n\r")[:1]
+    if head not in _JSON_START:
+        return json.dumps(value)  # no JSON value starts so: every reader refuses it, so it is quoted
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return None  # `01`, `nan`: readers differ
+    return value if not (isinstance(parsed, float) and not math.isfinite(parsed)) else None
+
+
+def training_keys(values: list[Any]) -> list[Any] | None:
+    """Each row's client key as ``ByKey`` reads the JSON ``values`` of one column: the values themselves
+    where they are all text or all integers; :func:`training_key` of each where text is mixed with
+    numbers or booleans (``datasets``' JSON text); ``None`` where that is not certain here."""
+    if all(isinstance(v, str) for v in values) or all(type(v) is int for v in values):
+        return list(values)
+    if not any(isinstance(v, str) for v in values):
+        return None  # numbers alone (ints and floats): Arrow's promotion, not JSON text
+    keys = [training_key(v) for v in values]
+    return None if any(k is None for k in keys) else keys
+
+
+def _spelled(value: Any) -> str:
+    kind = "text" if isinstance(value, str) else "a boolean" if isinstance(value, bool) else "a number"
+    return f"{json.dumps(value)} ({kind})"
+
+
+def by_key_problem(dataset: str, key: str, values: list[Any], num_clients: int) -> str | None:
+    """The line refusing ``ByKey(key)`` over the JSON/JSON Lines ``dataset`` whose column ``key`` (rows'
+    ``values``) mixes text with numbers: two spellings training reads as one client key (``1`` and
+    ``"1"``), or fewer distinct keys, counted as training counts them, than ``num_clients``
+    (:func:`~lightning_fed.data_cross_rules.too_few_keys_line`, the data module's line)."""
+    if all(isinstance(v, str) for v in values) or not any(isinstance(v, str) for v in values):
+        return None  # one type: the early count of distinct values (data_columns.py) is training's
+    keys = training_keys(values)
+    if keys is None:
+        return None
+    first: dict[str, int] = {}
+    for row, spelled in enumerate(keys):
+        seen = first.setdefault(spelled, row)
+        if values[seen] != values[row] or type(values[seen]) is not type(values[row]):
+            return (
+                f"data.partition.key {key!r}: data.dataset {dataset!r}: {_where(dataset, row)} has {key!r}"
+                f" {_spelled(values[row])} and {_where(dataset, seen)} has {key!r} {_spelled(values[seen])}; ByKey"
+                f" reads both as the one client key {spelled!r}: write every {key!r} value one way"
+            )
+    held = sorted(set(keys))
+    return too_few_keys_line(key, dataset, held, num_clients) if len(held) < num_clients else None
+
+
 def partition_values_problem(data: Any) -> str | None:
     """The line refusing ``data.partition``'s values in the local ``data.dataset`` of the merged ``data:``
     section (module docstring), or ``None``."""
@@ -100,11 +172,15 @@ def partition_values_problem(data: Any) -> str | None:
         return None
     if type(clients) is not int or clients < 1:
         return None
-    column = given.get("column", "client") if name == "ByColumn" else None
+    column = given.get("column", "client") if name == "ByColumn" else given.get("key") if name == "ByKey" else None
     if not isinstance(column, str):
         return None
     field_map = init_args.get("field_map")
     source = field_map.get(column, column) if isinstance(field_map, Mapping) else column
     if not isinstance(source, str) or (values := _column_values(dataset, source)) is None:
         return None
-    return by_column_problem(dataset, column, values, clients)
+    if name == "ByColumn":
+        return by_column_problem(dataset, column, values, clients)
+    if Path(dataset).suffix.lower() not in (".json", ".jsonl"):
+        return None  # a CSV or Parquet column holds one type: data_columns.py counts its values
+    return by_key_problem(dataset, column, values, clients)

@@ -1,9 +1,10 @@
 """``data.partition``'s values in a local file refused before torch, in one line naming the option, the
-file and the value (:mod:`lightning_fed.partition_values`, red team 15 B09).
+file and the value (:mod:`lightning_fed.partition_values`, red team 15 B09 and B10).
 
 On f05487a a ``ByColumn`` column with fewer distinct values than clients printed ``error: partition
 ByColumn(column='client'): client 2 got no examples`` and the ``--debug`` hint after the imports; a
-client id out of range ``... row 2 has client 5, not an integer in 0..1`` likewise.
+client id out of range ``... row 2 has client 5, not an integer in 0..1`` likewise. A ``ByKey`` column
+mixing ``1`` and ``"1"`` passed the early count, then training read both as the one key ``'1'``.
 The children cannot import torch (``tests/helpers/cli.py``) and run in an empty folder that stays empty.
 """
 
@@ -50,6 +51,7 @@ def _config(data_file: Path, partition: dict, num_clients: int) -> dict:
 
 
 BY_COLUMN = {"class_path": "lightning_fed.datamodules.ByColumn"}
+BY_USER = {"class_path": "lightning_fed.datamodules.ByKey", "init_args": {"key": "user"}}
 
 
 def _goes_on(tmp_path: Path, config: dict) -> None:
@@ -93,3 +95,61 @@ def test_a_by_column_client_id_out_of_range_in_a_csv_file_names_its_row(tmp_path
 
 def test_by_column_with_a_row_for_every_client_goes_on(tmp_path):
     _goes_on(tmp_path, _config(_rows(tmp_path, "client", [0, 1, 2, 1]), BY_COLUMN, 3))
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_by_key_values_1_and_text_1_are_one_line_naming_both_spellings(tmp_path, suffix):
+    """``datasets`` reads a column mixing ``1`` and ``"1"`` as JSON text ``'1'`` for both: training's one key."""
+    data_file = _rows(tmp_path, "user", [1, 1, "1", "2"], suffix)
+    where = ("line 3 (row 2)", "line 1 (row 0)") if suffix == ".jsonl" else ("row 2", "row 0")
+    line = (
+        f"data.partition.key 'user': data.dataset {str(data_file)!r}: {where[0]} has 'user' \"1\" (text) and"
+        f" {where[1]} has 'user' 1 (a number); ByKey reads both as the one client key '1': write every 'user'"
+        " value one way"
+    )
+    assert_config_refused_before_torch(tmp_path, _config(data_file, BY_USER, 2), line)
+
+
+def test_by_key_values_mixing_text_and_numbers_are_counted_as_training_counts_them(tmp_path):
+    """``1`` and ``"a"`` are two keys to training (``'1'``, ``'"a"'``): too few for three clients, said
+    before torch in the data module's own line."""
+    data_file = _rows(tmp_path, "user", [1, 1, "a", "a"])
+    line = (
+        f"data.partition.key 'user': data.dataset {str(data_file)!r} has 2 distinct 'user' value(s)"
+        """ ('"a"', '1'), which cannot fill data.num_clients=3 clients; use num_clients <= 2"""
+    )
+    assert_config_refused_before_torch(tmp_path, _config(data_file, BY_USER, 3), line)
+
+
+def test_by_key_values_mixing_text_and_numbers_that_fill_the_clients_go_on(tmp_path):
+    _goes_on(tmp_path, _config(_rows(tmp_path, "user", [1, 2, "a", "b"]), BY_USER, 4))
+
+
+MIXES = [
+    [1, 1, "1", "1"],
+    [1, "a", "a", 2],
+    [True, "true", "x"],
+    [1, 1.5, "1.5", "b"],
+    ["a", '"a"', 3],
+    [False, "null", "x1"],
+    [0, "  7", "a-"],
+]
+UNCERTAIN = [[0, "01"], [False, "n1"], [0, "-"], [1, 1e20, "a"]]
+"""Text a laxer JSON reader than ``json`` may parse (``ujson`` takes ``01`` and ``-``), a float in exponent
+form: left to the live run."""
+
+
+@pytest.mark.parametrize("values", MIXES + UNCERTAIN, ids=[str(m) for m in MIXES + UNCERTAIN])
+def test_the_early_keys_are_the_keys_training_partitions_by(tmp_path, values):
+    """:func:`~lightning_fed.partition_values.training_keys` of a JSON Lines column is what ``ByKey`` reads
+    from the set ``datasets`` loads, or ``None`` where that is not certain."""
+    import datasets
+
+    from lightning_fed.datamodules.partition import ByKey, _column
+    from lightning_fed.partition_values import training_keys
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"u": v}) + "\n" for v in values), encoding="utf-8")
+    ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache"))
+    keys = training_keys(values)
+    assert keys == (None if values in UNCERTAIN else _column(ds, "u", ByKey("u")).tolist())
