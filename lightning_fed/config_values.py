@@ -67,6 +67,7 @@ from lightning_fed.option_rules import (
     seed_type_problem,
 )
 from lightning_fed.option_types import sections_type_problem, takes_text
+from lightning_fed.partition_values import partition_values_problem
 from lightning_fed.private_run_rules import privacy_strategy_problem, private_cache_problem
 from lightning_fed.strategy_modules import config_module_problem
 from lightning_fed.trainer_classes import (
@@ -412,6 +413,8 @@ class Merged:
             if problem := nested_option_problem(section, self.sections.get(section)):
                 return problem
         if problem := data_columns_problem(self.sections.get("data")):  # lightning_fed/data_columns.py
+            return problem
+        if problem := partition_values_problem(self.sections.get("data")):  # lightning_fed/partition_values.py
             return problem
         if problem := lora_targets_problem(self.sections.get("model")):  # before the rank, as lora_config
             return problem

@@ -76,6 +76,7 @@ LAYERS: list[set[str]] = [
         "class_sections",
         "hook_cross_rules",
         "data_columns",
+        "partition_values",
         "wrapper_rules",
         "noise_calibration",
         "private_run_rules",
