@@ -134,8 +134,10 @@ def _choice_problem(section: str, name: str, where: str, value: Any, class_path:
             return f"{option} must be one of {sorted(presets)}, got {value!r}"
     if section == "data" and name == "partition" and "." not in value and value.isidentifier():
         names = subclasses(*PARTITIONERS)
-        if names and value not in names:
-            return f"{option} {value!r} is not a partitioner; one of {', '.join(names)}, or a dotted class path"
+        if names and value not in names:  # the closest, as a misspelt class_path is (class_paths.short_name_problem)
+            near = difflib.get_close_matches(value, names, n=1, cutoff=0.75)
+            hint = f"did you mean {near[0]}?" if near else f"one of {', '.join(names)}, or a dotted class path"
+            return f"{option} {value!r} is not a partitioner; {hint}"
     return None
 
 

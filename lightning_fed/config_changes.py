@@ -98,13 +98,15 @@ def class_list_changes(
     new: Any,
     differs: Callable[[Any, Any, bool], bool] = lambda old, new, is_class: old != new,
     completed: Callable[[dict[str, Any]], dict[str, Any]] = lambda section: section,
+    new_shown: Callable[[Any, Any], Any] = lambda old, new: new,
 ) -> list[str] | None:
     """The changes of the list of class sections ``key`` (``federation.hooks``) from ``old`` to ``new``, each
     only what differs (``"federation.hooks[0].schedule: 'cosine' -> 'step'"``; red team 14 L9: both whole
     lists, ~500 characters), or ``None`` where either is no list of class sections. Another count of
     classes is one change (their class paths shown), so is another class at a place; else each argument
     whose value ``differs`` (``old``, ``new``, whether it is a class path), ``new``'s sections
-    ``completed`` first (the precheck: with the class's literal defaults). The one rule of the precheck
+    ``completed`` first (the precheck: with the class's literal defaults), each new value as ``new_shown`` gives it
+    (the precheck: a quoted number as the number). The one rule of the precheck
     (:mod:`lightning_fed.resume_precheck`) and of the live check (:func:`compare_configs`)."""
     shown = [None if v is None else _class_paths(v) for v in (old, new)]  # (None: no hooks given)
     old, new = [] if old is None else old, [] if new is None else new
@@ -124,7 +126,7 @@ def class_list_changes(
         classes = class_keys({at: before}) | class_keys({at: written})
         for name in sorted(flat_old.keys() & flat_new.keys()):
             if differs(flat_old[name], flat_new[name], name in classes):
-                changes.append(f"{name}: {flat_old[name]!r} -> {flat_new[name]!r}")
+                changes.append(f"{name}: {flat_old[name]!r} -> {new_shown(flat_old[name], flat_new[name])!r}")
     return changes
 
 

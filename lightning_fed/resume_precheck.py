@@ -111,7 +111,9 @@ def _classes_changes(key: str, old: Any, new: Any) -> list[str] | object:
     :data:`_SKIP` if none. Certain: another count of classes, another class at a place, another value of an
     argument both give, or of one ``new`` leaves out whose class's ``__init__`` gives a literal default
     (:func:`_with_defaults`); another default is not known here: left to the live check."""
-    changes = class_list_changes(key, old, new, lambda a, b, is_class: _same(a, b, is_class) is False, _with_defaults)
+    changes = class_list_changes(
+        key, old, new, lambda a, b, is_class: _same(a, b, is_class) is False, _with_defaults, _as_number
+    )
     return changes or _SKIP
 
 
@@ -161,6 +163,22 @@ def _same(old: Any, new: Any, is_class: bool) -> bool | object:
     return _SKIP
 
 
+def _as_number(old: Any, new: Any) -> Any:
+    """``new`` as the line shows it against the run's number ``old``: a number given quoted (``lr: "0.006"``,
+    compared by :func:`_same` as the number) as the number the parser reads (``0.006``, of ``old``'s type
+    where it is one), as the live check and an unquoted value show it (red team 15 L3: ``'0.006'``);
+    anything else as given."""
+    if not (_number(old) and isinstance(new, str)):
+        return new
+    text = new.replace("_", "")
+    for kind in (type(old), float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return new
+
+
 def _shown(key: str, value: Any, is_class: bool) -> Any:
     """``value`` as the parser's dump writes it: a short name of the package's class in full."""
     from lightning_fed.option_rules import PACKAGES, class_rules
@@ -192,7 +210,9 @@ def _changes(old: dict[str, Any], new: dict[str, Any], summary: dict[str, Any] |
             if (changes := _classes_changes(key, before[key], after[key])) is not _SKIP:
                 out.extend(changes)
         elif _same(before[key], after[key], key in classes) is False:
-            out.append(f"{key}: {before[key]!r} -> {_shown(key, after[key], key in classes)!r}")
+            out.append(
+                f"{key}: {before[key]!r} -> {_shown(key, _as_number(before[key], after[key]), key in classes)!r}"
+            )
     return out
 
 

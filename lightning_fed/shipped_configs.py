@@ -165,12 +165,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--copy",
         metavar="NAME",
+        action="append",  # each one seen: argparse's last-wins dropped all but the last (red team 15 L4)
         help="write the shipped config NAME (as NAME.yaml, with the example data it reads) or the Flower app "
-        f"folder ({FLOWER_APP}) into the current folder, to edit and run",
+        f"folder ({FLOWER_APP}) into the current folder, to edit and run; one NAME per call",
     )
     args = parser.parse_args(argv)
+    if args.copy is not None and len(args.copy) > 1:
+        names = ", ".join(repr(n) for n in args.copy)
+        raise UserError(
+            f"lightning-fed configs: --copy given {len(args.copy)} names ({names}); it copies one per call:"
+            " run it once for each; nothing written"
+        )
     if args.copy is not None:
-        written = copy_shipped(args.copy, Path.cwd())
+        written = copy_shipped(args.copy[0], Path.cwd())
         sys.stdout.write("wrote " + ", ".join(written) + "\n")
         return 0
     rows = table()

@@ -50,6 +50,10 @@ CASES = {
         "data.partition 'Nope' is not a partitioner; one of IID, Dirichlet, ByKey, SortedShards, ByColumn,"
         " or a dotted class path",
     ),
+    "partition_misspelt": (  # red team 15 L1: on f05487a the list above, no closest
+        ["--config", "tiny", "--data.partition=Dirichlett"],
+        "data.partition 'Dirichlett' is not a partitioner; did you mean Dirichlet?",
+    ),
     "backbone_dtype": (
         ["--config", "tiny", "--model.init_args.backbone.dtype=float8"],
         "model.backbone.dtype must be one of ['bfloat16', 'float16', 'float32'], got 'float8'",

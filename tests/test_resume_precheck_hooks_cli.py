@@ -181,3 +181,56 @@ def test_a_changed_hook_argument_left_to_the_live_check_is_named_alone(tmp_path,
         " federation.hooks[0].schedule: 'cosine' -> 'step'; resume with the run's own config, or start a new run"
         " without --ckpt_path"
     ), proc.stderr[-3000:]
+
+
+def _hooks_with_gamma(folder: Path, gamma: str) -> str:
+    """:data:`HOOKS` with the second hook's ``gamma`` given as the YAML text ``gamma``."""
+    path = folder / "hooks.yaml"
+    path.write_text(HOOKS.replace("{schedule: step}", f"{{schedule: step, gamma: {gamma}}}"))
+    return str(path)
+
+
+QUOTED = {
+    "float": (lambda tmp: ['--model.init_args.lr="0.006"'], None, "model.lr: 0.005 -> 0.006"),
+    "integer": (lambda tmp: ["--data.init_args.num_clients='5'"], None, "data.num_clients: 4 -> 5"),
+    "exponent": (lambda tmp: ['--model.init_args.beta="1e-1"'], None, "model.beta: 0.5 -> 0.1"),
+    "hook_argument": (
+        lambda tmp: ["--config", _hooks_with_gamma(tmp, "'0.25'")],
+        "hooks.yaml",
+        "federation.hooks[1].gamma: 0.5 -> 0.25",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(QUOTED))
+def test_a_quoted_number_a_resume_changes_is_shown_as_the_number(tmp_path, trained, case):
+    """Red team 15 L3: a quoted number is the number to the parser (``lr: "0.006"`` trains at 0.006), and the
+    live check names it so; the precheck's line showed the text (``model.lr: 0.005 -> '0.006'``). Now the
+    number, as an unquoted one is shown, before torch, the run folder untouched."""
+    extra, named, change = QUOTED[case]
+    root = trained.parents[3]
+    before = _files(root)
+    (tmp_path / "cwd").mkdir()
+    proc = lightning_fed_without_torch(
+        "fit",
+        "--config",
+        "tiny",
+        "--config",
+        str(trained.parents[4] / "hooks.yaml"),  # the run's own hooks (the fixture's file)
+        *extra(tmp_path),
+        f"--trainer.default_root_dir={root}",
+        "--federation.local_steps=1",
+        "--federation.rounds=2",
+        f"--ckpt_path={trained}",
+        cwd=tmp_path / "cwd",
+        hook=tmp_path / "hook",
+    )
+    assert REACHED_TORCH not in proc.stderr
+    prefix = f"config {str(tmp_path / named)!r}: " if named else ""
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        f"error: {prefix}ckpt_path {str(trained)!r} was written by a run with another config: {change};"
+        " resume with the run's own config, or start a new run without --ckpt_path\n",
+    )
+    assert _files(root) == before
+    assert list((tmp_path / "cwd").iterdir()) == []

@@ -38,6 +38,18 @@ def test_a_file_where_the_example_folder_goes_stops_the_copy_before_anything_is_
     assert (tmp_path / "examples" / "own_data").read_text() == "mine\n"
 
 
+def test_copy_given_twice_is_refused_naming_both_before_anything_is_written(tmp_path):
+    """Red team 15 L4: argparse kept the last ``--copy`` (on 589572a ``--copy tiny --copy demo`` wrote
+    demo.yaml alone, exit 0, tiny dropped without a word). The docs give one NAME per call."""
+    proc = _cli(tmp_path, "configs", "--copy", "tiny", "--copy=demo")
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [
+        "error: lightning-fed configs: --copy given 2 names ('tiny', 'demo'); it copies one per call:"
+        " run it once for each; nothing written",
+    ]
+    assert _tree(tmp_path) == []
+
+
 def test_no_shipped_config_header_runs_a_clone_path():
     """``--config configs/x.yaml`` works only in a clone; the shipped name works anywhere."""
     found = [
