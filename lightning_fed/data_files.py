@@ -26,6 +26,7 @@ from pathlib import Path
 
 from lightning_fed.data_cross_rules import MAX_SCANNED_BYTES, bad_json_line, csv_blank, text_column_array
 from lightning_fed.data_paths import LOCAL_FORMATS
+from lightning_fed.path_kinds import not_a_file
 
 TEXT_FORMATS = (".json", ".jsonl", ".csv")
 _JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
@@ -178,9 +179,20 @@ def folder_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in LOCAL_FORMATS)
 
 
+def stray_entry(folder: Path) -> str | None:
+    """The first entry (by name) of the data folder ``folder`` that is neither a subfolder (not read) nor a
+    regular file: a FIFO, a socket, a device or a symlink to one, said from ``stat`` alone (a FIFO is never
+    opened). :func:`folder_files` leaves such an entry out, so the run trained on the rest without a word
+    (red team B01)."""
+    for entry in sorted(folder.iterdir()):
+        if not entry.is_dir() and (kind := not_a_file(entry)):
+            return f"{entry.name!r}, {kind}, not a regular data file (never opened)"
+    return None
+
+
 def folder_problem(folder: Path) -> str | None:
-    """Where the folder ``folder`` is no data set: no data file (what it holds instead), or files of
-    more than one format."""
+    """Where the folder ``folder`` is no data set: no data file (what it holds instead), an entry that is
+    no regular file (:func:`stray_entry`), or files of more than one format."""
     files = folder_files(folder)
     if not files:
         held = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())
@@ -188,6 +200,11 @@ def folder_problem(folder: Path) -> str | None:
         return (
             f"is a folder holding no {'/'.join(LOCAL_FORMATS)} file ({shown}); give a data file, or a folder"
             " of data files of one format"
+        )
+    if stray := stray_entry(folder):
+        return (
+            f"holds {stray}; a data folder holds only {'/'.join(LOCAL_FORMATS)} files of one format (move it out"
+            " of the folder)"
         )
     builders = sorted({LOCAL_FORMATS[p.suffix.lower()] for p in files})
     return f"is a folder that mixes formats {builders}; keep one" if len(builders) > 1 else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -104,6 +105,32 @@ def test_a_folder_without_data_files_says_what_it_holds(tmp_path):
         " give a data file, or a folder of data files of one format"
     )
     assert_refused_before_torch(tmp_path, _fit(folder), line)
+
+
+STRAY = "; a data folder holds only .json/.jsonl/.csv/.parquet files of one format (move it out of the folder)"
+
+
+@pytest.mark.parametrize("option", ["dataset", "test_dataset"])
+@pytest.mark.parametrize("entry", ["fifo", "device"])
+def test_a_folder_holding_a_fifo_or_a_device_beside_its_data_is_refused_before_torch(tmp_path, option, entry):
+    """Red team B01: a FIFO or a symlink to a device beside a good ``.jsonl`` was skipped without a word
+    (``folder_files`` kept regular files only) and the run trained on the rest. Said from ``stat`` alone:
+    the FIFO has no writer, so opening it would block the child."""
+    folder = tmp_path / "data"
+    _write(tmp_path, "a.jsonl", _jsonl(*GOOD))
+    if entry == "fifo":
+        os.mkfifo(folder / "b.jsonl")
+        kind = "a FIFO"
+    else:
+        (folder / "b.jsonl").symlink_to(os.devnull)
+        kind = f"a symlink to a character device {os.devnull}"
+    args = _fit(folder)
+    if option == "test_dataset":
+        train = tmp_path / "train.jsonl"
+        train.write_text(_jsonl(*GOOD), encoding="utf-8")
+        args = [*_fit(train)[:-1], f"--data.init_args.test_dataset={folder}"]
+    line = f"data.{option} {str(folder)!r} holds 'b.jsonl', {kind}, not a regular data file (never opened){STRAY}"
+    assert_refused_before_torch(tmp_path, args, line)
 
 
 def test_an_evaluation_file_is_named_as_itself(tmp_path):

@@ -97,6 +97,34 @@ def test_fedhds_anchors_no_reader_takes_is_refused_before_torch(tmp_path, case):
     assert_refused_before_torch(tmp_path, ["fit", "--config", str(path)], line, config_file=path)
 
 
+FOLDER_STRAY = (
+    " holds 'late.jsonl', a FIFO, not a regular data file (never opened); a data folder holds only"
+    " .json/.jsonl/.csv/.parquet files of one format (move it out of the folder)"
+)
+
+
+@pytest.mark.parametrize("hook", ["HeldOutRouge", "HierarchicalDataSelection"])
+def test_a_hook_folder_holding_a_fifo_beside_its_data_is_refused_before_torch(tmp_path, hook):
+    """Red team B03: a hook's data folder holding a FIFO beside a good ``.jsonl`` passed the precheck (the
+    FIFO skipped without a word); named as that hook's option, before torch, no run folder."""
+    data = _data_file(tmp_path, "held.jsonl", '{"instruction": "Say hi.", "output": "hi"}\n').parent
+    _fifo(data / "late.jsonl")
+    if hook == "HeldOutRouge":
+        init_args = {"dataset": str(data), "max_new_tokens": 4, "every_n_rounds": 1, "max_examples": 2}
+        held_out = {"class_path": "lightning_fed.evaluation.heldout.HeldOutRouge", "init_args": init_args}
+        config = {**HELD_OUT, "federation": {**HELD_OUT["federation"], "hooks": [held_out]}}
+        config["trainer"] = {**HELD_OUT["trainer"], "default_root_dir": str(tmp_path / "runs")}
+        path, args, option = write_config(tmp_path, config, "hr_tiny.yaml"), ["--config", "fedit"], "dataset"
+    else:
+        config = shipped_config("fedhds_turbo_tiny")
+        config["federation"]["hooks"][0]["init_args"]["anchors"] = str(data)
+        config["trainer"]["default_root_dir"] = str(tmp_path / "runs")
+        path, args, option = write_config(tmp_path, config), [], "anchors"
+    line = f"federation.hooks[0].{option} {str(data)!r}{FOLDER_STRAY}"
+    assert_refused_before_torch(tmp_path, ["fit", *args, "--config", str(path)], line, config_file=path)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_live_line_names_the_hooks_option(tmp_path):
     """Past the precheck (a hook built in Python), the data source's line names the hook's option, not
     ``data.dataset``."""

@@ -17,6 +17,7 @@ LAYERS: list[set[str]] = [
     {
         "limits",
         "data_paths",
+        "path_kinds",
         "data_cross_rules",
         "data_files",
         "column_types",
