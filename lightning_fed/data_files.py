@@ -180,19 +180,25 @@ def folder_files(folder: Path) -> list[Path]:
 
 
 def stray_entry(folder: Path) -> str | None:
-    """The first entry (by name) of the data folder ``folder`` that is neither a subfolder (not read) nor a
-    regular file: a FIFO, a socket, a device or a symlink to one, said from ``stat`` alone (a FIFO is never
-    opened). :func:`folder_files` leaves such an entry out, so the run trained on the rest without a word
-    (red team B01)."""
+    """The first entry (by name) of the data folder ``folder`` that is not one of its data files: a FIFO, a
+    socket, a device or a symlink to one, said from ``stat`` alone (a FIFO is never opened; red team B01),
+    or a regular file of another suffix (``notes.txt``, red team L5: own-data.md says a folder holds data
+    files). :func:`folder_files` leaves either out, so the run trained on the rest without a word. Not
+    refused, and not read: a subfolder, and a hidden file (``.DS_Store``, ``.gitkeep``) of no data suffix."""
     for entry in sorted(folder.iterdir()):
-        if not entry.is_dir() and (kind := not_a_file(entry)):
+        suffix = entry.suffix.lower()
+        if entry.is_dir() or (entry.name.startswith(".") and suffix not in LOCAL_FORMATS):
+            continue
+        if kind := not_a_file(entry):
             return f"{entry.name!r}, {kind}, not a regular data file (never opened)"
+        if suffix not in LOCAL_FORMATS:
+            return f"{entry.name!r}, a file of unsupported type {suffix or '(no suffix)'!r}"
     return None
 
 
 def folder_problem(folder: Path) -> str | None:
-    """Where the folder ``folder`` is no data set: no data file (what it holds instead), an entry that is
-    no regular file (:func:`stray_entry`), or files of more than one format."""
+    """Where the folder ``folder`` is no data set: no data file (what it holds instead), files of more than
+    one format, or an entry that is no data file (:func:`stray_entry`)."""
     files = folder_files(folder)
     if not files:
         held = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())
@@ -201,13 +207,15 @@ def folder_problem(folder: Path) -> str | None:
             f"is a folder holding no {'/'.join(LOCAL_FORMATS)} file ({shown}); give a data file, or a folder"
             " of data files of one format"
         )
+    builders = sorted({LOCAL_FORMATS[p.suffix.lower()] for p in files})
+    if len(builders) > 1:
+        return f"is a folder that mixes formats {builders}; keep one"
     if stray := stray_entry(folder):
         return (
             f"holds {stray}; a data folder holds only {'/'.join(LOCAL_FORMATS)} files of one format (move it out"
             " of the folder)"
         )
-    builders = sorted({LOCAL_FORMATS[p.suffix.lower()] for p in files})
-    return f"is a folder that mixes formats {builders}; keep one" if len(builders) > 1 else None
+    return None
 
 
 def local_data_problem(option: str, dataset: object) -> str | None:

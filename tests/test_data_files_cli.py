@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from lightning_fed.data_files import folder_problem
 from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
 from tests.helpers.refusals import assert_refused_before_torch
 
@@ -131,6 +132,21 @@ def test_a_folder_holding_a_fifo_or_a_device_beside_its_data_is_refused_before_t
         args = [*_fit(train)[:-1], f"--data.init_args.test_dataset={folder}"]
     line = f"data.{option} {str(folder)!r} holds 'b.jsonl', {kind}, not a regular data file (never opened){STRAY}"
     assert_refused_before_torch(tmp_path, args, line)
+
+
+def test_a_folder_holding_a_file_of_another_type_beside_its_data_is_refused_before_torch(tmp_path):
+    """Red team L5: ``notes.txt`` beside a good ``.jsonl`` was left out without a word (own-data.md: a
+    folder holds files of one of the four formats). A hidden file (``.DS_Store``) and a subfolder are not
+    read and not refused."""
+    folder = tmp_path / "data"
+    _write(tmp_path, "a.jsonl", _jsonl(*GOOD))
+    _write(tmp_path, "notes.txt", "hi")
+    _write(tmp_path, ".DS_Store", "x")
+    (folder / "old").mkdir()
+    line = f"data.dataset {str(folder)!r} holds 'notes.txt', a file of unsupported type '.txt'{STRAY}"
+    assert_refused_before_torch(tmp_path, _fit(folder), line)
+    (folder / "notes.txt").unlink()
+    assert folder_problem(folder) is None
 
 
 def test_an_evaluation_file_is_named_as_itself(tmp_path):
