@@ -41,7 +41,7 @@ from typing import Any
 from lightning_fed.class_kinds import package_class
 from lightning_fed.class_parameters import init_defaults, table
 from lightning_fed.class_paths import package_subclasses
-from lightning_fed.data_columns import missing_field_problem, record_kind
+from lightning_fed.data_columns import blank_row_problem, missing_field_problem, record_kind
 from lightning_fed.data_files import local_data_problem
 from lightning_fed.data_paths import dataset_text_problem, missing_path_problem, path_kind_problem
 from lightning_fed.hook_rules import (
@@ -303,6 +303,7 @@ def planted_args_problem(index: int, class_path: str, init_args: dict[str, Any])
 PUBLIC_SETS = {
     "HierarchicalDataSelection": ("anchors", "anchor_args", "anchor_field_map"),
     "EmulatorAlignment": ("dataset", "synthetic_args", "field_map"),
+    "HeldOutRouge": ("dataset", "synthetic_args", "field_map"),
 }
 """Hook class name -> (its public set option, that set's generator arguments, its field map)."""
 
@@ -311,10 +312,13 @@ def public_fields_problem(
     index: int, class_path: str, init_args: dict[str, Any], sections: dict[str, Any]
 ) -> str | None:
     """A hook's public set (:data:`PUBLIC_SETS`) without a field of the records it is read as
-    (:func:`~lightning_fed.data_columns.missing_field_problem`): HierarchicalDataSelection's ``anchors``
+    (:func:`~lightning_fed.data_columns.missing_field_problem`), or a row of a local file whose field is
+    blank or holds no text (:func:`~lightning_fed.data_columns.blank_row_problem`: a CSV column pandas
+    types as numbers, a JSON number): HierarchicalDataSelection's ``anchors``
     as the package's data module's ``kind`` (:func:`~lightning_fed.selection.anchors.load_anchor_items`;
     only in the anchored frame, the one that reads them), EmulatorAlignment's ``dataset`` as its own
-    ``kind``."""
+    ``kind``, HeldOutRouge's ``dataset`` as instructions (red team B02: refused at its first evaluation,
+    after a round had trained and written the run folder)."""
     name = class_path.rpartition(".")[2]
     found = next((keys for hook, keys in PUBLIC_SETS.items() if _is(name, hook)), None)
     if found is None:
@@ -330,11 +334,15 @@ def public_fields_problem(
             return None
         kind, short = record_kind(data["class_path"]), data["class_path"].rpartition(".")[2]
         why = f" of the {kind} records the run's data ({short}) reads"
+    elif _is(name, "HeldOutRouge"):
+        kind, why = "instruction", f" of the instruction records {name} reads"  # heldout.held_out_examples
     else:
         kind = init_args["kind"] if "kind" in init_args else _default(class_path, "kind")
         why = f" of {prefix}.kind={kind!r}"
     field_map = init_args.get(map_key)
-    return missing_field_problem(f"{prefix}.{set_key}", dataset, kind, field_map, f"{prefix}.{map_key}", why)
+    return missing_field_problem(
+        f"{prefix}.{set_key}", dataset, kind, field_map, f"{prefix}.{map_key}", why
+    ) or blank_row_problem(f"{prefix}.{set_key}", dataset, kind, field_map)
 
 
 def _default(class_path: str, option: str) -> Any:

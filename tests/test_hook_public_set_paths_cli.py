@@ -136,3 +136,41 @@ def test_the_live_line_names_the_hooks_option(tmp_path):
     with pytest.raises(UserError) as raised:
         load_public_records(option, str(data), "instruction")
     assert str(raised.value) == f"{option} {str(data)!r}: unsupported file type '.txt'; {SUPPORTED}"
+
+
+# name -> (file name, its text, the problem said after `federation.hooks[0].dataset '<file>'`)
+SHAPES = {
+    "csv_numbers": (
+        "held.csv",
+        "instruction,input,output\nSay one.,,1\nSay two.,,2\n",
+        ": field 'output' must be text; row 0 has 1",
+    ),
+    "json_scalars": (
+        "held.json",
+        "[1, 2, 3]",
+        ": missing field 'instruction' of the instruction records HeldOutRouge reads (columns: text;"
+        " map it with federation.hooks[0].field_map)",
+    ),
+    "jsonl_number": (
+        "held.jsonl",
+        '{"instruction": "Say hi.", "output": "hi"}\n{"instruction": 3, "output": "x"}\n',
+        ": field 'instruction' must be text; line 2 (row 1) has 3",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHAPES))
+def test_held_out_rouge_rows_of_the_wrong_shape_are_refused_before_torch(tmp_path, case):
+    """Red team B02: a HeldOutRouge ``dataset`` whose rows are no instruction records (a CSV number column
+    where text goes, JSON scalars for rows) trained, wrote a run folder, then was refused at the hook's first
+    evaluation. Now refused before torch as ``data.dataset`` is, naming the hook's option; no run folder."""
+    name, content, problem = SHAPES[case]
+    data = _data_file(tmp_path, name, content)
+    init_args = {"dataset": str(data), "max_new_tokens": 4, "every_n_rounds": 1, "max_examples": 2}
+    held_out = {"class_path": "lightning_fed.evaluation.heldout.HeldOutRouge", "init_args": init_args}
+    config = {**HELD_OUT, "federation": {**HELD_OUT["federation"], "hooks": [held_out]}}
+    config["trainer"] = {**HELD_OUT["trainer"], "default_root_dir": str(tmp_path / "runs")}
+    path = write_config(tmp_path, config, "hr_tiny.yaml")
+    line = f"federation.hooks[0].dataset {str(data)!r}{problem}"
+    assert_refused_before_torch(tmp_path, ["fit", "--config", "fedit", "--config", str(path)], line, config_file=path)
+    assert not (tmp_path / "runs").exists()
