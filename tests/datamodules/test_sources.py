@@ -39,9 +39,13 @@ def test_local_file_with_field_map(tmp_path, suffix):
 def test_local_folder(tmp_path):
     _write(tmp_path / "a.jsonl", ROWS[:2])
     _write(tmp_path / "b.jsonl", ROWS[2:])
-    (tmp_path / "notes.txt").write_text("ignored")
+    (tmp_path / ".DS_Store").write_text("ignored")
+    (tmp_path / "old").mkdir()
     ds = load_records(str(tmp_path), "preference", field_map=FIELD_MAP)
     assert len(ds) == 5
+    (tmp_path / "notes.txt").write_text("not ignored")  # red team L5: a folder holds data files
+    with pytest.raises(ValueError, match="holds 'notes.txt', a file of unsupported type '.txt'"):
+        load_records(str(tmp_path), "preference", field_map=FIELD_MAP)
 
 
 def test_local_folder_errors(tmp_path):
