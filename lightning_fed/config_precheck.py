@@ -58,6 +58,7 @@ import difflib
 import re
 import sys
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -519,5 +520,11 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
             raise ConfigRefusal(with_sources(args, problem))  # each followed by its own file (red team 15 M8)
         options = cache_options(problem)  # two options, each named with its own file
         raise ConfigRefusal(_in_file(args, problem, value_problem, *(options or (None, None))))  # one line
+    if subcommand in ("validate", "test"):  # trainer.limit_<set>_batches=0 scores nothing (loop_conflicts.py)
+        from lightning_fed.config_values import evaluation_limit_of
+
+        check = partial(evaluation_limit_of, stage=subcommand)
+        if problem := check(args):
+            raise ConfigRefusal(_in_file(args, problem, check))  # the --config file that set it, if one did
     if subcommand == "test" and (problem := test_set_problem(args)):  # lightning_fed/stage_sets.py
         raise ConfigRefusal(problem)
