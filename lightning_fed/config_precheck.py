@@ -346,9 +346,11 @@ def value_setters(args: list[str], options: list[str]) -> dict[str, tuple[Any, s
     """``{option: (value, setter)}`` for each of ``options`` (named as the lines name them, without
     ``init_args``): its value merged from ``args`` as jsonargparse merges them (:data:`UNSET` where
     nothing sets it) and the ``--config`` file that set it last (``None``: an option on the command line,
-    or nothing). A file or option that sets it to the same value again is not its setter (the earlier
-    one is); one :class:`~lightning_fed.config_values.Merged` that each file and option is merged into once."""
+    or nothing). A file or option that sets it to the same value again (``"0.25"`` after ``0.25``: the parser
+    reads both as 0.25) is not its setter (the earlier one is); one
+    :class:`~lightning_fed.config_values.Merged` that each file and option is merged into once."""
     from lightning_fed.config_values import UNSET, Merged
+    from lightning_fed.yaml_reading import numbers_read
 
     last: dict[str, Any] = dict.fromkeys(options, UNSET)
     setter: dict[str, str | None] = dict.fromkeys(options)
@@ -358,7 +360,8 @@ def value_setters(args: list[str], options: list[str]) -> dict[str, tuple[Any, s
             readable = readable and merged.apply_arguments(args[start:end])
             start = end
             for option in options:
-                if (value := merged.value_at(option) if readable else UNSET) != last[option]:
+                value = numbers_read(merged.value_at(option)) if readable else UNSET  # "0.25" is 0.25 (B04)
+                if value != last[option]:
                     last[option], setter[option] = value, path
     return {option: (last[option], setter[option]) for option in options}
 
