@@ -58,6 +58,7 @@ import difflib
 import re
 import sys
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -353,9 +354,11 @@ def value_setters(args: list[str], options: list[str]) -> dict[str, tuple[Any, s
     """``{option: (value, setter)}`` for each of ``options`` (named as the lines name them, without
     ``init_args``): its value merged from ``args`` as jsonargparse merges them (:data:`UNSET` where
     nothing sets it) and the ``--config`` file that set it last (``None``: an option on the command line,
-    or nothing). A file or option that sets it to the same value again is not its setter (the earlier
-    one is); one :class:`~lightning_fed.config_values.Merged` that each file and option is merged into once."""
+    or nothing). A file or option that sets it to the same value again (``"0.25"`` after ``0.25``: the parser
+    reads both as 0.25) is not its setter (the earlier one is); one
+    :class:`~lightning_fed.config_values.Merged` that each file and option is merged into once."""
     from lightning_fed.config_values import UNSET, Merged
+    from lightning_fed.yaml_reading import numbers_read
 
     last: dict[str, Any] = dict.fromkeys(options, UNSET)
     setter: dict[str, str | None] = dict.fromkeys(options)
@@ -365,7 +368,8 @@ def value_setters(args: list[str], options: list[str]) -> dict[str, tuple[Any, s
             readable = readable and merged.apply_arguments(args[start:end])
             start = end
             for option in options:
-                if (value := merged.value_at(option) if readable else UNSET) != last[option]:
+                value = numbers_read(merged.value_at(option)) if readable else UNSET  # "0.25" is 0.25 (B04)
+                if value != last[option]:
                     last[option], setter[option] = value, path
     return {option: (last[option], setter[option]) for option in options}
 
@@ -529,6 +533,12 @@ def precheck_arguments(argv: list[str], shown_as: str | None = None) -> None:
             raise ConfigRefusal(with_sources(args, problem))  # each followed by its own file (red team 15 M8)
         options = cache_options(problem)  # two options, each named with its own file
         raise ConfigRefusal(_in_file(args, problem, value_problem, *(options or (None, None))))  # one line
+    if subcommand in ("validate", "test"):  # trainer.limit_<set>_batches=0 scores nothing (loop_conflicts.py)
+        from lightning_fed.config_values import evaluation_limit_of
+
+        check = partial(evaluation_limit_of, stage=subcommand)
+        if problem := check(args):
+            raise ConfigRefusal(_in_file(args, problem, check))  # the --config file that set it, if one did
     if subcommand == "test" and (problem := test_set_problem(args)):  # lightning_fed/stage_sets.py
         raise ConfigRefusal(problem)
     if subcommand == "validate" and (problem := validation_set_problem(args)):  # a file's val_fraction: named

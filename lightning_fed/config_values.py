@@ -567,6 +567,15 @@ def validation_set_problem(args: list[str]) -> str | None:
     return problem(merged.sections.get("data")) if merged is not None else None
 
 
+def evaluation_limit_of(args: list[str], stage: str) -> str | None:
+    """The line refusing ``validate``/``test`` that ``args`` limit to no batch
+    (:func:`lightning_fed.loop_conflicts.evaluation_limit_problem`), or ``None``."""
+    from lightning_fed.loop_conflicts import evaluation_limit_problem
+
+    merged = merged_config(args)
+    return evaluation_limit_problem(merged.sections.get("trainer"), stage) if merged is not None else None
+
+
 def merged_config(args: list[str]) -> Merged | None:
     """``args``' files and overrides merged (:class:`Merged`), or ``None`` if a file cannot be read."""
     merged = Merged()

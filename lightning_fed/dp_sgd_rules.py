@@ -17,6 +17,7 @@ from typing import Any
 from lightning_fed.class_parameters import class_chain, fields
 from lightning_fed.option_rules import PACKAGES
 from lightning_fed.value_rules import unknown_key
+from lightning_fed.yaml_reading import numbers_read
 
 SETTINGS = ("lightning_fed.privacy.dp_sgd", "DPSGDSettings")
 """Where ``model.dp_sgd``'s dataclass is defined."""
@@ -76,4 +77,5 @@ def dp_sgd_problem(model: Any) -> str | None:
     for key in settings:
         if str(key) not in accepted:
             return unknown_key("model.dp_sgd", SETTINGS[1], str(key), list(accepted))
+    settings = numbers_read(settings)  # `target_epsilon: "0.01"` is 0.01 to the parser (red team 16 B04)
     return "; ".join(dp_sgd_problems(**{str(k): v for k, v in settings.items()})) or None

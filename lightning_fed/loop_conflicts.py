@@ -50,8 +50,7 @@ def loop_conflict_problem(trainer: Mapping[str, Any]) -> str | None:
             f"trainer.fast_dev_run={fast!r} cannot drive federated rounds; for a quick check use"
             " --federation.rounds=1 --federation.local_steps=1"
         )
-    limit = trainer.get("limit_train_batches")
-    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0:
+    if (limit := _no_batches(trainer.get("limit_train_batches"))) is not None:
         return (
             f"trainer.limit_train_batches={limit!r} trains nothing; each client's steps per round are"
             " federation.local_steps"
@@ -64,6 +63,31 @@ def loop_conflict_problem(trainer: Mapping[str, Any]) -> str | None:
     if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval == 0:
         return "trainer.val_check_interval must be > 0 (a fraction of a round or a number of batches), got 0"
     return val_check_problem(trainer)
+
+
+def _no_batches(limit: Any) -> int | float | None:
+    """``limit`` (a ``trainer.limit_*_batches``) as the parser reads it (``0``, ``0.0``, ``"0"`` in a YAML
+    file: :func:`~lightning_fed.trainer_options.number_word`) if it runs no batch at all, else ``None``."""
+    limit = number_word(limit)
+    return limit if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0 else None
+
+
+EVALUATION_LIMITS = {"validate": "limit_val_batches", "test": "limit_test_batches"}
+"""The ``trainer.*`` option that bounds the batches each evaluating subcommand scores."""
+
+
+def evaluation_limit_problem(trainer: Any, stage: str) -> str | None:
+    """The line refusing ``validate``/``test`` whose ``trainer.limit_val_batches``/``limit_test_batches`` is 0,
+    or ``None``. Lightning then scores no batch and the run exits 0 silently: no metric, no
+    ``<stage>_results.json``, one more events file in the run folder (red team 16 B11). ``fit`` keeps
+    ``limit_val_batches: 0`` (it only turns validation off, as in Lightning)."""
+    option = EVALUATION_LIMITS.get(stage)
+    if option is None or not isinstance(trainer, Mapping) or (limit := _no_batches(trainer.get(option))) is None:
+        return None
+    return (
+        f"trainer.{option}={limit!r} scores nothing: {stage} would run no batch; leave it out or give a count >= 1"
+        " or a fraction > 0"
+    )
 
 
 def _budget(max_time: Any) -> float | None:

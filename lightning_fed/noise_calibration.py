@@ -22,6 +22,8 @@ from dataclasses import fields
 from functools import lru_cache
 from typing import Any
 
+from lightning_fed.yaml_reading import numbers_read
+
 #: What to change when the client-level budget cannot be met (the default of
 #: :func:`~lightning_fed.privacy.accountant.calibrate_noise_multiplier`).
 CLIENT_LEVEL_HINT = (
@@ -237,6 +239,7 @@ def budget_problem(sections: dict[str, Any]) -> str | None:
     run's rounds (Opacus' calibration, as :meth:`~lightning_fed.privacy.PrivacyConfig.plan` makes it when
     the run is bound; red team 11 row 14: refused there after 52 s of CPU, in two lines), or ``None``:
     no ClientLevelDP, a ``z`` given, or a value not certain here (the run's own line)."""
+    sections = numbers_read(sections)  # a quoted number is the number (yaml_reading.numbers_read)
     from lightning_fed.hook_cross_rules import num_clients_of
 
     init_args = _client_dp(sections.get("federation.strategy"))
@@ -299,6 +302,7 @@ def count_split_problem(sections: dict[str, Any], calibrate: bool = True) -> str
     certain here (a data module of the user's, a budget no ``z`` reaches: the run's own line). Without
     ``calibrate`` only a given ``z`` is held (no Opacus, no torch: the precheck's,
     :meth:`lightning_fed.config_values.Merged.problem`)."""
+    sections = numbers_read(sections)  # a quoted number is the number (yaml_reading.numbers_read)
     from lightning_fed.hook_cross_rules import num_clients_of
     from lightning_fed.wrapper_rules import _adaptive_values, count_split_line
 
@@ -360,6 +364,7 @@ def dp_sgd_budget_problem(sections: dict[str, Any]) -> str | None:
     with ``target_epsilon`` 0.0001: 18 s of CPU, two lines). Only where certain: one of the package's
     DP-SGD modules, a budget and no ``z`` given, the ``rdp`` accountant, ``delta`` given or the default
     of the package's data module's ``num_clients``."""
+    sections = numbers_read(sections)  # a quoted number is the number (yaml_reading.numbers_read)
     from lightning_fed.class_kinds import package_class
     from lightning_fed.hook_cross_rules import num_clients_of
     from lightning_fed.private_run_rules import DP_MODULES

@@ -31,6 +31,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from lightning_fed.yaml_reading import numbers_read
+
 STRATEGY = "federation.strategy"
 """Where a wrapper's options are named by its class, which does not know whether it is wrapped itself
 (the precheck names the place it was given: ``federation.strategy.strategy`` inside another)."""
@@ -314,7 +316,8 @@ def wrapper_problem(strategy: Any, key: str = "federation.strategy") -> str | No
     section = _section(strategy)
     if section is None or (wrapper := _wrapper(section["class_path"])) is None:
         return None
-    args = {k: v for k, v in section["init_args"].items() if k in ("protocol", "strategy") or not _numeric_word(v)}
+    init_args = numbers_read(section["init_args"])  # a quoted number is the number (red team 16 B04)
+    args = {k: v for k, v in init_args.items() if k in ("protocol", "strategy") or not _numeric_word(v)}
     inner = _section(args.get("strategy"))
     if problem := inner_problem(inner, f"{key}.strategy"):  # the parser builds the wrapped strategy first
         return problem
@@ -424,7 +427,7 @@ def _adaptive_init_args(adaptive: Any) -> dict[str, Any] | None:
 
 def _adaptive_values(adaptive: Any) -> dict[str, Any]:
     """The options of ``adaptive`` :func:`adaptive_problems` checks, as the parser hands them over."""
-    given = _adaptive_init_args(adaptive) or {}
+    given = numbers_read(_adaptive_init_args(adaptive) or {})  # a quoted number is the number
     names = ("target_quantile", "learning_rate", "count_stddev")
     return {k: _as_float(v) for k, v in given.items() if k in names and not _numeric_word(v)}
 

@@ -71,3 +71,21 @@ def any_value(value: Any) -> Any:
     ``n_embd: "32"`` is ``32``), as it reads any value of type ``Any`` (``_typehints.adapt_typehints``);
     a blank string and any other value as given."""
     return value_of(value) if isinstance(value, str) and value.strip() else value
+
+
+def numbers_read(value: Any) -> Any:
+    """``value`` (a merged section, a mapping or list of options) with each string the parser reads as a
+    number (``target_epsilon: "0.01"``, ``rounds: "2"``, ``clip_norm: "1e-3"``) replaced by that number,
+    at any depth, as jsonargparse hands a typed ``int``/``float`` option to its class: the one reading of
+    option values every cross-option check makes (docs/trust_boundary.md; red team 16 B04: a quoted budget
+    skipped the precheck's budget check, which compared only ``int``/``float`` values). Any other value,
+    and a string that is no number (``"rdp"``, ``"nan"`` as the parser leaves it), as given."""
+    if isinstance(value, dict):
+        return {k: numbers_read(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [numbers_read(v) for v in value]
+    if isinstance(value, str) and value.strip():
+        loaded = value_of(value)
+        if isinstance(loaded, (int, float)) and not isinstance(loaded, bool):
+            return loaded
+    return value
