@@ -6,8 +6,9 @@ The key file itself is :mod:`~lightning_fed.federation.run_key_file`'s.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
+
+from lightning_fed.path_kinds import not_a_file
 
 KEY_DIR_ENV = "LIGHTNING_FED_KEY_DIR"
 """The environment variable that moves the key store (:func:`key_dir`)."""
@@ -39,28 +40,3 @@ def key_store_problem() -> str | None:
         what = f"{named} is {kind}" if path == store else f"{named}: {path} is {kind}"
         return f"{what}, not a folder: a private run writes its key file there; point {KEY_DIR_ENV} at a folder"
     return None
-
-
-_KINDS = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-)
-
-
-def not_a_file(path: Path) -> str | None:
-    """What ``path`` is when it is there but not a regular file (``"a FIFO"``, ``"a symlink to a character
-    device /dev/zero"``, ...), from ``stat`` alone (a FIFO is never opened); ``None`` for a regular file
-    or a path that is not there at all."""
-    if not os.path.lexists(path):
-        return None
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as err:  # a dangling symlink, a loop, no permission
-        return f"unreadable: {err.strerror}"
-    if stat.S_ISREG(mode):
-        return None
-    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-    return f"a symlink to {kind} {os.path.realpath(path)}" if path.is_symlink() else kind

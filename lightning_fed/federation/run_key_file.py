@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.errors import CheckpointError
-from lightning_fed.federation.key_store import key_dir, not_a_file
+from lightning_fed.federation.key_store import key_dir
 from lightning_fed.federation.secret_seed import SecretSeed
 from lightning_fed.path_kinds import not_a_file
 
