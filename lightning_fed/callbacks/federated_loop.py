@@ -42,7 +42,7 @@ from lightning_fed.federation.hooks import (
 )
 from lightning_fed.federation.report import totals_only
 from lightning_fed.federation.round_plan import RoundPlan, poisson_batch_seed
-from lightning_fed.federation.run_folder import earlier_files
+from lightning_fed.federation.run_folder import earlier_files, own_files, replace_bytes
 from lightning_fed.federation.store import STATES_DIR
 from lightning_fed.federation.turn import ClientTurn, TurnPlan, turn_batches
 from lightning_fed.federation.version_folder import checkpoint_run
@@ -339,10 +339,15 @@ class FederatedLoop(GroupedTurns):
             # an earlier run's adapter (a resume in its folder) is replaced only once this run has
             # completed a round: a resume the privacy budget stops before its first keeps it
             guard = earlier_files(trainer, out)  # lightning_fed/federation/run_folder.py
-            guard.write(out / "adapter", lambda: pl_module.save_adapter(out / "adapter"))
+
+            def save_adapter() -> None:  # PEFT writes in place: not through a hard-linked copy's files
+                own_files(out / "adapter")
+                pl_module.save_adapter(out / "adapter")
+
+            guard.write(out / "adapter", save_adapter)
             if self.initial_personal and len(self.store):  # each client's personal state: its file
-                text = json.dumps(self.store.index(), indent=1) + "\n"
-                guard.write(out / "client_states.json", lambda: (out / "client_states.json").write_text(text))
+                index = (json.dumps(self.store.index(), indent=1) + "\n").encode()
+                guard.write(out / "client_states.json", lambda: replace_bytes(out / "client_states.json", index))
         data = self.datamodule.data_report() if hasattr(self.datamodule, "data_report") else {}
         if self.server.report.private:  # differential privacy: no per-client figure in the reports
             data = totals_only(data)

@@ -25,6 +25,16 @@ raises it again at the safe points: after the model and data are built, before t
 claimed, and in :class:`ProcessSignals`' fit hooks (setup, fit start, train start, each round and
 each batch). A request dropped that way is not reported as an ignored exception: the stop follows.
 
+A round's end is one step: its record (``rounds.jsonl``, written when the round is aggregated, at its
+last batch) and its checkpoint (``ModelCheckpoint`` at ``on_train_epoch_end``) have the round's
+evaluation between them, and Lightning's evaluation loop raises ``SIGTERMException`` after any of its
+batches but the last: a SIGTERM there left the round recorded and no checkpoint of it, and a first
+round's stop line said no round completed (red team 16 B08). :class:`ProcessSignals` holds such a
+SIGTERM back until the round's evaluation is over (:meth:`ProcessSignals.on_validation_batch_end`)
+and hands it back to Lightning at ``on_train_epoch_end``, before ``ModelCheckpoint`` saves (it runs
+after the other callbacks): the round's checkpoint is written, then the fit loop stops, and
+``last.ckpt`` holds the round the record names.
+
 Once the run has completed (``on_train_end``: every round trained, its files written) or its
 outcome is being reported, a SIGTERM no longer changes it: the run prints its closing line and
 exits 0 (or the status it reported); after :func:`handle_termination` with ``ending=True`` (the
@@ -71,6 +81,7 @@ class ProcessSignals(Callback):
         self.finished = False
         self._saved: Path | None = None  # the checkpoint this run last wrote
         self._wrote = False
+        self._held_back = False  # a SIGTERM during a round's closing evaluation, handed back at its end
 
     @property
     def last_checkpoint(self) -> Path | None:
@@ -104,12 +115,33 @@ class ProcessSignals(Callback):
         stop_if_requested()
 
     @override
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        # the evaluation after a round's last batch: the round is recorded, its checkpoint follows
+        if trainer.received_sigterm and not trainer.sanity_checking and _round_closing(trainer):
+            self._held_back = True
+            trainer._signal_connector.received_sigterm = False  # Lightning's flag: no setter of its own
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._held_back:  # ModelCheckpoint saves the round next, then the fit loop stops
+            self._held_back = False
+            trainer._signal_connector.received_sigterm = True
+
+    @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.finished = True  # after FederatedLoop's (callbacks run in order): every round trained, its files written
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, (SIGTERMException, Terminated)) or trainer.received_sigterm:
+        if isinstance(exception, (SIGTERMException, Terminated)) or trainer.received_sigterm or self._held_back:
             self.stopped_by = "SIGTERM"
         elif isinstance(exception, KeyboardInterrupt):
             self.stopped_by = "SIGINT"
@@ -131,6 +163,11 @@ class ProcessSignals(Callback):
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.in_fit = False
+
+
+def _round_closing(trainer: pl.Trainer) -> bool:
+    """Whether the fit is between a round's last batch and the round's end (its evaluation)."""
+    return trainer.state.fn == "fit" and trainer.fit_loop.epoch_loop._is_training_done
 
 
 _requested: int | None = None

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import csv
 import os
+from pathlib import Path
 
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+from lightning_fed.federation.run_folder import own_files
 
 
 class ContinuedCSVWriter(ExperimentWriter):
@@ -28,6 +31,10 @@ class ContinuedCSVWriter(ExperimentWriter):
 
     def __init__(self, log_dir: str) -> None:
         super().__init__(log_dir=log_dir)
+        # appended (metrics.csv) and rewritten (hparams.yaml, at each save) in place: not through a
+        # hard-linked copy's files (cp -al), whose original would change with them (red team 16 B07)
+        own_files(Path(self.metrics_file_path))
+        own_files(Path(self.log_dir, self.NAME_HPARAMS_FILE))
         if os.path.isfile(self.metrics_file_path):  # its header: later rows are appended under it
             with open(self.metrics_file_path, newline="") as file:
                 self.metrics_keys = list(csv.DictReader(file).fieldnames or [])

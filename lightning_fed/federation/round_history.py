@@ -20,7 +20,10 @@ checkpoints grow with rounds x clients: a checkpoint stores the count and the fo
 (:meth:`RoundHistory.state_dict`). A resumed run cuts the files back to the checkpoint's count,
 dropping rounds recorded by a run killed after them but before their checkpoint, so that its
 files equal those of a run that was never interrupted; resumed into another folder, it first
-copies the checkpoint's rounds there.
+copies the checkpoint's rounds there. The cut ``rounds.jsonl`` is a new file (written beside and
+renamed over the old one) before this run appends to it: a folder copied with hard links
+(``cp -al``) shares its files with the original, whose records a cut or an append in place would
+change too (red team 16 B07); the other files a resume changes are replaced the same way.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from lightning_fed.federation.client_metrics import (
     round_files,
     write_client_file,
 )
-from lightning_fed.federation.run_folder import EarlierFiles
+from lightning_fed.federation.run_folder import EarlierFiles, replace_bytes
 
 SAMPLE_KEYS = ("clients", "aggregated", "failed", "rejected")
 """The keys of a round record that name its clients: kept in memory for the round's own use, never
@@ -232,9 +235,10 @@ class RoundHistory(Sequence):
         else:  # resumed in place (or the folder was moved): drop what was recorded after the checkpoint
             src = path
             offsets = _line_offsets(path, n) if path.is_file() else [0]
-            if path.is_file():
-                with open(path, "r+b") as f:
-                    f.truncate(offsets[-1])
+            if path.is_file():  # a new file, not cut in place: a hard-linked copy shares it (cp -al)
+                with open(path, "rb") as f:
+                    kept = f.read(offsets[-1])
+                replace_bytes(path, kept)
             for stage in PER_CLIENT:
                 for r, p in round_files(self._dir, stage):
                     if r > n:

@@ -159,3 +159,25 @@ def _replace_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def replace_bytes(path: Path, data: bytes) -> None:
+    """Make ``path`` a new file holding ``data`` (written beside it, flushed, renamed over it), never
+    writing through the old one: a run folder copied with hard links (``cp -al``) shares its files'
+    inodes with the original, which a write in place would change too (red team 16 B07)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def own_files(path: Path) -> None:
+    """Give ``path`` (a file, or each file under a folder) a file of its own (:func:`replace_bytes` of its
+    bytes) where it shares its inode with another name (a hard-linked copy of the run folder), before a
+    writer that appends or rewrites in place (Lightning's CSV writer, PEFT's ``save_pretrained``) changes
+    it: the other folder's file stays as it was. Files with one name are left as they are."""
+    for file in [path] if path.is_file() else sorted(path.rglob("*")) if path.is_dir() else []:
+        if file.is_file() and not file.is_symlink() and file.stat().st_nlink > 1:
+            replace_bytes(file, file.read_bytes())
