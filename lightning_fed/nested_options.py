@@ -254,11 +254,9 @@ def partition_problem(partition: Any) -> str | None:
         partition = {"class_path": partition}
     if not isinstance(partition, Mapping) or not isinstance(class_path := partition.get("class_path"), str):
         return None
+    if problem := partition_class_problem("data.partition", class_path):
+        return problem
     module, _, name = class_path.rpartition(".")
-    if module and (problem := dotted_path_problem("data.partition", class_path)):
-        return problem  # `lightning_fed.datamodules.partition.Dirichlett`: the closest class of the module
-    if not module and (problem := short_name_problem("data.partition", name, subclasses(PARTITIONS, "Partitioner"))):
-        return problem  # `{class_path: Dirichlett}`, as `partition: Dirichlett` is refused (class_options)
     if module not in ("", "lightning_fed.datamodules", PARTITIONS) or name not in subclasses(PARTITIONS, "Partitioner"):
         return None
     found = dataclass_fields(PARTITIONS, name)
@@ -276,6 +274,16 @@ def partition_problem(partition: Any) -> str | None:
     missing = [key for key, (_, has_default) in found.items() if not has_default and key not in init_args]
     found_problems += [f"data.partition.{key} is required by {name} but missing" for key in missing]
     return "; ".join(found_problems) or None
+
+
+def partition_class_problem(option: str, class_path: str) -> str | None:
+    """The line refusing ``class_path`` of ``option`` (``data.partition``, or the ``--data.partition.help``
+    asking about it) that certainly names no partitioner, with the closest, or ``None``."""
+    module, _, name = class_path.rpartition(".")
+    if module:  # `lightning_fed.datamodules.partition.Dirichlett`: the closest class of the module
+        return dotted_path_problem(option, class_path)
+    # `{class_path: Dirichlett}`, as `partition: Dirichlett` is refused (class_options)
+    return short_name_problem(option, name, subclasses(PARTITIONS, "Partitioner"))
 
 
 def generator_columns(dataset: str) -> list[str] | None:

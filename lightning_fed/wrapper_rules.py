@@ -445,6 +445,14 @@ def wrapped_sections(strategy: Any, key: str = "federation.strategy") -> Iterato
             yield key, section
 
 
+def wrapper_at(strategy: Any, key: str) -> str | None:
+    """The wrapper (``ClientLevelDP`` / ``SecureAggregation``) at option ``key`` (``federation.strategy``,
+    ``federation.strategy.strategy``...) of the strategy given as ``strategy``, or ``None``: the option
+    ``<key>.strategy`` (and its ``--<key>.strategy.help CLASS``) is a strategy then."""
+    section = dict([("federation.strategy", _section(strategy)), *wrapped_sections(strategy)]).get(key)
+    return _wrapper(section["class_path"]) if section is not None else None
+
+
 def adaptive_key_problem(strategy: Any) -> str | None:
     """An option ClientLevelDP's ``adaptive`` (:class:`~lightning_fed.privacy.AdaptiveClipping`) does not
     take, in the wrapper given as ``strategy`` or one it wraps, named with the closest (the live

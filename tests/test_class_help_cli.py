@@ -55,9 +55,48 @@ def test_help_for_no_class_is_one_line_naming_the_closest_before_torch(tmp_path:
     assert list(cwd.iterdir()) == []
 
 
+NESTED_CASES = {
+    "partition_name_misspelt": (
+        ["--data.partition.help", "ByKe"],
+        "--data.partition.help: unknown class_path 'ByKe'; did you mean ByKey?",
+    ),
+    "partition_under_init_args": (
+        ["--config", "tiny", "--data.init_args.partition.help=Dirichle"],
+        "--data.init_args.partition.help: unknown class_path 'Dirichle'; did you mean Dirichlet?",
+    ),
+    "partition_at_the_package": (
+        ["--data.partition.help", "lightning_fed.datamodules.ByKy"],
+        "--data.partition.help: class_path 'lightning_fed.datamodules.ByKy': module 'lightning_fed.datamodules'"
+        " has no class 'ByKy'; did you mean lightning_fed.datamodules.ByKey?",
+    ),
+    "wrapped_strategy_misspelt": (
+        ["--config", "feddpo_dp", "--federation.strategy.strategy.help", "FedAdm"],
+        "--federation.strategy.strategy.help: unknown class_path 'FedAdm'; did you mean FedAdam?",
+    ),
+}
+"""``fit ARGS`` asking about the class of an option inside a class (a partitioner of ``data``, the
+strategy a wrapper wraps) -> the one line it is refused with. On 400fdb1 each went to the live parser
+(~20 s of CPU), which blamed the data module (``error: data: unknown class_path
+'lightning_fed.datamodules.FederatedDataModule' (--partition.help: Expected a dot import path string:
+ByKe)``) or the wrapper, named no class and added a tip line (red team 16 B5)."""
+
+
+@pytest.mark.parametrize(("args", "line"), list(NESTED_CASES.values()), ids=list(NESTED_CASES))
+def test_help_for_no_class_inside_a_class_names_the_full_option_before_torch(tmp_path: Path, args, line):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = lightning_fed_without_torch("fit", *args, cwd=cwd, hook=tmp_path / "hook")
+    assert REACHED_TORCH not in proc.stderr
+    assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {line}\n", "")
+    assert list(cwd.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "args",
     [
+        ["--data.partition.help", "ByKey"],
+        ["--data.partition.help=lightning_fed.datamodules.Dirichlet"],
+        ["--config", "feddpo_dp", "--federation.strategy.strategy.help", "FedAdam"],
         ["--federation.hooks.help", "RoundLRSchedule"],
         ["--federation.hooks.help=lightning_fed.callbacks.RoundLRSchedule"],
         ["--trainer.callbacks.help", "ModelCheckpoint"],
