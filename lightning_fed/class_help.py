@@ -23,6 +23,7 @@ module (``error: data: unknown class_path 'lightning_fed.datamodules.FederatedDa
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from lightning_fed.class_options import class_path_problem
@@ -56,6 +57,19 @@ def option_name(flag: str) -> str:
     """The option a ``--<option>.help`` asks about, without ``init_args`` (``data.partition`` of
     ``--data.init_args.partition.help``)."""
     return ".".join(part for part in flag[2 : -len(HELP)].split(".") if part != "init_args")
+
+
+def asked_in(flag: str, args: Sequence[str]) -> str | None:
+    """The ``--<option>.help`` of the command line ``args`` (as written) that a class's own parser was
+    handed as ``flag``: jsonargparse gives what follows ``--data.`` in ``--data.partition.help`` to the
+    data module's parser, as ``--partition.help``; ``None`` if none ends so."""
+    inner = option_name(flag)
+    for arg in args:
+        name = arg.partition("=")[0]
+        if name.startswith("--") and name.endswith(HELP) and (outer := option_name(name)).endswith(inner):
+            if outer == inner or outer.endswith("." + inner):
+                return name
+    return None
 
 
 def _without_requests(args: list[str]) -> list[str]:

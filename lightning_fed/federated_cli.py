@@ -34,6 +34,7 @@ import lightning_fed.selection  # noqa: F401
 from lightning_fed import console
 from lightning_fed.callbacks import FederatedLoop, FederatedProgressBar
 from lightning_fed.callbacks.signals import ProcessSignals, stop_if_requested
+from lightning_fed.class_help import asked_in, option_name
 from lightning_fed.config_precheck import LIGHTNING_SUBCOMMANDS, REMOVED
 from lightning_fed.console import PROG
 from lightning_fed.datamodules import FederatedDataModule
@@ -103,8 +104,8 @@ KNOWN_SUBCLASSES = ", known subclasses: "
 """How jsonargparse's ``extra_help`` introduces an option's subclasses (``ActionTypeHint.extra_help``)."""
 
 
-_PARSING: ContextVar[str | None] = ContextVar("_PARSING", default=None)
-"""The program and subcommand whose arguments are being parsed (``lightning-fed fit``)."""
+_PARSING: ContextVar[tuple[str, tuple[str, ...]] | None] = ContextVar("_PARSING", default=None)
+"""The program and subcommand whose arguments are being parsed (``lightning-fed fit``), and those arguments."""
 CLASS_HELP = "Help for --"
 """How jsonargparse's ``--<option>.help CLASS`` describes the parser it builds to print the class's page."""
 
@@ -115,18 +116,35 @@ class FederatedArgumentParser(LightningArgumentParser):
 
     The page ``fit --federation.hooks.help RoundLRSchedule`` prints comes from a parser jsonargparse
     builds with no ``prog`` (so argparse's, the script's name alone: ``usage: lightning-fed
-    [--federation.hooks.schedule ...``): it is given the subcommand's that asked for it.
+    [--federation.hooks.schedule ...``): it is given the subcommand's that asked for it. One asked
+    about inside a class (``--data.partition.help ByKey``) is built by the data module's own parser,
+    handed ``--partition.help``: its options are named in full, as the command line gives them
+    (``usage: lightning-fed fit --data.partition.key KEY``; red team 16 B6).
     """
 
     def __init__(self, *args: Any, formatter_class: type = SortedSubclassesFormatter, **kwargs: Any) -> None:
-        if kwargs.get("prog") is None and str(kwargs.get("description") or "").startswith(CLASS_HELP):
-            kwargs["prog"] = _PARSING.get()
+        self._help_prefix = ""  # `data.` of a page asked for as `--partition.help` by `--data.partition.help`
+        description = str(kwargs.get("description") or "")
+        if kwargs.get("prog") is None and description.startswith(CLASS_HELP) and (parsing := _PARSING.get()):
+            kwargs["prog"], given = parsing
+            asked = "--" + description.removeprefix(CLASS_HELP).partition("=")[0]  # `--partition.help`
+            if written := asked_in(asked, given):
+                kwargs["description"] = description.replace(asked, written, 1)
+                self._help_prefix = option_name(written).removesuffix(option_name(asked))
         super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
-    def parse_args(self, *args: Any, **kwargs: Any) -> Any:
-        token = _PARSING.set(self.prog.replace(" [options]", ""))  # `lightning-fed [options] fit`: jsonargparse's
+    def add_class_arguments(self, class_type: Any, nested_key: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        if nested_key and self._help_prefix:
+            nested_key = self._help_prefix + nested_key
+        return super().add_class_arguments(class_type, nested_key, *args, **kwargs)
+
+    def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        if getattr(self, "_inner_parser", False):  # a class's own parser (the data module's): the command's stays
+            return super().parse_args(args, *rest, **kwargs)
+        given = tuple(sys.argv[1:] if args is None else args)
+        token = _PARSING.set((self.prog.replace(" [options]", ""), given))  # `lightning-fed [options] fit`
         try:
-            return super().parse_args(*args, **kwargs)
+            return super().parse_args(args, *rest, **kwargs)
         finally:
             _PARSING.reset(token)
 

@@ -109,10 +109,34 @@ def test_help_for_a_real_class_is_left_to_the_parser(tmp_path: Path, args):
     assert REACHED_TORCH in proc.stderr
 
 
-def test_a_class_s_help_page_names_the_subcommand(tmp_path: Path):
+PAGES = {
+    "hook": (
+        ["--federation.hooks.help", "RoundLRSchedule"],
+        "usage: lightning-fed fit [--federation.hooks.schedule SCHEDULE]",
+        "Help for --federation.hooks.help=lightning_fed.callbacks.RoundLRSchedule",
+    ),
+    "partitioner": (
+        ["--data.partition.help", "ByKey"],
+        "usage: lightning-fed fit --data.partition.key KEY",
+        "Help for --data.partition.help=lightning_fed.datamodules.ByKey",
+    ),
+    "wrapped_strategy": (
+        ["--config", "feddpo_dp", "--federation.strategy.strategy.help", "FedAdam"],
+        "usage: lightning-fed fit [--federation.strategy.strategy.server_lr SERVER_LR]",
+        "Help for --federation.strategy.strategy.help=lightning_fed.strategies.FedAdam",
+    ),
+}
+"""``fit ARGS`` -> the first line of the page it prints and the line that says what the page is."""
+
+
+@pytest.mark.parametrize(("args", "usage", "title"), list(PAGES.values()), ids=list(PAGES))
+def test_a_class_s_help_page_names_the_subcommand_and_the_full_option(tmp_path: Path, args, usage, title):
     """The page's usage line on f6ad729 was ``usage: lightning-fed [--federation.hooks.schedule ...`` (the
-    script's name alone: ``__main__.py`` under ``python -m``; red team 15 L9). Imports torch (the live
-    parser prints the page): ~8 s of CPU."""
-    proc = lightning_fed("fit", "--federation.hooks.help", "RoundLRSchedule", cwd=tmp_path)
+    script's name alone: ``__main__.py`` under ``python -m``; red team 15 L9). On 400fdb1 a class inside
+    a class still printed ``usage: cli.py --partition.key KEY`` / ``usage: cli.py [--strategy.server_lr
+    SERVER_LR]`` and ``Help for --partition.help=...`` (red team 16 B6). Imports torch (the live parser
+    prints the page): ~8 s of CPU each."""
+    proc = lightning_fed("fit", *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("usage: lightning-fed fit [--federation.hooks.schedule SCHEDULE]\n")
+    assert proc.stdout.splitlines()[0] == usage
+    assert title in proc.stdout.splitlines()
