@@ -18,7 +18,7 @@ import datasets
 import numpy as np
 import torch
 
-from lightning_fed.data_cross_rules import missing_key_line, row_line, unheld_key_line
+from lightning_fed.data_cross_rules import missing_key_line, no_key_value, row_line, unheld_key_line
 from lightning_fed.datamodules.partition import IID, ByColumn, ByKey, Partitioner
 from lightning_fed.errors import UserError
 from lightning_fed.federation.sampling import derive_seed
@@ -53,19 +53,26 @@ def group_ids(records: datasets.Dataset, group_key: str | None, group_names: lis
     return ids
 
 
-def _values(ds: datasets.Dataset, column: str, option: str, field: str, source: str) -> np.ndarray:
+def _values(ds: datasets.Dataset, column: str, option: str, field: str, source: str, key: bool = False) -> np.ndarray:
     """The values of ``column`` (named by the partition's ``option``) of the evaluation set ``source``
-    (given as ``field``), each row holding one."""
+    (given as ``field``), each row holding one (``key``: ``ByKey``'s, where an empty text is none)."""
     if column not in ds.column_names:
         raise UserError(
             f"{field} {source!r} has no column {column!r} ({option}) to assign its rows to clients by"
             f" (columns: {', '.join(ds.column_names)})"
         )
     values = np.asarray(ds[column], dtype=object)
-    missing = [i for i, v in enumerate(values) if v is None]
+    # ByKey's key: an empty text is no value either (red team 16 B3), as for training
+    missing = [i for i, v in enumerate(values) if (no_key_value if key else _is_none)(v)]
     if missing:  # the precheck's line (data_columns.data_columns_problem)
-        raise UserError(missing_key_line(option, column, field, source, missing[0], row_line(source, missing[0])))
+        row = missing[0]
+        empty = values[row] is not None
+        raise UserError(missing_key_line(option, column, field, source, row, row_line(source, row), empty=empty))
     return values
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
 
 
 def by_key_clients(
@@ -83,7 +90,7 @@ def by_key_clients(
     train_values = sorted(set(train[key]))
     client_of = {v: i % num_clients for i, v in enumerate(train_values)}
     parts: list[list[int]] = [[] for _ in range(num_clients)]
-    for row, value in enumerate(_values(evaluation, key, "data.partition.key", field, source).tolist()):
+    for row, value in enumerate(_values(evaluation, key, "data.partition.key", field, source, key=True).tolist()):
         if value not in client_of:  # the precheck's line (data_columns.data_columns_problem)
             raise UserError(unheld_key_line(field, source, row, row_line(source, row), key, value, train_values))
         parts[client_of[value]].append(row)
