@@ -350,9 +350,10 @@ def _clients_problem(
         key, default = BY_IDENTITY[name]
         column = given.get(key, default)
         if isinstance(column, str) and column not in columns:
+            own = _columns(value, None) or columns  # the file's own names (red team 16 B4), not field_map's
             return (
                 f"{option} {value!r} has no column {column!r} (data.partition.{key}) to assign its rows to"
-                f" clients by (columns: {', '.join(columns)})"
+                f" clients by (columns: {', '.join(own)})"
             )
     return _by_key_problem(init_args, given.get("key"), field_map, option) if name == "ByKey" else None
 

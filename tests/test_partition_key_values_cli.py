@@ -189,3 +189,28 @@ def test_a_folder_s_evaluation_row_whose_key_is_empty_text_is_one_line_after_tor
     _write(folder / "part.jsonl", _rows(("ben", " ")))
     line = f"data.partition.key 'user': data.val_dataset {str(folder)!r}: row 1 has no 'user' value (empty text)"
     _refused_after_torch(tmp_path, _config(dataset, val_dataset=str(folder)), line)
+
+
+# Red team 16 B4: an evaluation set without the key column was listed with field_map's names
+# (`columns: prompt, chosen, rejected`), data.dataset with the file's own; now every set with its own.
+@pytest.mark.parametrize(("option", "name"), [("val_dataset", "val.jsonl"), ("test_dataset", "test.csv")])
+def test_an_evaluation_set_without_the_key_column_lists_its_own_columns_before_torch(tmp_path, option, name):
+    dataset = _write(tmp_path / "data" / "train.jsonl", _rows(USERS))
+    rows = [{k: v for k, v in row.items() if k != "user"} for row in _rows(("ben",))]
+    evaluation = _write(tmp_path / "data" / name, rows)
+    line = (
+        f"data.{option} {str(evaluation)!r} has no column 'user' (data.partition.key) to assign its rows to clients"
+        " by (columns: question, preferred, other)"
+    )
+    assert_config_refused_before_torch(tmp_path, _config(dataset, **{option: str(evaluation)}), line)
+
+
+def test_a_folder_without_the_key_column_lists_its_own_columns_after_torch(tmp_path):
+    dataset = _write(tmp_path / "data" / "train.jsonl", _rows(USERS))
+    folder = tmp_path / "val"
+    _write(folder / "part.jsonl", [{k: v for k, v in row.items() if k != "user"} for row in _rows(("ben",))])
+    line = (
+        f"data.val_dataset {str(folder)!r} has no column 'user' (data.partition.key) to assign its rows to clients"
+        " by (columns: question, preferred, other)"
+    )
+    _refused_after_torch(tmp_path, _config(dataset, val_dataset=str(folder)), line)
