@@ -53,6 +53,7 @@ from lightning_fed.data_cross_rules import (
     local_columns,
     mapped_column,
     missing_key_line,
+    no_key_value,
     not_text_line,
     row_line,
     too_few_keys_line,
@@ -293,7 +294,8 @@ def _key_column(dataset: str, column: str) -> list[Any] | None:
 
 
 def _first_missing(values: list[Any]) -> int | None:
-    return next((row for row, value in enumerate(values) if value is None), None)
+    """The first row without a key value: missing, null or a text empty or of whitespace only (red team 16 B3)."""
+    return next((row for row, value in enumerate(values) if no_key_value(value)), None)
 
 
 def _by_key_problem(init_args: Mapping[str, Any], key: Any, field_map: Any, option: str) -> str | None:
@@ -316,7 +318,8 @@ def _by_key_problem(init_args: Mapping[str, Any], key: Any, field_map: Any, opti
         return None
     values = training if option == "data.dataset" else _key_column(value, source)
     if values is not None and (row := _first_missing(values)) is not None:
-        return missing_key_line("data.partition.key", key, option, value, row, row_line(value, row), column)
+        line = row_line(value, row)
+        return missing_key_line("data.partition.key", key, option, value, row, line, column, values[row] is not None)
     held = sorted(set(training))
     if option == "data.dataset":
         clients = any_value(init_args.get("num_clients"))
@@ -347,9 +350,10 @@ def _clients_problem(
         key, default = BY_IDENTITY[name]
         column = given.get(key, default)
         if isinstance(column, str) and column not in columns:
+            own = _columns(value, None) or columns  # the file's own names (red team 16 B4), not field_map's
             return (
                 f"{option} {value!r} has no column {column!r} (data.partition.{key}) to assign its rows to"
-                f" clients by (columns: {', '.join(columns)})"
+                f" clients by (columns: {', '.join(own)})"
             )
     return _by_key_problem(init_args, given.get("key"), field_map, option) if name == "ByKey" else None
 

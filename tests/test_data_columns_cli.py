@@ -77,7 +77,7 @@ def test_a_test_file_without_the_bykey_column_is_refused_before_torch(tmp_path):
     _, proc = _fit(tmp_path, cwd, config, "--data.init_args.test_dataset=t.jsonl")
     line = (
         "data.test_dataset 't.jsonl' has no column 'user' (data.partition.key) to assign its rows to clients by"
-        " (columns: prompt, chosen, rejected)"
+        " (columns: question, preferred, other)"  # the file's own columns, not field_map's (red team 16 B4)
     )
     assert REACHED_TORCH not in proc.stderr
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")

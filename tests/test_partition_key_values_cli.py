@@ -150,3 +150,67 @@ def test_a_folder_s_evaluation_value_no_training_client_holds_is_one_line_after_
         " (training values: 'ana', 'ben')"
     )
     _refused_after_torch(tmp_path, _config(dataset, val_dataset=str(folder)), line)
+
+
+# Red team 16 B3 (bk.yaml: own_data, ByKey(user), field_map, 4 clients): a JSON Lines row with `"user": ""`
+# trained (the empty text a client key of its own) while the same empty CSV cell (null to pandas) was
+# refused; an empty or whitespace-only text is no value in every format, before torch and after.
+@pytest.mark.parametrize(
+    ("name", "user", "where"),
+    [("train.jsonl", "", "line 3 (row 2)"), ("train.parquet", "", "row 2"), ("train.csv", "  ", "row 2")],
+    ids=["jsonl", "parquet", "csv-spaces"],
+)
+def test_a_training_row_whose_key_is_empty_text_is_one_line_before_torch(tmp_path, name, user, where):
+    dataset = _write(tmp_path / "data" / name, _rows(("ana", "ben", user, "ben")))
+    line = f"data.partition.key 'user': data.dataset {str(dataset)!r}: {where} has no 'user' value (empty text)"
+    assert_config_refused_before_torch(tmp_path, _config(dataset), line)
+
+
+def test_an_evaluation_row_whose_key_is_empty_text_is_one_line_before_torch(tmp_path):
+    dataset = _write(tmp_path / "data" / "train.jsonl", _rows(USERS))
+    evaluation = _write(tmp_path / "data" / "val.jsonl", _rows(("ben", "")))
+    line = (
+        f"data.partition.key 'user': data.val_dataset {str(evaluation)!r}: line 2 (row 1) has no 'user' value"
+        " (empty text)"
+    )
+    assert_config_refused_before_torch(tmp_path, _config(dataset, val_dataset=str(evaluation)), line)
+
+
+def test_a_folder_s_row_whose_key_is_empty_text_is_one_line_after_torch(tmp_path):
+    folder = tmp_path / "train"
+    _write(folder / "part.jsonl", _rows(("ana", "", "ben", "ben")))
+    line = f"data.partition.key 'user': data.dataset {str(folder)!r}: row 1 has no 'user' value (empty text)"
+    _refused_after_torch(tmp_path, _config(folder), line)
+
+
+def test_a_folder_s_evaluation_row_whose_key_is_empty_text_is_one_line_after_torch(tmp_path):
+    dataset = _write(tmp_path / "data" / "train.jsonl", _rows(USERS))
+    folder = tmp_path / "val"
+    _write(folder / "part.jsonl", _rows(("ben", " ")))
+    line = f"data.partition.key 'user': data.val_dataset {str(folder)!r}: row 1 has no 'user' value (empty text)"
+    _refused_after_torch(tmp_path, _config(dataset, val_dataset=str(folder)), line)
+
+
+# Red team 16 B4: an evaluation set without the key column was listed with field_map's names
+# (`columns: prompt, chosen, rejected`), data.dataset with the file's own; now every set with its own.
+@pytest.mark.parametrize(("option", "name"), [("val_dataset", "val.jsonl"), ("test_dataset", "test.csv")])
+def test_an_evaluation_set_without_the_key_column_lists_its_own_columns_before_torch(tmp_path, option, name):
+    dataset = _write(tmp_path / "data" / "train.jsonl", _rows(USERS))
+    rows = [{k: v for k, v in row.items() if k != "user"} for row in _rows(("ben",))]
+    evaluation = _write(tmp_path / "data" / name, rows)
+    line = (
+        f"data.{option} {str(evaluation)!r} has no column 'user' (data.partition.key) to assign its rows to clients"
+        " by (columns: question, preferred, other)"
+    )
+    assert_config_refused_before_torch(tmp_path, _config(dataset, **{option: str(evaluation)}), line)
+
+
+def test_a_folder_without_the_key_column_lists_its_own_columns_after_torch(tmp_path):
+    dataset = _write(tmp_path / "data" / "train.jsonl", _rows(USERS))
+    folder = tmp_path / "val"
+    _write(folder / "part.jsonl", [{k: v for k, v in row.items() if k != "user"} for row in _rows(("ben",))])
+    line = (
+        f"data.val_dataset {str(folder)!r} has no column 'user' (data.partition.key) to assign its rows to clients"
+        " by (columns: question, preferred, other)"
+    )
+    _refused_after_torch(tmp_path, _config(dataset, val_dataset=str(folder)), line)

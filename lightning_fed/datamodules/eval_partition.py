@@ -12,13 +12,14 @@ evaluation rows (it is then not evaluated), but not every client may be empty.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import datasets
 import numpy as np
 import torch
 
-from lightning_fed.data_cross_rules import missing_key_line, row_line, unheld_key_line
+from lightning_fed.data_cross_rules import missing_key_line, no_key_value, row_line, unheld_key_line
 from lightning_fed.datamodules.partition import IID, ByColumn, ByKey, Partitioner
 from lightning_fed.errors import UserError
 from lightning_fed.federation.sampling import derive_seed
@@ -53,26 +54,55 @@ def group_ids(records: datasets.Dataset, group_key: str | None, group_names: lis
     return ids
 
 
-def _values(ds: datasets.Dataset, column: str, option: str, field: str, source: str) -> np.ndarray:
+def source_columns(ds: datasets.Dataset, field_map: Mapping[str, str] | None) -> list[str]:
+    """The columns of ``ds`` as its file names them: a field ``field_map`` read from another column named
+    as that column (red team 16 B4: an evaluation set's were listed as ``prompt, chosen, rejected``)."""
+    return [field_map.get(c, c) if field_map else c for c in ds.column_names]
+
+
+def _values(
+    ds: datasets.Dataset,
+    column: str,
+    option: str,
+    field: str,
+    source: str,
+    key: bool = False,
+    field_map: Mapping[str, str] | None = None,
+) -> np.ndarray:
     """The values of ``column`` (named by the partition's ``option``) of the evaluation set ``source``
-    (given as ``field``), each row holding one."""
-    if column not in ds.column_names:
+    (given as ``field``, its columns renamed by ``field_map``), each row holding one (``key``: ``ByKey``'s,
+    where an empty text is none)."""
+    if column not in ds.column_names:  # the precheck's line (data_columns._clients_problem)
         raise UserError(
             f"{field} {source!r} has no column {column!r} ({option}) to assign its rows to clients by"
-            f" (columns: {', '.join(ds.column_names)})"
+            f" (columns: {', '.join(source_columns(ds, field_map))})"
         )
     values = np.asarray(ds[column], dtype=object)
-    missing = [i for i, v in enumerate(values) if v is None]
+    # ByKey's key: an empty text is no value either (red team 16 B3), as for training
+    missing = [i for i, v in enumerate(values) if (no_key_value if key else _is_none)(v)]
     if missing:  # the precheck's line (data_columns.data_columns_problem)
-        raise UserError(missing_key_line(option, column, field, source, missing[0], row_line(source, missing[0])))
+        row = missing[0]
+        empty = values[row] is not None
+        raise UserError(missing_key_line(option, column, field, source, row, row_line(source, row), empty=empty))
     return values
 
 
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
 def by_key_clients(
-    train: datasets.Dataset, evaluation: datasets.Dataset, key: str, num_clients: int, field: str, source: str
+    train: datasets.Dataset,
+    evaluation: datasets.Dataset,
+    key: str,
+    num_clients: int,
+    field: str,
+    source: str,
+    field_map: Mapping[str, str] | None = None,
 ) -> list[list[int]]:
-    """Rows of ``evaluation`` (the file ``source``, given as ``field``) per client, each row going where
-    its ``key`` value went in training (the partition refused a training row without one).
+    """Rows of ``evaluation`` (the file ``source``, given as ``field``, its columns renamed by ``field_map``)
+    per client, each row going where its ``key`` value went in training (the partition refused a training
+    row without one).
 
     Mirrors :class:`~lightning_fed.datamodules.ByKey`: training value ``i`` (sorted) is client
     ``i % num_clients``.
@@ -83,7 +113,9 @@ def by_key_clients(
     train_values = sorted(set(train[key]))
     client_of = {v: i % num_clients for i, v in enumerate(train_values)}
     parts: list[list[int]] = [[] for _ in range(num_clients)]
-    for row, value in enumerate(_values(evaluation, key, "data.partition.key", field, source).tolist()):
+    for row, value in enumerate(
+        _values(evaluation, key, "data.partition.key", field, source, True, field_map).tolist()
+    ):
         if value not in client_of:  # the precheck's line (data_columns.data_columns_problem)
             raise UserError(unheld_key_line(field, source, row, row_line(source, row), key, value, train_values))
         parts[client_of[value]].append(row)
@@ -91,11 +123,17 @@ def by_key_clients(
 
 
 def by_column_clients(
-    evaluation: datasets.Dataset, column: str, num_clients: int, field: str, source: str
+    evaluation: datasets.Dataset,
+    column: str,
+    num_clients: int,
+    field: str,
+    source: str,
+    field_map: Mapping[str, str] | None = None,
 ) -> list[list[int]]:
     """Rows of ``evaluation`` per client, read from an integer client ``column``."""
     parts: list[list[int]] = [[] for _ in range(num_clients)]
-    for row, value in enumerate(_values(evaluation, column, "data.partition.column", field, source).tolist()):
+    values = _values(evaluation, column, "data.partition.column", field, source, field_map=field_map)
+    for row, value in enumerate(values.tolist()):
         if not isinstance(value, (int, np.integer)) or not 0 <= value < num_clients:
             raise UserError(
                 f"{field} {source!r}: row {row} has {column} {value!r}, not a client in 0..{num_clients - 1}"
@@ -118,6 +156,7 @@ def evaluation_clients(
     seed: int,
     field: str,
     source: str,
+    field_map: Mapping[str, str] | None = None,
 ) -> list[list[int]]:
     """Each client's rows of a separate evaluation set (see the module docstring).
 
@@ -130,15 +169,17 @@ def evaluation_clients(
         seed: Seed of partitioners that draw.
         field: The config field of the evaluation set, for error messages.
         source: The evaluation set as given (its file), for error messages.
+        field_map: How ``evaluation``'s columns were renamed from its file's (``None``: not renamed),
+            for error messages: they list the file's own columns.
 
     Raises:
         UserError: If a row cannot be assigned, or no client gets a row: one line naming ``field``
             and ``source``.
     """
     if isinstance(partition, ByKey):
-        parts = by_key_clients(train, evaluation, partition.key, num_clients, field, source)
+        parts = by_key_clients(train, evaluation, partition.key, num_clients, field, source, field_map)
     elif isinstance(partition, ByColumn):
-        parts = by_column_clients(evaluation, partition.column, num_clients, field, source)
+        parts = by_column_clients(evaluation, partition.column, num_clients, field, source, field_map)
     elif partition is None:
         if "client" in evaluation.column_names:
             parts = by_column_clients(evaluation, "client", num_clients, field, source)

@@ -415,7 +415,7 @@ class FederatedDataModule(pl.LightningDataModule):
         line = row_line(self.dataset, err.row) if type(self).load_records is FederatedDataModule.load_records else None
         column = mapped_column(err.column, self.field_map)
         return missing_key_line(
-            f"data.partition.{option}", err.column, "data.dataset", self.dataset, err.row, line, column
+            f"data.partition.{option}", err.column, "data.dataset", self.dataset, err.row, line, column, err.empty
         )
 
     def _no_example_left(self, cid: int, rows: int) -> str:
@@ -458,7 +458,11 @@ class FederatedDataModule(pl.LightningDataModule):
     def _evaluation_set(self, name: str, dataset: str, split: str, train: Any, salt: int) -> list[list[dict[str, Any]]]:
         field = f"data.{name}_dataset"
         records = self._load(dataset, split, field, salt)
-        parts = evaluation_clients(self.partition, train, records, self.num_clients, self.seed + salt, field, dataset)
+        # the file's own columns are listed where the source is read as is (red team 16 B4)
+        field_map = self.field_map if type(self).load_records is FederatedDataModule.load_records else None
+        parts = evaluation_clients(
+            self.partition, train, records, self.num_clients, self.seed + salt, field, dataset, field_map
+        )
         return self._encode_set(name, records, parts, dataset, group_ids(records, self.group_key, self.group_names))
 
     def data_report(self) -> dict[str, Any]:

@@ -19,6 +19,8 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
+from lightning_fed.data_cross_rules import no_key_value
+
 
 class Partitioner(ABC):
     """Splits a data set's rows into ``num_clients`` non-empty, disjoint shards."""
@@ -110,12 +112,12 @@ class TooFewKeys(ValueError):
 
 
 class MissingValue(ValueError):
-    """A row without a value (missing or null) in the column ``column`` a partitioner assigns rows by;
-    ``row``: the first such row (from 0)."""
+    """A row without a value (missing or null; ``empty``: a text empty or of whitespace only, no ``ByKey``
+    key) in the column ``column`` a partitioner assigns rows by; ``row``: the first such row (from 0)."""
 
-    def __init__(self, message: str, column: str, row: int) -> None:
+    def __init__(self, message: str, column: str, row: int, empty: bool = False) -> None:
         super().__init__(message)
-        self.column, self.row = column, row
+        self.column, self.row, self.empty = column, row, empty
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,11 @@ class ByKey(Partitioner):
 
     def __call__(self, ds: datasets.Dataset, num_clients: int, seed: int) -> list[list[int]]:
         _check_num_clients(num_clients, self)
-        values, codes = _unique(_column(ds, self.key, self), self.key, self)
+        column = _column(ds, self.key, self)
+        if (row := next((i for i, v in enumerate(column.tolist()) if no_key_value(v)), None)) is not None:
+            # an empty text is no key (red team 16 B3): the precheck's line (data_columns._by_key_problem)
+            raise MissingValue(f"partition {self!r}: row {row} has no {self.key!r} value", self.key, row, True)
+        values, codes = _unique(column, self.key, self)
         if num_clients > len(values):
             raise TooFewKeys(
                 f"partition {self!r}: {len(values)} distinct values of {self.key!r} cannot fill "
