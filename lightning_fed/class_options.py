@@ -39,7 +39,7 @@ from lightning_fed.class_parameters import (
     subclasses,
     table,
 )
-from lightning_fed.class_paths import dotted_path_problem, package_subclasses
+from lightning_fed.class_paths import closest_name, dotted_path_problem, package_subclasses
 from lightning_fed.errors import _REPLACED_OPTIONS
 from lightning_fed.model_sources import missing_source_problem
 from lightning_fed.option_rules import LORA, PACKAGES, SECTIONS, TAKES_LORA, class_rules
@@ -135,8 +135,8 @@ def _choice_problem(section: str, name: str, where: str, value: Any, class_path:
     if section == "data" and name == "partition" and "." not in value and value.isidentifier():
         names = subclasses(*PARTITIONERS)
         if names and value not in names:  # the closest, as a misspelt class_path is (class_paths.short_name_problem)
-            near = difflib.get_close_matches(value, names, n=1, cutoff=0.75)
-            hint = f"did you mean {near[0]}?" if near else f"one of {', '.join(names)}, or a dotted class path"
+            near = closest_name(value, names)
+            hint = f"did you mean {near}?" if near else f"one of {', '.join(names)}, or a dotted class path"
             return f"{option} {value!r} is not a partitioner; {hint}"
     return None
 

@@ -236,11 +236,19 @@ def missing_module_problem(option: str, class_path: str) -> str | None:
     return f"{option}: class_path {class_path!r}: no module named {module!r} is installed{hint}"
 
 
+def closest_name(name: str, known: list[str] | tuple[str, ...] | set[str]) -> str | None:
+    """The one of ``known`` closest to the misspelt class name ``name``, or ``None``: what a short
+    ``class_path`` (:func:`short_name_problem`) and ``--data.partition=NAME``
+    (``class_options._choice_problem``) both name."""
+    # the names share endings (Logger, Checkpoint): a higher cutoff than the options', or any word is "close"
+    near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    return near[0] if near else None
+
+
 def short_name_problem(option: str, name: str, known: list[str] | tuple[str, ...]) -> str | None:
     """The line refusing ``name`` (no dots) of ``option`` if it is none of ``known`` (with the closest)."""
     if name in known or not name.isidentifier():
         return None
-    # the names share endings (Logger, Checkpoint): a higher cutoff than the options', or any word is "close"
-    near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
-    hint = f"did you mean {near[0]}?" if near else f"one of {', '.join(sorted(known))}, or a class's dotted path"
+    near = closest_name(name, known)
+    hint = f"did you mean {near}?" if near else f"one of {', '.join(sorted(known))}, or a class's dotted path"
     return f"{option}: unknown class_path {name!r}; {hint}"

@@ -51,6 +51,7 @@ from lightning_fed.hook_rules import (
     per_client_length_problem,
     rank_lists_problem,
     ranks_above_problem,
+    target_below_line,
     wrapped_strategy_problem,
 )
 from lightning_fed.model_packages import MODEL_PACKAGES, find_package_dir, missing_package_problem
@@ -140,16 +141,21 @@ def missing_hook_line(strategy: str, hook: str, why: str, names: list[str]) -> s
 
 
 def target_problem(index: int, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:
-    """SystemHeterogeneity's ``target`` above ``federation.clients_per_round`` (``sampling: fixed_size``)."""
+    """SystemHeterogeneity's ``target`` above ``federation.clients_per_round`` or below
+    ``federation.min_clients`` (a round closes at its target-th report: every round would fail; red
+    team B11), ``sampling: fixed_size``: the hook's own lines when the run is bound (``check_server``)."""
     # typed ints: a quoted number is the number to the parser (yaml_reading.any_value)
     target, per_round = any_value(init_args.get("target")), any_value(_federation(sections, "clients_per_round"))
+    least = any_value(_federation(sections, "min_clients"))
     if _federation(sections, "sampling") != "fixed_size":
         return None  # a Poisson round selects any number of clients: the bound run decides
-    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (target, per_round))
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (target, per_round, least))
     if ints and target > per_round:
         return (
             f"federation.hooks[{index}].target={target} exceeds federation.clients_per_round={per_round} (the selected)"
         )
+    if ints and target < least:
+        return f"federation.hooks[{index}].{target_below_line(target, least)}"
     return None
 
 

@@ -185,6 +185,16 @@ def concurrency_problem(prefix: str, concurrency: Any, num_clients: Any) -> str 
     return None
 
 
+def target_below_line(target: int, least: int) -> str:
+    """SystemHeterogeneity's ``target`` below ``federation.min_clients`` (a round closes at its
+    target-th report: every round would fail; red team B11), after the option's prefix: the precheck's
+    line (``federation.hooks[i].``) and the hook's when the run is bound (``check_server``)."""
+    return (
+        f"target={target} is below federation.min_clients={least}: a round closes at its target-th report,"
+        " so every round would fail"
+    )
+
+
 def per_client_length_problem(prefix: str, per_client: Any, num_clients: Any) -> str | None:
     """ClientRanks' ``per_client`` not one rank per client of ``data.num_clients``, the line starting
     with ``prefix`` (as :func:`rank_lists_problem`'s); ``None`` if it fits. Red team 10 row 6b: said by

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import REACHED_TORCH, lightning_fed_without_torch
+from tests.helpers.refusals import assert_config_refused_before_torch, assert_refused_before_torch, shipped_config
 
 
 def _fit(tmp_path: Path, *args: str):
@@ -176,3 +177,17 @@ def test_batch_clients_is_refused_before_torch_as_the_live_cli_refused_it(tmp_pa
     line = f"federation.batch_clients must be 'off', 'auto' or an integer >= 1, {got}"
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert not any(cwd.iterdir())
+
+
+@pytest.mark.parametrize(("name", "near"), [("ByKy", "ByKey"), ("Dirichle", "Dirichlet")])
+def test_a_misspelt_partition_gets_the_class_path_s_closest_on_the_command_line(tmp_path, name, near):
+    """``--data.partition=NAME`` names the partitioner ``class_path: NAME`` in a config file names
+    (one closest-name function, class_paths.closest_name; red team B16, reported on a wheel before 64f274d)."""
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "file").mkdir()
+    line = f"data.partition {name!r} is not a partitioner; did you mean {near}?"
+    assert_refused_before_torch(tmp_path / "cli", ["fit", "--config", "tiny", f"--data.partition={name}"], line)
+    config = shipped_config("tiny")
+    config["data"]["init_args"]["partition"] = {"class_path": name}
+    line = f"data.partition: unknown class_path {name!r}; did you mean {near}?"
+    assert_config_refused_before_torch(tmp_path / "file", config, line, name="part.yaml")

@@ -158,3 +158,33 @@ def test_a_hook_option_on_the_command_line_says_it_went_to_the_last_hook(tmp_pat
         " another hook's, give the list whole: --federation.hooks='[...]')"
     )
     assert_refused_before_torch(tmp_path, args, line)
+
+
+@pytest.mark.parametrize(("target", "least"), [(2, 3), ("2", 3), (2, "3"), ("2", "3")])
+def test_a_hook_target_below_min_clients_is_refused_before_torch(tmp_path, target, least):
+    """SystemHeterogeneity's ``target`` below ``federation.min_clients``: a round closes at its
+    target-th report, so every round fails. On a41cfb8 the precheck passed it and ``fit`` exited 1
+    after the run folder was written (``round 1: only 2 of 3 selected clients reported in time, fewer
+    than federation.min_clients=3``; red team B11). A quoted number is the number, as the parser casts it."""
+    config = shipped_config("tiny")
+    config["federation"].update(clients_per_round=3, min_clients=least)
+    config["federation"]["hooks"] = [
+        {
+            "class_path": "SystemHeterogeneity",
+            "init_args": {
+                "local_steps": 5,
+                "step_time": 1.0,
+                "slow_fraction": 0.3,
+                "slow_factor": 10.0,
+                "deadline": 20.0,
+                "target": target,
+                "partial_work": True,
+                "seed": 0,
+            },
+        }
+    ]
+    line = (
+        "federation.hooks[0].target=2 is below federation.min_clients=3: a round closes at its target-th report,"
+        " so every round would fail"
+    )
+    assert_config_refused_before_torch(tmp_path, config, line)

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from lightning_fed.federation.hooks import Capability, Payload, RoundHook
 from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import SyncRoundSimulator
-from lightning_fed.hook_rules import SYSTEM_HETEROGENEITY
+from lightning_fed.hook_rules import SYSTEM_HETEROGENEITY, target_below_line
 from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
@@ -149,16 +149,19 @@ class SystemHeterogeneity(RoundHook):
 
     def check_server(self, server: ServerRound) -> None:
         """When the run is bound, before anything is written: ``clock: wall`` in process, a
-        ``target`` above the clients a round selects, and the clients' profiles (a trace file
-        read now) are checked."""
+        ``target`` above the clients a round selects or below ``min_clients`` (a round closes at its
+        target-th report), and the clients' profiles (a trace file read now) are checked."""
         self._check_engine(server.engine)
         clients_per_round = getattr(server, "clients_per_round", server.num_clients)
-        if getattr(server, "sampling", "fixed_size") == "poisson":
+        poisson = getattr(server, "sampling", "fixed_size") == "poisson"
+        if poisson:
             clients_per_round = server.num_clients  # a Poisson round selects any number of clients
         if self.target is not None and self.target > clients_per_round:
             raise ValueError(
                 f"{FIELD}.target={self.target} exceeds federation.clients_per_round={clients_per_round} (the selected)"
             )
+        if self.target is not None and not poisson and self.target < server.min_clients:  # as the precheck
+            raise ValueError(f"{FIELD}.{target_below_line(self.target, server.min_clients)}")
         self.system.profiles(server.num_clients)
 
     def _check_engine(self, engine: str) -> None:

@@ -71,3 +71,16 @@ def test_a_round_with_too_few_reports_fails_naming_why(tmp_path):
         f"round 1: only 0 of 2 selected clients reported in time, fewer than federation.min_clients=1"
         f" (unavailable: {sorted(clients)}, dropped: [], late: [])"
     )
+
+
+def test_target_below_min_clients_is_one_line_error(tmp_path):
+    """A round closes at its ``target``-th report: below ``min_clients`` every round fails (red team B11)."""
+    hook = SystemHeterogeneity(target=2)
+    loop = FederatedLoop(rounds=1, clients_per_round=3, min_clients=3, local_steps=1, seed=0, hooks=[hook])
+    with pytest.raises(ValueError) as info:
+        fit(tiny_dpo(), preference_data(), loop, str(tmp_path))
+    assert str(info.value) == (
+        "federation.hooks: SystemHeterogeneity.target=2 is below federation.min_clients=3: a round closes at its"
+        " target-th report, so every round would fail"
+    )
+    assert list(tmp_path.iterdir()) == []
