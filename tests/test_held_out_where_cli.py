@@ -68,3 +68,24 @@ def test_a_where_some_rows_pass_or_not_certain_here_is_left_to_the_run(tmp_path)
     assert where_problem(0, {**given, "where": {"category": "summary", "instruction": "say 2"}}) is None
     assert where_problem(0, {**given, "where": {"category": 3}}) is None  # not text: the reader's typing
     assert where_problem(0, {"dataset": "synthetic:instructions", "where": {"family": "x"}}) is None
+
+
+def _parquet(folder: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = folder / "held.parquet"
+    pq.write_table(pa.Table.from_pylist(ROWS), path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_a_where_no_row_of_a_parquet_or_csv_set_passes_is_one_line_before_torch(tmp_path, suffix):
+    """Red team 17 B9: on a41cfb8 a Parquet or CSV held-out set's ``where: {category: zzz}`` trained a round,
+    then exited 1 (a ``version_0`` folder left) with ``error: federation.hooks: HeldOutRouge.where: no row of
+    federation.hooks: HeldOutRouge.dataset 'held.parquet' matches where={'category': 'zzz'}``."""
+    data = _parquet(tmp_path) if suffix == ".parquet" else _held_out(tmp_path, suffix)
+    path = _config(tmp_path, data, {"category": "zzz"})
+    hook = "federation.hooks[0]"
+    line = f"{hook}.where: no row of {hook}.dataset {str(data)!r} matches where={{'category': 'zzz'}}"
+    assert_refused_before_torch(tmp_path, ["fit", "--config", "fedit", "--config", str(path)], line, config_file=path)
