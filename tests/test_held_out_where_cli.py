@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from lightning_fed.held_out_rules import where_problem
+from tests.helpers.cli import lightning_fed
 from tests.helpers.refusals import assert_refused_before_torch, write_config
 from tests.test_hook_public_set_paths_cli import HELD_OUT
 
@@ -89,3 +90,24 @@ def test_a_where_no_row_of_a_parquet_or_csv_set_passes_is_one_line_before_torch(
     hook = "federation.hooks[0]"
     line = f"{hook}.where: no row of {hook}.dataset {str(data)!r} matches where={{'category': 'zzz'}}"
     assert_refused_before_torch(tmp_path, ["fit", "--config", "fedit", "--config", str(path)], line, config_file=path)
+
+
+def test_a_where_column_a_synthetic_set_lacks_is_one_line_before_the_run_folder(tmp_path):
+    """Red team 17 B9: a set not read before torch (here ``synthetic:instructions``) is read when the run is
+    bound (``check_server``), before anything is written. On a41cfb8 it exited 1 after round 0's evaluation (a
+    ``version_0`` folder left), naming ``federation.hooks: HeldOutRouge.where`` and ``...HeldOutRouge.dataset``
+    with the ``--debug`` hint."""
+    hook = {
+        "class_path": "lightning_fed.evaluation.heldout.HeldOutRouge",
+        "init_args": {"dataset": "synthetic:instructions", "where": {"categry": "a"}, "max_new_tokens": 4},
+    }
+    config = {**HELD_OUT, "federation": {**HELD_OUT["federation"], "hooks": [hook]}}
+    config["trainer"] = {**HELD_OUT["trainer"], "default_root_dir": str(tmp_path / "runs")}
+    path = write_config(tmp_path, config)
+    proc = lightning_fed("fit", "--config", "fedit", "--config", str(path), cwd=tmp_path)
+    line = (
+        "federation.hooks[0].where: federation.hooks[0].dataset 'synthetic:instructions' has no column 'categry'"
+        " (columns: instruction, input, output, client, family)"
+    )
+    assert (proc.returncode, proc.stderr.splitlines()[-1:]) == (2, [f"error: {line}"])
+    assert not (tmp_path / "runs").exists()
