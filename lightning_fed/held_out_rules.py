@@ -12,6 +12,7 @@ compared columns are text (red team 17 B9: a Parquet or CSV set's was said only 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from lightning_fed.column_types import CSV_CHUNK_ROWS, pandas_values
 from lightning_fed.data_columns import csv_cells
 from lightning_fed.data_cross_rules import field_mapped, json_rows, local_columns
 from lightning_fed.read_errors import file_errors
+
+_INTEGER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+"""How Python writes an integer (``str``): the text ``where`` matches an integer column's value by."""
 
 
 def where_problem(index: int, init_args: Mapping[str, Any]) -> str | None:
@@ -37,7 +41,14 @@ def where_problem(index: int, init_args: Mapping[str, Any]) -> str | None:
         if column not in renamed:
             shown = ", ".join(renamed)
             return f"{hook}.where: {hook}.dataset {dataset!r} has no column {column!r} (columns: {shown})"
-    if _matches(dataset, where, field_map or {}) == 0:
+    found = _matches(dataset, where, field_map or {})
+    if isinstance(found, tuple):
+        column, value = found
+        return (
+            f"{hook}.where.{column}: column {column!r} of {hook}.dataset {dataset!r} holds integers,"
+            f" matched by their text ('0', '1', '-2'...); got {value!r}"
+        )
+    if found == 0:
         return f"{hook}.where: no row of {hook}.dataset {dataset!r} matches where={dict(where)}"
     return None
 
@@ -68,17 +79,30 @@ def _column(dataset: str, column: str) -> list[Any] | None:
     return [row.get(column) for row in rows]
 
 
-def _matches(dataset: str, where: Mapping[str, Any], field_map: Mapping[str, str]) -> int | None:
+def _text(value: Any) -> Any:
+    """``value`` as ``where`` matches it (lightning_fed.evaluation.heldout.where_text): text as it is, an
+    integer by its text."""
+    return str(value) if type(value) is int else value
+
+
+def _matches(dataset: str, where: Mapping[str, Any], field_map: Mapping[str, str]) -> int | tuple[str, str] | None:
     """How many rows of the local JSON, JSON Lines, CSV or Parquet file ``dataset`` ``where`` keeps, where
-    every value compared is text or null; ``None`` otherwise (not read here, numbers...)."""
+    every column compared holds text or integers (nulls aside); ``(column, value)`` for a text value no
+    integer of an integer column is written as; ``None`` otherwise (not read here, floats, mixed...)."""
     if not all(isinstance(v, str) for v in where.values()):
         return None
     columns = {}
-    for column in where:
+    for column, value in where.items():
         values = _column(dataset, field_map.get(column, column))
-        if values is None or not all(v is None or isinstance(v, str) for v in values):
+        given = [v for v in values or [] if v is not None]
+        if values is None:
             return None
-        columns[column] = values
+        if given and all(type(v) is int for v in given):
+            if not _INTEGER_TEXT.fullmatch(value):
+                return column, value
+        elif not all(isinstance(v, str) for v in given):
+            return None
+        columns[column] = [_text(v) for v in values]
     lengths = {len(values) for values in columns.values()}
     if len(lengths) != 1:
         return None

@@ -111,3 +111,29 @@ def test_a_where_column_a_synthetic_set_lacks_is_one_line_before_the_run_folder(
     )
     assert (proc.returncode, proc.stderr.splitlines()[-1:]) == (2, [f"error: {line}"])
     assert not (tmp_path / "runs").exists()
+
+
+def _numbered(folder: Path) -> Path:
+    path = folder / "held.jsonl"
+    path.write_text("".join(json.dumps({**row, "n": i % 2}) + "\n" for i, row in enumerate(ROWS)), encoding="utf-8")
+    return path
+
+
+def test_a_where_text_no_integer_of_a_number_column_is_one_line_before_torch(tmp_path):
+    """Red team 17 B10: ``where``'s values are text; a column of integers is matched by their text (``n: '1'``),
+    and a value no integer is written as is refused before torch. On 880fb11 ``where: {n: 'one'}`` reached torch
+    (then exit 2 after the imports: no row matches)."""
+    data = _numbered(tmp_path)
+    path = _config(tmp_path, data, {"n": "one"})
+    line = (
+        f"federation.hooks[0].where.n: column 'n' of federation.hooks[0].dataset {str(data)!r} holds integers,"
+        " matched by their text ('0', '1', '-2'...); got 'one'"
+    )
+    assert_refused_before_torch(tmp_path, ["fit", "--config", "fedit", "--config", str(path)], line, config_file=path)
+
+
+def test_a_where_on_a_number_column_matches_its_text(tmp_path):
+    given = {"dataset": str(_numbered(tmp_path)), "field_map": FIELD_MAP}
+    assert where_problem(0, {**given, "where": {"n": "1"}}) is None
+    assert "no row of" in where_problem(0, {**given, "where": {"n": "7"}})
+    assert "got '01'" in where_problem(0, {**given, "where": {"n": "01"}})

@@ -27,6 +27,12 @@ if TYPE_CHECKING:
     from lightning_fed.federation.server_round import ServerRound
 
 
+def where_text(value: Any) -> Any:
+    """A held-out row's ``value`` as ``where``'s text matches it: a number or boolean by Python's text of it
+    (``1`` by ``'1'``, ``2.5`` by ``'2.5'``, ``True`` by ``'True'``), text and nulls as they are."""
+    return str(value) if isinstance(value, (bool, int, float)) else value
+
+
 def held_out_examples(
     dataset: str,
     synthetic_args: dict | None = None,
@@ -57,7 +63,7 @@ def held_out_examples(
             shown = ", ".join(records.column_names)
             line = f"{where_option}: {option} {dataset!r} has no column {column!r} (columns: {shown})"
             raise ValueRefusal(line)
-        records = records.filter(lambda row, c=column, v=value: row[c] == v)
+        records = records.filter(lambda row, c=column, v=value: where_text(row[c]) == v)
     if len(records) == 0:
         raise ValueRefusal(f"{where_option}: no row of {option} {dataset!r} matches where={where}")
     order = np.arange(len(records))
@@ -106,7 +112,8 @@ class HeldOutRouge(RoundHook):
         every_n_rounds: Evaluate after every n-th round (and always after the last).
         template: Prompt template (default: the data module's).
         seed: Seed of the subset.
-        where: Keep rows whose columns have these values (e.g. a held-out category).
+        where: Keep rows whose columns have these values (e.g. a held-out category): text, a number
+            or boolean column matched by Python's text of its values (:func:`where_text`).
         final_full: After the last round, evaluate on the full held-out set, not the
             ``max_examples`` subset (the paper's protocol; ``False`` keeps the subset).
     """
