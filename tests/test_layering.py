@@ -57,7 +57,6 @@ LAYERS: list[set[str]] = [
         "strict_parser",
         "json_lines",
         "read_errors",
-        "held_out_rules",
         "lightning_fed",
     },
     # 1: pure tensor code
@@ -77,6 +76,7 @@ LAYERS: list[set[str]] = [
         "hook_cross_rules",
         "data_columns",
         "partition_values",
+        "held_out_rules",
         "wrapper_rules",
         "noise_calibration",
         "private_run_rules",

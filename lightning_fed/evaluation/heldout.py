@@ -27,6 +27,12 @@ if TYPE_CHECKING:
     from lightning_fed.federation.server_round import ServerRound
 
 
+def where_text(value: Any) -> Any:
+    """A held-out row's ``value`` as ``where``'s text matches it: a number or boolean by Python's text of it
+    (``1`` by ``'1'``, ``2.5`` by ``'2.5'``, ``True`` by ``'True'``), text and nulls as they are."""
+    return str(value) if isinstance(value, (bool, int, float)) else value
+
+
 def held_out_examples(
     dataset: str,
     synthetic_args: dict | None = None,
@@ -35,6 +41,7 @@ def held_out_examples(
     max_examples: int | None = None,
     seed: int = 0,
     where: dict[str, str] | None = None,
+    hook: str = "federation.hooks: HeldOutRouge",
 ) -> list[dict[str, str]]:
     """Instruction records (``instruction``, ``input``, ``output``) of a held-out set.
 
@@ -42,20 +49,23 @@ def held_out_examples(
     ``synthetic_args={"families": ["capitalize"], ...}`` for planted held-out families.
     ``where`` keeps the rows whose columns equal the given values (Dolly-15K's held-out
     category: ``{"category": "summarization"}``). With ``max_examples``, a seeded random
-    subset of that size.
+    subset of that size. ``hook`` names the hook's options in a refusal (``federation.hooks[0]``); a
+    ``where`` naming no column of the set, or keeping none of its rows, is a
+    :class:`~lightning_fed.errors.ValueRefusal` in the precheck's line (lightning_fed/held_out_rules.py).
     """
     from lightning_fed.datamodules.sources import load_public_records
+    from lightning_fed.errors import ValueRefusal
 
-    option = "federation.hooks: HeldOutRouge.dataset"
+    option, where_option = f"{hook}.dataset", f"{hook}.where"
     records = load_public_records(option, dataset, "instruction", split, field_map, synthetic_args)
-    where_option = "federation.hooks: HeldOutRouge.where"  # the precheck's lines (lightning_fed/held_out_rules.py)
     for column, value in (where or {}).items():
         if column not in records.column_names:
             shown = ", ".join(records.column_names)
-            raise ValueError(f"{where_option}: {option} {dataset!r} has no column {column!r} (columns: {shown})")
-        records = records.filter(lambda row, c=column, v=value: row[c] == v)
+            line = f"{where_option}: {option} {dataset!r} has no column {column!r} (columns: {shown})"
+            raise ValueRefusal(line)
+        records = records.filter(lambda row, c=column, v=value: where_text(row[c]) == v)
     if len(records) == 0:
-        raise ValueError(f"{where_option}: no row of {option} {dataset!r} matches where={where}")
+        raise ValueRefusal(f"{where_option}: no row of {option} {dataset!r} matches where={where}")
     order = np.arange(len(records))
     if max_examples is not None and max_examples < len(records):
         order = np.sort(np.random.default_rng(seed).permutation(len(records))[:max_examples])
@@ -102,7 +112,8 @@ class HeldOutRouge(RoundHook):
         every_n_rounds: Evaluate after every n-th round (and always after the last).
         template: Prompt template (default: the data module's).
         seed: Seed of the subset.
-        where: Keep rows whose columns have these values (e.g. a held-out category).
+        where: Keep rows whose columns have these values (e.g. a held-out category): text, a number
+            or boolean column matched by Python's text of its values (:func:`where_text`).
         final_full: After the last round, evaluate on the full held-out set, not the
             ``max_examples`` subset (the paper's protocol; ``False`` keeps the subset).
     """
@@ -135,6 +146,29 @@ class HeldOutRouge(RoundHook):
         self.final_full = final_full
         self.history: list[dict[str, Any]] = []
         self._examples: list[dict[str, str]] | None = None
+        self._name = "federation.hooks: HeldOutRouge"  # federation.hooks[i] once bound (check_server)
+
+    def check_server(self, server: ServerRound) -> None:
+        """Read the held-out set and apply ``where`` when the run is bound, before anything is written: a
+        set the precheck could not read (a hub or synthetic set) is refused here, naming
+        ``federation.hooks[i]`` (red team 17 B9: after round 0's evaluation, exit 1, a run folder left)."""
+        hooks = list(getattr(server, "hooks", None) or [])
+        index = next((i for i, h in enumerate(hooks) if h is self), None)
+        if index is not None:
+            self._name = f"federation.hooks[{index}]"
+        self._examples = self._held_out(self.max_examples)
+
+    def _held_out(self, max_examples: int | None) -> list[dict[str, str]]:
+        return held_out_examples(
+            self.dataset,
+            self.synthetic_args,
+            self.field_map,
+            self.split,
+            max_examples,
+            self.seed,
+            self.where,
+            self._name,
+        )
 
     def after_aggregate(
         self, server: ServerRound, context: RoundContext, module: pl.LightningModule, round_idx: int
@@ -144,20 +178,10 @@ class HeldOutRouge(RoundHook):
             return
         final = number == server.rounds and self.final_full
         if final:
-            examples = held_out_examples(
-                self.dataset, self.synthetic_args, self.field_map, self.split, None, self.seed, self.where
-            )
+            examples = self._held_out(None)
         else:
             if self._examples is None:
-                self._examples = held_out_examples(
-                    self.dataset,
-                    self.synthetic_args,
-                    self.field_map,
-                    self.split,
-                    self.max_examples,
-                    self.seed,
-                    self.where,
-                )
+                self._examples = self._held_out(self.max_examples)
             examples = self._examples
         template = self.template or server.datamodule.template
         system_prompt = getattr(server.datamodule, "system_prompt", None)
