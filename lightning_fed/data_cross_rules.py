@@ -323,11 +323,31 @@ def too_few_keys_line(key: str, dataset: str, values: list[Any], num_clients: in
     """The line refusing ``ByKey(key)`` over ``data.dataset`` whose ``values`` (distinct, sorted) are
     fewer than ``data.num_clients``: one client per value, so some client would get no row. Said by
     the precheck from a local file's rows and by the data module after the imports."""
-    shown = ", ".join(repr(v) for v in values[:5]) + (f" and {len(values) - 5} more" if len(values) > 5 else "")
     return (
         f"data.partition.key {key!r}: data.dataset {dataset!r} has {len(values)} distinct {key!r} value(s)"
-        f" ({shown}), which cannot fill data.num_clients={num_clients} clients; use num_clients <= {len(values)}"
+        f" ({_listed(values, 5)}), which cannot fill data.num_clients={num_clients} clients;"
+        f" use num_clients <= {len(values)}"
     )
+
+
+def grouped_keys_line(key: str, dataset: str, groups: list[list[Any]], private: bool = False) -> str:
+    """The warning that ``ByKey(key)`` over ``data.dataset`` grouped more distinct values than clients:
+    ``groups``, the values each client holds (red team 17 B20: four users into two clients, without a
+    word). Names the values of the first clients, none in a ``private`` run (differential privacy)."""
+    clients, count = len(groups), sum(len(g) for g in groups)
+    held = "; ".join(f"client {c}: {_listed(g, 3)}" for c, g in enumerate(groups[:4]))
+    held = "" if private else f" ({held}{'; ...' if clients > 4 else ''})"
+    return (
+        f"data.partition.key {key!r}: data.dataset {dataset!r} has {count} distinct {key!r} values for"
+        f" data.num_clients={clients} clients, so they are grouped: value i in sorted order goes to client"
+        f" i % {clients}{held}; set data.num_clients={count} for one client per value"
+    )
+
+
+def _listed(values: list[Any], most: int) -> str:
+    """The first ``most`` of ``values``, then how many more."""
+    more = f" and {len(values) - most} more" if len(values) > most else ""
+    return ", ".join(repr(v) for v in values[:most]) + more
 
 
 def missing_key_line(

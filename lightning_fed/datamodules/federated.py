@@ -24,12 +24,14 @@ from typing import Any, ClassVar
 
 import datasets
 import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader
 
 from lightning_fed.data_cross_rules import (
     MAX_LENGTH,
     ON_OVERFLOW,
     default_min_prompt_length,
+    grouped_keys_line,
     length_budget_problems,
     mapped_column,
     missing_key_line,
@@ -45,6 +47,7 @@ from lightning_fed.datamodules.eval_partition import evaluation_clients, group_i
 from lightning_fed.datamodules.partition import (
     IID,
     ByColumn,
+    ByKey,
     MissingValue,
     Partitioner,
     TooFewKeys,
@@ -195,6 +198,7 @@ class FederatedDataModule(pl.LightningDataModule):
         self.serving = RoundServing()  # the rounds' and evaluations' loaders (given the clients in setup)
         self.group_names: list[str] = []  # group_id -> value of `group_key` (val/test items)
         self.encoding = EncodingCounts()  # examples truncated and dropped per set and client
+        self.key_groups: list[list[Any]] | None = None  # ByKey: the values of its key each client holds
         #: Whether the run is private (differential privacy): its log lines then carry no figure per
         #: client. Set by the CLI and the Flower client before :meth:`setup`; ``None``: asked of the Trainer.
         self.private: bool | None = None
@@ -325,6 +329,8 @@ class FederatedDataModule(pl.LightningDataModule):
         except MissingValue as err:  # the precheck's line too (data_columns.data_columns_problem)
             raise UserError(self._missing_value_line(partition, err)) from None
         check_partition(parts, self.num_clients, f"{type(partition).__name__} of data.dataset {self.dataset!r}")
+        # ByKey's values per client: more values than clients are grouped, said below (red team 17 B20)
+        self.key_groups = partition.groups(records, self.num_clients) if isinstance(partition, ByKey) else None
         collate = PadCollator(self.tokenizer.pad_token_id)
         train = self._encode_set("train", records, parts, self.dataset)
         for cid, items in enumerate(train):
@@ -349,6 +355,9 @@ class FederatedDataModule(pl.LightningDataModule):
             )
         self.serving.serve(self.clients, collate)
         self._require_examples(stage)  # before the warnings: the refusal is the one line said
+        if self.key_groups is not None and any(len(values) > 1 for values in self.key_groups):
+            line = grouped_keys_line(self.partition.key, self.dataset, self.key_groups, self._private_run())
+            rank_zero_warn(line)
         self.encoding.warn(self.max_length, self.truncation, self.min_prompt_length, self._private_run())
 
     def _require_examples(self, stage: str | None) -> None:
@@ -467,4 +476,8 @@ class FederatedDataModule(pl.LightningDataModule):
 
     def data_report(self) -> dict[str, Any]:
         """Examples truncated and dropped per set and client (written to ``summary.json``)."""
-        return {"truncation": self.truncation, **self.encoding.report(), "groups": self.group_names}
+        report = {"truncation": self.truncation, **self.encoding.report(), "groups": self.group_names}
+        if self.key_groups is not None:  # ByKey: how many of its key's values each client holds
+            key = {"key": self.partition.key, "distinct_values": sum(map(len, self.key_groups))}
+            report["key_groups"] = {**key, "values_per_client": [len(values) for values in self.key_groups]}
+        return report

@@ -14,6 +14,7 @@ import json
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import datasets
 import numpy as np
@@ -122,9 +123,11 @@ class MissingValue(ValueError):
 
 @dataclass(frozen=True)
 class ByKey(Partitioner):
-    """One client per distinct value of ``key`` (values in sorted order).
+    """One client per value of ``key``; more values than clients are grouped (value i to client i % num_clients).
 
-    With fewer clients than values, value ``i`` goes to client ``i % num_clients``.
+    The distinct values, in sorted order, go round the clients: value ``i`` goes to client
+    ``i % num_clients``, so with more values than clients a client holds several (the data module
+    says which in a warning at setup); fewer values than clients are refused (:class:`TooFewKeys`).
 
     Attributes:
         key: Column whose values name the natural clients (author, task, domain...).
@@ -149,6 +152,12 @@ class ByKey(Partitioner):
         clients = codes % num_clients
         parts = [np.flatnonzero(clients == k) for k in range(num_clients)]
         return check_partition(_sorted_lists(parts), num_clients, repr(self))
+
+    def groups(self, ds: datasets.Dataset, num_clients: int) -> list[list[Any]]:
+        """The distinct values of ``key`` each of ``num_clients`` clients holds, as :meth:`__call__`
+        assigns them (call it after: it reads the column without checking it again)."""
+        values, _ = _unique(_column(ds, self.key, self), self.key, self)
+        return [values[k::num_clients].tolist() for k in range(num_clients)]
 
 
 @dataclass(frozen=True)

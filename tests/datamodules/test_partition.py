@@ -2,6 +2,7 @@ import datasets
 import numpy as np
 import pytest
 
+from lightning_fed.data_cross_rules import grouped_keys_line
 from lightning_fed.datamodules.partition import (
     IID,
     PARTITIONERS,
@@ -102,6 +103,25 @@ def test_by_key_groups_values():
     assert parts == [[1, 3], [2, 6], [0, 4], [5]]  # sorted values a, b, c, d
     merged = ByKey("author")(ds, 2, seed=0)  # round-robin: a,c -> 0; b,d -> 1
     assert merged == [[0, 1, 3, 4], [2, 5, 6]]
+    # the values each client holds, as the partition assigned its rows (the setup warning's, red team 17 B20)
+    assert ByKey("author").groups(ds, 2) == [["a", "c"], ["b", "d"]]
+    assert ByKey("author").groups(ds, 4) == [["a"], ["b"], ["c"], ["d"]]
+
+
+def test_grouped_keys_line_names_the_first_clients_values_and_none_when_private():
+    groups = [[f"u{i:02d}" for i in range(c, 20, 5)] for c in range(5)]
+    line = grouped_keys_line("user", "t.csv", groups)
+    assert line == (
+        "data.partition.key 'user': data.dataset 't.csv' has 20 distinct 'user' values for data.num_clients=5"
+        " clients, so they are grouped: value i in sorted order goes to client i % 5 (client 0: 'u00', 'u05',"
+        " 'u10' and 1 more; client 1: 'u01', 'u06', 'u11' and 1 more; client 2: 'u02', 'u07', 'u12' and 1 more;"
+        " client 3: 'u03', 'u08', 'u13' and 1 more; ...); set data.num_clients=20 for one client per value"
+    )
+    assert grouped_keys_line("user", "t.csv", groups, private=True) == (
+        "data.partition.key 'user': data.dataset 't.csv' has 20 distinct 'user' values for data.num_clients=5"
+        " clients, so they are grouped: value i in sorted order goes to client i % 5;"
+        " set data.num_clients=20 for one client per value"
+    )
 
 
 def test_by_key_too_many_clients():
