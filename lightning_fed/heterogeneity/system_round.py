@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from lightning_fed.errors import UserError
 from lightning_fed.federation.hooks import Capability, Payload, RoundHook
 from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import SyncRoundSimulator
@@ -137,6 +138,7 @@ class SystemHeterogeneity(RoundHook):
         self.clock = 0.0
         self.counts = {"unavailable": 0, "dropped": 0, "late": 0, "partial": 0}
         self._steps: dict[int, int] = {}  # this round's partial workers: client -> steps
+        self._name = FIELD  # federation.hooks[i] once bound (check_server)
 
     @property
     def wall(self) -> bool:
@@ -151,6 +153,9 @@ class SystemHeterogeneity(RoundHook):
         """When the run is bound, before anything is written: ``clock: wall`` in process, a
         ``target`` above the clients a round selects or below ``min_clients`` (a round closes at its
         target-th report), and the clients' profiles (a trace file read now) are checked."""
+        hooks = list(getattr(server, "hooks", None) or [])
+        if (index := next((i for i, h in enumerate(hooks) if h is self), None)) is not None:
+            self._name = f"federation.hooks[{index}]"
         self._check_engine(server.engine)
         clients_per_round = getattr(server, "clients_per_round", server.num_clients)
         poisson = getattr(server, "sampling", "fixed_size") == "poisson"
@@ -165,9 +170,9 @@ class SystemHeterogeneity(RoundHook):
         self.system.profiles(server.num_clients)
 
     def _check_engine(self, engine: str) -> None:
-        if self.wall and engine != "flower":
-            raise ValueError(
-                f"{FIELD}.clock='wall' runs over Flower only: in process the clients train one after another,"
+        if self.wall and engine != "flower":  # the user's to fix: exit 2, one line (red team 17 B22)
+            raise UserError(
+                f"{self._name}.clock='wall' runs over Flower only: in process the clients train one after another,"
                 " so a wall-clock deadline would cut them by their place in the queue; use clock='virtual'"
             )
 

@@ -25,6 +25,7 @@ from lightning_fed.deploy.apps import client_app, load_run
 from lightning_fed.deploy.records import CONFIG
 from lightning_fed.deploy.server import FederatedServer
 from lightning_fed.deploy.train_rounds import wall_clock
+from lightning_fed.errors import UserError
 from lightning_fed.federation.hooks import RoundHook
 from lightning_fed.heterogeneity import SystemHeterogeneity
 from tests.deploy.test_server_replies import NUM_CLIENTS, ScriptedGrid, _train_replies, honest_eval
@@ -191,10 +192,10 @@ def test_wall_clock_in_process_is_refused_in_one_line(tmp_path):
     loop = FederatedLoop(
         rounds=1, clients_per_round=2, local_steps=1, seed=0, hooks=[SystemHeterogeneity(clock="wall", deadline=5.0)]
     )
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(UserError) as info:  # the user's to fix: exit 2, one line (red team 17 B22)
         fit(tiny_dpo(), preference_data(), loop, str(tmp_path))
     assert str(info.value) == (
-        "federation.hooks: SystemHeterogeneity.clock='wall' runs over Flower only: in process the clients train one"
+        "federation.hooks[0].clock='wall' runs over Flower only: in process the clients train one"
         " after another, so a wall-clock deadline would cut them by their place in the queue; use clock='virtual'"
     )
     assert list(tmp_path.iterdir()) == []
