@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -266,3 +267,34 @@ def test_a_resume_with_other_synthetic_groups_is_refused_before_torch(two_rounds
     )
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert _hashes(two_rounds) == before
+
+
+def test_a_damaged_round_record_before_the_last_is_refused_before_torch_keeping_the_folder(two_rounds, tmp_path):
+    """Red team 17 B18: on 75a286d a ``rounds.jsonl`` whose line 1 of 2 was damaged was not checked at
+    resume: the resume trained a round, replaced ``last.ckpt`` and ``config.yaml``, then died with a bare
+    ``error: JSONDecodeError: ...`` (exit 1), checkpoint and ``summary.json`` disagreeing. The record is
+    read before torch, before the run folder is held, and refused naming the file and its line."""
+    run = tmp_path / "copy"
+    shutil.copytree(two_rounds / "lightning_logs" / "version_0", run)
+    rounds = run / "rounds.jsonl"
+    lines = rounds.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 2
+    rounds.write_bytes(b'{"round": 1, "broken"\n' + lines[1])
+    before = _hashes(run)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    args = ["fit", "--config", "tiny", f"--ckpt_path={ckpt}", "--federation.local_steps=1", "--federation.rounds=3"]
+    proc, work = _blocked(tmp_path, *args)
+    line = (
+        f"ckpt_path {str(ckpt)!r}: {rounds}: line 1 is not JSON (a damaged round record; the resume reads"
+        " the run's round history from it): restore the file from a copy of the run folder"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert _hashes(run) == before
+    assert list(work.iterdir()) == []
+    rounds.write_bytes(b"[1]\n" + lines[1])  # JSON, but no round record
+    proc, _ = _blocked(tmp_path, *args)
+    line = (
+        f"ckpt_path {str(ckpt)!r}: {rounds}: line 1 is not a round record (a JSON object with a round number;"
+        " the resume reads the run's round history from it): restore the file from a copy of the run folder"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
