@@ -115,7 +115,7 @@ def precheck_checkpoint(argv: list[str]) -> None:
         raise CheckpointError(problem)
     if stage != "fit" and (problem := evaluation_problem(path, args, ckpt)):
         raise CheckpointError(problem)
-    if stage == "fit" and (problem := rounds_problem(path, ckpt, args)):
+    if stage == "fit" and (problem := rounds_problem(path, ckpt, args) or summary_problem(path, ckpt, args)):
         raise CheckpointError(problem)
     if stage == "fit":  # a damaged key file, or another run's key (issue 41: came after the model was built)
         from lightning_fed.federation.run_key_file import check_checkpoint_key
@@ -462,11 +462,10 @@ def hpc_problem(stage: str, args: list[str]) -> str | None:
     )
 
 
-def rounds_problem(path: str, ckpt: Any, args: list[str]) -> str | None:
-    """The line refusing a resume whose ``federation.rounds`` is below the rounds the checkpoint's run
-    completed (Lightning refuses ``max_epochs`` below the restored epoch with a
-    ``MisconfigurationException``, exit 1, after the run folder's log was written), or ``None``.
-    ``federation.report.rounds`` is what the loop completed; :func:`file_problem` checked it first."""
+def _done_and_planned(ckpt: Any, args: list[str]) -> tuple[int, int] | None:
+    """The rounds the checkpoint's run completed (``federation.report.rounds``, what the loop completed;
+    :func:`file_problem` checked it first) and this run's ``federation.rounds``, or ``None`` where either is
+    not a whole number here (the live CLI decides)."""
     from lightning_fed.config_values import merged_config
 
     fed = ckpt.get("federation") if isinstance(ckpt, dict) else None
@@ -475,9 +474,51 @@ def rounds_problem(path: str, ckpt: Any, args: list[str]) -> str | None:
     merged = merged_config(args)
     federation = merged.sections.get("federation") if merged is not None else None
     rounds = federation.get("rounds") if isinstance(federation, dict) else None
-    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (done, rounds)) or rounds >= done:
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (done, rounds)):
         return None
+    return done, rounds
+
+
+def rounds_problem(path: str, ckpt: Any, args: list[str]) -> str | None:
+    """The line refusing a resume whose ``federation.rounds`` is below the rounds the checkpoint's run
+    completed (Lightning refuses ``max_epochs`` below the restored epoch with a
+    ``MisconfigurationException``, exit 1, after the run folder's log was written), or ``None``."""
+    if (counts := _done_and_planned(ckpt, args)) is None or counts[1] >= counts[0]:
+        return None
+    done, rounds = counts
     return (
         f"ckpt_path {path!r}: its run completed {done} rounds, federation.rounds={rounds} is fewer;"
         f" resume with federation.rounds > {done} to train more"
+    )
+
+
+def summary_problem(path: str, ckpt: Any, args: list[str]) -> str | None:
+    """The line refusing a resume that trains no round (its checkpoint's run completed ``federation.rounds``)
+    from a run folder whose ``summary.json`` is damaged, or ``None``. Such a resume writes no
+    ``summary.json``: it reports the folder's, kept as it is (docs/get-started/outputs.md), and read it only
+    at its end, after Lightning (red team 17 B19: a bare ``JSONDecodeError``, exit 1). A resume that trains
+    a round writes the file anew, so it is not refused for it."""
+    import json
+
+    from lightning_fed.federation.version_folder import checkpoint_run
+
+    counts = _done_and_planned(ckpt, args)
+    folder = checkpoint_run(path)
+    if counts is None or counts[0] != counts[1] or folder is None or not (file := folder / "summary.json").is_file():
+        return None
+    try:
+        summary = json.loads(file.read_bytes())
+    except OSError:
+        return None  # the live run says what it is
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        damaged = "is not JSON (a damaged file)"
+    else:
+        if isinstance(summary, dict) and isinstance(summary.get("rounds", []), list):
+            return None
+        damaged = "is not a run summary (a JSON object with a list of rounds)"
+    done = counts[0]
+    return (
+        f"ckpt_path {path!r}: its run completed {done} rounds, federation.rounds={done} trains none, and the"
+        f" result such a resume reports, {file}, {damaged}: restore it from a copy of the run folder, or"
+        f" resume with federation.rounds > {done} (a resume that trains writes it anew)"
     )
