@@ -93,6 +93,10 @@ def precheck_checkpoint(argv: list[str]) -> None:
             raise CheckpointError(problem)
     if not path or path in NAMED or path in NONE or "://" in path:
         return  # the live CLI resolves or refuses it
+    from lightning_fed.federation.resume_files import history_problem, summary_problem
+
+    if stage == "fit" and (problem := history_problem(path)):  # before torch, before the folder is held
+        raise CheckpointError(problem)
     if stage == "fit" and not printing:  # before torch, kept for the run (the live CLI adopts it)
         hold_resumed(path, args)
     from lightning_fed.resume_precheck import evaluation_problem, resume_problem
@@ -113,7 +117,9 @@ def precheck_checkpoint(argv: list[str]) -> None:
         raise CheckpointError(problem)
     if stage != "fit" and (problem := evaluation_problem(path, args, ckpt)):
         raise CheckpointError(problem)
-    if stage == "fit" and (problem := rounds_problem(path, ckpt, args)):
+    if stage == "fit" and (
+        problem := rounds_problem(path, ckpt, args) or summary_problem(path, _done_and_planned(ckpt, args))
+    ):
         raise CheckpointError(problem)
     if stage == "fit":  # a damaged key file, or another run's key (issue 41: came after the model was built)
         from lightning_fed.federation.run_key_file import check_checkpoint_key
@@ -425,11 +431,10 @@ def hpc_problem(stage: str, args: list[str]) -> str | None:
     )
 
 
-def rounds_problem(path: str, ckpt: Any, args: list[str]) -> str | None:
-    """The line refusing a resume whose ``federation.rounds`` is below the rounds the checkpoint's run
-    completed (Lightning refuses ``max_epochs`` below the restored epoch with a
-    ``MisconfigurationException``, exit 1, after the run folder's log was written), or ``None``.
-    ``federation.report.rounds`` is what the loop completed; :func:`file_problem` checked it first."""
+def _done_and_planned(ckpt: Any, args: list[str]) -> tuple[int, int] | None:
+    """The rounds the checkpoint's run completed (``federation.report.rounds``, what the loop completed;
+    :func:`file_problem` checked it first) and this run's ``federation.rounds``, or ``None`` where either is
+    not a whole number here (the live CLI decides)."""
     from lightning_fed.config_values import merged_config
 
     fed = ckpt.get("federation") if isinstance(ckpt, dict) else None
@@ -438,8 +443,18 @@ def rounds_problem(path: str, ckpt: Any, args: list[str]) -> str | None:
     merged = merged_config(args)
     federation = merged.sections.get("federation") if merged is not None else None
     rounds = federation.get("rounds") if isinstance(federation, dict) else None
-    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (done, rounds)) or rounds >= done:
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (done, rounds)):
         return None
+    return done, rounds
+
+
+def rounds_problem(path: str, ckpt: Any, args: list[str]) -> str | None:
+    """The line refusing a resume whose ``federation.rounds`` is below the rounds the checkpoint's run
+    completed (Lightning refuses ``max_epochs`` below the restored epoch with a
+    ``MisconfigurationException``, exit 1, after the run folder's log was written), or ``None``."""
+    if (counts := _done_and_planned(ckpt, args)) is None or counts[1] >= counts[0]:
+        return None
+    done, rounds = counts
     return (
         f"ckpt_path {path!r}: its run completed {done} rounds, federation.rounds={rounds} is fewer;"
         f" resume with federation.rounds > {done} to train more"

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import heavy_blocked_env, lightning_fed
+from tests.helpers.cli import HEAVY_IMPORTED, heavy_blocked_env, lightning_fed
 from tests.helpers.tiny_run import ENV, ROOT
 
 
@@ -266,3 +267,62 @@ def test_a_resume_with_other_synthetic_groups_is_refused_before_torch(two_rounds
     )
     assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
     assert _hashes(two_rounds) == before
+
+
+def test_a_damaged_round_record_before_the_last_is_refused_before_torch_keeping_the_folder(two_rounds, tmp_path):
+    """Red team 17 B18: on 75a286d a ``rounds.jsonl`` whose line 1 of 2 was damaged was not checked at
+    resume: the resume trained a round, replaced ``last.ckpt`` and ``config.yaml``, then died with a bare
+    ``error: JSONDecodeError: ...`` (exit 1), checkpoint and ``summary.json`` disagreeing. The record is
+    read before torch, before the run folder is held, and refused naming the file and its line."""
+    run = tmp_path / "copy"
+    shutil.copytree(two_rounds / "lightning_logs" / "version_0", run)
+    rounds = run / "rounds.jsonl"
+    lines = rounds.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 2
+    rounds.write_bytes(b'{"round": 1, "broken"\n' + lines[1])
+    before = _hashes(run)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    args = ["fit", "--config", "tiny", f"--ckpt_path={ckpt}", "--federation.local_steps=1", "--federation.rounds=3"]
+    proc, work = _blocked(tmp_path, *args)
+    line = (
+        f"ckpt_path {str(ckpt)!r}: {rounds}: line 1 is not JSON (a damaged round record; the resume reads"
+        " the run's round history from it): restore the file from a copy of the run folder"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert _hashes(run) == before
+    assert list(work.iterdir()) == []
+    rounds.write_bytes(b"[1]\n" + lines[1])  # JSON, but no round record
+    proc, _ = _blocked(tmp_path, *args)
+    line = (
+        f"ckpt_path {str(ckpt)!r}: {rounds}: line 1 is not a round record (a JSON object with a round number;"
+        " the resume reads the run's round history from it): restore the file from a copy of the run folder"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+
+
+def test_a_resume_with_no_round_left_whose_summary_is_damaged_is_refused_before_lightning(two_rounds, tmp_path):
+    """Red team 17 B19: on 75a286d a resume whose checkpoint had completed ``federation.rounds`` (it trains no
+    round and reports the folder's ``summary.json``) in a folder whose ``summary.json`` was damaged exited 1
+    with a bare ``error: JSONDecodeError: ...`` after Lightning was imported. The summary is read with the
+    checkpoint, before Lightning, and refused naming the file; the folder stays byte for byte."""
+    run = tmp_path / "copy"
+    shutil.copytree(two_rounds / "lightning_logs" / "version_0", run)
+    summary = run / "summary.json"
+    summary.write_text('{"rounds": [\n', encoding="utf-8")
+    before = _hashes(run)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HEAVY_IMPORTED.format(path=str(tmp_path / "heavy.txt")))
+    env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}
+    ckpt = run / "checkpoints" / "last.ckpt"
+    args = ["fit", "--config", "tiny", f"--ckpt_path={ckpt}", "--federation.local_steps=1", "--federation.rounds=2"]
+    proc = lightning_fed(*args, cwd=tmp_path, env=env)
+    line = (
+        f"ckpt_path {str(ckpt)!r}: its run completed 2 rounds, federation.rounds=2 trains none, and the result"
+        f" such a resume reports, {summary}, is not JSON (a damaged file): restore it from a copy of the run"
+        " folder, or resume with federation.rounds > 2 (a resume that trains writes it anew)"
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {line}\n")
+    assert (tmp_path / "heavy.txt").read_text() == ""
+    assert _hashes(run) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy", "heavy.txt", "hook"]
