@@ -545,6 +545,7 @@ def value_problem(args: list[str]) -> str | None:
     return (
         merged.problem()
         or _root_problem(merged.sections.get("trainer"))
+        or _logger_problem(merged.sections.get("trainer"))
         or _offload_problem(merged.sections.get("federation"))
     )
 
@@ -593,6 +594,23 @@ def _root_problem(trainer: Any) -> str | None:
         return None
     why = unwritable(root)
     return f"trainer.default_root_dir {root!r}: {why}" if why else None
+
+
+def _logger_problem(trainer: Any) -> str | None:
+    """A ``trainer.logger``'s ``init_args.save_dir`` (TensorBoardLogger's, CSVLogger's) where no file can be
+    written, the line :func:`_root_problem` says of ``default_root_dir`` (red team 17 B21: a ``save_dir``
+    that was a file was a bare ``NotADirectoryError`` after torch, naming no option), or ``None``."""
+    loggers = trainer.get("logger") if isinstance(trainer, dict) else None
+    listed = isinstance(loggers, list)
+    for index, logger in enumerate(loggers if listed else [loggers]):
+        init_args = logger.get("init_args") if isinstance(logger, dict) else None
+        folder = init_args.get("save_dir") if isinstance(init_args, dict) else None
+        if not isinstance(folder, str) or not folder or "://" in folder:
+            continue
+        if why := unwritable(folder):
+            option = f"trainer.logger[{index}]" if listed else "trainer.logger"
+            return f"{option}.init_args.save_dir {folder!r}: {why}"
+    return None
 
 
 def _offload_problem(federation: Any) -> str | None:

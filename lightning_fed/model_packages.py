@@ -94,8 +94,11 @@ def gguf_problem(option: str, spec: str, cache_dir: Any = None) -> str | None:
     package, _, file = spec[len(GGUF_PREFIX) :].partition("/")
     if not package.isidentifier() or not file.endswith(".gguf") or "/" in file:
         return None
-    root = (cache_dir if isinstance(cache_dir, str) else None) or os.environ.get("LIGHTNING_FED_CACHE")
+    given = cache_dir if isinstance(cache_dir, str) and cache_dir else None
+    root = given or os.environ.get(CACHE_ENV)
     root_path = Path(root).expanduser() if root else Path.home() / ".cache" / "lightning_fed"
+    if problem := cache_root_problem(root_path, cache_option(option) if given else None):
+        return problem
     folder = root_path / "gguf" / package / Path(file).stem
     if not folder.is_dir():  # a folder there is a copy, however damaged (red team 14 L2: no config.json)
         return missing_package_problem(package, option, spec)
@@ -103,6 +106,39 @@ def gguf_problem(option: str, spec: str, cache_dir: Any = None) -> str | None:
         return None  # a damaged copy is rebuilt from the package (gguf_cache)
     damage = cache_damage(folder)
     return damaged_cache_problem(option, spec, folder, damage) if damage else None
+
+
+CACHE_ENV = "LIGHTNING_FED_CACHE"
+"""Where dequantized GGUF models are cached (:data:`lightning_fed.modules.backbone.CACHE_ENV`)."""
+
+
+def cache_option(option: str) -> str:
+    """The ``cache_dir`` option beside the model option ``option`` (``model.backbone.cache_dir``)."""
+    return f"{option.rpartition('.')[0]}.cache_dir"
+
+
+def cache_root_problem(root: Path, option: str | None = None) -> str | None:
+    """The line refusing the GGUF cache ``root`` when it, or a folder above it, is there but is no folder
+    (a file, a FIFO, a symlink to a device: named from ``stat`` alone, never opened), or the folder it
+    would be made in is not writable; ``None`` otherwise. ``option``: the config's ``cache_dir`` that
+    gave ``root``, else ``$LIGHTNING_FED_CACHE`` (when set) or the default is named. Red team 17 B15: a
+    ``LIGHTNING_FED_CACHE`` that was a file was a bare ``NotADirectoryError`` after torch, naming no
+    variable (the live line: :func:`~lightning_fed.modules.backbone.gguf_cache`)."""
+    import os
+
+    named = option or (CACHE_ENV if os.environ.get(CACHE_ENV) else "the model cache")
+    fix = f"set {option} to a folder" if option else f"point {CACHE_ENV} at a folder"
+    for path in (root, *root.parents):
+        if not os.path.lexists(path):
+            continue
+        if path.is_dir():
+            if path == root or os.access(path, os.W_OK | os.X_OK):
+                return None
+            return f"{named} {root}: {path} is not writable, so the folder cannot be made; {fix}"
+        kind = not_a_file(path) or "a regular file"
+        what = f"{named} {root} is {kind}" if path == root else f"{named} {root}: {path} is {kind}"
+        return f"{what}, not a folder: dequantized GGUF models are cached there; {fix}"
+    return None
 
 
 WEIGHTS_INDEX = "model.safetensors.index.json"

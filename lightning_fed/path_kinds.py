@@ -5,7 +5,8 @@ Shared by the lines that refuse such a path where a file is read: a run's key fi
 (:mod:`~lightning_fed.federation.run_key_file`), ``--ckpt_path``
 (:func:`~lightning_fed.federation.early_check.path_problem`), a file of a data folder
 (:func:`~lightning_fed.data_paths.folder_problem`), a cached model copy's file
-(:mod:`~lightning_fed.model_packages`). Imports neither torch nor anything that does.
+(:mod:`~lightning_fed.model_packages`), ``evaluate``'s input files (:func:`no_file_said`).
+Imports neither torch nor anything that does.
 """
 
 from __future__ import annotations
@@ -37,3 +38,14 @@ def not_a_file(path: Path) -> str | None:
         return None
     kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
     return f"a symlink to {kind} {os.path.realpath(path)}" if path.is_symlink() else kind
+
+
+def no_file_said(path: Path) -> str | None:
+    """How a line goes on after an option and its value when ``path`` is no regular file to read:
+    ``": no such file"``, or ``" is a FIFO, not a regular file"`` (a folder, a device: :func:`not_a_file`,
+    never opened); ``None`` for a regular file. Red team 17 B17: a FIFO given to ``evaluate`` was
+    "no such file", a file that ``ls`` shows."""
+    if path.is_file():
+        return None
+    kind = not_a_file(path)
+    return f" is {kind}, not a regular file" if kind and not kind.startswith("unreadable") else ": no such file"

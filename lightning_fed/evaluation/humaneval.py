@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.path_kinds import no_file_said
+
 # The stop sequences of the Codex paper (Sec. 2.3): a new top-level statement ends the body.
 CODEX_STOP = ["\nclass", "\ndef", "\n#", "\nif", "\nprint"]
 SAMPLES_FILE = "humaneval_samples.jsonl"
@@ -64,8 +66,8 @@ class HumanEvalOptions:
             problems.append(f"--humaneval.timeout must be > 0, got {self.timeout}")
         if self.n_workers < 1:
             problems.append(f"--humaneval.n_workers must be >= 1, got {self.n_workers}")
-        if self.problem_file is not None and not Path(self.problem_file).expanduser().is_file():
-            problems.append(f"--humaneval.problem_file {self.problem_file!r}: no such file")
+        if self.problem_file is not None and (said := no_file_said(Path(self.problem_file).expanduser())):
+            problems.append(f"--humaneval.problem_file {self.problem_file!r}{said}")
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -18,6 +18,7 @@ from typing import Any
 from lightning_fed.evaluation.judge import LLMJudge, LocalChatBackend, OpenAIChatBackend
 from lightning_fed.hook_rules import PROMPT_TEMPLATES as TEMPLATE_CHOICES  # datamodules' (imports torch)
 from lightning_fed.json_lines import numbered_records
+from lightning_fed.path_kinds import no_file_said
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "tasks" / "judge_prompts.jsonl"
 MODES = ("pairwise", "single")
@@ -105,8 +106,8 @@ class JudgeOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 problems.append(f"--judge.{name} must be >= 1, got {value}")
-        if self.prompts is not None and not Path(self.prompts).expanduser().is_file():
-            problems.append(f"--judge.prompts {self.prompts!r}: no such file")
+        if self.prompts is not None and (said := no_file_said(Path(self.prompts).expanduser())):
+            problems.append(f"--judge.prompts {self.prompts!r}{said}")
         if problems:
             raise ValueError("; ".join(problems))
 

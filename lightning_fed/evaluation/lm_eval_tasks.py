@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from lightning_fed.path_kinds import no_file_said
+
 LOCAL_TASKS = Path(__file__).resolve().parent / "tasks"
 
 LM_EVAL_NOTICES = {
@@ -116,6 +118,7 @@ class LmEvalOptions:
         for path in self.include_path:
             if not Path(path).expanduser().is_dir():
                 problems.append(f"--lm_eval.include_path {path!r}: no such folder")
+        problems.extend(filter(None, map(task_file_problem, self.tasks)))
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -141,6 +144,18 @@ def follow_run_format(options: LmEvalOptions, template: str | None, system_promp
     return replace(options, apply_chat_template=apply, system_instruction=system)
 
 
+def task_file_problem(task: str) -> str | None:
+    """The line refusing ``task`` of ``--lm_eval.tasks`` when it names a task YAML file that is not there,
+    or is there but no regular file (a FIFO, a folder: named from ``stat`` alone, never opened; red
+    team 17 B17: a FIFO "does not exist", after the model loaded), else ``None``."""
+    if not task.endswith((".yaml", ".yml")):
+        return None
+    said = no_file_said(Path(task).expanduser())
+    if said is None:
+        return None
+    return f"--lm_eval.tasks: task file {task!r}{' does not exist' if said.startswith(':') else said}"
+
+
 def task_manager(options: LmEvalOptions) -> tuple[Any, list[str]]:
     """lm-eval's task index over its own tasks, the shipped local ones and ``include_path``.
 
@@ -159,8 +174,8 @@ def task_manager(options: LmEvalOptions) -> tuple[Any, list[str]]:
     for task in options.tasks:
         if task.endswith((".yaml", ".yml")):
             path = Path(task).expanduser()
-            if not path.is_file():
-                raise ValueError(f"--lm_eval.tasks: task file {task!r} does not exist")
+            if problem := task_file_problem(task):
+                raise ValueError(problem)
             include.append(str(path.resolve().parent))
             names.append(_yaml_task_name(path))
         else:

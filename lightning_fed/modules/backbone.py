@@ -262,10 +262,19 @@ def gguf_cache(spec: str, cache_dir: str | None = None, field: str = "backbone.n
     Returns:
         The cached folder, loadable with ``from_pretrained``.
     """
-    from lightning_fed.model_packages import cache_damage, damaged_cache_problem, find_package_dir, write_digests
+    from lightning_fed.model_packages import (
+        cache_damage,
+        cache_option,
+        cache_root_problem,
+        damaged_cache_problem,
+        find_package_dir,
+        write_digests,
+    )
 
     package, file = _parse_gguf(spec, field)
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    if problem := cache_root_problem(root, cache_option(field) if cache_dir else None):
+        raise UserError(problem)
     target = root / "gguf" / package / Path(file).stem
     if target.is_dir():
         if (damage := cache_damage(target)) is None:
@@ -283,8 +292,15 @@ def gguf_cache(spec: str, cache_dir: str | None = None, field: str = "backbone.n
         raise ValueError(
             f"{field}: no file {file!r} in package {package!r} ({source_dir}) for {spec!r}; GGUF files there: {found}"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as err:  # /proc/x: no folder can be made there (red team 17 B15)
+        named = cache_option(field) if cache_dir else CACHE_ENV if os.environ.get(CACHE_ENV) else "the model cache"
+        raise UserError(
+            f"{named} {root}: cannot make the folder {str(target.parent)!r} ({err.strerror}): dequantized GGUF"
+            " models are cached there; point it at a writable folder"
+        ) from None  # instantiate_classes raises the innermost cause
     try:
         _dequantize_to(source_dir, file, tmp)
         write_digests(tmp)
