@@ -293,6 +293,38 @@ def _key_column(dataset: str, column: str) -> list[Any] | None:
     return values if numbers else None
 
 
+def _number_cells(dataset: str, column: str) -> list[str] | None:
+    """Each row's cell of the column ``column`` of the CSV file ``dataset`` where pandas types that column
+    as numbers (:func:`~lightning_fed.column_types.pandas_values`) and no cell is missing; ``None`` otherwise."""
+    path = Path(dataset).expanduser()
+    try:
+        cells = csv_cells(path) if path.suffix.lower() == ".csv" and path.is_file() else None
+    except file_errors():
+        return None
+    column_cells = [row.get(column) for row in cells or []]
+    typed = pandas_values(column_cells) if column_cells else None
+    if typed is None or typed[0] not in ("int", "float") or any(cell is None for cell in column_cells):
+        return None
+    return column_cells  # type: ignore[return-value]
+
+
+def _merged_cells_problem(key: str, dataset: str, values: list[Any], cells: list[str]) -> str | None:
+    """The line refusing two different ``cells`` of a CSV key column that pandas types as the one number
+    (``values``): ``007``, ``7`` and ``0070`` are the one client key 7 to ``ByKey`` (red team 17 B23: three
+    users trained as one client, or refused with values the file does not spell so)."""
+    first: dict[Any, int] = {}
+    for row, value in enumerate(values):
+        seen = first.setdefault(value, row)
+        if cells[seen] != cells[row]:
+            return (
+                f"data.partition.key {key!r}: data.dataset {dataset!r}: row {row} has {key!r} {cells[row]} and"
+                f" row {seen} has {key!r} {cells[seen]}; the CSV column is read as numbers, so ByKey reads both"
+                f" as the one client key {value!r}: write every {key!r} value one way, or make the ids text"
+                f" (such as u{cells[seen]})"
+            )
+    return None
+
+
 def _first_missing(values: list[Any]) -> int | None:
     """The first row without a key value: missing, null or a text empty or of whitespace only (red team 16 B3)."""
     return next((row for row, value in enumerate(values) if no_key_value(value)), None)
@@ -322,8 +354,15 @@ def _by_key_problem(init_args: Mapping[str, Any], key: Any, field_map: Any, opti
         return missing_key_line("data.partition.key", key, option, value, row, line, column, values[row] is not None)
     held = sorted(set(training))
     if option == "data.dataset":
+        cells = _number_cells(dataset, source)
+        if cells is not None and (problem := _merged_cells_problem(key, dataset, training, cells)):
+            return problem
+        spelled = None if cells is None else dict(zip(training, cells, strict=True))  # one cell per key, as checked
+        spellings = None if spelled is None else [spelled[value] for value in held]
         clients = any_value(init_args.get("num_clients"))
-        return too_few_keys_line(key, dataset, held, clients) if type(clients) is int and len(held) < clients else None
+        if type(clients) is int and len(held) < clients:
+            return too_few_keys_line(key, dataset, held, clients, spellings)
+        return None
     if values is not None and (row := next((i for i, v in enumerate(values) if v not in set(held)), None)) is not None:
         return unheld_key_line(option, value, row, row_line(value, row), key, values[row], held)
     return None

@@ -319,11 +319,15 @@ def partition_column_problem(
     return f"{named} has no such column (columns: {', '.join(source)})"
 
 
-def too_few_keys_line(key: str, dataset: str, values: list[Any], num_clients: int) -> str:
+def too_few_keys_line(
+    key: str, dataset: str, values: list[Any], num_clients: int, spellings: list[str] | None = None
+) -> str:
     """The line refusing ``ByKey(key)`` over ``data.dataset`` whose ``values`` (distinct, sorted) are
     fewer than ``data.num_clients``: one client per value, so some client would get no row. Said by
-    the precheck from a local file's rows and by the data module after the imports."""
-    shown = ", ".join(repr(v) for v in values[:5]) + (f" and {len(values) - 5} more" if len(values) > 5 else "")
+    the precheck from a local file's rows and by the data module after the imports. ``spellings``: each
+    value as the file spells it (a CSV cell typed as a number: ``007``, not 7; red team 17 B23)."""
+    shown = spellings if spellings is not None else [repr(v) for v in values]
+    shown = ", ".join(shown[:5]) + (f" and {len(values) - 5} more" if len(values) > 5 else "")
     return (
         f"data.partition.key {key!r}: data.dataset {dataset!r} has {len(values)} distinct {key!r} value(s)"
         f" ({shown}), which cannot fill data.num_clients={num_clients} clients; use num_clients <= {len(values)}"
