@@ -265,7 +265,7 @@ def _key_column(dataset: str, column: str) -> list[Any] | None:
     """Each row's value of ``column`` of the local file ``dataset`` (``None``: missing or null), where
     certain as ``ByKey`` reads it: a Parquet column (pyarrow) or JSON/JSON Lines rows or a CSV column as
     pandas types it (:func:`csv_cells`, :func:`~lightning_fed.column_types.pandas_values`) whose values
-    (nulls aside) are all text or all numbers; ``None`` otherwise (mixed values, a NaN, a file not read
+    (nulls aside) are all text or all numbers; ``None`` otherwise (mixed values, a file not read
     here, no regular file: the partitioner's, or the path check's, to say)."""
     path = Path(dataset).expanduser()
     try:
@@ -289,8 +289,7 @@ def _key_column(dataset: str, column: str) -> list[Any] | None:
     given = [v for v in values if v is not None]
     if all(isinstance(v, str) for v in given):
         return values
-    numbers = all(type(v) in (int, float) for v in given) and all(v == v for v in given)  # v != v: a NaN
-    return values if numbers else None
+    return values if all(type(v) in (int, float) for v in given) else None  # a NaN: no value (no_key_value)
 
 
 def _number_cells(dataset: str, column: str) -> list[str] | None:
@@ -351,7 +350,7 @@ def _by_key_problem(init_args: Mapping[str, Any], key: Any, field_map: Any, opti
     values = training if option == "data.dataset" else _key_column(value, source)
     if values is not None and (row := _first_missing(values)) is not None:
         line = row_line(value, row)
-        return missing_key_line("data.partition.key", key, option, value, row, line, column, values[row] is not None)
+        return missing_key_line("data.partition.key", key, option, value, row, line, column, values[row])
     held = sorted(set(training))
     if option == "data.dataset":
         cells = _number_cells(dataset, source)
