@@ -292,6 +292,28 @@ def _key_column(dataset: str, column: str) -> list[Any] | None:
     return values if all(type(v) in (int, float) for v in given) else None  # a NaN: no value (no_key_value)
 
 
+def _nested_key_problem(key: str, option: str, dataset: str, column: str) -> str | None:
+    """The line refusing the Parquet file ``dataset`` (given as ``option``) whose key ``column`` is of a
+    nested Arrow type (a list, a struct, a map): ``ByKey`` sorts its values, and such values do not sort
+    (red team 17 B8: ``values of 'user' cannot be sorted`` after the imports, naming neither option nor file)."""
+    path = Path(dataset).expanduser()
+    if path.suffix.lower() != ".parquet":
+        return None
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq  # no torch
+
+        kind = pq.read_schema(path).field(column).type
+    except file_errors() + (KeyError,):  # not read cleanly, or no such column: said elsewhere
+        return None
+    if not pa.types.is_nested(kind):
+        return None
+    return (
+        f"data.partition.key {key!r}: {option} {dataset!r}: its {column!r} column is of Parquet type {kind};"
+        " ByKey sorts its key values: text, numbers, booleans, dates or times, not a list, a struct or a map"
+    )
+
+
 def _number_cells(dataset: str, column: str) -> list[str] | None:
     """Each row's cell of the column ``column`` of the CSV file ``dataset`` where pandas types that column
     as numbers (:func:`~lightning_fed.column_types.pandas_values`) and no cell is missing; ``None`` otherwise."""
@@ -345,6 +367,9 @@ def _by_key_problem(init_args: Mapping[str, Any], key: Any, field_map: Any, opti
     source, column = (
         (field_map.get(key, key), mapped_column(key, field_map)) if isinstance(field_map, Mapping) else (key, None)
     )
+    for set_option, path in {"data.dataset": dataset, option: value}.items():
+        if problem := _nested_key_problem(key, set_option, path, source):
+            return problem
     if (training := _key_column(dataset, source)) is None:
         return None
     values = training if option == "data.dataset" else _key_column(value, source)

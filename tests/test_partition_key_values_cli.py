@@ -239,3 +239,19 @@ def test_a_folder_s_row_whose_key_is_nan_is_one_line_after_torch(tmp_path):
     _write(folder / "part.parquet", _rows((1.0, float("nan"), 2.0, 2.0)))
     line = f"data.partition.key 'user': data.dataset {str(folder)!r}: row 1 has no 'user' value (NaN)"
     _refused_after_torch(tmp_path, _config(folder), line)
+
+
+# Red team 17 B8: a Parquet key column of a nested type (struct {n: <name>}) was refused only after the
+# imports, in two lines naming neither the option nor the file (`values of 'user' cannot be sorted`).
+@pytest.mark.parametrize(
+    ("users", "arrow_type"),
+    [([{"n": "ana"}, {"n": "ben"}], "struct<n: string>"), ([["ana"], ["ben"]], "list<element: string>")],
+    ids=["struct", "list"],
+)
+def test_a_parquet_key_column_of_a_nested_type_is_one_line_before_torch(tmp_path, users, arrow_type):
+    dataset = _write(tmp_path / "data" / "train.parquet", _rows((*users, *users)))
+    line = (
+        f"data.partition.key 'user': data.dataset {str(dataset)!r}: its 'user' column is of Parquet type {arrow_type};"
+        " ByKey sorts its key values: text, numbers, booleans, dates or times, not a list, a struct or a map"
+    )
+    assert_config_refused_before_torch(tmp_path, _config(dataset), line)
