@@ -265,7 +265,7 @@ def _key_column(dataset: str, column: str) -> list[Any] | None:
     """Each row's value of ``column`` of the local file ``dataset`` (``None``: missing or null), where
     certain as ``ByKey`` reads it: a Parquet column (pyarrow) or JSON/JSON Lines rows or a CSV column as
     pandas types it (:func:`csv_cells`, :func:`~lightning_fed.column_types.pandas_values`) whose values
-    (nulls aside) are all text or all numbers; ``None`` otherwise (mixed values, a NaN, a file not read
+    (nulls aside) are all text or all numbers; ``None`` otherwise (mixed values, a file not read
     here, no regular file: the partitioner's, or the path check's, to say)."""
     path = Path(dataset).expanduser()
     try:
@@ -289,8 +289,61 @@ def _key_column(dataset: str, column: str) -> list[Any] | None:
     given = [v for v in values if v is not None]
     if all(isinstance(v, str) for v in given):
         return values
-    numbers = all(type(v) in (int, float) for v in given) and all(v == v for v in given)  # v != v: a NaN
-    return values if numbers else None
+    return values if all(type(v) in (int, float) for v in given) else None  # a NaN: no value (no_key_value)
+
+
+def _nested_key_problem(key: str, option: str, dataset: str, column: str) -> str | None:
+    """The line refusing the Parquet file ``dataset`` (given as ``option``) whose key ``column`` is of a
+    nested Arrow type (a list, a struct, a map): ``ByKey`` sorts its values, and such values do not sort
+    (red team 17 B8: ``values of 'user' cannot be sorted`` after the imports, naming neither option nor file)."""
+    path = Path(dataset).expanduser()
+    if path.suffix.lower() != ".parquet":
+        return None
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq  # no torch
+
+        kind = pq.read_schema(path).field(column).type
+    except file_errors() + (KeyError,):  # not read cleanly, or no such column: said elsewhere
+        return None
+    if not pa.types.is_nested(kind):
+        return None
+    return (
+        f"data.partition.key {key!r}: {option} {dataset!r}: its {column!r} column is of Parquet type {kind};"
+        " ByKey sorts its key values: text, numbers, booleans, dates or times, not a list, a struct or a map"
+    )
+
+
+def _number_cells(dataset: str, column: str) -> list[str] | None:
+    """Each row's cell of the column ``column`` of the CSV file ``dataset`` where pandas types that column
+    as numbers (:func:`~lightning_fed.column_types.pandas_values`) and no cell is missing; ``None`` otherwise."""
+    path = Path(dataset).expanduser()
+    try:
+        cells = csv_cells(path) if path.suffix.lower() == ".csv" and path.is_file() else None
+    except file_errors():
+        return None
+    column_cells = [row.get(column) for row in cells or []]
+    typed = pandas_values(column_cells) if column_cells else None
+    if typed is None or typed[0] not in ("int", "float") or any(cell is None for cell in column_cells):
+        return None
+    return column_cells  # type: ignore[return-value]
+
+
+def _merged_cells_problem(key: str, dataset: str, values: list[Any], cells: list[str]) -> str | None:
+    """The line refusing two different ``cells`` of a CSV key column that pandas types as the one number
+    (``values``): ``007``, ``7`` and ``0070`` are the one client key 7 to ``ByKey`` (red team 17 B23: three
+    users trained as one client, or refused with values the file does not spell so)."""
+    first: dict[Any, int] = {}
+    for row, value in enumerate(values):
+        seen = first.setdefault(value, row)
+        if cells[seen] != cells[row]:
+            return (
+                f"data.partition.key {key!r}: data.dataset {dataset!r}: row {row} has {key!r} {cells[row]} and"
+                f" row {seen} has {key!r} {cells[seen]}; the CSV column is read as numbers, so ByKey reads both"
+                f" as the one client key {value!r}: write every {key!r} value one way, or make the ids text"
+                f" (such as u{cells[seen]})"
+            )
+    return None
 
 
 def _first_missing(values: list[Any]) -> int | None:
@@ -314,16 +367,26 @@ def _by_key_problem(init_args: Mapping[str, Any], key: Any, field_map: Any, opti
     source, column = (
         (field_map.get(key, key), mapped_column(key, field_map)) if isinstance(field_map, Mapping) else (key, None)
     )
+    for set_option, path in {"data.dataset": dataset, option: value}.items():
+        if problem := _nested_key_problem(key, set_option, path, source):
+            return problem
     if (training := _key_column(dataset, source)) is None:
         return None
     values = training if option == "data.dataset" else _key_column(value, source)
     if values is not None and (row := _first_missing(values)) is not None:
         line = row_line(value, row)
-        return missing_key_line("data.partition.key", key, option, value, row, line, column, values[row] is not None)
+        return missing_key_line("data.partition.key", key, option, value, row, line, column, values[row])
     held = sorted(set(training))
     if option == "data.dataset":
+        cells = _number_cells(dataset, source)
+        if cells is not None and (problem := _merged_cells_problem(key, dataset, training, cells)):
+            return problem
+        spelled = None if cells is None else dict(zip(training, cells, strict=True))  # one cell per key, as checked
+        spellings = None if spelled is None else [spelled[value] for value in held]
         clients = any_value(init_args.get("num_clients"))
-        return too_few_keys_line(key, dataset, held, clients) if type(clients) is int and len(held) < clients else None
+        if type(clients) is int and len(held) < clients:
+            return too_few_keys_line(key, dataset, held, clients, spellings)
+        return None
     if values is not None and (row := next((i for i, v in enumerate(values) if v not in set(held)), None)) is not None:
         return unheld_key_line(option, value, row, row_line(value, row), key, values[row], held)
     return None

@@ -319,13 +319,20 @@ def partition_column_problem(
     return f"{named} has no such column (columns: {', '.join(source)})"
 
 
-def too_few_keys_line(key: str, dataset: str, values: list[Any], num_clients: int) -> str:
+def too_few_keys_line(
+    key: str, dataset: str, values: list[Any], num_clients: int, spellings: list[str] | None = None
+) -> str:
     """The line refusing ``ByKey(key)`` over ``data.dataset`` whose ``values`` (distinct, sorted) are
     fewer than ``data.num_clients``: one client per value, so some client would get no row. Said by
-    the precheck from a local file's rows and by the data module after the imports."""
+    the precheck from a local file's rows and by the data module after the imports. ``spellings``: each
+    value as the file spells it (a CSV cell typed as a number: ``007``, not 7; red team 17 B23)."""
+    if spellings is None:
+        shown = _listed(values, 5)
+    else:
+        shown = ", ".join(spellings[:5]) + (f" and {len(values) - 5} more" if len(values) > 5 else "")
     return (
         f"data.partition.key {key!r}: data.dataset {dataset!r} has {len(values)} distinct {key!r} value(s)"
-        f" ({_listed(values, 5)}), which cannot fill data.num_clients={num_clients} clients;"
+        f" ({shown}), which cannot fill data.num_clients={num_clients} clients;"
         f" use num_clients <= {len(values)}"
     )
 
@@ -358,25 +365,29 @@ def missing_key_line(
     row: int,
     line: int | None,
     column: str | None = None,
-    empty: bool = False,
+    value: Any = None,
 ) -> str:
-    """The line refusing row ``row`` of ``dataset`` (given as ``set_option``) that has no value (missing or
-    null, or ``empty``: a text empty or of whitespace only, :func:`no_key_value`) in the column ``key`` the
+    """The line refusing row ``row`` of ``dataset`` (given as ``set_option``) whose ``value`` is no value
+    (:func:`no_key_value`: missing or null, a text empty or of whitespace only, a NaN) in the column ``key`` the
     partition ``option`` (``data.partition.key``) assigns rows to clients by (red team 15 M2: after the
     imports, two lines naming neither the option nor the file): said by the precheck
     (:func:`lightning_fed.data_columns.data_columns_problem`, with the row's ``line`` in a JSON Lines file)
     and by the data module after the imports; a key read from another ``column`` (``data.field_map``) is
     named with it."""
     where = f"line {line} (row {row})" if line is not None else f"row {row}"
-    how = "empty text" if empty else "missing or null"
+    how = "empty text" if isinstance(value, str) else "NaN" if value is not None else "missing or null"
     what = f"(column {column!r}: {how})" if column is not None else f"({how})"
     return f"{option} {key!r}: {set_option} {dataset!r}: {where} has no {key!r} value {what}"
 
 
 def no_key_value(value: Any) -> bool:
-    """Whether ``value`` is no client key: ``None`` (missing or null) or a text empty or of whitespace only
+    """Whether ``value`` is no client key: ``None`` (missing or null), a text empty or of whitespace only
     (red team 16 B3: a JSON ``""`` was a client key of its own while the same empty CSV cell, null to
-    pandas, was refused). Held by the precheck and by ``ByKey`` and the evaluation sets after the imports."""
+    pandas, was refused) or a NaN (red team 17 B3: a Parquet float column's NaN, what pandas writes for a
+    missing float, or a JSON ``NaN``, went to some client). Held by the precheck and by ``ByKey`` and the
+    evaluation sets after the imports."""
+    if isinstance(value, float):  # numpy's float64 too
+        return value != value
     return value is None or (isinstance(value, str) and not value.strip())
 
 

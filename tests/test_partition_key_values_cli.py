@@ -214,3 +214,44 @@ def test_a_folder_without_the_key_column_lists_its_own_columns_after_torch(tmp_p
         " by (columns: question, preferred, other)"
     )
     _refused_after_torch(tmp_path, _config(dataset, val_dataset=str(folder)), line)
+
+
+# Red team 17 B3: a NaN key (a Parquet float column with NaN, what pandas writes for a missing float, or a
+# JSON Lines `NaN`) was a client key: the row went to some client. A NaN is no value, before torch and after.
+@pytest.mark.parametrize(
+    ("name", "where"), [("train.jsonl", "line 3 (row 2)"), ("train.parquet", "row 2")], ids=["jsonl", "parquet"]
+)
+def test_a_training_row_whose_key_is_nan_is_one_line_before_torch(tmp_path, name, where):
+    dataset = _write(tmp_path / "data" / name, _rows((1.0, 2.0, float("nan"), 2.0)))
+    line = f"data.partition.key 'user': data.dataset {str(dataset)!r}: {where} has no 'user' value (NaN)"
+    assert_config_refused_before_torch(tmp_path, _config(dataset), line)
+
+
+def test_an_evaluation_row_whose_key_is_nan_is_one_line_before_torch(tmp_path):
+    dataset = _write(tmp_path / "data" / "train.jsonl", _rows((1.0, 2.0, 1.0, 2.0)))
+    evaluation = _write(tmp_path / "data" / "val.parquet", _rows((2.0, float("nan"))))
+    line = f"data.partition.key 'user': data.val_dataset {str(evaluation)!r}: row 1 has no 'user' value (NaN)"
+    assert_config_refused_before_torch(tmp_path, _config(dataset, val_dataset=str(evaluation)), line)
+
+
+def test_a_folder_s_row_whose_key_is_nan_is_one_line_after_torch(tmp_path):
+    folder = tmp_path / "train"
+    _write(folder / "part.parquet", _rows((1.0, float("nan"), 2.0, 2.0)))
+    line = f"data.partition.key 'user': data.dataset {str(folder)!r}: row 1 has no 'user' value (NaN)"
+    _refused_after_torch(tmp_path, _config(folder), line)
+
+
+# Red team 17 B8: a Parquet key column of a nested type (struct {n: <name>}) was refused only after the
+# imports, in two lines naming neither the option nor the file (`values of 'user' cannot be sorted`).
+@pytest.mark.parametrize(
+    ("users", "arrow_type"),
+    [([{"n": "ana"}, {"n": "ben"}], "struct<n: string>"), ([["ana"], ["ben"]], "list<element: string>")],
+    ids=["struct", "list"],
+)
+def test_a_parquet_key_column_of_a_nested_type_is_one_line_before_torch(tmp_path, users, arrow_type):
+    dataset = _write(tmp_path / "data" / "train.parquet", _rows((*users, *users)))
+    line = (
+        f"data.partition.key 'user': data.dataset {str(dataset)!r}: its 'user' column is of Parquet type {arrow_type};"
+        " ByKey sorts its key values: text, numbers, booleans, dates or times, not a list, a struct or a map"
+    )
+    assert_config_refused_before_torch(tmp_path, _config(dataset), line)

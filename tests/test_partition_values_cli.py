@@ -153,3 +153,29 @@ def test_the_early_keys_are_the_keys_training_partitions_by(tmp_path, values):
     ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache"))
     keys = training_keys(values)
     assert keys == (None if values in UNCERTAIN else _column(ds, "u", ByKey("u")).tolist())
+
+
+@pytest.mark.parametrize("num_clients", [2, 4])
+def test_csv_key_cells_typed_as_one_number_are_one_line_naming_both_spellings(tmp_path, num_clients):
+    """pandas types a CSV column of digits as numbers: ``007``, ``7`` and ``0070`` would be the one key 7
+    (red team 17 B23: refused as 2 values ``(7, 70)`` for 4 clients, trained as one client for 2)."""
+    data_file = _rows(tmp_path, "user", ["007", "7", "70", "0070"], ".csv")
+    line = (
+        f"data.partition.key 'user': data.dataset {str(data_file)!r}: row 1 has 'user' 7 and row 0 has 'user' 007;"
+        " the CSV column is read as numbers, so ByKey reads both as the one client key 7: write every 'user'"
+        " value one way, or make the ids text (such as u007)"
+    )
+    assert_config_refused_before_torch(tmp_path, _config(data_file, BY_USER, num_clients), line)
+
+
+def test_csv_number_keys_too_few_for_the_clients_are_shown_as_the_file_spells_them(tmp_path):
+    data_file = _rows(tmp_path, "user", ["007", "007", "1.50", "1.50"], ".csv")
+    line = (
+        f"data.partition.key 'user': data.dataset {str(data_file)!r} has 2 distinct 'user' value(s)"
+        " (1.50, 007), which cannot fill data.num_clients=3 clients; use num_clients <= 2"
+    )
+    assert_config_refused_before_torch(tmp_path, _config(data_file, BY_USER, 3), line)
+
+
+def test_csv_number_keys_each_spelled_one_way_go_on(tmp_path):
+    _goes_on(tmp_path, _config(_rows(tmp_path, "user", ["007", "8", "007", "8"], ".csv"), BY_USER, 2))

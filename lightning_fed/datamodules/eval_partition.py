@@ -78,12 +78,11 @@ def _values(
             f" (columns: {', '.join(source_columns(ds, field_map))})"
         )
     values = np.asarray(ds[column], dtype=object)
-    # ByKey's key: an empty text is no value either (red team 16 B3), as for training
+    # ByKey's key: an empty text or a NaN is no value either (red team 16 B3, 17 B3), as for training
     missing = [i for i, v in enumerate(values) if (no_key_value if key else _is_none)(v)]
     if missing:  # the precheck's line (data_columns.data_columns_problem)
         row = missing[0]
-        empty = values[row] is not None
-        raise UserError(missing_key_line(option, column, field, source, row, row_line(source, row), empty=empty))
+        raise UserError(missing_key_line(option, column, field, source, row, row_line(source, row), value=values[row]))
     return values
 
 

@@ -424,7 +424,7 @@ class FederatedDataModule(pl.LightningDataModule):
         line = row_line(self.dataset, err.row) if type(self).load_records is FederatedDataModule.load_records else None
         column = mapped_column(err.column, self.field_map)
         return missing_key_line(
-            f"data.partition.{option}", err.column, "data.dataset", self.dataset, err.row, line, column, err.empty
+            f"data.partition.{option}", err.column, "data.dataset", self.dataset, err.row, line, column, err.value
         )
 
     def _no_example_left(self, cid: int, rows: int) -> str:

@@ -113,12 +113,12 @@ class TooFewKeys(ValueError):
 
 
 class MissingValue(ValueError):
-    """A row without a value (missing or null; ``empty``: a text empty or of whitespace only, no ``ByKey``
-    key) in the column ``column`` a partitioner assigns rows by; ``row``: the first such row (from 0)."""
+    """A row without a value (missing or null; a text empty or of whitespace only or a NaN: no ``ByKey``
+    key, ``value``) in the column ``column`` a partitioner assigns rows by; ``row``: the first such row (from 0)."""
 
-    def __init__(self, message: str, column: str, row: int, empty: bool = False) -> None:
+    def __init__(self, message: str, column: str, row: int, value: object = None) -> None:
         super().__init__(message)
-        self.column, self.row, self.empty = column, row, empty
+        self.column, self.row, self.value = column, row, value
 
 
 @dataclass(frozen=True)
@@ -138,9 +138,10 @@ class ByKey(Partitioner):
     def __call__(self, ds: datasets.Dataset, num_clients: int, seed: int) -> list[list[int]]:
         _check_num_clients(num_clients, self)
         column = _column(ds, self.key, self)
-        if (row := next((i for i, v in enumerate(column.tolist()) if no_key_value(v)), None)) is not None:
-            # an empty text is no key (red team 16 B3): the precheck's line (data_columns._by_key_problem)
-            raise MissingValue(f"partition {self!r}: row {row} has no {self.key!r} value", self.key, row, True)
+        keys = column.tolist()
+        if (row := next((i for i, v in enumerate(keys) if no_key_value(v)), None)) is not None:
+            # an empty text or a NaN is no key (red team 16 B3, 17 B3): the precheck's line (data_columns)
+            raise MissingValue(f"partition {self!r}: row {row} has no {self.key!r} value", self.key, row, keys[row])
         values, codes = _unique(column, self.key, self)
         if num_clients > len(values):
             raise TooFewKeys(
