@@ -47,6 +47,7 @@ from lightning_fed.data_paths import dataset_text_problem, missing_path_problem,
 from lightning_fed.held_out_rules import where_problem
 from lightning_fed.hook_rules import (
     UNWRAPPED,
+    buffer_below_line,
     concurrency_problem,
     per_client_length_problem,
     rank_lists_problem,
@@ -170,6 +171,27 @@ def async_concurrency_problem(
         return None
     concurrency = any_value(init_args.get("concurrency", _default(class_path, "concurrency")))  # "9" is 9
     return concurrency_problem(f"federation.hooks[{index}]", concurrency, clients)
+
+
+def buffer_problem(class_path: str, init_args: dict[str, Any], sections: dict[str, Any]) -> str | None:
+    """FedBuff's ``buffer_size`` (given, or its default) below ``federation.min_clients`` under
+    AsyncArrivals' virtual arrivals: a step takes exactly ``buffer_size`` arrivals, so every round
+    fails (red team 17 B11; ``arrivals: real``: the Flower transport's own check)."""
+    from lightning_fed.option_rules import PACKAGES
+
+    strategy = sections.get("federation.strategy")
+    if init_args.get("arrivals", _default(class_path, "arrivals")) == "real" or not isinstance(strategy, dict):
+        return None
+    if _federation(sections, "sampling") != "fixed_size":
+        return None  # a Poisson round needs min(min_clients, the arrived)
+    if not package_class("federation.strategy", strategy["class_path"]):
+        return None
+    defaults = init_defaults(PACKAGES["federation.strategy"], strategy["class_path"])
+    size = any_value(strategy["init_args"].get("buffer_size", defaults.get("buffer_size")))  # "2" is 2
+    least = any_value(_federation(sections, "min_clients"))
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in (size, least)) and size < least:
+        return buffer_below_line(size, least)
+    return None
 
 
 def num_clients_of(sections: dict[str, Any]) -> Any:
@@ -420,6 +442,7 @@ def hook_cross_problem(sections: dict[str, Any]) -> str | None:
             return problem
         if _is(name, "AsyncArrivals") and (
             problem := async_concurrency_problem(index, hook["class_path"], init_args, sections)
+            or buffer_problem(hook["class_path"], init_args, sections)
         ):
             return problem
         if _is(name, "RoundLRSchedule") and (problem := min_lr_problem(index, init_args, sections)):

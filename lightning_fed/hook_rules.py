@@ -195,6 +195,16 @@ def target_below_line(target: int, least: int) -> str:
     )
 
 
+def buffer_below_line(buffer_size: int, least: int) -> str:
+    """FedBuff's ``buffer_size`` below ``federation.min_clients`` under AsyncArrivals' virtual arrivals
+    (a server step takes exactly ``buffer_size`` arrivals: every round would fail; red team 17 B11): the
+    precheck's line and AsyncArrivals' when the run is bound (``check_server``), the same."""
+    return (
+        f"federation.strategy.buffer_size={buffer_size} is below federation.min_clients={least}: a FedBuff"
+        " step aggregates buffer_size updates, so every round would fail"
+    )
+
+
 def per_client_length_problem(prefix: str, per_client: Any, num_clients: Any) -> str | None:
     """ClientRanks' ``per_client`` not one rank per client of ``data.num_clients``, the line starting
     with ``prefix`` (as :func:`rank_lists_problem`'s); ``None`` if it fits. Red team 10 row 6b: said by

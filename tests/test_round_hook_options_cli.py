@@ -188,3 +188,20 @@ def test_a_hook_target_below_min_clients_is_refused_before_torch(tmp_path, targe
         " so every round would fail"
     )
     assert_config_refused_before_torch(tmp_path, config, line)
+
+
+@pytest.mark.parametrize(("size", "least"), [(2, 3), ("2", 3), (2, "3")])
+def test_a_fedbuff_buffer_below_min_clients_is_refused_before_torch(tmp_path, size, least):
+    """AsyncArrivals' virtual arrivals: a FedBuff step takes exactly ``buffer_size`` arrivals, so below
+    ``federation.min_clients`` every round fails. On 75a286d the precheck passed it and ``fit`` exited 1
+    after the run folder was written (``round 1: only 2 of 2 clients returned a valid update, fewer than
+    federation.min_clients=3``; red team 17 B11)."""
+    config = shipped_config("tiny")
+    config["federation"].update(clients_per_round=4, min_clients=least)
+    config["federation"]["strategy"] = {"class_path": "FedBuff", "init_args": {"buffer_size": size}}
+    config["federation"]["hooks"] = [{"class_path": "AsyncArrivals", "init_args": {"concurrency": 3}}]
+    line = (
+        "federation.strategy.buffer_size=2 is below federation.min_clients=3: a FedBuff step aggregates"
+        " buffer_size updates, so every round would fail"
+    )
+    assert_config_refused_before_torch(tmp_path, config, line)

@@ -2,7 +2,8 @@
 
 OpenFedLLM (Ye et al., 2024, arXiv:2402.06954) decays the client learning rate over
 communication rounds with a cosine, ``lr_r = min_lr + (lr - min_lr) * (1 + cos(pi r / R)) / 2``
-for the 0-based round ``r`` of ``R``; inside a round every local step uses ``lr_r``. Here
+for the 0-based round ``r`` of ``R`` (from ``r = R`` on, ``min_lr``); inside a round every local
+step uses ``lr_r``. Here
 that is a :class:`RoundHook` (``federation.hooks``), so it runs the same in the simulation
 and in a Flower client, and its state (the base learning rates) is part of the federation
 checkpoint: a resumed run continues the schedule instead of scaling an already scaled rate.
@@ -39,10 +40,11 @@ def round_lr(
 
     Args:
         base_lr: The optimizer's configured learning rate (round 0's).
-        round_idx: The current round, ``0 <= round_idx < rounds``.
-        rounds: Total rounds ``R``.
+        round_idx: The current 0-based round.
+        rounds: ``R`` of the cosine (its annealing length).
         schedule: ``constant``; ``cosine`` (OpenFedLLM:
-            ``min_lr + (base_lr - min_lr) * (1 + cos(pi r / R)) / 2``); ``step``
+            ``min_lr + (base_lr - min_lr) * (1 + cos(pi r / R)) / 2``, held at ``min_lr``
+            from round ``r = R`` on, without restart); ``step``
             (``base_lr * gamma ** (r // step_size)``).
         min_lr: Floor of the cosine.
         step_size: Rounds between two decays of ``step``.
@@ -51,7 +53,9 @@ def round_lr(
     if schedule == "constant":
         return base_lr
     if schedule == "cosine":
-        return min_lr + (base_lr - min_lr) * (1 + math.cos(math.pi * round_idx / rounds)) / 2
+        # Annealing without restart: from round R on the rate stays at the floor (a cos of
+        # pi r / R past pi climbs back to base_lr; red team 17 B24).
+        return min_lr + (base_lr - min_lr) * (1 + math.cos(math.pi * min(round_idx, rounds) / rounds)) / 2
     if schedule == "step":
         return base_lr * gamma ** (round_idx // step_size)
     raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
@@ -75,7 +79,8 @@ class RoundLRSchedule(RoundHook):
         min_lr: Floor of the cosine (OpenFedLLM's ``min_lr``; 0 by default).
         step_size: Rounds between two decays of ``step``.
         gamma: Decay factor of ``step``.
-        rounds: ``R`` of the cosine; default ``federation.rounds``.
+        rounds: ``R`` of the cosine, the rounds it anneals over; default ``federation.rounds``.
+            One below ``federation.rounds`` anneals to ``min_lr`` in ``R`` rounds and then holds it.
     """
 
     def __init__(

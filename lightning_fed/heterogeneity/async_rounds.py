@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from lightning_fed.federation.hooks import Capability, RoundHook
 from lightning_fed.heterogeneity.system_profiles import SystemProfile
 from lightning_fed.heterogeneity.virtual_clock import Arrival, AsyncRoundSimulator
-from lightning_fed.hook_rules import ASYNC_ARRIVALS, concurrency_problem, wrapped_strategy_problem
+from lightning_fed.hook_rules import ASYNC_ARRIVALS, buffer_below_line, concurrency_problem, wrapped_strategy_problem
 from lightning_fed.value_rules import check
 
 if TYPE_CHECKING:
@@ -113,7 +113,8 @@ class AsyncArrivals(RoundHook):
         """When the run is bound, before anything is written: the strategy must be FedBuff (not
         wrapped: client-level DP accounts synchronous sampled rounds, which arrivals replace),
         ``arrivals: real`` needs Flower (the Flower transport decides at setup whether its clients
-        really train concurrently), and ``concurrency`` and the profiles must fit the clients."""
+        really train concurrently), ``concurrency`` and the profiles must fit the clients, and
+        FedBuff's ``buffer_size`` must reach ``federation.min_clients`` (a step takes that many)."""
         self.check_run(server)
         if self.arrivals == "real":
             if server.engine != "flower":
@@ -121,6 +122,9 @@ class AsyncArrivals(RoundHook):
             return
         if problem := concurrency_problem(FIELD, self.concurrency, server.num_clients):  # the precheck's too
             raise ValueError(problem)
+        fixed = getattr(server, "sampling", "fixed_size") == "fixed_size"  # Poisson: min(min_clients, arrived)
+        if fixed and server.strategy.buffer_size < server.min_clients:  # a step takes buffer_size (the precheck's)
+            raise ValueError(buffer_below_line(server.strategy.buffer_size, server.min_clients))
         self._simulator(server.num_clients)
 
     def _simulator(self, num_clients: int) -> AsyncRoundSimulator:

@@ -118,3 +118,24 @@ def test_bad_async_arrivals_settings_name_the_field(kwargs, message):
         AsyncArrivals(**kwargs)
     field = "federation.hooks[]." if "concurrency" in kwargs else "federation.hooks: AsyncArrivals: "  # hook_rules.py
     assert str(info.value) == f"{field}{message}"
+
+
+def test_buffer_size_below_min_clients_is_one_line_error(tmp_path):
+    """A virtual-arrivals step takes exactly ``buffer_size`` arrivals: below ``min_clients`` every
+    round fails (red team 17 B11: ``round 1: only 2 of 2 clients returned a valid update``)."""
+    loop = FederatedLoop(
+        rounds=1,
+        clients_per_round=3,
+        min_clients=3,
+        local_steps=1,
+        seed=0,
+        strategy=FedBuff(buffer_size=2),
+        hooks=[AsyncArrivals(concurrency=3, local_steps=1, **PROFILE)],
+    )
+    with pytest.raises(ValueError) as info:
+        fit(tiny_dpo(), preference_data(), loop, str(tmp_path))
+    assert str(info.value) == (
+        "federation.strategy.buffer_size=2 is below federation.min_clients=3: a FedBuff step aggregates"
+        " buffer_size updates, so every round would fail"
+    )
+    assert list(tmp_path.iterdir()) == []
